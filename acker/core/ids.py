@@ -1,0 +1,73 @@
+"""Ids of tuple trees and the partition function of an anchor.
+
+Invariants:
+- Every anchor id and edge (tuple) id is a non-zero signed 64-bit integer. Zero is excluded because
+  ``x ^ 0 == x``: a zero edge would be invisible to the XOR ledger and a tree could complete while that tuple
+  is still being processed.
+- The acker partition of an anchor is ``partition_of(anchor, n) == |anchor| mod n``: the seeds' (and Storm's)
+  ``abs(anchor % n)`` with a truncating remainder, which is Java's ``Math.abs(anchor % n)``, C's
+  ``llabs(anchor % n)`` and numpy's ``np.abs(np.fmod(anchor, n))``. Python's own ``%`` floors, so it would give
+  another partition for negative anchors: never use it for this. This function is the one place the mapping is
+  defined; every producer of acker traffic calls it.
+"""
+
+from __future__ import annotations
+
+import random
+
+from acker.errors import ProtocolError
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+_UINT64_MASK = (1 << 64) - 1
+
+
+def is_valid_id(value: int) -> bool:
+    """True for a non-zero signed 64-bit integer."""
+    return value != 0 and INT64_MIN <= value <= INT64_MAX
+
+
+def check_id(value: int, what: str) -> int:
+    """Return ``value`` or raise `ProtocolError` naming ``what`` when it is not a valid id."""
+    if type(value) is not int or not is_valid_id(value):  # bool is not an id
+        raise ProtocolError(f"{what} must be a non-zero signed 64-bit integer, got {value!r}")
+    return value
+
+
+def check_int64(value: int, what: str) -> int:
+    """Return ``value`` or raise `ProtocolError` when it is not a signed 64-bit integer (zero allowed)."""
+    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+        raise ProtocolError(f"{what} must be a signed 64-bit integer, got {value!r}")
+    return value
+
+
+def partition_of(anchor: int, partitions: int) -> int:
+    """The acker partition that owns every message of the tree rooted at ``anchor``."""
+    if partitions <= 0:
+        raise ValueError(f"partitions must be positive, got {partitions}")
+    return abs(anchor) % partitions
+
+
+class IdGenerator:
+    """Random non-zero signed 64-bit ids; pass ``seed`` for a reproducible sequence.
+
+    Not thread-safe: give each thread (or process) its own generator. Without a seed the generator is seeded
+    from the operating system, so two processes never share a sequence.
+    """
+
+    __slots__ = ("_bits",)
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._bits = random.Random(seed).getrandbits
+
+    def __call__(self) -> int:
+        bits = self._bits
+        while True:
+            raw = bits(64)
+            if raw:
+                return raw - (1 << 64) if raw > INT64_MAX else raw
+
+
+def to_unsigned(value: int) -> int:
+    """The two's-complement unsigned form of a signed 64-bit id (for hex display and packing)."""
+    return value & _UINT64_MASK

@@ -1,0 +1,163 @@
+"""Client-side tuple-tree bookkeeping: what spouts and bolts attach to messages and send to the acker.
+
+Pure: ids come from an injected generator (`acker.core.ids.IdGenerator`); the functions return the protocol
+messages to send and the ids to attach, and the caller sends them.
+
+Storm's scheme, which these helpers follow:
+- A message carries `TupleIds`: for each root (anchor) whose tree it belongs to, its edge id in that tree.
+- A spout tree starts with a random anchor; each root tuple emitted gets a fresh edge; the `Init` carries the
+  XOR of those edges. The spout may send the init before or after the tuples: the acker accepts any order.
+- A bolt emitting a child anchored to an input draws a fresh edge per anchoring input and XORs it into that
+  input's running ack value; the child's edge in a root is the XOR of the edges it got from every input of that
+  root. One edge per (child, input) rather than one per child keeps diamonds correct: a child anchored to two
+  inputs of the same tree must not cancel its own creation.
+- Acking an input sends, per root, one combined `Ack` of (its edge in that root) XOR (its running ack value):
+  its completion and its children's creation in one message, so the tree cannot complete early.
+- Unanchored children carry no ids and untracked spout messages start no tree: at-most-once, no acker traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from acker.core.ids import check_id
+from acker.core.messages import Ack, Fail, Init, ResetTimeout
+from acker.errors import ProtocolError
+
+NextId = Callable[[], int]
+P = TypeVar("P")
+
+
+@dataclass(frozen=True, slots=True)
+class TupleIds:
+    """Per root: (anchor, this message's edge id in that root's tree). Empty = untracked."""
+
+    edges: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        for anchor, _ in self.edges:
+            check_id(anchor, "anchor")
+
+    @property
+    def tracked(self) -> bool:
+        return bool(self.edges)
+
+    @property
+    def roots(self) -> tuple[int, ...]:
+        return tuple(anchor for anchor, _ in self.edges)
+
+
+UNTRACKED = TupleIds()
+
+
+class SpoutTree:
+    """One source message's tree, from the spout's side."""
+
+    __slots__ = ("_next_id", "_value", "anchor", "msg_id", "spout")
+
+    def __init__(self, spout: str, msg_id: str, next_id: NextId) -> None:
+        self.spout, self.msg_id = spout, msg_id
+        self._next_id = next_id
+        self.anchor = check_id(next_id(), "anchor")
+        self._value = 0
+
+    def emit(self) -> TupleIds:
+        """Ids for one root tuple of this tree (call once per downstream message)."""
+        edge = check_id(self._next_id(), "edge id")
+        self._value ^= edge
+        return TupleIds(((self.anchor, edge),))
+
+    def init(self) -> Init:
+        """The init message: the XOR of every root tuple's edge emitted so far (call it after emitting).
+
+        A record that emitted nothing is complete at once and has no tree: asking for its init is an error.
+        """
+        if self._value == 0:
+            raise ProtocolError("emit at least one root tuple before the init; a record that emits nothing is done")
+        return Init(self.anchor, self.spout, self.msg_id, self._value)
+
+
+class InputTuple:
+    """A message a bolt received, being processed: collects its children, then acks or fails once.
+
+    Invariant: exactly one of `ack` / `fail` per input; a second one raises `ProtocolError`, because a second
+    ack would put the input's edge back into the ledger and the tree could never complete.
+    """
+
+    __slots__ = ("_ack_val", "_finished", "_next_id", "ids")
+
+    def __init__(self, ids: TupleIds, next_id: NextId) -> None:
+        self.ids = ids
+        self._next_id = next_id
+        self._ack_val = 0
+        self._finished = False
+
+    def _child_edge(self) -> int:
+        if self._finished:
+            raise ProtocolError("cannot anchor a new message to an input that was already acked or failed")
+        edge = check_id(self._next_id(), "edge id")
+        self._ack_val ^= edge
+        return edge
+
+    def _finish(self) -> None:
+        if self._finished:
+            raise ProtocolError("an input can be acked or failed only once")
+        self._finished = True
+
+    def ack(self) -> list[Ack]:
+        """One combined ack per root: this input's edge XOR the edges of every child anchored to it."""
+        self._finish()
+        return [Ack(anchor, edge ^ self._ack_val) for anchor, edge in self.ids.edges]
+
+    def fail(self) -> list[Fail]:
+        self._finish()
+        return [Fail(anchor) for anchor, _ in self.ids.edges]
+
+    def reset_timeout(self) -> list[ResetTimeout]:
+        return [ResetTimeout(anchor) for anchor, _ in self.ids.edges]
+
+
+def anchored(inputs: Iterable[InputTuple]) -> TupleIds:
+    """Ids for a child anchored to every input given (multi-anchoring: it joins every root of every input)."""
+    edges: dict[int, int] = {}
+    for source in inputs:
+        if not source.ids.tracked:
+            continue
+        edge = source._child_edge()
+        for anchor, _ in source.ids.edges:
+            edges[anchor] = edges.get(anchor, 0) ^ edge
+    return TupleIds(tuple(edges.items()))
+
+
+@dataclass(slots=True)
+class BasicResult(Generic[P]):
+    """What the basic-bolt pattern decided: children to send, acker messages to send, and any error."""
+
+    children: list[tuple[TupleIds, P]] = field(default_factory=list)
+    acker_messages: Sequence[Ack | Fail] = ()
+    error: BaseException | None = None
+
+
+def run_basic(ids: TupleIds, next_id: NextId, function: Callable[[Callable[[P], None]], None]) -> BasicResult[P]:
+    """Storm's BasicBolt: children auto-anchored to the input, ack after ``function`` returns, fail if it raises.
+
+    ``function`` receives an ``emit(payload)`` callable. On an exception the children emitted so far are
+    discarded (their creation never reaches the acker, and the input's fail nacks the tree anyway).
+    """
+    source = InputTuple(ids, next_id)
+    result: BasicResult[P] = BasicResult()
+
+    def emit(payload: P) -> None:
+        result.children.append((anchored((source,)), payload))
+
+    try:
+        function(emit)
+    except Exception as error:
+        result.children.clear()
+        result.acker_messages = source.fail()
+        result.error = error
+    else:
+        result.acker_messages = source.ack()
+    return result

@@ -1,0 +1,148 @@
+"""Offline replay: protocol messages as JSON lines in, outcomes as JSON lines out (`acker replay`).
+
+Input, one object a line (ids are signed 64-bit integers)::
+
+    {"type":"init","anchor":A,"spout":"S","msg_id":"M","value":V}
+    {"type":"ack","anchor":A,"value":V}
+    {"type":"anchor","anchor":A,"tuple":T}      {"type":"ok","anchor":A,"tuple":T}
+    {"type":"fail","anchor":A}   {"type":"reset","anchor":A}   {"type":"tick"}
+
+Output, in decision order::
+
+    {"outcome":"ack","anchor":A,"spout":"S","msg_id":"M"}
+    {"outcome":"nack","anchor":A,"spout":"S","msg_id":"M","reason":"failed"|"timeout"|"overload"}
+
+A line that is not a valid message is reported with its line number and skipped; it never stops the replay.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from acker.core.messages import TICK, Ack, Anchor, Fail, Init, Message, Ok, ResetTimeout, Tick
+from acker.core.outcomes import Acked, Nacked, Outcome
+from acker.core.tracker import Tracker
+from acker.errors import AckerError, ReplayInputError
+
+
+def _int(obj: dict[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if type(value) is not int:
+        raise ReplayInputError(f"field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _str(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise ReplayInputError(f"field {key!r} must be a string, got {value!r}")
+    return value
+
+
+_PARSERS: dict[str, Callable[[dict[str, Any]], Message]] = {
+    "init": lambda o: Init(_int(o, "anchor"), _str(o, "spout"), _str(o, "msg_id"), _int(o, "value")),
+    "ack": lambda o: Ack(_int(o, "anchor"), _int(o, "value")),
+    "anchor": lambda o: Anchor(_int(o, "anchor"), _int(o, "tuple")),
+    "ok": lambda o: Ok(_int(o, "anchor"), _int(o, "tuple")),
+    "fail": lambda o: Fail(_int(o, "anchor")),
+    "reset": lambda o: ResetTimeout(_int(o, "anchor")),
+    "tick": lambda o: TICK,
+}
+
+
+def parse_message(line: str) -> Message:
+    """One JSON line → one message; `ReplayInputError` (an `AckerError`) says what is wrong."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ReplayInputError(f"not JSON: {error.msg}") from None
+    if not isinstance(obj, dict):
+        raise ReplayInputError("not a JSON object")
+    kind = obj.get("type")
+    parser = _PARSERS.get(kind) if isinstance(kind, str) else None
+    if parser is None:
+        raise ReplayInputError(f"unknown message type {kind!r}; expected one of {sorted(_PARSERS)}")
+    try:
+        return parser(obj)
+    except ReplayInputError:
+        raise
+    except AckerError as error:  # zero or out-of-range ids
+        raise ReplayInputError(str(error)) from None
+
+
+def format_message(message: Message) -> str:
+    """The JSON line of a message (the inverse of `parse_message`)."""
+    obj: dict[str, Any]
+    match message:
+        case Init(anchor, spout, msg_id, value):
+            obj = {"type": "init", "anchor": anchor, "spout": spout, "msg_id": msg_id, "value": value}
+        case Ack(anchor, value):
+            obj = {"type": "ack", "anchor": anchor, "value": value}
+        case Anchor(anchor, tuple_id):
+            obj = {"type": "anchor", "anchor": anchor, "tuple": tuple_id}
+        case Ok(anchor, tuple_id):
+            obj = {"type": "ok", "anchor": anchor, "tuple": tuple_id}
+        case Fail(anchor):
+            obj = {"type": "fail", "anchor": anchor}
+        case ResetTimeout(anchor):
+            obj = {"type": "reset", "anchor": anchor}
+        case Tick():
+            obj = {"type": "tick"}
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def format_outcome(outcome: Outcome) -> str:
+    obj: dict[str, Any]
+    match outcome:
+        case Acked(anchor, spout, msg_id, _):
+            obj = {"outcome": "ack", "anchor": anchor, "spout": spout, "msg_id": msg_id}
+        case Nacked(anchor, spout, msg_id, reason, _):
+            obj = {
+                "outcome": "nack",
+                "anchor": anchor,
+                "spout": spout,
+                "msg_id": msg_id,
+                "reason": reason.value,
+            }
+    return json.dumps(obj, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    number: int
+    reason: str
+
+
+def read_messages(lines: Iterable[str], bad: list[BadLine]) -> Iterator[Message]:
+    """The messages of ``lines`` in order; malformed lines are appended to ``bad`` and skipped.
+
+    Blank lines are ignored.
+    """
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield parse_message(line)
+        except ReplayInputError as error:
+            bad.append(BadLine(number, str(error)))
+
+
+def replay(tracker: Tracker, lines: Iterable[str], out: TextIO, err: TextIO) -> int:
+    """Run ``lines`` through ``tracker``, writing outcomes to ``out`` and bad lines to ``err``.
+
+    Returns the number of bad lines.
+    """
+    bad: list[BadLine] = []
+    reported = 0
+    for message in read_messages(lines, bad):
+        for outcome in tracker.handle(message):
+            out.write(format_outcome(outcome) + "\n")
+        while reported < len(bad):  # report as we go, so stderr interleaves sensibly with progress
+            err.write(f"line {bad[reported].number}: {bad[reported].reason}\n")
+            reported += 1
+    for line in bad[reported:]:
+        err.write(f"line {line.number}: {line.reason}\n")
+    return len(bad)

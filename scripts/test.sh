@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up everything and runs the whole test suite: lint, type checks, unit, property-based and integration tests.
+# `.ci/run` calls exactly this. Extra arguments go to pytest (e.g. `scripts/test.sh -m "not integration"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
+echo "== mypy" && .venv/bin/mypy
+echo "== pytest"
+if [ "${CI:-}" = "true" ]; then export HYPOTHESIS_PROFILE=ci; fi
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "test: pytest collected no tests: that is a failure, not a pass" >&2
+  exit 1
+fi
+exit "$rc"

@@ -1,0 +1,108 @@
+"""Client-side helpers: ids, partitions, spout trees, anchoring, the basic-bolt pattern."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acker.core import Acked, Fail, IdGenerator, Nacked, NackReason, Tracker, partition_of
+from acker.core.ids import INT64_MAX, INT64_MIN
+from acker.core.tuple_tree import UNTRACKED, InputTuple, SpoutTree, anchored, run_basic
+from acker.errors import ProtocolError
+from tests.strategies import ids64
+
+
+def test_id_generator_is_reproducible_non_zero_and_signed() -> None:
+    a, b = IdGenerator(42), IdGenerator(42)
+    drawn = [a() for _ in range(10_000)]
+    assert drawn == [b() for _ in range(10_000)]
+    assert all(x != 0 and INT64_MIN <= x <= INT64_MAX for x in drawn)
+    assert any(x < 0 for x in drawn) and any(x > 0 for x in drawn)
+
+
+def test_id_generator_skips_zero() -> None:
+    gen = IdGenerator(0)
+    stream = iter([0, 0, 5, (1 << 64) - 1])
+    gen._bits = lambda bits: next(stream)  # type: ignore[method-assign] - a source that starts with zeros
+    assert gen() == 5
+    assert gen() == -1  # the top half of the unsigned range maps to negative ids
+
+
+@given(ids64, st.integers(1, 1000))
+def test_partition_is_abs_of_truncating_remainder(anchor: int, n: int) -> None:
+    java_style = abs(int(anchor - n * int(anchor / n))) if abs(anchor) < 2**52 else abs(anchor) % n
+    assert partition_of(anchor, n) == java_style
+    assert 0 <= partition_of(anchor, n) < n
+
+
+def test_partition_examples() -> None:
+    assert partition_of(-1, 4) == 1  # Java: Math.abs(-1L % 4) == 1, not Python's -1 % 4 == 3
+    assert partition_of(INT64_MIN, 7) == abs(INT64_MIN) % 7
+    with pytest.raises(ValueError):
+        partition_of(5, 0)
+
+
+def test_spout_tree_init_is_the_xor_of_its_root_edges() -> None:
+    tree = SpoutTree("s", "t/0/1", IdGenerator(1))
+    edges = [tree.emit().edges[0][1] for _ in range(3)]
+    assert tree.init().value == edges[0] ^ edges[1] ^ edges[2]
+
+
+def test_spout_tree_without_emits_has_no_init() -> None:
+    with pytest.raises(ProtocolError):
+        SpoutTree("s", "m", IdGenerator(1)).init()
+
+
+def test_diamond_join_of_two_inputs_of_one_tree_completes() -> None:
+    gen = IdGenerator(3)
+    tree = SpoutTree("s", "m", gen)
+    left, right = InputTuple(tree.emit(), gen), InputTuple(tree.emit(), gen)
+    joined = anchored((left, right))
+    assert joined.roots == (tree.anchor,)
+    tracker = Tracker()
+    assert tracker.handle_all([tree.init(), *left.ack(), *right.ack()]) == []
+    assert tracker.handle_all(list(InputTuple(joined, gen).ack())) == [Acked(tree.anchor, "s", "m", 0)]
+
+
+def test_input_can_finish_only_once() -> None:
+    source = InputTuple(SpoutTree("s", "m", IdGenerator(1)).emit(), IdGenerator(2))
+    source.ack()
+    with pytest.raises(ProtocolError):
+        source.fail()
+    with pytest.raises(ProtocolError):
+        anchored((source,))
+
+
+def test_unanchored_and_untracked_send_nothing() -> None:
+    source = InputTuple(UNTRACKED, IdGenerator(1))
+    assert anchored((source,)) == UNTRACKED
+    assert source.ack() == [] and source.reset_timeout() == []
+
+
+def test_basic_bolt_acks_after_return_and_fails_on_exception() -> None:
+    gen = IdGenerator(9)
+    tree = SpoutTree("s", "m", gen)
+    root = tree.emit()
+
+    def split(emit):  # type: ignore[no-untyped-def]
+        for word in ["a", "b", "c"]:
+            emit(word)
+
+    result = run_basic(root, gen, split)
+    assert [payload for _, payload in result.children] == ["a", "b", "c"]
+    tracker = Tracker()
+    tracker.handle_all([tree.init(), *result.acker_messages])
+    leaves = [m for ids, _ in result.children for m in run_basic(ids, gen, lambda emit: None).acker_messages]
+    assert tracker.handle_all(leaves) == [Acked(tree.anchor, "s", "m", 0)]
+
+    def broken(emit):  # type: ignore[no-untyped-def]
+        emit("x")
+        raise RuntimeError("database down")
+
+    failed = run_basic(root, gen, broken)
+    assert failed.children == [] and isinstance(failed.error, RuntimeError)
+    assert failed.acker_messages == [Fail(tree.anchor)]
+    again = Tracker()
+    again.handle(tree.init())
+    assert again.handle_all(list(failed.acker_messages)) == [Nacked(tree.anchor, "s", "m", NackReason.FAILED, 0)]

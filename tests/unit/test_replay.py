@@ -1,0 +1,111 @@
+"""Offline replay: the JSON-lines codec and the `acker replay` command."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+
+from acker.cli import main
+from acker.core import Tracker
+from acker.replay import format_message, parse_message, replay
+from acker.workload import WorkloadSpec, generate
+from tests.strategies import scenarios
+
+LINES = [
+    '{"type":"ack","anchor":5,"value":3}',
+    '{"type":"init","anchor":5,"spout":"S","msg_id":"M","value":3}',
+    '{"type":"init","anchor":-9,"spout":"S","msg_id":"N","value":1}',
+    '{"type":"fail","anchor":-9}',
+    '{"type":"init","anchor":11,"spout":"S","msg_id":"O","value":1}',
+    '{"type":"tick"}',
+    '{"type":"tick"}',
+    '{"type":"tick"}',
+]
+
+
+def test_replay_outputs_outcomes_in_decision_order(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    assert main(["replay", str(path)]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert out == [
+        {"outcome": "ack", "anchor": 5, "spout": "S", "msg_id": "M"},
+        {"outcome": "nack", "anchor": -9, "spout": "S", "msg_id": "N", "reason": "failed"},
+        {"outcome": "nack", "anchor": 11, "spout": "S", "msg_id": "O", "reason": "timeout"},
+    ]
+
+
+def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES[4:6]) + "\n")
+    assert main(["replay", "--buckets", "2", "--high-water", "1", "--relocate-on-update", str(path)]) == 0
+    assert main(["replay", "--buckets", "1", str(path)]) == 2
+    assert "buckets must be at least 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("{not json", "not JSON"),
+        ("[1,2]", "not a JSON object"),
+        ('{"type":"frobnicate","anchor":1}', "unknown message type"),
+        ('{"type":"ack","anchor":0,"value":1}', "non-zero"),
+        ('{"type":"ack","anchor":"7","value":1}', "must be an integer"),
+        ('{"type":"init","anchor":7,"value":1,"msg_id":"m"}', "'spout' must be a string"),
+        ('{"type":"ok","anchor":7,"tuple":9223372036854775808}', "64-bit"),
+    ],
+)
+def test_malformed_lines_are_reported_counted_and_skipped(line: str, reason: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    lines = [LINES[1], line, '{"type":"ack","anchor":5,"value":3}']
+    assert replay(Tracker(), lines, out, err) == 1
+    assert "line 2: " in err.getvalue() and reason in err.getvalue()
+    assert json.loads(out.getvalue())["outcome"] == "ack"  # the good lines around it still count
+
+
+def test_cli_exit_status_is_non_zero_after_a_bad_line_but_all_good_lines_run(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("garbage\n" + "\n".join(LINES) + "\n\n{\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "replay", "-", "--stats"],
+        input=path.read_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert len(run.stdout.splitlines()) == 3
+    assert "line 1:" in run.stderr and "line 11:" in run.stderr and "2 malformed line(s)" in run.stderr
+    assert "acked=1" in run.stderr
+
+
+@settings(max_examples=50)
+@given(scenarios(fail_rate=0.1))
+def test_replay_of_formatted_messages_matches_the_tracker(case) -> None:  # type: ignore[no-untyped-def]
+    _, arrivals = case
+    messages = [m for m, _ in arrivals]
+    assert [parse_message(format_message(m)) for m in messages] == messages
+    direct = Tracker().handle_all(messages)
+    out = io.StringIO()
+    assert replay(Tracker(), [format_message(m) for m in messages], out, io.StringIO()) == 0
+    assert len(out.getvalue().splitlines()) == len(direct)
+
+
+def test_core_demo_reports_every_outcome_right(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--trees", "3000", "--fail-rate", "0.02", "--drop-rate", "0.02"]) == 0
+    assert "every record has exactly its right outcome" in capsys.readouterr().out
+
+
+def test_workload_expectations_match_the_tracker() -> None:
+    workload = generate(WorkloadSpec(trees=2000, fail_rate=0.03, drop_rate=0.03, seed=7))
+    got = {}
+    for o in Tracker().handle_all(workload.messages):
+        got[o.msg_id] = getattr(o, "reason", None)
+    assert {m: (r.value if r else "ack") for m, r in got.items()} == workload.expected
+    assert {"ack", "failed", "timeout"} == set(workload.expected.values())
