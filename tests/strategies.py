@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from acker.core import Message
+from acker.core import TICK, Ack, Anchor, Fail, Init, Message, Ok, ResetTimeout, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import InputTuple, SpoutTree, TupleIds, anchored
 
@@ -97,3 +97,28 @@ def scenarios(
         join_rate=join_rate,
     )
     return scenario, interleave(rng, scenario.streams)
+
+
+# Raw protocol traffic over a handful of anchors and tiny values: XOR words hit zero often, and collisions, late
+# messages, fails before inits, resets and ticks all happen. Not realistic; meant to reach every rule.
+small_anchors = st.sampled_from([1, -1, 2, 7, -(1 << 63), (1 << 63) - 1])
+small_values = st.integers(0, 3)
+msg_ids = st.sampled_from(["a", "t/0/5", "t/1/5", "t/1/007", "x/y/9223372036854775807", "/3", "t/0/18"])
+raw_messages = st.lists(
+    st.one_of(
+        st.builds(Init, small_anchors, st.sampled_from(["s", "u"]), msg_ids, small_values),
+        st.builds(Ack, small_anchors, small_values),
+        st.builds(Anchor, small_anchors, st.integers(1, 3)),
+        st.builds(Ok, small_anchors, st.integers(1, 3)),
+        st.builds(Fail, small_anchors),
+        st.builds(ResetTimeout, small_anchors),
+        st.just(TICK),
+    ),
+    max_size=120,
+)
+tracker_configs = st.builds(
+    TrackerConfig,
+    buckets=st.integers(2, 4),
+    high_water=st.none() | st.integers(1, 4),
+    relocate_on_update=st.booleans(),
+)

@@ -1,0 +1,91 @@
+"""The columnar tracker decides exactly what the reference tracker decides (differential tests)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acker.columnar import BlockTracker, MessageBlock
+from acker.columnar.block import join_msg_id, split_msg_id
+from acker.core import TICK, Init, Message, Outcome, Tracker, TrackerConfig
+from acker.core.ids import IdGenerator
+from acker.workload import WorkloadSpec, generate
+from tests.strategies import raw_messages, scenarios, tracker_configs
+
+
+def _reference(config: TrackerConfig, messages: list[Message]) -> tuple[list[list[Outcome]], Tracker]:
+    tracker = Tracker(config)
+    return [sorted(tracker.handle(m), key=repr) for m in messages], tracker
+
+
+def _columnar(
+    config: TrackerConfig, messages: list[Message], cuts: list[int]
+) -> tuple[list[list[Outcome]], BlockTracker]:
+    tracker = BlockTracker(config)
+    per_message: list[list[Outcome]] = [[] for _ in messages]
+    bounds = [0, *sorted(c for c in cuts if 0 < c < len(messages)), len(messages)]
+    for start, end in itertools.pairwise(bounds):
+        block = MessageBlock.from_messages(messages[start:end])
+        result = tracker.process(block)
+        for index, outcome in zip(result.index.tolist(), result.to_outcomes(), strict=True):
+            per_message[start + index].append(outcome)
+    return [sorted(o, key=repr) for o in per_message], tracker
+
+
+def _assert_same(config: TrackerConfig, messages: list[Message], cuts: list[int]) -> None:
+    want, ref = _reference(config, messages)
+    got, fast = _columnar(config, messages, cuts)
+    assert got == want
+    assert fast.counters == ref.counters
+    assert fast.pending == ref.pending
+
+
+@settings(max_examples=500)
+@given(tracker_configs, raw_messages, st.lists(st.integers(0, 120), max_size=4))
+def test_same_decisions_on_raw_traffic(config: TrackerConfig, messages: list[Message], cuts: list[int]) -> None:
+    _assert_same(config, messages, cuts)
+
+
+@settings(max_examples=100)
+@given(scenarios(fail_rate=0.1), st.lists(st.integers(0, 200), max_size=4))
+def test_same_decisions_on_pipelines(case, cuts: list[int]) -> None:  # type: ignore[no-untyped-def]
+    _, arrivals = case
+    _assert_same(TrackerConfig(), [m for m, _ in arrivals], cuts)
+
+
+def test_same_decisions_on_a_large_workload_with_growth_and_shrink() -> None:
+    workload = generate(WorkloadSpec(trees=30_000, fail_rate=0.02, drop_rate=0.02, window=3000, seed=5))
+    rng = random.Random(5)
+    cuts = sorted(rng.sample(range(len(workload.messages)), 40))
+    _assert_same(TrackerConfig(), workload.messages, cuts)
+
+
+def test_many_pending_trees_then_expiry_frees_the_table() -> None:
+    gen = IdGenerator(11)
+    tracker = BlockTracker(TrackerConfig(buckets=2))
+    inits: list[Message] = [Init(gen(), "s", f"t/0/{i}", gen()) for i in range(50_000)]
+    tracker.process(MessageBlock.from_messages(inits))
+    assert tracker.pending == 50_000
+    assert tracker.table_bytes() / tracker.pending <= 37 * 2 * 1.5
+    outcomes = tracker.process(MessageBlock.from_messages([Init(gen(), "s", "t/0/x", 1), TICK, TICK, TICK, TICK]))
+    assert len(outcomes) == 50_001
+    assert tracker.pending == 0
+    tracker.process(MessageBlock.from_messages([]))
+    assert tracker.capacity <= 2048  # shrinks back once empty
+
+
+@given(st.text(max_size=12) | st.sampled_from(["t/0/0", "t/0/00", "t/12/34", "a/-1", "x/١٢"]))
+def test_message_ids_round_trip(msg_id: str) -> None:
+    source, offset = split_msg_id(msg_id)
+    assert join_msg_id(source, offset) == msg_id
+    assert offset >= -1
+
+
+def test_block_round_trip() -> None:
+    messages = generate(WorkloadSpec(trees=50, fail_rate=0.1)).messages
+    assert MessageBlock.from_messages(messages).to_messages() == messages
+    assert MessageBlock.from_messages(messages).kinds.dtype == np.uint8
