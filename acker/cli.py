@@ -30,9 +30,11 @@ def _tracker_config(args: argparse.Namespace) -> TrackerConfig:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    from acker.columnar import BlockTracker
     from acker.replay import replay
 
-    tracker = Tracker(_tracker_config(args))
+    config = _tracker_config(args)
+    tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     if args.file == "-":
         bad = replay(tracker, sys.stdin, sys.stdout, sys.stderr)
     else:
@@ -113,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("file", help="JSON-lines file, or - for standard input")
     replay.add_argument("--stats", action="store_true", help="print the tracker's counters on stderr at the end")
+    replay.add_argument(
+        "--engine",
+        choices=("reference", "columnar"),
+        default="reference",
+        help="reference: one message at a time, exact decision order; columnar: the compiled block tracker "
+        "(same decisions; the outcomes of one tick in table order)",
+    )
     _tracker_options(replay)
     replay.set_defaults(run=_cmd_replay)
 

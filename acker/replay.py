@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from acker.columnar import BlockTracker, MessageBlock
 from acker.core.messages import TICK, Ack, Anchor, Fail, Init, Message, Ok, ResetTimeout, Tick
 from acker.core.outcomes import Acked, Nacked, Outcome
 from acker.core.tracker import Tracker
@@ -130,17 +131,33 @@ def read_messages(lines: Iterable[str], bad: list[BadLine]) -> Iterator[Message]
             bad.append(BadLine(number, str(error)))
 
 
-def replay(tracker: Tracker, lines: Iterable[str], out: TextIO, err: TextIO) -> int:
+def _batches(messages: Iterable[Message], size: int) -> Iterator[list[Message]]:
+    batch: list[Message] = []
+    for message in messages:
+        batch.append(message)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def replay(tracker: Tracker | BlockTracker, lines: Iterable[str], out: TextIO, err: TextIO) -> int:
     """Run ``lines`` through ``tracker``, writing outcomes to ``out`` and bad lines to ``err``.
 
-    Returns the number of bad lines.
+    With a `BlockTracker` the messages go through in blocks of 8,192 (the outcomes of one tick then come in table
+    order). Returns the number of bad lines.
     """
     bad: list[BadLine] = []
     reported = 0
-    for message in read_messages(lines, bad):
-        for outcome in tracker.handle(message):
+    for batch in _batches(read_messages(lines, bad), 1 if isinstance(tracker, Tracker) else 8192):
+        if isinstance(tracker, Tracker):
+            outcomes: Iterable[Outcome] = tracker.handle(batch[0])
+        else:
+            outcomes = tracker.process(MessageBlock.from_messages(batch)).to_outcomes()
+        for outcome in outcomes:
             out.write(format_outcome(outcome) + "\n")
-        while reported < len(bad):  # report as we go, so stderr interleaves sensibly with progress
+        while reported < len(bad):  # report as we go, so stderr interleaves sensibly with the outcomes
             err.write(f"line {bad[reported].number}: {bad[reported].reason}\n")
             reported += 1
     for line in bad[reported:]:

@@ -33,7 +33,7 @@ Not thread-safe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import assert_never
 
 from acker.core.messages import Ack, Anchor, Fail, Init, Message, Ok, ResetTimeout, Tick
@@ -94,7 +94,7 @@ class _Tree:
     failed: bool = False
     done: bool = False
     born_tick: int = 0
-    generation: int = field(default=0)
+    generation: int = 0  # stamped by the RotatingMap
 
 
 class Tracker:

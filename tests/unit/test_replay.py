@@ -41,6 +41,15 @@ def test_replay_outputs_outcomes_in_decision_order(capsys: pytest.CaptureFixture
     ]
 
 
+def test_columnar_engine_gives_the_same_outcomes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES) + "\nnot json\n")
+    assert main(["replay", "--engine", "columnar", "--stats", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert [json.loads(line)["msg_id"] for line in captured.out.splitlines()] == ["M", "N", "O"]
+    assert "line 9:" in captured.err and "acked=1" in captured.err
+
+
 def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(LINES[4:6]) + "\n")
