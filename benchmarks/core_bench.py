@@ -73,7 +73,8 @@ def _memory_per_tree(trees: int, columnar: bool) -> float:
         tracker = BlockTracker()
         for start in range(0, trees, BLOCK):
             inits: list[Message] = [
-                Init(gen(), "sentences", f"sentences/{i % 12}/{i}", gen()) for i in range(start, min(trees, start + BLOCK))
+                Init(gen(), "sentences", f"sentences/{i % 12}/{i}", gen())
+                for i in range(start, min(trees, start + BLOCK))
             ]
             tracker.process(MessageBlock.from_messages(inits))
             del inits
