@@ -1,18 +1,22 @@
 """Compiled loops of the columnar tracker (numba). Every rule mirrors `acker.core.tracker`; read that first.
 
-The table is open addressing with linear probing over parallel arrays, slot ``i`` holding one tree:
+The table is open addressing with linear probing over parallel arrays (a `Table` tuple), slot ``i`` holding one
+tree:
 
-    keys[i]   int64  anchor (0 = empty slot: anchors are never zero)
-    vals[i]   int64  XOR word
-    gens[i]   int32  generation (tick count) of the last (re)insertion: the entry expires on tick gens + buckets
-    borns[i]  int32  tick of birth (the init's arrival), for latency in ticks
-    flags[i]  uint8  INIT_SEEN | FAILED | DONE (DONE = a tombstone that ignores late messages)
-    srcs[i]   int32  source index of the message id (spout and source), -1 before the init
-    offs[i]   int64  offset part of the message id
+    keys[i]    int64   anchor (0 = empty slot: anchors are never zero)
+    vals[i]    int64   XOR word
+    gens[i]    int32   generation (tick count) of the last (re)insertion: the entry expires on tick gens + buckets
+    borns[i]   int32   tick of birth (the init's arrival), for latency in ticks
+    flags[i]   uint8   INIT_SEEN | FAILED | DONE (DONE = a tombstone that ignores late messages)
+    srcs[i]    int32   source index of the message id (spout and source), -1 before the init
+    offs[i]    int64   offset part of the message id
+    firsts[i]  uint32  low 32 bits of the offset of the record that opened the entry (for recovery)
+    stamps[i]  uint32  low 32 bits of the init record's timestamp in ms (for complete latency)
 
-37 bytes a slot. Deletion shifts the following run back (no deleted markers), so probes stay short. Expiry scans
-the table once per tick: ticks are rare and a scan of a million slots takes a few milliseconds, which buys an
-O(1) relocation (only ``gens`` changes) and no per-bucket lists.
+45 bytes a slot. ``firsts`` and ``stamps`` keep 32 bits and are read as distances modulo 2³²: exact while a
+pending tree is younger than 2³² records and 49 days. Deletion shifts the following run back (no deleted
+markers), so probes stay short. Expiry scans the table once per tick: ticks are rare and a scan of a million
+slots takes a few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket lists.
 
 ``state`` holds: [0] entries in the table (pending + tombstones), [1] pending trees, [2] generation.
 ``counters`` follows the field order of `acker.core.tracker.Counters`.
@@ -29,7 +33,9 @@ from numba import njit
 
 F = TypeVar("F", bound=Callable[..., Any])
 Array = npt.NDArray[Any]
-Table = tuple[Array, Array, Array, Array, Array, Array, Array]  # keys, vals, gens, borns, flags, srcs, offs
+# keys, vals, gens, borns, flags, srcs, offs, firsts, stamps
+Table = tuple[Array, Array, Array, Array, Array, Array, Array, Array, Array]
+DTYPES = (np.int64, np.int64, np.int32, np.int32, np.uint8, np.int32, np.int64, np.uint32, np.uint32)
 
 
 def _compiled(fn: F) -> F:
@@ -48,6 +54,8 @@ C_ACKED, C_FAILED, C_TIMEOUT, C_OVERLOAD, C_NO_INIT, C_COLLISIONS, C_LATE, C_UNK
     range(10)
 )
 S_ENTRIES, S_PENDING, S_GENERATION = 0, 1, 2
+OUT_COLUMNS = 7  # message index, code, anchor, source, offset, latency in ticks, latency in ms
+_LOW32 = 0xFFFFFFFF
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -69,19 +77,17 @@ def _find(keys: Array, shift: int, mask: int, anchor: int) -> int:
 
 
 @_compiled
-def _delete(
-    keys: Array,
-    vals: Array,
-    gens: Array,
-    borns: Array,
-    flags: Array,
-    srcs: Array,
-    offs: Array,
-    shift: int,
-    mask: int,
-    i: int,
-) -> None:
+def _move(t: Table, dst: int, src: int) -> None:
+    keys, vals, gens, borns, flags, srcs, offs, firsts, stamps = t
+    keys[dst], vals[dst], gens[dst], borns[dst], flags[dst] = keys[src], vals[src], gens[src], borns[src], flags[src]
+    srcs[dst], offs[dst], firsts[dst], stamps[dst] = srcs[src], offs[src], firsts[src], stamps[src]
+
+
+@_compiled
+def _delete(t: Table, shift: int, i: int) -> None:
     """Empty slot ``i`` and shift back the entries of the run after it (Knuth's algorithm R)."""
+    keys = t[0]
+    mask = keys.shape[0] - 1
     j = i
     while True:
         j = (j + 1) & mask
@@ -91,70 +97,65 @@ def _delete(
         h = _home(k, shift)
         # The entry at j may move to i unless its home lies cyclically in (i, j].
         if (i <= j and (h <= i or h > j)) or (i > j and h <= i and h > j):
-            keys[i], vals[i], gens[i], borns[i] = k, vals[j], gens[j], borns[j]
-            flags[i], srcs[i], offs[i] = flags[j], srcs[j], offs[j]
+            _move(t, i, j)
             i = j
     keys[i] = 0
 
 
 @_compiled
-def rehash(
-    keys: Array, vals: Array, gens: Array, borns: Array, flags: Array, srcs: Array, offs: Array, new_shift: int
-) -> Table:
-    """Copy every entry into tables of capacity ``2 ** (64 - new_shift)``."""
-    cap = 1 << (64 - new_shift)
-    mask = cap - 1
-    nk = np.zeros(cap, np.int64)
-    nv = np.zeros(cap, np.int64)
-    ng = np.zeros(cap, np.int32)
-    nb = np.zeros(cap, np.int32)
-    nf = np.zeros(cap, np.uint8)
-    ns = np.zeros(cap, np.int32)
-    no = np.zeros(cap, np.int64)
+def _copy_into(t: Table, new: Table, new_shift: int) -> None:
+    keys = t[0]
+    mask = new[0].shape[0] - 1
     for i in range(keys.shape[0]):
-        k = keys[i]
-        if k != 0:
-            j = _find(nk, new_shift, mask, k)
-            nk[j], nv[j], ng[j], nb[j], nf[j], ns[j], no[j] = k, vals[i], gens[i], borns[i], flags[i], srcs[i], offs[i]
-    return nk, nv, ng, nb, nf, ns, no
+        if keys[i] != 0:
+            j = _find(new[0], new_shift, mask, keys[i])
+            new[0][j], new[1][j], new[2][j], new[3][j], new[4][j] = keys[i], t[1][i], t[2][i], t[3][i], t[4][i]
+            new[5][j], new[6][j], new[7][j], new[8][j] = t[5][i], t[6][i], t[7][i], t[8][i]
+
+
+def empty_table(capacity: int) -> Table:
+    return cast(Table, tuple(np.zeros(capacity, dtype) for dtype in DTYPES))
+
+
+def rehash(t: Table, new_shift: int) -> Table:
+    """A copy of ``t`` with capacity ``2 ** (64 - new_shift)``."""
+    new = empty_table(1 << (64 - new_shift))
+    _copy_into(t, new, new_shift)
+    return new
 
 
 @_compiled
-def _decide(out: Array, n: int, m: int, code: int, anchor: int, src: int, off: int, latency: int) -> int:
-    """Write one outcome row (message index, code, anchor, source, offset, latency); return the new count."""
-    out[n, 0], out[n, 1], out[n, 2], out[n, 3], out[n, 4], out[n, 5] = m, code, anchor, src, off, latency
+def oldest_needed(t: Table, position: int) -> int:
+    """The lowest offset, at most ``position``, of a record that opened a still-pending entry."""
+    keys, flags, firsts = t[0], t[4], t[7]
+    low = position & _LOW32
+    behind = 0
+    for i in range(keys.shape[0]):
+        if keys[i] != 0 and not flags[i] & DONE:
+            d = (low - firsts[i]) & _LOW32
+            behind = max(behind, d)
+    return position - behind
+
+
+@_compiled
+def _decide(out: Array, n: int, m: int, code: int, t: Table, i: int, gen: int, now_ms: int) -> int:
+    """Write the outcome row of the tree in slot ``i``; return the new row count."""
+    out[n, 0], out[n, 1], out[n, 2], out[n, 3], out[n, 4] = m, code, t[0][i], t[5][i], t[6][i]
+    out[n, 5], out[n, 6] = gen - t[3][i], (now_ms - np.int64(t[8][i])) & _LOW32
     return n + 1
 
 
 @_compiled
 def _open(
-    keys: Array,
-    vals: Array,
-    gens: Array,
-    borns: Array,
-    flags: Array,
-    srcs: Array,
-    offs: Array,
-    i: int,
-    anchor: int,
-    value: int,
-    gen: int,
-    flag: int,
-    src: int,
-    off: int,
+    t: Table, i: int, anchor: int, value: int, gen: int, flag: int, src: int, off: int, first: int, ms: int
 ) -> None:
-    keys[i], vals[i], gens[i], borns[i], flags[i], srcs[i], offs[i] = anchor, value, gen, gen, flag, src, off
+    t[0][i], t[1][i], t[2][i], t[3][i], t[4][i] = anchor, value, gen, gen, flag
+    t[5][i], t[6][i], t[7][i], t[8][i] = src, off, first & _LOW32, ms & _LOW32
 
 
 @_compiled
 def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the reference
-    keys: Array,
-    vals: Array,
-    gens: Array,
-    borns: Array,
-    flags: Array,
-    srcs: Array,
-    offs: Array,
+    t: Table,
     shift: int,
     state: Array,
     counters: Array,
@@ -167,14 +168,18 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     init_source: Array,
     init_offset: Array,
     source_map: Array,
+    record_offset: int,
+    timestamp_ms: int,
     out: Array,
 ) -> int:
-    """Apply a block of messages; write outcome rows into ``out`` and return how many.
+    """Apply a block of messages (one record at ``record_offset``, written at ``timestamp_ms``).
 
-    The caller guarantees room: the table has capacity for every message opening an entry, and ``out`` has a row
-    for every message deciding an outcome plus every pending tree expiring on the block's ticks.
-    Finishing a tree (any outcome) turns its slot into a tombstone stamped with the current generation.
+    Writes outcome rows into ``out`` and returns how many. The caller guarantees room: the table has capacity for
+    every message opening an entry, and ``out`` has a row for every message deciding an outcome plus every pending
+    tree expiring on the block's ticks. Finishing a tree (any outcome) turns its slot into a tombstone stamped with
+    the current generation.
     """
+    keys, vals, gens, borns, flags, srcs, offs, _, stamps = t
     mask = keys.shape[0] - 1
     n = 0
     k_init = 0
@@ -199,14 +204,14 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 f = flags[i]
                 if f & INIT_SEEN and not f & DONE:
                     counters[C_TIMEOUT] += 1
-                    n = _decide(out, n, m, O_TIMEOUT, keys[i], srcs[i], offs[i], gen - borns[i])
+                    n = _decide(out, n, m, O_TIMEOUT, t, i, gen, timestamp_ms)
                     flags[i], gens[i] = f | DONE, gen
                     state[S_PENDING] -= 1
                     continue
                 if not f & DONE:
                     counters[C_NO_INIT] += 1
                     state[S_PENDING] -= 1
-                _delete(keys, vals, gens, borns, flags, srcs, offs, shift, mask, i)
+                _delete(t, shift, i)
                 state[S_ENTRIES] -= 1
             continue
 
@@ -227,12 +232,13 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 continue
             if kind == K_INIT and high_water > 0 and state[S_PENDING] >= high_water:
                 counters[C_OVERLOAD] += 1
-                n = _decide(out, n, m, O_OVERLOAD, anchor, src, off, 0)
-                _open(keys, vals, gens, borns, flags, srcs, offs, i, anchor, 0, gen, DONE, -1, 0)
+                _open(t, i, anchor, 0, gen, DONE, src, off, record_offset, timestamp_ms)
+                n = _decide(out, n, m, O_OVERLOAD, t, i, gen, timestamp_ms)
+                srcs[i] = -1
                 state[S_ENTRIES] += 1
                 continue
             flag = INIT_SEEN if kind == K_INIT else FAILED if kind == K_FAIL else 0
-            _open(keys, vals, gens, borns, flags, srcs, offs, i, anchor, values[m], gen, flag, src, off)
+            _open(t, i, anchor, values[m], gen, flag, src, off, record_offset, timestamp_ms)
             state[S_ENTRIES] += 1
             state[S_PENDING] += 1
             continue
@@ -251,7 +257,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 continue
             # The entry was opened by updates or a fail that arrived before the init.
             vals[i] ^= values[m]
-            borns[i], srcs[i], offs[i] = gen, src, off
+            borns[i], srcs[i], offs[i], stamps[i] = gen, src, off, timestamp_ms & _LOW32
             f |= INIT_SEEN
             flags[i] = f
             if f & FAILED:
@@ -268,7 +274,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 gens[i] = gen
         if code >= 0:
             counters[C_ACKED if code == O_ACK else C_FAILED] += 1
-            n = _decide(out, n, m, code, anchor, srcs[i], offs[i], gen - borns[i])
+            n = _decide(out, n, m, code, t, i, gen, timestamp_ms)
             flags[i], gens[i] = flags[i] | DONE, gen
             state[S_PENDING] -= 1
     return n

@@ -146,6 +146,7 @@ class OutcomeBlock:
     source: I32  # into `sources`
     offset: I64
     latency_ticks: I64
+    latency_ms: I64  # from the init record's timestamp to the deciding record's
     sources: list[Source]
 
     def __len__(self) -> int:

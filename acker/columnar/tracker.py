@@ -2,9 +2,10 @@
 
 Same decisions as `acker.core.tracker.Tracker` for the same messages, and the same counters; outcomes come
 back as an `OutcomeBlock` in decision order (within one tick, in table order rather than insertion order: the
-order of a tick's outcomes is unspecified for both). Memory: 37 bytes a slot at a load factor kept between 1/8
-and 1/2 while the table is large, i.e. about 74 bytes per pending tree (or tombstone) at worst after growth;
-message-id sources (spout, ``topic/partition``) are interned once.
+order of a tick's outcomes is unspecified for both). Memory: 45 bytes a slot at a load factor kept between 1/8
+and 1/2 while the table is large, i.e. 90 to 360 bytes per pending tree (or tombstone), 94 at one million;
+message-id sources (spout, ``topic/partition``) are interned once, for the tracker's life: a message id that is
+not of the form ``<source>/<offset>`` is interned whole, so such ids suit tests and replays, not a service.
 
 Not thread-safe.
 """
@@ -21,30 +22,17 @@ _MIN_SHIFT_CAPACITY = 1 << 10
 
 
 class BlockTracker:
-    __slots__ = ("_counters", "_generic_free", "_shift", "_source_index", "_sources", "_state", "_table", "config")
+    __slots__ = ("_counters", "_shift", "_source_index", "_sources", "_state", "_table", "config")
 
     def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_SHIFT_CAPACITY) -> None:
         self.config = config or TrackerConfig()
         cap = max(_MIN_SHIFT_CAPACITY, 1 << max(0, capacity - 1).bit_length())
         self._shift = 64 - cap.bit_length() + 1
-        self._table: k.Table = k.rehash(*self._empty(16), self._shift)  # compiles once per process (cached on disk)
+        self._table: k.Table = k.empty_table(cap)
         self._state = np.zeros(3, np.int64)
         self._counters = np.zeros(10, np.int64)
         self._sources: list[Source] = []
         self._source_index: dict[Source, int] = {}
-        self._generic_free: list[int] = []
-
-    @staticmethod
-    def _empty(cap: int) -> k.Table:
-        return (
-            np.zeros(cap, np.int64),
-            np.zeros(cap, np.int64),
-            np.zeros(cap, np.int32),
-            np.zeros(cap, np.int32),
-            np.zeros(cap, np.uint8),
-            np.zeros(cap, np.int32),
-            np.zeros(cap, np.int64),
-        )
 
     @property
     def capacity(self) -> int:
@@ -76,7 +64,7 @@ class BlockTracker:
             want //= 2
         if want != cap:
             self._shift = 64 - want.bit_length() + 1
-            self._table = k.rehash(*self._table, self._shift)
+            self._table = k.rehash(self._table, self._shift)
 
     def _map_sources(self, block: MessageBlock) -> k.Array:
         mapped = np.empty(max(1, len(block.sources)), np.int32)
@@ -89,16 +77,25 @@ class BlockTracker:
             mapped[local] = index
         return mapped
 
-    def process(self, block: MessageBlock) -> OutcomeBlock:
-        """Apply every message of ``block`` in order; return the outcomes decided."""
+    def oldest_needed(self, position: int) -> int:
+        """The offset from which a replay rebuilds every pending tree: the lowest offset of a record that opened a
+        still-pending entry, or ``position`` (the next offset to read) when nothing is pending."""
+        return int(k.oldest_needed(self._table, position))
+
+    def process(self, block: MessageBlock, record_offset: int = 0, timestamp_ms: int = 0) -> OutcomeBlock:
+        """Apply every message of ``block`` in order; return the outcomes decided.
+
+        ``record_offset`` and ``timestamp_ms`` describe the Kafka record that carried the block: the offset is
+        what `oldest_needed` reports, the timestamp is when an init was sent and when an outcome was decided.
+        """
         n = len(block)
         self._resize_for(n)
         ticks = int(np.count_nonzero(block.kinds == k.K_TICK))
         room = n if ticks == 0 else n + int(self._state[k.S_PENDING]) + len(block.init_offset)
-        out = np.empty((room, 6), np.int64)
+        out = np.empty((room, k.OUT_COLUMNS), np.int64)
         cfg = self.config
         produced = k.process(
-            *self._table,
+            self._table,
             self._shift,
             self._state,
             self._counters,
@@ -111,6 +108,8 @@ class BlockTracker:
             block.init_source,
             block.init_offset,
             self._map_sources(block),
+            record_offset,
+            timestamp_ms,
             out,
         )
         # Outcomes carry their own small source table, so they stay valid whatever the tracker does next.
@@ -123,5 +122,6 @@ class BlockTracker:
             local.astype(np.int32).reshape(-1),
             rows[:, 4].copy(),
             rows[:, 5].copy(),
+            rows[:, 6].copy(),
             [self._sources[int(s)] for s in used],
         )

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.columnar.block import join_msg_id, split_msg_id
-from acker.core import TICK, Init, Message, Outcome, Tracker, TrackerConfig
+from acker.core import TICK, Ack, Init, Message, Outcome, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.workload import WorkloadSpec, generate
 from tests.strategies import raw_messages, scenarios, tracker_configs
@@ -70,7 +70,7 @@ def test_many_pending_trees_then_expiry_frees_the_table() -> None:
     inits: list[Message] = [Init(gen(), "s", f"t/0/{i}", gen()) for i in range(50_000)]
     tracker.process(MessageBlock.from_messages(inits))
     assert tracker.pending == 50_000
-    assert tracker.table_bytes() / tracker.pending <= 37 * 2 * 1.5
+    assert tracker.table_bytes() / tracker.pending <= 45 * 2 * 1.5
     outcomes = tracker.process(MessageBlock.from_messages([Init(gen(), "s", "t/0/x", 1), TICK, TICK, TICK, TICK]))
     assert len(outcomes) == 50_001
     assert tracker.pending == 0
@@ -89,3 +89,28 @@ def test_block_round_trip() -> None:
     messages = generate(WorkloadSpec(trees=50, fail_rate=0.1)).messages
     assert MessageBlock.from_messages(messages).to_messages() == messages
     assert MessageBlock.from_messages(messages).kinds.dtype == np.uint8
+
+
+def test_oldest_needed_and_latency_in_ms() -> None:
+    tracker = BlockTracker()
+    assert tracker.oldest_needed(100) == 100  # nothing pending: resume where reading stopped
+    tracker.process(MessageBlock.from_messages([Ack(5, 7)]), record_offset=10, timestamp_ms=1_000)
+    tracker.process(
+        MessageBlock.from_messages([Init(6, "s", "t/0/1", 9)]), record_offset=12, timestamp_ms=(1 << 32) - 1_000
+    )
+    assert tracker.oldest_needed(20) == 10
+    result = tracker.process(MessageBlock.from_messages([Init(5, "s", "t/0/0", 7)]), 13, 2_500)
+    assert result.to_outcomes()[0].msg_id == "t/0/0" and result.latency_ms.tolist() == [0]  # from its own init
+    assert tracker.oldest_needed(20) == 12
+    result = tracker.process(
+        MessageBlock.from_messages([Ack(6, 9)]), record_offset=(1 << 32) + 30, timestamp_ms=(1 << 32) + 500
+    )
+    assert result.latency_ms.tolist() == [1_500]  # ms kept modulo 2**32, across the wrap
+    assert tracker.oldest_needed((1 << 32) + 31) == (1 << 32) + 31
+
+
+def test_oldest_needed_across_the_32_bit_wrap() -> None:
+    tracker = BlockTracker()
+    start = (1 << 32) - 3
+    tracker.process(MessageBlock.from_messages([Ack(5, 7)]), record_offset=start)
+    assert tracker.oldest_needed(start + 10) == start

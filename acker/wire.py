@@ -1,0 +1,181 @@
+"""The wire format of the acker topic and the outcome topics: a 4-byte prefix, then an Avro record.
+
+    byte 0-1  b"AK"                  magic: this is a kafka-acker record
+    byte 2    b"B" | b"O"            what follows: an acker batch or an outcome batch
+    byte 3    version                1 today; a reader rejects a version it does not know
+    byte 4-   Avro binary encoding   of schemas/acker_batch.avsc or schemas/outcome_batch.avsc
+
+The prefix lets a consumer recognise a record written with an unknown schema version before decoding a byte of
+it, and dead-letter it instead of misreading it. Each schema is parsed once, at import.
+
+Decoding validates everything the tracker relies on (consistent column lengths, known kinds, non-zero anchors and
+tuple ids, init source indices in range), so a record is either applied whole or rejected whole with a
+`WireError` that says why.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+
+import fastavro
+import numpy as np
+
+from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock
+from acker.errors import AckerError
+
+MAGIC = b"AK"
+BATCH = b"B"
+OUTCOMES = b"O"
+VERSION = 1
+_PREFIX_BATCH = MAGIC + BATCH + bytes([VERSION])
+_PREFIX_OUTCOMES = MAGIC + OUTCOMES + bytes([VERSION])
+_CODE_NAMES = [c.name for c in Code]  # ACK, FAILED, TIMEOUT, OVERLOAD: the enum symbols of the schema
+
+
+def _load(name: str) -> Any:
+    return fastavro.parse_schema(json.loads(files("acker.schemas").joinpath(name).read_text("utf-8")))
+
+
+ACKER_BATCH_SCHEMA = _load("acker_batch.avsc")
+OUTCOME_BATCH_SCHEMA = _load("outcome_batch.avsc")
+
+
+class WireError(AckerError):
+    """A record that is not a valid acker or outcome record; ``reason`` is a short machine-readable word."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _check_prefix(data: bytes, kind: bytes) -> None:
+    if len(data) < 4 or data[:2] != MAGIC:
+        raise WireError("bad-magic", "the value does not start with the kafka-acker prefix 'AK'")
+    if data[2:3] != kind:
+        raise WireError("wrong-record-kind", f"expected record kind {kind!r}, got {data[2:3]!r}")
+    if data[3] != VERSION:
+        raise WireError("unknown-version", f"schema version {data[3]} is not known to this reader (knows {VERSION})")
+
+
+def _write(schema: Any, prefix: bytes, record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    out.write(prefix)
+    fastavro.schemaless_writer(out, schema, record)
+    return out.getvalue()
+
+
+def _read(schema: Any, data: bytes) -> dict[str, Any]:
+    try:
+        stream = io.BytesIO(data)
+        stream.seek(4)
+        record = fastavro.schemaless_reader(stream, schema, None)
+    except Exception as error:  # fastavro raises many types on truncated or garbage input
+        raise WireError("undecodable", f"Avro decoding failed: {type(error).__name__}: {error}") from None
+    if stream.tell() != len(data):
+        raise WireError("undecodable", f"{len(data) - stream.tell()} trailing bytes after the Avro record")
+    assert isinstance(record, dict)
+    return record
+
+
+def encode_batch(block: MessageBlock) -> bytes:
+    """The Kafka record value carrying ``block``."""
+    return _write(
+        ACKER_BATCH_SCHEMA,
+        _PREFIX_BATCH,
+        {
+            "kinds": block.kinds.astype(np.uint8, copy=False).tobytes(),
+            "anchors": block.anchors.astype("<i8", copy=False).tobytes(),
+            "values": block.values.astype("<i8", copy=False).tobytes(),
+            "sources": [{"spout": spout, "source": source} for spout, source in block.sources],
+            "init_sources": block.init_source.astype("<i4", copy=False).tobytes(),
+            "init_offsets": block.init_offset.astype("<i8", copy=False).tobytes(),
+        },
+    )
+
+
+def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.ndarray:
+    raw = record[name]
+    if len(raw) % width:
+        raise WireError("bad-column", f"column {name!r} has {len(raw)} bytes, not a multiple of {width}")
+    return np.frombuffer(raw, dtype=dtype).astype(dtype[1:] if dtype[0] == "<" else dtype)
+
+
+def decode_batch(data: bytes) -> MessageBlock:
+    """The block carried by an acker-topic record value; `WireError` if it is not a valid one."""
+    _check_prefix(data, BATCH)
+    record = _read(ACKER_BATCH_SCHEMA, data)
+    kinds = _column(record, "kinds", "u1", 1)
+    anchors = _column(record, "anchors", "<i8", 8)
+    values = _column(record, "values", "<i8", 8)
+    init_source = _column(record, "init_sources", "<i4", 4)
+    init_offset = _column(record, "init_offsets", "<i8", 8)
+    n = len(kinds)
+    if len(anchors) != n or len(values) != n:
+        raise WireError("bad-column", f"{n} kinds but {len(anchors)} anchors and {len(values)} values")
+    if n and kinds.max() > Kind.TICK:
+        raise WireError("unknown-message-type", f"message kind {int(kinds.max())} is not a known kind")
+    ticks = kinds == Kind.TICK
+    if np.any(anchors[~ticks] == 0):
+        raise WireError("zero-id", "a message other than a tick has anchor 0")
+    separate = (kinds == Kind.ANCHOR) | (kinds == Kind.OK)
+    if np.any(values[separate] == 0):
+        raise WireError("zero-id", "an anchor or ok message has tuple id 0")
+    inits = int(np.count_nonzero(kinds == Kind.INIT))
+    if len(init_source) != inits or len(init_offset) != inits:
+        raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
+    sources = [(s["spout"], s["source"]) for s in record["sources"]]
+    if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
+        raise WireError("bad-column", "an init refers to a source that the record does not list")
+    return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRecord:
+    """One decoded outcome-topic record: the outcomes of one spout's trees."""
+
+    spout: str
+    acker_partition: int
+    acker_offset: int
+    outcomes: list[str]  # ACK, FAILED, TIMEOUT, OVERLOAD
+    anchors: list[int]
+    msg_ids: list[str]
+    latency_ms: list[int]
+
+
+def encode_outcomes(
+    spout: str, block: OutcomeBlock, rows: np.ndarray, *, acker_partition: int, acker_offset: int
+) -> bytes:
+    """The outcome-topic record value for the outcomes ``rows`` (indices into ``block``) of ``spout``."""
+    used, local = np.unique(block.source[rows], return_inverse=True)
+    return _write(
+        OUTCOME_BATCH_SCHEMA,
+        _PREFIX_OUTCOMES,
+        {
+            "spout": spout,
+            "acker_partition": acker_partition,
+            "acker_offset": acker_offset,
+            "outcomes": [_CODE_NAMES[c] for c in block.code[rows].tolist()],
+            "anchors": block.anchor[rows].tolist(),
+            "sources": [block.sources[int(s)][1] for s in used],
+            "source_index": local.reshape(-1).tolist(),
+            "offsets": block.offset[rows].tolist(),
+            "latency_ms": block.latency_ms[rows].tolist(),
+        },
+    )
+
+
+def decode_outcomes(data: bytes) -> OutcomeRecord:
+    _check_prefix(data, OUTCOMES)
+    r = _read(OUTCOME_BATCH_SCHEMA, data)
+    sources = r["sources"]
+    msg_ids = [
+        sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(r["source_index"], r["offsets"], strict=True)
+    ]
+    return OutcomeRecord(
+        r["spout"], r["acker_partition"], r["acker_offset"], r["outcomes"], r["anchors"], msg_ids, r["latency_ms"]
+    )

@@ -1,0 +1,100 @@
+"""The Avro wire format: round trips, and every way a record can be invalid."""
+
+from __future__ import annotations
+
+import io
+
+import fastavro
+import numpy as np
+import pytest
+from hypothesis import given
+
+from acker.columnar import BlockTracker, MessageBlock
+from acker.core import Ack, Init, Message
+from acker.wire import (
+    ACKER_BATCH_SCHEMA,
+    WireError,
+    decode_batch,
+    decode_outcomes,
+    encode_batch,
+    encode_outcomes,
+)
+from tests.strategies import raw_messages
+
+
+@given(raw_messages)
+def test_batch_round_trip(messages: list[Message]) -> None:
+    assert decode_batch(encode_batch(MessageBlock.from_messages(messages))).to_messages() == messages
+
+
+def _raw(**columns: object) -> bytes:
+    record: dict[str, object] = {
+        "kinds": bytes([1]),
+        "anchors": np.array([5], "<i8").tobytes(),
+        "values": np.array([3], "<i8").tobytes(),
+        "sources": [],
+        "init_sources": b"",
+        "init_offsets": b"",
+    }
+    record.update(columns)
+    out = io.BytesIO()
+    out.write(b"AKB\x01")
+    fastavro.schemaless_writer(out, ACKER_BATCH_SCHEMA, record)
+    return out.getvalue()
+
+
+def test_a_hand_built_record_decodes() -> None:
+    assert decode_batch(_raw()).to_messages() == [Ack(5, 3)]
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "bad-magic"),
+        (b"garbage that is not ours", "bad-magic"),
+        (b"AKO\x01" + _raw()[4:], "wrong-record-kind"),
+        (b"AKB\x02" + _raw()[4:], "unknown-version"),
+        (_raw()[:-3], "undecodable"),
+        (_raw() + b"\x00", "undecodable"),
+        (b"AKB\x01\xff\xff\xff\xff\xff\xff\xff", "undecodable"),
+        (_raw(anchors=b"\x00" * 7), "bad-column"),
+        (_raw(values=b""), "bad-column"),
+        (_raw(kinds=bytes([9])), "unknown-message-type"),
+        (_raw(anchors=np.zeros(1, "<i8").tobytes()), "zero-id"),
+        (_raw(kinds=bytes([2]), values=np.zeros(1, "<i8").tobytes()), "zero-id"),
+        (_raw(kinds=bytes([0])), "bad-column"),  # an init without its init columns
+        (
+            _raw(
+                kinds=bytes([0]),
+                init_sources=np.array([1], "<i4").tobytes(),
+                init_offsets=np.array([4], "<i8").tobytes(),
+                sources=[{"spout": "s", "source": "t/0"}],
+            ),
+            "bad-column",
+        ),
+    ],
+)
+def test_invalid_records_are_rejected_with_a_reason(data: bytes, reason: str) -> None:
+    with pytest.raises(WireError) as raised:
+        decode_batch(data)
+    assert raised.value.reason == reason
+
+
+def test_a_tick_may_have_anchor_zero() -> None:
+    assert decode_batch(_raw(kinds=bytes([6]), anchors=np.zeros(1, "<i8").tobytes())).kinds.tolist() == [6]
+
+
+def test_outcomes_round_trip() -> None:
+    tracker = BlockTracker()
+    block = MessageBlock.from_messages(
+        [Init(1, "s", "t/0/7", 2), Init(3, "u", "t/1/9", 4), Init(5, "s", "plain-id", 6), Ack(1, 2), Ack(5, 6)]
+    )
+    result = tracker.process(block, record_offset=44, timestamp_ms=1000)
+    rows = np.array([i for i, (spout, _) in enumerate(result.sources[s] for s in result.source) if spout == "s"])
+    decoded = decode_outcomes(encode_outcomes("s", result, rows, acker_partition=3, acker_offset=44))
+    assert decoded.spout == "s" and decoded.acker_partition == 3 and decoded.acker_offset == 44
+    assert decoded.outcomes == ["ACK", "ACK"]
+    assert decoded.msg_ids == ["t/0/7", "plain-id"]
+    assert decoded.anchors == [1, 5] and decoded.latency_ms == [0, 0]
+    with pytest.raises(WireError):
+        decode_outcomes(encode_batch(block))
