@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from acker.config import ServiceConfig, add_arguments
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError
@@ -102,6 +103,93 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _service_config(args: argparse.Namespace) -> ServiceConfig:
+    from acker.config import load
+
+    return load(args)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from acker.metrics import serve
+    from acker.service import AckerService
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = _service_config(args)
+    logging.getLogger("acker").info("configuration: %s", config.redacted())
+    service = AckerService(config)
+    serve(service.snapshot, config.metrics_port)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    service.run(stop)
+    return 0
+
+
+def _cmd_topics_create(args: argparse.Namespace) -> int:
+    from acker.kafka.clients import TopicSpec, create_topics
+
+    config = _service_config(args)
+    specs = [
+        TopicSpec(config.acker_topic, config.partitions, config.replication_factor),
+        TopicSpec(config.dlq_topic, 1, config.replication_factor),
+        TopicSpec(
+            config.status_topic, 1, config.replication_factor, {"cleanup.policy": "compact", "segment.ms": "60000"}
+        ),
+        *(TopicSpec(config.outcome_topic(s), config.partitions, config.replication_factor) for s in args.spout),
+    ]
+    created = set(create_topics(config.client(), specs))
+    for spec in specs:
+        state = "created" if spec.name in created else "exists"
+        print(f"{spec.name}\t{spec.partitions} partition(s)\t{state}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from acker.status import group_lag, read_status
+
+    config = _service_config(args)
+    statuses = read_status(config)
+    lags = group_lag(config)
+    if args.json:
+        import json
+
+        rows = []
+        for partition in sorted(set(lags) | set(statuses)):
+            committed, end = lags.get(partition, (None, 0))
+            rows.append({"partition": partition, "committed": committed, "end": end, "status": statuses.get(partition)})
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"acker topic {config.acker_topic}, group {config.group}")
+    for column in ("partition", "instance", "pending", "acked/s", "nacked/s", "read lag", "committed", "end", "replay"):
+        table.add_column(column, justify="right")
+    for partition in sorted(set(lags) | set(statuses)):
+        status = statuses.get(partition, {})
+        committed, end = lags.get(partition, (None, 0))
+        rates = status.get("rates", {})
+        nacked = sum(rates.get(k, 0) for k in ("nacked_failed", "nacked_timeout", "nacked_overload"))
+        age = time.time() - status["time"] if status else None
+        table.add_row(
+            str(partition),
+            f"{status.get('instance', '-')}" + (f" ({age:.0f}s ago)" if age is not None else ""),
+            str(status.get("pending", "-")),
+            str(rates.get("acked", "-")),
+            str(nacked if status else "-"),
+            str(status.get("lag", "-")),
+            str(committed if committed is not None else "-"),
+            str(end),
+            str(end - committed if committed is not None else "-"),
+        )
+    Console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="acker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +224,38 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--buckets", type=int, default=3)
     demo.set_defaults(run=_cmd_demo)
+
+    run = sub.add_parser(
+        "run",
+        help="run the acker service: consume the acker topic, publish outcomes per spout",
+        description="Consume the acker topic in the acker group (each instance owns whole partitions, hence whole "
+        "trees), publish ack/nack outcomes to one topic per spout, append ticks, commit recovery offsets. "
+        "Settings come from --config FILE, ACKER_* environment variables and flags, in rising precedence.",
+    )
+    add_arguments(run)
+    run.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
+    run.set_defaults(run=_cmd_run)
+
+    topics = sub.add_parser("topics", help="manage the acker's topics")
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
+    create = topics_sub.add_parser(
+        "create",
+        help="create the acker, dead-letter and status topics (and outcome topics of the spouts named)",
+        description="Create the topics the acker uses, with the configured partition counts; existing topics "
+        "are left as they are.",
+    )
+    add_arguments(create)
+    create.add_argument("--spout", action="append", default=[], help="also create this spout's outcome topic")
+    create.set_defaults(run=_cmd_topics_create)
+
+    status = sub.add_parser(
+        "status",
+        help="per partition: owner, pending trees, rates, lag",
+        description="Read the status the instances publish and the group's committed offsets.",
+    )
+    add_arguments(status)
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(run=_cmd_status)
     return parser
 
 

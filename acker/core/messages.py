@@ -92,5 +92,8 @@ class Tick:
 
 TICK = Tick()
 
-Message: TypeAlias = Init | Ack | Anchor | Ok | Fail | ResetTimeout | Tick
+TreeMessage: TypeAlias = Init | Ack | Anchor | Ok | Fail | ResetTimeout
+"""A message about one tree: it goes to the acker partition of its anchor."""
+
+Message: TypeAlias = TreeMessage | Tick
 """Everything a tracker accepts."""

@@ -1,0 +1,167 @@
+"""Typed configuration, built once at the edge: defaults < TOML file < environment < command-line flags.
+
+Every setting has one environment variable, ``ACKER_<NAME>`` (upper case), and one flag, ``--<name>`` (dashes),
+both shown by ``--help``. librdkafka settings pass through untouched, so SASL/SSL and every other client option
+work without code changes: ``--kafka key=value`` (repeatable), ``ACKER_KAFKA_<KEY>`` (``_`` becomes ``.``, e.g.
+``ACKER_KAFKA_SASL_MECHANISM``), or a ``[kafka]`` table in the file. Values of settings whose name suggests a
+secret are never printed (`ServiceConfig.redacted`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from acker.core.tracker import TrackerConfig
+from acker.errors import ConfigError
+
+ENV_PREFIX = "ACKER_"
+KAFKA_ENV_PREFIX = "ACKER_KAFKA_"
+_SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "private", "credentials")
+
+
+def _setting(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything the acker service and its commands need. Build it with `load`."""
+
+    bootstrap_servers: str = _setting("127.0.0.1:9092", "Kafka bootstrap servers")
+    acker_topic: str = _setting("acker", "the acker topic (partitioned by anchor)")
+    group: str = _setting("acker", "consumer group of the acker instances")
+    outcome_prefix: str = _setting("acker.outcomes.", "outcome topic of spout S is <outcome-prefix>S")
+    dlq_topic: str = _setting("acker.dlq", "dead-letter topic for records the acker cannot read")
+    status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
+    partitions: int = _setting(8, "partitions of the acker topic (for `topics create`)")
+    replication_factor: int = _setting(1, "replication factor of the topics created")
+    buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after it was opened (>= 2)")
+    timeout_s: float = _setting(30.0, "message timeout T: trees expire between T and T*(1+1/(buckets-1))")
+    high_water: int = _setting(0, "pending trees per partition at which new inits are nacked 'overload' (0 = off)")
+    relocate_on_update: bool = _setting(False, "every update restarts a tree's timeout, not only reset-timeout")
+    commit_interval_s: float = _setting(1.0, "how often each partition's recovery offset is committed")
+    status_interval_s: float = _setting(2.0, "how often per-partition status is published")
+    metrics_port: int = _setting(9400, "Prometheus metrics port (0 = off)")
+    instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
+    kafka: Mapping[str, str] = field(default_factory=dict, metadata={"help": "librdkafka settings"})
+
+    def __post_init__(self) -> None:
+        self.tracker_config()  # validates buckets and high_water
+        for name in ("timeout_s", "commit_interval_s", "status_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.partitions < 1 or self.replication_factor < 1:
+            raise ConfigError("partitions and replication_factor must be at least 1")
+
+    @property
+    def tick_interval_s(self) -> float:
+        """``T / (buckets - 1)``: with one tick per interval a pending tree lives between T and T·(1 + 1/(B−1))."""
+        return self.timeout_s / (self.buckets - 1)
+
+    def tracker_config(self) -> TrackerConfig:
+        return TrackerConfig(self.buckets, self.high_water or None, self.relocate_on_update)
+
+    def outcome_topic(self, spout: str) -> str:
+        return self.outcome_prefix + spout
+
+    def client(self, **overrides: Any) -> dict[str, Any]:
+        """A librdkafka configuration: the pass-through settings, the bootstrap servers, then ``overrides``."""
+        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, **overrides}
+
+    def redacted(self) -> dict[str, Any]:
+        """The configuration as a dict that is safe to log."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kafka"}
+        out["kafka"] = {k: ("***" if _is_secret(k) else v) for k, v in self.kafka.items()}
+        return out
+
+
+def _is_secret(key: str) -> bool:
+    key = key.lower()
+    return any(word in key for word in _SECRET_WORDS)
+
+
+def _convert(name: str, raw: object, kind: type) -> Any:
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(text)
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting {name}: cannot read {raw!r} as {kind.__name__}") from None
+
+
+_TYPES: dict[str, type] = {
+    f.name: {"str": str, "int": int, "float": float, "bool": bool}[str(f.type)]
+    for f in fields(ServiceConfig)
+    if f.name != "kafka"
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``."""
+    parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file [env: {ENV_PREFIX}CONFIG]")
+    for f in fields(ServiceConfig):
+        if f.name == "kafka":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        env = ENV_PREFIX + f.name.upper()
+        text = f"{f.metadata['help']} [env: {env}; default: {f.default!r}]"
+        if _TYPES[f.name] is bool:
+            parser.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
+    parser.add_argument(
+        "--kafka",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a librdkafka setting, repeatable (e.g. security.protocol=SASL_SSL) [env: {KAFKA_ENV_PREFIX}<KEY>]",
+    )
+
+
+def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> ServiceConfig:
+    """Build the configuration from the file, the environment and parsed flags, in rising precedence."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    kafka: dict[str, str] = {}
+    path = (getattr(args, "config", None) if args else None) or environ.get(ENV_PREFIX + "CONFIG")
+    if path:
+        try:
+            document = tomllib.loads(Path(path).read_text("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"cannot read configuration file {path}: {error}") from None
+        kafka.update({str(k): str(v) for k, v in document.pop("kafka", {}).items()})
+        for key, value in document.items():
+            name = key.replace("-", "_")
+            if name not in _TYPES:
+                raise ConfigError(f"unknown setting {key!r} in {path}")
+            values[name] = value
+    for key, value in environ.items():
+        if key.startswith(KAFKA_ENV_PREFIX):
+            kafka[key[len(KAFKA_ENV_PREFIX) :].lower().replace("_", ".")] = value
+        elif key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in _TYPES:
+            values[key[len(ENV_PREFIX) :].lower()] = value
+    if args is not None:
+        for name in _TYPES:
+            value = getattr(args, name, None)
+            if value is not None:
+                values[name] = value
+        for item in getattr(args, "kafka", None) or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"--kafka takes KEY=VALUE, got {item!r}")
+            kafka[key.strip()] = value
+    typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
+    return replace(ServiceConfig(), **typed, kafka=kafka)

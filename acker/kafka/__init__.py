@@ -1,0 +1,1 @@
+"""Kafka helpers of the acker: a real local Apache Kafka broker for tests, benchmarks and demos."""

@@ -1,0 +1,74 @@
+"""Thin helpers over confluent-kafka's clients: topic creation and error wrapping.
+
+Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkafka's error code and name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined] # documented location
+
+from acker.errors import AckerError
+
+
+class KafkaClientError(AckerError):
+    """A Kafka operation that failed; ``code`` and ``name`` are librdkafka's."""
+
+    def __init__(self, what: str, error: KafkaError | None) -> None:
+        self.code = error.code() if error is not None else None
+        self.name = error.name() if error is not None else "UNKNOWN"
+        super().__init__(f"{what}: {self.name}: {error.str() if error is not None else 'no detail'}")
+
+
+def raise_for(error: KafkaError | None, what: str) -> None:
+    if error is not None and error.code() != KafkaError.NO_ERROR:
+        raise KafkaClientError(what, error)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+    """Create the topics that do not exist yet; return the names created. Existing ones are left as they are."""
+    specs = list(specs)
+    if not specs:
+        return []
+    admin = AdminClient(dict(client_config))
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as error:
+            kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+            if kafka_error is not None and kafka_error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise KafkaClientError(f"creating topic {name}", kafka_error) from None
+    return created
+
+
+def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+    """Partitions of ``topic``; `KafkaClientError` when it does not exist."""
+    admin = AdminClient(dict(client_config))
+    try:
+        metadata = admin.list_topics(topic, timeout=timeout_s)
+    except KafkaException as error:
+        raise KafkaClientError(f"reading metadata of {topic}", error.args[0] if error.args else None) from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise KafkaClientError(f"topic {topic} is not available", found.error if found is not None else None)
+    return len(found.partitions)

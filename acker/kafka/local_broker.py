@@ -1,0 +1,784 @@
+"""A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM) for tests, benchmarks
+and demos, started from Maven Central jars: no Docker, no Kafka tarball.
+
+    with LocalKafkaBroker() as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
+
+or from a shell (prints the bootstrap address, runs until Ctrl-C or SIGTERM):
+
+    python -m acker.kafka.local_broker
+
+What it guarantees:
+
+* The classpath is resolved once by Maven (``fetch_jars``) into a cache directory (``$ACKER_CACHE_DIR`` or
+  ``~/.cache/kafka-acker``, one subdirectory per Kafka version). The cache is marked complete only after a
+  successful download, so an interrupted one is redone; concurrent fetches are serialised by a file lock.
+  A missing ``mvn`` or ``java``, or a failing Maven, raises ``KafkaBrokerError`` with Maven's output tail.
+* ``LocalKafkaBroker.start()`` returns only once the broker accepts connections on 127.0.0.1, answers a
+  metadata request and its group coordinator is loaded (so a first consumer group joins at once); otherwise
+  it raises ``KafkaBrokerError`` with the tail of the broker's logs and leaves nothing running. The broker
+  listens on loopback only, on free ports picked at start.
+* No process is left behind: the JVM runs in its own process group, which ``stop()`` ends (SIGTERM, then
+  SIGKILL after a grace period). ``stop()`` is idempotent; brokers still running when the interpreter exits
+  are stopped by an ``atexit`` hook; on Linux the JVM also gets SIGTERM if the Python process dies without
+  running it (e.g. SIGKILL), via PR_SET_PDEATHSIG.
+* The data directory is a fresh temporary directory removed by ``stop()``, unless ``keep_data=True`` or the
+  caller passed ``data_dir`` (a caller's directory is never removed; starting again on it reuses the data).
+
+Needs Java 17+ and Maven 3.6.3+ on PATH (``JAVA_HOME``/``MAVEN_HOME`` honoured); Python: confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+__all__ = [
+    "DEFAULT_JVM_OPTIONS",
+    "KAFKA_VERSION",
+    "KafkaBrokerError",
+    "LocalKafkaBroker",
+    "default_cache_dir",
+    "fetch_jars",
+    "java_executable",
+    "kafka_tool_command",
+    "main",
+]
+
+KAFKA_VERSION = "4.3.1"
+"""Kafka version of ``resources/pom.xml`` (keep the two in step)."""
+
+RESOURCES_DIR = Path(__file__).resolve().parent / "resources"
+POM_PATH = RESOURCES_DIR / "pom.xml"
+LOG4J2_CONFIG_PATH = RESOURCES_DIR / "log4j2.properties"
+
+DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
+    "-Xms256m",
+    "-Xmx1g",
+    # No concurrent GC threads competing with the clients for 2 cores; starts a little faster than G1.
+    # (The big start-up win is the AppCDS archive, see ``class_data_sharing``. C1-only JIT,
+    # -XX:TieredStopAtLevel=1, would save another ~0.25 s but slows a benchmarked broker: not used.)
+    "-XX:+UseSerialGC",
+    "-Djava.awt.headless=true",
+)
+"""JVM options of the broker process; replace them with ``LocalKafkaBroker(jvm_options=...)``."""
+
+# Full coordinates, not the "dependency:" prefix: prefix resolution needs repository metadata (fails offline)
+# and would pick whatever plugin version is newest.
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+_MAVEN_TIMEOUT_S = 1800.0
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LOG_TAIL_LINES = 40
+_STOP_GRACE_S = 20.0
+_SERVER_LOG = "server.log"
+_STDOUT_LOG = "kafka.out"
+_PROPERTIES_FILE = "server.properties"
+_LOG_DIR_NAME = "kafka-logs"
+_PORTS_FILE = "ports"
+_WARMUP_GROUP = "__acker_local_broker_readiness"
+
+_log = logging.getLogger(__name__)
+
+
+class KafkaBrokerError(RuntimeError):
+    """The broker's classpath could not be fetched, or the broker could not be started."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Classpath
+
+
+def default_cache_dir() -> Path:
+    """``$ACKER_CACHE_DIR`` if set, else ``~/.cache/kafka-acker``."""
+    env = os.environ.get("ACKER_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kafka-acker"
+
+
+def _executable(name: str, home_env: str) -> str | None:
+    home = os.environ.get(home_env)
+    if home:
+        candidate = Path(home) / "bin" / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which(name)
+
+
+def java_executable() -> str:
+    """The ``java`` to run the broker with (``$JAVA_HOME/bin/java`` first, then PATH)."""
+    java = _executable("java", "JAVA_HOME")
+    if java is None:
+        raise KafkaBrokerError(
+            "java not found (neither $JAVA_HOME/bin/java nor on PATH): the local Kafka broker needs Java 17+"
+            " (e.g. apt-get install openjdk-17-jre-headless)"
+        )
+    return java
+
+
+def _tail(text: str, lines: int = _LOG_TAIL_LINES) -> str:
+    return "\n".join(_ANSI_ESCAPE.sub("", text).splitlines()[-lines:])
+
+
+def fetch_jars(cache_dir: Path | None = None) -> Path:
+    """Resolve the broker's classpath (``resources/pom.xml``) once; return the directory holding the jars.
+
+    The jars land in ``<cache_dir>/kafka-<KAFKA_VERSION>/lib``; a marker written after a successful download
+    (recording the pom's hash) makes later calls return at once. Raises ``KafkaBrokerError`` when ``java`` or
+    ``mvn`` is missing or Maven fails (with the tail of Maven's output).
+    """
+    base = (cache_dir if cache_dir is not None else default_cache_dir()).expanduser()
+    version_dir = base / f"kafka-{KAFKA_VERSION}"
+    lib_dir = version_dir / "lib"
+    marker = version_dir / ".complete"
+    pom_bytes = POM_PATH.read_bytes()
+    expected = hashlib.sha256(pom_bytes).hexdigest()
+
+    def done() -> bool:
+        try:
+            return marker.read_text().strip() == expected and lib_dir.is_dir()
+        except OSError:
+            return False
+
+    java_executable()  # fail early and clearly: the jars are useless without Java
+    if done():
+        return lib_dir
+    mvn = _executable("mvn", "MAVEN_HOME")
+    if mvn is None:
+        raise KafkaBrokerError(
+            "mvn not found (neither $MAVEN_HOME/bin/mvn nor on PATH): it is needed once to fetch the Kafka "
+            f"broker's jars into {lib_dir} (e.g. apt-get install maven)"
+        )
+    version_dir.mkdir(parents=True, exist_ok=True)
+    with open(version_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be fetching the same version
+        if done():
+            return lib_dir
+        marker.unlink(missing_ok=True)
+        for stale_work in version_dir.glob("fetch-*"):  # left by a fetch that was killed
+            shutil.rmtree(stale_work, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix="fetch-", dir=version_dir))
+        try:
+            pom = work / "pom.xml"  # a private copy: Maven may write next to its pom
+            pom.write_bytes(pom_bytes)
+            out_dir = work / "lib"
+            cmd = [
+                mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
+                f"{_DEPENDENCY_PLUGIN}:copy-dependencies", f"-DoutputDirectory={out_dir}",
+            ]  # fmt: skip
+            _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, lib_dir)
+            try:
+                result = subprocess.run(
+                    cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True, timeout=_MAVEN_TIMEOUT_S, check=False,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired as exc:
+                output = _tail(exc.output if isinstance(exc.output, str) else "")
+                what = f"mvn timed out after {_MAVEN_TIMEOUT_S:.0f} s fetching the Kafka broker's jars"
+                raise KafkaBrokerError(f"{what}:\n{output}") from exc
+            jars = list(out_dir.glob("*.jar")) if out_dir.is_dir() else []
+            if result.returncode != 0 or not jars:
+                raise KafkaBrokerError(
+                    f"mvn failed (exit {result.returncode}) fetching the Kafka broker's jars "
+                    f"({' '.join(cmd)}):\n{_tail(result.stdout)}"
+                )
+            if lib_dir.exists():
+                shutil.rmtree(lib_dir)
+            for stale in version_dir.glob("*.jsa"):  # class-data archives of the previous jars
+                stale.unlink(missing_ok=True)
+            out_dir.rename(lib_dir)
+            marker.write_text(expected + "\n")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return lib_dir
+
+
+def kafka_tool_command(main_class: str, *args: str, cache_dir: Path | None = None) -> list[str]:
+    """The command line that runs one of Kafka's own tools from the broker's jars, e.g.
+    ``kafka_tool_command("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+    broker.bootstrap_servers, "--describe", "--group", "g")`` for what standard tooling shows.
+    Tools log errors only, to stderr."""
+    lib_dir = fetch_jars(cache_dir)
+    java = java_executable()
+    archive = _class_data_archive(lib_dir, java)
+    cds = [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
+    return [java, "-XX:TieredStopAtLevel=1", *cds, "-cp", f"{lib_dir}{os.sep}*", main_class, *args]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Broker
+
+
+def _class_data_archive(lib_dir: Path, java: str) -> Path:
+    """Where the broker's AppCDS archive for these jars and this JVM lives (it may not exist yet)."""
+    real = os.path.realpath(java)
+    st = os.stat(real)
+    key = hashlib.sha256(f"{real}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return lib_dir.parent / f"broker-classes-{key}.jsa"
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _random_cluster_id() -> str:
+    """What ``kafka.tools.StorageTool random-uuid`` prints (Kafka's ``Uuid.randomUuid()``), without a JVM."""
+    while True:
+        raw = os.urandom(16)
+        text = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        # Kafka rejects the all-zero and the metadata topic's id, and avoids a leading '-' (CLI parsing).
+        if raw not in (bytes(16), bytes(15) + b"\x01") and not text.startswith("-"):
+            return text
+
+
+def _property_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _pdeathsig_preexec() -> Callable[[], None] | None:
+    """On Linux, a child-side hook asking the kernel to SIGTERM the JVM when its parent thread dies."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None  # PR_SET_PDEATHSIG fires when the *thread* that forked exits: main thread only
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+_live_brokers: set[LocalKafkaBroker] = set()
+_live_lock = threading.Lock()
+
+
+def _stop_all_brokers() -> None:
+    with _live_lock:
+        brokers = list(_live_brokers)
+    for broker in brokers:
+        try:
+            broker.stop()
+        except Exception:  # pragma: no cover - best effort at exit
+            _log.exception("stopping %r at exit failed", broker)
+
+
+atexit.register(_stop_all_brokers)
+
+
+class LocalKafkaBroker:
+    """A single-node Kafka broker (KRaft combined mode) on 127.0.0.1, run as a child JVM.
+
+    Use as a context manager, or call ``start()`` and ``stop()``. ``bootstrap_servers`` is valid while it
+    runs. Options:
+
+    * ``num_partitions``: default partition count of topics created without one (``num.partitions``).
+    * ``server_properties``: extra ``server.properties`` entries; they override the launcher's.
+    * ``data_dir``: where ``server.properties``, the logs and the log segments go. Default: a fresh temporary
+      directory, removed by ``stop()`` unless ``keep_data``. A given directory is kept; if it holds a
+      formatted broker already, that broker's data (and if still free, its ports) are reused.
+    * ``port``: the client (PLAINTEXT) port; 0 picks a free one.
+    * ``cache_dir``: where the jars are cached (see ``fetch_jars``).
+    * ``jvm_options``: JVM options (heap, GC, ...), default ``DEFAULT_JVM_OPTIONS``.
+    * ``class_data_sharing``: start faster from an AppCDS archive of the broker's classes, kept next to the
+      jars. The first broker without one writes it when it stops (that stop takes a few seconds longer).
+    * ``startup_timeout``: seconds ``start()`` waits for the broker to be ready.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_partitions: int = 1,
+        server_properties: Mapping[str, object] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        keep_data: bool = False,
+        port: int = 0,
+        cache_dir: Path | None = None,
+        jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
+        class_data_sharing: bool = True,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be >= 1, not {num_partitions}")
+        self.num_partitions = num_partitions
+        self.server_properties = dict(server_properties or {})
+        self._given_data_dir = Path(data_dir).resolve() if data_dir is not None else None
+        self.keep_data = keep_data
+        self._requested_port = port
+        self._cache_dir = cache_dir
+        self.jvm_options = tuple(jvm_options)
+        own_cds = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
+        self.class_data_sharing = class_data_sharing and not any(o.startswith(own_cds) for o in jvm_options)
+        self.startup_timeout = startup_timeout
+        self._cds_archive: Path | None = None  # the archive this broker runs from or writes at exit
+        self._cds_dump: Path | None = None  # where the JVM writes the archive at exit, if it has none yet
+        self._ready = False
+        self._lock = threading.RLock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._data_dir: Path | None = None
+        self._port: int | None = None
+        self._controller_port: int | None = None
+
+    # -- public state --------------------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``"127.0.0.1:PORT"`` of the running broker."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def port(self) -> int:
+        """The client (PLAINTEXT) port of the running broker."""
+        if self._port is None or self._process is None:
+            raise KafkaBrokerError("the broker is not running: call start() first")
+        return self._port
+
+    @property
+    def controller_port(self) -> int:
+        """The KRaft controller port of the running broker."""
+        if self._controller_port is None or self._process is None:
+            raise KafkaBrokerError("the broker is not running: call start() first")
+        return self._controller_port
+
+    @property
+    def data_dir(self) -> Path:
+        """The broker's directory: ``server.properties``, ``server.log``, ``kafka.out``, ``kafka-logs/``."""
+        if self._data_dir is None:
+            raise KafkaBrokerError("the broker has no data dir yet: call start() first")
+        return self._data_dir
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id (also its process group id) while running."""
+        return self._process.pid if self._process is not None else None
+
+    def is_running(self) -> bool:
+        """True while the broker's JVM is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def __repr__(self) -> str:
+        state = f"running on {self.bootstrap_servers}" if self.is_running() else "stopped"
+        return f"<LocalKafkaBroker {state}>"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalKafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalKafkaBroker:
+        """Start the broker and wait until it is ready (port open, metadata served, group coordinator
+        loaded); returns ``self``.
+
+        Raises ``KafkaBrokerError`` (with the tail of the broker's logs) if it dies or does not become ready
+        within ``startup_timeout``; nothing is left running then. Starting a running broker is an error.
+        """
+        with self._lock:
+            if self._process is not None:
+                raise KafkaBrokerError(f"{self!r} is already started")
+            lib_dir = fetch_jars(self._cache_dir)
+            java = java_executable()
+            self._cds_archive = _class_data_archive(lib_dir, java) if self.class_data_sharing else None
+            attempts = 3  # a picked port can be taken by someone else before the JVM binds it
+            for attempt in range(1, attempts + 1):
+                try:
+                    self._start_once(java, lib_dir)
+                    return self
+                except _PortTakenError as exc:
+                    self._cleanup()
+                    if attempt == attempts:
+                        raise KafkaBrokerError(str(exc)) from None
+                    _log.info("port taken while starting the broker, retrying: %s", exc)
+                except BaseException:
+                    self._cleanup()
+                    raise
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM to its process group, SIGKILL after a grace period) and remove its data
+        dir unless it is kept. Idempotent; safe to call on a broker that never started."""
+        with self._lock:
+            self._cleanup()
+
+    # -- internals -----------------------------------------------------------------------------------------
+
+    def _prepare_data_dir(self) -> tuple[Path, bool]:
+        """The data dir and whether its storage is formatted already."""
+        if self._given_data_dir is None:
+            return Path(tempfile.mkdtemp(prefix="acker-kafka-")), False
+        data_dir = self._given_data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return data_dir, (data_dir / _LOG_DIR_NAME / "meta.properties").is_file()
+
+    def _pick_ports(self, data_dir: Path, formatted: bool) -> tuple[int, int]:
+        ports_file = data_dir / _PORTS_FILE
+        if formatted and ports_file.is_file():
+            # Reusing a formatted dir: keep its ports if possible, so clients and the stored quorum agree.
+            try:
+                old_port, old_cport = (int(word) for word in ports_file.read_text().split())
+            except ValueError:
+                pass
+            else:
+                port = self._requested_port or old_port
+                if port != old_cport and _port_is_free(port) and _port_is_free(old_cport):
+                    return port, old_cport
+        if self._requested_port:
+            if not _port_is_free(self._requested_port):
+                raise KafkaBrokerError(f"port {self._requested_port} on 127.0.0.1 is in use")
+            cport = next(p for p in _free_ports(2) if p != self._requested_port)
+            return self._requested_port, cport
+        port, cport = _free_ports(2)
+        return port, cport
+
+    def _properties(self, data_dir: Path, port: int, cport: int) -> dict[str, str]:
+        props: dict[str, object] = {
+            "process.roles": "broker,controller",
+            "node.id": 1,
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(data_dir / _LOG_DIR_NAME),
+            "num.partitions": self.num_partitions,
+            "default.replication.factor": 1,
+            "min.insync.replicas": 1,
+            "offsets.topic.replication.factor": 1,
+            # One partition instead of 50: a fresh broker's first consumer group joins in ~0.2 s, not ~3 s.
+            "offsets.topic.num.partitions": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": True,
+        }
+        props.update(self.server_properties)
+        return {key: _property_value(value) for key, value in props.items()}
+
+    @staticmethod
+    def _write_properties(path: Path, props: Mapping[str, str]) -> None:
+        lines = ["# Written by acker.kafka.local_broker: a single-node KRaft broker+controller on loopback."]
+        lines += [f"{key}={value}" for key, value in props.items()]
+        path.write_text("\n".join(lines) + "\n")
+
+    def _java_command(
+        self, java: str, lib_dir: Path, main_class: str, *args: str, dump_classes: bool = False
+    ) -> list[str]:
+        data_dir = self.data_dir
+        cds: list[str] = []
+        archive = self._cds_archive
+        if archive is not None and archive.is_file():
+            cds = [f"-XX:SharedArchiveFile={archive}"]
+        elif archive is not None and dump_classes:
+            self._cds_dump = archive.with_name(f"{archive.name}.{os.getpid()}-{id(self):x}.tmp")
+            cds = [f"-XX:ArchiveClassesAtExit={self._cds_dump}"]
+        return [
+            java,
+            *self.jvm_options,
+            *cds,
+            f"-Dlog4j2.configurationFile={LOG4J2_CONFIG_PATH}",
+            f"-Dkafka.logs.dir={data_dir}",
+            "-cp",
+            f"{lib_dir}{os.sep}*",
+            main_class,
+            *args,
+        ]
+
+    def _start_once(self, java: str, lib_dir: Path) -> None:
+        data_dir, formatted = self._prepare_data_dir()
+        self._data_dir = data_dir
+        port, cport = self._pick_ports(data_dir, formatted)
+        props_path = data_dir / _PROPERTIES_FILE
+        self._write_properties(props_path, self._properties(data_dir, port, cport))
+        (data_dir / _PORTS_FILE).write_text(f"{port} {cport}\n")  # lets a restart on this dir keep them
+        if not formatted:
+            self._format_storage(java, lib_dir, props_path)
+        stdout_path = data_dir / _STDOUT_LOG
+        cmd = self._java_command(java, lib_dir, "kafka.Kafka", str(props_path), dump_classes=True)
+        t0 = time.monotonic()
+        with open(stdout_path, "ab") as out:
+            self._process = subprocess.Popen(
+                cmd, cwd=data_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                # preexec_fn only calls prctl (prepared in the parent) and getppid: fork-safe with threads.
+                start_new_session=True, preexec_fn=_pdeathsig_preexec(),  # noqa: PLW1509
+            )  # fmt: skip
+        self._port, self._controller_port = port, cport
+        with _live_lock:
+            _live_brokers.add(self)
+        self._wait_ready(port, t0 + self.startup_timeout)
+        self._ready = True
+        self._forget_unusable_archive(stdout_path.read_text(errors="replace"))
+        _log.info("Kafka broker ready on 127.0.0.1:%d in %.1f s (%s)", port, time.monotonic() - t0, data_dir)
+
+    def _format_storage(self, java: str, lib_dir: Path, props_path: Path) -> None:
+        cmd = self._java_command(
+            java, lib_dir, "kafka.tools.StorageTool",
+            "format", "-t", _random_cluster_id(), "-c", str(props_path), "--standalone",
+        )  # fmt: skip
+        # Format is light work: the short-lived JVM starts faster with only the C1 compiler.
+        cmd.insert(1, "-XX:TieredStopAtLevel=1")
+        result = subprocess.run(
+            cmd, cwd=props_path.parent, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=120, check=False, start_new_session=True,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise KafkaBrokerError(
+                f"formatting the broker's storage failed (exit {result.returncode}):\n{_tail(result.stdout)}"
+            )
+        self._forget_unusable_archive(result.stdout)
+
+    def _forget_unusable_archive(self, jvm_output: str) -> None:
+        """The JVM ignores (with a warning) an archive it cannot use, e.g. from another JDK build: remove it,
+        so that the next broker writes a fresh one."""
+        archive = self._cds_archive
+        if archive is not None and self._cds_dump is None and "Unable to use shared archive" in jvm_output:
+            _log.info("the JVM could not use %s: removing it", archive)
+            archive.unlink(missing_ok=True)
+
+    def log_tail(self) -> str:
+        """The last lines of the broker's console output and server.log (while its data dir exists)."""
+        parts = []
+        for name in (_STDOUT_LOG, _SERVER_LOG):
+            path = (self._data_dir or Path("/nonexistent")) / name
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            if text.strip():
+                parts.append(f"--- {path} (last lines) ---\n{_tail(text)}")
+        return "\n".join(parts) or "(the broker wrote no log)"
+
+    def _failure(self, what: str) -> KafkaBrokerError:
+        tail = self.log_tail()
+        if "Address already in use" in tail:
+            return _PortTakenError(f"{what}; a port was taken:\n{tail}")
+        hint = ""
+        if "UnsupportedClassVersionError" in tail:
+            hint = f" (Kafka {KAFKA_VERSION} needs Java 17+; java is {java_executable()})"
+        return KafkaBrokerError(f"{what}{hint}:\n{tail}")
+
+    def _wait_ready(self, port: int, deadline: float) -> None:
+        """Wait until the port accepts connections, a metadata request lists the broker, and the group
+        coordinator has loaded ``__consumer_offsets`` (else a fresh broker's first consumer group gets
+        COORDINATOR_LOAD_IN_PROGRESS and librdkafka retries its JoinGroup only ~3 s later)."""
+        proc = self._process
+        assert proc is not None
+        admin: AdminClient | None = None
+        listed = False
+        last_error = "the port never accepted a connection"
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise self._failure(f"the Kafka broker exited with code {code} while starting")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._failure(
+                    f"the Kafka broker was not ready within {self.startup_timeout:.0f} s ({last_error})"
+                )
+            request_timeout = max(0.5, min(2.0, remaining))
+            if admin is None:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        pass
+                except OSError as exc:
+                    last_error = f"connecting to 127.0.0.1:{port}: {exc}"
+                    time.sleep(0.05)
+                    continue
+                config: dict[str, Any] = {
+                    "bootstrap.servers": f"127.0.0.1:{port}",
+                    "logger": _log,  # not librdkafka's stderr
+                    "socket.connection.setup.timeout.ms": 2000,
+                }
+                admin = AdminClient(config)
+            try:
+                if not listed:
+                    if not admin.list_topics(timeout=request_timeout).brokers:
+                        last_error = "metadata listed no broker"
+                        time.sleep(0.05)
+                        continue
+                    listed = True
+                # Succeeds (group state DEAD) once the coordinator is loaded; creates __consumer_offsets.
+                futures = admin.describe_consumer_groups([_WARMUP_GROUP], request_timeout=request_timeout)
+                futures[_WARMUP_GROUP].result(timeout=request_timeout + 1)
+                return
+            except (KafkaException, TimeoutError) as exc:
+                last_error = f"{'group coordinator' if listed else 'metadata request'}: {exc!r}"
+                time.sleep(0.05)
+
+    def _cleanup(self) -> None:
+        proc, self._process = self._process, None
+        clean_exit = _terminate_group(proc) if proc is not None else False
+        with _live_lock:
+            _live_brokers.discard(self)
+        dump, self._cds_dump = self._cds_dump, None
+        if dump is not None and self._cds_archive is not None:
+            # Keep the class-data archive only from a broker that started and stopped cleanly.
+            if clean_exit and self._ready and dump.is_file() and dump.stat().st_size > 0:
+                os.replace(dump, self._cds_archive)
+            dump.unlink(missing_ok=True)
+        self._ready = False
+        data_dir = self._data_dir
+        if data_dir is not None and self._given_data_dir is None and not self.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            self._data_dir = None
+        self._port = self._controller_port = None
+
+
+class _PortTakenError(KafkaBrokerError):
+    """The broker could not bind a picked port (someone took it meanwhile)."""
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it (a zombie leader keeps its group id taken)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    except ChildProcessError:  # reaped already (e.g. by Popen.poll)
+        return True
+
+
+def _terminate_group(proc: subprocess.Popen[bytes], grace: float = _STOP_GRACE_S) -> bool:
+    """SIGTERM the process group led by ``proc``, wait up to ``grace`` s, then SIGKILL what is left of the
+    group and reap ``proc``. True if the leader exited on SIGTERM."""
+    pgid = proc.pid  # start_new_session=True: the JVM leads its own group
+
+    def signal_group(sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while not (clean := _exited(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not clean:
+        _log.warning("Kafka broker (pid %d) ignored SIGTERM for %.0f s: killing it", pgid, grace)
+    # Whatever is left of the group (the JVM if it hung; any stray child) goes now, before the leader is
+    # reaped, so the group id cannot have been reused.
+    signal_group(signal.SIGKILL)
+    proc.wait()
+    return clean
+
+
+# --------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a local broker until Ctrl-C or SIGTERM; print its bootstrap address on stdout."""
+    parser = argparse.ArgumentParser(
+        prog="python -m acker.kafka.local_broker",
+        description="Run a single-node Apache Kafka broker (KRaft) on 127.0.0.1 until Ctrl-C or SIGTERM.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="client port (default: a free one)")
+    parser.add_argument("--partitions", type=int, default=1, help="num.partitions (default: 1)")
+    parser.add_argument("--data-dir", type=Path, help="data directory (kept; reused if formatted)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")
+    parser.add_argument(
+        "--property", "-p", action="append", default=[], metavar="KEY=VALUE",
+        help="extra server.properties entry (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=60.0, help="startup timeout in seconds")
+    args = parser.parse_args(argv)
+    extra: dict[str, object] = {}
+    for item in args.property:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--property wants KEY=VALUE, not {item!r}")
+        extra[key.strip()] = value.strip()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    broker = LocalKafkaBroker(
+        num_partitions=args.partitions, server_properties=extra, data_dir=args.data_dir,
+        keep_data=args.keep_data, port=args.port, startup_timeout=args.timeout,
+    )  # fmt: skip
+    try:
+        t0 = time.monotonic()
+        try:
+            broker.start()
+        except KafkaBrokerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if stop_requested.is_set():
+            return 130
+        elapsed = time.monotonic() - t0
+        print(
+            f"Kafka {KAFKA_VERSION} broker ready in {elapsed:.1f} s (data dir {broker.data_dir});"
+            " Ctrl-C stops it. Bootstrap servers:",
+            file=sys.stderr,
+        )
+        print(broker.bootstrap_servers, flush=True)
+        while not stop_requested.wait(0.5):
+            if not broker.is_running():
+                print(f"error: the broker died:\n{broker.log_tail()}", file=sys.stderr)
+                return 1
+        print("stopping the broker", file=sys.stderr)
+        return 0
+    finally:
+        broker.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

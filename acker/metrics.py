@@ -1,0 +1,117 @@
+"""Prometheus metrics of the acker service, read from the service's state at scrape time.
+
+Nothing is counted twice on the hot path: the trackers already count every decision, so a collector reads their
+counters (plus those of partitions this instance no longer owns) when Prometheus scrapes. Complete latency is a
+histogram filled per record with numpy, not per outcome.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from acker.core.tracker import Counters
+
+LATENCY_BUCKETS_MS = np.array([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000, 300000])
+
+
+@dataclass
+class LatencyHistogram:
+    """Cumulative-at-export histogram of complete latencies in milliseconds."""
+
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(len(LATENCY_BUCKETS_MS) + 1, np.int64))
+    total_ms: int = 0
+
+    def observe(self, latencies_ms: np.ndarray) -> None:
+        if len(latencies_ms):
+            self.counts += np.bincount(
+                np.searchsorted(LATENCY_BUCKETS_MS, latencies_ms, side="left"), minlength=len(self.counts)
+            )
+            self.total_ms += int(latencies_ms.sum())
+
+    def quantile(self, q: float) -> float:
+        """Upper bound of the bucket holding quantile ``q`` (ms); inf beyond the last bucket, nan when empty."""
+        total = int(self.counts.sum())
+        if total == 0:
+            return float("nan")
+        index = int(np.searchsorted(np.cumsum(self.counts), q * total, side="left"))
+        return float(LATENCY_BUCKETS_MS[index]) if index < len(LATENCY_BUCKETS_MS) else float("inf")
+
+
+@dataclass
+class Snapshot:
+    """What the service reports at a scrape."""
+
+    counters: Counters
+    pending: dict[int, int]
+    lag: dict[int, int]
+    dead_letters: dict[str, int]
+    ignored_ticks: int
+    latency: LatencyHistogram
+
+
+class ServiceCollector(Collector):
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._snapshot = snapshot
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            s = self._snapshot()
+        c = s.counters
+        outcomes = CounterMetricFamily("acker_outcomes", "Outcomes decided, by outcome", labels=["outcome"])
+        for name, value in (
+            ("ack", c.acked),
+            ("failed", c.nacked_failed),
+            ("timeout", c.nacked_timeout),
+            ("overload", c.nacked_overload),
+        ):
+            outcomes.add_metric([name], value)
+        yield outcomes
+        for name, doc, value in (
+            ("acker_expired_without_init", "Trees that expired before their init arrived", c.expired_without_init),
+            ("acker_root_id_collisions", "Inits for a tree whose init was already seen", c.collisions),
+            ("acker_late_messages", "Messages for trees already finished", c.late),
+            ("acker_messages", "Acker messages applied", c.messages),
+            ("acker_ticks", "Ticks applied", c.ticks),
+            ("acker_ignored_ticks", "Tick records ignored because they did not continue the chain", s.ignored_ticks),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+        pending = GaugeMetricFamily("acker_pending_trees", "Pending trees per owned partition", labels=["partition"])
+        for partition, value in sorted(s.pending.items()):
+            pending.add_metric([str(partition)], value)
+        yield pending
+        lag = GaugeMetricFamily("acker_consumer_lag", "Records not yet read per owned partition", labels=["partition"])
+        for partition, value in sorted(s.lag.items()):
+            lag.add_metric([str(partition)], value)
+        yield lag
+        dead = CounterMetricFamily("acker_dead_letters", "Records sent to the dead-letter topic", labels=["reason"])
+        for reason, value in sorted(s.dead_letters.items()):
+            dead.add_metric([reason], value)
+        yield dead
+        cumulative = np.cumsum(s.latency.counts)
+        buckets = [
+            (str(b / 1000), int(n)) for b, n in zip(LATENCY_BUCKETS_MS.tolist(), cumulative[:-1].tolist(), strict=True)
+        ]
+        buckets.append(("+Inf", int(cumulative[-1])))
+        yield HistogramMetricFamily(
+            "acker_complete_latency_seconds",
+            "From the init's record to the record that completed the tree (acked trees)",
+            buckets=buckets,
+            sum_value=s.latency.total_ms / 1000,
+        )
+
+
+def serve(snapshot: Callable[[], Snapshot], port: int) -> CollectorRegistry:
+    """Expose the service's metrics on ``port`` (a daemon thread); return the registry (for tests)."""
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(snapshot))
+    if port:
+        start_http_server(port, addr="0.0.0.0", registry=registry)
+    return registry

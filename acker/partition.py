@@ -1,0 +1,136 @@
+"""One acker partition owned by this instance: its tracker, its tick chain and its recovery offset. Pure.
+
+The service feeds it the records of the partition in offset order and asks it three questions: what was
+decided (`apply`), whether to append a tick now (`tick_due`), and from which offset a new owner must replay to
+rebuild exactly this state (`recovery_offset`).
+
+Ticks form a chain. A tick record's value carries the offset of the tick record its writer had last read (-1 for
+none); a tick is applied only if that link names the last tick applied here (or when none has been read yet, at
+the start of a replay). Two writers that both think they own the partition (a rebalance in progress, a stale
+instance) therefore append ticks that are ignored rather than doubled, and every reader of the same log applies
+the same ticks: expiry stays a function of the log.
+
+Recovery: ``recovery_offset`` is the lowest of (a) the offset of the oldest record that opened a still-pending
+tree, (b) the offset of the last tick applied, (c) the next offset to read. Replaying from there replays every
+message of every pending tree and the tick that anchors the chain, so the new owner rebuilds the same pending
+trees with the same expiry (ticks counted from the same records), and no tree is nacked early. Outcomes decided
+between that offset and the crash are emitted a second time: downstream is idempotent by (spout, message id).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from acker.columnar.block import Kind, MessageBlock, OutcomeBlock
+from acker.columnar.tracker import BlockTracker
+from acker.core.tracker import TrackerConfig
+from acker.wire import encode_batch
+
+NO_TICK = -1
+
+
+def encode_tick(after: int) -> bytes:
+    """The value of a tick record that continues the chain after the tick record at offset ``after``."""
+    return encode_batch(
+        MessageBlock(
+            np.array([Kind.TICK], np.uint8),
+            np.zeros(1, np.int64),
+            np.array([after], np.int64),
+            np.zeros(0, np.int32),
+            np.zeros(0, np.int64),
+        )
+    )
+
+
+class PartitionState:
+    """Not thread-safe; the service calls it from its poll loop only."""
+
+    __slots__ = (
+        "_tick_written_at",
+        "ignored_ticks",
+        "last_tick_ms",
+        "last_tick_offset",
+        "partition",
+        "position",
+        "started_ms",
+        "tick_in_flight",
+        "tick_interval_ms",
+        "tracker",
+        "unread_tick_offset",
+    )
+
+    def __init__(self, partition: int, config: TrackerConfig, tick_interval_ms: int, now_ms: int) -> None:
+        self.partition = partition
+        self.tracker = BlockTracker(config)
+        self.tick_interval_ms = tick_interval_ms
+        self.started_ms = now_ms
+        self.position: int | None = None  # next offset to read
+        self.last_tick_offset: int | None = None  # offset of the last tick record applied
+        self.last_tick_ms: int | None = None  # its timestamp
+        self.tick_in_flight = False  # a tick we produced has no delivery report yet
+        self.unread_tick_offset: int | None = None  # a tick we produced, delivered, not read back yet
+        self._tick_written_at = 0
+        self.ignored_ticks = 0
+
+    def apply(self, offset: int, timestamp_ms: int, block: MessageBlock) -> OutcomeBlock:
+        """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
+        ticks = np.flatnonzero(block.kinds == Kind.TICK)
+        if len(ticks):
+            keep = np.ones(len(block), bool)
+            for i in ticks.tolist():
+                after = int(block.values[i])
+                if self.last_tick_offset is None or after == self.last_tick_offset:
+                    self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
+                else:
+                    keep[i] = False
+                    self.ignored_ticks += 1
+            if not keep.all():
+                block = _without(block, keep)
+        self.position = offset + 1
+        if self.unread_tick_offset is not None and offset >= self.unread_tick_offset:
+            self.unread_tick_offset = None
+        return self.tracker.process(block, offset, timestamp_ms)
+
+    def skip(self, offset: int) -> None:
+        """A record that was not applied (dead-lettered); reading goes on after it."""
+        self.position = offset + 1
+        if self.unread_tick_offset is not None and offset >= self.unread_tick_offset:
+            self.unread_tick_offset = None
+
+    def tick_due(self, now_ms: int) -> int | None:
+        """The chain link to write in a tick record if one is due now, else None.
+
+        One tick at a time: the next is written only after the previous one was read back, so a lagging
+        instance stretches the ticks of the log rather than piling them up.
+        """
+        if self.tick_in_flight or self.unread_tick_offset is not None:
+            return None
+        since = self.last_tick_ms if self.last_tick_ms is not None else self.started_ms
+        if now_ms - since < self.tick_interval_ms:
+            return None
+        return self.last_tick_offset if self.last_tick_offset is not None else NO_TICK
+
+    def tick_sent(self) -> None:
+        self.tick_in_flight = True
+
+    def tick_delivered(self, offset: int | None) -> None:
+        """Delivery report of our tick: its offset, or None if it failed (it will be written again)."""
+        self.tick_in_flight = False
+        if offset is not None and (self.position is None or offset >= self.position):
+            self.unread_tick_offset = offset
+
+    def recovery_offset(self) -> int | None:
+        """The offset to commit: where a new owner must start to rebuild this state (None: nothing read)."""
+        if self.position is None:
+            return None
+        candidates = [self.tracker.oldest_needed(self.position)]
+        if self.last_tick_offset is not None:
+            candidates.append(self.last_tick_offset)
+        return min(candidates)
+
+
+def _without(block: MessageBlock, keep: np.ndarray) -> MessageBlock:
+    """The block without the messages where ``keep`` is False (ticks only: inits keep their columns)."""
+    return MessageBlock(
+        block.kinds[keep], block.anchors[keep], block.values[keep], block.init_source, block.init_offset, block.sources
+    )

@@ -1,0 +1,323 @@
+"""The acker service (`acker run`): the tracker over Kafka.
+
+One consumer group reads the acker topic; each instance owns whole partitions, hence whole trees (every message
+of a tree is on partition ``partition_of(anchor)``). Per owned partition a `PartitionState` applies the records
+in order. Outcomes go to one topic per spout (``<outcome_prefix><spout>``) through an idempotent producer. Tick
+records are appended by the owner of each partition and take effect when read back. The committed offset of a
+partition is its recovery offset (`PartitionState.recovery_offset`), committed only after every outcome decided
+before it has been delivered; a new owner replays from there.
+
+Records that cannot be read are copied to the dead-letter topic with headers saying why and where they came from,
+counted, and skipped: one bad record never stops the service. A failed delivery of an outcome stops the service
+(`ServiceError`) before anything past it is committed; a restart replays and re-emits it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter as Tally
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from acker.columnar.block import Code
+from acker.config import ServiceConfig
+from acker.core.tracker import Counters
+from acker.errors import AckerError
+from acker.kafka.clients import TopicSpec, create_topics
+from acker.metrics import LatencyHistogram, Snapshot
+from acker.partition import PartitionState, encode_tick
+from acker.wire import WireError, decode_batch, encode_outcomes
+
+log = logging.getLogger("acker.service")
+
+DLQ_REASON = "acker.dlq.reason"
+DLQ_DETAIL = "acker.dlq.detail"
+DLQ_TOPIC = "acker.dlq.topic"
+DLQ_PARTITION = "acker.dlq.partition"
+DLQ_OFFSET = "acker.dlq.offset"
+DLQ_TIMESTAMP = "acker.dlq.timestamp"
+
+
+class ServiceError(AckerError):
+    """The service cannot go on safely (an outcome could not be delivered, a fatal Kafka error)."""
+
+
+@dataclass
+class _Retired:
+    counters: np.ndarray
+    ignored_ticks: int = 0
+
+
+class AckerService:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._states: dict[int, PartitionState] = {}
+        self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
+        self._dead_letters: Tally[str] = Tally()
+        self.latency = LatencyHistogram()
+        self._known_topics: set[str] = set()
+        self._delivery_error: KafkaError | None = None
+        self._lock = threading.Lock()  # guards _states against the metrics thread
+        self._next_commit = 0.0
+        self._next_status = 0.0
+        self._last_status: dict[int, tuple[float, np.ndarray]] = {}
+        self.consumer = Consumer(
+            config.client(
+                **{
+                    "group.id": config.group,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "client.id": f"acker-{self.instance}",
+                }
+            )
+        )
+        self.producer = Producer(
+            config.client(**{"enable.idempotence": True, "linger.ms": 5, "client.id": f"acker-{self.instance}"})
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set; then commit what is safe and leave the group."""
+        create_topics(self.config.client(), [TopicSpec(self.config.dlq_topic, 1, self.config.replication_factor)])
+        self.consumer.subscribe(
+            [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        log.info("acker %s serving %s as group %s", self.instance, self.config.acker_topic, self.config.group)
+        try:
+            while not stop.is_set():
+                self.step(timeout_s=0.1)
+            self._commit(force=True)
+        finally:
+            self.consumer.close()  # revokes (and commits) what is still assigned
+            self.producer.flush(10)
+
+    def step(self, timeout_s: float) -> int:
+        """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
+        records = self.consumer.consume(num_messages=1000, timeout=timeout_s)
+        for record in records:
+            self._handle(record)
+        now = time.time()
+        self._tick(int(now * 1000))
+        if now >= self._next_commit:
+            self._commit()
+            self._next_commit = now + self.config.commit_interval_s
+        if now >= self._next_status:
+            self._publish_status(now)
+            self._next_status = now + self.config.status_interval_s
+        self.producer.poll(0)
+        if self._delivery_error is not None:
+            raise ServiceError(f"an outcome could not be delivered: {self._delivery_error}")
+        return len(records)
+
+    # -- records --------------------------------------------------------------------------------------------
+
+    def _handle(self, record: Message) -> None:
+        error = record.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return
+            if error.fatal():
+                raise ServiceError(f"fatal consumer error: {error}")
+            log.warning("consumer error: %s", error)
+            return
+        partition, offset = record.partition(), record.offset()
+        assert partition is not None and offset is not None  # set on every consumed record
+        state = self._states.get(partition)
+        if state is None:  # revoked while this batch was in flight
+            return
+        try:
+            block = decode_batch(record.value() or b"")
+        except WireError as bad:
+            self._dead_letter(record, bad.reason, bad.detail)
+            state.skip(offset)
+            return
+        timestamp = record.timestamp()[1]
+        outcomes = state.apply(offset, timestamp if timestamp > 0 else int(time.time() * 1000), block)
+        if not len(outcomes):
+            return
+        self.latency.observe(outcomes.latency_ms[outcomes.code == Code.ACK])
+        spouts = [spout for spout, _ in outcomes.sources]
+        by_spout = np.asarray(outcomes.source)
+        for local, spout in enumerate(spouts):
+            rows = np.flatnonzero(by_spout == local)
+            if len(rows):
+                self._send_outcomes(spout, outcomes, rows, partition, offset)
+
+    def _send_outcomes(self, spout: str, outcomes: Any, rows: np.ndarray, partition: int, offset: int) -> None:
+        topic = self.config.outcome_topic(spout)
+        if topic not in self._known_topics:
+            create_topics(
+                self.config.client(), [TopicSpec(topic, self.config.partitions, self.config.replication_factor)]
+            )
+            self._known_topics.add(topic)
+        value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=offset)
+        self._produce(topic, value, key=str(partition).encode(), on_delivery=self._outcome_delivered)
+
+    def _outcome_delivered(self, error: KafkaError | None, _record: Message) -> None:
+        if error is not None and self._delivery_error is None:
+            self._delivery_error = error
+
+    def _dead_letter(self, record: Message, reason: str, detail: str) -> None:
+        self._dead_letters[reason] += 1
+        log.warning(
+            "dead-lettering %s[%d]@%d: %s: %s", record.topic(), record.partition(), record.offset(), reason, detail
+        )
+        headers = [
+            (DLQ_REASON, reason.encode()),
+            (DLQ_DETAIL, detail.encode()),
+            (DLQ_TOPIC, (record.topic() or "").encode()),
+            (DLQ_PARTITION, str(record.partition()).encode()),
+            (DLQ_OFFSET, str(record.offset()).encode()),
+            (DLQ_TIMESTAMP, str(record.timestamp()[1]).encode()),
+        ]
+        self._produce(
+            self.config.dlq_topic,
+            record.value(),
+            key=record.key(),
+            headers=headers,
+            on_delivery=self._outcome_delivered,
+        )
+
+    def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    # -- ticks, commits, status -----------------------------------------------------------------------------
+
+    def _tick(self, now_ms: int) -> None:
+        for partition, state in list(self._states.items()):
+            after = state.tick_due(now_ms)
+            if after is None:
+                continue
+            state.tick_sent()
+
+            def delivered(error: KafkaError | None, record: Message, state: PartitionState = state) -> None:
+                state.tick_delivered(None if error is not None else record.offset())
+
+            self._produce(self.config.acker_topic, encode_tick(after), partition=partition, on_delivery=delivered)
+
+    def _commit(self, force: bool = False, partitions: list[int] | None = None) -> None:
+        chosen = self._states if partitions is None else {p: self._states[p] for p in partitions if p in self._states}
+        offsets = []
+        for partition, state in chosen.items():
+            offset = state.recovery_offset()
+            if offset is not None:
+                offsets.append(TopicPartition(self.config.acker_topic, partition, offset))
+        if not offsets:
+            return
+        undelivered = self.producer.flush(30 if force else 5)
+        if self._delivery_error is not None:
+            raise ServiceError(f"an outcome could not be delivered: {self._delivery_error}")
+        if undelivered:
+            log.warning("%d outcome records still undelivered: commit postponed", undelivered)
+            return
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as error:
+            log.warning("commit of %s failed: %s", [(o.partition, o.offset) for o in offsets], error)
+
+    def _publish_status(self, now: float) -> None:
+        with self._lock:
+            states = list(self._states.items())
+        for partition, state in states:
+            counters = self._counter_array(state)
+            before = self._last_status.get(partition)
+            rates = (counters - before[1]) / max(1e-3, now - before[0]) if before else np.zeros_like(counters)
+            self._last_status[partition] = (now, counters)
+            names = [f.name for f in fields(Counters)]
+            status = {
+                "topic": self.config.acker_topic,
+                "partition": partition,
+                "instance": self.instance,
+                "time": now,
+                "pending": state.tracker.pending,
+                "position": state.position,
+                "recovery_offset": state.recovery_offset(),
+                "lag": self._lag(partition, state),
+                "counters": dict(zip(names, counters.tolist(), strict=True)),
+                "rates": dict(zip(names, [round(r, 1) for r in rates.tolist()], strict=True)),
+                "ignored_ticks": state.ignored_ticks,
+            }
+            self._produce(
+                self.config.status_topic,
+                json.dumps(status).encode(),
+                key=f"{self.config.acker_topic}/{partition}".encode(),
+            )
+
+    def _lag(self, partition: int, state: PartitionState) -> int | None:
+        try:
+            _low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.config.acker_topic, partition), cached=True
+            )
+        except Exception:
+            return None
+        if high < 0 or state.position is None:
+            return None
+        return max(0, high - state.position)
+
+    @staticmethod
+    def _counter_array(state: PartitionState) -> np.ndarray:
+        c = state.tracker.counters
+        return np.array([getattr(c, f.name) for f in fields(Counters)], np.int64)
+
+    # -- rebalance ------------------------------------------------------------------------------------------
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        now_ms = int(time.time() * 1000)
+        interval_ms = int(self.config.tick_interval_s * 1000)
+        with self._lock:
+            for tp in partitions:
+                self._states[tp.partition] = PartitionState(
+                    tp.partition, self.config.tracker_config(), interval_ms, now_ms
+                )
+        log.info("assigned %s", sorted(tp.partition for tp in partitions))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit(force=True, partitions=[tp.partition for tp in partitions])
+        self._drop(partitions)
+        log.info("revoked %s", sorted(tp.partition for tp in partitions))
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._drop(partitions)
+        log.warning("lost %s without committing", sorted(tp.partition for tp in partitions))
+
+    def _drop(self, partitions: list[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                state = self._states.pop(tp.partition, None)
+                if state is not None:
+                    self._retired.counters += self._counter_array(state)
+                    self._retired.ignored_ticks += state.ignored_ticks
+                    self._last_status.pop(tp.partition, None)
+
+    # -- metrics --------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            states = list(self._states.items())
+        totals = self._retired.counters.copy()
+        for _, state in states:
+            totals += self._counter_array(state)
+        return Snapshot(
+            counters=Counters(*totals.tolist()),
+            pending={p: s.tracker.pending for p, s in states},
+            lag={p: lag for p, s in states if (lag := self._lag(p, s)) is not None},
+            dead_letters=dict(self._dead_letters),
+            ignored_ticks=self._retired.ignored_ticks + sum(s.ignored_ticks for _, s in states),
+            latency=self.latency,
+        )

@@ -1,0 +1,66 @@
+"""`acker status`: per partition, what the instances last published and how far the group lags.
+
+Each instance publishes a JSON status per owned partition to the compacted status topic every few seconds; this
+reads the topic to its end, keeps the newest per partition, and adds the lag of the group's committed (recovery)
+offsets, as standard Kafka tooling would show it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from acker.config import ServiceConfig
+
+
+def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
+    """The newest status of every partition of the acker topic (empty when none was published)."""
+    consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", "enable.auto.commit": False}))
+    latest: dict[int, dict[str, Any]] = {}
+    try:
+        metadata = consumer.list_topics(config.status_topic, timeout=timeout_s).topics.get(config.status_topic)
+        if metadata is None or metadata.error is not None:
+            return latest
+        parts = [TopicPartition(config.status_topic, p, 0) for p in metadata.partitions]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in parts}
+        consumer.assign(parts)
+        remaining = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + timeout_s
+        while remaining and time.monotonic() < deadline:
+            for record in consumer.consume(500, timeout=0.2):
+                if record.error() is not None:
+                    continue
+                try:
+                    status = json.loads(record.value() or b"")
+                except ValueError:
+                    continue
+                if status.get("topic") == config.acker_topic:
+                    latest[int(status["partition"])] = status
+                offset = record.offset()
+                if offset is not None and offset + 1 >= ends[record.partition() or 0]:
+                    remaining.discard(record.partition() or 0)
+    finally:
+        consumer.close()
+    return latest
+
+
+def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int]]:
+    """Per acker partition: (committed recovery offset or None, end offset)."""
+    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
+    try:
+        metadata = consumer.list_topics(config.acker_topic, timeout=timeout_s).topics.get(config.acker_topic)
+        if metadata is None or metadata.error is not None:
+            return {}
+        parts = [TopicPartition(config.acker_topic, p) for p in metadata.partitions]
+        committed = consumer.committed(parts, timeout=timeout_s)
+        out: dict[int, tuple[int | None, int]] = {}
+        for tp in committed:
+            end = consumer.get_watermark_offsets(TopicPartition(config.acker_topic, tp.partition), timeout=timeout_s)[1]
+            out[tp.partition] = (tp.offset if tp.offset >= 0 else None, end)
+        return out
+    finally:
+        consumer.close()

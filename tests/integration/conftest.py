@@ -1,0 +1,55 @@
+"""Integration fixtures: one real Kafka cluster per session, fresh topics and group per test.
+
+The cluster: ``ACKER_TEST_BOOTSTRAP_SERVERS`` names an existing one; otherwise testcontainers starts Kafka when a
+Docker engine answers; otherwise a local broker starts from Maven Central jars (`acker.kafka.provision`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from acker.config import ServiceConfig
+from acker.kafka.provision import Cluster, kafka_cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS")) as running:
+        yield running
+
+
+@pytest.fixture
+def bootstrap(cluster: Cluster) -> str:
+    return cluster.bootstrap_servers
+
+
+@pytest.fixture
+def config(bootstrap: str) -> ServiceConfig:
+    """A service configuration with topics and group of its own (created by the test or the service)."""
+    run = uuid.uuid4().hex[:10]
+    return ServiceConfig(
+        bootstrap_servers=bootstrap,
+        acker_topic=f"acker-{run}",
+        group=f"acker-{run}",
+        outcome_prefix=f"outcomes-{run}.",
+        dlq_topic=f"dlq-{run}",
+        status_topic=f"status-{run}",
+        partitions=4,
+        timeout_s=30.0,
+        commit_interval_s=0.2,
+        status_interval_s=0.5,
+        metrics_port=0,
+        instance_id=f"test-{run}",
+        # A killed instance's partitions move after the session timeout: the broker's minimum, not 45 s.
+        kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
+    )

@@ -1,0 +1,171 @@
+"""Helpers of the integration tests: run acker instances, feed them, read what they publish."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.config import ServiceConfig
+from acker.core.messages import TreeMessage
+from acker.kafka.acker_client import AckerClient
+from acker.kafka.clients import TopicSpec, create_topics
+from acker.service import AckerService
+from acker.wire import decode_outcomes
+
+
+class ServiceThread:
+    """An acker instance in a thread of the test process."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.service = AckerService(config)
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.service.run(self.stop_event)
+        except BaseException as error:  # reported by stop()
+            self.error = error
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "the service did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+class ServiceProcess:
+    """An acker instance as a separate `acker run` process (for kill -9)."""
+
+    def __init__(self, config: ServiceConfig, log_path: str) -> None:
+        args = [
+            sys.executable, "-m", "acker.cli", "run",
+            "--bootstrap-servers", config.bootstrap_servers,
+            "--acker-topic", config.acker_topic,
+            "--group", config.group,
+            "--outcome-prefix", config.outcome_prefix,
+            "--dlq-topic", config.dlq_topic,
+            "--status-topic", config.status_topic,
+            "--partitions", str(config.partitions),
+            "--timeout-s", str(config.timeout_s),
+            "--buckets", str(config.buckets),
+            "--commit-interval-s", str(config.commit_interval_s),
+            "--metrics-port", "0",
+            "--instance-id", f"proc-{uuid.uuid4().hex[:6]}",
+            *(f"--kafka={key}={value}" for key, value in config.kafka.items()),
+        ]  # fmt: skip
+        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()/kill()
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+        self.log.close()
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(60)
+        self.log.close()
+        return code
+
+
+def create_acker_topics(config: ServiceConfig, spouts: Iterable[str] = ("sentences",)) -> None:
+    """The acker, dead-letter and outcome topics, created before any reader subscribes (as `acker topics create`
+    does): a reader that subscribes to a topic before it exists may see it with only some of its partitions."""
+    create_topics(
+        config.client(),
+        [
+            TopicSpec(config.acker_topic, config.partitions),
+            TopicSpec(config.dlq_topic, 1),
+            *(TopicSpec(config.outcome_topic(s), config.partitions) for s in spouts),
+        ],
+    )
+
+
+def acker_client(config: ServiceConfig) -> AckerClient:
+    return AckerClient(Producer(config.client(**{"enable.idempotence": True})), config.acker_topic, config.partitions)
+
+
+def send(config: ServiceConfig, messages: Iterable[TreeMessage], client: AckerClient | None = None) -> None:
+    """Send and wait until every record is delivered."""
+    client = client or acker_client(config)
+    client.send_all(messages)
+    assert client.flush() == 0
+
+
+class OutcomeReader:
+    """Reads the outcome topics of the given spouts from the beginning; accumulates every outcome seen."""
+
+    def __init__(self, config: ServiceConfig, spouts: Iterable[str]) -> None:
+        self.consumer = Consumer(
+            config.client(
+                **{
+                    "group.id": f"reader-{uuid.uuid4().hex}",
+                    "auto.offset.reset": "earliest",
+                    "topic.metadata.refresh.interval.ms": 1000,
+                }
+            )
+        )
+        self.consumer.subscribe([config.outcome_topic(s) for s in spouts])
+        self.seen: dict[str, list[str]] = defaultdict(list)  # msg_id → outcomes, in arrival order
+        self.latencies: list[int] = []
+
+    def poll(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for record in self.consumer.consume(500, timeout=0.1):
+                if record.error() is not None:
+                    continue
+                decoded = decode_outcomes(record.value() or b"")
+                for outcome, msg_id, latency in zip(decoded.outcomes, decoded.msg_ids, decoded.latency_ms, strict=True):
+                    self.seen[msg_id].append(outcome)
+                    self.latencies.append(latency)
+
+    def wait_for(self, msg_ids: Iterable[str], timeout_s: float = 60.0) -> None:
+        wanted = set(msg_ids)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not wanted <= self.seen.keys():
+            self.poll(0.2)
+        missing = wanted - self.seen.keys()
+        assert not missing, f"{len(missing)} trees without an outcome, e.g. {sorted(missing)[:5]}"
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def read_partition(config: ServiceConfig, topic: str, partition: int) -> list[tuple[int, int, bytes | None]]:
+    """Every record (offset, timestamp, value) of one partition, from the beginning to its current end."""
+    consumer = Consumer(config.client(**{"group.id": f"dump-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        out: list[tuple[int, int, bytes | None]] = []
+        while out[-1:] == [] or out[-1][0] + 1 < end:
+            if end == 0:
+                break
+            for record in consumer.consume(1000, timeout=1):
+                if record.error() is None:
+                    out.append((record.offset() or 0, record.timestamp()[1], record.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,130 @@
+"""Bad records go to the dead-letter topic and the service goes on; metrics, status and topic commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+
+import numpy as np
+from confluent_kafka import Consumer, Producer
+from prometheus_client import generate_latest
+
+from acker.columnar import MessageBlock
+from acker.config import ServiceConfig
+from acker.core import Ack
+from acker.core.ids import IdGenerator, partition_of
+from acker.metrics import serve
+from acker.service import DLQ_OFFSET, DLQ_REASON
+from acker.wire import encode_batch
+from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
+from tests.integration.test_service import SPOUT, _tree_messages
+
+
+def _dead_letters(config: ServiceConfig, expected: int) -> list[dict[str, str]]:
+    consumer = Consumer(config.client(**{"group.id": f"dlq-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}))
+    consumer.subscribe([config.dlq_topic])
+    out: list[dict[str, str]] = []
+    for _ in range(100):
+        for record in consumer.consume(100, timeout=0.2):
+            if record.error() is None:
+                out.append({k: v.decode() for k, v in record.headers() or []} | {"value": repr(record.value())})
+        if len(out) >= expected:
+            break
+    consumer.close()
+    return out
+
+
+def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(config: ServiceConfig) -> None:
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    good = encode_batch(MessageBlock.from_messages([Ack(5, 1)]))
+    zero_anchor = bytearray(encode_batch(MessageBlock.from_messages([Ack(5, 1)])))
+    zero_anchor[zero_anchor.index(np.array([5], "<i8").tobytes())] = 0  # the anchor column becomes 0
+    bad = [
+        (b"not an acker record", "bad-magic"),
+        (good[:-4], "undecodable"),
+        (b"AKB\x09" + good[4:], "unknown-version"),
+        (bytes(zero_anchor), "zero-id"),
+        (b"AKB\x01" + b"\x02\x09" + good[6:], "unknown-message-type"),
+        (None, "bad-magic"),
+    ]
+    producer = Producer(config.client())
+    for value, _ in bad:
+        producer.produce(config.acker_topic, value, partition=0, key=b"k")
+    producer.flush()
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = IdGenerator(8)
+        anchor, head, tail = _tree_messages("src/0/1", ids)
+        assert partition_of(anchor, 1) == 0
+        send(config, [*head, *tail])
+        reader.wait_for(["src/0/1"], timeout_s=60)
+        letters = _dead_letters(config, len(bad))
+        snapshot = service.service.snapshot()
+    finally:
+        service.stop()
+        reader.close()
+    assert reader.seen["src/0/1"] == ["ACK"]  # still serving after the garbage
+    assert [(d[DLQ_REASON], d[DLQ_OFFSET]) for d in letters] == [(r, str(i)) for i, (_, r) in enumerate(bad)]
+    assert letters[0]["value"] == repr(b"not an acker record")  # the raw record, as it was
+    assert all(d["acker.dlq.topic"] == config.acker_topic and d["acker.dlq.detail"] for d in letters)
+    assert sum(snapshot.dead_letters.values()) == len(bad)
+
+
+def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
+    common = [
+        "--bootstrap-servers", config.bootstrap_servers,
+        "--acker-topic", config.acker_topic,
+        "--group", config.group,
+        "--status-topic", config.status_topic,
+        "--outcome-prefix", config.outcome_prefix,
+        "--dlq-topic", config.dlq_topic,
+        "--partitions", "3",
+    ]  # fmt: skip
+    created = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "topics", "create", *common, "--spout", SPOUT],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert f"{config.acker_topic}\t3 partition(s)\tcreated" in created.stdout
+    assert f"{config.outcome_topic(SPOUT)}\t3 partition(s)\tcreated" in created.stdout
+    again = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "topics", "create", *common], capture_output=True, text=True, check=True
+    )
+    assert "exists" in again.stdout
+
+    config = replace(config, partitions=3)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = IdGenerator(4)
+        trees = {f"src/0/{i}": _tree_messages(f"src/0/{i}", ids) for i in range(200)}
+        send(config, [m for _, head, tail in trees.values() for m in (*head, *tail)])
+        reader.wait_for(trees, timeout_s=60)
+        reader.poll(1.5)  # a status round
+        registry = serve(service.service.snapshot, 0)
+        text = generate_latest(registry).decode()
+        status = subprocess.run(
+            [sys.executable, "-m", "acker.cli", "status", *common, "--json"], capture_output=True, text=True, check=True
+        )
+        table = subprocess.run(
+            [sys.executable, "-m", "acker.cli", "status", *common],
+            capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+    finally:
+        service.stop()
+        reader.close()
+    assert 'acker_outcomes_total{outcome="ack"} 200.0' in text
+    assert "acker_complete_latency_seconds_count 200.0" in text
+    assert 'acker_pending_trees{partition="0"} 0.0' in text
+    assert "acker_consumer_lag" in text
+    rows = json.loads(status.stdout)
+    assert [r["partition"] for r in rows] == [0, 1, 2]
+    assert all(r["status"]["instance"] == config.instance_id and r["status"]["pending"] == 0 for r in rows)
+    assert sum(r["status"]["counters"]["acked"] for r in rows) == 200
+    assert all(r["committed"] is not None and r["committed"] <= r["end"] for r in rows)
+    assert table.stdout.count(config.instance_id) == 3

@@ -1,0 +1,248 @@
+"""The local Kafka broker (acker.kafka.local_broker): a real broker that serves clients and leaves nothing
+running, however its owner ends (stop(), atexit, SIGINT/SIGTERM of the CLI, SIGKILL of the owner)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # where the type stubs export it (confluent_kafka.admin does not)
+
+from acker.kafka.local_broker import (
+    KAFKA_VERSION,
+    POM_PATH,
+    KafkaBrokerError,
+    LocalKafkaBroker,
+    kafka_tool_command,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def broker_jvms(marker: str | Path = "", *, parent: int | None = None) -> list[int]:
+    """Pids of live (non-zombie) kafka.Kafka processes whose command line mentions ``marker`` (e.g. a data
+    dir) and, if given, whose parent is ``parent``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if "kafka.Kafka" not in cmdline or str(marker) not in cmdline or state == "Z":
+            continue
+        if parent is None or ppid == parent:
+            pids.append(int(entry.name))
+    return pids
+
+
+def wait_until_gone(marker: str | Path, timeout: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := broker_jvms(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def produce_and_consume(bootstrap: str, topic: str, count: int, partitions: int) -> list[tuple[int, bytes]]:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=f"record-{i}".encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+    return consume(bootstrap, topic, count)
+
+
+def consume(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=count, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                partition, value = msg.partition(), msg.value()
+                assert partition is not None and value is not None
+                got.append((partition, value))
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def broker() -> Iterator[LocalKafkaBroker]:
+    with LocalKafkaBroker(num_partitions=2) as b:
+        yield b
+
+
+def test_serves_admin_producer_and_consumer_then_stops_without_a_trace(broker: LocalKafkaBroker) -> None:
+    assert broker.is_running()
+    host, port = broker.bootstrap_servers.rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) == broker.port
+    data_dir, pid = broker.data_dir, broker.pid
+    assert pid is not None and broker_jvms(data_dir) == [pid]
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    futures = admin.create_topics([NewTopic("events", num_partitions=3, replication_factor=1)])
+    futures["events"].result(timeout=30)
+    assert len(admin.list_topics(timeout=10).topics["events"].partitions) == 3
+
+    got = produce_and_consume(broker.bootstrap_servers, "events", count=9, partitions=3)
+    assert sorted(v for _, v in got) == sorted(f"record-{i}".encode() for i in range(9))
+    assert {p for p, _ in got} == {0, 1, 2}
+
+    # Auto-created topics get num_partitions.
+    produce_and_consume(broker.bootstrap_servers, "auto-created", count=2, partitions=2)
+    assert len(admin.list_topics(timeout=10).topics["auto-created"].partitions) == 2
+
+    # Kafka's own tools run from the same jars and see what the clients did.
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "tool-check"})
+    consumer.commit(offsets=[TopicPartition("events", 0, 2)], asynchronous=False)
+    consumer.close()
+    tool = kafka_tool_command(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        *("--bootstrap-server", broker.bootstrap_servers, "--describe", "--group", "tool-check"),
+    )
+    described = subprocess.run(tool, capture_output=True, text=True, timeout=60, check=True).stdout
+    row = next(line.split() for line in described.splitlines() if line.startswith("tool-check"))
+    assert row[:4] == ["tool-check", "events", "0", "2"]
+
+    broker.stop()
+    assert not broker.is_running() and broker.pid is None
+    assert not group_alive(pid)
+    assert broker_jvms(data_dir) == []
+    assert not data_dir.exists()
+    broker.stop()  # idempotent
+    with pytest.raises(KafkaBrokerError):
+        _ = broker.bootstrap_servers
+
+
+def test_pom_and_module_agree_on_the_kafka_version() -> None:
+    assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in POM_PATH.read_text()
+
+
+def test_restart_on_a_kept_data_dir_keeps_records_and_port(tmp_path: Path) -> None:
+    data_dir = tmp_path / "broker"
+    with LocalKafkaBroker(data_dir=data_dir) as first:
+        bootstrap = first.bootstrap_servers
+        produce_and_consume(bootstrap, "kept", count=3, partitions=1)
+    assert data_dir.is_dir() and broker_jvms(data_dir) == []
+    with LocalKafkaBroker(data_dir=data_dir) as second:
+        assert second.bootstrap_servers == bootstrap  # its port was still free
+        assert sorted(v for _, v in consume(second.bootstrap_servers, "kept", 3)) == [
+            b"record-0",
+            b"record-1",
+            b"record-2",
+        ]
+    assert broker_jvms(data_dir) == []
+
+
+def test_a_broker_that_cannot_start_raises_with_its_log_and_leaves_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "bad"
+    broker = LocalKafkaBroker(data_dir=data_dir, server_properties={"num.io.threads": "not-a-number"})
+    with pytest.raises(KafkaBrokerError, match=r"num\.io\.threads"):
+        broker.start()
+    assert not broker.is_running()
+    assert broker_jvms(data_dir) == []
+
+
+def python(*args: str) -> subprocess.Popen[str]:
+    """``sys.executable *args`` with this checkout importable."""
+    path = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+OWNER = """
+    import sys, time
+    from acker.kafka.local_broker import LocalKafkaBroker
+    broker = LocalKafkaBroker().start()
+    print(broker.pid, broker.data_dir, flush=True)
+    if "{mode}" == "hang":
+        time.sleep(600)
+"""
+
+
+def owner_broker(proc: subprocess.Popen[str]) -> tuple[int, Path]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read() if proc.stderr else "no output"
+    pid, data_dir = line.split(maxsplit=1)
+    return int(pid), Path(data_dir.strip())
+
+
+def test_atexit_stops_a_broker_its_owner_forgot() -> None:
+    proc = python("-c", textwrap.dedent(OWNER.format(mode="exit")))
+    pid, data_dir = owner_broker(proc)
+    assert proc.wait(timeout=60) == 0
+    assert not group_alive(pid)
+    assert broker_jvms(data_dir) == []
+    assert not data_dir.exists()
+
+
+def test_broker_dies_with_a_killed_owner() -> None:
+    proc = python("-c", textwrap.dedent(OWNER.format(mode="hang")))
+    pid, data_dir = owner_broker(proc)
+    try:
+        assert broker_jvms(data_dir) == [pid]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert wait_until_gone(data_dir) == []  # PR_SET_PDEATHSIG: the JVM got SIGTERM
+    finally:
+        for left in broker_jvms(data_dir):
+            os.kill(left, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_runs_until_interrupted(sig: signal.Signals) -> None:
+    proc = python("-m", "acker.kafka.local_broker", "--partitions", "2")
+    try:
+        assert proc.stdout is not None
+        bootstrap = proc.stdout.readline().strip()
+        assert bootstrap.startswith("127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        assert list(metadata.brokers) == [1]
+        (jvm,) = broker_jvms(parent=proc.pid)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        assert not group_alive(jvm)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,191 @@
+"""The acker service against a real Kafka broker: equivalence with offline replay, crash recovery, rebalances."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from acker.config import ServiceConfig
+from acker.core import TICK, Init, Message, Tracker, TrackerConfig
+from acker.core.ids import IdGenerator
+from acker.core.messages import Tick, TreeMessage
+from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
+from acker.replay import format_message, replay
+from acker.wire import decode_batch
+from acker.workload import WorkloadSpec, generate
+from tests.integration.helpers import (
+    OutcomeReader,
+    ServiceProcess,
+    ServiceThread,
+    acker_client,
+    create_acker_topics,
+    read_partition,
+    send,
+)
+
+SPOUT = "sentences"
+_NAMES = {"ack": "ACK", "failed": "FAILED", "timeout": "TIMEOUT"}
+
+
+def _tree_messages(msg_id: str, ids: IdGenerator, words: int = 4) -> tuple[int, list[TreeMessage], list[TreeMessage]]:
+    """A word-count tree: (anchor, [init, split ack], [word acks])."""
+    tree = SpoutTree(SPOUT, msg_id, ids)
+    sentence = InputTuple(tree.emit(), ids)
+    children = [InputTuple(anchored([sentence]), ids) for _ in range(words)]
+    head: list[TreeMessage] = [tree.init(), *sentence.ack()]
+    tail: list[TreeMessage] = [m for child in children for m in child.ack()]
+    return tree.anchor, head, tail
+
+
+def _replayed(config: ServiceConfig) -> dict[str, str]:
+    """Outcomes of `acker replay` (the reference tracker) on every partition of the acker topic as it is now."""
+    outcomes: dict[str, str] = {}
+    for partition in range(config.partitions):
+        lines: list[str] = []
+        last_tick: int | None = None
+        for offset, _ts, value in read_partition(config, config.acker_topic, partition):
+            block = decode_batch(value or b"")
+            for message, link in zip(block.to_messages(), block.values.tolist(), strict=True):
+                if isinstance(message, Tick):  # the tick chain: only ticks that continue it count
+                    if last_tick is not None and link != last_tick:
+                        continue
+                    last_tick = offset
+                lines.append(format_message(message))
+        out = io.StringIO()
+        assert replay(Tracker(TrackerConfig(config.buckets)), lines, out, io.StringIO()) == 0
+        for line in out.getvalue().splitlines():
+            obj = json.loads(line)
+            outcomes.setdefault(obj["msg_id"], "ACK" if obj["outcome"] == "ack" else obj["reason"].upper())
+    return outcomes
+
+
+def test_outcomes_through_kafka_equal_offline_replay(config: ServiceConfig) -> None:
+    config = replace(config, timeout_s=2.0)  # a tick every second: lost acks time out within 2-3 s
+    create_acker_topics(config)
+    workload = generate(WorkloadSpec(trees=3000, fail_rate=0.02, drop_rate=0.02, tick_every=10**9, spout=SPOUT))
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [m for m in workload.messages if not isinstance(m, Tick)])
+        reader.wait_for(workload.expected, timeout_s=90)
+    except AssertionError:
+        snapshot = service.service.snapshot()
+        raise AssertionError(
+            f"service state: {snapshot.counters}, pending {snapshot.pending}; "
+            f"reader: {len(reader.seen)} seen, assignment {reader.consumer.assignment()}"
+        ) from None
+    finally:
+        service.stop()
+    reader.poll(1.0)
+    reader.close()
+    got = {msg_id: seen[0] for msg_id, seen in reader.seen.items()}
+    assert all(len(set(seen)) == 1 for seen in reader.seen.values())  # duplicates, if any, agree
+    assert got == {m: _NAMES[e] for m, e in workload.expected.items()}
+    assert _replayed(config) == got
+
+
+def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config: ServiceConfig, tmp_path: Path) -> None:
+    timeout = 20.0
+    config = replace(config, timeout_s=timeout, commit_interval_s=0.2)
+    create_acker_topics(config)
+    ids = IdGenerator(21)
+    complete = {f"src/0/{i}": _tree_messages(f"src/0/{i}", ids) for i in range(300)}
+    lossy = {f"src/1/{i}": _tree_messages(f"src/1/{i}", ids) for i in range(20)}
+    canary = {f"src/2/{i}": _tree_messages(f"src/2/{i}", ids) for i in range(20)}
+    reader = OutcomeReader(config, [SPOUT])
+    first = ServiceProcess(config, str(tmp_path / "first.log"))
+    second: ServiceProcess | None = None
+    try:
+        started = time.monotonic()
+        send(config, [m for _, head, _ in [*complete.values(), *lossy.values()] for m in head])
+        send(config, [m for _, head, tail in canary.values() for m in (*head, *tail)])
+        reader.wait_for(canary, timeout_s=60)  # the first instance is serving: the pending trees are in its state
+        time.sleep(1.0)  # several commit intervals: recovery offsets are committed
+        first.kill()
+        assert not {m for m in complete if m in reader.seen}  # nothing completed before its last acks
+        second = ServiceProcess(config, str(tmp_path / "second.log"))
+        send(config, [m for _, _, tail in complete.values() for m in tail])
+        send(config, [m for _, _, tail in lossy.values() for m in tail[1:]])  # one word ack of each is lost
+        reader.wait_for(complete, timeout_s=60)
+        assert all(set(reader.seen[m]) == {"ACK"} for m in complete), "a pending tree did not survive the crash"
+        assert time.monotonic() - started < timeout, "the test was too slow to prove anything about early expiry"
+        reader.wait_for(lossy, timeout_s=60)
+        expired_after = time.monotonic() - started
+        assert all(set(reader.seen[m]) == {"TIMEOUT"} for m in lossy)
+        assert expired_after >= timeout * 0.95, f"lossy trees expired after {expired_after:.1f}s < T={timeout}s"
+    finally:
+        if second is not None:
+            assert second.stop() == 0
+        reader.close()
+
+
+def test_instances_join_and_leave_under_load_without_losing_or_rushing_trees(config: ServiceConfig) -> None:
+    config = replace(config, partitions=6, timeout_s=60.0)
+    create_acker_topics(config)
+    ids = IdGenerator(5)
+    reader = OutcomeReader(config, [SPOUT])
+    instances = [ServiceThread(replace(config, instance_id="a"))]
+    trees: dict[str, tuple[int, list[TreeMessage], list[TreeMessage]]] = {}
+    held = {f"held/0/{i}": _tree_messages(f"held/0/{i}", ids) for i in range(50)}
+    send(config, [m for _, head, tail in held.values() for m in (*head, *tail[1:])])  # last word ack withheld
+    stop_feeding = threading.Event()
+
+    client = acker_client(config)
+
+    def feed() -> None:
+        n = 0
+        backlog: list[list[TreeMessage]] = []
+        while not stop_feeding.is_set():
+            batch = {f"src/0/{n + i}": _tree_messages(f"src/0/{n + i}", ids) for i in range(100)}
+            n += 100
+            trees.update(batch)
+            send(config, [m for _, head, _ in batch.values() for m in head], client)
+            if backlog:  # the word acks of the previous batch: trees stay pending across the rebalances
+                send(config, backlog.pop(), client)
+            backlog.append([m for _, _, tail in batch.values() for m in tail])
+            time.sleep(0.2)
+        for tail in backlog:
+            send(config, tail, client)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        time.sleep(3)
+        instances.append(ServiceThread(replace(config, instance_id="b")))
+        time.sleep(3)
+        instances.append(ServiceThread(replace(config, instance_id="c")))
+        time.sleep(3)
+        instances.pop(0).stop()  # a leaves: its partitions move with their recovery offsets
+        time.sleep(3)
+    finally:
+        stop_feeding.set()
+        feeder.join()
+    reader.wait_for(trees, timeout_s=90)
+    assert not {m for m in held if m in reader.seen}, "a tree was acked before its last ack was sent"
+    send(config, [tail[0] for _, _, tail in held.values()])
+    reader.wait_for(held, timeout_s=60)
+    for instance in instances:
+        instance.stop()
+    wrong = {m: seen for m, seen in reader.seen.items() if set(seen) != {"ACK"}}
+    assert not wrong, f"{len(wrong)} trees with a wrong outcome, e.g. {list(wrong.items())[:3]}"
+    assert len(trees) > 1000
+
+
+def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> None:
+    """Client batching keeps every message: the records of the acker topic decode to exactly what was sent."""
+    create_acker_topics(config)
+    ids = IdGenerator(3)
+    sent: list[Message] = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(5000)]
+    send(config, sent)  # type: ignore[arg-type]
+    received = [
+        m
+        for p in range(config.partitions)
+        for _, _, value in read_partition(config, config.acker_topic, p)
+        for m in decode_batch(value or b"").to_messages()
+    ]
+    assert sorted(map(repr, received)) == sorted(map(repr, sent))
+    assert TICK not in received
