@@ -28,6 +28,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.columnar.block import Code
+from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
 from acker.core.tracker import Counters
 from acker.errors import AckerError
@@ -59,6 +60,7 @@ class _Retired:
 class AckerService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
+        BlockTracker.warm_up()  # before joining the group: no record waits for the compiler
         self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
         self._states: dict[int, PartitionState] = {}
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
@@ -104,7 +106,9 @@ class AckerService:
 
     def step(self, timeout_s: float) -> int:
         """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
-        records = self.consumer.consume(num_messages=1000, timeout=timeout_s)
+        # A batch consume waits until the batch is full or the timeout passes: take what is there at once, and wait
+        # only for a first record when there is nothing.
+        records = self.consumer.consume(num_messages=1000, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
         for record in records:
             self._handle(record)
         now = time.time()

@@ -102,6 +102,7 @@ def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.nda
     raw = record[name]
     if len(raw) % width:
         raise WireError("bad-column", f"column {name!r} has {len(raw)} bytes, not a multiple of {width}")
+    # A writable native copy (a few microseconds a record): the compiled tracker then sees one array type only.
     return np.frombuffer(raw, dtype=dtype).astype(dtype[1:] if dtype[0] == "<" else dtype)
 
 

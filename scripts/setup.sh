@@ -14,8 +14,17 @@ stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: creating .venv and installing the package with its test and development tools" >&2
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e '.[dev]'; } \
+      >.venv/install.log 2>&1; then
+    cat .venv/install.log >&2
+    echo "setup: installing the package failed (log above, kept in .venv/install.log)" >&2
+    exit 1
+  fi
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# The integration tests, the demo and the benchmarks start a real Kafka broker from Maven Central jars.
+for tool in java mvn; do
+  command -v "$tool" >/dev/null 2>&1 || echo "setup: warning: '$tool' is not on PATH: the local Kafka broker needs Java 17+ and Maven" >&2
+done

@@ -16,6 +16,7 @@ import numpy as np
 
 from acker.columnar import _kernels as k
 from acker.columnar.block import MessageBlock, OutcomeBlock, Source
+from acker.core.messages import TICK, Ack, Init
 from acker.core.tracker import Counters, TrackerConfig
 
 _MIN_SHIFT_CAPACITY = 1 << 10
@@ -77,6 +78,15 @@ class BlockTracker:
             mapped[local] = index
         return mapped
 
+    @staticmethod
+    def warm_up() -> None:
+        """Compile (or load from the on-disk cache) every compiled loop now rather than on the first record."""
+        block = MessageBlock.from_messages([Init(1, "s", "t/0/0", 1), Ack(1, 1), TICK])
+        tracker = BlockTracker()
+        tracker.process(block)
+        tracker.oldest_needed(0)
+        tracker._resize_for(4 * tracker.capacity)
+
     def oldest_needed(self, position: int) -> int:
         """The offset from which a replay rebuilds every pending tree: the lowest offset of a record that opened a
         still-pending entry, or ``position`` (the next offset to read) when nothing is pending."""
@@ -90,8 +100,11 @@ class BlockTracker:
         """
         n = len(block)
         self._resize_for(n)
-        ticks = int(np.count_nonzero(block.kinds == k.K_TICK))
-        room = n if ticks == 0 else n + int(self._state[k.S_PENDING]) + len(block.init_offset)
+        # Every outcome is of a tree whose init was seen: pending before the block, or initialised in it. Without
+        # a tick, each also needs a message of the block.
+        room = int(self._state[k.S_PENDING]) + len(block.init_offset)
+        if not np.any(block.kinds == k.K_TICK):
+            room = min(n, room)
         out = np.empty((room, k.OUT_COLUMNS), np.int64)
         cfg = self.config
         produced = k.process(

@@ -1,0 +1,244 @@
+"""Service benchmark: acker messages per second through a real broker, next to a plain consumer.
+
+Run: ``.venv/bin/python -m benchmarks.service_bench [--quick]`` (starts a local broker unless
+``--bootstrap-servers`` names one). Prints a Markdown table.
+
+1. Load: word-count trees (1 init + 1 sentence ack + 5 word acks each) are encoded into acker records of
+   ``--batch`` messages, each record holding whole trees, and produced to a fresh acker topic.
+2. Baseline, same run: a plain confluent-kafka consumer reads every record of the topic (touching each value).
+3. The service (one `AckerService` in this process, the same code as ``acker run``) reads the same records and
+   decides every tree; throughput runs from its first record to the last outcome decided.
+4. Latency at half the measured maximum rate: records are produced at that rate to a second topic, a live service
+   decides them, and a reader takes each outcome record; latency is from producing a record to reading the
+   outcome it decided (end to end: acker, outcome producer, broker, reader). p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+from confluent_kafka import Consumer, Producer
+
+from acker.columnar import MessageBlock
+from acker.columnar.block import Kind
+from acker.config import ServiceConfig
+from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.provision import kafka_cluster
+from acker.service import AckerService
+from acker.status import read_status
+from acker.wire import decode_batch, decode_outcomes, encode_batch
+
+
+def _records(trees: int, batch: int, partitions: int, rng: np.random.Generator, first: int = 0) -> list[list[bytes]]:
+    """Per partition, record values of about ``batch`` messages holding whole word-count trees (vectorised)."""
+    words = 5
+    per_tree = 2 + words
+    anchors = rng.integers(1, 2**63 - 1, size=trees, dtype=np.int64) * rng.choice([-1, 1], size=trees)
+    root = rng.integers(1, 2**63 - 1, size=trees, dtype=np.int64)
+    word_edges = rng.integers(1, 2**63 - 1, size=(trees, words), dtype=np.int64)
+    values = np.empty((trees, per_tree), np.int64)
+    values[:, 0] = root  # init: the root tuple's edge
+    values[:, 1] = root ^ np.bitwise_xor.reduce(word_edges, axis=1)  # split: done, created the words
+    values[:, 2:] = word_edges  # each count: done
+    kinds = np.tile(np.array([Kind.INIT] + [Kind.ACK] * (per_tree - 1), np.uint8), trees)
+    offsets = np.arange(first, first + trees, dtype=np.int64)
+    partition = np.abs(np.fmod(anchors, partitions))
+    out: list[list[bytes]] = []
+    per_record = max(1, batch // per_tree)
+    for p in range(partitions):
+        mine = np.flatnonzero(partition == p)
+        values_p = []
+        for start in range(0, len(mine), per_record):
+            chosen = mine[start : start + per_record]
+            block = MessageBlock(
+                kinds[: len(chosen) * per_tree],
+                np.repeat(anchors[chosen], per_tree),
+                values[chosen].reshape(-1),
+                np.zeros(len(chosen), np.int32),
+                offsets[chosen],
+                [("sentences", "sentences/0")],
+            )
+            values_p.append(encode_batch(block))
+        out.append(values_p)
+    return out
+
+
+def _produce_all(bootstrap: str, topic: str, records: list[list[bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+    for p, values in enumerate(records):
+        for value in values:
+            while True:
+                try:
+                    producer.produce(topic, value, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"plain-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    assigned = threading.Event()
+    consumer.subscribe([topic], on_assign=lambda c, parts: assigned.set())
+    seen, size = 0, 0
+    while not assigned.is_set():
+        seen += len(consumer.consume(1, timeout=0.1))  # joins the group
+    started = time.perf_counter()
+    while seen < records:
+        batch = consumer.consume(1000, timeout=0.5)
+        for record in batch:
+            if record.error() is None:
+                size += len(record.value() or b"")
+                seen += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def _service_run(config: ServiceConfig, trees: int) -> float:
+    service = AckerService(config)
+    service.consumer.subscribe([config.acker_topic], on_assign=service._on_assign, on_revoke=service._on_revoke)
+    while not service._states:
+        service.step(timeout_s=0.1)  # joins the group
+    started = time.perf_counter()
+    while service.snapshot().counters.acked < trees:
+        service.step(timeout_s=0.2)
+    elapsed = time.perf_counter() - started
+    service.consumer.close()
+    service.producer.flush(30)
+    return elapsed
+
+
+def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: float) -> list[float]:
+    """Produce ``records`` at ``rate_records``/s to an `acker run` process; return end-to-end latencies in ms.
+
+    The service runs in its own process, as in production, so that the load generator does not share its GIL.
+    """
+    args = [sys.executable, "-m", "acker.cli", "run", "--bootstrap-servers", config.bootstrap_servers,
+            "--acker-topic", config.acker_topic, "--group", config.group, "--outcome-prefix", config.outcome_prefix,
+            "--dlq-topic", config.dlq_topic, "--status-topic", config.status_topic, "--metrics-port", "0",
+            "--status-interval-s", "0.5", "--timeout-s", "300", "--log-level", "WARNING"]  # fmt: skip
+    service = subprocess.Popen(args)
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_status(config, timeout_s=2)) < config.partitions:  # every partition owned and serving
+            assert time.monotonic() < deadline, "the service did not start"
+            time.sleep(0.5)
+        reader = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"lat-{uuid.uuid4().hex}",
+                           "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5})  # fmt: skip
+        reader.subscribe([config.outcome_topic("sentences")])
+        while not reader.assignment():
+            reader.consume(1, timeout=0.1)
+        producer = Producer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 0})
+        sent: dict[int, float] = {}  # first anchor of a record → when it was produced
+        latencies: list[float] = []
+
+        def drain(timeout: float) -> None:
+            for record in reader.consume(100, timeout=timeout):
+                if record.error() is None:
+                    decoded = decode_outcomes(record.value() or b"")
+                    t0 = sent.pop(decoded.anchors[0], None)  # records hold whole trees, decided in order
+                    if t0 is not None:
+                        latencies.append((time.perf_counter() - t0) * 1000)
+
+        flat = [(p, values[i]) for i in range(max(map(len, records))) for p, values in enumerate(records)
+                if i < len(values)]  # fmt: skip
+        warm_up = int(rate_records)  # the first second is not measured
+        begin = time.perf_counter()
+        for i, (p, value) in enumerate(flat):
+            if i == warm_up:
+                latencies.clear()
+            while (wait := begin + i / rate_records - time.perf_counter()) > 0:
+                drain(min(wait, 0.005))
+            sent[int(decode_batch(value).anchors[0])] = time.perf_counter()
+            producer.produce(config.acker_topic, value, partition=p)
+            producer.poll(0)
+        producer.flush(30)
+        deadline = time.monotonic() + 10
+        while sent and time.monotonic() < deadline:
+            drain(0.05)
+        reader.close()
+        return latencies
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(60)
+
+
+@contextlib.contextmanager
+def _cluster(bootstrap: str | None) -> Iterator[str]:
+    with kafka_cluster(bootstrap, use_docker=False) as cluster:
+        yield cluster.bootstrap_servers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trees", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=8192, help="acker messages per record (throughput)")
+    parser.add_argument(
+        "--latency-batch", type=int, default=None, help="acker messages per record (latency; default: --batch)"
+    )
+    parser.add_argument("--latency-s", type=float, default=None, help="duration of the latency phase")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    trees = args.trees or (50_000 if args.quick else 300_000)
+    repeat = 1 if args.quick else args.repeat
+    rng = np.random.default_rng(1)
+    records = _records(trees, args.batch, args.partitions, rng)
+    n_records = sum(len(r) for r in records)
+    messages = trees * 7
+    with _cluster(args.bootstrap_servers) as bootstrap:
+        plain, acker = [], []
+        for run in range(repeat):
+            topic = f"bench-{uuid.uuid4().hex[:8]}"
+            config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=topic, group=f"g-{topic}",
+                                   outcome_prefix=f"out-{topic}.", dlq_topic=f"dlq-{topic}",
+                                   status_topic=f"status-{topic}", partitions=args.partitions, metrics_port=0,
+                                   timeout_s=300)  # fmt: skip
+            create_topics(config.client(), [TopicSpec(topic, args.partitions),
+                                            TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
+            _produce_all(bootstrap, topic, records)
+            plain.append(_plain_consumer(bootstrap, topic, n_records))
+            acker.append(_service_run(config, trees))
+            print(f"run {run + 1}: plain {messages / plain[-1]:,.0f} msg/s, acker {messages / acker[-1]:,.0f} msg/s")
+        plain_rate = messages / statistics.median(plain)
+        acker_rate = messages / statistics.median(acker)
+        topic = f"lat-{uuid.uuid4().hex[:8]}"
+        config = replace(
+            config, acker_topic=topic, group=f"g-{topic}", outcome_prefix=f"out-{topic}.", status_topic=f"st-{topic}"
+        )
+        create_topics(config.client(), [TopicSpec(topic, args.partitions),
+                                        TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
+        seconds = args.latency_s or (3 if args.quick else 10)
+        lat_trees = int(acker_rate / 2 * seconds / 7)
+        lat_records = _records(lat_trees, args.latency_batch or args.batch, args.partitions, rng, first=trees)
+        half_rate_records = sum(map(len, lat_records)) / seconds
+        latencies = _latency(config, lat_records, half_rate_records)
+    lat = np.array(latencies)
+    print(f"\nworkload: {trees:,} word-count trees = {messages:,} acker messages in {n_records:,} records of "
+          f"~{args.batch:,}; {args.partitions} partitions; median of {repeat} run(s)\n")  # fmt: skip
+    print("| measure | acker messages/s | ratio |")
+    print("|---|---:|---:|")
+    print(f"| plain confluent-kafka consumer, same records | {plain_rate:,.0f} | 1.00 |")
+    print(f"| acker service (one process) | {acker_rate:,.0f} | {acker_rate / plain_rate:.2f} |")
+    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+    print(f"\ncomplete latency at half that rate ({acker_rate / 2:,.0f} msg/s, {half_rate_records:,.1f} records/s),")
+    print(f"end to end, {len(lat):,} records: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Configuration: precedence, types, pass-through and redaction."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from acker.config import ServiceConfig, add_arguments, load
+from acker.errors import ConfigError
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults() -> None:
+    config = load(_parse(), environ={})
+    assert config == ServiceConfig()
+    assert config.tick_interval_s == 15.0  # T / (buckets - 1)
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
+    path = tmp_path / "acker.toml"
+    path.write_text('buckets = 4\ntimeout_s = 9\ngroup = "from-file"\n[kafka]\n"security.protocol" = "SSL"\n')
+    config = load(
+        _parse("--config", str(path), "--group", "from-flag", "--kafka", "sasl.password=s3cret"),
+        environ={"ACKER_TIMEOUT_S": "12", "ACKER_GROUP": "from-env", "ACKER_KAFKA_SASL_MECHANISM": "PLAIN"},
+    )
+    assert (config.buckets, config.timeout_s, config.group) == (4, 12.0, "from-flag")
+    assert config.kafka == {"security.protocol": "SSL", "sasl.mechanism": "PLAIN", "sasl.password": "s3cret"}
+    assert config.client()["bootstrap.servers"] == "127.0.0.1:9092"
+    assert config.client()["sasl.password"] == "s3cret"
+    assert config.redacted()["kafka"]["sasl.password"] == "***"
+    assert "s3cret" not in repr(config.redacted())
+
+
+def test_booleans_and_the_tracker_config() -> None:
+    config = load(_parse("--relocate-on-update", "--high-water", "10"), environ={})
+    tracker = config.tracker_config()
+    assert tracker.relocate_on_update and tracker.high_water == 10
+    assert load(_parse(), environ={"ACKER_RELOCATE_ON_UPDATE": "yes"}).relocate_on_update
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        (("--buckets", "1"), {}, "buckets must be at least 2"),
+        (("--buckets", "three"), {}, "cannot read 'three' as int"),
+        ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, "cannot read"),
+        (("--timeout-s", "0"), {}, "timeout_s must be positive"),
+        (("--kafka", "no-equals-sign"), {}, "KEY=VALUE"),
+        (("--config", "/nonexistent.toml"), {}, "cannot read configuration file"),
+    ],
+)
+def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(_parse(*argv), environ=environ)
+
+
+def test_unknown_setting_in_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "acker.toml"
+    path.write_text("bukets = 3\n")
+    with pytest.raises(ConfigError, match="unknown setting 'bukets'"):
+        load(_parse("--config", str(path)), environ={})
+
+
+def test_help_names_the_environment_variable_of_every_flag() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    for name in ("ACKER_BOOTSTRAP_SERVERS", "ACKER_TIMEOUT_S", "ACKER_HIGH_WATER", "ACKER_KAFKA_<KEY>", "ACKER_CONFIG"):
+        assert name in text.replace("\n", "").replace(" ", "")
