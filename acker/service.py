@@ -31,6 +31,7 @@ from acker.columnar.block import Code
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
 from acker.core.tracker import Counters
+from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.metrics import LatencyHistogram, Snapshot
@@ -67,7 +68,8 @@ class AckerService:
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()
-        self._delivery_error: KafkaError | None = None
+        self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
+        self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._next_commit = 0.0
         self._next_status = 0.0
@@ -99,7 +101,7 @@ class AckerService:
         try:
             while not stop.is_set():
                 self.step(timeout_s=0.1)
-            self._commit(force=True)
+            self._commit_now()
         finally:
             self.consumer.close()  # revokes (and commits) what is still assigned
             self.producer.flush(10)
@@ -114,14 +116,14 @@ class AckerService:
         now = time.time()
         self._tick(int(now * 1000))
         if now >= self._next_commit:
-            self._commit()
+            self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
+        self._commit_passed()
         if now >= self._next_status:
             self._publish_status(now)
             self._next_status = now + self.config.status_interval_s
         self.producer.poll(0)
-        if self._delivery_error is not None:
-            raise ServiceError(f"an outcome could not be delivered: {self._delivery_error}")
+        self._check_deliveries()
         return len(records)
 
     # -- records --------------------------------------------------------------------------------------------
@@ -166,11 +168,11 @@ class AckerService:
             )
             self._known_topics.add(topic)
         value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=offset)
-        self._produce(topic, value, key=str(partition).encode(), on_delivery=self._outcome_delivered)
+        self._produce(topic, value, key=str(partition).encode(), on_delivery=self._deliveries.track())
 
-    def _outcome_delivered(self, error: KafkaError | None, _record: Message) -> None:
-        if error is not None and self._delivery_error is None:
-            self._delivery_error = error
+    def _check_deliveries(self) -> None:
+        if self._deliveries.failure is not None:
+            raise ServiceError(f"an outcome or dead letter could not be delivered: {self._deliveries.failure}")
 
     def _dead_letter(self, record: Message, reason: str, detail: str) -> None:
         self._dead_letters[reason] += 1
@@ -190,7 +192,7 @@ class AckerService:
             record.value(),
             key=record.key(),
             headers=headers,
-            on_delivery=self._outcome_delivered,
+            on_delivery=self._deliveries.track(),
         )
 
     def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
@@ -215,20 +217,43 @@ class AckerService:
 
             self._produce(self.config.acker_topic, encode_tick(after), partition=partition, on_delivery=delivered)
 
-    def _commit(self, force: bool = False, partitions: list[int] | None = None) -> None:
+    def _offsets(self, partitions: list[int] | None = None) -> list[TopicPartition]:
         chosen = self._states if partitions is None else {p: self._states[p] for p in partitions if p in self._states}
         offsets = []
         for partition, state in chosen.items():
             offset = state.recovery_offset()
             if offset is not None:
                 offsets.append(TopicPartition(self.config.acker_topic, partition, offset))
+        return offsets
+
+    def _plan_commit(self) -> None:
+        """Take the recovery offsets now; they are committed once what was produced before them is delivered."""
+        offsets = self._offsets()
+        if offsets:
+            self._commits.append((self._deliveries.barrier(), offsets))
+
+    def _commit_passed(self) -> None:
+        ready: dict[int, TopicPartition] = {}
+        while self._commits and self._deliveries.passed(self._commits[0][0]):
+            for tp in self._commits.pop(0)[1]:
+                if tp.partition in self._states:
+                    ready[tp.partition] = tp  # a later plan supersedes an earlier one
+        if ready:
+            self._check_deliveries()
+            try:
+                self.consumer.commit(offsets=list(ready.values()), asynchronous=True)
+            except Exception as error:
+                log.warning("commit of %s failed: %s", sorted((t.partition, t.offset) for t in ready.values()), error)
+
+    def _commit_now(self, partitions: list[int] | None = None) -> None:
+        """Flush, then commit synchronously (on revoke and on stop)."""
+        offsets = self._offsets(partitions)
         if not offsets:
             return
-        undelivered = self.producer.flush(30 if force else 5)
-        if self._delivery_error is not None:
-            raise ServiceError(f"an outcome could not be delivered: {self._delivery_error}")
+        undelivered = self.producer.flush(30)
+        self._check_deliveries()
         if undelivered:
-            log.warning("%d outcome records still undelivered: commit postponed", undelivered)
+            log.warning("%d records still undelivered: commit of %s skipped", undelivered, offsets)
             return
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
@@ -292,7 +317,7 @@ class AckerService:
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._commit(force=True, partitions=[tp.partition for tp in partitions])
+        self._commit_now([tp.partition for tp in partitions])
         self._drop(partitions)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
 

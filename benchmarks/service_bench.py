@@ -8,9 +8,10 @@ Run: ``.venv/bin/python -m benchmarks.service_bench [--quick]`` (starts a local 
 2. Baseline, same run: a plain confluent-kafka consumer reads every record of the topic (touching each value).
 3. The service (one `AckerService` in this process, the same code as ``acker run``) reads the same records and
    decides every tree; throughput runs from its first record to the last outcome decided.
-4. Latency at half the measured maximum rate: records are produced at that rate to a second topic, a live service
-   decides them, and a reader takes each outcome record; latency is from producing a record to reading the
-   outcome it decided (end to end: acker, outcome producer, broker, reader). p50/p99.
+4. Latency at 10%, 25% and 50% of the measured maximum rate: records are produced at that rate to a fresh topic,
+   an ``acker run`` process decides them, and a reader takes each outcome record; latency is from producing a
+   record to reading the outcome it decided (end to end: broker, acker, outcome producer, broker, reader), after a
+   first second of warm-up. p50/p99. The load generator, the broker and the service share the machine's cores.
 """
 
 from __future__ import annotations
@@ -217,27 +218,36 @@ def main() -> None:
             print(f"run {run + 1}: plain {messages / plain[-1]:,.0f} msg/s, acker {messages / acker[-1]:,.0f} msg/s")
         plain_rate = messages / statistics.median(plain)
         acker_rate = messages / statistics.median(acker)
-        topic = f"lat-{uuid.uuid4().hex[:8]}"
-        config = replace(
-            config, acker_topic=topic, group=f"g-{topic}", outcome_prefix=f"out-{topic}.", status_topic=f"st-{topic}"
-        )
-        create_topics(config.client(), [TopicSpec(topic, args.partitions),
-                                        TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
-        seconds = args.latency_s or (3 if args.quick else 10)
-        lat_trees = int(acker_rate / 2 * seconds / 7)
-        lat_records = _records(lat_trees, args.latency_batch or args.batch, args.partitions, rng, first=trees)
-        half_rate_records = sum(map(len, lat_records)) / seconds
-        latencies = _latency(config, lat_records, half_rate_records)
-    lat = np.array(latencies)
+        latency_rows = []
+        seconds = args.latency_s or (3 if args.quick else 8)
+        for fraction in (0.1, 0.25, 0.5):
+            topic = f"lat-{uuid.uuid4().hex[:8]}"
+            config = replace(
+                config,
+                acker_topic=topic,
+                group=f"g-{topic}",
+                outcome_prefix=f"out-{topic}.",
+                status_topic=f"st-{topic}",
+            )
+            create_topics(config.client(), [TopicSpec(topic, args.partitions),
+                                            TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
+            lat_trees = int(acker_rate * fraction * (seconds + 1) / 7)
+            lat_records = _records(lat_trees, args.latency_batch or args.batch, args.partitions, rng, first=trees)
+            rate_records = sum(map(len, lat_records)) / (seconds + 1)
+            lat = np.array(_latency(config, lat_records, rate_records))
+            latency_rows.append(
+                (fraction, acker_rate * fraction, rate_records, len(lat), *np.percentile(lat, [50, 99]))
+            )
     print(f"\nworkload: {trees:,} word-count trees = {messages:,} acker messages in {n_records:,} records of "
           f"~{args.batch:,}; {args.partitions} partitions; median of {repeat} run(s)\n")  # fmt: skip
     print("| measure | acker messages/s | ratio |")
     print("|---|---:|---:|")
     print(f"| plain confluent-kafka consumer, same records | {plain_rate:,.0f} | 1.00 |")
     print(f"| acker service (one process) | {acker_rate:,.0f} | {acker_rate / plain_rate:.2f} |")
-    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
-    print(f"\ncomplete latency at half that rate ({acker_rate / 2:,.0f} msg/s, {half_rate_records:,.1f} records/s),")
-    print(f"end to end, {len(lat):,} records: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    print("\n| load (share of the maximum) | acker messages/s | records/s | records measured | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for fraction, msgs, recs, count, p50, p99 in latency_rows:
+        print(f"| {fraction:.0%} | {msgs:,.0f} | {recs:,.1f} | {count:,} | {p50:.1f} | {p99:.1f} |")
 
 
 if __name__ == "__main__":

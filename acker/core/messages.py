@@ -50,7 +50,7 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Anchor:
+class _TupleUpdate:
     anchor: int
     tuple_id: int
 
@@ -60,17 +60,17 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True)
-class Ok:
-    anchor: int
-    tuple_id: int
-
-    def __post_init__(self) -> None:
-        check_id(self.anchor, "anchor")
-        check_id(self.tuple_id, "tuple id")
+class Anchor(_TupleUpdate):
+    """A tuple was created in the tree (FsShelter's form)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Fail:
+class Ok(_TupleUpdate):
+    """A tuple of the tree completed (FsShelter's form)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _TreeSignal:
     anchor: int
 
     def __post_init__(self) -> None:
@@ -78,11 +78,13 @@ class Fail:
 
 
 @dataclass(frozen=True, slots=True)
-class ResetTimeout:
-    anchor: int
+class Fail(_TreeSignal):
+    """A tuple of the tree failed."""
 
-    def __post_init__(self) -> None:
-        check_id(self.anchor, "anchor")
+
+@dataclass(frozen=True, slots=True)
+class ResetTimeout(_TreeSignal):
+    """The tree's timeout starts again."""
 
 
 @dataclass(frozen=True, slots=True)
