@@ -25,6 +25,7 @@ import fastavro
 import numpy as np
 
 from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock
+from acker.columnar.block import split_msg_id as _split
 from acker.errors import AckerError
 
 MAGIC = b"AK"
@@ -179,4 +180,33 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
     ]
     return OutcomeRecord(
         r["spout"], r["acker_partition"], r["acker_offset"], r["outcomes"], r["anchors"], msg_ids, r["latency_ms"]
+    )
+
+
+def encode_outcome_rows(spout: str, rows: list[tuple[str, int, str, int]]) -> bytes:
+    """An outcome record written by a spout itself, not by an acker: rows of (outcome, anchor, msg_id, latency ms).
+
+    A spout decides alone for records that start no tree (untracked mode, or nothing emitted: fully processed at
+    once) and for trees whose init could not be delivered (failed). ``acker_partition`` is -1 in such records.
+    """
+    sources: dict[str, int] = {}
+    index, offsets = [], []
+    for _, _, msg_id, _ in rows:
+        source, offset = _split(msg_id)
+        index.append(sources.setdefault(source, len(sources)))
+        offsets.append(offset)
+    return _write(
+        OUTCOME_BATCH_SCHEMA,
+        _PREFIX_OUTCOMES,
+        {
+            "spout": spout,
+            "acker_partition": -1,
+            "acker_offset": -1,
+            "outcomes": [outcome for outcome, _, _, _ in rows],
+            "anchors": [anchor for _, anchor, _, _ in rows],
+            "sources": list(sources),
+            "source_index": index,
+            "offsets": offsets,
+            "latency_ms": [latency for _, _, _, latency in rows],
+        },
     )

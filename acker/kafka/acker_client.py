@@ -17,10 +17,10 @@ from confluent_kafka import Message as KafkaMessage
 
 from acker.columnar.block import MessageBlock
 from acker.core.ids import partition_of
-from acker.core.messages import Message, TreeMessage
+from acker.core.messages import TreeMessage
 from acker.wire import encode_batch
 
-DeliveryFailure = Callable[[int, list[Message], KafkaError], None]
+DeliveryFailure = Callable[[int, list[TreeMessage], KafkaError], None]
 
 
 class AckerClient:
@@ -38,7 +38,7 @@ class AckerClient:
     ) -> None:
         self.producer, self.topic, self.partitions = producer, topic, partitions
         self.linger_s, self.max_batch = linger_s, max_batch
-        self._buffers: list[list[Message]] = [[] for _ in range(partitions)]
+        self._buffers: list[list[TreeMessage]] = [[] for _ in range(partitions)]
         self._first_at = [0.0] * partitions
         self._on_failure = on_failure
 
@@ -73,9 +73,9 @@ class AckerClient:
     def _flush_partition(self, partition: int) -> None:
         messages = self._buffers[partition]
         self._buffers[partition] = []
-        self._produce(partition, encode_batch(MessageBlock.from_messages(messages)), messages)
+        self._produce(partition, encode_batch(MessageBlock.from_messages(list(messages))), messages)
 
-    def _produce(self, partition: int, value: bytes, messages: list[Message], on_delivery: Any = None) -> None:
+    def _produce(self, partition: int, value: bytes, messages: list[TreeMessage], on_delivery: Any = None) -> None:
         def delivered(error: KafkaError | None, record: KafkaMessage) -> None:
             if error is not None and self._on_failure is not None:
                 self._on_failure(partition, messages, error)

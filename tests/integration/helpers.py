@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -22,11 +23,15 @@ from acker.service import AckerService
 from acker.wire import decode_outcomes
 
 
-class ServiceThread:
-    """An acker instance in a thread of the test process."""
+class Runnable(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
 
-    def __init__(self, config: ServiceConfig) -> None:
-        self.service = AckerService(config)
+
+class Running:
+    """A service, spout or bolt running in a thread of the test process until `stop`."""
+
+    def __init__(self, runnable: Runnable) -> None:
+        self.runnable = runnable
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -34,16 +39,24 @@ class ServiceThread:
 
     def _run(self) -> None:
         try:
-            self.service.run(self.stop_event)
+            self.runnable.run(self.stop_event)
         except BaseException as error:  # reported by stop()
             self.error = error
 
     def stop(self, timeout_s: float = 60.0) -> None:
         self.stop_event.set()
         self.thread.join(timeout_s)
-        assert not self.thread.is_alive(), "the service did not stop"
+        assert not self.thread.is_alive(), "it did not stop"
         if self.error is not None:
             raise self.error
+
+
+class ServiceThread(Running):
+    """An acker instance in a thread of the test process."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.service = AckerService(config)
+        super().__init__(self.service)
 
 
 class ServiceProcess:

@@ -1,0 +1,213 @@
+"""The bolt: processes an input topic, emits anchored messages downstream, and acks or fails its inputs.
+
+Storm's reliability API over Kafka. Each input message carries its tree ids in the anchor header
+(`acker.headers`); the bolt calls the user's function with the message and a collector:
+
+- **Basic** (the default, Storm's BasicBolt): ``emit`` anchors each child to the input; the input is acked when the
+  function returns and failed if it raises. Children are sent only after the function returned, so a failed input
+  leaves no orphan children behind.
+- **Explicit** (``basic=False``, for joins and aggregations): ``emit(..., anchors=[in1, in2])`` anchors a child to
+  any inputs (multi-anchoring: it joins every root of every input) or to none (unanchored); ``ack``, ``fail`` and
+  ``reset_timeout`` may be called later, from later calls of the function.
+
+Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
+partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
+and counted, never a crash; so is one whose header is malformed.
+
+Offsets: the bolt commits its own input offsets every ``commit_interval_s`` after flushing what it produced (its
+children and its acks). The guarantee comes from the tree, not from these commits: on a crash, inputs that were
+read but not acked (or whose acks were not delivered) are never acked, their trees time out, and the spout's
+records are replayed. A child that cannot be delivered fails its trees.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+from acker.config import ServiceConfig
+from acker.core.ids import IdGenerator
+from acker.core.messages import Fail
+from acker.core.tuple_tree import InputTuple, TupleIds, anchored
+from acker.headers import HeaderList, Headers, split, with_ids
+from acker.kafka.acker_client import AckerClient
+from acker.kafka.clients import partition_count
+
+log = logging.getLogger("acker.bolt")
+
+
+@dataclass
+class BoltInput:
+    """One input message: its payload and coordinates, and its place in its trees."""
+
+    value: bytes | None
+    key: bytes | None
+    headers: HeaderList
+    topic: str
+    partition: int
+    offset: int
+    tuple: InputTuple = field(repr=False)
+
+
+class Collector:
+    """Explicit API: emit anchored to any inputs, then ack or fail each input exactly once."""
+
+    def __init__(self, bolt: Bolt) -> None:
+        self._bolt = bolt
+
+    def emit(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        anchors: Sequence[BoltInput] = (),
+    ) -> None:
+        self._bolt._produce_child(topic, value, key, headers, anchored(a.tuple for a in anchors))
+
+    def ack(self, message: BoltInput) -> None:
+        self._bolt.acker.send_all(message.tuple.ack())
+        self._bolt.counters["acked"] += 1
+
+    def fail(self, message: BoltInput) -> None:
+        self._bolt.acker.send_all(message.tuple.fail())
+        self._bolt.counters["failed"] += 1
+
+    def reset_timeout(self, message: BoltInput) -> None:
+        self._bolt.acker.send_all(message.tuple.reset_timeout())
+
+
+class BasicCollector:
+    """Basic API: every child is anchored to the input being processed; acking is automatic."""
+
+    def __init__(self) -> None:
+        self.children: list[tuple[str, bytes | None, bytes | None, Headers | None]] = []
+
+    def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
+        self.children.append((topic, value, key, headers))
+
+
+BasicFunction = Callable[[BoltInput, BasicCollector], None]
+ExplicitFunction = Callable[[BoltInput, Collector], None]
+
+
+class Bolt:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        input_topic: str,
+        group: str,
+        function: BasicFunction | ExplicitFunction,
+        *,
+        basic: bool = True,
+        commit_interval_s: float = 1.0,
+        ids: IdGenerator | None = None,
+    ) -> None:
+        self.config, self.input_topic, self.group = config, input_topic, group
+        self._function = function
+        self.basic = basic
+        self.commit_interval_s = commit_interval_s
+        self._ids = ids or IdGenerator()
+        self.counters: Counter[str] = Counter()
+        self._next_commit = time.monotonic() + commit_interval_s
+        self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 5}))
+        self.acker = AckerClient(
+            self.producer, config.acker_topic, partition_count(config.client(), config.acker_topic)
+        )
+        self.consumer = Consumer(
+            config.client(**{"group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        )
+        self.consumer.subscribe([input_topic], on_revoke=lambda consumer, parts: self._commit())
+        self._collector = Collector(self)
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                self.step(0.1)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._commit()
+        self.consumer.close()
+
+    def step(self, timeout_s: float) -> int:
+        records = self.consumer.consume(500, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+        for record in records:
+            if record.error() is not None:
+                if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+                    log.warning("consumer error: %s", record.error())
+                continue
+            self._process(record)
+        self.acker.poll()
+        if time.monotonic() >= self._next_commit:
+            self._commit()
+        return len(records)
+
+    def _process(self, record: Message) -> None:
+        ids, headers, invalid = split(record.headers())
+        self.counters["processed"] += 1
+        if invalid:
+            self.counters["invalid_anchor_headers"] += 1
+        if not ids.tracked:
+            self.counters["unanchored_inputs"] += 1
+        message = BoltInput(
+            record.value(),
+            record.key(),
+            headers,
+            record.topic() or "",
+            record.partition() or 0,
+            record.offset() or 0,
+            InputTuple(ids, self._ids),
+        )
+        if not self.basic:
+            self._function(message, self._collector)  # type: ignore[arg-type]
+            return
+        collector = BasicCollector()
+        try:
+            self._function(message, collector)  # type: ignore[arg-type]
+        except Exception as error:
+            self.counters["errors"] += 1
+            log.debug("failing %s/%d/%d: %r", message.topic, message.partition, message.offset, error)
+            self._collector.fail(message)
+            return
+        for topic, value, key, child_headers in collector.children:
+            self._produce_child(topic, value, key, child_headers, anchored([message.tuple]))
+        self._collector.ack(message)
+
+    def _produce_child(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
+    ) -> None:
+        def delivered(error: KafkaError | None, _record: Any) -> None:
+            if error is not None:
+                self.counters["child_delivery_failures"] += 1
+                log.warning("a message could not be delivered (%s): failing its trees", error)
+                for anchor, _ in ids.edges:
+                    self.acker.send(Fail(anchor))
+
+        while True:
+            try:
+                self.producer.produce(topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
+                self.counters["emitted"] += 1
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def _commit(self) -> None:
+        """Commit the input positions once everything produced for the inputs before them is delivered."""
+        self._next_commit = time.monotonic() + self.commit_interval_s
+        if self.acker.flush(30) or self.producer.flush(30):
+            log.warning("undelivered messages: input offsets not committed")
+            return
+        try:
+            self.consumer.commit(asynchronous=False)
+        except Exception as error:
+            if "NO_OFFSET" not in str(error):
+                log.warning("input commit failed: %s", error)

@@ -1,0 +1,1 @@
+"""Example pipelines built with the spout and bolt of this package."""

@@ -1,0 +1,258 @@
+"""The spout: each record of a source topic becomes the root of a tracked tuple tree.
+
+For every record read, the spout starts a tree whose message id is the record's coordinates
+``"<topic>/<partition>/<offset>"``, lets the user's emit function send the record's tuples downstream (by default
+the record itself, to one output topic) with the anchor header (`acker.headers`), then sends the tree's init to the
+acker partition of its anchor. It learns the fate of its trees from its own outcome topic.
+
+Where the fully-processed watermark lives: the committed offsets of the consumer group ``<group>.acked``, a group
+that never has members (nothing subscribes with it). The Spark commit job writes them; standard Kafka tooling
+(``kafka-consumer-groups --describe --group <group>.acked``) then shows the fully-processed lag of the source.
+The spout never commits its own group's offsets: on every assignment it seeks each partition to its watermark (or
+applies the reset policy where there is none), so after a restart or a rebalance it re-emits every record that was
+not known to be fully processed: at-least-once, including records whose init never reached the acker.
+
+Max pending (Storm's max.spout.pending): while ``max_pending`` of its trees are unfinished the spout stops reading
+(pauses its partitions) and resumes as outcomes arrive.
+
+Records that start no tree are fully processed at once, and the spout says so itself on its outcome topic (an
+``ACK`` with ``acker_partition`` -1), so that the watermark passes them: records for which the emit function
+emitted nothing, and every record in untracked mode (at-most-once, no acker traffic). A data message or an init
+that cannot be delivered (librdkafka has retried it) fails the tree: a `Fail` to the acker, or, for an init, a
+``FAILED`` outcome published by the spout. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
+
+from acker.config import ServiceConfig
+from acker.core.ids import IdGenerator
+from acker.core.messages import Fail, Init, TreeMessage
+from acker.core.tuple_tree import UNTRACKED, SpoutTree, TupleIds
+from acker.headers import HeaderList, Headers, with_ids
+from acker.kafka.acker_client import AckerClient
+from acker.kafka.clients import partition_count
+from acker.wire import WireError, decode_outcomes, encode_outcome_rows
+
+log = logging.getLogger("acker.spout")
+INIT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class SpoutSettings:
+    name: str  # the spout id: outcomes go to <outcome_prefix><name>
+    source_topic: str
+    output_topic: str
+    group: str = ""  # default: the spout's name
+    max_pending: int = 10_000
+    tracked: bool = True
+    reset: str = "earliest"  # where to start a partition that has no watermark yet
+
+    @property
+    def consumer_group(self) -> str:
+        return self.group or self.name
+
+    @property
+    def watermark_group(self) -> str:
+        return f"{self.consumer_group}.acked"
+
+
+class Emitter:
+    """Given to the emit function: ``emit`` sends one tuple of the record's tree to a topic."""
+
+    __slots__ = ("_spout", "_tree", "emitted")
+
+    def __init__(self, spout: Spout, tree: SpoutTree | None) -> None:
+        self._spout, self._tree, self.emitted = spout, tree, 0
+
+    def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
+        ids = self._tree.emit() if self._tree is not None else UNTRACKED
+        self._spout._produce_data(topic, value, key, with_ids(headers, ids), ids)
+        self.emitted += 1
+
+
+EmitFunction = Callable[[Message, Emitter], None]
+
+
+class Spout:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        settings: SpoutSettings,
+        emit: EmitFunction | None = None,
+        ids: IdGenerator | None = None,
+    ) -> None:
+        self.config, self.settings = config, settings
+        self._emit = emit or self._forward
+        self._ids = ids or IdGenerator()
+        self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
+        self.counters: Counter[str] = Counter()
+        self._direct: list[tuple[str, int, str, int]] = []  # outcomes the spout decides itself
+        self._init_attempts: dict[int, int] = {}
+        self._paused = False
+        self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 5}))
+        self.acker = AckerClient(
+            self.producer,
+            config.acker_topic,
+            partition_count(config.client(), config.acker_topic),
+            on_failure=self._acker_delivery_failed,
+        )
+        self.consumer = Consumer(
+            config.client(
+                **{
+                    "group.id": settings.consumer_group,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": settings.reset,
+                }
+            )
+        )
+        self._watermarks = Consumer(
+            config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})
+        )
+        self.outcomes = Consumer(config.client(**{"group.id": f"{settings.name}.outcomes-{uuid.uuid4().hex[:8]}"}))
+        outcome_topic = config.outcome_topic(settings.name)
+        self.outcomes.assign(
+            [
+                TopicPartition(outcome_topic, p, OFFSET_END)
+                for p in range(partition_count(config.client(), outcome_topic))
+            ]
+        )
+        self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign)
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                self.step(0.1)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._publish_direct()
+        self.acker.flush(30)
+        self.producer.flush(30)
+        self.consumer.close()
+        self.outcomes.close()
+        self._watermarks.close()
+
+    def step(self, timeout_s: float) -> int:
+        """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
+        self._read_outcomes()
+        self._pause_or_resume()
+        room = max(1, min(500, self.settings.max_pending - len(self.pending)))  # paused when there is none
+        records = self.consumer.consume(room, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+        for record in records:
+            if record.error() is not None:
+                if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
+                    log.warning("source consumer error: %s", record.error())
+                continue
+            self._start(record)
+        self._publish_direct()
+        self.acker.poll()
+        return len(records)
+
+    def _start(self, record: Message) -> None:
+        msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
+        self.counters["read"] += 1
+        tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
+        emitter = Emitter(self, tree)
+        self._emit(record, emitter)
+        if tree is None or emitter.emitted == 0:
+            self.counters["done_at_once"] += 1
+            self._direct.append(("ACK", tree.anchor if tree else 0, msg_id, 0))
+            return
+        self.pending[msg_id] = tree.anchor
+        self.acker.send(tree.init())
+
+    def _forward(self, record: Message, emitter: Emitter) -> None:
+        emitter.emit(self.settings.output_topic, record.value(), record.key(), record.headers())
+
+    def _pause_or_resume(self) -> None:
+        full = len(self.pending) >= self.settings.max_pending
+        if full != self._paused:
+            assignment = self.consumer.assignment()
+            (self.consumer.pause if full else self.consumer.resume)(assignment)
+            self._paused = full
+            self.counters["pauses" if full else "resumes"] += 1
+
+    def _read_outcomes(self) -> None:
+        for record in self.outcomes.consume(1000, timeout=0):
+            if record.error() is not None:
+                continue
+            try:
+                decoded = decode_outcomes(record.value() or b"")
+            except WireError as error:
+                log.warning("unreadable outcome record: %s", error)
+                continue
+            for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
+                if self.pending.pop(msg_id, None) is not None:
+                    self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
+
+    # -- producing ------------------------------------------------------------------------------------------
+
+    def _produce_data(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: HeaderList, ids: TupleIds
+    ) -> None:
+        def delivered(error: KafkaError | None, _record: Any) -> None:
+            if error is not None:
+                self.counters["data_delivery_failures"] += 1
+                log.warning("a data message could not be delivered (%s): failing its tree", error)
+                for anchor, _ in ids.edges:
+                    self.acker.send(Fail(anchor))
+
+        while True:
+            try:
+                self.producer.produce(topic, value, key=key, headers=headers, on_delivery=delivered)
+                self.counters["emitted"] += 1
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def _acker_delivery_failed(self, _partition: int, messages: list[TreeMessage], error: KafkaError) -> None:
+        for message in messages:
+            if not isinstance(message, Init):
+                continue
+            attempts = self._init_attempts.get(message.anchor, 1)
+            if attempts < INIT_ATTEMPTS:
+                self._init_attempts[message.anchor] = attempts + 1
+                self.acker.send(message)
+                continue
+            self._init_attempts.pop(message.anchor, None)
+            log.error("the init of %s could not be delivered (%s): failing it", message.msg_id, error)
+            self.counters["init_delivery_failures"] += 1
+            self._direct.append(("FAILED", message.anchor, message.msg_id, 0))
+
+    def _publish_direct(self) -> None:
+        if not self._direct:
+            return
+        rows, self._direct = self._direct, []
+        value = encode_outcome_rows(self.settings.name, rows)
+        while True:
+            try:
+                self.producer.produce(self.config.outcome_topic(self.settings.name), value, key=b"spout")
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    # -- assignment -----------------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Seek every assigned partition to its fully-processed watermark (committed in ``<group>.acked``)."""
+        committed = self._watermarks.committed(
+            [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=30
+        )
+        for tp, mark in zip(partitions, committed, strict=True):
+            if mark.offset >= 0:
+                tp.offset = mark.offset
+        consumer.assign(partitions)
+        log.info("assigned %s", [(tp.partition, tp.offset) for tp in partitions])

@@ -1,0 +1,189 @@
+"""Spouts and bolts on the real broker: Storm's word count, failure injection, and a multi-anchoring join."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.bolt import Bolt, BoltInput, Collector
+from acker.config import ServiceConfig
+from acker.examples.wordcount import LOST, POISON, SPOUT, Topics, count_function, sentences, split_function
+from acker.headers import HEADER
+from acker.kafka.clients import TopicSpec, create_topics
+from acker.spout import Spout, SpoutSettings
+from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
+
+
+@pytest.fixture
+def topics(config: ServiceConfig) -> Topics:
+    topics = Topics(prefix=f"wc-{uuid.uuid4().hex[:8]}")
+    create_acker_topics(config, [SPOUT])
+    create_topics(
+        config.client(),
+        [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words, topics.counts)],
+    )
+    return topics
+
+
+def _produce(config: ServiceConfig, topic: str, values: list[bytes]) -> list[str]:
+    """Produce ``values``; return their message ids (coordinates), in order."""
+    producer = Producer(config.client())
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def delivered(error: object, record: object) -> None:
+        assert error is None, error
+        with lock:
+            ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")  # type: ignore[attr-defined]
+
+    for value in values:
+        producer.produce(topic, value, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    assert len(ids) == len(values)
+    return ids
+
+
+def _pipeline(
+    config: ServiceConfig, topics: Topics, *, fail_rate: float = 0.0, drop_rate: float = 0.0, split_bolts: int = 2
+) -> tuple[list[Running], Counter[bytes]]:
+    counts: Counter[bytes] = Counter()
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    stages = [
+        ServiceThread(config),
+        Running(spout),
+        *(
+            Running(Bolt(config, topics.split, f"split-{topics.prefix}", split_function(topics, fail_rate, seed=i)))
+            for i in range(split_bolts)
+        ),
+        Running(
+            Bolt(config, topics.words, f"count-{topics.prefix}", count_function(topics, counts, drop_rate), basic=False)
+        ),
+    ]
+    return stages, counts
+
+
+def _stop(stages: list[Running]) -> None:
+    for stage in reversed(stages):
+        stage.stop()
+
+
+def test_word_count_every_sentence_acked_and_counted(config: ServiceConfig, topics: Topics) -> None:
+    stages, counts = _pipeline(config, topics)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        lines = list(sentences(300, seed=3))
+        msg_ids = _produce(config, topics.sentences, lines)
+        reader.wait_for(msg_ids, timeout_s=90)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: set(seen) for m, seen in reader.seen.items()} == {m: {"ACK"} for m in msg_ids}
+    assert counts == Counter(word for line in lines for word in line.split())
+
+
+def test_injected_fails_nack_failed_and_drops_nack_timeout(config: ServiceConfig, topics: Topics) -> None:
+    config = replace(config, timeout_s=2.0)
+    stages, _ = _pipeline(config, topics, split_bolts=1)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        good, poison, lost = list(sentences(50, seed=4)), [b"a poison pill", b"poison"], [b"the lost word"]
+        good_ids = _produce(config, topics.sentences, good)
+        poison_ids = _produce(config, topics.sentences, poison)
+        lost_ids = _produce(config, topics.sentences, lost)
+        reader.wait_for([*good_ids, *poison_ids, *lost_ids], timeout_s=90)
+    finally:
+        _stop(stages)
+        reader.close()
+    first = {m: seen[0] for m, seen in reader.seen.items()}
+    assert {first[m] for m in good_ids} == {"ACK"}
+    assert {first[m] for m in poison_ids} == {"FAILED"}
+    assert {first[m] for m in lost_ids} == {"TIMEOUT"}
+    assert POISON and LOST  # the markers the example bolts act on
+
+
+def test_a_join_multi_anchors_and_acks_or_fails_all_its_roots(config: ServiceConfig, topics: Topics) -> None:
+    """A join bolt pairs messages by key and emits one child anchored to both: the child's fate is both roots'."""
+    joined = f"{topics.prefix}.joined"
+    create_topics(config.client(), [TopicSpec(joined, 1)])
+    waiting: dict[bytes, BoltInput] = {}
+
+    def join(message: BoltInput, collector: Collector) -> None:
+        other = waiting.pop(message.key or b"", None)
+        if other is None:
+            waiting[message.key or b""] = message
+            return
+        collector.emit(joined, (other.value or b"") + b"+" + (message.value or b""), anchors=[other, message])
+        collector.ack(other)
+        collector.ack(message)
+
+    def sink(message: BoltInput, collector: object) -> None:
+        if b"bad" in (message.value or b""):
+            raise ValueError("the joined message fails downstream")
+
+    def keyed(record, emitter) -> None:  # type: ignore[no-untyped-def]
+        emitter.emit(topics.split, record.value(), key=record.value().split(b":")[0])
+
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"), keyed)
+    stages = [
+        ServiceThread(config),
+        Running(spout),
+        Running(Bolt(config, topics.split, f"join-{topics.prefix}", join, basic=False)),
+        Running(Bolt(config, joined, f"sink-{topics.prefix}", sink)),
+    ]
+    reader = OutcomeReader(config, [SPOUT])
+    producer = Producer(config.client())
+    ids: dict[bytes, str] = {}
+    try:
+        for value in (b"k1:left", b"k1:right", b"k2:left", b"k2:bad"):
+
+            def delivered(error: object, r: Any, v: bytes = value) -> None:
+                ids[v] = f"{r.topic()}/{r.partition()}/{r.offset()}"
+
+            producer.produce(topics.sentences, value, key=value.split(b":")[0], partition=0, on_delivery=delivered)
+        producer.flush(30)
+        reader.wait_for(ids.values(), timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    outcome = {v: reader.seen[m][0] for v, m in ids.items()}
+    assert outcome == {b"k1:left": "ACK", b"k1:right": "ACK", b"k2:left": "FAILED", b"k2:bad": "FAILED"}
+
+
+def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceConfig, topics: Topics) -> None:
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=5)
+    ids = _produce(config, topics.sentences, list(sentences(40, seed=9)))
+    # The watermark of partition p is where a (restarted) spout starts: 10 on every partition here.
+    watermark = Consumer(config.client(**{"group.id": settings.watermark_group}))
+    watermark.commit(offsets=[TopicPartition(topics.sentences, p, 10) for p in range(2)], asynchronous=False)
+    watermark.close()
+    spout = Spout(config, settings)  # no acker runs: nothing completes, so the spout stops at max_pending
+    for _ in range(50):
+        spout.step(0.1)
+    assert len(spout.pending) == 5 and spout.counters["read"] == 5 and spout.counters["pauses"] == 1
+    started = {int(m.rsplit("/", 1)[1]) for m in spout.pending}
+    assert min(started) >= 10  # resumed at the watermark, not at the beginning
+    spout.close()
+    assert ids
+
+
+def test_invalid_anchor_headers_are_processed_as_unanchored(config: ServiceConfig, topics: Topics) -> None:
+    seen: list[bytes] = []
+    bolt = Bolt(config, topics.split, f"bolt-{topics.prefix}", lambda m, c: seen.append(m.value or b""))
+    producer = Producer(config.client())
+    producer.produce(topics.split, b"garbage header", headers=[(HEADER, b"\x01\x02\x03")])
+    producer.produce(topics.split, b"zero anchor", headers=[(HEADER, bytes(16))])
+    producer.produce(topics.split, b"no header")
+    producer.flush(30)
+    for _ in range(100):
+        bolt.step(0.1)
+        if len(seen) == 3:
+            break
+    bolt.close()
+    assert sorted(seen) == [b"garbage header", b"no header", b"zero anchor"]
+    assert bolt.counters["invalid_anchor_headers"] == 2 and bolt.counters["unanchored_inputs"] == 3

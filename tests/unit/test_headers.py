@@ -1,0 +1,35 @@
+"""The anchor header: round trip, and every malformed form is treated as unanchored."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.headers import HEADER, decode, encode, split, with_ids
+from tests.strategies import ids64
+
+
+@given(st.lists(st.tuples(ids64, st.integers(-(1 << 63), (1 << 63) - 1)), min_size=1, max_size=5))
+def test_round_trip(edges: list[tuple[int, int]]) -> None:
+    ids = TupleIds(tuple(edges))
+    assert decode(encode(ids)) == ids
+    assert len(encode(ids)) == 16 * len(edges)
+
+
+def test_malformed_headers_are_none() -> None:
+    assert decode(None) is None
+    assert decode(b"") is None
+    assert decode(b"\x01" * 15) is None
+    assert decode(bytes(16)) is None  # zero anchor
+
+
+def test_split_and_with_ids() -> None:
+    ids = TupleIds(((5, 7),))
+    headers = with_ids([("trace", b"x"), (HEADER, b"stale")], ids)
+    assert headers == [("trace", b"x"), (HEADER, encode(ids))]
+    assert split(headers) == (ids, [("trace", b"x")], False)
+    assert split([(HEADER, b"bad")]) == (UNTRACKED, [], True)
+    assert split(None) == (UNTRACKED, [], False)
+    assert split({"trace": "y"}) == (UNTRACKED, [("trace", "y")], False)
+    assert with_ids(None, UNTRACKED) == []
