@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(run=_cmd_status)
+
+    from acker.examples.wordcount_cli import add_parser as add_wordcount
+
+    add_wordcount(sub)
     return parser
 
 

@@ -8,28 +8,35 @@ invalid: the message is processed as unanchored and counted, never a crash.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
-
-import numpy as np
 
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 
 HEADER = "acker.ids"
-_PAIR = np.dtype("<i8")
+
+
+_ONE = struct.Struct("<qq")  # the common case, one root, without a loop
 
 
 def encode(ids: TupleIds) -> bytes:
-    return np.array(ids.edges, _PAIR).tobytes() if ids.edges else b""
+    edges = ids.edges
+    if len(edges) == 1:
+        return _ONE.pack(*edges[0])
+    return struct.pack(f"<{2 * len(edges)}q", *(x for pair in edges for x in pair))
 
 
 def decode(raw: bytes | None) -> TupleIds | None:
     """The ids of a header value; None when it is not a valid one."""
-    if raw is None or len(raw) == 0 or len(raw) % 16:
+    if not raw or len(raw) % 16:
         return None
-    pairs = np.frombuffer(raw, _PAIR).reshape(-1, 2)
-    if np.any(pairs[:, 0] == 0):
+    if len(raw) == 16:
+        pairs: tuple[tuple[int, int], ...] = (_ONE.unpack(raw),)
+    else:
+        pairs = tuple(_ONE.iter_unpack(raw))
+    if any(anchor == 0 for anchor, _ in pairs):
         return None
-    return TupleIds(tuple((int(a), int(e)) for a, e in pairs.tolist()))
+    return TupleIds(pairs)
 
 
 HeaderValue = str | bytes | None
@@ -62,7 +69,7 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
 
 def with_ids(headers: Headers | None, ids: TupleIds) -> HeaderList:
     """``headers`` without any acker header, plus the header of ``ids`` when they are tracked."""
-    out = [(k, v) for k, v in _pairs(headers) if k != HEADER]
+    out = [(k, v) for k, v in _pairs(headers) if k != HEADER] if headers else []
     if ids.tracked:
         out.append((HEADER, encode(ids)))
     return out

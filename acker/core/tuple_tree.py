@@ -38,7 +38,8 @@ class TupleIds:
 
     def __post_init__(self) -> None:
         for anchor, _ in self.edges:
-            check_id(anchor, "anchor")
+            if not anchor:  # ids come from IdGenerator or a decoded header, both checked; zero is the one trap
+                check_id(anchor, "anchor")
 
     @property
     def tracked(self) -> bool:
@@ -97,7 +98,9 @@ class InputTuple:
     def _child_edge(self) -> int:
         if self._finished:
             raise ProtocolError("cannot anchor a new message to an input that was already acked or failed")
-        edge = check_id(self._next_id(), "edge id")
+        edge = self._next_id()
+        if not edge:
+            check_id(edge, "edge id")
         self._ack_val ^= edge
         return edge
 
@@ -121,6 +124,10 @@ class InputTuple:
 
 def anchored(inputs: Iterable[InputTuple]) -> TupleIds:
     """Ids for a child anchored to every input given (multi-anchoring: it joins every root of every input)."""
+    if isinstance(inputs, list | tuple) and len(inputs) == 1 and len(inputs[0].ids.edges) == 1:
+        source = inputs[0]  # the common case: one input in one tree
+        edge = source._child_edge()
+        return TupleIds(((source.ids.edges[0][0], edge),))
     edges: dict[int, int] = {}
     for source in inputs:
         if not source.ids.tracked:

@@ -1,0 +1,277 @@
+"""`acker wordcount ...`: the word-count pipeline's stages as processes, and a runner that wires them together.
+
+acker wordcount topics                      create the pipeline's and the acker's topics
+acker wordcount produce --sentences N       write generated sentences (or --file FILE, a line each)
+acker wordcount spout|split|count           run one stage until SIGTERM/Ctrl-C (start as many as you like)
+acker wordcount run --sentences N ...       all of the above as child processes, until every sentence has an
+                                            outcome; failure injection; restarts a crashed bolt once
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from acker.bolt import Bolt
+from acker.config import ServiceConfig, add_arguments, load
+from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
+from acker.kafka.clients import TopicSpec, create_topics
+from acker.spout import Spout, SpoutSettings
+from acker.wire import WireError, decode_outcomes
+
+CRASH_EXIT = 17
+
+
+def _until_signalled(runnable: Any) -> int:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    runnable.run(stop)
+    return 0
+
+
+def _topics(args: argparse.Namespace) -> Topics:
+    return Topics(args.prefix)
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    config, topics = load(args), _topics(args)
+    create_topics(
+        config.client(),
+        [
+            TopicSpec(config.acker_topic, config.partitions, config.replication_factor),
+            TopicSpec(config.dlq_topic, 1, config.replication_factor),
+            TopicSpec(config.outcome_topic(SPOUT), config.partitions, config.replication_factor),
+            *(
+                TopicSpec(t, args.pipeline_partitions, config.replication_factor)
+                for t in (topics.sentences, topics.split, topics.words, topics.counts)
+            ),
+        ],
+    )
+    return 0
+
+
+def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
+    """Write ``lines`` to ``topic``; return their message ids (coordinates)."""
+    producer = Producer(config.client(**{"enable.idempotence": True}))
+    ids: list[str] = []
+
+    def delivered(error: Any, record: Any) -> None:
+        if error is not None:
+            raise SystemExit(f"could not write a sentence: {error}")
+        ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")
+
+    for line in lines:
+        while True:
+            try:
+                producer.produce(topic, line, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+    return ids
+
+
+def _lines(args: argparse.Namespace) -> list[bytes]:
+    if args.file:
+        return [line.encode() for line in Path(args.file).read_text("utf-8").splitlines() if line.strip()]
+    return list(sentences(args.sentences, args.seed))
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    ids = produce(load(args), _topics(args).sentences, _lines(args))
+    print(f"{len(ids)} sentences written to {_topics(args).sentences}")
+    return 0
+
+
+def cmd_spout(args: argparse.Namespace) -> int:
+    topics = _topics(args)
+    settings = SpoutSettings(
+        SPOUT,
+        topics.sentences,
+        topics.split,
+        group=f"{args.prefix}-spout",
+        max_pending=args.max_pending,
+        tracked=not args.untracked,
+    )
+    return _until_signalled(Spout(load(args), settings))
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    topics = _topics(args)
+    function = split_function(topics, args.fail_rate, args.seed, args.crash_after)
+    return _until_signalled(Bolt(load(args), topics.split, f"{args.prefix}-split", function))
+
+
+def cmd_count(args: argparse.Namespace) -> int:
+    topics = _topics(args)
+    counts: Counter[bytes] = Counter()
+    function = count_function(topics, counts, args.drop_rate, args.seed, args.crash_after)
+    return _until_signalled(Bolt(load(args), topics.words, f"{args.prefix}-count", function, basic=False))
+
+
+def _stage_argv(args: argparse.Namespace, stage: str, *extra: str) -> list[str]:
+    config = load(args)
+    common = [
+        "--bootstrap-servers", config.bootstrap_servers, "--acker-topic", config.acker_topic,
+        "--group", config.group, "--outcome-prefix", config.outcome_prefix, "--dlq-topic", config.dlq_topic,
+        "--status-topic", config.status_topic, "--timeout-s", str(config.timeout_s),
+        "--metrics-port", "0", *(f"--kafka={k}={v}" for k, v in config.kafka.items()),
+    ]  # fmt: skip
+    if stage == "acker":
+        return [sys.executable, "-m", "acker.cli", "run", *common, "--log-level", "WARNING"]
+    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *common, "--prefix", args.prefix, *extra]
+
+
+class Stages:
+    """Child processes of the pipeline; a bolt that crashed on purpose is restarted once, without the crash."""
+
+    def __init__(self) -> None:
+        self.running: list[tuple[str, list[str], subprocess.Popen[bytes]]] = []
+        self.restarts = 0
+
+    def start(self, name: str, argv: list[str]) -> None:
+        self.running.append((name, argv, subprocess.Popen(argv)))
+
+    def watch(self) -> None:
+        for i, (name, argv, process) in enumerate(self.running):
+            code = process.poll()
+            if code is None:
+                continue
+            if code != CRASH_EXIT:
+                raise SystemExit(f"stage {name} exited with {code}")
+            print(f"stage {name} crashed (as injected): restarting it", file=sys.stderr)
+            without_crash = [a for a in argv if not a.startswith("--crash-after")]
+            self.running[i] = (name, without_crash, subprocess.Popen(without_crash))
+            self.restarts += 1
+
+    def stop(self) -> None:
+        for _, _, process in self.running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for _, _, process in self.running:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict[str, list[str]]]:
+    """A poller of the spout's outcome topic: each call reads for up to ``seconds`` and returns all seen so far."""
+    consumer = Consumer(
+        config.client(
+            **{
+                "group.id": f"follow-{uuid.uuid4().hex}",
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+    )
+    consumer.subscribe([config.outcome_topic(spout)])
+    seen: dict[str, list[str]] = {}
+
+    def poll(seconds: float) -> dict[str, list[str]]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for record in consumer.consume(500, timeout=0.1):
+                if record.error() is not None:
+                    continue
+                try:
+                    decoded = decode_outcomes(record.value() or b"")
+                except WireError:
+                    continue
+                for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
+                    seen.setdefault(msg_id, []).append(outcome)
+        return seen
+
+    return poll
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load(args)
+    cmd_topics(args)
+    stages = Stages()
+    try:
+        stages.start("acker", _stage_argv(args, "acker"))
+        stages.start("spout", _stage_argv(args, "spout", *(["--untracked"] if args.untracked else [])))
+        for i in range(args.split_processes):
+            crash = [f"--crash-after={args.crash_split_after}"] if args.crash_split_after and i == 0 else []
+            stages.start(f"split-{i}", _stage_argv(args, "split", "--fail-rate", str(args.fail_rate),
+                                                   "--seed", str(i), *crash))  # fmt: skip
+        for i in range(args.count_processes):
+            stages.start(f"count-{i}", _stage_argv(args, "count", "--drop-rate", str(args.drop_rate), "--seed", str(i)))
+        ids = produce(config, _topics(args).sentences, _lines(args))
+        poll = follow_outcomes(config, SPOUT)
+        deadline = time.monotonic() + args.max_wait_s
+        while time.monotonic() < deadline:
+            seen = poll(1.0)
+            stages.watch()
+            done = sum(1 for m in ids if m in seen)
+            print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
+            if done == len(ids):
+                break
+        first = Counter(seen[m][0] for m in ids if m in seen)
+        print(
+            f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "
+            f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
+        )
+        return 0 if sum(first.values()) == len(ids) else 1
+    finally:
+        stages.stop()
+
+
+def add_parser(sub: Any) -> None:
+    wordcount = sub.add_parser(
+        "wordcount",
+        help="Storm's streaming word count as a Kafka pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    stages = wordcount.add_subparsers(dest="stage", required=True)
+
+    def stage(name: str, help_text: str, run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = stages.add_parser(name, help=help_text)
+        add_arguments(parser)
+        parser.add_argument("--prefix", default="wc", help="topic prefix of the pipeline [default: wc]")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.set_defaults(run=run)
+        return parser
+
+    topics = stage("topics", "create the pipeline's and the acker's topics", cmd_topics)
+    topics.add_argument("--pipeline-partitions", type=int, default=4)
+    produce_parser = stage("produce", "write sentences to the source topic", cmd_produce)
+    for parser in (produce_parser,):
+        parser.add_argument("--sentences", type=int, default=1000)
+        parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
+    spout = stage("spout", "run the spout", cmd_spout)
+    spout.add_argument("--max-pending", type=int, default=10_000)
+    spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
+    split = stage("split", "run a split bolt", cmd_split)
+    split.add_argument("--fail-rate", type=float, default=0.0)
+    split.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
+    count = stage("count", "run a count bolt", cmd_count)
+    count.add_argument("--drop-rate", type=float, default=0.0)
+    count.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
+    run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run)
+    run.add_argument("--sentences", type=int, default=1000)
+    run.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
+    run.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences the split bolt fails")
+    run.add_argument("--drop-rate", type=float, default=0.0, help="share of words the count bolt drops silently")
+    run.add_argument("--crash-split-after", type=int, default=None, help="crash one split process after N messages")
+    run.add_argument("--split-processes", type=int, default=2)
+    run.add_argument("--count-processes", type=int, default=2)
+    run.add_argument("--untracked", action="store_true")
+    run.add_argument("--pipeline-partitions", type=int, default=4)
+    run.add_argument("--max-wait-s", type=float, default=120.0)
