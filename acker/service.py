@@ -326,6 +326,11 @@ class AckerService:
         log.warning("lost %s without committing", sorted(tp.partition for tp in partitions))
 
     def _drop(self, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        # Planned commits of these partitions are stale: a later owner (maybe this instance again) decides anew.
+        self._commits = [
+            (barrier, [tp for tp in offsets if tp.partition not in gone]) for barrier, offsets in self._commits
+        ]
         with self._lock:
             for tp in partitions:
                 state = self._states.pop(tp.partition, None)
