@@ -73,7 +73,7 @@ class Collector:
         self._bolt._produce_child(topic, value, key, headers, anchored(a.tuple for a in anchors))
 
     def ack(self, message: BoltInput) -> None:
-        self._bolt.acker.send_all(message.tuple.ack())
+        self._bolt.acker.send_acks(message.tuple.ack_values())
         self._bolt.counters["acked"] += 1
 
     def fail(self, message: BoltInput) -> None:

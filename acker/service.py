@@ -86,7 +86,7 @@ class AckerService:
             )
         )
         self.producer = Producer(
-            config.client(**{"enable.idempotence": True, "linger.ms": 5, "client.id": f"acker-{self.instance}"})
+            config.client(**{"enable.idempotence": True, "linger.ms": 1, "client.id": f"acker-{self.instance}"})
         )
 
     # -- lifecycle ------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer,
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
-from acker.core.messages import Fail, Init, TreeMessage
+from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree, TupleIds
 from acker.headers import HeaderList, Headers, with_ids
 from acker.kafka.acker_client import AckerClient
@@ -218,10 +218,8 @@ class Spout:
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _acker_delivery_failed(self, _partition: int, messages: list[TreeMessage], error: KafkaError) -> None:
-        for message in messages:
-            if not isinstance(message, Init):
-                continue
+    def _acker_delivery_failed(self, _partition: int, inits: list[Init], error: KafkaError) -> None:
+        for message in inits:
             attempts = self._init_attempts.get(message.anchor, 1)
             if attempts < INIT_ATTEMPTS:
                 self._init_attempts[message.anchor] = attempts + 1

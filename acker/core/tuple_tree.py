@@ -111,8 +111,13 @@ class InputTuple:
 
     def ack(self) -> list[Ack]:
         """One combined ack per root: this input's edge XOR the edges of every child anchored to it."""
+        return [Ack(anchor, value) for anchor, value in self.ack_values()]
+
+    def ack_values(self) -> list[tuple[int, int]]:
+        """`ack` as (anchor, value) pairs, without building messages (for a runtime's hot path)."""
         self._finish()
-        return [Ack(anchor, edge ^ self._ack_val) for anchor, edge in self.ids.edges]
+        ack_val = self._ack_val
+        return [(anchor, edge ^ ack_val) for anchor, edge in self.ids.edges]
 
     def fail(self) -> list[Fail]:
         self._finish()

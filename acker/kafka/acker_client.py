@@ -10,21 +10,69 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
+import numpy as np
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from acker.columnar.block import MessageBlock
+from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
-from acker.core.messages import TreeMessage
+from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.wire import encode_batch
 
-DeliveryFailure = Callable[[int, list[TreeMessage], KafkaError], None]
+DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
+
+
+class _Batch:
+    """The messages waiting for one partition, already as columns."""
+
+    __slots__ = ("anchors", "first_at", "inits", "kinds", "values")
+
+    def __init__(self) -> None:
+        self.kinds: list[int] = []
+        self.anchors: list[int] = []
+        self.values: list[int] = []
+        self.inits: list[Init] = []
+        self.first_at = time.monotonic()
+
+    def add(self, message: TreeMessage) -> None:
+        match message:
+            case Init():
+                self.inits.append(message)
+                kind, value = Kind.INIT, message.value
+            case Ack(_, value):
+                kind = Kind.ACK
+            case Anchor(_, value):
+                kind = Kind.ANCHOR
+            case Ok(_, value):
+                kind = Kind.OK
+            case Fail():
+                kind, value = Kind.FAIL, 0
+            case ResetTimeout():
+                kind, value = Kind.RESET, 0
+        self.kinds.append(kind)
+        self.anchors.append(message.anchor)
+        self.values.append(value)
+
+    def block(self) -> MessageBlock:
+        sources: dict[tuple[str, str], int] = {}
+        init_source, init_offset = [], []
+        for init in self.inits:
+            source, offset = split_msg_id(init.msg_id)
+            init_source.append(sources.setdefault((init.spout, source), len(sources)))
+            init_offset.append(offset)
+        return MessageBlock(
+            np.array(self.kinds, np.uint8),
+            np.array(self.anchors, np.int64),
+            np.array(self.values, np.int64),
+            np.array(init_source, np.int32),
+            np.array(init_offset, np.int64),
+            list(sources),
+        )
 
 
 class AckerClient:
-    __slots__ = ("_buffers", "_first_at", "_on_failure", "linger_s", "max_batch", "partitions", "producer", "topic")
+    __slots__ = ("_batches", "_on_failure", "linger_s", "max_batch", "partitions", "producer", "topic")
 
     def __init__(
         self,
@@ -38,50 +86,62 @@ class AckerClient:
     ) -> None:
         self.producer, self.topic, self.partitions = producer, topic, partitions
         self.linger_s, self.max_batch = linger_s, max_batch
-        self._buffers: list[list[TreeMessage]] = [[] for _ in range(partitions)]
-        self._first_at = [0.0] * partitions
+        self._batches: list[_Batch | None] = [None] * partitions
         self._on_failure = on_failure
 
+    def _batch(self, anchor: int) -> tuple[int, _Batch]:
+        partition = partition_of(anchor, self.partitions)
+        batch = self._batches[partition]
+        if batch is None:
+            batch = self._batches[partition] = _Batch()
+        return partition, batch
+
     def send(self, message: TreeMessage) -> None:
-        partition = partition_of(message.anchor, self.partitions)
-        buffer = self._buffers[partition]
-        if not buffer:
-            self._first_at[partition] = time.monotonic()
-        buffer.append(message)
-        if len(buffer) >= self.max_batch:
+        partition, batch = self._batch(message.anchor)
+        batch.add(message)
+        if len(batch.kinds) >= self.max_batch:
             self._flush_partition(partition)
 
     def send_all(self, messages: Iterable[TreeMessage]) -> None:
         for message in messages:
             self.send(message)
 
+    def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
+        """Combined acks as (anchor, value) pairs: the bolt's hot path, without message objects."""
+        for anchor, value in acks:
+            partition, batch = self._batch(anchor)
+            batch.kinds.append(Kind.ACK)
+            batch.anchors.append(anchor)
+            batch.values.append(value)
+            if len(batch.kinds) >= self.max_batch:
+                self._flush_partition(partition)
+
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""
         now = time.monotonic()
-        for partition, buffer in enumerate(self._buffers):
-            if buffer and now - self._first_at[partition] >= self.linger_s:
+        for partition, batch in enumerate(self._batches):
+            if batch is not None and now - batch.first_at >= self.linger_s:
                 self._flush_partition(partition)
         self.producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> int:
         """Send every batch and wait for delivery; returns the number of records still undelivered."""
-        for partition, buffer in enumerate(self._buffers):
-            if buffer:
+        for partition, batch in enumerate(self._batches):
+            if batch is not None:
                 self._flush_partition(partition)
         return int(self.producer.flush(timeout_s))
 
     def _flush_partition(self, partition: int) -> None:
-        messages = self._buffers[partition]
-        self._buffers[partition] = []
-        self._produce(partition, encode_batch(MessageBlock.from_messages(list(messages))), messages)
+        batch = self._batches[partition]
+        assert batch is not None
+        self._batches[partition] = None
+        inits = batch.inits
 
-    def _produce(self, partition: int, value: bytes, messages: list[TreeMessage], on_delivery: Any = None) -> None:
-        def delivered(error: KafkaError | None, record: KafkaMessage) -> None:
+        def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
             if error is not None and self._on_failure is not None:
-                self._on_failure(partition, messages, error)
-            if on_delivery is not None:
-                on_delivery(error, record)
+                self._on_failure(partition, inits, error)
 
+        value = encode_batch(batch.block())
         while True:
             try:
                 self.producer.produce(self.topic, value, partition=partition, on_delivery=delivered)
