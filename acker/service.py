@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from acker import avro_longs
 from acker.columnar.block import Code
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
@@ -40,6 +41,7 @@ from acker.wire import WireError, decode_batch, encode_outcomes
 
 log = logging.getLogger("acker.service")
 
+DECIDED_BY = "acker.decided-by"  # on outcome records: "<acker partition>/<offset of the deciding acker record>"
 DLQ_REASON = "acker.dlq.reason"
 DLQ_DETAIL = "acker.dlq.detail"
 DLQ_TOPIC = "acker.dlq.topic"
@@ -62,6 +64,7 @@ class AckerService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         BlockTracker.warm_up()  # before joining the group: no record waits for the compiler
+        avro_longs.long(0)
         self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
         self._states: dict[int, PartitionState] = {}
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
@@ -168,7 +171,13 @@ class AckerService:
             )
             self._known_topics.add(topic)
         value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=offset)
-        self._produce(topic, value, key=str(partition).encode(), on_delivery=self._deliveries.track())
+        self._produce(
+            topic,
+            value,
+            key=str(partition).encode(),
+            headers=[(DECIDED_BY, f"{partition}/{offset}".encode())],
+            on_delivery=self._deliveries.track(),
+        )
 
     def _check_deliveries(self) -> None:
         if self._deliveries.failure is not None:

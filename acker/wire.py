@@ -24,6 +24,7 @@ from typing import Any
 import fastavro
 import numpy as np
 
+from acker import avro_longs
 from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock
 from acker.columnar.block import split_msg_id as _split
 from acker.errors import AckerError
@@ -152,22 +153,25 @@ class OutcomeRecord:
 def encode_outcomes(
     spout: str, block: OutcomeBlock, rows: np.ndarray, *, acker_partition: int, acker_offset: int
 ) -> bytes:
-    """The outcome-topic record value for the outcomes ``rows`` (indices into ``block``) of ``spout``."""
+    """The outcome-topic record value for the outcomes ``rows`` (indices into ``block``) of ``spout``.
+
+    Written field by field in the order of schemas/outcome_batch.avsc with the compiled array encoder
+    (`acker.avro_longs`): the service writes one such record per spout per acker record, hundreds of outcomes each.
+    """
     used, local = np.unique(block.source[rows], return_inverse=True)
-    return _write(
-        OUTCOME_BATCH_SCHEMA,
-        _PREFIX_OUTCOMES,
-        {
-            "spout": spout,
-            "acker_partition": acker_partition,
-            "acker_offset": acker_offset,
-            "outcomes": [_CODE_NAMES[c] for c in block.code[rows].tolist()],
-            "anchors": block.anchor[rows].tolist(),
-            "sources": [block.sources[int(s)][1] for s in used],
-            "source_index": local.reshape(-1).tolist(),
-            "offsets": block.offset[rows].tolist(),
-            "latency_ms": block.latency_ms[rows].tolist(),
-        },
+    return b"".join(
+        (
+            _PREFIX_OUTCOMES,
+            avro_longs.string(spout),
+            avro_longs.long(acker_partition),
+            avro_longs.long(acker_offset),
+            avro_longs.array(block.code[rows]),  # enum symbols by index: ACK, FAILED, TIMEOUT, OVERLOAD
+            avro_longs.array(block.anchor[rows]),
+            avro_longs.strings([block.sources[int(s)][1] for s in used]),
+            avro_longs.array(local.reshape(-1)),
+            avro_longs.array(block.offset[rows]),
+            avro_longs.array(block.latency_ms[rows]),
+        )
     )
 
 

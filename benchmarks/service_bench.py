@@ -10,10 +10,11 @@ Run: ``.venv/bin/python -m benchmarks.service_bench [--quick]`` (starts a local 
    decides every tree; throughput runs from its first record to the last outcome decided.
 4. Latency at 10%, 25% and 50% of the measured maximum rate: records are produced at that rate to a fresh topic,
    an ``acker run`` process decides them, and a reader takes each outcome record; latency is from producing a
-   record to reading the outcome it decided (end to end: broker, acker, outcome producer, broker, reader). The
-   service runs with a 2 s timeout, and the first 1.5 timeouts are not measured: until then the trackers' tables
-   grow (finished trees stay one timeout as tombstones) and each doubling rehashes a table in one go, a one-off
-   stall of up to tens of ms after a start. p50/p99. The load generator, the broker and the service share 2 cores.
+   record to reading the outcome record it decided, found by its ``acker.decided-by`` header (end to end: broker,
+   acker, outcome producer, broker, reader; the reader does not decode the outcomes). The service runs with a 2 s
+   timeout, and the first 1.5 timeouts are not measured: until then the trackers' tables grow (finished trees stay
+   one timeout as tombstones) and each doubling rehashes a table in one go, a one-off stall of up to tens of ms
+   after a start. p50/p99. The load generator, the broker and the service share 2 cores.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from confluent_kafka import Consumer, Producer
@@ -38,9 +40,9 @@ from acker.columnar.block import Kind
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.provision import kafka_cluster
-from acker.service import AckerService
+from acker.service import DECIDED_BY, AckerService
 from acker.status import read_status
-from acker.wire import decode_batch, decode_outcomes, encode_batch
+from acker.wire import encode_batch
 
 
 def _records(trees: int, batch: int, partitions: int, rng: np.random.Generator, first: int = 0) -> list[list[bytes]]:
@@ -145,14 +147,16 @@ def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: fl
         while not reader.assignment():
             reader.consume(1, timeout=0.1)
         producer = Producer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 0})
-        sent: dict[int, float] = {}  # first anchor of a record → when it was produced
+        sent: dict[tuple[int, int], float] = {}  # (partition, offset) of an acker record → when it was produced
         latencies: list[float] = []
 
         def drain(timeout: float) -> None:
+            producer.poll(0)  # delivery reports first: a record's offset is known before its outcome can be read
             for record in reader.consume(100, timeout=timeout):
                 if record.error() is None:
-                    decoded = decode_outcomes(record.value() or b"")
-                    t0 = sent.pop(decoded.anchors[0], None)  # records hold whole trees, decided in order
+                    decided_by = dict(record.headers() or [])[DECIDED_BY]
+                    partition, offset = decided_by.decode().split("/")  # type: ignore[union-attr]
+                    t0 = sent.pop((int(partition), int(offset)), None)
                     if t0 is not None:
                         latencies.append((time.perf_counter() - t0) * 1000)
 
@@ -166,9 +170,14 @@ def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: fl
             if i == warm_up:
                 latencies.clear()
             while (wait := begin + i / rate_records - time.perf_counter()) > 0:
-                drain(min(wait, 0.005))
-            sent[int(decode_batch(value).anchors[0])] = time.perf_counter()
-            producer.produce(config.acker_topic, value, partition=p)
+                drain(min(wait, 0.002))
+            t0 = time.perf_counter()
+
+            def delivered(error: object, record: Any, t0: float = t0) -> None:
+                if error is None:
+                    sent[(record.partition(), record.offset())] = t0
+
+            producer.produce(config.acker_topic, value, partition=p, on_delivery=delivered)
             producer.poll(0)
         producer.flush(30)
         deadline = time.monotonic() + 10
