@@ -10,14 +10,18 @@ the start of a replay). Two writers that both think they own the partition (a re
 instance) therefore append ticks that are ignored rather than doubled, and every reader of the same log applies
 the same ticks: expiry stays a function of the log.
 
-Recovery: ``recovery_offset`` is the lowest of (a) the offset of the oldest record that opened a still-pending
-tree, (b) the offset of the last tick applied, (c) the next offset to read. Replaying from there replays every
-message of every pending tree and the tick that anchors the chain, so the new owner rebuilds the same pending
-trees with the same expiry (ticks counted from the same records), and no tree is nacked early. Outcomes decided
-between that offset and the crash are emitted a second time: downstream is idempotent by (spout, message id).
+Recovery: ``recovery_offset`` starts from the offset of the oldest record that opened a tree still pending or
+decided within the last ``buckets`` ticks (or the next offset to read when there is none), and goes back to the
+last tick applied at or before it. Replaying from there replays every message of every such tree, starting with a
+tick this instance applied, so the new owner follows the same tick chain, rebuilds the same pending trees with the
+same expiry, and decides the recent ones exactly as they were decided: no tree is nacked early, and none gets a
+different outcome. Outcomes decided after that offset are emitted a second time (the same outcomes): downstream
+is idempotent by (spout, message id).
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 
@@ -47,6 +51,7 @@ class PartitionState:
 
     __slots__ = (
         "_tick_written_at",
+        "applied_ticks",
         "ignored_ticks",
         "last_tick_ms",
         "last_tick_offset",
@@ -71,6 +76,7 @@ class PartitionState:
         self.unread_tick_offset: int | None = None  # a tick we produced, delivered, not read back yet
         self._tick_written_at = 0
         self.ignored_ticks = 0
+        self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
 
     def apply(self, offset: int, timestamp_ms: int, block: MessageBlock) -> OutcomeBlock:
         """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
@@ -81,6 +87,7 @@ class PartitionState:
                 after = int(block.values[i])
                 if self.last_tick_offset is None or after == self.last_tick_offset:
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
+                    self.applied_ticks.append(offset)
                 else:
                     keep[i] = False
                     self.ignored_ticks += 1
@@ -103,15 +110,20 @@ class PartitionState:
         One tick at a time: the next is written only after the previous one was read back, so a lagging
         instance stretches the ticks of the log rather than piling them up.
         """
-        if self.tick_in_flight or self.unread_tick_offset is not None:
+        if self.tick_in_flight:
             return None
+        if self.unread_tick_offset is not None:
+            if now_ms - self._tick_written_at < 3 * self.tick_interval_ms:
+                return None
+            self.unread_tick_offset = None  # never read back (truncated?): ticking must not stop for good
         since = self.last_tick_ms if self.last_tick_ms is not None else self.started_ms
         if now_ms - since < self.tick_interval_ms:
             return None
         return self.last_tick_offset if self.last_tick_offset is not None else NO_TICK
 
-    def tick_sent(self) -> None:
+    def tick_sent(self, now_ms: int) -> None:
         self.tick_in_flight = True
+        self._tick_written_at = now_ms
 
     def tick_delivered(self, offset: int | None) -> None:
         """Delivery report of our tick: its offset, or None if it failed (it will be written again)."""
@@ -123,10 +135,11 @@ class PartitionState:
         """The offset to commit: where a new owner must start to rebuild this state (None: nothing read)."""
         if self.position is None:
             return None
-        candidates = [self.tracker.oldest_needed(self.position)]
-        if self.last_tick_offset is not None:
-            candidates.append(self.last_tick_offset)
-        return min(candidates)
+        needed = self.tracker.oldest_needed(self.position)
+        ticks = self.applied_ticks
+        while len(ticks) > 1 and ticks[1] <= needed:
+            ticks.popleft()  # older ticks can no longer anchor a replay
+        return ticks[0] if ticks and ticks[0] <= needed else needed
 
 
 def _without(block: MessageBlock, keep: np.ndarray) -> MessageBlock:

@@ -34,7 +34,7 @@ from acker.config import ServiceConfig
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.partition import PartitionState, encode_tick
 from acker.wire import WireError, decode_batch, encode_outcomes
@@ -72,6 +72,7 @@ class AckerService:
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
+        self._poisoned = False  # set when the loop failed: no commit may follow
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._next_commit = 0.0
@@ -105,6 +106,10 @@ class AckerService:
             while not stop.is_set():
                 self.step(timeout_s=0.1)
             self._commit_now()
+        except BaseException:
+            # Something failed between deciding and publishing: commit nothing more (a replay decides again).
+            self._poisoned = True
+            raise
         finally:
             self.consumer.close()  # revokes (and commits) what is still assigned
             self.producer.flush(10)
@@ -166,9 +171,12 @@ class AckerService:
     def _send_outcomes(self, spout: str, outcomes: Any, rows: np.ndarray, partition: int, offset: int) -> None:
         topic = self.config.outcome_topic(spout)
         if topic not in self._known_topics:
-            create_topics(
-                self.config.client(), [TopicSpec(topic, self.config.partitions, self.config.replication_factor)]
-            )
+            try:
+                create_topics(
+                    self.config.client(), [TopicSpec(topic, self.config.partitions, self.config.replication_factor)]
+                )
+            except KafkaClientError as error:  # e.g. not allowed to create: the topic may exist, or auto-create
+                log.warning("could not create %s (%s): producing to it anyway", topic, error)
             self._known_topics.add(topic)
         value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=offset)
         self._produce(
@@ -219,7 +227,7 @@ class AckerService:
             after = state.tick_due(now_ms)
             if after is None:
                 continue
-            state.tick_sent()
+            state.tick_sent(now_ms)
 
             def delivered(error: KafkaError | None, record: Message, state: PartitionState = state) -> None:
                 state.tick_delivered(None if error is not None else record.offset())
@@ -257,7 +265,7 @@ class AckerService:
     def _commit_now(self, partitions: list[int] | None = None) -> None:
         """Flush, then commit synchronously (on revoke and on stop)."""
         offsets = self._offsets(partitions)
-        if not offsets:
+        if not offsets or self._poisoned:
             return
         undelivered = self.producer.flush(30)
         self._check_deliveries()

@@ -149,8 +149,13 @@ class Spout:
         """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
         self._read_outcomes()
         self._pause_or_resume()
-        room = max(1, min(500, self.settings.max_pending - len(self.pending)))  # paused when there is none
-        records = self.consumer.consume(room, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+        room = min(500, self.settings.max_pending - len(self.pending))
+        if room > 0:
+            records = self.consumer.consume(room, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+        else:  # paused: serve the consumer's callbacks (rebalances), read nothing, wait a little for outcomes
+            self.consumer.poll(0)
+            records = []
+            self._read_outcomes(timeout_s)
         for record in records:
             if record.error() is not None:
                 if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
@@ -185,8 +190,8 @@ class Spout:
             self._paused = full
             self.counters["pauses" if full else "resumes"] += 1
 
-    def _read_outcomes(self) -> None:
-        for record in self.outcomes.consume(1000, timeout=0):
+    def _read_outcomes(self, timeout_s: float = 0) -> None:
+        for record in self.outcomes.consume(1000, timeout=timeout_s):
             if record.error() is not None:
                 continue
             try:
@@ -253,4 +258,6 @@ class Spout:
             if mark.offset >= 0:
                 tp.offset = mark.offset
         consumer.assign(partitions)
+        if self._paused:  # partitions gained while too many trees are pending start paused too
+            consumer.pause(partitions)
         log.info("assigned %s", [(tp.partition, tp.offset) for tp in partitions])

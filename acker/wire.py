@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -25,7 +26,7 @@ import fastavro
 import numpy as np
 
 from acker import avro_longs
-from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock
+from acker.columnar.block import Kind, MessageBlock, OutcomeBlock
 from acker.columnar.block import split_msg_id as _split
 from acker.errors import AckerError
 
@@ -35,7 +36,7 @@ OUTCOMES = b"O"
 VERSION = 1
 _PREFIX_BATCH = MAGIC + BATCH + bytes([VERSION])
 _PREFIX_OUTCOMES = MAGIC + OUTCOMES + bytes([VERSION])
-_CODE_NAMES = [c.name for c in Code]  # ACK, FAILED, TIMEOUT, OVERLOAD: the enum symbols of the schema
+_SPOUT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # it names the outcome topic: Kafka's legal characters
 
 
 def _load(name: str) -> Any:
@@ -132,6 +133,9 @@ def decode_batch(data: bytes) -> MessageBlock:
     if len(init_source) != inits or len(init_offset) != inits:
         raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
     sources = [(s["spout"], s["source"]) for s in record["sources"]]
+    for spout, _ in sources:
+        if not _SPOUT_NAME.fullmatch(spout):
+            raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)

@@ -7,18 +7,26 @@ tree:
     vals[i]    int64   XOR word
     gens[i]    int32   generation (tick count) of the last (re)insertion: the entry expires on tick gens + buckets
     borns[i]   int32   tick of birth (the init's arrival), for latency in ticks
-    flags[i]   uint8   INIT_SEEN | FAILED | DONE (DONE = a tombstone that ignores late messages)
+    flags[i]   uint8   INIT_SEEN | FAILED
     srcs[i]    int32   source index of the message id (spout and source), -1 before the init
     offs[i]    int64   offset part of the message id
     firsts[i]  uint32  low 32 bits of the offset of the record that opened the entry (for recovery)
     stamps[i]  uint32  low 32 bits of the init record's timestamp in ms (for complete latency)
 
-45 bytes a slot. ``firsts`` and ``stamps`` keep 32 bits and are read as distances modulo 2³²: exact while a
-pending tree is younger than 2³² records and 49 days. Deletion shifts the following run back (no deleted
-markers), so probes stay short. Expiry scans the table once per tick: ticks are rare and a scan of a million
-slots takes a few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket lists.
+45 bytes a slot, for pending trees only. ``firsts`` and ``stamps`` keep 32 bits and are read as distances modulo
+2³²: exact while a pending tree is younger than 2³² records and 49 days. Deletion shifts the following run back (no
+deleted markers), so probes stay short. Expiry scans the table once per tick: ticks are rare and a scan of a
+million slots takes a few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket
+lists.
 
-``state`` holds: [0] entries in the table (pending + tombstones), [1] pending trees, [2] generation.
+Finished trees (tombstones, which make late messages ``late`` for ``buckets`` ticks) live apart, in ``buckets + 1``
+sets ringed by generation (``tombs[g % (buckets + 1)]`` holds the anchors finished at generation ``g``, and
+``tomb_firsts`` the low 32 bits of the offset of the record that opened each, for recovery): 12 bytes a slot,
+looked up only when an anchor is not pending, and expired a whole set at a time by one tick, with no per-entry
+deletion. That keeps the main table, and so each tick's scan, the size of the pending trees.
+
+``state`` holds: [0] entries in the main table, [1] pending trees (the same number: kept apart for clarity),
+[2] generation. ``tomb_counts[r]`` is the number of anchors in ``tombs[r]``.
 ``counters`` follows the field order of `acker.core.tracker.Counters`.
 """
 
@@ -45,7 +53,6 @@ def _compiled(fn: F) -> F:
 
 INIT_SEEN = 1
 FAILED = 2
-DONE = 4
 
 K_INIT, K_ACK, K_ANCHOR, K_OK, K_FAIL, K_RESET, K_TICK = 0, 1, 2, 3, 4, 5, 6
 O_ACK, O_FAILED, O_TIMEOUT, O_OVERLOAD = 0, 1, 2, 3  # acker.columnar.block.Code
@@ -125,16 +132,69 @@ def rehash(t: Table, new_shift: int) -> Table:
 
 
 @_compiled
-def oldest_needed(t: Table, position: int) -> int:
-    """The lowest offset, at most ``position``, of a record that opened a still-pending entry."""
-    keys, flags, firsts = t[0], t[4], t[7]
+def oldest_needed(t: Table, tombs: Array, tomb_counts: Array, tomb_firsts: Array, position: int) -> int:
+    """The lowest offset, at most ``position``, of a record that opened a pending tree or a tree finished in the
+    last ``buckets`` ticks (a tombstone): replaying from there decides every such tree again from all of its
+    messages, hence exactly as before."""
+    keys, firsts = t[0], t[7]
     low = position & _LOW32
     behind = 0
     for i in range(keys.shape[0]):
-        if keys[i] != 0 and not flags[i] & DONE:
+        if keys[i] != 0:
             d = (low - firsts[i]) & _LOW32
             behind = max(behind, d)
+    for r in range(tombs.shape[0]):
+        if tomb_counts[r]:
+            for i in range(tombs.shape[1]):
+                if tombs[r, i] != 0:
+                    d = (low - tomb_firsts[r, i]) & _LOW32
+                    behind = max(behind, d)
     return position - behind
+
+
+@_compiled
+def _is_tomb(tombs: Array, tomb_counts: Array, shift: int, anchor: int) -> bool:
+    mask = tombs.shape[1] - 1
+    for r in range(tombs.shape[0]):
+        if tomb_counts[r] and tombs[r, _find(tombs[r], shift, mask, anchor)] == anchor:
+            return True
+    return False
+
+
+@_compiled
+def _bury(tombs: Array, tomb_counts: Array, tomb_firsts: Array, shift: int, row: int, anchor: int, first: int) -> None:
+    keys = tombs[row]
+    i = _find(keys, shift, tombs.shape[1] - 1, anchor)
+    if keys[i] == 0:
+        keys[i] = anchor
+        tomb_firsts[row, i] = first
+        tomb_counts[row] += 1
+
+
+@_compiled
+def rehash_tombs(tombs: Array, tomb_counts: Array, tomb_firsts: Array, new_shift: int) -> tuple[Array, Array]:
+    """The tombstone sets copied into sets of capacity ``2 ** (64 - new_shift)``."""
+    new = np.zeros((tombs.shape[0], 1 << (64 - new_shift)), np.int64)
+    new_firsts = np.zeros((tombs.shape[0], 1 << (64 - new_shift)), np.uint32)
+    counts = np.zeros(tombs.shape[0], np.int64)
+    for r in range(tombs.shape[0]):
+        if tomb_counts[r]:
+            for i in range(tombs.shape[1]):
+                if tombs[r, i] != 0:
+                    _bury(new, counts, new_firsts, new_shift, r, tombs[r, i], tomb_firsts[r, i])
+    return new, new_firsts
+
+
+@_compiled
+def _finish(
+    t: Table, shift: int, state: Array, tombs: Array, tomb_counts: Array, tomb_firsts: Array, tomb_shift: int, i: int
+) -> None:
+    """The tree in slot ``i`` is decided: it leaves the table for the tombstones of the current generation."""
+    row = state[S_GENERATION] % tombs.shape[0]
+    _bury(tombs, tomb_counts, tomb_firsts, tomb_shift, row, t[0][i], t[7][i])
+    _delete(t, shift, i)
+    state[S_ENTRIES] -= 1
+    state[S_PENDING] -= 1
 
 
 @_compiled
@@ -157,6 +217,10 @@ def _open(
 def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the reference
     t: Table,
     shift: int,
+    tombs: Array,
+    tomb_counts: Array,
+    tomb_firsts: Array,
+    tomb_shift: int,
     state: Array,
     counters: Array,
     buckets: int,
@@ -174,10 +238,9 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
 ) -> int:
     """Apply a block of messages (one record at ``record_offset``, written at ``timestamp_ms``).
 
-    Writes outcome rows into ``out`` and returns how many. The caller guarantees room: the table has capacity for
-    every message opening an entry, and ``out`` has a row for every message deciding an outcome plus every pending
-    tree expiring on the block's ticks. Finishing a tree (any outcome) turns its slot into a tombstone stamped with
-    the current generation.
+    Writes outcome rows into ``out`` and returns how many. The caller guarantees room: the table and the
+    tombstone sets have capacity for every message of the block opening or finishing an entry, and ``out`` has a
+    row for every message deciding an outcome plus every pending tree expiring on the block's ticks.
     """
     keys, vals, gens, borns, flags, srcs, offs, _, stamps = t
     mask = keys.shape[0] - 1
@@ -191,6 +254,11 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             counters[C_TICKS] += 1
             gen += 1
             state[S_GENERATION] = gen
+            # The tombstones of generation gen - buckets have watched long enough: drop the whole set.
+            expired_row = (gen - buckets) % tombs.shape[0]
+            if tomb_counts[expired_row]:
+                tombs[expired_row, :] = 0
+                tomb_counts[expired_row] = 0
             limit = gen - buckets
             # Collect first: deleting shifts entries, which would make a single pass skip or revisit some.
             expired = np.empty(state[S_ENTRIES], np.int64)
@@ -201,41 +269,38 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                     n_exp += 1
             for e in range(n_exp):
                 i = _find(keys, shift, mask, expired[e])
-                f = flags[i]
-                if f & INIT_SEEN and not f & DONE:
+                if flags[i] & INIT_SEEN:
                     counters[C_TIMEOUT] += 1
                     n = _decide(out, n, m, O_TIMEOUT, t, i, gen, timestamp_ms)
-                    flags[i], gens[i] = f | DONE, gen
-                    state[S_PENDING] -= 1
-                    continue
-                if not f & DONE:
+                    _finish(t, shift, state, tombs, tomb_counts, tomb_firsts, tomb_shift, i)
+                else:  # nobody to tell; a late init opens a new tree, which times out in turn
                     counters[C_NO_INIT] += 1
+                    _delete(t, shift, i)
+                    state[S_ENTRIES] -= 1
                     state[S_PENDING] -= 1
-                _delete(t, shift, i)
-                state[S_ENTRIES] -= 1
             continue
 
         anchor = anchors[m]
         i = _find(keys, shift, mask, anchor)
         present = keys[i] != 0
-        f = flags[i] if present else np.uint8(0)
         src, off = -1, 0
         if kind == K_INIT:
             src, off = source_map[init_source[k_init]], init_offset[k_init]
             k_init += 1
-        if f & DONE:
-            counters[C_LATE] += 1
-            continue
         if not present:
+            if _is_tomb(tombs, tomb_counts, tomb_shift, anchor):
+                counters[C_LATE] += 1
+                continue
             if kind == K_RESET:
                 counters[C_UNKNOWN_RESETS] += 1
                 continue
             if kind == K_INIT and high_water > 0 and state[S_PENDING] >= high_water:
                 counters[C_OVERLOAD] += 1
-                _open(t, i, anchor, 0, gen, DONE, src, off, record_offset, timestamp_ms)
+                _open(t, i, anchor, 0, gen, 0, src, off, record_offset, timestamp_ms)
                 n = _decide(out, n, m, O_OVERLOAD, t, i, gen, timestamp_ms)
-                srcs[i] = -1
                 state[S_ENTRIES] += 1
+                state[S_PENDING] += 1
+                _finish(t, shift, state, tombs, tomb_counts, tomb_firsts, tomb_shift, i)
                 continue
             flag = INIT_SEEN if kind == K_INIT else FAILED if kind == K_FAIL else 0
             _open(t, i, anchor, values[m], gen, flag, src, off, record_offset, timestamp_ms)
@@ -243,6 +308,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             state[S_PENDING] += 1
             continue
 
+        f = flags[i]
         code = -1
         if kind == K_RESET:
             gens[i] = gen
@@ -275,6 +341,5 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
         if code >= 0:
             counters[C_ACKED if code == O_ACK else C_FAILED] += 1
             n = _decide(out, n, m, code, t, i, gen, timestamp_ms)
-            flags[i], gens[i] = flags[i] | DONE, gen
-            state[S_PENDING] -= 1
+            _finish(t, shift, state, tombs, tomb_counts, tomb_firsts, tomb_shift, i)
     return n

@@ -22,14 +22,40 @@ from acker.core.tracker import Counters, TrackerConfig
 _MIN_SHIFT_CAPACITY = 1 << 10
 
 
+def _capacity(current: int, needed: int) -> int:
+    """A power of two keeping the load between 1/8 and 1/2 (no smaller than the minimum)."""
+    want = current
+    while needed * 2 > want:
+        want *= 2
+    while want > _MIN_SHIFT_CAPACITY and needed * 8 < want:
+        want //= 2
+    return want
+
+
 class BlockTracker:
-    __slots__ = ("_counters", "_shift", "_source_index", "_sources", "_state", "_table", "config")
+    __slots__ = (
+        "_counters",
+        "_shift",
+        "_source_index",
+        "_sources",
+        "_state",
+        "_table",
+        "_tomb_counts",
+        "_tomb_firsts",
+        "_tomb_shift",
+        "_tombs",
+        "config",
+    )
 
     def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_SHIFT_CAPACITY) -> None:
         self.config = config or TrackerConfig()
         cap = max(_MIN_SHIFT_CAPACITY, 1 << max(0, capacity - 1).bit_length())
         self._shift = 64 - cap.bit_length() + 1
         self._table: k.Table = k.empty_table(cap)
+        self._tombs = np.zeros((self.config.buckets + 1, _MIN_SHIFT_CAPACITY), np.int64)
+        self._tomb_firsts = np.zeros((self.config.buckets + 1, _MIN_SHIFT_CAPACITY), np.uint32)
+        self._tomb_counts = np.zeros(self.config.buckets + 1, np.int64)
+        self._tomb_shift = 64 - _MIN_SHIFT_CAPACITY.bit_length() + 1
         self._state = np.zeros(3, np.int64)
         self._counters = np.zeros(10, np.int64)
         self._sources: list[Source] = []
@@ -52,20 +78,30 @@ class BlockTracker:
         return Counters(*(int(c) for c in self._counters))
 
     def table_bytes(self) -> int:
-        """Bytes held by the table arrays (the tracker's memory apart from interned sources)."""
-        return sum(int(a.nbytes) for a in self._table)
+        """Bytes held by the table and tombstone arrays (the tracker's memory apart from interned sources)."""
+        return sum(int(a.nbytes) for a in self._table) + int(self._tombs.nbytes) + int(self._tomb_firsts.nbytes)
 
-    def _resize_for(self, incoming: int) -> None:
-        entries = int(self._state[k.S_ENTRIES])
-        cap = self.capacity
-        want = cap
-        while (entries + incoming) * 2 > want:
-            want *= 2
-        while want > _MIN_SHIFT_CAPACITY and (entries + incoming) * 8 < want:
-            want //= 2
+    def _resize_for(self, opening: int, burying: int) -> None:
+        """Room for ``opening`` more pending entries and ``burying`` more tombstones in any one set; shrink what is
+        mostly empty."""
+        self._shift, self._table = self._sized(self._shift, self._table, int(self._state[k.S_ENTRIES]), opening)
+        cap = self._tombs.shape[1]
+        fullest = int(self._tomb_counts.max())
+        want = _capacity(cap, fullest + burying)
         if want != cap:
-            self._shift = 64 - want.bit_length() + 1
-            self._table = k.rehash(self._table, self._shift)
+            self._tomb_shift = 64 - want.bit_length() + 1
+            self._tombs, self._tomb_firsts = k.rehash_tombs(
+                self._tombs, self._tomb_counts, self._tomb_firsts, self._tomb_shift
+            )
+
+    @staticmethod
+    def _sized(shift: int, table: k.Table, entries: int, incoming: int) -> tuple[int, k.Table]:
+        cap = int(table[0].shape[0])
+        want = _capacity(cap, entries + incoming)
+        if want == cap:
+            return shift, table
+        shift = 64 - want.bit_length() + 1
+        return shift, k.rehash(table, shift)
 
     def _map_sources(self, block: MessageBlock) -> k.Array:
         mapped = np.empty(max(1, len(block.sources)), np.int32)
@@ -85,12 +121,14 @@ class BlockTracker:
         tracker = BlockTracker()
         tracker.process(block)
         tracker.oldest_needed(0)
-        tracker._resize_for(4 * tracker.capacity)
+        tracker._resize_for(4 * tracker.capacity, 4 * tracker.capacity)
 
     def oldest_needed(self, position: int) -> int:
-        """The offset from which a replay rebuilds every pending tree: the lowest offset of a record that opened a
-        still-pending entry, or ``position`` (the next offset to read) when nothing is pending."""
-        return int(k.oldest_needed(self._table, position))
+        """The offset from which a replay decides every tree touched since exactly as before: the lowest offset of a
+        record that opened a pending tree or a tree finished in the last ``buckets`` ticks, or ``position`` (the
+        next offset to read) when there is none. A tree finished earlier may still have a late message after that
+        offset: replayed alone, it opens an init-less entry that expires silently, as the original one did."""
+        return int(k.oldest_needed(self._table, self._tombs, self._tomb_counts, self._tomb_firsts, position))
 
     def process(self, block: MessageBlock, record_offset: int = 0, timestamp_ms: int = 0) -> OutcomeBlock:
         """Apply every message of ``block`` in order; return the outcomes decided.
@@ -99,17 +137,23 @@ class BlockTracker:
         what `oldest_needed` reports, the timestamp is when an init was sent and when an outcome was decided.
         """
         n = len(block)
-        self._resize_for(n)
-        # Every outcome is of a tree whose init was seen: pending before the block, or initialised in it. Without
-        # a tick, each also needs a message of the block.
-        room = int(self._state[k.S_PENDING]) + len(block.init_offset)
-        if not np.any(block.kinds == k.K_TICK):
+        pending = int(self._state[k.S_PENDING])
+        ticks = bool(np.any(block.kinds == k.K_TICK))
+        # Every outcome is of a tree whose init was seen: pending before the block, or initialised in it; without a
+        # tick, each also needs a message of the block. Each outcome buries one tree, in the set of its tick.
+        room = pending + len(block.init_offset)
+        if not ticks:
             room = min(n, room)
+        self._resize_for(n, room)
         out = np.empty((room, k.OUT_COLUMNS), np.int64)
         cfg = self.config
         produced = k.process(
             self._table,
             self._shift,
+            self._tombs,
+            self._tomb_counts,
+            self._tomb_firsts,
+            self._tomb_shift,
             self._state,
             self._counters,
             cfg.buckets,

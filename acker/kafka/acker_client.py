@@ -125,11 +125,19 @@ class AckerClient:
         self.producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> int:
-        """Send every batch and wait for delivery; returns the number of records still undelivered."""
-        for partition, batch in enumerate(self._batches):
-            if batch is not None:
-                self._flush_partition(partition)
-        return int(self.producer.flush(timeout_s))
+        """Send every batch and wait for delivery; returns the number of records still undelivered.
+
+        Delivery callbacks may send more (a retried init, a fail): those are sent and waited for too.
+        """
+        undelivered = 0
+        for _ in range(5):
+            for partition, batch in enumerate(self._batches):
+                if batch is not None:
+                    self._flush_partition(partition)
+            undelivered = int(self.producer.flush(timeout_s))
+            if all(batch is None for batch in self._batches):
+                break
+        return undelivered
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._batches[partition]

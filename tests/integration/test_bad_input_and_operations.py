@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
-from acker.core import Ack
+from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.metrics import serve
 from acker.service import DLQ_OFFSET, DLQ_REASON
@@ -51,6 +51,7 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
         (bytes(zero_anchor), "zero-id"),
         (b"AKB\x01" + b"\x02\x09" + good[6:], "unknown-message-type"),
         (None, "bad-magic"),
+        (encode_batch(MessageBlock.from_messages([Init(7, "bad spout!", "t/0/1", 1)])), "bad-spout"),
     ]
     producer = Producer(config.client())
     for value, _ in bad:

@@ -34,31 +34,52 @@ def test_a_tick_is_due_once_per_interval_and_one_at_a_time() -> None:
     state = _state()
     assert state.tick_due(999) is None
     assert state.tick_due(1000) == NO_TICK
-    state.tick_sent()
+    state.tick_sent(1000)
     assert state.tick_due(5000) is None  # in flight
     state.tick_delivered(7)
-    assert state.tick_due(5000) is None  # delivered, not read back yet
+    assert state.tick_due(3999) is None  # delivered, not read back yet
     state.apply(7, 1500, _tick(NO_TICK))
     assert state.tick_due(2499) is None
     assert state.tick_due(2500) == 7
-    state.tick_sent()
+    state.tick_sent(2500)
     state.tick_delivered(None)  # failed: written again when due
     assert state.tick_due(2500) == 7
+    state.tick_sent(2500)
+    state.tick_delivered(9)  # delivered, but never read back (the log was truncated, say)
+    assert state.tick_due(5499) is None
+    assert state.tick_due(5500) == 7  # after three intervals ticking starts again
 
 
-def test_recovery_offset_is_the_oldest_record_a_pending_tree_needs() -> None:
+def test_recovery_offset_covers_pending_and_recently_decided_trees() -> None:
     state = _state()
     assert state.recovery_offset() is None
     state.apply(0, 0, MessageBlock.from_messages([Init(5, "s", "t/0/1", 3)]))
-    state.apply(1, 0, MessageBlock.from_messages([Ack(6, 4)]))  # opens tree 6 (init later)
-    state.apply(2, 0, MessageBlock.from_messages([Ack(5, 3)]))  # tree 5 done
-    assert state.recovery_offset() == 1
-    state.apply(3, 0, MessageBlock.from_messages([Init(6, "s", "t/0/2", 4)]))  # tree 6 done
-    assert state.recovery_offset() == 4  # nothing pending, no tick: resume after the last record
+    state.apply(1, 0, MessageBlock.from_messages([Ack(6, 4)]))  # opens tree 6 (its init comes later)
+    state.apply(2, 0, MessageBlock.from_messages([Ack(5, 3)]))  # tree 5 decided
+    assert state.recovery_offset() == 0  # a replay from 1 would see tree 5's ack without its init
+    state.apply(3, 0, MessageBlock.from_messages([Init(6, "s", "t/0/2", 4)]))  # tree 6 decided
+    assert state.recovery_offset() == 0
     state.apply(4, 0, _tick(NO_TICK))
     state.skip(5)  # a dead-lettered record
-    assert state.position == 6
-    assert state.recovery_offset() == 4  # the last tick anchors the chain for the next owner
+    assert state.position == 6 and state.recovery_offset() == 0
+    state.apply(6, 0, _tick(4))  # buckets = 2: the decided trees are forgotten
+    assert state.recovery_offset() == 6  # nothing needed: from the last tick applied, which anchors the chain
+
+
+def test_recovery_starts_at_an_applied_tick_so_a_stray_tick_cannot_start_a_new_chain() -> None:
+    state = _state()
+    state.apply(0, 0, _tick(NO_TICK))  # applied
+    state.apply(1, 0, MessageBlock.from_messages([Init(5, "s", "t/0/1", 3)]))  # pending from 1
+    state.apply(2, 0, _tick(NO_TICK))  # a stray from a second writer: ignored
+    state.apply(3, 0, _tick(0))  # applied
+    assert state.ignored_ticks == 1
+    # A replay from 1 would accept the stray at 2 as the head of its chain and ignore the tick at 3.
+    assert state.recovery_offset() == 0
+    replayer = _state()
+    for offset, block in ((0, _tick(NO_TICK)), (1, None), (2, _tick(NO_TICK)), (3, _tick(0))):
+        if block is not None:
+            replayer.apply(offset, 0, block)
+    assert replayer.tracker.tick_count == state.tracker.tick_count == 2
 
 
 def test_ignored_ticks_are_removed_without_disturbing_inits() -> None:

@@ -80,6 +80,13 @@ def test_invalid_records_are_rejected_with_a_reason(data: bytes, reason: str) ->
     assert raised.value.reason == reason
 
 
+def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
+    for spout in ("with space", "", "x" * 201, "slash/no"):
+        with pytest.raises(WireError) as raised:
+            decode_batch(encode_batch(MessageBlock.from_messages([Init(1, spout, "t/0/1", 1)])))
+        assert raised.value.reason == "bad-spout"
+
+
 def test_a_tick_may_have_anchor_zero() -> None:
     assert decode_batch(_raw(kinds=bytes([6]), anchors=np.zeros(1, "<i8").tobytes())).kinds.tolist() == [6]
 
