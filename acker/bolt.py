@@ -28,15 +28,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
-from acker.core.messages import Fail
 from acker.core.tuple_tree import InputTuple, TupleIds, anchored
-from acker.headers import HeaderList, Headers, split, with_ids
+from acker.headers import HeaderList, Headers, split
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import partition_count
 
@@ -185,20 +183,10 @@ class Bolt:
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
-        def delivered(error: KafkaError | None, _record: Any) -> None:
-            if error is not None:
-                self.counters["child_delivery_failures"] += 1
-                log.warning("a message could not be delivered (%s): failing its trees", error)
-                for anchor, _ in ids.edges:
-                    self.acker.send(Fail(anchor))
-
-        while True:
-            try:
-                self.producer.produce(topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
-                self.counters["emitted"] += 1
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        self.acker.produce_anchored(
+            topic, value, key, headers, ids, on_failure=lambda _: self.counters.update(["child_delivery_failures"])
+        )
+        self.counters["emitted"] += 1
 
     def _commit(self) -> None:
         """Commit the input positions once everything produced for the inputs before them is delivered."""

@@ -165,3 +165,22 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             kafka[key.strip()] = value
     typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
     return replace(ServiceConfig(), **typed, kafka=kafka)
+
+
+def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:
+    """Flags and environment that `load` turns back into ``config``, for starting a child process.
+
+    librdkafka settings go to the environment (``ACKER_KAFKA_*``), not the command line, where other users of the
+    machine could read secrets in the process list.
+    """
+    argv: list[str] = []
+    for f in fields(ServiceConfig):
+        if f.name == "kafka":
+            continue
+        flag, value = "--" + f.name.replace("_", "-"), getattr(config, f.name)
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        else:
+            argv += [flag, str(value)]
+    env = {KAFKA_ENV_PREFIX + key.upper().replace(".", "_"): value for key, value in config.kafka.items()}
+    return argv, env

@@ -30,15 +30,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
-from acker.core.messages import Fail, Init
-from acker.core.tuple_tree import UNTRACKED, SpoutTree, TupleIds
-from acker.headers import HeaderList, Headers, with_ids
+from acker.core.messages import Init
+from acker.core.tuple_tree import UNTRACKED, SpoutTree
+from acker.headers import Headers
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import partition_count
 from acker.wire import WireError, decode_outcomes, encode_outcome_rows
@@ -76,7 +75,11 @@ class Emitter:
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         ids = self._tree.emit() if self._tree is not None else UNTRACKED
-        self._spout._produce_data(topic, value, key, with_ids(headers, ids), ids)
+        counters = self._spout.counters
+        self._spout.acker.produce_anchored(
+            topic, value, key, headers, ids, on_failure=lambda _: counters.update(["data_delivery_failures"])
+        )
+        counters["emitted"] += 1
         self.emitted += 1
 
 
@@ -204,24 +207,6 @@ class Spout:
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
     # -- producing ------------------------------------------------------------------------------------------
-
-    def _produce_data(
-        self, topic: str, value: bytes | None, key: bytes | None, headers: HeaderList, ids: TupleIds
-    ) -> None:
-        def delivered(error: KafkaError | None, _record: Any) -> None:
-            if error is not None:
-                self.counters["data_delivery_failures"] += 1
-                log.warning("a data message could not be delivered (%s): failing its tree", error)
-                for anchor, _ in ids.edges:
-                    self.acker.send(Fail(anchor))
-
-        while True:
-            try:
-                self.producer.produce(topic, value, key=key, headers=headers, on_delivery=delivered)
-                self.counters["emitted"] += 1
-                return
-            except BufferError:
-                self.producer.poll(0.05)
 
     def _acker_delivery_failed(self, _partition: int, inits: list[Init], error: KafkaError) -> None:
         for message in inits:

@@ -21,7 +21,7 @@ import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
-from acker.config import ServiceConfig
+from acker.config import ServiceConfig, to_argv
 from acker.examples.wordcount import SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.kafka.clients import TopicSpec, create_topics
@@ -61,9 +61,7 @@ def _run(bootstrap: str, lines: list[bytes], tracked: bool, partitions: int) -> 
         *(TopicSpec(t, partitions) for t in (topics.sentences, topics.split, topics.words, topics.counts)),
     ])  # fmt: skip
     ids = produce(config, topics.sentences, lines)
-    common = ["--bootstrap-servers", bootstrap, "--acker-topic", config.acker_topic, "--group", config.group,
-              "--outcome-prefix", config.outcome_prefix, "--dlq-topic", config.dlq_topic,
-              "--status-topic", config.status_topic, "--metrics-port", "0"]  # fmt: skip
+    common, _ = to_argv(config)
     stage = [sys.executable, "-m", "acker.cli", "wordcount"]
     argvs = [
         [*stage, "spout", *common, "--prefix", topics.prefix, *([] if tracked else ["--untracked"])],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import statistics
 import subprocess
@@ -37,7 +38,7 @@ from confluent_kafka import Consumer, Producer
 
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind
-from acker.config import ServiceConfig
+from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.provision import kafka_cluster
 from acker.service import DECIDED_BY, AckerService
@@ -133,11 +134,9 @@ def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: fl
 
     The service runs in its own process, as in production, so that the load generator does not share its GIL.
     """
-    args = [sys.executable, "-m", "acker.cli", "run", "--bootstrap-servers", config.bootstrap_servers,
-            "--acker-topic", config.acker_topic, "--group", config.group, "--outcome-prefix", config.outcome_prefix,
-            "--dlq-topic", config.dlq_topic, "--status-topic", config.status_topic, "--metrics-port", "0",
-            "--status-interval-s", "0.5", "--timeout-s", str(config.timeout_s), "--log-level", "WARNING"]  # fmt: skip
-    service = subprocess.Popen(args)
+    flags, env = to_argv(replace(config, metrics_port=0, status_interval_s=0.5))
+    args = [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING"]
+    service = subprocess.Popen(args, env={**os.environ, **env})
     try:
         deadline = time.monotonic() + 60
         while len(read_status(config, timeout_s=2)) < config.partitions:  # every partition owned and serving

@@ -10,6 +10,7 @@ acker wordcount run --sentences N ...       all of the above as child processes,
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -18,13 +19,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
 from acker.bolt import Bolt
-from acker.config import ServiceConfig, add_arguments, load
+from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.spout import Spout, SpoutSettings
@@ -121,17 +123,11 @@ def cmd_count(args: argparse.Namespace) -> int:
     return _until_signalled(Bolt(load(args), topics.words, f"{args.prefix}-count", function, basic=False))
 
 
-def _stage_argv(args: argparse.Namespace, stage: str, *extra: str) -> list[str]:
-    config = load(args)
-    common = [
-        "--bootstrap-servers", config.bootstrap_servers, "--acker-topic", config.acker_topic,
-        "--group", config.group, "--outcome-prefix", config.outcome_prefix, "--dlq-topic", config.dlq_topic,
-        "--status-topic", config.status_topic, "--timeout-s", str(config.timeout_s),
-        "--metrics-port", "0", *(f"--kafka={k}={v}" for k, v in config.kafka.items()),
-    ]  # fmt: skip
+def _stage_argv(args: argparse.Namespace, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
+    flags, env = to_argv(replace(load(args), metrics_port=0))
     if stage == "acker":
-        return [sys.executable, "-m", "acker.cli", "run", *common, "--log-level", "WARNING"]
-    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *common, "--prefix", args.prefix, *extra]
+        return [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING"], env
+    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, "--prefix", args.prefix, *extra], env
 
 
 class Stages:
@@ -140,9 +136,12 @@ class Stages:
     def __init__(self) -> None:
         self.running: list[tuple[str, list[str], subprocess.Popen[bytes]]] = []
         self.restarts = 0
+        self.env: dict[str, str] = {}
 
-    def start(self, name: str, argv: list[str]) -> None:
-        self.running.append((name, argv, subprocess.Popen(argv)))
+    def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
+        argv, env = command
+        self.env = {**os.environ, **env}
+        self.running.append((name, argv, subprocess.Popen(argv, env=self.env)))
 
     def watch(self) -> None:
         for i, (name, argv, process) in enumerate(self.running):
@@ -153,7 +152,7 @@ class Stages:
                 raise SystemExit(f"stage {name} exited with {code}")
             print(f"stage {name} crashed (as injected): restarting it", file=sys.stderr)
             without_crash = [a for a in argv if not a.startswith("--crash-after")]
-            self.running[i] = (name, without_crash, subprocess.Popen(without_crash))
+            self.running[i] = (name, without_crash, subprocess.Popen(without_crash, env=self.env))
             self.restarts += 1
 
     def stop(self) -> None:

@@ -8,6 +8,7 @@ partition is the order of `send` calls. Not thread-safe.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 
@@ -18,7 +19,11 @@ from confluent_kafka import Message as KafkaMessage
 from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
+from acker.core.tuple_tree import TupleIds
+from acker.headers import Headers, with_ids
 from acker.wire import encode_batch
+
+log = logging.getLogger("acker.client")
 
 DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
 
@@ -115,6 +120,37 @@ class AckerClient:
             batch.values.append(value)
             if len(batch.kinds) >= self.max_batch:
                 self._flush_partition(partition)
+
+    def produce_anchored(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers | None,
+        ids: TupleIds,
+        *,
+        on_failure: Callable[[KafkaError], None] | None = None,
+    ) -> None:
+        """Send a data message of the trees ``ids`` (with their anchor header) on the same producer.
+
+        A message that cannot be delivered (librdkafka has retried it) fails its trees at once, so that the source
+        records are replayed without waiting for the timeout; ``on_failure`` is told (for counting).
+        """
+
+        def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
+            if error is not None:
+                log.warning("a data message to %s could not be delivered (%s): failing its trees", topic, error)
+                for anchor, _ in ids.edges:
+                    self.send(Fail(anchor))
+                if on_failure is not None:
+                    on_failure(error)
+
+        while True:
+            try:
+                self.producer.produce(topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""

@@ -11,11 +11,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from acker.config import ServiceConfig
+from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import TopicSpec, create_topics
@@ -63,24 +64,10 @@ class ServiceProcess:
     """An acker instance as a separate `acker run` process (for kill -9)."""
 
     def __init__(self, config: ServiceConfig, log_path: str) -> None:
-        args = [
-            sys.executable, "-m", "acker.cli", "run",
-            "--bootstrap-servers", config.bootstrap_servers,
-            "--acker-topic", config.acker_topic,
-            "--group", config.group,
-            "--outcome-prefix", config.outcome_prefix,
-            "--dlq-topic", config.dlq_topic,
-            "--status-topic", config.status_topic,
-            "--partitions", str(config.partitions),
-            "--timeout-s", str(config.timeout_s),
-            "--buckets", str(config.buckets),
-            "--commit-interval-s", str(config.commit_interval_s),
-            "--metrics-port", "0",
-            "--instance-id", f"proc-{uuid.uuid4().hex[:6]}",
-            *(f"--kafka={key}={value}" for key, value in config.kafka.items()),
-        ]  # fmt: skip
+        flags, env = to_argv(replace(config, metrics_port=0, instance_id=f"proc-{uuid.uuid4().hex[:6]}"))
+        args = [sys.executable, "-m", "acker.cli", "run", *flags]
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()/kill()
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env})
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

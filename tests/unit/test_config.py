@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from acker.config import ServiceConfig, add_arguments, load
+from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
 
 
@@ -74,3 +74,16 @@ def test_help_names_the_environment_variable_of_every_flag() -> None:
     text = parser.format_help()
     for name in ("ACKER_BOOTSTRAP_SERVERS", "ACKER_TIMEOUT_S", "ACKER_HIGH_WATER", "ACKER_KAFKA_<KEY>", "ACKER_CONFIG"):
         assert name in text.replace("\n", "").replace(" ", "")
+
+
+def test_to_argv_round_trips_and_keeps_librdkafka_settings_off_the_command_line() -> None:
+    config = ServiceConfig(
+        buckets=4,
+        relocate_on_update=True,
+        timeout_s=7.5,
+        kafka={"sasl.password": "s3cret", "session.timeout.ms": "6000"},
+    )
+    argv, env = to_argv(config)
+    assert "s3cret" not in " ".join(argv)
+    assert load(_parse(*argv), environ=env) == config
+    assert load(_parse(*to_argv(ServiceConfig())[0]), environ={}) == ServiceConfig()
