@@ -270,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AckerError as error:
         print(f"acker: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a file that cannot be read, a port that cannot be bound, ...
+        print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
     return code
 
 

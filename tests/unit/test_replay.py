@@ -50,6 +50,11 @@ def test_columnar_engine_gives_the_same_outcomes(capsys: pytest.CaptureFixture[s
     assert "line 9:" in captured.err and "acked=1" in captured.err
 
 
+def test_a_missing_file_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert "No such file or directory" in capsys.readouterr().err
+
+
 def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(LINES[4:6]) + "\n")
