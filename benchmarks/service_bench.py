@@ -121,7 +121,8 @@ def _service_run(config: ServiceConfig, trees: int) -> float:
     while not service._states:
         service.step(timeout_s=0.1)  # joins the group
     started = time.perf_counter()
-    while service.snapshot().counters.acked < trees:
+    states = list(service._states.values())
+    while sum(state.tracker.counters.acked for state in states) < trees:  # cheaper than a metrics snapshot
         service.step(timeout_s=0.2)
     elapsed = time.perf_counter() - started
     service.consumer.close()
