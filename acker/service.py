@@ -37,7 +37,7 @@ from acker.errors import AckerError
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.partition import PartitionState, encode_tick
-from acker.wire import WireError, decode_batch, encode_outcomes
+from acker.wire import WireError, check_partition, decode_batch, encode_outcomes
 
 log = logging.getLogger("acker.service")
 
@@ -73,6 +73,7 @@ class AckerService:
         self._known_topics: set[str] = set()
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
         self._poisoned = False  # set when the loop failed: no commit may follow
+        self._partition_count = 0  # of the acker topic, read at each assignment (0: unknown, nothing checked)
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._next_commit = 0.0
@@ -152,6 +153,7 @@ class AckerService:
             return
         try:
             block = decode_batch(record.value() or b"")
+            check_partition(block, partition, self._partition_count)
         except WireError as bad:
             self._dead_letter(record, bad.reason, bad.detail)
             state.skip(offset)
@@ -323,7 +325,10 @@ class AckerService:
 
     # -- rebalance ------------------------------------------------------------------------------------------
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        topic = consumer.list_topics(self.config.acker_topic, timeout=30).topics.get(self.config.acker_topic)
+        if topic is not None and topic.partitions:
+            self._partition_count = len(topic.partitions)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
         with self._lock:

@@ -141,6 +141,25 @@ def decode_batch(data: bytes) -> MessageBlock:
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
 
 
+def check_partition(block: MessageBlock, partition: int, partitions: int) -> None:
+    """`WireError` unless every message of ``block`` belongs on ``partition`` (``partition_of`` of its anchor).
+
+    A message on another partition is part of a tree that this partition does not own: it could never complete
+    here, and the tree's other messages are elsewhere (a producer that does not set the partition itself, or a
+    partition count changed under live trees). The record is dead-lettered; its trees time out and are replayed.
+    """
+    if partitions <= 0 or not len(block):
+        return
+    anchors = block.anchors[block.kinds != Kind.TICK]
+    wrong = np.abs(np.fmod(anchors, partitions)) != partition
+    if np.any(wrong):
+        raise WireError(
+            "wrong-partition",
+            f"{int(wrong.sum())} message(s) belong on partition {int(np.abs(np.fmod(anchors[wrong][0], partitions)))}, "
+            f"not {partition} (of {partitions})",
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class OutcomeRecord:
     """One decoded outcome-topic record: the outcomes of one spout's trees."""

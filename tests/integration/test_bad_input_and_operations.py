@@ -77,6 +77,21 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
     assert sum(snapshot.dead_letters.values()) == len(bad)
 
 
+def test_a_record_on_the_wrong_partition_is_dead_lettered(config: ServiceConfig) -> None:
+    config = replace(config, partitions=2)
+    create_acker_topics(config)
+    misrouted = encode_batch(MessageBlock.from_messages([Ack(-1, 3)]))  # partition_of(-1, 2) == 1
+    producer = Producer(config.client())
+    producer.produce(config.acker_topic, misrouted, partition=0)
+    producer.flush()
+    service = ServiceThread(config)
+    try:
+        letters = _dead_letters(config, 1)
+    finally:
+        service.stop()
+    assert [(d[DLQ_REASON], d["acker.dlq.partition"]) for d in letters] == [("wrong-partition", "0")]
+
+
 def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     common = [
         "--bootstrap-servers", config.bootstrap_servers,

@@ -14,6 +14,7 @@ from acker.core import Ack, Init, Message
 from acker.wire import (
     ACKER_BATCH_SCHEMA,
     WireError,
+    check_partition,
     decode_batch,
     decode_outcomes,
     encode_batch,
@@ -85,6 +86,16 @@ def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
         with pytest.raises(WireError) as raised:
             decode_batch(encode_batch(MessageBlock.from_messages([Init(1, spout, "t/0/1", 1)])))
         assert raised.value.reason == "bad-spout"
+
+
+def test_messages_must_be_on_the_partition_of_their_anchor() -> None:
+    block = MessageBlock.from_messages([Ack(-1, 3), Ack(4, 1)])  # partition_of: 1 and 0 of 2
+    check_partition(MessageBlock.from_messages([Ack(-1, 3), Ack(3, 1)]), 1, 2)
+    check_partition(block, 0, 0)  # partition count unknown: nothing checked
+    with pytest.raises(WireError) as raised:
+        check_partition(block, 1, 2)
+    assert raised.value.reason == "wrong-partition"
+    assert "belong on partition 0, not 1" in raised.value.detail
 
 
 def test_a_tick_may_have_anchor_zero() -> None:
