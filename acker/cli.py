@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Protocol
 
 from acker.config import ServiceConfig, add_arguments
 from acker.core.outcomes import Acked
@@ -111,8 +114,6 @@ def _service_config(args: argparse.Namespace) -> ServiceConfig:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import logging
-    import signal
-    import threading
 
     from acker.metrics import serve
     from acker.service import AckerService
@@ -122,10 +123,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     logging.getLogger("acker").info("configuration: %s", config.redacted())
     service = AckerService(config)
     serve(service.snapshot, config.metrics_port)
+    return run_until_signalled(service)
+
+
+class Runnable(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
+
+
+def run_until_signalled(runnable: Runnable) -> int:
+    """Run a service, spout or bolt until SIGINT or SIGTERM asks it to stop (it then stops cleanly)."""
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    service.run(stop)
+    runnable.run(stop)
     return 0
 
 

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -26,6 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from acker.bolt import Bolt
+from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.kafka.clients import TopicSpec, create_topics
@@ -33,14 +33,6 @@ from acker.spout import Spout, SpoutSettings
 from acker.wire import WireError, decode_outcomes
 
 CRASH_EXIT = 17
-
-
-def _until_signalled(runnable: Any) -> int:
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    runnable.run(stop)
-    return 0
 
 
 def _topics(args: argparse.Namespace) -> Topics:
@@ -107,20 +99,20 @@ def cmd_spout(args: argparse.Namespace) -> int:
         max_pending=args.max_pending,
         tracked=not args.untracked,
     )
-    return _until_signalled(Spout(load(args), settings))
+    return run_until_signalled(Spout(load(args), settings))
 
 
 def cmd_split(args: argparse.Namespace) -> int:
     topics = _topics(args)
     function = split_function(topics, args.fail_rate, args.seed, args.crash_after)
-    return _until_signalled(Bolt(load(args), topics.split, f"{args.prefix}-split", function))
+    return run_until_signalled(Bolt(load(args), topics.split, f"{args.prefix}-split", function))
 
 
 def cmd_count(args: argparse.Namespace) -> int:
     topics = _topics(args)
     counts: Counter[bytes] = Counter()
     function = count_function(topics, counts, args.drop_rate, args.seed, args.crash_after)
-    return _until_signalled(Bolt(load(args), topics.words, f"{args.prefix}-count", function, basic=False))
+    return run_until_signalled(Bolt(load(args), topics.words, f"{args.prefix}-count", function, basic=False))
 
 
 def _stage_argv(args: argparse.Namespace, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
