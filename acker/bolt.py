@@ -36,7 +36,7 @@ from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import InputTuple, TupleIds, anchored
 from acker.headers import HeaderList, Headers, split
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import partition_count
+from acker.kafka.clients import consume_available, partition_count
 
 log = logging.getLogger("acker.bolt")
 
@@ -137,7 +137,7 @@ class Bolt:
         self.consumer.close()
 
     def step(self, timeout_s: float) -> int:
-        records = self.consumer.consume(500, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+        records = consume_available(self.consumer, 500, timeout_s)
         for record in records:
             if record.error() is not None:
                 if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]

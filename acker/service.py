@@ -34,7 +34,7 @@ from acker.config import ServiceConfig
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
+from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, produce
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.partition import PartitionState, encode_tick
 from acker.wire import WireError, check_partition, decode_batch, encode_outcomes
@@ -119,7 +119,7 @@ class AckerService:
         """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
         # A batch consume waits until the batch is full or the timeout passes: take what is there at once, and wait
         # only for a first record when there is nothing.
-        records = self.consumer.consume(num_messages=1000, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+        records = consume_available(self.consumer, 1000, timeout_s)
         for record in records:
             self._handle(record)
         now = time.time()
@@ -215,12 +215,7 @@ class AckerService:
         )
 
     def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, value, **kwargs)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        produce(self.producer, topic, value, **kwargs)
 
     # -- ticks, commits, status -----------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from acker.core.messages import Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import partition_count
+from acker.kafka.clients import consume_available, partition_count, produce
 from acker.wire import WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
@@ -154,7 +154,7 @@ class Spout:
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))
         if room > 0:
-            records = self.consumer.consume(room, timeout=0) or self.consumer.consume(1, timeout=timeout_s)
+            records = consume_available(self.consumer, room, timeout_s)
         else:  # paused: serve the consumer's callbacks (rebalances), read nothing, wait a little for outcomes
             self.consumer.poll(0)
             records = []
@@ -225,12 +225,7 @@ class Spout:
             return
         rows, self._direct = self._direct, []
         value = encode_outcome_rows(self.settings.name, rows)
-        while True:
-            try:
-                self.producer.produce(self.config.outcome_topic(self.settings.name), value, key=b"spout")
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        produce(self.producer, self.config.outcome_topic(self.settings.name), value, key=b"spout")
 
     # -- assignment -----------------------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, Producer
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind
 from acker.config import ServiceConfig, to_argv
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
 from acker.kafka.provision import kafka_cluster
 from acker.service import DECIDED_BY, AckerService
 from acker.status import read_status
@@ -84,12 +84,7 @@ def _produce_all(bootstrap: str, topic: str, records: list[list[bytes]]) -> None
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     for p, values in enumerate(records):
         for value in values:
-            while True:
-                try:
-                    producer.produce(topic, value, partition=p)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce(producer, topic, value, partition=p)
     assert producer.flush(60) == 0
 
 
@@ -105,7 +100,7 @@ def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
     while seen < records:
         # As the service reads: take what is there, wait only for a first record (a batch consume with a timeout
         # would wait for a full batch at the end).
-        batch = consumer.consume(1000, timeout=0) or consumer.consume(1, timeout=0.5)
+        batch = consume_available(consumer, 1000, 0.5)
         for record in batch:
             if record.error() is None:
                 size += len(record.value() or b"")

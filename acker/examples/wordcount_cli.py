@@ -29,6 +29,7 @@ from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import produce as send
 from acker.spout import Spout, SpoutSettings
 from acker.wire import WireError, decode_outcomes
 
@@ -67,12 +68,7 @@ def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
         ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")
 
     for line in lines:
-        while True:
-            try:
-                producer.produce(topic, line, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        send(producer, topic, line, on_delivery=delivered)
     producer.flush(60)
     return ids
 

@@ -21,6 +21,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import TupleIds
 from acker.headers import Headers, with_ids
+from acker.kafka.clients import produce
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -145,12 +146,7 @@ class AckerClient:
                 if on_failure is not None:
                     on_failure(error)
 
-        while True:
-            try:
-                self.producer.produce(topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""
@@ -186,9 +182,4 @@ class AckerClient:
                 self._on_failure(partition, inits, error)
 
         value = encode_batch(batch.block())
-        while True:
-            try:
-                self.producer.produce(self.topic, value, partition=partition, on_delivery=delivered)
-                return
-            except BufferError:  # the local queue is full: serve delivery reports until there is room
-                self.producer.poll(0.05)
+        produce(self.producer, self.topic, value, partition=partition, on_delivery=delivered)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined] # documented location
 
 from acker.errors import AckerError
@@ -72,3 +72,22 @@ def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: flo
     if found is None or found.error is not None or not found.partitions:
         raise KafkaClientError(f"topic {topic} is not available", found.error if found is not None else None)
     return len(found.partitions)
+
+
+def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:
+    """``producer.produce``, waiting (and serving delivery reports) while librdkafka's local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def consume_available(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    """What is buffered (up to ``max_records``) at once, or else the first record to come within ``timeout_s``.
+
+    A batch consume with a timeout waits until the batch is full or the timeout passes, which delays every record
+    of a light stream by the whole timeout.
+    """
+    return consumer.consume(max_records, timeout=0) or consumer.consume(1, timeout=timeout_s)
