@@ -25,7 +25,7 @@ from collections import deque
 
 import numpy as np
 
-from acker.columnar.block import Kind, MessageBlock, OutcomeBlock
+from acker.columnar.block import Kind, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.core.tracker import TrackerConfig
 from acker.wire import encode_batch
@@ -80,10 +80,19 @@ class PartitionState:
 
     def apply(self, offset: int, timestamp_ms: int, block: MessageBlock) -> OutcomeBlock:
         """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
+        return self.apply_records(block, RecordSpans.single(len(block), offset, timestamp_ms))
+
+    def apply_records(self, block: MessageBlock, records: RecordSpans) -> OutcomeBlock:
+        """Apply the messages of several records at once (``records`` says which came from where); return what
+        they decided. Records must come in offset order, here and from one call to the next."""
+        if not len(records.offsets):
+            return self.tracker.process_records(block, records)
         ticks = np.flatnonzero(block.kinds == Kind.TICK)
         if len(ticks):
             keep = np.ones(len(block), bool)
             for i in ticks.tolist():
+                r = records.record_of(i)
+                offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
                 if self.last_tick_offset is None or after == self.last_tick_offset:
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
@@ -92,15 +101,13 @@ class PartitionState:
                     keep[i] = False
                     self.ignored_ticks += 1
             if not keep.all():
-                block = _without(block, keep)
-        self.position = offset + 1
-        if self.unread_tick_offset is not None and offset >= self.unread_tick_offset:
-            self.unread_tick_offset = None
-        return self.tracker.process(block, offset, timestamp_ms)
+                block, records = _without(block, records, keep)
+        self.skip(int(records.offsets[-1]))
+        return self.tracker.process_records(block, records)
 
     def skip(self, offset: int) -> None:
         """A record that was not applied (dead-lettered); reading goes on after it."""
-        self.position = offset + 1
+        self.position = offset + 1 if self.position is None else max(self.position, offset + 1)
         if self.unread_tick_offset is not None and offset >= self.unread_tick_offset:
             self.unread_tick_offset = None
 
@@ -142,8 +149,17 @@ class PartitionState:
         return ticks[0] if ticks and ticks[0] <= needed else needed
 
 
-def _without(block: MessageBlock, keep: np.ndarray) -> MessageBlock:
+def _without(block: MessageBlock, records: RecordSpans, keep: np.ndarray) -> tuple[MessageBlock, RecordSpans]:
     """The block without the messages where ``keep`` is False (ticks only: inits keep their columns)."""
-    return MessageBlock(
-        block.kinds[keep], block.anchors[keep], block.values[keep], block.init_source, block.init_offset, block.sources
+    dropped_before = np.concatenate([[0], np.cumsum(~keep)])
+    return (
+        MessageBlock(
+            block.kinds[keep],
+            block.anchors[keep],
+            block.values[keep],
+            block.init_source,
+            block.init_offset,
+            block.sources,
+        ),
+        RecordSpans(records.ends - dropped_before[records.ends], records.offsets, records.timestamps_ms),
     )

@@ -28,7 +28,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker import avro_longs
-from acker.columnar.block import Code
+from acker.columnar.block import Code, MessageBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
 from acker.core.tracker import Counters
@@ -37,11 +37,14 @@ from acker.errors import AckerError
 from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, produce
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.partition import PartitionState, encode_tick
-from acker.wire import WireError, check_partition, decode_batch, encode_outcomes
+from acker.wire import WireError, check_messages, check_partition, encode_outcomes, parse_batch
 
 log = logging.getLogger("acker.service")
 
-DECIDED_BY = "acker.decided-by"  # on outcome records: "<acker partition>/<offset of the deciding acker record>"
+# On outcome records: "<acker partition>/<first>-<last>", the offsets of the acker records that decided the first and
+# the last outcome of the record (the service applies many acker records at once).
+DECIDED_BY = "acker.decided-by"
+_GROUP_MESSAGES = 1 << 16  # acker messages per tracker call, at most (unless one record holds more)
 DLQ_REASON = "acker.dlq.reason"
 DLQ_DETAIL = "acker.dlq.detail"
 DLQ_TOPIC = "acker.dlq.topic"
@@ -120,8 +123,7 @@ class AckerService:
         # A batch consume waits until the batch is full or the timeout passes: take what is there at once, and wait
         # only for a first record when there is nothing.
         records = consume_available(self.consumer, 1000, timeout_s)
-        for record in records:
-            self._handle(record)
+        self._handle(records)
         now = time.time()
         self._tick(int(now * 1000))
         if now >= self._next_commit:
@@ -137,40 +139,89 @@ class AckerService:
 
     # -- records --------------------------------------------------------------------------------------------
 
-    def _handle(self, record: Message) -> None:
-        error = record.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                return
-            if error.fatal():
-                raise ServiceError(f"fatal consumer error: {error}")
-            log.warning("consumer error: %s", error)
-            return
-        partition, offset = record.partition(), record.offset()
-        assert partition is not None and offset is not None  # set on every consumed record
-        state = self._states.get(partition)
-        if state is None:  # revoked while this batch was in flight
-            return
+    def _handle(self, records: list[Message]) -> None:
+        """Apply consumed records: per partition, in offset order, many records per tracker call."""
+        by_partition: dict[int, list[Message]] = {}
+        for record in records:
+            error = record.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.fatal():
+                    raise ServiceError(f"fatal consumer error: {error}")
+                log.warning("consumer error: %s", error)
+                continue
+            partition = record.partition()
+            assert partition is not None  # set on every consumed record
+            by_partition.setdefault(partition, []).append(record)
+        for partition, mine in by_partition.items():
+            state = self._states.get(partition)
+            if state is None:  # revoked while this batch was in flight
+                continue
+            parsed, rejected = [], []
+            for record in mine:
+                try:
+                    parsed.append((record, parse_batch(record.value() or b"")))
+                except WireError as bad:
+                    rejected.append((record, bad))
+            start = 0
+            while start < len(parsed):  # groups of whole records, about _GROUP_MESSAGES messages each
+                end, size = start + 1, len(parsed[start][1])
+                while end < len(parsed) and size + len(parsed[end][1]) <= _GROUP_MESSAGES:
+                    size += len(parsed[end][1])
+                    end += 1
+                rejected += self._apply(state, parsed[start:end])
+                start = end
+            for record, why in sorted(rejected, key=lambda r: r[0].offset() or 0):  # dead letters in log order
+                self._dead_letter(record, why.reason, why.detail)
+                state.skip(record.offset() or 0)
+
+    def _apply(
+        self, state: PartitionState, parsed: list[tuple[Message, MessageBlock]]
+    ) -> list[tuple[Message, WireError]]:
+        """Apply whole records at once; return those rejected (not applied)."""
+        partition = state.partition
+        rejected = []
         try:
-            block = decode_batch(record.value() or b"")
+            block = MessageBlock.concat([b for _, b in parsed])
+            check_messages(block)
             check_partition(block, partition, self._partition_count)
-        except WireError as bad:
-            self._dead_letter(record, bad.reason, bad.detail)
-            state.skip(offset)
-            return
-        timestamp = record.timestamp()[1]
-        outcomes = state.apply(offset, timestamp if timestamp > 0 else int(time.time() * 1000), block)
+        except WireError:  # find the culprits one by one; the others are applied
+            good = []
+            for record, b in parsed:
+                try:
+                    check_messages(b)
+                    check_partition(b, partition, self._partition_count)
+                    good.append((record, b))
+                except WireError as bad:
+                    rejected.append((record, bad))
+            if not good:
+                return rejected
+            parsed = good
+            block = MessageBlock.concat([b for _, b in parsed])
+        now_ms = int(time.time() * 1000)
+        records = RecordSpans.of(
+            [len(b) for _, b in parsed],
+            [r.offset() for r, _ in parsed],  # type: ignore[misc]
+            [t if (t := r.timestamp()[1]) > 0 else now_ms for r, _ in parsed],
+        )
+        outcomes = state.apply_records(block, records)
         if not len(outcomes):
-            return
+            return rejected
         self.latency.observe(outcomes.latency_ms[outcomes.code == Code.ACK])
         spouts = [spout for spout, _ in outcomes.sources]
         by_spout = np.asarray(outcomes.source)
         for local, spout in enumerate(spouts):
             rows = np.flatnonzero(by_spout == local)
             if len(rows):
-                self._send_outcomes(spout, outcomes, rows, partition, offset)
+                first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
+                last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
+                self._send_outcomes(spout, outcomes, rows, partition, first=first, last=last)
+        return rejected
 
-    def _send_outcomes(self, spout: str, outcomes: Any, rows: np.ndarray, partition: int, offset: int) -> None:
+    def _send_outcomes(
+        self, spout: str, outcomes: Any, rows: np.ndarray, partition: int, *, first: int, last: int
+    ) -> None:
         topic = self.config.outcome_topic(spout)
         if topic not in self._known_topics:
             try:
@@ -180,12 +231,12 @@ class AckerService:
             except KafkaClientError as error:  # e.g. not allowed to create: the topic may exist, or auto-create
                 log.warning("could not create %s (%s): producing to it anyway", topic, error)
             self._known_topics.add(topic)
-        value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=offset)
+        value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
         self._produce(
             topic,
             value,
             key=str(partition).encode(),
-            headers=[(DECIDED_BY, f"{partition}/{offset}".encode())],
+            headers=[(DECIDED_BY, f"{partition}/{first}-{last}".encode())],
             on_delivery=self._deliveries.track(),
         )
 

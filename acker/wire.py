@@ -105,12 +105,13 @@ def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.nda
     raw = record[name]
     if len(raw) % width:
         raise WireError("bad-column", f"column {name!r} has {len(raw)} bytes, not a multiple of {width}")
-    # A writable native copy (a few microseconds a record): the compiled tracker then sees one array type only.
-    return np.frombuffer(raw, dtype=dtype).astype(dtype[1:] if dtype[0] == "<" else dtype)
+    return np.frombuffer(raw, dtype=dtype)  # a read-only view: no copy until the records are concatenated
 
 
-def decode_batch(data: bytes) -> MessageBlock:
-    """The block carried by an acker-topic record value; `WireError` if it is not a valid one."""
+def parse_batch(data: bytes) -> MessageBlock:
+    """The block carried by an acker-topic record value, as read-only views of it, with its structure checked
+    (prefix, Avro, column lengths, init columns, source references, spout names) but not its messages: see
+    `check_messages`. Checking many parsed records at once, concatenated, is much cheaper than one by one."""
     _check_prefix(data, BATCH)
     record = _read(ACKER_BATCH_SCHEMA, data)
     kinds = _column(record, "kinds", "u1", 1)
@@ -121,14 +122,6 @@ def decode_batch(data: bytes) -> MessageBlock:
     n = len(kinds)
     if len(anchors) != n or len(values) != n:
         raise WireError("bad-column", f"{n} kinds but {len(anchors)} anchors and {len(values)} values")
-    if n and kinds.max() > Kind.TICK:
-        raise WireError("unknown-message-type", f"message kind {int(kinds.max())} is not a known kind")
-    ticks = kinds == Kind.TICK
-    if np.any(anchors[~ticks] == 0):
-        raise WireError("zero-id", "a message other than a tick has anchor 0")
-    separate = (kinds == Kind.ANCHOR) | (kinds == Kind.OK)
-    if np.any(values[separate] == 0):
-        raise WireError("zero-id", "an anchor or ok message has tuple id 0")
     inits = int(np.count_nonzero(kinds == Kind.INIT))
     if len(init_source) != inits or len(init_offset) != inits:
         raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
@@ -139,6 +132,27 @@ def decode_batch(data: bytes) -> MessageBlock:
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
+
+
+def check_messages(block: MessageBlock) -> None:
+    """`WireError` unless every message of ``block`` is one the tracker may apply: a known kind, a non-zero
+    anchor (ticks apart), a non-zero tuple id for anchor and ok messages."""
+    kinds = block.kinds
+    if len(kinds) and kinds.max() > Kind.TICK:
+        raise WireError("unknown-message-type", f"message kind {int(kinds.max())} is not a known kind")
+    if np.any(block.anchors[kinds != Kind.TICK] == 0):
+        raise WireError("zero-id", "a message other than a tick has anchor 0")
+    separate = (kinds == Kind.ANCHOR) | (kinds == Kind.OK)
+    if np.any(block.values[separate] == 0):
+        raise WireError("zero-id", "an anchor or ok message has tuple id 0")
+
+
+def decode_batch(data: bytes) -> MessageBlock:
+    """The block carried by an acker-topic record value, every check passed, in fresh writable columns;
+    `WireError` if it is not a valid one."""
+    block = parse_batch(data)
+    check_messages(block)
+    return MessageBlock.concat([block])
 
 
 def check_partition(block: MessageBlock, partition: int, partitions: int) -> None:

@@ -232,11 +232,14 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     init_source: Array,
     init_offset: Array,
     source_map: Array,
-    record_offset: int,
-    timestamp_ms: int,
+    record_ends: Array,
+    record_offsets: Array,
+    record_stamps: Array,
     out: Array,
 ) -> int:
-    """Apply a block of messages (one record at ``record_offset``, written at ``timestamp_ms``).
+    """Apply a block of messages carried by Kafka records: record ``r`` ends before message ``record_ends[r]``
+    (non-decreasing, the last one the block's length), sits at ``record_offsets[r]`` and was written at
+    ``record_stamps[r]`` (ms).
 
     Writes outcome rows into ``out`` and returns how many. The caller guarantees room: the table and the
     tombstone sets have capacity for every message of the block opening or finishing an entry, and ``out`` has a
@@ -246,7 +249,11 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     mask = keys.shape[0] - 1
     n = 0
     k_init = 0
+    r = 0
     for m in range(kinds.shape[0]):
+        while m >= record_ends[r]:
+            r += 1
+        record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
         counters[C_MESSAGES] += 1
         kind = kinds[m]
         gen = state[S_GENERATION]

@@ -78,6 +78,19 @@ class MessageBlock:
         return len(self.kinds)
 
     @classmethod
+    def concat(cls, blocks: list[MessageBlock]) -> MessageBlock:
+        """The messages of ``blocks`` in order, as one block (fresh, writable, native-order columns)."""
+        base = np.cumsum([0] + [len(b.sources) for b in blocks[:-1]], dtype=np.int32)
+        return cls(
+            np.concatenate([b.kinds for b in blocks]).astype(np.uint8, copy=False),
+            np.concatenate([b.anchors for b in blocks]).astype(np.int64, copy=False),
+            np.concatenate([b.values for b in blocks]).astype(np.int64, copy=False),
+            np.concatenate([b.init_source + base[i] for i, b in enumerate(blocks)]).astype(np.int32, copy=False),
+            np.concatenate([b.init_offset for b in blocks]).astype(np.int64, copy=False),
+            [source for b in blocks for source in b.sources],
+        )
+
+    @classmethod
     def from_messages(cls, messages: list[Message]) -> MessageBlock:
         """Encode messages (already validated by their constructors) as a block."""
         n = len(messages)
@@ -134,6 +147,30 @@ class MessageBlock:
             else:
                 raise ValueError(f"unknown message kind {kind}")
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpans:
+    """The Kafka records a block's messages came from, in order: record ``r`` carried messages
+    ``ends[r - 1]`` (0 for the first) up to ``ends[r]``, sits at ``offsets[r]`` and was written at
+    ``timestamps_ms[r]``. Invariant: ``ends`` is non-decreasing and its last value is the block's length."""
+
+    ends: I64
+    offsets: I64
+    timestamps_ms: I64
+
+    @classmethod
+    def single(cls, messages: int, offset: int = 0, timestamp_ms: int = 0) -> RecordSpans:
+        """One record carrying all ``messages``."""
+        return cls(np.array([messages], np.int64), np.array([offset], np.int64), np.array([timestamp_ms], np.int64))
+
+    @classmethod
+    def of(cls, lengths: list[int], offsets: list[int], timestamps_ms: list[int]) -> RecordSpans:
+        return cls(np.cumsum(lengths, dtype=np.int64), np.array(offsets, np.int64), np.array(timestamps_ms, np.int64))
+
+    def record_of(self, message: int) -> int:
+        """The index of the record that carried message ``message`` of the block."""
+        return int(np.searchsorted(self.ends, message, side="right"))
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from acker.columnar import _kernels as k
-from acker.columnar.block import MessageBlock, OutcomeBlock, Source
+from acker.columnar.block import MessageBlock, OutcomeBlock, RecordSpans, Source
 from acker.core.messages import TICK, Ack, Init
 from acker.core.tracker import Counters, TrackerConfig
 
@@ -131,11 +131,16 @@ class BlockTracker:
         return int(k.oldest_needed(self._table, self._tombs, self._tomb_counts, self._tomb_firsts, position))
 
     def process(self, block: MessageBlock, record_offset: int = 0, timestamp_ms: int = 0) -> OutcomeBlock:
-        """Apply every message of ``block`` in order; return the outcomes decided.
+        """Apply every message of ``block``, carried by one Kafka record, in order; return the outcomes decided.
 
-        ``record_offset`` and ``timestamp_ms`` describe the Kafka record that carried the block: the offset is
-        what `oldest_needed` reports, the timestamp is when an init was sent and when an outcome was decided.
+        ``record_offset`` and ``timestamp_ms`` describe that record: the offset is what `oldest_needed` reports,
+        the timestamp is when an init was sent and when an outcome was decided.
         """
+        return self.process_records(block, RecordSpans.single(len(block), record_offset, timestamp_ms))
+
+    def process_records(self, block: MessageBlock, records: RecordSpans) -> OutcomeBlock:
+        """`process` for a block carried by several records (one call for many small records is much cheaper
+        than one call per record)."""
         n = len(block)
         pending = int(self._state[k.S_PENDING])
         ticks = bool(np.any(block.kinds == k.K_TICK))
@@ -165,8 +170,9 @@ class BlockTracker:
             block.init_source,
             block.init_offset,
             self._map_sources(block),
-            record_offset,
-            timestamp_ms,
+            records.ends,
+            records.offsets,
+            records.timestamps_ms,
             out,
         )
         # Outcomes carry their own small source table, so they stay valid whatever the tracker does next.

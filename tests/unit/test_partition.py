@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from acker.columnar import MessageBlock
-from acker.core import Ack, Init, TrackerConfig
+from acker.columnar.block import Kind, RecordSpans
+from acker.core import Ack, Init, Message, TrackerConfig
 from acker.partition import NO_TICK, PartitionState, encode_tick
 from acker.wire import decode_batch
+from tests.strategies import raw_messages
 
 
 def _tick(after: int) -> MessageBlock:
@@ -96,3 +102,35 @@ def test_ignored_ticks_are_removed_without_disturbing_inits() -> None:
     )
     state.apply(1, 0, block)
     assert state.ignored_ticks == 1 and state.tracker.pending == 1
+
+
+@given(
+    messages=raw_messages,
+    cuts=st.lists(st.integers(0, 60), max_size=8),
+    links=st.lists(st.sampled_from([NO_TICK, 10, 12, 14, 16]), min_size=60, max_size=60),
+)
+def test_records_applied_together_decide_as_records_applied_one_by_one(
+    messages: list[Message], cuts: list[int], links: list[int]
+) -> None:
+    """The service applies many records per call; nothing it decides, counts or commits may depend on that."""
+    assume(messages)
+    bounds = sorted({0, len(messages), *(c for c in cuts if c <= len(messages))})
+    records = []
+    for r, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        block = MessageBlock.from_messages(messages[lo:hi])
+        # Ticks carry a chain link, some of which continue the chain and some of which do not.
+        block.values[block.kinds == Kind.TICK] = links[r]
+        records.append((10 + 2 * r, 1000 * r, block))
+    one_by_one, together = _state(), _state()
+    single = [one_by_one.apply(offset, stamp, block) for offset, stamp, block in records]
+    spans = RecordSpans.of([len(b) for *_, b in records], [o for o, *_ in records], [t for _, t, _ in records])
+    grouped = together.apply_records(MessageBlock.concat([b for *_, b in records]), spans)
+
+    assert [o for out in single for o in out.to_outcomes()] == grouped.to_outcomes()
+    assert np.concatenate([out.latency_ms for out in single] or [np.zeros(0, np.int64)]).tolist() == (
+        grouped.latency_ms.tolist()
+    )
+    assert one_by_one.tracker.counters == together.tracker.counters
+    assert one_by_one.ignored_ticks == together.ignored_ticks
+    assert one_by_one.recovery_offset() == together.recovery_offset()
+    assert one_by_one.position == together.position
