@@ -37,6 +37,7 @@ class ServiceConfig:
     acker_topic: str = _setting("acker", "the acker topic (partitioned by anchor)")
     group: str = _setting("acker", "consumer group of the acker instances")
     outcome_prefix: str = _setting("acker.outcomes.", "outcome topic of spout S is <outcome-prefix>S")
+    replay_prefix: str = _setting("acker.replay.", "replay topic of spout S (written by the replay job) is <prefix>S")
     dlq_topic: str = _setting("acker.dlq", "dead-letter topic for records the acker cannot read")
     status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
     partitions: int = _setting(8, "partitions of the acker topic (for `topics create`)")
@@ -69,6 +70,9 @@ class ServiceConfig:
 
     def outcome_topic(self, spout: str) -> str:
         return self.outcome_prefix + spout
+
+    def replay_topic(self, spout: str) -> str:
+        return self.replay_prefix + spout
 
     def client(self, **overrides: Any) -> dict[str, Any]:
         """A librdkafka configuration: the pass-through settings, the bootstrap servers, then ``overrides``."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -39,10 +40,12 @@ from acker.core.messages import Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import consume_available, partition_count, produce
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count, produce
+from acker.kafka.lookups import lookups
 from acker.wire import WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
+NOT_BEFORE = "acker.replay.not-before"  # on records of the replay topic: hold the record until then (epoch ms)
 INIT_ATTEMPTS = 3
 
 
@@ -55,6 +58,7 @@ class SpoutSettings:
     max_pending: int = 10_000
     tracked: bool = True
     reset: str = "earliest"  # where to start a partition that has no watermark yet
+    replays: bool = True  # also read the replay topic that the replay job writes for this spout
 
     @property
     def consumer_group(self) -> str:
@@ -129,7 +133,14 @@ class Spout:
                 for p in range(partition_count(config.client(), outcome_topic))
             ]
         )
-        self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign)
+        self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
+        topics = [settings.source_topic]
+        if settings.replays:
+            replay_topic = config.replay_topic(settings.name)
+            partitions = partition_count(config.client(), settings.source_topic)
+            create_topics(config.client(), [TopicSpec(replay_topic, partitions, config.replication_factor)])
+            topics.append(replay_topic)
+        self.consumer.subscribe(topics, on_assign=self._on_assign)
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -151,6 +162,7 @@ class Spout:
     def step(self, timeout_s: float) -> int:
         """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
         self._read_outcomes()
+        self._release_held()
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))
         if room > 0:
@@ -159,10 +171,13 @@ class Spout:
             self.consumer.poll(0)
             records = []
             self._read_outcomes(timeout_s)
+        now_ms = int(time.time() * 1000)
         for record in records:
             if record.error() is not None:
                 if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
                     log.warning("source consumer error: %s", record.error())
+                continue
+            if self._hold(record, now_ms):
                 continue
             self._start(record)
         self._publish_direct()
@@ -182,13 +197,37 @@ class Spout:
         self.pending[msg_id] = tree.anchor
         self.acker.send(tree.init())
 
+    def _hold(self, record: Message, now_ms: int) -> bool:
+        """True if ``record`` must wait: a replay whose backoff has not passed (its partition is paused and
+        rewound to it until then), or one behind such a record."""
+        key = (record.topic() or "", record.partition() or 0)
+        if key in self._held:
+            return True
+        not_before = dict(record.headers() or []).get(NOT_BEFORE)
+        if not isinstance(not_before, bytes) or not not_before.isdigit() or int(not_before) <= now_ms:
+            return False
+        tp = TopicPartition(key[0], key[1], record.offset() or 0)
+        self.consumer.pause([tp])
+        self.consumer.seek(tp)
+        self._held[key] = int(not_before)
+        self.counters["held"] += 1
+        return True
+
+    def _release_held(self) -> None:
+        now_ms = int(time.time() * 1000)
+        due = [key for key, until in self._held.items() if until <= now_ms]
+        for key in due:
+            del self._held[key]
+        if due and not self._paused:
+            self.consumer.resume([TopicPartition(t, p) for t, p in due])
+
     def _forward(self, record: Message, emitter: Emitter) -> None:
         emitter.emit(self.settings.output_topic, record.value(), record.key(), record.headers())
 
     def _pause_or_resume(self) -> None:
         full = len(self.pending) >= self.settings.max_pending
         if full != self._paused:
-            assignment = self.consumer.assignment()
+            assignment = [tp for tp in self.consumer.assignment() if (tp.topic, tp.partition) not in self._held]
             (self.consumer.pause if full else self.consumer.resume)(assignment)
             self._paused = full
             self.counters["pauses" if full else "resumes"] += 1
@@ -234,9 +273,18 @@ class Spout:
         committed = self._watermarks.committed(
             [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=30
         )
+        kafka = lookups(self.config.client())
+        starts: dict[tuple[str, int], int] = {}
         for tp, mark in zip(partitions, committed, strict=True):
             if mark.offset >= 0:
                 tp.offset = mark.offset
+            else:  # no watermark yet: it starts where the reset policy starts reading
+                low, high = self._watermarks.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), 30)
+                tp.offset = low if self.settings.reset == "earliest" else high
+                starts[(tp.topic, tp.partition)] = tp.offset
+        if starts:
+            with kafka.lock:
+                kafka.advance(self.settings.watermark_group, starts)  # so the commit job starts there too
         consumer.assign(partitions)
         if self._paused:  # partitions gained while too many trees are pending start paused too
             consumer.pause(partitions)

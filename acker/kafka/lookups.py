@@ -1,0 +1,134 @@
+"""What the spouts and the Spark jobs ask Kafka directly (besides Spark's Kafka source and sink): where records
+exist, the record at given coordinates, and the fully-processed watermarks in the ``<group>.acked`` groups.
+
+Clients are created once per Python process (driver or Spark worker) and per configuration, and reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import KafkaError
+
+from acker.errors import AckerError
+
+log = logging.getLogger("acker.kafka.lookups")
+_LOOKUP_TIMEOUT_S = 10.0
+
+
+class WatermarkCommitError(AckerError):
+    """A watermark could not be published; ``failures`` maps (topic, partition) to Kafka's error."""
+
+    def __init__(self, group: str, failures: dict[tuple[str, int], str]) -> None:
+        hint = ""
+        if any("UNKNOWN_MEMBER_ID" in e or "REBALANCE" in e for e in failures.values()):
+            hint = f" (group {group!r} has live members: nothing may consume with a watermark group)"
+        super().__init__(f"could not commit the watermarks of group {group!r}: {failures}{hint}")
+        self.group, self.failures = group, failures
+
+
+class KafkaLookups:
+    """Not thread-safe by itself; `lookups` hands out one per configuration, guarded by a lock."""
+
+    def __init__(self, client: Mapping[str, Any]) -> None:
+        self._client = dict(client)
+        self._consumer = Consumer(
+            {
+                **self._client,
+                "group.id": f"acker-lookups-{uuid.uuid4().hex[:8]}",  # never joins: assign() only
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",  # what the spouts read
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self._admin = AdminClient(self._client)
+        self.lock = threading.Lock()
+
+    def next_existing(self, topic: str, partition: int, offset: int) -> int:
+        """The offset of the first record at or after ``offset`` that a read_committed consumer reads.
+
+        Conservative: when Kafka cannot tell (an open transaction, a timeout), ``offset`` itself, so that an
+        offset is never skipped unless it certainly holds no record.
+        """
+        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S)
+        if offset < low:
+            return low  # deleted: nobody can process those records any more
+        if offset >= high:
+            return offset
+        record = self._read(topic, partition, offset)
+        return offset if record is None else record.offset()  # type: ignore[return-value]
+
+    def fetch(self, topic: str, partition: int, offset: int) -> Message | None:
+        """The record at exactly these coordinates, or None if there is none (deleted, or no such offset)."""
+        record = self._read(topic, partition, offset)
+        return record if record is not None and record.offset() == offset else None
+
+    def _read(self, topic: str, partition: int, offset: int) -> Message | None:
+        self._consumer.assign([TopicPartition(topic, partition, offset)])
+        try:
+            for _ in range(int(_LOOKUP_TIMEOUT_S / 0.5)):
+                for record in self._consumer.consume(1, timeout=0.5):
+                    error = record.error()
+                    if error is None:
+                        return record
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise KafkaException(error)
+            return None
+        finally:
+            self._consumer.unassign()
+
+    def start_mark(self, group: str, topic: str, partition: int) -> int:
+        """Where the watermark of a partition starts: its committed offset in ``group``, else the first offset
+        that exists (the spout commits its starting point there before it reads, see `acker.spout`)."""
+        committed = self.committed(group, [(topic, partition)])
+        if committed.get((topic, partition), -1) >= 0:
+            return committed[(topic, partition)]
+        low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S)
+        return int(low)
+
+    def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The committed offsets of ``group`` (-1 where none)."""
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])
+        result = self._admin.list_consumer_group_offsets([request])[group].result()
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
+
+    def advance(self, group: str, marks: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Commit ``marks`` to ``group`` where they are ahead of what it has; return what was committed.
+
+        A watermark never goes back: a replayed micro-batch or a late job commits nothing older. Every
+        partition's error is checked (the admin call reports them per partition without raising), and any
+        failure raises `WatermarkCommitError`.
+        """
+        current = self.committed(group, list(marks))
+        ahead = {tp: m for tp, m in marks.items() if m > current.get(tp, -1)}
+        if not ahead:
+            return {}
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])
+        try:
+            result = self._admin.alter_consumer_group_offsets([request])[group].result()
+        except KafkaException as error:
+            raise WatermarkCommitError(group, {tp: str(error) for tp in ahead}) from error
+        failures = {(tp.topic, tp.partition): str(tp.error) for tp in result.topic_partitions if tp.error is not None}
+        if failures:
+            raise WatermarkCommitError(group, failures)
+        return ahead
+
+
+_lookups: dict[tuple[tuple[str, str], ...], KafkaLookups] = {}
+_lookups_lock = threading.Lock()
+
+
+def lookups(client: Mapping[str, Any]) -> KafkaLookups:
+    """The process's `KafkaLookups` for this client configuration."""
+    key = tuple(sorted((k, str(v)) for k, v in client.items()))
+    with _lookups_lock:
+        if key not in _lookups:
+            _lookups[key] = KafkaLookups(client)
+        return _lookups[key]

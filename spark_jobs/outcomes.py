@@ -1,0 +1,86 @@
+"""Outcome-topic records as Spark rows: pure transforms over DataFrames with Kafka's columns.
+
+`outcome_rows` turns each outcome record (the prefix ``AKO\\x01`` then schemas/outcome_batch.avsc in Avro) into one
+row per outcome, with the message id split back into the source record's coordinates. `malformed` keeps the
+records that are not valid outcome records, with the reason, for the dead-letter topic: the jobs never stop on
+one, and never misread one.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+from acker.wire import MAGIC, OUTCOMES, VERSION
+
+OUTCOME_SCHEMA = files("acker.schemas").joinpath("outcome_batch.avsc").read_text("utf-8")
+PREFIX = MAGIC + OUTCOMES + bytes([VERSION])
+ACK, FAILED, TIMEOUT, OVERLOAD = "ACK", "FAILED", "TIMEOUT", "OVERLOAD"
+REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"
+NACKS = (FAILED, TIMEOUT, OVERLOAD)
+DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: processed, or handed on
+
+
+def _decoded(raw: DataFrame) -> Column:
+    body = F.expr("substring(value, 5, length(value) - 4)")
+    right_prefix = F.substring("value", 1, 4) == F.lit(PREFIX)
+    return F.when(right_prefix, from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"}))
+
+
+def outcome_rows(raw: DataFrame) -> DataFrame:
+    """One row per outcome: ``spout, outcome, anchor, msg_id, source_topic, source_partition, source_offset,
+    latency_ms, acker_partition, timestamp`` (the outcome record's). ``source_*`` are null for a message id that is
+    not record coordinates ``topic/partition/offset``."""
+    o = raw.select("timestamp", _decoded(raw).alias("o")).where(F.col("o").isNotNull())
+    exploded = o.select(
+        "timestamp",
+        F.col("o.spout").alias("spout"),
+        F.col("o.acker_partition").alias("acker_partition"),
+        F.col("o.sources").alias("sources"),
+        F.col("o.anchors").alias("anchors"),
+        F.col("o.source_index").alias("source_index"),
+        F.col("o.offsets").alias("offsets"),
+        F.col("o.latency_ms").alias("latencies"),
+        F.posexplode("o.outcomes").alias("i", "outcome"),
+    )
+    at = F.col("i") + 1
+    source = F.element_at("sources", F.element_at("source_index", at) + 1)
+    offset = F.element_at("offsets", at)
+    coordinates = r"^(.+)/([0-9]+)$"
+    is_coordinates = (offset >= 0) & source.rlike(coordinates)
+    return exploded.select(
+        "spout",
+        "outcome",
+        F.element_at("anchors", at).alias("anchor"),
+        F.when(offset >= 0, F.concat_ws("/", source, offset.cast("string"))).otherwise(source).alias("msg_id"),
+        F.when(is_coordinates, F.regexp_extract(source, coordinates, 1)).alias("source_topic"),
+        F.when(is_coordinates, F.regexp_extract(source, coordinates, 2).cast("int")).alias("source_partition"),
+        F.when(is_coordinates, offset).alias("source_offset"),
+        F.element_at("latencies", at).alias("latency_ms"),
+        "acker_partition",
+        "timestamp",
+    )
+
+
+def malformed(raw: DataFrame) -> DataFrame:
+    """The records that are not valid outcome records, ready for Spark's Kafka sink (``key``, ``value``,
+    ``headers``): the bytes as they were, with ``acker.dlq.reason`` and the record's coordinates."""
+    reason = F.when(F.substring("value", 1, 4) != F.lit(PREFIX), F.lit("bad-prefix")).otherwise(F.lit("undecodable"))
+    bad = raw.where(F.col("value").isNull() | _decoded(raw).isNull())
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    return bad.select(
+        "key",
+        "value",
+        F.array(
+            header("acker.dlq.reason", F.when(F.col("value").isNull(), F.lit("empty")).otherwise(reason)),
+            header("acker.dlq.topic", F.col("topic")),
+            header("acker.dlq.partition", F.col("partition").cast("string")),
+            header("acker.dlq.offset", F.col("offset").cast("string")),
+        ).alias("headers"),
+    )

@@ -1,0 +1,80 @@
+"""The fully-processed watermark of one source partition. Pure: no Spark, no Kafka.
+
+State: ``mark``, the first offset not known to be done (every existing offset below it is done), and the done
+offsets above it as sorted, disjoint, non-adjacent half-open runs ``[start, end)``. Out-of-order acks are the
+normal case: they add runs; the mark advances only through a run that starts at it.
+
+An offset below the first done run that is not done itself holds the mark back only if a record exists there.
+Kafka has offsets without records (transaction markers, aborted transactions under read_committed, compacted or
+deleted records): the caller passes ``next_existing(offset)``, the offset of the first record at or after
+``offset`` that a consumer reads, and the mark jumps over the offsets without records. ``verified`` remembers an
+offset already found to exist (and not done), so that a mark waiting on a slow tree asks Kafka once, not at every
+batch.
+
+Invariants: ``mark`` never decreases; every run starts above ``mark``; a duplicated done offset changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+NONE = -1
+
+
+@dataclass
+class PartitionMark:
+    mark: int
+    runs: list[tuple[int, int]] = field(default_factory=list)  # sorted, disjoint, non-adjacent, all above mark
+    verified: int = NONE  # an offset >= mark known to hold a record that is not done yet
+
+    def add(self, offsets: Iterable[int] | npt.NDArray[np.int64]) -> None:
+        """Record done offsets (any order, duplicates allowed; those below the mark are ignored)."""
+        fresh = np.unique(np.fromiter(offsets, np.int64) if not isinstance(offsets, np.ndarray) else offsets)
+        fresh = fresh[fresh >= self.mark]
+        if not len(fresh):
+            return
+        breaks = np.flatnonzero(np.diff(fresh) != 1) + 1
+        starts = fresh[np.r_[0, breaks]].tolist()
+        ends = (fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1).tolist()
+        self.runs = _merge(self.runs, list(zip(starts, ends, strict=True)))
+
+    def advance(self, next_existing: Callable[[int], int]) -> int:
+        """Move the mark as far as the done runs and the existing records allow; return it.
+
+        ``next_existing(offset)`` is only called when some offset above the mark is done, so a record exists at
+        or after ``offset`` unless it was deleted since (then the deleted offsets count as records that do not
+        exist: nobody can process them any more).
+        """
+        while self.runs:
+            start, end = self.runs[0]
+            if start <= self.mark:
+                self.mark = max(self.mark, end)
+                self.runs.pop(0)
+                continue
+            if self.verified == self.mark:
+                break  # a record is there and not done: wait for it
+            existing = next_existing(self.mark)
+            if existing <= self.mark:
+                self.verified = self.mark
+                break
+            self.mark = min(existing, start)  # no records in [mark, existing): nothing to wait for
+        return self.mark
+
+    @property
+    def done_above(self) -> int:
+        """How many done offsets wait above the mark."""
+        return sum(end - start for start, end in self.runs)
+
+
+def _merge(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(a + b):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out

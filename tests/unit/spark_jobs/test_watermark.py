@@ -1,0 +1,74 @@
+"""The watermark: the end of the contiguous fully-processed prefix of the existing records, never beyond it."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spark_jobs.watermark import PartitionMark
+
+
+def _next_existing(existing: set[int], calls: list[int]) -> object:
+    def lookup(offset: int) -> int:
+        calls.append(offset)
+        return min((e for e in existing if e >= offset), default=max(existing, default=offset) + 1)
+
+    return lookup
+
+
+def _expected(start: int, existing: set[int], done: set[int]) -> int:
+    """The first existing offset not done, if something above it is done; else just past the last done one."""
+    if not done:
+        return start
+    waiting = [e for e in existing if e >= start and e not in done and e < max(done)]
+    return min(waiting) if waiting else max(start, max(done) + 1)
+
+
+@given(
+    st.integers(0, 5),
+    st.lists(st.booleans(), min_size=1, max_size=40),
+    st.data(),
+)
+def test_the_mark_is_the_end_of_the_done_prefix_of_existing_records(
+    start: int, present: list[bool], data: st.DataObject
+) -> None:
+    existing = {start + i for i, p in enumerate(present) if p}
+    order = data.draw(st.permutations(sorted(existing)))
+    acked = order[: data.draw(st.integers(0, len(order)))]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(acked)), max_size=5)))
+    mark = PartitionMark(start)
+    done: set[int] = set()
+    previous = start
+    for lo, hi in zip([0, *cuts], [*cuts, len(acked)], strict=True):
+        batch = acked[lo:hi] + acked[lo:hi][:1]  # with a duplicate
+        mark.add(batch)
+        done |= set(batch)
+        calls: list[int] = []
+        got = mark.advance(_next_existing(existing, calls))  # type: ignore[arg-type]
+        assert got == _expected(start, existing, done)
+        assert got >= previous
+        previous = got
+        # Kafka is asked about each waiting offset once, not at every batch.
+        assert len(calls) == len(set(calls))
+
+
+def test_a_waiting_record_is_looked_up_once() -> None:
+    mark = PartitionMark(10)
+    calls: list[int] = []
+    lookup = _next_existing({10, 11, 12}, calls)
+    mark.add([11])
+    assert mark.advance(lookup) == 10  # type: ignore[arg-type]
+    mark.add([12])
+    assert mark.advance(lookup) == 10  # type: ignore[arg-type]
+    assert calls == [10]
+    mark.add([10])
+    assert mark.advance(lookup) == 13  # type: ignore[arg-type]
+    assert mark.runs == [] and mark.done_above == 0
+
+
+def test_offsets_without_records_do_not_hold_the_mark() -> None:
+    mark = PartitionMark(0)
+    mark.add([0, 1, 5])  # 2-4: a transaction marker and an aborted transaction
+    calls: list[int] = []
+    assert mark.advance(_next_existing({0, 1, 5, 6}, calls)) == 6  # type: ignore[arg-type]
+    assert calls == [2]
