@@ -270,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     from acker.examples.wordcount_cli import add_parser as add_wordcount
 
     add_wordcount(sub)
+    try:
+        from spark_jobs.cli import add_parser as add_spark
+    except ImportError:  # installed without the spark_jobs package
+        pass
+    else:
+        add_spark(sub)
     return parser
 
 

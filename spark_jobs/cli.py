@@ -1,0 +1,87 @@
+"""``acker spark commit`` and ``acker spark replay``: the jobs on local Spark (or any master), until stopped.
+
+The Kafka settings (bootstrap servers, ``--kafka`` pass-through, prefixes) are the acker's own (`acker.config`).
+On a cluster, run this module with spark-submit and the connectors as packages, e.g.::
+
+    spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,org.apache.spark:spark-avro_2.13:4.0.0 \\
+        spark_jobs/cli.py commit --bootstrap-servers broker:9092 --spout words --checkpoint s3a://bucket/acker/commit
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from acker.config import add_arguments, load
+
+
+def add_parser(sub: Any) -> None:
+    spark = sub.add_parser("spark", help="run the Spark jobs: commit watermarks, replay nacks")
+    jobs = spark.add_subparsers(dest="spark_job", required=True)
+    for name, help_text in (
+        ("commit", "advance the fully-processed watermark of each source partition from the acks"),
+        ("replay", "re-publish nacked records for their spout (retries with backoff, then a dead-letter topic)"),
+    ):
+        job = jobs.add_parser(name, help=help_text, description=help_text)
+        add_arguments(job)
+        job.add_argument("--spout", action="append", default=[], help="read this spout's outcome topic (repeatable)")
+        job.add_argument("--pattern", default="", help="or: read every outcome topic matching this regex")
+        job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
+        job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
+        job.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval [default: 1]")
+        job.add_argument("--starting-offsets", default="earliest", help="of a new checkpoint [default: earliest]")
+        if name == "replay":
+            job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [5]")
+            job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [1000]")
+            job.add_argument("--dead-letter-topic", default="acker.replay.dlq", help="[acker.replay.dlq]")
+        job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
+        job.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spark_jobs import commit_job, replay_job
+    from spark_jobs.session import spark_session
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = load(args)
+    topics = tuple(config.outcome_topic(s) for s in args.spout)
+    source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets)
+    spark = spark_session(f"acker-{args.spark_job}", args.master)
+    if args.spark_job == "commit":
+        queries = commit_job.start(
+            spark, commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s)
+        )
+    else:
+        settings = replay_job.ReplayJobSettings(
+            source,
+            args.checkpoint,
+            trigger_s=args.trigger_s,
+            max_attempts=args.max_attempts,
+            backoff=replay_job.Backoff(first_ms=args.backoff_ms),
+            replay_prefix=config.replay_prefix,
+            outcome_prefix=config.outcome_prefix,
+            dead_letter_topic=args.dead_letter_topic,
+        )
+        queries = replay_job.start(spark, settings)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        for query in queries:
+            if not query.isActive:
+                failure = query.exception()
+                print(f"acker: query {query.name} stopped: {failure}", file=sys.stderr)
+                stop.set()
+    for query in queries:
+        query.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    from acker.cli import main
+
+    raise SystemExit(main(["spark", *sys.argv[1:]]))

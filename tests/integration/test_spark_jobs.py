@@ -1,0 +1,197 @@
+"""The Spark jobs on local Spark with its real Kafka connector, against the real broker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.lookups import lookups
+from acker.wire import decode_outcomes, encode_outcome_rows
+
+pyspark = pytest.importorskip("pyspark")
+
+from spark_jobs.commit_job import CommitJobSettings, OutcomeSource  # noqa: E402  # after the pyspark check
+from spark_jobs.commit_job import start as start_commit  # noqa: E402
+from spark_jobs.replay_job import ATTEMPT, ORIGIN, REASON, ReplayJobSettings  # noqa: E402
+from spark_jobs.replay_job import start as start_replay  # noqa: E402
+from spark_jobs.session import spark_session  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    session = spark_session("acker-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def names(tmp_path: Path) -> dict[str, str]:
+    uid = uuid.uuid4().hex[:8]
+    return {"uid": uid, "source": f"src-{uid}", "outcomes": f"out-{uid}.", "spout": "sp", "ckpt": str(tmp_path)}
+
+
+def _eventually(check: Callable[[], Any], timeout_s: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def _source(client: dict[str, str], topic: str, partitions: int, records: int) -> None:
+    create_topics(client, [TopicSpec(topic, partitions)])
+    producer = Producer(client)
+    for p in range(partitions):
+        for i in range(records):
+            produce(producer, topic, f"{p}-{i}".encode(), key=b"k", partition=p, headers=[("app", b"h")])
+    assert producer.flush(30) == 0
+
+
+def _outcomes(client: dict[str, str], topic: str, rows: list[tuple[str, str]], spout: str = "sp") -> None:
+    producer = Producer(client)
+    produce(producer, topic, encode_outcome_rows(spout, [(o, 1, m, 0) for o, m in rows]))
+    assert producer.flush(30) == 0
+
+
+def _read_all(client: dict[str, str], topic: str) -> list[Any]:
+    consumer = Consumer({**client, "group.id": f"r-{uuid.uuid4().hex}", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while True:
+            records = consumer.consume(100, timeout=2)
+            if not records:
+                return out
+            for record in records:
+                if record.error() is not None:
+                    return out
+                out.append(record)
+    finally:
+        consumer.close()
+
+
+def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
+    spark: Any, bootstrap: str, names: dict[str, str]
+) -> None:
+    client = {"bootstrap.servers": bootstrap}
+    src, out = names["source"], names["outcomes"] + "sp"
+    _source(client, src, 2, 8)
+    create_topics(client, [TopicSpec(out, 2), TopicSpec(f"dlq-{names['uid']}", 1)])
+    settings = CommitJobSettings(
+        OutcomeSource(client, topics=(out,)), names["ckpt"], dlq_topic=f"dlq-{names['uid']}", trigger_s=0.5
+    )
+    queries = start_commit(spark, settings)
+    kafka = lookups(client)
+    seen: list[dict[tuple[str, int], int]] = []
+
+    def marks() -> dict[tuple[str, int], int]:
+        with kafka.lock:
+            current = kafka.committed("sp.acked", [(src, 0), (src, 1)])
+        seen.append(current)
+        return current
+
+    try:
+        # Out of order, across partitions, with duplicates and a record that is not an outcome record.
+        _outcomes(client, out, [("ACK", f"{src}/0/{o}") for o in (0, 1, 3, 5)] + [("ACK", f"{src}/1/2")])
+        garbage = Producer(client)
+        produce(garbage, out, b"not an outcome record")
+        assert garbage.flush(30) == 0
+        _eventually(lambda: marks() == {(src, 0): 2, (src, 1): 0})
+        _outcomes(client, out, [("ACK", f"{src}/0/2"), ("ACK", f"{src}/1/1"), ("ACK", f"{src}/0/1")])
+        _eventually(lambda: marks() == {(src, 0): 4, (src, 1): 0})
+        _outcomes(client, out, [("REPLAYED", f"{src}/0/4"), ("DEAD_LETTERED", f"{src}/1/0"), ("FAILED", f"{src}/0/6")])
+        _eventually(lambda: marks() == {(src, 0): 6, (src, 1): 3})
+        time.sleep(2)  # a FAILED outcome does not move it
+        assert marks() == {(src, 0): 6, (src, 1): 3}
+        assert all(m[(src, 0)] <= 6 and m[(src, 1)] <= 3 for m in seen)
+        letters = _eventually(lambda: _read_all(client, f"dlq-{names['uid']}"))
+        assert dict(letters[0].headers())["acker.dlq.reason"] == b"bad-prefix"
+    finally:
+        for query in queries:
+            query.stop()
+    # A restart from the checkpoint keeps the state: the remaining offsets complete the prefix.
+    queries = start_commit(spark, settings)
+    try:
+        _outcomes(client, out, [("ACK", f"{src}/0/6"), ("ACK", f"{src}/0/7")])
+        _eventually(lambda: marks() == {(src, 0): 8, (src, 1): 3})
+    finally:
+        for query in queries:
+            query.stop()
+
+
+def test_nacked_records_are_replayed_with_context_then_dead_lettered(
+    spark: Any, bootstrap: str, names: dict[str, str]
+) -> None:
+    client = {"bootstrap.servers": bootstrap}
+    uid, src, out = names["uid"], names["source"], names["outcomes"] + "sp"
+    _source(client, src, 1, 4)
+    create_topics(client, [TopicSpec(out, 1), TopicSpec(f"dlq-{uid}", 1)])
+    settings = ReplayJobSettings(
+        OutcomeSource(client, topics=(out,)),
+        names["ckpt"],
+        name=f"replay-{uid}",
+        trigger_s=0.5,
+        max_attempts=2,
+        replay_prefix=f"rp-{uid}.",
+        outcome_prefix=names["outcomes"],
+        dead_letter_topic=f"dead-{uid}",
+        progress_topic=f"progress-{uid}",
+        dlq_topic=f"dlq-{uid}",
+    )
+    replay_topic = f"rp-{uid}.sp"
+    queries = start_replay(spark, settings)
+    try:
+        # A nack seen twice (an acker replay re-emits it) is replayed once.
+        _outcomes(client, out, [("FAILED", f"{src}/0/1"), ("TIMEOUT", f"{src}/0/1")])
+        first = _eventually(lambda: _read_all(client, replay_topic))
+        time.sleep(3)
+        assert len(_read_all(client, replay_topic)) == 1
+        headers = dict(first[0].headers())
+        assert (first[0].value(), first[0].key(), headers["app"]) == (b"0-1", b"k", b"h")
+        assert (headers[ATTEMPT], headers[ORIGIN], headers[REASON]) == (b"1", f"{src}/0/1".encode(), b"FAILED")
+        # The copy fails again: attempt 2; then again: dead-lettered with its context.
+        copy = f"{replay_topic}/0/{first[0].offset()}"
+        _outcomes(client, out, [("TIMEOUT", copy)])
+        second = _eventually(lambda: _read_all(client, replay_topic)[1:])
+        assert dict(second[0].headers())[ATTEMPT] == b"2"
+        assert dict(second[0].headers())[ORIGIN] == f"{src}/0/1".encode()
+        second_copy = f"{replay_topic}/0/{second[0].offset()}"  # transaction markers take offsets too
+        _outcomes(client, out, [("FAILED", second_copy)])
+        dead = _eventually(lambda: _read_all(client, f"dead-{uid}"))
+        context = dict(dead[0].headers())
+        assert (dead[0].value(), context[ATTEMPT], context[ORIGIN]) == (b"0-1", b"2", f"{src}/0/1".encode())
+        # Each nacked offset was resolved for the commit job.
+        resolved = [
+            (o, m)
+            for r in _read_all(client, out)
+            if r.key() == b"replay"
+            for o, m in zip(decode_outcomes(r.value()).outcomes, decode_outcomes(r.value()).msg_ids, strict=True)
+        ]
+        assert resolved == [
+            ("REPLAYED", f"{src}/0/1"),
+            ("REPLAYED", copy),
+            ("DEAD_LETTERED", second_copy),
+        ]
+    finally:
+        for query in queries:
+            query.stop()
+    # Restarted from its checkpoint: nothing is replayed twice; a new nack is still replayed.
+    queries = start_replay(spark, settings)
+    try:
+        _outcomes(client, out, [("OVERLOAD", f"{src}/0/3")])
+        _eventually(lambda: len(_read_all(client, replay_topic)) == 3)
+        time.sleep(3)
+        assert len(_read_all(client, replay_topic)) == 3
+        assert len(_read_all(client, f"dead-{uid}")) == 1
+    finally:
+        for query in queries:
+            query.stop()
