@@ -8,6 +8,8 @@ one, and never misread one.
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
 from importlib.resources import files
 
 from pyspark.sql import Column, DataFrame
@@ -25,9 +27,15 @@ DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: p
 
 
 def _decoded(raw: DataFrame) -> Column:
+    """The decoded record, or null when it is not a valid one (wrong prefix, undecodable, or truncated into
+    columns of different lengths: Spark's Avro reader can decode a cut record into shorter arrays)."""
     body = F.expr("substring(value, 5, length(value) - 4)")
     right_prefix = F.substring("value", 1, 4) == F.lit(PREFIX)
-    return F.when(right_prefix, from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"}))
+    o = from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
+    n = F.size(o.getField("outcomes"))
+    columns = ("anchors", "source_index", "offsets", "latency_ms")
+    consistent = reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns))
+    return F.when(right_prefix & consistent, o)
 
 
 def outcome_rows(raw: DataFrame) -> DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from acker.wire import decode_outcomes, encode_outcome_rows
 
 pyspark = pytest.importorskip("pyspark")
 
-from spark_jobs.commit_job import CommitJobSettings, OutcomeSource  # noqa: E402  # after the pyspark check
+from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets  # noqa: E402  # after the check
 from spark_jobs.commit_job import start as start_commit  # noqa: E402
-from spark_jobs.replay_job import ATTEMPT, ORIGIN, REASON, ReplayJobSettings  # noqa: E402
+from spark_jobs.outcomes import malformed, outcome_rows  # noqa: E402
+from spark_jobs.replay_job import ATTEMPT, ORIGIN, REASON, ReplayJobSettings, nacks  # noqa: E402
 from spark_jobs.replay_job import start as start_replay  # noqa: E402
 from spark_jobs.session import spark_session  # noqa: E402
 
@@ -195,3 +197,34 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
     finally:
         for query in queries:
             query.stop()
+
+
+def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) -> None:
+    """The pure transforms, without a stream: outcome records in, one row per outcome (or a reason) out."""
+    good = encode_outcome_rows("sp", [("ACK", 5, "t/1/7", 12), ("TIMEOUT", -6, "t/0/3", 30000), ("ACK", 7, "x", 1)])
+    columns = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    stamp = datetime(2026, 1, 1)
+    raw = spark.createDataFrame(
+        [
+            (None, good, "out", 0, 10, stamp),
+            (None, b"AKO\x09" + good[4:], "out", 0, 11, stamp),  # an unknown version
+            (None, good[:-3], "out", 0, 12, stamp),  # truncated
+        ],
+        columns,
+    )
+    rows = [r.asDict() for r in outcome_rows(raw).orderBy("anchor").collect()]
+    assert [(r["outcome"], r["anchor"], r["msg_id"]) for r in rows] == [
+        ("TIMEOUT", -6, "t/0/3"),
+        ("ACK", 5, "t/1/7"),
+        ("ACK", 7, "x"),
+    ]
+    assert [(r["source_topic"], r["source_partition"], r["source_offset"]) for r in rows] == [
+        ("t", 0, 3),
+        ("t", 1, 7),
+        (None, None, None),
+    ]
+    assert [tuple(r) for r in done_offsets(outcome_rows(raw)).collect()] == [("sp", "t", 1, 7)]
+    assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
+    letters = malformed(raw).collect()
+    reasons = sorted(dict((h.key, h.value) for h in r.headers)[k] for r in letters for k in ["acker.dlq.reason"])
+    assert reasons == [b"bad-prefix", b"undecodable"]
