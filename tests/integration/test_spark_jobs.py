@@ -226,5 +226,5 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     assert [tuple(r) for r in done_offsets(outcome_rows(raw)).collect()] == [("sp", "t", 1, 7)]
     assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
     letters = malformed(raw).collect()
-    reasons = sorted(dict((h.key, h.value) for h in r.headers)[k] for r in letters for k in ["acker.dlq.reason"])
+    reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
     assert reasons == [b"bad-prefix", b"undecodable"]
