@@ -3,11 +3,16 @@
 Run: ``.venv/bin/python -m benchmarks.pipeline_bench [--quick]`` (starts a local broker unless
 ``--bootstrap-servers`` names one). Prints a Markdown table.
 
-For each mode, ``--sentences`` generated sentences are written to a fresh source topic first; then the stages start
-as separate processes (`acker wordcount spout|split|count`, and `acker run` when tracked), one process each.
-Throughput is words counted per second, measured on the sink topic from the timestamp of its first record to the
-timestamp of its last (so process start-up is not counted). Tracked mode also checks that every sentence was acked.
+For each mode the stages start as separate processes (`acker wordcount spout|split|count`, and `acker run` when
+tracked), one process each, on fresh topics; once every stage's consumer group is stable with all its partitions
+assigned (start-up, imports and the acker's compiled kernels are behind every process), ``--sentences`` generated
+sentences are written to the source topic. Throughput is words counted per second, measured on the sink topic from
+the timestamp of its first record to the timestamp of its last. Tracked mode also checks that every sentence was acked.
 Storm reports 5 to 8 × lower throughput with acking on; the target here is tracked ≥ 0.8 × untracked.
+
+It also prints where the CPU went: the CPU seconds of each process (and of the local broker) per 1,000 words, from
+the moment the sentences are written until the sink holds every count. On a machine with fewer cores than busy
+processes, the throughput ratio is close to the ratio of the total CPU per word of the two modes.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ import sys
 import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, to_argv
 from acker.examples.wordcount import SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.kafka.clients import TopicSpec, create_topics
-from acker.kafka.provision import kafka_cluster
+from acker.kafka.provision import Cluster, kafka_cluster
+from benchmarks import cpu
 
 
 def _sink_span(config: ServiceConfig, topic: str, partitions: int, expected: int, timeout_s: float) -> float:
@@ -50,7 +57,25 @@ def _sink_span(config: ServiceConfig, topic: str, partitions: int, expected: int
     return (last - first) / 1000
 
 
-def _run(bootstrap: str, lines: list[bytes], tracked: bool, partitions: int) -> float:
+def _wait_ready(config: ServiceConfig, groups: dict[str, int], timeout_s: float = 120) -> None:
+    """Until each consumer group is stable with its topic's ``groups[group]`` partitions all assigned."""
+    admin = AdminClient(config.client())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready = 0
+        for group, future in admin.describe_consumer_groups(list(groups)).items():
+            description = future.result(timeout=10)
+            assigned = sum(len(m.assignment.topic_partitions) for m in description.members)
+            ready += description.state == ConsumerGroupState.STABLE and assigned == groups[group]
+        if ready == len(groups):
+            return
+        assert time.monotonic() < deadline, "the stages did not join their groups in time"
+        time.sleep(0.2)
+
+
+def _run(cluster: Cluster, lines: list[bytes], tracked: bool, partitions: int) -> tuple[float, dict[str, float]]:
+    """Words counted per second, and the CPU seconds per 1,000 words of each process."""
+    bootstrap = cluster.bootstrap_servers
     run = uuid.uuid4().hex[:8]
     config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"acker-{run}", group=f"acker-{run}",
                            outcome_prefix=f"out-{run}.", dlq_topic=f"dlq-{run}", status_topic=f"st-{run}",
@@ -60,20 +85,29 @@ def _run(bootstrap: str, lines: list[bytes], tracked: bool, partitions: int) -> 
         TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(SPOUT), partitions),
         *(TopicSpec(t, partitions) for t in (topics.sentences, topics.split, topics.words, topics.counts)),
     ])  # fmt: skip
-    ids = produce(config, topics.sentences, lines)
     common, _ = to_argv(config)
     stage = [sys.executable, "-m", "acker.cli", "wordcount"]
-    argvs = [
-        [*stage, "spout", *common, "--prefix", topics.prefix, *([] if tracked else ["--untracked"])],
-        [*stage, "split", *common, "--prefix", topics.prefix],
-        [*stage, "count", *common, "--prefix", topics.prefix],
-    ]
+    argvs = {
+        "spout": [*stage, "spout", *common, "--prefix", topics.prefix, *([] if tracked else ["--untracked"])],
+        "split": [*stage, "split", *common, "--prefix", topics.prefix],
+        "count": [*stage, "count", *common, "--prefix", topics.prefix],
+    }
     if tracked:
-        argvs.append([sys.executable, "-m", "acker.cli", "run", *common, "--log-level", "WARNING"])
-    processes = [subprocess.Popen(argv) for argv in argvs]
+        argvs["acker"] = [sys.executable, "-m", "acker.cli", "run", *common, "--log-level", "WARNING"]
+    processes = [subprocess.Popen(argv) for argv in argvs.values()]
+    pids = {name: process.pid for name, process in zip(argvs, processes, strict=True)}
+    if cluster.pid is not None:
+        pids["broker"] = cluster.pid
     try:
+        # The spout reads its source and its replay topic.
+        groups = {f"{topics.prefix}-spout": 2 * partitions, f"{topics.prefix}-split": partitions,
+                  f"{topics.prefix}-count": partitions, **({config.group: partitions} if tracked else {})}  # fmt: skip
+        _wait_ready(config, groups)
+        before = cpu.snapshot(pids)
+        ids = produce(config, topics.sentences, lines)
         words = sum(len(line.split()) for line in lines)
         span = _sink_span(config, topics.counts, partitions, words, timeout_s=600)
+        used = {name: seconds * 1000 / words for name, seconds in cpu.spent(before, pids).items()}
         if tracked:
             poll = follow_outcomes(config, SPOUT)
             deadline = time.monotonic() + 120
@@ -82,7 +116,7 @@ def _run(bootstrap: str, lines: list[bytes], tracked: bool, partitions: int) -> 
                 assert time.monotonic() < deadline, "not every sentence got an outcome"
                 seen = poll(0.5)
             assert all(seen[m][0] == "ACK" for m in ids), "a sentence was not acked"
-        return words / span
+        return words / span, used
     finally:
         for process in processes:
             process.terminate()
@@ -103,17 +137,28 @@ def main() -> None:
     lines = list(sentences(n, seed=1))
     words = sum(len(line.split()) for line in lines)
     rates: dict[bool, list[float]] = {True: [], False: []}
+    cpus: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for run in range(repeat):
             for tracked in (False, True):  # alternate, so that drift of a noisy machine hits both
-                rates[tracked].append(_run(cluster.bootstrap_servers, lines, tracked, args.partitions))
-                print(f"run {run + 1} {'tracked' if tracked else 'untracked'}: {rates[tracked][-1]:,.0f} words/s")
+                rate, used = _run(cluster, lines, tracked, args.partitions)
+                rates[tracked].append(rate)
+                cpus[tracked].append(used)
+                print(f"run {run + 1} {'tracked' if tracked else 'untracked'}: {rate:,.0f} words/s")
     untracked, tracked = statistics.median(rates[False]), statistics.median(rates[True])
     print(f"\nworkload: {n:,} sentences, {words:,} words; one process per stage; median of {repeat} run(s)\n")
     print("| mode | words counted/s | ratio |")
     print("|---|---:|---:|")
     print(f"| untracked (at-most-once, no acker) | {untracked:,.0f} | 1.00 |")
     print(f"| tracked (acker service, every sentence acked) | {tracked:,.0f} | {tracked / untracked:.2f} |")
+    names = list(cpus[True][0])
+    median = {mode: {name: statistics.median(run.get(name, 0.0) for run in cpus[mode]) for name in names}
+              for mode in (False, True)}  # fmt: skip
+    print("\n| CPU seconds per 1,000 words | " + " | ".join(names) + " | total |")
+    print("|---|" + "---:|" * (len(names) + 1))
+    for mode, label in ((False, "untracked"), (True, "tracked")):
+        row = median[mode]
+        print(f"| {label} | " + " | ".join(f"{row[name]:.3f}" for name in names) + f" | {sum(row.values()):.3f} |")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
 class Cluster:
     bootstrap_servers: str
     kind: str  # "existing", "testcontainers" or "local"
+    pid: int | None = None  # of the local broker's JVM (benchmarks read its CPU time)
 
 
 def docker_available() -> bool:
@@ -63,4 +64,4 @@ def kafka_cluster(existing: str | None = None, *, use_docker: bool = True, parti
         return
     log.info("no Docker engine: starting a local Kafka broker from Maven Central jars")
     with LocalKafkaBroker(num_partitions=partitions) as broker:
-        yield Cluster(broker.bootstrap_servers, "local")
+        yield Cluster(broker.bootstrap_servers, "local", broker.pid)
