@@ -39,6 +39,9 @@ class ServiceConfig:
     outcome_prefix: str = _setting("acker.outcomes.", "outcome topic of spout S is <outcome-prefix>S")
     replay_prefix: str = _setting("acker.replay.", "replay topic of spout S (written by the replay job) is <prefix>S")
     dlq_topic: str = _setting("acker.dlq", "dead-letter topic for records the acker cannot read")
+    replay_dlq_topic: str = _setting(
+        "acker.replay.dlq", "dead-letter topic of records that failed every replay (written by the replay job)"
+    )
     status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
     partitions: int = _setting(8, "partitions of the acker topic (for `topics create`)")
     replication_factor: int = _setting(1, "replication factor of the topics created")

@@ -44,7 +44,8 @@ Headers = Sequence[tuple[str, HeaderValue]] | Mapping[str, HeaderValue]
 HeaderList = list[tuple[str, HeaderValue]]
 
 
-def _pairs(headers: Headers | None) -> list[tuple[str, HeaderValue]]:
+def pairs(headers: Headers | None) -> HeaderList:
+    """Headers as a list of (key, value) pairs, however a client gave them (a list, a mapping, or None)."""
     if headers is None:
         return []
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
@@ -55,7 +56,7 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
     ids: TupleIds = UNTRACKED
     rest: HeaderList = []
     invalid = False
-    for key, value in _pairs(headers):
+    for key, value in pairs(headers):
         if key == HEADER:
             decoded = decode(value.encode("latin-1") if isinstance(value, str) else value)
             if decoded is None:
@@ -69,7 +70,7 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
 
 def with_ids(headers: Headers | None, ids: TupleIds) -> HeaderList:
     """``headers`` without any acker header, plus the header of ``ids`` when they are tracked."""
-    out = [(k, v) for k, v in _pairs(headers) if k != HEADER] if headers else []
+    out = [(k, v) for k, v in pairs(headers) if k != HEADER] if headers else []
     if ids.tracked:
         out.append((HEADER, encode(ids)))
     return out

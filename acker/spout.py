@@ -42,10 +42,10 @@ from acker.headers import Headers
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
+from acker.retries import NOT_BEFORE
 from acker.wire import WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
-NOT_BEFORE = "acker.replay.not-before"  # on records of the replay topic: hold the record until then (epoch ms)
 INIT_ATTEMPTS = 3
 
 

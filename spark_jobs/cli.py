@@ -37,12 +37,12 @@ def add_parser(sub: Any) -> None:
         if name == "replay":
             job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [5]")
             job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [1000]")
-            job.add_argument("--dead-letter-topic", default="acker.replay.dlq", help="[acker.replay.dlq]")
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session
 
@@ -61,10 +61,10 @@ def _run(args: argparse.Namespace) -> int:
             args.checkpoint,
             trigger_s=args.trigger_s,
             max_attempts=args.max_attempts,
-            backoff=replay_job.Backoff(first_ms=args.backoff_ms),
+            backoff=Backoff(first_ms=args.backoff_ms),
             replay_prefix=config.replay_prefix,
             outcome_prefix=config.outcome_prefix,
-            dead_letter_topic=args.dead_letter_topic,
+            dead_letter_topic=config.replay_dlq_topic,
         )
         queries = replay_job.start(spark, settings)
     stop = threading.Event()

@@ -5,12 +5,10 @@ a record's coordinates → duplicates dropped (an acker replay re-emits outcomes
 ``dedupe_window`` in its checkpointed state) → each micro-batch, on the driver, in one Kafka transaction:
 
 - fetches each nacked record by its coordinates and re-publishes it to the spout's replay topic
-  (``<replay_prefix><spout>``, which the spout reads besides its source topic) with the headers
-  ``acker.replay.attempt`` (1, 2, ...), ``acker.replay.origin`` (the first record's coordinates),
-  ``acker.replay.reason`` (the last nack's reason) and ``acker.replay.not-before`` (epoch ms: the spout holds the
-  record until then: the backoff), keeping the record's key, value and other headers;
-- after ``max_attempts`` attempts, writes it to the dead-letter topic with the same headers instead (and a record
-  that no longer exists, with an empty value and reason ``source-missing``);
+  (``<replay_prefix><spout>``, which the spout reads besides its source topic), or after ``max_attempts`` replays
+  to the dead-letter topic (a record that no longer exists too, with an empty value and reason
+  ``source-missing``), keeping its key, value and other headers and adding the attempt, its origin, the last
+  nack's reason, the spout and the backoff (`acker.retries`, which decides);
 - writes ``REPLAYED`` / ``DEAD_LETTERED`` outcomes for the nacked message ids to the spout's outcome topic: the
   commit job then counts those offsets as done (the replayed copy has its own offset and its own tree);
 - writes the micro-batch id to the job's progress topic.
@@ -26,7 +24,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -34,32 +32,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from acker.headers import pairs
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.lookups import lookups
-from acker.spout import NOT_BEFORE
+from acker.retries import Backoff, RetryPolicy, decide
 from acker.wire import encode_outcome_rows
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
-from spark_jobs.outcomes import DEAD_LETTERED, NACKS, REPLAYED, outcome_rows
+from spark_jobs.outcomes import NACKS, outcome_rows
 
 log = logging.getLogger("spark_jobs.replay")
-
-ATTEMPT = "acker.replay.attempt"
-ORIGIN = "acker.replay.origin"
-REASON = "acker.replay.reason"
-
-Headers = list[tuple[str, str | bytes | None]]
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms``."""
-
-    first_ms: int = 1_000
-    factor: float = 2.0
-    max_ms: int = 60_000
-
-    def delay_ms(self, attempt: int) -> int:
-        return int(min(self.max_ms, self.first_ms * self.factor ** max(0, attempt - 1)))
 
 
 @dataclass(frozen=True)
@@ -69,13 +50,17 @@ class ReplayJobSettings:
     name: str = "acker-replay"  # names the transactional producer and the progress records: one per job
     trigger_s: float = 1.0
     max_attempts: int = 5
-    backoff: Backoff = Backoff()
+    backoff: Backoff = field(default_factory=Backoff)
     replay_prefix: str = "acker.replay."
     outcome_prefix: str = "acker.outcomes."
     dead_letter_topic: str = "acker.replay.dlq"
     progress_topic: str = "acker.replay.progress"
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
     dedupe_window: str = "1 hour"
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_attempts, self.backoff, self.replay_prefix, self.dead_letter_topic)
 
 
 def nacks(outcomes: DataFrame) -> DataFrame:
@@ -91,46 +76,11 @@ def nacks(outcomes: DataFrame) -> DataFrame:
     )
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What to do with one nacked record: publish ``headers`` (with its key and value) to ``topic``."""
-
-    topic: str
-    headers: Headers
-    resolution: str  # REPLAYED or DEAD_LETTERED
-
-
-def decide(settings: ReplayJobSettings, nack: Any, record: Message | None, now_ms: int) -> Decision:
-    """Pure: where a nacked record goes next, and with which headers. ``nack`` has ``spout, msg_id, reason``."""
-    spout, msg_id, reason = nack.spout, nack.msg_id, nack.reason
-    if record is None:
-        return Decision(settings.dead_letter_topic, _context(msg_id, 0, "source-missing"), DEAD_LETTERED)
-    own = dict(record.headers() or [])
-    previous, first = own.get(ATTEMPT), own.get(ORIGIN)
-    attempt = int(previous) + 1 if isinstance(previous, bytes) and previous.isdigit() else 1
-    origin = first.decode() if isinstance(first, bytes) else msg_id
-    kept: Headers = [(k, v) for k, v in (record.headers() or []) if not k.startswith("acker.")]  # type: ignore[str-unpack]  # a header is a pair
-    if attempt > settings.max_attempts:
-        return Decision(
-            settings.dead_letter_topic, kept + _context(origin, attempt - 1, reason, last=msg_id), DEAD_LETTERED
-        )
-    not_before = now_ms + settings.backoff.delay_ms(attempt)
-    headers = [*kept, *_context(origin, attempt, reason), (NOT_BEFORE, str(not_before).encode())]
-    return Decision(settings.replay_prefix + spout, headers, REPLAYED)
-
-
-def _context(origin: str, attempt: int, reason: str, last: str | None = None) -> Headers:
-    out: Headers = [(ATTEMPT, str(attempt).encode()), (ORIGIN, origin.encode()), (REASON, reason.encode())]
-    if last is not None:
-        out.append(("acker.replay.last", last.encode()))
-    return out
-
-
 class _Publisher:
     """The driver's transactional producer and its progress marker (one per job name)."""
 
     def __init__(self, settings: ReplayJobSettings) -> None:
-        self.settings = settings
+        self.settings, self.policy = settings, settings.policy
         client = dict(settings.source.client)
         create_topics(client, [TopicSpec(settings.progress_topic, 1), TopicSpec(settings.dead_letter_topic, 1)])
         self.producer = Producer({**client, "transactional.id": settings.name, "linger.ms": 5})
@@ -178,7 +128,8 @@ class _Publisher:
         try:
             for row in rows:
                 record = fetch(row.topic, int(row.partition), int(row.offset))
-                decision = decide(self.settings, row, record, now_ms)
+                headers = None if record is None else pairs(record.headers())
+                decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
                 key = record.key() if record is not None else None
                 value = record.value() if record is not None else None
                 self.producer.produce(

@@ -14,11 +14,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.lookups import lookups
+from acker.retries import ATTEMPT, ORIGIN, REASON
 from acker.wire import decode_outcomes, encode_outcome_rows
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.outcomes import malformed, outcome_rows
-from spark_jobs.replay_job import ATTEMPT, ORIGIN, REASON, ReplayJobSettings, nacks
+from spark_jobs.replay_job import ReplayJobSettings, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session
 

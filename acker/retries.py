@@ -1,0 +1,140 @@
+"""Where a nacked record goes next: a replay for its spout with backoff, or the dead-letter topic. Pure.
+
+The replay job (`spark_jobs.replay_job`) calls `decide` for every nack, and `acker dlq redrive` calls `redrive` for a
+dead letter an operator sends back. Both carry the record's key, value and own headers unchanged, and add:
+
+    acker.replay.attempt      the attempt this copy is (1, 2, ...); on a dead letter, the attempts made
+    acker.replay.origin       the coordinates ``topic/partition/offset`` of the first record (the source record)
+    acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), or ``source-missing``
+    acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
+    acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
+    acker.replay.last         on a dead letter: the coordinates of the copy that failed last
+    acker.replay.redriven     on a re-driven copy: the dead letter's coordinates
+
+Invariant: attempts count from the origin. A replayed copy that fails again is attempt n + 1 of the same origin;
+after ``max_attempts`` replays the next nack dead-letters it. A re-driven dead letter starts a new round (attempt
+0 on the copy, so its next nack is replay attempt 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from acker.errors import AckerError
+from acker.headers import HeaderList as Headers
+from acker.headers import HeaderValue
+
+ATTEMPT = "acker.replay.attempt"
+ORIGIN = "acker.replay.origin"
+REASON = "acker.replay.reason"
+SPOUT = "acker.replay.spout"
+NOT_BEFORE = "acker.replay.not-before"
+LAST = "acker.replay.last"
+REDRIVEN = "acker.replay.redriven"
+SOURCE_MISSING = "source-missing"
+REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"  # the outcomes that resolve a nacked offset
+
+
+class NotRedrivableError(AckerError):
+    """A dead letter that `redrive` cannot send back (it is not a record the replay job dead-lettered)."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms``."""
+
+    first_ms: int = 1_000
+    factor: float = 2.0
+    max_ms: int = 60_000
+
+    def delay_ms(self, attempt: int) -> int:
+        return int(min(self.max_ms, self.first_ms * self.factor ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    backoff: Backoff = Backoff()
+    replay_prefix: str = "acker.replay."
+    dead_letter_topic: str = "acker.replay.dlq"
+
+    def replay_topic(self, spout: str) -> str:
+        return self.replay_prefix + spout
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Publish the record (its key and value) to ``topic`` with ``headers``; resolve the nack as ``resolution``."""
+
+    topic: str
+    headers: Headers
+    resolution: str  # REPLAYED or DEAD_LETTERED
+
+
+def _text(headers: Sequence[tuple[str, HeaderValue]], name: str) -> str | None:
+    for key, value in headers:
+        if key == name and value is not None:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return None
+
+
+def _own(headers: Sequence[tuple[str, HeaderValue]]) -> Headers:
+    """The application's headers: everything but this module's (and the anchor header)."""
+    return [(k, v) for k, v in headers if not k.startswith("acker.")]
+
+
+def _context(origin: str, attempt: int, reason: str, spout: str) -> Headers:
+    return [
+        (ATTEMPT, str(attempt).encode()),
+        (ORIGIN, origin.encode()),
+        (REASON, reason.encode()),
+        (SPOUT, spout.encode()),
+    ]
+
+
+def decide(
+    policy: RetryPolicy,
+    spout: str,
+    msg_id: str,
+    reason: str,
+    *,
+    headers: Sequence[tuple[str, HeaderValue]] | None,
+    now_ms: int,
+) -> Decision:
+    """Where the nacked record ``msg_id`` (its coordinates) goes next. ``headers`` are the record's own, or None
+    when the record no longer exists (deleted by retention): then it is dead-lettered as ``source-missing``."""
+    if headers is None:
+        return Decision(policy.dead_letter_topic, _context(msg_id, 0, SOURCE_MISSING, spout), DEAD_LETTERED)
+    previous = _text(headers, ATTEMPT)
+    attempt = int(previous) + 1 if previous is not None and previous.isdigit() else 1
+    origin = _text(headers, ORIGIN) or msg_id
+    kept = _own(headers)
+    if attempt > policy.max_attempts:
+        letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]
+        return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
+    not_before = now_ms + policy.backoff.delay_ms(attempt)
+    replay = [*kept, *_context(origin, attempt, reason, spout), (NOT_BEFORE, str(not_before).encode())]
+    return Decision(policy.replay_topic(spout), replay, REPLAYED)
+
+
+def redrive(
+    policy: RetryPolicy, letter: str, headers: Sequence[tuple[str, HeaderValue]], spout: str | None = None
+) -> Decision:
+    """Send the dead letter at coordinates ``letter`` back to its spout's replay topic (or ``spout``'s), as attempt 0
+    of its origin: its next nack starts a new round of ``max_attempts`` replays."""
+    origin = _text(headers, ORIGIN)
+    spout = spout or _text(headers, SPOUT)
+    if origin is None:
+        raise NotRedrivableError(f"{letter} has no {ORIGIN} header: it was not dead-lettered by the replay job")
+    if not spout:
+        raise NotRedrivableError(f"{letter} does not say which spout read it ({SPOUT}): name one with --spout")
+    reason = _text(headers, REASON) or ""
+    copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
+    return Decision(policy.replay_topic(spout), copy, REPLAYED)
+
+
+def origin_partition(coordinates: str) -> int:
+    """The partition part of ``topic/partition/offset`` (topics may contain ``/``), 0 if there is none."""
+    parts = coordinates.rsplit("/", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0

@@ -1,0 +1,115 @@
+"""Where a nacked record goes next (`acker.retries`): replays with backoff, dead letters, re-drives."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acker.retries import (
+    ATTEMPT,
+    DEAD_LETTERED,
+    LAST,
+    NOT_BEFORE,
+    ORIGIN,
+    REASON,
+    REDRIVEN,
+    REPLAYED,
+    SOURCE_MISSING,
+    SPOUT,
+    Backoff,
+    NotRedrivableError,
+    RetryPolicy,
+    decide,
+    origin_partition,
+    redrive,
+)
+
+POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(first_ms=100, factor=3.0, max_ms=500), replay_prefix="rp.")
+NOW = 1_000_000
+
+
+def test_a_first_nack_is_replayed_as_attempt_1_with_its_context_and_the_application_headers() -> None:
+    own = [("app", b"x"), ("acker.ids", b"\x01" * 16), ("trace", None)]
+    decision = decide(POLICY, "words", "src/2/7", "FAILED", headers=own, now_ms=NOW)
+    assert (decision.topic, decision.resolution) == ("rp.words", REPLAYED)
+    assert decision.headers == [
+        ("app", b"x"),
+        ("trace", None),
+        (ATTEMPT, b"1"),
+        (ORIGIN, b"src/2/7"),
+        (REASON, b"FAILED"),
+        (SPOUT, b"words"),
+        (NOT_BEFORE, str(NOW + 100).encode()),
+    ]
+
+
+def test_a_failing_copy_counts_attempts_from_its_origin_with_exponential_backoff() -> None:
+    headers = [("app", b"x")]
+    msg_id = "src/0/1"
+    delays = []
+    for attempt in (1, 2, 3):
+        decision = decide(POLICY, "words", msg_id, "TIMEOUT", headers=headers, now_ms=NOW)
+        assert decision.resolution == REPLAYED
+        got = dict(decision.headers)
+        assert (got[ATTEMPT], got[ORIGIN]) == (str(attempt).encode(), b"src/0/1")
+        delays.append(int(got[NOT_BEFORE]) - NOW)  # type: ignore[arg-type]
+        headers, msg_id = decision.headers, f"rp.words/0/{attempt}"  # the copy is nacked in turn
+    assert delays == [100, 300, 500]  # 100 · 3ⁿ⁻¹, capped at 500
+    # The next nack of the third copy: no attempt left.
+    letter = decide(POLICY, "words", msg_id, "FAILED", headers=headers, now_ms=NOW)
+    assert (letter.topic, letter.resolution) == ("acker.replay.dlq", DEAD_LETTERED)
+    got = dict(letter.headers)
+    assert (got[ATTEMPT], got[ORIGIN], got[REASON], got[LAST]) == (b"3", b"src/0/1", b"FAILED", b"rp.words/0/3")
+    assert NOT_BEFORE not in got and got["app"] == b"x"
+
+
+def test_a_record_that_no_longer_exists_is_dead_lettered_as_source_missing() -> None:
+    decision = decide(POLICY, "words", "src/0/9", "TIMEOUT", headers=None, now_ms=NOW)
+    assert (decision.topic, decision.resolution) == ("acker.replay.dlq", DEAD_LETTERED)
+    assert dict(decision.headers)[REASON] == SOURCE_MISSING.encode()
+
+
+def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
+    decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, b"x1")], now_ms=NOW)
+    assert dict(decision.headers)[ATTEMPT] == b"1"
+
+
+@given(st.integers(min_value=0, max_value=10), st.sampled_from(["FAILED", "TIMEOUT", "OVERLOAD"]))
+def test_every_nack_is_either_replayed_or_dead_lettered_never_beyond_max_attempts(previous: int, reason: str) -> None:
+    headers = [(ATTEMPT, str(previous).encode()), (ORIGIN, b"src/0/0")] if previous else []
+    decision = decide(POLICY, "s", "x/0/5", reason, headers=headers, now_ms=NOW)
+    attempt = int(dict(decision.headers)[ATTEMPT])  # type: ignore[arg-type]
+    if previous < POLICY.max_attempts:
+        assert (decision.resolution, attempt) == (REPLAYED, previous + 1)
+    else:
+        assert (decision.resolution, attempt) == (DEAD_LETTERED, previous)
+    assert dict(decision.headers)[ORIGIN] == (b"src/0/0" if previous else b"x/0/5")
+
+
+def test_a_redriven_dead_letter_starts_a_new_round_at_attempt_0() -> None:
+    letter = decide(POLICY, "words", "rp.words/0/3", "FAILED", headers=[(ATTEMPT, b"3"), (ORIGIN, b"s/1/4")], now_ms=0)
+    copy = redrive(POLICY, "acker.replay.dlq/0/12", letter.headers)
+    assert (copy.topic, copy.resolution) == ("rp.words", REPLAYED)
+    got = dict(copy.headers)
+    assert (got[ATTEMPT], got[ORIGIN], got[SPOUT]) == (b"0", b"s/1/4", b"words")
+    assert got[REDRIVEN] == b"acker.replay.dlq/0/12"
+    assert LAST not in got
+    # Its next nack is replay attempt 1 of the same origin.
+    again = decide(POLICY, "words", "rp.words/1/0", "TIMEOUT", headers=copy.headers, now_ms=0)
+    assert (dict(again.headers)[ATTEMPT], dict(again.headers)[ORIGIN]) == (b"1", b"s/1/4")
+    # Another spout may be named.
+    assert redrive(POLICY, "d/0/1", letter.headers, spout="other").topic == "rp.other"
+
+
+def test_only_dead_letters_of_the_replay_job_can_be_redriven() -> None:
+    with pytest.raises(NotRedrivableError, match=r"no acker\.replay\.origin"):
+        redrive(POLICY, "acker.dlq/0/3", [("acker.dlq.reason", b"undecodable")])
+    with pytest.raises(NotRedrivableError, match="--spout"):
+        redrive(POLICY, "d/0/3", [(ORIGIN, b"s/0/1")])
+
+
+def test_origin_partition() -> None:
+    assert origin_partition("a/b/3/17") == 3
+    assert origin_partition("src/0/5") == 0
+    assert origin_partition("not coordinates") == 0
