@@ -267,8 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(run=_cmd_status)
 
+    from acker.dlq_cli import add_parser as add_dlq
     from acker.examples.wordcount_cli import add_parser as add_wordcount
 
+    add_dlq(sub)
     add_wordcount(sub)
     try:
         from spark_jobs.cli import add_parser as add_spark

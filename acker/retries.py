@@ -72,7 +72,8 @@ class Decision:
     resolution: str  # REPLAYED or DEAD_LETTERED
 
 
-def _text(headers: Sequence[tuple[str, HeaderValue]], name: str) -> str | None:
+def header_text(headers: Sequence[tuple[str, HeaderValue]], name: str) -> str | None:
+    """The value of header ``name`` as text, None when absent."""
     for key, value in headers:
         if key == name and value is not None:
             return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
@@ -106,9 +107,9 @@ def decide(
     when the record no longer exists (deleted by retention): then it is dead-lettered as ``source-missing``."""
     if headers is None:
         return Decision(policy.dead_letter_topic, _context(msg_id, 0, SOURCE_MISSING, spout), DEAD_LETTERED)
-    previous = _text(headers, ATTEMPT)
+    previous = header_text(headers, ATTEMPT)
     attempt = int(previous) + 1 if previous is not None and previous.isdigit() else 1
-    origin = _text(headers, ORIGIN) or msg_id
+    origin = header_text(headers, ORIGIN) or msg_id
     kept = _own(headers)
     if attempt > policy.max_attempts:
         letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]
@@ -123,13 +124,13 @@ def redrive(
 ) -> Decision:
     """Send the dead letter at coordinates ``letter`` back to its spout's replay topic (or ``spout``'s), as attempt 0
     of its origin: its next nack starts a new round of ``max_attempts`` replays."""
-    origin = _text(headers, ORIGIN)
-    spout = spout or _text(headers, SPOUT)
+    origin = header_text(headers, ORIGIN)
+    spout = spout or header_text(headers, SPOUT)
     if origin is None:
         raise NotRedrivableError(f"{letter} has no {ORIGIN} header: it was not dead-lettered by the replay job")
     if not spout:
         raise NotRedrivableError(f"{letter} does not say which spout read it ({SPOUT}): name one with --spout")
-    reason = _text(headers, REASON) or ""
+    reason = header_text(headers, REASON) or ""
     copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 

@@ -1,0 +1,206 @@
+"""Dead-letter topics: read what is there, with its context, and send chosen records back (`acker dlq`).
+
+Two kinds of dead letters exist, and both are read the same way:
+
+- the acker's (``dlq_topic``): acker records it could not read, with ``acker.dlq.reason``, ``acker.dlq.detail`` and
+  the record's coordinates (`acker.service`);
+- the replay job's (``replay_dlq_topic``): source records that failed every replay, or no longer exist, with their
+  origin, attempts, last reason and spout (`acker.retries`).
+
+Only the second kind can be re-driven: the copy goes to the spout's replay topic as attempt 0 of its origin, so the
+spout reads it again with a fresh round of replays. Re-driving is an operator's act and is not deduplicated: each
+run sends the chosen records once more (see ``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from acker.config import ServiceConfig
+from acker.errors import AckerError
+from acker.headers import HeaderList, pairs
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
+from acker.retries import (
+    ATTEMPT,
+    ORIGIN,
+    REASON,
+    SPOUT,
+    Decision,
+    RetryPolicy,
+    header_text,
+    origin_partition,
+    redrive,
+)
+
+ACKER_REASON, ACKER_DETAIL = "acker.dlq.reason", "acker.dlq.detail"  # written by acker.service
+
+
+class DlqError(AckerError):
+    """A dead-letter operation that cannot be done (no such topic or record)."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: HeaderList
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+    def header(self, name: str) -> str | None:
+        return header_text(self.headers, name)
+
+    @property
+    def reason(self) -> str:
+        return self.header(REASON) or self.header(ACKER_REASON) or "?"
+
+    @property
+    def origin(self) -> str:
+        """The record it stands for: the replay origin, or where the acker read it."""
+        if (origin := self.header(ORIGIN)) is not None:
+            return origin
+        parts = [self.header(f"acker.dlq.{n}") for n in ("topic", "partition", "offset")]
+        return "/".join(parts) if all(p is not None for p in parts) else "?"  # type: ignore[arg-type]
+
+    def summary(self) -> dict[str, object]:
+        """The fields a listing shows (JSON-ready)."""
+        return {
+            "coordinates": self.coordinates,
+            "timestamp_ms": self.timestamp_ms,
+            "reason": self.reason,
+            "detail": self.header(ACKER_DETAIL),
+            "origin": self.origin,
+            "attempts": self.header(ATTEMPT),
+            "spout": self.header(SPOUT),
+            "key": preview(self.key, 40),
+            "value_bytes": len(self.value or b""),
+        }
+
+
+def preview(raw: bytes | None, limit: int = 200) -> str | None:
+    """Text when the bytes are UTF-8, else hex; cut to ``limit`` characters (0: whole)."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "0x" + raw.hex()
+    return text if not limit or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_coordinates(text: str) -> tuple[int, int]:
+    """``OFFSET`` (partition 0) or ``PARTITION/OFFSET`` → (partition, offset)."""
+    partition, sep, offset = text.rpartition("/")
+    try:
+        return (int(partition) if sep else 0), int(offset)
+    except ValueError:
+        raise DlqError(f"not a record's place: {text!r} (OFFSET or PARTITION/OFFSET)") from None
+
+
+def _letter(record: Message) -> DeadLetter:
+    return DeadLetter(
+        record.topic() or "",
+        record.partition() or 0,
+        record.offset() or 0,
+        record.timestamp()[1],
+        record.key(),
+        record.value(),
+        pairs(record.headers()),
+    )
+
+
+def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | None = None) -> list[DeadLetter]:
+    """The dead letters of ``topic`` in (partition, offset) order: all of them up to the current end, or only those at
+    the ``wanted`` places (a place without a record raises `DlqError`)."""
+    try:
+        partitions = partition_count(config.client(), topic)
+    except KafkaClientError as error:
+        raise DlqError(f"no dead-letter topic {topic!r}: {error}") from None
+    wanted = None if wanted is None else set(wanted)
+    consumer = Consumer(config.client(**{"group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}))
+    letters: list[DeadLetter] = []
+    try:
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            chosen = None if wanted is None else {o for q, o in wanted if q == p}
+            first, end = (low, high) if chosen is None else (min(chosen, default=high), max(chosen, default=-1) + 1)
+            for record in _records(consumer, TopicPartition(topic, p, max(first, low)), min(end, high)):
+                if chosen is None or record.offset() in chosen:
+                    letters.append(_letter(record))
+    finally:
+        consumer.close()
+    missing = (wanted or set()) - {(d.partition, d.offset) for d in letters}
+    if missing:
+        raise DlqError(f"no record at {', '.join(f'{topic}/{p}/{o}' for p, o in sorted(missing))}")
+    return letters
+
+
+def _records(consumer: Consumer, start: TopicPartition, end: int) -> Iterator[Message]:
+    """The records of one partition from ``start`` up to offset ``end`` (fewer if some were deleted meanwhile)."""
+    if start.offset >= end:
+        return
+    consumer.assign([start])
+    try:
+        position = start.offset
+        while position < end:
+            batch = consumer.consume(500, timeout=5)
+            if not batch:
+                return
+            for record in batch:
+                error = record.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise DlqError(f"reading {start.topic}[{start.partition}]: {error}")
+                    continue
+                position = (record.offset() or 0) + 1
+                if position <= end:
+                    yield record
+    finally:
+        consumer.unassign()
+
+
+def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None) -> list[Decision]:
+    """Where each letter would go (`acker.retries.redrive`); `NotRedrivableError` for a letter that cannot."""
+    policy = RetryPolicy(replay_prefix=config.replay_prefix)
+    return [redrive(policy, letter.coordinates, letter.headers, spout) for letter in letters]
+
+
+def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:
+    """Produce the re-driven copies and wait for their delivery; return where each went (topic, partition)."""
+    producer = Producer(config.client(**{"enable.idempotence": True}))
+    failures: list[str] = []
+    places: list[tuple[str, int]] = []
+    counts: dict[str, int] = {}
+    for letter, decision in zip(letters, decisions, strict=True):
+        if decision.topic not in counts:
+            create_topics(config.client(), [TopicSpec(decision.topic, 1, config.replication_factor)])
+            counts[decision.topic] = partition_count(config.client(), decision.topic)
+        partition = origin_partition(letter.origin) % counts[decision.topic]
+        places.append((decision.topic, partition))
+
+        def delivered(error: KafkaError | None, _record: Message, letter: DeadLetter = letter) -> None:
+            if error is not None:
+                failures.append(f"{letter.coordinates}: {error}")
+
+        produce(
+            producer,
+            decision.topic,
+            letter.value,
+            key=letter.key,
+            partition=partition,
+            headers=decision.headers,
+            on_delivery=delivered,
+        )
+    if producer.flush(30) or failures:
+        raise DlqError(f"re-drive not delivered: {failures or 'timed out'}")
+    return places

@@ -1,0 +1,123 @@
+"""`acker dlq list|show|redrive`: the dead-letter topics from the command line (`acker.dlq`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+import acker.dlq
+from acker.config import ServiceConfig, add_arguments, load
+from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
+
+
+def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
+    return str(args.topic or config.replay_dlq_topic)
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
+
+
+def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]:
+    places = [parse_coordinates(p) for p in args.places]
+    return read(config, _topic(args, config), places if places or not getattr(args, "all", False) else None)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = load(args)
+    letters = read(config, _topic(args, config))
+    shown = letters[-args.limit :] if args.limit else letters
+    if args.json:
+        for letter in shown:
+            print(json.dumps(letter.summary()))
+        return 0
+    table = Table(title=f"{_topic(args, config)}: {len(letters)} dead letter(s)")
+    for column in ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes"):
+        table.add_column(column, justify="right" if column in ("attempts", "bytes") else "left")
+    for letter in shown:
+        s = letter.summary()
+        table.add_row(
+            f"{letter.partition}/{letter.offset}",
+            _when(letter.timestamp_ms),
+            str(s["reason"]),
+            str(s["origin"]),
+            str(s["attempts"] or "-"),
+            str(s["spout"] or "-"),
+            preview((letter.header("acker.dlq.detail") or "").encode(), 40) or "-",
+            str(s["key"] or "-"),
+            str(s["value_bytes"]),
+        )
+    console = Console()
+    console.print(table)
+    if len(shown) < len(letters):
+        console.print(f"{len(letters) - len(shown)} older record(s) not shown (--limit 0 shows all)")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    config = load(args)
+    for letter in _chosen(args, config):
+        print(f"== {letter.coordinates}  written {_when(letter.timestamp_ms)} UTC")
+        for key, value in letter.headers:
+            text = preview(value.encode() if isinstance(value, str) else value, 0 if args.full else 200)
+            print(f"   header {key}: {text}")
+        print(f"   key:   {preview(letter.key, 0 if args.full else 200)}")
+        print(f"   value: {preview(letter.value, 0 if args.full else 200)}  ({len(letter.value or b'')} bytes)")
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    config = load(args)
+    if bool(args.places) == bool(args.all):
+        raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all, not both")
+    letters = _chosen(args, config)
+    decisions = plan(config, letters, args.spout)  # refuses the whole set if one letter cannot go back
+    if args.dry_run:
+        targets = [decision.topic for decision in decisions]
+    else:
+        targets = [f"{topic}[{partition}]" for topic, partition in send(config, letters, decisions)]
+    for letter, target in zip(letters, targets, strict=True):
+        print(f"{letter.coordinates} -> {target}  origin {letter.origin}, last reason {letter.reason}")
+    print(f"{len(letters)} record(s) {'would be ' if args.dry_run else ''}re-driven")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    dlq = sub.add_parser(
+        "dlq",
+        help="list, inspect and re-drive dead-lettered records",
+        description=acker.dlq.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = dlq.add_subparsers(dest="dlq_command", required=True)
+
+    def command(name: str, help_text: str, run: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
+        add_arguments(parser)
+        parser.add_argument(
+            "--topic",
+            default=None,
+            help="the dead-letter topic [default: the replay job's, --replay-dlq-topic; the acker's own is "
+            "--dlq-topic, acker.dlq]",
+        )
+        parser.set_defaults(run=run)
+        return parser
+
+    listing = command("list", "list dead letters with their reason, origin and attempts", cmd_list)
+    listing.add_argument("--limit", type=int, default=50, help="show the newest N (0: all) [default: 50]")
+    listing.add_argument("--json", action="store_true", help="one JSON object a line instead of a table")
+    show = command("show", "print chosen dead letters whole: headers, key and value", cmd_show)
+    show.add_argument("places", nargs="+", metavar="PLACE", help="OFFSET (partition 0) or PARTITION/OFFSET")
+    show.add_argument("--full", action="store_true", help="do not shorten long values")
+    redrive = command(
+        "redrive", "send chosen dead letters back to their spout's replay topic for a new round of replays", cmd_redrive
+    )
+    redrive.add_argument("places", nargs="*", metavar="PLACE", help="OFFSET (partition 0) or PARTITION/OFFSET")
+    redrive.add_argument("--all", action="store_true", help="every record of the topic")
+    redrive.add_argument("--spout", default=None, help="send them to this spout's replay topic instead")
+    redrive.add_argument("--dry-run", action="store_true", help="print where each would go, send nothing")

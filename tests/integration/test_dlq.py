@@ -1,0 +1,110 @@
+"""`acker dlq list|show|redrive` on the real broker: dead letters of the replay job and of the acker service."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.cli import main
+from acker.config import ServiceConfig, to_argv
+from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide
+from tests.integration.helpers import ServiceThread, create_acker_topics, read_partition
+from tests.integration.test_bad_input_and_operations import _dead_letters
+
+
+def _dlq(config: ServiceConfig, *args: str) -> int:
+    flags, _ = to_argv(config)
+    return main(["dlq", *args, *flags])
+
+
+@pytest.fixture
+def letters(config: ServiceConfig) -> ServiceConfig:
+    """Two dead letters of the replay job (as it writes them) in the replay dead-letter topic of ``config``."""
+    config = replace(config, replay_dlq_topic=f"{config.group}.replay-dlq", replay_prefix=f"{config.group}.rp.")
+    create_topics(config.client(), [TopicSpec(config.replay_dlq_topic, 1), TopicSpec(config.replay_topic("sp"), 2)])
+    policy = RetryPolicy(max_attempts=2, replay_prefix=config.replay_prefix, dead_letter_topic=config.replay_dlq_topic)
+    producer = Producer(config.client())
+    for i, (msg_id, reason) in enumerate((("src/1/7", "FAILED"), ("src/0/3", "TIMEOUT"))):
+        tried = [("app", b"a"), (ATTEMPT, b"2"), (ORIGIN, msg_id.encode())]
+        letter = decide(policy, "sp", f"{config.replay_prefix}sp/0/{i}", reason, headers=tried, now_ms=0)
+        assert letter.topic == config.replay_dlq_topic
+        produce(producer, letter.topic, f"value-{i}".encode(), key=f"key-{i}".encode(), headers=letter.headers)
+    assert producer.flush(30) == 0
+    return config
+
+
+def test_list_shows_each_dead_letter_with_its_reason_origin_and_attempts(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _dlq(letters, "list", "--json") == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["coordinates"], r["reason"], r["origin"], r["attempts"], r["spout"], r["key"]) for r in rows] == [
+        (f"{letters.replay_dlq_topic}/0/0", "FAILED", "src/1/7", "2", "sp", "key-0"),
+        (f"{letters.replay_dlq_topic}/0/1", "TIMEOUT", "src/0/3", "2", "sp", "key-1"),
+    ]
+    assert _dlq(letters, "list") == 0  # the table
+    assert "2 dead letter(s)" in capsys.readouterr().out
+    assert _dlq(letters, "show", "0/1") == 0
+    shown = capsys.readouterr().out
+    assert "header acker.replay.origin: src/0/3" in shown and "value: value-1" in shown and "header app: a" in shown
+
+
+def test_redrive_sends_the_record_back_to_its_spout_as_a_new_round(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay_topic = letters.replay_topic("sp")
+    assert _dlq(letters, "redrive", "0", "--dry-run") == 0
+    assert "would be re-driven" in capsys.readouterr().out
+    assert read_partition(letters, replay_topic, 1) == []
+    assert _dlq(letters, "redrive", "0") == 0
+    assert f"-> {replay_topic}[1]" in capsys.readouterr().out  # the origin's partition, src/1/7
+    copies = read_partition(letters, replay_topic, 1)
+    assert [value for _, _, value in copies] == [b"value-0"]
+    consumer_view = _headers_of(letters, replay_topic, 1)
+    assert consumer_view[ATTEMPT] == b"0" and consumer_view[ORIGIN] == b"src/1/7" and consumer_view[SPOUT] == b"sp"
+    assert consumer_view[REASON] == b"FAILED" and consumer_view["app"] == b"a"
+    assert consumer_view[REDRIVEN] == f"{letters.replay_dlq_topic}/0/0".encode()
+
+
+def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
+    config: ServiceConfig, letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A dead letter of the acker service itself (an unreadable acker record) lists, but cannot be re-driven.
+    create_acker_topics(config)
+    producer = Producer(config.client())
+    produce(producer, config.acker_topic, b"garbage", partition=0)
+    assert producer.flush(30) == 0
+    service = ServiceThread(config)
+    try:
+        assert _dead_letters(config, 1)
+    finally:
+        service.stop()
+    assert _dlq(config, "list", "--json", "--topic", config.dlq_topic) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (row["reason"], row["origin"]) == ("bad-magic", f"{config.acker_topic}/0/0")
+    assert _dlq(config, "redrive", "--all", "--topic", config.dlq_topic) == 2
+    assert "no acker.replay.origin header" in capsys.readouterr().err
+    assert _dlq(letters, "show", "0/99") == 2
+    assert f"no record at {letters.replay_dlq_topic}/0/99" in capsys.readouterr().err
+    assert _dlq(letters, "list", "--topic", "no-such-topic") == 2
+    assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
+    assert _dlq(letters, "redrive") == 2
+    assert read_partition(letters, letters.replay_topic("sp"), 0) == []
+    assert read_partition(letters, letters.replay_topic("sp"), 1) == []
+
+
+def _headers_of(config: ServiceConfig, topic: str, partition: int) -> dict[str, bytes]:
+    consumer = Consumer(config.client(**{"group.id": "h", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    try:
+        for _ in range(50):
+            for record in consumer.consume(1, timeout=0.2):
+                if record.error() is None:
+                    return dict(record.headers() or [])  # type: ignore[arg-type]
+        raise AssertionError("no record")
+    finally:
+        consumer.close()
