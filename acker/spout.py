@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
@@ -127,12 +127,15 @@ class Spout:
         )
         self.outcomes = Consumer(config.client(**{"group.id": f"{settings.name}.outcomes-{uuid.uuid4().hex[:8]}"}))
         outcome_topic = config.outcome_topic(settings.name)
-        self.outcomes.assign(
-            [
-                TopicPartition(outcome_topic, p, OFFSET_END)
-                for p in range(partition_count(config.client(), outcome_topic))
-            ]
-        )
+        # From the current ends, resolved now: OFFSET_END would be resolved when the first fetch starts, possibly
+        # after the outcomes of the first trees were written, and those would never be seen.
+        ends = [
+            TopicPartition(
+                outcome_topic, p, self.outcomes.get_watermark_offsets(TopicPartition(outcome_topic, p), 30)[1]
+            )
+            for p in range(partition_count(config.client(), outcome_topic))
+        ]
+        self.outcomes.assign(ends)
         self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
         topics = [settings.source_topic]
         if settings.replays:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from acker.bolt import Bolt, BoltInput, Collector
+from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.lookups import lookups
-from acker.retries import ATTEMPT, ORIGIN, REASON
+from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
+from acker.spout import Spout, SpoutSettings
 from acker.wire import decode_outcomes, encode_outcome_rows
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
 from spark_jobs.commit_job import start as start_commit
@@ -22,6 +26,7 @@ from spark_jobs.outcomes import malformed, outcome_rows
 from spark_jobs.replay_job import ReplayJobSettings, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session
+from tests.integration.helpers import Running, ServiceThread, create_acker_topics
 
 
 @pytest.fixture(scope="session")
@@ -226,3 +231,72 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     letters = malformed(raw).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
     assert reasons == [b"bad-prefix", b"undecodable"]
+
+
+def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
+    spark: Any, config: ServiceConfig, names: dict[str, str]
+) -> None:
+    """The whole loop on one source partition: the spout, a bolt, the acker, and both jobs. One record is dropped
+    once (it times out and is replayed), one always fails (replayed once, then dead-lettered). Once the jobs have
+    published the watermark, a new spout of the same group reads only records written after it."""
+    uid, src, mid = names["uid"], names["source"], f"mid-{names['uid']}"
+    config = replace(config, timeout_s=3.0, replay_prefix=f"rp-{uid}.")
+    client = config.client()
+    create_acker_topics(config, ["sp"])
+    create_topics(client, [TopicSpec(src, 1), TopicSpec(mid, 1)])
+    _write(client, src, [f"r{i}".encode() for i in range(20)])
+    settings = SpoutSettings("sp", src, mid, group=f"sg-{uid}")
+
+    def process(message: BoltInput, collector: Collector) -> None:
+        replayed = any(key == ATTEMPT for key, _ in message.headers)
+        if message.value == b"r13":
+            collector.fail(message)  # a poison record
+        elif message.value != b"r10" or replayed:  # r10 is dropped the first time: it times out
+            collector.ack(message)
+
+    source = OutcomeSource(client, topics=(config.outcome_topic("sp"),))
+    commit = CommitJobSettings(source, f"{names['ckpt']}/commit", trigger_s=0.5, groups={"sp": settings.group},
+                               dlq_topic=f"dlq-{uid}")  # fmt: skip
+    replay = ReplayJobSettings(source, f"{names['ckpt']}/replay", name=f"replay-{uid}", trigger_s=0.5,
+                               max_attempts=1, backoff=Backoff(first_ms=200), replay_prefix=config.replay_prefix,
+                               outcome_prefix=config.outcome_prefix, dead_letter_topic=f"dead-{uid}",
+                               progress_topic=f"progress-{uid}", dlq_topic=f"dlq-{uid}")  # fmt: skip
+    queries = start_commit(spark, commit) + start_replay(spark, replay)
+    spout = Spout(config, settings)
+    stages = [ServiceThread(config), Running(Bolt(config, mid, f"b-{uid}", process, basic=False)), Running(spout)]
+    replay_topic = config.replay_topic("sp")
+    kafka = lookups(client)
+
+    def watermarks() -> dict[tuple[str, int], int]:
+        with kafka.lock:
+            return kafka.committed(settings.watermark_group, [(src, 0), (replay_topic, 0)])
+
+    try:
+        # r10's copy is acked; r13's copy fails and is dead-lettered: every offset of both topics is resolved.
+        dead = _eventually(lambda: _read_all(client, f"dead-{uid}"), timeout_s=150)
+        assert [(r.value(), dict(r.headers())[ORIGIN]) for r in dead] == [(b"r13", f"{src}/0/13".encode())]
+        copies = _read_all(client, replay_topic)
+        assert sorted(c.value() for c in copies) == [b"r10", b"r13"]
+        end = copies[-1].offset() + 1  # past the last copy (a transaction marker follows it: no record to wait for)
+        _eventually(lambda: watermarks() == {(src, 0): 20, (replay_topic, 0): end}, timeout_s=60)
+        assert spout.counters["read"] == 22  # the 20 records and the two copies
+        stages.pop().stop()  # the spout
+        _write(client, src, [b"r20", b"r21", b"r22"])
+        again = Spout(config, settings)
+        stages.append(Running(again))
+        _eventually(lambda: again.counters["acked"] == 3)  # its outcome reader starts before its first tree
+        time.sleep(2)  # nothing else comes: not the done records, not the copies
+        assert (again.counters["read"], again.counters["acked"]) == (3, 3)
+        _eventually(lambda: watermarks()[(src, 0)] == 23)
+    finally:
+        for stage in reversed(stages):
+            stage.stop()
+        for query in queries:
+            query.stop()
+
+
+def _write(client: dict[str, Any], topic: str, values: list[bytes]) -> None:
+    producer = Producer(client)
+    for value in values:
+        produce(producer, topic, value, partition=0)
+    assert producer.flush(30) == 0
