@@ -14,6 +14,7 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from acker.kafka.lookups import lookups
-from spark_jobs.outcomes import DONE, malformed, outcome_rows
+from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
 from spark_jobs.watermark import PartitionMark
 
 log = logging.getLogger("spark_jobs.commit")
@@ -35,6 +36,12 @@ log = logging.getLogger("spark_jobs.commit")
 MARK_SCHEMA = "spout string, topic string, partition int, mark long, done_above long"
 # The runs travel as packed int64 pairs: array-typed state fields do not survive the state's (pickled) round trip.
 STATE_SCHEMA = "mark long, runs binary, verified long"
+
+
+# Options of Spark's Kafka source (Java client names) that are not librdkafka's. A task's consumer is cached and
+# pipelines its next fetch, which waits at the end of the log for up to fetch.max.wait.ms (500 ms by default); the next
+# micro-batch's task, which seeks elsewhere, waits for that fetch to return first: half a second added to every batch.
+SPARK_KAFKA_DEFAULTS = {"kafka.fetch.max.wait.ms": "20"}
 
 
 @dataclass(frozen=True)
@@ -45,11 +52,13 @@ class OutcomeSource:
     topics: tuple[str, ...] = ()
     pattern: str = ""
     starting_offsets: str = "earliest"
+    spark_options: Mapping[str, str] = field(default_factory=lambda: dict(SPARK_KAFKA_DEFAULTS))
 
     def read(self, spark: SparkSession) -> DataFrame:
         if bool(self.topics) == bool(self.pattern):
             raise ValueError("name the outcome topics or a pattern, not both")
-        reader = spark.readStream.format("kafka").options(**_spark_kafka_options(self.client))
+        options = {**_spark_kafka_options(self.client), **self.spark_options}
+        reader = spark.readStream.format("kafka").options(**options)
         reader = (
             reader.option("subscribe", ",".join(self.topics))
             if self.topics
@@ -65,18 +74,44 @@ class CommitJobSettings:
     trigger_s: float = 1.0
     groups: Mapping[str, str] = field(default_factory=dict)  # spout → its consumer group (default: the spout's name)
     dlq_topic: str = "acker.outcomes.dlq"
+    dead_letter_trigger_s: float = 10.0  # malformed outcome records are rare: a slow trigger leaves the cores free
+    # Partitions of the state (one mark per source partition; fixed when the checkpoint is created). Each is a task
+    # with a round trip to a Python worker at every micro-batch: one is plenty for thousands of source partitions.
+    state_partitions: int = 1
 
     def watermark_group(self, spout: str) -> str:
         return f"{self.groups.get(spout, spout)}.acked"
 
 
-def done_offsets(outcomes: DataFrame) -> DataFrame:
-    """The source offsets that need nothing more: ``spout, topic, partition, offset``."""
-    return outcomes.where(F.col("outcome").isin(*DONE) & F.col("source_topic").isNotNull()).select(
-        "spout",
-        F.col("source_topic").alias("topic"),
-        F.col("source_partition").alias("partition"),
-        F.col("source_offset").alias("offset"),
+def done_offsets(raw: DataFrame) -> DataFrame:
+    """Per outcome record and source partition, the source offsets that need nothing more (``ACK``, or resolved by
+    the replay job): ``spout, topic, partition, offsets`` (an array). One row per record and partition rather than
+    per outcome: the state function then gets a few arrays per micro-batch instead of a row per ack."""
+    o = F.col("o")
+    done = F.filter(
+        F.transform(
+            o.getField("outcomes"),
+            lambda outcome, i: F.struct(
+                outcome.alias("outcome"),
+                F.element_at(o.getField("source_index"), i + 1).alias("source"),
+                F.element_at(o.getField("offsets"), i + 1).alias("offset"),
+            ),
+        ),
+        lambda x: x["outcome"].isin(*DONE) & (x["offset"] >= 0),
+    )
+    per_source = raw.select(decoded(raw).alias("o")).select(
+        o.getField("spout").alias("spout"),
+        o.getField("sources").alias("sources"),
+        done.alias("done"),
+    )
+    exploded = per_source.select(  # an invalid record is null: it explodes into nothing
+        "spout", "sources", "done", F.explode(F.array_distinct(F.transform("done", lambda x: x["source"]))).alias("s")
+    )
+    source = F.element_at("sources", F.col("s") + 1)
+    topic, partition = source_partition(source)
+    offsets = F.transform(F.filter("done", lambda x: x["source"] == F.col("s")), lambda x: x["offset"])
+    return exploded.where(source.rlike(COORDINATES)).select(
+        "spout", topic.alias("topic"), partition.alias("partition"), offsets.alias("offsets")
     )
 
 
@@ -95,8 +130,9 @@ def advance_marks(
             pm = PartitionMark(int(mark), [(s, e) for s, e in pairs], int(verified))
         else:
             pm = PartitionMark(start_mark(spout, topic, partition))
-        for batch in batches:
-            pm.add(batch["offset"].to_numpy(np.int64))
+        arrays = [np.asarray(offsets, np.int64) for batch in batches for offsets in batch["offsets"]]
+        if arrays:
+            pm.add(np.concatenate(arrays))
         pm.advance(lambda offset: next_existing(topic, partition, offset))
         state.update((int(pm.mark), np.array(pm.runs, np.int64).reshape(-1, 2).tobytes(), int(pm.verified)))
         yield pd.DataFrame(
@@ -155,21 +191,35 @@ def publish(settings: CommitJobSettings) -> Callable[[DataFrame, int], None]:
 def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the watermarks, and the dead letters of malformed outcome records."""
     raw = settings.source.read(spark)
-    trigger = f"{settings.trigger_s} seconds"
-    main = (
-        marks(done_offsets(outcome_rows(raw)), settings)
+    writer = (
+        marks(done_offsets(raw), settings)
         .writeStream.queryName("acker-commit")
         .outputMode("update")
         .foreachBatch(publish(settings))
         .option("checkpointLocation", f"{settings.checkpoint}/marks")
-        .trigger(processingTime=trigger)
-        .start()
+        .trigger(processingTime=f"{settings.trigger_s} seconds")
     )
-    return [main, start_dead_letters(raw, settings.source.client, settings.dlq_topic, settings.checkpoint, trigger)]
+    with _shuffle_partitions(spark, settings.state_partitions):
+        main = writer.start()
+    letters = start_dead_letters(
+        raw, settings.source.client, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
+    )
+    return [main, letters]
+
+
+@contextlib.contextmanager
+def _shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
+    """The session's shuffle partitions while a query starts (a started query keeps its own copy of the setting)."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(before))
 
 
 def start_dead_letters(
-    raw: DataFrame, client: Mapping[str, Any], topic: str, checkpoint: str, trigger: str
+    raw: DataFrame, client: Mapping[str, Any], topic: str, checkpoint: str, trigger_s: float
 ) -> StreamingQuery:
     """A query copying malformed outcome records to ``topic`` with the reason (shared by both jobs)."""
     return (
@@ -179,7 +229,7 @@ def start_dead_letters(
         .options(**_spark_kafka_options(client))
         .option("topic", topic)
         .option("checkpointLocation", f"{checkpoint}/dead-letters")
-        .trigger(processingTime=trigger)
+        .trigger(processingTime=f"{trigger_s} seconds")
         .start()
     )
 

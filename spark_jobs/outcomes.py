@@ -26,23 +26,38 @@ NACKS = (FAILED, TIMEOUT, OVERLOAD)
 DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: processed, or handed on
 
 
-def _decoded(raw: DataFrame) -> Column:
+def decoded(raw: DataFrame) -> Column:
     """The decoded record, or null when it is not a valid one (wrong prefix, undecodable, or truncated into
-    columns of different lengths: Spark's Avro reader can decode a cut record into shorter arrays)."""
+    columns of different lengths: Spark's Avro reader can decode a cut record into shorter arrays).
+
+    The record is decoded once: the decoder appears once in the expression (the checks run in a lambda over a
+    one-element array), so the optimizer has no copies of it to evaluate when it pushes a filter down."""
     body = F.expr("substring(value, 5, length(value) - 4)")
     right_prefix = F.substring("value", 1, 4) == F.lit(PREFIX)
-    o = from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
-    n = F.size(o.getField("outcomes"))
     columns = ("anchors", "source_index", "offsets", "latency_ms")
-    consistent = reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns))
-    return F.when(right_prefix & consistent, o)
+
+    def consistent(o: Column) -> Column:
+        n = F.size(o.getField("outcomes"))
+        return reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns))
+
+    decoded = from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
+    return F.when(right_prefix, F.try_element_at(F.filter(F.array(decoded), consistent), F.lit(1)))
+
+
+# A message id's source ``<topic>/<partition>`` (its offset apart): the source of a record's coordinates.
+COORDINATES = r"^(.+)/([0-9]+)$"
+
+
+def source_partition(source: Column) -> tuple[Column, Column]:
+    """The topic and partition of a source ``<topic>/<partition>`` (check it with ``rlike(COORDINATES)`` first)."""
+    return F.regexp_extract(source, COORDINATES, 1), F.regexp_extract(source, COORDINATES, 2).cast("int")
 
 
 def outcome_rows(raw: DataFrame) -> DataFrame:
     """One row per outcome: ``spout, outcome, anchor, msg_id, source_topic, source_partition, source_offset,
     latency_ms, acker_partition, timestamp`` (the outcome record's). ``source_*`` are null for a message id that is
     not record coordinates ``topic/partition/offset``."""
-    o = raw.select("timestamp", _decoded(raw).alias("o")).where(F.col("o").isNotNull())
+    o = raw.select("timestamp", decoded(raw).alias("o"))  # an invalid record is null: it explodes into nothing
     exploded = o.select(
         "timestamp",
         F.col("o.spout").alias("spout"),
@@ -57,15 +72,15 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
     at = F.col("i") + 1
     source = F.element_at("sources", F.element_at("source_index", at) + 1)
     offset = F.element_at("offsets", at)
-    coordinates = r"^(.+)/([0-9]+)$"
-    is_coordinates = (offset >= 0) & source.rlike(coordinates)
+    is_coordinates = (offset >= 0) & source.rlike(COORDINATES)
+    topic, partition = source_partition(source)
     return exploded.select(
         "spout",
         "outcome",
         F.element_at("anchors", at).alias("anchor"),
         F.when(offset >= 0, F.concat_ws("/", source, offset.cast("string"))).otherwise(source).alias("msg_id"),
-        F.when(is_coordinates, F.regexp_extract(source, coordinates, 1)).alias("source_topic"),
-        F.when(is_coordinates, F.regexp_extract(source, coordinates, 2).cast("int")).alias("source_partition"),
+        F.when(is_coordinates, topic).alias("source_topic"),
+        F.when(is_coordinates, partition).alias("source_partition"),
         F.when(is_coordinates, offset).alias("source_offset"),
         F.element_at("latencies", at).alias("latency_ms"),
         "acker_partition",
@@ -77,7 +92,7 @@ def malformed(raw: DataFrame) -> DataFrame:
     """The records that are not valid outcome records, ready for Spark's Kafka sink (``key``, ``value``,
     ``headers``): the bytes as they were, with ``acker.dlq.reason`` and the record's coordinates."""
     reason = F.when(F.substring("value", 1, 4) != F.lit(PREFIX), F.lit("bad-prefix")).otherwise(F.lit("undecodable"))
-    bad = raw.where(F.col("value").isNull() | _decoded(raw).isNull())
+    bad = raw.where(F.col("value").isNull() | decoded(raw).isNull())
 
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))

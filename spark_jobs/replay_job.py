@@ -56,6 +56,7 @@ class ReplayJobSettings:
     dead_letter_topic: str = "acker.replay.dlq"
     progress_topic: str = "acker.replay.progress"
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
+    dead_letter_trigger_s: float = 10.0
     dedupe_window: str = "1 hour"
 
     @property
@@ -185,4 +186,7 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
         .trigger(processingTime=trigger)
         .start()
     )
-    return [main, start_dead_letters(raw, settings.source.client, settings.dlq_topic, settings.checkpoint, trigger)]
+    letters = start_dead_letters(
+        raw, settings.source.client, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
+    )
+    return [main, letters]

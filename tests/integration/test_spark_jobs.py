@@ -92,7 +92,11 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
     _source(client, src, 2, 8)
     create_topics(client, [TopicSpec(out, 2), TopicSpec(f"dlq-{names['uid']}", 1)])
     settings = CommitJobSettings(
-        OutcomeSource(client, topics=(out,)), names["ckpt"], dlq_topic=f"dlq-{names['uid']}", trigger_s=0.5
+        OutcomeSource(client, topics=(out,)),
+        names["ckpt"],
+        dlq_topic=f"dlq-{names['uid']}",
+        trigger_s=0.5,
+        dead_letter_trigger_s=1.0,
     )
     queries = start_commit(spark, settings)
     kafka = lookups(client)
@@ -226,7 +230,12 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         ("t", 1, 7),
         (None, None, None),
     ]
-    assert [tuple(r) for r in done_offsets(outcome_rows(raw)).collect()] == [("sp", "t", 1, 7)]
+    assert [tuple(r) for r in done_offsets(raw).collect()] == [("sp", "t", 1, [7])]
+    mixed = encode_outcome_rows(
+        "sp", [("ACK", 1, "t/0/1", 0), ("ACK", 2, "t/1/2", 0), ("REPLAYED", 0, "t/0/4", 0), ("FAILED", 3, "t/0/5", 0)]
+    )
+    per_partition = done_offsets(spark.createDataFrame([(None, mixed, "out", 0, 13, stamp)], columns)).collect()
+    assert sorted(tuple(r) for r in per_partition) == [("sp", "t", 0, [1, 4]), ("sp", "t", 1, [2])]
     assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
     letters = malformed(raw).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
