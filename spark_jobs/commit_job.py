@@ -1,10 +1,11 @@
 """The commit job: outcomes in, fully-processed watermarks out.
 
-readStream over the spouts' outcome topics → one row per outcome (`spark_jobs.outcomes`) → the done offsets
-(``ACK``, and ``REPLAYED`` / ``DEAD_LETTERED`` written by the replay job) → per source partition, a
-`PartitionMark` kept in Spark's state store (checkpointed) → each micro-batch publishes the marks that moved as the
-committed offsets of the consumer group ``<spout group>.acked``, where the spout seeks on assignment
-(`acker.spout`) and where ``kafka-consumer-groups --describe`` shows the fully-processed lag.
+readStream over the spouts' outcome topics → the done offsets of each record per source partition (``ACK``, and
+``REPLAYED`` / ``DEAD_LETTERED`` written by the replay job; `done_offsets`) → on the driver, each micro-batch adds
+them to the `PartitionMark` of their source partition, saves the marks in the checkpoint directory
+(`spark_jobs.mark_store`), and publishes the marks that moved as the committed offsets of the consumer group
+``<spout group>.acked``, where the spout seeks on assignment (`acker.spout`) and where
+``kafka-consumer-groups --describe`` shows the fully-processed lag.
 
 Guarantees: a published watermark is the end of the contiguous done prefix of the records that exist, never
 beyond it; it never goes back (`KafkaLookups.advance` commits only what is ahead); duplicated outcomes change
@@ -14,28 +15,22 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd  # type: ignore[import-untyped]  # no stubs in the pinned pandas
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from acker.kafka.lookups import lookups
+from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
 from spark_jobs.watermark import PartitionMark
 
 log = logging.getLogger("spark_jobs.commit")
-
-MARK_SCHEMA = "spout string, topic string, partition int, mark long, done_above long"
-# The runs travel as packed int64 pairs: array-typed state fields do not survive the state's (pickled) round trip.
-STATE_SCHEMA = "mark long, runs binary, verified long"
 
 
 # Options of Spark's Kafka source (Java client names) that are not librdkafka's. A task's consumer is cached and
@@ -75,9 +70,6 @@ class CommitJobSettings:
     groups: Mapping[str, str] = field(default_factory=dict)  # spout → its consumer group (default: the spout's name)
     dlq_topic: str = "acker.outcomes.dlq"
     dead_letter_trigger_s: float = 10.0  # malformed outcome records are rare: a slow trigger leaves the cores free
-    # Partitions of the state (one mark per source partition; fixed when the checkpoint is created). Each is a task
-    # with a round trip to a Python worker at every micro-batch: one is plenty for thousands of source partitions.
-    state_partitions: int = 1
 
     def watermark_group(self, spout: str) -> str:
         return f"{self.groups.get(spout, spout)}.acked"
@@ -115,75 +107,54 @@ def done_offsets(raw: DataFrame) -> DataFrame:
     )
 
 
-def advance_marks(
-    start_mark: Callable[[str, str, int], int], next_existing: Callable[[str, int, int], int]
-) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
-    """The state function of one source partition (``applyInPandasWithState``): add the batch's done offsets to
-    its `PartitionMark`, advance it, emit it. ``start_mark(spout, topic, partition)`` gives the mark of a partition
-    seen for the first time; ``next_existing(topic, partition, offset)`` is `KafkaLookups.next_existing`."""
+class Marks:
+    """The driver's view of every source partition's `PartitionMark`, and how a micro-batch moves them."""
 
-    def apply(key: tuple[Any, ...], batches: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        spout, topic, partition = str(key[0]), str(key[1]), int(key[2])
-        if state.exists:
-            mark, runs, verified = state.get
-            pairs = np.frombuffer(bytes(runs), np.int64).reshape(-1, 2).tolist()
-            pm = PartitionMark(int(mark), [(s, e) for s, e in pairs], int(verified))
-        else:
-            pm = PartitionMark(start_mark(spout, topic, partition))
-        arrays = [np.asarray(offsets, np.int64) for batch in batches for offsets in batch["offsets"]]
-        if arrays:
-            pm.add(np.concatenate(arrays))
-        pm.advance(lambda offset: next_existing(topic, partition, offset))
-        state.update((int(pm.mark), np.array(pm.runs, np.int64).reshape(-1, 2).tobytes(), int(pm.verified)))
-        yield pd.DataFrame(
-            {
-                "spout": [spout],
-                "topic": [topic],
-                "partition": [partition],
-                "mark": [pm.mark],
-                "done_above": [pm.done_above],
-            }
-        )
+    def __init__(self, settings: CommitJobSettings, store: MarkStore) -> None:
+        self.settings, self._store = settings, store
+        self._kafka = lookups(dict(settings.source.client))
+        self.marks: dict[Key, PartitionMark] | None = None  # loaded at the first micro-batch
 
-    return apply
+    def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
+        """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
+        by watermark group. ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
+        if self.marks is None:
+            self.marks = self._store.load()
+        kafka = self._kafka
+        done: dict[Key, list[np.ndarray]] = {}
+        for row in rows:
+            done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
+        touched: dict[str, dict[tuple[str, int], int]] = {}
+        for (spout, topic, partition), arrays in done.items():
+            group = self.settings.watermark_group(spout)
+            mark = self.marks.get((spout, topic, partition))
+            if mark is None:
+                with kafka.lock:
+                    mark = self.marks[(spout, topic, partition)] = PartitionMark(
+                        kafka.start_mark(group, topic, partition)
+                    )
+            mark.add(np.concatenate(arrays))
 
+            def next_existing(offset: int, topic: str = topic, partition: int = partition) -> int:
+                with kafka.lock:
+                    return kafka.next_existing(topic, partition, offset)
 
-def marks(done: DataFrame, settings: CommitJobSettings) -> DataFrame:
-    """The watermark of every source partition with news in a micro-batch (streaming, stateful)."""
-    client = dict(settings.source.client)
-
-    def start_mark(spout: str, topic: str, partition: int) -> int:
-        kafka = lookups(client)
-        with kafka.lock:
-            return kafka.start_mark(settings.watermark_group(spout), topic, partition)
-
-    def next_existing(topic: str, partition: int, offset: int) -> int:
-        kafka = lookups(client)
-        with kafka.lock:
-            return kafka.next_existing(topic, partition, offset)
-
-    state_function: Any = advance_marks(start_mark, next_existing)  # pyspark types it with its own pandas alias
-    return done.groupBy("spout", "topic", "partition").applyInPandasWithState(
-        state_function, MARK_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.NoTimeout
-    )
+            touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing)
+        if touched:
+            self._store.save(batch_id, self.marks)
+        return touched
 
 
-def publish(settings: CommitJobSettings) -> Callable[[DataFrame, int], None]:
-    """The foreachBatch sink: commit each spout group's marks (only those ahead of what it has)."""
-    client = dict(settings.source.client)
+def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, int], None]:
+    """The foreachBatch sink: move the marks, save them, then commit each spout group's (only where ahead)."""
+    kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        by_group: dict[str, dict[tuple[str, int], int]] = {}
-        for row in batch.collect():
-            group = by_group.setdefault(settings.watermark_group(row.spout), {})
-            key = (row.topic, int(row.partition))
-            group[key] = max(group.get(key, -1), int(row.mark))
-        kafka = lookups(client)
-        for group_name, group_marks in by_group.items():
+        for group, group_marks in marks.apply(batch.collect(), batch_id).items():
             with kafka.lock:
-                committed = kafka.advance(group_name, group_marks)
+                committed = kafka.advance(group, group_marks)
             if committed:
-                log.info("batch %d: %s advanced to %s", batch_id, group_name, committed)
+                log.info("batch %d: %s advanced to %s", batch_id, group, committed)
 
     return sink
 
@@ -191,31 +162,20 @@ def publish(settings: CommitJobSettings) -> Callable[[DataFrame, int], None]:
 def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the watermarks, and the dead letters of malformed outcome records."""
     raw = settings.source.read(spark)
-    writer = (
-        marks(done_offsets(raw), settings)
+    marks = Marks(settings, MarkStore(spark, settings.checkpoint))
+    main = (
+        done_offsets(raw)
         .writeStream.queryName("acker-commit")
-        .outputMode("update")
-        .foreachBatch(publish(settings))
+        .outputMode("append")
+        .foreachBatch(publish(settings, marks))
         .option("checkpointLocation", f"{settings.checkpoint}/marks")
         .trigger(processingTime=f"{settings.trigger_s} seconds")
+        .start()
     )
-    with _shuffle_partitions(spark, settings.state_partitions):
-        main = writer.start()
     letters = start_dead_letters(
         raw, settings.source.client, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
     )
     return [main, letters]
-
-
-@contextlib.contextmanager
-def _shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
-    """The session's shuffle partitions while a query starts (a started query keeps its own copy of the setting)."""
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    try:
-        yield
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", str(before))
 
 
 def start_dead_letters(

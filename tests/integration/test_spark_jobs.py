@@ -22,10 +22,12 @@ from acker.spout import Spout, SpoutSettings
 from acker.wire import decode_outcomes, encode_outcome_rows
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
 from spark_jobs.commit_job import start as start_commit
+from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
 from spark_jobs.replay_job import ReplayJobSettings, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session
+from spark_jobs.watermark import PartitionMark
 from tests.integration.helpers import Running, ServiceThread, create_acker_topics
 
 
@@ -117,7 +119,16 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
         _eventually(lambda: marks() == {(src, 0): 2, (src, 1): 0})
         _outcomes(client, out, [("ACK", f"{src}/0/2"), ("ACK", f"{src}/1/1"), ("ACK", f"{src}/0/1")])
         _eventually(lambda: marks() == {(src, 0): 4, (src, 1): 0})
-        _outcomes(client, out, [("REPLAYED", f"{src}/0/4"), ("DEAD_LETTERED", f"{src}/1/0"), ("FAILED", f"{src}/0/6")])
+        _outcomes(
+            client,
+            out,
+            [
+                ("REPLAYED", f"{src}/0/4"),
+                ("DEAD_LETTERED", f"{src}/1/0"),
+                ("FAILED", f"{src}/0/6"),
+                ("ACK", f"{src}/0/7"),
+            ],
+        )
         _eventually(lambda: marks() == {(src, 0): 6, (src, 1): 3})
         time.sleep(2)  # a FAILED outcome does not move it
         assert marks() == {(src, 0): 6, (src, 1): 3}
@@ -127,10 +138,10 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
     finally:
         for query in queries:
             query.stop()
-    # A restart from the checkpoint keeps the state: the remaining offsets complete the prefix.
+    # A restart from the checkpoint keeps the state (7 is done above the mark): offset 6 completes the prefix.
     queries = start_commit(spark, settings)
     try:
-        _outcomes(client, out, [("ACK", f"{src}/0/6"), ("ACK", f"{src}/0/7")])
+        _outcomes(client, out, [("ACK", f"{src}/0/6")])
         _eventually(lambda: marks() == {(src, 0): 8, (src, 1): 3})
     finally:
         for query in queries:
@@ -309,3 +320,15 @@ def _write(client: dict[str, Any], topic: str, values: list[bytes]) -> None:
     for value in values:
         produce(producer, topic, value, partition=0)
     assert producer.flush(30) == 0
+
+
+def test_the_mark_store_saves_each_batch_and_loads_the_newest(spark: Any, tmp_path: Path) -> None:
+    store = MarkStore(spark, str(tmp_path))
+    assert store.load() == {}
+    for batch in range(KEEP + 3):
+        store.save(batch, {("sp", "t/x", 3): PartitionMark(batch, [(batch + 2, batch + 5)], batch + 1)})
+    store.save(KEEP + 2, {("sp", "t/x", 3): PartitionMark(99, [], -1)})  # a batch that Spark runs again
+    assert MarkStore(spark, str(tmp_path)).load() == {("sp", "t/x", 3): PartitionMark(99, [], -1)}
+    assert sorted(p.name for p in (tmp_path / "marks-state").glob("*.json")) == sorted(
+        f"{b}.json" for b in range(3, KEEP + 3)
+    )
