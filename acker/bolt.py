@@ -119,8 +119,17 @@ class Bolt:
         self.acker = AckerClient(
             self.producer, config.acker_topic, partition_count(config.client(), config.acker_topic)
         )
+        # Cooperative rebalancing: when a process of the stage dies or joins, the others keep their partitions and
+        # go on, instead of all stopping until the dead member's session times out.
         self.consumer = Consumer(
-            config.client(**{"group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            config.client(
+                **{
+                    "group.id": group,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "partition.assignment.strategy": "cooperative-sticky",
+                }
+            )
         )
         self.consumer.subscribe([input_topic], on_revoke=lambda consumer, parts: self._commit())
         self._collector = Collector(self)

@@ -52,7 +52,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_simulate(args: argparse.Namespace) -> int:
     from acker.workload import WorkloadSpec, generate
 
     spec = WorkloadSpec(
@@ -81,7 +81,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Core demo: {spec.trees} trees, {len(workload.messages)} messages")
+    table = Table(title=f"Simulation: {spec.trees} trees, {len(workload.messages)} messages")
     table.add_column("measure")
     table.add_column("value", justify="right")
     by_kind = Counter(got.values())
@@ -223,17 +223,17 @@ def build_parser() -> argparse.ArgumentParser:
     _tracker_options(replay)
     replay.set_defaults(run=_cmd_replay)
 
-    demo = sub.add_parser(
-        "demo",
-        help="run the tracker on a generated word-count workload with failures and check every outcome",
+    simulate = sub.add_parser(
+        "simulate",
+        help="run the tracker alone on a generated word-count workload with failures and check every outcome",
     )
-    demo.add_argument("--trees", type=int, default=100_000, help="source records (tuple trees)")
-    demo.add_argument("--fanout", type=int, default=5, help="words per sentence")
-    demo.add_argument("--fail-rate", type=float, default=0.01, help="probability that a tuple fails")
-    demo.add_argument("--drop-rate", type=float, default=0.01, help="probability that an ack is lost")
-    demo.add_argument("--seed", type=int, default=1)
-    demo.add_argument("--buckets", type=int, default=3)
-    demo.set_defaults(run=_cmd_demo)
+    simulate.add_argument("--trees", type=int, default=100_000, help="source records (tuple trees)")
+    simulate.add_argument("--fanout", type=int, default=5, help="words per sentence")
+    simulate.add_argument("--fail-rate", type=float, default=0.01, help="probability that a tuple fails")
+    simulate.add_argument("--drop-rate", type=float, default=0.01, help="probability that an ack is lost")
+    simulate.add_argument("--seed", type=int, default=1)
+    simulate.add_argument("--buckets", type=int, default=3)
+    simulate.set_defaults(run=_cmd_simulate)
 
     run = sub.add_parser(
         "run",
@@ -268,8 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(run=_cmd_status)
 
     from acker.dlq_cli import add_parser as add_dlq
+    from acker.examples.demo import add_parser as add_demo
     from acker.examples.wordcount_cli import add_parser as add_wordcount
 
+    add_demo(sub)
     add_dlq(sub)
     add_wordcount(sub)
     try:

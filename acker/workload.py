@@ -1,6 +1,6 @@
 """Generated tracker workloads: realistic tuple trees, shuffled the way Kafka delivers them.
 
-Used by `acker demo` (core mode), the core benchmark and tests. Each source record becomes a tree built with the
+Used by `acker simulate`, the core benchmark and tests. Each source record becomes a tree built with the
 real client helpers (`acker.core.tuple_tree`): the spout emits one root tuple that passes through ``depth`` bolt
 stages; every stage but the last emits ``fanout`` children per input (Storm's word count is ``depth=2``:
 split emits a word per token, count acks each word: 1 init + 1 + fanout acks per tree). Failure

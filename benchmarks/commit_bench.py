@@ -11,7 +11,8 @@ names one; Spark on ``local[2]``, the connectors resolved as for the jobs). Prin
      counted on the driver;
    - the commit job (`spark_jobs.commit_job`, trigger ``--trigger-s``) until the watermark it publishes in the
      ``<group>.acked`` group is the end of every partition.
-2. Latency, at 10%, 25% and 50% of the measured rate: acks produced in order, a record every 50 ms; the watermark
+2. Latency, at ``--latency-rates`` acks/s (25k, 50k and 100k: up to the throughput target) as long as they are
+   below the measured rate: acks produced in order, a record every 50 ms; the watermark
    group is polled every 20 ms; the delay of a record is from producing it to the first poll that shows a
    watermark past its last offset on every partition (waiting for the next trigger, the micro-batch, the commit).
    p50/p99. With a trigger of T seconds and micro-batches of d seconds, the delay lies between d and about T + d.
@@ -42,7 +43,6 @@ from spark_jobs.outcomes import outcome_rows
 from spark_jobs.session import spark_session
 
 SPOUT = "bench"
-SHARES = (0.1, 0.25, 0.5)
 
 
 def _ack_records(topic: str, partitions: int, acks: int, per_record: int, rng: np.random.Generator) -> list[bytes]:
@@ -230,6 +230,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4, help="source (and outcome) partitions [4]")
     parser.add_argument("--trigger-s", type=float, default=1.0, help="the job's trigger interval [1]")
     parser.add_argument("--latency-s", type=float, default=None, help="latency runs: seconds each [20; quick 8]")
+    parser.add_argument(
+        "--latency-rates", default="25000,50000,100000", help="acks/s of the latency runs [25000,50000,100000]"
+    )
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
     acks = args.acks or (200_000 if args.quick else 2_000_000)
@@ -243,11 +246,14 @@ def main() -> None:
             )
             print(f"throughput: baseline {baseline:,.0f} acks/s, commit job {rate:,.0f} acks/s")
             latencies = {}
-            for share in SHARES:
-                delays = _latency(spark, client, rate * share, seconds=seconds, partitions=args.partitions,
+            for load in sorted(float(r) for r in args.latency_rates.split(",")):
+                if load > rate:
+                    print(f"latency at {load:,.0f} acks/s: skipped, above the measured rate")
+                    continue
+                delays = _latency(spark, client, load, seconds=seconds, partitions=args.partitions,
                                   trigger_s=args.trigger_s)  # fmt: skip
-                latencies[share] = 1000 * np.array(delays)
-                print(f"latency at {share:.0%}: p99 {np.percentile(latencies[share], 99):,.0f} ms")
+                latencies[load] = 1000 * np.array(delays)
+                print(f"latency at {load:,.0f} acks/s: p99 {np.percentile(latencies[load], 99):,.0f} ms")
         finally:
             spark.stop()
     print(f"\nworkload: {acks:,} acks over {args.partitions} partitions in records of {args.per_record:,}; "
@@ -258,11 +264,11 @@ def main() -> None:
     print(f"| commit job (state, watermark published) | {rate:,.0f} | {rate / baseline:.2f} |")
     if state is not None:
         print(f"\nstate store after the run: {state:,} bytes ({args.partitions} partitions)")
-    print("\n| load (share of the job's rate) | acks/s | records measured | p50 ms | p99 ms | max ms |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for share, ms in latencies.items():
+    print("\n| load acks/s | share of the job's rate | records measured | p50 ms | p99 ms | max ms |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for load, ms in latencies.items():
         p50, p99 = np.percentile(ms, [50, 99])
-        print(f"| {share:.0%} | {rate * share:,.0f} | {len(ms):,} | {p50:,.0f} | {p99:,.0f} | {ms.max():,.0f} |")
+        print(f"| {load:,.0f} | {load / rate:.0%} | {len(ms):,} | {p50:,.0f} | {p99:,.0f} | {ms.max():,.0f} |")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,12 @@ from spark_jobs.watermark import PartitionMark
 log = logging.getLogger("spark_jobs.commit")
 
 
-# Options of Spark's Kafka source (Java client names) that are not librdkafka's. A task's consumer is cached and
-# pipelines its next fetch, which waits at the end of the log for up to fetch.max.wait.ms (500 ms by default); the next
-# micro-batch's task, which seeks elsewhere, waits for that fetch to return first: half a second added to every batch.
-SPARK_KAFKA_DEFAULTS = {"kafka.fetch.max.wait.ms": "20"}
+# Options of Spark's Kafka source (Java client names), besides the librdkafka settings passed through:
+# - read_committed: the replay job writes its REPLAYED / DEAD_LETTERED outcomes in a transaction with the replayed
+#   records; outcomes of an aborted transaction must not count (Spark reads uncommitted records by default).
+# - fetch.max.wait.ms: a task's consumer is cached and pipelines its next fetch, which waits at the end of the log
+#   for up to 500 ms by default; the next micro-batch's task, which seeks elsewhere, waits for that fetch first.
+SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.max.wait.ms": "20"}
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ C_ACKED, C_FAILED, C_TIMEOUT, C_OVERLOAD, C_NO_INIT, C_COLLISIONS, C_LATE, C_UNK
 S_ENTRIES, S_PENDING, S_GENERATION = 0, 1, 2
 OUT_COLUMNS = 7  # message index, code, anchor, source, offset, latency in ticks, latency in ms
 _LOW32 = 0xFFFFFFFF
+_HALF32 = 0x80000000
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -201,7 +202,10 @@ def _finish(
 def _decide(out: Array, n: int, m: int, code: int, t: Table, i: int, gen: int, now_ms: int) -> int:
     """Write the outcome row of the tree in slot ``i``; return the new row count."""
     out[n, 0], out[n, 1], out[n, 2], out[n, 3], out[n, 4] = m, code, t[0][i], t[5][i], t[6][i]
-    out[n, 5], out[n, 6] = gen - t[3][i], (now_ms - np.int64(t[8][i])) & _LOW32
+    # Read modulo 2³² as a signed distance: the record that completes a tree may carry an earlier timestamp than
+    # the init's (different producers, each with its own linger), and such a tree took no measurable time.
+    ms = (now_ms - np.int64(t[8][i])) & _LOW32
+    out[n, 5], out[n, 6] = gen - t[3][i], ms if ms < _HALF32 else 0
     return n + 1
 
 

@@ -30,6 +30,7 @@ from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.clients import produce as send
+from acker.kafka.local_broker import pdeathsig_preexec
 from acker.spout import Spout, SpoutSettings
 from acker.wire import WireError, decode_outcomes
 
@@ -111,43 +112,70 @@ def cmd_count(args: argparse.Namespace) -> int:
     return run_until_signalled(Bolt(load(args), topics.words, f"{args.prefix}-count", function, basic=False))
 
 
-def _stage_argv(args: argparse.Namespace, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
-    flags, env = to_argv(replace(load(args), metrics_port=0))
+def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of one stage process (``acker`` for an acker instance)."""
+    flags, env = to_argv(replace(config, metrics_port=0))
     if stage == "acker":
-        return [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING"], env
-    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, "--prefix", args.prefix, *extra], env
+        return [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING", *extra], env
+    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, "--prefix", prefix, *extra], env
 
 
 class Stages:
     """Child processes of the pipeline; a bolt that crashed on purpose is restarted once, without the crash."""
 
-    def __init__(self) -> None:
-        self.running: list[tuple[str, list[str], subprocess.Popen[bytes]]] = []
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restarts = 0
         self.env: dict[str, str] = {}
+        self._log = log or (lambda line: print(line, file=sys.stderr))
+        self._output = subprocess.DEVNULL if log is not None else None  # with a log of its own: children are quiet
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
         self.env = {**os.environ, **env}
-        self.running.append((name, argv, subprocess.Popen(argv, env=self.env)))
+        self._spawn(name, argv)
 
-    def watch(self) -> None:
-        for i, (name, argv, process) in enumerate(self.running):
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        # The kernel stops a stage whose parent dies, however it dies: no stage outlives the runner.
+        preexec = pdeathsig_preexec()  # in the child it only calls prctl and getppid: fork-safe with threads
+        process = subprocess.Popen(
+            argv,
+            env=self.env,
+            stdout=self._output,
+            stderr=self._output,
+            preexec_fn=preexec,  # noqa: PLW1509
+        )
+        self.running[name] = (argv, process)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no clean shutdown, nothing flushed or committed."""
+        _, process = self.running[name]
+        process.kill()
+        process.wait()
+
+    def restart(self, name: str) -> None:
+        argv, process = self.running[name]
+        if process.poll() is None:
+            raise RuntimeError(f"stage {name} is still running")
+        self._spawn(name, [a for a in argv if not a.startswith("--crash-after")])
+        self.restarts += 1
+
+    def watch(self, expected_down: frozenset[str] = frozenset()) -> None:
+        """Restart a bolt that crashed as injected; any other exit (outside ``expected_down``) is an error."""
+        for name, (_, process) in list(self.running.items()):
             code = process.poll()
-            if code is None:
+            if code is None or name in expected_down:
                 continue
             if code != CRASH_EXIT:
                 raise SystemExit(f"stage {name} exited with {code}")
-            print(f"stage {name} crashed (as injected): restarting it", file=sys.stderr)
-            without_crash = [a for a in argv if not a.startswith("--crash-after")]
-            self.running[i] = (name, without_crash, subprocess.Popen(without_crash, env=self.env))
-            self.restarts += 1
+            self._log(f"stage {name} crashed (as injected): restarting it")
+            self.restart(name)
 
     def stop(self) -> None:
-        for _, _, process in self.running:
+        for _, process in self.running.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for _, _, process in self.running:
+        for _, process in self.running.values():
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
@@ -191,14 +219,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd_topics(args)
     stages = Stages()
     try:
-        stages.start("acker", _stage_argv(args, "acker"))
-        stages.start("spout", _stage_argv(args, "spout", *(["--untracked"] if args.untracked else [])))
+        stages.start("acker", stage_command(config, args.prefix, "acker"))
+        stages.start("spout", stage_command(config, args.prefix, "spout", *(["--untracked"] if args.untracked else [])))
         for i in range(args.split_processes):
             crash = [f"--crash-after={args.crash_split_after}"] if args.crash_split_after and i == 0 else []
-            stages.start(f"split-{i}", _stage_argv(args, "split", "--fail-rate", str(args.fail_rate),
-                                                   "--seed", str(i), *crash))  # fmt: skip
+            stages.start(f"split-{i}", stage_command(config, args.prefix, "split", "--fail-rate", str(args.fail_rate),
+                                                     "--seed", str(i), *crash))  # fmt: skip
         for i in range(args.count_processes):
-            stages.start(f"count-{i}", _stage_argv(args, "count", "--drop-rate", str(args.drop_rate), "--seed", str(i)))
+            stages.start(f"count-{i}", stage_command(config, args.prefix, "count", "--drop-rate", str(args.drop_rate),
+                                                     "--seed", str(i)))  # fmt: skip
         ids = produce(config, _topics(args).sentences, _lines(args))
         poll = follow_outcomes(config, SPOUT)
         deadline = time.monotonic() + args.max_wait_s

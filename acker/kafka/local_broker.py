@@ -278,8 +278,8 @@ def _property_value(value: object) -> str:
     return str(value)
 
 
-def _pdeathsig_preexec() -> Callable[[], None] | None:
-    """On Linux, a child-side hook asking the kernel to SIGTERM the JVM when its parent thread dies."""
+def pdeathsig_preexec() -> Callable[[], None] | None:
+    """On Linux, a child-side hook asking the kernel to SIGTERM the child when its parent thread dies."""
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None  # PR_SET_PDEATHSIG fires when the *thread* that forked exits: main thread only
     try:
@@ -556,7 +556,7 @@ class LocalKafkaBroker:
             self._process = subprocess.Popen(
                 cmd, cwd=data_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 # preexec_fn only calls prctl (prepared in the parent) and getppid: fork-safe with threads.
-                start_new_session=True, preexec_fn=_pdeathsig_preexec(),  # noqa: PLW1509
+                start_new_session=True, preexec_fn=pdeathsig_preexec(),  # noqa: PLW1509
             )  # fmt: skip
         self._port, self._controller_port = port, cport
         with _live_lock:

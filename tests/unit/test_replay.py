@@ -112,7 +112,7 @@ def test_replay_of_formatted_messages_matches_the_tracker(case) -> None:  # type
 
 
 def test_core_demo_reports_every_outcome_right(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--trees", "3000", "--fail-rate", "0.02", "--drop-rate", "0.02"]) == 0
+    assert main(["simulate", "--trees", "3000", "--fail-rate", "0.02", "--drop-rate", "0.02"]) == 0
     assert "every record has exactly its right outcome" in capsys.readouterr().out
 
 

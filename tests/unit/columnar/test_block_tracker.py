@@ -106,9 +106,13 @@ def test_oldest_needed_and_latency_in_ms() -> None:
     assert tracker.oldest_needed(20) == 10
     result = tracker.process(MessageBlock.from_messages([Ack(6, 9)]), record_offset=40, timestamp_ms=(1 << 32) + 500)
     assert result.latency_ms.tolist() == [1_500]  # ms kept modulo 2**32, across the wrap
-    assert tracker.oldest_needed(41) == 10
-    tracker.process(MessageBlock.from_messages([TICK, TICK, TICK]), record_offset=41)
-    assert tracker.oldest_needed(42) == 42  # the tombstones expired: nothing is needed any more
+    # A completing record stamped before the init's (another producer, another linger) took no time, not 49 days.
+    tracker.process(MessageBlock.from_messages([Init(8, "s", "t/0/2", 3)]), 41, timestamp_ms=5_000)
+    result = tracker.process(MessageBlock.from_messages([Ack(8, 3)]), record_offset=42, timestamp_ms=4_990)
+    assert result.latency_ms.tolist() == [0]
+    assert tracker.oldest_needed(43) == 10
+    tracker.process(MessageBlock.from_messages([TICK, TICK, TICK]), record_offset=43)
+    assert tracker.oldest_needed(44) == 44  # the tombstones expired: nothing is needed any more
 
 
 def test_oldest_needed_across_the_32_bit_wrap() -> None:

@@ -1,0 +1,424 @@
+"""`acker demo`: the whole system on the embedded default, under failures, checking that it keeps its promise.
+
+What runs: a local single-node Kafka broker (unless ``--bootstrap-servers`` names a cluster); two acker instances
+in one group; Storm's word count as processes (a spout, split bolts, count bolts); the Spark commit and replay jobs
+on local Spark, in this process. What goes wrong, on purpose: the split bolts fail a share of the sentences and
+every poison sentence; the count bolts silently drop a share of the words (their trees time out); one split process
+crashes and is restarted; one acker instance is killed with SIGKILL and restarted.
+
+What is checked (`acker.examples.ledger`): every sentence is acked, directly or after replays, or (the poison ones,
+and only those) dead-lettered; the watermark reaches the end of every source partition and never passed a record
+before it was done; no word of a good sentence goes uncounted. The exit status is 1 if any of that fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+
+from acker.config import ServiceConfig
+from acker.examples.ledger import Ledger, Report
+from acker.examples.wordcount import POISON, SPOUT, Topics, sentences
+from acker.examples.wordcount_cli import Stages, stage_command
+from acker.headers import HeaderList, pairs
+from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.lookups import lookups
+from acker.kafka.provision import kafka_cluster
+from acker.retries import ORIGIN, Backoff, header_text
+from acker.wire import WireError, decode_outcomes
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    sentences: int = 3000
+    rate: float = 150.0  # sentences written per second, so that the failures hit a stream in flight
+    poison: int = 3  # sentences that fail at every attempt: they must end in the dead-letter topic
+    fail_rate: float = 0.02  # share of sentences the split bolts fail
+    drop_rate: float = 0.002  # share of words the count bolts drop silently
+    split_processes: int = 2
+    count_processes: int = 2
+    partitions: int = 4
+    timeout_s: float = 6.0
+    max_attempts: int = 3
+    backoff_ms: int = 500
+    crash_split: bool = True
+    kill_acker: bool = True
+    max_wait_s: float = 300.0
+    seed: int = 1
+
+
+class _TerminatedError(Exception):
+    """SIGTERM, handled like Ctrl-C: stop everything that was started."""
+
+
+def run(options: DemoOptions, bootstrap: str | None, report_path: str | None, console: Console) -> int:
+    def on_term(_signum: int, _frame: FrameType | None) -> None:
+        raise _TerminatedError
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with kafka_cluster(bootstrap) as cluster:
+            console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
+            demo = Demo(options, cluster.bootstrap_servers, console)
+            report = demo.run()
+    except (KeyboardInterrupt, _TerminatedError):
+        console.print("[yellow]interrupted: everything the demo started has been stopped[/]")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    console.print(render_report(report))
+    if report_path:
+        document = {**asdict(report), "failures": report.failures, "prefix": demo.prefix, "events": demo.events}
+        Path(report_path).write_text(json.dumps(document, indent=2))
+    if report.failures:
+        console.print("[bold red]FAILED:[/] " + "; ".join(report.failures))
+        return 1
+    console.print("[bold green]OK:[/] every sentence was fully processed or, if poison, dead-lettered; none lost")
+    return 0
+
+
+class Demo:
+    def __init__(self, options: DemoOptions, bootstrap: str, console: Console) -> None:
+        self.options, self.console = options, console
+        self.prefix = f"demo-{uuid.uuid4().hex[:6]}"
+        self.topics = Topics(self.prefix)
+        self.config = ServiceConfig(
+            bootstrap_servers=bootstrap,
+            acker_topic=f"{self.prefix}.acker",
+            group=f"{self.prefix}.acker",
+            outcome_prefix=f"{self.prefix}.outcomes.",
+            replay_prefix=f"{self.prefix}.replay.",
+            dlq_topic=f"{self.prefix}.acker.dlq",
+            replay_dlq_topic=f"{self.prefix}.replay.dlq",
+            status_topic=f"{self.prefix}.status",
+            partitions=options.partitions,
+            timeout_s=options.timeout_s,
+            metrics_port=0,
+            # A killed instance's partitions move after the session timeout: a few seconds, not 45.
+            kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
+        )
+        self.ledger = Ledger()
+        self.events: list[str] = []
+        self.started = time.monotonic()
+        self.stages = Stages(log=self.event)
+        console.print(f"topics, groups and processes of this run are named {self.prefix}*")
+
+    def event(self, line: str) -> None:
+        self.events.append(f"{time.monotonic() - self.started:6.1f}s  {line}")
+
+    # -- the run ----------------------------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        self._create_topics()
+        readers: list[Consumer] = []
+        queries: list[Any] = []
+        spark = None
+        try:
+            self._start_stages()
+            self.event("starting the Spark jobs (local Spark; the first run fetches the connectors)")
+            spark, queries = self._start_spark()
+            readers = self._readers()
+            self._watch(readers, self._writer())
+        finally:
+            for query in queries:
+                query.stop()
+            if spark is not None:
+                spark.stop()
+            self.stages.stop()
+            for reader in readers:
+                reader.close()
+        return self.ledger.report()
+
+    def _create_topics(self) -> None:
+        c, n = self.config, self.options.partitions
+        create_topics(
+            c.client(),
+            [
+                TopicSpec(c.acker_topic, n),
+                TopicSpec(c.outcome_topic(SPOUT), n),
+                TopicSpec(c.dlq_topic, 1),
+                TopicSpec(c.replay_topic(SPOUT), n),
+                TopicSpec(c.replay_dlq_topic, 1),
+                TopicSpec(c.status_topic, 1, config={"cleanup.policy": "compact"}),
+                *(TopicSpec(t, n) for t in (self.topics.sentences, self.topics.split, self.topics.words)),
+                TopicSpec(self.topics.counts, n),
+            ],
+        )
+
+    def _start_stages(self) -> None:
+        o, c, prefix = self.options, self.config, self.prefix
+        for i in range(2):
+            self.stages.start(f"acker-{i}", stage_command(c, prefix, "acker", "--instance-id", f"acker-{i}"))
+        self.stages.start("spout", stage_command(c, prefix, "spout"))
+        crash_after = max(1, o.sentences // (3 * o.split_processes))
+        for i in range(o.split_processes):
+            crash = [f"--crash-after={crash_after}"] if o.crash_split and i == 0 else []
+            extra = ["--fail-rate", str(o.fail_rate), "--seed", str(o.seed + i), *crash]
+            self.stages.start(f"split-{i}", stage_command(c, prefix, "split", *extra))
+        for i in range(o.count_processes):
+            extra = ["--drop-rate", str(o.drop_rate), "--seed", str(o.seed + i)]
+            self.stages.start(f"count-{i}", stage_command(c, prefix, "count", *extra))
+        self.event(f"started 2 acker instances, a spout, {o.split_processes} split and {o.count_processes} count bolts")
+
+    def _start_spark(self) -> tuple[Any, list[Any]]:
+        from spark_jobs import commit_job, replay_job  # noqa: PLC0415 - pyspark loads when the demo runs
+        from spark_jobs.session import spark_session  # noqa: PLC0415
+
+        c, checkpoint = self.config, Path(f".cache/demo/{self.prefix}").resolve()
+        source = commit_job.OutcomeSource(c.client(), (c.outcome_topic(SPOUT),))
+        spark = spark_session("acker-demo")
+        groups = {SPOUT: f"{self.prefix}-spout"}
+        commit = commit_job.CommitJobSettings(
+            source, f"{checkpoint}/commit", groups=groups, dlq_topic=f"{c.dlq_topic}.out"
+        )
+        replay = replay_job.ReplayJobSettings(
+            source,
+            f"{checkpoint}/replay",
+            name=f"{self.prefix}-replay",
+            max_attempts=self.options.max_attempts,
+            backoff=Backoff(first_ms=self.options.backoff_ms),
+            replay_prefix=c.replay_prefix,
+            outcome_prefix=c.outcome_prefix,
+            dead_letter_topic=c.replay_dlq_topic,
+            progress_topic=f"{self.prefix}.replay.progress",
+            dlq_topic=f"{c.dlq_topic}.out",
+        )
+        return spark, [*commit_job.start(spark, commit), *replay_job.start(spark, replay)]
+
+    def _readers(self) -> list[Consumer]:
+        c = self.config
+        readers = []
+        for topic in (c.outcome_topic(SPOUT), c.replay_topic(SPOUT), c.replay_dlq_topic, self.topics.counts):
+            reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False}))
+            partitions = reader.list_topics(topic, timeout=30).topics[topic].partitions
+            reader.assign([TopicPartition(topic, p, 0) for p in partitions])
+            readers.append(reader)
+        return readers
+
+    def _writer(self) -> Iterator[int]:
+        """Writes the sentences at the configured rate, a little at each step; yields how many are written."""
+        o = self.options
+        lines = list(sentences(o.sentences, seed=o.seed))
+        rng = random.Random(o.seed)
+        for i in rng.sample(range(len(lines)), min(o.poison, len(lines))):
+            lines[i] = b"the " + POISON + b" apple " + lines[i]
+        producer = Producer(self.config.client(**{"enable.idempotence": True}))
+        failures: list[str] = []
+
+        def delivered(error: Any, record: Message, line: bytes) -> None:
+            if error is not None:
+                failures.append(str(error))
+                return
+            topic, partition, offset = record.topic() or "", record.partition() or 0, record.offset() or 0
+            self.ledger.written(topic, partition, offset, line, poison=POISON in line.split())
+
+        self.event(f"writing {len(lines)} sentences ({o.poison} poison) at {o.rate:g}/s to {self.topics.sentences}")
+        began, sent = time.monotonic(), 0
+        while sent < len(lines):
+            due = min(len(lines), int((time.monotonic() - began) * o.rate) + 1)
+            for line in lines[sent:due]:
+                produce(
+                    producer, self.topics.sentences, line, on_delivery=lambda e, r, line=line: delivered(e, r, line)
+                )
+            sent = due
+            producer.poll(0)
+            if failures:
+                raise SystemExit(f"could not write a sentence: {failures[0]}")
+            yield sent
+        if producer.flush(60) or failures:
+            raise SystemExit(f"could not write every sentence: {failures[:1]}")
+        self.event("every sentence written")
+        while True:
+            yield sent
+
+    # -- watching -------------------------------------------------------------------------------------------------
+
+    def _watch(self, readers: list[Consumer], writer: Iterator[int]) -> None:
+        outcomes, copies, dead, counts = readers
+        kafka = lookups(self.config.client())
+        watermark_group = f"{self.prefix}-spout.acked"
+        killed_at: float | None = None
+        deadline = time.monotonic() + self.options.max_wait_s
+        with Live(self._progress(), console=self.console, refresh_per_second=4, transient=False) as live:
+            while time.monotonic() < deadline:
+                written = next(writer)
+                at_ms = int(time.time() * 1000)
+                with kafka.lock:
+                    marks = kafka.committed(watermark_group, self._watermark_partitions())
+                self.ledger.watermarks(at_ms, {tp: m for tp, m in marks.items() if m >= 0})
+                self._read(outcomes, copies, dead, counts)
+                self.stages.watch(expected_down=frozenset({"acker-0"}) if killed_at else frozenset())
+                if self.options.kill_acker and killed_at is None and written >= self.options.sentences * 0.4:
+                    self.stages.kill("acker-0")
+                    killed_at = time.monotonic()
+                    self.event("killed acker-0 with SIGKILL (its partitions move to acker-1, which replays them)")
+                if killed_at is not None and time.monotonic() - killed_at > 3 and self._down("acker-0"):
+                    self.stages.restart("acker-0")
+                    self.event("restarted acker-0")
+                live.update(self._progress())
+                if self._finished():
+                    self.event("every sentence is resolved and every watermark is at its end")
+                    live.update(self._progress())
+                    return
+                time.sleep(0.25)
+        self.event(f"gave up after {self.options.max_wait_s:.0f} s")
+
+    def _down(self, name: str) -> bool:
+        return self.stages.running[name][1].poll() is not None
+
+    def _watermark_partitions(self) -> list[tuple[str, int]]:
+        n, c = self.options.partitions, self.config
+        return [(t, p) for t in (self.topics.sentences, c.replay_topic(SPOUT)) for p in range(n)]
+
+    def _read(self, outcomes: Consumer, copies: Consumer, dead: Consumer, counts: Consumer) -> None:
+        for record in _available(outcomes):
+            try:
+                decoded = decode_outcomes(record.value() or b"")
+            except WireError:
+                continue
+            at_ms = record.timestamp()[1]
+            for outcome, msg_id, latency in zip(decoded.outcomes, decoded.msg_ids, decoded.latency_ms, strict=True):
+                self.ledger.outcome(msg_id, outcome, latency, by_acker=decoded.acker_partition >= 0, at_ms=at_ms)
+        for record in _available(copies):
+            origin = header_text(_headers(record), ORIGIN)
+            if origin is not None:
+                self.ledger.copy(record.topic() or "", record.partition() or 0, record.offset() or 0, origin)
+        for record in _available(dead):
+            origin = header_text(_headers(record), ORIGIN)
+            if origin is not None:
+                self.ledger.dead_letter(origin)
+        for record in _available(counts):
+            self.ledger.count(record.key() or b"")
+
+    def _finished(self) -> bool:
+        ledger = self.ledger
+        if len(ledger.sources) < self.options.sentences or ledger.unresolved():
+            return False
+        marks = ledger.latest_watermarks()
+        if any(marks.get(tp, -1) < end for tp, end in ledger.ends.items()):
+            return False
+        return all(marks.get(tp, -1) > offsets[-1] for tp, offsets in ledger.copy_offsets.items() if offsets)
+
+    def _progress(self) -> Group:
+        ledger, o = self.ledger, self.options
+        events = dict.fromkeys(("ACK", "FAILED", "TIMEOUT", "OVERLOAD", "REPLAYED", "DEAD_LETTERED"), 0)
+        for (_, outcome), _n in ledger.outcome_events.items():
+            events[outcome] = events.get(outcome, 0) + 1
+        resolved = len(ledger.sources) - len(ledger.unresolved())
+        table = Table(title=f"acker demo: {o.sentences} sentences, prefix {self.prefix}", expand=False)
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        for name, value in (
+            ("sentences written", len(ledger.sources)),
+            ("sentences resolved (acked, or dead-lettered)", resolved),
+            ("trees acked (sentences and replayed copies)", events["ACK"]),
+            ("nacked: failed / timeout / overload", f"{events['FAILED']} / {events['TIMEOUT']} / {events['OVERLOAD']}"),
+            ("replayed copies", len(ledger.copies)),
+            ("dead-lettered", len(ledger.dead_letters)),
+            ("words counted", sum(ledger.counted.values())),
+        ):
+            table.add_row(name, str(value))
+        marks = ledger.latest_watermarks()
+        for (topic, partition), end in sorted(ledger.ends.items()):
+            table.add_row(f"watermark {topic}[{partition}]", f"{marks.get((topic, partition), '-')} / {end}")
+        return Group(table, Panel("\n".join(self.events[-8:]) or "starting", title="events"))
+
+
+def _available(consumer: Consumer) -> Iterator[Message]:
+    for record in consumer.consume(5000, timeout=0.05):
+        if record.error() is None:
+            yield record
+
+
+def _headers(record: Message) -> HeaderList:
+    return pairs(record.headers())
+
+
+def render_report(report: Report) -> Table:
+    table = Table(title="acker demo: report")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    latency = (
+        f"{report.latency_p50_ms:,.0f} / {report.latency_p99_ms:,.0f}" if report.latency_p50_ms is not None else "-"
+    )
+    rows: list[tuple[str, object]] = [
+        ("source records", report.source_records),
+        ("acked at the first attempt", report.acked_first_time),
+        ("acked after a replay", report.acked_after_replay),
+        ("replayed copies", report.replays),
+        (f"dead-lettered (poison records: {len(report.poison)})", len(report.dead_lettered)),
+        ("lost", len(report.lost)),
+        ("committed before fully processed", len(report.committed_early)),
+        (
+            "nacks failed / timeout / overload",
+            " / ".join(str(report.nacks[k]) for k in ("FAILED", "TIMEOUT", "OVERLOAD")),
+        ),
+        ("duplicate outcomes (acker failover)", report.duplicate_outcomes),
+        ("complete latency p50 / p99 ms", latency),
+        ("words of good sentences / counted", f"{report.words_expected} / {report.words_counted}"),
+        ("duplicate words counted (at-least-once)", report.duplicate_words),
+        ("words never counted", report.words_lost),
+    ]
+    rows += [(f"watermark {p} / end", f"{m} / {e}") for p, (m, e) in report.watermarks.items()]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def options_from(args: argparse.Namespace) -> DemoOptions:
+    names = {f.name for f in fields(DemoOptions)}
+    return replace(DemoOptions(), **{k: v for k, v in vars(args).items() if k in names and v is not None})
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    return run(options_from(args), args.bootstrap_servers, args.report, Console())
+
+
+def add_parser(sub: Any) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="the whole system on a local Kafka broker under failures, and a check that no record is lost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = DemoOptions()
+    demo.add_argument("--bootstrap-servers", default=None, help="use this Kafka cluster [default: start a local one]")
+    for name, help_text in (
+        ("sentences", "source records"),
+        ("rate", "sentences written per second"),
+        ("poison", "sentences that fail at every attempt: they must be dead-lettered"),
+        ("fail_rate", "share of sentences the split bolts fail"),
+        ("drop_rate", "share of words the count bolts drop silently (their trees time out)"),
+        ("split_processes", "split bolt processes"),
+        ("count_processes", "count bolt processes"),
+        ("partitions", "partitions of every topic"),
+        ("timeout_s", "the acker's message timeout"),
+        ("max_attempts", "replays before a record is dead-lettered"),
+        ("backoff_ms", "delay of the first replay"),
+        ("max_wait_s", "give up after this long"),
+        ("seed", "of the sentences and the injected failures"),
+    ):
+        default = getattr(defaults, name)
+        demo.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None,
+                          help=f"{help_text} [default: {default}]")  # fmt: skip
+    demo.add_argument("--no-crash-split", dest="crash_split", action="store_false", default=None,
+                      help="do not crash a split process")  # fmt: skip
+    demo.add_argument("--no-kill-acker", dest="kill_acker", action="store_false", default=None,
+                      help="do not kill an acker instance")  # fmt: skip
+    demo.add_argument("--report", metavar="FILE", default=None, help="also write the report as JSON to FILE")
+    demo.set_defaults(run=_cmd_demo)

@@ -1,0 +1,197 @@
+"""The demo's books: what was written, what the system said about it, and whether it kept its promise. Pure.
+
+The demo feeds it every source record written, every outcome (with its record's timestamp), every replayed copy
+and dead letter, every count the count bolt published, and samples of the published watermarks; `Ledger.report`
+then answers:
+
+- **lost**: source records that are neither acked (directly, or through a replayed copy that was acked) nor
+  dead-lettered. Must be none.
+- **committed early**: a watermark sample at time t that passes a record (of the source or of the replay topic)
+  whose first "done" outcome (ACK, REPLAYED or DEAD_LETTERED) was written after t. Must be none. The check is sound
+  (no false alarm: the watermark was published before it was read at t) and misses only a commit that preceded
+  the outcome by less than the sampling interval.
+- **dead letters**: exactly the poison records (they fail at every attempt); any other is reported.
+- **words**: every word of every good sentence is counted at least once; counts beyond that are duplicates
+  (at-least-once processing: a replayed sentence is counted again).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+DONE = ("ACK", "REPLAYED", "DEAD_LETTERED")
+NACKS = ("FAILED", "TIMEOUT", "OVERLOAD")
+Partition = tuple[str, int]
+
+
+def coordinates(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}/{partition}/{offset}"
+
+
+@dataclass
+class Report:
+    source_records: int
+    acked_first_time: int
+    replays: int
+    acked_after_replay: int
+    dead_lettered: list[str]
+    poison: list[str]
+    lost: list[str]
+    committed_early: list[str]
+    watermarks: dict[str, tuple[int, int]]  # "topic/partition" → (watermark, end)
+    nacks: dict[str, int]
+    duplicate_outcomes: int
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    words_expected: int
+    words_counted: int
+    words_lost: int
+
+    @property
+    def unexpected_dead_letters(self) -> list[str]:
+        return sorted(set(self.dead_lettered) - set(self.poison))
+
+    @property
+    def poison_not_dead_lettered(self) -> list[str]:
+        return sorted(set(self.poison) - set(self.dead_lettered))
+
+    @property
+    def watermarks_at_end(self) -> bool:
+        return all(mark == end for mark, end in self.watermarks.values())
+
+    @property
+    def duplicate_words(self) -> int:
+        return max(0, self.words_counted - self.words_expected)
+
+    @property
+    def failures(self) -> list[str]:
+        """What broke the promise (empty: it was kept)."""
+        out = []
+        if self.lost:
+            out.append(f"{len(self.lost)} source record(s) lost, e.g. {self.lost[:3]}")
+        if self.committed_early:
+            out.append(f"committed before fully processed: {self.committed_early[:3]}")
+        if not self.watermarks_at_end:
+            behind = {p: m for p, m in self.watermarks.items() if m[0] != m[1]}
+            out.append(f"watermark not at the end offset: {behind}")
+        if self.unexpected_dead_letters:
+            out.append(f"dead-lettered but not poison: {self.unexpected_dead_letters[:3]}")
+        if self.poison_not_dead_lettered:
+            out.append(f"poison records not dead-lettered: {self.poison_not_dead_lettered[:3]}")
+        if self.words_lost:
+            out.append(f"{self.words_lost} word(s) of good sentences never counted")
+        return out
+
+
+@dataclass
+class Ledger:
+    sources: dict[str, bytes] = field(default_factory=dict)  # coordinates → sentence
+    poison: set[str] = field(default_factory=set)
+    ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
+    done_at: dict[str, int] = field(default_factory=dict)  # msg_id → ms of its first done outcome
+    acked: set[str] = field(default_factory=set)
+    outcome_events: Counter[tuple[str, str]] = field(default_factory=Counter)
+    latencies: list[int] = field(default_factory=list)
+    copies: dict[str, str] = field(default_factory=dict)  # replayed copy's coordinates → origin
+    copy_offsets: dict[Partition, list[int]] = field(default_factory=lambda: defaultdict(list))
+    dead_letters: set[str] = field(default_factory=set)  # origins
+    counted: Counter[bytes] = field(default_factory=Counter)
+    samples: list[tuple[int, dict[Partition, int]]] = field(default_factory=list)
+
+    def written(self, topic: str, partition: int, offset: int, sentence: bytes, *, poison: bool) -> None:
+        msg_id = coordinates(topic, partition, offset)
+        self.sources[msg_id] = sentence
+        if poison:
+            self.poison.add(msg_id)
+        self.ends[(topic, partition)] = max(self.ends.get((topic, partition), 0), offset + 1)
+
+    def outcome(self, msg_id: str, outcome: str, latency_ms: int, *, by_acker: bool, at_ms: int) -> None:
+        self.outcome_events[(msg_id, outcome)] += 1
+        if outcome in DONE and (msg_id not in self.done_at or at_ms < self.done_at[msg_id]):
+            self.done_at[msg_id] = at_ms
+        if outcome == "ACK" and msg_id not in self.acked:
+            self.acked.add(msg_id)
+            if by_acker:  # the first decision only: one re-made by a new owner after a failover is not a latency
+                self.latencies.append(latency_ms)
+
+    def copy(self, topic: str, partition: int, offset: int, origin: str) -> None:
+        self.copies[coordinates(topic, partition, offset)] = origin
+        bisect.insort(self.copy_offsets[(topic, partition)], offset)
+
+    def dead_letter(self, origin: str) -> None:
+        self.dead_letters.add(origin)
+
+    def count(self, word: bytes) -> None:
+        self.counted[word] += 1
+
+    def watermarks(self, at_ms: int, marks: dict[Partition, int]) -> None:
+        self.samples.append((at_ms, dict(marks)))
+
+    def latest_watermarks(self) -> dict[Partition, int]:
+        return self.samples[-1][1] if self.samples else {}
+
+    # -- questions ------------------------------------------------------------------------------------------------
+
+    def origins_acked(self) -> set[str]:
+        """Source records whose replayed copy was acked (every copy names the first record as its origin)."""
+        return {origin for copy, origin in self.copies.items() if copy in self.acked}
+
+    def unresolved(self) -> list[str]:
+        """Source records neither acked (directly or through a copy) nor dead-lettered, in coordinate order."""
+        resolved = self.acked | self.dead_letters | self.origins_acked()
+        return sorted(m for m in self.sources if m not in resolved)
+
+    def _existing(self, partition: Partition, below: int) -> list[int]:
+        if partition in self.ends:
+            return list(range(min(below, self.ends[partition])))
+        offsets = self.copy_offsets.get(partition, [])
+        return offsets[: bisect.bisect_left(offsets, below)]
+
+    def committed_early(self) -> list[str]:
+        """Records a watermark sample passed before their first done outcome was written."""
+        early: list[str] = []
+        checked: dict[Partition, int] = {}  # offsets below this were checked against an earlier sample
+        for at_ms, marks in self.samples:
+            for (topic, partition), mark in marks.items():
+                start = checked.get((topic, partition), 0)
+                if mark <= start:
+                    continue
+                for offset in self._existing((topic, partition), mark):
+                    if offset < start:
+                        continue
+                    msg_id = coordinates(topic, partition, offset)
+                    if self.done_at.get(msg_id, at_ms + 1) > at_ms:
+                        early.append(f"{msg_id} (watermark {mark} at {at_ms})")
+                checked[(topic, partition)] = mark
+        return early
+
+    def report(self) -> Report:
+        origins_acked = self.origins_acked()
+        good = [s for m, s in self.sources.items() if m not in self.poison]
+        expected = Counter(word for sentence in good for word in sentence.split())
+        latencies = sorted(self.latencies)
+
+        def percentile(q: float) -> float | None:
+            return float(latencies[min(len(latencies) - 1, int(q * len(latencies)))]) if latencies else None
+
+        marks = self.latest_watermarks()
+        return Report(
+            source_records=len(self.sources),
+            acked_first_time=sum(1 for m in self.sources if m in self.acked),
+            replays=len(self.copies),
+            acked_after_replay=sum(1 for m in self.sources if m not in self.acked and m in origins_acked),
+            dead_lettered=sorted(self.dead_letters),
+            poison=sorted(self.poison),
+            lost=self.unresolved(),
+            committed_early=self.committed_early(),
+            watermarks={f"{t}/{p}": (marks.get((t, p), -1), end) for (t, p), end in sorted(self.ends.items())},
+            nacks={reason: sum(n > 0 for (_, o), n in self.outcome_events.items() if o == reason) for reason in NACKS},
+            duplicate_outcomes=sum(n - 1 for n in self.outcome_events.values()),
+            latency_p50_ms=percentile(0.50),
+            latency_p99_ms=percentile(0.99),
+            words_expected=sum(expected.values()),
+            words_counted=sum(self.counted.values()),
+            words_lost=sum(max(0, n - self.counted[w]) for w, n in expected.items()),
+        )

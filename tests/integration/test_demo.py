@@ -1,0 +1,67 @@
+"""`acker demo`, small: the whole system under failures on the real broker and local Spark, and its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _demo(bootstrap: str, output: Path, *args: str) -> subprocess.Popen[bytes]:
+    """The demo as its own process, its output to a file (a pipe nobody reads would block it)."""
+    command = [sys.executable, "-m", "acker.cli", "demo", "--bootstrap-servers", bootstrap, *args]
+    with output.open("wb") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def _survivors(prefix: str) -> list[str]:
+    """Processes still running whose command line names this run's topics."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        if prefix in args:
+            found.append(f"{cmdline.parent.name}: {args[:200]}")
+    return found
+
+
+def test_the_demo_keeps_the_promise_under_failures_and_reports_it(bootstrap: str, tmp_path: Path) -> None:
+    report_path, output = tmp_path / "report.json", tmp_path / "demo.out"
+    demo = _demo(
+        bootstrap, output, "--sentences", "400", "--rate", "100", "--timeout-s", "4", "--report", str(report_path)
+    )
+    assert demo.wait(600) == 0, output.read_text(errors="replace")[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["failures"] == [] and report["lost"] == [] and report["committed_early"] == []
+    assert report["source_records"] == 400
+    assert sorted(report["dead_lettered"]) == sorted(report["poison"]) and len(report["poison"]) == 3
+    assert all(mark == end for mark, end in report["watermarks"].values())
+    assert report["acked_first_time"] + report["acked_after_replay"] + len(report["poison"]) == 400
+    assert report["replays"] > 0 and report["nacks"]["FAILED"] > 0 and report["words_lost"] == 0
+    events = "\n".join(report["events"])
+    assert "crashed (as injected): restarting it" in events and "restarted acker-0" in events
+    assert _survivors(report["prefix"]) == []
+
+
+def test_an_interrupted_demo_stops_everything_it_started(bootstrap: str, tmp_path: Path) -> None:
+    output = tmp_path / "demo.out"
+    demo = _demo(bootstrap, output, "--sentences", "100000", "--rate", "200")
+    deadline = time.monotonic() + 120
+    while not (found := re.search(r"named (demo-[0-9a-f]+)\*", output.read_text(errors="replace"))):
+        assert time.monotonic() < deadline and demo.poll() is None, "the demo did not start"
+        time.sleep(0.2)
+    prefix = found.group(1)
+    while len(_survivors(prefix)) < 4:  # its stages are up
+        assert time.monotonic() < deadline, "the demo did not start its stages"
+        time.sleep(0.5)
+    time.sleep(3)
+    os.kill(demo.pid, signal.SIGINT)  # Ctrl-C, to the demo alone: it must stop its children itself
+    assert demo.wait(120) == 130
+    assert _survivors(prefix) == []

@@ -1,0 +1,80 @@
+"""The demo's books (`acker.examples.ledger`): each way the promise can break is reported."""
+
+from __future__ import annotations
+
+from acker.examples.ledger import Ledger
+
+
+def _ledger(*sentences: bytes, poison: int | None = None) -> Ledger:
+    ledger = Ledger()
+    for offset, sentence in enumerate(sentences):
+        ledger.written("s", 0, offset, sentence, poison=offset == poison)
+    return ledger
+
+
+def test_a_run_that_kept_the_promise() -> None:
+    ledger = _ledger(b"a b", b"c", b"poison d", poison=2)
+    ledger.outcome("s/0/0", "ACK", 12, by_acker=True, at_ms=100)
+    ledger.outcome("s/0/1", "FAILED", 0, by_acker=True, at_ms=101)
+    ledger.outcome("s/0/1", "REPLAYED", 0, by_acker=False, at_ms=150)
+    ledger.copy("r", 0, 0, "s/0/1")
+    ledger.outcome("r/0/0", "ACK", 30, by_acker=True, at_ms=300)
+    ledger.outcome("s/0/2", "FAILED", 0, by_acker=True, at_ms=102)
+    ledger.outcome("s/0/2", "DEAD_LETTERED", 0, by_acker=False, at_ms=160)
+    ledger.dead_letter("s/0/2")
+    ledger.outcome("s/0/0", "ACK", 9_000, by_acker=True, at_ms=400)  # re-decided after a failover
+    for word in (b"a", b"b", b"c", b"c"):
+        ledger.count(word)
+    ledger.watermarks(99, {("s", 0): 0})
+    ledger.watermarks(200, {("s", 0): 3})
+    ledger.watermarks(310, {("s", 0): 3, ("r", 0): 1})
+    report = ledger.report()
+    assert report.failures == []
+    assert (report.acked_first_time, report.acked_after_replay, report.replays) == (1, 1, 1)
+    assert report.dead_lettered == report.poison == ["s/0/2"]
+    assert report.nacks == {"FAILED": 2, "TIMEOUT": 0, "OVERLOAD": 0}
+    assert report.duplicate_outcomes == 1
+    assert (report.latency_p50_ms, report.latency_p99_ms) == (30, 30)  # first decisions only
+    assert (report.words_expected, report.words_counted, report.duplicate_words) == (3, 4, 1)
+    assert report.watermarks == {"s/0": (3, 3)}
+
+
+def test_lost_records_uncounted_words_and_wrong_dead_letters_are_failures() -> None:
+    ledger = _ledger(b"a", b"b", b"poison", poison=2)
+    ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=1)
+    ledger.dead_letter("s/0/1")  # not poison
+    ledger.count(b"a")
+    ledger.watermarks(5, {("s", 0): 2})
+    report = ledger.report()
+    assert report.lost == ["s/0/2"]
+    assert report.unexpected_dead_letters == ["s/0/1"] and report.poison_not_dead_lettered == ["s/0/2"]
+    assert report.words_lost == 1  # "b" was never counted
+    assert not report.watermarks_at_end
+    assert report.committed_early == ["s/0/1 (watermark 2 at 5)"]  # no done outcome was written for it
+    assert len(report.failures) == 6
+
+
+def test_a_watermark_that_passes_a_record_before_its_outcome_is_an_early_commit() -> None:
+    ledger = _ledger(b"a", b"b", b"c")
+    ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=10)
+    ledger.outcome("s/0/1", "ACK", 1, by_acker=True, at_ms=50)  # done after the watermark below passed it
+    ledger.outcome("s/0/2", "ACK", 1, by_acker=True, at_ms=60)
+    ledger.watermarks(20, {("s", 0): 2})
+    ledger.watermarks(70, {("s", 0): 3})
+    assert ledger.committed_early() == ["s/0/1 (watermark 2 at 20)"]
+    assert ledger.report().failures[0].startswith("committed before fully processed")
+
+
+def test_replay_topic_watermarks_are_checked_against_the_copies_that_exist() -> None:
+    ledger = _ledger(b"a")
+    ledger.outcome("s/0/0", "FAILED", 0, by_acker=True, at_ms=1)
+    ledger.outcome("s/0/0", "REPLAYED", 0, by_acker=False, at_ms=2)
+    ledger.copy("r", 0, 0, "s/0/0")
+    ledger.copy("r", 0, 2, "s/0/0")  # offset 1 is a transaction marker: no record, nothing to wait for
+    ledger.outcome("r/0/0", "FAILED", 0, by_acker=True, at_ms=3)
+    ledger.outcome("r/0/0", "REPLAYED", 0, by_acker=False, at_ms=4)
+    ledger.watermarks(5, {("r", 0): 2})
+    assert ledger.committed_early() == []
+    ledger.watermarks(6, {("r", 0): 3})  # passes the second copy, which is not done
+    assert ledger.committed_early() == ["r/0/2 (watermark 3 at 6)"]
+    assert ledger.unresolved() == ["s/0/0"]
