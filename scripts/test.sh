@@ -5,6 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
+# docker/compose.yaml is validated by a real compose tool (no Docker engine needed): Debian's docker-compose.
+if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "test: installing Debian's docker-compose (to validate docker/compose.yaml)" >&2
+  { apt-get install -y -q docker-compose || { apt-get update -q && apt-get install -y -q docker-compose; }; } \
+    >/tmp/acker-docker-compose-install.log 2>&1 || echo "test: could not install docker-compose (see the log)" >&2
+fi
+
 echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy" && .venv/bin/mypy
 echo "== pytest"

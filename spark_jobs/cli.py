@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from acker.config import add_arguments, load
+from acker.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -29,6 +30,13 @@ def add_parser(sub: Any) -> None:
         job = jobs.add_parser(name, help=help_text, description=help_text)
         add_arguments(job)
         job.add_argument("--spout", action="append", default=[], help="read this spout's outcome topic (repeatable)")
+        job.add_argument(
+            "--spout-group",
+            action="append",
+            default=[],
+            metavar="SPOUT=GROUP",
+            help="the consumer group of a spout whose group is not its name: its watermark is GROUP.acked (repeatable)",
+        )
         job.add_argument("--pattern", default="", help="or: read every outcome topic matching this regex")
         job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
         job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
@@ -39,6 +47,13 @@ def add_parser(sub: Any) -> None:
             job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [1000]")
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.set_defaults(run=_run)
+
+
+def _pair(item: str) -> tuple[str, str]:
+    spout, sep, group = item.partition("=")
+    if not sep or not spout or not group:
+        raise ConfigError(f"--spout-group takes SPOUT=GROUP, got {item!r}")
+    return spout, group
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -52,8 +67,9 @@ def _run(args: argparse.Namespace) -> int:
     source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets)
     spark = spark_session(f"acker-{args.spark_job}", args.master)
     if args.spark_job == "commit":
+        groups = dict(_pair(item) for item in args.spout_group)
         queries = commit_job.start(
-            spark, commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s)
+            spark, commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s, groups=groups)
         )
     else:
         settings = replay_job.ReplayJobSettings(
