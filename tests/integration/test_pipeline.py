@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
+from acker.examples import join as join_example
 from acker.examples.wordcount import LOST, POISON, SPOUT, Topics, count_function, sentences, split_function
 from acker.headers import HEADER
 from acker.kafka.clients import TopicSpec, create_topics
@@ -187,3 +188,15 @@ def test_invalid_anchor_headers_are_processed_as_unanchored(config: ServiceConfi
     bolt.close()
     assert sorted(seen) == [b"garbage header", b"no header", b"zero anchor"]
     assert bolt.counters["invalid_anchor_headers"] == 2 and bolt.counters["unanchored_inputs"] == 3
+
+
+def test_the_join_example_runs_and_gives_each_record_its_fate(bootstrap: str) -> None:
+    outcomes = join_example.run(bootstrap, timeout_s=3.0)
+    by_row = {msg_id.split(".", 1)[1]: outcome for msg_id, outcome in outcomes.items()}
+    assert by_row == {
+        "orders/0/0": "ACK",  # o1, paid in full
+        "orders/0/1": "FAILED",  # o2, underpaid: the check bolt fails the joined message, hence both trees
+        "orders/0/2": "TIMEOUT",  # o3, never paid: its tree is never acked
+        "payments/0/0": "ACK",
+        "payments/0/1": "FAILED",
+    }
