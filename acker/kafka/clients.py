@@ -62,12 +62,18 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
 
 
 def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
-    """Partitions of ``topic``; `KafkaClientError` when it does not exist."""
-    admin = AdminClient(dict(client_config))
+    """Partitions of ``topic``; `KafkaClientError` when it does not exist.
+
+    Asked through a consumer handle: a producer or admin handle's metadata request lets a broker with
+    ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything.
+    """
+    consumer = Consumer({**client_config, "group.id": "acker-metadata", "allow.auto.create.topics": False})
     try:
-        metadata = admin.list_topics(topic, timeout=timeout_s)
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
     except KafkaException as error:
         raise KafkaClientError(f"reading metadata of {topic}", error.args[0] if error.args else None) from None
+    finally:
+        consumer.close()
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         raise KafkaClientError(f"topic {topic} is not available", found.error if found is not None else None)
