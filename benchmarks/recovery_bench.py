@@ -1,0 +1,198 @@
+"""Recovery benchmark: rebuilding a partition's pending trees after a kill -9, and the replays it causes.
+
+Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local broker unless
+``--bootstrap-servers`` names one). Prints a Markdown table.
+
+1. One acker partition and an ``acker run`` process (message timeout 600 s: nothing expires during the run) are fed
+   ``--trees`` word-count trees (100,000) of which only the init and the sentence's ack are sent: that many trees
+   pending, in records of ~8,192 messages.
+2. Once the process has committed its recovery offset for all of them, it is killed with SIGKILL and a new one is
+   started at once. Kafka moves the partition after the dead member's session times out (``session.timeout.ms``,
+   6 s here); the new owner then replays the partition from the committed offset.
+3. Measured, from the new process's start: when it owns the partition (its first status record), and when its
+   status shows every tree pending again with nothing left to read (state rebuilt). The replay itself is the
+   difference (status records come every 100 ms, which bounds its resolution). Baseline in the same run: a plain consumer reading the same records from the same offset.
+4. Then the remaining acks of every tree are sent. Spurious replays = trees whose outcome is not ``ACK`` (each would
+   make its spout replay a record that was processed fine). Storm's acker keeps its pending trees in memory only: when
+   an acker dies, every one of them times out and is replayed (spurious replays = all of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+
+import numpy as np
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.columnar import MessageBlock
+from acker.columnar.block import Kind
+from acker.config import ServiceConfig, to_argv
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
+from acker.kafka.provision import kafka_cluster
+from acker.status import group_lag, read_status
+from acker.wire import decode_outcomes, encode_batch
+
+SPOUT = "sentences"
+WORDS = 5
+
+
+def _trees(n: int, rng: np.random.Generator) -> tuple[list[bytes], list[bytes]]:
+    """Record values: (the inits and sentence acks of ``n`` trees, then the word acks that complete them)."""
+    anchors = rng.integers(1, 2**63 - 1, size=n, dtype=np.int64)
+    root = rng.integers(1, 2**63 - 1, size=n, dtype=np.int64)
+    words = rng.integers(1, 2**63 - 1, size=(n, WORDS), dtype=np.int64)
+    per_record = 8192 // 2
+    heads, tails = [], []
+    for start in range(0, n, per_record):
+        s = slice(start, min(n, start + per_record))
+        k = s.stop - s.start
+        kinds = np.tile(np.array([Kind.INIT, Kind.ACK], np.uint8), k)
+        values = np.stack([root[s], root[s] ^ np.bitwise_xor.reduce(words[s], axis=1)], axis=1).reshape(-1)
+        offsets = np.arange(s.start, s.stop, dtype=np.int64)
+        heads.append(encode_batch(MessageBlock(kinds, np.repeat(anchors[s], 2), values, np.zeros(k, np.int32),
+                                               offsets, [(SPOUT, f"{SPOUT}/0")])))  # fmt: skip
+        tails.append(encode_batch(MessageBlock(np.full(k * WORDS, Kind.ACK, np.uint8), np.repeat(anchors[s], WORDS),
+                                               words[s].reshape(-1), np.zeros(0, np.int32), np.zeros(0, np.int64),
+                                               [])))  # fmt: skip
+    return heads, tails
+
+
+def _send(config: ServiceConfig, values: list[bytes]) -> None:
+    producer = Producer(config.client(**{"linger.ms": 5}))
+    for value in values:
+        produce(producer, config.acker_topic, value, partition=0)
+    assert producer.flush(60) == 0
+
+
+def _start(config: ServiceConfig, name: str) -> subprocess.Popen[bytes]:
+    flags, env = to_argv(replace(config, instance_id=name))
+    argv = [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING"]
+    return subprocess.Popen(argv, env={**os.environ, **env})
+
+
+def _wait_status(config: ServiceConfig, instance: str, trees: int | None, timeout_s: float) -> float:
+    """When partition 0's status is published by ``instance`` (with ``trees`` pending and no lag, if given)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = read_status(config, timeout_s=2).get(0, {})
+        if status.get("instance") == instance and (
+            trees is None or (status.get("pending") == trees and status.get("lag") == 0)
+        ):
+            return time.perf_counter()
+        time.sleep(0.05)
+    raise SystemExit(f"recovery_bench: {instance} did not reach the expected state in {timeout_s:.0f} s")
+
+
+def _plain_read(config: ServiceConfig, start: int) -> float:
+    """Seconds for a plain consumer to read partition 0 from ``start`` to its end (the baseline)."""
+    consumer = Consumer(config.client(**{"group.id": f"plain-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    end = consumer.get_watermark_offsets(TopicPartition(config.acker_topic, 0), timeout=10)[1]
+    consumer.assign([TopicPartition(config.acker_topic, 0, start)])
+    began, position = time.perf_counter(), start
+    while position < end:
+        for record in consume_available(consumer, 1000, 1.0):
+            if record.error() is None:
+                position = (record.offset() or 0) + 1
+    elapsed = time.perf_counter() - began
+    consumer.close()
+    return elapsed
+
+
+def _outcomes(config: ServiceConfig, expected: int, timeout_s: float) -> dict[str, list[str]]:
+    consumer = Consumer(config.client(**{"group.id": f"out-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}))
+    consumer.subscribe([config.outcome_topic(SPOUT)])
+    seen: dict[str, list[str]] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < expected and time.monotonic() < deadline:
+        for record in consumer.consume(500, timeout=0.2):
+            if record.error() is None:
+                decoded = decode_outcomes(record.value() or b"")
+                for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
+                    seen.setdefault(msg_id, []).append(outcome)
+    consumer.close()
+    return seen
+
+
+def _run(bootstrap: str, trees: int, rng: np.random.Generator) -> dict[str, float]:
+    run = uuid.uuid4().hex[:8]
+    config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"rec-{run}", group=f"rec-{run}",
+                           outcome_prefix=f"rec-{run}.out.", dlq_topic=f"rec-{run}.dlq", status_topic=f"rec-{run}.st",
+                           partitions=1, timeout_s=600, commit_interval_s=0.5, status_interval_s=0.1, metrics_port=0,
+                           kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"})  # fmt: skip
+    create_topics(config.client(), [TopicSpec(config.acker_topic, 1), TopicSpec(config.outcome_topic(SPOUT), 1),
+                                    TopicSpec(config.status_topic, 1)])  # fmt: skip
+    heads, tails = _trees(trees, rng)
+    first = _start(config, "first")
+    second = None
+    try:
+        _wait_status(config, "first", None, 120)
+        _send(config, heads)
+        _wait_status(config, "first", trees, 120)
+        time.sleep(2 * config.commit_interval_s)
+        committed = group_lag(config)[0][0]
+        assert committed is not None, "no recovery offset was committed"
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        started = time.perf_counter()
+        second = _start(config, "second")
+        owned = _wait_status(config, "second", None, 120)
+        rebuilt = _wait_status(config, "second", trees, 120)
+        baseline = _plain_read(config, committed)
+        _send(config, tails)
+        outcomes = _outcomes(config, trees, 120)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+    acked = sum(1 for o in outcomes.values() if o[0] == "ACK")
+    return {
+        "owned_s": owned - started,
+        "rebuilt_s": rebuilt - started,
+        "replay_s": rebuilt - owned,
+        "plain_read_s": baseline,
+        "spurious": trees - acked,
+        "undecided": trees - len(outcomes),
+        "duplicates": sum(len(o) - 1 for o in outcomes.values()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trees", type=int, default=100_000, help="pending trees at the kill [100,000]")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    trees = 20_000 if args.quick else args.trees
+    repeat = 1 if args.quick else args.repeat
+    rng = np.random.default_rng(1)
+    runs = []
+    with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
+        for i in range(repeat):
+            runs.append(_run(cluster.bootstrap_servers, trees, rng))
+            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[-1].items()))
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"\nworkload: {trees:,} pending trees on one acker partition ({2 * trees:,} acker messages to replay); "
+          f"session.timeout.ms 6000; median of {repeat} run(s)\n")  # fmt: skip
+    print("| measure | value |")
+    print("|---|---:|")
+    print(f"| new process started → owns the partition (start-up + Kafka failover) | {med['owned_s']:.2f} s |")
+    print(f"| owns the partition → every tree pending again, nothing left to read | {med['replay_s'] * 1000:.0f} ms |")
+    print(f"| baseline: a plain consumer reading the same records | {med['plain_read_s'] * 1000:.0f} ms |")
+    print(f"| new process started → state rebuilt | {med['rebuilt_s']:.2f} s |")
+    print(f"| spurious replays (trees not acked after the crash) | {med['spurious']:.0f} of {trees:,} |")
+    print(f"| trees without an outcome / duplicate outcomes | {med['undecided']:.0f} / {med['duplicates']:.0f} |")
+    print(f"| Storm, for reference: an acker's pending trees when it dies | all {trees:,} time out and are replayed |")
+
+
+if __name__ == "__main__":
+    main()
