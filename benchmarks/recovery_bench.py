@@ -11,7 +11,8 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
    6 s here); the new owner then replays the partition from the committed offset.
 3. Measured, from the new process's start: when it owns the partition (its first status record), and when its
    status shows every tree pending again with nothing left to read (state rebuilt). The replay itself is the
-   difference (status records come every 100 ms, which bounds its resolution). Baseline in the same run: a plain consumer reading the same records from the same offset.
+   difference (status records come every 100 ms, which bounds its resolution). Baseline in the same run: a plain
+   consumer reading the same records from the same offset.
 4. Then the remaining acks of every tree are sent. Spurious replays = trees whose outcome is not ``ACK`` (each would
    make its spout replay a record that was processed fine). Storm's acker keeps its pending trees in memory only: when
    an acker dies, every one of them times out and is replayed (spurious replays = all of them).
