@@ -1,0 +1,128 @@
+"""Scaling benchmark: acker throughput with 1, 2 and 4 partitions, one ``acker run`` process per partition.
+
+Run: ``.venv/bin/python -m benchmarks.scaling_bench [--quick]`` (starts a local broker unless ``--bootstrap-servers``
+names one). Prints a Markdown table.
+
+For each n: a fresh acker topic with n partitions and n ``acker run`` processes in one group; once every partition
+is owned (each instance's status), the same word-count trees (whole trees per record of ~8,192 messages, as in
+service_bench) are produced as fast as the producer goes, and the time runs until a reader of the outcome topic has
+seen every tree decided. Reference in the same run: the producer alone (how fast the records reach the broker),
+which bounds every figure from above. On this machine the broker, the producer and the n processes share 2 cores,
+so the curve flattens at once; see docs/benchmarks.md for what limits it beyond.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+
+import numpy as np
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.config import ServiceConfig, to_argv
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
+from acker.kafka.provision import kafka_cluster
+from acker.status import read_status
+from acker.wire import decode_outcomes
+from benchmarks.service_bench import _records
+
+SPOUT = "sentences"
+
+
+def _produce(config: ServiceConfig, records: list[list[bytes]]) -> float:
+    """Produce every record (partition p gets records[p]); return the seconds until all are delivered."""
+    producer = Producer(config.client(**{"linger.ms": 5, "compression.type": "lz4"}))
+    began = time.perf_counter()
+    for p, values in enumerate(records):
+        for value in values:
+            produce(producer, config.acker_topic, value, partition=p)
+    assert producer.flush(120) == 0
+    return time.perf_counter() - began
+
+
+def _outcome_counter(config: ServiceConfig, partitions: int) -> Consumer:
+    consumer = Consumer(config.client(**{"group.id": f"count-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(config.outcome_topic(SPOUT), p, 0) for p in range(partitions)])
+    return consumer
+
+
+def _count(consumer: Consumer) -> int:
+    return sum(len(decode_outcomes(r.value() or b"").outcomes) for r in consume_available(consumer, 1000, 0.05)
+               if r.error() is None)  # fmt: skip
+
+
+def _run(bootstrap: str, n: int, trees: int) -> tuple[float, float]:
+    """(acker messages/s through n instances, producer-only messages/s) for one run."""
+    run = uuid.uuid4().hex[:8]
+    config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"scale-{run}", group=f"scale-{run}",
+                           outcome_prefix=f"scale-{run}.out.", dlq_topic=f"scale-{run}.dlq",
+                           status_topic=f"scale-{run}.st", partitions=n, timeout_s=300, status_interval_s=0.2,
+                           metrics_port=0)  # fmt: skip
+    create_topics(config.client(), [TopicSpec(config.acker_topic, n), TopicSpec(config.outcome_topic(SPOUT), n),
+                                    TopicSpec(config.status_topic, 1)])  # fmt: skip
+    records = _records(trees, 8192, n, np.random.default_rng(n))
+    messages = trees * 7
+    processes = []
+    for i in range(n):
+        flags, env = to_argv(replace(config, instance_id=f"i{i}"))
+        argv = [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING"]
+        processes.append(subprocess.Popen(argv, env={**os.environ, **env}))
+    try:
+        deadline = time.monotonic() + 120
+        while len({s.get("instance") for s in read_status(config, timeout_s=2).values()}) < n:
+            assert time.monotonic() < deadline, "the instances did not take every partition"
+            time.sleep(0.2)
+        counter = _outcome_counter(config, n)
+        began = time.perf_counter()
+        _produce(config, records)
+        decided = 0
+        while decided < trees:
+            assert time.monotonic() < deadline + 600, "not every tree was decided"
+            decided += _count(counter)
+        elapsed = time.perf_counter() - began
+        counter.close()
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(60)
+    # The producer alone, on a fresh topic: the ceiling of every figure above.
+    alone = replace(config, acker_topic=f"scale-{run}-alone")
+    create_topics(config.client(), [TopicSpec(alone.acker_topic, n)])
+    return messages / elapsed, messages / _produce(alone, records)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trees", type=int, default=300_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    trees = 50_000 if args.quick else args.trees
+    repeat = 1 if args.quick else args.repeat
+    rows = []
+    with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
+        for n in (1, 2, 4):
+            runs = [_run(cluster.bootstrap_servers, n, trees) for _ in range(repeat)]
+            acker, producer = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+            rows.append((n, acker, producer))
+            print(f"{n} partition(s)/instance(s): {acker:,.0f} acker messages/s (producer alone {producer:,.0f}/s)")
+    print(f"\nworkload: {trees:,} word-count trees = {trees * 7:,} acker messages in records of ~8,192; "
+          f"{os.cpu_count()} cores shared by the broker, the producer and the instances; "
+          f"median of {repeat}\n")  # fmt: skip
+    print("| partitions = instances | acker messages/s | × one instance | producer alone, messages/s |")
+    print("|---:|---:|---:|---:|")
+    for n, acker, producer in rows:
+        print(f"| {n} | {acker:,.0f} | {acker / rows[0][1]:.2f} | {producer:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
