@@ -269,10 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from acker.dlq_cli import add_parser as add_dlq
     from acker.examples.demo import add_parser as add_demo
+    from acker.examples.reach import add_drpc_parser
+    from acker.examples.reach import add_parser as add_reach
     from acker.examples.wordcount_cli import add_parser as add_wordcount
 
     add_demo(sub)
     add_dlq(sub)
+    add_drpc_parser(sub)
+    add_reach(sub)
     add_wordcount(sub)
     try:
         from spark_jobs.cli import add_parser as add_spark

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
-from acker.headers import HeaderList, pairs
+from acker.headers import HeaderList, pairs, text
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
 from acker.retries import (
     ATTEMPT,
@@ -31,7 +31,6 @@ from acker.retries import (
     SPOUT,
     Decision,
     RetryPolicy,
-    header_text,
     origin_partition,
     redrive,
 )
@@ -58,7 +57,7 @@ class DeadLetter:
         return f"{self.topic}/{self.partition}/{self.offset}"
 
     def header(self, name: str) -> str | None:
-        return header_text(self.headers, name)
+        return text(self.headers, name)
 
     @property
     def reason(self) -> str:

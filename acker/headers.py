@@ -51,6 +51,14 @@ def pairs(headers: Headers | None) -> HeaderList:
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
 
+def text(headers: Headers | None, name: str) -> str | None:
+    """The value of header ``name`` as text (the first one), None when absent."""
+    for key, value in pairs(headers):
+        if key == name and value is not None:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return None
+
+
 def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
     """(the ids, the other headers, whether an acker header was present but invalid)."""
     ids: TupleIds = UNTRACKED

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from acker.errors import AckerError
 from acker.headers import HeaderList as Headers
-from acker.headers import HeaderValue
+from acker.headers import HeaderValue, text
 
 ATTEMPT = "acker.replay.attempt"
 ORIGIN = "acker.replay.origin"
@@ -72,14 +72,6 @@ class Decision:
     resolution: str  # REPLAYED or DEAD_LETTERED
 
 
-def header_text(headers: Sequence[tuple[str, HeaderValue]], name: str) -> str | None:
-    """The value of header ``name`` as text, None when absent."""
-    for key, value in headers:
-        if key == name and value is not None:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    return None
-
-
 def _own(headers: Sequence[tuple[str, HeaderValue]]) -> Headers:
     """The application's headers: everything but this module's (and the anchor header)."""
     return [(k, v) for k, v in headers if not k.startswith("acker.")]
@@ -107,9 +99,9 @@ def decide(
     when the record no longer exists (deleted by retention): then it is dead-lettered as ``source-missing``."""
     if headers is None:
         return Decision(policy.dead_letter_topic, _context(msg_id, 0, SOURCE_MISSING, spout), DEAD_LETTERED)
-    previous = header_text(headers, ATTEMPT)
+    previous = text(headers, ATTEMPT)
     attempt = int(previous) + 1 if previous is not None and previous.isdigit() else 1
-    origin = header_text(headers, ORIGIN) or msg_id
+    origin = text(headers, ORIGIN) or msg_id
     kept = _own(headers)
     if attempt > policy.max_attempts:
         letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]
@@ -124,13 +116,13 @@ def redrive(
 ) -> Decision:
     """Send the dead letter at coordinates ``letter`` back to its spout's replay topic (or ``spout``'s), as attempt 0
     of its origin: its next nack starts a new round of ``max_attempts`` replays."""
-    origin = header_text(headers, ORIGIN)
-    spout = spout or header_text(headers, SPOUT)
+    origin = text(headers, ORIGIN)
+    spout = spout or text(headers, SPOUT)
     if origin is None:
         raise NotRedrivableError(f"{letter} has no {ORIGIN} header: it was not dead-lettered by the replay job")
     if not spout:
         raise NotRedrivableError(f"{letter} does not say which spout read it ({SPOUT}): name one with --spout")
-    reason = header_text(headers, REASON) or ""
+    reason = text(headers, REASON) or ""
     copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 

@@ -35,11 +35,11 @@ from acker.config import ServiceConfig
 from acker.examples.ledger import Ledger, Report
 from acker.examples.wordcount import POISON, SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
-from acker.headers import HeaderList, pairs
+from acker.headers import text
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
-from acker.retries import ORIGIN, Backoff, header_text
+from acker.retries import ORIGIN, Backoff
 from acker.wire import WireError, decode_outcomes
 
 
@@ -295,11 +295,11 @@ class Demo:
             for outcome, msg_id, latency in zip(decoded.outcomes, decoded.msg_ids, decoded.latency_ms, strict=True):
                 self.ledger.outcome(msg_id, outcome, latency, by_acker=decoded.acker_partition >= 0, at_ms=at_ms)
         for record in _available(copies):
-            origin = header_text(_headers(record), ORIGIN)
+            origin = text(record.headers(), ORIGIN)
             if origin is not None:
                 self.ledger.copy(record.topic() or "", record.partition() or 0, record.offset() or 0, origin)
         for record in _available(dead):
-            origin = header_text(_headers(record), ORIGIN)
+            origin = text(record.headers(), ORIGIN)
             if origin is not None:
                 self.ledger.dead_letter(origin)
         for record in _available(counts):
@@ -343,10 +343,6 @@ def _available(consumer: Consumer) -> Iterator[Message]:
     for record in consumer.consume(5000, timeout=0.05):
         if record.error() is None:
             yield record
-
-
-def _headers(record: Message) -> HeaderList:
-    return pairs(record.headers())
 
 
 def render_report(report: Report) -> Table:

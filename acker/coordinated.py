@@ -1,0 +1,149 @@
+"""Coordinated steps (Storm's CoordinatedBolt): per request, when has a task seen every message it will ever get?
+
+A linear chain of steps; the tasks of a step are the partitions of its input topic. Every message carries the
+request it belongs to. Per request, each task counts the messages it sends to each task (partition) of the next
+step; when it is *finished* with the request it runs the step's ``finished`` callback (which may emit more: the
+counts are taken after it) and then *reports* to every task of the next step: "request R: I sent you n messages"
+(0 included), plus how many reports that task must expect in all.
+
+When a task is finished:
+
+- **first step**: once it has processed the request's message (its execute returned or raised). Only that one
+  task of the first step knows the request, so it tells the next step to expect **1** report.
+- **later steps**: once the expected number of reports has arrived and it has processed exactly as many messages
+  of the request as they announced. Every task of a later step hears of the request (each gets a report), so each
+  reports, and the next step expects as many reports as this step has tasks.
+
+A report travels on the same partition as the data it counts and after it, from the same transactional producer,
+so when a report arrives the messages it counts have arrived before it; the count is then a check.
+
+Failure: a message whose processing raises, a report saying the sender failed, or the request's deadline passing
+make the task fail the request: it reports "failed" downstream at once (no callback), and the failure cascades to
+the end of the chain, where the request is answered as failed. A request never hangs: every task that holds state
+for it drops it at the deadline at the latest.
+
+Pure: no Kafka. `TaskState` returns what to send; the Kafka edge (`acker.kafka.coordinated_stage`) sends it, with
+the step's outputs and its input offsets, in one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Report:
+    """To next-step task ``partition``: this task sent it ``count`` messages of the request; expect ``reporters``
+    reports in all; ``failed`` when the request failed here or upstream."""
+
+    partition: int
+    count: int
+    reporters: int
+    failed: bool = False
+
+
+@dataclass
+class RequestState:
+    """One request as one task sees it. ``user`` is the step's own per-request state (JSON-compatible), kept and
+    restored with the rest, so that a restarted task goes on where the last one stopped."""
+
+    request: str
+    deadline_ms: int
+    received: int = 0  # messages of the request processed here
+    expected: int = 0  # messages the reports so far announced
+    reports: int = 0
+    reporters: int = -1  # reports to expect (-1: not known yet, no report arrived)
+    failed: bool = False
+    sent: dict[int, int] = field(default_factory=dict)  # next-step partition → messages sent there
+    user: dict[str, Any] = field(default_factory=dict)
+    answer: str | None = None  # the last step's result for the request
+
+    def count_sent(self, partition: int) -> None:
+        """The step emitted one message of the request to next-step task ``partition``."""
+        self.sent[partition] = self.sent.get(partition, 0) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request,
+            "deadline_ms": self.deadline_ms,
+            "received": self.received,
+            "expected": self.expected,
+            "reports": self.reports,
+            "reporters": self.reporters,
+            "failed": self.failed,
+            "sent": {str(p): n for p, n in self.sent.items()},
+            "user": self.user,
+            "answer": self.answer,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestState:
+        return cls(
+            data["request"],
+            int(data["deadline_ms"]),
+            int(data["received"]),
+            int(data["expected"]),
+            int(data["reports"]),
+            int(data["reporters"]),
+            bool(data["failed"]),
+            {int(p): int(n) for p, n in data["sent"].items()},
+            dict(data["user"]),
+            data.get("answer"),
+        )
+
+
+class TaskState:
+    """The requests one task (one partition of a step's input topic) is working on.
+
+    ``first``: the task belongs to the first step. ``tasks``: how many tasks this step has (its partition count);
+    ``next_tasks``: how many the next step has (1 for the step that joins the results).
+    """
+
+    def __init__(self, *, first: bool, tasks: int, next_tasks: int) -> None:
+        self.first, self.tasks, self.next_tasks = first, tasks, next_tasks
+        self.requests: dict[str, RequestState] = {}
+
+    def request(self, request: str, deadline_ms: int) -> RequestState:
+        state = self.requests.get(request)
+        if state is None:
+            state = self.requests[request] = RequestState(request, deadline_ms)
+        return state
+
+    def processed(self, state: RequestState, *, ok: bool) -> None:
+        """A data message of the request was processed here (``ok``: the step's execute returned)."""
+        state.received += 1
+        state.failed |= not ok
+
+    def reported(self, state: RequestState, count: int, reporters: int, *, failed: bool) -> None:
+        state.reports += 1
+        state.expected += count
+        state.reporters = reporters
+        state.failed |= failed
+
+    def finished(self, state: RequestState) -> bool:
+        """Whether the task has seen every message of the request it will ever get (or the request failed)."""
+        if state.failed:
+            return True
+        if self.first:
+            return state.received > 0
+        if state.reporters < 0 or state.reports < state.reporters:
+            return False
+        # Every counted message arrived before its report (same partition, same producer): a difference means
+        # messages were lost or duplicated, and the request's answer could not be trusted.
+        state.failed = state.received != state.expected
+        return True
+
+    def reports(self, state: RequestState) -> list[Report]:
+        """What to send downstream once finished (after the step's callback emitted what it had to), and forget
+        the request. One report per next-step task, 0 included."""
+        reporters = 1 if self.first else self.tasks
+        del self.requests[state.request]
+        return [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
+
+    def expired(self, now_ms: int) -> list[RequestState]:
+        """Requests past their deadline, marked failed (the caller reports them as finished)."""
+        late = [s for s in self.requests.values() if s.deadline_ms <= now_ms]
+        for state in late:
+            state.failed = True
+        return late

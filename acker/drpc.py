@@ -1,0 +1,90 @@
+"""A request/response front over a coordinated chain (Storm's Linear DRPC): send a request, wait for its answer.
+
+A request is a record on the chain's first topic (``N.step0``) with a fresh request id (``acker.request``, which is
+also the correlation id) and its deadline (``acker.request.deadline``, epoch ms); the chain answers on ``N.results``
+with the request id as key and ``acker.request.status`` ``ok`` or ``failed`` (`acker.kafka.coordinated_stage`).
+A request that is not answered by its deadline (plus a grace period for the failure to reach the answer) is
+reported as timed out: a call never waits forever.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import zlib
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.config import ServiceConfig
+from acker.errors import AckerError
+from acker.headers import text
+from acker.kafka.clients import consume_available, partition_count, produce
+from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
+
+GRACE_S = 5.0  # after the deadline, how long to wait for the chain's "failed" answer before giving up
+
+
+class DrpcError(AckerError):
+    """A request that failed in the chain, or got no answer in time."""
+
+
+class DrpcClient:
+    def __init__(self, config: ServiceConfig, chain: Chain) -> None:
+        self.chain = chain
+        self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 1}))
+        self.partitions = partition_count(config.client(), chain.topic(0))
+        self.consumer = Consumer(config.client(**{"group.id": f"{chain.name}.client-{uuid.uuid4().hex[:8]}",
+                                                  "enable.auto.commit": False}))  # fmt: skip
+        results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
+        # From the ends as they are now: an answer to a request sent after this cannot be missed.
+        ends = [self.consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in results]
+        self.consumer.assign(
+            [TopicPartition(tp.topic, tp.partition, end) for tp, end in zip(results, ends, strict=True)]
+        )
+        self._answers: dict[str, tuple[str, bytes | None]] = {}
+        self._deadlines: dict[str, float] = {}
+
+    def send(self, args: bytes, timeout_s: float = 30.0) -> str:
+        """Send a request; return its id (see `wait`)."""
+        request = uuid.uuid4().hex
+        deadline_ms = int((time.time() + timeout_s) * 1000)
+        headers = [(REQUEST, request.encode()), (DEADLINE, str(deadline_ms).encode())]
+        partition = zlib.crc32(request.encode()) % self.partitions
+        produce(self.producer, self.chain.topic(0), args, key=request.encode(), partition=partition, headers=headers)
+        self.producer.flush(30)
+        self._deadlines[request] = time.monotonic() + timeout_s + GRACE_S
+        return request
+
+    def wait(self, request: str) -> bytes | None:
+        """The answer to ``request``; `DrpcError` if it failed or its time ran out."""
+        deadline = self._deadlines[request]
+        while request not in self._answers:
+            if time.monotonic() > deadline:
+                raise DrpcError(f"request {request} got no answer before its deadline")
+            for record in consume_available(self.consumer, 500, 0.1):
+                if record.error() is None:
+                    answered = text(record.headers(), REQUEST)
+                    if answered is not None:
+                        self._answers[answered] = (text(record.headers(), STATUS) or "failed", record.value())
+        status, value = self._answers.pop(request)
+        del self._deadlines[request]
+        if status != "ok":
+            raise DrpcError(f"request {request} failed in the chain")
+        return value
+
+    def call(self, args: bytes, timeout_s: float = 30.0) -> bytes | None:
+        """Send a request and wait for its answer."""
+        return self.wait(self.send(args, timeout_s))
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.flush(10)
+
+
+def call(config: ServiceConfig, chain: Chain, args: bytes, timeout_s: float = 30.0) -> bytes | None:
+    """One request, one answer (`DrpcError` when it failed or timed out)."""
+    client = DrpcClient(config, chain)
+    try:
+        return client.call(args, timeout_s)
+    finally:
+        client.close()

@@ -1,0 +1,217 @@
+"""Storm's ReachTopology as a coordinated chain: how many distinct people a URL was shown to.
+
+    reach.step0  get tweeters   url → each user who tweeted it                       (shuffle)
+    reach.step1  get followers  tweeter → each of their followers, keyed by follower  (fields grouping)
+    reach.step2  partial unique follower → the distinct followers of the request this task saw;
+                 ``finished``: their count                                            (to the joining step)
+    reach.step3  count          the partial counts → their sum: the answer            (one task)
+
+``finished`` is what makes the partial counts right: a task of step 2 can only count its distinct followers once
+it has seen every follower of the request it will ever get, and the chain tells it when. A follower appears at one
+task only (fields grouping), so the partial counts add up to the reach.
+
+The data is generated from a seed (`Graph`), with skewed fan-out: a few URLs tweeted by many, a few users with
+many followers, a URL nobody tweeted and one tweeted only by users nobody follows (their requests emit nothing at
+steps 1 or 2 and still finish).
+
+    acker reach run [--requests 20] [--partitions 3]   topics, the four steps as processes, the requests, a check
+    acker reach step INDEX                               run one step (as many processes as you like)
+    acker drpc call reach URL ...                        ask a running chain
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from acker.cli import run_until_signalled
+from acker.config import ServiceConfig, add_arguments, load, to_argv
+from acker.drpc import DrpcClient, DrpcError
+from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
+from acker.kafka.local_broker import pdeathsig_preexec
+
+CHAIN = Chain("reach", 4)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Who tweeted which URL and who follows whom, generated from ``seed`` with skewed degrees."""
+
+    tweeted_by: dict[str, list[str]]
+    followers: dict[str, list[str]]
+
+    @classmethod
+    def generate(cls, urls: int = 40, users: int = 400, seed: int = 7) -> Graph:
+        rng = random.Random(seed)
+        people = [f"u{i}" for i in range(users)]
+        followers = {u: rng.sample(people, min(users - 1, int(rng.paretovariate(1.2) * 3))) for u in people}
+        for lonely in people[-5:]:
+            followers[lonely] = []
+        tweeted_by = {f"url{i}": rng.sample(people, min(users, int(rng.paretovariate(1.1) * 2))) for i in range(urls)}
+        tweeted_by["url-nobody"] = []  # nothing reaches steps 1, 2 and 3
+        tweeted_by["url-lonely"] = people[-5:]  # tweeters without followers: nothing reaches steps 2 and 3
+        return cls(tweeted_by, followers)
+
+    def reach(self, url: str) -> int:
+        return len({f for tweeter in self.tweeted_by.get(url, []) for f in self.followers.get(tweeter, [])})
+
+
+class GetTweeters:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        for tweeter in self.graph.tweeted_by.get((value or b"").decode(), []):
+            emit(tweeter.encode())
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        pass
+
+
+class GetFollowers:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        for follower in self.graph.followers.get((value or b"").decode(), []):
+            emit(follower.encode(), key=follower.encode())
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        pass
+
+
+class PartialUniquer:
+    """Keeps the request's distinct followers in the request's state (restored after a restart)."""
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        seen = request.state.setdefault("seen", [])
+        follower = (value or b"").decode()
+        if follower not in seen:
+            seen.append(follower)
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        emit(str(len(request.state.get("seen", []))).encode())
+
+
+class CountAggregator:
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        request.state["sum"] = request.state.get("sum", 0) + int(value or b"0")
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        emit(str(request.state.get("sum", 0)).encode())
+
+
+def steps(graph: Graph) -> list[Step]:
+    return [GetTweeters(graph), GetFollowers(graph), PartialUniquer(), CountAggregator()]
+
+
+def stage(config: ServiceConfig, index: int, graph: Graph | None = None, chain: Chain = CHAIN) -> CoordinatedStage:
+    return CoordinatedStage(config, chain, index, steps(graph or Graph.generate())[index])
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+
+
+def _cmd_step(args: argparse.Namespace) -> int:
+    return run_until_signalled(stage(load(args), args.index, chain=Chain(args.chain, CHAIN.steps)))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = load(args)
+    chain = Chain(args.chain, CHAIN.steps)
+    create_chain_topics(config, chain, args.tasks)
+    flags, env = to_argv(replace(config, metrics_port=0))
+    preexec = pdeathsig_preexec()  # the steps die with this process; in the child it only calls prctl and getppid
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags],
+            env={**os.environ, **env},
+            preexec_fn=preexec,  # noqa: PLW1509
+        )
+        for i in range(chain.steps)
+        for _ in range(args.processes if i < chain.steps - 1 else 1)
+    ]
+    graph = Graph.generate()
+    urls = sorted(graph.tweeted_by)[: args.requests]
+    client = DrpcClient(config, chain)
+    wrong = 0
+    try:
+        sent = {url: client.send(url.encode(), args.deadline_s) for url in urls}  # all at once: concurrent
+        for url, request in sent.items():
+            try:
+                answer = int(client.wait(request) or b"-1")
+            except DrpcError as error:
+                print(f"{url:12} {error}")
+                wrong += 1
+                continue
+            expected = graph.reach(url)
+            wrong += answer != expected
+            print(f"{url:12} reach {answer:5}  {'ok' if answer == expected else f'WRONG, expected {expected}'}")
+    finally:
+        client.close()
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(60)
+    print(f"{len(urls) - wrong} of {len(urls)} answers exact")
+    return 0 if wrong == 0 else 1
+
+
+def add_parser(sub: Any) -> None:
+    reach = sub.add_parser("reach", help="Storm's ReachTopology as a coordinated chain (Linear DRPC)",
+                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    commands = reach.add_subparsers(dest="reach_command", required=True)
+    run = commands.add_parser("run", help="create the topics, start every step, send requests and check the answers")
+    step = commands.add_parser("step", help="run one step of the chain until stopped")
+    step.add_argument("index", type=int, choices=range(CHAIN.steps), help="0 tweeters, 1 followers, 2 unique, 3 count")
+    for parser in (run, step):
+        add_arguments(parser)
+        parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")
+    run.add_argument("--requests", type=int, default=20, help="URLs asked, all at once [20]")
+    run.add_argument("--tasks", type=int, default=3, help="tasks (partitions) of each step but the last [3]")
+    run.add_argument("--processes", type=int, default=1, help="processes per step (but the last) [1]")
+    run.add_argument("--deadline-s", type=float, default=60.0, help="each request's deadline, from its sending [60]")
+    run.set_defaults(run=_cmd_run)
+    step.set_defaults(run=_cmd_step)
+
+
+def ask(config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: float) -> dict[str, str]:
+    """`acker drpc call`: send every value at once, return each answer (or the error)."""
+    client = DrpcClient(config, chain)
+    try:
+        sent = {value: client.send(value.encode(), timeout_s) for value in values}
+        out = {}
+        for value, request in sent.items():
+            try:
+                out[value] = (client.wait(request) or b"").decode()
+            except DrpcError as error:
+                out[value] = f"error: {error}"
+        return out
+    finally:
+        client.close()
+
+
+def _cmd_drpc(args: argparse.Namespace) -> int:
+    answers = ask(load(args), Chain(args.chain_name, args.steps), args.values, args.deadline_s)
+    for value, answer in answers.items():
+        print(f"{value}\t{answer}")
+    return 1 if any(a.startswith("error:") for a in answers.values()) else 0
+
+
+def add_drpc_parser(sub: Any) -> None:
+    drpc = sub.add_parser("drpc", help="send requests to a coordinated chain and wait for the answers")
+    commands = drpc.add_subparsers(dest="drpc_command", required=True)
+    call = commands.add_parser("call", help="send each VALUE as a request (all at once) and print the answers")
+    add_arguments(call)
+    call.add_argument("chain_name", metavar="CHAIN", help="the chain's name (its topics are CHAIN.step<i>)")
+    call.add_argument("values", nargs="+", metavar="VALUE")
+    call.add_argument("--steps", type=int, default=CHAIN.steps, help="steps of the chain [4]")
+    call.add_argument("--deadline-s", type=float, default=30.0, help="each request's deadline, from its sending [30]")
+    call.set_defaults(run=_cmd_drpc)

@@ -1,0 +1,306 @@
+"""One step of a coordinated chain over Kafka (`acker.coordinated`): processes, counts, reports, exactly once.
+
+A chain named N has steps 0..k−1; step i reads ``N.step<i>`` (its tasks are that topic's partitions), and the last
+step, which joins the partial results, reads a one-partition topic and writes one answer per request to
+``N.results``. Records:
+
+- data: any value and key, headers ``acker.request`` (the request id) and ``acker.request.deadline`` (epoch ms);
+- report: an empty record with those headers and ``acker.request.report`` = JSON
+  ``{"from": task, "count": n, "reporters": r, "failed": false}``, sent to every task of the next step;
+- answer (on ``N.results``, key = request id): the last step's result, header ``acker.request.status`` = ``ok``
+  or ``failed``.
+
+Emitting with a key sends to partition ``crc32(key) mod tasks`` of the next step (fields grouping), without one
+round-robin per request (shuffle grouping). Reports and answers are never shown to user code.
+
+Exactly once per step: each batch of input records is processed in one Kafka transaction that holds the step's
+outputs, its reports, the new state of every request it touched (a compacted changelog topic ``N.step<i>.state``,
+partitioned like the input: key = request id, value = the request's `RequestState` as JSON, a tombstone once
+finished) and the input offsets. A process that dies mid-batch leaves nothing visible; the partition's next owner
+reloads the changelog and goes on from the committed offsets, so a task restarted mid-request changes nothing in the
+answer. Records without a request header are copied to ``N.step<i>.dlq`` with the reason, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from acker.config import ServiceConfig
+from acker.coordinated import RequestState, TaskState
+from acker.headers import HeaderList, pairs, text
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count
+
+log = logging.getLogger("acker.coordinated")
+
+REQUEST = "acker.request"
+DEADLINE = "acker.request.deadline"
+REPORT = "acker.request.report"
+STATUS = "acker.request.status"
+
+
+@dataclass(frozen=True)
+class Chain:
+    name: str
+    steps: int  # including the last one, which joins the results
+
+    def topic(self, index: int) -> str:
+        return f"{self.name}.step{index}"
+
+    @property
+    def results(self) -> str:
+        return f"{self.name}.results"
+
+    def topics(self, config: ServiceConfig, partitions: int) -> list[TopicSpec]:
+        """Every topic of the chain: ``partitions`` per step, one for the joining step and for the answers."""
+        specs = []
+        for i in range(self.steps):
+            n = 1 if i == self.steps - 1 else partitions
+            compacted = {"cleanup.policy": "compact"}
+            specs += [TopicSpec(self.topic(i), n, config.replication_factor),
+                      TopicSpec(f"{self.topic(i)}.state", n, config.replication_factor, compacted),
+                      TopicSpec(f"{self.topic(i)}.dlq", 1, config.replication_factor)]  # fmt: skip
+        return [*specs, TopicSpec(self.results, 1, config.replication_factor)]
+
+
+@dataclass
+class Request:
+    """What a step's code sees of a request: its id, and its own per-request state (kept across restarts)."""
+
+    id: str
+    task: int
+    state: dict[str, Any]
+
+
+Emit = Callable[..., None]  # emit(value: bytes | None, key: bytes | None = None)
+
+
+class Step(Protocol):
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None: ...
+
+    def finished(self, request: Request, emit: Emit) -> None: ...
+
+
+class CoordinatedStage:
+    """Runs step ``index`` of ``chain``: as many processes as you like, one consumer group per step."""
+
+    def __init__(self, config: ServiceConfig, chain: Chain, index: int, step: Step) -> None:
+        self.config, self.chain, self.index, self.step = config, chain, index, step
+        self.input = chain.topic(index)
+        self.last = index == chain.steps - 1
+        self.output = chain.results if self.last else chain.topic(index + 1)
+        self.changelog, self.dlq = f"{self.input}.state", f"{self.input}.dlq"
+        self.tasks_count = partition_count(config.client(), self.input)
+        self.next_count = 1 if self.last else partition_count(config.client(), self.output)
+        self.group = f"{chain.name}.step{index}"
+        self.tasks: dict[int, TaskState] = {}
+        self.counters: dict[str, int] = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
+        self._touched: dict[tuple[int, str], RequestState | None] = {}
+        self._round_robin = 0
+        self.consumer = Consumer(config.client(**{
+            "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed"}))  # fmt: skip
+        self.producer = Producer(
+            config.client(**{"transactional.id": f"{self.group}-{uuid.uuid4().hex}", "linger.ms": 5})
+        )
+        self.producer.init_transactions(30)
+        self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    # -- the loop ---------------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                self.poll(0.1)
+        finally:
+            self.consumer.close()
+            self.producer.flush(10)
+
+    def poll(self, timeout_s: float) -> int:
+        """Read what is there and process it in one transaction, with the requests past their deadline."""
+        records = [r for r in consume_available(self.consumer, 500, timeout_s) if self._usable(r)]
+        now_ms = int(time.time() * 1000)
+        late = [(p, s) for p, task in self.tasks.items() for s in task.expired(now_ms)]
+        if not records and not late:
+            return 0
+        self.producer.begin_transaction()
+        try:
+            for record in records:
+                self._handle(record)
+            for partition, state in late:
+                log.warning("request %s is past its deadline at task %d: failing it", state.request, partition)
+                self._finish(partition, state)
+            self._save()
+            positions = self._positions(records)
+            if positions:
+                self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
+            self.producer.commit_transaction(30)
+        except BaseException:
+            # Nothing of the batch is visible; this process stops, and the partitions' next owner (a restart, or
+            # another process of the step) reloads the committed state and goes on from the committed offsets.
+            self.producer.abort_transaction(30)
+            raise
+        return len(records)
+
+    def _usable(self, record: Message) -> bool:
+        error = record.error()
+        if error is None:
+            return True
+        if error.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer error: %s", error)
+        return False
+
+    def _handle(self, record: Message) -> None:
+        partition = record.partition() or 0
+        task = self.tasks.get(partition)
+        if task is None:  # revoked while in flight
+            return
+        headers = pairs(record.headers())
+        request, deadline, report = text(headers, REQUEST), text(headers, DEADLINE), text(headers, REPORT)
+        if request is None or deadline is None or not deadline.isdigit():
+            self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
+            return
+        if request not in task.requests and int(deadline) <= int(time.time() * 1000):
+            self.counters["late"] += 1  # of a request failed at its deadline here already: nothing to do
+            return
+        state = task.request(request, int(deadline))
+        if report is not None:
+            try:
+                fields = json.loads(report)
+                task.reported(state, int(fields["count"]), int(fields["reporters"]), failed=bool(fields["failed"]))
+            except (ValueError, KeyError, TypeError) as error:
+                self._dead_letter(record, f"unreadable report: {error}")
+                return
+        else:
+            ok = True
+            try:
+                self.step.execute(self._request(partition, state), record.value(), record.key(), self._emit(state))
+            except Exception as error:
+                log.warning("request %s failed at task %d: %r", request, partition, error)
+                ok = False
+            task.processed(state, ok=ok)
+            self.counters["processed"] += 1
+        self._touched[(partition, request)] = state
+        if task.finished(state):
+            self._finish(partition, state)
+
+    def _finish(self, partition: int, state: RequestState) -> None:
+        """The task is done with the request: the step's callback, then the reports (or, last, the answer)."""
+        if not state.failed:
+            try:
+                self.step.finished(self._request(partition, state), self._emit(state))
+            except Exception as error:
+                log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
+                state.failed = True
+        headers = _request_headers(state)
+        reports = self.tasks[partition].reports(state)
+        if self.last:  # the answer, once: ok with the step's result, or failed
+            status = (STATUS, b"failed" if state.failed else b"ok")
+            value = None if state.failed or state.answer is None else state.answer.encode()
+            self.producer.produce(self.output, value, state.request.encode(), headers=[*headers, status])
+        else:
+            for report in reports:
+                body = {"from": partition, "count": report.count, "reporters": report.reporters,
+                        "failed": report.failed}  # fmt: skip
+                self.producer.produce(self.output, None, partition=report.partition,
+                                      headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
+        self._touched[(partition, state.request)] = None
+        self.counters["failed" if state.failed else "finished"] += 1
+
+    def _request(self, partition: int, state: RequestState) -> Request:
+        return Request(state.request, partition, state.user)
+
+    def _emit(self, state: RequestState) -> Emit:
+        headers = _request_headers(state)
+
+        def emit(value: bytes | None, key: bytes | None = None) -> None:
+            if self.last:  # the joining step's result: one answer per request, written once it is finished
+                state.answer = value.decode() if isinstance(value, bytes) else value
+                return
+            if key is not None:
+                partition = zlib.crc32(key) % self.next_count
+            else:
+                partition, self._round_robin = self._round_robin % self.next_count, self._round_robin + 1
+            self.producer.produce(self.output, value, key, partition=partition, headers=headers)
+            state.count_sent(partition)
+
+        return emit
+
+    def _dead_letter(self, record: Message, reason: str) -> None:
+        self.counters["dead_letters"] += 1
+        log.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), reason)
+        origin = f"{record.topic()}/{record.partition()}/{record.offset()}"
+        headers = [
+            *pairs(record.headers()),
+            ("acker.dlq.reason", reason.encode()),
+            ("acker.dlq.origin", origin.encode()),
+        ]
+        self.producer.produce(self.dlq, record.value(), record.key(), headers=headers)
+
+    # -- state ------------------------------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        for (partition, request), state in self._touched.items():
+            value = None if state is None else json.dumps(state.to_json()).encode()
+            self.producer.produce(self.changelog, value, request.encode(), partition=partition)
+        self._touched.clear()
+
+    def _positions(self, records: list[Message]) -> list[TopicPartition]:
+        last: dict[int, int] = {}
+        for record in records:
+            last[record.partition() or 0] = max(last.get(record.partition() or 0, -1), record.offset() or 0)
+        return [TopicPartition(self.input, p, o + 1) for p, o in last.items() if p in self.tasks]
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.tasks[tp.partition] = self._restore(tp.partition)
+        log.info("step %d: tasks %s", self.index, sorted(tp.partition for tp in partitions))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.tasks.pop(tp.partition, None)
+
+    def _restore(self, partition: int) -> TaskState:
+        """The task's requests as last committed: the changelog partition read to its end."""
+        task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count)
+        reader = Consumer(self.config.client(**{"group.id": f"{self.group}.restore", "enable.auto.commit": False,
+                                                "isolation.level": "read_committed"}))  # fmt: skip
+        try:
+            low, high = reader.get_watermark_offsets(TopicPartition(self.changelog, partition), timeout=30)
+            if high <= low:
+                return task
+            reader.assign([TopicPartition(self.changelog, partition, low)])
+            position = low
+            while position < high:
+                batch = reader.consume(1000, timeout=2)
+                if not batch:
+                    break  # the end is a transaction marker
+                for record in batch:
+                    if record.error() is not None:
+                        continue
+                    position = (record.offset() or 0) + 1
+                    key = (record.key() or b"").decode()
+                    if record.value() is None:
+                        task.requests.pop(key, None)
+                    else:
+                        task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
+        finally:
+            reader.close()
+        return task
+
+
+def _request_headers(state: RequestState) -> HeaderList:
+    return [(REQUEST, state.request.encode()), (DEADLINE, str(state.deadline_ms).encode())]
+
+
+def create_chain_topics(config: ServiceConfig, chain: Chain, partitions: int) -> None:
+    create_topics(config.client(), chain.topics(config, partitions))
