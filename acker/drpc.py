@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.config import ServiceConfig
 from acker.errors import AckerError
 from acker.headers import text
-from acker.kafka.clients import consume_available, partition_count, produce
+from acker.kafka.clients import consume_available, end_offsets, partition_count, produce
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
 GRACE_S = 5.0  # after the deadline, how long to wait for the chain's "failed" answer before giving up
@@ -37,7 +37,7 @@ class DrpcClient:
                                                   "enable.auto.commit": False}))  # fmt: skip
         results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
         # From the ends as they are now: an answer to a request sent after this cannot be missed.
-        ends = [self.consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in results]
+        ends = end_offsets(self.consumer, results)
         self.consumer.assign(
             [TopicPartition(tp.topic, tp.partition, end) for tp, end in zip(results, ends, strict=True)]
         )

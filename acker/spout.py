@@ -40,7 +40,7 @@ from acker.core.messages import Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count, produce
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets, partition_count, produce
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE
 from acker.wire import WireError, decode_outcomes, encode_outcome_rows
@@ -129,13 +129,11 @@ class Spout:
         outcome_topic = config.outcome_topic(settings.name)
         # From the current ends, resolved now: OFFSET_END would be resolved when the first fetch starts, possibly
         # after the outcomes of the first trees were written, and those would never be seen.
-        ends = [
-            TopicPartition(
-                outcome_topic, p, self.outcomes.get_watermark_offsets(TopicPartition(outcome_topic, p), 30)[1]
-            )
-            for p in range(partition_count(config.client(), outcome_topic))
-        ]
-        self.outcomes.assign(ends)
+        parts = [TopicPartition(outcome_topic, p) for p in range(partition_count(config.client(), outcome_topic))]
+        ends = end_offsets(self.outcomes, parts)
+        self.outcomes.assign(
+            [TopicPartition(outcome_topic, tp.partition, end) for tp, end in zip(parts, ends, strict=True)]
+        )
         self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
         topics = [settings.source_topic]
         if settings.replays:

@@ -27,6 +27,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -112,15 +113,28 @@ def steps(graph: Graph) -> list[Step]:
     return [GetTweeters(graph), GetFollowers(graph), PartialUniquer(), CountAggregator()]
 
 
-def stage(config: ServiceConfig, index: int, graph: Graph | None = None, chain: Chain = CHAIN) -> CoordinatedStage:
-    return CoordinatedStage(config, chain, index, steps(graph or Graph.generate())[index])
-
-
 # -- command line -------------------------------------------------------------------------------------------------
 
 
+class Slowed:
+    """A step whose every message takes ``delay_s`` longer (for demonstrations and tests of restarts)."""
+
+    def __init__(self, inner: Step, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        time.sleep(self.delay_s)
+        self.inner.execute(request, value, key, emit)
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        self.inner.finished(request, emit)
+
+
 def _cmd_step(args: argparse.Namespace) -> int:
-    return run_until_signalled(stage(load(args), args.index, chain=Chain(args.chain, CHAIN.steps)))
+    step = steps(Graph.generate())[args.index]
+    if args.delay_ms:
+        step = Slowed(step, args.delay_ms / 1000)
+    return run_until_signalled(CoordinatedStage(load(args), Chain(args.chain, CHAIN.steps), args.index, step))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -171,6 +185,7 @@ def add_parser(sub: Any) -> None:
     run = commands.add_parser("run", help="create the topics, start every step, send requests and check the answers")
     step = commands.add_parser("step", help="run one step of the chain until stopped")
     step.add_argument("index", type=int, choices=range(CHAIN.steps), help="0 tweeters, 1 followers, 2 unique, 3 count")
+    step.add_argument("--delay-ms", type=float, default=0, help="slow every message down by this much [0]")
     for parser in (run, step):
         add_arguments(parser)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")

@@ -5,11 +5,12 @@ Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkaf
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined] # documented location
 
 from acker.errors import AckerError
@@ -88,6 +89,24 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 30.0) -> list[int]:
+    """The current end offset of each partition, asking again while the broker is not ready to answer (a topic
+    just created has no leader for a moment)."""
+    deadline = time.monotonic() + timeout_s
+    ends = []
+    for tp in partitions:
+        while True:
+            try:
+                ends.append(consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1])
+                break
+            except KafkaException as error:
+                kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+                if kafka_error is None or not kafka_error.retriable() or time.monotonic() > deadline:
+                    raise KafkaClientError(f"reading the end of {tp.topic}[{tp.partition}]", kafka_error) from None
+                time.sleep(0.2)
+    return ends
 
 
 def consume_available(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

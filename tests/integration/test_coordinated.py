@@ -1,0 +1,182 @@
+"""Coordinated steps and DRPC on the real broker: Storm's ReachTopology, exact answers, restarts, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.config import ServiceConfig, to_argv
+from acker.drpc import DrpcClient, DrpcError
+from acker.examples.reach import CHAIN, Graph, steps
+from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
+from tests.integration.helpers import Running
+
+GRAPH = Graph.generate()
+
+
+class Recorded:
+    """A step that logs every call, in the order its task saw them."""
+
+    def __init__(self, index: int, inner: Step, log: list[tuple[str, int, int, str]]) -> None:
+        self.index, self.inner, self.log = index, inner, log
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        self.log.append(("execute", self.index, request.task, request.id))
+        self.inner.execute(request, value, key, emit)
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        self.log.append(("finished", self.index, request.task, request.id))
+        self.inner.finished(request, emit)
+
+
+@pytest.fixture
+def chain(config: ServiceConfig) -> Chain:
+    chain = Chain(f"reach-{uuid.uuid4().hex[:6]}", CHAIN.steps)
+    create_chain_topics(config, chain, partitions=3)
+    return chain
+
+
+def _ask(config: ServiceConfig, chain: Chain, urls: list[str], deadline_s: float = 60) -> dict[str, Any]:
+    client = DrpcClient(config, chain)
+    try:
+        sent = {url: client.send(url.encode(), deadline_s) for url in urls}  # all in flight at once
+        answers: dict[str, Any] = {}
+        for url, request in sent.items():
+            try:
+                answers[url] = int(client.wait(request) or b"-1")
+            except DrpcError as error:
+                answers[url] = error
+        return answers
+    finally:
+        client.close()
+
+
+def test_concurrent_requests_are_exact_and_each_task_finishes_each_request_once(
+    config: ServiceConfig, chain: Chain
+) -> None:
+    log: list[tuple[str, int, int, str]] = []
+    stages = [
+        Running(CoordinatedStage(config, chain, i, Recorded(i, step, log))) for i, step in enumerate(steps(GRAPH))
+    ]
+    try:
+        urls = sorted(GRAPH.tweeted_by)  # 42 requests, skewed fan-out, two that emit nothing at some step
+        answers = _ask(config, chain, urls)
+    finally:
+        for stage in stages:
+            stage.stop()
+    assert answers == {url: GRAPH.reach(url) for url in urls}
+    finished: dict[tuple[int, int, str], int] = {}
+    for position, (kind, index, task, request) in enumerate(log):
+        if kind == "finished":
+            assert (index, task, request) not in finished, "finished twice"
+            finished[(index, task, request)] = position
+        else:
+            assert (index, task, request) not in finished, "a message of a request after its finished"
+    requests = {request for _, _, _, request in log}
+    for request in requests:
+        tasks_per_step = [sorted(t for i, t, r in finished if r == request and i == step) for step in range(4)]
+        # One task of the first step has the request; every task of the middle steps hears of it; one joins.
+        assert [len(t) for t in tasks_per_step] == [1, 3, 3, 1]
+
+
+def _read(config: ServiceConfig, topic: str, wait_s: float = 30) -> list[Any]:
+    """The committed records of partition 0 of ``topic``, once there are some and no more come for 2 s."""
+    consumer = Consumer(config.client(**{"group.id": f"read-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    records: list[Any] = []
+    deadline = time.monotonic() + wait_s
+    try:
+        while time.monotonic() < deadline:
+            batch = [r for r in consumer.consume(100, timeout=2) if r.error() is None]
+            if not batch and records:
+                return records
+            records += batch
+        return records
+    finally:
+        consumer.close()
+
+
+def _step_process(config: ServiceConfig, chain: Chain, index: int, *extra: str) -> subprocess.Popen[bytes]:
+    flags, env = to_argv(replace(config, metrics_port=0))
+    argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(index), "--chain", chain.name, *flags, *extra]
+    return subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: ServiceConfig, chain: Chain) -> None:
+    """Step 2 (which keeps each request's distinct followers) is slowed down, killed with SIGKILL while the
+    requests are in flight, and started again: its state and offsets are those of its last committed transaction,
+    so every answer is still exact (none is failed)."""
+    processes = {i: _step_process(config, chain, i) for i in (0, 1, 3)}
+    processes[2] = _step_process(config, chain, 2, "--delay-ms", "3")
+    urls = sorted(GRAPH.tweeted_by)
+    answers: dict[str, Any] = {}
+    try:
+        asking = threading.Thread(target=lambda: answers.update(_ask(config, chain, urls, deadline_s=90)))
+        asking.start()
+        time.sleep(8)  # the steps have started and step 2 is busy with the first requests
+        processes[2].send_signal(signal.SIGKILL)
+        processes[2].wait(30)
+        processes[2] = _step_process(config, chain, 2)
+        asking.join(150)
+        assert not asking.is_alive()
+    finally:
+        for process in processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            process.wait(60)
+    assert answers == {url: GRAPH.reach(url) for url in urls}
+
+
+class Failing:
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        if value == b"u3":
+            raise ValueError("this tweeter's followers cannot be read")
+        emit(value)
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        pass
+
+
+def test_failures_and_deadlines_answer_failed_and_bad_records_are_dead_lettered(
+    config: ServiceConfig, chain: Chain
+) -> None:
+    inner = steps(GRAPH)
+    failing_url = next(url for url, tweeters in GRAPH.tweeted_by.items() if "u3" in tweeters)
+    working_url = next(url for url, tweeters in GRAPH.tweeted_by.items() if tweeters and "u3" not in tweeters)
+    stages = [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(inner) if i != 1]
+    stages.append(Running(CoordinatedStage(config, chain, 1, Failing())))
+    try:
+        answers = _ask(config, chain, [failing_url, working_url])
+        assert isinstance(answers[failing_url], DrpcError) and "failed in the chain" in str(answers[failing_url])
+        assert isinstance(answers[working_url], int)
+        # A record that is not a message of a request goes to the step's dead-letter topic; the step goes on.
+        producer = Producer(config.client())
+        producer.produce(chain.topic(1), b"no headers", partition=0)
+        producer.flush(10)
+        letters = _read(config, f"{chain.topic(1)}.dlq")
+        assert [r.value() for r in letters] == [b"no headers"]
+        assert b"not a message of a request" in dict(letters[0].headers())["acker.dlq.reason"]
+        assert isinstance(_ask(config, chain, [working_url])[working_url], int)
+    finally:
+        for stage in stages:
+            stage.stop()
+    # With step 2 gone, a request cannot finish: at its deadline it is answered "failed" (steps 1 and 3 fail it),
+    # and the client never waits past the deadline and its grace.
+    stages = [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(inner) if i != 2]
+    try:
+        began = time.monotonic()
+        late = _ask(config, chain, [working_url], deadline_s=3)[working_url]
+        assert isinstance(late, DrpcError) and time.monotonic() - began < 3 + 5 + 2
+    finally:
+        for stage in stages:
+            stage.stop()
