@@ -92,8 +92,8 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
 
 
 def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 30.0) -> list[int]:
-    """The current end offset of each partition, asking again while the broker is not ready to answer (a topic
-    just created has no leader for a moment)."""
+    """The current end offset of each partition, asking again (up to ``timeout_s``) while the broker cannot answer:
+    a topic just created has no leader for a moment."""
     deadline = time.monotonic() + timeout_s
     ends = []
     for tp in partitions:
@@ -101,9 +101,9 @@ def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s:
             try:
                 ends.append(consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1])
                 break
-            except KafkaException as error:
-                kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
-                if kafka_error is None or not kafka_error.retriable() or time.monotonic() > deadline:
+            except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
+                if time.monotonic() > deadline:
+                    kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
                     raise KafkaClientError(f"reading the end of {tp.topic}[{tp.partition}]", kafka_error) from None
                 time.sleep(0.2)
     return ends

@@ -46,6 +46,7 @@ REQUEST = "acker.request"
 DEADLINE = "acker.request.deadline"
 REPORT = "acker.request.report"
 STATUS = "acker.request.status"
+TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a dead process's is aborted after this
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,12 @@ class CoordinatedStage:
         self.consumer = Consumer(config.client(**{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed"}))  # fmt: skip
-        self.producer = Producer(
-            config.client(**{"transactional.id": f"{self.group}-{uuid.uuid4().hex}", "linger.ms": 5})
-        )
+        # One transactional producer per process; the consumer group's generation fences a zombie (KIP-447). With a
+        # stable --instance-id, a restarted process also aborts its predecessor's open transaction at once; without
+        # one, the broker aborts it after transaction.timeout.ms, and until then readers wait behind it.
+        transactional_id = f"{self.group}-{config.instance_id or uuid.uuid4().hex}"
+        self.producer = Producer(config.client(**{"transactional.id": transactional_id, "linger.ms": 5,
+                                                  "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
         self.producer.init_transactions(30)
         self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
 

@@ -117,7 +117,7 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
     requests are in flight, and started again: its state and offsets are those of its last committed transaction,
     so every answer is still exact (none is failed)."""
     processes = {i: _step_process(config, chain, i) for i in (0, 1, 3)}
-    processes[2] = _step_process(config, chain, 2, "--delay-ms", "3")
+    processes[2] = _step_process(config, chain, 2, "--delay-ms", "3", "--instance-id", "step2")
     urls = sorted(GRAPH.tweeted_by)
     answers: dict[str, Any] = {}
     try:
@@ -126,7 +126,7 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
         time.sleep(8)  # the steps have started and step 2 is busy with the first requests
         processes[2].send_signal(signal.SIGKILL)
         processes[2].wait(30)
-        processes[2] = _step_process(config, chain, 2)
+        processes[2] = _step_process(config, chain, 2, "--instance-id", "step2")  # fences the dead one's transaction
         asking.join(150)
         assert not asking.is_alive()
     finally:
