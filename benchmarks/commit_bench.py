@@ -40,7 +40,7 @@ from acker.kafka.provision import kafka_cluster
 from acker.wire import encode_outcome_rows
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, start
 from spark_jobs.outcomes import outcome_rows
-from spark_jobs.session import spark_session
+from spark_jobs.session import spark_session, stop
 
 SPOUT = "bench"
 
@@ -255,7 +255,7 @@ def main() -> None:
                 latencies[load] = 1000 * np.array(delays)
                 print(f"latency at {load:,.0f} acks/s: p99 {np.percentile(latencies[load], 99):,.0f} ms")
         finally:
-            spark.stop()
+            stop(spark)
     print(f"\nworkload: {acks:,} acks over {args.partitions} partitions in records of {args.per_record:,}; "
           f"{args.master}; trigger {args.trigger_s:g} s\n")  # fmt: skip
     print("| measure | acks/s | ratio |")

@@ -59,42 +59,46 @@ def _pair(item: str) -> tuple[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
-    from spark_jobs.session import spark_session
+    from spark_jobs.session import spark_session, stop
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load(args)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets)
-    spark = spark_session(f"acker-{args.spark_job}", args.master)
-    if args.spark_job == "commit":
-        groups = dict(_pair(item) for item in args.spout_group)
-        queries = commit_job.start(
-            spark, commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s, groups=groups)
-        )
-    else:
-        settings = replay_job.ReplayJobSettings(
-            source,
-            args.checkpoint,
-            trigger_s=args.trigger_s,
-            max_attempts=args.max_attempts,
-            backoff=Backoff(first_ms=args.backoff_ms),
-            replay_prefix=config.replay_prefix,
-            outcome_prefix=config.outcome_prefix,
-            dead_letter_topic=config.replay_dlq_topic,
-        )
-        queries = replay_job.start(spark, settings)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    while not stop.wait(1.0):
+    spark = None
+    try:
+        spark = spark_session(f"acker-{args.spark_job}", args.master)
+        if args.spark_job == "commit":
+            groups = dict(_pair(item) for item in args.spout_group)
+            settings = commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s, groups=groups)
+            queries = commit_job.start(spark, settings)
+        else:
+            replay = replay_job.ReplayJobSettings(
+                source,
+                args.checkpoint,
+                trigger_s=args.trigger_s,
+                max_attempts=args.max_attempts,
+                backoff=Backoff(first_ms=args.backoff_ms),
+                replay_prefix=config.replay_prefix,
+                outcome_prefix=config.outcome_prefix,
+                dead_letter_topic=config.replay_dlq_topic,
+            )
+            queries = replay_job.start(spark, replay)
+        stopping = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stopping.set())
+        failed = False
+        while not stopping.wait(1.0):
+            for query in queries:
+                if not query.isActive:
+                    print(f"acker: query {query.name} stopped: {query.exception()}", file=sys.stderr)
+                    failed = True
+                    stopping.set()
         for query in queries:
-            if not query.isActive:
-                failure = query.exception()
-                print(f"acker: query {query.name} stopped: {failure}", file=sys.stderr)
-                stop.set()
-    for query in queries:
-        query.stop()
-    return 0
+            query.stop()
+        return 1 if failed else 0
+    finally:
+        stop(spark)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ pyspark ships neither connector. They are resolved from Maven Central on the fir
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
+from pathlib import Path
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -50,3 +53,42 @@ def spark_session(app: str, master: str = "local[2]") -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def stop(session: SparkSession | None) -> None:
+    """Stop ``session`` (if one was made) and make sure no Spark JVM started by this process outlives it.
+
+    pyspark's JVM exits when this process's end of its stdin closes, but one still starting up (an interrupt during
+    ``getOrCreate``) may not get there: it is terminated here, found among this process's children.
+    """
+    if session is not None:
+        session.stop()
+    jvms = _children_running(b"org.apache.spark.deploy.SparkSubmit")
+    for pid in jvms:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while jvms and time.monotonic() < deadline:
+        jvms = [pid for pid in jvms if Path(f"/proc/{pid}").exists() and not _zombie(pid)]
+        time.sleep(0.1)
+    for pid in jvms:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _children_running(marker: bytes) -> list[int]:
+    """This process's children whose command line contains ``marker`` (Linux; none elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == os.getpid() and marker in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False

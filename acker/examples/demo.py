@@ -125,6 +125,8 @@ class Demo:
 
     def run(self) -> Report:
         self._create_topics()
+        from spark_jobs.session import stop  # noqa: PLC0415 - pyspark loads when the demo runs
+
         readers: list[Consumer] = []
         queries: list[Any] = []
         spark = None
@@ -137,8 +139,7 @@ class Demo:
         finally:
             for query in queries:
                 query.stop()
-            if spark is not None:
-                spark.stop()
+            stop(spark)  # also a JVM still starting, when interrupted then
             self.stages.stop()
             for reader in readers:
                 reader.close()

@@ -50,7 +50,12 @@ def test_the_demo_keeps_the_promise_under_failures_and_reports_it(bootstrap: str
     assert _survivors(report["prefix"]) == []
 
 
+def _spark_jvms() -> set[str]:
+    return {line.split(":")[0] for line in _survivors("org.apache.spark.deploy.SparkSubmit")}
+
+
 def test_an_interrupted_demo_stops_everything_it_started(bootstrap: str, tmp_path: Path) -> None:
+    jvms_before = _spark_jvms()  # this session's own Spark, for one
     output = tmp_path / "demo.out"
     demo = _demo(bootstrap, output, "--sentences", "100000", "--rate", "200")
     deadline = time.monotonic() + 120
@@ -61,7 +66,8 @@ def test_an_interrupted_demo_stops_everything_it_started(bootstrap: str, tmp_pat
     while len(_survivors(prefix)) < 4:  # its stages are up
         assert time.monotonic() < deadline, "the demo did not start its stages"
         time.sleep(0.5)
-    time.sleep(3)
+    time.sleep(3)  # while its Spark is starting up
     os.kill(demo.pid, signal.SIGINT)  # Ctrl-C, to the demo alone: it must stop its children itself
     assert demo.wait(120) == 130
     assert _survivors(prefix) == []
+    assert _spark_jvms() <= jvms_before  # its Spark JVM too

@@ -26,7 +26,7 @@ from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
 from spark_jobs.replay_job import ReplayJobSettings, nacks
 from spark_jobs.replay_job import start as start_replay
-from spark_jobs.session import spark_session
+from spark_jobs.session import spark_session, stop
 from spark_jobs.watermark import PartitionMark
 from tests.integration.helpers import Running, ServiceThread, create_acker_topics
 
@@ -35,7 +35,7 @@ from tests.integration.helpers import Running, ServiceThread, create_acker_topic
 def spark() -> Iterator[Any]:
     session = spark_session("acker-tests")
     yield session
-    session.stop()
+    stop(session)
 
 
 @pytest.fixture
