@@ -115,9 +115,15 @@ class Bolt:
         self._ids = ids or IdGenerator()
         self.counters: Counter[str] = Counter()
         self._next_commit = time.monotonic() + commit_interval_s
-        self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 5}))
+        # Every delivery callback here acts on failures only: successes are not reported to Python at all.
+        self.producer = Producer(
+            config.client(**{"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True})
+        )
         self.acker = AckerClient(
-            self.producer, config.acker_topic, partition_count(config.client(), config.acker_topic)
+            self.producer,
+            config.acker_topic,
+            partition_count(config.client(), config.acker_topic),
+            linger_s=config.ack_linger_ms / 1000,
         )
         # Cooperative rebalancing: when a process of the stage dies or joins, the others keep their partitions and
         # go on, instead of all stopping until the dead member's session times out.

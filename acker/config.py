@@ -51,6 +51,9 @@ class ServiceConfig:
     relocate_on_update: bool = _setting(False, "every update restarts a tree's timeout, not only reset-timeout")
     commit_interval_s: float = _setting(1.0, "how often each partition's recovery offset is committed")
     status_interval_s: float = _setting(2.0, "how often per-partition status is published")
+    ack_linger_ms: int = _setting(
+        20, "spouts and bolts gather acker messages per acker partition this long before sending a record"
+    )
     metrics_port: int = _setting(9400, "Prometheus metrics port (0 = off)")
     instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
     kafka: Mapping[str, str] = field(default_factory=dict, metadata={"help": "librdkafka settings"})
@@ -60,6 +63,8 @@ class ServiceConfig:
         for name in ("timeout_s", "commit_interval_s", "status_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.ack_linger_ms < 0:
+            raise ConfigError(f"ack_linger_ms must not be negative, got {self.ack_linger_ms}")
         if self.partitions < 1 or self.replication_factor < 1:
             raise ConfigError("partitions and replication_factor must be at least 1")
 

@@ -30,10 +30,10 @@ def decode(raw: bytes | None) -> TupleIds | None:
     """The ids of a header value; None when it is not a valid one."""
     if not raw or len(raw) % 16:
         return None
-    if len(raw) == 16:
-        pairs: tuple[tuple[int, int], ...] = (_ONE.unpack(raw),)
-    else:
-        pairs = tuple(_ONE.iter_unpack(raw))
+    if len(raw) == 16:  # the common case, one root
+        pair = _ONE.unpack(raw)
+        return TupleIds((pair,)) if pair[0] else None
+    pairs = tuple(_ONE.iter_unpack(raw))
     if any(anchor == 0 for anchor, _ in pairs):
         return None
     return TupleIds(pairs)
@@ -64,7 +64,9 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
     ids: TupleIds = UNTRACKED
     rest: HeaderList = []
     invalid = False
-    for key, value in pairs(headers):
+    if not headers:
+        return ids, rest, invalid
+    for key, value in headers if type(headers) is list else pairs(headers):
         if key == HEADER:
             decoded = decode(value.encode("latin-1") if isinstance(value, str) else value)
             if decoded is None:

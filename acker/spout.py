@@ -106,11 +106,15 @@ class Spout:
         self._direct: list[tuple[str, int, str, int]] = []  # outcomes the spout decides itself
         self._init_attempts: dict[int, int] = {}
         self._paused = False
-        self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 5}))
+        # Every delivery callback here acts on failures only: successes are not reported to Python at all.
+        self.producer = Producer(
+            config.client(**{"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True})
+        )
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,
             partition_count(config.client(), config.acker_topic),
+            linger_s=config.ack_linger_ms / 1000,
             on_failure=self._acker_delivery_failed,
         )
         self.consumer = Consumer(

@@ -86,7 +86,7 @@ class AckerClient:
         topic: str,
         partitions: int,
         *,
-        linger_s: float = 0.005,
+        linger_s: float = 0.02,
         max_batch: int = 8192,
         on_failure: DeliveryFailure | None = None,
     ) -> None:
