@@ -145,12 +145,12 @@ def main() -> None:
                 rates[tracked].append(rate)
                 cpus[tracked].append(used)
                 print(f"run {run + 1} {'tracked' if tracked else 'untracked'}: {rate:,.0f} words/s")
-    untracked, tracked = statistics.median(rates[False]), statistics.median(rates[True])
+    untracked, with_acker = statistics.median(rates[False]), statistics.median(rates[True])
     print(f"\nworkload: {n:,} sentences, {words:,} words; one process per stage; median of {repeat} run(s)\n")
     print("| mode | words counted/s | ratio |")
     print("|---|---:|---:|")
     print(f"| untracked (at-most-once, no acker) | {untracked:,.0f} | 1.00 |")
-    print(f"| tracked (acker service, every sentence acked) | {tracked:,.0f} | {tracked / untracked:.2f} |")
+    print(f"| tracked (acker service, every sentence acked) | {with_acker:,.0f} | {with_acker / untracked:.2f} |")
     names = list(cpus[True][0])
     median = {mode: {name: statistics.median(run.get(name, 0.0) for run in cpus[mode]) for name in names}
               for mode in (False, True)}  # fmt: skip
