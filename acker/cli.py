@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 import threading
@@ -130,11 +131,27 @@ class Runnable(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
 
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def _tune_gc() -> None:
+    """Fewer garbage collections for a process that handles messages one by one.
+
+    Each message allocates short-lived objects; Python's default (a young collection every 700 allocations, and every
+    so often a full one that walks every object of the process, imported modules included) cost the pipeline's
+    bolts about a third of their CPU. What exists after start-up is frozen (never walked again), and young objects
+    are collected every ``GC_YOUNG_THRESHOLD`` allocations: cycles are still collected, less often.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+
 def run_until_signalled(runnable: Runnable) -> int:
     """Run a service, spout or bolt until SIGINT or SIGTERM asks it to stop (it then stops cleanly)."""
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    _tune_gc()
     runnable.run(stop)
     return 0
 
