@@ -22,6 +22,11 @@ make the task fail the request: it reports "failed" downstream at once (no callb
 the end of the chain, where the request is answered as failed. A request never hangs: every task that holds state
 for it drops it at the deadline at the latest.
 
+Invariant: a task finishes a request at most once. A request it has finished stays as a *done* marker until the
+request's deadline: messages and reports of it that come later (from upstream tasks still working on a request
+that failed here) are late and ignored, instead of opening the request again, running the step on it and answering
+it a second time. After the deadline the marker goes, and the deadline in every message says it is late.
+
 Pure: no Kafka. `TaskState` returns what to send; the Kafka edge (`acker.kafka.coordinated_stage`) sends it, with
 the step's outputs and its input offsets, in one transaction.
 """
@@ -58,6 +63,7 @@ class RequestState:
     sent: dict[int, int] = field(default_factory=dict)  # next-step partition → messages sent there
     user: dict[str, Any] = field(default_factory=dict)
     answer: str | None = None  # the last step's result for the request
+    done: bool = False  # finished here: kept only as a marker until the deadline
 
     def count_sent(self, partition: int) -> None:
         """The step emitted one message of the request to next-step task ``partition``."""
@@ -75,6 +81,7 @@ class RequestState:
             "sent": {str(p): n for p, n in self.sent.items()},
             "user": self.user,
             "answer": self.answer,
+            "done": self.done,
         }
 
     @classmethod
@@ -90,6 +97,7 @@ class RequestState:
             {int(p): int(n) for p, n in data["sent"].items()},
             dict(data["user"]),
             data.get("answer"),
+            bool(data.get("done", False)),
         )
 
 
@@ -104,11 +112,15 @@ class TaskState:
         self.first, self.tasks, self.next_tasks = first, tasks, next_tasks
         self.requests: dict[str, RequestState] = {}
 
-    def request(self, request: str, deadline_ms: int) -> RequestState:
+    def request(self, request: str, deadline_ms: int, now_ms: int) -> RequestState | None:
+        """The request's state, opened by its first message or report; None when the message is late: the request
+        is done here, or, never seen here, past its deadline already."""
         state = self.requests.get(request)
         if state is None:
+            if deadline_ms <= now_ms:
+                return None
             state = self.requests[request] = RequestState(request, deadline_ms)
-        return state
+        return None if state.done else state
 
     def processed(self, state: RequestState, *, ok: bool) -> None:
         """A data message of the request was processed here (``ok``: the step's execute returned)."""
@@ -135,15 +147,29 @@ class TaskState:
         return True
 
     def reports(self, state: RequestState) -> list[Report]:
-        """What to send downstream once finished (after the step's callback emitted what it had to), and forget
-        the request. One report per next-step task, 0 included."""
+        """What to send downstream once finished (after the step's callback emitted what it had to); the request
+        becomes a done marker. One report per next-step task, 0 included."""
+        if state.done:
+            raise ValueError(f"request {state.request} was finished here already")
         reporters = 1 if self.first else self.tasks
-        del self.requests[state.request]
-        return [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
+        reports = [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
+        state.done = True
+        state.sent, state.user = {}, {}  # the marker keeps nothing else of the request's work
+        return reports
 
-    def expired(self, now_ms: int) -> list[RequestState]:
-        """Requests past their deadline, marked failed (the caller reports them as finished)."""
-        late = [s for s in self.requests.values() if s.deadline_ms <= now_ms]
-        for state in late:
-            state.failed = True
-        return late
+    def expired(self, now_ms: int) -> tuple[list[RequestState], list[str]]:
+        """At ``now_ms``: (requests past their deadline and not finished, marked failed: the caller finishes them;
+        done markers past the deadline, forgotten: the caller deletes them from the changelog)."""
+        late: list[RequestState] = []
+        forgotten: list[str] = []
+        for state in [s for s in self.requests.values() if s.deadline_ms <= now_ms]:
+            if state.done:
+                del self.requests[state.request]
+                forgotten.append(state.request)
+            else:
+                state.failed = True
+                late.append(state)
+        return late, forgotten
+
+    def has_expired(self, now_ms: int) -> bool:
+        return any(s.deadline_ms <= now_ms for s in self.requests.values())

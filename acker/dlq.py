@@ -15,7 +15,7 @@ run sends the chosen records once more (see ``--dry-run``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from acker.config import ServiceConfig
 from acker.errors import AckerError
 from acker.headers import HeaderList, pairs, text
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce, read_to
 from acker.retries import (
     ATTEMPT,
     ORIGIN,
@@ -133,7 +133,7 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             chosen = None if wanted is None else {o for q, o in wanted if q == p}
             first, end = (low, high) if chosen is None else (min(chosen, default=high), max(chosen, default=-1) + 1)
-            for record in _records(consumer, TopicPartition(topic, p, max(first, low)), min(end, high)):
+            for record in read_to(consumer, TopicPartition(topic, p, max(first, low)), min(end, high)):
                 if chosen is None or record.offset() in chosen:
                     letters.append(_letter(record))
     finally:
@@ -142,30 +142,6 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     if missing:
         raise DlqError(f"no record at {', '.join(f'{topic}/{p}/{o}' for p, o in sorted(missing))}")
     return letters
-
-
-def _records(consumer: Consumer, start: TopicPartition, end: int) -> Iterator[Message]:
-    """The records of one partition from ``start`` up to offset ``end`` (fewer if some were deleted meanwhile)."""
-    if start.offset >= end:
-        return
-    consumer.assign([start])
-    try:
-        position = start.offset
-        while position < end:
-            batch = consumer.consume(500, timeout=5)
-            if not batch:
-                return
-            for record in batch:
-                error = record.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise DlqError(f"reading {start.topic}[{start.partition}]: {error}")
-                    continue
-                position = (record.offset() or 0) + 1
-                if position <= end:
-                    yield record
-    finally:
-        consumer.unassign()
 
 
 def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None) -> list[Decision]:

@@ -13,6 +13,7 @@ from rich.table import Table
 import acker.dlq
 from acker.config import ServiceConfig, add_arguments, load
 from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
+from acker.retries import SOURCE_MISSING
 
 
 def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
@@ -76,6 +77,11 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if bool(args.places) == bool(args.all):
         raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all, not both")
     letters = _chosen(args, config)
+    if args.all:  # records gone before they could be replayed have no data: left where they are, and said so
+        gone = [letter for letter in letters if letter.reason == SOURCE_MISSING]
+        letters = [letter for letter in letters if letter.reason != SOURCE_MISSING]
+        if gone:
+            print(f"{len(gone)} record(s) skipped: {SOURCE_MISSING}, no data to re-drive")
     decisions = plan(config, letters, args.spout)  # refuses the whole set if one letter cannot go back
     if args.dry_run:
         targets = [decision.topic for decision in decisions]

@@ -60,11 +60,13 @@ class DrpcClient:
         deadline = self._deadlines[request]
         while request not in self._answers:
             if time.monotonic() > deadline:
+                del self._deadlines[request]
                 raise DrpcError(f"request {request} got no answer before its deadline")
             for record in consume_available(self.consumer, 500, 0.1):
                 if record.error() is None:
                     answered = text(record.headers(), REQUEST)
-                    if answered is not None:
+                    # Only answers to this client's requests still waited for: the results topic is shared.
+                    if answered in self._deadlines and answered not in self._answers:
                         self._answers[answered] = (text(record.headers(), STATUS) or "failed", record.value())
         status, value = self._answers.pop(request)
         del self._deadlines[request]

@@ -49,7 +49,10 @@ class Backoff:
     max_ms: int = 60_000
 
     def delay_ms(self, attempt: int) -> int:
-        return int(min(self.max_ms, self.first_ms * self.factor ** max(0, attempt - 1)))
+        try:
+            return int(min(self.max_ms, self.first_ms * self.factor ** max(0, attempt - 1)))
+        except OverflowError:  # a float power past ~1e308: far past the cap
+            return self.max_ms
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,8 @@ def decide(
     if headers is None:
         return Decision(policy.dead_letter_topic, _context(msg_id, 0, SOURCE_MISSING, spout), DEAD_LETTERED)
     previous = text(headers, ATTEMPT)
-    attempt = int(previous) + 1 if previous is not None and previous.isdigit() else 1
+    # isdecimal, not isdigit: "²" is a digit that int() refuses, and a header is anybody's input
+    attempt = int(previous) + 1 if previous is not None and previous.isdecimal() else 1
     origin = text(headers, ORIGIN) or msg_id
     kept = _own(headers)
     if attempt > policy.max_attempts:
@@ -123,6 +127,8 @@ def redrive(
     if not spout:
         raise NotRedrivableError(f"{letter} does not say which spout read it ({SPOUT}): name one with --spout")
     reason = text(headers, REASON) or ""
+    if reason == SOURCE_MISSING:
+        raise NotRedrivableError(f"{letter} stands for a record that no longer exists ({SOURCE_MISSING}): no data")
     copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 
@@ -130,4 +136,4 @@ def redrive(
 def origin_partition(coordinates: str) -> int:
     """The partition part of ``topic/partition/offset`` (topics may contain ``/``), 0 if there is none."""
     parts = coordinates.rsplit("/", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdecimal() else 0

@@ -145,7 +145,7 @@ class Spout:
             partitions = partition_count(config.client(), settings.source_topic)
             create_topics(config.client(), [TopicSpec(replay_topic, partitions, config.replication_factor)])
             topics.append(replay_topic)
-        self.consumer.subscribe(topics, on_assign=self._on_assign)
+        self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -157,9 +157,12 @@ class Spout:
             self.close()
 
     def close(self) -> None:
-        self._publish_direct()
-        self.acker.flush(30)
-        self.producer.flush(30)
+        self.acker.flush(30)  # its delivery callbacks may add outcomes to publish (inits that failed)
+        for _ in range(3):  # a direct outcome whose delivery failed is queued again
+            self._publish_direct()
+            self.producer.flush(30)
+            if not self._direct:
+                break
         self.consumer.close()
         self.outcomes.close()
         self._watermarks.close()
@@ -247,7 +250,9 @@ class Spout:
                 log.warning("unreadable outcome record: %s", error)
                 continue
             for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
-                if self.pending.pop(msg_id, None) is not None:
+                anchor = self.pending.pop(msg_id, None)
+                if anchor is not None:
+                    self._init_attempts.pop(anchor, None)  # an init sent again was delivered after all
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
     # -- producing ------------------------------------------------------------------------------------------
@@ -269,7 +274,15 @@ class Spout:
             return
         rows, self._direct = self._direct, []
         value = encode_outcome_rows(self.settings.name, rows)
-        produce(self.producer, self.config.outcome_topic(self.settings.name), value, key=b"spout")
+
+        def delivered(error: KafkaError | None, _record: Message) -> None:
+            if error is not None:  # published again at the next step: the watermark waits for these offsets
+                log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
+                self._direct.extend(rows)
+
+        produce(
+            self.producer, self.config.outcome_topic(self.settings.name), value, key=b"spout", on_delivery=delivered
+        )
 
     # -- assignment -----------------------------------------------------------------------------------------
 
@@ -290,7 +303,13 @@ class Spout:
         if starts:
             with kafka.lock:
                 kafka.advance(self.settings.watermark_group, starts)  # so the commit job starts there too
+        for tp in partitions:  # a partition held before a rebalance is read again from its watermark
+            self._held.pop((tp.topic, tp.partition), None)
         consumer.assign(partitions)
         if self._paused:  # partitions gained while too many trees are pending start paused too
             consumer.pause(partitions)
         log.info("assigned %s", [(tp.partition, tp.offset) for tp in partitions])
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._held.pop((tp.topic, tp.partition), None)

@@ -6,7 +6,7 @@ Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkaf
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,3 +116,35 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
     of a light stream by the whole timeout.
     """
     return consumer.consume(max_records, timeout=0) or consumer.consume(1, timeout=timeout_s)
+
+
+def read_to(consumer: Consumer, start: TopicPartition, end: int, timeout_s: float = 30.0) -> Iterator[Message]:
+    """The records of one partition from ``start`` up to (not including) offset ``end``, read through ``consumer``
+    (assigned here, unassigned after).
+
+    Progress is the consumer's position, which also moves past transaction markers and aborted records: a
+    transactional topic's last offset is a marker, and no record ever reaches it. `KafkaClientError` when the
+    position stays short of ``end`` for ``timeout_s``, rather than returning less than was asked for.
+    """
+    if start.offset >= end:
+        return
+    consumer.assign([start])
+    try:
+        where = f"reading {start.topic}[{start.partition}]"
+        position, deadline = start.offset, time.monotonic() + timeout_s
+        while position < end:
+            for record in consumer.consume(500, timeout=0.2):
+                error = record.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaClientError(where, error)
+                    continue
+                if (record.offset() or 0) < end:
+                    yield record
+            now = consumer.position([TopicPartition(start.topic, start.partition)])[0].offset
+            if now > position:
+                position, deadline = now, time.monotonic() + timeout_s
+            elif time.monotonic() > deadline:
+                raise KafkaClientError(f"{where}: no progress past offset {position} towards {end}", None)
+    finally:
+        consumer.unassign()

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
 from acker.headers import HeaderList, pairs, text
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count, read_to
 
 log = logging.getLogger("acker.coordinated")
 
@@ -133,16 +133,20 @@ class CoordinatedStage:
         """Read what is there and process it in one transaction, with the requests past their deadline."""
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if self._usable(r)]
         now_ms = int(time.time() * 1000)
-        late = [(p, s) for p, task in self.tasks.items() for s in task.expired(now_ms)]
-        if not records and not late:
+        if not records and not any(task.has_expired(now_ms) for task in self.tasks.values()):
             return 0
         self.producer.begin_transaction()
         try:
             for record in records:
-                self._handle(record)
-            for partition, state in late:
-                log.warning("request %s is past its deadline at task %d: failing it", state.request, partition)
-                self._finish(partition, state)
+                self._handle(record, now_ms)
+            # After the records: one of them may have finished a request that is also past its deadline.
+            for partition, task in self.tasks.items():
+                late, forgotten = task.expired(now_ms)
+                for state in late:
+                    log.warning("request %s is past its deadline at task %d: failing it", state.request, partition)
+                    self._finish(partition, state)
+                for request in forgotten:
+                    self._touched[(partition, request)] = None
             self._save()
             positions = self._positions(records)
             if positions:
@@ -163,20 +167,20 @@ class CoordinatedStage:
             log.warning("consumer error: %s", error)
         return False
 
-    def _handle(self, record: Message) -> None:
+    def _handle(self, record: Message, now_ms: int) -> None:
         partition = record.partition() or 0
         task = self.tasks.get(partition)
         if task is None:  # revoked while in flight
             return
         headers = pairs(record.headers())
         request, deadline, report = text(headers, REQUEST), text(headers, DEADLINE), text(headers, REPORT)
-        if request is None or deadline is None or not deadline.isdigit():
+        if request is None or deadline is None or not deadline.isdecimal():
             self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
             return
-        if request not in task.requests and int(deadline) <= int(time.time() * 1000):
-            self.counters["late"] += 1  # of a request failed at its deadline here already: nothing to do
+        state = task.request(request, int(deadline), now_ms)
+        if state is None:  # of a request finished here already, or past its deadline: nothing to do
+            self.counters["late"] += 1
             return
-        state = task.request(request, int(deadline))
         if report is not None:
             try:
                 fields = json.loads(report)
@@ -217,7 +221,7 @@ class CoordinatedStage:
                         "failed": report.failed}  # fmt: skip
                 self.producer.produce(self.output, None, partition=report.partition,
                                       headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
-        self._touched[(partition, state.request)] = None
+        self._touched[(partition, state.request)] = state  # now a done marker, until the deadline
         self.counters["failed" if state.failed else "finished"] += 1
 
     def _request(self, partition: int, state: RequestState) -> Request:
@@ -228,7 +232,9 @@ class CoordinatedStage:
 
         def emit(value: bytes | None, key: bytes | None = None) -> None:
             if self.last:  # the joining step's result: one answer per request, written once it is finished
-                state.answer = value.decode() if isinstance(value, bytes) else value
+                if value is not None and not isinstance(value, bytes):
+                    raise TypeError(f"an answer is bytes or None, got {type(value).__name__}")
+                state.answer = None if value is None else value.decode("utf-8", "replace")
                 return
             if key is not None:
                 partition = zlib.crc32(key) % self.next_count
@@ -253,10 +259,23 @@ class CoordinatedStage:
     # -- state ------------------------------------------------------------------------------------------------------
 
     def _save(self) -> None:
-        for (partition, request), state in self._touched.items():
-            value = None if state is None else json.dumps(state.to_json()).encode()
+        for (partition, request), state in list(self._touched.items()):
+            value = None if state is None else self._encode(partition, state)
             self.producer.produce(self.changelog, value, request.encode(), partition=partition)
         self._touched.clear()
+
+    def _encode(self, partition: int, state: RequestState) -> bytes:
+        """The request's changelog value. A step that put something JSON cannot hold into its request state fails
+        that request (reported downstream as usual) rather than the whole batch, again at every restart."""
+        try:
+            return json.dumps(state.to_json()).encode()
+        except (TypeError, ValueError) as error:
+            if state.done:  # a done marker holds nothing of the step's
+                raise
+            log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
+            state.failed = True
+            self._finish(partition, state)
+            return json.dumps(state.to_json()).encode()
 
     def _positions(self, records: list[Message]) -> list[TopicPartition]:
         last: dict[int, int] = {}
@@ -282,21 +301,12 @@ class CoordinatedStage:
             low, high = reader.get_watermark_offsets(TopicPartition(self.changelog, partition), timeout=30)
             if high <= low:
                 return task
-            reader.assign([TopicPartition(self.changelog, partition, low)])
-            position = low
-            while position < high:
-                batch = reader.consume(1000, timeout=2)
-                if not batch:
-                    break  # the end is a transaction marker
-                for record in batch:
-                    if record.error() is not None:
-                        continue
-                    position = (record.offset() or 0) + 1
-                    key = (record.key() or b"").decode()
-                    if record.value() is None:
-                        task.requests.pop(key, None)
-                    else:
-                        task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
+            for record in read_to(reader, TopicPartition(self.changelog, partition, low), high):
+                key = (record.key() or b"").decode()
+                if record.value() is None:
+                    task.requests.pop(key, None)
+                else:
+                    task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
         finally:
             reader.close()
         return task

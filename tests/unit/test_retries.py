@@ -73,6 +73,14 @@ def test_a_record_that_no_longer_exists_is_dead_lettered_as_source_missing() -> 
 def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
     decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, b"x1")], now_ms=NOW)
     assert dict(decision.headers)[ATTEMPT] == b"1"
+    # "²" is a digit to str.isdigit, and int() refuses it: still a first attempt, not a crash of the job
+    decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, "²".encode())], now_ms=NOW)
+    assert dict(decision.headers)[ATTEMPT] == b"1"
+
+
+def test_the_backoff_stays_at_its_cap_for_any_attempt() -> None:
+    assert POLICY.backoff.delay_ms(1) == POLICY.backoff.first_ms
+    assert POLICY.backoff.delay_ms(10**6) == POLICY.backoff.max_ms
 
 
 @given(st.integers(min_value=0, max_value=10), st.sampled_from(["FAILED", "TIMEOUT", "OVERLOAD"]))
@@ -107,6 +115,10 @@ def test_only_dead_letters_of_the_replay_job_can_be_redriven() -> None:
         redrive(POLICY, "acker.dlq/0/3", [("acker.dlq.reason", b"undecodable")])
     with pytest.raises(NotRedrivableError, match="--spout"):
         redrive(POLICY, "d/0/3", [(ORIGIN, b"s/0/1")])
+    # A record gone before it could be replayed has no data to send back.
+    missing = decide(POLICY, "words", "src/0/9", "TIMEOUT", headers=None, now_ms=NOW)
+    with pytest.raises(NotRedrivableError, match=SOURCE_MISSING):
+        redrive(POLICY, "acker.replay.dlq/0/4", missing.headers)
 
 
 def test_origin_partition() -> None:
