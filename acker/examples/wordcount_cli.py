@@ -144,6 +144,9 @@ class Stages:
             stdout=self._output,
             stderr=self._output,
             preexec_fn=preexec,  # noqa: PLW1509
+            # Its own process group: a Ctrl-C in the terminal reaches the runner alone, which stops each stage with
+            # one SIGTERM (a second signal would end a stage at once, without its clean stop).
+            start_new_session=True,
         )
         self.running[name] = (argv, process)
 
