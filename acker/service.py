@@ -37,7 +37,14 @@ from acker.errors import AckerError
 from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, produce
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.partition import PartitionState, encode_tick
-from acker.wire import WireError, check_messages, check_partition, encode_outcomes, parse_batch
+from acker.wire import (
+    OUTCOMES_PER_RECORD,
+    WireError,
+    check_messages,
+    check_partition,
+    encode_outcomes,
+    parse_batch,
+)
 
 log = logging.getLogger("acker.service")
 
@@ -212,8 +219,9 @@ class AckerService:
         spouts = [spout for spout, _ in outcomes.sources]
         by_spout = np.asarray(outcomes.source)
         for local, spout in enumerate(spouts):
-            rows = np.flatnonzero(by_spout == local)
-            if len(rows):
+            matching = np.flatnonzero(by_spout == local)
+            for start in range(0, len(matching), OUTCOMES_PER_RECORD):
+                rows = matching[start : start + OUTCOMES_PER_RECORD]
                 first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
                 last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
                 self._send_outcomes(spout, outcomes, rows, partition, first=first, last=last)

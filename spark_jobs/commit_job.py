@@ -104,7 +104,7 @@ def done_offsets(raw: DataFrame) -> DataFrame:
     source = F.element_at("sources", F.col("s") + 1)
     topic, partition = source_partition(source)
     offsets = F.transform(F.filter("done", lambda x: x["source"] == F.col("s")), lambda x: x["offset"])
-    return exploded.where(source.rlike(COORDINATES)).select(
+    return exploded.where(source.rlike(COORDINATES) & partition.isNotNull()).select(
         "spout", topic.alias("topic"), partition.alias("partition"), offsets.alias("offsets")
     )
 
@@ -128,19 +128,23 @@ class Marks:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
         touched: dict[str, dict[tuple[str, int], int]] = {}
         for (spout, topic, partition), arrays in done.items():
-            group = self.settings.watermark_group(spout)
             mark = self.marks.get((spout, topic, partition))
             if mark is None:
                 with kafka.lock:
                     mark = self.marks[(spout, topic, partition)] = PartitionMark(
-                        kafka.start_mark(group, topic, partition)
+                        kafka.start_mark(self.settings.watermark_group(spout), topic, partition)
                     )
             mark.add(np.concatenate(arrays))
+        # The touched marks, and those that Kafka could not answer for at an earlier batch (asked again now).
+        unsure = {key for key, mark in self.marks.items() if mark.runs and mark.verified != mark.mark}
+        for spout, topic, partition in done.keys() | unsure:
 
-            def next_existing(offset: int, topic: str = topic, partition: int = partition) -> int:
+            def next_existing(offset: int, topic: str = topic, partition: int = partition) -> int | None:
                 with kafka.lock:
                     return kafka.next_existing(topic, partition, offset)
 
+            mark = self.marks[(spout, topic, partition)]
+            group = self.settings.watermark_group(spout)
             touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing)
         if touched:
             self._store.save(batch_id, self.marks)

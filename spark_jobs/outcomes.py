@@ -27,8 +27,9 @@ DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: p
 
 
 def decoded(raw: DataFrame) -> Column:
-    """The decoded record, or null when it is not a valid one (wrong prefix, undecodable, or truncated into
-    columns of different lengths: Spark's Avro reader can decode a cut record into shorter arrays).
+    """The decoded record, or null when it is not a valid one (wrong prefix, undecodable, truncated into columns of
+    different lengths: Spark's Avro reader can decode a cut record into shorter arrays, or a source index outside
+    its sources, which would fail every run of the batch or, negative, name another source).
 
     The record is decoded once: the decoder appears once in the expression (the checks run in a lambda over a
     one-element array), so the optimizer has no copies of it to evaluate when it pushes a filter down."""
@@ -38,7 +39,9 @@ def decoded(raw: DataFrame) -> Column:
 
     def consistent(o: Column) -> Column:
         n = F.size(o.getField("outcomes"))
-        return reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns))
+        sources = F.size(o.getField("sources"))
+        in_range = F.forall(o.getField("source_index"), lambda i: (i >= 0) & (i < sources))
+        return reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns)) & in_range
 
     decoded = from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
     return F.when(right_prefix, F.try_element_at(F.filter(F.array(decoded), consistent), F.lit(1)))
@@ -50,7 +53,8 @@ COORDINATES = r"^(.+)/([0-9]+)$"
 
 def source_partition(source: Column) -> tuple[Column, Column]:
     """The topic and partition of a source ``<topic>/<partition>`` (check it with ``rlike(COORDINATES)`` first)."""
-    return F.regexp_extract(source, COORDINATES, 1), F.regexp_extract(source, COORDINATES, 2).cast("int")
+    # try_cast: a partition number past an int is not coordinates (null), not an error that fails every run
+    return F.regexp_extract(source, COORDINATES, 1), F.regexp_extract(source, COORDINATES, 2).try_cast("int")
 
 
 def outcome_rows(raw: DataFrame) -> DataFrame:
@@ -72,8 +76,8 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
     at = F.col("i") + 1
     source = F.element_at("sources", F.element_at("source_index", at) + 1)
     offset = F.element_at("offsets", at)
-    is_coordinates = (offset >= 0) & source.rlike(COORDINATES)
     topic, partition = source_partition(source)
+    is_coordinates = (offset >= 0) & source.rlike(COORDINATES) & partition.isNotNull()
     return exploded.select(
         "spout",
         "outcome",

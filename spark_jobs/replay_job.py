@@ -19,6 +19,7 @@ is replayed once, and none is lost (Spark's checkpoint holds the read position; 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -33,14 +34,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.headers import pairs
-from acker.kafka.clients import TopicSpec, create_topics, partition_count
+from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
 from acker.retries import Backoff, RetryPolicy, decide
-from acker.wire import encode_outcome_rows
+from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
 from spark_jobs.outcomes import NACKS, outcome_rows
 
 log = logging.getLogger("spark_jobs.replay")
+
+Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,13 @@ class ReplayJobSettings:
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
     dead_letter_trigger_s: float = 10.0
     dedupe_window: str = "1 hour"
+
+    @property
+    def identity(self) -> str:
+        """The job's transactional id and the key of its progress records: its name and its checkpoint. A restart
+        from the same checkpoint fences its predecessor and finds its progress; a job started on a new checkpoint
+        (whose micro-batch ids start again at 0) or another job beside it shares neither."""
+        return f"{self.name}-{hashlib.sha1(self.checkpoint.encode()).hexdigest()[:12]}"
 
     @property
     def policy(self) -> RetryPolicy:
@@ -84,7 +94,7 @@ class _Publisher:
         self.settings, self.policy = settings, settings.policy
         client = dict(settings.source.client)
         create_topics(client, [TopicSpec(settings.progress_topic, 1), TopicSpec(settings.dead_letter_topic, 1)])
-        self.producer = Producer({**client, "transactional.id": settings.name, "linger.ms": 5})
+        self.producer = Producer({**client, "transactional.id": settings.identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job
         self._partitions: dict[str, int] = {}
 
@@ -107,7 +117,7 @@ class _Publisher:
                         if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
                             raise KafkaException(record.error())
                         return last  # read to the end
-                    if record.key() == self.settings.name.encode():
+                    if record.key() == self.settings.identity.encode():
                         last = max(last, int(record.value() or b"-1"))
         finally:
             consumer.close()
@@ -119,32 +129,41 @@ class _Publisher:
             self._partitions[topic] = partition_count(client, topic)
         return self._partitions[topic]
 
-    def publish(self, batch_id: int, rows: list[Any], fetch: Callable[[str, int, int], Message | None]) -> int:
+    def publish(self, batch_id: int, rows: list[Any], fetch: Fetch) -> int:
         if batch_id <= self.last_batch():
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
+        # Every nacked record is read first, outside the transaction (which a long read could outlive), a partition
+        # at a time. A read Kafka does not answer raises (LookupError): the batch fails and nothing is published,
+        # rather than a record being taken for deleted and dead-lettered without its data.
+        wanted: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for row in rows:
+            wanted[(row.topic, int(row.partition))].append(int(row.offset))
+        found = {(t, p, o): r for (t, p), offsets in wanted.items() for o, r in _fetch(fetch, t, p, offsets).items()}
         now_ms = int(time.time() * 1000)
         resolutions: dict[str, list[tuple[str, int, str, int]]] = defaultdict(list)
         self.producer.begin_transaction()
         try:
             for row in rows:
-                record = fetch(row.topic, int(row.partition), int(row.offset))
+                record = found[(row.topic, int(row.partition), int(row.offset))]
                 headers = None if record is None else pairs(record.headers())
                 decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
-                key = record.key() if record is not None else None
-                value = record.value() if record is not None else None
-                self.producer.produce(
+                produce(
+                    self.producer,
                     decision.topic,
-                    value,
-                    key,
+                    None if record is None else record.value(),
+                    key=None if record is None else record.key(),
                     partition=int(row.partition) % self.partitions(decision.topic),
                     headers=decision.headers,
                 )
                 resolutions[row.spout].append((decision.resolution, 0, row.msg_id, 0))
             for spout, outcome_rows_ in resolutions.items():
-                topic = self.settings.outcome_prefix + spout
-                self.producer.produce(topic, encode_outcome_rows(spout, outcome_rows_), b"replay")
-            self.producer.produce(self.settings.progress_topic, str(batch_id).encode(), self.settings.name.encode())
+                # Outcome records of at most OUTCOMES_PER_RECORD rows, as the acker writes them.
+                for start in range(0, len(outcome_rows_), OUTCOMES_PER_RECORD):
+                    value = encode_outcome_rows(spout, outcome_rows_[start : start + OUTCOMES_PER_RECORD])
+                    produce(self.producer, self.settings.outcome_prefix + spout, value, key=b"replay")
+            produce(self.producer, self.settings.progress_topic, str(batch_id).encode(),
+                    key=self.settings.identity.encode())  # fmt: skip
             self.producer.commit_transaction(60)
         except BaseException:
             self.producer.abort_transaction(30)
@@ -152,14 +171,28 @@ class _Publisher:
         return len(rows)
 
 
+def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: int = 3) -> dict[int, Message | None]:
+    """``fetch``, tried again while Kafka does not answer (`LookupError`); the last try's error propagates."""
+    for attempt in range(1, tries):
+        try:
+            return fetch(topic, partition, offsets)
+        except LookupError as error:
+            log.warning("reading nacked records of %s[%d] (try %d of %d): %s", topic, partition, attempt, tries, error)
+    return fetch(topic, partition, offsets)
+
+
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the replays, and the dead letters of malformed outcome records."""
     raw = settings.source.read(spark)
     trigger = f"{settings.trigger_s} seconds"
+    # Deduplicated within a window of processing time, not of the outcome records' timestamps: those come from the
+    # clocks of the acker and spout hosts, and a nack stamped far behind the others must still be replayed.
     deduplicated = (
         nacks(outcome_rows(raw))
-        .withWatermark("timestamp", settings.dedupe_window)
+        .withColumn("seen", F.current_timestamp())
+        .withWatermark("seen", settings.dedupe_window)
         .dropDuplicatesWithinWatermark(["spout", "msg_id"])
+        .drop("seen")
     )
     publisher: list[_Publisher] = []  # created on the first batch, on the driver
 
@@ -169,9 +202,9 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
         client = dict(settings.source.client)
         kafka = lookups(client)
 
-        def fetch(topic: str, partition: int, offset: int) -> Message | None:
+        def fetch(topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
             with kafka.lock:
-                return kafka.fetch(topic, partition, offset)
+                return kafka.fetch(topic, partition, offsets)
 
         rows = batch.collect()
         if rows:

@@ -42,12 +42,13 @@ class PartitionMark:
         ends = (fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1).tolist()
         self.runs = _merge(self.runs, list(zip(starts, ends, strict=True)))
 
-    def advance(self, next_existing: Callable[[int], int]) -> int:
+    def advance(self, next_existing: Callable[[int], int | None]) -> int:
         """Move the mark as far as the done runs and the existing records allow; return it.
 
         ``next_existing(offset)`` is only called when some offset above the mark is done, so a record exists at
         or after ``offset`` unless it was deleted since (then the deleted offsets count as records that do not
-        exist: nobody can process them any more).
+        exist: nobody can process them any more). None means Kafka cannot tell now: the mark stays, and the
+        question is asked again at the next call (never remembered as an answer).
         """
         while self.runs:
             start, end = self.runs[0]
@@ -58,6 +59,8 @@ class PartitionMark:
             if self.verified == self.mark:
                 break  # a record is there and not done: wait for it
             existing = next_existing(self.mark)
+            if existing is None:
+                break
             if existing <= self.mark:
                 self.verified = self.mark
                 break

@@ -205,7 +205,9 @@ class Demo:
         c = self.config
         readers = []
         for topic in (c.outcome_topic(SPOUT), c.replay_topic(SPOUT), c.replay_dlq_topic, self.topics.counts):
-            reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False}))
+            # read_committed, as the spout reads: a copy in an aborted transaction was never replayed
+            reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False,
+                                          "isolation.level": "read_committed"}))  # fmt: skip
             partitions = reader.list_topics(topic, timeout=30).topics[topic].partitions
             reader.assign([TopicPartition(topic, p, 0) for p in partitions])
             readers.append(reader)

@@ -41,6 +41,7 @@ class Report:
     lost: list[str]
     committed_early: list[str]
     watermarks: dict[str, tuple[int, int]]  # "topic/partition" → (watermark, end)
+    copies_behind: dict[str, tuple[int, int]]  # replay-topic "topic/partition" → (watermark, past its last copy)
     nacks: dict[str, int]
     duplicate_outcomes: int
     latency_p50_ms: float | None
@@ -76,6 +77,8 @@ class Report:
         if not self.watermarks_at_end:
             behind = {p: m for p, m in self.watermarks.items() if m[0] != m[1]}
             out.append(f"watermark not at the end offset: {behind}")
+        if self.copies_behind:
+            out.append(f"replay-topic watermark not past every replayed copy: {self.copies_behind}")
         if self.unexpected_dead_letters:
             out.append(f"dead-lettered but not poison: {self.unexpected_dead_letters[:3]}")
         if self.poison_not_dead_lettered:
@@ -187,6 +190,11 @@ class Ledger:
             lost=self.unresolved(),
             committed_early=self.committed_early(),
             watermarks={f"{t}/{p}": (marks.get((t, p), -1), end) for (t, p), end in sorted(self.ends.items())},
+            copies_behind={
+                f"{t}/{p}": (marks.get((t, p), -1), offsets[-1] + 1)
+                for (t, p), offsets in sorted(self.copy_offsets.items())
+                if offsets and marks.get((t, p), -1) <= offsets[-1]
+            },
             nacks={reason: sum(n > 0 for (_, o), n in self.outcome_events.items() if o == reason) for reason in NACKS},
             duplicate_outcomes=sum(n - 1 for n in self.outcome_events.values()),
             latency_p50_ms=percentile(0.50),

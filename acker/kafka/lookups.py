@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,7 @@ from acker.errors import AckerError
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
+_READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
 
 
 class WatermarkCommitError(AckerError):
@@ -45,41 +47,89 @@ class KafkaLookups:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",  # what the spouts read
                 "fetch.wait.max.ms": 10,
+                "enable.partition.eof": True,  # the readable end is an answer ("nothing more"), not a wait
+                "auto.offset.reset": "earliest",  # an offset deleted meanwhile: read on from what is left
             }
         )
         self._admin = AdminClient(self._client)
         self.lock = threading.Lock()
 
-    def next_existing(self, topic: str, partition: int, offset: int) -> int:
-        """The offset of the first record at or after ``offset`` that a read_committed consumer reads.
-
-        Conservative: when Kafka cannot tell (an open transaction, a timeout), ``offset`` itself, so that an
-        offset is never skipped unless it certainly holds no record.
-        """
-        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S)
+    def next_existing(self, topic: str, partition: int, offset: int) -> int | None:
+        """The offset of the first record at or after ``offset`` that a read_committed consumer reads; None when
+        Kafka cannot tell now (an open transaction holds the readable end at ``offset``, nothing written there yet, a
+        slow broker): the caller asks again later, and never skips an offset that might hold a record."""
+        low, high = self._ends(topic, partition)
         if offset < low:
             return low  # deleted: nobody can process those records any more
         if offset >= high:
-            return offset
-        record = self._read(topic, partition, offset)
-        return offset if record is None else record.offset()  # type: ignore[return-value]
+            return None
+        found = self._read(topic, partition, offset, offset)
+        if found is None:
+            return None
+        records, end = found
+        if records:
+            return int(records[0].offset() or 0)
+        return end if end > offset else None
 
-    def fetch(self, topic: str, partition: int, offset: int) -> Message | None:
-        """The record at exactly these coordinates, or None if there is none (deleted, or no such offset)."""
-        record = self._read(topic, partition, offset)
-        return record if record is not None and record.offset() == offset else None
+    def fetch(self, topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
+        """The records at these offsets of one partition; None for an offset that certainly holds none (deleted by
+        retention, or not a record a read_committed consumer reads). `LookupError` when Kafka cannot tell in time:
+        an unanswered read must not be taken for a missing record.
 
-    def _read(self, topic: str, partition: int, offset: int) -> Message | None:
-        self._consumer.assign([TopicPartition(topic, partition, offset)])
+        Offsets close together are read in one pass from the first to the last of them.
+        """
+        wanted = sorted(set(offsets))
+        out: dict[int, Message | None] = {}
+        low, high = self._ends(topic, partition)
+        for offset in wanted:
+            if offset < low or offset >= high:
+                out[offset] = None  # deleted, or (truncated) never there
+        pending = [o for o in wanted if o not in out]
+        while pending:
+            first, last = pending[0], pending[0]
+            for o in pending[1:]:
+                if o - last > _READ_GAP:
+                    break
+                last = o
+            found = self._read(topic, partition, first, last)
+            if found is None:
+                raise LookupError(f"{topic}[{partition}]: no answer for offsets {first}..{last}")
+            records, end = found
+            by_offset = {r.offset(): r for r in records}
+            for o in pending:
+                if o > last:
+                    break
+                if o in by_offset:
+                    out[o] = by_offset[o]
+                elif o < end:
+                    out[o] = None  # read past it without seeing it: not a record a consumer reads
+                else:  # an open transaction holds the readable end below it
+                    raise LookupError(f"{topic}[{partition}]: offset {o} is past the readable end {end} for now")
+            pending = [o for o in pending if o > last]
+        return out
+
+    def _ends(self, topic: str, partition: int) -> tuple[int, int]:
+        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S)
+        return int(low), int(high)
+
+    def _read(self, topic: str, partition: int, first: int, last: int) -> tuple[list[Message], int] | None:
+        """The records a read_committed consumer reads from ``first`` until it has passed ``last`` (or the readable
+        end), and the position reached; None if that takes longer than the lookup timeout."""
+        self._consumer.assign([TopicPartition(topic, partition, first)])
+        records: list[Message] = []
+        deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
         try:
-            for _ in range(int(_LOOKUP_TIMEOUT_S / 0.5)):
-                for record in self._consumer.consume(1, timeout=0.5):
+            while time.monotonic() < deadline:
+                for record in self._consumer.consume(1000, timeout=0.5):
                     error = record.error()
                     if error is None:
-                        return record
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return None
-                    raise KafkaException(error)
+                        records.append(record)
+                        if (record.offset() or 0) >= last:
+                            return records, (record.offset() or 0) + 1
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        return records, int(record.offset() or 0)
+                    else:
+                        raise KafkaException(error)
             return None
         finally:
             self._consumer.unassign()

@@ -189,3 +189,24 @@ def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> N
     ]
     assert sorted(map(repr, received)) == sorted(map(repr, sent))
     assert TICK not in received
+
+
+def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:
+    """150,000 trees of one partition expire on one or two ticks: their outcomes (~19 bytes each) in one record would
+    pass the broker's 1 MB limit, and the service would stop on it, again at every restart. They go out in several."""
+    config = replace(config, partitions=1, timeout_s=2.0)
+    create_acker_topics(config)
+    ids = IdGenerator(11)
+    inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(150_000)]  # never acked
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, inits)  # type: ignore[arg-type]
+        reader.wait_for([init.msg_id for init in inits], timeout_s=90)
+        assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
+    finally:
+        service.stop()
+    reader.close()
+    assert {outcome for seen in reader.seen.values() for outcome in seen} == {"TIMEOUT"}
+    records = read_partition(config, config.outcome_topic(SPOUT), 0)
+    assert len(records) >= 150_000 // (1 << 14)

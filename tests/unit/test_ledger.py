@@ -78,3 +78,20 @@ def test_replay_topic_watermarks_are_checked_against_the_copies_that_exist() -> 
     ledger.watermarks(6, {("r", 0): 3})  # passes the second copy, which is not done
     assert ledger.committed_early() == ["r/0/2 (watermark 3 at 6)"]
     assert ledger.unresolved() == ["s/0/0"]
+
+
+def test_a_replay_topic_watermark_short_of_its_copies_fails_the_run() -> None:
+    """The source's watermark is at its end, but the replay topic's never passed its last copy (a commit job that
+    froze): the run must not pass for having given up waiting."""
+    ledger = _ledger(b"a")
+    ledger.outcome("s/0/0", "FAILED", 0, by_acker=True, at_ms=1)
+    ledger.outcome("s/0/0", "REPLAYED", 0, by_acker=False, at_ms=2)
+    ledger.copy("r", 0, 0, "s/0/0")
+    ledger.outcome("r/0/0", "ACK", 0, by_acker=True, at_ms=3)
+    ledger.watermarks(4, {("s", 0): 1, ("r", 0): 0})
+    report = ledger.report()
+    assert report.copies_behind == {"r/0": (0, 1)}
+    assert any(f.startswith("replay-topic watermark") for f in report.failures)
+    ledger.count(b"a")
+    ledger.watermarks(5, {("s", 0): 1, ("r", 0): 1})
+    assert ledger.report().copies_behind == {} and ledger.report().failures == []

@@ -72,3 +72,14 @@ def test_offsets_without_records_do_not_hold_the_mark() -> None:
     calls: list[int] = []
     assert mark.advance(_next_existing({0, 1, 5, 6}, calls)) == 6  # type: ignore[arg-type]
     assert calls == [2]
+
+
+def test_an_unanswered_lookup_holds_the_mark_and_is_asked_again() -> None:
+    """Kafka could not tell (an open transaction, a slow broker): the mark waits, and the question is not remembered
+    as an answer; the next batch asks again and moves on once the offset turns out to hold no record."""
+    mark = PartitionMark(0)
+    mark.add([0, 1, 3])
+    answers: list[int | None] = [None, 3]
+    assert mark.advance(lambda offset: answers.pop(0)) == 2
+    assert mark.verified != 2
+    assert mark.advance(lambda offset: answers.pop(0)) == 4
