@@ -4,8 +4,10 @@ Same decisions as `acker.core.tracker.Tracker` for the same messages, and the sa
 back as an `OutcomeBlock` in decision order (within one tick, in table order rather than insertion order: the
 order of a tick's outcomes is unspecified for both). Memory: 45 bytes a slot at a load factor kept between 1/8
 and 1/2 while the table is large, i.e. 90 to 360 bytes per pending tree (or tombstone), 94 at one million;
-message-id sources (spout, ``topic/partition``) are interned once, for the tracker's life: a message id that is
-not of the form ``<source>/<offset>`` is interned whole, so such ids suit tests and replays, not a service.
+message-id sources (spout, ``topic/partition``) are interned: a few per partition for record coordinates. A message
+id that is not of the form ``<source>/<offset>`` is interned whole, one source per tree; sources no pending tree
+refers to any more are dropped once they outnumber the pending trees (`_compact_sources`), so such ids cost memory
+only while their trees are pending.
 
 Not thread-safe.
 """
@@ -20,6 +22,7 @@ from acker.core.messages import TICK, Ack, Init
 from acker.core.tracker import Counters, TrackerConfig
 
 _MIN_SHIFT_CAPACITY = 1 << 10
+_SOURCES_KEPT = 4096  # interned sources kept before compaction is considered (coordinates need a few per partition)
 
 
 def _capacity(current: int, needed: int) -> int:
@@ -178,6 +181,9 @@ class BlockTracker:
         # Outcomes carry their own small source table, so they stay valid whatever the tracker does next.
         rows = out[:produced]
         used, local = np.unique(rows[:, 3], return_inverse=True)
+        names = [self._sources[int(s)] for s in used]
+        if len(self._sources) > _SOURCES_KEPT + 4 * int(self._state[k.S_PENDING]):
+            self._compact_sources()
         return OutcomeBlock(
             rows[:, 0].copy(),
             rows[:, 1].astype(np.uint8),
@@ -186,5 +192,18 @@ class BlockTracker:
             rows[:, 4].copy(),
             rows[:, 5].copy(),
             rows[:, 6].copy(),
-            [self._sources[int(s)] for s in used],
+            names,
         )
+
+    def _compact_sources(self) -> None:
+        """Forget the sources no pending tree refers to, and renumber the others (only pending entries hold a
+        source index: tombstones and outcomes do not). Amortised: it runs when the sources outnumber 4 × the
+        pending trees, and leaves at most as many as there are pending trees."""
+        keys, srcs = self._table[0], self._table[5]
+        live = (keys != 0) & (srcs >= 0)
+        used = np.unique(srcs[live])
+        renumber = np.full(len(self._sources), -1, np.int32)
+        renumber[used] = np.arange(len(used), dtype=np.int32)
+        srcs[live] = renumber[srcs[live]]
+        self._sources = [self._sources[int(i)] for i in used]
+        self._source_index = {source: i for i, source in enumerate(self._sources)}

@@ -120,3 +120,27 @@ def test_oldest_needed_across_the_32_bit_wrap() -> None:
     start = (1 << 32) - 3
     tracker.process(MessageBlock.from_messages([Ack(5, 7)]), record_offset=start)
     assert tracker.oldest_needed(start + 10) == start
+
+
+def test_message_ids_that_are_not_coordinates_cost_memory_only_while_pending() -> None:
+    """Each such id is a source of its own; once decided, its source is dropped (and the pending ones renumbered,
+    their outcomes still naming them right), so a long-lived tracker does not grow with them."""
+    gen = IdGenerator(12)
+    ids = [f"order-{i}" for i in range(30_000)]
+    trees = [(gen(), gen()) for _ in ids]
+    tracker = BlockTracker()
+    want: list[Message] = [Init(a, "s", m, v) for (a, v), m in zip(trees, ids, strict=True)]
+    reference = Tracker()
+    for message in want:
+        reference.handle(message)
+    tracker.process(MessageBlock.from_messages(want))
+    acks: list[Message] = [Ack(a, v) for a, v in trees]
+    decided = []
+    for start in range(0, len(acks), 1000):  # many blocks: compaction runs between them
+        block = acks[start : start + 1000]
+        got = tracker.process(MessageBlock.from_messages(block)).to_outcomes()
+        assert sorted(got, key=repr) == sorted((o for m in block for o in reference.handle(m)), key=repr)
+        decided += got
+    assert sorted(o.msg_id for o in decided) == sorted(ids)
+    assert tracker.pending == 0
+    assert len(tracker._sources) <= 4096 + 4 * 1000  # not one per tree ever seen
