@@ -3,7 +3,9 @@
 Header ``acker.ids``: for each root (tree) the message belongs to, its anchor and this message's edge id in that
 tree, as little-endian signed 64-bit pairs: ``anchor₁ edge₁ anchor₂ edge₂ …`` (16 bytes a root). A message without
 the header is unanchored (untracked). A header that is not a whole number of pairs, or that has a zero anchor, is
-invalid: the message is processed as unanchored and counted, never a crash.
+invalid, and so is a zero edge id (a tuple whose edge is zero is invisible to the XOR ledger: its tree could complete
+while it is being processed; ids are drawn non-zero, and a child's edge, a XOR of distinct random edges, is zero with
+probability 2⁻⁶⁴): the message is processed as unanchored and counted, never a crash.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ def decode(raw: bytes | None) -> TupleIds | None:
         return None
     if len(raw) == 16:  # the common case, one root
         pair = _ONE.unpack(raw)
-        return TupleIds((pair,)) if pair[0] else None
+        return TupleIds((pair,)) if pair[0] and pair[1] else None
     pairs = tuple(_ONE.iter_unpack(raw))
-    if any(anchor == 0 for anchor, _ in pairs):
+    if any(anchor == 0 or edge == 0 for anchor, edge in pairs):
         return None
     return TupleIds(pairs)
 
