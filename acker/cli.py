@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
+from confluent_kafka import KafkaException
+
 from acker.config import ServiceConfig, add_arguments
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
@@ -319,6 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
     except AckerError as error:
         print(f"acker: {error}", file=sys.stderr)
+        return 2
+    except KafkaException as error:  # e.g. a librdkafka setting it does not know or cannot take
+        print(f"acker: Kafka client: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
     except OSError as error:  # a file that cannot be read, a port that cannot be bound, ...
         print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)

@@ -10,6 +10,7 @@ secret are never printed (`ServiceConfig.redacted`).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from acker.errors import ConfigError
 
 ENV_PREFIX = "ACKER_"
 KAFKA_ENV_PREFIX = "ACKER_KAFKA_"
-_SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "private", "credentials")
+_SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "private", "credentials", "oauthbearer.config")
 
 
 def _setting(default: Any, help: str) -> Any:
@@ -61,8 +62,11 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         self.tracker_config()  # validates buckets and high_water
         for name in ("timeout_s", "commit_interval_s", "status_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value}")
+        if self.tick_interval_s < 0.001:
+            raise ConfigError(f"timeout_s {self.timeout_s} leaves less than 1 ms between ticks")
         if self.ack_linger_ms < 0:
             raise ConfigError(f"ack_linger_ms must not be negative, got {self.ack_linger_ms}")
         if self.partitions < 1 or self.replication_factor < 1:
@@ -154,7 +158,7 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             document = tomllib.loads(Path(path).read_text("utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise ConfigError(f"cannot read configuration file {path}: {error}") from None
-        kafka.update({str(k): str(v) for k, v in document.pop("kafka", {}).items()})
+        kafka.update(_flat(document.pop("kafka", {})))
         for key, value in document.items():
             name = key.replace("-", "_")
             if name not in _TYPES:
@@ -177,6 +181,21 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             kafka[key.strip()] = value
     typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
     return replace(ServiceConfig(), **typed, kafka=kafka)
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """A ``[kafka]`` table as librdkafka settings: TOML reads an unquoted ``sasl.password = ...`` as a nested table
+    (``sasl`` → ``password``), which is joined back into the dotted name."""
+    out: dict[str, str] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flat(value, name + "."))
+        elif isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        else:
+            out[name] = str(value)
+    return out
 
 
 def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:

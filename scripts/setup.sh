@@ -13,6 +13,8 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: creating .venv and installing the package with its test and development tools" >&2
+  # A .venv left half-made (e.g. python3-venv was missing, so ensurepip failed) is made again.
+  if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then rm -rf .venv; fi
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e '.[dev]'; } \
       >.venv/install.log 2>&1; then

@@ -5,12 +5,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-# docker/compose.yaml is validated by a real compose tool (no Docker engine needed): Debian's docker-compose.
-if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "test: installing Debian's docker-compose (to validate docker/compose.yaml)" >&2
-  { apt-get install -y -q docker-compose || { apt-get update -q && apt-get install -y -q docker-compose; }; } \
-    >/tmp/acker-docker-compose-install.log 2>&1 || echo "test: could not install docker-compose (see the log)" >&2
-fi
+# Tools from the system's packages, installed when missing and this is a root shell with apt (a CI container):
+# Java and Maven for the local Kafka broker the integration tests start, and Debian's docker-compose to validate
+# docker/compose.yaml with a real compose tool (no Docker engine needed). Elsewhere, install them yourself.
+need() {  # need TOOL PACKAGE WHAT
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test: installing $2 ($3)" >&2
+    { apt-get install -y -q "$2" || { apt-get update -q && apt-get install -y -q "$2"; }; } \
+      >"/tmp/acker-install-$2.log" 2>&1 || echo "test: could not install $2 (see /tmp/acker-install-$2.log)" >&2
+  else
+    echo "test: warning: '$1' is not on PATH ($3)" >&2
+  fi
+}
+need java openjdk-17-jre-headless "the local Kafka broker"
+need mvn maven "fetching the Kafka broker's jars"
+need docker-compose docker-compose "validating docker/compose.yaml"
 
 echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy" && .venv/bin/mypy

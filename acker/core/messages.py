@@ -4,7 +4,8 @@ Every message but `Tick` names the tree it belongs to by its anchor (root) id. E
 ledger, a single 64-bit XOR word:
 
 - `Init` (Storm's ACKER_INIT, FsShelter's Track): the spout started a tree for ``msg_id``; ``value`` is the XOR
-  of the edge ids of the root tuples it emitted (0 when it emitted none: the tree is complete at once).
+  of the edge ids of the root tuples it emitted. An init of value 0 (FsShelter's Track, whose root edges follow as
+  `Anchor` messages) never completes a tree by itself; a spout that emitted nothing sends no init at all.
 - `Ack` (Storm's combined ACKER_ACK): a tuple was processed; ``value`` is its own edge id XOR the edge ids of
   every child it emitted. Creation and completion travel together, so the tree cannot complete early whatever
   order messages from different producers arrive in. This is the form the clients send.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from acker.cli import main
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
 
@@ -38,6 +39,16 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert "s3cret" not in repr(config.redacted())
 
 
+def test_dotted_librdkafka_keys_written_plainly_in_a_file_are_settings_and_stay_secret(tmp_path: Path) -> None:
+    """TOML reads an unquoted ``sasl.password = ...`` as a nested table: it is the setting sasl.password all the same,
+    and redacted as one."""
+    path = tmp_path / "acker.toml"
+    path.write_text('[kafka]\nsasl.mechanism = "PLAIN"\nsasl.password = "hunter2"\nenable.idempotence = true\n')
+    config = load(_parse("--config", str(path)), environ={})
+    assert config.kafka == {"sasl.mechanism": "PLAIN", "sasl.password": "hunter2", "enable.idempotence": "true"}
+    assert "hunter2" not in repr(config.redacted())
+
+
 def test_booleans_and_the_tracker_config() -> None:
     config = load(_parse("--relocate-on-update", "--high-water", "10"), environ={})
     tracker = config.tracker_config()
@@ -51,7 +62,10 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--buckets", "1"), {}, "buckets must be at least 2"),
         (("--buckets", "three"), {}, "cannot read 'three' as int"),
         ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, "cannot read"),
-        (("--timeout-s", "0"), {}, "timeout_s must be positive"),
+        (("--timeout-s", "0"), {}, "timeout_s must be a positive number"),
+        ((), {"ACKER_TIMEOUT_S": "nan"}, "timeout_s must be a positive number"),
+        (("--timeout-s", "inf"), {}, "timeout_s must be a positive number"),
+        (("--timeout-s", "0.001"), {}, "less than 1 ms between ticks"),
         (("--kafka", "no-equals-sign"), {}, "KEY=VALUE"),
         (("--config", "/nonexistent.toml"), {}, "cannot read configuration file"),
     ],
@@ -87,3 +101,10 @@ def test_to_argv_round_trips_and_keeps_librdkafka_settings_off_the_command_line(
     assert "s3cret" not in " ".join(argv)
     assert load(_parse(*argv), environ=env) == config
     assert load(_parse(*to_argv(ServiceConfig())[0]), environ={}) == ServiceConfig()
+
+
+def test_a_librdkafka_setting_it_cannot_take_is_a_clear_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["status", "--kafka", "no.such.property=1", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert 'No such configuration property: "no.such.property"' in capsys.readouterr().err
