@@ -24,7 +24,7 @@ from acker.errors import AckerError
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--buckets", type=int, default=3, help="ticks after which a pending tree expires (>= 2)")
     parser.add_argument(
-        "--high-water", type=int, default=None, help="pending trees at which new inits are nacked 'overload'"
+        "--high-water", type=int, default=None, help="pending trees at which new inits are nacked 'overload' (0: off)"
     )
     parser.add_argument(
         "--relocate-on-update",
@@ -34,7 +34,7 @@ def _tracker_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _tracker_config(args: argparse.Namespace) -> TrackerConfig:
-    return TrackerConfig(args.buckets, args.high_water, args.relocate_on_update)
+    return TrackerConfig(args.buckets, args.high_water or None, args.relocate_on_update)  # 0 is off, as for run
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -212,7 +212,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         committed, end = lags.get(partition, (None, 0))
         rates = status.get("rates", {})
         nacked = sum(rates.get(k, 0) for k in ("nacked_failed", "nacked_timeout", "nacked_overload"))
-        age = time.time() - status["time"] if status else None
+        stamp = status.get("time")
+        age = time.time() - stamp if isinstance(stamp, int | float) else None
         table.add_row(
             str(partition),
             f"{status.get('instance', '-')}" + (f" ({age:.0f}s ago)" if age is not None else ""),

@@ -113,6 +113,8 @@ def _convert(name: str, raw: object, kind: type) -> Any:
             if text in ("0", "false", "no", "off", ""):
                 return False
             raise ValueError(text)
+        if kind is int and (isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer())):
+            raise ValueError(raw)  # TOML's true or 2.7 for a count: refused, not read as 1 or 2
         return kind(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"setting {name}: cannot read {raw!r} as {kind.__name__}") from None

@@ -34,18 +34,26 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
             for record in consumer.consume(500, timeout=0.2):
                 if record.error() is not None:
                     continue
-                try:
-                    status = json.loads(record.value() or b"")
-                except ValueError:
-                    continue
-                if status.get("topic") == config.acker_topic:
-                    latest[int(status["partition"])] = status
                 offset = record.offset()
                 if offset is not None and offset + 1 >= ends[record.partition() or 0]:
                     remaining.discard(record.partition() or 0)
+                status = _status(record.value())
+                if status is not None and status.get("topic") == config.acker_topic:
+                    latest[status["partition"]] = status
     finally:
         consumer.close()
     return latest
+
+
+def _status(value: bytes | None) -> dict[str, Any] | None:
+    """A status record's JSON object; None for anything else (a record this version does not understand)."""
+    try:
+        status = json.loads(value or b"")
+    except ValueError:
+        return None
+    if not isinstance(status, dict) or type(status.get("partition")) is not int:
+        return None
+    return status
 
 
 def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int]]:

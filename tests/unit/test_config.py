@@ -75,6 +75,18 @@ def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str
         load(_parse(*argv), environ=environ)
 
 
+def test_a_count_in_a_file_must_be_a_whole_number(tmp_path: Path) -> None:
+    path = tmp_path / "acker.toml"
+    path.write_text("partitions = 2.7\n")
+    with pytest.raises(ConfigError, match=r"cannot read 2\.7 as int"):
+        load(_parse("--config", str(path)), environ={})
+    path.write_text("partitions = true\n")
+    with pytest.raises(ConfigError, match="cannot read True as int"):
+        load(_parse("--config", str(path)), environ={})
+    path.write_text("partitions = 6.0\n")
+    assert load(_parse("--config", str(path)), environ={}).partitions == 6
+
+
 def test_unknown_setting_in_a_file(tmp_path: Path) -> None:
     path = tmp_path / "acker.toml"
     path.write_text("bukets = 3\n")

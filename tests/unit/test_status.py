@@ -1,0 +1,14 @@
+"""Reading status records (`acker.status`): anything that is not a status object is skipped, never a crash."""
+
+from __future__ import annotations
+
+from acker.status import _status
+
+
+def test_only_status_objects_with_a_partition_are_read() -> None:
+    status = {"topic": "acker", "partition": 3, "pending": 5}
+    assert _status(b'{"topic": "acker", "partition": 3, "pending": 5}') == status
+    assert _status(b"[1, 2]") is None  # JSON, but not an object
+    assert _status(b'{"partition": "3"}') is None
+    assert _status(b"\xff not json") is None
+    assert _status(None) is None
