@@ -77,6 +77,20 @@ class ServiceConfig:
         """``T / (buckets - 1)``: with one tick per interval a pending tree lives between T and T·(1 + 1/(B−1))."""
         return self.timeout_s / (self.buckets - 1)
 
+    def namespaced(self, prefix: str) -> ServiceConfig:
+        """This configuration with every topic and the group named under ``prefix`` (a demo, a test or a benchmark
+        run of its own on a shared cluster): ``<prefix>.acker``, ``<prefix>.outcomes.<spout>``, ..."""
+        return replace(
+            self,
+            acker_topic=f"{prefix}.acker",
+            group=f"{prefix}.acker",
+            outcome_prefix=f"{prefix}.outcomes.",
+            replay_prefix=f"{prefix}.replay.",
+            dlq_topic=f"{prefix}.acker.dlq",
+            replay_dlq_topic=f"{prefix}.replay.dlq",
+            status_topic=f"{prefix}.status",
+        )
+
     def tracker_config(self) -> TrackerConfig:
         return TrackerConfig(self.buckets, self.high_water or None, self.relocate_on_update)
 

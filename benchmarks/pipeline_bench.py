@@ -77,9 +77,7 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, partitions: int) -
     """Words counted per second, and the CPU seconds per 1,000 words of each process."""
     bootstrap = cluster.bootstrap_servers
     run = uuid.uuid4().hex[:8]
-    config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"acker-{run}", group=f"acker-{run}",
-                           outcome_prefix=f"out-{run}.", dlq_topic=f"dlq-{run}", status_topic=f"st-{run}",
-                           partitions=partitions, metrics_port=0)  # fmt: skip
+    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=partitions, metrics_port=0).namespaced(f"wc-{run}")
     topics = Topics(f"wc-{run}")
     create_topics(config.client(), [
         TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(SPOUT), partitions),

@@ -124,10 +124,9 @@ def _outcomes(config: ServiceConfig, expected: int, timeout_s: float) -> dict[st
 
 def _run(bootstrap: str, trees: int, rng: np.random.Generator) -> dict[str, float]:
     run = uuid.uuid4().hex[:8]
-    config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"rec-{run}", group=f"rec-{run}",
-                           outcome_prefix=f"rec-{run}.out.", dlq_topic=f"rec-{run}.dlq", status_topic=f"rec-{run}.st",
-                           partitions=1, timeout_s=600, commit_interval_s=0.5, status_interval_s=0.1, metrics_port=0,
-                           kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"})  # fmt: skip
+    session = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=1, timeout_s=600, commit_interval_s=0.5,
+                           status_interval_s=0.1, metrics_port=0, kafka=session).namespaced(f"rec-{run}")  # fmt: skip
     create_topics(config.client(), [TopicSpec(config.acker_topic, 1), TopicSpec(config.outcome_topic(SPOUT), 1),
                                     TopicSpec(config.status_topic, 1)])  # fmt: skip
     heads, tails = _trees(trees, rng)

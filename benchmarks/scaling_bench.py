@@ -61,10 +61,8 @@ def _count(consumer: Consumer) -> int:
 def _run(bootstrap: str, n: int, trees: int) -> tuple[float, float]:
     """(acker messages/s through n instances, producer-only messages/s) for one run."""
     run = uuid.uuid4().hex[:8]
-    config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"scale-{run}", group=f"scale-{run}",
-                           outcome_prefix=f"scale-{run}.out.", dlq_topic=f"scale-{run}.dlq",
-                           status_topic=f"scale-{run}.st", partitions=n, timeout_s=300, status_interval_s=0.2,
-                           metrics_port=0)  # fmt: skip
+    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=n, timeout_s=300, status_interval_s=0.2,
+                           metrics_port=0).namespaced(f"scale-{run}")  # fmt: skip
     create_topics(config.client(), [TopicSpec(config.acker_topic, n), TopicSpec(config.outcome_topic(SPOUT), n),
                                     TopicSpec(config.status_topic, 1)])  # fmt: skip
     records = _records(trees, 8192, n, np.random.default_rng(n))

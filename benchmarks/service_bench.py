@@ -219,11 +219,9 @@ def main() -> None:
     with _cluster(args.bootstrap_servers) as bootstrap:
         plain, acker = [], []
         for run in range(repeat):
-            topic = f"bench-{uuid.uuid4().hex[:8]}"
-            config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=topic, group=f"g-{topic}",
-                                   outcome_prefix=f"out-{topic}.", dlq_topic=f"dlq-{topic}",
-                                   status_topic=f"status-{topic}", partitions=args.partitions, metrics_port=0,
-                                   timeout_s=300)  # fmt: skip
+            config = ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
+                                   timeout_s=300).namespaced(f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
+            topic = config.acker_topic
             create_topics(config.client(), [TopicSpec(topic, args.partitions),
                                             TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
             _produce_all(bootstrap, topic, records)
@@ -235,15 +233,8 @@ def main() -> None:
         latency_rows = []
         seconds = args.latency_s or (3 if args.quick else 8)
         for fraction in (0.1, 0.25, 0.5):
-            topic = f"lat-{uuid.uuid4().hex[:8]}"
-            config = replace(
-                config,
-                timeout_s=2.0,
-                acker_topic=topic,
-                group=f"g-{topic}",
-                outcome_prefix=f"out-{topic}.",
-                status_topic=f"st-{topic}",
-            )
+            config = replace(config, timeout_s=2.0).namespaced(f"lat-{uuid.uuid4().hex[:8]}")
+            topic = config.acker_topic
             create_topics(config.client(), [TopicSpec(topic, args.partitions),
                                             TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
             total_s = seconds + config.timeout_s * 1.5

@@ -99,19 +99,12 @@ class Demo:
         self.topics = Topics(self.prefix)
         self.config = ServiceConfig(
             bootstrap_servers=bootstrap,
-            acker_topic=f"{self.prefix}.acker",
-            group=f"{self.prefix}.acker",
-            outcome_prefix=f"{self.prefix}.outcomes.",
-            replay_prefix=f"{self.prefix}.replay.",
-            dlq_topic=f"{self.prefix}.acker.dlq",
-            replay_dlq_topic=f"{self.prefix}.replay.dlq",
-            status_topic=f"{self.prefix}.status",
             partitions=options.partitions,
             timeout_s=options.timeout_s,
             metrics_port=0,
             # A killed instance's partitions move after the session timeout: a few seconds, not 45.
             kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-        )
+        ).namespaced(self.prefix)
         self.ledger = Ledger()
         self.events: list[str] = []
         self.started = time.monotonic()

@@ -72,10 +72,8 @@ def keyed_by_order(record: Message, emitter: Emitter, *, output: str) -> None:
 def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[str, str]:
     """Run the example; return each source record's outcome (``"orders/0/1": "ACK"``, ...)."""
     prefix = f"join-{uuid.uuid4().hex[:6]}"
-    config = ServiceConfig(bootstrap_servers=bootstrap, acker_topic=f"{prefix}.acker", group=f"{prefix}.acker",
-                           outcome_prefix=f"{prefix}.outcomes.", dlq_topic=f"{prefix}.dlq",
-                           status_topic=f"{prefix}.status", partitions=2, timeout_s=timeout_s,
-                           metrics_port=0)  # fmt: skip
+    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=2, timeout_s=timeout_s,
+                           metrics_port=0).namespaced(prefix)  # fmt: skip
     orders, payments, to_join, paid = (f"{prefix}.{t}" for t in ("orders", "payments", "to-join", "paid"))
     create_topics(config.client(), [TopicSpec(config.acker_topic, 2), TopicSpec(config.dlq_topic, 1),
                                     *(TopicSpec(config.outcome_topic(s), 2) for s in ("orders", "payments")),

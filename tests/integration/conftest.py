@@ -39,11 +39,6 @@ def config(bootstrap: str) -> ServiceConfig:
     run = uuid.uuid4().hex[:10]
     return ServiceConfig(
         bootstrap_servers=bootstrap,
-        acker_topic=f"acker-{run}",
-        group=f"acker-{run}",
-        outcome_prefix=f"outcomes-{run}.",
-        dlq_topic=f"dlq-{run}",
-        status_topic=f"status-{run}",
         partitions=4,
         timeout_s=30.0,
         commit_interval_s=0.2,
@@ -52,4 +47,4 @@ def config(bootstrap: str) -> ServiceConfig:
         instance_id=f"test-{run}",
         # A killed instance's partitions move after the session timeout: the broker's minimum, not 45 s.
         kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-    )
+    ).namespaced(f"test-{run}")

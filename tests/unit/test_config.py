@@ -120,3 +120,11 @@ def test_a_librdkafka_setting_it_cannot_take_is_a_clear_error_not_a_traceback(
 ) -> None:
     assert main(["status", "--kafka", "no.such.property=1", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     assert 'No such configuration property: "no.such.property"' in capsys.readouterr().err
+
+
+def test_a_namespaced_configuration_names_every_topic_and_the_group_under_its_prefix() -> None:
+    config = ServiceConfig(partitions=3).namespaced("run-1")
+    names = (config.acker_topic, config.group, config.dlq_topic, config.replay_dlq_topic, config.status_topic)
+    assert all(name.startswith("run-1.") for name in names)
+    assert (config.outcome_topic("s"), config.replay_topic("s")) == ("run-1.outcomes.s", "run-1.replay.s")
+    assert config.partitions == 3
