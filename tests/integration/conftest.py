@@ -47,4 +47,4 @@ def config(bootstrap: str) -> ServiceConfig:
         instance_id=f"test-{run}",
         # A killed instance's partitions move after the session timeout: the broker's minimum, not 45 s.
         kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-    ).namespaced(f"test-{run}")
+    ).namespaced(f"run-{run}")
