@@ -23,7 +23,15 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from acker.config import ServiceConfig
 from acker.errors import AckerError
 from acker.headers import HeaderList, pairs, text
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce, read_to
+from acker.kafka.clients import (
+    KafkaClientError,
+    TopicSpec,
+    create_topics,
+    log_bounds,
+    partition_count,
+    produce,
+    read_to,
+)
 from acker.retries import (
     ATTEMPT,
     ORIGIN,
@@ -130,7 +138,7 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     letters: list[DeadLetter] = []
     try:
         for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            low, high = log_bounds(consumer, TopicPartition(topic, p))
             chosen = None if wanted is None else {o for q, o in wanted if q == p}
             first, end = (low, high) if chosen is None else (min(chosen, default=high), max(chosen, default=-1) + 1)
             for record in read_to(consumer, TopicPartition(topic, p, max(first, low)), min(end, high)):

@@ -40,7 +40,15 @@ from acker.core.messages import Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets, partition_count, produce
+from acker.kafka.clients import (
+    TopicSpec,
+    consume_available,
+    create_topics,
+    end_offsets,
+    log_bounds,
+    partition_count,
+    produce,
+)
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE
 from acker.wire import WireError, decode_outcomes, encode_outcome_rows
@@ -297,7 +305,7 @@ class Spout:
             if mark.offset >= 0:
                 tp.offset = mark.offset
             else:  # no watermark yet: it starts where the reset policy starts reading
-                low, high = self._watermarks.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), 30)
+                low, high = log_bounds(self._watermarks, tp)
                 tp.offset = low if self.settings.reset == "earliest" else high
                 starts[(tp.topic, tp.partition)] = tp.offset
         if starts:

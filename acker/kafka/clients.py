@@ -91,22 +91,26 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
             producer.poll(0.05)
 
 
-def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 30.0) -> list[int]:
-    """The current end offset of each partition, asking again (up to ``timeout_s``) while the broker cannot answer:
-    a topic just created has no leader for a moment."""
+def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+    """The first and the end offset of one partition, asking again (up to ``timeout_s``) while the broker cannot
+    answer: a topic just created has no leader for a moment. `KafkaClientError` when it never answers."""
     deadline = time.monotonic() + timeout_s
-    ends = []
-    for tp in partitions:
-        while True:
-            try:
-                ends.append(consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1])
-                break
-            except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
-                if time.monotonic() > deadline:
-                    kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
-                    raise KafkaClientError(f"reading the end of {tp.topic}[{tp.partition}]", kafka_error) from None
-                time.sleep(0.2)
-    return ends
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=max(0.1, min(10.0, deadline - time.monotonic()))
+            )
+            return int(low), int(high)
+        except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
+            if time.monotonic() > deadline:
+                kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+                raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", kafka_error) from None
+            time.sleep(0.2)
+
+
+def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 30.0) -> list[int]:
+    """The current end offset of each partition (see `log_bounds`)."""
+    return [log_bounds(consumer, tp, timeout_s)[1] for tp in partitions]
 
 
 def consume_available(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
 from acker.headers import HeaderList, pairs, text
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, partition_count, read_to
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds, partition_count, read_to
 
 log = logging.getLogger("acker.coordinated")
 
@@ -298,7 +298,7 @@ class CoordinatedStage:
         reader = Consumer(self.config.client(**{"group.id": f"{self.group}.restore", "enable.auto.commit": False,
                                                 "isolation.level": "read_committed"}))  # fmt: skip
         try:
-            low, high = reader.get_watermark_offsets(TopicPartition(self.changelog, partition), timeout=30)
+            low, high = log_bounds(reader, TopicPartition(self.changelog, partition))
             if high <= low:
                 return task
             for record in read_to(reader, TopicPartition(self.changelog, partition, low), high):

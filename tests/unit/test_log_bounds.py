@@ -1,0 +1,33 @@
+"""`log_bounds` asks again while a new topic has no leader, and gives a clear error when the broker never answers."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from acker.kafka.clients import KafkaClientError, end_offsets, log_bounds
+
+
+class _Flaky:
+    """A consumer whose first ``failures`` offset queries fail as a just-created topic's do."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return 3, 10 + tp.partition
+
+
+def test_asks_again_until_the_partition_has_a_leader() -> None:
+    consumer = _Flaky(failures=2)
+    assert log_bounds(consumer, TopicPartition("t", 1), timeout_s=10) == (3, 11)  # type: ignore[arg-type]
+    assert consumer.calls == 3
+    assert end_offsets(_Flaky(1), [TopicPartition("t", 0), TopicPartition("t", 2)]) == [10, 12]  # type: ignore[arg-type]
+
+
+def test_a_broker_that_never_answers_is_a_clear_error() -> None:
+    with pytest.raises(KafkaClientError, match=r"t\[0\].*NOT_LEADER_FOR_PARTITION"):
+        log_bounds(_Flaky(failures=10**6), TopicPartition("t", 0), timeout_s=0.3)  # type: ignore[arg-type]
