@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
-from acker.core.tuple_tree import InputTuple, TupleIds, anchored
+from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.headers import HeaderList, Headers, split
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import consume_available, partition_count
@@ -68,7 +68,8 @@ class Collector:
         headers: Headers | None = None,
         anchors: Sequence[BoltInput] = (),
     ) -> None:
-        self._bolt._produce_child(topic, value, key, headers, anchored(a.tuple for a in anchors))
+        ids = anchored([a.tuple for a in anchors]) if anchors else UNTRACKED
+        self._bolt._produce_child(topic, value, key, headers, ids)
 
     def ack(self, message: BoltInput) -> None:
         self._bolt.acker.send_acks(message.tuple.ack_values())
@@ -198,10 +199,11 @@ class Bolt:
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
-        self.acker.produce_anchored(
-            topic, value, key, headers, ids, on_failure=lambda _: self.counters.update(["child_delivery_failures"])
-        )
+        self.acker.produce_anchored(topic, value, key, headers, ids, on_failure=self._child_failed)
         self.counters["emitted"] += 1
+
+    def _child_failed(self, _error: KafkaError) -> None:
+        self.counters["child_delivery_failures"] += 1
 
     def _commit(self) -> None:
         """Commit the input positions once everything produced for the inputs before them is delivered."""
