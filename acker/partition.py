@@ -12,15 +12,25 @@ the same ticks: expiry stays a function of the log.
 
 Recovery: ``recovery_offset`` starts from the offset of the oldest record that opened a tree still pending or
 decided within the last ``buckets`` ticks (or the next offset to read when there is none), and goes back to the
-last tick applied at or before it. Replaying from there replays every message of every such tree, starting with a
-tick this instance applied, so the new owner follows the same tick chain, rebuilds the same pending trees with the
-same expiry, and decides the recent ones exactly as they were decided: no tree is nacked early, and none gets a
-different outcome. Outcomes decided after that offset are emitted a second time (the same outcomes): downstream
-is idempotent by (spout, message id).
+last tick applied at or before it. A tree forgotten since (its tombstone dropped) may still have been decided after
+that tick while opened before it (an ack that came before its init, a tick between them): the start then goes back
+before its first record too, and again for the trees that brings in, until no forgotten tree straddles it.
+Replaying from there replays every message of every tree decided after it, starting with a tick this instance
+applied, so the new owner follows the same tick chain, rebuilds the same pending trees with the same expiry, and
+decides those trees exactly as they were decided: no tree is nacked early, and none gets a different outcome.
+Outcomes decided after that offset are emitted a second time (the same outcomes): downstream is idempotent by
+(spout, message id).
+
+Not held for: an init-less entry (messages of a tree whose init never came) that expired silently. Holding the start
+for each one would stop it advancing while a stream of late messages keeps opening such entries (an overloaded
+pipeline acking trees long timed out). A replay may see only the later messages of such an entry, so it counts
+towards ``high_water`` for a while longer or shorter than the first time, and an init arriving after the entry
+expired may meet its replayed remains: only trees whose init came more than a timeout after their first message.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 import numpy as np
@@ -66,7 +76,7 @@ class PartitionState:
 
     def __init__(self, partition: int, config: TrackerConfig, tick_interval_ms: int, now_ms: int) -> None:
         self.partition = partition
-        self.tracker = BlockTracker(config)
+        self.tracker = BlockTracker(config, recovering=True)
         self.tick_interval_ms = tick_interval_ms
         self.started_ms = now_ms
         self.position: int | None = None  # next offset to read
@@ -84,7 +94,8 @@ class PartitionState:
 
     def apply_records(self, block: MessageBlock, records: RecordSpans) -> OutcomeBlock:
         """Apply the messages of several records at once (``records`` says which came from where); return what
-        they decided. Records must come in offset order, here and from one call to the next."""
+        they decided (``index`` into ``block``, ignored ticks included). Records must come in offset order, here and
+        from one call to the next."""
         if not len(records.offsets):
             return self.tracker.process_records(block, records)
         ticks = np.flatnonzero(block.kinds == Kind.TICK)
@@ -101,7 +112,11 @@ class PartitionState:
                     keep[i] = False
                     self.ignored_ticks += 1
             if not keep.all():
-                block, records = _without(block, records, keep)
+                kept = np.flatnonzero(keep)
+                self.skip(int(records.offsets[-1]))
+                outcomes = self.tracker.process_records(*_without(block, records, keep))
+                outcomes.index = kept[outcomes.index]  # positions in the block as given
+                return outcomes
         self.skip(int(records.offsets[-1]))
         return self.tracker.process_records(block, records)
 
@@ -143,10 +158,25 @@ class PartitionState:
         if self.position is None:
             return None
         needed = self.tracker.oldest_needed(self.position)
-        ticks = self.applied_ticks
-        while len(ticks) > 1 and ticks[1] <= needed:
+        ticks, forgotten = self.applied_ticks, self.tracker.forgotten
+        while True:
+            start = self._last_tick_at_or_before(needed)
+            # A forgotten tree that may have been decided at or after the start, opened by a record before it, would
+            # be replayed without its first records, and decided otherwise: start before it too.
+            older = min((first for ended, first in forgotten if ended > start and first < start), default=None)
+            if older is None:
+                break
+            needed = older
+        while len(ticks) > 1 and ticks[1] <= start:
             ticks.popleft()  # older ticks can no longer anchor a replay
-        return ticks[0] if ticks and ticks[0] <= needed else needed
+        while forgotten and forgotten[0][0] <= start:
+            forgotten.popleft()  # decided before any start to come: the offset to commit never goes back
+        return start
+
+    def _last_tick_at_or_before(self, offset: int) -> int:
+        """The offset of the last tick applied at or before ``offset``; ``offset`` itself when there is none."""
+        at = bisect.bisect_right(self.applied_ticks, offset)
+        return self.applied_ticks[at - 1] if at else offset
 
 
 def _without(block: MessageBlock, records: RecordSpans, keep: np.ndarray) -> tuple[MessageBlock, RecordSpans]:

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind, RecordSpans
-from acker.core import Ack, Init, Message, TrackerConfig
+from acker.core import TICK, Ack, Fail, Init, Message, TrackerConfig
 from acker.partition import NO_TICK, PartitionState, encode_tick
 from acker.wire import decode_batch
-from tests.strategies import raw_messages
+from tests.strategies import raw_messages, tracker_configs
 
 
 def _tick(after: int) -> MessageBlock:
@@ -134,3 +134,92 @@ def test_records_applied_together_decide_as_records_applied_one_by_one(
     assert one_by_one.ignored_ticks == together.ignored_ticks
     assert one_by_one.recovery_offset() == together.recovery_offset()
     assert one_by_one.position == together.position
+
+
+def test_recovery_goes_back_before_a_forgotten_tree_whose_first_record_precedes_the_start() -> None:
+    """Tree 100's ack (offset 1) precedes its init (offset 4), with a tick between; tree 200, opened at 3, holds the
+    commit back to the tick at 2 after tree 100 was decided and forgotten. A replay from 2 would see tree 100's init
+    without its ack and time it out (or, with a fail at 1, ack what was failed)."""
+    for first, init_value in ((Ack(100, 5), 5), (Fail(100), 9)):
+        log = [
+            (0, _tick(NO_TICK)),
+            (1, MessageBlock.from_messages([first])),
+            (2, _tick(0)),
+            (3, MessageBlock.from_messages([Init(200, "s", "t/0/3", 77)])),  # never completes
+            (4, MessageBlock.from_messages([Init(100, "s", "t/0/4", init_value)])),  # tree 100 decided
+            (5, _tick(2)),
+            (6, _tick(5)),  # tree 100's tombstone dropped; tree 200 times out
+            (7, _tick(6)),
+            (8, _tick(7)),
+        ]
+        original, replayed = _state(), _state()
+        decided = {offset: original.apply(offset, 0, block).to_outcomes() for offset, block in log[:7]}
+        start = original.recovery_offset()
+        assert start == 0  # the tick before tree 100's first record
+        decided |= {offset: original.apply(offset, 0, block).to_outcomes() for offset, block in log[7:]}
+        assert {o: replayed.apply(o, 0, b).to_outcomes() for o, b in log if o >= start} == decided
+
+
+# Without high_water: an init-less entry expired silently is not held for by the recovery offset (see
+# `PartitionState.recovery_offset`), and while it lived it counted towards high_water.
+configs_without_high_water = tracker_configs.map(lambda c: TrackerConfig(c.buckets, None, c.relocate_on_update))
+
+
+@given(
+    config=configs_without_high_water,
+    messages=raw_messages,
+    cuts=st.lists(st.integers(0, 120), max_size=30),
+    stop=st.integers(0, 60),
+    strays=st.lists(st.booleans(), min_size=120, max_size=120),
+)
+def test_a_replay_from_the_recovery_offset_decides_every_record_after_it_as_before(
+    config: TrackerConfig, messages: list[Message], cuts: list[int], stop: int, strays: list[bool]
+) -> None:
+    """Whatever the log and wherever an owner stops, a new owner replaying from the offset it committed decides
+    every record from there on exactly as the first owner did (ticks are records of their own, as the service
+    writes them; some are strays from a second writer)."""
+    bounds = sorted({0, len(messages), *(c for c in cuts if c <= len(messages))})
+    blocks: list[MessageBlock] = []
+    for lo, hi in itertools.pairwise(bounds):
+        data: list[Message] = []
+        for message in messages[lo:hi]:
+            if message == TICK:
+                if data:
+                    blocks.append(MessageBlock.from_messages(data))
+                    data = []
+                blocks.append(_tick(NO_TICK))
+            else:
+                data.append(message)
+        if data:
+            blocks.append(MessageBlock.from_messages(data))
+    last = NO_TICK
+    for offset, block in enumerate(blocks):
+        if block.kinds[0] == Kind.TICK and len(block) == 1:
+            if strays[offset % len(strays)] and last != NO_TICK:
+                block.values[0] = NO_TICK  # a second writer's tick: ignored
+            else:
+                block.values[0], last = last, offset
+    assume(blocks)
+    stop = min(stop, len(blocks))
+    original = PartitionState(0, config, tick_interval_ms=1000, now_ms=0)
+    decided, start = [], None
+    for offset, block in enumerate(blocks):
+        if offset == stop:
+            start = original.recovery_offset()
+        decided.append(original.apply(offset, 0, block).to_outcomes())
+    if stop == len(blocks):
+        start = original.recovery_offset()
+    start = 0 if start is None else start
+    replayed = PartitionState(0, config, tick_interval_ms=1000, now_ms=0)
+    assert [replayed.apply(o, 0, blocks[o]).to_outcomes() for o in range(start, len(blocks))] == decided[start:]
+
+
+def test_outcomes_point_at_the_deciding_message_in_the_block_given_ignored_ticks_included() -> None:
+    state = _state()
+    state.apply(10, 0, _tick(NO_TICK))
+    state.apply(11, 0, MessageBlock.from_messages([Init(5, "s", "t/0/1", 3)]))
+    block = MessageBlock.concat([_tick(NO_TICK), _tick(NO_TICK), MessageBlock.from_messages([Ack(5, 3)])])
+    spans = RecordSpans.of([1, 1, 1], [12, 13, 14], [0, 0, 0])
+    decided = state.apply_records(block, spans)  # two strays from a second writer, then the ack
+    assert state.ignored_ticks == 2
+    assert decided.index.tolist() == [2] and int(spans.offsets[spans.record_of(2)]) == 14  # the service's decided-by
