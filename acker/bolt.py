@@ -129,7 +129,7 @@ class Bolt:
         # Cooperative rebalancing: when a process of the stage dies or joins, the others keep their partitions and
         # go on, instead of all stopping until the dead member's session times out.
         self.consumer = Consumer(
-            config.client(
+            config.stream_consumer(
                 **{
                     "group.id": group,
                     "enable.auto.commit": False,

@@ -33,7 +33,7 @@ class DrpcClient:
         self.chain = chain
         self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
-        self.consumer = Consumer(config.client(**{"group.id": f"{chain.name}.client-{uuid.uuid4().hex[:8]}",
+        self.consumer = Consumer(config.stream_consumer(**{"group.id": f"{chain.name}.client-{uuid.uuid4().hex[:8]}",
                                                   "enable.auto.commit": False}))  # fmt: skip
         results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
         # From the ends as they are now: an answer to a request sent after this cannot be missed.

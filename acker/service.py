@@ -90,7 +90,7 @@ class AckerService:
         self._next_status = 0.0
         self._last_status: dict[int, tuple[float, np.ndarray]] = {}
         self.consumer = Consumer(
-            config.client(
+            config.stream_consumer(
                 **{
                     "group.id": config.group,
                     "enable.auto.commit": False,

@@ -126,7 +126,7 @@ class Spout:
             on_failure=self._acker_delivery_failed,
         )
         self.consumer = Consumer(
-            config.client(
+            config.stream_consumer(
                 **{
                     "group.id": settings.consumer_group,
                     "enable.auto.commit": False,
@@ -140,7 +140,7 @@ class Spout:
         # Outcomes only free room under max pending: fetched in larger, fewer responses (up to 64 KB or 50 ms), which
         # spares the broker a fetch per outcome record.
         self.outcomes = Consumer(
-            config.client(
+            config.stream_consumer(
                 **{
                     "group.id": f"{settings.name}.outcomes-{uuid.uuid4().hex[:8]}",
                     "fetch.min.bytes": 65536,

@@ -107,7 +107,7 @@ class CoordinatedStage:
         self.counters: dict[str, int] = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
         self._touched: dict[tuple[int, str], RequestState | None] = {}
         self._round_robin = 0
-        self.consumer = Consumer(config.client(**{
+        self.consumer = Consumer(config.stream_consumer(**{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed"}))  # fmt: skip
         # One transactional producer per process; the consumer group's generation fences a zombie (KIP-447). With a

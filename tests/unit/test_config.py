@@ -128,3 +128,13 @@ def test_a_namespaced_configuration_names_every_topic_and_the_group_under_its_pr
     assert all(name.startswith("run-1.") for name in names)
     assert (config.outcome_topic("s"), config.replay_topic("s")) == ("run-1.outcomes.s", "run-1.replay.s")
     assert config.partitions == 3
+
+
+def test_stream_consumers_fetch_again_soon_after_a_full_queue_unless_told_otherwise() -> None:
+    plain = ServiceConfig(bootstrap_servers="b:9092")
+    assert plain.stream_consumer(**{"group.id": "g"}) == {
+        "fetch.queue.backoff.ms": 20, "bootstrap.servers": "b:9092", "group.id": "g"}  # fmt: skip
+    assert "fetch.queue.backoff.ms" not in plain.client()  # producers and admin clients do not take it
+    mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.queue.backoff.ms": 500})
+    assert mine.stream_consumer()["fetch.queue.backoff.ms"] == 500
+    assert mine.stream_consumer(**{"fetch.queue.backoff.ms": 5})["fetch.queue.backoff.ms"] == 5
