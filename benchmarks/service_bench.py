@@ -7,7 +7,10 @@ Run: ``.venv/bin/python -m benchmarks.service_bench [--quick]`` (starts a local 
    ``--batch`` messages, each record holding whole trees, and produced to a fresh acker topic.
 2. Baseline, same run: a plain confluent-kafka consumer reads every record of the topic (touching each value).
 3. The service (one `AckerService` in this process, the same code as ``acker run``) reads the same records and
-   decides every tree; throughput runs from its first record to the last outcome decided.
+   decides every tree; throughput runs from its first record to the last outcome decided. Then, as a bound, the
+   service's own work without Kafka: fresh trackers parse and decide the same record values in this process.
+   Both start cold (tables and tombstone sets grow as trees arrive), as a service does after a restart.
+   At least a million trees: on a shorter run the plain consumer's start-up (its first fetches) is most of its time.
 4. Latency at 10%, 25% and 50% of the measured maximum rate: records are produced at that rate to a fresh topic, an
    ``acker run`` process decides them, and a reader takes each outcome record; latency is from producing a record to
    reading the outcome record it decided, found by its ``acker.decided-by`` header, which names a range of records
@@ -37,13 +40,14 @@ import numpy as np
 from confluent_kafka import Consumer, Producer
 
 from acker.columnar import MessageBlock
-from acker.columnar.block import Kind
+from acker.columnar.block import Kind, RecordSpans
+from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
 from acker.kafka.provision import kafka_cluster
-from acker.service import DECIDED_BY, AckerService
+from acker.service import _GROUP_MESSAGES, DECIDED_BY, AckerService
 from acker.status import read_status
-from acker.wire import encode_batch
+from acker.wire import encode_batch, parse_batch
 
 
 def _records(trees: int, batch: int, partitions: int, rng: np.random.Generator, first: int = 0) -> list[list[bytes]]:
@@ -108,6 +112,27 @@ def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
     elapsed = time.perf_counter() - started
     consumer.close()
     return elapsed
+
+
+def _tracker_only(config: ServiceConfig, records: list[list[bytes]]) -> float:
+    """Seconds for fresh trackers (one per partition, as the service keeps) to parse and decide every record in this
+    process, in groups of whole records as the service applies them: the service's own work without Kafka."""
+    BlockTracker.warm_up()
+    started = time.perf_counter()
+    for values in records:
+        tracker = BlockTracker(config.tracker_config())
+        blocks = [parse_batch(value) for value in values]
+        start = 0
+        while start < len(blocks):
+            end, size = start + 1, len(blocks[start])
+            while end < len(blocks) and size + len(blocks[end]) <= _GROUP_MESSAGES:
+                size += len(blocks[end])
+                end += 1
+            group = blocks[start:end]
+            spans = RecordSpans.of([len(b) for b in group], list(range(start, end)), [1] * len(group))
+            tracker.process_records(MessageBlock.concat(group), spans)
+            start = end
+    return time.perf_counter() - started
 
 
 def _service_run(config: ServiceConfig, trees: int) -> float:
@@ -210,14 +235,14 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    trees = args.trees or (50_000 if args.quick else 300_000)
+    trees = args.trees or (50_000 if args.quick else 1_000_000)
     repeat = 1 if args.quick else args.repeat
     rng = np.random.default_rng(1)
     records = _records(trees, args.batch, args.partitions, rng)
     n_records = sum(len(r) for r in records)
     messages = trees * 7
     with _cluster(args.bootstrap_servers) as bootstrap:
-        plain, acker = [], []
+        plain, acker, alone = [], [], []
         for run in range(repeat):
             config = ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
                                    timeout_s=300).namespaced(f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
@@ -227,9 +252,12 @@ def main() -> None:
             _produce_all(bootstrap, topic, records)
             plain.append(_plain_consumer(bootstrap, topic, n_records))
             acker.append(_service_run(config, trees))
-            print(f"run {run + 1}: plain {messages / plain[-1]:,.0f} msg/s, acker {messages / acker[-1]:,.0f} msg/s")
+            alone.append(_tracker_only(config, records))
+            print(f"run {run + 1}: plain {messages / plain[-1]:,.0f} msg/s, acker {messages / acker[-1]:,.0f} msg/s, "
+                  f"trackers alone {messages / alone[-1]:,.0f} msg/s")  # fmt: skip
         plain_rate = messages / statistics.median(plain)
         acker_rate = messages / statistics.median(acker)
+        alone_rate = messages / statistics.median(alone)
         latency_rows = []
         seconds = args.latency_s or (3 if args.quick else 8)
         for fraction in (0.1, 0.25, 0.5):
@@ -251,6 +279,8 @@ def main() -> None:
     print("|---|---:|---:|")
     print(f"| plain confluent-kafka consumer, same records | {plain_rate:,.0f} | 1.00 |")
     print(f"| acker service (one process) | {acker_rate:,.0f} | {acker_rate / plain_rate:.2f} |")
+    print(f"| its trackers alone, same records parsed in process, no Kafka (bound) | {alone_rate:,.0f} | "
+          f"{alone_rate / plain_rate:.2f} |")  # fmt: skip
     print("\n| load (share of the maximum) | acker messages/s | records/s | records measured | p50 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     for fraction, msgs, recs, count, p50, p99 in latency_rows:
