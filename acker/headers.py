@@ -68,6 +68,11 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
     invalid = False
     if not headers:
         return ids, rest, invalid
+    if type(headers) is list and len(headers) == 1:  # the common case: the anchor header alone, one root
+        key, value = headers[0]
+        if key == HEADER and type(value) is bytes and len(value) == 16:
+            anchor, edge = _ONE.unpack(value)
+            return (TupleIds(((anchor, edge),)), rest, False) if anchor and edge else (ids, rest, True)
     for key, value in headers if type(headers) is list else pairs(headers):
         if key == HEADER:
             decoded = decode(value.encode("latin-1") if isinstance(value, str) else value)

@@ -27,6 +27,7 @@ from acker.wire import encode_batch
 log = logging.getLogger("acker.client")
 
 DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
+_ACK = int(Kind.ACK)  # an enum member's attribute lookup costs as much as the append, on the bolts' hot path
 
 
 class _Batch:
@@ -114,9 +115,13 @@ class AckerClient:
 
     def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
         """Combined acks as (anchor, value) pairs: the bolt's hot path, without message objects."""
+        batches, partitions = self._batches, self.partitions
         for anchor, value in acks:
-            partition, batch = self._batch(anchor)
-            batch.kinds.append(Kind.ACK)
+            partition = partition_of(anchor, partitions)
+            batch = batches[partition]
+            if batch is None:
+                batch = batches[partition] = _Batch()
+            batch.kinds.append(_ACK)
             batch.anchors.append(anchor)
             batch.values.append(value)
             if len(batch.kinds) >= self.max_batch:
