@@ -35,3 +35,14 @@ def test_split_and_with_ids() -> None:
     assert split(None) == (UNTRACKED, [], False)
     assert split({"trace": "y"}) == (UNTRACKED, [("trace", "y")], False)
     assert with_ids(None, UNTRACKED) == []
+
+
+@given(st.lists(st.tuples(ids64, ids64), min_size=1, max_size=3), st.booleans())
+def test_split_decodes_the_lone_header_as_any_other(edges: list[tuple[int, int]], alone: bool) -> None:
+    """A message whose only header is the anchor header takes a shorter path; the answer must not change."""
+    raw = encode(TupleIds(tuple(edges)))
+    headers = [(HEADER, raw)] if alone else [(HEADER, raw), ("trace", b"x")]
+    assert split(headers) == (decode(raw), [] if alone else [("trace", b"x")], False)
+    for bad in (bytes(16), bytes([5]) + bytes(15), bytes([5]) * 15):  # zero anchor, zero edge, wrong length
+        assert split([(HEADER, bad)]) == (UNTRACKED, [], True)
+    assert split([(HEADER, raw.decode("latin-1"))])[0] == decode(raw)  # a client that hands over text
