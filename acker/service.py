@@ -165,8 +165,17 @@ class AckerService:
             state = self._states.get(partition)
             if state is None:  # revoked while this batch was in flight
                 continue
+            fresh = mine
+            if state.position is not None and (mine[0].offset() or 0) < state.position:
+                # The consumer went back within one assignment (an offset reset after the log was truncated under
+                # it): those records were applied already, and applying a message twice cancels it in the XOR word.
+                fresh = [r for r in mine if (r.offset() or 0) >= state.position]
+                log.warning(
+                    "partition %d: skipped %d records below the read position %d (already applied)",
+                    partition, len(mine) - len(fresh), state.position,
+                )  # fmt: skip
             parsed, rejected = [], []
-            for record in mine:
+            for record in fresh:
                 try:
                     parsed.append((record, parse_batch(record.value() or b"")))
                 except WireError as bad:

@@ -9,12 +9,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from confluent_kafka import TopicPartition
+
 from acker.config import ServiceConfig
 from acker.core import TICK, Init, Message, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 from acker.replay import format_message, replay
+from acker.service import AckerService
 from acker.wire import decode_batch
 from acker.workload import WorkloadSpec, generate
 from tests.integration.helpers import (
@@ -210,3 +213,36 @@ def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcome
     assert {outcome for seen in reader.seen.values() for outcome in seen} == {"TIMEOUT"}
     records = read_partition(config, config.outcome_topic(SPOUT), 0)
     assert len(records) >= 150_000 // (1 << 14)
+
+
+def test_a_consumer_sent_back_within_its_assignment_does_not_apply_records_twice(config: ServiceConfig) -> None:
+    """After an offset reset under it (a log truncated below its position), the consumer hands over records the
+    service applied already: applied twice, a tree's split ack would cancel itself and the tree would time out."""
+    create_acker_topics(config)
+    ids = IdGenerator(21)
+    trees = [_tree_messages(f"src/0/{i}", ids) for i in range(200)]
+    service = AckerService(config)
+    service.consumer.subscribe([config.acker_topic], on_assign=service._on_assign, on_revoke=service._on_revoke)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        deadline = time.monotonic() + 60
+        while len(service._states) < config.partitions:
+            assert time.monotonic() < deadline, "the service did not get its partitions"
+            service.step(0.1)
+        send(config, [m for _, head, _ in trees for m in head])
+        while sum(state.tracker.pending for state in service._states.values()) < len(trees):
+            assert time.monotonic() < deadline, "the service did not read the heads of the trees"
+            service.step(0.1)
+        for partition in service._states:  # as an offset reset to the start of the log would
+            service.consumer.seek(TopicPartition(config.acker_topic, partition, 0))
+        send(config, [m for _, _, tail in trees for m in tail])
+        msg_ids = [f"src/0/{i}" for i in range(200)]
+        while not all(m in reader.seen for m in msg_ids):
+            assert time.monotonic() < deadline, "not every tree was decided"
+            service.step(0.1)
+            reader.poll(0.05)
+    finally:
+        service.consumer.close()
+    reader.close()
+    assert {outcome for seen in reader.seen.values() for outcome in seen} == {"ACK"}
+    assert sum(state.tracker.counters.collisions for state in service._states.values()) == 0
