@@ -73,7 +73,9 @@ def _wait_ready(config: ServiceConfig, groups: dict[str, int], timeout_s: float 
         time.sleep(0.2)
 
 
-def _run(cluster: Cluster, lines: list[bytes], tracked: bool, partitions: int) -> tuple[float, dict[str, float]]:
+def _run(
+    cluster: Cluster, lines: list[bytes], tracked: bool, partitions: int, max_pending: int | None = None
+) -> tuple[float, dict[str, float]]:
     """Words counted per second, and the CPU seconds per 1,000 words of each process."""
     bootstrap = cluster.bootstrap_servers
     run = uuid.uuid4().hex[:8]
@@ -86,7 +88,15 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, partitions: int) -
     common, _ = to_argv(config)
     stage = [sys.executable, "-m", "acker.cli", "wordcount"]
     argvs = {
-        "spout": [*stage, "spout", *common, "--prefix", topics.prefix, *([] if tracked else ["--untracked"])],
+        "spout": [
+            *stage,
+            "spout",
+            *common,
+            "--prefix",
+            topics.prefix,
+            *([] if tracked else ["--untracked"]),
+            *(["--max-pending", str(max_pending)] if max_pending else []),
+        ],
         "split": [*stage, "split", *common, "--prefix", topics.prefix],
         "count": [*stage, "count", *common, "--prefix", topics.prefix],
     }
@@ -129,6 +139,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
     repeat = 1 if args.quick else args.repeat
@@ -139,7 +150,7 @@ def main() -> None:
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for run in range(repeat):
             for tracked in (False, True):  # alternate, so that drift of a noisy machine hits both
-                rate, used = _run(cluster, lines, tracked, args.partitions)
+                rate, used = _run(cluster, lines, tracked, args.partitions, args.max_pending)
                 rates[tracked].append(rate)
                 cpus[tracked].append(used)
                 print(f"run {run + 1} {'tracked' if tracked else 'untracked'}: {rate:,.0f} words/s")
