@@ -12,25 +12,24 @@ the same ticks: expiry stays a function of the log.
 
 Recovery: ``recovery_offset`` starts from the offset of the oldest record that opened a tree still pending or
 decided within the last ``buckets`` ticks (or the next offset to read when there is none), and goes back to the
-last tick applied at or before it. A tree forgotten since (its tombstone dropped) may still have been decided after
-that tick while opened before it (an ack that came before its init, a tick between them): the start then goes back
-before its first record too, and again for the trees that brings in, until no forgotten tree straddles it.
-Replaying from there replays every message of every tree decided after it, starting with a tick this instance
-applied, so the new owner follows the same tick chain, rebuilds the same pending trees with the same expiry, and
-decides those trees exactly as they were decided: no tree is nacked early, and none gets a different outcome.
-Outcomes decided after that offset are emitted a second time (the same outcomes): downstream is idempotent by
-(spout, message id).
+last tick applied at or before it. Replaying from there replays every message of every such tree, starting with a
+tick this instance applied, so the new owner follows the same tick chain, rebuilds the same pending trees with the
+same expiry, and decides the recent ones exactly as they were decided: no tree is nacked early, and none gets a
+different outcome. Outcomes decided after that offset are emitted a second time (the same outcomes): downstream
+is idempotent by (spout, message id).
 
-Not held for: an init-less entry (messages of a tree whose init never came) that expired silently. Holding the start
-for each one would stop it advancing while a stream of late messages keeps opening such entries (an overloaded
-pipeline acking trees long timed out). A replay may see only the later messages of such an entry, so it counts
-towards ``high_water`` for a while longer or shorter than the first time, and an init arriving after the entry
-expired may meet its replayed remains: only trees whose init came more than a timeout after their first message.
+Not exact: a tree already forgotten (its tombstone dropped) whose records straddle that offset, because an older
+tree still holds the offset back. Its records before the offset are not replayed: if one of them came before its
+init (an ack racing the spout's init across a tick), the replay sees the init without it and times the tree out, or
+acks what was failed; a second, contradictory outcome (the source record replayed once more). An init-less entry
+that expired silently, straddling it, counts towards ``high_water`` for a different while. Holding the offset back
+for such trees cannot work: at any rate some tree straddles every tick, and the offset would never advance. The
+exact cure is to know what was decided: reading back, on assignment, the outcomes this partition published after the
+offset, as tombstones. Not done.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 
 import numpy as np
@@ -76,7 +75,7 @@ class PartitionState:
 
     def __init__(self, partition: int, config: TrackerConfig, tick_interval_ms: int, now_ms: int) -> None:
         self.partition = partition
-        self.tracker = BlockTracker(config, recovering=True)
+        self.tracker = BlockTracker(config)
         self.tick_interval_ms = tick_interval_ms
         self.started_ms = now_ms
         self.position: int | None = None  # next offset to read
@@ -158,25 +157,10 @@ class PartitionState:
         if self.position is None:
             return None
         needed = self.tracker.oldest_needed(self.position)
-        ticks, forgotten = self.applied_ticks, self.tracker.forgotten
-        while True:
-            start = self._last_tick_at_or_before(needed)
-            # A forgotten tree that may have been decided at or after the start, opened by a record before it, would
-            # be replayed without its first records, and decided otherwise: start before it too.
-            older = min((first for ended, first in forgotten if ended > start and first < start), default=None)
-            if older is None:
-                break
-            needed = older
-        while len(ticks) > 1 and ticks[1] <= start:
+        ticks = self.applied_ticks
+        while len(ticks) > 1 and ticks[1] <= needed:
             ticks.popleft()  # older ticks can no longer anchor a replay
-        while forgotten and forgotten[0][0] <= start:
-            forgotten.popleft()  # decided before any start to come: the offset to commit never goes back
-        return start
-
-    def _last_tick_at_or_before(self, offset: int) -> int:
-        """The offset of the last tick applied at or before ``offset``; ``offset`` itself when there is none."""
-        at = bisect.bisect_right(self.applied_ticks, offset)
-        return self.applied_ticks[at - 1] if at else offset
+        return ticks[0] if ticks and ticks[0] <= needed else needed
 
 
 def _without(block: MessageBlock, records: RecordSpans, keep: np.ndarray) -> tuple[MessageBlock, RecordSpans]:

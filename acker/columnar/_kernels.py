@@ -246,8 +246,6 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     record_offsets: Array,
     record_stamps: Array,
     out: Array,
-    tick_ring: Array,
-    removed: Array,
 ) -> int:
     """Apply a block of messages carried by Kafka records: record ``r`` ends before message ``record_ends[r]``
     (non-decreasing, the last one the block's length), sits at ``record_offsets[r]`` and was written at
@@ -256,19 +254,12 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     Writes outcome rows into ``out`` and returns how many. The caller guarantees room: the table and the
     tombstone sets have capacity for every message of the block opening or finishing an entry, and ``out`` has a
     row for every message deciding an outcome plus every pending tree expiring on the block's ticks.
-
-    ``tick_ring[g % (buckets + 1)]`` holds the offset of the tick record that began generation ``g``, for the last
-    ``buckets + 1`` generations. ``removed`` has a row per tick of the block: where the ``t``-th tick drops a
-    tombstone set, the offset of the tick record that ended the generation in which those trees were decided (each
-    was decided by a record before it) and the lowest offset of a record that opened one of them; -1 otherwise.
-    Recovery needs it (`acker.partition`): a forgotten tree may have records on both sides of where a replay starts.
     """
     keys, vals, gens, borns, flags, srcs, offs, _, stamps = t
     mask = keys.shape[0] - 1
     n = 0
     k_init = 0
     r = 0
-    n_ticks = 0
     counters[C_MESSAGES] += kinds.shape[0]  # every message counts, whatever becomes of it
     for m in range(kinds.shape[0]):
         while m >= record_ends[r]:
@@ -281,14 +272,8 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             gen += 1
             state[S_GENERATION] = gen
             # The tombstones of generation gen - buckets have watched long enough: drop the whole set.
-            tick_ring[gen % tick_ring.shape[0]] = record_offset
-            low = record_offset & _LOW32
-            behind = -1  # of the oldest record that opened a tree forgotten here, modulo 2³² (-1: none)
             expired_row = (gen - buckets) % tombs.shape[0]
             if tomb_counts[expired_row]:
-                for j in range(tombs.shape[1]):
-                    if tombs[expired_row, j] != 0:
-                        behind = max(behind, (low - tomb_firsts[expired_row, j]) & _LOW32)
                 tombs[expired_row, :] = 0
                 tomb_counts[expired_row] = 0
             limit = gen - buckets
@@ -310,10 +295,6 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                     _delete(t, shift, i)
                     state[S_ENTRIES] -= 1
                     state[S_PENDING] -= 1
-            if behind >= 0:
-                ended = tick_ring[(gen - buckets + 1) % tick_ring.shape[0]]
-                removed[n_ticks, 0], removed[n_ticks, 1] = ended, record_offset - behind
-            n_ticks += 1
             continue
 
         anchor = anchors[m]

@@ -14,8 +14,6 @@ Not thread-safe.
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from acker.columnar import _kernels as k
@@ -40,24 +38,19 @@ def _capacity(current: int, needed: int) -> int:
 class BlockTracker:
     __slots__ = (
         "_counters",
-        "_recovering",
         "_shift",
         "_source_index",
         "_sources",
         "_state",
         "_table",
-        "_tick_ring",
         "_tomb_counts",
         "_tomb_firsts",
         "_tomb_shift",
         "_tombs",
         "config",
-        "forgotten",
     )
 
-    def __init__(
-        self, config: TrackerConfig | None = None, capacity: int = _MIN_SHIFT_CAPACITY, *, recovering: bool = False
-    ) -> None:
+    def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_SHIFT_CAPACITY) -> None:
         self.config = config or TrackerConfig()
         cap = max(_MIN_SHIFT_CAPACITY, 1 << max(0, capacity - 1).bit_length())
         self._shift = 64 - cap.bit_length() + 1
@@ -70,12 +63,6 @@ class BlockTracker:
         self._counters = np.zeros(10, np.int64)
         self._sources: list[Source] = []
         self._source_index: dict[Source, int] = {}
-        # With ``recovering``, per tombstone set dropped: (offset of the tick record that ended the generation in
-        # which its trees were decided, lowest offset of a record that opened one of them), in log order. Recovery
-        # reads it (`acker.partition`), and drops what can no longer matter.
-        self._recovering = recovering
-        self.forgotten: deque[tuple[int, int]] = deque()
-        self._tick_ring = np.full(self.config.buckets + 1, -1, np.int64)
 
     @property
     def capacity(self) -> int:
@@ -143,8 +130,7 @@ class BlockTracker:
         """The offset from which a replay decides every tree touched since exactly as before: the lowest offset of a
         record that opened a pending tree or a tree finished in the last ``buckets`` ticks, or ``position`` (the
         next offset to read) when there is none. A tree finished earlier may still have a late message after that
-        offset: replayed alone, it opens an init-less entry that expires silently, as the original one did. A tree
-        forgotten by a tick after that offset may have records before it too: see `forgotten`."""
+        offset: replayed alone, it opens an init-less entry that expires silently, as the original one did."""
         return int(k.oldest_needed(self._table, self._tombs, self._tomb_counts, self._tomb_firsts, position))
 
     def process(self, block: MessageBlock, record_offset: int = 0, timestamp_ms: int = 0) -> OutcomeBlock:
@@ -160,8 +146,7 @@ class BlockTracker:
         than one call per record)."""
         n = len(block)
         pending = int(self._state[k.S_PENDING])
-        tick_count = int(np.count_nonzero(block.kinds == k.K_TICK))
-        ticks = tick_count > 0
+        ticks = bool(np.any(block.kinds == k.K_TICK))
         # Every outcome is of a tree whose init was seen: pending before the block, or initialised in it; without a
         # tick, each also needs a message of the block. Each outcome buries one tree, in the set of its tick.
         room = pending + len(block.init_offset)
@@ -169,7 +154,6 @@ class BlockTracker:
             room = min(n, room)
         self._resize_for(n, room)
         out = np.empty((room, k.OUT_COLUMNS), np.int64)
-        removed = np.full((tick_count, 2), -1, np.int64)
         cfg = self.config
         produced = k.process(
             self._table,
@@ -193,11 +177,7 @@ class BlockTracker:
             records.offsets,
             records.timestamps_ms,
             out,
-            self._tick_ring,
-            removed,
         )
-        if tick_count and self._recovering:
-            self.forgotten.extend((int(a), int(b)) for a, b in removed[removed[:, 0] >= 0].tolist())
         # Outcomes carry their own small source table, so they stay valid whatever the tracker does next.
         rows = out[:produced]
         used, local = np.unique(rows[:, 3], return_inverse=True)
