@@ -16,6 +16,7 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,8 +136,10 @@ class Marks:
                         kafka.start_mark(self.settings.watermark_group(spout), topic, partition)
                     )
             mark.add(np.concatenate(arrays))
-        # The touched marks, and those that Kafka could not answer for at an earlier batch (asked again now).
-        unsure = {key for key, mark in self.marks.items() if mark.runs and mark.verified != mark.mark}
+        # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
+        # found long enough ago that it may have been deleted since (asked again now).
+        now_s = time.time()
+        unsure = {key for key, mark in self.marks.items() if mark.runs and not mark.waiting(now_s)}
         for spout, topic, partition in done.keys() | unsure:
 
             def next_existing(offset: int, topic: str = topic, partition: int = partition) -> int | None:
@@ -145,7 +148,7 @@ class Marks:
 
             mark = self.marks[(spout, topic, partition)]
             group = self.settings.watermark_group(spout)
-            touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing)
+            touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing, now_s)
         if touched:
             self._store.save(batch_id, self.marks)
         return touched

@@ -8,8 +8,9 @@ An offset below the first done run that is not done itself holds the mark back o
 Kafka has offsets without records (transaction markers, aborted transactions under read_committed, compacted or
 deleted records): the caller passes ``next_existing(offset)``, the offset of the first record at or after
 ``offset`` that a consumer reads, and the mark jumps over the offsets without records. ``verified`` remembers an
-offset already found to exist (and not done), so that a mark waiting on a slow tree asks Kafka once, not at every
-batch.
+offset already found to exist (and not done), so that a mark waiting on a slow tree asks Kafka once per
+``RECHECK_S``, not at every batch: asked again, because retention or compaction may delete a record that will never
+be done (its tree was lost before its init), and a deleted record must not hold the mark for good.
 
 Invariants: ``mark`` never decreases; every run starts above ``mark``; a duplicated done offset changes nothing.
 """
@@ -23,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 NONE = -1
+RECHECK_S = 60.0  # how long a record found waiting is trusted to still exist
 
 
 @dataclass
@@ -30,6 +32,11 @@ class PartitionMark:
     mark: int
     runs: list[tuple[int, int]] = field(default_factory=list)  # sorted, disjoint, non-adjacent, all above mark
     verified: int = NONE  # an offset >= mark known to hold a record that is not done yet
+    verified_at: float = field(default=0.0, compare=False)  # when (seconds; not saved: a restart asks again)
+
+    def waiting(self, now_s: float) -> bool:
+        """True while the mark waits on a record known to exist, found less than ``RECHECK_S`` ago."""
+        return self.verified == self.mark and now_s - self.verified_at < RECHECK_S
 
     def add(self, offsets: Iterable[int] | npt.NDArray[np.int64]) -> None:
         """Record done offsets (any order, duplicates allowed; those below the mark are ignored)."""
@@ -42,7 +49,7 @@ class PartitionMark:
         ends = (fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1).tolist()
         self.runs = _merge(self.runs, list(zip(starts, ends, strict=True)))
 
-    def advance(self, next_existing: Callable[[int], int | None]) -> int:
+    def advance(self, next_existing: Callable[[int], int | None], now_s: float = 0.0) -> int:
         """Move the mark as far as the done runs and the existing records allow; return it.
 
         ``next_existing(offset)`` is only called when some offset above the mark is done, so a record exists at
@@ -56,13 +63,13 @@ class PartitionMark:
                 self.mark = max(self.mark, end)
                 self.runs.pop(0)
                 continue
-            if self.verified == self.mark:
+            if self.waiting(now_s):
                 break  # a record is there and not done: wait for it
             existing = next_existing(self.mark)
             if existing is None:
                 break
             if existing <= self.mark:
-                self.verified = self.mark
+                self.verified, self.verified_at = self.mark, now_s
                 break
             self.mark = min(existing, start)  # no records in [mark, existing): nothing to wait for
         return self.mark

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_jobs.watermark import PartitionMark
+from spark_jobs.watermark import RECHECK_S, PartitionMark
 
 
 def _next_existing(existing: set[int], calls: list[int]) -> object:
@@ -83,3 +83,20 @@ def test_an_unanswered_lookup_holds_the_mark_and_is_asked_again() -> None:
     assert mark.advance(lambda offset: answers.pop(0)) == 2
     assert mark.verified != 2
     assert mark.advance(lambda offset: answers.pop(0)) == 4
+
+
+def test_a_waiting_record_deleted_later_does_not_hold_the_mark_for_good() -> None:
+    """The record the mark waits on is never done (its tree was lost before its init) and retention deletes it: the
+    mark asks again once the answer is RECHECK_S old, and moves past it."""
+    mark = PartitionMark(0)
+    existing = {0, 1, 2, 3}
+    calls: list[int] = []
+    lookup = _next_existing(existing, calls)
+    mark.add([1])
+    assert mark.advance(lookup, now_s=1000.0) == 0  # type: ignore[arg-type]
+    existing.discard(0)  # retention
+    mark.add([2, 3])
+    assert mark.advance(lookup, now_s=1000.0 + RECHECK_S / 2) == 0  # type: ignore[arg-type]
+    assert calls == [0]  # trusted for a while
+    assert mark.waiting(1000.0 + RECHECK_S / 2) and not mark.waiting(1000.0 + RECHECK_S)
+    assert mark.advance(lookup, now_s=1000.0 + RECHECK_S) == 4  # type: ignore[arg-type]
