@@ -19,7 +19,6 @@ is replayed once, and none is lost (Spark's checkpoint holds the read position; 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import uuid
@@ -28,22 +27,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.headers import pairs
-from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
+from acker.kafka.clients import TopicSpec, create_topics, log_bounds, partition_count, produce, read_to
 from acker.kafka.lookups import lookups
 from acker.retries import Backoff, RetryPolicy, decide
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
+from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
 from spark_jobs.outcomes import NACKS, outcome_rows
 
 log = logging.getLogger("spark_jobs.replay")
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
+# One record per published micro-batch, keyed by job: compacted, so that reading it to the end at a start stays short.
+_PROGRESS_TOPIC = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
 
 
 @dataclass(frozen=True)
@@ -62,12 +64,12 @@ class ReplayJobSettings:
     dead_letter_trigger_s: float = 10.0
     dedupe_window: str = "1 hour"
 
-    @property
-    def identity(self) -> str:
-        """The job's transactional id and the key of its progress records: its name and its checkpoint. A restart
-        from the same checkpoint fences its predecessor and finds its progress; a job started on a new checkpoint
-        (whose micro-batch ids start again at 0) or another job beside it shares neither."""
-        return f"{self.name}-{hashlib.sha1(self.checkpoint.encode()).hexdigest()[:12]}"
+    def identity(self, run_id: str) -> str:
+        """The job's transactional id and the key of its progress records: its name and the id of its checkpoint
+        (`spark_jobs.checkpoint.run_id`). A restart from the same checkpoint fences its predecessor and finds its
+        progress; a job started on a new or wiped checkpoint (whose micro-batch ids start again at 0) or another job
+        beside it shares neither."""
+        return f"{self.name}-{run_id[:12]}"
 
     @property
     def policy(self) -> RetryPolicy:
@@ -90,37 +92,31 @@ def nacks(outcomes: DataFrame) -> DataFrame:
 class _Publisher:
     """The driver's transactional producer and its progress marker (one per job name)."""
 
-    def __init__(self, settings: ReplayJobSettings) -> None:
-        self.settings, self.policy = settings, settings.policy
+    def __init__(self, settings: ReplayJobSettings, identity: str) -> None:
+        self.settings, self.policy, self.identity = settings, settings.policy, identity
         client = dict(settings.source.client)
-        create_topics(client, [TopicSpec(settings.progress_topic, 1), TopicSpec(settings.dead_letter_topic, 1)])
-        self.producer = Producer({**client, "transactional.id": settings.identity, "linger.ms": 5})
-        self.producer.init_transactions(30)  # fences a previous instance of the same job
+        create_topics(client, [TopicSpec(settings.progress_topic, 1, config=_PROGRESS_TOPIC),
+                               TopicSpec(settings.dead_letter_topic, 1)])  # fmt: skip
+        self.producer = Producer({**client, "transactional.id": identity, "linger.ms": 5})
+        self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
         self._partitions: dict[str, int] = {}
+        self.last = self._last_published()  # then kept here: this instance is the only one publishing for it
 
-    def last_batch(self) -> int:
-        """The id of the last micro-batch published (committed), -1 if none."""
+    def _last_published(self) -> int:
+        """The id of the last micro-batch published (committed) by this job, -1 if none: the progress topic read to
+        its end (`read_to` raises rather than take a slow read for the end)."""
         client = dict(self.settings.source.client)
         consumer = Consumer({**client, "group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}",
-                             "isolation.level": "read_committed", "enable.auto.commit": False,
-                             "enable.partition.eof": True})  # fmt: skip
+                             "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
+        key, last = self.identity.encode(), -1
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(self.settings.progress_topic, 0), timeout=10)
-            consumer.assign([TopicPartition(self.settings.progress_topic, 0, max(low, high - 1000))])
-            last = -1
-            while True:
-                records = consumer.consume(500, timeout=5)
-                if not records:
-                    return last
-                for record in records:
-                    if record.error() is not None:
-                        if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
-                            raise KafkaException(record.error())
-                        return last  # read to the end
-                    if record.key() == self.settings.identity.encode():
-                        last = max(last, int(record.value() or b"-1"))
+            low, high = log_bounds(consumer, TopicPartition(self.settings.progress_topic, 0))
+            for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high):
+                if record.key() == key:
+                    last = max(last, int(record.value() or b"-1"))
         finally:
             consumer.close()
+        return last
 
     def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
@@ -130,7 +126,7 @@ class _Publisher:
         return self._partitions[topic]
 
     def publish(self, batch_id: int, rows: list[Any], fetch: Fetch) -> int:
-        if batch_id <= self.last_batch():
+        if batch_id <= self.last:
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
         # Every nacked record is read first, outside the transaction (which a long read could outlive), a partition
@@ -163,11 +159,12 @@ class _Publisher:
                     value = encode_outcome_rows(spout, outcome_rows_[start : start + OUTCOMES_PER_RECORD])
                     produce(self.producer, self.settings.outcome_prefix + spout, value, key=b"replay")
             produce(self.producer, self.settings.progress_topic, str(batch_id).encode(),
-                    key=self.settings.identity.encode())  # fmt: skip
+                    key=self.identity.encode())  # fmt: skip
             self.producer.commit_transaction(60)
         except BaseException:
             self.producer.abort_transaction(30)
             raise
+        self.last = batch_id
         return len(rows)
 
 
@@ -198,7 +195,7 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         if not publisher:
-            publisher.append(_Publisher(settings))
+            publisher.append(_Publisher(settings, settings.identity(run_id(spark, settings.checkpoint))))
         client = dict(settings.source.client)
         kafka = lookups(client)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,11 +21,12 @@ from acker.kafka.lookups import lookups
 from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
 from acker.wire import decode_outcomes, encode_outcome_rows
+from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
-from spark_jobs.replay_job import ReplayJobSettings, nacks
+from spark_jobs.replay_job import ReplayJobSettings, _Publisher, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session, stop
 from spark_jobs.watermark import PartitionMark
@@ -332,3 +334,32 @@ def test_the_mark_store_saves_each_batch_and_loads_the_newest(spark: Any, tmp_pa
     assert sorted(p.name for p in (tmp_path / "marks-state").glob("*.json")) == sorted(
         f"{b}.json" for b in range(3, KEEP + 3)
     )
+
+
+def test_a_restarted_replay_job_finds_its_progress_and_a_wiped_checkpoint_starts_afresh(
+    spark: Any, bootstrap: str, tmp_path: Path
+) -> None:
+    """Its last published batch is found however many other jobs wrote to the shared progress topic since; the
+    checkpoint's run id is the same at every start, and new when the checkpoint is wiped (batch ids restart at 0:
+    with the old identity, every batch up to the old last one would be skipped, and its nacks lost)."""
+    uid = uuid.uuid4().hex[:8]
+    client = {"bootstrap.servers": bootstrap}
+    settings = ReplayJobSettings(
+        OutcomeSource(client, topics=(f"out-{uid}",)), str(tmp_path / "ckpt"), name=f"replay-{uid}",
+        progress_topic=f"progress-{uid}", dead_letter_topic=f"dead-{uid}",
+    )  # fmt: skip
+    run = run_id(spark, settings.checkpoint)
+    assert run_id(spark, settings.checkpoint) == run
+    first = _Publisher(settings, settings.identity(run))
+    assert first.last == -1
+    for batch in range(3):
+        first.publish(batch, [], lambda topic, partition, offsets: {})
+    assert first.last == 2
+    producer = Producer(client)
+    for batch in range(1500):  # other jobs' progress
+        produce(producer, settings.progress_topic, str(batch).encode(), key=b"another-job")
+    assert producer.flush(30) == 0
+    assert _Publisher(settings, settings.identity(run)).last == 2  # fences the first one, and finds batch 2
+    shutil.rmtree(tmp_path / "ckpt")
+    again = run_id(spark, settings.checkpoint)
+    assert again != run and _Publisher(settings, settings.identity(again)).last == -1
