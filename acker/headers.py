@@ -75,7 +75,10 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
             return (TupleIds(((anchor, edge),)), rest, False) if anchor and edge else (ids, rest, True)
     for key, value in headers if type(headers) is list else pairs(headers):
         if key == HEADER:
-            decoded = decode(value.encode("latin-1") if isinstance(value, str) else value)
+            try:
+                decoded = decode(value.encode("latin-1") if isinstance(value, str) else value)
+            except UnicodeEncodeError:  # text that cannot stand for bytes: not an anchor header
+                decoded = None
             if decoded is None:
                 invalid = True
             else:

@@ -51,7 +51,7 @@ from acker.kafka.clients import (
 )
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE
-from acker.wire import WireError, decode_outcomes, encode_outcome_rows
+from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
 INIT_ATTEMPTS = 3
@@ -96,6 +96,7 @@ class Emitter:
 
 
 EmitFunction = Callable[[Message, Emitter], None]
+DirectRow = tuple[str, int, str, int]  # an outcome the spout decides itself: (outcome, anchor, msg_id, latency ms)
 
 
 class Spout:
@@ -111,7 +112,7 @@ class Spout:
         self._ids = ids or IdGenerator()
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
         self.counters: Counter[str] = Counter()
-        self._direct: list[tuple[str, int, str, int]] = []  # outcomes the spout decides itself
+        self._direct: list[DirectRow] = []  # outcomes the spout decides itself
         self._init_attempts: dict[int, int] = {}
         self._paused = False
         # Every delivery callback here acts on failures only: successes are not reported to Python at all.
@@ -261,9 +262,12 @@ class Spout:
             except WireError as error:
                 log.warning("unreadable outcome record: %s", error)
                 continue
-            for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
-                anchor = self.pending.pop(msg_id, None)
-                if anchor is not None:
+            for outcome, msg_id, tree in zip(decoded.outcomes, decoded.msg_ids, decoded.anchors, strict=True):
+                # Only the outcome of the tree pending now: after a rebalance a record is read again as a new tree,
+                # and the old tree's outcome (or a replay job's REPLAYED row, anchor 0) must not free its room.
+                anchor = self.pending.get(msg_id)
+                if anchor == tree:
+                    del self.pending[msg_id]
                     self._init_attempts.pop(anchor, None)  # an init sent again was delivered after all
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
@@ -282,19 +286,20 @@ class Spout:
             self._direct.append(("FAILED", message.anchor, message.msg_id, 0))
 
     def _publish_direct(self) -> None:
-        if not self._direct:
-            return
-        rows, self._direct = self._direct, []
-        value = encode_outcome_rows(self.settings.name, rows)
+        """Publish the outcomes the spout decided itself, in records of at most `OUTCOMES_PER_RECORD` rows (rows
+        sent again after an outage must not add up to a record the broker refuses)."""
+        while self._direct:
+            rows = self._direct[:OUTCOMES_PER_RECORD]
+            value = encode_outcome_rows(self.settings.name, rows)
 
-        def delivered(error: KafkaError | None, _record: Message) -> None:
-            if error is not None:  # published again at the next step: the watermark waits for these offsets
-                log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
-                self._direct.extend(rows)
+            def delivered(error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows) -> None:
+                if error is not None:  # published again at the next step: the watermark waits for these offsets
+                    log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
+                    self._direct.extend(rows)
 
-        produce(
-            self.producer, self.config.outcome_topic(self.settings.name), value, key=b"spout", on_delivery=delivered
-        )
+            topic = self.config.outcome_topic(self.settings.name)
+            produce(self.producer, topic, value, key=b"spout", on_delivery=delivered)
+            del self._direct[: len(rows)]  # only once produce took them
 
     # -- assignment -----------------------------------------------------------------------------------------
 

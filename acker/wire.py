@@ -218,10 +218,13 @@ def encode_outcomes(
 def decode_outcomes(data: bytes) -> OutcomeRecord:
     _check_prefix(data, OUTCOMES)
     r = _read(OUTCOME_BATCH_SCHEMA, data)
-    sources = r["sources"]
-    msg_ids = [
-        sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(r["source_index"], r["offsets"], strict=True)
-    ]
+    sources, index = r["sources"], r["source_index"]
+    columns = ("outcomes", "anchors", "source_index", "offsets", "latency_ms")
+    if len({len(r[name]) for name in columns}) != 1:
+        raise WireError("inconsistent-columns", "outcome columns of different lengths")
+    if any(not 0 <= i < len(sources) for i in index):
+        raise WireError("inconsistent-columns", "a source index outside the record's sources")
+    msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, r["offsets"], strict=True)]
     return OutcomeRecord(
         r["spout"], r["acker_partition"], r["acker_offset"], r["outcomes"], r["anchors"], msg_ids, r["latency_ms"]
     )

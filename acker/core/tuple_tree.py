@@ -133,10 +133,11 @@ def anchored(inputs: Iterable[InputTuple]) -> TupleIds:
         source = inputs[0]  # the common case: one input in one tree
         edge = source._child_edge()
         return TupleIds(((source.ids.edges[0][0], edge),))
+    sources = [source for source in inputs if source.ids.tracked]
+    if any(source._finished for source in sources):  # before drawing any edge: a child is anchored to all or none
+        raise ProtocolError("cannot anchor a new message to an input that was already acked or failed")
     edges: dict[int, int] = {}
-    for source in inputs:
-        if not source.ids.tracked:
-            continue
+    for source in sources:
         edge = source._child_edge()
         for anchor, _ in source.ids.edges:
             edges[anchor] = edges.get(anchor, 0) ^ edge

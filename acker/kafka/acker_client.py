@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from acker.columnar.block import Kind, MessageBlock, split_msg_id
@@ -79,7 +79,16 @@ class _Batch:
 
 
 class AckerClient:
-    __slots__ = ("_batches", "_on_failure", "linger_s", "max_batch", "partitions", "producer", "topic")
+    __slots__ = (
+        "_batches",
+        "_on_failure",
+        "failed_messages",
+        "linger_s",
+        "max_batch",
+        "partitions",
+        "producer",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -95,6 +104,7 @@ class AckerClient:
         self.linger_s, self.max_batch = linger_s, max_batch
         self._batches: list[_Batch | None] = [None] * partitions
         self._on_failure = on_failure
+        self.failed_messages = 0  # in batches that could not be delivered
 
     def _batch(self, anchor: int) -> tuple[int, _Batch]:
         partition = partition_of(anchor, self.partitions)
@@ -151,7 +161,11 @@ class AckerClient:
                 if on_failure is not None:
                     on_failure(error)
 
-        produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
+        try:
+            produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
+        except KafkaException as refused:  # refused at once (too large, unknown topic, ...): as a failed delivery
+            error = refused.args[0] if refused.args and isinstance(refused.args[0], KafkaError) else None
+            delivered(error or KafkaError(KafkaError._INVALID_ARG, str(refused)), None)  # type: ignore[arg-type]
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""
@@ -183,7 +197,24 @@ class AckerClient:
         inits = batch.inits
 
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
-            if error is not None and self._on_failure is not None:
+            if error is None:
+                return
+            # Fails and resets are sent again (a second one changes nothing); acks are not (applied twice, an ack
+            # cancels itself: its tree times out and is replayed, as it does without it); inits go to the owner.
+            again = [
+                Fail(anchor) if kind == Kind.FAIL else ResetTimeout(anchor)
+                for kind, anchor in zip(batch.kinds, batch.anchors, strict=True)
+                if kind in (Kind.FAIL, Kind.RESET)
+            ]
+            self.failed_messages += len(batch.kinds)
+            log.warning(
+                "a batch of %d acker messages to partition %d could not be delivered (%s): %d fails/resets sent "
+                "again, %d inits to the spout, its acks lost (their trees time out)",
+                len(batch.kinds), partition, error, len(again), len(inits),
+            )  # fmt: skip
+            for message in again:
+                self.send(message)
+            if self._on_failure is not None:
                 self._on_failure(partition, inits, error)
 
         value = encode_batch(batch.block())

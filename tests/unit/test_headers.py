@@ -46,3 +46,7 @@ def test_split_decodes_the_lone_header_as_any_other(edges: list[tuple[int, int]]
     for bad in (bytes(16), bytes([5]) + bytes(15), bytes([5]) * 15):  # zero anchor, zero edge, wrong length
         assert split([(HEADER, bad)]) == (UNTRACKED, [], True)
     assert split([(HEADER, raw.decode("latin-1"))])[0] == decode(raw)  # a client that hands over text
+
+
+def test_a_text_header_that_cannot_stand_for_bytes_is_invalid_not_a_crash() -> None:
+    assert split([(HEADER, "\u20ac" * 16)]) == (UNTRACKED, [], True)

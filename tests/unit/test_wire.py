@@ -12,8 +12,11 @@ from hypothesis import given
 from acker.columnar import BlockTracker, MessageBlock
 from acker.core import Ack, Init, Message
 from acker.wire import (
+    _PREFIX_OUTCOMES,
     ACKER_BATCH_SCHEMA,
+    OUTCOME_BATCH_SCHEMA,
     WireError,
+    _write,
     check_partition,
     decode_batch,
     decode_outcomes,
@@ -116,3 +119,18 @@ def test_outcomes_round_trip() -> None:
     assert decoded.anchors == [1, 5] and decoded.latency_ms == [0, 0]
     with pytest.raises(WireError):
         decode_outcomes(encode_batch(block))
+
+
+@pytest.mark.parametrize(
+    ("anchors", "source_index"),
+    [([1], [0, 0]), ([1, 2], [0, 3])],  # a column short; a source index outside the sources
+)
+def test_an_outcome_record_with_inconsistent_columns_is_a_wire_error(
+    anchors: list[int], source_index: list[int]
+) -> None:
+    """Valid Avro, wrong shape: a reader (every spout reads its outcome topic) gets a WireError, not an IndexError."""
+    value = _write(OUTCOME_BATCH_SCHEMA, _PREFIX_OUTCOMES, {
+        "spout": "s", "acker_partition": 0, "acker_offset": 0, "outcomes": ["ACK", "ACK"], "anchors": anchors,
+        "sources": ["t/0"], "source_index": source_index, "offsets": [1, 2], "latency_ms": [0, 0]})  # fmt: skip
+    with pytest.raises(WireError, match="inconsistent-columns"):
+        decode_outcomes(value)

@@ -74,6 +74,19 @@ def test_input_can_finish_only_once() -> None:
         anchored((source,))
 
 
+def test_anchoring_to_a_finished_input_changes_no_other_input() -> None:
+    """A child anchored to [open, finished] is refused before any edge is drawn: the open input's ack must not carry
+    the edge of a child that was never sent, or its tree could never complete."""
+    gen = IdGenerator(4)
+    tree = SpoutTree("s", "m", gen)
+    still_open, done = InputTuple(tree.emit(), gen), InputTuple(tree.emit(), gen)
+    done_acks = done.ack()
+    with pytest.raises(ProtocolError):
+        anchored([still_open, done])
+    tracker = Tracker()
+    assert tracker.handle_all([tree.init(), *done_acks, *still_open.ack()]) == [Acked(tree.anchor, "s", "m", 0)]
+
+
 def test_unanchored_and_untracked_send_nothing() -> None:
     source = InputTuple(UNTRACKED, IdGenerator(1))
     assert anchored((source,)) == UNTRACKED

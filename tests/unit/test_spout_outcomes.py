@@ -1,0 +1,47 @@
+"""The spout's reading of its outcome topic, at its edge (a fake consumer hands over outcome records)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from confluent_kafka import Message
+
+from acker.spout import Spout
+from acker.wire import encode_outcome_rows
+
+
+class _Outcomes:
+    def __init__(self, *values: bytes) -> None:
+        self.values = list(values)
+
+    def consume(self, _n: int, timeout: float = 0) -> list[Message]:
+        out = [Message(topic="o", partition=0, offset=i, value=v) for i, v in enumerate(self.values)]
+        self.values = []
+        return out
+
+
+def _spout(outcomes: _Outcomes) -> Any:
+    spout = Spout.__new__(Spout)
+    spout.pending, spout.counters, spout._init_attempts, spout.outcomes = {}, Counter(), {}, outcomes
+    return spout
+
+
+def test_only_the_outcome_of_the_tree_pending_now_frees_its_room() -> None:
+    """After a rebalance a record is read again as a new tree (anchor 22); the old tree's outcome (anchor 11) and a
+    replay job's REPLAYED row (anchor 0) for the same record must not take the new tree off the pending ones."""
+    stale = encode_outcome_rows("s", [("TIMEOUT", 11, "t/0/5", 0), ("REPLAYED", 0, "t/0/5", 0)])
+    spout = _spout(_Outcomes(stale))
+    spout.pending["t/0/5"] = 22
+    spout._read_outcomes()
+    assert spout.pending == {"t/0/5": 22} and sum(spout.counters.values()) == 0
+    spout.outcomes.values.append(encode_outcome_rows("s", [("ACK", 22, "t/0/5", 0)]))
+    spout._read_outcomes()
+    assert spout.pending == {} and spout.counters["acked"] == 1
+
+
+def test_an_unreadable_outcome_record_is_skipped() -> None:
+    spout = _spout(_Outcomes(b"AK?junk", encode_outcome_rows("s", [("ACK", 22, "t/0/5", 0)])))
+    spout.pending["t/0/5"] = 22
+    spout._read_outcomes()
+    assert spout.pending == {}
