@@ -126,15 +126,12 @@ class Spout:
             linger_s=config.ack_linger_ms / 1000,
             on_failure=self._acker_delivery_failed,
         )
-        self.consumer = Consumer(
-            config.stream_consumer(
-                **{
-                    "group.id": settings.consumer_group,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": settings.reset,
-                }
-            )
+        source = config.stream_consumer(
+            **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": settings.reset}
         )
+        # A user may ask every client for cooperative rebalancing: then an assignment only adds partitions.
+        self._cooperative = "cooperative" in str(source.get("partition.assignment.strategy", ""))
+        self.consumer = Consumer(source)
         self._watermarks = Consumer(
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})
         )
@@ -322,7 +319,10 @@ class Spout:
                 kafka.advance(self.settings.watermark_group, starts)  # so the commit job starts there too
         for tp in partitions:  # a partition held before a rebalance is read again from its watermark
             self._held.pop((tp.topic, tp.partition), None)
-        consumer.assign(partitions)
+        if self._cooperative:
+            consumer.incremental_assign(partitions)  # these are added; the others stay
+        else:
+            consumer.assign(partitions)
         if self._paused:  # partitions gained while too many trees are pending start paused too
             consumer.pause(partitions)
         log.info("assigned %s", [(tp.partition, tp.offset) for tp in partitions])

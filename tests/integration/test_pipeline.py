@@ -173,6 +173,32 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     assert ids
 
 
+def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """A user may set partition.assignment.strategy for every client (the service and the bolts use
+    cooperative-sticky): the spout's own assignment then goes through incremental_assign, and a second spout joining
+    takes partitions from the first without either losing its place."""
+    config = replace(config, kafka={**config.kafka, "partition.assignment.strategy": "cooperative-sticky"})
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=1000)
+    ids = _produce(config, topics.sentences, list(sentences(40, seed=9)))
+    watermark = Consumer(config.client(**{"group.id": settings.watermark_group}))
+    watermark.commit(offsets=[TopicPartition(topics.sentences, p, 10) for p in range(2)], asynchronous=False)
+    watermark.close()
+    first = Spout(config, settings)
+    for _ in range(30):
+        first.step(0.1)
+    second = Spout(config, settings)
+    for _ in range(60):
+        first.step(0.1)
+        second.step(0.1)
+    started = {m for spout in (first, second) for m in spout.pending}
+    assert started == {m for m in ids if int(m.rsplit("/", 1)[1]) >= 10}  # every record from the watermarks on
+    assert second.consumer.assignment()  # the second one took its share
+    first.close()
+    second.close()
+
+
 def test_invalid_anchor_headers_are_processed_as_unanchored(config: ServiceConfig, topics: Topics) -> None:
     seen: list[bytes] = []
     bolt = Bolt(config, topics.split, f"bolt-{topics.prefix}", lambda m, c: seen.append(m.value or b""))
