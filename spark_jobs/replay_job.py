@@ -175,6 +175,7 @@ def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: 
             return fetch(topic, partition, offsets)
         except LookupError as error:
             log.warning("reading nacked records of %s[%d] (try %d of %d): %s", topic, partition, attempt, tries, error)
+            time.sleep(attempt)  # a broker that did not answer is given a moment
     return fetch(topic, partition, offsets)
 
 
