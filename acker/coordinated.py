@@ -33,6 +33,7 @@ the step's outputs and its input offsets, in one transaction.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,7 @@ class RequestState:
     failed: bool = False
     sent: dict[int, int] = field(default_factory=dict)  # next-step partition → messages sent there
     user: dict[str, Any] = field(default_factory=dict)
-    answer: str | None = None  # the last step's result for the request
+    answer: bytes | None = None  # the last step's result for the request
     done: bool = False  # finished here: kept only as a marker until the deadline
 
     def count_sent(self, partition: int) -> None:
@@ -80,7 +81,7 @@ class RequestState:
             "failed": self.failed,
             "sent": {str(p): n for p, n in self.sent.items()},
             "user": self.user,
-            "answer": self.answer,
+            "answer64": None if self.answer is None else base64.b64encode(self.answer).decode("ascii"),
             "done": self.done,
         }
 
@@ -96,7 +97,7 @@ class RequestState:
             bool(data["failed"]),
             {int(p): int(n) for p, n in data["sent"].items()},
             dict(data["user"]),
-            data.get("answer"),
+            _answer(data),
             bool(data.get("done", False)),
         )
 
@@ -173,3 +174,10 @@ class TaskState:
 
     def has_expired(self, now_ms: int) -> bool:
         return any(s.deadline_ms <= now_ms for s in self.requests.values())
+
+
+def _answer(data: dict[str, Any]) -> bytes | None:
+    """The answer of a saved state: exact bytes (base64), or the UTF-8 text earlier versions saved."""
+    if data.get("answer64") is not None:
+        return base64.b64decode(data["answer64"])
+    return None if data.get("answer") is None else str(data["answer"]).encode()

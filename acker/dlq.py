@@ -73,9 +73,10 @@ class DeadLetter:
 
     @property
     def origin(self) -> str:
-        """The record it stands for: the replay origin, or where the acker read it."""
-        if (origin := self.header(ORIGIN)) is not None:
-            return origin
+        """The record it stands for: the replay origin, where a coordinated step read it, or where the acker read it."""
+        for name in (ORIGIN, "acker.dlq.origin"):
+            if (origin := self.header(name)) is not None:
+                return origin
         parts = [self.header(f"acker.dlq.{n}") for n in ("topic", "partition", "offset")]
         return "/".join(parts) if all(p is not None for p in parts) else "?"  # type: ignore[arg-type]
 

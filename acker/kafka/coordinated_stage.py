@@ -174,7 +174,7 @@ class CoordinatedStage:
             return
         headers = pairs(record.headers())
         request, deadline, report = text(headers, REQUEST), text(headers, DEADLINE), text(headers, REPORT)
-        if request is None or deadline is None or not deadline.isdecimal():
+        if request is None or deadline is None or not deadline.isdecimal() or len(deadline) > 18:
             self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
             return
         state = task.request(request, int(deadline), now_ms)
@@ -213,7 +213,7 @@ class CoordinatedStage:
         reports = self.tasks[partition].reports(state)
         if self.last:  # the answer, once: ok with the step's result, or failed
             status = (STATUS, b"failed" if state.failed else b"ok")
-            value = None if state.failed or state.answer is None else state.answer.encode()
+            value = None if state.failed else state.answer
             self.producer.produce(self.output, value, state.request.encode(), headers=[*headers, status])
         else:
             for report in reports:
@@ -234,7 +234,7 @@ class CoordinatedStage:
             if self.last:  # the joining step's result: one answer per request, written once it is finished
                 if value is not None and not isinstance(value, bytes):
                     raise TypeError(f"an answer is bytes or None, got {type(value).__name__}")
-                state.answer = None if value is None else value.decode("utf-8", "replace")
+                state.answer = value
                 return
             if key is not None:
                 partition = zlib.crc32(key) % self.next_count
@@ -268,7 +268,10 @@ class CoordinatedStage:
         """The request's changelog value. A step that put something JSON cannot hold into its request state fails
         that request (reported downstream as usual) rather than the whole batch, again at every restart."""
         try:
-            return json.dumps(state.to_json()).encode()
+            saved = json.dumps(state.to_json())
+            if json.loads(saved)["user"] != state.user:  # a restart would hand the step other state
+                raise ValueError("the step's state does not come back from JSON unchanged (keys must be strings)")
+            return saved.encode()
         except (TypeError, ValueError) as error:
             if state.done:  # a done marker holds nothing of the step's
                 raise

@@ -113,7 +113,10 @@ def test_finished_exactly_when_every_report_and_message_is_in(counts: list[int],
 
 
 def test_the_state_round_trips_through_json() -> None:
-    state = RequestState("r", 5, 2, 3, 1, 4, False, {0: 2, 3: 1}, {"seen": ["a"]}, "42")
+    state = RequestState("r", 5, 2, 3, 1, 4, False, {0: 2, 3: 1}, {"seen": ["a"]}, b"\x00\xff42")
     assert RequestState.from_json(state.to_json()) == state
     marker = RequestState("r", 5, failed=True, done=True)
     assert RequestState.from_json(marker.to_json()) == marker
+    older = {**state.to_json(), "answer": "42"}  # saved before answers were kept as bytes
+    del older["answer64"]
+    assert RequestState.from_json(older).answer == b"42"

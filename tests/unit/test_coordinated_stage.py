@@ -1,0 +1,87 @@
+"""A coordinated step at its Kafka edge, with a producer that only records what it is given (no broker): answers
+kept exact, state that would change across a restart refused, crafted headers dead-lettered."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from confluent_kafka import Message
+
+from acker.coordinated import RequestState, TaskState
+from acker.dlq import DeadLetter
+from acker.kafka.coordinated_stage import DEADLINE, REPORT, REQUEST, Chain, CoordinatedStage, Emit, Request
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.out: list[dict[str, Any]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **kwargs: Any) -> None:
+        self.out.append({"topic": topic, "value": value, "key": key, **kwargs})
+
+
+def _last_step(step: Any) -> CoordinatedStage:
+    """The last step of a chain of two, one task, as `CoordinatedStage.__init__` would set it up (without Kafka)."""
+    stage = CoordinatedStage.__new__(CoordinatedStage)
+    stage.chain, stage.index, stage.step, stage.last = Chain("c", 2), 1, step, True
+    stage.input, stage.output = stage.chain.topic(1), stage.chain.results
+    stage.changelog, stage.dlq = f"{stage.input}.state", f"{stage.input}.dlq"
+    stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
+    stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
+    stage._touched, stage.producer = {}, _Producer()  # type: ignore[assignment]
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
+    return stage
+
+
+def _report(request: str, deadline: bytes | None = None) -> Message:
+    deadline = deadline or str(int(time.time() * 1000) + 60_000).encode()
+    body = json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": False}).encode()
+    return Message(topic="c.step1", partition=0, offset=7, headers=[(REQUEST, request.encode()), (DEADLINE, deadline),
+                                                                     (REPORT, body)])  # fmt: skip
+
+
+class _Answer:
+    def __init__(self, answer: bytes, user: dict[Any, Any] | None = None) -> None:
+        self.answer, self.user = answer, user
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        pass
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        if self.user is not None:
+            request.state.update(self.user)
+        emit(self.answer)
+
+
+def _out(stage: CoordinatedStage, topic: str) -> list[dict[str, Any]]:
+    return [r for r in stage.producer.out if r["topic"] == topic]  # type: ignore[attr-defined]
+
+
+def test_a_binary_answer_arrives_exactly_and_survives_the_changelog() -> None:
+    answer = bytes([0, 0xFF, 0x80, 0x41])
+    stage = _last_step(_Answer(answer))
+    stage._handle(_report("r1"), int(time.time() * 1000))
+    assert [r["value"] for r in _out(stage, "c.results")] == [answer]
+    state = stage.tasks[0].requests["r1"]
+    assert RequestState.from_json(json.loads(stage._encode(0, state))).answer == answer
+
+
+def test_step_state_that_json_would_change_fails_the_request_instead_of_changing_after_a_restart() -> None:
+    stage = _last_step(_Answer(b"x"))
+    stage._handle(_report("r1"), int(time.time() * 1000))
+    state = stage.tasks[0].requests["r1"]
+    state.done, state.user = False, {3: 1}  # a count keyed by an int: "3" after a restore
+    stage._encode(0, state)
+    assert state.failed
+
+
+def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None:
+    stage = _last_step(_Answer(b"x"))
+    stage._handle(_report("r1", deadline=b"9" * 5000), int(time.time() * 1000))
+    letters = _out(stage, stage.dlq)
+    assert len(letters) == 1 and stage.counters["dead_letters"] == 1
+    origin = dict(letters[0]["headers"])["acker.dlq.origin"]
+    letter = DeadLetter(stage.dlq, 0, 0, 0, None, b"", letters[0]["headers"])
+    assert letter.origin == origin.decode() == "c.step1/0/7"
