@@ -22,10 +22,15 @@ make the task fail the request: it reports "failed" downstream at once (no callb
 the end of the chain, where the request is answered as failed. A request never hangs: every task that holds state
 for it drops it at the deadline at the latest.
 
-Invariant: a task finishes a request at most once. A request it has finished stays as a *done* marker until the
-request's deadline: messages and reports of it that come later (from upstream tasks still working on a request
-that failed here) are late and ignored, instead of opening the request again, running the step on it and answering
-it a second time. After the deadline the marker goes, and the deadline in every message says it is late.
+A failure found at the deadline travels in reports stamped with that deadline, past already when they arrive: a
+task still takes a *failed* report for ``FAILURE_GRACE_MS`` after the deadline (and only a failed one), so that the
+failure reaches the end of the chain and the client gets its ``failed`` answer rather than a timeout.
+
+Invariant: a task finishes a request at most once. A request it has finished stays as a *done* marker until
+``FAILURE_GRACE_MS`` after the request's deadline: messages and reports of it that come later (from upstream tasks
+still working on a request that failed here) are late and ignored, instead of opening the request again, running
+the step on it and answering it a second time. After that the marker goes, and the deadline in every message says
+it is late.
 
 Pure: no Kafka. `TaskState` returns what to send; the Kafka edge (`acker.kafka.coordinated_stage`) sends it, with
 the step's outputs and its input offsets, in one transaction.
@@ -102,6 +107,9 @@ class RequestState:
         )
 
 
+FAILURE_GRACE_MS = 10_000  # longer than a DRPC client waits after the deadline for the "failed" answer
+
+
 class TaskState:
     """The requests one task (one partition of a step's input topic) is working on.
 
@@ -113,12 +121,13 @@ class TaskState:
         self.first, self.tasks, self.next_tasks = first, tasks, next_tasks
         self.requests: dict[str, RequestState] = {}
 
-    def request(self, request: str, deadline_ms: int, now_ms: int) -> RequestState | None:
+    def request(self, request: str, deadline_ms: int, now_ms: int, *, failure: bool = False) -> RequestState | None:
         """The request's state, opened by its first message or report; None when the message is late: the request
-        is done here, or, never seen here, past its deadline already."""
+        is done here, or, never seen here, past its deadline already (``failure``: a failed report, taken until
+        ``FAILURE_GRACE_MS`` after the deadline)."""
         state = self.requests.get(request)
         if state is None:
-            if deadline_ms <= now_ms:
+            if deadline_ms + (FAILURE_GRACE_MS if failure else 0) <= now_ms:
                 return None
             state = self.requests[request] = RequestState(request, deadline_ms)
         return None if state.done else state
@@ -160,20 +169,21 @@ class TaskState:
 
     def expired(self, now_ms: int) -> tuple[list[RequestState], list[str]]:
         """At ``now_ms``: (requests past their deadline and not finished, marked failed: the caller finishes them;
-        done markers past the deadline, forgotten: the caller deletes them from the changelog)."""
+        done markers ``FAILURE_GRACE_MS`` past the deadline, forgotten: the caller deletes them from the changelog)."""
         late: list[RequestState] = []
         forgotten: list[str] = []
         for state in [s for s in self.requests.values() if s.deadline_ms <= now_ms]:
             if state.done:
-                del self.requests[state.request]
-                forgotten.append(state.request)
+                if state.deadline_ms + FAILURE_GRACE_MS <= now_ms:
+                    del self.requests[state.request]
+                    forgotten.append(state.request)
             else:
                 state.failed = True
                 late.append(state)
         return late, forgotten
 
     def has_expired(self, now_ms: int) -> bool:
-        return any(s.deadline_ms <= now_ms for s in self.requests.values())
+        return any(s.deadline_ms + (FAILURE_GRACE_MS if s.done else 0) <= now_ms for s in self.requests.values())
 
 
 def _answer(data: dict[str, Any]) -> bytes | None:

@@ -177,17 +177,20 @@ class CoordinatedStage:
         if request is None or deadline is None or not deadline.isdecimal() or len(deadline) > 18:
             self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
             return
-        state = task.request(request, int(deadline), now_ms)
-        if state is None:  # of a request finished here already, or past its deadline: nothing to do
-            self.counters["late"] += 1
-            return
+        fields: dict[str, Any] | None = None
         if report is not None:
             try:
                 fields = json.loads(report)
-                task.reported(state, int(fields["count"]), int(fields["reporters"]), failed=bool(fields["failed"]))
+                count, reporters, failed = int(fields["count"]), int(fields["reporters"]), bool(fields["failed"])
             except (ValueError, KeyError, TypeError) as error:
                 self._dead_letter(record, f"unreadable report: {error}")
                 return
+        state = task.request(request, int(deadline), now_ms, failure=fields is not None and failed)
+        if state is None:  # of a request finished here already, or past its deadline: nothing to do
+            self.counters["late"] += 1
+            return
+        if fields is not None:
+            task.reported(state, count, reporters, failed=failed)
         else:
             ok = True
             try:

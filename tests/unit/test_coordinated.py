@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acker.coordinated import Report, RequestState, TaskState
+from acker.coordinated import FAILURE_GRACE_MS, Report, RequestState, TaskState
 
 
 def _open(task: TaskState, request: str, deadline_ms: int) -> RequestState:
@@ -87,10 +87,26 @@ def test_a_finished_request_is_never_opened_or_finished_again() -> None:
     assert task.finished(state)
     task.reports(state)
     assert task.request("r", 1_000, now_ms=10) is None
-    assert task.has_expired(now_ms=1_000)
-    late, forgotten = task.expired(now_ms=1_000)  # finished already: forgotten at the deadline, not failed again
+    assert task.request("r", 1_000, now_ms=1_500, failure=True) is None  # a failed report past the deadline too
+    gone = 1_000 + FAILURE_GRACE_MS
+    assert not task.has_expired(now_ms=gone - 1) and task.expired(now_ms=gone - 1) == ([], [])
+    assert task.has_expired(now_ms=gone)
+    late, forgotten = task.expired(now_ms=gone)  # finished already: forgotten after the grace, not failed again
     assert late == [] and forgotten == ["r"] and task.requests == {}
-    assert task.request("r", 1_000, now_ms=1_000) is None  # and after it, its deadline says it is late
+    assert task.request("r", 1_000, now_ms=gone, failure=True) is None  # and after it, its deadline says it is late
+
+
+def test_a_failure_found_at_the_deadline_still_reaches_the_end_of_the_chain() -> None:
+    """The failed reports of a request failed at its deadline carry that deadline, past when they arrive: taken
+    anyway (failed ones only) for FAILURE_GRACE_MS, so the last step answers "failed" instead of nothing."""
+    task = TaskState(first=False, tasks=2, next_tasks=1)
+    assert task.request("r", 1_000, now_ms=1_200) is None  # a message or an ok report: late
+    state = task.request("r", 1_000, now_ms=1_200, failure=True)
+    assert state is not None
+    task.reported(state, count=0, reporters=2, failed=True)
+    assert task.finished(state) and state.failed
+    task.reports(state)
+    assert task.request("r", 1_000, now_ms=1_300, failure=True) is None  # the second upstream task's: once only
 
 
 @given(st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=6), st.data())

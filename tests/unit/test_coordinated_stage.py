@@ -11,7 +11,7 @@ from confluent_kafka import Message
 
 from acker.coordinated import RequestState, TaskState
 from acker.dlq import DeadLetter
-from acker.kafka.coordinated_stage import DEADLINE, REPORT, REQUEST, Chain, CoordinatedStage, Emit, Request
+from acker.kafka.coordinated_stage import DEADLINE, REPORT, REQUEST, STATUS, Chain, CoordinatedStage, Emit, Request
 
 
 class _Producer:
@@ -35,9 +35,9 @@ def _last_step(step: Any) -> CoordinatedStage:
     return stage
 
 
-def _report(request: str, deadline: bytes | None = None) -> Message:
+def _report(request: str, deadline: bytes | None = None, *, failed: bool = False) -> Message:
     deadline = deadline or str(int(time.time() * 1000) + 60_000).encode()
-    body = json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": False}).encode()
+    body = json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": failed}).encode()
     return Message(topic="c.step1", partition=0, offset=7, headers=[(REQUEST, request.encode()), (DEADLINE, deadline),
                                                                      (REPORT, body)])  # fmt: skip
 
@@ -85,3 +85,15 @@ def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None
     origin = dict(letters[0]["headers"])["acker.dlq.origin"]
     letter = DeadLetter(stage.dlq, 0, 0, 0, None, b"", letters[0]["headers"])
     assert letter.origin == origin.decode() == "c.step1/0/7"
+
+
+def test_the_last_step_answers_failed_for_a_failure_found_upstream_at_the_deadline() -> None:
+    stage = _last_step(_Answer(b"x"))
+    now = int(time.time() * 1000)
+    past = str(now - 1_000).encode()
+    stage._handle(_report("r1", deadline=past), now)  # an ok report past the deadline: late
+    assert _out(stage, "c.results") == [] and stage.counters["late"] == 1
+    stage._handle(_report("r1", deadline=past, failed=True), now)
+    stage._handle(_report("r1", deadline=past, failed=True), now)  # another upstream task's: answered once
+    answers = _out(stage, "c.results")
+    assert len(answers) == 1 and dict(answers[0]["headers"])[STATUS] == b"failed"
