@@ -159,7 +159,8 @@ class Demo:
         for i in range(2):
             self.stages.start(f"acker-{i}", stage_command(c, prefix, "acker", "--instance-id", f"acker-{i}"))
         self.stages.start("spout", stage_command(c, prefix, "spout"))
-        crash_after = max(1, o.sentences // (3 * o.split_processes))
+        # Early in its share, so that it crashes however the partitions were spread over the split processes.
+        crash_after = max(1, o.sentences // (10 * o.split_processes))
         for i in range(o.split_processes):
             crash = [f"--crash-after={crash_after}"] if o.crash_split and i == 0 else []
             extra = ["--fail-rate", str(o.fail_rate), "--seed", str(o.seed + i), *crash]
