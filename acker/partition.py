@@ -98,6 +98,7 @@ class PartitionState:
         if not len(records.offsets):
             return self.tracker.process_records(block, records)
         ticks = np.flatnonzero(block.kinds == Kind.TICK)
+        kept = None  # positions in the block as given of the messages applied, when ignored ticks were taken out
         if len(ticks):
             keep = np.ones(len(block), bool)
             for i in ticks.tolist():
@@ -112,12 +113,12 @@ class PartitionState:
                     self.ignored_ticks += 1
             if not keep.all():
                 kept = np.flatnonzero(keep)
-                self.skip(int(records.offsets[-1]))
-                outcomes = self.tracker.process_records(*_without(block, records, keep))
-                outcomes.index = kept[outcomes.index]  # positions in the block as given
-                return outcomes
+                block, records = _without(block, records, keep)
         self.skip(int(records.offsets[-1]))
-        return self.tracker.process_records(block, records)
+        outcomes = self.tracker.process_records(block, records)
+        if kept is not None:
+            outcomes.index = kept[outcomes.index]
+        return outcomes
 
     def skip(self, offset: int) -> None:
         """A record that was not applied (dead-lettered); reading goes on after it."""

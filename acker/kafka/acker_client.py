@@ -21,7 +21,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import TupleIds
 from acker.headers import Headers, with_ids
-from acker.kafka.clients import produce
+from acker.kafka.clients import kafka_error, produce
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -164,8 +164,7 @@ class AckerClient:
         try:
             produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
         except KafkaException as refused:  # refused at once (too large, unknown topic, ...): as a failed delivery
-            error = refused.args[0] if refused.args and isinstance(refused.args[0], KafkaError) else None
-            delivered(error or KafkaError(KafkaError._INVALID_ARG, str(refused)), None)  # type: ignore[arg-type]
+            delivered(kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused)), None)  # type: ignore[arg-type]
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""

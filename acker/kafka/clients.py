@@ -25,6 +25,11 @@ class KafkaClientError(AckerError):
         super().__init__(f"{what}: {self.name}: {error.str() if error is not None else 'no detail'}")
 
 
+def kafka_error(error: KafkaException) -> KafkaError | None:
+    """The librdkafka error a `KafkaException` carries, if it carries one."""
+    return error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+
+
 def raise_for(error: KafkaError | None, what: str) -> None:
     if error is not None and error.code() != KafkaError.NO_ERROR:
         raise KafkaClientError(what, error)
@@ -55,10 +60,10 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
             future.result(timeout=timeout_s)
             created.append(name)
         except KafkaException as error:
-            kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
-            if kafka_error is not None and kafka_error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            cause = kafka_error(error)
+            if cause is not None and cause.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
-            raise KafkaClientError(f"creating topic {name}", kafka_error) from None
+            raise KafkaClientError(f"creating topic {name}", cause) from None
     return created
 
 
@@ -72,7 +77,7 @@ def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: flo
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
     except KafkaException as error:
-        raise KafkaClientError(f"reading metadata of {topic}", error.args[0] if error.args else None) from None
+        raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
     finally:
         consumer.close()
     found = metadata.topics.get(topic)
@@ -103,8 +108,9 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             return int(low), int(high)
         except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
             if time.monotonic() > deadline:
-                kafka_error = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
-                raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", kafka_error) from None
+                raise KafkaClientError(
+                    f"reading the offsets of {tp.topic}[{tp.partition}]", kafka_error(error)
+                ) from None
             time.sleep(0.2)
 
 
