@@ -70,9 +70,9 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
         return ids, rest, invalid
     if type(headers) is list and len(headers) == 1:  # the common case: the anchor header alone, one root
         key, value = headers[0]
-        if key == HEADER and type(value) is bytes and len(value) == 16:
-            anchor, edge = _ONE.unpack(value)
-            return (TupleIds(((anchor, edge),)), rest, False) if anchor and edge else (ids, rest, True)
+        if key == HEADER and type(value) is bytes:
+            decoded = decode(value)
+            return (ids, rest, True) if decoded is None else (decoded, rest, False)
     for key, value in headers if type(headers) is list else pairs(headers):
         if key == HEADER:
             try:
