@@ -4,30 +4,66 @@ Spark's own checkpoint)."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from pyspark.sql import SparkSession
+
+
+class CheckpointFiles:
+    """The files of one directory under a job's checkpoint."""
+
+    def __init__(self, spark: SparkSession, directory: str) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a driver's context
+        self._jvm = jvm
+        self.dir = jvm.org.apache.hadoop.fs.Path(directory.rstrip("/"))
+        self._fs = self.dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def path(self, name: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(self.dir, name)
+
+    def names(self) -> list[str]:
+        """The names of the files there (none when the directory does not exist yet)."""
+        if not self._fs.exists(self.dir):
+            return []
+        return [status.getPath().getName() for status in self._fs.listStatus(self.dir)]
+
+    def exists(self, name: str) -> bool:
+        return bool(self._fs.exists(self.path(name)))
+
+    def read(self, name: str) -> bytes:
+        stream = self._fs.open(self.path(name))
+        try:
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def write(self, name: str, data: bytes, *, replace: bool = True) -> bool:
+        """Write ``name`` whole or not at all (a temporary file renamed); False when it exists and not ``replace``."""
+        temporary = self.path(f".{name}.{uuid.uuid4().hex}.tmp")
+        out = self._fs.create(temporary, True)
+        try:
+            out.write(bytearray(data))
+        finally:
+            out.close()
+        if replace:
+            self._fs.delete(self.path(name), False)
+        if not self._fs.rename(temporary, self.path(name)):
+            self._fs.delete(temporary, False)
+            if replace:
+                raise OSError(f"could not rename {temporary} to {self.path(name)}")
+            return False
+        return True
+
+    def delete(self, name: str) -> None:
+        self._fs.delete(self.path(name), False)
 
 
 def run_id(spark: SparkSession, checkpoint: str) -> str:
     """A random id made the first time a job starts on ``checkpoint`` and kept there (``<checkpoint>/run-id``): the
     same for every restart from that checkpoint, new when the checkpoint is wiped and the job starts afresh at the
     same path (when Spark's micro-batch ids start again at 0)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # a driver's context
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/run-id")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        fresh = uuid.uuid4().hex
-        temporary = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/.run-id-{fresh}.tmp")
-        out = fs.create(temporary, True)
-        try:
-            out.write(bytearray(fresh.encode()))
-        finally:
-            out.close()
-        if not fs.rename(temporary, path):  # another start made it first: use theirs
-            fs.delete(temporary, False)
-    stream = fs.open(path)
-    try:
-        return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode().strip()
-    finally:
-        stream.close()
+    files = CheckpointFiles(spark, checkpoint)
+    if not files.exists("run-id"):
+        files.write("run-id", uuid.uuid4().hex.encode(), replace=False)  # another start made it first: theirs
+    return files.read("run-id").decode().strip()

@@ -18,6 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.checkpoint import CheckpointFiles
 from spark_jobs.watermark import PartitionMark
 
 Key = tuple[str, str, int]  # spout, source topic, source partition
@@ -26,16 +27,10 @@ KEEP = 10
 
 class MarkStore:
     def __init__(self, spark: SparkSession, checkpoint: str) -> None:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None  # a driver's context
-        self._jvm = jvm
-        self._dir = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/marks-state")
-        self._fs = self._dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._files = CheckpointFiles(spark, f"{checkpoint.rstrip('/')}/marks-state")
 
     def _batches(self) -> list[int]:
-        if not self._fs.exists(self._dir):
-            return []
-        names = [status.getPath().getName() for status in self._fs.listStatus(self._dir)]
+        names = self._files.names()
         return sorted(int(n.removesuffix(".json")) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def load(self) -> dict[Key, PartitionMark]:
@@ -43,11 +38,7 @@ class MarkStore:
         batches = self._batches()
         if not batches:
             return {}
-        stream = self._fs.open(self._path(batches[-1]))
-        try:
-            document = json.loads(bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)))
-        finally:
-            stream.close()
+        document = json.loads(self._files.read(f"{batches[-1]}.json"))
         return {
             (m["spout"], m["topic"], int(m["partition"])): PartitionMark(
                 int(m["mark"]), [(int(s), int(e)) for s, e in m["runs"]], int(m["verified"])
@@ -56,7 +47,8 @@ class MarkStore:
         }
 
     def save(self, batch_id: int, marks: dict[Key, PartitionMark]) -> None:
-        """Write the marks as of ``batch_id`` (atomically: a temporary file renamed), and drop old files."""
+        """Write the marks as of ``batch_id`` (atomically; a batch that Spark runs again replaces its file), and drop
+        old files."""
         document: dict[str, Any] = {
             "batch": batch_id,
             "marks": [
@@ -64,17 +56,6 @@ class MarkStore:
                 for (s, t, p), m in marks.items()
             ],
         }
-        path, temporary = self._path(batch_id), self._jvm.org.apache.hadoop.fs.Path(self._dir, f".{batch_id}.tmp")
-        out = self._fs.create(temporary, True)
-        try:
-            out.write(bytearray(json.dumps(document).encode()))
-        finally:
-            out.close()
-        self._fs.delete(path, False)  # a batch that Spark runs again
-        if not self._fs.rename(temporary, path):
-            raise OSError(f"could not rename {temporary} to {path}")
+        self._files.write(f"{batch_id}.json", json.dumps(document).encode())
         for old in self._batches()[:-KEEP]:
-            self._fs.delete(self._path(old), False)
-
-    def _path(self, batch_id: int) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self._dir, f"{batch_id}.json")
+            self._files.delete(f"{old}.json")
