@@ -51,7 +51,7 @@ class ServiceConfig:
     status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
     partitions: int = _setting(8, "partitions of the acker topic (for `topics create`)")
     replication_factor: int = _setting(1, "replication factor of the topics created")
-    buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after it was opened (>= 2)")
+    buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after its opening (2 to 32767)")
     timeout_s: float = _setting(30.0, "message timeout T: trees expire between T and T*(1+1/(buckets-1))")
     high_water: int = _setting(0, "pending trees per partition at which new inits are nacked 'overload' (0 = off)")
     relocate_on_update: bool = _setting(False, "every update restarts a tree's timeout, not only reset-timeout")

@@ -5,19 +5,25 @@ tree:
 
     keys[i]    int64   anchor (0 = empty slot: anchors are never zero)
     vals[i]    int64   XOR word
-    gens[i]    int32   generation (tick count) of the last (re)insertion: the entry expires on tick gens + buckets
-    borns[i]   int32   tick of birth (the init's arrival), for latency in ticks
-    flags[i]   uint8   INIT_SEEN | FAILED
-    srcs[i]    int32   source index of the message id (spout and source), -1 before the init
+    gens[i]    uint16  low 16 bits of the generation (tick count) of the last (re)insertion: the entry expires on
+                       tick gens + buckets
+    borns[i]   uint16  low 16 bits of the tick of birth (the init's arrival), for latency in ticks
+    srcs[i]    int32   source index of the message id (spout and source) once the init is seen; before it,
+                       NO_INIT, or FAILED_NO_INIT when a fail came first (so "init seen" is ``srcs[i] >= 0``)
     offs[i]    int64   offset part of the message id
     firsts[i]  uint32  low 32 bits of the offset of the record that opened the entry (for recovery)
     stamps[i]  uint32  low 32 bits of the init record's timestamp in ms (for complete latency)
 
-45 bytes a slot, for pending trees only. ``firsts`` and ``stamps`` keep 32 bits and are read as distances modulo
-2³²: exact while a pending tree is younger than 2³² records and 49 days. Deletion shifts the following run back (no
-deleted markers), so probes stay short. Expiry scans the table once per tick: ticks are rare and a scan of a
-million slots takes a few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket
-lists.
+40 bytes a slot, for pending trees only. The narrow columns are read as distances modulo their width: ``gens`` is
+exact because every tick expires the entries ``buckets`` ticks old, so none is ever further behind (and
+`TrackerConfig` keeps ``buckets`` < 2¹⁵); ``borns`` while a tree is younger than 65,536 ticks (11 days at the
+default tick of 15 s); ``firsts`` and ``stamps`` while it is younger than 2³² records and 49 days.
+
+The capacity need not be a power of two (the table grows by steps of 1.25 and fills to 4/5, see
+`acker.columnar.tracker`): a hash's home slot is its high 32 bits scaled to the capacity (Lemire's multiply-shift
+range reduction), and probes wrap at the capacity. Deletion shifts the following run back (no deleted markers),
+so probes stay short. Expiry scans the table once per tick: ticks are rare and a scan of a million slots takes a
+few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket lists.
 
 Finished trees (tombstones, which make late messages ``late`` for ``buckets`` ticks) live apart, in ``buckets + 1``
 sets ringed by generation (``tombs[g % (buckets + 1)]`` holds the anchors finished at generation ``g``, and
@@ -41,9 +47,9 @@ from numba import njit
 
 F = TypeVar("F", bound=Callable[..., Any])
 Array = npt.NDArray[Any]
-# keys, vals, gens, borns, flags, srcs, offs, firsts, stamps
-Table = tuple[Array, Array, Array, Array, Array, Array, Array, Array, Array]
-DTYPES = (np.int64, np.int64, np.int32, np.int32, np.uint8, np.int32, np.int64, np.uint32, np.uint32)
+# keys, vals, gens, borns, srcs, offs, firsts, stamps
+Table = tuple[Array, Array, Array, Array, Array, Array, Array, Array]
+DTYPES = (np.int64, np.int64, np.uint16, np.uint16, np.int32, np.int64, np.uint32, np.uint32)
 
 
 def _compiled(fn: F) -> F:
@@ -52,13 +58,13 @@ def _compiled(fn: F) -> F:
 
 
 def _inlined(fn: F) -> F:
-    """A helper of the per-message loop, inlined into its callers: a call passes the table's nine arrays, and their
+    """A helper of the per-message loop, inlined into its callers: a call passes the table's eight arrays, and their
     reference counting cost more than the work itself (the tracker ran 2× slower with these as calls)."""
     return cast(F, njit(cache=True, inline="always")(fn))
 
 
-INIT_SEEN = 1
-FAILED = 2
+NO_INIT = -1  # srcs of an entry opened by updates before its init
+FAILED_NO_INIT = -2  # srcs of an entry opened or marked by a fail before its init
 
 K_INIT, K_ACK, K_ANCHOR, K_OK, K_FAIL, K_RESET, K_TICK = 0, 1, 2, 3, 4, 5, 6
 O_ACK, O_FAILED, O_TIMEOUT, O_OVERLOAD = 0, 1, 2, 3  # acker.columnar.block.Code
@@ -70,45 +76,56 @@ S_ENTRIES, S_PENDING, S_GENERATION = 0, 1, 2
 OUT_COLUMNS = 7  # message index, code, anchor, source, offset, latency in ticks, latency in ms
 _LOW32 = 0xFFFFFFFF
 _HALF32 = 0x80000000
+_LOW16 = 0xFFFF  # gens and borns: 16 bits, read as distances (`acker.core.tracker.MAX_BUCKETS` keeps gens exact)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@_inlined
-def _home(anchor: int, shift: int) -> int:
-    return np.int64((np.uint64(anchor) * _GOLDEN) >> np.uint64(shift))  # type: ignore[return-value]
+_HIGH = np.uint64(32)
 
 
 @_inlined
-def _find(keys: Array, shift: int, mask: int, anchor: int) -> int:
+def _home(anchor: int, capacity: int) -> int:
+    """The home slot of ``anchor`` in a table of ``capacity`` slots (< 2³²): the high 32 bits of a Fibonacci hash,
+    scaled to the capacity."""
+    return np.int64((((np.uint64(anchor) * _GOLDEN) >> _HIGH) * np.uint64(capacity)) >> _HIGH)  # type: ignore[return-value]
+
+
+@_inlined
+def _find(keys: Array, anchor: int) -> int:
     """Slot of ``anchor``, or of the empty slot where it would go."""
-    i = _home(anchor, shift)
+    n = keys.shape[0]
+    i = _home(anchor, n)
     while True:
         k = keys[i]
         if k == anchor or k == 0:
             return i
-        i = (i + 1) & mask
+        i += 1
+        if i == n:
+            i = 0
 
 
 @_inlined
 def _move(t: Table, dst: int, src: int) -> None:
-    keys, vals, gens, borns, flags, srcs, offs, firsts, stamps = t
-    keys[dst], vals[dst], gens[dst], borns[dst], flags[dst] = keys[src], vals[src], gens[src], borns[src], flags[src]
+    keys, vals, gens, borns, srcs, offs, firsts, stamps = t
+    keys[dst], vals[dst], gens[dst], borns[dst] = keys[src], vals[src], gens[src], borns[src]
     srcs[dst], offs[dst], firsts[dst], stamps[dst] = srcs[src], offs[src], firsts[src], stamps[src]
 
 
 @_inlined
-def _delete(t: Table, shift: int, i: int) -> None:
+def _delete(t: Table, i: int) -> None:
     """Empty slot ``i`` and shift back the entries of the run after it (Knuth's algorithm R)."""
     keys = t[0]
-    mask = keys.shape[0] - 1
+    n = keys.shape[0]
     j = i
     while True:
-        j = (j + 1) & mask
+        j += 1
+        if j == n:
+            j = 0
         k = keys[j]
         if k == 0:
             break
-        h = _home(k, shift)
+        h = _home(k, n)
         # The entry at j may move to i unless its home lies cyclically in (i, j].
         if (i <= j and (h <= i or h > j)) or (i > j and h <= i and h > j):
             _move(t, i, j)
@@ -117,24 +134,23 @@ def _delete(t: Table, shift: int, i: int) -> None:
 
 
 @_compiled
-def _copy_into(t: Table, new: Table, new_shift: int) -> None:
+def _copy_into(t: Table, new: Table) -> None:
     keys = t[0]
-    mask = new[0].shape[0] - 1
     for i in range(keys.shape[0]):
         if keys[i] != 0:
-            j = _find(new[0], new_shift, mask, keys[i])
-            new[0][j], new[1][j], new[2][j], new[3][j], new[4][j] = keys[i], t[1][i], t[2][i], t[3][i], t[4][i]
-            new[5][j], new[6][j], new[7][j], new[8][j] = t[5][i], t[6][i], t[7][i], t[8][i]
+            j = _find(new[0], keys[i])
+            new[0][j], new[1][j], new[2][j], new[3][j] = keys[i], t[1][i], t[2][i], t[3][i]
+            new[4][j], new[5][j], new[6][j], new[7][j] = t[4][i], t[5][i], t[6][i], t[7][i]
 
 
 def empty_table(capacity: int) -> Table:
     return cast(Table, tuple(np.zeros(capacity, dtype) for dtype in DTYPES))
 
 
-def rehash(t: Table, new_shift: int) -> Table:
-    """A copy of ``t`` with capacity ``2 ** (64 - new_shift)``."""
-    new = empty_table(1 << (64 - new_shift))
-    _copy_into(t, new, new_shift)
+def rehash(t: Table, capacity: int) -> Table:
+    """A copy of ``t`` with ``capacity`` slots."""
+    new = empty_table(capacity)
+    _copy_into(t, new)
     return new
 
 
@@ -143,7 +159,7 @@ def oldest_needed(t: Table, tombs: Array, tomb_counts: Array, tomb_firsts: Array
     """The lowest offset, at most ``position``, of a record that opened a pending tree or a tree finished in the
     last ``buckets`` ticks (a tombstone): replaying from there decides every such tree again from all of its
     messages, hence exactly as before."""
-    keys, firsts = t[0], t[7]
+    keys, firsts = t[0], t[6]
     low = position & _LOW32
     behind = 0
     for i in range(keys.shape[0]):
@@ -160,18 +176,17 @@ def oldest_needed(t: Table, tombs: Array, tomb_counts: Array, tomb_firsts: Array
 
 
 @_inlined
-def _is_tomb(tombs: Array, tomb_counts: Array, shift: int, anchor: int) -> bool:
-    mask = tombs.shape[1] - 1
-    for r in range(tombs.shape[0]):
-        if tomb_counts[r] and tombs[r, _find(tombs[r], shift, mask, anchor)] == anchor:
+def _is_tomb(tombs: Array, tomb_counts: Array, anchor: int) -> bool:
+    for r in range(tombs.shape[0]):  # noqa: SIM110 - numba compiles loops, not generators given to any()
+        if tomb_counts[r] and tombs[r, _find(tombs[r], anchor)] == anchor:
             return True
     return False
 
 
 @_inlined
-def _bury(tombs: Array, tomb_counts: Array, tomb_firsts: Array, shift: int, row: int, anchor: int, first: int) -> None:
+def _bury(tombs: Array, tomb_counts: Array, tomb_firsts: Array, row: int, anchor: int, first: int) -> None:
     keys = tombs[row]
-    i = _find(keys, shift, tombs.shape[1] - 1, anchor)
+    i = _find(keys, anchor)
     if keys[i] == 0:
         keys[i] = anchor
         tomb_firsts[row, i] = first
@@ -179,27 +194,25 @@ def _bury(tombs: Array, tomb_counts: Array, tomb_firsts: Array, shift: int, row:
 
 
 @_compiled
-def rehash_tombs(tombs: Array, tomb_counts: Array, tomb_firsts: Array, new_shift: int) -> tuple[Array, Array]:
-    """The tombstone sets copied into sets of capacity ``2 ** (64 - new_shift)``."""
-    new = np.zeros((tombs.shape[0], 1 << (64 - new_shift)), np.int64)
-    new_firsts = np.zeros((tombs.shape[0], 1 << (64 - new_shift)), np.uint32)
+def rehash_tombs(tombs: Array, tomb_counts: Array, tomb_firsts: Array, capacity: int) -> tuple[Array, Array]:
+    """The tombstone sets copied into sets of ``capacity`` slots."""
+    new = np.zeros((tombs.shape[0], capacity), np.int64)
+    new_firsts = np.zeros((tombs.shape[0], capacity), np.uint32)
     counts = np.zeros(tombs.shape[0], np.int64)
     for r in range(tombs.shape[0]):
         if tomb_counts[r]:
             for i in range(tombs.shape[1]):
                 if tombs[r, i] != 0:
-                    _bury(new, counts, new_firsts, new_shift, r, tombs[r, i], tomb_firsts[r, i])
+                    _bury(new, counts, new_firsts, r, tombs[r, i], tomb_firsts[r, i])
     return new, new_firsts
 
 
 @_inlined
-def _finish(
-    t: Table, shift: int, state: Array, tombs: Array, tomb_counts: Array, tomb_firsts: Array, tomb_shift: int, i: int
-) -> None:
+def _finish(t: Table, state: Array, tombs: Array, tomb_counts: Array, tomb_firsts: Array, i: int) -> None:
     """The tree in slot ``i`` is decided: it leaves the table for the tombstones of the current generation."""
     row = state[S_GENERATION] % tombs.shape[0]
-    _bury(tombs, tomb_counts, tomb_firsts, tomb_shift, row, t[0][i], t[7][i])
-    _delete(t, shift, i)
+    _bury(tombs, tomb_counts, tomb_firsts, row, t[0][i], t[6][i])
+    _delete(t, i)
     state[S_ENTRIES] -= 1
     state[S_PENDING] -= 1
 
@@ -207,30 +220,26 @@ def _finish(
 @_inlined
 def _decide(out: Array, n: int, m: int, code: int, t: Table, i: int, gen: int, now_ms: int) -> int:
     """Write the outcome row of the tree in slot ``i``; return the new row count."""
-    out[n, 0], out[n, 1], out[n, 2], out[n, 3], out[n, 4] = m, code, t[0][i], t[5][i], t[6][i]
+    out[n, 0], out[n, 1], out[n, 2], out[n, 3], out[n, 4] = m, code, t[0][i], t[4][i], t[5][i]
     # Read modulo 2³² as a signed distance: the record that completes a tree may carry an earlier timestamp than
     # the init's (different producers, each with its own linger), and such a tree took no measurable time.
-    ms = (now_ms - np.int64(t[8][i])) & _LOW32
-    out[n, 5], out[n, 6] = gen - t[3][i], ms if ms < _HALF32 else 0
+    ms = (now_ms - np.int64(t[7][i])) & _LOW32
+    out[n, 5], out[n, 6] = (gen - np.int64(t[3][i])) & _LOW16, ms if ms < _HALF32 else 0
     return n + 1
 
 
 @_inlined
-def _open(
-    t: Table, i: int, anchor: int, value: int, gen: int, flag: int, src: int, off: int, first: int, ms: int
-) -> None:
-    t[0][i], t[1][i], t[2][i], t[3][i], t[4][i] = anchor, value, gen, gen, flag
-    t[5][i], t[6][i], t[7][i], t[8][i] = src, off, first & _LOW32, ms & _LOW32
+def _open(t: Table, i: int, anchor: int, value: int, gen: int, src: int, off: int, first: int, ms: int) -> None:
+    t[0][i], t[1][i], t[2][i], t[3][i] = anchor, value, gen & _LOW16, gen & _LOW16
+    t[4][i], t[5][i], t[6][i], t[7][i] = src, off, first & _LOW32, ms & _LOW32
 
 
 @_compiled
 def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the reference
     t: Table,
-    shift: int,
     tombs: Array,
     tomb_counts: Array,
     tomb_firsts: Array,
-    tomb_shift: int,
     state: Array,
     counters: Array,
     buckets: int,
@@ -255,8 +264,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     tombstone sets have capacity for every message of the block opening or finishing an entry, and ``out`` has a
     row for every message deciding an outcome plus every pending tree expiring on the block's ticks.
     """
-    keys, vals, gens, borns, flags, srcs, offs, _, stamps = t
-    mask = keys.shape[0] - 1
+    keys, vals, gens, borns, srcs, offs, _, stamps = t
     n = 0
     k_init = 0
     r = 0
@@ -276,36 +284,35 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             if tomb_counts[expired_row]:
                 tombs[expired_row, :] = 0
                 tomb_counts[expired_row] = 0
-            limit = gen - buckets
             # Collect first: deleting shifts entries, which would make a single pass skip or revisit some.
             expired = np.empty(state[S_ENTRIES], np.int64)
             n_exp = 0
             for i in range(keys.shape[0]):
-                if keys[i] != 0 and gens[i] <= limit:
+                if keys[i] != 0 and (gen - np.int64(gens[i])) & _LOW16 >= buckets:
                     expired[n_exp] = keys[i]
                     n_exp += 1
             for e in range(n_exp):
-                i = _find(keys, shift, mask, expired[e])
-                if flags[i] & INIT_SEEN:
+                i = _find(keys, expired[e])
+                if srcs[i] >= 0:
                     counters[C_TIMEOUT] += 1
                     n = _decide(out, n, m, O_TIMEOUT, t, i, gen, timestamp_ms)
-                    _finish(t, shift, state, tombs, tomb_counts, tomb_firsts, tomb_shift, i)
+                    _finish(t, state, tombs, tomb_counts, tomb_firsts, i)
                 else:  # nobody to tell; a late init opens a new tree, which times out in turn
                     counters[C_NO_INIT] += 1
-                    _delete(t, shift, i)
+                    _delete(t, i)
                     state[S_ENTRIES] -= 1
                     state[S_PENDING] -= 1
             continue
 
         anchor = anchors[m]
-        i = _find(keys, shift, mask, anchor)
+        i = _find(keys, anchor)
         present = keys[i] != 0
         src, off = -1, 0
         if kind == K_INIT:
             src, off = source_map[init_source[k_init]], init_offset[k_init]
             k_init += 1
         if not present:
-            if _is_tomb(tombs, tomb_counts, tomb_shift, anchor):
+            if _is_tomb(tombs, tomb_counts, anchor):
                 counters[C_LATE] += 1
                 continue
             if kind == K_RESET:
@@ -313,50 +320,49 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 continue
             if kind == K_INIT and high_water > 0 and state[S_PENDING] >= high_water:
                 counters[C_OVERLOAD] += 1
-                _open(t, i, anchor, 0, gen, 0, src, off, record_offset, timestamp_ms)
+                _open(t, i, anchor, 0, gen, src, off, record_offset, timestamp_ms)
                 n = _decide(out, n, m, O_OVERLOAD, t, i, gen, timestamp_ms)
                 state[S_ENTRIES] += 1
                 state[S_PENDING] += 1
-                _finish(t, shift, state, tombs, tomb_counts, tomb_firsts, tomb_shift, i)
+                _finish(t, state, tombs, tomb_counts, tomb_firsts, i)
                 continue
-            flag = INIT_SEEN if kind == K_INIT else FAILED if kind == K_FAIL else 0
-            _open(t, i, anchor, values[m], gen, flag, src, off, record_offset, timestamp_ms)
+            if kind != K_INIT:
+                src = FAILED_NO_INIT if kind == K_FAIL else NO_INIT
+            _open(t, i, anchor, values[m], gen, src, off, record_offset, timestamp_ms)
             state[S_ENTRIES] += 1
             state[S_PENDING] += 1
             continue
 
-        f = flags[i]
+        s = srcs[i]
         code = -1
         if kind == K_RESET:
-            gens[i] = gen
+            gens[i] = gen & _LOW16
         elif kind == K_FAIL:
-            if f & INIT_SEEN:
+            if s >= 0:
                 code = O_FAILED
             else:
-                flags[i] = f | FAILED
+                srcs[i] = FAILED_NO_INIT
         elif kind == K_INIT:
-            if f & INIT_SEEN:
+            if s >= 0:
                 counters[C_COLLISIONS] += 1
                 continue
             # The entry was opened by updates or a fail that arrived before the init.
             vals[i] ^= values[m]
-            borns[i], srcs[i], offs[i], stamps[i] = gen, src, off, timestamp_ms & _LOW32
-            f |= INIT_SEEN
-            flags[i] = f
-            if f & FAILED:
+            borns[i], srcs[i], offs[i], stamps[i] = gen & _LOW16, src, off, timestamp_ms & _LOW32
+            if s == FAILED_NO_INIT:
                 code = O_FAILED
             elif vals[i] == 0:
                 code = O_ACK
             elif relocate:
-                gens[i] = gen
+                gens[i] = gen & _LOW16
         else:  # ack, anchor, ok: an XOR update
             vals[i] ^= values[m]
-            if vals[i] == 0 and f & INIT_SEEN:
+            if vals[i] == 0 and s >= 0:
                 code = O_ACK
             elif relocate:
-                gens[i] = gen
+                gens[i] = gen & _LOW16
         if code >= 0:
             counters[C_ACKED if code == O_ACK else C_FAILED] += 1
             n = _decide(out, n, m, code, t, i, gen, timestamp_ms)
-            _finish(t, shift, state, tombs, tomb_counts, tomb_firsts, tomb_shift, i)
+            _finish(t, state, tombs, tomb_counts, tomb_firsts, i)
     return n

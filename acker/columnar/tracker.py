@@ -2,8 +2,10 @@
 
 Same decisions as `acker.core.tracker.Tracker` for the same messages, and the same counters; outcomes come
 back as an `OutcomeBlock` in decision order (within one tick, in table order rather than insertion order: the
-order of a tick's outcomes is unspecified for both). Memory: 45 bytes a slot at a load factor kept between 1/8
-and 1/2 while the table is large, i.e. 90 to 360 bytes per pending tree (or tombstone), 94 at one million;
+order of a tick's outcomes is unspecified for both). Memory: the table of pending trees has 40-byte slots on a
+ladder of capacities 1.25× apart, filled to at most 4/5, so a large table holds a tree in 50 to 63 bytes (at least
+0.64 full right after growing) and shrinks when under 0.41 full; the tombstone sets keep 12-byte slots at most
+half full (looked up by every new tree, so kept sparse: a miss there is cheap);
 message-id sources (spout, ``topic/partition``) are interned: a few per partition for record coordinates. A message
 id that is not of the form ``<source>/<offset>`` is interned whole, one source per tree; sources no pending tree
 refers to any more are dropped once they outnumber the pending trees (`_compact_sources`), so such ids cost memory
@@ -21,44 +23,59 @@ from acker.columnar.block import MessageBlock, OutcomeBlock, RecordSpans, Source
 from acker.core.messages import TICK, Ack, Init
 from acker.core.tracker import Counters, TrackerConfig
 
-_MIN_SHIFT_CAPACITY = 1 << 10
+_MIN_CAPACITY = 1 << 10
 _SOURCES_KEPT = 4096  # interned sources kept before compaction is considered (coordinates need a few per partition)
 
 
-def _capacity(current: int, needed: int) -> int:
-    """A power of two keeping the load between 1/8 and 1/2 (no smaller than the minimum)."""
-    want = current
-    while needed * 2 > want:
-        want *= 2
-    while want > _MIN_SHIFT_CAPACITY and needed * 8 < want:
-        want //= 2
+def _ladder(capacity: int, step: float) -> int:
+    """The capacity after ``capacity`` on the ladder of ratio ``step`` that starts at the minimum: every table
+    climbs the same rungs, so its size depends on how full it is, not on its history."""
+    return -(-int(capacity * step) // 64) * 64
+
+
+def _capacity(current: int, needed: int, max_load: float, step: float) -> int:
+    """The rung of the ladder of ratio ``step`` for ``needed`` entries: the current one while the load stays in
+    [max_load / step³, max_load]; otherwise the lowest rung loaded at most ``max_load`` when growing, at most
+    ``max_load / step`` when shrinking (so that a shrunk table does not grow again at once)."""
+    if current * max_load >= needed and (current == _MIN_CAPACITY or needed * step**3 >= current * max_load):
+        return current
+    limit = max_load if needed > current * max_load else max_load / step
+    want = _MIN_CAPACITY
+    while want * limit < needed:
+        want = _ladder(want, step)
     return want
+
+
+def _table_capacity(current: int, needed: int) -> int:
+    """Pending trees: filled to 4/5 on rungs 1.25× apart (≤ 63 bytes a tree once large, see the module's note)."""
+    return _capacity(current, needed, 0.8, 1.25)
+
+
+def _tomb_capacity(current: int, needed: int) -> int:
+    """A tombstone set: filled to 1/2 on rungs 2× apart. Every new tree misses in every set, and a miss walks the
+    whole run: at load 1/2 it costs 2.5 probes, at 4/5 thirteen."""
+    return _capacity(current, needed, 0.5, 2.0)
 
 
 class BlockTracker:
     __slots__ = (
         "_counters",
-        "_shift",
         "_source_index",
         "_sources",
         "_state",
         "_table",
         "_tomb_counts",
         "_tomb_firsts",
-        "_tomb_shift",
         "_tombs",
         "config",
     )
 
-    def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_SHIFT_CAPACITY) -> None:
+    def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_CAPACITY) -> None:
         self.config = config or TrackerConfig()
-        cap = max(_MIN_SHIFT_CAPACITY, 1 << max(0, capacity - 1).bit_length())
-        self._shift = 64 - cap.bit_length() + 1
-        self._table: k.Table = k.empty_table(cap)
-        self._tombs = np.zeros((self.config.buckets + 1, _MIN_SHIFT_CAPACITY), np.int64)
-        self._tomb_firsts = np.zeros((self.config.buckets + 1, _MIN_SHIFT_CAPACITY), np.uint32)
+        self._table: k.Table = k.empty_table(_table_capacity(_MIN_CAPACITY, capacity))
+        self._tombs = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.int64)
+        self._tomb_firsts = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.uint32)
         self._tomb_counts = np.zeros(self.config.buckets + 1, np.int64)
-        self._tomb_shift = 64 - _MIN_SHIFT_CAPACITY.bit_length() + 1
         self._state = np.zeros(3, np.int64)
         self._counters = np.zeros(10, np.int64)
         self._sources: list[Source] = []
@@ -87,24 +104,14 @@ class BlockTracker:
     def _resize_for(self, opening: int, burying: int) -> None:
         """Room for ``opening`` more pending entries and ``burying`` more tombstones in any one set; shrink what is
         mostly empty."""
-        self._shift, self._table = self._sized(self._shift, self._table, int(self._state[k.S_ENTRIES]), opening)
-        cap = self._tombs.shape[1]
-        fullest = int(self._tomb_counts.max())
-        want = _capacity(cap, fullest + burying)
+        cap = self.capacity
+        want = _table_capacity(cap, int(self._state[k.S_ENTRIES]) + opening)
         if want != cap:
-            self._tomb_shift = 64 - want.bit_length() + 1
-            self._tombs, self._tomb_firsts = k.rehash_tombs(
-                self._tombs, self._tomb_counts, self._tomb_firsts, self._tomb_shift
-            )
-
-    @staticmethod
-    def _sized(shift: int, table: k.Table, entries: int, incoming: int) -> tuple[int, k.Table]:
-        cap = int(table[0].shape[0])
-        want = _capacity(cap, entries + incoming)
-        if want == cap:
-            return shift, table
-        shift = 64 - want.bit_length() + 1
-        return shift, k.rehash(table, shift)
+            self._table = k.rehash(self._table, want)
+        cap = self._tombs.shape[1]
+        want = _tomb_capacity(cap, int(self._tomb_counts.max()) + burying)
+        if want != cap:
+            self._tombs, self._tomb_firsts = k.rehash_tombs(self._tombs, self._tomb_counts, self._tomb_firsts, want)
 
     def _map_sources(self, block: MessageBlock) -> k.Array:
         mapped = np.empty(max(1, len(block.sources)), np.int32)
@@ -157,11 +164,9 @@ class BlockTracker:
         cfg = self.config
         produced = k.process(
             self._table,
-            self._shift,
             self._tombs,
             self._tomb_counts,
             self._tomb_firsts,
-            self._tomb_shift,
             self._state,
             self._counters,
             cfg.buckets,
@@ -199,7 +204,7 @@ class BlockTracker:
         """Forget the sources no pending tree refers to, and renumber the others (only pending entries hold a
         source index: tombstones and outcomes do not). Amortised: it runs when the sources outnumber 4 × the
         pending trees, and leaves at most as many as there are pending trees."""
-        keys, srcs = self._table[0], self._table[5]
+        keys, srcs = self._table[0], self._table[4]
         live = (keys != 0) & (srcs >= 0)
         used = np.unique(srcs[live])
         renumber = np.full(len(self._sources), -1, np.int32)

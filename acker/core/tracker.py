@@ -42,13 +42,15 @@ from acker.core.rotating_map import RotatingMap
 from acker.errors import ConfigError
 
 _NONE: tuple[Outcome, ...] = ()
+MAX_BUCKETS = (1 << 15) - 1  # the columnar tracker keeps tick stamps in 16 bits, read as distances up to this
 
 
 @dataclass(frozen=True, slots=True)
 class TrackerConfig:
     """How a tracker expires and limits trees.
 
-    buckets: entries expire on the ``buckets``-th tick after creation or reset (≥ 2; Storm's default 3).
+    buckets: entries expire on the ``buckets``-th tick after creation or reset (2 to `MAX_BUCKETS`; Storm's
+        default 3).
     high_water: pending trees at which new inits are nacked ``overload``; None = no limit.
     relocate_on_update: every update restarts the entry's timeout (Storm's RotatingMap ``put`` semantics),
         instead of only `ResetTimeout` doing so.
@@ -59,8 +61,8 @@ class TrackerConfig:
     relocate_on_update: bool = False
 
     def __post_init__(self) -> None:
-        if self.buckets < 2:
-            raise ConfigError(f"buckets must be at least 2, got {self.buckets}")
+        if not 2 <= self.buckets <= MAX_BUCKETS:
+            raise ConfigError(f"buckets must be between 2 and {MAX_BUCKETS}, got {self.buckets}")
         if self.high_water is not None and self.high_water < 1:
             raise ConfigError(f"high_water must be positive or None, got {self.high_water}")
 

@@ -59,7 +59,7 @@ def test_booleans_and_the_tracker_config() -> None:
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
     [
-        (("--buckets", "1"), {}, "buckets must be at least 2"),
+        (("--buckets", "1"), {}, "buckets must be between 2 and"),
         (("--buckets", "three"), {}, "cannot read 'three' as int"),
         ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, "cannot read"),
         (("--timeout-s", "0"), {}, "timeout_s must be a positive number"),

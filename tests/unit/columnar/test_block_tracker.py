@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.columnar.block import join_msg_id, split_msg_id
+from acker.columnar.tracker import _MIN_CAPACITY, _ladder, _table_capacity
 from acker.core import TICK, Ack, Init, Message, Outcome, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.workload import WorkloadSpec, generate
@@ -72,12 +73,37 @@ def test_many_pending_trees_then_expiry_frees_the_table() -> None:
         tracker.process(MessageBlock.from_messages(inits[start : start + 8192]))
     assert tracker.pending == 50_000
     tomb_bytes = 3 * 4 * 8192 * 8  # buckets + 1 sets, sized for a block's worth of finished trees
-    assert (tracker.table_bytes() - tomb_bytes) / tracker.pending <= 45 * 2 * 1.5
+    assert (tracker.table_bytes() - tomb_bytes) / tracker.pending <= 40 / 0.5  # 4/5 full at most, a third at least
     outcomes = tracker.process(MessageBlock.from_messages([Init(gen(), "s", "t/0/x", 1), TICK, TICK, TICK, TICK]))
     assert len(outcomes) == 50_001
     assert tracker.pending == 0
     tracker.process(MessageBlock.from_messages([]))
     assert tracker.capacity <= 2048  # shrinks back once empty
+
+
+def test_same_decisions_across_the_wrap_of_the_16_bit_tick_stamps() -> None:
+    # Entries keep the low 16 bits of their tick: start just before 65,536 ticks so that trees open before the wrap
+    # and expire, or are decided, after it.
+    workload = generate(WorkloadSpec(trees=3000, fail_rate=0.05, drop_rate=0.05, window=500, tick_every=400, seed=9))
+    messages = [TICK] * 65_530 + workload.messages
+    _assert_same(TrackerConfig(buckets=3), messages, [65_530, 70_000, 80_000])
+
+
+_RUNGS = list(itertools.accumulate(range(60), lambda c, _: _ladder(c, 1.25), initial=_MIN_CAPACITY))
+
+
+@given(st.sampled_from(_RUNGS), st.integers(0, 20_000_000))
+def test_the_table_stays_on_its_ladder_between_two_fifths_and_four_fifths_full(current: int, needed: int) -> None:
+    want = _table_capacity(current, needed)
+    assert want in _RUNGS
+    assert needed <= want * 0.8  # room, at load ≤ 4/5
+    assert _table_capacity(want, needed) == want  # settled: the next block with as many entries keeps it
+    if want > current:  # grew to the lowest rung with room: at least 0.64 full, 63 bytes a tree at 40 a slot
+        assert needed > _RUNGS[_RUNGS.index(want) - 1] * 0.8
+    if want != current and want > 4 * _MIN_CAPACITY:
+        assert needed / want >= 0.8 / 1.25 / 1.25 - 0.01  # shrinking leaves it about 0.51 full or more
+    if want == current and current > _MIN_CAPACITY:
+        assert needed >= current * 0.8 / 1.25**3  # kept while 0.41 full or more
 
 
 @given(st.text(max_size=12) | st.sampled_from(["t/0/0", "t/0/00", "t/12/34", "a/-1", "x/١٢"]))
