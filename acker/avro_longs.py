@@ -1,9 +1,11 @@
 """Avro's binary encoding of integer arrays, compiled: the outcome records' hot path.
 
 fastavro spends about a microsecond per array item building outcome batches; this writes the same bytes from a
-numpy array in a compiled loop. Avro encodes an int or a long as its zigzag form ``(n << 1) ^ (n >> 63)`` in
-little-endian base-128 varint bytes, and an array as blocks: an item count, the items, and a 0 count to end it
-(one block here). Tests check every output against fastavro's reader.
+numpy array in a compiled loop, and reads back the head and the anchors of an outcome record (`outcome_anchors`),
+which a new owner of an acker partition does for every outcome decided after its committed offset. Avro encodes an
+int or a long as its zigzag form ``(n << 1) ^ (n >> 63)`` in little-endian base-128 varint bytes, and an array as
+blocks: an item count (negative when the block's byte size follows it), the items, and a 0 count to end it (this
+writes one block). Tests check every output against fastavro.
 """
 
 from __future__ import annotations
@@ -61,3 +63,77 @@ def strings(texts: list[str]) -> bytes:
     if not texts:
         return b"\x00"
     return long(len(texts)) + b"".join(string(t) for t in texts) + b"\x00"
+
+
+_BAD = -1  # position returned by the readers below for bytes that are not what they expect
+
+
+@_compile
+def _read_long(buf: Any, pos: int) -> tuple[int, int]:
+    """The int or long at ``pos`` and the position after it (``_BAD`` when truncated or over 10 bytes)."""
+    z = np.uint64(0)
+    shift = 0
+    while True:
+        if pos >= buf.shape[0] or shift > 63:
+            return 0, _BAD
+        b = buf[pos]
+        pos += 1
+        z |= np.uint64(b & 0x7F) << np.uint64(shift)
+        if b < 0x80:
+            break
+        shift += 7
+    return int(np.int64(z >> np.uint64(1)) ^ -np.int64(z & np.uint64(1))), pos
+
+
+@_compile
+def _read_array(buf: Any, pos: int, out: Any) -> tuple[int, int]:
+    """The array of ints or longs at ``pos`` into ``out`` (room for one item per remaining byte): (items, position
+    after it). Blocks with a negative count carry their byte size, which is read and not needed."""
+    n = 0
+    while True:
+        count, pos = _read_long(buf, pos)
+        if pos == _BAD:
+            return 0, _BAD
+        if count == 0:
+            return n, pos
+        if count < 0:
+            count = -count
+            _, pos = _read_long(buf, pos)
+            if pos == _BAD:
+                return 0, _BAD
+        if n + count > out.shape[0]:
+            return 0, _BAD
+        for _ in range(count):
+            out[n], pos = _read_long(buf, pos)
+            if pos == _BAD:
+                return 0, _BAD
+            n += 1
+
+
+@_compile
+def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int]:
+    """(acker_partition, acker_offset, anchors read, position after them) of the OutcomeBatch at ``pos``."""
+    size, pos = _read_long(buf, pos)  # spout
+    if pos == _BAD or size < 0 or pos + size > buf.shape[0]:
+        return 0, 0, 0, _BAD
+    pos += size
+    partition, pos = _read_long(buf, pos)
+    if pos == _BAD:
+        return 0, 0, 0, _BAD
+    offset, pos = _read_long(buf, pos)
+    if pos == _BAD:
+        return 0, 0, 0, _BAD
+    _, pos = _read_array(buf, pos, anchors)  # outcomes: skipped (read into the room of the anchors)
+    if pos == _BAD:
+        return 0, 0, 0, _BAD
+    n, pos = _read_array(buf, pos, anchors)
+    return partition, offset, n, pos
+
+
+def outcome_anchors(data: bytes, start: int) -> tuple[int, int, npt.NDArray[np.int64]] | None:
+    """(acker_partition, acker_offset, anchors) of the Avro OutcomeBatch at ``start`` in ``data``, reading no
+    further than its anchors; None when the bytes cannot be such a record."""
+    buf = np.frombuffer(data, np.uint8)
+    anchors = np.empty(max(0, len(data) - start), np.int64)
+    partition, offset, n, pos = _outcome_head(buf, start, anchors)
+    return None if pos == _BAD else (int(partition), int(offset), anchors[:n].copy())

@@ -18,14 +18,18 @@ same expiry, and decides the recent ones exactly as they were decided: no tree i
 different outcome. Outcomes decided after that offset are emitted a second time (the same outcomes): downstream
 is idempotent by (spout, message id).
 
-Not exact: a tree already forgotten (its tombstone dropped) whose records straddle that offset, because an older
-tree still holds the offset back. Its records before the offset are not replayed: if one of them came before its
-init (an ack racing the spout's init across a tick), the replay sees the init without it and times the tree out, or
-acks what was failed; a second, contradictory outcome (the source record replayed once more). An init-less entry
-that expired silently, straddling it, counts towards ``high_water`` for a different while. Holding the offset back
-for such trees cannot work: at any rate some tree straddles every tick, and the offset would never advance. The
-exact cure is to know what was decided: reading back, on assignment, the outcomes this partition published after the
-offset, as tombstones. Not done.
+Trees cut in two by that offset: a tree already forgotten (its tombstone dropped) whose records straddle the offset,
+because an older tree still holds the offset back. Its records before the offset are not replayed: if one of them
+came before its init (an ack racing the spout's init across a tick), the replay alone would see the init without it
+and time the tree out, or ack what was failed: a second, contradictory outcome. Holding the offset back for such
+trees cannot work (at any rate some tree straddles every tick, and the offset would never advance). Instead the new
+owner learns what was decided: the service reads back the outcomes published for this partition after the offset
+(where they start is kept in the commit's metadata) and hands their anchors to `recover`. Until the replay has
+passed the last record that decided one of them, their messages are late; then they become ordinary tombstones.
+So such a tree gets no second outcome, and the trees decided after the offset are not published twice either. What
+remains: an outcome decided just before a crash and not yet delivered is not read back, and its tree is decided
+again by the replay alone (a straddler there may get a different outcome); and an init-less entry that expired
+silently, straddling the offset, counts towards ``high_water`` for a different while.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class PartitionState:
     """Not thread-safe; the service calls it from its poll loop only."""
 
     __slots__ = (
+        "_decided_until",
         "_tick_written_at",
         "applied_ticks",
         "ignored_ticks",
@@ -86,6 +91,15 @@ class PartitionState:
         self._tick_written_at = 0
         self.ignored_ticks = 0
         self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
+        self._decided_until: int | None = None  # offset of the last record that decided a tree given to `recover`
+
+    def recover(self, decided: np.ndarray, until: int) -> None:
+        """Before the first record: the anchors of the trees a previous owner decided (and published) after the
+        offset this replay starts from, the last of them decided by the record at ``until``."""
+        assert self.position is None, "recover before replaying"
+        if len(decided):
+            self.tracker.set_decided(decided)
+            self._decided_until = until
 
     def apply(self, offset: int, timestamp_ms: int, block: MessageBlock) -> OutcomeBlock:
         """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
@@ -118,6 +132,9 @@ class PartitionState:
         outcomes = self.tracker.process_records(block, records)
         if kept is not None:
             outcomes.index = kept[outcomes.index]
+        if self._decided_until is not None and self.position is not None and self.position > self._decided_until:
+            self.tracker.bury_decided(self.position)  # past where they were decided: tombstones from here on
+            self._decided_until = None
         return outcomes
 
     def skip(self, offset: int) -> None:

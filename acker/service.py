@@ -5,7 +5,9 @@ of a tree is on partition ``partition_of(anchor)``). Per owned partition a `Part
 in order. Outcomes go to one topic per spout (``<outcome_prefix><spout>``) through an idempotent producer. Tick
 records are appended by the owner of each partition and take effect when read back. The committed offset of a
 partition is its recovery offset (`PartitionState.recovery_offset`), committed only after every outcome decided
-before it has been delivered; a new owner replays from there.
+before it has been delivered; a new owner replays from there. The commit's metadata says where the outcomes decided
+after that offset lie (`acker.outcome_log`); the new owner reads them back before replaying, so that the replay
+neither decides those trees again nor, for a tree the offset cuts in two, differently.
 
 Records that cannot be read are copied to the dead-letter topic with headers saying why and where they came from,
 counted, and skipped: one bad record never stops the service. A failed delivery of an outcome stops the service
@@ -35,7 +37,9 @@ from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
 from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, produce
+from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
+from acker.outcome_log import OutcomeLog, parse_metadata
 from acker.partition import PartitionState, encode_tick
 from acker.wire import (
     OUTCOMES_PER_RECORD,
@@ -75,8 +79,11 @@ class AckerService:
         self.config = config
         BlockTracker.warm_up()  # before joining the group: no record waits for the compiler
         avro_longs.long(0)
+        avro_longs.outcome_anchors(bytes(5), 0)  # an empty outcome record's head: compiled before any read-back
         self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
         self._states: dict[int, PartitionState] = {}
+        self._outcome_logs: dict[int, OutcomeLog] = {}
+        self._reader: Consumer | None = None  # reads commit metadata and outcomes back at assignment
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
@@ -124,6 +131,8 @@ class AckerService:
         finally:
             self.consumer.close()  # revokes (and commits) what is still assigned
             self.producer.flush(10)
+            if self._reader is not None:
+                self._reader.close()
 
     def step(self, timeout_s: float) -> int:
         """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
@@ -249,12 +258,19 @@ class AckerService:
                 log.warning("could not create %s (%s): producing to it anyway", topic, error)
             self._known_topics.add(topic)
         value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
+        track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
+
+        def delivered(error: KafkaError | None, record: Message) -> None:
+            track(error, record)
+            if error is None and outcome_log is not None:
+                outcome_log.delivered(record.topic() or topic, record.partition() or 0, record.offset() or 0, last)
+
         self._produce(
             topic,
             value,
-            key=str(partition).encode(),
+            key=str(partition).encode(),  # every outcome record of an acker partition in one partition, in order
             headers=[(DECIDED_BY, f"{partition}/{first}-{last}".encode())],
-            on_delivery=self._deliveries.track(),
+            on_delivery=delivered,
         )
 
     def _check_deliveries(self) -> None:
@@ -305,7 +321,8 @@ class AckerService:
         for partition, state in chosen.items():
             offset = state.recovery_offset()
             if offset is not None:
-                offsets.append(TopicPartition(self.config.acker_topic, partition, offset))
+                metadata = self._outcome_logs[partition].metadata(offset)
+                offsets.append(TopicPartition(self.config.acker_topic, partition, offset, metadata))
         return offsets
 
     def _plan_commit(self) -> None:
@@ -394,12 +411,49 @@ class AckerService:
             self._partition_count = len(topic.partitions)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
-        with self._lock:
-            for tp in partitions:
-                self._states[tp.partition] = PartitionState(
-                    tp.partition, self.config.tracker_config(), interval_ms, now_ms
-                )
+        starts = self._read_back_starts(partitions)
+        for tp in partitions:
+            state = PartitionState(tp.partition, self.config.tracker_config(), interval_ms, now_ms)
+            outcome_log = OutcomeLog()
+            if starts.get(tp.partition):
+                try:
+                    decided = read_decided(self._reading_consumer(), tp.partition, starts[tp.partition])
+                    state.recover(decided.anchors, decided.until)
+                    outcome_log = decided.log
+                    log.info(
+                        "partition %d: %d trees decided after the committed offset", tp.partition, len(decided.anchors)
+                    )
+                except KafkaClientError as error:  # replaying without them can only decide a few trees twice
+                    log.warning("partition %d: outcomes not read back: %s", tp.partition, error)
+            with self._lock:
+                self._states[tp.partition] = state
+                self._outcome_logs[tp.partition] = outcome_log
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
+
+    def _reading_consumer(self) -> Consumer:
+        """A consumer of this group that never joins it: it reads committed offsets and outcome topics."""
+        if self._reader is None:
+            self._reader = Consumer(
+                self.config.client(
+                    **{
+                        "group.id": self.config.group,
+                        "enable.auto.commit": False,
+                        "client.id": f"acker-{self.instance}-reader",
+                    }
+                )
+            )
+        return self._reader
+
+    def _read_back_starts(self, partitions: list[TopicPartition]) -> dict[int, dict[str, tuple[int, int]]]:
+        """Per assigned partition, where the outcomes to read back start, from the commit's metadata."""
+        try:
+            committed = self._reading_consumer().committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=30
+            )
+        except Exception as error:  # e.g. a timeout: replay without reading back
+            log.warning("committed offsets of %s not read: %s", sorted(tp.partition for tp in partitions), error)
+            return {}
+        return {tp.partition: parse_metadata(tp.metadata) for tp in committed if tp.offset >= 0}
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit_now([tp.partition for tp in partitions])
@@ -419,6 +473,7 @@ class AckerService:
         with self._lock:
             for tp in partitions:
                 state = self._states.pop(tp.partition, None)
+                self._outcome_logs.pop(tp.partition, None)
                 if state is not None:
                     self._retired.counters += self._counter_array(state)
                     self._retired.ignored_ticks += state.ignored_ticks

@@ -31,6 +31,10 @@ sets ringed by generation (``tombs[g % (buckets + 1)]`` holds the anchors finish
 looked up only when an anchor is not pending, and expired a whole set at a time by one tick, with no per-entry
 deletion. That keeps the main table, and so each tick's scan, the size of the pending trees.
 
+``decided`` is a set of anchors (open addressing, 0 = empty) decided before this tracker existed, by a previous
+owner of the partition, whose outcomes are published already: while it is set, their messages are ``late``, as if
+tombstones (`acker.partition` explains when it is set and when its anchors become ordinary tombstones).
+
 ``state`` holds: [0] entries in the main table, [1] pending trees (the same number: kept apart for clarity),
 [2] generation. ``tomb_counts[r]`` is the number of anchors in ``tombs[r]``.
 ``counters`` follows the field order of `acker.core.tracker.Counters`.
@@ -194,6 +198,24 @@ def _bury(tombs: Array, tomb_counts: Array, tomb_firsts: Array, row: int, anchor
 
 
 @_compiled
+def anchor_set(anchors: Array, capacity: int) -> Array:
+    """The distinct non-zero ``anchors`` as a set of ``capacity`` slots (more than there are anchors)."""
+    keys = np.zeros(capacity, np.int64)
+    for a in anchors:
+        if a != 0:
+            keys[_find(keys, a)] = a
+    return keys
+
+
+@_compiled
+def bury_all(tombs: Array, tomb_counts: Array, tomb_firsts: Array, row: int, anchors: Array, first: int) -> None:
+    """Make tombstones of generation row ``row`` of the non-zero ``anchors`` (the caller made room)."""
+    for a in anchors:
+        if a != 0:
+            _bury(tombs, tomb_counts, tomb_firsts, row, a, first)
+
+
+@_compiled
 def rehash_tombs(tombs: Array, tomb_counts: Array, tomb_firsts: Array, capacity: int) -> tuple[Array, Array]:
     """The tombstone sets copied into sets of ``capacity`` slots."""
     new = np.zeros((tombs.shape[0], capacity), np.int64)
@@ -240,6 +262,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     tombs: Array,
     tomb_counts: Array,
     tomb_firsts: Array,
+    decided: Array,
     state: Array,
     counters: Array,
     buckets: int,
@@ -312,7 +335,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             src, off = source_map[init_source[k_init]], init_offset[k_init]
             k_init += 1
         if not present:
-            if _is_tomb(tombs, tomb_counts, anchor):
+            if _is_tomb(tombs, tomb_counts, anchor) or decided[_find(decided, anchor)] == anchor:
                 counters[C_LATE] += 1
                 continue
             if kind == K_RESET:

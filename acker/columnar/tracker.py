@@ -24,6 +24,7 @@ from acker.core.messages import TICK, Ack, Init
 from acker.core.tracker import Counters, TrackerConfig
 
 _MIN_CAPACITY = 1 << 10
+_NO_ANCHORS = np.zeros(1, np.int64)  # an empty anchor set (one empty slot: a lookup stops there)
 _SOURCES_KEPT = 4096  # interned sources kept before compaction is considered (coordinates need a few per partition)
 
 
@@ -60,6 +61,7 @@ def _tomb_capacity(current: int, needed: int) -> int:
 class BlockTracker:
     __slots__ = (
         "_counters",
+        "_decided",
         "_source_index",
         "_sources",
         "_state",
@@ -76,6 +78,7 @@ class BlockTracker:
         self._tombs = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.int64)
         self._tomb_firsts = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.uint32)
         self._tomb_counts = np.zeros(self.config.buckets + 1, np.int64)
+        self._decided = _NO_ANCHORS
         self._state = np.zeros(3, np.int64)
         self._counters = np.zeros(10, np.int64)
         self._sources: list[Source] = []
@@ -131,7 +134,31 @@ class BlockTracker:
         tracker = BlockTracker()
         tracker.process(block)
         tracker.oldest_needed(0)
+        tracker.set_decided(np.array([7], np.int64))
+        tracker.process(block)
+        tracker.bury_decided(0)
         tracker._resize_for(4 * tracker.capacity, 4 * tracker.capacity)
+
+    def set_decided(self, anchors: np.ndarray) -> None:
+        """Trees decided before this tracker existed (by a previous owner of the partition), outcomes published:
+        until `bury_decided`, their messages are ``late`` and open nothing. For a replay whose start cut a tree
+        in two: the part replayed alone would decide it again, differently."""
+        self._decided = (
+            k.anchor_set(np.asarray(anchors, np.int64), _tomb_capacity(_MIN_CAPACITY, len(anchors)))
+            if len(anchors)
+            else _NO_ANCHORS
+        )
+
+    def bury_decided(self, first: int) -> None:
+        """The trees of `set_decided` become tombstones of the current generation (their records opened at or after
+        ``first`` as far as recovery is concerned), late for ``buckets`` ticks more, like trees decided now."""
+        anchors, self._decided = self._decided, _NO_ANCHORS
+        count = int(np.count_nonzero(anchors))
+        if not count:
+            return
+        self._resize_for(0, count)
+        row = int(self._state[k.S_GENERATION]) % self._tombs.shape[0]
+        k.bury_all(self._tombs, self._tomb_counts, self._tomb_firsts, row, anchors, first & 0xFFFFFFFF)
 
     def oldest_needed(self, position: int) -> int:
         """The offset from which a replay decides every tree touched since exactly as before: the lowest offset of a
@@ -167,6 +194,7 @@ class BlockTracker:
             self._tombs,
             self._tomb_counts,
             self._tomb_firsts,
+            self._decided,
             self._state,
             self._counters,
             cfg.buckets,

@@ -9,10 +9,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.core import TICK, Init, Message, Tracker, TrackerConfig
+from acker.core import TICK, Ack, Init, Message, ResetTimeout, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
@@ -120,6 +120,54 @@ def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config:
         expired_after = time.monotonic() - started
         assert all(set(reader.seen[m]) == {"TIMEOUT"} for m in lossy)
         assert expired_after >= timeout * 0.95, f"lossy trees expired after {expired_after:.1f}s < T={timeout}s"
+    finally:
+        if second is not None:
+            assert second.stop() == 0
+        reader.close()
+
+
+def _committed(config: ServiceConfig, partition: int) -> int:
+    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
+    try:
+        return int(consumer.committed([TopicPartition(config.acker_topic, partition)], timeout=10)[0].offset)
+    finally:
+        consumer.close()
+
+
+def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_kill_9(
+    config: ServiceConfig, tmp_path: Path
+) -> None:
+    """Tree T's ack comes before its init with ticks between them; tree O, opened in between and kept alive by
+    resets, holds the committed offset after T's ack once T's tombstone is dropped. A new owner replays T's init
+    without its ack: told what was decided (outcomes read back), it must not time T out."""
+    config = replace(config, partitions=1, timeout_s=3.0, buckets=6)  # a tick every 0.6 s
+    create_acker_topics(config)
+    ids = IdGenerator(33)
+    t, o, value = ids(), ids(), ids()
+    reader = OutcomeReader(config, [SPOUT])
+    first = ServiceProcess(config, str(tmp_path / "first.log"))
+    second: ServiceProcess | None = None
+    try:
+        send(config, [Init(ids(), SPOUT, "canary", 1), Ack(ids(), 1)])  # wrong anchor: it times out, in 3-4 s
+        reader.wait_for(["canary"], timeout_s=60)  # serving
+        send(config, [Ack(t, value)])
+        time.sleep(1.5)  # two ticks or more, and T's entry (opened by its ack) still alive
+        send(config, [Init(o, SPOUT, "O", ids()), Init(t, SPOUT, "T", value)])
+        reader.wait_for(["T"], timeout_s=10)
+        ack_offset = next(off for off, _, v in read_partition(config, config.acker_topic, 0)
+                          if t in decode_batch(v or b"").anchors.tolist())  # fmt: skip
+        deadline = time.monotonic() + 30
+        while _committed(config, 0) <= ack_offset:  # T's tombstone dropped, O holds the offset after T's ack
+            assert time.monotonic() < deadline, "the committed offset never passed T's ack"
+            send(config, [ResetTimeout(o)])
+            time.sleep(0.3)
+        first.kill()
+        second = ServiceProcess(config, str(tmp_path / "second.log"))
+        for _ in range(40):  # 12 s: the replay has long taken T's init, which alone would time out within 4.2 s
+            send(config, [ResetTimeout(o)])
+            reader.poll(0.3)
+        assert reader.seen["T"] == ["ACK"], f"T's outcomes: {reader.seen['T']}"
+        assert "O" not in reader.seen  # kept alive throughout
     finally:
         if second is not None:
             assert second.stop() == 0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind, RecordSpans
-from acker.core import TICK, Ack, Init, Message, TrackerConfig
+from acker.core import TICK, Ack, Init, Message, Nacked, ResetTimeout, TrackerConfig
 from acker.partition import NO_TICK, PartitionState, encode_tick
 from acker.wire import decode_batch
 from tests.strategies import raw_messages, tracker_configs
@@ -135,6 +135,51 @@ def test_records_applied_together_decide_as_records_applied_one_by_one(
     assert one_by_one.ignored_ticks == together.ignored_ticks
     assert one_by_one.recovery_offset() == together.recovery_offset()
     assert one_by_one.position == together.position
+
+
+def _straddling_log() -> list[tuple[int, MessageBlock]]:
+    """Tree 10's ack comes before its init with a tick between them; tree 20, opened in between and kept alive by
+    resets, holds the recovery offset back after tree 10's tombstone is dropped: a replay cuts tree 10 in two."""
+    blocks = [
+        _tick(NO_TICK),
+        MessageBlock.from_messages([Ack(10, 7)]),
+        _tick(0),
+        MessageBlock.from_messages([Init(20, "s", "t/0/1", 5)]),
+        MessageBlock.from_messages([Init(10, "s", "t/0/2", 7)]),  # tree 10 acked, by the record at offset 4
+        _tick(2),
+        MessageBlock.from_messages([ResetTimeout(20)]),
+        _tick(5),  # buckets = 2: tree 10's tombstone is dropped
+        MessageBlock.from_messages([ResetTimeout(20)]),
+        _tick(7),
+        MessageBlock.from_messages([Ack(10, 1)]),  # a late message of tree 10
+        _tick(9),
+        _tick(11),  # tree 20 times out
+    ]
+    return list(enumerate(blocks))
+
+
+def test_a_replay_told_what_was_decided_gives_a_tree_cut_in_two_no_second_outcome() -> None:
+    log = _straddling_log()
+    original = _state()
+    decided = {}
+    for offset, block in log[:9]:
+        for outcome in original.apply(offset, 0, block).to_outcomes():
+            decided[outcome.anchor] = (offset, outcome)
+    start = original.recovery_offset()
+    assert start == 2  # after tree 10's ack: the replay sees its init alone
+    assert decided == {10: (4, decided[10][1])}
+
+    def replay(told: bool) -> list[tuple[int, object]]:
+        state = _state()
+        if told:  # what the service reads back: outcomes published for decisions after the offset
+            state.recover(np.array([a for a, (at, _) in decided.items() if at >= start], np.int64), until=4)
+        return [(offset, o) for offset, block in log[start:] for o in state.apply(offset, 0, block).to_outcomes()]
+
+    rest = [(offset, o) for offset, block in log[9:] for o in original.apply(offset, 0, block).to_outcomes()]
+    assert [o.anchor for _, o in rest] == [20]  # without a crash: only tree 20's timeout
+    untold = replay(told=False)
+    assert any(isinstance(o, Nacked) and o.anchor == 10 for _, o in untold)  # the cut tree times out: wrong
+    assert replay(told=True) == rest  # no second outcome for tree 10, none republished, the same timeout of 20
 
 
 def test_the_recovery_offset_keeps_up_with_steady_traffic() -> None:

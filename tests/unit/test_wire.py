@@ -8,6 +8,7 @@ import fastavro
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.core import Ack, Init, Message
@@ -19,6 +20,7 @@ from acker.wire import (
     _write,
     check_partition,
     decode_batch,
+    decode_outcome_anchors,
     decode_outcomes,
     encode_batch,
     encode_outcomes,
@@ -134,3 +136,56 @@ def test_an_outcome_record_with_inconsistent_columns_is_a_wire_error(
         "sources": ["t/0"], "source_index": source_index, "offsets": [1, 2], "latency_ms": [0, 0]})  # fmt: skip
     with pytest.raises(WireError, match="inconsistent-columns"):
         decode_outcomes(value)
+
+
+_LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@given(
+    st.text(max_size=20),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    _LONGS,
+    st.lists(st.tuples(st.sampled_from(["ACK", "FAILED", "REPLAYED"]), _LONGS), max_size=40),
+    st.integers(1, 3),
+)
+def test_the_compiled_head_reader_agrees_with_fastavro(
+    spout: str, partition: int, offset: int, rows: list[tuple[str, int]], cut: int
+) -> None:
+    """Records written by fastavro (any writer may have), also in blocks of items with negative counts."""
+    record = {"spout": spout, "acker_partition": partition, "acker_offset": offset,
+              "outcomes": [o for o, _ in rows], "anchors": [a for _, a in rows], "sources": ["t/0"],
+              "source_index": [0] * len(rows), "offsets": [1] * len(rows), "latency_ms": [0] * len(rows)}  # fmt: skip
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, OUTCOME_BATCH_SCHEMA, record)
+    value = _PREFIX_OUTCOMES + out.getvalue()
+    got_partition, got_offset, anchors = decode_outcome_anchors(value)
+    assert (got_partition, got_offset, anchors.tolist()) == (partition, offset, [a for _, a in rows])
+    if rows:  # the same anchors in blocks of ``cut`` items, each with a negative count and its byte size
+        items = [_zigzag(a) for _, a in rows]
+        blocks = b"".join(
+            _zigzag(-len(chunk)) + _zigzag(len(b"".join(chunk))) + b"".join(chunk)
+            for chunk in (items[i : i + cut] for i in range(0, len(items), cut))
+        )
+        head = value[: len(_PREFIX_OUTCOMES)] + _skip_to_anchors(out.getvalue())
+        assert decode_outcome_anchors(head + blocks + b"\x00")[2].tolist() == [a for _, a in rows]
+    read = len(_PREFIX_OUTCOMES) + len(_skip_to_anchors(out.getvalue(), anchors=True))  # what the reader needs
+    for end in range(read - 1, len(_PREFIX_OUTCOMES) - 1, -max(1, read // 7)):
+        with pytest.raises(WireError):  # truncated: an error, never a crash or a read past the end
+            decode_outcome_anchors(value[:end])
+
+
+def _zigzag(n: int) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, {"type": "long"}, n)
+    return out.getvalue()
+
+
+def _skip_to_anchors(body: bytes, anchors: bool = False) -> bytes:
+    """The Avro bytes of an OutcomeBatch up to its anchors (spout, partition, offset, outcomes), or through them."""
+    reader = io.BytesIO(body)
+    for schema in ({"type": "string"}, {"type": "int"}, {"type": "long"}):
+        fastavro.schemaless_reader(reader, schema)
+    fastavro.schemaless_reader(reader, {"type": "array", "items": "int"})
+    if anchors:
+        fastavro.schemaless_reader(reader, {"type": "array", "items": "long"})
+    return body[: reader.tell()]

@@ -1,0 +1,51 @@
+"""Reading back what a previous owner of an acker partition decided after the offset a replay starts from."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from confluent_kafka import Consumer, TopicPartition
+
+from acker.kafka.clients import log_bounds, read_to
+from acker.outcome_log import OutcomeLog, Starts
+from acker.wire import WireError, decode_outcome_anchors
+
+log = logging.getLogger("acker.decided")
+
+
+@dataclass(frozen=True)
+class Decided:
+    anchors: np.ndarray  # int64: the trees decided
+    until: int  # acker offset of the record that decided the last of them (-1: none)
+    log: OutcomeLog  # the records read, as the new owner's own log: its commits must cover them too
+
+
+def read_decided(consumer: Consumer, acker_partition: int, starts: Starts) -> Decided:
+    """The outcomes published for ``acker_partition`` from ``starts`` to the current end of each outcome topic.
+
+    Records of other acker partitions sharing a topic partition, spouts' own records and records that cannot be
+    decoded are passed over. `KafkaClientError` when a topic cannot be read.
+    """
+    anchors: list[np.ndarray] = []
+    until = -1
+    outcome_log = OutcomeLog()
+    for topic, (partition, offset) in starts.items():
+        low, end = log_bounds(consumer, TopicPartition(topic, partition))
+        if offset < low:
+            log.warning(
+                "%s[%d]: outcomes from %d were deleted (retention): reading from %d", topic, partition, offset, low
+            )
+        for record in read_to(consumer, TopicPartition(topic, partition, max(offset, low)), end):
+            try:
+                decided_by, acker_offset, found = decode_outcome_anchors(record.value() or b"")
+            except WireError:
+                continue
+            if decided_by != acker_partition:
+                continue
+            anchors.append(found)
+            until = max(until, acker_offset)
+            outcome_log.delivered(topic, partition, record.offset() or 0, acker_offset)
+    found = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
+    return Decided(found, until, outcome_log)

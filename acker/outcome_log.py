@@ -1,0 +1,86 @@
+"""Where one acker partition's outcome records lie in the outcome topics. Pure.
+
+A new owner of an acker partition replays it from the committed offset, and must learn which trees were decided
+after that offset (`acker.partition` says why). Every outcome record of acker partition ``p`` carries the key
+``str(p)``, so in each outcome topic they all lie in one partition, in the order they were decided. The owner keeps,
+per outcome topic, the offset of each record it delivered next to the acker offset of the record that decided its
+last outcome; each commit carries in its metadata where the records deciding at or after the committed offset
+start (`metadata`), and the next owner reads them back from there (`acker.kafka.decided`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+log = logging.getLogger("acker.outcome_log")
+
+METADATA_VERSION = 1
+# Brokers refuse commit metadata over offset.metadata.max.bytes (4096 by default): stay well under it.
+MAX_METADATA_BYTES = 3000
+
+Starts = dict[str, tuple[int, int]]  # outcome topic → (its partition, offset) where a read-back starts
+
+
+@dataclass(slots=True)
+class _Stream:
+    partition: int
+    records: deque[tuple[int, int]] = field(default_factory=deque)  # (deciding acker offset, outcome offset)
+    end: int = 0  # the offset after the last record delivered
+
+
+class OutcomeLog:
+    """Not thread-safe: fed by delivery reports, which the service's loop serves."""
+
+    __slots__ = ("_streams",)
+
+    def __init__(self) -> None:
+        self._streams: dict[str, _Stream] = {}
+
+    def delivered(self, topic: str, partition: int, offset: int, acker_offset: int) -> None:
+        """An outcome record landed at ``offset``; the last of its outcomes was decided by the acker record at
+        ``acker_offset``. Reports of one topic come in offset order (an idempotent producer)."""
+        stream = self._streams.get(topic)
+        if stream is None or stream.partition != partition:  # the topic's partitions were changed: start over
+            stream = self._streams[topic] = _Stream(partition)
+        stream.records.append((acker_offset, offset))
+        stream.end = max(stream.end, offset + 1)
+
+    def starts(self, replay_from: int) -> Starts:
+        """Per outcome topic, where the records deciding at or after acker offset ``replay_from`` start (records
+        still in flight land after every delivered one). Forgets the records before: offsets to commit only grow."""
+        starts = {}
+        for topic, stream in self._streams.items():
+            while stream.records and stream.records[0][0] < replay_from:
+                stream.records.popleft()
+            starts[topic] = (stream.partition, stream.records[0][1] if stream.records else stream.end)
+        return starts
+
+    def metadata(self, replay_from: int) -> str:
+        """The commit metadata for committed offset ``replay_from`` (see `parse_metadata`)."""
+        kept: Starts = {}
+        size = 32
+        for topic, where in sorted(self.starts(replay_from).items()):
+            size += len(json.dumps(topic)) + 30
+            if size > MAX_METADATA_BYTES:
+                log.warning("commit metadata full: outcomes of %d topics will not be read back", len(self._streams))
+                break
+            kept[topic] = where
+        return json.dumps({"v": METADATA_VERSION, "outcomes": {t: list(w) for t, w in kept.items()}})
+
+
+def parse_metadata(text: str | None) -> Starts:
+    """Where to read back from, out of a commit's metadata; nothing when it holds none (committed by an earlier
+    version, by another tool) or cannot be read."""
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+        if obj.get("v") != METADATA_VERSION:
+            return {}
+        return {str(t): (int(p), int(o)) for t, (p, o) in obj["outcomes"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        log.warning("commit metadata not understood, nothing read back: %.200r", text)
+        return {}

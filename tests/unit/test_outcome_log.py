@@ -1,0 +1,42 @@
+"""Where an acker partition's outcome records lie: what each commit's metadata tells the next owner."""
+
+from __future__ import annotations
+
+import json
+
+from acker.outcome_log import MAX_METADATA_BYTES, OutcomeLog, parse_metadata
+
+
+def test_the_metadata_points_at_the_first_record_deciding_at_or_after_the_committed_offset() -> None:
+    log = OutcomeLog()
+    log.delivered("out.a", 2, 10, acker_offset=5)
+    log.delivered("out.a", 2, 11, acker_offset=9)
+    log.delivered("out.b", 0, 40, acker_offset=7)
+    assert parse_metadata(log.metadata(6)) == {"out.a": (2, 11), "out.b": (0, 40)}
+    # Nothing decided from 10 on was delivered yet: whatever is in flight lands after the last record delivered.
+    assert parse_metadata(log.metadata(10)) == {"out.a": (2, 12), "out.b": (0, 41)}
+    log.delivered("out.a", 2, 12, acker_offset=10)
+    assert log.starts(10) == {"out.a": (2, 12), "out.b": (0, 41)}
+
+
+def test_a_topic_whose_partition_changed_starts_over() -> None:
+    log = OutcomeLog()
+    log.delivered("out.a", 2, 10, acker_offset=5)
+    log.delivered("out.a", 3, 4, acker_offset=6)
+    assert log.starts(0) == {"out.a": (3, 4)}
+
+
+def test_metadata_stays_under_the_brokers_limit() -> None:
+    log = OutcomeLog()
+    for i in range(500):
+        log.delivered(f"acker.outcomes.spout-with-a-long-name-{i:04}", 0, i, acker_offset=1)
+    text = log.metadata(0)
+    assert len(text.encode()) <= MAX_METADATA_BYTES
+    assert 0 < len(parse_metadata(text)) < 500
+
+
+def test_metadata_not_ours_reads_as_nothing_to_read_back() -> None:
+    assert parse_metadata(None) == parse_metadata("") == {}
+    assert parse_metadata("written by another tool") == {}
+    assert parse_metadata(json.dumps({"v": 99, "outcomes": {}})) == {}
+    assert parse_metadata(json.dumps({"v": 1, "outcomes": {"t": "x"}})) == {}
