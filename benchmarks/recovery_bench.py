@@ -6,16 +6,22 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
 1. One acker partition and an ``acker run`` process (message timeout 600 s: nothing expires during the run) are fed
    ``--trees`` word-count trees (100,000) of which only the init and the sentence's ack are sent: that many trees
    pending, in records of ~8,192 messages.
+   Then ``--decided`` more trees (100,000) are sent whole: the process decides them and publishes their outcomes,
+   after the committed offset (the pending trees hold it back).
 2. Once the process has committed its recovery offset for all of them, it is killed with SIGKILL and a new one is
    started at once. Kafka moves the partition after the dead member's session times out (``session.timeout.ms``,
    6 s here); the new owner then replays the partition from the committed offset.
 3. Measured, from the new process's start: when it owns the partition (its first status record), and when its
    status shows every tree pending again with nothing left to read (state rebuilt). The replay itself is the
    difference (status records come every 100 ms, which bounds its resolution). Baseline in the same run: a plain
-   consumer reading the same records from the same offset.
+   consumer reading the same records from the same offset. The new owner first reads back the outcomes published
+   after the committed offset (the commit's metadata says where they start): timed alone, with the same code, in
+   this process.
 4. Then the remaining acks of every tree are sent. Spurious replays = trees whose outcome is not ``ACK`` (each would
    make its spout replay a record that was processed fine). Storm's acker keeps its pending trees in memory only: when
-   an acker dies, every one of them times out and is replayed (spurious replays = all of them).
+   an acker dies, every one of them times out and is replayed (spurious replays = all of them). Duplicates = outcomes
+   published twice: without the read-back, every tree decided after the committed offset is decided and published
+   again by the replay.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ from acker.columnar import MessageBlock
 from acker.columnar.block import Kind
 from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
+from acker.kafka.decided import read_decided
 from acker.kafka.provision import kafka_cluster
+from acker.outcome_log import parse_metadata
 from acker.status import group_lag, read_status
 from acker.wire import decode_outcomes, encode_batch
 
@@ -45,8 +53,9 @@ SPOUT = "sentences"
 WORDS = 5
 
 
-def _trees(n: int, rng: np.random.Generator) -> tuple[list[bytes], list[bytes]]:
-    """Record values: (the inits and sentence acks of ``n`` trees, then the word acks that complete them)."""
+def _trees(n: int, rng: np.random.Generator, first: int = 0) -> tuple[list[bytes], list[bytes]]:
+    """Record values: (the inits and sentence acks of ``n`` trees, then the word acks that complete them); message
+    ids are offsets from ``first`` on."""
     anchors = rng.integers(1, 2**63 - 1, size=n, dtype=np.int64)
     root = rng.integers(1, 2**63 - 1, size=n, dtype=np.int64)
     words = rng.integers(1, 2**63 - 1, size=(n, WORDS), dtype=np.int64)
@@ -57,7 +66,7 @@ def _trees(n: int, rng: np.random.Generator) -> tuple[list[bytes], list[bytes]]:
         k = s.stop - s.start
         kinds = np.tile(np.array([Kind.INIT, Kind.ACK], np.uint8), k)
         values = np.stack([root[s], root[s] ^ np.bitwise_xor.reduce(words[s], axis=1)], axis=1).reshape(-1)
-        offsets = np.arange(s.start, s.stop, dtype=np.int64)
+        offsets = np.arange(first + s.start, first + s.stop, dtype=np.int64)
         heads.append(encode_batch(MessageBlock(kinds, np.repeat(anchors[s], 2), values, np.zeros(k, np.int32),
                                                offsets, [(SPOUT, f"{SPOUT}/0")])))  # fmt: skip
         tails.append(encode_batch(MessageBlock(np.full(k * WORDS, Kind.ACK, np.uint8), np.repeat(anchors[s], WORDS),
@@ -122,7 +131,19 @@ def _outcomes(config: ServiceConfig, expected: int, timeout_s: float) -> dict[st
     return seen
 
 
-def _run(bootstrap: str, trees: int, rng: np.random.Generator) -> dict[str, float]:
+def _read_back(config: ServiceConfig) -> tuple[float, int]:
+    """Seconds to read back the outcomes the committed offset's metadata points at, and how many trees they name."""
+    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
+    try:
+        committed = consumer.committed([TopicPartition(config.acker_topic, 0)], timeout=10)[0]
+        began = time.perf_counter()
+        decided = read_decided(consumer, 0, parse_metadata(committed.metadata))
+        return time.perf_counter() - began, len(decided.anchors)
+    finally:
+        consumer.close()
+
+
+def _run(bootstrap: str, trees: int, decided: int, rng: np.random.Generator) -> dict[str, float]:
     run = uuid.uuid4().hex[:8]
     session = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
     config = ServiceConfig(bootstrap_servers=bootstrap, partitions=1, timeout_s=600, commit_interval_s=0.5,
@@ -130,15 +151,19 @@ def _run(bootstrap: str, trees: int, rng: np.random.Generator) -> dict[str, floa
     create_topics(config.client(), [TopicSpec(config.acker_topic, 1), TopicSpec(config.outcome_topic(SPOUT), 1),
                                     TopicSpec(config.status_topic, 1)])  # fmt: skip
     heads, tails = _trees(trees, rng)
+    done_heads, done_tails = _trees(decided, rng, first=trees)
     first = _start(config, "first")
     second = None
     try:
         _wait_status(config, "first", None, 120)
         _send(config, heads)
         _wait_status(config, "first", trees, 120)
+        _send(config, done_heads + done_tails)
+        assert len(_outcomes(config, decided, 120)) == decided, "the first process did not decide every whole tree"
         time.sleep(2 * config.commit_interval_s)
         committed = group_lag(config)[0][0]
         assert committed is not None, "no recovery offset was committed"
+        read_back_s, read_back = _read_back(config)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         started = time.perf_counter()
@@ -147,20 +172,22 @@ def _run(bootstrap: str, trees: int, rng: np.random.Generator) -> dict[str, floa
         rebuilt = _wait_status(config, "second", trees, 120)
         baseline = _plain_read(config, committed)
         _send(config, tails)
-        outcomes = _outcomes(config, trees, 120)
+        outcomes = _outcomes(config, trees + decided, 120)
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 process.wait(60)
-    acked = sum(1 for o in outcomes.values() if o[0] == "ACK")
+    acked = sum(1 for o in outcomes.values() if o[0] == "ACK") - decided
     return {
+        "read_back_s": read_back_s,
+        "read_back": read_back,
         "owned_s": owned - started,
         "rebuilt_s": rebuilt - started,
         "replay_s": rebuilt - owned,
         "plain_read_s": baseline,
         "spurious": trees - acked,
-        "undecided": trees - len(outcomes),
+        "undecided": trees + decided - len(outcomes),
         "duplicates": sum(len(o) - 1 for o in outcomes.values()),
     }
 
@@ -170,27 +197,33 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--trees", type=int, default=100_000, help="pending trees at the kill [100,000]")
+    parser.add_argument("--decided", type=int, default=100_000, help="trees decided after the offset [100,000]")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     trees = 20_000 if args.quick else args.trees
+    decided = 20_000 if args.quick else args.decided
     repeat = 1 if args.quick else args.repeat
     rng = np.random.default_rng(1)
     runs = []
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for i in range(repeat):
-            runs.append(_run(cluster.bootstrap_servers, trees, rng))
+            runs.append(_run(cluster.bootstrap_servers, trees, decided, rng))
             print(f"run {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[-1].items()))
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"\nworkload: {trees:,} pending trees on one acker partition ({2 * trees:,} acker messages to replay); "
-          f"session.timeout.ms 6000; median of {repeat} run(s)\n")  # fmt: skip
+    print(f"\nworkload: {trees:,} pending trees on one acker partition, then {decided:,} trees decided after them "
+          f"({2 * trees + 7 * decided:,} acker messages to replay); session.timeout.ms 6000; "
+          f"median of {repeat} run(s)\n")  # fmt: skip
     print("| measure | value |")
     print("|---|---:|")
     print(f"| new process started → owns the partition (start-up + Kafka failover) | {med['owned_s']:.2f} s |")
     print(f"| owns the partition → every tree pending again, nothing left to read | {med['replay_s'] * 1000:.0f} ms |")
     print(f"| baseline: a plain consumer reading the same records | {med['plain_read_s'] * 1000:.0f} ms |")
+    print(f"| reading back the outcomes decided after the committed offset ({med['read_back']:,.0f} trees), alone; "
+          f"the new owner does it on assignment | {med['read_back_s'] * 1000:.0f} ms |")  # fmt: skip
     print(f"| new process started → state rebuilt | {med['rebuilt_s']:.2f} s |")
     print(f"| spurious replays (trees not acked after the crash) | {med['spurious']:.0f} of {trees:,} |")
-    print(f"| trees without an outcome / duplicate outcomes | {med['undecided']:.0f} / {med['duplicates']:.0f} |")
+    print(f"| trees without an outcome / duplicate outcomes | {med['undecided']:.0f} / {med['duplicates']:.0f} "
+          f"(without the read-back, the replay would decide and publish again each of the {decided:,}) |")  # fmt: skip
     print(f"| Storm, for reference: an acker's pending trees when it dies | all {trees:,} time out and are replayed |")
 
 

@@ -143,7 +143,7 @@ def read_to(consumer: Consumer, start: TopicPartition, end: int, timeout_s: floa
         where = f"reading {start.topic}[{start.partition}]"
         position, deadline = start.offset, time.monotonic() + timeout_s
         while position < end:
-            for record in consumer.consume(500, timeout=0.2):
+            for record in consume_available(consumer, 500, 0.2):  # a full batch of 500 would wait out the timeout
                 error = record.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
