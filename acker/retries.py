@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from acker.errors import AckerError
 from acker.headers import HeaderList as Headers
+from acker.headers import Headers as AnyHeaders
 from acker.headers import HeaderValue, text
 
 ATTEMPT = "acker.replay.attempt"
@@ -89,6 +90,13 @@ def _context(origin: str, attempt: int, reason: str, spout: str) -> Headers:
     ]
 
 
+def is_own_context(headers: AnyHeaders | None, spout: str) -> bool:
+    """Whether the replay headers of a record, if any, are ``spout``'s own: not written for another spout whose
+    output the record became (a spout forwards its records' headers). Headers without a spout are taken as own."""
+    owner = text(headers, SPOUT)
+    return owner is None or owner == spout
+
+
 def decide(
     policy: RetryPolicy,
     spout: str,
@@ -103,9 +111,13 @@ def decide(
     if headers is None:
         return Decision(policy.dead_letter_topic, _context(msg_id, 0, SOURCE_MISSING, spout), DEAD_LETTERED)
     previous = text(headers, ATTEMPT)
+    origin = text(headers, ORIGIN) or msg_id
+    if not is_own_context(headers, spout):
+        # Another spout's replay, forwarded downstream to this spout's source topic: its attempts and origin are of
+        # the other spout's source; here the record starts its own round.
+        previous, origin = None, msg_id
     # isdecimal, not isdigit: "²" is a digit that int() refuses, and a header is anybody's input
     attempt = int(previous) + 1 if previous is not None and previous.isdecimal() else 1
-    origin = text(headers, ORIGIN) or msg_id
     kept = _own(headers)
     if attempt > policy.max_attempts:
         letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]

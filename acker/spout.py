@@ -50,7 +50,7 @@ from acker.kafka.clients import (
     produce,
 )
 from acker.kafka.lookups import lookups
-from acker.retries import NOT_BEFORE
+from acker.retries import NOT_BEFORE, is_own_context
 from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
@@ -221,8 +221,11 @@ class Spout:
         key = (record.topic() or "", record.partition() or 0)
         if key in self._held:
             return True
-        not_before = dict(record.headers() or []).get(NOT_BEFORE)
+        headers = record.headers() or []
+        not_before = dict(headers).get(NOT_BEFORE)
         if not isinstance(not_before, bytes) or not not_before.isdigit() or int(not_before) <= now_ms:
+            return False
+        if not is_own_context(headers, self.settings.name):  # another spout's replay, forwarded to this source
             return False
         tp = TopicPartition(key[0], key[1], record.offset() or 0)
         self.consumer.pause([tp])

@@ -121,6 +121,17 @@ def test_only_dead_letters_of_the_replay_job_can_be_redriven() -> None:
         redrive(POLICY, "acker.replay.dlq/0/4", missing.headers)
 
 
+def test_another_spouts_replay_context_starts_a_new_round_here() -> None:
+    """Spout A forwards a replayed record, headers and all, to a topic that spout B reads: a nack of it in B counts
+    B's attempts from its own source record, not A's."""
+    from_a = decide(POLICY, "a", "rp.a/0/1", "FAILED", headers=[(ATTEMPT, b"2"), (ORIGIN, b"src/0/1"), (SPOUT, b"a")],
+                    now_ms=NOW).headers  # fmt: skip
+    decision = decide(POLICY, "b", "mid/3/9", "TIMEOUT", headers=from_a, now_ms=NOW)
+    got = dict(decision.headers)
+    assert (decision.topic, got[ATTEMPT], got[ORIGIN], got[SPOUT]) == ("rp.b", b"1", b"mid/3/9", b"b")
+    assert [k for k, _ in decision.headers].count(ATTEMPT) == 1  # A's context is replaced, not kept beside
+
+
 def test_origin_partition() -> None:
     assert origin_partition("a/b/3/17") == 3
     assert origin_partition("src/0/5") == 0
