@@ -101,7 +101,7 @@ def _read_array(buf: Any, pos: int, out: Any) -> tuple[int, int]:
             _, pos = _read_long(buf, pos)
             if pos == _BAD:
                 return 0, _BAD
-        if n + count > out.shape[0]:
+        if count < 0 or count > out.shape[0] - n:  # count < 0: it was -2⁶³
             return 0, _BAD
         for _ in range(count):
             out[n], pos = _read_long(buf, pos)
@@ -114,7 +114,7 @@ def _read_array(buf: Any, pos: int, out: Any) -> tuple[int, int]:
 def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int]:
     """(acker_partition, acker_offset, anchors read, position after them) of the OutcomeBatch at ``pos``."""
     size, pos = _read_long(buf, pos)  # spout
-    if pos == _BAD or size < 0 or pos + size > buf.shape[0]:
+    if pos == _BAD or size < 0 or size > buf.shape[0] - pos:  # not pos + size: a huge size would overflow
         return 0, 0, 0, _BAD
     pos += size
     partition, pos = _read_long(buf, pos)

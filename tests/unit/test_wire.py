@@ -189,3 +189,14 @@ def _skip_to_anchors(body: bytes, anchors: bool = False) -> bytes:
     if anchors:
         fastavro.schemaless_reader(reader, {"type": "array", "items": "long"})
     return body[: reader.tell()]
+
+
+@pytest.mark.parametrize("size", [(1 << 63) - 1, (1 << 63) - 20, 1 << 40])
+def test_a_huge_length_in_an_outcome_record_is_a_wire_error_not_a_read_past_the_end(size: int) -> None:
+    for rest in (b"\x00" * 16, b"\x02\x04" * 16):
+        with pytest.raises(WireError):
+            decode_outcome_anchors(_PREFIX_OUTCOMES + _zigzag(size) + rest)  # the spout name's length
+        with pytest.raises(WireError):  # an array count
+            decode_outcome_anchors(_PREFIX_OUTCOMES + b"\x00\x00\x00" + _zigzag(size) + rest)
+        with pytest.raises(WireError):  # the count -2⁶³
+            decode_outcome_anchors(_PREFIX_OUTCOMES + b"\x00\x00\x00" + _zigzag(-(1 << 63)) + rest)
