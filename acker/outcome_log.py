@@ -6,6 +6,10 @@ after that offset (`acker.partition` says why). Every outcome record of acker pa
 per outcome topic, the offset of each record it delivered next to the acker offset of the record that decided its
 last outcome; each commit carries in its metadata where the records deciding at or after the committed offset
 start (`metadata`), and the next owner reads them back from there (`acker.kafka.decided`).
+
+Records still in flight land after every record delivered to the same partition, so the metadata may be taken at
+any moment, except while a topic has records in flight and none delivered yet: its partition is not known then
+(the partitioner picks it), and `metadata` says so rather than leave the topic out.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ MAX_METADATA_BYTES = 3000
 Starts = dict[str, tuple[int, int]]  # outcome topic → (its partition, offset) where a read-back starts
 
 
+_UNKNOWN = -1  # the partition of a topic none of whose records was delivered yet
+
+
 @dataclass(slots=True)
 class _Stream:
-    partition: int
+    partition: int = _UNKNOWN
     records: deque[tuple[int, int]] = field(default_factory=deque)  # (deciding acker offset, outcome offset)
     end: int = 0  # the offset after the last record delivered
+    in_flight: int = 0  # records produced, no delivery report yet
 
 
 class OutcomeLog:
@@ -39,30 +47,49 @@ class OutcomeLog:
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}
 
+    def sent(self, topic: str) -> None:
+        """An outcome record was handed to the producer; `delivered` or `failed` follows."""
+        self._streams.setdefault(topic, _Stream()).in_flight += 1
+
+    def failed(self, topic: str) -> None:
+        stream = self._streams.get(topic)
+        if stream is not None:
+            stream.in_flight = max(0, stream.in_flight - 1)
+
     def delivered(self, topic: str, partition: int, offset: int, acker_offset: int) -> None:
         """An outcome record landed at ``offset``; the last of its outcomes was decided by the acker record at
         ``acker_offset``. Reports of one topic come in offset order (an idempotent producer)."""
-        stream = self._streams.get(topic)
-        if stream is None or stream.partition != partition:  # the topic's partitions were changed: start over
-            stream = self._streams[topic] = _Stream(partition)
+        stream = self._streams.setdefault(topic, _Stream())
+        stream.in_flight = max(0, stream.in_flight - 1)
+        if stream.partition != partition:  # the first report, or the topic's partitions were changed: start over
+            stream.partition, stream.records, stream.end = partition, deque(), 0
         stream.records.append((acker_offset, offset))
         stream.end = max(stream.end, offset + 1)
 
-    def starts(self, replay_from: int) -> Starts:
+    def starts(self, replay_from: int) -> Starts | None:
         """Per outcome topic, where the records deciding at or after acker offset ``replay_from`` start (records
-        still in flight land after every delivered one). Forgets the records before: offsets to commit only grow."""
+        still in flight land after every delivered one); None while a topic's partition is not known yet. Forgets
+        the records before: offsets to commit only grow."""
         starts = {}
         for topic, stream in self._streams.items():
+            if stream.partition == _UNKNOWN:
+                if stream.in_flight:
+                    return None
+                continue  # nothing ever delivered there
             while stream.records and stream.records[0][0] < replay_from:
                 stream.records.popleft()
             starts[topic] = (stream.partition, stream.records[0][1] if stream.records else stream.end)
         return starts
 
-    def metadata(self, replay_from: int) -> str:
-        """The commit metadata for committed offset ``replay_from`` (see `parse_metadata`)."""
+    def metadata(self, replay_from: int) -> str | None:
+        """The commit metadata for committed offset ``replay_from`` (see `parse_metadata`); None while it cannot
+        be told (see the module's note): commit later."""
+        starts = self.starts(replay_from)
+        if starts is None:
+            return None
         kept: Starts = {}
         size = 32
-        for topic, where in sorted(self.starts(replay_from).items()):
+        for topic, where in sorted(starts.items()):
             size += len(json.dumps(topic)) + 30
             if size > MAX_METADATA_BYTES:
                 log.warning("commit metadata full: outcomes of %d topics will not be read back", len(self._streams))

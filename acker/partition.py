@@ -24,8 +24,10 @@ came before its init (an ack racing the spout's init across a tick), the replay 
 and time the tree out, or ack what was failed: a second, contradictory outcome. Holding the offset back for such
 trees cannot work (at any rate some tree straddles every tick, and the offset would never advance). Instead the new
 owner learns what was decided: the service reads back the outcomes published for this partition after the offset
-(where they start is kept in the commit's metadata) and hands their anchors to `recover`. Until the replay has
-passed the last record that decided one of them, their messages are late; then they become ordinary tombstones.
+(where they start is kept in the commit's metadata) and hands their anchors to `recover`. Their messages are late
+until ``buckets`` ticks after the replay has passed the last record that decided one of them, as if tombstones of
+that tick. No outcome depends on that end being exact: a tree's messages after its tombstone expired open an entry
+without an init, which expires silently.
 So such a tree gets no second outcome, and the trees decided after the offset are not published twice either. What
 remains: an outcome decided just before a crash and not yet delivered is not read back, and its tree is decided
 again by the replay alone (a straddler there may get a different outcome); and an init-less entry that expired
@@ -63,6 +65,7 @@ class PartitionState:
     """Not thread-safe; the service calls it from its poll loop only."""
 
     __slots__ = (
+        "_decided_expiry",
         "_decided_until",
         "_tick_written_at",
         "applied_ticks",
@@ -92,6 +95,7 @@ class PartitionState:
         self.ignored_ticks = 0
         self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
         self._decided_until: int | None = None  # offset of the last record that decided a tree given to `recover`
+        self._decided_expiry: int | None = None  # the tick count at which those trees are forgotten
 
     def recover(self, decided: np.ndarray, until: int) -> None:
         """Before the first record: the anchors of the trees a previous owner decided (and published) after the
@@ -133,8 +137,12 @@ class PartitionState:
         if kept is not None:
             outcomes.index = kept[outcomes.index]
         if self._decided_until is not None and self.position is not None and self.position > self._decided_until:
-            self.tracker.bury_decided(self.position)  # past where they were decided: tombstones from here on
+            # Past where they were decided: remembered as long as tombstones made now.
+            self._decided_expiry = self.tracker.tick_count + self.tracker.config.buckets
             self._decided_until = None
+        if self._decided_expiry is not None and self.tracker.tick_count >= self._decided_expiry:
+            self.tracker.clear_decided()
+            self._decided_expiry = None
         return outcomes
 
     def skip(self, offset: int) -> None:

@@ -92,6 +92,7 @@ class AckerService:
         self._poisoned = False  # set when the loop failed: no commit may follow
         self._partition_count = 0  # of the acker topic, read at each assignment (0: unknown, nothing checked)
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
+        self._commit_metadata = True  # off if the brokers refuse it (offset.metadata.max.bytes set very low)
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._next_commit = 0.0
         self._next_status = 0.0
@@ -104,6 +105,7 @@ class AckerService:
                     "auto.offset.reset": "earliest",
                     "partition.assignment.strategy": "cooperative-sticky",
                     "client.id": f"acker-{self.instance}",
+                    "on_commit": self._on_commit,
                 }
             )
         )
@@ -262,8 +264,12 @@ class AckerService:
 
         def delivered(error: KafkaError | None, record: Message) -> None:
             track(error, record)
-            if error is None and outcome_log is not None:
-                outcome_log.delivered(record.topic() or topic, record.partition() or 0, record.offset() or 0, last)
+            if outcome_log is None:
+                return
+            if error is None:
+                outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
+            else:
+                outcome_log.failed(topic)
 
         self._produce(
             topic,
@@ -272,6 +278,8 @@ class AckerService:
             headers=[(DECIDED_BY, f"{partition}/{first}-{last}".encode())],
             on_delivery=delivered,
         )
+        if outcome_log is not None:  # after produce returned: its report comes from a later poll
+            outcome_log.sent(topic)
 
     def _check_deliveries(self) -> None:
         if self._deliveries.failure is not None:
@@ -321,9 +329,22 @@ class AckerService:
         for partition, state in chosen.items():
             offset = state.recovery_offset()
             if offset is not None:
-                metadata = self._outcome_logs[partition].metadata(offset)
-                offsets.append(TopicPartition(self.config.acker_topic, partition, offset, metadata))
+                offsets.append(TopicPartition(self.config.acker_topic, partition, offset))
         return offsets
+
+    def _with_metadata(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        """The offsets to commit now, each with where its outcomes start (`acker.outcome_log`), taken now rather than
+        when the commit was planned: records delivered since tell the partition of a topic first written to. An
+        offset whose metadata cannot be told yet waits for the next commit."""
+        ready = []
+        for tp in offsets:
+            outcome_log = self._outcome_logs.get(tp.partition)
+            if outcome_log is None:
+                continue
+            metadata = outcome_log.metadata(tp.offset) if self._commit_metadata else ""
+            if metadata is not None:
+                ready.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata))
+        return ready
 
     def _plan_commit(self) -> None:
         """Take the recovery offsets now; they are committed once what was produced before them is delivered."""
@@ -337,22 +358,39 @@ class AckerService:
             for tp in self._commits.pop(0)[1]:
                 if tp.partition in self._states:
                     ready[tp.partition] = tp  # a later plan supersedes an earlier one
-        if ready:
+        offsets = self._with_metadata(list(ready.values()))
+        if offsets:
             self._check_deliveries()
             try:
-                self.consumer.commit(offsets=list(ready.values()), asynchronous=True)
+                self.consumer.commit(offsets=offsets, asynchronous=True)
             except Exception as error:
-                log.warning("commit of %s failed: %s", sorted((t.partition, t.offset) for t in ready.values()), error)
+                log.warning("commit of %s failed: %s", sorted((t.partition, t.offset) for t in offsets), error)
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        failed = [tp for tp in partitions if tp.error is not None]
+        if error is None and not failed:
+            return
+        log.warning("commit failed: %s %s", error, [(tp.partition, tp.error) for tp in failed])
+        too_large = KafkaError.OFFSET_METADATA_TOO_LARGE
+        if self._commit_metadata and any(tp.error.code() == too_large for tp in failed if tp.error is not None):
+            self._commit_metadata = False
+            log.error(
+                "the brokers refuse commit metadata (offset.metadata.max.bytes): committing without it; a new owner "
+                "will replay without reading back what was decided (outcomes may be published twice)"
+            )
 
     def _commit_now(self, partitions: list[int] | None = None) -> None:
         """Flush, then commit synchronously (on revoke and on stop)."""
-        offsets = self._offsets(partitions)
-        if not offsets or self._poisoned:
+        if self._poisoned:
             return
         undelivered = self.producer.flush(30)
         self._check_deliveries()
+        offsets = self._offsets(partitions)
         if undelivered:
             log.warning("%d records still undelivered: commit of %s skipped", undelivered, offsets)
+            return
+        offsets = self._with_metadata(offsets)  # every outcome delivered: each topic's partition is known
+        if not offsets:
             return
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
@@ -423,7 +461,7 @@ class AckerService:
                     log.info(
                         "partition %d: %d trees decided after the committed offset", tp.partition, len(decided.anchors)
                     )
-                except KafkaClientError as error:  # replaying without them can only decide a few trees twice
+                except Exception as error:  # replaying without them can only decide some trees twice
                     log.warning("partition %d: outcomes not read back: %s", tp.partition, error)
             with self._lock:
                 self._states[tp.partition] = state

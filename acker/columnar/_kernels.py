@@ -33,7 +33,7 @@ deletion. That keeps the main table, and so each tick's scan, the size of the pe
 
 ``decided`` is a set of anchors (open addressing, 0 = empty) decided before this tracker existed, by a previous
 owner of the partition, whose outcomes are published already: while it is set, their messages are ``late``, as if
-tombstones (`acker.partition` explains when it is set and when its anchors become ordinary tombstones).
+tombstones (`acker.partition` explains when it is set and when it is dropped).
 
 ``state`` holds: [0] entries in the main table, [1] pending trees (the same number: kept apart for clarity),
 [2] generation. ``tomb_counts[r]`` is the number of anchors in ``tombs[r]``.
@@ -205,14 +205,6 @@ def anchor_set(anchors: Array, capacity: int) -> Array:
         if a != 0:
             keys[_find(keys, a)] = a
     return keys
-
-
-@_compiled
-def bury_all(tombs: Array, tomb_counts: Array, tomb_firsts: Array, row: int, anchors: Array, first: int) -> None:
-    """Make tombstones of generation row ``row`` of the non-zero ``anchors`` (the caller made room)."""
-    for a in anchors:
-        if a != 0:
-            _bury(tombs, tomb_counts, tomb_firsts, row, a, first)
 
 
 @_compiled

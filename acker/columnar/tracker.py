@@ -136,29 +136,24 @@ class BlockTracker:
         tracker.oldest_needed(0)
         tracker.set_decided(np.array([7], np.int64))
         tracker.process(block)
-        tracker.bury_decided(0)
+        tracker.clear_decided()
         tracker._resize_for(4 * tracker.capacity, 4 * tracker.capacity)
 
     def set_decided(self, anchors: np.ndarray) -> None:
         """Trees decided before this tracker existed (by a previous owner of the partition), outcomes published:
-        until `bury_decided`, their messages are ``late`` and open nothing. For a replay whose start cut a tree
-        in two: the part replayed alone would decide it again, differently."""
+        until `clear_decided`, their messages are ``late`` and open nothing, as if tombstones. For a replay whose
+        start cut a tree in two: the part replayed alone would decide it again, differently. The set is kept apart
+        from the tombstone sets (whose rows all have one capacity): 16 bytes an anchor at most."""
         self._decided = (
             k.anchor_set(np.asarray(anchors, np.int64), _tomb_capacity(_MIN_CAPACITY, len(anchors)))
             if len(anchors)
             else _NO_ANCHORS
         )
 
-    def bury_decided(self, first: int) -> None:
-        """The trees of `set_decided` become tombstones of the current generation (their records opened at or after
-        ``first`` as far as recovery is concerned), late for ``buckets`` ticks more, like trees decided now."""
-        anchors, self._decided = self._decided, _NO_ANCHORS
-        count = int(np.count_nonzero(anchors))
-        if not count:
-            return
-        self._resize_for(0, count)
-        row = int(self._state[k.S_GENERATION]) % self._tombs.shape[0]
-        k.bury_all(self._tombs, self._tomb_counts, self._tomb_firsts, row, anchors, first & 0xFFFFFFFF)
+    def clear_decided(self) -> None:
+        """Forget the trees of `set_decided`: their messages from now on are treated as any tree's after its
+        tombstone expired."""
+        self._decided = _NO_ANCHORS
 
     def oldest_needed(self, position: int) -> int:
         """The offset from which a replay decides every tree touched since exactly as before: the lowest offset of a

@@ -6,9 +6,9 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from acker.kafka.clients import log_bounds, read_to
+from acker.kafka.clients import KafkaClientError, log_bounds, read_to
 from acker.outcome_log import OutcomeLog, Starts
 from acker.wire import WireError, decode_outcome_anchors
 
@@ -22,30 +22,44 @@ class Decided:
     log: OutcomeLog  # the records read, as the new owner's own log: its commits must cover them too
 
 
+def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    """The bounds of a partition; (0, 0) at once when the topic or the partition no longer exists (a retired spout's
+    topic deleted), rather than `log_bounds`'s wait for a leader."""
+    metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if metadata is None or metadata.error is not None or partition not in metadata.partitions:
+        log.warning("%s[%d] does not exist (any more): nothing to read back there", topic, partition)
+        return 0, 0
+    return log_bounds(consumer, TopicPartition(topic, partition))
+
+
 def read_decided(consumer: Consumer, acker_partition: int, starts: Starts) -> Decided:
     """The outcomes published for ``acker_partition`` from ``starts`` to the current end of each outcome topic.
 
     Records of other acker partitions sharing a topic partition, spouts' own records and records that cannot be
-    decoded are passed over. `KafkaClientError` when a topic cannot be read.
+    decoded are passed over. A topic that cannot be read is logged and passed over too: the trees found in the
+    others are still decided (only the trees of that topic may be decided again by the replay).
     """
     anchors: list[np.ndarray] = []
     until = -1
     outcome_log = OutcomeLog()
     for topic, (partition, offset) in starts.items():
-        low, end = log_bounds(consumer, TopicPartition(topic, partition))
-        if offset < low:
-            log.warning(
-                "%s[%d]: outcomes from %d were deleted (retention): reading from %d", topic, partition, offset, low
-            )
-        for record in read_to(consumer, TopicPartition(topic, partition, max(offset, low)), end):
-            try:
-                decided_by, acker_offset, found = decode_outcome_anchors(record.value() or b"")
-            except WireError:
-                continue
-            if decided_by != acker_partition:
-                continue
-            anchors.append(found)
-            until = max(until, acker_offset)
-            outcome_log.delivered(topic, partition, record.offset() or 0, acker_offset)
+        try:
+            low, end = _bounds(consumer, topic, partition)
+            if offset < low:
+                log.warning(
+                    "%s[%d]: outcomes from %d deleted (retention): reading from %d", topic, partition, offset, low
+                )
+            for record in read_to(consumer, TopicPartition(topic, partition, max(offset, low)), end):
+                try:
+                    decided_by, acker_offset, found = decode_outcome_anchors(record.value() or b"")
+                except WireError:
+                    continue
+                if decided_by != acker_partition:
+                    continue
+                anchors.append(found)
+                until = max(until, acker_offset)
+                outcome_log.delivered(topic, partition, record.offset() or 0, acker_offset)
+        except (KafkaClientError, KafkaException) as error:  # what was read, here and in the others, still counts
+            log.warning("%s[%d]: outcomes not (all) read back: %s", topic, partition, error)
     found = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
     return Decided(found, until, outcome_log)

@@ -9,16 +9,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+import numpy as np
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from acker.columnar import BlockTracker, MessageBlock
 from acker.config import ServiceConfig
 from acker.core import TICK, Ack, Init, Message, ResetTimeout, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
+from acker.kafka.decided import read_decided
 from acker.replay import format_message, replay
 from acker.service import AckerService
-from acker.wire import decode_batch
+from acker.wire import decode_batch, encode_outcomes
 from acker.workload import WorkloadSpec, generate
 from tests.integration.helpers import (
     OutcomeReader,
@@ -172,6 +175,68 @@ def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_
         if second is not None:
             assert second.stop() == 0
         reader.close()
+
+
+def test_a_commit_planned_while_the_first_outcome_record_is_in_flight_still_names_its_topic(
+    config: ServiceConfig,
+) -> None:
+    """The loop plans a commit in the step that produced a topic's first outcome record, before its delivery report
+    names the record's partition: the metadata is taken when committing, so the next owner reads it back."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    ids = IdGenerator(7)
+    anchor, value = ids(), ids()
+    send(config, [Init(anchor, SPOUT, "T", value), Ack(anchor, value)])
+    first = AckerService(config)
+    acker = TopicPartition(config.acker_topic, 0)
+    first._on_assign(first.consumer, [acker])
+    feed = Consumer(config.client(**{"group.id": f"feed-{config.group}", "enable.auto.commit": False}))
+    try:
+        feed.assign([TopicPartition(config.acker_topic, 0, 0)])
+        records: list = []  # type: ignore[type-arg]
+        while not records:
+            records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
+        first._handle(records)  # the step's order: produce the outcome, plan a commit, then serve delivery reports
+        first._plan_commit()
+        assert first.producer.flush(10) == 0
+        first._commit_passed()
+        deadline = time.monotonic() + 10
+        while _committed(config, 0) < 0:
+            assert time.monotonic() < deadline, "nothing committed"
+            first.consumer.poll(0.1)
+    finally:
+        feed.close()
+        first.consumer.close()
+    reader = OutcomeReader(config, [SPOUT])
+    second = ServiceThread(config)  # the next owner, as after a crash of the first
+    try:
+        reader.poll(8)
+    finally:
+        second.stop()
+        reader.close()
+    assert reader.seen["T"] == ["ACK"]  # read back: not published again
+
+
+def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_read_back(config: ServiceConfig) -> None:
+    create_acker_topics(config)
+    tracker = BlockTracker()
+    decided = tracker.process(MessageBlock.from_messages([Init(7, SPOUT, "t/0/1", 3), Ack(7, 3)]), record_offset=4)
+    producer = Producer(config.client())
+    topic = config.outcome_topic(SPOUT)
+    producer.produce(topic, encode_outcomes(SPOUT, decided, np.arange(1), acker_partition=2, acker_offset=4),
+                     key=b"2", partition=1)  # fmt: skip
+    producer.produce(topic, encode_outcomes(SPOUT, decided, np.arange(1), acker_partition=3, acker_offset=9),
+                     key=b"3", partition=1)  # another acker partition's: passed over  # fmt: skip
+    assert producer.flush(10) == 0
+    consumer = Consumer(config.client(**{"group.id": f"read-back-{config.group}", "enable.auto.commit": False}))
+    try:
+        began = time.monotonic()
+        found = read_decided(consumer, 2, {f"{topic}.retired": (0, 5), topic: (1, 0)})
+        assert time.monotonic() - began < 10  # not a wait for the missing topic's leader
+    finally:
+        consumer.close()
+    assert (found.anchors.tolist(), found.until) == ([7], 4)
+    assert found.log.starts(0) == {topic: (1, 0)}
 
 
 def test_instances_join_and_leave_under_load_without_losing_or_rushing_trees(config: ServiceConfig) -> None:

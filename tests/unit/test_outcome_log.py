@@ -19,6 +19,22 @@ def test_the_metadata_points_at_the_first_record_deciding_at_or_after_the_commit
     assert log.starts(10) == {"out.a": (2, 12), "out.b": (0, 41)}
 
 
+def test_no_metadata_while_a_topic_has_records_in_flight_and_none_delivered() -> None:
+    """Its partition is chosen by the partitioner: leaving the topic out would hide its outcomes from the next
+    owner, so the commit waits until a delivery report names the partition."""
+    log = OutcomeLog()
+    log.delivered("out.a", 2, 10, acker_offset=5)
+    log.sent("out.b")
+    assert log.metadata(6) is None and log.starts(6) is None
+    log.delivered("out.b", 1, 0, acker_offset=7)
+    assert parse_metadata(log.metadata(6)) == {"out.a": (2, 11), "out.b": (1, 0)}
+    log.sent("out.c")
+    log.failed("out.c")  # never delivered (the service stops on a failed delivery): nothing there to read back
+    assert parse_metadata(log.metadata(6)) == {"out.a": (2, 11), "out.b": (1, 0)}
+    log.sent("out.b")  # in flight to a known partition: it lands after the records delivered there
+    assert parse_metadata(log.metadata(8)) == {"out.a": (2, 11), "out.b": (1, 1)}
+
+
 def test_a_topic_whose_partition_changed_starts_over() -> None:
     log = OutcomeLog()
     log.delivered("out.a", 2, 10, acker_offset=5)
