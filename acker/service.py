@@ -36,7 +36,7 @@ from acker.config import ServiceConfig
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, produce
+from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, log_bounds, produce
 from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, parse_metadata
@@ -455,8 +455,12 @@ class AckerService:
             outcome_log = OutcomeLog()
             if starts.get(tp.partition):
                 try:
-                    decided = read_decided(self._reading_consumer(), tp.partition, starts[tp.partition])
-                    state.recover(decided.anchors, decided.until)
+                    reader = self._reading_consumer()
+                    _, end = log_bounds(reader, TopicPartition(self.config.acker_topic, tp.partition))
+                    decided = read_decided(reader, tp.partition, starts[tp.partition])
+                    # Every deciding record lies before the end: an offset past it is another acker topic's, whose
+                    # outcomes share a topic (same spout name), and would keep the set for good.
+                    state.recover(decided.anchors, min(decided.until, end - 1))
                     outcome_log = decided.log
                     log.info(
                         "partition %d: %d trees decided after the committed offset", tp.partition, len(decided.anchors)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Message as KafkaMessage
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.config import ServiceConfig
@@ -193,7 +194,7 @@ def test_a_commit_planned_while_the_first_outcome_record_is_in_flight_still_name
     feed = Consumer(config.client(**{"group.id": f"feed-{config.group}", "enable.auto.commit": False}))
     try:
         feed.assign([TopicPartition(config.acker_topic, 0, 0)])
-        records: list = []  # type: ignore[type-arg]
+        records: list[KafkaMessage] = []
         while not records:
             records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
         first._handle(records)  # the step's order: produce the outcome, plan a commit, then serve delivery reports
