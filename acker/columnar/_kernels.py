@@ -181,9 +181,22 @@ def oldest_needed(t: Table, tombs: Array, tomb_counts: Array, tomb_firsts: Array
 
 @_inlined
 def _is_tomb(tombs: Array, tomb_counts: Array, anchor: int) -> bool:
-    for r in range(tombs.shape[0]):  # noqa: SIM110 - numba compiles loops, not generators given to any()
-        if tomb_counts[r] and tombs[r, _find(tombs[r], anchor)] == anchor:
-            return True
+    """Whether ``anchor`` is in a tombstone set. Every set has one capacity: the home slot is hashed once, and the
+    sets are probed in place (no row views)."""
+    n = tombs.shape[1]
+    home = _home(anchor, n)
+    for r in range(tombs.shape[0]):
+        if tomb_counts[r]:
+            i = home
+            while True:
+                k = tombs[r, i]
+                if k == anchor:
+                    return True
+                if k == 0:
+                    break
+                i += 1
+                if i == n:
+                    i = 0
     return False
 
 
