@@ -92,7 +92,7 @@ class AckerService:
         self._poisoned = False  # set when the loop failed: no commit may follow
         self._partition_count = 0  # of the acker topic, read at each assignment (0: unknown, nothing checked)
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
-        self._commit_metadata = True  # off if the brokers refuse it (offset.metadata.max.bytes set very low)
+        self._to_recover: list[int] = []  # assigned partitions whose outcomes are still to be read back
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._next_commit = 0.0
         self._next_status = 0.0
@@ -105,7 +105,6 @@ class AckerService:
                     "auto.offset.reset": "earliest",
                     "partition.assignment.strategy": "cooperative-sticky",
                     "client.id": f"acker-{self.instance}",
-                    "on_commit": self._on_commit,
                 }
             )
         )
@@ -141,6 +140,8 @@ class AckerService:
         # A batch consume waits until the batch is full or the timeout passes: take what is there at once, and wait
         # only for a first record when there is nothing.
         records = consume_available(self.consumer, 1000, timeout_s)
+        if self._to_recover:
+            self._recover()
         self._handle(records)
         now = time.time()
         self._tick(int(now * 1000))
@@ -341,7 +342,7 @@ class AckerService:
             outcome_log = self._outcome_logs.get(tp.partition)
             if outcome_log is None:
                 continue
-            metadata = outcome_log.metadata(tp.offset) if self._commit_metadata else ""
+            metadata = outcome_log.metadata(tp.offset)
             if metadata is not None:
                 ready.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata))
         return ready
@@ -365,19 +366,6 @@ class AckerService:
                 self.consumer.commit(offsets=offsets, asynchronous=True)
             except Exception as error:
                 log.warning("commit of %s failed: %s", sorted((t.partition, t.offset) for t in offsets), error)
-
-    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        failed = [tp for tp in partitions if tp.error is not None]
-        if error is None and not failed:
-            return
-        log.warning("commit failed: %s %s", error, [(tp.partition, tp.error) for tp in failed])
-        too_large = KafkaError.OFFSET_METADATA_TOO_LARGE
-        if self._commit_metadata and any(tp.error.code() == too_large for tp in failed if tp.error is not None):
-            self._commit_metadata = False
-            log.error(
-                "the brokers refuse commit metadata (offset.metadata.max.bytes): committing without it; a new owner "
-                "will replay without reading back what was decided (outcomes may be published twice)"
-            )
 
     def _commit_now(self, partitions: list[int] | None = None) -> None:
         """Flush, then commit synchronously (on revoke and on stop)."""
@@ -449,28 +437,38 @@ class AckerService:
             self._partition_count = len(topic.partitions)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
-        starts = self._read_back_starts(partitions)
-        for tp in partitions:
-            state = PartitionState(tp.partition, self.config.tracker_config(), interval_ms, now_ms)
-            outcome_log = OutcomeLog()
-            if starts.get(tp.partition):
-                try:
-                    reader = self._reading_consumer()
-                    _, end = log_bounds(reader, TopicPartition(self.config.acker_topic, tp.partition))
-                    decided = read_decided(reader, tp.partition, starts[tp.partition])
-                    # Every deciding record lies before the end: an offset past it is another acker topic's, whose
-                    # outcomes share a topic (same spout name), and would keep the set for good.
-                    state.recover(decided.anchors, min(decided.until, end - 1))
-                    outcome_log = decided.log
-                    log.info(
-                        "partition %d: %d trees decided after the committed offset", tp.partition, len(decided.anchors)
-                    )
-                except Exception as error:  # replaying without them can only decide some trees twice
-                    log.warning("partition %d: outcomes not read back: %s", tp.partition, error)
-            with self._lock:
-                self._states[tp.partition] = state
-                self._outcome_logs[tp.partition] = outcome_log
+        with self._lock:
+            for tp in partitions:
+                self._states[tp.partition] = PartitionState(
+                    tp.partition, self.config.tracker_config(), interval_ms, now_ms
+                )
+                self._outcome_logs[tp.partition] = OutcomeLog()
+        # Read back in the loop, before the first record is applied, not here: a rebalance callback should be quick.
+        self._to_recover += [tp.partition for tp in partitions]
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
+
+    def _recover(self) -> None:
+        """Read back what previous owners decided after the committed offsets of the partitions just assigned
+        (`acker.outcome_log`), before any of their records is applied."""
+        partitions = [p for p in self._to_recover if p in self._states]
+        self._to_recover = []
+        starts = self._read_back_starts([TopicPartition(self.config.acker_topic, p) for p in partitions])
+        for partition in partitions:
+            state = self._states.get(partition)
+            if not starts.get(partition) or state is None or state.position is not None:
+                continue
+            try:
+                reader = self._reading_consumer()
+                _, end = log_bounds(reader, TopicPartition(self.config.acker_topic, partition))
+                decided = read_decided(reader, partition, starts[partition])
+                # Every deciding record lies before the end: an offset past it is another acker topic's, whose
+                # outcomes share a topic (same spout name), and would keep the set for good.
+                state.recover(decided.anchors, min(decided.until, end - 1))
+                with self._lock:
+                    self._outcome_logs[partition] = decided.log
+                log.info("partition %d: %d trees decided after the committed offset", partition, len(decided.anchors))
+            except Exception as error:  # replaying without them can only decide some trees twice
+                log.warning("partition %d: outcomes not read back: %s", partition, error)
 
     def _reading_consumer(self) -> Consumer:
         """A consumer of this group that never joins it: it reads committed offsets and outcome topics."""
