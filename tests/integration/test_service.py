@@ -22,6 +22,7 @@ from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 from acker.kafka.decided import read_decided
 from acker.replay import format_message, replay
 from acker.service import AckerService
+from acker.status import group_lag
 from acker.wire import decode_batch, encode_outcomes
 from acker.workload import WorkloadSpec, generate
 from tests.integration.helpers import (
@@ -131,11 +132,8 @@ def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config:
 
 
 def _committed(config: ServiceConfig, partition: int) -> int:
-    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
-    try:
-        return int(consumer.committed([TopicPartition(config.acker_topic, partition)], timeout=10)[0].offset)
-    finally:
-        consumer.close()
+    committed, _end = group_lag(config)[partition]
+    return -1 if committed is None else committed
 
 
 def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_kill_9(
