@@ -11,19 +11,25 @@ Run: ``.venv/bin/python -m benchmarks.service_bench [--quick]`` (starts a local 
    service's own work without Kafka: fresh trackers parse and decide the same record values in this process.
    Both start cold (tables and tombstone sets grow as trees arrive), as a service does after a restart.
    At least a million trees: on a shorter run the plain consumer's start-up (its first fetches) is most of its time.
-4. Latency at 10%, 25% and 50% of the measured maximum rate: records are produced at that rate to a fresh topic, an
-   ``acker run`` process decides them, and a reader takes each outcome record; latency is from producing a record to
-   reading the outcome record it decided, found by its ``acker.decided-by`` header, which names a range of records
-   (end to end: broker, acker, outcome producer, broker, reader; the reader does not decode outcomes). The service
-   runs with a 2 s timeout, and the first 1.5 timeouts are not measured: until then the trackers' tables grow
-   (finished trees stay one timeout as tombstones) and each doubling rehashes a table in one go, a one-off stall of
-   up to tens of ms after a start. p50/p99. The load generator, the broker and the service share 2 cores.
+4. The live maximum: the records of about ``--latency-s`` seconds at the backlog maximum are produced as fast as the
+   producer goes to a fresh topic while an ``acker run`` process (2 s timeout) decides them, timed from the first
+   record produced to the last outcome read. The backlog maximum of step 3 has the machine to itself; here the
+   producer, the broker's write path and the service share the 2 cores, as they do in the latency runs.
+5. Latency at 10%, 25% and 50% of the backlog maximum and at 50% of the live maximum: records are produced at that
+   rate to a fresh topic, an ``acker run`` process decides them, and a reader takes each outcome record; latency is
+   from producing a record to reading the outcome record it decided, found by its ``acker.decided-by`` header,
+   which names a range of records (end to end: broker, acker, outcome producer, broker, reader; the reader does not
+   decode outcomes). The service runs with a 2 s timeout, and the first 1.5 timeouts are not measured: until then
+   the trackers' tables grow (finished trees stay one timeout as tombstones) and each growth rehashes a table in
+   one go, a one-off stall of up to tens of ms after a start. p50/p99, and the CPU each process used (in cores:
+   1.00 is one core busy all the time). The load generator, the broker and the service share 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import statistics
@@ -33,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +54,7 @@ from acker.kafka.provision import kafka_cluster
 from acker.service import _GROUP_MESSAGES, DECIDED_BY, AckerService
 from acker.status import read_status
 from acker.wire import encode_batch, parse_batch
+from benchmarks import cpu
 
 
 def _records(trees: int, batch: int, partitions: int, rng: np.random.Generator, first: int = 0) -> list[list[bytes]]:
@@ -150,11 +157,18 @@ def _service_run(config: ServiceConfig, trees: int) -> float:
     return elapsed
 
 
-def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: float) -> list[float]:
-    """Produce ``records`` at ``rate_records``/s to an `acker run` process; return end-to-end latencies in ms.
+@dataclass
+class Stream:
+    """One run of records produced live to an `acker run` process."""
 
-    The service runs in its own process, as in production, so that the load generator does not share its GIL.
-    """
+    latencies_ms: list[float]  # of the records measured (after the warm-up)
+    elapsed_s: float  # from the first record produced to the last outcome read
+    cores: dict[str, float]  # CPU used by each process, in cores, while the records were produced
+
+
+@contextlib.contextmanager
+def _acker_run(config: ServiceConfig) -> Iterator[int]:
+    """An `acker run` process serving every partition of ``config``'s acker topic; yields its pid."""
     flags, env = to_argv(replace(config, metrics_port=0, status_interval_s=0.5))
     args = [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING"]
     service = subprocess.Popen(args, env={**os.environ, **env})
@@ -163,16 +177,45 @@ def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: fl
         while len(read_status(config, timeout_s=2)) < config.partitions:  # every partition owned and serving
             assert time.monotonic() < deadline, "the service did not start"
             time.sleep(0.5)
-        reader = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"lat-{uuid.uuid4().hex}",
-                           "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5})  # fmt: skip
-        reader.subscribe([config.outcome_topic("sentences")])
-        while not reader.assignment():
-            reader.consume(1, timeout=0.1)
+        yield service.pid
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(60)
+
+
+def _outcome_reader(config: ServiceConfig) -> Consumer:
+    # The default fetch.wait.max.ms (500): the broker answers a waiting fetch as soon as a record arrives, and a
+    # short wait only makes an idle reader ask again and again (at 5 ms, 0.4 of the broker's cores here).
+    reader = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": f"lat-{uuid.uuid4().hex}",
+                       "auto.offset.reset": "earliest"})  # fmt: skip
+    reader.subscribe([config.outcome_topic("sentences")])
+    while not reader.assignment():
+        reader.consume(1, timeout=0.1)
+    return reader
+
+
+def _interleaved(records: list[list[bytes]]) -> list[tuple[int, bytes]]:
+    """(partition, value) of every record, the partitions taking turns."""
+    return [(p, values[i]) for i in range(max(map(len, records))) for p, values in enumerate(records)
+            if i < len(values)]  # fmt: skip
+
+
+def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: float, broker_pid: int | None) -> Stream:
+    """Produce ``records`` at ``rate_records``/s (``math.inf``: as fast as the producer goes, nothing left out as
+    warm-up) to an `acker run` process; return end-to-end latencies and the CPU each process used.
+
+    The service runs in its own process, as in production, so that the load generator does not share its GIL.
+    """
+    with _acker_run(config) as service_pid:
+        reader = _outcome_reader(config)
         producer = Producer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 0})
         sent: dict[tuple[int, int], float] = {}  # (partition, offset) of an acker record → when it was produced
+        early: dict[tuple[int, int], float] = {}  # outcome read before the record's delivery report: when
         latencies: list[float] = []
+        last_read = 0.0
 
         def drain(timeout: float) -> None:
+            nonlocal last_read
             producer.poll(0)  # delivery reports first: a record's offset is known before its outcome can be read
             for record in consume_available(reader, 1000, timeout):  # a full-batch wait would fall behind
                 if record.error() is None:
@@ -184,16 +227,22 @@ def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: fl
                         t0 = sent.pop((int(partition), offset), None)
                         if t0 is not None:
                             latencies.append((now - t0) * 1000)
+                        else:  # its delivery report is still to come (or a tick: the service's own record)
+                            early[int(partition), offset] = now
+                    last_read = now
 
-        flat = [(p, values[i]) for i in range(max(map(len, records))) for p, values in enumerate(records)
-                if i < len(values)]  # fmt: skip
+        flat = _interleaved(records)
         # Not measured: the first 1.5 timeouts, while the trackers' tables grow to their steady size (finished trees
         # stay as tombstones for one timeout; after that, tables stop growing and no longer rehash).
-        warm_up = int(rate_records * config.timeout_s * 1.5)
-        begin = time.perf_counter()
+        warm_up = int(rate_records * config.timeout_s * 1.5) if math.isfinite(rate_records) else -1
+        pids = {"acker service": service_pid, "load generator and reader": os.getpid(), "broker": broker_pid or 0}
+        pids = {name: pid for name, pid in pids.items() if pid}  # no broker pid: an existing cluster
+        cpu_before = cpu.snapshot(pids)
+        begin = measured_from = time.perf_counter()
         for i, (p, value) in enumerate(flat):
             if i == warm_up:
                 latencies.clear()
+                cpu_before, measured_from = cpu.snapshot(pids), time.perf_counter()
             drain(0)  # also when behind schedule
             while (wait := begin + i / rate_records - time.perf_counter()) > 0:
                 drain(min(wait, 0.002))
@@ -201,25 +250,23 @@ def _latency(config: ServiceConfig, records: list[list[bytes]], rate_records: fl
 
             def delivered(error: object, record: Any, t0: float = t0) -> None:
                 if error is None:
-                    sent[(record.partition(), record.offset())] = t0
+                    key = (record.partition(), record.offset())
+                    if key in early:
+                        latencies.append((early.pop(key) - t0) * 1000)
+                    else:
+                        sent[key] = t0
 
-            producer.produce(config.acker_topic, value, partition=p, on_delivery=delivered)
-            producer.poll(0)
+            producer.produce(config.acker_topic, value, partition=p, on_delivery=delivered)  # polled by drain
         producer.flush(30)
-        deadline = time.monotonic() + 10
+        cores = {
+            name: used / (time.perf_counter() - measured_from) for name, used in cpu.spent(cpu_before, pids).items()
+        }
+        deadline = time.monotonic() + 30
         while sent and time.monotonic() < deadline:
             drain(0.05)
+        assert not sent, f"{len(sent)} records got no outcome"
         reader.close()
-        return latencies
-    finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(60)
-
-
-@contextlib.contextmanager
-def _cluster(bootstrap: str | None) -> Iterator[str]:
-    with kafka_cluster(bootstrap, use_docker=False) as cluster:
-        yield cluster.bootstrap_servers
+        return Stream(latencies, last_read - begin, cores)
 
 
 def main() -> None:
@@ -241,16 +288,14 @@ def main() -> None:
     records = _records(trees, args.batch, args.partitions, rng)
     n_records = sum(len(r) for r in records)
     messages = trees * 7
-    with _cluster(args.bootstrap_servers) as bootstrap:
+    with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
+        bootstrap = cluster.bootstrap_servers
         plain, acker, alone = [], [], []
         for run in range(repeat):
-            config = ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
-                                   timeout_s=300).namespaced(f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
-            topic = config.acker_topic
-            create_topics(config.client(), [TopicSpec(topic, args.partitions),
-                                            TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
-            _produce_all(bootstrap, topic, records)
-            plain.append(_plain_consumer(bootstrap, topic, n_records))
+            config = _fresh(ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
+                                          timeout_s=300))  # fmt: skip
+            _produce_all(bootstrap, config.acker_topic, records)
+            plain.append(_plain_consumer(bootstrap, config.acker_topic, n_records))
             acker.append(_service_run(config, trees))
             alone.append(_tracker_only(config, records))
             print(f"run {run + 1}: plain {messages / plain[-1]:,.0f} msg/s, acker {messages / acker[-1]:,.0f} msg/s, "
@@ -258,33 +303,73 @@ def main() -> None:
         plain_rate = messages / statistics.median(plain)
         acker_rate = messages / statistics.median(acker)
         alone_rate = messages / statistics.median(alone)
-        latency_rows = []
+        streaming = replace(config, timeout_s=2.0)
+        batch = args.latency_batch or args.batch
         seconds = args.latency_s or (3 if args.quick else 8)
-        for fraction in (0.1, 0.25, 0.5):
-            config = replace(config, timeout_s=2.0).namespaced(f"lat-{uuid.uuid4().hex[:8]}")
-            topic = config.acker_topic
-            create_topics(config.client(), [TopicSpec(topic, args.partitions),
-                                            TopicSpec(config.outcome_topic("sentences"), args.partitions)])  # fmt: skip
-            total_s = seconds + config.timeout_s * 1.5
-            lat_trees = int(acker_rate * fraction * total_s / 7)
-            lat_records = _records(lat_trees, args.latency_batch or args.batch, args.partitions, rng, first=trees)
+        live_trees = int(acker_rate * seconds / 7)
+        live = _stream(_fresh(streaming), _records(live_trees, batch, args.partitions, rng), math.inf, cluster.pid)
+        live_rate = live_trees * 7 / live.elapsed_s
+        print(f"live: {live_rate:,.0f} msg/s, CPU in cores: {_cores(live.cores)}")
+        rows = []
+        for basis, maximum, fraction in (("backlog", acker_rate, 0.1), ("backlog", acker_rate, 0.25),
+                                         ("backlog", acker_rate, 0.5), ("live", live_rate, 0.5)):  # fmt: skip
+            total_s = seconds + streaming.timeout_s * 1.5
+            lat_records = _records(int(maximum * fraction * total_s / 7), batch, args.partitions, rng, first=trees)
             rate_records = sum(map(len, lat_records)) / total_s
-            lat = np.array(_latency(config, lat_records, rate_records))
-            latency_rows.append(
-                (fraction, acker_rate * fraction, rate_records, len(lat), *np.percentile(lat, [50, 99]))
-            )
+            paced = _stream(_fresh(streaming), lat_records, rate_records, cluster.pid)
+            p50, p99 = np.percentile(paced.latencies_ms, [50, 99])
+            cores = _cores(paced.cores)
+            rows.append((f"{fraction:.0%} of the {basis} maximum", maximum * fraction, rate_records,
+                         len(paced.latencies_ms), p50, p99, cores))  # fmt: skip
+            print(f"{rows[-1][0]}: p50 {p50:.1f} ms, p99 {p99:.1f} ms, CPU in cores: {cores}")
+    _print_tables(args, n_records, Figures(trees * 7, plain_rate, acker_rate, alone_rate, live, live_rate, rows))
+
+
+@dataclass
+class Figures:
+    messages: int  # of the throughput runs
+    plain_rate: float
+    acker_rate: float
+    alone_rate: float
+    live: Stream
+    live_rate: float
+    rows: list[tuple[Any, ...]]  # of the latency table
+
+
+def _print_tables(args: argparse.Namespace, n_records: int, figures: Figures) -> None:
+    f = figures
+    messages, plain_rate, acker_rate, alone_rate, live, live_rate, rows = (
+        f.messages, f.plain_rate, f.acker_rate, f.alone_rate, f.live, f.live_rate, f.rows
+    )  # fmt: skip
+    trees, repeat = messages // 7, 1 if args.quick else args.repeat
     print(f"\nworkload: {trees:,} word-count trees = {messages:,} acker messages in {n_records:,} records of "
           f"~{args.batch:,}; {args.partitions} partitions; median of {repeat} run(s)\n")  # fmt: skip
     print("| measure | acker messages/s | ratio |")
     print("|---|---:|---:|")
     print(f"| plain confluent-kafka consumer, same records | {plain_rate:,.0f} | 1.00 |")
-    print(f"| acker service (one process) | {acker_rate:,.0f} | {acker_rate / plain_rate:.2f} |")
+    print(f"| acker service (one process), reading a backlog: the backlog maximum | {acker_rate:,.0f} | "
+          f"{acker_rate / plain_rate:.2f} |")  # fmt: skip
     print(f"| its trackers alone, same records parsed in process, no Kafka (bound) | {alone_rate:,.0f} | "
           f"{alone_rate / plain_rate:.2f} |")  # fmt: skip
-    print("\n| load (share of the maximum) | acker messages/s | records/s | records measured | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for fraction, msgs, recs, count, p50, p99 in latency_rows:
-        print(f"| {fraction:.0%} | {msgs:,.0f} | {recs:,.1f} | {count:,} | {p50:.1f} | {p99:.1f} |")
+    print(f"| `acker run`, records produced while it runs, as fast as the producer goes: the live maximum | "
+          f"{live_rate:,.0f} | {live_rate / plain_rate:.2f} |")  # fmt: skip
+    print(f"\nCPU in cores during the live maximum: {_cores(live.cores)}")
+    print("\n| load | acker messages/s | records/s | records measured | p50 ms | p99 ms | CPU in cores |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for load, msgs, recs, count, p50, p99, cores in rows:
+        print(f"| {load} | {msgs:,.0f} | {recs:,.1f} | {count:,} | {p50:.1f} | {p99:.1f} | {cores} |")
+
+
+def _fresh(config: ServiceConfig) -> ServiceConfig:
+    """``config`` in a namespace of its own, its acker and outcome topics created."""
+    config = config.namespaced(f"bench-{uuid.uuid4().hex[:8]}")
+    create_topics(config.client(), [TopicSpec(config.acker_topic, config.partitions),
+                                    TopicSpec(config.outcome_topic("sentences"), config.partitions)])  # fmt: skip
+    return config
+
+
+def _cores(cores: dict[str, float]) -> str:
+    return ", ".join(f"{name} {used:.2f}" for name, used in cores.items())
 
 
 if __name__ == "__main__":
