@@ -26,17 +26,20 @@ so probes stay short. Expiry scans the table once per tick: ticks are rare and a
 few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket lists.
 
 Finished trees (tombstones, which make late messages ``late`` for ``buckets`` ticks) live apart, in ``buckets + 1``
-sets ringed by generation (``tombs[g % (buckets + 1)]`` holds the anchors finished at generation ``g``, and
-``tomb_firsts`` the low 32 bits of the offset of the record that opened each, for recovery): 12 bytes a slot,
-looked up only when an anchor is not pending, and expired a whole set at a time by one tick, with no per-entry
-deletion. That keeps the main table, and so each tick's scan, the size of the pending trees.
+sets ringed by generation (``tombs[g % (buckets + 1)]`` holds the anchors finished at generation ``g``): 8 bytes
+a slot, looked up only when an anchor is not pending, and expired a whole set at a time by one tick, with no
+per-entry deletion. That keeps the main table, and so each tick's scan, the size of the pending trees. Recovery needs
+of the tombstones only the oldest record that opened a tree of each set: ``tomb_oldest[r]``, a whole offset
+(`NO_OFFSET` while the set is empty), so that finishing a tree writes one slot, and `oldest_needed` reads one number
+a set instead of every tombstone.
 
 ``decided`` is a set of anchors (open addressing, 0 = empty) decided before this tracker existed, by a previous
 owner of the partition, whose outcomes are published already: while it is set, their messages are ``late``, as if
 tombstones (`acker.partition` explains when it is set and when it is dropped).
 
 ``state`` holds: [0] entries in the main table, [1] pending trees (the same number: kept apart for clarity),
-[2] generation. ``tomb_counts[r]`` is the number of anchors in ``tombs[r]``.
+[2] generation. ``tomb_counts[r]`` is the number of anchors in ``tombs[r]``, ``tomb_oldest[r]`` the lowest offset
+of a record that opened one of their trees.
 ``counters`` follows the field order of `acker.core.tracker.Counters`.
 """
 
@@ -67,6 +70,7 @@ def _inlined(fn: F) -> F:
     return cast(F, njit(cache=True, inline="always")(fn))
 
 
+NO_OFFSET = np.iinfo(np.int64).max  # tomb_oldest of an empty tombstone set
 NO_INIT = -1  # srcs of an entry opened by updates before its init
 FAILED_NO_INIT = -2  # srcs of an entry opened or marked by a fail before its init
 
@@ -159,7 +163,7 @@ def rehash(t: Table, capacity: int) -> Table:
 
 
 @_compiled
-def oldest_needed(t: Table, tombs: Array, tomb_counts: Array, tomb_firsts: Array, position: int) -> int:
+def oldest_needed(t: Table, tomb_counts: Array, tomb_oldest: Array, position: int) -> int:
     """The lowest offset, at most ``position``, of a record that opened a pending tree or a tree finished in the
     last ``buckets`` ticks (a tombstone): replaying from there decides every such tree again from all of its
     messages, hence exactly as before."""
@@ -170,13 +174,11 @@ def oldest_needed(t: Table, tombs: Array, tomb_counts: Array, tomb_firsts: Array
         if keys[i] != 0:
             d = (low - firsts[i]) & _LOW32
             behind = max(behind, d)
-    for r in range(tombs.shape[0]):
+    oldest = position - behind
+    for r in range(tomb_counts.shape[0]):
         if tomb_counts[r]:
-            for i in range(tombs.shape[1]):
-                if tombs[r, i] != 0:
-                    d = (low - tomb_firsts[r, i]) & _LOW32
-                    behind = max(behind, d)
-    return position - behind
+            oldest = min(oldest, tomb_oldest[r])
+    return oldest
 
 
 @_inlined
@@ -201,12 +203,11 @@ def _is_tomb(tombs: Array, tomb_counts: Array, anchor: int) -> bool:
 
 
 @_inlined
-def _bury(tombs: Array, tomb_counts: Array, tomb_firsts: Array, row: int, anchor: int, first: int) -> None:
+def _bury(tombs: Array, tomb_counts: Array, row: int, anchor: int) -> None:
     keys = tombs[row]
     i = _find(keys, anchor)
     if keys[i] == 0:
         keys[i] = anchor
-        tomb_firsts[row, i] = first
         tomb_counts[row] += 1
 
 
@@ -221,24 +222,27 @@ def anchor_set(anchors: Array, capacity: int) -> Array:
 
 
 @_compiled
-def rehash_tombs(tombs: Array, tomb_counts: Array, tomb_firsts: Array, capacity: int) -> tuple[Array, Array]:
-    """The tombstone sets copied into sets of ``capacity`` slots."""
+def rehash_tombs(tombs: Array, tomb_counts: Array, capacity: int) -> Array:
+    """The tombstone sets copied into sets of ``capacity`` slots (same anchors, same counts)."""
     new = np.zeros((tombs.shape[0], capacity), np.int64)
-    new_firsts = np.zeros((tombs.shape[0], capacity), np.uint32)
     counts = np.zeros(tombs.shape[0], np.int64)
     for r in range(tombs.shape[0]):
         if tomb_counts[r]:
             for i in range(tombs.shape[1]):
                 if tombs[r, i] != 0:
-                    _bury(new, counts, new_firsts, r, tombs[r, i], tomb_firsts[r, i])
-    return new, new_firsts
+                    _bury(new, counts, r, tombs[r, i])
+    return new
 
 
 @_inlined
-def _finish(t: Table, state: Array, tombs: Array, tomb_counts: Array, tomb_firsts: Array, i: int) -> None:
-    """The tree in slot ``i`` is decided: it leaves the table for the tombstones of the current generation."""
+def _finish(t: Table, state: Array, tombs: Array, tomb_counts: Array, tomb_oldest: Array, i: int, offset: int) -> None:
+    """The tree in slot ``i`` is decided, by the record at ``offset``: it leaves the table for the tombstones of the
+    current generation."""
     row = state[S_GENERATION] % tombs.shape[0]
-    _bury(tombs, tomb_counts, tomb_firsts, row, t[0][i], t[6][i])
+    _bury(tombs, tomb_counts, row, t[0][i])
+    # The whole offset of the record that opened the tree, from its low 32 bits: it is less than 2³² records back.
+    opened = offset - ((offset - np.int64(t[6][i])) & _LOW32)
+    tomb_oldest[row] = min(tomb_oldest[row], opened)
     _delete(t, i)
     state[S_ENTRIES] -= 1
     state[S_PENDING] -= 1
@@ -266,7 +270,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     t: Table,
     tombs: Array,
     tomb_counts: Array,
-    tomb_firsts: Array,
+    tomb_oldest: Array,
     decided: Array,
     state: Array,
     counters: Array,
@@ -312,6 +316,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             if tomb_counts[expired_row]:
                 tombs[expired_row, :] = 0
                 tomb_counts[expired_row] = 0
+                tomb_oldest[expired_row] = NO_OFFSET
             # Collect first: deleting shifts entries, which would make a single pass skip or revisit some.
             expired = np.empty(state[S_ENTRIES], np.int64)
             n_exp = 0
@@ -324,7 +329,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 if srcs[i] >= 0:
                     counters[C_TIMEOUT] += 1
                     n = _decide(out, n, m, O_TIMEOUT, t, i, gen, timestamp_ms)
-                    _finish(t, state, tombs, tomb_counts, tomb_firsts, i)
+                    _finish(t, state, tombs, tomb_counts, tomb_oldest, i, record_offset)
                 else:  # nobody to tell; a late init opens a new tree, which times out in turn
                     counters[C_NO_INIT] += 1
                     _delete(t, i)
@@ -352,7 +357,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                 n = _decide(out, n, m, O_OVERLOAD, t, i, gen, timestamp_ms)
                 state[S_ENTRIES] += 1
                 state[S_PENDING] += 1
-                _finish(t, state, tombs, tomb_counts, tomb_firsts, i)
+                _finish(t, state, tombs, tomb_counts, tomb_oldest, i, record_offset)
                 continue
             if kind != K_INIT:
                 src = FAILED_NO_INIT if kind == K_FAIL else NO_INIT
@@ -392,5 +397,5 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
         if code >= 0:
             counters[C_ACKED if code == O_ACK else C_FAILED] += 1
             n = _decide(out, n, m, code, t, i, gen, timestamp_ms)
-            _finish(t, state, tombs, tomb_counts, tomb_firsts, i)
+            _finish(t, state, tombs, tomb_counts, tomb_oldest, i, record_offset)
     return n

@@ -4,12 +4,12 @@ Same decisions as `acker.core.tracker.Tracker` for the same messages, and the sa
 back as an `OutcomeBlock` in decision order (within one tick, in table order rather than insertion order: the
 order of a tick's outcomes is unspecified for both). Memory: the table of pending trees has 40-byte slots on a
 ladder of capacities 1.25× apart, filled to at most 4/5, so a large table holds a tree in 50 to 63 bytes (at least
-0.64 full right after growing) and shrinks when under 0.41 full; the tombstone sets keep 12-byte slots at most
-half full (looked up by every new tree, so kept sparse: a miss there is cheap);
-message-id sources (spout, ``topic/partition``) are interned: a few per partition for record coordinates. A message
-id that is not of the form ``<source>/<offset>`` is interned whole, one source per tree; sources no pending tree
-refers to any more are dropped once they outnumber the pending trees (`_compact_sources`), so such ids cost memory
-only while their trees are pending.
+0.64 full right after growing) and shrinks when under 0.41 full; the tombstone sets keep 8-byte slots (the anchor;
+of the records that opened their trees only the oldest per set is kept, for recovery) at most half full (looked up
+by every new tree, so kept sparse: a miss there is cheap); message-id sources (spout, ``topic/partition``) are
+interned: a few per partition for record coordinates. A message id that is not of the form ``<source>/<offset>`` is
+interned whole, one source per tree; sources no pending tree refers to any more are dropped once they outnumber the
+pending trees (`_compact_sources`), so such ids cost memory only while their trees are pending.
 
 Not thread-safe.
 """
@@ -67,7 +67,7 @@ class BlockTracker:
         "_state",
         "_table",
         "_tomb_counts",
-        "_tomb_firsts",
+        "_tomb_oldest",
         "_tombs",
         "config",
     )
@@ -76,8 +76,8 @@ class BlockTracker:
         self.config = config or TrackerConfig()
         self._table: k.Table = k.empty_table(_table_capacity(_MIN_CAPACITY, capacity))
         self._tombs = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.int64)
-        self._tomb_firsts = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.uint32)
         self._tomb_counts = np.zeros(self.config.buckets + 1, np.int64)
+        self._tomb_oldest = np.full(self.config.buckets + 1, k.NO_OFFSET, np.int64)
         self._decided = _NO_ANCHORS
         self._state = np.zeros(3, np.int64)
         self._counters = np.zeros(10, np.int64)
@@ -102,7 +102,7 @@ class BlockTracker:
 
     def table_bytes(self) -> int:
         """Bytes held by the table and tombstone arrays (the tracker's memory apart from interned sources)."""
-        return sum(int(a.nbytes) for a in self._table) + int(self._tombs.nbytes) + int(self._tomb_firsts.nbytes)
+        return sum(int(a.nbytes) for a in self._table) + int(self._tombs.nbytes)
 
     def _resize_for(self, opening: int, burying: int) -> None:
         """Room for ``opening`` more pending entries and ``burying`` more tombstones in any one set; shrink what is
@@ -114,7 +114,7 @@ class BlockTracker:
         cap = self._tombs.shape[1]
         want = _tomb_capacity(cap, int(self._tomb_counts.max()) + burying)
         if want != cap:
-            self._tombs, self._tomb_firsts = k.rehash_tombs(self._tombs, self._tomb_counts, self._tomb_firsts, want)
+            self._tombs = k.rehash_tombs(self._tombs, self._tomb_counts, want)
 
     def _map_sources(self, block: MessageBlock) -> k.Array:
         mapped = np.empty(max(1, len(block.sources)), np.int32)
@@ -160,7 +160,7 @@ class BlockTracker:
         record that opened a pending tree or a tree finished in the last ``buckets`` ticks, or ``position`` (the
         next offset to read) when there is none. A tree finished earlier may still have a late message after that
         offset: replayed alone, it opens an init-less entry that expires silently, as the original one did."""
-        return int(k.oldest_needed(self._table, self._tombs, self._tomb_counts, self._tomb_firsts, position))
+        return int(k.oldest_needed(self._table, self._tomb_counts, self._tomb_oldest, position))
 
     def process(self, block: MessageBlock, record_offset: int = 0, timestamp_ms: int = 0) -> OutcomeBlock:
         """Apply every message of ``block``, carried by one Kafka record, in order; return the outcomes decided.
@@ -188,7 +188,7 @@ class BlockTracker:
             self._table,
             self._tombs,
             self._tomb_counts,
-            self._tomb_firsts,
+            self._tomb_oldest,
             self._decided,
             self._state,
             self._counters,

@@ -148,6 +148,23 @@ def test_oldest_needed_across_the_32_bit_wrap() -> None:
     assert tracker.oldest_needed(start + 10) == start
 
 
+def test_a_tombstone_keeps_the_whole_offset_of_its_opening_record_across_the_32_bit_wrap() -> None:
+    """A slot keeps the low 32 bits of the record that opened its tree; a tombstone set keeps the whole offset of
+    the oldest, rebuilt when the tree is decided by a record past the wrap."""
+    tracker = BlockTracker(TrackerConfig(buckets=2))
+    start = (2 << 32) - 3  # its low 32 bits are not the offset
+    tracker.process(MessageBlock.from_messages([Init(5, "s", "t/0/0", 7)]), record_offset=start)
+    tracker.process(MessageBlock.from_messages([Init(6, "s", "t/0/1", 9)]), record_offset=start + 1)
+    tracker.process(MessageBlock.from_messages([Ack(6, 9)]), record_offset=start + 4)  # past the wrap
+    tracker.process(MessageBlock.from_messages([TICK]), record_offset=start + 5)
+    tracker.process(MessageBlock.from_messages([Ack(5, 7)]), record_offset=start + 6)  # decided a tick later
+    assert tracker.oldest_needed(start + 10) == start  # tree 5's set: the oldest of all
+    tracker.process(MessageBlock.from_messages([TICK]), record_offset=start + 7)  # tree 6's set expires
+    assert tracker.oldest_needed(start + 10) == start
+    tracker.process(MessageBlock.from_messages([TICK]), record_offset=start + 8)  # and tree 5's
+    assert tracker.oldest_needed(start + 10) == start + 10
+
+
 def test_message_ids_that_are_not_coordinates_cost_memory_only_while_pending() -> None:
     """Each such id is a source of its own; once decided, its source is dropped (and the pending ones renumbered,
     their outcomes still naming them right), so a long-lived tracker does not grow with them."""
