@@ -336,27 +336,23 @@ class Figures:
     rows: list[tuple[Any, ...]]  # of the latency table
 
 
-def _print_tables(args: argparse.Namespace, n_records: int, figures: Figures) -> None:
-    f = figures
-    messages, plain_rate, acker_rate, alone_rate, live, live_rate, rows = (
-        f.messages, f.plain_rate, f.acker_rate, f.alone_rate, f.live, f.live_rate, f.rows
-    )  # fmt: skip
-    trees, repeat = messages // 7, 1 if args.quick else args.repeat
-    print(f"\nworkload: {trees:,} word-count trees = {messages:,} acker messages in {n_records:,} records of "
-          f"~{args.batch:,}; {args.partitions} partitions; median of {repeat} run(s)\n")  # fmt: skip
+def _print_tables(args: argparse.Namespace, n_records: int, f: Figures) -> None:
+    repeat = 1 if args.quick else args.repeat
+    print(f"\nworkload: {f.messages // 7:,} word-count trees = {f.messages:,} acker messages in {n_records:,} records "
+          f"of ~{args.batch:,}; {args.partitions} partitions; median of {repeat} run(s)\n")  # fmt: skip
     print("| measure | acker messages/s | ratio |")
     print("|---|---:|---:|")
-    print(f"| plain confluent-kafka consumer, same records | {plain_rate:,.0f} | 1.00 |")
-    print(f"| acker service (one process), reading a backlog: the backlog maximum | {acker_rate:,.0f} | "
-          f"{acker_rate / plain_rate:.2f} |")  # fmt: skip
-    print(f"| its trackers alone, same records parsed in process, no Kafka (bound) | {alone_rate:,.0f} | "
-          f"{alone_rate / plain_rate:.2f} |")  # fmt: skip
-    print(f"| `acker run`, records produced while it runs, as fast as the producer goes: the live maximum | "
-          f"{live_rate:,.0f} | {live_rate / plain_rate:.2f} |")  # fmt: skip
-    print(f"\nCPU in cores during the live maximum: {_cores(live.cores)}")
+    for measure, rate in (
+        ("plain confluent-kafka consumer, same records", f.plain_rate),
+        ("acker service (one process), reading a backlog: the backlog maximum", f.acker_rate),
+        ("its trackers alone, same records parsed in process, no Kafka (bound)", f.alone_rate),
+        ("`acker run`, records produced while it runs, as fast as the producer goes: the live maximum", f.live_rate),
+    ):
+        print(f"| {measure} | {rate:,.0f} | {rate / f.plain_rate:.2f} |")
+    print(f"\nCPU in cores during the live maximum: {_cores(f.live.cores)}")
     print("\n| load | acker messages/s | records/s | records measured | p50 ms | p99 ms | CPU in cores |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    for load, msgs, recs, count, p50, p99, cores in rows:
+    for load, msgs, recs, count, p50, p99, cores in f.rows:
         print(f"| {load} | {msgs:,.0f} | {recs:,.1f} | {count:,} | {p50:.1f} | {p99:.1f} | {cores} |")
 
 
