@@ -44,8 +44,7 @@ from acker.partition import PartitionState, encode_tick
 from acker.wire import (
     OUTCOMES_PER_RECORD,
     WireError,
-    check_messages,
-    check_partition,
+    check_block,
     encode_outcomes,
     parse_batch,
 )
@@ -212,14 +211,12 @@ class AckerService:
         rejected = []
         try:
             block = MessageBlock.concat([b for _, b in parsed])
-            check_messages(block)
-            check_partition(block, partition, self._partition_count)
+            check_block(block, partition, self._partition_count)
         except WireError:  # find the culprits one by one; the others are applied
             good = []
             for record, b in parsed:
                 try:
-                    check_messages(b)
-                    check_partition(b, partition, self._partition_count)
+                    check_block(b, partition, self._partition_count)
                     good.append((record, b))
                 except WireError as bad:
                     rejected.append((record, bad))

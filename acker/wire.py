@@ -24,6 +24,7 @@ from typing import Any
 
 import fastavro
 import numpy as np
+from numba import njit
 
 from acker import avro_longs
 from acker.columnar.block import Kind, MessageBlock, OutcomeBlock
@@ -137,17 +138,64 @@ def parse_batch(data: bytes) -> MessageBlock:
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
 
 
+_TICK, _ANCHOR, _OK = int(Kind.TICK), int(Kind.ANCHOR), int(Kind.OK)
+
+
+@njit(cache=True)
+def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int) -> tuple[int, bool, bool, int, int]:
+    """One pass over a block's columns: (the highest kind, whether a message other than a tick has anchor 0,
+    whether an anchor or ok message has tuple id 0, how many messages other than ticks belong on another partition
+    than ``partition`` of ``partitions`` (none checked when ``partitions`` <= 0), the partition of the first)."""
+    highest, zero_anchor, zero_id, wrong, first_wrong = 0, False, False, 0, -1
+    for i in range(kinds.shape[0]):
+        kind = int(kinds[i])
+        highest = max(highest, kind)
+        if kind == _TICK:
+            continue
+        anchor = anchors[i]
+        zero_anchor |= anchor == 0
+        zero_id |= kind in (_ANCHOR, _OK) and values[i] == 0
+        if partitions > 0:
+            # partition_of: |anchor| mod partitions, without negating (|-2⁶³| is not an int64).
+            owner = anchor % partitions
+            if anchor < 0 and owner != 0:
+                owner = partitions - owner
+            if owner != partition:
+                wrong += 1
+                if first_wrong < 0:
+                    first_wrong = owner
+    return highest, zero_anchor, zero_id, wrong, first_wrong
+
+
+def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
+    """`WireError` unless every message of ``block`` is one the tracker may apply (`check_messages`) and belongs on
+    ``partition`` of ``partitions`` (``partition_of`` of its anchor; not checked when ``partitions`` <= 0, the count
+    unknown), in one compiled pass.
+
+    A message on another partition is part of a tree that this partition does not own: it could never complete
+    here, and the tree's other messages are elsewhere (a producer that does not set the partition itself, or a
+    partition count changed under live trees). The record is dead-lettered; its trees time out and are replayed.
+    """
+    highest, zero_anchor, zero_id, wrong, first_wrong = _scan(
+        block.kinds, block.anchors, block.values, partition, partitions
+    )
+    if highest > Kind.TICK:
+        raise WireError("unknown-message-type", f"message kind {highest} is not a known kind")
+    if zero_anchor:
+        raise WireError("zero-id", "a message other than a tick has anchor 0")
+    if zero_id:
+        raise WireError("zero-id", "an anchor or ok message has tuple id 0")
+    if wrong:
+        raise WireError(
+            "wrong-partition",
+            f"{wrong} message(s) belong on partition {first_wrong}, not {partition} (of {partitions})",
+        )
+
+
 def check_messages(block: MessageBlock) -> None:
     """`WireError` unless every message of ``block`` is one the tracker may apply: a known kind, a non-zero
     anchor (ticks apart), a non-zero tuple id for anchor and ok messages."""
-    kinds = block.kinds
-    if len(kinds) and kinds.max() > Kind.TICK:
-        raise WireError("unknown-message-type", f"message kind {int(kinds.max())} is not a known kind")
-    if np.any(block.anchors[kinds != Kind.TICK] == 0):
-        raise WireError("zero-id", "a message other than a tick has anchor 0")
-    separate = (kinds == Kind.ANCHOR) | (kinds == Kind.OK)
-    if np.any(block.values[separate] == 0):
-        raise WireError("zero-id", "an anchor or ok message has tuple id 0")
+    check_block(block, 0, 0)
 
 
 def decode_batch(data: bytes) -> MessageBlock:
@@ -156,25 +204,6 @@ def decode_batch(data: bytes) -> MessageBlock:
     block = parse_batch(data)
     check_messages(block)
     return MessageBlock.concat([block])
-
-
-def check_partition(block: MessageBlock, partition: int, partitions: int) -> None:
-    """`WireError` unless every message of ``block`` belongs on ``partition`` (``partition_of`` of its anchor).
-
-    A message on another partition is part of a tree that this partition does not own: it could never complete
-    here, and the tree's other messages are elsewhere (a producer that does not set the partition itself, or a
-    partition count changed under live trees). The record is dead-lettered; its trees time out and are replayed.
-    """
-    if partitions <= 0 or not len(block):
-        return
-    anchors = block.anchors[block.kinds != Kind.TICK]
-    wrong = np.abs(np.fmod(anchors, partitions)) != partition
-    if np.any(wrong):
-        raise WireError(
-            "wrong-partition",
-            f"{int(wrong.sum())} message(s) belong on partition {int(np.abs(np.fmod(anchors[wrong][0], partitions)))}, "
-            f"not {partition} (of {partitions})",
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,19 +227,18 @@ def encode_outcomes(
     Written field by field in the order of schemas/outcome_batch.avsc with the compiled array encoder
     (`acker.avro_longs`): the service writes one such record per spout per acker record, hundreds of outcomes each.
     """
-    used, local = np.unique(block.source[rows], return_inverse=True)
+    # outcomes (enum symbols by index: ACK, FAILED, TIMEOUT, OVERLOAD) and anchors; sources; the other columns
+    columns = (block.code, block.anchor, block.source, block.offset, block.latency_ms)
+    head, used, tail = avro_longs.outcome_columns(columns, rows, len(block.sources))
     return b"".join(
         (
             _PREFIX_OUTCOMES,
             avro_longs.string(spout),
             avro_longs.long(acker_partition),
             avro_longs.long(acker_offset),
-            avro_longs.array(block.code[rows]),  # enum symbols by index: ACK, FAILED, TIMEOUT, OVERLOAD
-            avro_longs.array(block.anchor[rows]),
-            avro_longs.strings([block.sources[int(s)][1] for s in used]),
-            avro_longs.array(local.reshape(-1)),
-            avro_longs.array(block.offset[rows]),
-            avro_longs.array(block.latency_ms[rows]),
+            head,
+            avro_longs.strings([block.sources[s][1] for s in used]),
+            tail,
         )
     )
 

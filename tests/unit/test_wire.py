@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.core import Ack, Init, Message
+from acker.core.ids import partition_of
 from acker.wire import (
     _PREFIX_OUTCOMES,
     ACKER_BATCH_SCHEMA,
     OUTCOME_BATCH_SCHEMA,
     WireError,
     _write,
-    check_partition,
+    check_block,
     decode_batch,
     decode_outcome_anchors,
     decode_outcomes,
@@ -95,12 +96,23 @@ def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
 
 def test_messages_must_be_on_the_partition_of_their_anchor() -> None:
     block = MessageBlock.from_messages([Ack(-1, 3), Ack(4, 1)])  # partition_of: 1 and 0 of 2
-    check_partition(MessageBlock.from_messages([Ack(-1, 3), Ack(3, 1)]), 1, 2)
-    check_partition(block, 0, 0)  # partition count unknown: nothing checked
+    check_block(MessageBlock.from_messages([Ack(-1, 3), Ack(3, 1)]), 1, 2)
+    check_block(block, 0, 0)  # partition count unknown: nothing checked
     with pytest.raises(WireError) as raised:
-        check_partition(block, 1, 2)
+        check_block(block, 1, 2)
     assert raised.value.reason == "wrong-partition"
     assert "belong on partition 0, not 1" in raised.value.detail
+
+
+def test_the_partition_check_is_partition_of_for_every_sign_and_extreme() -> None:
+    for anchor in (-(1 << 63), (1 << 63) - 1, -1, 1, -5, 5, -12, 12):
+        block = MessageBlock.from_messages([Ack(anchor, 3)])
+        for partitions in (1, 2, 3, 4, 7, 12):
+            owner = partition_of(anchor, partitions)
+            check_block(block, owner, partitions)
+            if partitions > 1:
+                with pytest.raises(WireError, match=f"belong on partition {owner},"):
+                    check_block(block, (owner + 1) % partitions, partitions)
 
 
 def test_a_tick_may_have_anchor_zero() -> None:
