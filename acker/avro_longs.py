@@ -158,35 +158,28 @@ def _array_into(column: Any, rows: Any, out: Any, pos: int) -> int:
 
 @_compile
 def _outcome_columns(
-    code: Any, anchor: Any, source: Any, offset: Any, latency: Any, rows: Any, sources: int, out: Any
-) -> tuple[int, int, Any]:
-    used_at = np.full(sources, -1, np.int64)  # source → its index among the sources used, in source order
-    for r in rows:
-        used_at[source[r]] = 0
-    used = np.empty(sources, np.int64)
-    n_used = 0
-    for s in range(sources):
-        if used_at[s] == 0:
-            used_at[s], used[n_used] = n_used, s
-            n_used += 1
-    local = np.empty(rows.shape[0], np.int64)
-    for i in range(rows.shape[0]):
-        local[i] = used_at[source[rows[i]]]
+    code: Any, anchor: Any, local: Any, offset: Any, latency: Any, rows: Any, out: Any
+) -> tuple[int, int]:
     pos = _array_into(code, rows, out, 0)
     middle = _array_into(anchor, rows, out, pos)
     pos = _array_into(local, np.arange(rows.shape[0]), out, middle)
     pos = _array_into(offset, rows, out, pos)
     pos = _array_into(latency, rows, out, pos)
-    return middle, pos, used[:n_used]
+    return middle, pos
 
 
 def outcome_columns(
-    columns: tuple[npt.NDArray[Any], ...], rows: npt.NDArray[Any], sources: int
-) -> tuple[bytes, list[int], bytes]:
-    """The column arrays of an OutcomeBatch for the outcomes ``rows`` of an `OutcomeBlock`'s ``columns`` (code,
-    anchor, source, offset, latency in ms), in one compiled pass: (the outcomes and anchors arrays, the indices of
-    the sources used (of ``sources``) in order, the source index, offsets and latencies arrays); the names of the
-    sources used, an array of strings, go between the two."""
+    code: npt.NDArray[Any],
+    anchor: npt.NDArray[Any],
+    offset: npt.NDArray[Any],
+    latency: npt.NDArray[Any],
+    *,
+    rows: npt.NDArray[Any],
+    source_index: npt.NDArray[Any],
+) -> tuple[bytes, bytes]:
+    """The column arrays of an OutcomeBatch for the outcomes ``rows`` of an `OutcomeBlock`'s columns, in one
+    compiled pass: (the outcomes and anchors arrays; the ``source_index`` (one per row), offsets and latencies
+    arrays). The source names, an array of strings, go between the two."""
     out = np.empty(rows.shape[0] * 50 + 64, np.uint8)  # 5 columns of at most 10 bytes, 5 counts and ends
-    middle, end, used = _outcome_columns(*columns, rows.astype(np.int64), sources, out)
-    return out[:middle].tobytes(), used.tolist(), out[middle:end].tobytes()
+    middle, end = _outcome_columns(code, anchor, source_index, offset, latency, rows.astype(np.int64), out)
+    return out[:middle].tobytes(), out[middle:end].tobytes()

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from acker import avro_longs
+from acker.columnar._kernels import renumber
 from acker.columnar.block import Kind, MessageBlock, OutcomeBlock
 from acker.columnar.block import split_msg_id as _split
 from acker.errors import AckerError
@@ -228,8 +229,10 @@ def encode_outcomes(
     (`acker.avro_longs`): the service writes one such record per spout per acker record, hundreds of outcomes each.
     """
     # outcomes (enum symbols by index: ACK, FAILED, TIMEOUT, OVERLOAD) and anchors; sources; the other columns
-    columns = (block.code, block.anchor, block.source, block.offset, block.latency_ms)
-    head, used, tail = avro_longs.outcome_columns(columns, rows, len(block.sources))
+    used, local = renumber(block.source[rows], len(block.sources))
+    head, tail = avro_longs.outcome_columns(
+        block.code, block.anchor, block.offset, block.latency_ms, rows=rows, source_index=local
+    )
     return b"".join(
         (
             _PREFIX_OUTCOMES,
@@ -237,7 +240,7 @@ def encode_outcomes(
             avro_longs.long(acker_partition),
             avro_longs.long(acker_offset),
             head,
-            avro_longs.strings([block.sources[s][1] for s in used]),
+            avro_longs.strings([block.sources[s][1] for s in used.tolist()]),
             tail,
         )
     )

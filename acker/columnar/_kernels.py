@@ -212,6 +212,25 @@ def _bury(tombs: Array, tomb_counts: Array, row: int, anchor: int) -> None:
 
 
 @_compiled
+def renumber(values: Array, n: int) -> tuple[Array, Array]:
+    """``np.unique(values, return_inverse=True)`` for values in [0, ``n``), without sorting: the distinct values in
+    increasing order, and the index of each value among them (how outcomes number the few sources they name)."""
+    index = np.full(n, -1, np.int64)
+    for v in values:
+        index[v] = 0
+    used = np.empty(n, np.int64)
+    count = 0
+    for v in range(n):
+        if index[v] == 0:
+            index[v], used[count] = count, v
+            count += 1
+    local = np.empty(values.shape[0], np.int64)
+    for i in range(values.shape[0]):
+        local[i] = index[values[i]]
+    return used[:count], local
+
+
+@_compiled
 def anchor_set(anchors: Array, capacity: int) -> Array:
     """The distinct non-zero ``anchors`` as a set of ``capacity`` slots (more than there are anchors)."""
     keys = np.zeros(capacity, np.int64)

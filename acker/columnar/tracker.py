@@ -208,7 +208,7 @@ class BlockTracker:
         )
         # Outcomes carry their own small source table, so they stay valid whatever the tracker does next.
         rows = out[:produced]
-        used, local = np.unique(rows[:, 3], return_inverse=True)
+        used, local = k.renumber(rows[:, 3], len(self._sources))
         names = [self._sources[int(s)] for s in used]
         if len(self._sources) > _SOURCES_KEPT + 4 * int(self._state[k.S_PENDING]):
             self._compact_sources()

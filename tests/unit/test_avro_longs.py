@@ -43,7 +43,7 @@ def test_extremes() -> None:
         assert _read(fastavro.parse_schema("long"), avro_longs.long(value)) == value
 
 
-OUTCOME_DTYPES = (np.uint8, np.int64, np.int32, np.int64, np.int64)  # code, anchor, source, offset, latency
+OUTCOME_DTYPES = (np.uint8, np.int64, np.int64, np.int64)  # code, anchor, offset, latency
 
 
 @given(
@@ -51,7 +51,6 @@ OUTCOME_DTYPES = (np.uint8, np.int64, np.int32, np.int64, np.int64)  # code, anc
         st.tuples(
             st.integers(0, 3),
             st.integers(-(1 << 63), (1 << 63) - 1),
-            st.integers(0, 4),
             st.integers(-1, 1 << 62),
             st.integers(0, 1 << 40),
         ),
@@ -60,14 +59,12 @@ OUTCOME_DTYPES = (np.uint8, np.int64, np.int32, np.int64, np.int64)  # code, anc
     st.randoms(use_true_random=False),
 )
 def test_outcome_columns_are_the_arrays_of_the_rows(outcomes: list[tuple[int, ...]], rng: random.Random) -> None:
-    """One compiled pass writes what the arrays written one by one would, the sources used numbered in order."""
-    code, anchor, source, offset, latency = (
+    """One compiled pass writes what the arrays written one by one would."""
+    code, anchor, offset, latency = (
         np.array([o[c] for o in outcomes], dtype) for c, dtype in enumerate(OUTCOME_DTYPES)
     )
     rows = np.array(sorted(rng.sample(range(len(outcomes)), rng.randint(0, len(outcomes)))), np.int64)
-    head, used, tail = avro_longs.outcome_columns((code, anchor, source, offset, latency), rows, 5)
-    want_used, local = np.unique(source[rows], return_inverse=True)
-    assert used == want_used.tolist()
+    local = np.array([rng.randint(0, 3) for _ in rows], np.int64)
+    head, tail = avro_longs.outcome_columns(code, anchor, offset, latency, rows=rows, source_index=local)
     assert head == avro_longs.array(code[rows]) + avro_longs.array(anchor[rows])
-    want_tail = [avro_longs.array(column) for column in (local.reshape(-1), offset[rows], latency[rows])]
-    assert tail == b"".join(want_tail)
+    assert tail == b"".join(avro_longs.array(column) for column in (local, offset[rows], latency[rows]))

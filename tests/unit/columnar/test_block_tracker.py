@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
+from acker.columnar import _kernels as k
 from acker.columnar.block import join_msg_id, split_msg_id
 from acker.columnar.tracker import _MIN_CAPACITY, _ladder, _table_capacity
 from acker.core import TICK, Ack, Init, Message, Outcome, Tracker, TrackerConfig
@@ -187,3 +188,10 @@ def test_message_ids_that_are_not_coordinates_cost_memory_only_while_pending() -
     assert sorted(o.msg_id for o in decided) == sorted(ids)
     assert tracker.pending == 0
     assert len(tracker._sources) <= 4096 + 4 * 1000  # not one per tree ever seen
+
+
+@given(st.lists(st.integers(0, 9), max_size=30))
+def test_renumber_is_unique_with_the_inverse(values: list[int]) -> None:
+    used, local = k.renumber(np.array(values, np.int64), 10)
+    want_used, want_local = np.unique(np.array(values, np.int64), return_inverse=True)
+    assert used.tolist() == want_used.tolist() and local.tolist() == want_local.reshape(-1).tolist()
