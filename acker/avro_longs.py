@@ -180,6 +180,8 @@ def outcome_columns(
     """The column arrays of an OutcomeBatch for the outcomes ``rows`` of an `OutcomeBlock`'s columns, in one
     compiled pass: (the outcomes and anchors arrays; the ``source_index`` (one per row), offsets and latencies
     arrays). The source names, an array of strings, go between the two."""
+    if len(source_index) != len(rows) or (len(rows) and not 0 <= rows.min() <= rows.max() < len(code)):
+        raise ValueError("rows must index the columns, one source index a row")  # the compiled loop checks no bounds
     out = np.empty(rows.shape[0] * 50 + 64, np.uint8)  # 5 columns of at most 10 bytes, 5 counts and ends
     middle, end = _outcome_columns(code, anchor, source_index, offset, latency, rows.astype(np.int64), out)
     return out[:middle].tobytes(), out[middle:end].tobytes()

@@ -33,6 +33,7 @@ from acker import avro_longs
 from acker.columnar.block import Code, MessageBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
+from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
@@ -45,6 +46,7 @@ from acker.wire import (
     OUTCOMES_PER_RECORD,
     WireError,
     check_block,
+    encode_batch,
     encode_outcomes,
     parse_batch,
 )
@@ -73,12 +75,24 @@ class _Retired:
     ignored_ticks: int = 0
 
 
+def _compile_now() -> None:
+    """Compile (or load from numba's on-disk cache) every compiled loop the service runs, before it joins the
+    group: no record waits for the compiler."""
+    BlockTracker.warm_up()
+    parsed = parse_batch(encode_batch(MessageBlock.from_messages([Init(1, "s", "t/0/0", 1), Ack(1, 1)])))
+    check_block(parsed, 1, 2)  # read-only columns, as parsed (a record checked alone)
+    block = MessageBlock.concat([parsed])
+    check_block(block, 1, 2)  # fresh columns, as concatenated
+    outcomes = BlockTracker().process(block)
+    encode_outcomes("s", outcomes, np.arange(len(outcomes)), acker_partition=0, acker_offset=0)
+    avro_longs.long(0)
+    avro_longs.outcome_anchors(bytes(5), 0)  # an empty outcome record's head: compiled before any read-back
+
+
 class AckerService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        BlockTracker.warm_up()  # before joining the group: no record waits for the compiler
-        avro_longs.long(0)
-        avro_longs.outcome_anchors(bytes(5), 0)  # an empty outcome record's head: compiled before any read-back
+        _compile_now()
         self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
         self._states: dict[int, PartitionState] = {}
         self._outcome_logs: dict[int, OutcomeLog] = {}

@@ -214,7 +214,8 @@ def _bury(tombs: Array, tomb_counts: Array, row: int, anchor: int) -> None:
 @_compiled
 def renumber(values: Array, n: int) -> tuple[Array, Array]:
     """``np.unique(values, return_inverse=True)`` for values in [0, ``n``), without sorting: the distinct values in
-    increasing order, and the index of each value among them (how outcomes number the few sources they name)."""
+    increasing order, and the index of each value among them (how outcomes number the few sources they name). The
+    caller guarantees the range: nothing is bounds-checked."""
     index = np.full(n, -1, np.int64)
     for v in values:
         index[v] = 0

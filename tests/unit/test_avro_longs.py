@@ -7,6 +7,7 @@ import random
 
 import fastavro
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -68,3 +69,12 @@ def test_outcome_columns_are_the_arrays_of_the_rows(outcomes: list[tuple[int, ..
     head, tail = avro_longs.outcome_columns(code, anchor, offset, latency, rows=rows, source_index=local)
     assert head == avro_longs.array(code[rows]) + avro_longs.array(anchor[rows])
     assert tail == b"".join(avro_longs.array(column) for column in (local, offset[rows], latency[rows]))
+
+
+def test_outcome_columns_refuse_rows_outside_the_columns() -> None:
+    column = np.arange(3, dtype=np.int64)
+    for rows, index in (([0, 3], [0, 0]), ([-1], [0]), ([0, 1], [0])):
+        with pytest.raises(ValueError, match="rows must index the columns"):
+            avro_longs.outcome_columns(
+                column, column, column, column, rows=np.array(rows, np.int64), source_index=np.array(index, np.int64)
+            )

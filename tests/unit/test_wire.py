@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
-from acker.core import Ack, Init, Message
+from acker.columnar.block import Kind
+from acker.core import Ack, Anchor, Init, Message
 from acker.core.ids import partition_of
 from acker.wire import (
     _PREFIX_OUTCOMES,
@@ -102,6 +103,25 @@ def test_messages_must_be_on_the_partition_of_their_anchor() -> None:
         check_block(block, 1, 2)
     assert raised.value.reason == "wrong-partition"
     assert "belong on partition 0, not 1" in raised.value.detail
+
+
+def test_a_block_failing_several_checks_gets_the_reason_of_the_first() -> None:
+    """Kinds, then anchors, then tuple ids, then partitions: what the messages are comes before where they are."""
+    block = MessageBlock.from_messages([Ack(3, 1), Anchor(5, 7)])  # both on partition 1 of 2, checked against 0
+    block.kinds[1], block.anchors[0], block.values[1] = 9, 0, 0
+
+    def reason() -> str:
+        with pytest.raises(WireError) as raised:
+            check_block(block, 0, 2)
+        return raised.value.args[0]
+
+    assert reason().startswith("unknown-message-type")
+    block.kinds[1] = Kind.ANCHOR
+    assert reason() == "zero-id: a message other than a tick has anchor 0"
+    block.anchors[0] = 3
+    assert reason() == "zero-id: an anchor or ok message has tuple id 0"
+    block.values[1] = 7
+    assert reason() == "wrong-partition: 2 message(s) belong on partition 1, not 0 (of 2)"
 
 
 def test_the_partition_check_is_partition_of_for_every_sign_and_extreme() -> None:
