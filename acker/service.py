@@ -463,7 +463,7 @@ class AckerService:
         (`acker.outcome_log`), before any of their records is applied."""
         partitions = [p for p in self._to_recover if p in self._states]
         self._to_recover = []
-        starts = self._read_back_starts([TopicPartition(self.config.acker_topic, p) for p in partitions])
+        starts = self._read_back_starts(partitions)
         for partition in partitions:
             state = self._states.get(partition)
             if not starts.get(partition) or state is None or state.position is not None:
@@ -495,14 +495,14 @@ class AckerService:
             )
         return self._reader
 
-    def _read_back_starts(self, partitions: list[TopicPartition]) -> dict[int, dict[str, tuple[int, int]]]:
+    def _read_back_starts(self, partitions: list[int]) -> dict[int, dict[str, tuple[int, int]]]:
         """Per assigned partition, where the outcomes to read back start, from the commit's metadata."""
         try:
             committed = self._reading_consumer().committed(
-                [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=30
+                [TopicPartition(self.config.acker_topic, p) for p in partitions], timeout=30
             )
         except Exception as error:  # e.g. a timeout: replay without reading back
-            log.warning("committed offsets of %s not read: %s", sorted(tp.partition for tp in partitions), error)
+            log.warning("committed offsets of %s not read: %s", sorted(partitions), error)
             return {}
         return {tp.partition: parse_metadata(tp.metadata) for tp in committed if tp.offset >= 0}
 
