@@ -116,10 +116,8 @@ class Bolt:
         self._ids = ids or IdGenerator()
         self.counters: Counter[str] = Counter()
         self._next_commit = time.monotonic() + commit_interval_s
-        # Every delivery callback here acts on failures only: successes are not reported to Python at all.
-        self.producer = Producer(
-            config.client(**{"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True})
-        )
+        # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
+        self.producer = Producer(config.stage_producer())
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,

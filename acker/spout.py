@@ -115,10 +115,8 @@ class Spout:
         self._direct: list[DirectRow] = []  # outcomes the spout decides itself
         self._init_attempts: dict[int, int] = {}
         self._paused = False
-        # Every delivery callback here acts on failures only: successes are not reported to Python at all.
-        self.producer = Producer(
-            config.client(**{"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True})
-        )
+        # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
+        self.producer = Producer(config.stage_producer())
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,

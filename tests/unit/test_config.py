@@ -138,3 +138,12 @@ def test_stream_consumers_fetch_again_soon_after_a_full_queue_unless_told_otherw
     mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.queue.backoff.ms": 500})
     assert mine.stream_consumer()["fetch.queue.backoff.ms"] == 500
     assert mine.stream_consumer(**{"fetch.queue.backoff.ms": 5})["fetch.queue.backoff.ms"] == 5
+
+
+def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idempotent() -> None:
+    plain = ServiceConfig(bootstrap_servers="b:9092").stage_producer()
+    assert plain == {"linger.ms": 20, "delivery.report.only.error": True, "bootstrap.servers": "b:9092",
+                     "enable.idempotence": True}  # fmt: skip
+    mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"linger.ms": "5", "enable.idempotence": "false"})
+    assert mine.stage_producer()["linger.ms"] == "5"
+    assert mine.stage_producer()["enable.idempotence"] is True  # a duplicate would cancel an edge of the ledger
