@@ -33,6 +33,7 @@ Not thread-safe.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import assert_never
 
@@ -142,7 +143,7 @@ class Tracker:
             case _:
                 assert_never(message)
 
-    def handle_all(self, messages: list[Message]) -> list[Outcome]:
+    def handle_all(self, messages: Iterable[Message]) -> list[Outcome]:
         out: list[Outcome] = []
         for message in messages:
             decided = self.handle(message)

@@ -17,6 +17,7 @@ from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
+from acker.headers import pairs
 from acker.metrics import serve
 from acker.service import DLQ_OFFSET, DLQ_REASON
 from acker.wire import encode_batch
@@ -31,7 +32,8 @@ def _dead_letters(config: ServiceConfig, expected: int) -> list[dict[str, str]]:
     for _ in range(100):
         for record in consumer.consume(100, timeout=0.2):
             if record.error() is None:
-                out.append({k: v.decode() for k, v in record.headers() or []} | {"value": repr(record.value())})
+                headers = {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in pairs(record.headers())}
+                out.append(headers | {"value": repr(record.value())})
         if len(out) >= expected:
             break
     consumer.close()

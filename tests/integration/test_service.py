@@ -316,7 +316,7 @@ def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcome
     service = ServiceThread(config)
     reader = OutcomeReader(config, [SPOUT])
     try:
-        send(config, inits)  # type: ignore[arg-type]
+        send(config, inits)
         reader.wait_for([init.msg_id for init in inits], timeout_s=90)
         assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
     finally:

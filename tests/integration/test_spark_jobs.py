@@ -74,7 +74,7 @@ def _outcomes(client: dict[str, str], topic: str, rows: list[tuple[str, str]], s
 def _read_all(client: dict[str, str], topic: str) -> list[Any]:
     consumer = Consumer({**client, "group.id": f"r-{uuid.uuid4().hex}", "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    out = []
+    out: list[Any] = []
     try:
         while True:
             records = consumer.consume(100, timeout=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+from typing import Any
 
 import fastavro
 import numpy as np
@@ -17,7 +18,7 @@ LONGS = fastavro.parse_schema({"type": "array", "items": "long"})
 STRINGS = fastavro.parse_schema({"type": "array", "items": "string"})
 
 
-def _read(schema: object, data: bytes) -> object:
+def _read(schema: Any, data: bytes) -> object:
     stream = io.BytesIO(data)
     value = fastavro.schemaless_reader(stream, schema, None)
     assert stream.tell() == len(data)

@@ -135,8 +135,8 @@ def test_stream_consumers_fetch_again_soon_after_a_full_queue_unless_told_otherw
     assert plain.stream_consumer(**{"group.id": "g"}) == {
         "fetch.queue.backoff.ms": 20, "bootstrap.servers": "b:9092", "group.id": "g"}  # fmt: skip
     assert "fetch.queue.backoff.ms" not in plain.client()  # producers and admin clients do not take it
-    mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.queue.backoff.ms": 500})
-    assert mine.stream_consumer()["fetch.queue.backoff.ms"] == 500
+    mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.queue.backoff.ms": "500"})
+    assert mine.stream_consumer()["fetch.queue.backoff.ms"] == "500"
     assert mine.stream_consumer(**{"fetch.queue.backoff.ms": 5})["fetch.queue.backoff.ms"] == 5
 
 

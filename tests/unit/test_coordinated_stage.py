@@ -72,7 +72,7 @@ def test_step_state_that_json_would_change_fails_the_request_instead_of_changing
     stage = _last_step(_Answer(b"x"))
     stage._handle(_report("r1"), int(time.time() * 1000))
     state = stage.tasks[0].requests["r1"]
-    state.done, state.user = False, {3: 1}  # a count keyed by an int: "3" after a restore
+    state.done, state.user = False, {3: 1}  # type: ignore[dict-item]  # keyed by an int: "3" after a restore
     stage._encode(0, state)
     assert state.failed
 

@@ -47,6 +47,7 @@ def test_metadata_stays_under_the_brokers_limit() -> None:
     for i in range(500):
         log.delivered(f"acker.outcomes.spout-with-a-long-name-{i:04}", 0, i, acker_offset=1)
     text = log.metadata(0)
+    assert text is not None
     assert len(text.encode()) <= MAX_METADATA_BYTES
     assert 0 < len(parse_metadata(text)) < 500
 

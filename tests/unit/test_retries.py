@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from acker.headers import HeaderList
 from acker.retries import (
     ATTEMPT,
     DEAD_LETTERED,
@@ -45,7 +46,7 @@ def test_a_first_nack_is_replayed_as_attempt_1_with_its_context_and_the_applicat
 
 
 def test_a_failing_copy_counts_attempts_from_its_origin_with_exponential_backoff() -> None:
-    headers = [("app", b"x")]
+    headers: HeaderList = [("app", b"x")]
     msg_id = "src/0/1"
     delays = []
     for attempt in (1, 2, 3):

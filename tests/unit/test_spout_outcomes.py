@@ -22,7 +22,7 @@ class _Outcomes:
 
 
 def _spout(outcomes: _Outcomes) -> Any:
-    spout = Spout.__new__(Spout)
+    spout: Any = Spout.__new__(Spout)  # only what reading outcomes needs, the consumer a stand-in
     spout.pending, spout.counters, spout._init_attempts, spout.outcomes = {}, Counter(), {}, outcomes
     return spout
 

@@ -113,7 +113,7 @@ def test_a_block_failing_several_checks_gets_the_reason_of_the_first() -> None:
     def reason() -> str:
         with pytest.raises(WireError) as raised:
             check_block(block, 0, 2)
-        return raised.value.args[0]
+        return str(raised.value.args[0])
 
     assert reason().startswith("unknown-message-type")
     block.kinds[1] = Kind.ANCHOR

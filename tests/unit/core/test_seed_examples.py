@@ -1,6 +1,6 @@
 """The worked examples of the seed documents, step by step."""
 
-from acker.core import TICK, Ack, Acked, Anchor, Fail, Init, Nacked, NackReason, Ok, Tracker, partition_of
+from acker.core import TICK, Ack, Acked, Anchor, Fail, Init, Message, Nacked, NackReason, Ok, Tracker, partition_of
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 
 AID = 0x5EED
@@ -9,7 +9,7 @@ AID = 0x5EED
 def test_fsshelter_chain_table() -> None:
     """Spout → Bolt A → Bolt B, FsShelter's separate form (seed 001, first table)."""
     tracker = Tracker()
-    steps = [
+    steps: list[tuple[Message, int]] = [
         (Init(AID, "s", "m", 0), 0),  # Track: v = 0, waits for its anchors
         (Anchor(AID, 100), 100),
         (Anchor(AID, 200), 100 ^ 200),
@@ -25,7 +25,7 @@ def test_fsshelter_chain_table() -> None:
 def test_fsshelter_fanout_table() -> None:
     """Spout → Bolt A → (Bolt B, Bolt C) (seed 001, second table)."""
     tracker = Tracker()
-    table = [
+    table: list[tuple[Message, int]] = [
         (Init(AID, "s", "m", 0), 0),
         (Anchor(AID, 100), 100),
         (Anchor(AID, 200), 100 ^ 200),
@@ -73,7 +73,7 @@ def test_multi_anchoring_walkthrough_with_helpers_and_combined_acks() -> None:
     child = anchored((in1, in2))
     assert set(child.roots) == {t1.anchor, t2.anchor}
     tracker = Tracker()
-    messages = [t1.init(), t2.init(), *in1.ack(), *in2.ack()]
+    messages: list[Message] = [t1.init(), t2.init(), *in1.ack(), *in2.ack()]
     assert tracker.handle_all(messages) == []
     leaf = InputTuple(child, next_id)
     outcomes = tracker.handle_all(list(leaf.ack()))

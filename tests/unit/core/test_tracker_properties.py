@@ -12,7 +12,7 @@ from tests.strategies import Scenario, build_scenario, interleave, scenarios
 
 
 def _run(tracker: Tracker, arrivals: list[tuple[Message, str]]) -> list[tuple[int, Acked | Nacked]]:
-    decided = []
+    decided: list[tuple[int, Acked | Nacked]] = []
     for index, (message, _) in enumerate(arrivals):
         decided.extend((index, outcome) for outcome in tracker.handle(message))
     return decided

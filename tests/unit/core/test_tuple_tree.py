@@ -24,7 +24,7 @@ def test_id_generator_is_reproducible_non_zero_and_signed() -> None:
 def test_id_generator_skips_zero() -> None:
     gen = IdGenerator(0)
     stream = iter([0, 0, 5, (1 << 64) - 1])
-    gen._bits = lambda bits: next(stream)  # type: ignore[method-assign] - a source that starts with zeros
+    gen._bits = lambda bits: next(stream)  # a source that starts with zeros
     assert gen() == 5
     assert gen() == -1  # the top half of the unsigned range maps to negative ids
 
