@@ -5,11 +5,29 @@ from __future__ import annotations
 import os
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds used so far by process ``pid`` (Linux)."""
-    with open(f"/proc/{pid}/stat") as stat:
+def _stat_seconds(path: str) -> float:
+    with open(path) as stat:
         fields = stat.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` (Linux)."""
+    return _stat_seconds(f"/proc/{pid}/stat")
+
+
+def thread_seconds(pid: int, name_contains: str) -> float:
+    """CPU seconds used so far by the threads of process ``pid`` whose name contains ``name_contains`` (a JVM's
+    ``C2 CompilerThre``, say); threads that ended are not counted."""
+    total = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                if name_contains in comm.read():
+                    total += _stat_seconds(f"/proc/{pid}/task/{task}/stat")
+        except OSError:  # the thread ended
+            continue
+    return total
 
 
 def snapshot(pids: dict[str, int]) -> dict[str, float]:

@@ -8,8 +8,10 @@ tracked), one process each, on fresh topics; once every stage's consumer group i
 assigned (start-up, imports and the acker's compiled kernels are behind every process), ``--sentences`` generated
 sentences are written to the source topic. Throughput is words counted per second, measured on the sink topic from
 the timestamp of its first record to the timestamp of its last. Tracked mode also checks that every sentence was acked.
-Before the measured rounds (except with ``--quick``), one round of each mode on a fifth of the sentences warms the
-broker up: its JIT compiler's threads otherwise take as much CPU as its request handlers in the first rounds.
+Before the measured rounds (except with ``--quick``), ``--warm-up`` rounds (2) of each mode on half the sentences, not
+counted, warm the broker up: in the first rounds on a fresh broker its JIT compiler's threads take as much CPU as its
+request handlers. The share the compiler took in each warm-up round is printed: it falls slowly (49 % in the first
+round, still 19-36 % in rounds 4-6 of one run, start-ups included), so the first measured rounds pay more of it.
 Storm reports 5 to 8 × lower throughput with acking on; the target here is tracked ≥ 0.8 × untracked.
 
 It also prints where the CPU went: the CPU seconds of each process (and of the local broker) per 1,000 words, from
@@ -134,6 +136,22 @@ def _run(
             process.wait(60)
 
 
+def _warm_up(cluster: Cluster, lines: list[bytes], partitions: int, max_pending: int | None, rounds: int) -> None:
+    """``rounds`` uncounted rounds of both modes; prints the share of the broker's CPU its JIT compiler used in each."""
+    for done in range(1, rounds + 1):
+        pid = cluster.pid
+        before = None if pid is None else (cpu.cpu_seconds(pid), _compiling(pid))
+        for tracked in (False, True):
+            _run(cluster, lines, tracked, partitions, max_pending)
+        if pid is not None and before is not None:
+            share = (_compiling(pid) - before[1]) / max(1e-9, cpu.cpu_seconds(pid) - before[0])
+            print(f"warm-up round {done}: the broker's JIT compiler used {share:.0%} of its CPU", flush=True)
+
+
+def _compiling(pid: int) -> float:
+    return cpu.thread_seconds(pid, "CompilerThre")  # HotSpot's "C1 CompilerThre", "C2 CompilerThre"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None)
@@ -141,6 +159,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warm-up", type=int, default=2, help="uncounted rounds first (not with --quick)")
     parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
@@ -151,10 +170,7 @@ def main() -> None:
     cpus: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         if not args.quick:
-            # A broker just started spends as much CPU compiling (its JIT's threads) as serving the first runs, more
-            # in the mode that runs second: one round of each mode on a fifth of the input, not counted, first.
-            for tracked in (False, True):
-                _run(cluster, lines[: max(1, n // 5)], tracked, args.partitions, args.max_pending)
+            _warm_up(cluster, lines[: max(1, n // 2)], args.partitions, args.max_pending, args.warm_up)
         for run in range(repeat):
             for tracked in (False, True):  # alternate, so that drift of a noisy machine hits both
                 rate, used = _run(cluster, lines, tracked, args.partitions, args.max_pending)
