@@ -31,10 +31,10 @@ _SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "private", "c
 CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 # A spout or a bolt produces a stream: librdkafka gathers each partition's messages for linger.ms before a produce
 # request. At 5 ms (librdkafka's default) each stage sent ~200 small requests a second. At 20 ms (Kafka Streams uses
-# 100) the word count sent a third to a quarter as many, the broker's CPU per word fell by half or more, and the
-# untracked pipeline ran a third faster (docs/benchmarks.md), for at most 15 ms more latency per stage.
-# delivery.report.only.error: the Python client still frees every message's state in poll, but calls Python only
-# for failures, the only reports the stages act on.
+# 100) the word count sent a quarter (untracked) to two fifths (tracked) as many, the broker's CPU per word fell by
+# half or more, and the untracked pipeline ran a third faster (docs/benchmarks.md), for at most 15 ms more latency
+# per stage. delivery.report.only.error: the Python client still frees every message's state in poll, but calls
+# Python only for failures, the only reports the stages act on.
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20, "delivery.report.only.error": True}
 
 
