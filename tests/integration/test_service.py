@@ -279,12 +279,15 @@ def test_instances_join_and_leave_under_load_without_losing_or_rushing_trees(con
     finally:
         stop_feeding.set()
         feeder.join()
-    reader.wait_for(trees, timeout_s=90)
-    assert not {m for m in held if m in reader.seen}, "a tree was acked before its last ack was sent"
-    send(config, [tail[0] for _, _, tail in held.values()])
-    reader.wait_for(held, timeout_s=60)
-    for instance in instances:
-        instance.stop()
+    try:
+        reader.wait_for(trees, timeout_s=90)
+        assert not {m for m in held if m in reader.seen}, "a tree was acked before its last ack was sent"
+        send(config, [tail[0] for _, _, tail in held.values()])
+        reader.wait_for(held, timeout_s=60)
+    finally:
+        for instance in instances:
+            instance.stop()
+        reader.close()
     wrong = {m: seen for m, seen in reader.seen.items() if set(seen) != {"ACK"}}
     assert not wrong, f"{len(wrong)} trees with a wrong outcome, e.g. {list(wrong.items())[:3]}"
     assert len(trees) > 1000
