@@ -125,7 +125,7 @@ class ServiceConfig:
         """`client` for the producer of a spout or a bolt: `STAGE_PRODUCER_DEFAULTS` first, so that the pass-through
         settings can change them, and idempotence always (a data message or an acker record written twice or out
         of order would cancel an edge of the XOR ledger: its tree would time out and be replayed)."""
-        return {**STAGE_PRODUCER_DEFAULTS, **self.client(**{"enable.idempotence": True, **overrides})}
+        return {**STAGE_PRODUCER_DEFAULTS, **self.client(**overrides), "enable.idempotence": True}
 
     def redacted(self) -> dict[str, Any]:
         """The configuration as a dict that is safe to log."""

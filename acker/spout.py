@@ -31,6 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -57,13 +58,6 @@ log = logging.getLogger("acker.spout")
 INIT_ATTEMPTS = 3
 
 
-# The spout reads outcomes only to count its pending trees: it asks the broker to answer a fetch once it holds 64 KB or
-# after 100 ms, instead of at every outcome record the service writes. In the word count this cut the broker's CPU per
-# word in each of 4 paired runs, and the tracked mode ran faster in 3 of them (docs/benchmarks.md). The price: under
-# light traffic a decided tree leaves the pending count up to 100 ms late. Pass-through settings override these.
-OUTCOME_FETCH: dict[str, int] = {"fetch.min.bytes": 65536, "fetch.wait.max.ms": 100}
-
-
 @dataclass(frozen=True)
 class SpoutSettings:
     name: str  # the spout id: outcomes go to <outcome_prefix><name>
@@ -82,6 +76,28 @@ class SpoutSettings:
     @property
     def watermark_group(self) -> str:
         return f"{self.consumer_group}.acked"
+
+
+# The spout reads outcomes only to count its pending trees: it asks the broker to answer a fetch once it holds
+# OUTCOME_BYTES_PER_PENDING bytes per pending tree allowed (64 KB at most, at max_pending 8,192 and above), or after
+# 100 ms, instead of at every outcome record the service writes. In the word count (max_pending 10,000: 64 KB) this
+# cut the broker's CPU per word in each of 4 paired runs, and the tracked mode ran faster in 3 of them
+# (docs/benchmarks.md). An outcome takes ~16 bytes in its record, so a fetch returns once about half of max_pending
+# trees were decided: a spout paused at max_pending resumes with half its window free. The price: when fewer trees than
+# that finish (light traffic), they leave the pending count up to 100 ms late. Pass-through settings override these.
+OUTCOME_BYTES_PER_PENDING = 8
+OUTCOME_FETCH_MAX_BYTES = 65536
+OUTCOME_FETCH_WAIT_MS = 100
+
+
+def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str) -> dict[str, Any]:
+    """The configuration of the spout's outcome consumer (see `OUTCOME_BYTES_PER_PENDING`)."""
+    fetch = {
+        "fetch.min.bytes": max(1, min(OUTCOME_FETCH_MAX_BYTES, OUTCOME_BYTES_PER_PENDING * settings.max_pending)),
+        "fetch.wait.max.ms": OUTCOME_FETCH_WAIT_MS,
+    }
+    consumer = config.stream_consumer(**{"group.id": group})
+    return {**consumer, **fetch, **{k: v for k, v in config.kafka.items() if k in fetch}}
 
 
 class Emitter:
@@ -141,7 +157,7 @@ class Spout:
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})
         )
         outcome_group = f"{settings.name}.outcomes-{uuid.uuid4().hex[:8]}"
-        self.outcomes = Consumer({**OUTCOME_FETCH, **config.stream_consumer(**{"group.id": outcome_group})})
+        self.outcomes = Consumer(outcome_consumer(config, settings, outcome_group))
         outcome_topic = config.outcome_topic(settings.name)
         # From the current ends, resolved now: OFFSET_END would be resolved when the first fetch starts, possibly
         # after the outcomes of the first trees were written, and those would never be seen.

@@ -16,18 +16,28 @@ def cpu_seconds(pid: int) -> float:
     return _stat_seconds(f"/proc/{pid}/stat")
 
 
-def thread_seconds(pid: int, name_contains: str) -> float:
-    """CPU seconds used so far by the threads of process ``pid`` whose name contains ``name_contains`` (a JVM's
-    ``C2 CompilerThre``, say); threads that ended are not counted."""
-    total = 0.0
-    for task in os.listdir(f"/proc/{pid}/task"):
+def threads(pid: int, name_contains: str) -> dict[int, float]:
+    """CPU seconds used so far by each live thread of process ``pid`` whose name contains ``name_contains`` (a JVM's
+    ``C2 CompilerThre``, say), by thread id. Compare two of these with `threads_spent`."""
+    out: dict[int, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # the process ended
+        return out
+    for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/comm") as comm:
                 if name_contains in comm.read():
-                    total += _stat_seconds(f"/proc/{pid}/task/{task}/stat")
+                    out[int(task)] = _stat_seconds(f"/proc/{pid}/task/{task}/stat")
         except OSError:  # the thread ended
             continue
-    return total
+    return out
+
+
+def threads_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the threads of ``after`` used since ``before``. A thread that ended in between is not counted: a
+    lower bound (a JVM stops compiler threads it no longer needs)."""
+    return sum(seconds - before.get(tid, 0.0) for tid, seconds in after.items())
 
 
 def snapshot(pids: dict[str, int]) -> dict[str, float]:

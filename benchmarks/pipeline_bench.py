@@ -137,19 +137,22 @@ def _run(
 
 
 def _warm_up(cluster: Cluster, lines: list[bytes], partitions: int, max_pending: int | None, rounds: int) -> None:
-    """``rounds`` uncounted rounds of both modes; prints the share of the broker's CPU its JIT compiler used in each."""
+    """``rounds`` uncounted rounds of both modes; with a local broker, prints the share of its CPU its JIT compiler
+    used in each (at least that share: compiler threads that ended during a round are not counted)."""
     for done in range(1, rounds + 1):
         pid = cluster.pid
-        before = None if pid is None else (cpu.cpu_seconds(pid), _compiling(pid))
+        before = (cpu.cpu_seconds(pid), cpu.threads(pid, _COMPILER)) if pid is not None else None
         for tracked in (False, True):
             _run(cluster, lines, tracked, partitions, max_pending)
-        if pid is not None and before is not None:
-            share = (_compiling(pid) - before[1]) / max(1e-9, cpu.cpu_seconds(pid) - before[0])
-            print(f"warm-up round {done}: the broker's JIT compiler used {share:.0%} of its CPU", flush=True)
+        if pid is None or before is None:
+            print(f"warm-up round {done} done", flush=True)
+            continue
+        compiled = cpu.threads_spent(before[1], cpu.threads(pid, _COMPILER))
+        share = compiled / max(1e-9, cpu.cpu_seconds(pid) - before[0])
+        print(f"warm-up round {done}: the broker's JIT compiler used at least {share:.0%} of its CPU", flush=True)
 
 
-def _compiling(pid: int) -> float:
-    return cpu.thread_seconds(pid, "CompilerThre")  # HotSpot's "C1 CompilerThre", "C2 CompilerThre"
+_COMPILER = "CompilerThre"  # HotSpot's compiler threads: "C1 CompilerThre", "C2 CompilerThre"
 
 
 def main() -> None:

@@ -147,3 +147,4 @@ def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idemp
     mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"linger.ms": "5", "enable.idempotence": "false"})
     assert mine.stage_producer()["linger.ms"] == "5"
     assert mine.stage_producer()["enable.idempotence"] is True  # a duplicate would cancel an edge of the ledger
+    assert mine.stage_producer(**{"enable.idempotence": False})["enable.idempotence"] is True

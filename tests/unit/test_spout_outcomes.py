@@ -1,4 +1,5 @@
-"""The spout's reading of its outcome topic, at its edge (a fake consumer hands over outcome records)."""
+"""The spout's reading of its outcome topic, at its edge (a fake consumer hands over outcome records), and its
+outcome consumer's settings."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from acker.spout import Spout
+from acker.config import ServiceConfig
+from acker.spout import Spout, SpoutSettings, outcome_consumer
 from acker.wire import encode_outcome_rows
 
 
@@ -45,3 +47,19 @@ def test_an_unreadable_outcome_record_is_skipped() -> None:
     spout.pending["t/0/5"] = 22
     spout._read_outcomes()
     assert spout.pending == {}
+
+
+def test_the_outcome_consumer_waits_for_about_half_a_window_of_outcomes_unless_told_otherwise() -> None:
+    config = ServiceConfig(bootstrap_servers="b:9092")
+
+    def fetch(max_pending: int, config: ServiceConfig = config) -> tuple[object, object]:
+        settings = SpoutSettings("s", "in", "out", max_pending=max_pending)
+        got = outcome_consumer(config, settings, "g")
+        assert got["group.id"] == "g" and got["bootstrap.servers"] == "b:9092"
+        return got["fetch.min.bytes"], got["fetch.wait.max.ms"]
+
+    assert fetch(10_000) == (65536, 100)  # capped
+    assert fetch(1000) == (8000, 100)  # a small window is not held for 64 KB of outcomes
+    assert fetch(1) == (8, 100)
+    mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.min.bytes": "1", "fetch.wait.max.ms": "500"})
+    assert fetch(10_000, mine) == ("1", "500")
