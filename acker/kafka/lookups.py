@@ -54,6 +54,9 @@ class KafkaLookups:
         self._admin = AdminClient(self._client)
         self.lock = threading.Lock()
 
+    def close(self) -> None:
+        self._consumer.close()
+
     def next_existing(self, topic: str, partition: int, offset: int) -> int | None:
         """The offset of the first record at or after ``offset`` that a read_committed consumer reads; None when
         Kafka cannot tell now (an open transaction holds the readable end at ``offset``, nothing written there yet, a
@@ -182,3 +185,12 @@ def lookups(client: Mapping[str, Any]) -> KafkaLookups:
         if key not in _lookups:
             _lookups[key] = KafkaLookups(client)
         return _lookups[key]
+
+
+def close_all() -> None:
+    """Close the process's `KafkaLookups` (before its cluster goes away, say); the next `lookups` makes new ones."""
+    with _lookups_lock:
+        for kafka in _lookups.values():
+            with kafka.lock:
+                kafka.close()
+        _lookups.clear()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from acker.config import ServiceConfig
+from acker.kafka import lookups
 from acker.kafka.provision import Cluster, kafka_cluster
 
 
@@ -26,6 +27,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster() -> Iterator[Cluster]:
     with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS")) as running:
         yield running
+        lookups.close_all()  # the process's cached lookup clients, before the broker stops under them
 
 
 @pytest.fixture
