@@ -16,6 +16,10 @@ def cpu_seconds(pid: int) -> float:
     return _stat_seconds(f"/proc/{pid}/stat")
 
 
+JVM_COMPILER = "CompilerThre"
+"""What the names of HotSpot's JIT compiler threads contain ("C1 CompilerThre", "C2 CompilerThre")."""
+
+
 def threads(pid: int, name_contains: str) -> dict[int, float]:
     """CPU seconds used so far by each live thread of process ``pid`` whose name contains ``name_contains`` (a JVM's
     ``C2 CompilerThre``, say), by thread id. Compare two of these with `threads_spent`."""

@@ -141,18 +141,15 @@ def _warm_up(cluster: Cluster, lines: list[bytes], partitions: int, max_pending:
     used in each (at least that share: compiler threads that ended during a round are not counted)."""
     for done in range(1, rounds + 1):
         pid = cluster.pid
-        before = (cpu.cpu_seconds(pid), cpu.threads(pid, _COMPILER)) if pid is not None else None
+        before = (cpu.cpu_seconds(pid), cpu.threads(pid, cpu.JVM_COMPILER)) if pid is not None else None
         for tracked in (False, True):
             _run(cluster, lines, tracked, partitions, max_pending)
         if pid is None or before is None:
             print(f"warm-up round {done} done", flush=True)
             continue
-        compiled = cpu.threads_spent(before[1], cpu.threads(pid, _COMPILER))
+        compiled = cpu.threads_spent(before[1], cpu.threads(pid, cpu.JVM_COMPILER))
         share = compiled / max(1e-9, cpu.cpu_seconds(pid) - before[0])
         print(f"warm-up round {done}: the broker's JIT compiler used at least {share:.0%} of its CPU", flush=True)
-
-
-_COMPILER = "CompilerThre"  # HotSpot's compiler threads: "C1 CompilerThre", "C2 CompilerThre"
 
 
 def main() -> None:
