@@ -162,19 +162,23 @@ def rehash(t: Table, capacity: int) -> Table:
     return new
 
 
+@_inlined
+def _opened(offset: int, first: int) -> int:
+    """The whole offset of the record that opened an entry, from ``first``, its low 32 bits (``firsts``), and the
+    offset of a later record: the entry is less than 2³² records old."""
+    return int(offset - ((offset - np.int64(first)) & _LOW32))
+
+
 @_compiled
 def oldest_needed(t: Table, tomb_counts: Array, tomb_oldest: Array, position: int) -> int:
     """The lowest offset, at most ``position``, of a record that opened a pending tree or a tree finished in the
     last ``buckets`` ticks (a tombstone): replaying from there decides every such tree again from all of its
     messages, hence exactly as before."""
     keys, firsts = t[0], t[6]
-    low = position & _LOW32
-    behind = 0
+    oldest = position
     for i in range(keys.shape[0]):
         if keys[i] != 0:
-            d = (low - firsts[i]) & _LOW32
-            behind = max(behind, d)
-    oldest = position - behind
+            oldest = min(oldest, _opened(position, firsts[i]))
     for r in range(tomb_counts.shape[0]):
         if tomb_counts[r]:
             oldest = min(oldest, tomb_oldest[r])
@@ -260,9 +264,7 @@ def _finish(t: Table, state: Array, tombs: Array, tomb_counts: Array, tomb_oldes
     current generation."""
     row = state[S_GENERATION] % tombs.shape[0]
     _bury(tombs, tomb_counts, row, t[0][i])
-    # The whole offset of the record that opened the tree, from its low 32 bits: it is less than 2³² records back.
-    opened = offset - ((offset - np.int64(t[6][i])) & _LOW32)
-    tomb_oldest[row] = min(tomb_oldest[row], opened)
+    tomb_oldest[row] = min(tomb_oldest[row], _opened(offset, t[6][i]))
     _delete(t, i)
     state[S_ENTRIES] -= 1
     state[S_PENDING] -= 1

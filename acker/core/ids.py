@@ -8,7 +8,9 @@ Invariants:
   ``abs(anchor % n)`` with a truncating remainder, which is Java's ``Math.abs(anchor % n)``, C's
   ``llabs(anchor % n)`` and numpy's ``np.abs(np.fmod(anchor, n))``. Python's own ``%`` floors, so it would give
   another partition for negative anchors: never use it for this. This function is the one place the mapping is
-  defined; every producer of acker traffic calls it.
+  defined; every producer of acker traffic calls it. The service's compiled check of a record (`acker.wire._scan`)
+  computes it again inside its loop, where a Python call cannot go; a test holds the two equal for every sign and
+  both extremes.
 """
 
 from __future__ import annotations
