@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
-from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.core.tuple_tree import UNTRACKED, TupleIds, trusted_ids
 
 HEADER = "acker.ids"
 
@@ -34,7 +34,7 @@ def decode(raw: bytes | None) -> TupleIds | None:
         return None
     if len(raw) == 16:  # the common case, one root
         pair = _ONE.unpack(raw)
-        return TupleIds((pair,)) if pair[0] and pair[1] else None
+        return trusted_ids((pair,)) if pair[0] and pair[1] else None
     pairs = tuple(_ONE.iter_unpack(raw))
     if any(anchor == 0 or edge == 0 for anchor, edge in pairs):
         return None
