@@ -3,15 +3,21 @@
 Every message of a tree goes to partition ``partition_of(anchor, partitions)`` (`acker.core.ids`), set
 explicitly: librdkafka's default partitioner would hash differently. Messages of one partition are collected and
 sent as one record of up to ``max_batch`` messages, or after ``linger_s`` (call `poll` regularly). Order within a
-partition is the order of `send` calls, except that acks are combined: an ack for a tree that already has one in the
-batch is XORed into it. Not thread-safe.
+partition is the order of `send` calls, except that acks are combined: an ack for a tree whose last message in the
+batch is an ack is XORed into that ack. Not thread-safe.
 
-Why combining acks is exact: the acker XORs every ack value of a tree into one word, so acks ``v1`` and ``v2`` of one
-tree have the effect of one ack ``v1 ^ v2`` in any order (the acker takes an ack before the init, and ignores acks
-after a fail). The one thing an ack moved earlier could do is complete its tree sooner; that needs the tree's word
-to reach zero before the later ack, which would mean the later ack belongs to a tree already complete: impossible
-but with probability 2⁻⁶⁴. A fan-out stage (a bolt reading every word of a sentence) then sends one ack per tree and
-linger instead of one per message: fewer messages for the acker to decode and track.
+Why combining acks decides every tree as the acks one by one would: the acker XORs a tree's acks into one word, so a
+run of acks ``v1 … vn`` of one tree, with no other message of that tree between them, leaves the same word as one ack
+``v1 ^ … ^ vn`` at the first one's place; every message of a record has the same timeout generation, so the tree's
+timeout is unchanged. A fail, reset, init, anchor or ok of the tree ends the run: merging across it would reorder
+the tree's own messages (an ``Ok`` moved before an ``Anchor`` of a child would complete the tree early). What the
+acker no longer sees are the run's intermediate words. One of them is zero, with the init known, only if a later ack
+of the run is a duplicate of one already applied; sent one by one the tree is acked and the copy ignored, combined
+the copy stays in the word and the tree times out and is replayed: at-least-once either way (the producers are
+idempotent, so a duplicate is rare). Other trees see the run's tree finish at the first ack's place rather than the
+last's, which matters only to the overload limit when one client sends inits between acks (the spout sends inits
+and fails, the bolts acks, fails and resets). A fan-out stage (a bolt reading every word of a sentence) then sends
+one ack per tree and batch instead of one per message: fewer messages for the acker to decode and track.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ class _Batch:
         self.anchors: list[int] = []
         self.values: list[int] = []
         self.inits: list[Init] = []
-        self.acked: dict[int, int] = {}  # anchor -> the index of its ack in this batch (acks are combined)
+        self.acked: dict[int, int] = {}  # anchor -> index of its ack, while that is the tree's last message here
         self.first_at = time.monotonic()
 
     def ack(self, anchor: int, value: int) -> None:
@@ -77,6 +83,8 @@ class _Batch:
                 kind, value = Kind.FAIL, 0
             case ResetTimeout():
                 kind, value = Kind.RESET, 0
+        if self.acked:
+            self.acked.pop(message.anchor, None)  # a later ack must not move before this message of its tree
         self.kinds.append(kind)
         self.anchors.append(message.anchor)
         self.values.append(value)
