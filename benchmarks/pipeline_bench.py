@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -77,13 +78,22 @@ def _wait_ready(config: ServiceConfig, groups: dict[str, int], timeout_s: float 
         time.sleep(0.2)
 
 
-def _run(
-    cluster: Cluster, lines: list[bytes], tracked: bool, partitions: int, max_pending: int | None = None
-) -> tuple[float, dict[str, float]]:
+@dataclass(frozen=True)
+class Stages:
+    """How the pipeline's processes run: the partitions of every topic, and the settings a user may tune."""
+
+    partitions: int = 4
+    max_pending: int | None = None  # the spout's (tracked); None: the default
+    ack_linger_ms: int | None = None  # how long spout and bolts gather acker messages; None: the default
+
+
+def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> tuple[float, dict[str, float]]:
     """Words counted per second, and the CPU seconds per 1,000 words of each process."""
-    bootstrap = cluster.bootstrap_servers
+    bootstrap, partitions, max_pending = cluster.bootstrap_servers, stages.partitions, stages.max_pending
     run = uuid.uuid4().hex[:8]
     config = ServiceConfig(bootstrap_servers=bootstrap, partitions=partitions, metrics_port=0).namespaced(f"wc-{run}")
+    if stages.ack_linger_ms is not None:
+        config = replace(config, ack_linger_ms=stages.ack_linger_ms)
     topics = Topics(f"wc-{run}")
     create_topics(config.client(), [
         TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(SPOUT), partitions),
@@ -136,14 +146,14 @@ def _run(
             process.wait(60)
 
 
-def _warm_up(cluster: Cluster, lines: list[bytes], partitions: int, max_pending: int | None, rounds: int) -> None:
+def _warm_up(cluster: Cluster, lines: list[bytes], stages: Stages, rounds: int) -> None:
     """``rounds`` uncounted rounds of both modes; with a local broker, prints the share of its CPU its JIT compiler
     used in each (at least that share: compiler threads that ended during a round are not counted)."""
     for done in range(1, rounds + 1):
         pid = cluster.pid
         before = (cpu.cpu_seconds(pid), cpu.threads(pid, cpu.JVM_COMPILER)) if pid is not None else None
         for tracked in (False, True):
-            _run(cluster, lines, tracked, partitions, max_pending)
+            _run(cluster, lines, tracked, stages)
         if pid is None or before is None:
             print(f"warm-up round {done} done", flush=True)
             continue
@@ -161,6 +171,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warm-up", type=int, default=2, help="uncounted rounds first (not with --quick)")
     parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
+    parser.add_argument("--ack-linger-ms", type=int, default=None, help="the stages' acker batches (default: 20)")
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
     repeat = 1 if args.quick else args.repeat
@@ -168,12 +179,13 @@ def main() -> None:
     words = sum(len(line.split()) for line in lines)
     rates: dict[bool, list[float]] = {True: [], False: []}
     cpus: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    stages = Stages(args.partitions, args.max_pending, args.ack_linger_ms)
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         if not args.quick:
-            _warm_up(cluster, lines[: max(1, n // 2)], args.partitions, args.max_pending, args.warm_up)
+            _warm_up(cluster, lines[: max(1, n // 2)], stages, args.warm_up)
         for run in range(repeat):
             for tracked in (False, True):  # alternate, so that drift of a noisy machine hits both
-                rate, used = _run(cluster, lines, tracked, args.partitions, args.max_pending)
+                rate, used = _run(cluster, lines, tracked, stages)
                 rates[tracked].append(rate)
                 cpus[tracked].append(used)
                 print(f"run {run + 1} {'tracked' if tracked else 'untracked'}: {rate:,.0f} words/s")
