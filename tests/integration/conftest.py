@@ -6,6 +6,7 @@ Docker engine answers; otherwise a local broker starts from Maven Central jars (
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ def cluster() -> Iterator[Cluster]:
     with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS")) as running:
         yield running
         lookups.close_all()  # the process's cached lookup clients, before the broker stops under them
+        gc.collect()  # and the clients of finished tests that only a reference cycle still holds
 
 
 @pytest.fixture
