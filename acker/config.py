@@ -116,10 +116,10 @@ class ServiceConfig:
         """A librdkafka configuration: the pass-through settings, the bootstrap servers, then ``overrides``."""
         return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, **overrides}
 
-    def stream_consumer(self, **overrides: Any) -> dict[str, Any]:
-        """`client` for a consumer that streams a topic (the service, spouts, bolts, steps): `CONSUMER_DEFAULTS`
-        first, so that the pass-through settings can change them."""
-        return {**CONSUMER_DEFAULTS, **self.client(**overrides)}
+    def stream_consumer(self, defaults: Mapping[str, Any] | None = None, /, **overrides: Any) -> dict[str, Any]:
+        """`client` for a consumer that streams a topic (the service, spouts, bolts, steps): `CONSUMER_DEFAULTS`,
+        then the caller's ``defaults``, first, so that the pass-through settings can change them."""
+        return {**CONSUMER_DEFAULTS, **(defaults or {}), **self.client(**overrides)}
 
     def stage_producer(self, **overrides: Any) -> dict[str, Any]:
         """`client` for the producer of a spout or a bolt: `STAGE_PRODUCER_DEFAULTS` first, so that the pass-through

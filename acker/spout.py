@@ -96,8 +96,7 @@ def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str)
         "fetch.min.bytes": max(1, min(OUTCOME_FETCH_MAX_BYTES, OUTCOME_BYTES_PER_PENDING * settings.max_pending)),
         "fetch.wait.max.ms": OUTCOME_FETCH_WAIT_MS,
     }
-    consumer = config.stream_consumer(**{"group.id": group})
-    return {**consumer, **fetch, **{k: v for k, v in config.kafka.items() if k in fetch}}
+    return config.stream_consumer(fetch, **{"group.id": group})
 
 
 class Emitter:

@@ -159,14 +159,7 @@ class AckerClient:
             batch = batches[partition]
             if batch is None:
                 batch = batches[partition] = _Batch()
-            index = batch.acked.get(anchor)  # `_Batch.ack`, inlined
-            if index is not None:
-                batch.values[index] ^= value
-                continue
-            batch.acked[anchor] = len(batch.kinds)
-            batch.kinds.append(_ACK)
-            batch.anchors.append(anchor)
-            batch.values.append(value)
+            batch.ack(anchor, value)
             if len(batch.kinds) >= self.max_batch:
                 self._flush_partition(partition)
 
