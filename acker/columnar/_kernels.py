@@ -309,21 +309,24 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     record_offsets: Array,
     record_stamps: Array,
     out: Array,
+    limit: int,
+    cursor: Array,
 ) -> int:
     """Apply a block of messages carried by Kafka records: record ``r`` ends before message ``record_ends[r]``
     (non-decreasing, the last one the block's length), sits at ``record_offsets[r]`` and was written at
     ``record_stamps[r]`` (ms).
 
-    Writes outcome rows into ``out`` and returns how many. The caller guarantees room: the table and the
-    tombstone sets have capacity for every message of the block opening or finishing an entry, and ``out`` has a
-    row for every message deciding an outcome plus every pending tree expiring on the block's ticks.
+    Resumes where ``cursor`` says (message, inits, records and outcome rows before it; zeros at first) and goes on
+    to the end of the block, or stops before a message that could open an entry while the table holds ``limit``
+    entries (the caller grows the table and calls again). Writes outcome rows into ``out``, its position into
+    ``cursor``, and returns the message it stopped at. The caller guarantees the rest of the room: ``limit`` is
+    below the table's capacity, the tombstone sets have capacity for every message of the block finishing an entry,
+    and ``out`` has a row for every message deciding an outcome plus every pending tree expiring on the block's ticks.
     """
     keys, vals, gens, borns, srcs, offs, _, stamps = t
-    n = 0
-    k_init = 0
-    r = 0
-    counters[C_MESSAGES] += kinds.shape[0]  # every message counts, whatever becomes of it
-    for m in range(kinds.shape[0]):
+    start, k_init, r, n = cursor[0], cursor[1], cursor[2], cursor[3]
+    stop = kinds.shape[0]
+    for m in range(start, kinds.shape[0]):
         while m >= record_ends[r]:
             r += 1
         record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
@@ -359,6 +362,9 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                     state[S_PENDING] -= 1
             continue
 
+        if state[S_ENTRIES] >= limit:  # the table is as full as it may be: the caller grows it first
+            stop = m
+            break
         anchor = anchors[m]
         i = _find(keys, anchor)
         present = keys[i] != 0
@@ -420,4 +426,6 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             counters[C_ACKED if code == O_ACK else C_FAILED] += 1
             n = _decide(out, n, m, code, t, i, gen, timestamp_ms)
             _finish(t, state, tombs, tomb_counts, tomb_oldest, i, record_offset)
-    return n
+    counters[C_MESSAGES] += stop - start  # every message counts, whatever becomes of it
+    cursor[0], cursor[1], cursor[2], cursor[3] = stop, k_init, r, n
+    return int(stop)

@@ -47,9 +47,12 @@ def _capacity(current: int, needed: int, max_load: float, step: float) -> int:
     return want
 
 
+_TABLE_LOAD = 0.8
+
+
 def _table_capacity(current: int, needed: int) -> int:
     """Pending trees: filled to 4/5 on rungs 1.25× apart (≤ 63 bytes a tree once large, see the module's note)."""
-    return _capacity(current, needed, 0.8, 1.25)
+    return _capacity(current, needed, _TABLE_LOAD, 1.25)
 
 
 def _tomb_capacity(current: int, needed: int) -> int:
@@ -107,14 +110,17 @@ class BlockTracker:
     def _resize_for(self, opening: int, burying: int) -> None:
         """Room for ``opening`` more pending entries and ``burying`` more tombstones in any one set; shrink what is
         mostly empty."""
-        cap = self.capacity
-        want = _table_capacity(cap, int(self._state[k.S_ENTRIES]) + opening)
-        if want != cap:
-            self._table = k.rehash(self._table, want)
+        self._resize_table(opening)
         cap = self._tombs.shape[1]
         want = _tomb_capacity(cap, int(self._tomb_counts.max()) + burying)
         if want != cap:
             self._tombs = k.rehash_tombs(self._tombs, self._tomb_counts, want)
+
+    def _resize_table(self, opening: int) -> None:
+        cap = self.capacity
+        want = _table_capacity(cap, int(self._state[k.S_ENTRIES]) + opening)
+        if want != cap:
+            self._table = k.rehash(self._table, want)
 
     def _map_sources(self, block: MessageBlock) -> k.Array:
         mapped = np.empty(max(1, len(block.sources)), np.int32)
@@ -181,31 +187,19 @@ class BlockTracker:
         room = pending + len(block.init_offset)
         if not ticks:
             room = min(n, room)
-        self._resize_for(n, room)
+        # The table is sized for the block's inits: any other message opens an entry only when it comes before its
+        # tree's init, which is rare, and the loop stops to grow the table when that fills it. Sized for every
+        # message instead, as if each could open one, the table of a service applying 65,536 messages at a time
+        # outgrew the CPU's cache and the tracker ran about a fifth slower.
+        inits = len(block.init_offset)
+        self._resize_for(inits, room)
         out = np.empty((room, k.OUT_COLUMNS), np.int64)
-        cfg = self.config
-        produced = k.process(
-            self._table,
-            self._tombs,
-            self._tomb_counts,
-            self._tomb_oldest,
-            self._decided,
-            self._state,
-            self._counters,
-            cfg.buckets,
-            cfg.high_water or 0,
-            cfg.relocate_on_update,
-            block.kinds,
-            block.anchors,
-            block.values,
-            block.init_source,
-            block.init_offset,
-            self._map_sources(block),
-            records.ends,
-            records.offsets,
-            records.timestamps_ms,
-            out,
-        )
+        cursor = np.zeros(4, np.int64)  # message, inits, records and outcome rows done
+        sources = self._map_sources(block)
+        while self._process(block, sources, records, out, cursor) < n:
+            # Half as many again as it holds (grown a rung at a time, many such updates would copy it over and over).
+            self._resize_table(inits - int(cursor[1]) + self.pending // 2 + 1)
+        produced = int(cursor[3])
         # Outcomes carry their own small source table, so they stay valid whatever the tracker does next.
         rows = out[:produced]
         used, local = k.renumber(rows[:, 3], len(self._sources))
@@ -221,6 +215,38 @@ class BlockTracker:
             rows[:, 5].copy(),
             rows[:, 6].copy(),
             names,
+        )
+
+    def _process(
+        self, block: MessageBlock, sources: k.Array, records: RecordSpans, out: k.Array, cursor: k.Array
+    ) -> int:
+        """Run the compiled loop from ``cursor`` until the block ends or the table is full; return where it stopped."""
+        cfg = self.config
+        return int(
+            k.process(
+                self._table,
+                self._tombs,
+                self._tomb_counts,
+                self._tomb_oldest,
+                self._decided,
+                self._state,
+                self._counters,
+                cfg.buckets,
+                cfg.high_water or 0,
+                cfg.relocate_on_update,
+                block.kinds,
+                block.anchors,
+                block.values,
+                block.init_source,
+                block.init_offset,
+                sources,
+                records.ends,
+                records.offsets,
+                records.timestamps_ms,
+                out,
+                int(self.capacity * _TABLE_LOAD),
+                cursor,
+            )
         )
 
     def _compact_sources(self) -> None:

@@ -82,6 +82,21 @@ def test_many_pending_trees_then_expiry_frees_the_table() -> None:
     assert tracker.capacity <= 2048  # shrinks back once empty
 
 
+def test_updates_before_their_inits_grow_the_table_within_a_block() -> None:
+    # The table is sized for a block's inits; updates that come before their tree's init open entries too, and the
+    # compiled loop stops to let the table grow, then goes on where it stopped. The first block holds 10,000 such
+    # entries and 2,000 inits; the second decides most trees and opens 10,000 more.
+    gen = IdGenerator(13)
+    trees = [(gen(), gen()) for _ in range(20_000)]
+    acks: list[Message] = [Ack(anchor, edge) for anchor, edge in trees]
+    inits: list[Message] = [Init(anchor, "s", f"t/0/{i}", edge) for i, (anchor, edge) in enumerate(trees)]
+    messages = acks[:10_000] + inits[:5_000] + acks[10_000:] + inits[5_000:]
+    _assert_same(TrackerConfig(), messages, [12_000])
+    got, tracker = _columnar(TrackerConfig(), messages, [12_000])
+    assert sum(map(len, got)) == 20_000
+    assert tracker.pending == 0
+
+
 def test_same_decisions_across_the_wrap_of_the_16_bit_tick_stamps() -> None:
     # Entries keep the low 16 bits of their tick: start just before 65,536 ticks so that trees open before the wrap
     # and expire, or are decided, after it.
