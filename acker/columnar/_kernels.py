@@ -26,18 +26,18 @@ so probes stay short. Expiry scans the table once per tick: ticks are rare and a
 few milliseconds, which buys an O(1) relocation (only ``gens`` changes) and no per-bucket lists.
 
 Finished trees (tombstones, which make late messages ``late`` for ``buckets`` ticks) live apart, in ``buckets + 1``
-sets ringed by generation (set ``g % (buckets + 1)`` holds the anchors finished at generation ``g``): 8 bytes a
+sets ringed by generation (``tombs[g % (buckets + 1)]`` holds the anchors finished at generation ``g``): 8 bytes a
 slot, looked up only when an anchor is not pending, and expired a whole set at a time by one tick, with no
 per-entry deletion. That keeps the main table, and so each tick's scan, the size of the pending trees. Recovery
 needs of the tombstones only the oldest record that opened a tree of each set: ``tomb_oldest[r]``, a whole offset
 (`NO_OFFSET` while the set is empty), so that finishing a tree writes one slot, and `oldest_needed` reads one number
 a set instead of every tombstone.
 
-The sets share one capacity and are interleaved, ``tombs[i, r]`` being slot ``i`` of set ``r``: a new tree, which
-must miss in every set, reads one cache line rather than one per set. Against the sets one after the other: 1.04×
-in the core benchmark (median of 6 paired runs), no difference beyond the noise with 3 sets of 470,000 tombstones
-each (the CPU overlaps the sets' independent cache misses). A tick clears its set with a strided write over the
-whole array: a few milliseconds at a million slots.
+All the sets share one capacity, so that a lookup hashes once for all of them. Laid out slot-major instead
+(``tombs[i, r]``, slot ``i`` of every set in one cache line), a new tree's misses in the sets read one cache line
+rather than one per set, but a set alone spreads over four times the memory: that ran 1.04× in the core benchmark
+and no faster with three full sets of 470,000 tombstones (the CPU overlaps the sets' independent misses), and
+slower after a restart, when one set fills while the others are empty.
 
 ``decided`` is a set of anchors (open addressing, 0 = empty) decided before this tracker existed, by a previous
 owner of the partition, whose outcomes are published already: while it is set, their messages are ``late``, as if
@@ -194,10 +194,10 @@ def oldest_needed(t: Table, tomb_counts: Array, tomb_oldest: Array, position: in
 @_inlined
 def _tomb_slot(tombs: Array, row: int, home: int, anchor: int) -> int:
     """Slot of ``anchor`` in tombstone set ``row``, or of the empty slot where it would go, probing from ``home``."""
-    n = tombs.shape[0]
+    n = tombs.shape[1]
     i = home
     while True:
-        k = tombs[i, row]
+        k = tombs[row, i]
         if k == anchor or k == 0:
             return i
         i += 1
@@ -207,20 +207,20 @@ def _tomb_slot(tombs: Array, row: int, home: int, anchor: int) -> int:
 
 @_inlined
 def _is_tomb(tombs: Array, tomb_counts: Array, anchor: int) -> bool:
-    """Whether ``anchor`` is in a tombstone set. The home slot is hashed once for all sets, and slot ``i`` of every
-    set lies in one cache line: a lookup in all the sets costs about one cache miss, not one per set."""
-    home = _home(anchor, tombs.shape[0])
-    for r in range(tombs.shape[1]):  # noqa: SIM110 - a plain loop: numba compiles no generator into the kernel
-        if tomb_counts[r] and tombs[_tomb_slot(tombs, r, home, anchor), r] == anchor:
+    """Whether ``anchor`` is in a tombstone set. Every set has one capacity: the home slot is hashed once, and the
+    sets are probed in place (no row views)."""
+    home = _home(anchor, tombs.shape[1])
+    for r in range(tombs.shape[0]):  # noqa: SIM110 - a plain loop: numba compiles no generator into the kernel
+        if tomb_counts[r] and tombs[r, _tomb_slot(tombs, r, home, anchor)] == anchor:
             return True
     return False
 
 
 @_inlined
 def _bury(tombs: Array, tomb_counts: Array, row: int, anchor: int) -> None:
-    i = _tomb_slot(tombs, row, _home(anchor, tombs.shape[0]), anchor)
-    if tombs[i, row] == 0:
-        tombs[i, row] = anchor
+    i = _tomb_slot(tombs, row, _home(anchor, tombs.shape[1]), anchor)
+    if tombs[row, i] == 0:
+        tombs[row, i] = anchor
         tomb_counts[row] += 1
 
 
@@ -257,12 +257,13 @@ def anchor_set(anchors: Array, capacity: int) -> Array:
 @_compiled
 def rehash_tombs(tombs: Array, tomb_counts: Array, capacity: int) -> Array:
     """The tombstone sets copied into sets of ``capacity`` slots (same anchors, same counts)."""
-    new = np.zeros((capacity, tombs.shape[1]), np.int64)
-    counts = np.zeros(tombs.shape[1], np.int64)
-    for i in range(tombs.shape[0]):
-        for r in range(tombs.shape[1]):
-            if tombs[i, r] != 0:
-                _bury(new, counts, r, tombs[i, r])
+    new = np.zeros((tombs.shape[0], capacity), np.int64)
+    counts = np.zeros(tombs.shape[0], np.int64)
+    for r in range(tombs.shape[0]):
+        if tomb_counts[r]:
+            for i in range(tombs.shape[1]):
+                if tombs[r, i] != 0:
+                    _bury(new, counts, r, tombs[r, i])
     return new
 
 
@@ -270,7 +271,7 @@ def rehash_tombs(tombs: Array, tomb_counts: Array, capacity: int) -> Array:
 def _finish(t: Table, state: Array, tombs: Array, tomb_counts: Array, tomb_oldest: Array, i: int, offset: int) -> None:
     """The tree in slot ``i`` is decided, by the record at ``offset``: it leaves the table for the tombstones of the
     current generation."""
-    row = state[S_GENERATION] % tombs.shape[1]
+    row = state[S_GENERATION] % tombs.shape[0]
     _bury(tombs, tomb_counts, row, t[0][i])
     tomb_oldest[row] = min(tomb_oldest[row], _opened(offset, t[6][i]))
     _delete(t, i)
@@ -345,9 +346,9 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
             gen += 1
             state[S_GENERATION] = gen
             # The tombstones of generation gen - buckets have watched long enough: drop the whole set.
-            expired_row = (gen - buckets) % tombs.shape[1]
+            expired_row = (gen - buckets) % tombs.shape[0]
             if tomb_counts[expired_row]:
-                tombs[:, expired_row] = 0
+                tombs[expired_row, :] = 0
                 tomb_counts[expired_row] = 0
                 tomb_oldest[expired_row] = NO_OFFSET
             # Collect first: deleting shifts entries, which would make a single pass skip or revisit some.

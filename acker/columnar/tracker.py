@@ -78,7 +78,7 @@ class BlockTracker:
     def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_CAPACITY) -> None:
         self.config = config or TrackerConfig()
         self._table: k.Table = k.empty_table(_table_capacity(_MIN_CAPACITY, capacity))
-        self._tombs = np.zeros((_MIN_CAPACITY, self.config.buckets + 1), np.int64)  # slot-major: see `_kernels`
+        self._tombs = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.int64)
         self._tomb_counts = np.zeros(self.config.buckets + 1, np.int64)
         self._tomb_oldest = np.full(self.config.buckets + 1, k.NO_OFFSET, np.int64)
         self._decided = _NO_ANCHORS
@@ -111,7 +111,7 @@ class BlockTracker:
         """Room for ``opening`` more pending entries and ``burying`` more tombstones in any one set; shrink what is
         mostly empty."""
         self._resize_table(opening)
-        cap = self._tombs.shape[0]
+        cap = self._tombs.shape[1]
         want = _tomb_capacity(cap, int(self._tomb_counts.max()) + burying)
         if want != cap:
             self._tombs = k.rehash_tombs(self._tombs, self._tomb_counts, want)
