@@ -67,6 +67,9 @@ class ServiceConfig:
     ack_linger_ms: int = _setting(
         20, "spouts and bolts gather acker messages per acker partition this long before sending a record"
     )
+    tracker_threads: int = _setting(
+        2, "threads of `acker run` deciding its partitions in parallel, each partition on one at a time (1 = none)"
+    )
     metrics_port: int = _setting(9400, "Prometheus metrics port (0 = off)")
     instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
     kafka: Mapping[str, str] = field(default_factory=dict, metadata={"help": "librdkafka settings"})
@@ -83,6 +86,8 @@ class ServiceConfig:
             raise ConfigError(f"ack_linger_ms must not be negative, got {self.ack_linger_ms}")
         if self.partitions < 1 or self.replication_factor < 1:
             raise ConfigError("partitions and replication_factor must be at least 1")
+        if self.tracker_threads < 1:
+            raise ConfigError(f"tracker_threads must be at least 1, got {self.tracker_threads}")
 
     @property
     def tick_interval_s(self) -> float:

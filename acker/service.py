@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -30,7 +31,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker import avro_longs
-from acker.columnar.block import Code, MessageBlock, RecordSpans
+from acker.columnar.block import Code, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
 from acker.core.messages import Ack, Init
@@ -67,6 +68,14 @@ DLQ_TIMESTAMP = "acker.dlq.timestamp"
 
 class ServiceError(AckerError):
     """The service cannot go on safely (an outcome could not be delivered, a fatal Kafka error)."""
+
+
+@dataclass
+class _Decided:
+    """What one partition's records decided, in order: (records, outcomes) per group, and the records rejected."""
+
+    groups: list[tuple[RecordSpans, OutcomeBlock]]
+    rejected: list[tuple[Message, WireError]]
 
 
 @dataclass
@@ -107,6 +116,7 @@ class AckerService:
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
         self._to_recover: list[int] = []  # assigned partitions whose outcomes are still to be read back
         self._lock = threading.Lock()  # guards _states against the metrics thread
+        self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
         self._next_commit = 0.0
         self._next_status = 0.0
         self._last_status: dict[int, tuple[float, np.ndarray]] = {}
@@ -147,6 +157,8 @@ class AckerService:
             self.producer.flush(10)
             if self._reader is not None:
                 self._reader.close()
+            if self._pool is not None:
+                self._pool.shutdown()
 
     def step(self, timeout_s: float) -> int:
         """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
@@ -174,6 +186,7 @@ class AckerService:
     def _handle(self, records: list[Message]) -> None:
         """Apply consumed records: per partition, in offset order, many records per tracker call."""
         by_partition: dict[int, list[Message]] = {}
+        work: list[tuple[PartitionState, list[Message]]] = []
         for record in records:
             error = record.error()
             if error is not None:
@@ -199,30 +212,48 @@ class AckerService:
                     "partition %d: skipped %d records below the read position %d (already applied)",
                     partition, len(mine) - len(fresh), state.position,
                 )  # fmt: skip
-            parsed, rejected = [], []
-            for record in fresh:
-                try:
-                    parsed.append((record, parse_batch(record.value() or b"")))
-                except WireError as bad:
-                    rejected.append((record, bad))
-            start = 0
-            while start < len(parsed):  # groups of whole records, about _GROUP_MESSAGES messages each
-                end, size = start + 1, len(parsed[start][1])
-                while end < len(parsed) and size + len(parsed[end][1]) <= _GROUP_MESSAGES:
-                    size += len(parsed[end][1])
-                    end += 1
-                rejected += self._apply(state, parsed[start:end])
-                start = end
-            for record, why in sorted(rejected, key=lambda r: r[0].offset() or 0):  # dead letters in log order
+            work.append((state, fresh))
+        # Partitions are decided apart (each tracker is touched by one thread at a time), in parallel when there are
+        # threads for it: the compiled loop releases the GIL. Publishing stays on this thread, partition by partition.
+        if len(work) > 1 and self.config.tracker_threads > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.tracker_threads, thread_name_prefix="acker-tracker")
+            decisions = list(self._pool.map(self._decide, work))
+        else:
+            decisions = [self._decide(item) for item in work]
+        for (state, _), decided in zip(work, decisions, strict=True):
+            for spans, outcomes in decided.groups:
+                self._publish(state.partition, spans, outcomes)
+            for record, why in sorted(decided.rejected, key=lambda r: r[0].offset() or 0):  # dead letters in order
                 self._dead_letter(record, why.reason, why.detail)
                 state.skip(record.offset() or 0)
 
-    def _apply(
-        self, state: PartitionState, parsed: list[tuple[Message, MessageBlock]]
-    ) -> list[tuple[Message, WireError]]:
-        """Apply whole records at once; return those rejected (not applied)."""
+    def _decide(self, item: tuple[PartitionState, list[Message]]) -> _Decided:
+        """Parse and apply one partition's records, in groups of whole records (about _GROUP_MESSAGES messages
+        each); touches nothing but that partition's state."""
+        state, fresh = item
+        decided = _Decided([], [])
+        parsed = []
+        for record in fresh:
+            try:
+                parsed.append((record, parse_batch(record.value() or b"")))
+            except WireError as bad:
+                decided.rejected.append((record, bad))
+        start = 0
+        while start < len(parsed):
+            end, size = start + 1, len(parsed[start][1])
+            while end < len(parsed) and size + len(parsed[end][1]) <= _GROUP_MESSAGES:
+                size += len(parsed[end][1])
+                end += 1
+            self._apply(state, parsed[start:end], decided)
+            start = end
+        return decided
+
+    def _apply(self, state: PartitionState, parsed: list[tuple[Message, MessageBlock]], decided: _Decided) -> None:
+        """Apply whole records at once; add what they decided, and the records rejected (not applied), to
+        ``decided``."""
         partition = state.partition
-        rejected = []
+        rejected = decided.rejected
         try:
             block = MessageBlock.concat([b for _, b in parsed])
             check_block(block, partition, self._partition_count)
@@ -235,7 +266,7 @@ class AckerService:
                 except WireError as bad:
                     rejected.append((record, bad))
             if not good:
-                return rejected
+                return
             parsed = good
             block = MessageBlock.concat([b for _, b in parsed])
         now_ms = int(time.time() * 1000)
@@ -245,8 +276,12 @@ class AckerService:
             [t if (t := r.timestamp()[1]) > 0 else now_ms for r, _ in parsed],
         )
         outcomes = state.apply_records(block, records)
-        if not len(outcomes):
-            return rejected
+        if len(outcomes):
+            decided.groups.append((records, outcomes))
+
+    def _publish(self, partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> None:
+        """Send what a group of records decided: one outcome record per spout and up to OUTCOMES_PER_RECORD
+        outcomes, naming the acker records that decided them."""
         self.latency.observe(outcomes.latency_ms[outcomes.code == Code.ACK])
         spouts = [spout for spout, _ in outcomes.sources]
         by_spout = np.asarray(outcomes.source)
@@ -257,7 +292,6 @@ class AckerService:
                 first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
                 last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
                 self._send_outcomes(spout, outcomes, rows, partition, first=first, last=last)
-        return rejected
 
     def _send_outcomes(
         self, spout: str, outcomes: Any, rows: np.ndarray, partition: int, *, first: int, last: int

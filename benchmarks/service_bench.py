@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -42,6 +43,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -126,23 +128,28 @@ def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
 
 def _tracker_only(config: ServiceConfig, records: list[list[bytes]]) -> float:
     """Seconds for fresh trackers (one per partition, as the service keeps) to parse and decide every record in this
-    process, in groups of whole records as the service applies them: the service's own work without Kafka."""
+    process, in groups of whole records as the service applies them, partitions on ``tracker_threads`` threads as
+    the service decides them: the service's own work without Kafka."""
     BlockTracker.warm_up()
     started = time.perf_counter()
-    for values in records:
-        tracker = BlockTracker(config.tracker_config())
-        blocks = [parse_batch(value) for value in values]
-        start = 0
-        while start < len(blocks):
-            end, size = start + 1, len(blocks[start])
-            while end < len(blocks) and size + len(blocks[end]) <= _GROUP_MESSAGES:
-                size += len(blocks[end])
-                end += 1
-            group = blocks[start:end]
-            spans = RecordSpans.of([len(b) for b in group], list(range(start, end)), [1] * len(group))
-            tracker.process_records(MessageBlock.concat(group), spans)
-            start = end
+    with ThreadPoolExecutor(config.tracker_threads) as pool:
+        list(pool.map(functools.partial(_decide_partition, config), records))
     return time.perf_counter() - started
+
+
+def _decide_partition(config: ServiceConfig, values: list[bytes]) -> None:
+    tracker = BlockTracker(config.tracker_config())
+    blocks = [parse_batch(value) for value in values]
+    start = 0
+    while start < len(blocks):
+        end, size = start + 1, len(blocks[start])
+        while end < len(blocks) and size + len(blocks[end]) <= _GROUP_MESSAGES:
+            size += len(blocks[end])
+            end += 1
+        group = blocks[start:end]
+        spans = RecordSpans.of([len(b) for b in group], list(range(start, end)), [1] * len(group))
+        tracker.process_records(MessageBlock.concat(group), spans)
+        start = end
 
 
 def _service_run(config: ServiceConfig, trees: int) -> float:
@@ -282,6 +289,9 @@ def main() -> None:
     parser.add_argument("--latency-s", type=float, default=None, help="duration of the latency phase")
     parser.add_argument("--warm-up", type=int, default=2, help="unmeasured streams before the latency runs")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--tracker-threads", type=int, default=ServiceConfig.tracker_threads, help="the service's deciding threads"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     trees = args.trees or (50_000 if args.quick else 1_000_000)
@@ -295,7 +305,7 @@ def main() -> None:
         plain, acker, alone = [], [], []
         for run in range(repeat):
             config = _fresh(ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
-                                          timeout_s=300))  # fmt: skip
+                                          tracker_threads=args.tracker_threads, timeout_s=300))  # fmt: skip
             _produce_all(bootstrap, config.acker_topic, records)
             plain.append(_plain_consumer(bootstrap, config.acker_topic, n_records))
             acker.append(_service_run(config, trees))
@@ -345,7 +355,8 @@ class Figures:
 def _print_tables(args: argparse.Namespace, n_records: int, f: Figures) -> None:
     repeat = 1 if args.quick else args.repeat
     print(f"\nworkload: {f.messages // 7:,} word-count trees = {f.messages:,} acker messages in {n_records:,} records "
-          f"of ~{args.batch:,}; {args.partitions} partitions; median of {repeat} run(s)\n")  # fmt: skip
+          f"of ~{args.batch:,}; {args.partitions} partitions, {args.tracker_threads} tracker thread(s); "
+          f"median of {repeat} run(s)\n")  # fmt: skip
     print("| measure | acker messages/s | ratio |")
     print("|---|---:|---:|")
     for measure, rate in (

@@ -66,14 +66,15 @@ DTYPES = (np.int64, np.int64, np.uint16, np.uint16, np.int32, np.int64, np.uint3
 
 
 def _compiled(fn: F) -> F:
-    """numba's ``njit`` (cached on disk), typed as the function it compiles."""
-    return cast(F, njit(cache=True)(fn))
+    """numba's ``njit`` (cached on disk), typed as the function it compiles. Without the GIL: trackers of different
+    partitions run in parallel threads (`acker.service`)."""
+    return cast(F, njit(cache=True, nogil=True)(fn))
 
 
 def _inlined(fn: F) -> F:
     """A helper of the per-message loop, inlined into its callers: a call passes the table's eight arrays, and their
     reference counting cost more than the work itself (the tracker ran 2× slower with these as calls)."""
-    return cast(F, njit(cache=True, inline="always")(fn))
+    return cast(F, njit(cache=True, nogil=True, inline="always")(fn))
 
 
 NO_OFFSET = np.iinfo(np.int64).max  # tomb_oldest of an empty tombstone set

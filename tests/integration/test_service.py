@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
@@ -71,8 +72,11 @@ def _replayed(config: ServiceConfig) -> dict[str, str]:
     return outcomes
 
 
-def test_outcomes_through_kafka_equal_offline_replay(config: ServiceConfig) -> None:
-    config = replace(config, timeout_s=2.0)  # a tick every second: lost acks time out within 2-3 s
+@pytest.mark.parametrize("threads", [1, 2])
+def test_outcomes_through_kafka_equal_offline_replay(config: ServiceConfig, threads: int) -> None:
+    # A tick every second: lost acks time out within 2-3 s. With 2 threads, batches holding records of several
+    # partitions are decided in parallel.
+    config = replace(config, timeout_s=2.0, tracker_threads=threads)
     create_acker_topics(config)
     workload = generate(WorkloadSpec(trees=3000, fail_rate=0.02, drop_rate=0.02, tick_every=10**9, spout=SPOUT))
     service = ServiceThread(config)
@@ -88,6 +92,7 @@ def test_outcomes_through_kafka_equal_offline_replay(config: ServiceConfig) -> N
         ) from None
     finally:
         service.stop()
+    assert (service.service._pool is not None) == (threads > 1)
     reader.poll(1.0)
     reader.close()
     got = {msg_id: seen[0] for msg_id, seen in reader.seen.items()}
