@@ -142,7 +142,7 @@ def parse_batch(data: bytes) -> MessageBlock:
 _TICK, _ANCHOR, _OK = int(Kind.TICK), int(Kind.ANCHOR), int(Kind.OK)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # checked in the service's deciding threads (`acker.service`)
 def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int) -> tuple[int, bool, bool, int, int]:
     """One pass over a block's columns: (the highest kind, whether a message other than a tick has anchor 0,
     whether an anchor or ok message has tuple id 0, how many messages other than ticks belong on another partition
