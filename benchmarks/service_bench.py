@@ -266,7 +266,8 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
                     else:
                         sent[key] = t0
 
-            producer.produce(config.acker_topic, value, partition=p, on_delivery=delivered)  # polled by drain
+            # Polled by drain; when librdkafka's 1 GB queue is full (the live maximum), waits for the broker.
+            produce(producer, config.acker_topic, value, partition=p, on_delivery=delivered)
         producer.flush(30)
         cores = usage.cores()
         deadline = time.monotonic() + 30
