@@ -58,6 +58,7 @@ log = logging.getLogger("acker.service")
 # the last outcome of the record (the service applies many acker records at once).
 DECIDED_BY = "acker.decided-by"
 _GROUP_MESSAGES = 1 << 16  # acker messages per tracker call, at most (unless one record holds more)
+_PARALLEL_BYTES = 1 << 20  # records of a batch decided in parallel threads from this size on (~50,000 messages)
 DLQ_REASON = "acker.dlq.reason"
 DLQ_DETAIL = "acker.dlq.detail"
 DLQ_TOPIC = "acker.dlq.topic"
@@ -187,6 +188,7 @@ class AckerService:
         """Apply consumed records: per partition, in offset order, many records per tracker call."""
         by_partition: dict[int, list[Message]] = {}
         work: list[tuple[PartitionState, list[Message]]] = []
+        size = 0  # bytes of the records to decide
         for record in records:
             error = record.error()
             if error is not None:
@@ -213,9 +215,13 @@ class AckerService:
                     partition, len(mine) - len(fresh), state.position,
                 )  # fmt: skip
             work.append((state, fresh))
+            size += sum(len(r.value() or b"") for r in fresh)
         # Partitions are decided apart (each tracker is touched by one thread at a time), in parallel when there are
-        # threads for it: the compiled loop releases the GIL. Publishing stays on this thread, partition by partition.
-        if len(work) > 1 and self.config.tracker_threads > 1:
+        # threads for it and enough to decide: the compiled loop releases the GIL. Publishing stays on this thread,
+        # partition by partition. A light stream's batches (a few records) stay on this thread: there the handoff
+        # to the pool and the threads' turns at the GIL cost more than they save (p99 at 3M messages/s: 9.2 ms
+        # against 7.4 ms, with every batch handed off).
+        if len(work) > 1 and self.config.tracker_threads > 1 and size >= _PARALLEL_BYTES:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.config.tracker_threads, thread_name_prefix="acker-tracker")
             decisions = list(self._pool.map(self._decide, work))

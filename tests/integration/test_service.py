@@ -73,10 +73,13 @@ def _replayed(config: ServiceConfig) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_outcomes_through_kafka_equal_offline_replay(config: ServiceConfig, threads: int) -> None:
-    # A tick every second: lost acks time out within 2-3 s. With 2 threads, batches holding records of several
-    # partitions are decided in parallel.
+def test_outcomes_through_kafka_equal_offline_replay(
+    config: ServiceConfig, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tick every second: lost acks time out within 2-3 s. With 2 threads, every batch holding records of several
+    # partitions is decided in parallel, however small.
     config = replace(config, timeout_s=2.0, tracker_threads=threads)
+    monkeypatch.setattr("acker.service._PARALLEL_BYTES", 0)
     create_acker_topics(config)
     workload = generate(WorkloadSpec(trees=3000, fail_rate=0.02, drop_rate=0.02, tick_every=10**9, spout=SPOUT))
     service = ServiceThread(config)
