@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -154,12 +154,17 @@ class AckerService:
             self._poisoned = True
             raise
         finally:
-            self.consumer.close()  # revokes (and commits) what is still assigned
-            self.producer.flush(10)
-            if self._reader is not None:
-                self._reader.close()
-            if self._pool is not None:
-                self._pool.shutdown()
+            self.close()
+
+    def close(self) -> None:
+        """Leave the group (revoking, and committing, what is still assigned unless the loop failed), deliver what
+        is in flight, and stop the deciding threads. `run` ends with it; a caller driving `step` itself calls it."""
+        self.consumer.close()
+        self.producer.flush(10)
+        if self._reader is not None:
+            self._reader.close()
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def step(self, timeout_s: float) -> int:
         """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
@@ -224,7 +229,11 @@ class AckerService:
         if len(work) > 1 and self.config.tracker_threads > 1 and size >= _PARALLEL_BYTES:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.config.tracker_threads, thread_name_prefix="acker-tracker")
-            decisions = list(self._pool.map(self._decide, work))
+            # Every task ends before anything goes on, also when one fails: none may still change its partition
+            # while this thread commits, revokes or closes.
+            tasks = [self._pool.submit(self._decide, item) for item in work]
+            wait(tasks)
+            decisions = [task.result() for task in tasks]
         else:
             decisions = [self._decide(item) for item in work]
         for (state, _), decided in zip(work, decisions, strict=True):

@@ -162,8 +162,7 @@ def _service_run(config: ServiceConfig, trees: int) -> float:
     while sum(state.tracker.counters.acked for state in states) < trees:  # cheaper than a metrics snapshot
         service.step(timeout_s=0.2)
     elapsed = time.perf_counter() - started
-    service.consumer.close()
-    service.producer.flush(30)
+    service.close()
     return elapsed
 
 

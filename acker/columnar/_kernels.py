@@ -380,12 +380,12 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
                     state[S_PENDING] -= 1
             continue
 
-        if state[S_ENTRIES] >= limit:  # the table is as full as it may be: the caller grows it first
-            stop = m
-            break
         anchor = anchors[m]
         i = _find(keys, anchor)
         present = keys[i] != 0
+        if not present and state[S_ENTRIES] >= limit:  # it may open an entry, and the table is full: grown first
+            stop = m
+            break
         src, off = -1, 0
         if kind == K_INIT:
             src, off = source_map[init_source[k_init]], init_offset[k_init]

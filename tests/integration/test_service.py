@@ -213,7 +213,7 @@ def test_a_commit_planned_while_the_first_outcome_record_is_in_flight_still_name
             first.consumer.poll(0.1)
     finally:
         feed.close()
-        first.consumer.close()
+        first.close()
     reader = OutcomeReader(config, [SPOUT])
     second = ServiceThread(config)  # the next owner, as after a crash of the first
     try:
@@ -365,7 +365,7 @@ def test_a_consumer_sent_back_within_its_assignment_does_not_apply_records_twice
             service.step(0.1)
             reader.poll(0.05)
     finally:
-        service.consumer.close()
+        service.close()
     reader.close()
     assert {outcome for seen in reader.seen.values() for outcome in seen} == {"ACK"}
     assert sum(state.tracker.counters.collisions for state in service._states.values()) == 0

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.columnar import _kernels as k
-from acker.columnar.block import join_msg_id, split_msg_id
+from acker.columnar.block import RecordSpans, join_msg_id, split_msg_id
 from acker.columnar.tracker import _MIN_CAPACITY, _ladder, _table_capacity
 from acker.core import TICK, Ack, Init, Message, Outcome, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
@@ -95,6 +97,50 @@ def test_updates_before_their_inits_grow_the_table_within_a_block() -> None:
     got, tracker = _columnar(TrackerConfig(), messages, [12_000])
     assert sum(map(len, got)) == 20_000
     assert tracker.pending == 0
+
+
+def test_the_loop_resumes_exactly_where_a_full_table_stopped_it() -> None:
+    # Blocks of several records, ticks, a high-water mark, and windows of the stream shuffled so that many acks come
+    # before their tree's init and open entries: the table fills mid-block over and over, and each time the loop
+    # resumes after the growth with its inits, records and outcome rows part-way. Same decisions as the reference.
+    resumed: list[tuple[int, ...]] = []
+    process = BlockTracker._process
+
+    def recording(tracker: BlockTracker, *args: Any) -> int:
+        stop = process(tracker, *args)
+        resumed.append(tuple(int(c) for c in args[-1]))  # the cursor: message, inits, records, outcome rows
+        return stop
+
+    rng = random.Random(21)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BlockTracker, "_process", recording)
+        for seed in range(6):
+            spec = WorkloadSpec(trees=3000, fail_rate=0.05, drop_rate=0.02, window=2000, tick_every=4000, seed=seed)
+            messages = generate(spec).messages
+            window = 3000
+            for start in range(0, len(messages), window):
+                part = messages[start : start + window]
+                rng.shuffle(part)
+                messages[start : start + window] = part
+            config = TrackerConfig(buckets=3, high_water=rng.choice([None, 1500]), relocate_on_update=seed % 2 == 1)
+            want, ref = _reference(config, messages)
+            tracker = BlockTracker(config)
+            got: list[list[Outcome]] = [[] for _ in messages]
+            start = 0
+            while start < len(messages):
+                end = min(len(messages), start + rng.randint(500, 12_000))
+                cuts = sorted(rng.sample(range(1, end - start), min(5, end - start - 1)))
+                lengths = [b - a for a, b in itertools.pairwise([0, *cuts, end - start])]
+                spans = RecordSpans.of(lengths, list(range(len(lengths))), [1] * len(lengths))
+                result = tracker.process_records(MessageBlock.from_messages(messages[start:end]), spans)
+                for index, outcome in zip(result.index.tolist(), result.to_outcomes(), strict=True):
+                    got[start + index].append(outcome)
+                start = end
+            assert [sorted(o, key=repr) for o in got] == want
+            assert tracker.counters == ref.counters
+            assert tracker.pending == ref.pending
+    stopped = [c for c in resumed if c[0] and c[1] and c[2] and c[3]]
+    assert stopped, "no stop part-way through inits, records and outcome rows: the test lost its point"
 
 
 def test_same_decisions_across_the_wrap_of_the_16_bit_tick_stamps() -> None:

@@ -1,0 +1,113 @@
+"""The service decides the partitions of a batch in parallel threads exactly as it does one after the other: the same
+outcome and dead-letter records, in the same order, the same read positions and recovery offsets after every
+batch. The Kafka clients are left unused (records are made here, produce is recorded): the broker-backed tests in
+tests/integration run the service whole, with either number of threads."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import acker.service
+from acker.columnar import MessageBlock
+from acker.config import ServiceConfig
+from acker.partition import PartitionState
+from acker.service import AckerService
+from acker.wire import encode_batch
+from acker.workload import WorkloadSpec, generate
+
+PARTITIONS = 4
+SPOUTS = ("s0", "s1")
+
+
+@dataclass
+class _Record:
+    """What the service reads of a consumed `confluent_kafka.Message`."""
+
+    _partition: int
+    _offset: int
+    _value: bytes
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def key(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "acker"
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, 1_000_000 + self._offset
+
+
+def _batches() -> list[list[_Record]]:
+    """Every partition's word-count traffic in records of random sizes, a few of them garbage, dealt into batches
+    that hold records of several partitions."""
+    rng = random.Random(7)
+    values: dict[int, list[bytes]] = {}
+    for p in range(PARTITIONS):
+        spec = WorkloadSpec(trees=1500, fail_rate=0.05, drop_rate=0.02, tick_every=2000, seed=p, spout=SPOUTS[p % 2])
+        messages = generate(spec).messages
+        values[p] = []
+        start = 0
+        while start < len(messages):
+            end = start + rng.randint(1, 300)
+            if rng.random() < 0.03:
+                values[p].append(b"not an acker record")
+            values[p].append(encode_batch(MessageBlock.from_messages(messages[start:end])))
+            start = end
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
+    batches = []
+    while any(values.values()):
+        batch = []
+        for p in range(PARTITIONS):
+            taken = values[p][: rng.randint(0, 40)]
+            values[p] = values[p][len(taken) :]
+            for value in taken:
+                batch.append(_Record(p, offsets[p], value))
+                offsets[p] += 1
+        batches.append(batch)
+    return batches
+
+
+def _serve(threads: int, batches: list[list[_Record]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    # log_level 0: the unused clients' failed connections to the default bootstrap address stay quiet.
+    service = AckerService(ServiceConfig(tracker_threads=threads, metrics_port=0, kafka={"log_level": "0"}))
+    sent: list[tuple[str, bytes | None, Any]] = []
+    monkeypatch.setattr(service, "_produce", lambda topic, value, **kw: sent.append((topic, value, kw.get("headers"))))
+    service._known_topics = {service.config.outcome_topic(spout) for spout in SPOUTS}
+    for p in range(PARTITIONS):
+        service._states[p] = PartitionState(p, service.config.tracker_config(), 1000, 0)
+    after_each = []
+    try:
+        for batch in batches:
+            service._handle(batch)  # type: ignore[arg-type]
+            after_each.append([(p, s.position, s.recovery_offset()) for p, s in sorted(service._states.items())])
+        snapshot = service.snapshot()
+        return sent, after_each, snapshot.counters, snapshot.pending, dict(service._dead_letters), service._pool
+    finally:
+        service.close()
+
+
+def test_partitions_decided_in_parallel_publish_exactly_what_one_thread_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(acker.service, "_PARALLEL_BYTES", 0)  # every batch of several partitions in parallel
+    batches = _batches()
+    one = _serve(1, batches, monkeypatch)
+    two = _serve(2, batches, monkeypatch)
+    assert one[5] is None and two[5] is not None  # the second really used its threads
+    assert one[4] and sum(one[4].values()) > 0  # garbage was dead-lettered, in parallel too
+    assert sum(topic.startswith("acker.outcomes.") for topic, _, _ in one[0]) >= 8  # outcomes of every partition
+    assert one[:5] == two[:5]
