@@ -68,7 +68,7 @@ class ServiceConfig:
         20, "spouts and bolts gather acker messages per acker partition this long before sending a record"
     )
     tracker_threads: int = _setting(
-        2, "threads of `acker run` deciding its partitions in parallel, each partition on one at a time (1 = none)"
+        2, "threads of `acker run` deciding the records of its partitions in parallel when it catches up (1 = off)"
     )
     metrics_port: int = _setting(9400, "Prometheus metrics port (0 = off)")
     instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
