@@ -56,7 +56,7 @@ from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
 from acker.kafka.provision import kafka_cluster
-from acker.service import _GROUP_MESSAGES, DECIDED_BY, AckerService
+from acker.service import DECIDED_BY, AckerService, record_groups
 from acker.status import read_status
 from acker.wire import encode_batch, parse_batch
 from benchmarks import cpu
@@ -140,16 +140,10 @@ def _tracker_only(config: ServiceConfig, records: list[list[bytes]]) -> float:
 def _decide_partition(config: ServiceConfig, values: list[bytes]) -> None:
     tracker = BlockTracker(config.tracker_config())
     blocks = [parse_batch(value) for value in values]
-    start = 0
-    while start < len(blocks):
-        end, size = start + 1, len(blocks[start])
-        while end < len(blocks) and size + len(blocks[end]) <= _GROUP_MESSAGES:
-            size += len(blocks[end])
-            end += 1
+    for start, end in record_groups([len(b) for b in blocks]):
         group = blocks[start:end]
         spans = RecordSpans.of([len(b) for b in group], list(range(start, end)), [1] * len(group))
         tracker.process_records(MessageBlock.concat(group), spans)
-        start = end
 
 
 def _service_run(config: ServiceConfig, trees: int) -> float:
