@@ -18,7 +18,7 @@ from numba import njit
 
 
 def _compile(fn: Any) -> Any:
-    return njit(cache=True)(fn)
+    return njit(cache=True, nogil=True)(fn)  # outcome records are encoded in the service's deciding threads
 
 
 @_compile

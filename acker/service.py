@@ -86,12 +86,41 @@ def record_groups(sizes: list[int]) -> list[tuple[int, int]]:
     return groups
 
 
+@dataclass(frozen=True)
+class _OutcomeRecord:
+    """An outcome-topic record, encoded: the outcomes of one spout decided by the acker records ``first``..``last``
+    (offsets) of a partition."""
+
+    spout: str
+    value: bytes
+    first: int
+    last: int
+
+
 @dataclass
 class _Decided:
-    """What one partition's records decided, in order: (records, outcomes) per group, and the records rejected."""
+    """What one partition's records decided, ready to publish: the outcome records in order, the complete latencies
+    of the acks, and the records rejected."""
 
-    groups: list[tuple[RecordSpans, OutcomeBlock]]
+    outcomes: list[_OutcomeRecord]
+    latencies_ms: list[np.ndarray]
     rejected: list[tuple[Message, WireError]]
+
+
+def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
+    """What a group of records decided, as outcome records: one per spout and up to OUTCOMES_PER_RECORD outcomes,
+    each naming the acker records that decided its first and last outcome."""
+    out = []
+    by_spout = np.asarray(outcomes.source)
+    for local, (spout, _) in enumerate(outcomes.sources):
+        matching = np.flatnonzero(by_spout == local)
+        for start in range(0, len(matching), OUTCOMES_PER_RECORD):
+            rows = matching[start : start + OUTCOMES_PER_RECORD]
+            first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
+            last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
+            value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
+            out.append(_OutcomeRecord(spout, value, first, last))
+    return out
 
 
 @dataclass
@@ -254,17 +283,19 @@ class AckerService:
         else:
             decisions = [self._decide(item) for item in work]
         for (state, _), decided in zip(work, decisions, strict=True):
-            for spans, outcomes in decided.groups:
-                self._publish(state.partition, spans, outcomes)
+            for latencies_ms in decided.latencies_ms:
+                self.latency.observe(latencies_ms)
+            for outcome_record in decided.outcomes:
+                self._send_outcomes(state.partition, outcome_record)
             for record, why in sorted(decided.rejected, key=lambda r: r[0].offset() or 0):  # dead letters in order
                 self._dead_letter(record, why.reason, why.detail)
                 state.skip(record.offset() or 0)
 
     def _decide(self, item: tuple[PartitionState, list[Message]]) -> _Decided:
         """Parse and apply one partition's records, in groups of whole records (about _GROUP_MESSAGES messages
-        each); touches nothing but that partition's state."""
+        each), and encode the outcome records; touches nothing but that partition's state."""
         state, fresh = item
-        decided = _Decided([], [])
+        decided = _Decided([], [], [])
         parsed = []
         for record in fresh:
             try:
@@ -303,25 +334,11 @@ class AckerService:
         )
         outcomes = state.apply_records(block, records)
         if len(outcomes):
-            decided.groups.append((records, outcomes))
+            decided.latencies_ms.append(outcomes.latency_ms[outcomes.code == Code.ACK])
+            decided.outcomes += outcome_records(partition, records, outcomes)
 
-    def _publish(self, partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> None:
-        """Send what a group of records decided: one outcome record per spout and up to OUTCOMES_PER_RECORD
-        outcomes, naming the acker records that decided them."""
-        self.latency.observe(outcomes.latency_ms[outcomes.code == Code.ACK])
-        spouts = [spout for spout, _ in outcomes.sources]
-        by_spout = np.asarray(outcomes.source)
-        for local, spout in enumerate(spouts):
-            matching = np.flatnonzero(by_spout == local)
-            for start in range(0, len(matching), OUTCOMES_PER_RECORD):
-                rows = matching[start : start + OUTCOMES_PER_RECORD]
-                first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
-                last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
-                self._send_outcomes(spout, outcomes, rows, partition, first=first, last=last)
-
-    def _send_outcomes(
-        self, spout: str, outcomes: Any, rows: np.ndarray, partition: int, *, first: int, last: int
-    ) -> None:
+    def _send_outcomes(self, partition: int, encoded: _OutcomeRecord) -> None:
+        spout, first, last = encoded.spout, encoded.first, encoded.last
         topic = self.config.outcome_topic(spout)
         if topic not in self._known_topics:
             try:
@@ -331,7 +348,6 @@ class AckerService:
             except KafkaClientError as error:  # e.g. not allowed to create: the topic may exist, or auto-create
                 log.warning("could not create %s (%s): producing to it anyway", topic, error)
             self._known_topics.add(topic)
-        value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
 
         def delivered(error: KafkaError | None, record: Message) -> None:
@@ -345,7 +361,7 @@ class AckerService:
 
         self._produce(
             topic,
-            value,
+            encoded.value,
             key=str(partition).encode(),  # every outcome record of an acker partition in one partition, in order
             headers=[(DECIDED_BY, f"{partition}/{first}-{last}".encode())],
             on_delivery=delivered,

@@ -1,0 +1,49 @@
+"""`acker.service.outcome_records`: what a group of acker records decided, cut into outcome-topic records (one spout
+each, at most OUTCOMES_PER_RECORD outcomes), each naming the acker records that decided its first and last outcome."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from acker.columnar.block import Code, OutcomeBlock, RecordSpans
+from acker.service import outcome_records
+from acker.wire import OUTCOMES_PER_RECORD, decode_outcomes
+
+
+def test_outcomes_are_cut_per_spout_in_decision_order_and_name_their_deciding_records() -> None:
+    rng = np.random.default_rng(3)
+    n = OUTCOMES_PER_RECORD + 40
+    source = np.zeros(n, np.int32)
+    source[rng.choice(n, 25, replace=False)] = 1  # a few of the second spout's, scattered among the first's
+    records = RecordSpans.of([n // 4, n // 4, n // 4, n - 3 * (n // 4)], [100, 105, 107, 120], [0, 0, 0, 0])
+    outcomes = OutcomeBlock(
+        index=np.arange(n, dtype=np.int64),  # outcome j decided by message j of the block
+        code=np.where(rng.random(n) < 0.9, Code.ACK, Code.TIMEOUT).astype(np.uint8),
+        anchor=rng.integers(1, 2**62, n, dtype=np.int64),
+        source=source,
+        offset=np.arange(n, dtype=np.int64),
+        latency_ticks=np.zeros(n, np.int64),
+        latency_ms=rng.integers(0, 1000, n, dtype=np.int64),
+        sources=[("first", "in/0"), ("second", "in/1")],
+    )
+
+    encoded = outcome_records(3, records, outcomes)
+
+    assert [(e.spout, len(decode_outcomes(e.value).anchors)) for e in encoded] == [
+        ("first", OUTCOMES_PER_RECORD),
+        ("first", n - 25 - OUTCOMES_PER_RECORD),
+        ("second", 25),
+    ]
+    for spout, local in (("first", 0), ("second", 1)):
+        rows = np.flatnonzero(source == local)
+        mine = [e for e in encoded if e.spout == spout]
+        assert [a for e in mine for a in decode_outcomes(e.value).anchors] == outcomes.anchor[rows].tolist()
+        start = 0
+        for e in mine:
+            decoded = decode_outcomes(e.value)
+            first_row, last_row = rows[start], rows[start + len(decoded.anchors) - 1]
+            assert e.first == records.offsets[records.record_of(int(first_row))]
+            assert e.last == records.offsets[records.record_of(int(last_row))]
+            assert (decoded.acker_partition, decoded.acker_offset) == (3, e.last)
+            start += len(decoded.anchors)
+    assert (encoded[0].first, encoded[0].last, encoded[1].first) == (100, 120, 120)  # cut within the last record
