@@ -20,6 +20,7 @@ from acker.core import TICK, Ack, Init, Message, ResetTimeout, Tracker, TrackerC
 from acker.core.ids import IdGenerator
 from acker.core.messages import Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
+from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.decided import read_decided
 from acker.replay import format_message, replay
 from acker.service import AckerService
@@ -315,6 +316,26 @@ def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> N
     ]
     assert sorted(map(repr, received)) == sorted(map(repr, sent))
     assert TICK not in received
+
+
+def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they_exist(config: ServiceConfig) -> None:
+    """A spout's outcome topic that does not exist is created before its first outcome, with the acker topic's
+    partition count (not the broker's default); one that exists is produced to as it is."""
+    create_acker_topics(config, spouts=["made"])  # with config.partitions
+    create_topics(config.client(), [TopicSpec(config.outcome_topic("kept"), 1)])
+    ids = IdGenerator(5)
+    trees = {spout: [Init(ids(), spout, f"src/0/{i}", ids()) for i in range(50)] for spout in ("made", "kept", "new")}
+    service = ServiceThread(config)
+    try:
+        inits = [i for spout_inits in trees.values() for i in spout_inits]
+        send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
+        reader = OutcomeReader(config, trees)
+        reader.wait_for([i.msg_id for i in inits])
+        reader.close()
+    finally:
+        service.stop()
+    counts = {spout: partition_count(config.client(), config.outcome_topic(spout)) for spout in trees}
+    assert counts == {"made": config.partitions, "kept": 1, "new": config.partitions}
 
 
 def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:
