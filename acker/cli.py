@@ -168,17 +168,11 @@ def run_until_signalled(runnable: Runnable) -> int:
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    from acker.kafka.clients import TopicSpec, create_topics
+    from acker.kafka.clients import create_topics
+    from acker.topics import all_topics
 
     config = _service_config(args)
-    specs = [
-        TopicSpec(config.acker_topic, config.partitions, config.replication_factor),
-        TopicSpec(config.dlq_topic, 1, config.replication_factor),
-        TopicSpec(
-            config.status_topic, 1, config.replication_factor, {"cleanup.policy": "compact", "segment.ms": "60000"}
-        ),
-        *(TopicSpec(config.outcome_topic(s), config.partitions, config.replication_factor) for s in args.spout),
-    ]
+    specs = all_topics(config, args.spout)
     created = set(create_topics(config.client(), specs))
     for spec in specs:
         state = "created" if spec.name in created else "exists"

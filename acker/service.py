@@ -38,11 +38,12 @@ from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, log_bounds, produce
+from acker.kafka.clients import KafkaClientError, consume_available, create_topics, log_bounds, produce
 from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, parse_metadata
 from acker.partition import PartitionState, encode_tick
+from acker.topics import outcome_topic, service_topics
 from acker.wire import (
     OUTCOMES_PER_RECORD,
     WireError,
@@ -184,7 +185,7 @@ class AckerService:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; then commit what is safe and leave the group."""
-        create_topics(self.config.client(), [TopicSpec(self.config.dlq_topic, 1, self.config.replication_factor)])
+        create_topics(self.config.client(), service_topics(self.config))
         self.consumer.subscribe(
             [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -341,7 +342,7 @@ class AckerService:
         spout, first, last = encoded.spout, encoded.first, encoded.last
         topic = self.config.outcome_topic(spout)
         if topic not in self._known_topics:
-            self._ensure_topic(topic)
+            self._ensure_topic(spout, topic)
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
 
         def delivered(error: KafkaError | None, record: Message) -> None:
@@ -363,20 +364,19 @@ class AckerService:
         if outcome_log is not None:  # after produce returned: its report comes from a later poll
             outcome_log.sent(topic)
 
-    def _ensure_topic(self, topic: str) -> None:
-        """Create an outcome topic before its first record unless it exists (made by `acker topics create`, or by an
-        earlier owner). Existence is asked on the consumer's connection, which never creates a topic: a millisecond
-        or two, where an admin client made for the purpose took 7-47 ms even to find the topic there."""
+    def _ensure_topic(self, spout: str, topic: str) -> None:
+        """Create the outcome topic of ``spout`` before its first record unless it exists (made by `acker topics
+        create`, or by an earlier owner). Existence is asked on the reading consumer's connection, whose lookups
+        never create a topic: a millisecond or two, where an admin client made for the purpose took 7-47 ms even to
+        find the topic there."""
         try:
-            found = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+            found = self._reading_consumer().list_topics(topic, timeout=10).topics.get(topic)
             exists = found is not None and found.error is None and bool(found.partitions)
         except KafkaException:
             exists = False
         if not exists:
             try:
-                create_topics(
-                    self.config.client(), [TopicSpec(topic, self.config.partitions, self.config.replication_factor)]
-                )
+                create_topics(self.config.client(), [outcome_topic(self.config, spout)])
             except KafkaClientError as error:  # e.g. not allowed to create: the topic may exist, or auto-create
                 log.warning("could not create %s (%s): producing to it anyway", topic, error)
         self._known_topics.add(topic)
@@ -578,6 +578,9 @@ class AckerService:
                         "group.id": self.config.group,
                         "enable.auto.commit": False,
                         "client.id": f"acker-{self.instance}-reader",
+                        # Asked about a topic that does not exist, a metadata request must not create it (with the
+                        # broker's default partition count): see `_ensure_topic`.
+                        "allow.auto.create.topics": False,
                     }
                 )
             )

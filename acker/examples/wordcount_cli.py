@@ -32,6 +32,7 @@ from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.spout import Spout, SpoutSettings
+from acker.topics import all_topics
 from acker.wire import WireError, decode_outcomes
 
 CRASH_EXIT = 17
@@ -46,9 +47,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
     create_topics(
         config.client(),
         [
-            TopicSpec(config.acker_topic, config.partitions, config.replication_factor),
-            TopicSpec(config.dlq_topic, 1, config.replication_factor),
-            TopicSpec(config.outcome_topic(SPOUT), config.partitions, config.replication_factor),
+            *all_topics(config, [SPOUT]),
             *(
                 TopicSpec(t, args.pipeline_partitions, config.replication_factor)
                 for t in (topics.sentences, topics.split, topics.words, topics.counts)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.config import ServiceConfig
@@ -24,7 +25,7 @@ from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.decided import read_decided
 from acker.replay import format_message, replay
 from acker.service import AckerService
-from acker.status import group_lag
+from acker.status import group_lag, read_status
 from acker.wire import decode_batch, encode_outcomes
 from acker.workload import WorkloadSpec, generate
 from tests.integration.helpers import (
@@ -318,9 +319,16 @@ def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> N
     assert TICK not in received
 
 
-def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they_exist(config: ServiceConfig) -> None:
+@pytest.mark.parametrize("auto_create", [False, True])
+def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they_exist(
+    config: ServiceConfig, auto_create: bool
+) -> None:
     """A spout's outcome topic that does not exist is created before its first outcome, with the acker topic's
-    partition count (not the broker's default); one that exists is produced to as it is."""
+    partition count (not the broker's default); one that exists is produced to as it is. Also when the pass-through
+    settings let clients create topics: the lookup itself must not create it (the local broker would, with 1). The
+    status topic, missing here, is created compacted at start: when clients may not create topics, nothing else
+    would, and its undeliverable records held the flush on stop for 30 s, after which the commit was skipped."""
+    config = replace(config, kafka={**config.kafka, "allow.auto.create.topics": str(auto_create).lower()})
     create_acker_topics(config, spouts=["made"])  # with config.partitions
     create_topics(config.client(), [TopicSpec(config.outcome_topic("kept"), 1)])
     ids = IdGenerator(5)
@@ -336,6 +344,11 @@ def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they
         service.stop()
     counts = {spout: partition_count(config.client(), config.outcome_topic(spout)) for spout in trees}
     assert counts == {"made": config.partitions, "kept": 1, "new": config.partitions}
+    status = ConfigResource(ConfigResource.Type.TOPIC, config.status_topic)
+    admin = AdminClient(config.client())  # alive until its answer came
+    described = admin.describe_configs([status])[status].result(timeout=30)
+    assert described["cleanup.policy"].value == "compact"
+    assert len(read_status(config, timeout_s=10)) == config.partitions  # every partition's status delivered
 
 
 def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:
