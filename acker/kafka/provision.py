@@ -42,26 +42,35 @@ def docker_available() -> bool:
 
 
 @contextlib.contextmanager
-def _container() -> Iterator[str]:
+def _container(auto_create_topics: bool) -> Iterator[str]:
     try:
         from testcontainers.community.kafka import KafkaContainer  # noqa: PLC0415 - testcontainers >= 4.14
     except ImportError:  # pragma: no cover - older testcontainers
         from testcontainers.kafka import KafkaContainer  # noqa: PLC0415
-    with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:
+    container = KafkaContainer(KAFKA_IMAGE).with_kraft()
+    container.with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", str(auto_create_topics).lower())
+    with container:
         yield container.get_bootstrap_server()
 
 
 @contextlib.contextmanager
-def kafka_cluster(existing: str | None = None, *, use_docker: bool = True, partitions: int = 1) -> Iterator[Cluster]:
-    """A running cluster for the duration of the ``with`` block; a started one is stopped afterwards."""
+def kafka_cluster(
+    existing: str | None = None, *, use_docker: bool = True, partitions: int = 1, auto_create_topics: bool = True
+) -> Iterator[Cluster]:
+    """A running cluster for the duration of the ``with`` block; a started one is stopped afterwards.
+
+    ``auto_create_topics``: whether a started broker creates a topic on first use (Kafka's default). The integration
+    tests turn it off, as many production clusters do: whatever a component writes to, it or its setup must create.
+    An existing cluster is used as it is."""
     if existing:
         yield Cluster(existing, "existing")
         return
     if use_docker and docker_available():
         log.info("starting Kafka in a container (%s)", KAFKA_IMAGE)
-        with _container() as bootstrap:
+        with _container(auto_create_topics) as bootstrap:
             yield Cluster(bootstrap, "testcontainers")
         return
     log.info("no Docker engine: starting a local Kafka broker from Maven Central jars")
-    with LocalKafkaBroker(num_partitions=partitions) as broker:
+    properties = {"auto.create.topics.enable": auto_create_topics}
+    with LocalKafkaBroker(num_partitions=partitions, server_properties=properties) as broker:
         yield Cluster(broker.bootstrap_servers, "local", broker.pid)

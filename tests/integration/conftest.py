@@ -26,7 +26,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS")) as running:
+    # Topics are not created on first use: a broker that did hid that the service never created its status topic.
+    with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS"), auto_create_topics=False) as running:
         yield running
         lookups.close_all()  # the process's cached lookup clients, before the broker stops under them
         gc.collect()  # and the clients of finished tests that only a reference cycle still holds

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from acker.core.messages import Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.decided import read_decided
+from acker.kafka.provision import Cluster, kafka_cluster
 from acker.replay import format_message, replay
 from acker.service import AckerService
 from acker.status import group_lag, read_status
@@ -319,16 +322,27 @@ def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> N
     assert TICK not in received
 
 
+@pytest.fixture(scope="module")
+def creating_cluster() -> Iterator[Cluster]:
+    """A broker that creates topics on first use (Kafka's default; the session's does not)."""
+    with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS"), auto_create_topics=True) as running:
+        yield running
+
+
 @pytest.mark.parametrize("auto_create", [False, True])
 def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they_exist(
-    config: ServiceConfig, auto_create: bool
+    config: ServiceConfig, auto_create: bool, request: pytest.FixtureRequest
 ) -> None:
     """A spout's outcome topic that does not exist is created before its first outcome, with the acker topic's
-    partition count (not the broker's default); one that exists is produced to as it is. Also when the pass-through
-    settings let clients create topics: the lookup itself must not create it (the local broker would, with 1). The
-    status topic, missing here, is created compacted at start: when clients may not create topics, nothing else
-    would, and its undeliverable records held the flush on stop for 30 s, after which the commit was skipped."""
-    config = replace(config, kafka={**config.kafka, "allow.auto.create.topics": str(auto_create).lower()})
+    partition count; one that exists is produced to as it is. The status topic, missing here, is created compacted
+    at start: where topics are not created on first use, its records could not be delivered, and the flush on stop
+    waited 30 s and then skipped the commit. Also on a broker that creates topics on first use, with clients allowed
+    to: the service's lookup must not create the outcome topic there (it would get the broker's default, 1)."""
+    if auto_create:
+        bootstrap = request.getfixturevalue("creating_cluster").bootstrap_servers
+        config = replace(
+            config, bootstrap_servers=bootstrap, kafka={**config.kafka, "allow.auto.create.topics": "true"}
+        )
     create_acker_topics(config, spouts=["made"])  # with config.partitions
     create_topics(config.client(), [TopicSpec(config.outcome_topic("kept"), 1)])
     ids = IdGenerator(5)
