@@ -135,13 +135,15 @@ class BlockTracker:
 
     @staticmethod
     def warm_up() -> None:
-        """Compile (or load from the on-disk cache) every compiled loop now rather than on the first record."""
-        block = MessageBlock.from_messages([Init(1, "s", "t/0/0", 1), Ack(1, 1), TICK])
+        """Compile (or load from the on-disk cache) every compiled loop now rather than on the first record, for
+        every layout its arguments take: a column of one outcome row is contiguous, of several it is strided."""
+        one = MessageBlock.from_messages([Init(1, "s", "t/0/0", 1), Ack(1, 1), TICK])
+        two = MessageBlock.from_messages([Init(2, "s", "t/0/1", 2), Ack(2, 2), Init(3, "s", "t/0/2", 3), Ack(3, 3)])
         tracker = BlockTracker()
-        tracker.process(block)
+        tracker.process(one)
         tracker.oldest_needed(0)
         tracker.set_decided(np.array([7], np.int64))
-        tracker.process(block)
+        tracker.process(two)
         tracker.clear_decided()
         tracker._resize_for(4 * tracker.capacity, 4 * tracker.capacity)
 
