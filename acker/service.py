@@ -38,7 +38,7 @@ from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.kafka.clients import KafkaClientError, consume_available, create_topics, log_bounds, produce
+from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, log_bounds, produce
 from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, parse_metadata
@@ -165,6 +165,7 @@ class AckerService:
         self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
         self._next_commit = 0.0
         self._next_status = 0.0
+        self._status_topic = True  # whether status records can be published (the topic exists)
         self._last_status: dict[int, tuple[float, np.ndarray]] = {}
         self.consumer = Consumer(
             config.stream_consumer(
@@ -185,7 +186,10 @@ class AckerService:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; then commit what is safe and leave the group."""
-        create_topics(self.config.client(), service_topics(self.config))
+        if self.config.status_topic in self._ensure_topics(service_topics(self.config)):
+            # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
+            log.warning("no status topic %s: no status is published", self.config.status_topic)
+            self._status_topic = False
         self.consumer.subscribe(
             [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -225,7 +229,7 @@ class AckerService:
             self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
         self._commit_passed()
-        if now >= self._next_status:
+        if now >= self._next_status and self._status_topic:
             self._publish_status(now)
             self._next_status = now + self.config.status_interval_s
         self.producer.poll(0)
@@ -342,7 +346,7 @@ class AckerService:
         spout, first, last = encoded.spout, encoded.first, encoded.last
         topic = self.config.outcome_topic(spout)
         if topic not in self._known_topics:
-            self._ensure_topic(spout, topic)
+            self._ensure_topics([outcome_topic(self.config, spout)])
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
 
         def delivered(error: KafkaError | None, record: Message) -> None:
@@ -364,22 +368,32 @@ class AckerService:
         if outcome_log is not None:  # after produce returned: its report comes from a later poll
             outcome_log.sent(topic)
 
-    def _ensure_topic(self, spout: str, topic: str) -> None:
-        """Create the outcome topic of ``spout`` before its first record unless it exists (made by `acker topics
-        create`, or by an earlier owner). Existence is asked on the reading consumer's connection, whose lookups
-        never create a topic: a millisecond or two, where an admin client made for the purpose took 7-47 ms even to
-        find the topic there."""
-        try:
-            found = self._reading_consumer().list_topics(topic, timeout=10).topics.get(topic)
-            exists = found is not None and found.error is None and bool(found.partitions)
-        except KafkaException:
-            exists = False
-        if not exists:
+    def _ensure_topics(self, specs: list[TopicSpec]) -> set[str]:
+        """Create the topics of ``specs`` that do not exist (`acker.topics`: made by `acker topics create`, or by an
+        earlier owner, they are left as they are). Existence is asked on the reading consumer's connection, whose
+        lookups never create a topic: a millisecond or two, where an admin client made for the purpose took 7-47 ms
+        even to find the topic there, and a principal without the right to create topics is refused even for
+        topics that exist. Returns the names of those that could not be created. An outcome or dead-letter topic
+        that cannot be created is written to anyway, with a warning: it may be created on first use, and if it is not,
+        the failed delivery stops the service."""
+        missing = []
+        for spec in specs:
             try:
-                create_topics(self.config.client(), [outcome_topic(self.config, spout)])
-            except KafkaClientError as error:  # e.g. not allowed to create: the topic may exist, or auto-create
-                log.warning("could not create %s (%s): producing to it anyway", topic, error)
-        self._known_topics.add(topic)
+                found = self._reading_consumer().list_topics(spec.name, timeout=10).topics.get(spec.name)
+                exists = found is not None and found.error is None and bool(found.partitions)
+            except KafkaException:
+                exists = False
+            if not exists:
+                missing.append(spec)
+            self._known_topics.add(spec.name)
+        failed = set()
+        for spec in missing:  # one at a time: a failure says which
+            try:
+                create_topics(self.config.client(), [spec])
+            except KafkaClientError as error:  # e.g. not allowed to create
+                log.warning("could not create %s: %s", spec.name, error)
+                failed.add(spec.name)
+        return failed
 
     def _check_deliveries(self) -> None:
         if self._deliveries.failure is not None:
@@ -579,7 +593,8 @@ class AckerService:
                         "enable.auto.commit": False,
                         "client.id": f"acker-{self.instance}-reader",
                         # Asked about a topic that does not exist, a metadata request must not create it (with the
-                        # broker's default partition count): see `_ensure_topic`.
+                        # broker's default partition count): see `_ensure_topics`. The default for consumers, set
+                        # here because the pass-through settings may say otherwise.
                         "allow.auto.create.topics": False,
                     }
                 )

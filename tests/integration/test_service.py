@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -322,11 +324,21 @@ def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> N
     assert TICK not in received
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def creating_cluster() -> Iterator[Cluster]:
-    """A broker that creates topics on first use (Kafka's default; the session's does not)."""
-    with kafka_cluster(os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS"), auto_create_topics=True) as running:
+    """A broker of its own that creates topics on first use (Kafka's default; the session's does not)."""
+    if os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS"):
+        pytest.skip("an existing cluster creates topics on first use or not, as it is configured")
+    with kafka_cluster(auto_create_topics=True) as running:
         yield running
+        gc.collect()  # the clients of the test, before the broker stops under them
+
+
+def _wait_for_status(config: ServiceConfig, partitions: int, timeout_s: float = 30.0) -> dict[int, dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while len(statuses := read_status(config, timeout_s=2)) < partitions and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return statuses
 
 
 @pytest.mark.parametrize("auto_create", [False, True])
@@ -336,24 +348,25 @@ def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they
     """A spout's outcome topic that does not exist is created before its first outcome, with the acker topic's
     partition count; one that exists is produced to as it is. The status topic, missing here, is created compacted
     at start: where topics are not created on first use, its records could not be delivered, and the flush on stop
-    waited 30 s and then skipped the commit. Also on a broker that creates topics on first use, with clients allowed
-    to: the service's lookup must not create the outcome topic there (it would get the broker's default, 1)."""
+    waited 30 s and then skipped the commit. Also on a broker that creates topics on first use, with the service's
+    clients allowed to: its lookup must not create the outcome topic there (it would get the broker's default, 1)."""
+    service_config = config
     if auto_create:
-        bootstrap = request.getfixturevalue("creating_cluster").bootstrap_servers
-        config = replace(
-            config, bootstrap_servers=bootstrap, kafka={**config.kafka, "allow.auto.create.topics": "true"}
-        )
+        creating: Cluster = request.getfixturevalue("creating_cluster")
+        config = replace(config, bootstrap_servers=creating.bootstrap_servers)
+        service_config = replace(config, kafka={**config.kafka, "allow.auto.create.topics": "true"})
     create_acker_topics(config, spouts=["made"])  # with config.partitions
     create_topics(config.client(), [TopicSpec(config.outcome_topic("kept"), 1)])
     ids = IdGenerator(5)
     trees = {spout: [Init(ids(), spout, f"src/0/{i}", ids()) for i in range(50)] for spout in ("made", "kept", "new")}
-    service = ServiceThread(config)
+    service = ServiceThread(service_config)
     try:
         inits = [i for spout_inits in trees.values() for i in spout_inits]
         send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
-        reader = OutcomeReader(config, trees)
+        reader = OutcomeReader(config, trees)  # its subscription creates nothing: only the service's lookup is tested
         reader.wait_for([i.msg_id for i in inits])
         reader.close()
+        assert len(_wait_for_status(config, config.partitions)) == config.partitions  # every partition's, delivered
     finally:
         service.stop()
     counts = {spout: partition_count(config.client(), config.outcome_topic(spout)) for spout in trees}
@@ -362,7 +375,28 @@ def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they
     admin = AdminClient(config.client())  # alive until its answer came
     described = admin.describe_configs([status])[status].result(timeout=30)
     assert described["cleanup.policy"].value == "compact"
-    assert len(read_status(config, timeout_s=10)) == config.partitions  # every partition's status delivered
+
+
+def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: ServiceConfig) -> None:
+    """Topics the service cannot create (here: a replication factor the single broker cannot give; elsewhere: no
+    right to create) do not stop it from starting: the status topic is missing and stays so, outcomes still flow,
+    and it stops promptly."""
+    create_acker_topics(config)
+    config = replace(config, replication_factor=3)
+    ids = IdGenerator(9)
+    inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(20)]
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
+        reader.wait_for([i.msg_id for i in inits])
+        assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
+    finally:
+        reader.close()
+        # Without a status topic it publishes no status: records waiting for a topic that never comes held the
+        # flush on stop for its whole 30 s, and the commit was then skipped.
+        service.stop(timeout_s=20)
+    assert read_status(config, timeout_s=2) == {}
 
 
 def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:
