@@ -188,7 +188,7 @@ class AckerService:
         """Serve until ``stop`` is set; then commit what is safe and leave the group."""
         if self.config.status_topic in self._ensure_topics(service_topics(self.config)):
             # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
-            log.warning("no status topic %s: no status is published", self.config.status_topic)
+            log.warning("no status topic %s: no status is published until a restart finds it", self.config.status_topic)
             self._status_topic = False
         self.consumer.subscribe(
             [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
