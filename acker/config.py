@@ -123,8 +123,25 @@ class ServiceConfig:
 
     def stream_consumer(self, defaults: Mapping[str, Any] | None = None, /, **overrides: Any) -> dict[str, Any]:
         """`client` for a consumer that streams a topic (the service, spouts, bolts, steps): `CONSUMER_DEFAULTS`,
-        then the caller's ``defaults``, first, so that the pass-through settings can change them."""
-        return {**CONSUMER_DEFAULTS, **(defaults or {}), **self.client(**overrides)}
+        then the caller's ``defaults``, first, so that the pass-through settings can change them.
+
+        With Kafka's new group protocol (``group.protocol: consumer`` in the pass-through settings, KIP-848) the
+        broker assigns partitions, incrementally as the cooperative assignor does; a client-side
+        ``partition.assignment.strategy`` is then refused by the client, and is left out."""
+        merged = {**CONSUMER_DEFAULTS, **(defaults or {}), **self.client(**overrides)}
+        if str(merged.get("group.protocol", "classic")).lower() == "consumer":
+            merged.pop("partition.assignment.strategy", None)
+        return merged
+
+    @staticmethod
+    def incremental_assignment(consumer_settings: Mapping[str, Any]) -> bool:
+        """Whether a consumer with these settings is given partitions incrementally (each assignment only adds, each
+        revocation only takes away): with a cooperative assignor, or with the new group protocol. Its rebalance
+        callback must then call ``incremental_assign``; ``assign`` would drop what it holds (classic protocol) or is
+        refused (new protocol)."""
+        if str(consumer_settings.get("group.protocol", "classic")).lower() == "consumer":
+            return True
+        return "cooperative" in str(consumer_settings.get("partition.assignment.strategy", ""))
 
     def stage_producer(self, **overrides: Any) -> dict[str, Any]:
         """`client` for the producer of a spout or a bolt: `STAGE_PRODUCER_DEFAULTS` first, so that the pass-through

@@ -149,8 +149,9 @@ class Spout:
         source = config.stream_consumer(
             **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": settings.reset}
         )
-        # A user may ask every client for cooperative rebalancing: then an assignment only adds partitions.
-        self._cooperative = "cooperative" in str(source.get("partition.assignment.strategy", ""))
+        # A user may ask every client for cooperative rebalancing, or for the new group protocol: then an assignment
+        # only adds partitions.
+        self._cooperative = config.incremental_assignment(source)
         self.consumer = Consumer(source)
         self._watermarks = Consumer(
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})

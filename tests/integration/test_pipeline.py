@@ -181,13 +181,18 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     assert ids
 
 
+@pytest.mark.parametrize("rebalancing", ["cooperative-sticky", "group.protocol=consumer"])
 def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
-    config: ServiceConfig, topics: Topics
+    config: ServiceConfig, topics: Topics, rebalancing: str
 ) -> None:
     """A user may set partition.assignment.strategy for every client (the service and the bolts use
-    cooperative-sticky): the spout's own assignment then goes through incremental_assign, and a second spout joining
-    takes partitions from the first without either losing its place."""
-    config = replace(config, kafka={**config.kafka, "partition.assignment.strategy": "cooperative-sticky"})
+    cooperative-sticky), or Kafka's new group protocol (KIP-848, where the broker assigns partitions incrementally):
+    the spout's own assignment then goes through incremental_assign, and a second spout joining takes partitions
+    from the first without either losing its place."""
+    if rebalancing == "cooperative-sticky":
+        config = replace(config, kafka={**config.kafka, "partition.assignment.strategy": "cooperative-sticky"})
+    else:  # the session timeout is the broker's then: the clients may not set it
+        config = replace(config, kafka={"group.protocol": "consumer"})
     settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=1000)
     ids = _produce(config, topics.sentences, list(sentences(40, seed=9)))
     marks = _watermarks_inside(ids, 10)  # the producer may have put few records in one partition

@@ -253,8 +253,15 @@ def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_rea
     assert found.log.starts(0) == {topic: (1, 0)}
 
 
-def test_instances_join_and_leave_under_load_without_losing_or_rushing_trees(config: ServiceConfig) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_instances_join_and_leave_under_load_without_losing_or_rushing_trees(
+    config: ServiceConfig, protocol: str
+) -> None:
+    """Also with Kafka's new group protocol (KIP-848), where the broker assigns partitions incrementally and the
+    session timeout is the broker's (the clients may not set it)."""
     config = replace(config, partitions=6, timeout_s=60.0)
+    if protocol == "consumer":
+        config = replace(config, kafka={"group.protocol": "consumer"})
     create_acker_topics(config)
     ids = IdGenerator(5)
     reader = OutcomeReader(config, [SPOUT])

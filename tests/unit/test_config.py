@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
 from acker.cli import main
 from acker.config import ServiceConfig, add_arguments, load, to_argv
@@ -138,6 +139,16 @@ def test_stream_consumers_fetch_again_soon_after_a_full_queue_unless_told_otherw
     mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.queue.backoff.ms": "500"})
     assert mine.stream_consumer()["fetch.queue.backoff.ms"] == "500"
     assert mine.stream_consumer(**{"fetch.queue.backoff.ms": 5})["fetch.queue.backoff.ms"] == 5
+
+
+def test_with_the_new_group_protocol_stream_consumers_leave_the_assignment_to_the_broker() -> None:
+    cooperative = {"partition.assignment.strategy": "cooperative-sticky"}
+    classic = ServiceConfig(bootstrap_servers="b:9092")
+    assert classic.stream_consumer(**cooperative)["partition.assignment.strategy"] == "cooperative-sticky"
+    new = ServiceConfig(bootstrap_servers="b:9092", kafka={"group.protocol": "consumer"})
+    settings = new.stream_consumer(**cooperative)
+    assert "partition.assignment.strategy" not in settings and settings["group.protocol"] == "consumer"
+    Consumer({**settings, "group.id": "g"}).close()  # the client accepts it (it refuses the assignor)
 
 
 def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idempotent() -> None:
