@@ -204,6 +204,35 @@ def start_dead_letters(
 
 
 def _spark_kafka_options(client: Mapping[str, Any]) -> dict[str, str]:
-    """librdkafka settings as Spark Kafka options (``kafka.`` + the Java client's name, which is the same for the
-    common ones: bootstrap.servers, security.protocol, sasl.*, ssl.*)."""
-    return {f"kafka.{k}": str(v) for k, v in client.items()}
+    """librdkafka settings as Spark Kafka options: ``kafka.`` + the Java client's setting (`java_client_settings`)."""
+    return {f"kafka.{k}": v for k, v in java_client_settings(client).items()}
+
+
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
+    """The Java Kafka client's settings for librdkafka's: the same names for most (bootstrap.servers,
+    security.protocol, sasl.mechanism, ssl.* keystores), but a user name and password are librdkafka's
+    ``sasl.username`` / ``sasl.password`` and the Java client's ``sasl.jaas.config`` (a login module line), which
+    librdkafka refuses: one ``[kafka]`` table serves the service, the stages and these jobs. ``sasl.mechanisms`` is
+    librdkafka's other name of ``sasl.mechanism``. Settings the Java client does not know it ignores."""
+    settings = {k: str(v) for k, v in client.items() if k not in ("sasl.username", "sasl.password", "sasl.mechanisms")}
+    mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", ""))).upper()
+    if mechanism:
+        settings["sasl.mechanism"] = mechanism
+    if "sasl.username" in client or "sasl.password" in client:
+        module = _LOGIN_MODULES.get(mechanism)
+        if module is None:
+            raise ValueError(f"sasl.username and sasl.password need sasl.mechanism PLAIN or SCRAM-*, not {mechanism!r}")
+        user, password = (_jaas_quoted(str(client.get(k, ""))) for k in ("sasl.username", "sasl.password"))
+        settings["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    return settings
+
+
+def _jaas_quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -336,6 +336,8 @@ class LocalKafkaBroker:
     * ``class_data_sharing``: start faster from an AppCDS archive of the broker's classes, kept next to the
       jars. The first broker without one writes it when it stops (that stop takes a few seconds longer).
     * ``startup_timeout``: seconds ``start()`` waits for the broker to be ready.
+    * ``client_properties``: librdkafka settings of the client that checks readiness, for a listener that
+      ``server_properties`` secure (``security.protocol``, ``sasl.*``).
     """
 
     def __init__(
@@ -350,6 +352,7 @@ class LocalKafkaBroker:
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         class_data_sharing: bool = True,
         startup_timeout: float = 60.0,
+        client_properties: Mapping[str, object] | None = None,
     ) -> None:
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, not {num_partitions}")
@@ -363,6 +366,7 @@ class LocalKafkaBroker:
         own_cds = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
         self.class_data_sharing = class_data_sharing and not any(o.startswith(own_cds) for o in jvm_options)
         self.startup_timeout = startup_timeout
+        self.client_properties = dict(client_properties or {})
         self._cds_archive: Path | None = None  # the archive this broker runs from or writes at exit
         self._cds_dump: Path | None = None  # where the JVM writes the archive at exit, if it has none yet
         self._ready = False
@@ -647,6 +651,7 @@ class LocalKafkaBroker:
                     time.sleep(0.05)
                     continue
                 config: dict[str, Any] = {
+                    **self.client_properties,
                     "bootstrap.servers": f"127.0.0.1:{port}",
                     "logger": _log,  # not librdkafka's stderr
                     "socket.connection.setup.timeout.ms": 2000,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 import time
 import uuid
@@ -17,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.lookups import lookups
 from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
@@ -145,6 +147,57 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
     try:
         _outcomes(client, out, [("ACK", f"{src}/0/6")])
         _eventually(lambda: marks() == {(src, 0): 8, (src, 1): 3})
+    finally:
+        for query in queries:
+            query.stop()
+
+
+_JAAS = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_acker="acker-secret";'
+)
+
+
+@pytest.fixture
+def sasl_client() -> Iterator[dict[str, str]]:
+    """librdkafka settings of a user of a broker of its own whose client listener takes SASL/PLAIN only."""
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "acker",
+              "sasl.password": "acker-secret"}  # fmt: skip
+    server = {"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+              "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+              "listener.name.plaintext.plain.sasl.jaas.config": _JAAS}  # fmt: skip
+    with LocalKafkaBroker(server_properties=server, client_properties=client) as broker:
+        yield {**client, "bootstrap.servers": broker.bootstrap_servers}
+        gc.collect()  # the test's clients, before the broker stops under them
+
+
+def test_the_commit_job_reads_and_writes_through_sasl_with_the_services_settings(
+    spark: Any, sasl_client: dict[str, str], names: dict[str, str]
+) -> None:
+    """The same librdkafka settings as the service's (user name and password) reach Spark's Java Kafka client as its
+    login module line: the job reads outcomes, dead-letters garbage and commits the watermark on a SASL broker."""
+    client = sasl_client
+    src, out, dlq = names["source"], names["outcomes"] + "sp", f"dlq-{names['uid']}"
+    _source(client, src, 1, 4)
+    create_topics(client, [TopicSpec(out, 1), TopicSpec(dlq, 1)])
+    settings = CommitJobSettings(
+        OutcomeSource(client, topics=(out,)), names["ckpt"], dlq_topic=dlq, trigger_s=0.5, dead_letter_trigger_s=1.0
+    )
+    queries = start_commit(spark, settings)
+    try:
+        _outcomes(client, out, [("ACK", f"{src}/0/{o}") for o in (0, 1, 2)])
+        garbage = Producer(client)
+        produce(garbage, out, b"not an outcome record")
+        assert garbage.flush(30) == 0
+        kafka = lookups(client)
+
+        def mark() -> int:
+            with kafka.lock:
+                return kafka.committed("sp.acked", [(src, 0)]).get((src, 0), -1)
+
+        _eventually(lambda: mark() == 3)
+        letters = _eventually(lambda: _read_all(client, dlq))
+        assert dict(letters[0].headers())["acker.dlq.reason"] == b"bad-prefix"
     finally:
         for query in queries:
             query.stop()
