@@ -15,6 +15,7 @@ import pytest
 
 from acker.config import ServiceConfig
 from acker.kafka import lookups
+from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.provision import Cluster, kafka_cluster
 
 
@@ -53,3 +54,22 @@ def config(bootstrap: str) -> ServiceConfig:
         # A killed instance's partitions move after the session timeout: the broker's minimum, not 45 s.
         kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
     ).namespaced(f"run-{run}")
+
+
+_JAAS = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_acker="acker-secret";'
+)
+
+
+@pytest.fixture
+def sasl_client() -> Iterator[dict[str, str]]:
+    """librdkafka settings of a user of a broker of its own whose client listener takes SASL/PLAIN only."""
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "acker",
+              "sasl.password": "acker-secret"}  # fmt: skip
+    server = {"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+              "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+              "listener.name.plaintext.plain.sasl.jaas.config": _JAAS}  # fmt: skip
+    with LocalKafkaBroker(server_properties=server, client_properties=client) as broker:
+        yield {**client, "bootstrap.servers": broker.bootstrap_servers}
+        gc.collect()  # the test's clients, before the broker stops under them

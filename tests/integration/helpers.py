@@ -63,9 +63,9 @@ class ServiceThread(Running):
 class ServiceProcess:
     """An acker instance as a separate `acker run` process (for kill -9)."""
 
-    def __init__(self, config: ServiceConfig, log_path: str) -> None:
+    def __init__(self, config: ServiceConfig, log_path: str, *extra: str) -> None:
         flags, env = to_argv(replace(config, metrics_port=0, instance_id=f"proc-{uuid.uuid4().hex[:6]}"))
-        args = [sys.executable, "-m", "acker.cli", "run", *flags]
+        args = [sys.executable, "-m", "acker.cli", "run", *flags, *extra]
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()/kill()
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env})
 

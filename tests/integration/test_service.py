@@ -406,6 +406,30 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
     assert read_status(config, timeout_s=2) == {}
 
 
+def test_acker_run_serves_a_sasl_broker_and_never_writes_the_password(
+    config: ServiceConfig, sasl_client: dict[str, str], tmp_path: Path
+) -> None:
+    """SASL needs no code: the settings pass through (to the child in the environment, not on its command line), and
+    the password shows in none of its output, debug logging included."""
+    kafka = {k: v for k, v in sasl_client.items() if k != "bootstrap.servers"}
+    config = replace(config, bootstrap_servers=sasl_client["bootstrap.servers"], kafka=kafka)
+    create_acker_topics(config)
+    ids = IdGenerator(13)
+    inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(30)]
+    service = ServiceProcess(config, str(tmp_path / "acker.log"), "--log-level", "DEBUG")
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
+        reader.wait_for([i.msg_id for i in inits])
+    finally:
+        reader.close()
+        assert service.stop() == 0
+    assert {outcome for seen in reader.seen.values() for outcome in seen} == {"ACK"}
+    output = (tmp_path / "acker.log").read_text()
+    assert "'sasl.password': '***'" in output  # the configuration it logs at start, redacted
+    assert sasl_client["sasl.password"] not in output
+
+
 def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:
     """150,000 trees of one partition expire on one or two ticks: their outcomes (~19 bytes each) in one record would
     pass the broker's 1 MB limit, and the service would stop on it, again at every restart. They go out in several."""

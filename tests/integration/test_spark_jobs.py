@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import shutil
 import time
 import uuid
@@ -18,7 +17,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics, produce
-from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.lookups import lookups
 from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
@@ -150,25 +148,6 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
     finally:
         for query in queries:
             query.stop()
-
-
-_JAAS = (
-    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
-    'user_admin="admin-secret" user_acker="acker-secret";'
-)
-
-
-@pytest.fixture
-def sasl_client() -> Iterator[dict[str, str]]:
-    """librdkafka settings of a user of a broker of its own whose client listener takes SASL/PLAIN only."""
-    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "acker",
-              "sasl.password": "acker-secret"}  # fmt: skip
-    server = {"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
-              "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
-              "listener.name.plaintext.plain.sasl.jaas.config": _JAAS}  # fmt: skip
-    with LocalKafkaBroker(server_properties=server, client_properties=client) as broker:
-        yield {**client, "bootstrap.servers": broker.bootstrap_servers}
-        gc.collect()  # the test's clients, before the broker stops under them
 
 
 def test_the_commit_job_reads_and_writes_through_sasl_with_the_services_settings(
