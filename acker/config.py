@@ -38,6 +38,11 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20, "delivery.report.only.error": True}
 
 
+# Settings of the classic group protocol that the new one (group.protocol=consumer, KIP-848) keeps on the broker:
+# librdkafka refuses a client given any of them with it.
+_CLASSIC_GROUP_SETTINGS = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
+
+
 def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
@@ -88,6 +93,10 @@ class ServiceConfig:
             raise ConfigError("partitions and replication_factor must be at least 1")
         if self.tracker_threads < 1:
             raise ConfigError(f"tracker_threads must be at least 1, got {self.tracker_threads}")
+        if str(self.kafka.get("group.protocol", "classic")).lower() == "consumer":
+            classic_only = sorted(set(self.kafka) & set(_CLASSIC_GROUP_SETTINGS))
+            if classic_only:  # else every client built from these settings is refused, one by one
+                raise ConfigError(f"group.protocol=consumer leaves {', '.join(classic_only)} to the broker: remove it")
 
     @property
     def tick_interval_s(self) -> float:
@@ -130,15 +139,14 @@ class ServiceConfig:
         ``partition.assignment.strategy`` is then refused by the client, and is left out."""
         merged = {**CONSUMER_DEFAULTS, **(defaults or {}), **self.client(**overrides)}
         if str(merged.get("group.protocol", "classic")).lower() == "consumer":
-            merged.pop("partition.assignment.strategy", None)
+            merged.pop("partition.assignment.strategy", None)  # the callers' own (the pass-through may not hold it)
         return merged
 
     @staticmethod
     def incremental_assignment(consumer_settings: Mapping[str, Any]) -> bool:
         """Whether a consumer with these settings is given partitions incrementally (each assignment only adds, each
         revocation only takes away): with a cooperative assignor, or with the new group protocol. Its rebalance
-        callback must then call ``incremental_assign``; ``assign`` would drop what it holds (classic protocol) or is
-        refused (new protocol)."""
+        callback must then call ``incremental_assign``; the client refuses ``assign`` there."""
         if str(consumer_settings.get("group.protocol", "classic")).lower() == "consumer":
             return True
         return "cooperative" in str(consumer_settings.get("partition.assignment.strategy", ""))

@@ -151,7 +151,7 @@ class Spout:
         )
         # A user may ask every client for cooperative rebalancing, or for the new group protocol: then an assignment
         # only adds partitions.
-        self._cooperative = config.incremental_assignment(source)
+        self._incremental = config.incremental_assignment(source)
         self.consumer = Consumer(source)
         self._watermarks = Consumer(
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})
@@ -340,7 +340,7 @@ class Spout:
                 kafka.advance(self.settings.watermark_group, starts)  # so the commit job starts there too
         for tp in partitions:  # a partition held before a rebalance is read again from its watermark
             self._held.pop((tp.topic, tp.partition), None)
-        if self._cooperative:
+        if self._incremental:
             consumer.incremental_assign(partitions)  # these are added; the others stay
         else:
             consumer.assign(partitions)

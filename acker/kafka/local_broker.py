@@ -337,7 +337,7 @@ class LocalKafkaBroker:
       jars. The first broker without one writes it when it stops (that stop takes a few seconds longer).
     * ``startup_timeout``: seconds ``start()`` waits for the broker to be ready.
     * ``client_properties``: librdkafka settings of the client that checks readiness, for a listener that
-      ``server_properties`` secure (``security.protocol``, ``sasl.*``).
+      ``server_properties`` make secure (``security.protocol``, ``sasl.*``).
     """
 
     def __init__(

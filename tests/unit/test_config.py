@@ -151,6 +151,11 @@ def test_with_the_new_group_protocol_stream_consumers_leave_the_assignment_to_th
     Consumer({**settings, "group.id": "g"}).close()  # the client accepts it (it refuses the assignor)
 
 
+def test_the_new_group_protocol_with_settings_it_leaves_to_the_broker_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match=r"session\.timeout\.ms"):
+        ServiceConfig(kafka={"group.protocol": "consumer", "session.timeout.ms": "6000"})
+
+
 def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idempotent() -> None:
     plain = ServiceConfig(bootstrap_servers="b:9092").stage_producer()
     assert plain == {"linger.ms": 20, "delivery.report.only.error": True, "bootstrap.servers": "b:9092",
