@@ -43,6 +43,11 @@ STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20, "delivery.report.onl
 _CLASSIC_GROUP_SETTINGS = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
 
 
+def _new_group_protocol(settings: Mapping[str, Any]) -> bool:
+    """Whether librdkafka settings choose the new group protocol (KIP-848)."""
+    return str(settings.get("group.protocol", "classic")).lower() == "consumer"
+
+
 def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
@@ -93,7 +98,7 @@ class ServiceConfig:
             raise ConfigError("partitions and replication_factor must be at least 1")
         if self.tracker_threads < 1:
             raise ConfigError(f"tracker_threads must be at least 1, got {self.tracker_threads}")
-        if str(self.kafka.get("group.protocol", "classic")).lower() == "consumer":
+        if _new_group_protocol(self.kafka):
             classic_only = sorted(set(self.kafka) & set(_CLASSIC_GROUP_SETTINGS))
             if classic_only:  # else every client built from these settings is refused, one by one
                 raise ConfigError(f"group.protocol=consumer leaves {', '.join(classic_only)} to the broker: remove it")
@@ -138,7 +143,7 @@ class ServiceConfig:
         broker assigns partitions, incrementally as the cooperative assignor does; a client-side
         ``partition.assignment.strategy`` is then refused by the client, and is left out."""
         merged = {**CONSUMER_DEFAULTS, **(defaults or {}), **self.client(**overrides)}
-        if str(merged.get("group.protocol", "classic")).lower() == "consumer":
+        if _new_group_protocol(merged):
             merged.pop("partition.assignment.strategy", None)  # the callers' own (the pass-through may not hold it)
         return merged
 
@@ -147,9 +152,8 @@ class ServiceConfig:
         """Whether a consumer with these settings is given partitions incrementally (each assignment only adds, each
         revocation only takes away): with a cooperative assignor, or with the new group protocol. Its rebalance
         callback must then call ``incremental_assign``; the client refuses ``assign`` there."""
-        if str(consumer_settings.get("group.protocol", "classic")).lower() == "consumer":
-            return True
-        return "cooperative" in str(consumer_settings.get("partition.assignment.strategy", ""))
+        strategy = str(consumer_settings.get("partition.assignment.strategy", ""))
+        return _new_group_protocol(consumer_settings) or "cooperative" in strategy
 
     def stage_producer(self, **overrides: Any) -> dict[str, Any]:
         """`client` for the producer of a spout or a bolt: `STAGE_PRODUCER_DEFAULTS` first, so that the pass-through
