@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import io
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -333,9 +332,8 @@ def test_init_messages_round_trip_through_the_client(config: ServiceConfig) -> N
 
 @pytest.fixture
 def creating_cluster() -> Iterator[Cluster]:
-    """A broker of its own that creates topics on first use (Kafka's default; the session's does not)."""
-    if os.environ.get("ACKER_TEST_BOOTSTRAP_SERVERS"):
-        pytest.skip("an existing cluster creates topics on first use or not, as it is configured")
+    """A broker of its own that creates topics on first use (Kafka's default; the session's does not), also when the
+    session's cluster is an existing one, as `sasl_client` starts its own."""
     with kafka_cluster(auto_create_topics=True) as running:
         yield running
         gc.collect()  # the clients of the test, before the broker stops under them
