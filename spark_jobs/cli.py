@@ -59,12 +59,14 @@ def _pair(item: str) -> tuple[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
+    from spark_jobs.java_client import java_client_settings
     from spark_jobs.session import spark_session, stop
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load(args)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets)
+    java_client_settings(source.client)  # what Spark's Java client cannot be given fails here, before Spark starts
     spark = None
     try:
         spark = spark_session(f"acker-{args.spark_job}", args.master)

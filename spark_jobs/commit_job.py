@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.kafka.lookups import lookups
+from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
 from spark_jobs.watermark import PartitionMark
@@ -206,45 +207,3 @@ def start_dead_letters(
 def _spark_kafka_options(client: Mapping[str, Any]) -> dict[str, str]:
     """librdkafka settings as Spark Kafka options: ``kafka.`` + the Java client's setting (`java_client_settings`)."""
     return {f"kafka.{k}": v for k, v in java_client_settings(client).items()}
-
-
-_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
-
-# Not for Spark's consumers, which are assigned partitions and track offsets themselves: group membership (Java
-# reads partition.assignment.strategy as class names, and cooperative-sticky fails) and what Spark refuses outright.
-_NOT_FOR_SPARK = frozenset({
-    "group.protocol", "group.remote.assignor", "partition.assignment.strategy", "session.timeout.ms",
-    "heartbeat.interval.ms", "auto.offset.reset", "enable.auto.commit", "interceptor.classes",
-    "sasl.username", "sasl.password", "sasl.mechanisms",
-})  # fmt: skip
-
-
-def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
-    """The Java Kafka client's settings for librdkafka's, for Spark's Kafka source and sink: the same names for
-    most (bootstrap.servers, security.protocol, sasl.mechanism, ssl.* keystores), but a user name and password are
-    librdkafka's ``sasl.username`` / ``sasl.password`` and the Java client's ``sasl.jaas.config`` (a login module
-    line), which librdkafka refuses: one ``[kafka]`` table serves the service, the stages and these jobs.
-    ``sasl.mechanisms`` is librdkafka's other name of ``sasl.mechanism``. Group settings and those Spark refuses are
-    left out (`_NOT_FOR_SPARK`); others the Java client does not know it logs and ignores."""
-    settings = {k: str(v) for k, v in client.items() if k not in _NOT_FOR_SPARK}
-    mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "")))
-    if mechanism:
-        settings["sasl.mechanism"] = mechanism
-    if "sasl.username" in client or "sasl.password" in client:
-        module = _LOGIN_MODULES.get(mechanism.upper())
-        if module is None:
-            raise ValueError(f"sasl.username and sasl.password need sasl.mechanism PLAIN or SCRAM-*, not {mechanism!r}")
-        user, password = (_jaas_quoted(str(client.get(k, ""))) for k in ("sasl.username", "sasl.password"))
-        settings["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
-    return settings
-
-
-def _jaas_quoted(text: str) -> str:
-    """``text`` inside a JAAS option's double quotes: the Java parser ends a quoted value at a raw line break, and an
-    error naming what follows would show part of a password."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")

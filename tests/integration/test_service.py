@@ -404,13 +404,16 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
     assert read_status(config, timeout_s=2) == {}
 
 
-def test_acker_run_serves_a_sasl_broker_and_never_writes_the_password(
-    config: ServiceConfig, sasl_client: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize(("secured", "secret"), [("sasl_client", "sasl.password"), ("ssl_client", "ssl.key.password")])
+def test_acker_run_serves_a_secured_broker_and_never_writes_its_secret(
+    config: ServiceConfig, secured: str, secret: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """SASL needs no code: the settings pass through (to the child in the environment, not on its command line), and
-    the password shows in none of its output, debug logging included."""
-    kafka = {k: v for k, v in sasl_client.items() if k != "bootstrap.servers"}
-    config = replace(config, bootstrap_servers=sasl_client["bootstrap.servers"], kafka=kafka)
+    """SASL and mutual TLS need no code: the settings pass through (to the child in the environment, not on its
+    command line), and the password (SASL's, or the client key's) shows in none of its output, debug logging
+    included."""
+    client: dict[str, str] = request.getfixturevalue(secured)
+    kafka = {k: v for k, v in client.items() if k != "bootstrap.servers"}
+    config = replace(config, bootstrap_servers=client["bootstrap.servers"], kafka=kafka)
     create_acker_topics(config)
     ids = IdGenerator(13)
     inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(30)]
@@ -424,8 +427,8 @@ def test_acker_run_serves_a_sasl_broker_and_never_writes_the_password(
         assert service.stop() == 0
     assert {outcome for seen in reader.seen.values() for outcome in seen} == {"ACK"}
     output = (tmp_path / "acker.log").read_text()
-    assert "'sasl.password': '***'" in output  # the configuration it logs at start, redacted
-    assert sasl_client["sasl.password"] not in output
+    assert f"'{secret}': '***'" in output  # the configuration it logs at start, redacted
+    assert client[secret] not in output
 
 
 def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:

@@ -150,12 +150,15 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
             query.stop()
 
 
-def test_the_commit_job_reads_and_writes_through_sasl_with_the_services_settings(
-    spark: Any, sasl_client: dict[str, str], names: dict[str, str]
+@pytest.mark.parametrize("secured", ["sasl_client", "ssl_client"])
+def test_the_commit_job_reads_and_writes_through_a_secured_listener_with_the_services_settings(
+    spark: Any, secured: str, names: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
-    """The same librdkafka settings as the service's (user name and password) reach Spark's Java Kafka client as its
-    login module line: the job reads outcomes, dead-letters garbage and commits the watermark on a SASL broker."""
-    client = sasl_client
+    """The same librdkafka settings as the service's reach Spark's Java Kafka client translated: a user name and
+    password as its login module line (SASL/PLAIN), a private CA file and one PEM file of key and certificate chain
+    as its PEM trust store and key store (mutual TLS). On each broker the job reads outcomes, dead-letters garbage
+    and commits the watermark, which the driver does with librdkafka and the same settings."""
+    client: dict[str, str] = request.getfixturevalue(secured)
     src, out, dlq = names["source"], names["outcomes"] + "sp", f"dlq-{names['uid']}"
     _source(client, src, 1, 4)
     create_topics(client, [TopicSpec(out, 1), TopicSpec(dlq, 1)])

@@ -1,0 +1,164 @@
+"""librdkafka settings as the Java Kafka client's, for Spark's Kafka source and sink.
+
+One ``[kafka]`` table of librdkafka settings serves the service, the stages and the Spark jobs' drivers (which commit
+and look up offsets with confluent-kafka); Spark's own readers and writers are Java's client. Most settings have the
+same name in both (``bootstrap.servers``, ``security.protocol``, ``sasl.mechanism``, ``ssl.keystore.password``, ...)
+and pass as they are. `java_client_settings` translates the rest:
+
+======================================================  ===========================================================
+librdkafka                                              Java client
+======================================================  ===========================================================
+``sasl.username`` + ``sasl.password`` (PLAIN, SCRAM-*)  ``sasl.jaas.config``: the login module line
+``sasl.mechanisms``                                     ``sasl.mechanism``
+``ssl.ca.location`` (a PEM file of CA certificates)     ``ssl.truststore.type=PEM`` + ``ssl.truststore.location``
+``ssl.ca.location=probe`` (the system's CAs)            left out: the JVM's default trust store
+``ssl.ca.pem``                                          ``ssl.truststore.type=PEM`` + ``ssl.truststore.certificates``
+``ssl.key.location`` = ``ssl.certificate.location``     ``ssl.keystore.type=PEM`` + ``ssl.keystore.location``
+(one PEM file: a PKCS#8 key and its certificate chain)
+``ssl.keystore.location`` (PKCS#12)                     the same, with ``ssl.keystore.type=PKCS12``
+``ssl.endpoint.identification.algorithm=none``          ``ssl.endpoint.identification.algorithm=`` (empty)
+``enable.ssl.certificate.verification=true``            left out: Java always verifies
+======================================================  ===========================================================
+
+What cannot be translated is a `ConfigError` naming what to do instead, raised before Spark starts, never a TLS
+handshake failing later on an executor: a client key in a file of its own (Java's client reads a PEM key with its
+certificate chain from one file), a key that is not PKCS#8 (Java reads no other PEM key), a key given inline
+(``ssl.key.pem``: Spark would show it among the source's options), a key encrypted with PBES2 (Java's client
+decrypts only the older PBES1 schemes), a CA directory, and verification turned off.
+Group settings and those Spark refuses are left out (`_NOT_FOR_SPARK`); other librdkafka-only settings the Java
+client logs and ignores.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from acker.errors import ConfigError
+
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+# Not for Spark's consumers, which are assigned partitions and track offsets themselves: group membership (Java
+# reads partition.assignment.strategy as class names, and cooperative-sticky fails) and what Spark refuses outright;
+# then librdkafka's names of what is translated.
+_NOT_FOR_SPARK = frozenset({
+    "group.protocol", "group.remote.assignor", "partition.assignment.strategy", "session.timeout.ms",
+    "heartbeat.interval.ms", "auto.offset.reset", "enable.auto.commit", "interceptor.classes",
+    "sasl.username", "sasl.password", "sasl.mechanisms",
+    "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location",
+    "enable.ssl.certificate.verification",
+})  # fmt: skip
+
+_PKCS8_KEYS = ("-----BEGIN PRIVATE KEY-----", "-----BEGIN ENCRYPTED PRIVATE KEY-----")
+_PBES2 = bytes.fromhex("06092a864886f70d01050d")  # DER of the object identifier 1.2.840.113549.1.5.13
+
+
+def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
+    """The Java Kafka client's settings for the librdkafka settings ``client`` (module docstring: the table)."""
+    settings = {k: str(v) for k, v in client.items() if k not in _NOT_FOR_SPARK}
+    settings.update(_sasl(client))
+    settings.update(_trust(client))
+    settings.update(_identity(client))
+    if str(client.get("enable.ssl.certificate.verification", "true")).lower() in {"false", "0"}:
+        raise ConfigError(
+            "enable.ssl.certificate.verification=false has no equivalent in Spark's Java Kafka client, which always "
+            "verifies the broker's certificate: name the CA that signed it in ssl.ca.location"
+        )
+    if str(client.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
+        settings["ssl.endpoint.identification.algorithm"] = ""
+    return settings
+
+
+def _sasl(client: Mapping[str, Any]) -> dict[str, str]:
+    mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "")))
+    settings = {"sasl.mechanism": mechanism} if mechanism else {}
+    if "sasl.username" in client or "sasl.password" in client:
+        module = _LOGIN_MODULES.get(mechanism.upper())
+        if module is None:
+            raise ConfigError(
+                f"sasl.username and sasl.password need sasl.mechanism PLAIN or SCRAM-*, not {mechanism!r}"
+            )
+        user, password = (_jaas_quoted(str(client.get(k, ""))) for k in ("sasl.username", "sasl.password"))
+        settings["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    return settings
+
+
+def _jaas_quoted(text: str) -> str:
+    """``text`` inside a JAAS option's double quotes: the Java parser ends a quoted value at a raw line break, and an
+    error naming what follows would show part of a password."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _trust(client: Mapping[str, Any]) -> dict[str, str]:
+    """The CA certificates that verify the broker: a PEM trust store, by file or inline."""
+    if "ssl.ca.pem" in client:
+        return {"ssl.truststore.type": "PEM", "ssl.truststore.certificates": str(client["ssl.ca.pem"])}
+    location = str(client.get("ssl.ca.location", ""))
+    if not location or location == "probe":
+        return {}
+    if Path(location).is_dir():
+        raise ConfigError(
+            f"ssl.ca.location={location} is a directory, and Spark's Java Kafka client reads its CA certificates "
+            "from one PEM file: name a file holding them all"
+        )
+    return {"ssl.truststore.type": "PEM", "ssl.truststore.location": location}
+
+
+def _identity(client: Mapping[str, Any]) -> dict[str, str]:
+    """The client's own key and certificate chain, for brokers that authenticate clients by certificate."""
+    if "ssl.key.pem" in client or "ssl.certificate.pem" in client:
+        raise ConfigError(
+            "ssl.key.pem and ssl.certificate.pem would reach Spark as source options, which Spark shows: name a file "
+            "holding the key and its certificate chain in ssl.key.location and ssl.certificate.location"
+        )
+    if "ssl.keystore.location" in client:
+        return {"ssl.keystore.type": str(client.get("ssl.keystore.type", "PKCS12"))}
+    key, chain = (str(client.get(k, "")) for k in ("ssl.key.location", "ssl.certificate.location"))
+    if not key and not chain:
+        return {}
+    if not key or not chain or Path(key).resolve() != Path(chain).resolve():
+        raise ConfigError(
+            "Spark's Java Kafka client reads the client's PEM key and its certificate chain from one file: join them "
+            "(cat client.key client.pem > client-keystore.pem) and name that file in both ssl.key.location and "
+            f"ssl.certificate.location, which librdkafka reads as well (got {key or '-'} and {chain or '-'}); or "
+            "give a PKCS#12 keystore in ssl.keystore.location, which both clients read"
+        )
+    try:
+        text = Path(key).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"ssl.key.location={key}: {exc.strerror or exc}") from exc
+    if not any(marker in text for marker in _PKCS8_KEYS):
+        raise ConfigError(
+            f"ssl.key.location={key} holds no PKCS#8 key (BEGIN PRIVATE KEY), the only PEM key Spark's Java Kafka "
+            "client reads: convert it with openssl pkcs8 -topk8 (add -nocrypt for a key without a password)"
+        )
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise ConfigError(f"ssl.key.location={key} holds a key but no certificate chain")
+    if _pbes2(text):
+        raise ConfigError(
+            f"ssl.key.location={key} holds a key encrypted with PBES2 (openssl's default), which Spark's Java Kafka "
+            "client cannot decrypt: encrypt it with openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES, which both clients read, "
+            "or give a PKCS#12 keystore in ssl.keystore.location"
+        )
+    return {"ssl.keystore.type": "PEM", "ssl.keystore.location": key}
+
+
+def _pbes2(text: str) -> bool:
+    """Whether the encrypted PKCS#8 key in ``text`` names PBES2 as its encryption scheme: its encryption algorithm
+    identifier opens the DER structure, before the encrypted bytes."""
+    begin, end = "-----BEGIN ENCRYPTED PRIVATE KEY-----", "-----END ENCRYPTED PRIVATE KEY-----"
+    if begin not in text:
+        return False
+    body = text.split(begin, 1)[1].split(end, 1)[0]
+    try:
+        der = base64.b64decode("".join(body.split()), validate=True)
+    except binascii.Error:
+        return False  # not for this check to judge: the Java client names what it cannot read
+    return _PBES2 in der[:24]
