@@ -38,7 +38,15 @@ from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.kafka.clients import KafkaClientError, TopicSpec, consume_available, create_topics, log_bounds, produce
+from acker.kafka.clients import (
+    KafkaClientError,
+    TopicSpec,
+    consume_available,
+    create_topics,
+    log_bounds,
+    produce,
+    topic_partitions,
+)
 from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, parse_metadata
@@ -379,8 +387,7 @@ class AckerService:
         missing = []
         for spec in specs:
             try:
-                found = self._reading_consumer().list_topics(spec.name, timeout=10).topics.get(spec.name)
-                exists = found is not None and found.error is None and bool(found.partitions)
+                exists = bool(topic_partitions(self._reading_consumer(), spec.name))
             except KafkaException:
                 exists = False
             if not exists:
@@ -545,9 +552,8 @@ class AckerService:
     # -- rebalance ------------------------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        topic = consumer.list_topics(self.config.acker_topic, timeout=30).topics.get(self.config.acker_topic)
-        if topic is not None and topic.partitions:
-            self._partition_count = len(topic.partitions)
+        if existing := topic_partitions(consumer, self.config.acker_topic, timeout_s=30):
+            self._partition_count = len(existing)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
         with self._lock:

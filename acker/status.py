@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from acker.config import ServiceConfig
+from acker.kafka.clients import topic_partitions
 
 
 def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
@@ -22,10 +23,10 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
     consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", "enable.auto.commit": False}))
     latest: dict[int, dict[str, Any]] = {}
     try:
-        metadata = consumer.list_topics(config.status_topic, timeout=timeout_s).topics.get(config.status_topic)
-        if metadata is None or metadata.error is not None:
-            return latest
-        parts = [TopicPartition(config.status_topic, p, 0) for p in metadata.partitions]
+        parts = [
+            TopicPartition(config.status_topic, p, 0)
+            for p in topic_partitions(consumer, config.status_topic, timeout_s)
+        ]
         ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in parts}
         consumer.assign(parts)
         remaining = {p for p, end in ends.items() if end > 0}
@@ -60,10 +61,11 @@ def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple
     """Per acker partition: (committed recovery offset or None, end offset)."""
     consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
     try:
-        metadata = consumer.list_topics(config.acker_topic, timeout=timeout_s).topics.get(config.acker_topic)
-        if metadata is None or metadata.error is not None:
+        parts = [
+            TopicPartition(config.acker_topic, p) for p in topic_partitions(consumer, config.acker_topic, timeout_s)
+        ]
+        if not parts:
             return {}
-        parts = [TopicPartition(config.acker_topic, p) for p in metadata.partitions]
         committed = consumer.committed(parts, timeout=timeout_s)
         out: dict[int, tuple[int | None, int]] = {}
         for tp in committed:

@@ -36,7 +36,7 @@ from acker.examples.ledger import Ledger, Report
 from acker.examples.wordcount import POISON, SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import text
-from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partitions
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
 from acker.retries import ORIGIN, Backoff
@@ -202,7 +202,7 @@ class Demo:
             # read_committed, as the spout reads: a copy in an aborted transaction was never replayed
             reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False,
                                           "isolation.level": "read_committed"}))  # fmt: skip
-            partitions = reader.list_topics(topic, timeout=30).topics[topic].partitions
+            partitions = topic_partitions(reader, topic, timeout_s=30)
             reader.assign([TopicPartition(topic, p, 0) for p in partitions])
             readers.append(reader)
         return readers

@@ -67,23 +67,32 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
     return created
 
 
-def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
-    """Partitions of ``topic``; `KafkaClientError` when it does not exist.
+def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> list[int]:
+    """The partition numbers of ``topic``, ascending; empty when it does not exist (or not yet: no leader, no
+    partitions). `KafkaException` when the cluster does not answer within ``timeout_s``.
 
-    Asked through a consumer handle: a producer or admin handle's metadata request lets a broker with
-    ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything.
+    Asked through a consumer handle, whose lookups never create a topic (librdkafka's ``allow.auto.create.topics``
+    is off for consumers unless a user turns it on): a producer or admin handle's metadata request lets a broker
+    with ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything.
     """
+    found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if found is None or found.error is not None:
+        return []
+    return sorted(found.partitions)
+
+
+def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+    """Partitions of ``topic``; `KafkaClientError` when it does not exist (`topic_partitions`)."""
     consumer = Consumer({**client_config, "group.id": "acker-metadata", "allow.auto.create.topics": False})
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        partitions = topic_partitions(consumer, topic, timeout_s)
     except KafkaException as error:
         raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
     finally:
         consumer.close()
-    found = metadata.topics.get(topic)
-    if found is None or found.error is not None or not found.partitions:
-        raise KafkaClientError(f"topic {topic} is not available", found.error if found is not None else None)
-    return len(found.partitions)
+    if not partitions:
+        raise KafkaClientError(f"topic {topic} is not available", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    return len(partitions)
 
 
 def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:

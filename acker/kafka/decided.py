@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from acker.kafka.clients import KafkaClientError, log_bounds, read_to
+from acker.kafka.clients import KafkaClientError, log_bounds, read_to, topic_partitions
 from acker.outcome_log import OutcomeLog, Starts
 from acker.wire import WireError, decode_outcome_anchors
 
@@ -25,8 +25,7 @@ class Decided:
 def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     """The bounds of a partition; (0, 0) at once when the topic or the partition no longer exists (a retired spout's
     topic deleted), rather than `log_bounds`'s wait for a leader."""
-    metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
-    if metadata is None or metadata.error is not None or partition not in metadata.partitions:
+    if partition not in topic_partitions(consumer, topic):
         log.warning("%s[%d] does not exist (any more): nothing to read back there", topic, partition)
         return 0, 0
     return log_bounds(consumer, TopicPartition(topic, partition))
