@@ -61,9 +61,13 @@ def _ask(config: ServiceConfig, chain: Chain, urls: list[str], deadline_s: float
         client.close()
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_concurrent_requests_are_exact_and_each_task_finishes_each_request_once(
-    config: ServiceConfig, chain: Chain
+    config: ServiceConfig, chain: Chain, protocol: str
 ) -> None:
+    """Also with Kafka's new group protocol (KIP-848) for the steps' groups and the DRPC client's."""
+    if protocol == "consumer":
+        config = replace(config, kafka={"group.protocol": "consumer"})
     log: list[tuple[str, int, int, str]] = []
     stages = [
         Running(CoordinatedStage(config, chain, i, Recorded(i, step, log))) for i, step in enumerate(steps(GRAPH))

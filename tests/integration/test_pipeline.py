@@ -74,7 +74,12 @@ def _stop(stages: list[Running]) -> None:
         stage.stop()
 
 
-def test_word_count_every_sentence_acked_and_counted(config: ServiceConfig, topics: Topics) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_word_count_every_sentence_acked_and_counted(config: ServiceConfig, topics: Topics, protocol: str) -> None:
+    """Also with Kafka's new group protocol (KIP-848) for every stage's group: the service's, the spout's and the
+    bolts' (two split bolts share one group, so the second one's joining moves a partition)."""
+    if protocol == "consumer":
+        config = replace(config, kafka={"group.protocol": "consumer"})
     stages, counts = _pipeline(config, topics)
     reader = OutcomeReader(config, [SPOUT])
     try:
