@@ -68,6 +68,7 @@ log = logging.getLogger("acker.service")
 DECIDED_BY = "acker.decided-by"
 _GROUP_MESSAGES = 1 << 16  # acker messages per tracker call, at most (unless one record holds more)
 _PARALLEL_BYTES = 1 << 20  # records of a batch decided in parallel threads from this size on (~50,000 messages)
+_STATUS_RECHECK_INTERVALS = 10  # a missing status topic is looked up again every this many status intervals
 DLQ_REASON = "acker.dlq.reason"
 DLQ_DETAIL = "acker.dlq.detail"
 DLQ_TOPIC = "acker.dlq.topic"
@@ -173,7 +174,8 @@ class AckerService:
         self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
         self._next_commit = 0.0
         self._next_status = 0.0
-        self._status_topic = True  # whether status records can be published (the topic exists)
+        # None: the status topic exists; else when to look for it again (`_status_topic_exists`).
+        self._status_recheck_at: float | None = None
         self._last_status: dict[int, tuple[float, np.ndarray]] = {}
         self.consumer = Consumer(
             config.stream_consumer(
@@ -196,8 +198,8 @@ class AckerService:
         """Serve until ``stop`` is set; then commit what is safe and leave the group."""
         if self.config.status_topic in self._ensure_topics(service_topics(self.config)):
             # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
-            log.warning("no status topic %s: no status is published until a restart finds it", self.config.status_topic)
-            self._status_topic = False
+            log.warning("no status topic %s: no status is published until it exists", self.config.status_topic)
+            self._status_recheck_at = time.time() + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
         self.consumer.subscribe(
             [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -237,8 +239,9 @@ class AckerService:
             self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
         self._commit_passed()
-        if now >= self._next_status and self._status_topic:
-            self._publish_status(now)
+        if now >= self._next_status:
+            if self._status_topic_exists(now):
+                self._publish_status(now)
             self._next_status = now + self.config.status_interval_s
         self.producer.poll(0)
         self._check_deliveries()
@@ -401,6 +404,26 @@ class AckerService:
                 log.warning("could not create %s: %s", spec.name, error)
                 failed.add(spec.name)
         return failed
+
+    def _status_topic_exists(self, now: float) -> bool:
+        """Whether status records can be published. A status topic missing at start (it could not be created) is
+        looked up again every `_STATUS_RECHECK_INTERVALS` status intervals, on the reading consumer's connection: an
+        operator may create it (`acker topics create`) while the service runs. Never written to while missing: its
+        undeliverable records would hold every flush (on a revoke, on stop) for 30 s and skip the commit."""
+        if self._status_recheck_at is None:
+            return True
+        if now < self._status_recheck_at:
+            return False
+        try:
+            found = bool(topic_partitions(self._reading_consumer(), self.config.status_topic, timeout_s=1.0))
+        except KafkaException:
+            found = False
+        if not found:
+            self._status_recheck_at = now + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
+            return False
+        log.info("status topic %s found: publishing status", self.config.status_topic)
+        self._status_recheck_at = None
+        return True
 
     def _check_deliveries(self) -> None:
         if self._deliveries.failure is not None:

@@ -384,8 +384,8 @@ def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they
 
 def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: ServiceConfig) -> None:
     """Topics the service cannot create (here: a replication factor the single broker cannot give; elsewhere: no
-    right to create) do not stop it from starting: the status topic is missing and stays so, outcomes still flow,
-    and it stops promptly."""
+    right to create) do not stop it from starting: the status topic is missing, outcomes still flow, and it stops
+    promptly. Once an operator creates the status topic, the service finds it and publishes status there."""
     create_acker_topics(config)
     config = replace(config, replication_factor=3)
     ids = IdGenerator(9)
@@ -396,12 +396,17 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
         send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
         reader.wait_for([i.msg_id for i in inits])
         assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
+        assert read_status(config, timeout_s=2) == {}
+        create_topics(config.client(), [TopicSpec(config.status_topic, 1)])
+        deadline = time.monotonic() + 30  # looked up again every 10 status intervals (5 s here)
+        while not read_status(config, timeout_s=2) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert read_status(config, timeout_s=2), "the status topic was created, and no status came"
     finally:
         reader.close()
-        # Without a status topic it publishes no status: records waiting for a topic that never comes held the
-        # flush on stop for its whole 30 s, and the commit was then skipped.
+        # While it had no status topic, it published no status: records waiting for a topic that never comes held
+        # the flush on stop for its whole 30 s, and the commit was then skipped.
         service.stop(timeout_s=20)
-    assert read_status(config, timeout_s=2) == {}
 
 
 @pytest.mark.parametrize(("secured", "secret"), [("sasl_client", "sasl.password"), ("ssl_client", "ssl.key.password")])
