@@ -67,17 +67,26 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
     return created
 
 
+# A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
+_ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
+
+
 def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> list[int]:
     """The partition numbers of ``topic``, ascending; empty when it does not exist (or not yet: no leader, no
-    partitions). `KafkaException` when the cluster does not answer within ``timeout_s``.
+    partitions). `KafkaException` when the cluster does not answer within ``timeout_s``, or answers with another
+    error for the topic (not authorized to describe it, say: that is not a missing topic).
 
-    Asked through a consumer handle, whose lookups never create a topic (librdkafka's ``allow.auto.create.topics``
-    is off for consumers unless a user turns it on): a producer or admin handle's metadata request lets a broker
-    with ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything.
+    Asked through a consumer handle, whose lookups do not create a topic unless a user turns librdkafka's
+    ``allow.auto.create.topics`` on: a producer or admin handle's metadata request lets a broker with
+    ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything.
     """
     found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if found is None or found.error is not None:
+    if found is None:
         return []
+    if found.error is not None:
+        if found.error.code() in _ABSENT:
+            return []
+        raise KafkaException(found.error)
     return sorted(found.partitions)
 
 
