@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -18,6 +19,8 @@ from typing import Any
 
 from acker.config import add_arguments, load
 from acker.errors import ConfigError
+
+JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +41,15 @@ def add_parser(sub: Any) -> None:
             help="the consumer group of a spout whose group is not its name: its watermark is GROUP.acked (repeatable)",
         )
         job.add_argument("--pattern", default="", help="or: read every outcome topic matching this regex")
+        job.add_argument(
+            "--java-kafka",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a setting of Spark's Java Kafka client as it is, over those translated from the librdkafka settings "
+            "(repeatable): what they cannot say, e.g. sasl.jaas.config for a Kerberos or OAuth login; or "
+            f"{JAVA_KAFKA_ENV_PREFIX}<KEY> in the environment ('_' for '.'), which keeps a secret off the command line",
+        )
         job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
         job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
         job.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval [default: 1]")
@@ -49,11 +61,12 @@ def add_parser(sub: Any) -> None:
         job.set_defaults(run=_run)
 
 
-def _pair(item: str) -> tuple[str, str]:
-    spout, sep, group = item.partition("=")
-    if not sep or not spout or not group:
-        raise ConfigError(f"--spout-group takes SPOUT=GROUP, got {item!r}")
-    return spout, group
+def _pair(item: str, flag: str = "--spout-group", form: str = "SPOUT=GROUP", empty: bool = False) -> tuple[str, str]:
+    """``NAME=VALUE`` of a flag; an empty value only where ``empty`` allows it (a Java setting's may be)."""
+    name, sep, value = item.partition("=")
+    if not sep or not name or not (value or empty):
+        raise ConfigError(f"{flag} takes {form}, got {item!r}")
+    return name, value
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -65,8 +78,15 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load(args)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
-    source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets)
-    java_client_settings(source.client)  # what Spark's Java client cannot be given fails here, before Spark starts
+    java = {
+        key[len(JAVA_KAFKA_ENV_PREFIX) :].lower().replace("_", "."): value
+        for key, value in os.environ.items()
+        if key.startswith(JAVA_KAFKA_ENV_PREFIX)
+    }
+    java.update(_pair(item, "--java-kafka", "KEY=VALUE", empty=True) for item in args.java_kafka)
+    source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
+    java_client_settings(source.client, java)  # what Spark's Java client cannot be given fails here, before Spark
+
     spark = None
     try:
         spark = spark_session(f"acker-{args.spark_job}", args.master)

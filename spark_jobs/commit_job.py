@@ -52,11 +52,16 @@ class OutcomeSource:
     pattern: str = ""
     starting_offsets: str = "earliest"
     spark_options: Mapping[str, str] = field(default_factory=lambda: dict(SPARK_KAFKA_DEFAULTS))
+    java_kafka: Mapping[str, str] = field(default_factory=dict)  # Java client settings as they are (`java_client`)
+
+    def kafka_options(self) -> dict[str, str]:
+        """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
+        return {f"kafka.{k}": v for k, v in java_client_settings(self.client, self.java_kafka).items()}
 
     def read(self, spark: SparkSession) -> DataFrame:
         if bool(self.topics) == bool(self.pattern):
             raise ValueError("name the outcome topics or a pattern, not both")
-        options = {**_spark_kafka_options(self.client), **self.spark_options}
+        options = {**self.kafka_options(), **self.spark_options}
         reader = spark.readStream.format("kafka").options(**options)
         reader = (
             reader.option("subscribe", ",".join(self.topics))
@@ -183,27 +188,22 @@ def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQue
         .start()
     )
     letters = start_dead_letters(
-        raw, settings.source.client, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
+        raw, settings.source, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
     )
     return [main, letters]
 
 
 def start_dead_letters(
-    raw: DataFrame, client: Mapping[str, Any], topic: str, checkpoint: str, trigger_s: float
+    raw: DataFrame, source: OutcomeSource, topic: str, checkpoint: str, trigger_s: float
 ) -> StreamingQuery:
     """A query copying malformed outcome records to ``topic`` with the reason (shared by both jobs)."""
     return (
         malformed(raw)
         .writeStream.queryName(f"acker-dead-letters-{checkpoint.rstrip('/').rsplit('/', 1)[-1]}")
         .format("kafka")
-        .options(**_spark_kafka_options(client))
+        .options(**source.kafka_options())
         .option("topic", topic)
         .option("checkpointLocation", f"{checkpoint}/dead-letters")
         .trigger(processingTime=f"{trigger_s} seconds")
         .start()
     )
-
-
-def _spark_kafka_options(client: Mapping[str, Any]) -> dict[str, str]:
-    """librdkafka settings as Spark Kafka options: ``kafka.`` + the Java client's setting (`java_client_settings`)."""
-    return {f"kafka.{k}": v for k, v in java_client_settings(client).items()}

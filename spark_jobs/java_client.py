@@ -13,18 +13,25 @@ librdkafka                                              Java client
 ``ssl.ca.location`` (a PEM file of CA certificates)     ``ssl.truststore.type=PEM`` + ``ssl.truststore.location``
 ``ssl.ca.location=probe`` (the system's CAs)            left out: the JVM's default trust store
 ``ssl.ca.pem``                                          ``ssl.truststore.type=PEM`` + ``ssl.truststore.certificates``
-``ssl.key.location`` = ``ssl.certificate.location``     ``ssl.keystore.type=PEM`` + ``ssl.keystore.location``
-(one PEM file: a PKCS#8 key and its certificate chain)
+``ssl.key.location`` = ``ssl.certificate.location``     ``ssl.keystore.type=PEM`` + ``ssl.keystore.location``,
+(one PEM file: a PKCS#8 key and its certificate chain)  and ``ssl.key.password`` only if the key is encrypted
 ``ssl.keystore.location`` (PKCS#12)                     the same, with ``ssl.keystore.type=PKCS12``
 ``ssl.endpoint.identification.algorithm=none``          ``ssl.endpoint.identification.algorithm=`` (empty)
 ``enable.ssl.certificate.verification=true``            left out: Java always verifies
+``ssl.providers``, ``ssl.curves.list``, ...             left out: OpenSSL's own; Java's client uses its defaults
 ======================================================  ===========================================================
+
+Settings of the Java client given as they are (``java``; ``acker spark --java-kafka KEY=VALUE``) go over the
+translated ones: what librdkafka's names cannot say, such as a Kerberos or OAuth login module line
+(``sasl.jaas.config``: those logins are not translated) or Java's names of cipher suites.
 
 What cannot be translated is a `ConfigError` naming what to do instead, raised before Spark starts, never a TLS
 handshake failing later on an executor: a client key in a file of its own (Java's client reads a PEM key with its
-certificate chain from one file), a key that is not PKCS#8 (Java reads no other PEM key), a key given inline
-(``ssl.key.pem``: Spark would show it among the source's options), a key encrypted with PBES2 (Java's client
-decrypts only the older PBES1 schemes), a CA directory, and verification turned off.
+certificate chain from one file), a key that is not PKCS#8 (Java reads no other PEM key), an encrypted key without
+its password, a key given inline (``ssl.key.pem``: Spark would show it among the source's options), a key encrypted
+with PBES2 (Java's client decrypts only the older PBES1 schemes), a CA directory, both ``ssl.ca.pem`` and
+``ssl.ca.location``, verification turned off, a revocation list or an OpenSSL engine (Java's client has neither),
+and, unless the Java setting is given, OpenSSL's cipher list and a SASL login other than a user name and password.
 Group settings and those Spark refuses are left out (`_NOT_FOR_SPARK`); other librdkafka-only settings the Java
 client logs and ignores.
 """
@@ -52,41 +59,67 @@ _NOT_FOR_SPARK = frozenset({
     "group.protocol", "group.remote.assignor", "partition.assignment.strategy", "session.timeout.ms",
     "heartbeat.interval.ms", "auto.offset.reset", "enable.auto.commit", "interceptor.classes",
     "sasl.username", "sasl.password", "sasl.mechanisms",
-    "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location",
-    "enable.ssl.certificate.verification",
+    "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location", "ssl.key.password",
+    "enable.ssl.certificate.verification", "ssl.cipher.suites",
+    "ssl.providers", "ssl.curves.list", "ssl.sigalgs.list",  # OpenSSL's own: Java's client uses its defaults
 })  # fmt: skip
+
+# librdkafka settings Java's client cannot be given under any name: the Java setting a user gives instead (the
+# ``java`` argument of `java_client_settings`), or None where there is none, and why.
+_UNTRANSLATED: dict[str, tuple[str | None, str]] = {
+    "ssl.cipher.suites": ("ssl.cipher.suites", "is OpenSSL's cipher list, and Java's client takes Java's suite names"),
+    "ssl.crl.location": (None, "has no equivalent in Java's client (revocation checks are the JVM's own)"),
+    "ssl.engine.location": (None, "names an OpenSSL engine, which Java's client cannot use"),
+    "ssl.engine.id": (None, "names an OpenSSL engine, which Java's client cannot use"),
+}
 
 _PKCS8_KEYS = ("-----BEGIN PRIVATE KEY-----", "-----BEGIN ENCRYPTED PRIVATE KEY-----")
 _PBES2 = bytes.fromhex("06092a864886f70d01050d")  # DER of the object identifier 1.2.840.113549.1.5.13
 
 
-def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
-    """The Java Kafka client's settings for the librdkafka settings ``client`` (module docstring: the table)."""
-    settings = {k: str(v) for k, v in client.items() if k not in _NOT_FOR_SPARK}
-    settings.update(_sasl(client))
-    settings.update(_trust(client))
-    settings.update(_identity(client))
-    if str(client.get("enable.ssl.certificate.verification", "true")).lower() in {"false", "0"}:
+def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Java Kafka client's settings for the librdkafka settings ``client`` (module docstring: the table), with
+    ``java`` over them: settings of the Java client given as they are, for what librdkafka's names cannot say (a
+    Kerberos or OAuth login line, Java's cipher suite names, ...)."""
+    given = dict(java or {})
+    for name, (instead, why) in _UNTRANSLATED.items():
+        if name in client and (instead is None or instead not in given):
+            fix = f"give Java's {instead} as it is" if instead else "leave it out of the settings the Spark jobs read"
+            raise ConfigError(f"{name} {why}: {fix} (acker spark --java-kafka KEY=VALUE)")
+    if str(client.get("enable.ssl.certificate.verification", "true")).lower() in {"false", "f", "0"}:
         raise ConfigError(
             "enable.ssl.certificate.verification=false has no equivalent in Spark's Java Kafka client, which always "
             "verifies the broker's certificate: name the CA that signed it in ssl.ca.location"
         )
+    settings = {k: str(v) for k, v in client.items() if k not in _NOT_FOR_SPARK}
+    settings.update(_sasl(client, given))
+    settings.update(_trust(client))
+    settings.update(_identity(client))
     if str(client.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
         settings["ssl.endpoint.identification.algorithm"] = ""
-    return settings
+    return {**settings, **given}
 
 
-def _sasl(client: Mapping[str, Any]) -> dict[str, str]:
+def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
+    """The mechanism, and the login module line of a user name and password; other mechanisms' logins (Kerberos's
+    ``sasl.kerberos.*``, OAuth's ``sasl.oauthbearer.*``) are not translated, and their line must be given."""
     mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "")))
     settings = {"sasl.mechanism": mechanism} if mechanism else {}
+    if "sasl.jaas.config" in given:
+        return settings
+    module = _LOGIN_MODULES.get(mechanism.upper())
     if "sasl.username" in client or "sasl.password" in client:
-        module = _LOGIN_MODULES.get(mechanism.upper())
         if module is None:
             raise ConfigError(
                 f"sasl.username and sasl.password need sasl.mechanism PLAIN or SCRAM-*, not {mechanism!r}"
             )
         user, password = (_jaas_quoted(str(client.get(k, ""))) for k in ("sasl.username", "sasl.password"))
         settings["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    elif str(client.get("security.protocol", "")).upper().startswith("SASL"):
+        raise ConfigError(
+            f"the login of sasl.mechanism={mechanism or 'GSSAPI'} is not translated for Spark's Java Kafka client: "
+            "give its login module line as it is (acker spark --java-kafka sasl.jaas.config=...)"
+        )
     return settings
 
 
@@ -98,6 +131,8 @@ def _jaas_quoted(text: str) -> str:
 
 def _trust(client: Mapping[str, Any]) -> dict[str, str]:
     """The CA certificates that verify the broker: a PEM trust store, by file or inline."""
+    if "ssl.ca.pem" in client and "ssl.ca.location" in client:
+        raise ConfigError("Spark's Java Kafka client takes ssl.ca.pem or ssl.ca.location, not both")
     if "ssl.ca.pem" in client:
         return {"ssl.truststore.type": "PEM", "ssl.truststore.certificates": str(client["ssl.ca.pem"])}
     location = str(client.get("ssl.ca.location", ""))
@@ -137,7 +172,8 @@ def _identity(client: Mapping[str, Any]) -> dict[str, str]:
     if not any(marker in text for marker in _PKCS8_KEYS):
         raise ConfigError(
             f"ssl.key.location={key} holds no PKCS#8 key (BEGIN PRIVATE KEY), the only PEM key Spark's Java Kafka "
-            "client reads: convert it with openssl pkcs8 -topk8 (add -nocrypt for a key without a password)"
+            "client reads: convert it with openssl pkcs8 -topk8 -nocrypt, or, to keep it encrypted, "
+            "openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES"
         )
     if "-----BEGIN CERTIFICATE-----" not in text:
         raise ConfigError(f"ssl.key.location={key} holds a key but no certificate chain")
@@ -147,7 +183,16 @@ def _identity(client: Mapping[str, Any]) -> dict[str, str]:
             "client cannot decrypt: encrypt it with openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES, which both clients read, "
             "or give a PKCS#12 keystore in ssl.keystore.location"
         )
-    return {"ssl.keystore.type": "PEM", "ssl.keystore.location": key}
+    if "-----BEGIN ENCRYPTED PRIVATE KEY-----" not in text:
+        # Java's client takes any password as saying the key is encrypted (librdkafka ignores one it does not need).
+        return {"ssl.keystore.type": "PEM", "ssl.keystore.location": key}
+    if "ssl.key.password" not in client:
+        raise ConfigError(f"ssl.key.location={key} holds an encrypted key, and ssl.key.password is not given")
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": key,
+        "ssl.key.password": str(client["ssl.key.password"]),
+    }
 
 
 def _pbes2(text: str) -> bool:

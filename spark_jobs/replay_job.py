@@ -218,6 +218,6 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
         .start()
     )
     letters = start_dead_letters(
-        raw, settings.source.client, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
+        raw, settings.source, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
     )
     return [main, letters]

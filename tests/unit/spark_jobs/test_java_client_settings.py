@@ -5,6 +5,7 @@ and refuses what Java's client cannot be given before Spark starts."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -63,22 +64,36 @@ def _keystore(ca: trustme.CA, path: Path, *, pkcs8: bool = True, password: bytes
     return path
 
 
+# A throwaway EC key encrypted with PBES1 (openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES), password "key-secret".
+PBES1_KEY = Path(__file__).parent / "data" / "pbes1-key.pem"
+
+
 def test_a_ca_file_and_a_key_with_its_chain_become_pem_stores(ca: trustme.CA, tmp_path: Path) -> None:
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     keystore = _keystore(ca, tmp_path / "client.pem")
     client = {"security.protocol": "SSL", "ssl.ca.location": str(tmp_path / "ca.pem"),
               "ssl.key.location": str(keystore), "ssl.certificate.location": str(keystore),
               "ssl.key.password": "k", "ssl.endpoint.identification.algorithm": "none",
-              "enable.ssl.certificate.verification": "true"}  # fmt: skip
+              "enable.ssl.certificate.verification": "true", "ssl.providers": "default"}  # fmt: skip
     assert java_client_settings(client) == {
         "security.protocol": "SSL",
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(tmp_path / "ca.pem"),
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(keystore),
-        "ssl.key.password": "k",
+        # no ssl.key.password: Java's client takes one as saying the key is encrypted, and this one is not
         "ssl.endpoint.identification.algorithm": "",  # Java's "none"
     }
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_bytes(PBES1_KEY.read_bytes() + ca.cert_pem.bytes())
+    client = {"ssl.key.location": str(encrypted), "ssl.certificate.location": str(encrypted)}
+    assert java_client_settings({**client, "ssl.key.password": "key-secret"}) == {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(encrypted),
+        "ssl.key.password": "key-secret",
+    }
+    with pytest.raises(ConfigError, match=r"encrypted key, and ssl\.key\.password is not given"):
+        java_client_settings(client)
 
 
 def test_inline_cas_the_systems_cas_and_a_pkcs12_keystore(ca: trustme.CA) -> None:
@@ -95,6 +110,21 @@ def test_inline_cas_the_systems_cas_and_a_pkcs12_keystore(ca: trustme.CA) -> Non
     }
 
 
+def test_javas_own_settings_go_over_the_translation_and_stand_for_what_is_not_translated() -> None:
+    kerberos = 'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k" principal="a@R";'
+    client = {"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI", "sasl.kerberos.service.name": "kafka",
+              "ssl.cipher.suites": "ECDHE-RSA-AES256-GCM-SHA384"}  # fmt: skip
+    java = {"sasl.jaas.config": kerberos, "ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}
+    assert java_client_settings(client, java) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "GSSAPI",
+        "sasl.kerberos.service.name": "kafka",
+        **java,
+    }
+    plain = {"sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p", "security.protocol": "SASL_SSL"}
+    assert java_client_settings(plain, {"sasl.jaas.config": "x"})["sasl.jaas.config"] == "x"
+
+
 def test_what_javas_client_cannot_be_given_is_refused_with_what_to_do(ca: trustme.CA, tmp_path: Path) -> None:
     traditional = _keystore(ca, tmp_path / "ec.pem", pkcs8=False)
     keystore = _keystore(ca, tmp_path / "client.pem")
@@ -102,25 +132,67 @@ def test_what_javas_client_cannot_be_given_is_refused_with_what_to_do(ca: trustm
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     key_only = tmp_path / "key.pem"
     key_only.write_text(keystore.read_text().split("-----BEGIN CERTIFICATE-----")[0])
+    ca_file = str(tmp_path / "ca.pem")
     cases = {
-        "openssl pkcs8 -topk8": {"ssl.key.location": str(traditional), "ssl.certificate.location": str(traditional)},
+        "openssl pkcs8 -topk8 -nocrypt": {"ssl.key.location": str(traditional),
+                                          "ssl.certificate.location": str(traditional)},
         "from one file: join them": {"ssl.key.location": str(keystore), "ssl.certificate.location": "/c.pem"},
         r"got - and /c\.pem": {"ssl.certificate.location": "/c.pem"},
         "no certificate chain": {"ssl.key.location": str(key_only), "ssl.certificate.location": str(key_only)},
-        "-v1 PBE-SHA1-3DES": {"ssl.key.location": str(pbes2), "ssl.certificate.location": str(pbes2)},
+        "-v1 PBE-SHA1-3DES": {"ssl.key.location": str(pbes2), "ssl.certificate.location": str(pbes2),
+                              "ssl.key.password": "k"},
         "No such file": {"ssl.key.location": "/missing.pem", "ssl.certificate.location": "/missing.pem"},
         "which Spark shows": {"ssl.key.pem": "-----BEGIN PRIVATE KEY-----"},
         "is a directory": {"ssl.ca.location": str(tmp_path)},
-        "always verifies": {"enable.ssl.certificate.verification": "false",
-                            "ssl.ca.location": str(tmp_path / "ca.pem")},
+        "not both": {"ssl.ca.location": ca_file, "ssl.ca.pem": ca.cert_pem.bytes().decode()},
+        "always verifies": {"enable.ssl.certificate.verification": "f", "ssl.ca.location": ca_file},
+        "revocation checks are the JVM's own": {"ssl.crl.location": "/crl.pem"},
+        "OpenSSL engine": {"ssl.engine.location": "/engine.so"},
+        "give Java's ssl.cipher.suites": {"ssl.cipher.suites": "ECDHE-RSA-AES256-GCM-SHA384"},
+        "login of sasl.mechanism=OAUTHBEARER": {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                                                "sasl.oauthbearer.method": "oidc"},
+        "login of sasl.mechanism=GSSAPI": {"security.protocol": "SASL_PLAINTEXT"},  # librdkafka's default
     }  # fmt: skip
     for message, client in cases.items():
         with pytest.raises(ConfigError, match=message):
             java_client_settings(client)
 
 
-def test_the_spark_command_refuses_them_before_spark_starts(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_spark_command_refuses_them_before_spark_starts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_spark(*_: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr("spark_jobs.session.spark_session", no_spark)
     argv = ["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere",
             "--kafka", "ssl.key.location=/k.pem", "--kafka", "ssl.certificate.location=/c.pem"]  # fmt: skip
     assert main(argv) == 2
     assert "from one file: join them" in capsys.readouterr().err
+
+
+def test_the_spark_command_takes_javas_own_settings_from_the_environment_and_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[Any] = []
+
+    class StartedError(Exception):
+        pass
+
+    def start(spark: object, settings: Any) -> None:
+        started.append(settings)
+        raise StartedError
+
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_: object())
+    monkeypatch.setattr("spark_jobs.session.stop", lambda *_: None)
+    monkeypatch.setattr("spark_jobs.commit_job.start", start)
+    monkeypatch.setenv("ACKER_JAVA_KAFKA_SASL_JAAS_CONFIG", "com.sun.security.auth.module.Krb5LoginModule required;")
+    argv = ["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere", "--kafka", "security.protocol=SASL_SSL",
+            "--kafka", "sasl.mechanism=GSSAPI", "--java-kafka", "ssl.endpoint.identification.algorithm="]  # fmt: skip
+    with pytest.raises(StartedError):
+        main(argv)
+    assert started[0].source.java_kafka == {
+        "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;",
+        "ssl.endpoint.identification.algorithm": "",
+    }
+    assert started[0].source.kafka_options()["kafka.sasl.jaas.config"].startswith("com.sun.security")
