@@ -85,18 +85,21 @@ class Stages:
     partitions: int = 4
     max_pending: int | None = None  # the spout's (tracked); None: the default
     ack_linger_ms: int | None = None  # how long spout and bolts gather acker messages; None: the default
+    acker_partitions: int | None = None  # of the acker and outcome topics; None: ``partitions``
 
 
 def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> tuple[float, dict[str, float]]:
     """Words counted per second, and the CPU seconds per 1,000 words of each process."""
     bootstrap, partitions, max_pending = cluster.bootstrap_servers, stages.partitions, stages.max_pending
+    acker_partitions = stages.acker_partitions or partitions
     run = uuid.uuid4().hex[:8]
-    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=partitions, metrics_port=0).namespaced(f"wc-{run}")
+    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=acker_partitions, metrics_port=0)
+    config = config.namespaced(f"wc-{run}")
     if stages.ack_linger_ms is not None:
         config = replace(config, ack_linger_ms=stages.ack_linger_ms)
     topics = Topics(f"wc-{run}")
     create_topics(config.client(), [
-        TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(SPOUT), partitions),
+        TopicSpec(config.acker_topic, acker_partitions), TopicSpec(config.outcome_topic(SPOUT), acker_partitions),
         *(TopicSpec(t, partitions) for t in (topics.sentences, topics.split, topics.words, topics.counts)),
     ])  # fmt: skip
     common, _ = to_argv(config)
@@ -123,7 +126,9 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
     try:
         # The spout reads its source and its replay topic.
         groups = {f"{topics.prefix}-spout": 2 * partitions, f"{topics.prefix}-split": partitions,
-                  f"{topics.prefix}-count": partitions, **({config.group: partitions} if tracked else {})}  # fmt: skip
+                  f"{topics.prefix}-count": partitions}  # fmt: skip
+        if tracked:
+            groups[config.group] = acker_partitions
         _wait_ready(config, groups)
         before = cpu.snapshot(pids)
         ids = produce(config, topics.sentences, lines)
@@ -172,6 +177,9 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=2, help="uncounted rounds first (not with --quick)")
     parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
     parser.add_argument("--ack-linger-ms", type=int, default=None, help="the stages' acker batches (default: 20)")
+    parser.add_argument(
+        "--acker-partitions", type=int, default=None, help="of the acker and outcome topics (default: --partitions)"
+    )
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
     repeat = 1 if args.quick else args.repeat
@@ -179,7 +187,7 @@ def main() -> None:
     words = sum(len(line.split()) for line in lines)
     rates: dict[bool, list[float]] = {True: [], False: []}
     cpus: dict[bool, list[dict[str, float]]] = {True: [], False: []}
-    stages = Stages(args.partitions, args.max_pending, args.ack_linger_ms)
+    stages = Stages(args.partitions, args.max_pending, args.ack_linger_ms, args.acker_partitions)
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         if not args.quick:
             _warm_up(cluster, lines[: max(1, n // 2)], stages, args.warm_up)
