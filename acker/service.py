@@ -43,6 +43,7 @@ from acker.kafka.clients import (
     TopicSpec,
     consume_available,
     create_topics,
+    kafka_error,
     log_bounds,
     produce,
     topic_partitions,
@@ -414,9 +415,10 @@ class AckerService:
             return True
         if now < self._status_recheck_at:
             return False
-        try:
-            found = bool(topic_partitions(self._reading_consumer(), self.config.status_topic, timeout_s=1.0))
-        except KafkaException:
+        try:  # on the loop's thread: briefly (a lookup that times out is tried again at the next recheck)
+            found = bool(topic_partitions(self._reading_consumer(), self.config.status_topic, timeout_s=0.5))
+        except KafkaException as error:
+            log.debug("looking the status topic up: %s", kafka_error(error) or error)
             found = False
         if not found:
             self._status_recheck_at = now + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
@@ -575,8 +577,11 @@ class AckerService:
     # -- rebalance ------------------------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if existing := topic_partitions(consumer, self.config.acker_topic, timeout_s=30):
-            self._partition_count = len(existing)
+        try:
+            if existing := topic_partitions(consumer, self.config.acker_topic, timeout_s=30):
+                self._partition_count = len(existing)
+        except KafkaException as error:  # keep the count known: raised here, it would end the service
+            log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
         with self._lock:

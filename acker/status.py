@@ -8,14 +8,17 @@ offsets, as standard Kafka tooling would show it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.kafka.clients import topic_partitions
+from acker.kafka.clients import kafka_error, topic_partitions
+
+log = logging.getLogger("acker.status")
 
 
 def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
@@ -23,10 +26,12 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
     consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", "enable.auto.commit": False}))
     latest: dict[int, dict[str, Any]] = {}
     try:
-        parts = [
-            TopicPartition(config.status_topic, p, 0)
-            for p in topic_partitions(consumer, config.status_topic, timeout_s)
-        ]
+        try:
+            found = topic_partitions(consumer, config.status_topic, timeout_s)
+        except KafkaException as error:  # e.g. not allowed to read it: the lag can still be shown
+            log.warning("cannot read the status topic: %s", kafka_error(error) or error)
+            return latest
+        parts = [TopicPartition(config.status_topic, p, 0) for p in found]
         ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in parts}
         consumer.assign(parts)
         remaining = {p for p, end in ends.items() if end > 0}

@@ -86,7 +86,7 @@ def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) ->
     if found.error is not None:
         if found.error.code() in _ABSENT:
             return []
-        raise KafkaException(found.error)
+        raise KafkaException(KafkaError(found.error.code(), f"topic {topic}: {found.error.str()}"))
     return sorted(found.partitions)
 
 

@@ -382,6 +382,21 @@ def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they
     assert described["cleanup.policy"].value == "compact"
 
 
+def _records(config: ServiceConfig, topic: str) -> list[KafkaMessage]:
+    """Every record of partition 0 of ``topic`` up to its end now."""
+    consumer = Consumer(config.client(**{"group.id": f"read-{time.time_ns()}", "enable.auto.commit": False}))
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        records: list[KafkaMessage] = []
+        deadline = time.monotonic() + 30
+        while len(records) < end and time.monotonic() < deadline:
+            records += [r for r in consumer.consume(500, timeout=0.5) if r.error() is None]
+        return records
+    finally:
+        consumer.close()
+
+
 def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: ServiceConfig) -> None:
     """Topics the service cannot create (here: a replication factor the single broker cannot give; elsewhere: no
     right to create) do not stop it from starting: the status topic is missing, outcomes still flow, and it stops
@@ -397,11 +412,15 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
         reader.wait_for([i.msg_id for i in inits])
         assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
         assert read_status(config, timeout_s=2) == {}
+        created_ms = int(time.time() * 1000)
         create_topics(config.client(), [TopicSpec(config.status_topic, 1)])
         deadline = time.monotonic() + 30  # looked up again every 10 status intervals (5 s here)
         while not read_status(config, timeout_s=2) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert read_status(config, timeout_s=2), "the status topic was created, and no status came"
+        # None was produced while it was missing (librdkafka would have held them, and delivered them now).
+        stamps = [r.timestamp()[1] for r in _records(config, config.status_topic)]
+        assert stamps and min(stamps) >= created_ms
     finally:
         reader.close()
         # While it had no status topic, it published no status: records waiting for a topic that never comes held

@@ -32,3 +32,4 @@ def test_a_topic_the_cluster_will_not_describe_is_an_error_not_a_missing_topic()
     with pytest.raises(KafkaException) as raised:
         topic_partitions(_Metadata([], KafkaError.TOPIC_AUTHORIZATION_FAILED), "t")  # type: ignore[arg-type]
     assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert raised.value.args[0].str().startswith("topic t: ")  # which topic: an error read later must say
