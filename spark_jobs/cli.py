@@ -64,6 +64,7 @@ def add_parser(sub: Any) -> None:
 def _pair(item: str, flag: str = "--spout-group", form: str = "SPOUT=GROUP", empty: bool = False) -> tuple[str, str]:
     """``NAME=VALUE`` of a flag; an empty value only where ``empty`` allows it (a Java setting's may be)."""
     name, sep, value = item.partition("=")
+    name = name.strip()
     if not sep or not name or not (value or empty):
         raise ConfigError(f"{flag} takes {form}, got {item!r}")
     return name, value

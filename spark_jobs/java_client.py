@@ -31,7 +31,9 @@ certificate chain from one file), a key that is not PKCS#8 (Java reads no other 
 its password, a key given inline (``ssl.key.pem``: Spark would show it among the source's options), a key encrypted
 with PBES2 (Java's client decrypts only the older PBES1 schemes), a CA directory, both ``ssl.ca.pem`` and
 ``ssl.ca.location``, verification turned off, a revocation list or an OpenSSL engine (Java's client has neither),
-and, unless the Java setting is given, OpenSSL's cipher list and a SASL login other than a user name and password.
+OpenSSL's cipher list unless Java's is given, and Java settings Spark sets itself (`_SPARK_REFUSES`). A SASL login
+other than a user name and password without Java's ``sasl.jaas.config`` is a warning, not an error: the JVM may
+name a JAAS file.
 Group settings and those Spark refuses are left out (`_NOT_FOR_SPARK`); other librdkafka-only settings the Java
 client logs and ignores.
 """
@@ -40,11 +42,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from acker.errors import ConfigError
+
+log = logging.getLogger("spark_jobs.java_client")
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -62,6 +67,12 @@ _NOT_FOR_SPARK = frozenset({
     "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location", "ssl.key.password",
     "enable.ssl.certificate.verification", "ssl.cipher.suites",
     "ssl.providers", "ssl.curves.list", "ssl.sigalgs.list",  # OpenSSL's own: Java's client uses its defaults
+})  # fmt: skip
+
+# Java settings Spark's Kafka source and sink refuse (they set them themselves).
+_SPARK_REFUSES = frozenset({
+    "auto.offset.reset", "enable.auto.commit", "interceptor.classes",
+    "key.deserializer", "value.deserializer", "key.serializer", "value.serializer",
 })  # fmt: skip
 
 # librdkafka settings Java's client cannot be given under any name: the Java setting a user gives instead (the
@@ -82,6 +93,8 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
     ``java`` over them: settings of the Java client given as they are, for what librdkafka's names cannot say (a
     Kerberos or OAuth login line, Java's cipher suite names, ...)."""
     given = dict(java or {})
+    if refused := sorted(set(given) & _SPARK_REFUSES):
+        raise ConfigError(f"Spark's Kafka source and sink set these themselves and refuse them: {', '.join(refused)}")
     for name, (instead, why) in _UNTRANSLATED.items():
         if name in client and (instead is None or instead not in given):
             fix = f"give Java's {instead} as it is" if instead else "leave it out of the settings the Spark jobs read"
@@ -94,7 +107,7 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
     settings = {k: str(v) for k, v in client.items() if k not in _NOT_FOR_SPARK}
     settings.update(_sasl(client, given))
     settings.update(_trust(client))
-    settings.update(_identity(client))
+    settings.update(_identity(client, given))
     if str(client.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
         settings["ssl.endpoint.identification.algorithm"] = ""
     return {**settings, **given}
@@ -116,9 +129,11 @@ def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]
         user, password = (_jaas_quoted(str(client.get(k, ""))) for k in ("sasl.username", "sasl.password"))
         settings["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
     elif str(client.get("security.protocol", "")).upper().startswith("SASL"):
-        raise ConfigError(
-            f"the login of sasl.mechanism={mechanism or 'GSSAPI'} is not translated for Spark's Java Kafka client: "
-            "give its login module line as it is (acker spark --java-kafka sasl.jaas.config=...)"
+        # Not refused: the JVM may name a JAAS file (-Djava.security.auth.login.config, section KafkaClient).
+        log.warning(
+            "the login of sasl.mechanism=%s is not translated for Spark's Java Kafka client: unless the JVM names a "
+            "JAAS file, give its login module line (acker spark --java-kafka sasl.jaas.config=...)",
+            mechanism or "GSSAPI",
         )
     return settings
 
@@ -146,7 +161,7 @@ def _trust(client: Mapping[str, Any]) -> dict[str, str]:
     return {"ssl.truststore.type": "PEM", "ssl.truststore.location": location}
 
 
-def _identity(client: Mapping[str, Any]) -> dict[str, str]:
+def _identity(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
     """The client's own key and certificate chain, for brokers that authenticate clients by certificate."""
     if "ssl.key.pem" in client or "ssl.certificate.pem" in client:
         raise ConfigError(
@@ -186,13 +201,10 @@ def _identity(client: Mapping[str, Any]) -> dict[str, str]:
     if "-----BEGIN ENCRYPTED PRIVATE KEY-----" not in text:
         # Java's client takes any password as saying the key is encrypted (librdkafka ignores one it does not need).
         return {"ssl.keystore.type": "PEM", "ssl.keystore.location": key}
-    if "ssl.key.password" not in client:
+    password = given.get("ssl.key.password", client.get("ssl.key.password"))
+    if password is None:
         raise ConfigError(f"ssl.key.location={key} holds an encrypted key, and ssl.key.password is not given")
-    return {
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": key,
-        "ssl.key.password": str(client["ssl.key.password"]),
-    }
+    return {"ssl.keystore.type": "PEM", "ssl.keystore.location": key, "ssl.key.password": str(password)}
 
 
 def _pbes2(text: str) -> bool:

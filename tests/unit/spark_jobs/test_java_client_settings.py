@@ -94,6 +94,7 @@ def test_a_ca_file_and_a_key_with_its_chain_become_pem_stores(ca: trustme.CA, tm
     }
     with pytest.raises(ConfigError, match=r"encrypted key, and ssl\.key\.password is not given"):
         java_client_settings(client)
+    assert java_client_settings(client, {"ssl.key.password": "key-secret"})["ssl.key.password"] == "key-secret"
 
 
 def test_inline_cas_the_systems_cas_and_a_pkcs12_keystore(ca: trustme.CA) -> None:
@@ -149,13 +150,29 @@ def test_what_javas_client_cannot_be_given_is_refused_with_what_to_do(ca: trustm
         "revocation checks are the JVM's own": {"ssl.crl.location": "/crl.pem"},
         "OpenSSL engine": {"ssl.engine.location": "/engine.so"},
         "give Java's ssl.cipher.suites": {"ssl.cipher.suites": "ECDHE-RSA-AES256-GCM-SHA384"},
-        "login of sasl.mechanism=OAUTHBEARER": {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
-                                                "sasl.oauthbearer.method": "oidc"},
-        "login of sasl.mechanism=GSSAPI": {"security.protocol": "SASL_PLAINTEXT"},  # librdkafka's default
     }  # fmt: skip
     for message, client in cases.items():
         with pytest.raises(ConfigError, match=message):
             java_client_settings(client)
+    with pytest.raises(ConfigError, match=r"set these themselves and refuse them: auto\.offset\.reset, key\.deser"):
+        java_client_settings({}, {"key.deserializer": "x", "auto.offset.reset": "latest", "client.id": "c"})
+
+
+def test_a_sasl_login_it_cannot_translate_is_a_warning_as_the_jvm_may_name_a_jaas_file(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    oauth = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc"}
+    assert java_client_settings(oauth)["sasl.mechanism"] == "OAUTHBEARER"
+    java_client_settings({"security.protocol": "SASL_PLAINTEXT"})  # librdkafka's default mechanism: GSSAPI
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [w.split(" is not")[0] for w in warnings] == [
+        "the login of sasl.mechanism=OAUTHBEARER",
+        "the login of sasl.mechanism=GSSAPI",
+    ]
+    assert all("--java-kafka sasl.jaas.config" in w for w in warnings)
+    caplog.clear()
+    java_client_settings(oauth, {"sasl.jaas.config": "org.apache.kafka...OAuthBearerLoginModule required;"})
+    assert not caplog.records
 
 
 def test_the_spark_command_refuses_them_before_spark_starts(
@@ -188,7 +205,7 @@ def test_the_spark_command_takes_javas_own_settings_from_the_environment_and_fla
     monkeypatch.setattr("spark_jobs.commit_job.start", start)
     monkeypatch.setenv("ACKER_JAVA_KAFKA_SASL_JAAS_CONFIG", "com.sun.security.auth.module.Krb5LoginModule required;")
     argv = ["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere", "--kafka", "security.protocol=SASL_SSL",
-            "--kafka", "sasl.mechanism=GSSAPI", "--java-kafka", "ssl.endpoint.identification.algorithm="]  # fmt: skip
+            "--kafka", "sasl.mechanism=GSSAPI", "--java-kafka", " ssl.endpoint.identification.algorithm="]  # fmt: skip
     with pytest.raises(StartedError):
         main(argv)
     assert started[0].source.java_kafka == {
