@@ -237,23 +237,35 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             if name not in _TYPES:
                 raise ConfigError(f"unknown setting {key!r} in {path}")
             values[name] = value
-    for key, value in environ.items():
-        if key.startswith(KAFKA_ENV_PREFIX):
-            kafka[key[len(KAFKA_ENV_PREFIX) :].lower().replace("_", ".")] = value
-        elif key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in _TYPES:
+    kafka.update(env_settings(KAFKA_ENV_PREFIX, environ))
+    for key, value in environ.items():  # ACKER_KAFKA_* never names a setting of _TYPES ("kafka" is not one)
+        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in _TYPES:
             values[key[len(ENV_PREFIX) :].lower()] = value
     if args is not None:
         for name in _TYPES:
             value = getattr(args, name, None)
             if value is not None:
                 values[name] = value
-        for item in getattr(args, "kafka", None) or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"--kafka takes KEY=VALUE, got {item!r}")
-            kafka[key.strip()] = value
+        kafka.update(flag_setting(item, "--kafka") for item in getattr(args, "kafka", None) or [])
     typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
     return replace(ServiceConfig(), **typed, kafka=kafka)
+
+
+def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """Dotted settings given as environment variables ``<prefix><NAME>``: ``ACKER_KAFKA_SASL_MECHANISM`` is
+    ``sasl.mechanism`` (lower-cased, ``_`` for ``.``; librdkafka's and Java's Kafka names have no ``_``)."""
+    return {
+        key[len(prefix) :].lower().replace("_", "."): value for key, value in environ.items() if key.startswith(prefix)
+    }
+
+
+def flag_setting(item: str, flag: str, form: str = "KEY=VALUE", *, empty: bool = True) -> tuple[str, str]:
+    """``NAME=VALUE`` given to a repeatable ``flag``; an empty value only where ``empty`` allows it."""
+    name, sep, value = item.partition("=")
+    name = name.strip()
+    if not sep or not name or not (value or empty):
+        raise ConfigError(f"{flag} takes {form}, got {item!r}")
+    return name, value
 
 
 def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -17,8 +17,7 @@ import sys
 import threading
 from typing import Any
 
-from acker.config import add_arguments, load
-from acker.errors import ConfigError
+from acker.config import add_arguments, env_settings, flag_setting, load
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 
@@ -61,15 +60,6 @@ def add_parser(sub: Any) -> None:
         job.set_defaults(run=_run)
 
 
-def _pair(item: str, flag: str = "--spout-group", form: str = "SPOUT=GROUP", empty: bool = False) -> tuple[str, str]:
-    """``NAME=VALUE`` of a flag; an empty value only where ``empty`` allows it (a Java setting's may be)."""
-    name, sep, value = item.partition("=")
-    name = name.strip()
-    if not sep or not name or not (value or empty):
-        raise ConfigError(f"{flag} takes {form}, got {item!r}")
-    return name, value
-
-
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
@@ -79,12 +69,8 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load(args)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
-    java = {
-        key[len(JAVA_KAFKA_ENV_PREFIX) :].lower().replace("_", "."): value
-        for key, value in os.environ.items()
-        if key.startswith(JAVA_KAFKA_ENV_PREFIX)
-    }
-    java.update(_pair(item, "--java-kafka", "KEY=VALUE", empty=True) for item in args.java_kafka)
+    java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)
+    java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)
     source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
     java_client_settings(source.client, java)  # what Spark's Java client cannot be given fails here, before Spark
 
@@ -92,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         spark = spark_session(f"acker-{args.spark_job}", args.master)
         if args.spark_job == "commit":
-            groups = dict(_pair(item) for item in args.spout_group)
+            groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
             settings = commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s, groups=groups)
             queries = commit_job.start(spark, settings)
         else:
