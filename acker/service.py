@@ -390,11 +390,7 @@ class AckerService:
         the failed delivery stops the service."""
         missing = []
         for spec in specs:
-            try:
-                exists = bool(topic_partitions(self._reading_consumer(), spec.name))
-            except KafkaException:
-                exists = False
-            if not exists:
+            if not self._topic_exists(spec.name, timeout_s=10):
                 missing.append(spec)
             self._known_topics.add(spec.name)
         failed = set()
@@ -406,6 +402,15 @@ class AckerService:
                 failed.add(spec.name)
         return failed
 
+    def _topic_exists(self, topic: str, timeout_s: float) -> bool:
+        """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); a
+        lookup that fails or times out counts as missing."""
+        try:
+            return bool(topic_partitions(self._reading_consumer(), topic, timeout_s))
+        except KafkaException as error:
+            log.debug("looking %s up: %s", topic, kafka_error(error) or error)
+            return False
+
     def _status_topic_exists(self, now: float) -> bool:
         """Whether status records can be published. A status topic missing at start (it could not be created) is
         looked up again every `_STATUS_RECHECK_INTERVALS` status intervals, on the reading consumer's connection: an
@@ -415,12 +420,8 @@ class AckerService:
             return True
         if now < self._status_recheck_at:
             return False
-        try:  # on the loop's thread: briefly (a lookup that times out is tried again at the next recheck)
-            found = bool(topic_partitions(self._reading_consumer(), self.config.status_topic, timeout_s=0.5))
-        except KafkaException as error:
-            log.debug("looking the status topic up: %s", kafka_error(error) or error)
-            found = False
-        if not found:
+        # On the loop's thread: briefly (a lookup that times out is tried again at the next recheck).
+        if not self._topic_exists(self.config.status_topic, timeout_s=0.5):
             self._status_recheck_at = now + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
             return False
         log.info("status topic %s found: publishing status", self.config.status_topic)

@@ -8,7 +8,8 @@
 The service creates the dead-letter and status topics when it starts and an outcome topic before its first record,
 unless they exist: a cluster may not create topics on first use, and a record that cannot be delivered holds every
 flush (on a revoke, on stop) for its whole 30 s, after which the commit is skipped. A status topic it can neither
-find nor create (no right to) means no status is published.
+find nor create (no right to) means no status is published until it exists (the service looks for it again every
+ten status intervals).
 """
 
 from __future__ import annotations

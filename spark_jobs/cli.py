@@ -63,7 +63,6 @@ def add_parser(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
-    from spark_jobs.java_client import java_client_settings
     from spark_jobs.session import spark_session, stop
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -71,8 +70,8 @@ def _run(args: argparse.Namespace) -> int:
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)
     java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)
+    # Made before Spark starts: it refuses the settings Spark's Java Kafka client cannot be given.
     source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
-    java_client_settings(source.client, java)  # what Spark's Java client cannot be given fails here, before Spark
 
     spark = None
     try:

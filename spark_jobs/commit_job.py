@@ -53,10 +53,17 @@ class OutcomeSource:
     starting_offsets: str = "earliest"
     spark_options: Mapping[str, str] = field(default_factory=lambda: dict(SPARK_KAFKA_DEFAULTS))
     java_kafka: Mapping[str, str] = field(default_factory=dict)  # Java client settings as they are (`java_client`)
+    _kafka_options: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Translated once, when the source is made: what Spark's Java client cannot be given fails here, before any
+        # query (and before Spark, in `acker spark`), and a warning of the translation is given once.
+        java = java_client_settings(self.client, self.java_kafka)
+        object.__setattr__(self, "_kafka_options", {f"kafka.{k}": v for k, v in java.items()})
 
     def kafka_options(self) -> dict[str, str]:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
-        return {f"kafka.{k}": v for k, v in java_client_settings(self.client, self.java_kafka).items()}
+        return dict(self._kafka_options)
 
     def read(self, spark: SparkSession) -> DataFrame:
         if bool(self.topics) == bool(self.pattern):

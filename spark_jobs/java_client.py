@@ -57,23 +57,23 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 
-# Not for Spark's consumers, which are assigned partitions and track offsets themselves: group membership (Java
-# reads partition.assignment.strategy as class names, and cooperative-sticky fails) and what Spark refuses outright;
-# then librdkafka's names of what is translated.
-_NOT_FOR_SPARK = frozenset({
-    "group.protocol", "group.remote.assignor", "partition.assignment.strategy", "session.timeout.ms",
-    "heartbeat.interval.ms", "auto.offset.reset", "enable.auto.commit", "interceptor.classes",
-    "sasl.username", "sasl.password", "sasl.mechanisms",
-    "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location", "ssl.key.password",
-    "enable.ssl.certificate.verification", "ssl.cipher.suites",
-    "ssl.providers", "ssl.curves.list", "ssl.sigalgs.list",  # OpenSSL's own: Java's client uses its defaults
-})  # fmt: skip
-
 # Java settings Spark's Kafka source and sink refuse (they set them themselves).
 _SPARK_REFUSES = frozenset({
     "auto.offset.reset", "enable.auto.commit", "interceptor.classes",
     "key.deserializer", "value.deserializer", "key.serializer", "value.serializer",
 })  # fmt: skip
+
+# Not for Spark's consumers, which are assigned partitions and track offsets themselves: group membership (Java
+# reads partition.assignment.strategy as class names, and cooperative-sticky fails) and what Spark refuses outright;
+# then librdkafka's names of what is translated.
+_NOT_FOR_SPARK = _SPARK_REFUSES | {
+    "group.protocol", "group.remote.assignor", "partition.assignment.strategy", "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "sasl.username", "sasl.password", "sasl.mechanisms",
+    "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location", "ssl.key.password",
+    "enable.ssl.certificate.verification", "ssl.cipher.suites",
+    "ssl.providers", "ssl.curves.list", "ssl.sigalgs.list",  # OpenSSL's own: Java's client uses its defaults
+}  # fmt: skip
 
 # librdkafka settings Java's client cannot be given under any name: the Java setting a user gives instead (the
 # ``java`` argument of `java_client_settings`), or None where there is none, and why.
