@@ -344,8 +344,10 @@ class Spout:
             consumer.incremental_assign(partitions)  # these are added; the others stay
         else:
             consumer.assign(partitions)
-        if self._paused:  # partitions gained while too many trees are pending start paused too
-            consumer.pause(partitions)
+        # librdkafka keeps a partition's pause across a revoke and a new assignment: a partition paused before (at
+        # max_pending, or held for a replay's backoff) would otherwise stay paused for good if the spout resumed
+        # while it was away. Gained partitions start as the spout is now: paused while too many trees are pending.
+        (consumer.pause if self._paused else consumer.resume)(partitions)
         log.info("assigned %s", [(tp.partition, tp.offset) for tp in partitions])
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:

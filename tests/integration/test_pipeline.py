@@ -18,6 +18,7 @@ from acker.examples.wordcount import LOST, POISON, SPOUT, Topics, count_function
 from acker.headers import HEADER
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.spout import Spout, SpoutSettings
+from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
 
 
@@ -217,6 +218,54 @@ def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
     assert second.consumer.assignment()  # the second one took its share
     first.close()
     second.close()
+
+
+@pytest.mark.parametrize("rebalancing", ["cooperative-sticky", "group.protocol=consumer"])
+def test_a_partition_taken_away_while_the_spout_is_paused_is_read_when_it_comes_back(
+    config: ServiceConfig, topics: Topics, rebalancing: str
+) -> None:
+    """librdkafka keeps a partition's pause across a revoke and a later assignment. A spout paused at max_pending
+    loses a partition to a second member, its trees finish (it resumes what it still owns), and the partition comes
+    back when the member leaves: it must be read again, not stay paused for good."""
+    if rebalancing == "cooperative-sticky":
+        config = replace(config, kafka={**config.kafka, "partition.assignment.strategy": "cooperative-sticky"})
+    else:
+        config = replace(config, kafka={"group.protocol": "consumer"})
+    settings = SpoutSettings(
+        SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=4, replays=False
+    )
+    ids = _produce(config, topics.sentences, list(sentences(40, seed=9)))
+    outcomes = Producer(config.client())
+    started: set[str] = set()
+
+    def step(spout: Spout, times: int, *, ack: bool) -> None:
+        """Step the spout; with ``ack``, decide every pending tree at once (an acker stands in for the bolts)."""
+        for _ in range(times):
+            spout.step(0.1)
+            started.update(spout.pending)
+            if ack and spout.pending:
+                rows = [("ACK", anchor, msg_id, 1) for msg_id, anchor in spout.pending.items()]
+                outcomes.produce(config.outcome_topic(SPOUT), encode_outcome_rows(SPOUT, rows))
+                outcomes.flush(10)
+
+    spout = Spout(config, settings)  # nothing acks yet: it stops at max_pending, both partitions paused
+    step(spout, 30, ack=False)
+    assert len(spout.pending) == 4 and spout.counters["pauses"] == 1
+    other = Consumer(config.stream_consumer(**{"group.id": settings.consumer_group}))
+    other.subscribe([topics.sentences])
+    for _ in range(100):  # the other member takes a partition; the spout keeps the other one, paused
+        step(spout, 1, ack=False)
+        other.poll(0.1)
+        if other.assignment() and len(spout.consumer.assignment()) == 1:
+            break
+    assert other.assignment() and len(spout.consumer.assignment()) == 1
+    step(spout, 20, ack=True)  # its trees finish: it resumes, and reads its remaining partition to the end
+    assert spout.counters["resumes"] == 1
+    other.close()  # the partition comes back to the spout
+    step(spout, 150, ack=True)
+    assert len(spout.consumer.assignment()) == 2
+    assert started == set(ids)  # every record read, those of the partition that went away and came back too
+    spout.close()
 
 
 def test_invalid_anchor_headers_are_processed_as_unanchored(config: ServiceConfig, topics: Topics) -> None:
