@@ -119,12 +119,15 @@ class _Decided:
 
 
 def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
-    """What a group of records decided, as outcome records: one per spout and up to OUTCOMES_PER_RECORD outcomes,
-    each naming the acker records that decided its first and last outcome."""
+    """What a group of records decided, as outcome records: one per spout (whatever its trees' sources) and up to
+    OUTCOMES_PER_RECORD outcomes, each naming the acker records that decided its first and last outcome."""
     out = []
-    by_spout = np.asarray(outcomes.source)
+    sources_of: dict[str, list[int]] = {}  # a spout's trees may come from many sources (topic partitions)
     for local, (spout, _) in enumerate(outcomes.sources):
-        matching = np.flatnonzero(by_spout == local)
+        sources_of.setdefault(spout, []).append(local)
+    source = np.asarray(outcomes.source)
+    for spout, locals_ in sources_of.items():
+        matching = np.flatnonzero(source == locals_[0] if len(locals_) == 1 else np.isin(source, locals_))
         for start in range(0, len(matching), OUTCOMES_PER_RECORD):
             rows = matching[start : start + OUTCOMES_PER_RECORD]
             first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])

@@ -47,3 +47,30 @@ def test_outcomes_are_cut_per_spout_in_decision_order_and_name_their_deciding_re
             assert (decoded.acker_partition, decoded.acker_offset) == (3, e.last)
             start += len(decoded.anchors)
     assert (encoded[0].first, encoded[0].last, encoded[1].first) == (100, 120, 120)  # cut within the last record
+
+
+def test_a_spout_whose_trees_come_from_many_sources_gets_one_record_not_one_per_source() -> None:
+    """Sources are (spout, message-id prefix): a spout reading many partitions, or whose message ids have no
+    ``/<offset>`` (each its own source), still gets its outcomes of a group in one record, in decision order."""
+    n = 12
+    sources = [("s", f"in/{p}") for p in range(3)] + [("t", "key-a"), ("s", "key-b")]
+    source = np.array([0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1], np.int32)
+    outcomes = OutcomeBlock(
+        index=np.arange(n, dtype=np.int64),
+        code=np.full(n, Code.ACK, np.uint8),
+        anchor=np.arange(1, n + 1, dtype=np.int64),
+        source=source,
+        offset=np.where(np.isin(source, [3, 4]), -1, np.arange(n)).astype(np.int64),
+        latency_ticks=np.zeros(n, np.int64),
+        latency_ms=np.zeros(n, np.int64),
+        sources=sources,
+    )
+
+    encoded = outcome_records(0, RecordSpans.of([n], [7], [0]), outcomes)
+
+    assert [e.spout for e in encoded] == ["s", "t"]
+    s = decode_outcomes(encoded[0].value)
+    expected = [i for i in range(n) if sources[source[i]][0] == "s"]
+    assert s.anchors == [i + 1 for i in expected]
+    assert s.msg_ids == [sources[source[i]][1] if source[i] == 4 else f"{sources[source[i]][1]}/{i}" for i in expected]
+    assert decode_outcomes(encoded[1].value).msg_ids == ["key-a", "key-a"]
