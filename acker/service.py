@@ -10,8 +10,11 @@ after that offset lie (`acker.outcome_log`); the new owner reads them back befor
 neither decides those trees again nor, for a tree the offset cuts in two, differently.
 
 Records that cannot be read are copied to the dead-letter topic with headers saying why and where they came from,
-counted, and skipped: one bad record never stops the service. A failed delivery of an outcome stops the service
-(`ServiceError`) before anything past it is committed; a restart replays and re-emits it.
+counted, and skipped: one bad record never stops the service. The inits of a record that was read but holds an
+invalid message are answered FAILED at once (`failed_inits`): their spouts replay them. An outcome record that its
+topic refuses for good (it does not exist and cannot be created, is not authorised, or the record is too large)
+goes to the dead-letter topic too. Any other failed delivery of an outcome stops the service (`ServiceError`) before
+anything past it is committed; a restart replays and re-emits it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any
@@ -31,7 +35,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker import avro_longs
-from acker.columnar.block import Code, MessageBlock, OutcomeBlock, RecordSpans
+from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
 from acker.core.messages import Ack, Init
@@ -76,6 +80,19 @@ DLQ_TOPIC = "acker.dlq.topic"
 DLQ_PARTITION = "acker.dlq.partition"
 DLQ_OFFSET = "acker.dlq.offset"
 DLQ_TIMESTAMP = "acker.dlq.timestamp"
+DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy cut to DLQ_KEPT_BYTES: the length of the whole value
+DLQ_KEPT_BYTES = 64 * 1024
+_OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
+# Delivery errors after which the same record would be refused again: retrying (or restarting) cannot help.
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+_REFUSED_FOR_GOOD = _TOO_LARGE | {
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_EXCEPTION,
+}
+Delivered = Callable[[KafkaError | None, Message | None], None]
+DlqHeaders = Sequence[tuple[str, bytes]]
 
 
 class ServiceError(AckerError):
@@ -116,6 +133,7 @@ class _Decided:
     outcomes: list[_OutcomeRecord]
     latencies_ms: list[np.ndarray]
     rejected: list[tuple[Message, WireError]]
+    failed_inits: int = 0  # inits of rejected records, failed at once (`failed_inits`)
 
 
 def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
@@ -135,6 +153,26 @@ def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock
             value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
             out.append(_OutcomeRecord(spout, value, first, last))
     return out
+
+
+def failed_inits(block: MessageBlock) -> OutcomeBlock:
+    """A FAILED outcome for each init of a record that is not applied (another message in it is invalid): its
+    tree can never complete, and without an outcome its spout would keep it pending (and the watermark would stop
+    at it) until the spout restarts. An init with anchor 0 names no tree and gets none. ``index`` is the init's
+    position in ``block``."""
+    inits = np.flatnonzero(block.kinds == Kind.INIT)  # the k-th init's source and offset are init_*[k]
+    named = np.flatnonzero(block.anchors[inits] != 0)
+    rows, n = inits[named], len(named)
+    return OutcomeBlock(
+        index=rows.astype(np.int64),
+        code=np.full(n, Code.FAILED, np.uint8),
+        anchor=block.anchors[rows].astype(np.int64),
+        source=block.init_source[named].astype(np.int32),
+        offset=block.init_offset[named].astype(np.int64),
+        latency_ticks=np.zeros(n, np.int64),
+        latency_ms=np.zeros(n, np.int64),
+        sources=list(block.sources),
+    )
 
 
 @dataclass
@@ -167,6 +205,7 @@ class AckerService:
         self._reader: Consumer | None = None  # reads commit metadata and outcomes back at assignment
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
         self._dead_letters: Tally[str] = Tally()
+        self._failed_inits = 0  # of rejected records: FAILED outcomes decided outside the trackers
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
@@ -303,6 +342,7 @@ class AckerService:
         else:
             decisions = [self._decide(item) for item in work]
         for (state, _), decided in zip(work, decisions, strict=True):
+            self._failed_inits += decided.failed_inits
             for latencies_ms in decided.latencies_ms:
                 self.latency.observe(latencies_ms)
             for outcome_record in decided.outcomes:
@@ -342,6 +382,11 @@ class AckerService:
                     good.append((record, b))
                 except WireError as bad:
                     rejected.append((record, bad))
+                    failed = failed_inits(b)
+                    if len(failed):  # the record's own trees are failed at once rather than kept pending
+                        decided.failed_inits += len(failed)
+                        offset = record.offset() or 0
+                        decided.outcomes += outcome_records(partition, RecordSpans.of([len(b)], [offset], [0]), failed)
             if not good:
                 return
             parsed = good
@@ -363,25 +408,35 @@ class AckerService:
         if topic not in self._known_topics:
             self._ensure_topics([outcome_topic(self.config, spout)])
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
+        key = str(partition).encode()  # every outcome record of an acker partition in one partition, in order
+        headers = [(DECIDED_BY, f"{partition}/{first}-{last}".encode())]
 
-        def delivered(error: KafkaError | None, record: Message) -> None:
-            track(error, record)
-            if outcome_log is None:
+        def delivered(error: KafkaError | None, record: Message | None) -> None:
+            if outcome_log is not None:
+                if error is None and record is not None:
+                    outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
+                else:
+                    outcome_log.failed(topic)
+            if error is not None and error.code() in _REFUSED_FOR_GOOD:
+                # A topic that will not take it (missing and not creatable, e.g. a spout name that collides with an
+                # existing topic's; not authorised; too large): kept in the dead-letter topic, whose delivery stands
+                # for this one's. Stopping instead would stop at the same record after every restart.
+                self._dead_letters[_OUTCOME_REFUSED] += 1
+                log.error("outcome record for %s refused (%s): dead-lettered", topic, error)
+                where = [
+                    (DLQ_REASON, _OUTCOME_REFUSED.encode()),
+                    (DLQ_DETAIL, f"{topic}: {error.str()}".encode()),
+                    (DLQ_TOPIC, self.config.acker_topic.encode()),
+                    (DLQ_PARTITION, str(partition).encode()),
+                    (DLQ_OFFSET, str(last).encode()),
+                ]
+                self._send_dead_letter(encoded.value, key, [*where, *headers], track)
                 return
-            if error is None:
-                outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
-            else:
-                outcome_log.failed(topic)
+            track(error, record)
 
-        self._produce(
-            topic,
-            encoded.value,
-            key=str(partition).encode(),  # every outcome record of an acker partition in one partition, in order
-            headers=[(DECIDED_BY, f"{partition}/{first}-{last}".encode())],
-            on_delivery=delivered,
-        )
-        if outcome_log is not None:  # after produce returned: its report comes from a later poll
+        if outcome_log is not None:  # before produce: a refusal reports at once, and takes it back
             outcome_log.sent(topic)
+        self._produce_reporting(topic, encoded.value, key, headers, delivered)
 
     def _ensure_topics(self, specs: list[TopicSpec]) -> set[str]:
         """Create the topics of ``specs`` that do not exist (`acker.topics`: made by `acker topics create`, or by an
@@ -389,8 +444,9 @@ class AckerService:
         lookups never create a topic: a millisecond or two, where an admin client made for the purpose took 7-47 ms
         even to find the topic there, and a principal without the right to create topics is refused even for
         topics that exist. Returns the names of those that could not be created. An outcome or dead-letter topic
-        that cannot be created is written to anyway, with a warning: it may be created on first use, and if it is not,
-        the failed delivery stops the service."""
+        that cannot be created is written to anyway, with a warning: it may be created on first use. If it is not, an
+        outcome record goes to the dead-letter topic (`_send_outcomes`); a dead letter that cannot be delivered stops
+        the service."""
         missing = []
         for spec in specs:
             if not self._topic_exists(spec.name, timeout_s=10):
@@ -448,13 +504,38 @@ class AckerService:
             (DLQ_OFFSET, str(record.offset()).encode()),
             (DLQ_TIMESTAMP, str(record.timestamp()[1]).encode()),
         ]
-        self._produce(
-            self.config.dlq_topic,
-            record.value(),
-            key=record.key(),
-            headers=headers,
-            on_delivery=self._deliveries.track(),
-        )
+        self._send_dead_letter(record.value(), record.key(), headers, self._deliveries.track())
+
+    def _send_dead_letter(self, value: bytes | None, key: bytes | None, headers: DlqHeaders, done: Delivered) -> None:
+        """Produce a dead letter; ``done`` gets its delivery report. A copy too large for the dead-letter topic (a
+        record near the acker topic's size limit, with the reason headers added) is sent again with only the first
+        `DLQ_KEPT_BYTES` of its value and `DLQ_TRUNCATED` = the value's full length: its coordinates say where the
+        whole record lies."""
+
+        def delivered(error: KafkaError | None, record: Message | None) -> None:
+            if error is not None and error.code() in _TOO_LARGE and value is not None and len(value) > DLQ_KEPT_BYTES:
+                log.warning("a dead letter of %d bytes is too large (%s): its value is cut", len(value), error)
+                cut = [*headers, (DLQ_TRUNCATED, str(len(value)).encode())]
+                self._send_dead_letter(value[:DLQ_KEPT_BYTES], key, cut, done)
+                return
+            done(error, record)
+
+        self._produce_reporting(self.config.dlq_topic, value, key, headers, delivered)
+
+    def _produce_reporting(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: DlqHeaders,
+        delivered: Delivered,
+    ) -> None:
+        """Produce; a record the producer refuses at once (too large, an invalid topic) is reported to ``delivered``
+        as a failed delivery, as the broker's refusals are."""
+        try:
+            self._produce(topic, value, key=key, headers=headers, on_delivery=delivered)
+        except KafkaException as refused:
+            delivered(kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused)), None)
 
     def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
         produce(self.producer, topic, value, **kwargs)
@@ -682,8 +763,10 @@ class AckerService:
         totals = self._retired.counters.copy()
         for _, state in states:
             totals += self._counter_array(state)
+        counters = Counters(*totals.tolist())
+        counters.nacked_failed += self._failed_inits
         return Snapshot(
-            counters=Counters(*totals.tolist()),
+            counters=counters,
             pending={p: s.tracker.pending for p, s in states},
             lag={p: lag for p, s in states if (lag := self._lag(p, s)) is not None},
             dead_letters=dict(self._dead_letters),

@@ -175,7 +175,8 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
 
     A message on another partition is part of a tree that this partition does not own: it could never complete
     here, and the tree's other messages are elsewhere (a producer that does not set the partition itself, or a
-    partition count changed under live trees). The record is dead-lettered; its trees time out and are replayed.
+    partition count changed under live trees). The record is dead-lettered; the service fails the trees whose inits it
+    holds (`acker.service.failed_inits`), and the others time out; both are replayed.
     """
     highest, zero_anchor, zero_id, wrong, first_wrong = _scan(
         block.kinds, block.anchors, block.values, partition, partitions

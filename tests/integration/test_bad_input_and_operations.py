@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -19,8 +20,8 @@ from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
 from acker.metrics import serve
-from acker.service import DLQ_OFFSET, DLQ_REASON
-from acker.wire import encode_batch
+from acker.service import DLQ_KEPT_BYTES, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
+from acker.wire import decode_outcomes, encode_batch
 from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
 from tests.integration.test_service import SPOUT, _tree_messages
 
@@ -79,19 +80,81 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
     assert sum(snapshot.dead_letters.values()) == len(bad)
 
 
-def test_a_record_on_the_wrong_partition_is_dead_lettered(config: ServiceConfig) -> None:
+def test_a_record_on_the_wrong_partition_is_dead_lettered_and_its_own_trees_failed(config: ServiceConfig) -> None:
+    """The record's inits are valid, but one message belongs elsewhere (a client with an old partition count): the
+    record is not applied, and the trees it starts are answered FAILED at once, not left pending for good."""
     config = replace(config, partitions=2)
     create_acker_topics(config)
-    misrouted = encode_batch(MessageBlock.from_messages([Ack(-1, 3)]))  # partition_of(-1, 2) == 1
+    assert partition_of(2, 2) == 0 and partition_of(-1, 2) == 1
+    misrouted = encode_batch(MessageBlock.from_messages([Init(2, SPOUT, "src/0/10", 5), Ack(-1, 3)]))
     producer = Producer(config.client())
     producer.produce(config.acker_topic, misrouted, partition=0)
+    producer.produce(config.acker_topic, encode_batch(MessageBlock.from_messages([Ack(2, 5)])), partition=0)
     producer.flush()
     service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
     try:
         letters = _dead_letters(config, 1)
+        reader.wait_for(["src/0/10"], timeout_s=60)
+        reader.poll(2)  # the tree's ack, read after the rejected record, must not decide it again
+        snapshot = service.service.snapshot()
     finally:
         service.stop()
+        reader.close()
     assert [(d[DLQ_REASON], d["acker.dlq.partition"]) for d in letters] == [("wrong-partition", "0")]
+    assert reader.seen["src/0/10"] == ["FAILED"]
+    assert snapshot.counters.nacked_failed == 1
+
+
+def test_an_outcome_its_topic_refuses_is_dead_lettered_and_the_service_goes_on(config: ServiceConfig) -> None:
+    """A spout name whose outcome topic cannot be created (Kafka takes '.' and '_' in topic names as one: it
+    collides with an existing topic's). The service used to stop at its outcome, and again after every restart."""
+    config = replace(config, partitions=1, kafka={**config.kafka, "topic.metadata.propagation.max.ms": "2000"})
+    create_acker_topics(config, [SPOUT, "orders.v1"])
+    send(config, [Init(7, "orders_v1", "src/0/3", 5), Ack(7, 5)])
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        letters = _dead_letters(config, 1)
+        _, head, tail = _tree_messages("src/0/4", IdGenerator(8))
+        send(config, [*head, *tail])
+        reader.wait_for(["src/0/4"], timeout_s=60)  # still serving
+        snapshot = service.service.snapshot()
+    finally:
+        service.stop()
+        reader.close()
+    assert [d[DLQ_REASON] for d in letters] == ["outcome-refused"]
+    assert config.outcome_topic("orders_v1") in letters[0]["acker.dlq.detail"]
+    assert letters[0]["acker.decided-by"] == "0/0-0"
+    kept = decode_outcomes(ast.literal_eval(letters[0]["value"]))  # the outcome record, whole
+    assert (kept.spout, kept.outcomes, kept.msg_ids) == ("orders_v1", ["ACK"], ["src/0/3"])
+    assert reader.seen["src/0/4"] == ["ACK"]
+    assert snapshot.dead_letters == {"outcome-refused": 1}
+
+
+def test_a_dead_letter_too_large_for_its_topic_is_cut_and_says_so(config: ServiceConfig) -> None:
+    """A record near the size limit: its copy, with the reason headers added, is over it. The service used to stop
+    at it, and again after every restart."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    garbage = (bytes(range(256)) * 3907)[:999_950]  # a producer's limit is 1,000,000 bytes, headers included
+    producer = Producer(config.client())
+    producer.produce(config.acker_topic, garbage, partition=0)
+    producer.flush()
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        letters = _dead_letters(config, 1)
+        _, head, tail = _tree_messages("src/0/5", IdGenerator(9))
+        send(config, [*head, *tail])
+        reader.wait_for(["src/0/5"], timeout_s=60)  # still serving
+    finally:
+        service.stop()
+        reader.close()
+    assert [(d[DLQ_REASON], d[DLQ_OFFSET], d[DLQ_TRUNCATED]) for d in letters] == [
+        ("bad-magic", "0", str(len(garbage)))
+    ]
+    assert letters[0]["value"] == repr(garbage[:DLQ_KEPT_BYTES])
 
 
 def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
