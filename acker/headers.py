@@ -2,10 +2,12 @@
 
 Header ``acker.ids``: for each root (tree) the message belongs to, its anchor and this message's edge id in that
 tree, as little-endian signed 64-bit pairs: ``anchor₁ edge₁ anchor₂ edge₂ …`` (16 bytes a root). A message without
-the header is unanchored (untracked). A header that is not a whole number of pairs, or that has a zero anchor, is
-invalid, and so is a zero edge id (a tuple whose edge is zero is invisible to the XOR ledger: its tree could complete
-while it is being processed; ids are drawn non-zero, and a child's edge, a XOR of distinct random edges, is zero with
-probability 2⁻⁶⁴): the message is processed as unanchored and counted, never a crash.
+the header is unanchored (untracked). A header is invalid when it is not a whole number of pairs, when it has a zero
+anchor, when it names a root twice (a child anchored to it would get that root's edge twice, which cancels: the
+child would go untracked while its input's ack still counted its creation), or when it has a zero edge id (a tuple
+whose edge is zero is invisible to the XOR ledger: its tree could complete while it is being processed; ids are
+drawn non-zero, and a child's edge, a XOR of distinct random edges, is zero with probability 2⁻⁶⁴). A message with
+an invalid header is processed as unanchored and counted, never a crash.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def decode(raw: bytes | None) -> TupleIds | None:
         pair = _ONE.unpack(raw)
         return trusted_ids((pair,)) if pair[0] and pair[1] else None
     pairs = tuple(_ONE.iter_unpack(raw))
-    if any(anchor == 0 or edge == 0 for anchor, edge in pairs):
+    if any(anchor == 0 or edge == 0 for anchor, edge in pairs) or len({anchor for anchor, _ in pairs}) < len(pairs):
         return None
     return TupleIds(pairs)
 
@@ -59,6 +61,15 @@ def text(headers: Headers | None, name: str) -> str | None:
         if key == name and value is not None:
             return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     return None
+
+
+def decimal(value: HeaderValue) -> int | None:
+    """The number a header value spells in ASCII decimal digits (at most 18: any such number fits a signed 64-bit
+    field), None for anything else. A header is anybody's input: ``int()`` also takes signs, spaces, underscores and
+    non-ASCII digits, and raises on 4,301 digits or more."""
+    if value is None or len(value) > 18 or not value.isascii() or not value.isdigit():
+        return None
+    return int(value)
 
 
 def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from acker.errors import AckerError
 from acker.headers import HeaderList as Headers
 from acker.headers import Headers as AnyHeaders
-from acker.headers import HeaderValue, text
+from acker.headers import HeaderValue, decimal, text
 
 ATTEMPT = "acker.replay.attempt"
 ORIGIN = "acker.replay.origin"
@@ -116,8 +116,8 @@ def decide(
         # Another spout's replay, forwarded downstream to this spout's source topic: its attempts and origin are of
         # the other spout's source; here the record starts its own round.
         previous, origin = None, msg_id
-    # isdecimal, not isdigit: "²" is a digit that int() refuses, and a header is anybody's input
-    attempt = int(previous) + 1 if previous is not None and previous.isdecimal() else 1
+    previous_attempt = decimal(previous)
+    attempt = previous_attempt + 1 if previous_attempt is not None else 1
     kept = _own(headers)
     if attempt > policy.max_attempts:
         letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]
@@ -148,4 +148,4 @@ def redrive(
 def origin_partition(coordinates: str) -> int:
     """The partition part of ``topic/partition/offset`` (topics may contain ``/``), 0 if there is none."""
     parts = coordinates.rsplit("/", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdecimal() else 0
+    return (decimal(parts[1]) or 0) if len(parts) == 3 else 0

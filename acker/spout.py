@@ -39,7 +39,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
-from acker.headers import Headers
+from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import (
     TopicSpec,
@@ -51,7 +51,7 @@ from acker.kafka.clients import (
     produce,
 )
 from acker.kafka.lookups import lookups
-from acker.retries import NOT_BEFORE, is_own_context
+from acker.retries import NOT_BEFORE
 from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
@@ -168,11 +168,11 @@ class Spout:
         )
         self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
         topics = [settings.source_topic]
-        if settings.replays:
-            replay_topic = config.replay_topic(settings.name)
+        self._replay_topic = config.replay_topic(settings.name) if settings.replays else None
+        if self._replay_topic is not None:
             partitions = partition_count(config.client(), settings.source_topic)
-            create_topics(config.client(), [TopicSpec(replay_topic, partitions, config.replication_factor)])
-            topics.append(replay_topic)
+            create_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
+            topics.append(self._replay_topic)
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -234,21 +234,22 @@ class Spout:
         self.acker.send(tree.init())
 
     def _hold(self, record: Message, now_ms: int) -> bool:
-        """True if ``record`` must wait: a replay whose backoff has not passed (its partition is paused and
-        rewound to it until then), or one behind such a record."""
+        """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed
+        (its partition is paused and rewound to it until then), or one behind such a record."""
         key = (record.topic() or "", record.partition() or 0)
         if key in self._held:
             return True
-        headers = record.headers() or []
-        not_before = dict(headers).get(NOT_BEFORE)
-        if not isinstance(not_before, bytes) or not not_before.isdigit() or int(not_before) <= now_ms:
+        # Only this spout's replay topic: the headers of a source record are its producer's, e.g. another spout's
+        # replay context, forwarded by that spout downstream to this one's source.
+        if key[0] != self._replay_topic:
             return False
-        if not is_own_context(headers, self.settings.name):  # another spout's replay, forwarded to this source
+        not_before = decimal(dict(record.headers() or []).get(NOT_BEFORE))
+        if not_before is None or not_before <= now_ms:
             return False
         tp = TopicPartition(key[0], key[1], record.offset() or 0)
         self.consumer.pause([tp])
         self.consumer.seek(tp)
-        self._held[key] = int(not_before)
+        self._held[key] = not_before
         self.counters["held"] += 1
         return True
 
@@ -283,10 +284,10 @@ class Spout:
             for outcome, msg_id, tree in zip(decoded.outcomes, decoded.msg_ids, decoded.anchors, strict=True):
                 # Only the outcome of the tree pending now: after a rebalance a record is read again as a new tree,
                 # and the old tree's outcome (or a replay job's REPLAYED row, anchor 0) must not free its room.
+                self._init_attempts.pop(tree, None)  # decided: an init sent again was delivered after all
                 anchor = self.pending.get(msg_id)
                 if anchor == tree:
                     del self.pending[msg_id]
-                    self._init_attempts.pop(anchor, None)  # an init sent again was delivered after all
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
     # -- producing ------------------------------------------------------------------------------------------

@@ -201,9 +201,11 @@ class AckerClient:
         self.producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> int:
-        """Send every batch and wait for delivery; returns the number of records still undelivered.
+        """Send every batch and wait for delivery; returns the number of records still undelivered, counting the
+        batches still unsent.
 
-        Delivery callbacks may send more (a retried init, a fail): those are sent and waited for too.
+        Delivery callbacks may send more (a retried init, a fail): those are sent and waited for too, five rounds at
+        the most (a broker that refuses everything would go on for ever).
         """
         undelivered = 0
         for _ in range(5):
@@ -213,7 +215,7 @@ class AckerClient:
             undelivered = int(self.producer.flush(timeout_s))
             if all(batch is None for batch in self._batches):
                 break
-        return undelivered
+        return undelivered + sum(batch is not None for batch in self._batches)
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._batches[partition]

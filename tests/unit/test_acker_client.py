@@ -66,6 +66,16 @@ def test_a_batch_that_cannot_be_delivered_sends_its_fails_again_and_hands_back_i
     producer.purge()
 
 
+def test_flush_counts_what_its_delivery_failures_left_unsent() -> None:
+    """Each failed delivery sends its fail again, in a new batch; after the last round that batch is unsent, and a
+    bolt that took 0 for "all delivered" would commit its input past the fail."""
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.timeout.ms": 100})
+    client = AckerClient(producer, "acker", 1, linger_s=60)
+    client.send(Fail(6))
+    assert client.flush(5) == 1
+    producer.purge()
+
+
 def _combined(producer: Producer, record: list[Message], i: int) -> list[Message]:
     """One record's messages as an `AckerClient` sends them (one partition): acks combined. Every other ack takes
     the bolts' path (`send_acks`)."""

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from acker.core.tuple_tree import UNTRACKED, TupleIds
-from acker.headers import HEADER, decode, encode, split, with_ids
+from acker.headers import HEADER, decimal, decode, encode, split, with_ids
 from tests.strategies import ids64
 
 
-@given(st.lists(st.tuples(ids64, ids64), min_size=1, max_size=5))
+@given(st.lists(st.tuples(ids64, ids64), min_size=1, max_size=5, unique_by=lambda edge: edge[0]))
 def test_round_trip(edges: list[tuple[int, int]]) -> None:
     ids = TupleIds(tuple(edges))
     assert decode(encode(ids)) == ids
@@ -24,6 +25,17 @@ def test_malformed_headers_are_none() -> None:
     assert decode(bytes(16)) is None  # zero anchor
     assert decode(bytes([5]) + bytes(15)) is None  # zero edge: invisible to the XOR ledger
     assert decode(bytes([5]) + bytes(7) + bytes([7]) + bytes(7) + bytes([6]) + bytes(15)) is None  # in a second root
+    twice = TupleIds(((5, 7), (6, 8), (5, 9)))  # root 5 named twice: a child's two edges in it would cancel
+    assert decode(encode(twice)) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [(b"12", 12), ("12", 12), ("9" * 18, 10**18 - 1), ("9" * 19, None), ("9" * 5000, None), ("²", None),
+     ("١٢", None), ("+1", None), (" 1", None), ("1_0", None), (b"", None), (None, None)],
+)  # fmt: skip
+def test_a_number_in_a_header_is_ascii_digits_that_fit_64_bits(value: str | bytes | None, number: int | None) -> None:
+    assert decimal(value) == number  # int() would raise on 4,301 digits or more, and take signs, spaces and "١٢"
 
 
 def test_split_and_with_ids() -> None:
@@ -37,7 +49,7 @@ def test_split_and_with_ids() -> None:
     assert with_ids(None, UNTRACKED) == []
 
 
-@given(st.lists(st.tuples(ids64, ids64), min_size=1, max_size=3), st.booleans())
+@given(st.lists(st.tuples(ids64, ids64), min_size=1, max_size=3, unique_by=lambda edge: edge[0]), st.booleans())
 def test_split_decodes_the_lone_header_as_any_other(edges: list[tuple[int, int]], alone: bool) -> None:
     """A message whose only header is the anchor header takes a shorter path; the answer must not change."""
     raw = encode(TupleIds(tuple(edges)))

@@ -77,6 +77,9 @@ def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
     # "²" is a digit to str.isdigit, and int() refuses it: still a first attempt, not a crash of the job
     decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, "²".encode())], now_ms=NOW)
     assert dict(decision.headers)[ATTEMPT] == b"1"
+    # 4,301 digits or more: int() raises, and the replay job's batch would fail at every retry
+    decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, b"7" * 5000)], now_ms=NOW)
+    assert dict(decision.headers)[ATTEMPT] == b"1"
 
 
 def test_the_backoff_stays_at_its_cap_for_any_attempt() -> None:
@@ -137,3 +140,4 @@ def test_origin_partition() -> None:
     assert origin_partition("a/b/3/17") == 3
     assert origin_partition("src/0/5") == 0
     assert origin_partition("not coordinates") == 0
+    assert origin_partition("src/" + "1" * 5000 + "/5") == 0
