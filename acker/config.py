@@ -37,6 +37,25 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 # Python only for failures, the only reports the stages act on.
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20, "delivery.report.only.error": True}
 
+# librdkafka's consumer-only settings (scope "C" in its CONFIGURATION.md) that users pass to every client: a producer
+# or an admin client given one ignores it with a warning (`without_consumer_settings` leaves them out).
+CONSUMER_ONLY = frozenset(
+    {
+        "group.id", "group.instance.id", "group.protocol", "group.remote.assignor", "partition.assignment.strategy",
+        "session.timeout.ms", "heartbeat.interval.ms", "coordinator.query.interval.ms", "max.poll.interval.ms",
+        "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store", "auto.offset.reset",
+        "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms",
+        "fetch.message.max.bytes", "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes",
+        "fetch.error.backoff.ms", "isolation.level", "enable.partition.eof", "check.crcs",
+    }
+)  # fmt: skip
+
+
+def without_consumer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` for a producer or an admin client (librdkafka makes an admin client a producer): without
+    `CONSUMER_ONLY`."""
+    return {k: v for k, v in settings.items() if k not in CONSUMER_ONLY}
+
 
 # Settings of the classic group protocol that the new one (group.protocol=consumer, KIP-848) keeps on the broker:
 # librdkafka refuses a client given any of them with it.
@@ -108,6 +127,15 @@ class ServiceConfig:
         """``T / (buckets - 1)``: with one tick per interval a pending tree lives between T and T·(1 + 1/(B−1))."""
         return self.timeout_s / (self.buckets - 1)
 
+    def failing_over_fast(self) -> ServiceConfig:
+        """This configuration with a 6 s group session (heartbeats every 0.5 s), for runs that crash processes on
+        purpose (the demo, ``acker wordcount run``): a dead member's partitions move after a few seconds instead of
+        45, well within a tree's timeout. Settings of the user's own come first; with the new group protocol the
+        broker keeps the session, and nothing changes."""
+        if _new_group_protocol(self.kafka):
+            return self
+        return replace(self, kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500", **self.kafka})
+
     def namespaced(self, prefix: str) -> ServiceConfig:
         """This configuration with every topic and the group named under ``prefix`` (a demo, a test or a benchmark
         run of its own on a shared cluster): ``<prefix>.acker``, ``<prefix>.outcomes.<spout>``, ..."""
@@ -135,6 +163,12 @@ class ServiceConfig:
         """A librdkafka configuration: the pass-through settings, the bootstrap servers, then ``overrides``."""
         return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, **overrides}
 
+    def producer(self, **overrides: Any) -> dict[str, Any]:
+        """`client` for a producer: without the pass-through settings that only consumers read (`CONSUMER_ONLY`),
+        which librdkafka would warn about in every producer (e.g. ``session.timeout.ms``, set for faster
+        failover)."""
+        return {**without_consumer_settings(self.client()), **overrides}
+
     def stream_consumer(self, defaults: Mapping[str, Any] | None = None, /, **overrides: Any) -> dict[str, Any]:
         """`client` for a consumer that streams a topic (the service, spouts, bolts, steps): `CONSUMER_DEFAULTS`,
         then the caller's ``defaults``, first, so that the pass-through settings can change them.
@@ -159,7 +193,7 @@ class ServiceConfig:
         """`client` for the producer of a spout or a bolt: `STAGE_PRODUCER_DEFAULTS` first, so that the pass-through
         settings can change them, and idempotence always (a data message or an acker record written twice or out
         of order would cancel an edge of the XOR ledger: its tree would time out and be replayed)."""
-        return {**STAGE_PRODUCER_DEFAULTS, **self.client(**overrides), "enable.idempotence": True}
+        return {**STAGE_PRODUCER_DEFAULTS, **self.producer(**overrides), "enable.idempotence": True}
 
     def redacted(self) -> dict[str, Any]:
         """The configuration as a dict that is safe to log."""

@@ -161,7 +161,7 @@ def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None
 
 def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:
     """Produce the re-driven copies and wait for their delivery; return where each went (topic, partition)."""
-    producer = Producer(config.client(**{"enable.idempotence": True}))
+    producer = Producer(config.producer(**{"enable.idempotence": True}))
     failures: list[str] = []
     places: list[tuple[str, int]] = []
     counts: dict[str, int] = {}

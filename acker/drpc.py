@@ -31,7 +31,7 @@ class DrpcError(AckerError):
 class DrpcClient:
     def __init__(self, config: ServiceConfig, chain: Chain) -> None:
         self.chain = chain
-        self.producer = Producer(config.client(**{"enable.idempotence": True, "linger.ms": 1}))
+        self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         self.consumer = Consumer(config.stream_consumer(**{"group.id": f"{chain.name}.client-{uuid.uuid4().hex[:8]}",
                                                   "enable.auto.commit": False}))  # fmt: skip

@@ -232,7 +232,7 @@ class AckerService:
             )
         )
         self.producer = Producer(
-            config.client(**{"enable.idempotence": True, "linger.ms": 1, "client.id": f"acker-{self.instance}"})
+            config.producer(**{"enable.idempotence": True, "linger.ms": 1, "client.id": f"acker-{self.instance}"})
         )
 
     # -- lifecycle ------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from acker.config import without_consumer_settings
 from acker.headers import pairs
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, partition_count, produce, read_to
 from acker.kafka.lookups import lookups
@@ -97,7 +98,8 @@ class _Publisher:
         client = dict(settings.source.client)
         create_topics(client, [TopicSpec(settings.progress_topic, 1, config=_PROGRESS_TOPIC),
                                TopicSpec(settings.dead_letter_topic, 1)])  # fmt: skip
-        self.producer = Producer({**client, "transactional.id": identity, "linger.ms": 5})
+        producer = without_consumer_settings(client)
+        self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
         self._partitions: dict[str, int] = {}
         self.last = self._last_published()  # then kept here: this instance is the only one publishing for it

@@ -97,14 +97,16 @@ class Demo:
         self.options, self.console = options, console
         self.prefix = f"demo-{uuid.uuid4().hex[:6]}"
         self.topics = Topics(self.prefix)
-        self.config = ServiceConfig(
-            bootstrap_servers=bootstrap,
-            partitions=options.partitions,
-            timeout_s=options.timeout_s,
-            metrics_port=0,
-            # A killed instance's partitions move after the session timeout: a few seconds, not 45.
-            kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-        ).namespaced(self.prefix)
+        self.config = (
+            ServiceConfig(
+                bootstrap_servers=bootstrap,
+                partitions=options.partitions,
+                timeout_s=options.timeout_s,
+                metrics_port=0,
+            )
+            .namespaced(self.prefix)
+            .failing_over_fast()
+        )  # a killed instance's partitions move after seconds, not 45
         self.ledger = Ledger()
         self.events: list[str] = []
         self.started = time.monotonic()
@@ -214,7 +216,7 @@ class Demo:
         rng = random.Random(o.seed)
         for i in rng.sample(range(len(lines)), min(o.poison, len(lines))):
             lines[i] = b"the " + POISON + b" apple " + lines[i]
-        producer = Producer(self.config.client(**{"enable.idempotence": True}))
+        producer = Producer(self.config.producer(**{"enable.idempotence": True}))
         failures: list[str] = []
 
         def delivered(error: Any, record: Message, line: bytes) -> None:

@@ -115,7 +115,7 @@ def _running(parts: list[Any]) -> Iterator[None]:
 
 
 def _write(config: ServiceConfig, topic: str, rows: list[dict[str, Any]]) -> list[str]:
-    producer = Producer(config.client())
+    producer = Producer(config.producer())
     ids: list[str] = []
     for row in rows:
         produce(producer, topic, json.dumps(row).encode(), partition=0,

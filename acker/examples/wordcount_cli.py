@@ -59,7 +59,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
     """Write ``lines`` to ``topic``; return their message ids (coordinates)."""
-    producer = Producer(config.client(**{"enable.idempotence": True}))
+    producer = Producer(config.producer(**{"enable.idempotence": True}))
     ids: list[str] = []
 
     def delivered(error: Any, record: Any) -> None:
@@ -217,7 +217,7 @@ def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = load(args)
+    config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
     stages = Stages()
     try:

@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined] # documented location
 
+from acker.config import without_consumer_settings
 from acker.errors import AckerError
 
 
@@ -48,7 +49,7 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
     specs = list(specs)
     if not specs:
         return []
-    admin = AdminClient(dict(client_config))
+    admin = AdminClient(without_consumer_settings(client_config))
     futures = admin.create_topics(
         [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs],
         operation_timeout=timeout_s,

@@ -114,7 +114,7 @@ class CoordinatedStage:
         # stable --instance-id, a restarted process also aborts its predecessor's open transaction at once; without
         # one, the broker aborts it after transaction.timeout.ms, and until then readers wait behind it.
         transactional_id = f"{self.group}-{config.instance_id or uuid.uuid4().hex}"
-        self.producer = Producer(config.client(**{"transactional.id": transactional_id, "linger.ms": 5,
+        self.producer = Producer(config.producer(**{"transactional.id": transactional_id, "linger.ms": 5,
                                                   "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
         self.producer.init_transactions(30)
         self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import KafkaError
 
+from acker.config import without_consumer_settings
 from acker.errors import AckerError
 
 log = logging.getLogger("acker.kafka.lookups")
@@ -51,7 +52,7 @@ class KafkaLookups:
                 "auto.offset.reset": "earliest",  # an offset deleted meanwhile: read on from what is left
             }
         )
-        self._admin = AdminClient(self._client)
+        self._admin = AdminClient(without_consumer_settings(self._client))
         self.lock = threading.Lock()
 
     def close(self) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 
 from acker.cli import main
-from acker.config import ServiceConfig, add_arguments, load, to_argv
+from acker.config import CONSUMER_ONLY, ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
 
 
@@ -164,3 +166,36 @@ def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idemp
     assert mine.stage_producer()["linger.ms"] == "5"
     assert mine.stage_producer()["enable.idempotence"] is True  # a duplicate would cancel an edge of the ledger
     assert mine.stage_producer(**{"enable.idempotence": False})["enable.idempotence"] is True
+
+
+_CONSUMER_VALUES = {
+    "group.id": "g", "group.instance.id": "i", "group.protocol": "classic", "group.remote.assignor": "uniform",
+    "partition.assignment.strategy": "range", "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+    "enable.auto.commit": "true", "enable.auto.offset.store": "true", "enable.partition.eof": "true",
+    "check.crcs": "true",
+}  # fmt: skip
+
+
+def _producer_warnings(settings: dict[str, str]) -> list[str]:
+    """What librdkafka itself says about ``settings`` in a producer (a real one, never connected)."""
+    log = logging.getLogger(f"test-confwarn-{uuid.uuid4().hex}")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log.addHandler(handler)
+    log.propagate = False
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", **settings, "logger": log})
+    producer.poll(0.1)  # serves the log queue
+    return [line for line in seen if "is a consumer property" in line]
+
+
+@pytest.mark.parametrize("key", sorted(CONSUMER_ONLY))
+def test_producers_leave_out_exactly_the_settings_librdkafka_ignores_in_them(key: str) -> None:
+    assert _producer_warnings({key: _CONSUMER_VALUES.get(key, "1000")})  # librdkafka: a consumer's only
+    config = ServiceConfig(bootstrap_servers="b:9092", kafka={key: _CONSUMER_VALUES.get(key, "1000"), "linger.ms": "7"})
+    assert key not in config.producer() and config.producer()["linger.ms"] == "7"
+    assert key not in config.stage_producer() and key in config.client()
+
+
+def test_a_producer_setting_is_not_taken_for_a_consumer_one() -> None:
+    assert not _producer_warnings({"linger.ms": "7", "enable.idempotence": "true", "client.id": "x"})
