@@ -214,7 +214,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             str(status.get("pending", "-")),
             str(rates.get("acked", "-")),
             str(nacked if status else "-"),
-            str(status.get("lag", "-")),
+            str(lag if (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet
             str(committed if committed is not None else "-"),
             str(end),
             str(end - committed if committed is not None else "-"),

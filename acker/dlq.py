@@ -128,11 +128,14 @@ def _letter(record: Message) -> DeadLetter:
 
 
 def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | None = None) -> list[DeadLetter]:
-    """The dead letters of ``topic`` in (partition, offset) order: all of them up to the current end, or only those at
-    the ``wanted`` places (a place without a record raises `DlqError`)."""
+    """The dead letters of ``topic`` in (partition, offset) order: all of them up to the current end (none while the
+    topic does not exist: the replay job and the service create theirs when they start), or only those at the
+    ``wanted`` places (a place without a record raises `DlqError`)."""
     try:
         partitions = partition_count(config.client(), topic)
     except KafkaClientError as error:
+        if wanted is None and error.code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return []
         raise DlqError(f"no dead-letter topic {topic!r}: {error}") from None
     wanted = None if wanted is None else set(wanted)
     consumer = Consumer(config.client(**{"group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}))

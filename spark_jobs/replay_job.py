@@ -101,6 +101,7 @@ class _Publisher:
         producer = without_consumer_settings(client)
         self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
+        _publishers.append(self)
         self._partitions: dict[str, int] = {}
         self.last = self._last_published()  # then kept here: this instance is the only one publishing for it
 
@@ -179,6 +180,15 @@ def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: 
             log.warning("reading nacked records of %s[%d] (try %d of %d): %s", topic, partition, attempt, tries, error)
             time.sleep(attempt)  # a broker that did not answer is given a moment
     return fetch(topic, partition, offsets)
+
+
+_publishers: list[_Publisher] = []  # of this process's jobs, for `close_publishers`
+
+
+def close_publishers() -> None:
+    """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`)."""
+    while _publishers:
+        _publishers.pop().producer.close()
 
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:

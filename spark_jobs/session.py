@@ -16,7 +16,9 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
+from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
+from spark_jobs.replay_job import close_publishers
 
 SPARK_VERSION = pyspark.__version__
 
@@ -43,8 +45,10 @@ def spark_session(app: str, master: str = "local[2]") -> SparkSession:
         .config("spark.jars.ivy", str(ivy))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # progress bars on stderr, cut into the log lines
     )
     if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning that the host name is a loopback one
         builder = (
             builder.master(master)
             .config("spark.driver.bindAddress", "127.0.0.1")
@@ -56,13 +60,17 @@ def spark_session(app: str, master: str = "local[2]") -> SparkSession:
 
 
 def stop(session: SparkSession | None) -> None:
-    """Stop ``session`` (if one was made) and make sure no Spark JVM started by this process outlives it.
+    """Stop ``session`` (if one was made) and the jobs' Kafka clients, and make sure no Spark JVM started by this
+    process outlives it.
 
     pyspark's JVM exits when this process's end of its stdin closes, but one still starting up (an interrupt during
     ``getOrCreate``) may not get there: it is terminated here, found among this process's children.
     """
     if session is not None:
         session.stop()
+    # Then the jobs' own Kafka clients: left open, they would log connection errors once the cluster goes (a demo's).
+    close_publishers()
+    lookups.close_all()
     jvms = _children_running(b"org.apache.spark.deploy.SparkSubmit")
     for pid in jvms:
         os.kill(pid, signal.SIGTERM)

@@ -14,7 +14,7 @@ The data is generated from a seed (`Graph`), with skewed fan-out: a few URLs twe
 many followers, a URL nobody tweeted and one tweeted only by users nobody follows (their requests emit nothing at
 steps 1 or 2 and still finish).
 
-    acker reach run [--requests 20] [--partitions 3]   topics, the four steps as processes, the requests, a check
+    acker reach run [--requests 20] [--tasks 3]        topics, the four steps as processes, the requests, a check
     acker reach step INDEX                               run one step (as many processes as you like)
     acker drpc call reach URL ...                        ask a running chain
 """

@@ -260,7 +260,7 @@ def test_a_partition_taken_away_while_the_spout_is_paused_is_read_when_it_comes_
             break
     assert other.assignment() and len(spout.consumer.assignment()) == 1
     step(spout, 20, ack=True)  # its trees finish: it resumes, and reads its remaining partition to the end
-    assert spout.counters["resumes"] == 1
+    assert spout.counters["resumes"] >= 1  # (and maybe paused again, at max_pending, and resumed)
     other.close()  # the partition comes back to the spout
     step(spout, 150, ack=True)
     assert len(spout.consumer.assignment()) == 2
