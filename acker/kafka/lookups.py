@@ -52,11 +52,19 @@ class KafkaLookups:
                 "auto.offset.reset": "earliest",  # an offset deleted meanwhile: read on from what is left
             }
         )
-        self._admin = AdminClient(without_consumer_settings(self._client))
+        self._admin: AdminClient | None = AdminClient(without_consumer_settings(self._client))
         self.lock = threading.Lock()
 
     def close(self) -> None:
+        """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
+        freed), so that neither outlives its cluster, logging connection errors, while a job still holds this."""
         self._consumer.close()
+        self._admin = None
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            raise RuntimeError("these Kafka lookups are closed")
+        return self._admin
 
     def next_existing(self, topic: str, partition: int, offset: int) -> int | None:
         """The offset of the first record at or after ``offset`` that a read_committed consumer reads; None when
@@ -150,7 +158,7 @@ class KafkaLookups:
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The committed offsets of ``group`` (-1 where none)."""
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])
-        result = self._admin.list_consumer_group_offsets([request])[group].result()
+        result = self._admin_client().list_consumer_group_offsets([request])[group].result()
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
 
     def advance(self, group: str, marks: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
@@ -166,7 +174,7 @@ class KafkaLookups:
             return {}
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])
         try:
-            result = self._admin.alter_consumer_group_offsets([request])[group].result()
+            result = self._admin_client().alter_consumer_group_offsets([request])[group].result()
         except KafkaException as error:
             raise WatermarkCommitError(group, {tp: str(error) for tp in ahead}) from error
         failures = {(tp.topic, tp.partition): str(tp.error) for tp in result.topic_partitions if tp.error is not None}
