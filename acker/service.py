@@ -11,8 +11,8 @@ neither decides those trees again nor, for a tree the offset cuts in two, differ
 
 Records that cannot be read are copied to the dead-letter topic with headers saying why and where they came from,
 counted, and skipped: one bad record never stops the service. The inits of a record that was read but holds an
-invalid message are answered FAILED at once (`failed_inits`): their spouts replay them. An outcome record that its
-topic refuses for good (it does not exist and cannot be created, is not authorised, or the record is too large)
+invalid message are answered FAILED at once (`failing_inits`): their spouts replay them. An outcome record that its
+topic refuses for good (it does not exist and cannot be created, or the producer refuses the record as too large)
 goes to the dead-letter topic too. Any other failed delivery of an outcome stops the service (`ServiceError`) before
 anything past it is committed; a restart replays and re-emits it.
 """
@@ -50,6 +50,7 @@ from acker.kafka.clients import (
     kafka_error,
     log_bounds,
     produce,
+    refusal,
     topic_partitions,
 )
 from acker.kafka.decided import read_decided
@@ -83,14 +84,10 @@ DLQ_TIMESTAMP = "acker.dlq.timestamp"
 DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy cut to DLQ_KEPT_BYTES: the length of the whole value
 DLQ_KEPT_BYTES = 64 * 1024
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
-# Delivery errors after which the same record would be refused again: retrying (or restarting) cannot help.
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
-_REFUSED_FOR_GOOD = _TOO_LARGE | {
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_EXCEPTION,
-}
+# A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
+# help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
+_TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_EXCEPTION})
 Delivered = Callable[[KafkaError | None, Message | None], None]
 DlqHeaders = Sequence[tuple[str, bytes]]
 
@@ -133,7 +130,6 @@ class _Decided:
     outcomes: list[_OutcomeRecord]
     latencies_ms: list[np.ndarray]
     rejected: list[tuple[Message, WireError]]
-    failed_inits: int = 0  # inits of rejected records, failed at once (`failed_inits`)
 
 
 def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
@@ -155,23 +151,24 @@ def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock
     return out
 
 
-def failed_inits(block: MessageBlock) -> OutcomeBlock:
-    """A FAILED outcome for each init of a record that is not applied (another message in it is invalid): its
-    tree can never complete, and without an outcome its spout would keep it pending (and the watermark would stop
-    at it) until the spout restarts. An init with anchor 0 names no tree and gets none. ``index`` is the init's
-    position in ``block``."""
+def failing_inits(block: MessageBlock) -> MessageBlock | None:
+    """What is applied in place of a record that is not (another message in it is invalid): each of its inits, then
+    a fail of that tree, so that the tree gets its FAILED outcome at once. Without one its spout would keep it
+    pending (and the watermark would stop at it) until the spout restarts. Applied by the tracker like any record,
+    these are decided once: a tree decided before (read back after a restart, or a tombstone) is not decided again,
+    and the tree's later messages are late. Inits with anchor 0 name no tree; None when no init is left."""
     inits = np.flatnonzero(block.kinds == Kind.INIT)  # the k-th init's source and offset are init_*[k]
     named = np.flatnonzero(block.anchors[inits] != 0)
-    rows, n = inits[named], len(named)
-    return OutcomeBlock(
-        index=rows.astype(np.int64),
-        code=np.full(n, Code.FAILED, np.uint8),
-        anchor=block.anchors[rows].astype(np.int64),
-        source=block.init_source[named].astype(np.int32),
-        offset=block.init_offset[named].astype(np.int64),
-        latency_ticks=np.zeros(n, np.int64),
-        latency_ms=np.zeros(n, np.int64),
-        sources=list(block.sources),
+    if not len(named):
+        return None
+    rows = inits[named]
+    return MessageBlock(
+        np.tile(np.array([Kind.INIT, Kind.FAIL], np.uint8), len(rows)),
+        np.repeat(block.anchors[rows].astype(np.int64), 2),
+        np.stack([block.values[rows].astype(np.int64), np.zeros(len(rows), np.int64)], axis=1).ravel(),
+        block.init_source[named].astype(np.int32),
+        block.init_offset[named].astype(np.int64),
+        list(block.sources),
     )
 
 
@@ -205,10 +202,12 @@ class AckerService:
         self._reader: Consumer | None = None  # reads commit metadata and outcomes back at assignment
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
         self._dead_letters: Tally[str] = Tally()
-        self._failed_inits = 0  # of rejected records: FAILED outcomes decided outside the trackers
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
+        # Dead letters decided in delivery callbacks, produced from the loop (`_send_fallbacks`): producing inside a
+        # callback may serve more callbacks (a full queue is polled), without bound.
+        self._fallbacks: list[Callable[[], None]] = []
         self._poisoned = False  # set when the loop failed: no commit may follow
         self._partition_count = 0  # of the acker topic, read at each assignment (0: unknown, nothing checked)
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
@@ -262,7 +261,7 @@ class AckerService:
         """Leave the group (revoking, and committing, what is still assigned unless the loop failed), deliver what
         is in flight, and stop the deciding threads. `run` ends with it; a caller driving `step` itself calls it."""
         self.consumer.close()
-        self.producer.flush(10)
+        self._flush(10)
         if self._reader is not None:
             self._reader.close()
         if self._pool is not None:
@@ -287,6 +286,7 @@ class AckerService:
                 self._publish_status(now)
             self._next_status = now + self.config.status_interval_s
         self.producer.poll(0)
+        self._send_fallbacks()
         self._check_deliveries()
         return len(records)
 
@@ -342,7 +342,6 @@ class AckerService:
         else:
             decisions = [self._decide(item) for item in work]
         for (state, _), decided in zip(work, decisions, strict=True):
-            self._failed_inits += decided.failed_inits
             for latencies_ms in decided.latencies_ms:
                 self.latency.observe(latencies_ms)
             for outcome_record in decided.outcomes:
@@ -382,11 +381,9 @@ class AckerService:
                     good.append((record, b))
                 except WireError as bad:
                     rejected.append((record, bad))
-                    failed = failed_inits(b)
-                    if len(failed):  # the record's own trees are failed at once rather than kept pending
-                        decided.failed_inits += len(failed)
-                        offset = record.offset() or 0
-                        decided.outcomes += outcome_records(partition, RecordSpans.of([len(b)], [offset], [0]), failed)
+                    failing = failing_inits(b)
+                    if failing is not None:  # its own trees are failed at once rather than kept pending
+                        good.append((record, failing))
             if not good:
                 return
             parsed = good
@@ -417,10 +414,14 @@ class AckerService:
                     outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
                 else:
                     outcome_log.failed(topic)
-            if error is not None and error.code() in _REFUSED_FOR_GOOD:
+            if error is not None and (
+                error.code() in _TOPIC_REFUSES or (error.code() in _TOO_LARGE and record is None)
+            ):
                 # A topic that will not take it (missing and not creatable, e.g. a spout name that collides with an
-                # existing topic's; not authorised; too large): kept in the dead-letter topic, whose delivery stands
-                # for this one's. Stopping instead would stop at the same record after every restart.
+                # existing topic's), or a record the producer refuses alone as too large (a broker's refusal is of
+                # a whole batch: that stops the service, and the restart batches differently): kept in the
+                # dead-letter topic, whose delivery stands for this one's. Stopping instead would stop at the same
+                # record after every restart.
                 self._dead_letters[_OUTCOME_REFUSED] += 1
                 log.error("outcome record for %s refused (%s): dead-lettered", topic, error)
                 where = [
@@ -430,7 +431,7 @@ class AckerService:
                     (DLQ_PARTITION, str(partition).encode()),
                     (DLQ_OFFSET, str(last).encode()),
                 ]
-                self._send_dead_letter(encoded.value, key, [*where, *headers], track)
+                self._fallbacks.append(lambda: self._send_dead_letter(encoded.value, key, [*where, *headers], track))
                 return
             track(error, record)
 
@@ -516,11 +517,26 @@ class AckerService:
             if error is not None and error.code() in _TOO_LARGE and value is not None and len(value) > DLQ_KEPT_BYTES:
                 log.warning("a dead letter of %d bytes is too large (%s): its value is cut", len(value), error)
                 cut = [*headers, (DLQ_TRUNCATED, str(len(value)).encode())]
-                self._send_dead_letter(value[:DLQ_KEPT_BYTES], key, cut, done)
+                self._fallbacks.append(lambda: self._send_dead_letter(value[:DLQ_KEPT_BYTES], key, cut, done))
                 return
             done(error, record)
 
         self._produce_reporting(self.config.dlq_topic, value, key, headers, delivered)
+
+    def _send_fallbacks(self) -> None:
+        while self._fallbacks:
+            self._fallbacks.pop(0)()
+
+    def _flush(self, timeout_s: float) -> int:
+        """Deliver everything produced, the dead letters its delivery reports call for included; returns the
+        records still undelivered or unsent."""
+        undelivered = 0
+        for _ in range(5):
+            undelivered = int(self.producer.flush(timeout_s))
+            if not self._fallbacks:
+                break
+            self._send_fallbacks()
+        return undelivered + len(self._fallbacks)
 
     def _produce_reporting(
         self,
@@ -535,7 +551,7 @@ class AckerService:
         try:
             self._produce(topic, value, key=key, headers=headers, on_delivery=delivered)
         except KafkaException as refused:
-            delivered(kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused)), None)
+            delivered(refusal(refused), None)
 
     def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
         produce(self.producer, topic, value, **kwargs)
@@ -601,7 +617,7 @@ class AckerService:
         """Flush, then commit synchronously (on revoke and on stop)."""
         if self._poisoned:
             return
-        undelivered = self.producer.flush(30)
+        undelivered = self._flush(30)
         self._check_deliveries()
         offsets = self._offsets(partitions)
         if undelivered:
@@ -763,10 +779,8 @@ class AckerService:
         totals = self._retired.counters.copy()
         for _, state in states:
             totals += self._counter_array(state)
-        counters = Counters(*totals.tolist())
-        counters.nacked_failed += self._failed_inits
         return Snapshot(
-            counters=counters,
+            counters=Counters(*totals.tolist()),
             pending={p: s.tracker.pending for p, s in states},
             lag={p: lag for p, s in states if (lag := self._lag(p, s)) is not None},
             dead_letters=dict(self._dead_letters),

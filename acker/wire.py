@@ -176,7 +176,7 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
     A message on another partition is part of a tree that this partition does not own: it could never complete
     here, and the tree's other messages are elsewhere (a producer that does not set the partition itself, or a
     partition count changed under live trees). The record is dead-lettered; the service fails the trees whose inits it
-    holds (`acker.service.failed_inits`), and the others time out; both are replayed.
+    holds (`acker.service.failing_inits`), and the others time out; both are replayed.
     """
     highest, zero_anchor, zero_id, wrong, first_wrong = _scan(
         block.kinds, block.anchors, block.values, partition, partitions
@@ -227,7 +227,7 @@ def encode_outcomes(
     """The outcome-topic record value for the outcomes ``rows`` (indices into ``block``) of ``spout``.
 
     Written field by field in the order of schemas/outcome_batch.avsc with the compiled array encoder
-    (`acker.avro_longs`): the service writes one such record per spout per acker record, hundreds of outcomes each.
+    (`acker.avro_longs`): the service writes one such record per spout per group of acker records it applies at once.
     """
     # outcomes (enum symbols by index: ACK, FAILED, TIMEOUT, OVERLOAD) and anchors; sources; the other columns
     used, local = renumber(block.source[rows], len(block.sources))

@@ -35,7 +35,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import TupleIds
 from acker.headers import Headers, with_ids
-from acker.kafka.clients import kafka_error, produce
+from acker.kafka.clients import produce, refusal
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -189,8 +189,8 @@ class AckerClient:
 
         try:
             produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
-        except KafkaException as refused:  # refused at once (too large, unknown topic, ...): as a failed delivery
-            delivered(kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused)), None)  # type: ignore[arg-type]
+        except KafkaException as refused:
+            delivered(refusal(refused), None)  # type: ignore[arg-type]
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""

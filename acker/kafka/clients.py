@@ -115,6 +115,12 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
             producer.poll(0.05)
 
 
+def refusal(refused: KafkaException) -> KafkaError:
+    """A record the producer refused at once (too large, an invalid topic, ...), as the error of a failed delivery:
+    callers treat it as they treat the broker's refusals, instead of letting it raise."""
+    return kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused))
+
+
 def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
     """The first and the end offset of one partition, asking again (up to ``timeout_s``) while the broker cannot
     answer: a topic just created has no leader for a moment. `KafkaClientError` when it never answers."""

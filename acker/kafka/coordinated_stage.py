@@ -37,7 +37,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
-from acker.headers import HeaderList, pairs, text
+from acker.headers import HeaderList, decimal, pairs, text
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds, partition_count, read_to
 
 log = logging.getLogger("acker.coordinated")
@@ -173,8 +173,8 @@ class CoordinatedStage:
         if task is None:  # revoked while in flight
             return
         headers = pairs(record.headers())
-        request, deadline, report = text(headers, REQUEST), text(headers, DEADLINE), text(headers, REPORT)
-        if request is None or deadline is None or not deadline.isdecimal() or len(deadline) > 18:
+        request, deadline, report = text(headers, REQUEST), decimal(text(headers, DEADLINE)), text(headers, REPORT)
+        if request is None or deadline is None:
             self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
             return
         fields: dict[str, Any] | None = None
@@ -185,7 +185,7 @@ class CoordinatedStage:
             except (ValueError, KeyError, TypeError) as error:
                 self._dead_letter(record, f"unreadable report: {error}")
                 return
-        state = task.request(request, int(deadline), now_ms, failure=fields is not None and failed)
+        state = task.request(request, deadline, now_ms, failure=fields is not None and failed)
         if state is None:  # of a request finished here already, or past its deadline: nothing to do
             self.counters["late"] += 1
             return

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans
-from acker.core.messages import Ack, Init
-from acker.service import failed_inits, outcome_records
+from acker.columnar.tracker import BlockTracker
+from acker.core.messages import Ack, Fail, Init
+from acker.service import failing_inits, outcome_records
 from acker.wire import OUTCOMES_PER_RECORD, decode_outcomes
 
 
@@ -77,11 +78,19 @@ def test_a_spout_whose_trees_come_from_many_sources_gets_one_record_not_one_per_
     assert decode_outcomes(encoded[1].value).msg_ids == ["key-a", "key-a"]
 
 
-def test_the_inits_of_a_rejected_record_are_failed_where_they_name_a_tree() -> None:
+def test_the_inits_of_a_rejected_record_are_failed_once_where_they_name_a_tree() -> None:
     block = MessageBlock.from_messages([Ack(9, 1), Init(4, "s", "in/0/7", 3), Ack(4, 3), Init(5, "t", "in/1/2", 1)])
     block.anchors[3] = 0  # an init that names no tree (what made the record invalid)
     block.kinds[2] = Kind.OK
-    failed = failed_inits(block)
-    assert failed.index.tolist() == [1] and failed.anchor.tolist() == [4]
-    assert [Code(c) for c in failed.code.tolist()] == [Code.FAILED]
-    assert [failed.sources[s] for s in failed.source.tolist()] == [("s", "in/0")] and failed.offset.tolist() == [7]
+    failing = failing_inits(block)
+    assert failing is not None
+    assert failing.to_messages() == [Init(4, "s", "in/0/7", 3), Fail(4)]
+    outcomes = BlockTracker().process(failing)
+    assert [Code(c) for c in outcomes.code.tolist()] == [Code.FAILED] and outcomes.anchor.tolist() == [4]
+    assert [outcomes.sources[s] for s in outcomes.source.tolist()] == [("s", "in/0")] and outcomes.offset.tolist() == [
+        7
+    ]
+    replayed = BlockTracker()  # after a restart, the tree was read back as decided: no second outcome
+    replayed.set_decided(np.array([4], np.int64))
+    assert len(replayed.process(failing)) == 0
+    assert failing_inits(MessageBlock.from_messages([Ack(9, 1)])) is None
