@@ -19,7 +19,7 @@ from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
-from acker.metrics import serve
+from acker.metrics import Snapshot, serve
 from acker.service import DLQ_KEPT_BYTES, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_outcomes, encode_batch
 from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
@@ -106,29 +106,34 @@ def test_a_record_on_the_wrong_partition_is_dead_lettered_and_its_own_trees_fail
     assert snapshot.counters.nacked_failed == 1
 
 
+def _one_dead_letter_and_still_serving(config: ServiceConfig) -> tuple[list[dict[str, str]], Snapshot]:
+    """Run the service until it has dead-lettered one record, then check that it still acks a tree."""
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        letters = _dead_letters(config, 1)
+        _, head, tail = _tree_messages("src/0/99", IdGenerator(8))
+        send(config, [*head, *tail])
+        reader.wait_for(["src/0/99"], timeout_s=60)
+        assert reader.seen["src/0/99"] == ["ACK"]
+        return letters, service.service.snapshot()
+    finally:
+        service.stop()
+        reader.close()
+
+
 def test_an_outcome_its_topic_refuses_is_dead_lettered_and_the_service_goes_on(config: ServiceConfig) -> None:
     """A spout name whose outcome topic cannot be created (Kafka takes '.' and '_' in topic names as one: it
     collides with an existing topic's). The service used to stop at its outcome, and again after every restart."""
     config = replace(config, partitions=1, kafka={**config.kafka, "topic.metadata.propagation.max.ms": "2000"})
     create_acker_topics(config, [SPOUT, "orders.v1"])
     send(config, [Init(7, "orders_v1", "src/0/3", 5), Ack(7, 5)])
-    service = ServiceThread(config)
-    reader = OutcomeReader(config, [SPOUT])
-    try:
-        letters = _dead_letters(config, 1)
-        _, head, tail = _tree_messages("src/0/4", IdGenerator(8))
-        send(config, [*head, *tail])
-        reader.wait_for(["src/0/4"], timeout_s=60)  # still serving
-        snapshot = service.service.snapshot()
-    finally:
-        service.stop()
-        reader.close()
+    letters, snapshot = _one_dead_letter_and_still_serving(config)
     assert [d[DLQ_REASON] for d in letters] == ["outcome-refused"]
     assert config.outcome_topic("orders_v1") in letters[0]["acker.dlq.detail"]
     assert letters[0]["acker.decided-by"] == "0/0-0"
     kept = decode_outcomes(ast.literal_eval(letters[0]["value"]))  # the outcome record, whole
     assert (kept.spout, kept.outcomes, kept.msg_ids) == ("orders_v1", ["ACK"], ["src/0/3"])
-    assert reader.seen["src/0/4"] == ["ACK"]
     assert snapshot.dead_letters == {"outcome-refused": 1}
 
 
@@ -141,16 +146,7 @@ def test_a_dead_letter_too_large_for_its_topic_is_cut_and_says_so(config: Servic
     producer = Producer(config.client())
     producer.produce(config.acker_topic, garbage, partition=0)
     producer.flush()
-    service = ServiceThread(config)
-    reader = OutcomeReader(config, [SPOUT])
-    try:
-        letters = _dead_letters(config, 1)
-        _, head, tail = _tree_messages("src/0/5", IdGenerator(9))
-        send(config, [*head, *tail])
-        reader.wait_for(["src/0/5"], timeout_s=60)  # still serving
-    finally:
-        service.stop()
-        reader.close()
+    letters, _ = _one_dead_letter_and_still_serving(config)
     assert [(d[DLQ_REASON], d[DLQ_OFFSET], d[DLQ_TRUNCATED]) for d in letters] == [
         ("bad-magic", "0", str(len(garbage)))
     ]
