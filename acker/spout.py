@@ -282,9 +282,9 @@ class Spout:
                 log.warning("unreadable outcome record: %s", error)
                 continue
             for outcome, msg_id, tree in zip(decoded.outcomes, decoded.msg_ids, decoded.anchors, strict=True):
-                # Only the outcome of the tree pending now: after a rebalance a record is read again as a new tree,
-                # and the old tree's outcome (or a replay job's REPLAYED row, anchor 0) must not free its room.
                 self._init_attempts.pop(tree, None)  # decided: an init sent again was delivered after all
+                # Only the outcome of the tree pending now frees room: after a rebalance a record is read again as a
+                # new tree, and the old tree's outcome (or a replay job's REPLAYED row, anchor 0) must not.
                 anchor = self.pending.get(msg_id)
                 if anchor == tree:
                     del self.pending[msg_id]
