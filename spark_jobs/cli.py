@@ -63,7 +63,7 @@ def add_parser(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
-    from spark_jobs.session import spark_session, stop
+    from spark_jobs.session import spark_session, stop, stop_queries
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load(args)
@@ -102,8 +102,7 @@ def _run(args: argparse.Namespace) -> int:
                     print(f"acker: query {query.name} stopped: {query.exception()}", file=sys.stderr)
                     failed = True
                     stopping.set()
-        for query in queries:
-            query.stop()
+        stop_queries(spark, queries)
         return 1 if failed else 0
     finally:
         stop(spark)

@@ -2,7 +2,10 @@
 
 pyspark ships neither connector. They are resolved from Maven Central on the first run
 (``spark.jars.packages``) into an Ivy cache under the project's cache directory (``$ACKER_CACHE_DIR``, default
-``~/.cache/kafka-acker``) and reused afterwards. On a cluster, spark-submit's ``--packages`` does the same.
+``~/.cache/kafka-acker``) and reused afterwards. They are looked up on Maven Central only (and in any
+``spark.jars.repositories`` a user adds): Spark's default chain also asks repos.spark-packages.org, whose failures
+Ivy reports as a "problems summary" of a first run, and a host behind a proxy waits for. On a cluster, spark-submit's
+``--packages`` does the same.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -33,19 +38,42 @@ def connector_packages() -> list[str]:
     ]
 
 
+# Maven Central alone. Ivy's own cache (under ``spark.jars.ivy``) is consulted before any resolver.
+_IVY_SETTINGS = """<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers>
+    <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
+  </resolvers>
+</ivysettings>
+"""
+
+
+def _ivy_settings(ivy: Path) -> Path:
+    settings = ivy / "ivysettings.xml"
+    if not settings.exists() or settings.read_text() != _IVY_SETTINGS:
+        settings.write_text(_IVY_SETTINGS)
+    return settings
+
+
 def spark_session(app: str, master: str = "local[2]") -> SparkSession:
     """A session for ``app`` (getOrCreate: the jobs of one process share it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter's packages
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    ivy = default_cache_dir() / "ivy"
+    # Its own directory: a cache that Spark's default chain filled names resolvers these settings do not have, and Ivy
+    # reports each of them as an error at every start.
+    ivy = default_cache_dir() / "ivy-central"
     ivy.mkdir(parents=True, exist_ok=True)
     builder = (
         SparkSession.builder.appName(app)
         .config("spark.jars.packages", ",".join(connector_packages()))
         .config("spark.jars.ivy", str(ivy))
+        .config("spark.jars.ivySettings", str(_ivy_settings(ivy)))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars on stderr, cut into the log lines
+        # The jobs are streaming queries, which adaptive query execution does not apply to; left on, Spark warns so
+        # at the start of every query.
+        .config("spark.sql.adaptive.enabled", "false")
     )
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning that the host name is a loopback one
@@ -57,6 +85,23 @@ def spark_session(app: str, master: str = "local[2]") -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def set_log_level(session: SparkSession, logger: str, level: str) -> None:
+    """Set the level of one of the JVM's log4j loggers (``sparkContext.setLogLevel`` sets the root's only)."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a driver's context
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(logger, log4j.Level.toLevel(level))
+
+
+def stop_queries(session: SparkSession, queries: Iterable[Any]) -> None:
+    """Stop streaming queries. Stopping one cancels its job group, and Spark 4 warns "Failed to cancel job group"
+    whenever the group has no job running, as between micro-batches (apache/spark#45722): a warning per query at
+    every shutdown, about nothing. That warning is turned off first."""
+    set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+    for query in queries:
+        query.stop()
 
 
 def stop(session: SparkSession | None) -> None:

@@ -120,7 +120,7 @@ class Demo:
 
     def run(self) -> Report:
         self._create_topics()
-        from spark_jobs.session import stop  # noqa: PLC0415 - pyspark loads when the demo runs
+        from spark_jobs.session import stop, stop_queries  # noqa: PLC0415 - pyspark loads when the demo runs
 
         readers: list[Consumer] = []
         queries: list[Any] = []
@@ -132,8 +132,8 @@ class Demo:
             readers = self._readers()
             self._watch(readers, self._writer())
         finally:
-            for query in queries:
-                query.stop()
+            if spark is not None:
+                stop_queries(spark, queries)
             stop(spark)  # also a JVM still starting, when interrupted then
             self.stages.stop()
             for reader in readers:
@@ -174,11 +174,15 @@ class Demo:
 
     def _start_spark(self) -> tuple[Any, list[Any]]:
         from spark_jobs import commit_job, replay_job  # noqa: PLC0415 - pyspark loads when the demo runs
-        from spark_jobs.session import spark_session  # noqa: PLC0415
+        from spark_jobs.session import set_log_level, spark_session  # noqa: PLC0415
 
         c, checkpoint = self.config, Path(f".cache/demo/{self.prefix}").resolve()
         source = commit_job.OutcomeSource(c.client(), (c.outcome_topic(SPOUT),))
         spark = spark_session("acker-demo")
+        # The demo runs a dozen processes and Spark on one machine, where a micro-batch often takes longer than the
+        # 1 s trigger: Spark would warn of each, dozens of lines through the demo's own progress. A deployed job keeps
+        # the warning (`acker spark`).
+        set_log_level(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
         groups = {SPOUT: f"{self.prefix}-spout"}
         commit = commit_job.CommitJobSettings(
             source, f"{checkpoint}/commit", groups=groups, dlq_topic=f"{c.dlq_topic}.out"
