@@ -9,8 +9,10 @@ Where the fully-processed watermark lives: the committed offsets of the consumer
 that never has members (nothing subscribes with it). The Spark commit job writes them; standard Kafka tooling
 (``kafka-consumer-groups --describe --group <group>.acked``) then shows the fully-processed lag of the source.
 The spout never commits its own group's offsets: on every assignment it seeks each partition to its watermark (or
-applies the reset policy where there is none), so after a restart or a rebalance it re-emits every record that was
-not known to be fully processed: at-least-once, including records whose init never reached the acker.
+applies the reset policy where there is none; its replay topic always starts at its first record), so after a
+restart or a rebalance it re-emits every record that was not known to be fully processed: at-least-once, including
+records whose init never reached the acker. A watermark below a partition's first record (retention deleted what it
+waited on) starts at that first record.
 
 Max pending (Storm's max.spout.pending): while ``max_pending`` of its trees are unfinished the spout stops reading
 (pauses its partitions) and resumes as outcomes arrive.
@@ -330,11 +332,16 @@ class Spout:
         kafka = lookups(self.config.client())
         starts: dict[tuple[str, int], int] = {}
         for tp, mark in zip(partitions, committed, strict=True):
+            low, high = log_bounds(self._watermarks, tp)
             if mark.offset >= 0:
-                tp.offset = mark.offset
+                # Not below the first record: retention may have deleted records the watermark waited on, and a
+                # position out of range would be reset by the consumer's policy, to the end under ``latest``.
+                tp.offset = max(mark.offset, low)
             else:  # no watermark yet: it starts where the reset policy starts reading
-                low, high = log_bounds(self._watermarks, tp)
-                tp.offset = low if self.settings.reset == "earliest" else high
+                # Except on the replay topic, from its first record: every copy there stands for a record whose
+                # outcome is already REPLAYED (the watermark has passed the original), so one skipped is lost.
+                earliest = self.settings.reset == "earliest" or tp.topic == self._replay_topic
+                tp.offset = low if earliest else high
                 starts[(tp.topic, tp.partition)] = tp.offset
         if starts:
             with kafka.lock:

@@ -65,7 +65,10 @@ class OutcomeSource:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
         return dict(self._kafka_options)
 
-    def read(self, spark: SparkSession) -> DataFrame:
+    def read(self, spark: SparkSession, exclude: Iterable[str] = ()) -> DataFrame:
+        """The outcome records, without those of the topics in ``exclude``: a job's own dead-letter topic, which a
+        pattern may match (``acker\\.outcomes\\..*`` matches ``acker.outcomes.dlq``). Read back, every malformed
+        record there would be dead-lettered again, copies of copies, for ever."""
         if bool(self.topics) == bool(self.pattern):
             raise ValueError("name the outcome topics or a pattern, not both")
         options = {**self.kafka_options(), **self.spark_options}
@@ -75,7 +78,9 @@ class OutcomeSource:
             if self.topics
             else reader.option("subscribePattern", self.pattern)
         )
-        return reader.option("startingOffsets", self.starting_offsets).load()
+        raw = reader.option("startingOffsets", self.starting_offsets).load()
+        excluded = sorted(set(exclude))
+        return raw.where(~F.col("topic").isin(*excluded)) if excluded else raw
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class CommitJobSettings:
     groups: Mapping[str, str] = field(default_factory=dict)  # spout → its consumer group (default: the spout's name)
     dlq_topic: str = "acker.outcomes.dlq"
     dead_letter_trigger_s: float = 10.0  # malformed outcome records are rare: a slow trigger leaves the cores free
+    # Every watermark is committed again this often, moved or not: Kafka deletes a committed offset of a group without
+    # members `offsets.retention.minutes` after its last commit, and a source partition idle that long would lose it.
+    refresh_s: float = 3600.0
 
     def watermark_group(self, spout: str) -> str:
         return f"{self.groups.get(spout, spout)}.acked"
@@ -130,13 +138,18 @@ class Marks:
         self.settings, self._store = settings, store
         self._kafka = lookups(dict(settings.source.client))
         self.marks: dict[Key, PartitionMark] | None = None  # loaded at the first micro-batch
+        self._refresh_at = 0.0  # when every mark is to be committed again (`CommitJobSettings.refresh_s`)
 
-    def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
+    def apply(self, rows: Iterable[Any], batch_id: int) -> tuple[dict[str, dict[tuple[str, int], int]], bool]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
-        by watermark group. ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
+        by watermark group, and whether they are all the marks, to be committed even where unchanged (the first
+        batch after a start, whose marks were saved but perhaps not committed before a crash, and then every
+        ``refresh_s``). ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
         if self.marks is None:
             self.marks = self._store.load()
         kafka = self._kafka
+        now_s = time.time()
+        refresh = now_s >= self._refresh_at
         done: dict[Key, list[np.ndarray]] = {}
         for row in rows:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
@@ -150,10 +163,11 @@ class Marks:
                     )
             mark.add(np.concatenate(arrays))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
-        # found long enough ago that it may have been deleted since (asked again now).
-        now_s = time.time()
+        # found long enough ago that it may have been deleted since (asked again now); or all of them.
         unsure = {key for key, mark in self.marks.items() if mark.runs and not mark.waiting(now_s)}
-        for spout, topic, partition in done.keys() | unsure:
+        keys = set(self.marks) if refresh else done.keys() | unsure
+        self._skip_to_committed(keys)
+        for spout, topic, partition in keys:
 
             def next_existing(offset: int, topic: str = topic, partition: int = partition) -> int | None:
                 with kafka.lock:
@@ -164,7 +178,24 @@ class Marks:
             touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing, now_s)
         if touched:
             self._store.save(batch_id, self.marks)
-        return touched
+        if refresh:
+            self._refresh_at = now_s + self.settings.refresh_s
+        return touched, refresh
+
+    def _skip_to_committed(self, keys: Iterable[Key]) -> None:
+        """Marks behind their group's committed offset follow it: the watermark was moved ahead outside the job (an
+        operator's reset of ``<group>.acked``; a spout starting a partition at its end when its watermark had
+        expired and its reset policy is ``latest``). The spout reads from there: records below it will never be
+        done, and would hold the mark for good."""
+        by_group: dict[str, list[Key]] = {}
+        for key in keys:
+            by_group.setdefault(self.settings.watermark_group(key[0]), []).append(key)
+        for group, group_keys in by_group.items():
+            with self._kafka.lock:
+                committed = self._kafka.committed(group, [(t, p) for _, t, p in group_keys])
+            for spout, topic, partition in group_keys:
+                assert self.marks is not None
+                self.marks[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
 def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, int], None]:
@@ -172,9 +203,10 @@ def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, i
     kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        for group, group_marks in marks.apply(batch.collect(), batch_id).items():
+        touched, refresh = marks.apply(batch.collect(), batch_id)
+        for group, group_marks in touched.items():
             with kafka.lock:
-                committed = kafka.advance(group, group_marks)
+                committed = kafka.advance(group, group_marks, again=refresh)
             if committed:
                 log.info("batch %d: %s advanced to %s", batch_id, group, committed)
 
@@ -183,7 +215,7 @@ def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, i
 
 def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the watermarks, and the dead letters of malformed outcome records."""
-    raw = settings.source.read(spark)
+    raw = settings.source.read(spark, exclude=(settings.dlq_topic,))
     marks = Marks(settings, MarkStore(spark, settings.checkpoint))
     main = (
         done_offsets(raw)

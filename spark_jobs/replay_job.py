@@ -193,7 +193,7 @@ def close_publishers() -> None:
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the replays, and the dead letters of malformed outcome records."""
-    raw = settings.source.read(spark)
+    raw = settings.source.read(spark, exclude=(settings.dlq_topic,))
     trigger = f"{settings.trigger_s} seconds"
     # Deduplicated within a window of processing time, not of the outcome records' timestamps: those come from the
     # clocks of the acker and spout hosts, and a nack stamped far behind the others must still be replayed.

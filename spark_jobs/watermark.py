@@ -74,6 +74,18 @@ class PartitionMark:
             self.mark = min(existing, start)  # no records in [mark, existing): nothing to wait for
         return self.mark
 
+    def skip_to(self, offset: int) -> None:
+        """Move the mark up to ``offset`` (nothing if it is not ahead): the offsets below it are given up, done or
+        not, and the done runs below it are dropped."""
+        if offset <= self.mark:
+            return
+        self.mark = offset
+        self.runs = [(max(start, offset), end) for start, end in self.runs if end > offset]
+        if self.runs and self.runs[0][0] == offset:  # a run that reached past the new mark continues it
+            self.mark = self.runs.pop(0)[1]
+        if self.verified < self.mark:
+            self.verified = NONE
+
     @property
     def done_above(self) -> int:
         """How many done offsets wait above the mark."""

@@ -161,15 +161,18 @@ class KafkaLookups:
         result = self._admin_client().list_consumer_group_offsets([request])[group].result()
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
 
-    def advance(self, group: str, marks: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Commit ``marks`` to ``group`` where they are ahead of what it has; return what was committed.
+    def advance(
+        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False
+    ) -> dict[tuple[str, int], int]:
+        """Commit ``marks`` to ``group`` where they are ahead of what it has (``again``: also where they equal it,
+        which renews the commit before Kafka's offset retention deletes it); return what was committed.
 
         A watermark never goes back: a replayed micro-batch or a late job commits nothing older. Every
         partition's error is checked (the admin call reports them per partition without raising), and any
         failure raises `WatermarkCommitError`.
         """
         current = self.committed(group, list(marks))
-        ahead = {tp: m for tp, m in marks.items() if m > current.get(tp, -1)}
+        ahead = {tp: m for tp, m in marks.items() if m > current.get(tp, -1) or (again and m == current.get(tp))}
         if not ahead:
             return {}
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])

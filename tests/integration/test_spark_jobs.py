@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 import uuid
@@ -28,7 +29,7 @@ from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
 from spark_jobs.replay_job import ReplayJobSettings, _Publisher, nacks
 from spark_jobs.replay_job import start as start_replay
-from spark_jobs.session import spark_session, stop
+from spark_jobs.session import spark_session, stop, stop_queries
 from spark_jobs.watermark import PartitionMark
 from tests.integration.helpers import Running, ServiceThread, create_acker_topics
 
@@ -148,6 +149,47 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
     finally:
         for query in queries:
             query.stop()
+
+
+def test_a_pattern_never_reads_the_jobs_dead_letters_and_a_watermark_moved_ahead_is_followed(
+    spark: Any, bootstrap: str, names: dict[str, str]
+) -> None:
+    """The outcome dead-letter topic under the outcome prefix, read with a pattern that matches it: its letters are
+    not read back (each would be dead-lettered again, for ever). And a watermark an operator moves ahead of the
+    job's mark is where the job goes on from: the records below it will never be done."""
+    client = {"bootstrap.servers": bootstrap}
+    src, prefix = names["source"], names["outcomes"]
+    out, dlq = f"{prefix}sp", f"{prefix}dlq"
+    _source(client, src, 1, 10)
+    create_topics(client, [TopicSpec(out, 1), TopicSpec(dlq, 1)])
+    settings = CommitJobSettings(
+        OutcomeSource(client, pattern=re.escape(prefix) + ".*"),
+        names["ckpt"],
+        dlq_topic=dlq,
+        trigger_s=0.5,
+        dead_letter_trigger_s=0.5,
+    )
+    queries = start_commit(spark, settings)
+    kafka = lookups(client)
+
+    def mark() -> int:
+        with kafka.lock:
+            return kafka.committed("sp.acked", [(src, 0)])[(src, 0)]
+
+    try:
+        _outcomes(client, out, [("ACK", f"{src}/0/{o}") for o in (0, 1, 5)])
+        garbage = Producer(client)
+        produce(garbage, out, b"not an outcome record")
+        assert garbage.flush(30) == 0
+        _eventually(lambda: mark() == 2 and _read_all(client, dlq))
+        with kafka.lock:
+            kafka.advance("sp.acked", {(src, 0): 4})  # an operator gives up offsets 2 and 3
+        _outcomes(client, out, [("ACK", f"{src}/0/4")])
+        _eventually(lambda: mark() == 6)  # 4, then 5, done before
+        time.sleep(3)  # six dead-letter triggers
+        assert len(_read_all(client, dlq)) == 1
+    finally:
+        stop_queries(spark, queries)
 
 
 @pytest.mark.parametrize("secured", ["sasl_client", "ssl_client"])

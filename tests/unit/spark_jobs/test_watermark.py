@@ -100,3 +100,15 @@ def test_a_waiting_record_deleted_later_does_not_hold_the_mark_for_good() -> Non
     assert calls == [0]  # trusted for a while
     assert mark.waiting(1000.0 + RECHECK_S / 2) and not mark.waiting(1000.0 + RECHECK_S)
     assert mark.advance(lookup, now_s=1000.0 + RECHECK_S) == 4  # type: ignore[arg-type]
+
+
+def test_a_mark_moved_ahead_outside_gives_up_what_is_below_and_keeps_what_is_above() -> None:
+    mark = PartitionMark(2, [(3, 4), (5, 7), (9, 10)], verified=2)
+    mark.skip_to(6)  # into a run: the run's rest continues the mark
+    assert (mark.mark, mark.runs, mark.verified) == (7, [(9, 10)], -1)
+    mark.skip_to(4)  # behind: nothing changes
+    assert (mark.mark, mark.runs) == (7, [(9, 10)])
+    mark.skip_to(8)  # just below a run: the run stays above the mark
+    assert (mark.mark, mark.runs) == (8, [(9, 10)])
+    calls: list[int] = []
+    assert mark.advance(_next_existing({8, 9, 10}, calls)) == 8  # type: ignore[arg-type]  # 8 exists, not done
