@@ -8,7 +8,11 @@ Storm's reliability API over Kafka. Each input message carries its tree ids in t
   leaves no orphan children behind.
 - **Explicit** (``basic=False``, for joins and aggregations): ``emit(..., anchors=[in1, in2])`` anchors a child to
   any inputs (multi-anchoring: it joins every root of every input) or to none (unanchored); ``ack``, ``fail`` and
-  ``reset_timeout`` may be called later, from later calls of the function.
+  ``reset_timeout`` may be called later, from later calls of the function. If the function raises, the input is
+  failed unless it was acked or failed already (inputs held from earlier calls are the function's to settle).
+
+In either mode an exception from the function is counted (``errors``) and never stops the bolt: a record that
+always raises is failed at every replay until the replay job dead-letters it, rather than crash-looping the stage.
 
 Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
 partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
@@ -180,19 +184,27 @@ class Bolt:
             InputTuple(ids, self._ids),
         )
         if not self.basic:
-            self._function(message, self._collector)  # type: ignore[arg-type]
+            try:
+                self._function(message, self._collector)  # type: ignore[arg-type]
+            except Exception as error:  # the input fails, unless it was acked or failed before the raise
+                self._raised(message, error)
+                if not message.tuple.finished:
+                    self._collector.fail(message)
             return
         collector = BasicCollector()
         try:
             self._function(message, collector)  # type: ignore[arg-type]
         except Exception as error:
-            self.counters["errors"] += 1
-            log.debug("failing %s/%d/%d: %r", message.topic, message.partition, message.offset, error)
+            self._raised(message, error)
             self._collector.fail(message)
             return
         for topic, value, key, child_headers in collector.children:
             self._produce_child(topic, value, key, child_headers, anchored([message.tuple]))
         self._collector.ack(message)
+
+    def _raised(self, message: BoltInput, error: Exception) -> None:
+        self.counters["errors"] += 1
+        log.debug("failing %s/%d/%d: %r", message.topic, message.partition, message.offset, error)
 
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds

@@ -114,6 +114,11 @@ class InputTuple:
         self._ack_val ^= edge
         return edge
 
+    @property
+    def finished(self) -> bool:
+        """Whether this input was acked or failed."""
+        return self._finished
+
     def _finish(self) -> None:
         if self._finished:
             raise ProtocolError("an input can be acked or failed only once")
