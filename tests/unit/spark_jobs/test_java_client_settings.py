@@ -39,7 +39,8 @@ def test_a_user_name_and_password_become_the_java_clients_login_module_line() ->
 def test_settings_named_alike_pass_as_they_are_and_group_settings_stay_behind() -> None:
     client = {"bootstrap.servers": "b:9092", "security.protocol": "PLAINTEXT", "fetch.max.wait.ms": 20}
     group = {"group.protocol": "consumer", "partition.assignment.strategy": "cooperative-sticky",
-             "session.timeout.ms": "6000", "auto.offset.reset": "earliest", "enable.auto.commit": "false"}  # fmt: skip
+             "session.timeout.ms": "6000", "auto.offset.reset": "earliest", "enable.auto.commit": "false",
+             "group.id": "acker", "group.instance.id": "acker-1"}  # fmt: skip
     assert java_client_settings({**client, **group}) == {k: str(v) for k, v in client.items()}
 
 
