@@ -152,9 +152,11 @@ def read_partition(config: ServiceConfig, topic: str, partition: int) -> list[tu
         end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
         consumer.assign([TopicPartition(topic, partition, 0)])
         out: list[tuple[int, int, bytes | None]] = []
+        deadline = time.monotonic() + 60
         while out[-1:] == [] or out[-1][0] + 1 < end:
             if end == 0:
                 break
+            assert time.monotonic() < deadline, f"{topic}/{partition}: read up to {out[-1:]} of {end} in 60 s"
             for record in consumer.consume(1000, timeout=1):
                 if record.error() is None:
                     out.append((record.offset() or 0, record.timestamp()[1], record.value()))

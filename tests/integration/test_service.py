@@ -126,7 +126,7 @@ def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config:
         send(config, [m for _, head, _ in [*complete.values(), *lossy.values()] for m in head])
         send(config, [m for _, head, tail in canary.values() for m in (*head, *tail)])
         reader.wait_for(canary, timeout_s=60)  # the first instance is serving: the pending trees are in its state
-        time.sleep(1.0)  # several commit intervals: recovery offsets are committed
+        reader.poll(1.0)  # several commit intervals (recovery offsets are committed), reading what was decided
         first.kill()
         assert not {m for m in complete if m in reader.seen}  # nothing completed before its last acks
         second = ServiceProcess(config, str(tmp_path / "second.log"))
@@ -179,9 +179,16 @@ def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_
             time.sleep(0.3)
         first.kill()
         second = ServiceProcess(config, str(tmp_path / "second.log"))
-        for _ in range(40):  # 12 s: the replay has long taken T's init, which alone would time out within 4.2 s
+        # A second canary, after T's init in the log: once the new owner has timed it out, it has replayed T's init
+        # and ticked past the time T's init alone would have expired.
+        send(config, [Init(ids(), SPOUT, "canary-2", 1)])
+        deadline = time.monotonic() + 120
+        while "canary-2" not in reader.seen:
+            assert time.monotonic() < deadline, "the new owner never decided the second canary"
             send(config, [ResetTimeout(o)])
             reader.poll(0.3)
+        reader.poll(0.5)
+        assert reader.seen["canary-2"] == ["TIMEOUT"]
         assert reader.seen["T"] == ["ACK"], f"T's outcomes: {reader.seen['T']}"
         assert "O" not in reader.seen  # kept alive throughout
     finally:
@@ -223,7 +230,10 @@ def test_a_commit_planned_while_the_first_outcome_record_is_in_flight_still_name
     reader = OutcomeReader(config, [SPOUT])
     second = ServiceThread(config)  # the next owner, as after a crash of the first
     try:
-        reader.poll(8)
+        after, after_value = ids(), ids()
+        send(config, [Init(after, SPOUT, "after", after_value), Ack(after, after_value)])
+        reader.wait_for(["after"], timeout_s=60)  # the next owner has read past T's records
+        reader.poll(1.0)
     finally:
         second.stop()
         reader.close()

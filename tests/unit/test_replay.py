@@ -13,6 +13,7 @@ from hypothesis import given, settings
 
 from acker.cli import main
 from acker.core import Tracker
+from acker.core.outcomes import Acked
 from acker.replay import format_message, parse_message, replay
 from acker.workload import WorkloadSpec, generate
 from tests.strategies import scenarios
@@ -108,7 +109,13 @@ def test_replay_of_formatted_messages_matches_the_tracker(case) -> None:  # type
     direct = Tracker().handle_all(messages)
     out = io.StringIO()
     assert replay(Tracker(), [format_message(m) for m in messages], out, io.StringIO()) == 0
-    assert len(out.getvalue().splitlines()) == len(direct)
+    expected = [
+        {"outcome": "ack", "anchor": o.anchor, "spout": o.spout, "msg_id": o.msg_id}
+        if isinstance(o, Acked)
+        else {"outcome": "nack", "anchor": o.anchor, "spout": o.spout, "msg_id": o.msg_id, "reason": o.reason.value}
+        for o in direct
+    ]
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == expected
 
 
 def test_core_demo_reports_every_outcome_right(capsys: pytest.CaptureFixture[str]) -> None:
