@@ -30,12 +30,12 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
@@ -51,6 +51,7 @@ from acker.kafka.clients import (
     log_bounds,
     partition_count,
     produce,
+    topic_partitions,
 )
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE
@@ -90,6 +91,18 @@ class SpoutSettings:
 OUTCOME_BYTES_PER_PENDING = 8
 OUTCOME_FETCH_MAX_BYTES = 65536
 OUTCOME_FETCH_WAIT_MS = 100
+
+# How often the spout looks for partitions added to its outcome topic. The service keys outcome records by acker
+# partition, and added partitions take some keys over: outcomes there would never free their trees' room.
+OUTCOME_PARTITIONS_CHECK_S = 30.0
+
+
+def pending_timeout_s(config: ServiceConfig) -> float:
+    """How long a tree stays in the spout's pending count without an outcome: twice the longest a pending tree lives
+    in the acker (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that its outcome was lost
+    (an unreadable outcome record) and its room is given back, as Storm's spout times out its pending tuples. Nothing
+    else depends on it: the watermark and the replays follow the outcomes, not this count."""
+    return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
 
 
 def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str) -> dict[str, Any]:
@@ -135,6 +148,9 @@ class Spout:
         self._emit = emit or self._forward
         self._ids = ids or IdGenerator()
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
+        # (give up at, msg_id, anchor) in the order the trees started: a deadline queue over `pending`.
+        self._pending_deadlines: deque[tuple[float, str, int]] = deque()
+        self._pending_timeout_s = pending_timeout_s(config)
         self.counters: Counter[str] = Counter()
         self._direct: list[DirectRow] = []  # outcomes the spout decides itself
         self._init_attempts: dict[int, int] = {}
@@ -168,6 +184,8 @@ class Spout:
         self.outcomes.assign(
             [TopicPartition(outcome_topic, tp.partition, end) for tp, end in zip(parts, ends, strict=True)]
         )
+        self._outcome_topic, self._outcome_partitions = outcome_topic, {tp.partition for tp in parts}
+        self._next_outcome_check = time.monotonic() + OUTCOME_PARTITIONS_CHECK_S
         self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
         topics = [settings.source_topic]
         self._replay_topic = config.replay_topic(settings.name) if settings.replays else None
@@ -200,6 +218,11 @@ class Spout:
     def step(self, timeout_s: float) -> int:
         """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
         self._read_outcomes()
+        now = time.monotonic()
+        self._expire_pending(now)
+        if now >= self._next_outcome_check:
+            self._next_outcome_check = now + OUTCOME_PARTITIONS_CHECK_S
+            self._watch_outcome_partitions()
         self._release_held()
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))
@@ -233,6 +256,10 @@ class Spout:
             self._direct.append(("ACK", tree.anchor if tree else 0, msg_id, 0))
             return
         self.pending[msg_id] = tree.anchor
+        deadlines = self._pending_deadlines
+        deadlines.append((time.monotonic() + self._pending_timeout_s, msg_id, tree.anchor))
+        if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
+            self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
         self.acker.send(tree.init())
 
     def _hold(self, record: Message, now_ms: int) -> bool:
@@ -291,6 +318,30 @@ class Spout:
                 if anchor == tree:
                     del self.pending[msg_id]
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
+
+    def _expire_pending(self, now: float) -> None:
+        deadlines = self._pending_deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, msg_id, anchor = deadlines.popleft()
+            if self.pending.get(msg_id) == anchor:  # else decided, or read again as a new tree
+                del self.pending[msg_id]
+                self.counters["pending_given_up"] += 1
+                log.warning("no outcome for %s after %.0f s: its room in max_pending is given back", msg_id,
+                            self._pending_timeout_s)  # fmt: skip
+
+    def _watch_outcome_partitions(self) -> None:
+        """Read partitions added to the outcome topic, from their first record (all written since they were
+        added)."""
+        try:
+            found = topic_partitions(self.outcomes, self._outcome_topic, timeout_s=1.0)
+        except KafkaException as error:  # asked again at the next check
+            log.debug("outcome topic lookup failed: %s", error)
+            return
+        added = [p for p in found if p not in self._outcome_partitions]
+        if added:
+            self.outcomes.incremental_assign([TopicPartition(self._outcome_topic, p, OFFSET_BEGINNING) for p in added])
+            self._outcome_partitions.update(added)
+            log.info("outcome topic %s: reading its new partitions %s", self._outcome_topic, added)
 
     # -- producing ------------------------------------------------------------------------------------------
 

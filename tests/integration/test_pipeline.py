@@ -6,11 +6,13 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
@@ -192,6 +194,42 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     assert len(spout.pending) == 5 and spout.counters["read"] == 5 and spout.counters["pauses"] == 1
     assert all(int(m.rsplit("/", 1)[1]) >= marks[int(m.split("/")[1])] for m in spout.pending)  # not the beginning
     spout.close()
+
+
+def test_a_spout_reads_outcome_partitions_added_later_and_gives_up_a_tree_whose_outcome_never_comes(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """Outcome records keyed to a partition added to the outcome topic after the spout started still free their
+    trees' room; a tree whose outcome never comes gives its room back after the pending timeout."""
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=4)
+    _produce(config, topics.sentences, list(sentences(20, seed=3)))
+    spout = Spout(config, settings)  # no acker runs: only the outcomes written here decide anything
+    spout._pending_timeout_s = 4.0  # rather than minutes (`pending_timeout_s`), for the trees read from now on
+
+    def step_until(done: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, what
+            spout._next_outcome_check = 0.0  # look for new outcome partitions at every step, not every 30 s
+            spout.step(0.1)
+
+    try:
+        step_until(lambda: len(spout.pending) == 4, "the spout never reached max_pending")
+        outcomes = config.outcome_topic(SPOUT)
+        admin = AdminClient(config.producer())
+        admin.create_partitions([NewPartitions(outcomes, config.partitions + 2)])[outcomes].result(30)
+        msg_id, anchor = next(iter(spout.pending.items()))
+        producer = Producer(config.producer())
+        producer.produce(
+            outcomes, encode_outcome_rows(SPOUT, [("ACK", anchor, msg_id, 0)]), partition=config.partitions + 1
+        )
+        assert producer.flush(30) == 0
+        step_until(lambda: msg_id not in spout.pending, "the outcome in the new partition was never read")
+        assert spout.counters["acked"] == 1 and spout.counters["pending_given_up"] == 0
+        step_until(lambda: spout.counters["pending_given_up"] >= 3, "the trees without an outcome kept their room")
+        assert spout.counters["read"] > 4  # it read on
+    finally:
+        spout.close()
 
 
 @pytest.mark.parametrize("rebalancing", ["cooperative-sticky", "group.protocol=consumer"])
