@@ -6,6 +6,7 @@ dead letter an operator sends back. Both carry the record's key, value and own h
     acker.replay.attempt      the attempt this copy is (1, 2, ...); on a dead letter, the attempts made
     acker.replay.origin       the coordinates ``topic/partition/offset`` of the first record (the source record)
     acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), or ``source-missing``
+    acker.replay.nack-reason  on a ``source-missing`` dead letter: the reason of the nack (FAILED, TIMEOUT, OVERLOAD)
     acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
     acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
     acker.replay.last         on a dead letter: the coordinates of the copy that failed last
@@ -33,6 +34,7 @@ SPOUT = "acker.replay.spout"
 NOT_BEFORE = "acker.replay.not-before"
 LAST = "acker.replay.last"
 REDRIVEN = "acker.replay.redriven"
+NACK_REASON = "acker.replay.nack-reason"
 SOURCE_MISSING = "source-missing"
 REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"  # the outcomes that resolve a nacked offset
 
@@ -108,8 +110,9 @@ def decide(
 ) -> Decision:
     """Where the nacked record ``msg_id`` (its coordinates) goes next. ``headers`` are the record's own, or None
     when the record no longer exists (deleted by retention): then it is dead-lettered as ``source-missing``."""
-    if headers is None:
-        return Decision(policy.dead_letter_topic, _context(msg_id, 0, SOURCE_MISSING, spout), DEAD_LETTERED)
+    if headers is None:  # nothing to read the origin and the attempts from: the nacked coordinates stand for both
+        letter = [*_context(msg_id, 0, SOURCE_MISSING, spout), (NACK_REASON, reason.encode())]
+        return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
     previous = text(headers, ATTEMPT)
     origin = text(headers, ORIGIN) or msg_id
     if not is_own_context(headers, spout):

@@ -11,6 +11,7 @@ from acker.retries import (
     ATTEMPT,
     DEAD_LETTERED,
     LAST,
+    NACK_REASON,
     NOT_BEFORE,
     ORIGIN,
     REASON,
@@ -69,6 +70,7 @@ def test_a_record_that_no_longer_exists_is_dead_lettered_as_source_missing() -> 
     decision = decide(POLICY, "words", "src/0/9", "TIMEOUT", headers=None, now_ms=NOW)
     assert (decision.topic, decision.resolution) == ("acker.replay.dlq", DEAD_LETTERED)
     assert dict(decision.headers)[REASON] == SOURCE_MISSING.encode()
+    assert dict(decision.headers)[NACK_REASON] == b"TIMEOUT"  # why it was to be replayed
 
 
 def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
