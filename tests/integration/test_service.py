@@ -7,7 +7,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -297,16 +297,26 @@ def test_instances_join_and_leave_under_load_without_losing_or_rushing_trees(
         for tail in backlog:
             send(config, tail, client)
 
+    def owned(instance: ServiceThread) -> int:
+        return len(instance.service._states)
+
+    def until(done: Callable[[], bool], what: str) -> None:  # each step under load, trees pending all along
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.2)
+        time.sleep(1)
+
     feeder = threading.Thread(target=feed)
     feeder.start()
     try:
-        time.sleep(3)
+        until(lambda: owned(instances[0]) == 6, "a never owned every partition")
         instances.append(ServiceThread(replace(config, instance_id="b")))
-        time.sleep(3)
+        until(lambda: owned(instances[1]) > 0, "b joined but took no partition")
         instances.append(ServiceThread(replace(config, instance_id="c")))
-        time.sleep(3)
+        until(lambda: owned(instances[2]) > 0, "c joined but took no partition")
         instances.pop(0).stop()  # a leaves: its partitions move with their recovery offsets
-        time.sleep(3)
+        until(lambda: owned(instances[0]) + owned(instances[1]) == 6, "a's partitions did not move to b and c")
     finally:
         stop_feeding.set()
         feeder.join()
