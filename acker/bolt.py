@@ -11,8 +11,10 @@ Storm's reliability API over Kafka. Each input message carries its tree ids in t
   ``reset_timeout`` may be called later, from later calls of the function. If the function raises, the input is
   failed unless it was acked or failed already (inputs held from earlier calls are the function's to settle).
 
-In either mode an exception from the function is counted (``errors``) and never stops the bolt: a record that
+In either mode an exception from the function is counted (``errors``) and does not stop the bolt: a record that
 always raises is failed at every replay until the replay job dead-letters it, rather than crash-looping the stage.
+A `ProtocolError` from an explicit bolt's function (acking an input twice, anchoring to a settled one) is a bug in the
+function, not in its input: it stops the bolt, as it would stop a Storm worker.
 
 Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
 partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
@@ -38,6 +40,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
+from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, split
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import consume_available, partition_count
@@ -186,6 +189,8 @@ class Bolt:
         if not self.basic:
             try:
                 self._function(message, self._collector)  # type: ignore[arg-type]
+            except ProtocolError:  # acking twice, anchoring to a settled input: the function's bug, not its input's
+                raise
             except Exception as error:  # the input fails, unless it was acked or failed before the raise
                 self._raised(message, error)
                 if not message.tuple.finished:

@@ -44,6 +44,7 @@ from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import (
+    KafkaClientError,
     TopicSpec,
     consume_available,
     create_topics,
@@ -71,6 +72,9 @@ class SpoutSettings:
     tracked: bool = True
     reset: str = "earliest"  # where to start a partition that has no watermark yet
     replays: bool = True  # also read the replay topic that the replay job writes for this spout
+    # How long a tree counts towards max_pending without an outcome: None = `pending_timeout_s` of the acker's
+    # settings; 0 = for ever. Set it above the longest a tree lives, resets included (a bolt's `reset_timeout`).
+    pending_timeout_s: float | None = None
 
     @property
     def consumer_group(self) -> str:
@@ -98,10 +102,12 @@ OUTCOME_PARTITIONS_CHECK_S = 30.0
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:
-    """How long a tree stays in the spout's pending count without an outcome: twice the longest a pending tree lives
-    in the acker (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that its outcome was lost
-    (an unreadable outcome record) and its room is given back, as Storm's spout times out its pending tuples. Nothing
-    else depends on it: the watermark and the replays follow the outcomes, not this count."""
+    """How long a tree stays in the spout's pending count without an outcome, by default: twice the longest a pending
+    tree lives in the acker (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that its outcome
+    was most likely lost (an unreadable outcome record) and its room is given back, as Storm's spout times out its
+    pending tuples. Unlike Storm's, this spout does not see a bolt's `reset_timeout`: a tree kept alive by resets for
+    longer also gives its room back, and its outcome, when it comes, is not counted. Nothing else depends on it: the
+    watermark and the replays follow the outcomes, not this count."""
     return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
 
 
@@ -150,7 +156,8 @@ class Spout:
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
         # (give up at, msg_id, anchor) in the order the trees started: a deadline queue over `pending`.
         self._pending_deadlines: deque[tuple[float, str, int]] = deque()
-        self._pending_timeout_s = pending_timeout_s(config)
+        timeout = settings.pending_timeout_s
+        self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
         self.counters: Counter[str] = Counter()
         self._direct: list[DirectRow] = []  # outcomes the spout decides itself
         self._init_attempts: dict[int, int] = {}
@@ -232,7 +239,7 @@ class Spout:
             self.consumer.poll(0)
             records = []
             self._read_outcomes(timeout_s)
-        now_ms = int(time.time() * 1000)
+        now, now_ms = time.monotonic(), int(time.time() * 1000)
         for record in records:
             if record.error() is not None:
                 if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
@@ -240,12 +247,12 @@ class Spout:
                 continue
             if self._hold(record, now_ms):
                 continue
-            self._start(record)
+            self._start(record, now)
         self._publish_direct()
         self.acker.poll()
         return len(records)
 
-    def _start(self, record: Message) -> None:
+    def _start(self, record: Message, now: float) -> None:
         msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
         self.counters["read"] += 1
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
@@ -257,7 +264,7 @@ class Spout:
             return
         self.pending[msg_id] = tree.anchor
         deadlines = self._pending_deadlines
-        deadlines.append((time.monotonic() + self._pending_timeout_s, msg_id, tree.anchor))
+        deadlines.append((now + self._pending_timeout_s, msg_id, tree.anchor))
         if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
             self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
         self.acker.send(tree.init())
@@ -320,14 +327,16 @@ class Spout:
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
     def _expire_pending(self, now: float) -> None:
-        deadlines = self._pending_deadlines
+        deadlines, given_up = self._pending_deadlines, []
         while deadlines and deadlines[0][0] <= now:
             _, msg_id, anchor = deadlines.popleft()
             if self.pending.get(msg_id) == anchor:  # else decided, or read again as a new tree
                 del self.pending[msg_id]
-                self.counters["pending_given_up"] += 1
-                log.warning("no outcome for %s after %.0f s: its room in max_pending is given back", msg_id,
-                            self._pending_timeout_s)  # fmt: skip
+                given_up.append(msg_id)
+        if given_up:
+            self.counters["pending_given_up"] += len(given_up)
+            log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s): their room in max_pending is given back",
+                        len(given_up), self._pending_timeout_s, given_up[0])  # fmt: skip
 
     def _watch_outcome_partitions(self) -> None:
         """Read partitions added to the outcome topic, from their first record (all written since they were
@@ -383,12 +392,16 @@ class Spout:
         kafka = lookups(self.config.client())
         starts: dict[tuple[str, int], int] = {}
         for tp, mark in zip(partitions, committed, strict=True):
-            low, high = log_bounds(self._watermarks, tp)
+            if mark.error is not None:  # not "no watermark": starting anywhere else could skip or repeat records
+                raise KafkaClientError(f"reading the watermark of {tp.topic}/{tp.partition}", mark.error)
             if mark.offset >= 0:
-                # Not below the first record: retention may have deleted records the watermark waited on, and a
-                # position out of range would be reset by the consumer's policy, to the end under ``latest``.
-                tp.offset = max(mark.offset, low)
+                tp.offset = mark.offset
+                if self.settings.reset != "earliest":
+                    # Not below the first record: retention may have deleted records the watermark waited on, and
+                    # a position out of range would be reset by the consumer's policy, here to the end.
+                    tp.offset = max(mark.offset, log_bounds(self._watermarks, tp)[0])
             else:  # no watermark yet: it starts where the reset policy starts reading
+                low, high = log_bounds(self._watermarks, tp)
                 # Except on the replay topic, from its first record: every copy there stands for a record whose
                 # outcome is already REPLAYED (the watermark has passed the original), so one skipped is lost.
                 earliest = self.settings.reset == "earliest" or tp.topic == self._replay_topic

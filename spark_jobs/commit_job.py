@@ -16,6 +16,7 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -137,19 +138,20 @@ class Marks:
     def __init__(self, settings: CommitJobSettings, store: MarkStore) -> None:
         self.settings, self._store = settings, store
         self._kafka = lookups(dict(settings.source.client))
-        self.marks: dict[Key, PartitionMark] | None = None  # loaded at the first micro-batch
-        self._refresh_at = 0.0  # when every mark is to be committed again (`CommitJobSettings.refresh_s`)
+        self.marks: dict[Key, PartitionMark] | None = None  # loaded at the first micro-batch, or `recommit`
+        self._lock = threading.Lock()  # micro-batches and `recommit` (on the refresher's thread)
 
-    def apply(self, rows: Iterable[Any], batch_id: int) -> tuple[dict[str, dict[tuple[str, int], int]], bool]:
+    def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
-        by watermark group, and whether they are all the marks, to be committed even where unchanged (the first
-        batch after a start, whose marks were saved but perhaps not committed before a crash, and then every
-        ``refresh_s``). ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
+        by watermark group. ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
+        with self._lock:
+            return self._apply(rows, batch_id)
+
+    def _apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         if self.marks is None:
             self.marks = self._store.load()
         kafka = self._kafka
         now_s = time.time()
-        refresh = now_s >= self._refresh_at
         done: dict[Key, list[np.ndarray]] = {}
         for row in rows:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
@@ -163,9 +165,9 @@ class Marks:
                     )
             mark.add(np.concatenate(arrays))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
-        # found long enough ago that it may have been deleted since (asked again now); or all of them.
+        # found long enough ago that it may have been deleted since (asked again now).
         unsure = {key for key, mark in self.marks.items() if mark.runs and not mark.waiting(now_s)}
-        keys = set(self.marks) if refresh else done.keys() | unsure
+        keys = done.keys() | unsure
         self._skip_to_committed(keys)
         for spout, topic, partition in keys:
 
@@ -178,9 +180,20 @@ class Marks:
             touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing, now_s)
         if touched:
             self._store.save(batch_id, self.marks)
-        if refresh:
-            self._refresh_at = now_s + self.settings.refresh_s
-        return touched, refresh
+        return touched
+
+    def recommit(self) -> None:
+        """Commit every mark again, moved or not: the marks saved but perhaps not committed before a crash, and the
+        commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`)."""
+        with self._lock:
+            if self.marks is None:
+                self.marks = self._store.load()
+            by_group: dict[str, dict[tuple[str, int], int]] = {}
+            for (spout, topic, partition), mark in self.marks.items():
+                by_group.setdefault(self.settings.watermark_group(spout), {})[(topic, partition)] = mark.mark
+            for group, group_marks in by_group.items():
+                with self._kafka.lock:
+                    self._kafka.advance(group, group_marks, again=True)
 
     def _skip_to_committed(self, keys: Iterable[Key]) -> None:
         """Marks behind their group's committed offset follow it: the watermark was moved ahead outside the job (an
@@ -203,10 +216,9 @@ def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, i
     kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        touched, refresh = marks.apply(batch.collect(), batch_id)
-        for group, group_marks in touched.items():
+        for group, group_marks in marks.apply(batch.collect(), batch_id).items():
             with kafka.lock:
-                committed = kafka.advance(group, group_marks, again=refresh)
+                committed = kafka.advance(group, group_marks)
             if committed:
                 log.info("batch %d: %s advanced to %s", batch_id, group, committed)
 
@@ -229,7 +241,31 @@ def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQue
     letters = start_dead_letters(
         raw, settings.source, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
     )
+    threading.Thread(target=_refresh, args=(marks, main, settings.refresh_s), name="acker-commit-refresh",
+                     daemon=True).start()  # fmt: skip
     return [main, letters]
+
+
+def _refresh(marks: Marks, main: StreamingQuery, every_s: float) -> None:
+    """Commit every mark at once (a mark saved but not committed before a crash), then every ``every_s``, whether
+    outcomes come or not (Spark runs no micro-batch without new records), while the job's query runs."""
+    due = 0.0
+    while _active(main):
+        if time.monotonic() >= due:
+            due = time.monotonic() + every_s
+            try:
+                marks.recommit()
+            except Exception as error:  # Kafka or the checkpoint's storage: asked again a little later
+                log.warning("committing the watermarks again failed: %s", error)
+                due = time.monotonic() + min(every_s, 60.0)
+        time.sleep(min(5.0, every_s))
+
+
+def _active(query: StreamingQuery) -> bool:
+    try:
+        return bool(query.isActive)
+    except Exception:  # the session stopped, its JVM gone
+        return False
 
 
 def start_dead_letters(

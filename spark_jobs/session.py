@@ -10,6 +10,7 @@ Ivy reports as a "problems summary" of a first run, and a host behind a proxy wa
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -24,6 +25,8 @@ from pyspark.sql import SparkSession
 from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
 from spark_jobs.replay_job import close_publishers
+
+log = logging.getLogger("spark_jobs.session")
 
 SPARK_VERSION = pyspark.__version__
 
@@ -48,11 +51,15 @@ _IVY_SETTINGS = """<ivysettings>
 """
 
 
-def _ivy_settings(ivy: Path) -> Path:
+def _ivy_settings(ivy: Path) -> str:
+    """The settings file's URI (Spark parses the setting as a URI: a path with a space in it would not be one),
+    written atomically: jobs starting together share the cache."""
     settings = ivy / "ivysettings.xml"
     if not settings.exists() or settings.read_text() != _IVY_SETTINGS:
-        settings.write_text(_IVY_SETTINGS)
-    return settings
+        fresh = ivy / f"ivysettings.{os.getpid()}.tmp"
+        fresh.write_text(_IVY_SETTINGS)
+        os.replace(fresh, settings)
+    return settings.as_uri()
 
 
 def spark_session(app: str, master: str = "local[2]") -> SparkSession:
@@ -67,7 +74,7 @@ def spark_session(app: str, master: str = "local[2]") -> SparkSession:
         SparkSession.builder.appName(app)
         .config("spark.jars.packages", ",".join(connector_packages()))
         .config("spark.jars.ivy", str(ivy))
-        .config("spark.jars.ivySettings", str(_ivy_settings(ivy)))
+        .config("spark.jars.ivySettings", _ivy_settings(ivy))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # progress bars on stderr, cut into the log lines
@@ -99,7 +106,10 @@ def stop_queries(session: SparkSession, queries: Iterable[Any]) -> None:
     """Stop streaming queries. Stopping one cancels its job group, and Spark 4 warns "Failed to cancel job group"
     whenever the group has no job running, as between micro-batches (apache/spark#45722): a warning per query at
     every shutdown, about nothing. That warning is turned off first."""
-    set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+    try:
+        set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+    except Exception as error:  # a JVM gone already: the queries are stopped all the same
+        log.debug("could not quiet the DAG scheduler: %s", error)
     for query in queries:
         query.stop()
 

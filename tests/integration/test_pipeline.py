@@ -201,10 +201,12 @@ def test_a_spout_reads_outcome_partitions_added_later_and_gives_up_a_tree_whose_
 ) -> None:
     """Outcome records keyed to a partition added to the outcome topic after the spout started still free their
     trees' room; a tree whose outcome never comes gives its room back after the pending timeout."""
-    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=4)
+    # A pending timeout of 20 s rather than minutes, and time enough to add partitions and read from them.
+    settings = SpoutSettings(
+        SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=4, pending_timeout_s=20
+    )
     _produce(config, topics.sentences, list(sentences(20, seed=3)))
     spout = Spout(config, settings)  # no acker runs: only the outcomes written here decide anything
-    spout._pending_timeout_s = 4.0  # rather than minutes (`pending_timeout_s`), for the trees read from now on
 
     def step_until(done: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
