@@ -95,7 +95,14 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
 def malformed(raw: DataFrame) -> DataFrame:
     """The records that are not valid outcome records, ready for Spark's Kafka sink (``key``, ``value``,
     ``headers``): the bytes as they were, with ``acker.dlq.reason`` and the record's coordinates."""
-    reason = F.when(F.substring("value", 1, 4) != F.lit(PREFIX), F.lit("bad-prefix")).otherwise(F.lit("undecodable"))
+    # The reasons the acker's own reader gives (`acker.wire`): an outcome record of a schema version this job does not
+    # know is not a stranger's record, and says which side to upgrade.
+    prefix = F.substring("value", 1, 4)
+    reason = (
+        F.when((F.substring("value", 1, 3) == F.lit(PREFIX[:3])) & (prefix != F.lit(PREFIX)), F.lit("unknown-version"))
+        .when(prefix != F.lit(PREFIX), F.lit("bad-prefix"))
+        .otherwise(F.lit("undecodable"))
+    )
     bad = raw.where(F.col("value").isNull() | decoded(raw).isNull())
 
     def header(name: str, value: Column) -> Column:

@@ -337,7 +337,7 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
     letters = malformed(raw).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
-    assert reasons == [b"bad-prefix", b"undecodable"]
+    assert reasons == [b"undecodable", b"unknown-version"]
 
 
 def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
