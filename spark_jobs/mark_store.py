@@ -48,7 +48,9 @@ class MarkStore:
 
     def save(self, batch_id: int, marks: dict[Key, PartitionMark]) -> None:
         """Write the marks as of ``batch_id`` (atomically; a batch that Spark runs again replaces its file), and drop
-        old files."""
+        old files, and any of a later batch: Spark's batch ids only grow in one checkpoint, so those are left from a
+        run whose query checkpoint was since removed, and would otherwise be the ones loaded (and keep this one's
+        files from being the newest)."""
         document: dict[str, Any] = {
             "batch": batch_id,
             "marks": [
@@ -57,5 +59,8 @@ class MarkStore:
             ],
         }
         self._files.write(f"{batch_id}.json", json.dumps(document).encode())
-        for old in self._batches()[:-KEEP]:
+        batches = self._batches()
+        stale = [b for b in batches if b > batch_id]
+        kept = [b for b in batches if b <= batch_id]
+        for old in stale + kept[:-KEEP]:
             self._files.delete(f"{old}.json")

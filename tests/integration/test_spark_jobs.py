@@ -419,6 +419,10 @@ def test_the_mark_store_saves_each_batch_and_loads_the_newest(spark: Any, tmp_pa
     assert sorted(p.name for p in (tmp_path / "marks-state").glob("*.json")) == sorted(
         f"{b}.json" for b in range(3, KEEP + 3)
     )
+    # The query's checkpoint removed and the job started again: its batch ids start at 0 again.
+    store.save(0, {("sp", "t/x", 3): PartitionMark(100, [], -1)})
+    assert MarkStore(spark, str(tmp_path)).load() == {("sp", "t/x", 3): PartitionMark(100, [], -1)}
+    assert [p.name for p in (tmp_path / "marks-state").glob("*.json")] == ["0.json"]
 
 
 def test_a_restarted_replay_job_finds_its_progress_and_a_wiped_checkpoint_starts_afresh(
