@@ -188,22 +188,27 @@ class Marks:
         with self._lock:
             if self.marks is None:
                 self.marks = self._store.load()
-            by_group: dict[str, dict[tuple[str, int], int]] = {}
-            for (spout, topic, partition), mark in self.marks.items():
-                by_group.setdefault(self.settings.watermark_group(spout), {})[(topic, partition)] = mark.mark
-            for group, group_marks in by_group.items():
+            marks = self.marks
+            for group, keys in self._by_group(marks).items():
+                group_marks = {
+                    (topic, partition): marks[(spout, topic, partition)].mark for spout, topic, partition in keys
+                }
                 with self._kafka.lock:
                     self._kafka.advance(group, group_marks, again=True)
+
+    def _by_group(self, keys: Iterable[Key]) -> dict[str, list[Key]]:
+        """``keys`` by the watermark group they are committed to."""
+        groups: dict[str, list[Key]] = {}
+        for key in keys:
+            groups.setdefault(self.settings.watermark_group(key[0]), []).append(key)
+        return groups
 
     def _skip_to_committed(self, keys: Iterable[Key]) -> None:
         """Marks behind their group's committed offset follow it: the watermark was moved ahead outside the job (an
         operator's reset of ``<group>.acked``; a spout starting a partition at its end when its watermark had
         expired and its reset policy is ``latest``). The spout reads from there: records below it will never be
         done, and would hold the mark for good."""
-        by_group: dict[str, list[Key]] = {}
-        for key in keys:
-            by_group.setdefault(self.settings.watermark_group(key[0]), []).append(key)
-        for group, group_keys in by_group.items():
+        for group, group_keys in self._by_group(keys).items():
             with self._kafka.lock:
                 committed = self._kafka.committed(group, [(t, p) for _, t, p in group_keys])
             for spout, topic, partition in group_keys:
