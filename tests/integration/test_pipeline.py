@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+)
 
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
@@ -20,7 +26,7 @@ from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.headers import HEADER
 from acker.kafka.clients import TopicSpec, create_topics
-from acker.spout import Spout, SpoutSettings
+from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
 
@@ -342,3 +348,107 @@ def test_the_join_example_runs_and_gives_each_record_its_fate(bootstrap: str) ->
         "payments/0/0": "ACK",
         "payments/0/1": "FAILED",
     }
+
+
+def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: ServiceConfig, topics: Topics) -> None:
+    """The topic ``small`` takes messages of at most 1 KB: the broker refuses a larger one for good, whether the
+    spout emits it or a bolt (as a child). Its tree is failed (a `Fail` to the acker, nacked ``FAILED``) long
+    before its timeout, and both go on."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
+    small = f"{topics.prefix}.small"
+    create_topics(config.client(), [TopicSpec(small, 1, config={"max.message.bytes": "1024"})])
+
+    def spout_emit(record: Any, emitter: Any) -> None:  # "direct…" to `small` at once, the rest through the relay
+        emitter.emit(small if record.value().startswith(b"direct") else topics.split, record.value())
+
+    def relay(message: BoltInput, collector: Collector) -> None:
+        collector.emit(small, message.value)
+
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, small, group=f"spout-{topics.prefix}"), spout_emit)
+    relay_bolt = Bolt(config, topics.split, f"relay-{topics.prefix}", relay)
+    stages = [
+        ServiceThread(config),
+        Running(spout),
+        Running(relay_bolt),
+        Running(Bolt(config, small, f"sink-{topics.prefix}", _ignore)),
+    ]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        # One at a time: the broker refuses a whole batch, and small messages batched with a large one would fail too.
+        [direct] = _produce(config, topics.sentences, [b"direct" + b"x" * 4096])
+        reader.wait_for([direct], timeout_s=60)
+        [relayed] = _produce(config, topics.sentences, [b"relayed" + b"x" * 4096])
+        reader.wait_for([relayed], timeout_s=60)
+        fine = _produce(config, topics.sentences, [b"direct and small", b"relayed and small"])
+        reader.wait_for(fine, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in (direct, relayed)} == {direct: ["FAILED"], relayed: ["FAILED"]}
+    assert {m: reader.seen[m] for m in fine} == {m: ["ACK"] for m in fine}
+    assert spout.counters["data_delivery_failures"] == 1 and relay_bolt.counters["child_delivery_failures"] == 1
+
+
+def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_spout(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """The acker topic takes no record of this size: each init is sent `INIT_ATTEMPTS` times, then the spout
+    publishes the tree's ``FAILED`` outcome itself (no acker ever saw it). Nothing is dropped silently."""
+    admin = AdminClient(config.client())
+    resource = ConfigResource("topic", config.acker_topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "16", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    stages = [Running(spout)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"one", b"two", b"three"])
+        reader.wait_for(ids, timeout_s=60)
+        deadline = time.monotonic() + 30
+        while spout.pending and time.monotonic() < deadline:  # the spout reads its own outcomes too
+            time.sleep(0.1)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in ids} == {m: ["FAILED"] for m in ids}
+    assert spout.counters["init_delivery_failures"] == 3 and not spout.pending
+    assert spout.acker.failed_messages == 3 * INIT_ATTEMPTS  # each init refused that many times
+
+
+def _ignore(_message: BoltInput, _collector: Collector) -> None:
+    """A bolt that processes its input by doing nothing (basic mode: acked when it returns)."""
+
+
+def test_inits_above_the_high_water_mark_are_nacked_overload_and_stay_decided(config: ServiceConfig) -> None:
+    """One acker partition with a high-water mark of 3 and nothing acking yet: of 10 trees, 3 are tracked and 7
+    nacked ``OVERLOAD`` at once. When a bolt then acks every message, the 3 are acked and the acks of the 7 find
+    tombstones (``late``): no tree gets a second outcome."""
+    config = replace(config, partitions=1, high_water=3)
+    topics = Topics(prefix=f"hw-{uuid.uuid4().hex[:8]}")
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split)])
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    service = ServiceThread(config)
+    stages: list[Running] = [service, Running(spout)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"record %d" % i for i in range(10)])
+        deadline = time.monotonic() + 60
+        while len(reader.seen) < 7 and time.monotonic() < deadline:
+            reader.poll(0.2)
+        overloaded = set(reader.seen)
+        assert len(overloaded) == 7 and service.service.snapshot().pending == {0: 3}
+        stages.append(Running(Bolt(config, topics.split, f"sink-{topics.prefix}", _ignore)))
+        reader.wait_for(ids, timeout_s=60)
+        deadline = time.monotonic() + 30
+        while service.service.snapshot().counters.late < 7 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        reader.poll(1.0)  # anything the late acks might still have decided
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in ids} == {m: ["OVERLOAD" if m in overloaded else "ACK"] for m in ids}
+    counters = service.service.snapshot().counters
+    assert (counters.nacked_overload, counters.acked, counters.late) == (7, 3, 7)
+    assert (spout.counters["nacked_overload"], spout.counters["acked"]) == (7, 3) and not spout.pending
