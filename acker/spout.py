@@ -71,7 +71,6 @@ class SpoutSettings:
     max_pending: int = 10_000
     tracked: bool = True
     reset: str = "earliest"  # where to start a partition that has no watermark yet
-    replays: bool = True  # also read the replay topic that the replay job writes for this spout
     # How long a tree counts towards max_pending without an outcome: None = `pending_timeout_s` of the acker's
     # settings; 0 = for ever. Set it above the longest a tree lives, resets included (a bolt's `reset_timeout`).
     pending_timeout_s: float | None = None
@@ -195,11 +194,12 @@ class Spout:
         self._next_outcome_check = time.monotonic() + OUTCOME_PARTITIONS_CHECK_S
         self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
         topics = [settings.source_topic]
-        self._replay_topic = config.replay_topic(settings.name) if settings.replays else None
-        if self._replay_topic is not None:
-            partitions = partition_count(config.client(), settings.source_topic)
-            create_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
-            topics.append(self._replay_topic)
+        # Always read, whether or not a replay job runs: a copy written there stands for a record whose outcome is
+        # already REPLAYED (the watermark passed it), so a spout that did not read it would lose the record.
+        self._replay_topic = config.replay_topic(settings.name)
+        partitions = partition_count(config.client(), settings.source_topic)
+        create_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
+        topics.append(self._replay_topic)
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     # -- the loop -------------------------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[st
 
     parts: list[Any] = [
         AckerService(config),
-        Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders", replays=False), emit),
-        Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments", replays=False), emit),
+        Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders"), emit),
+        Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments"), emit),
         Bolt(config, to_join, f"{prefix}-join", join_bolt(paid), basic=False),
         Bolt(config, paid, f"{prefix}-check", check),
     ]
