@@ -203,8 +203,13 @@ class Bolt:
             self._raised(message, error)
             self._collector.fail(message)
             return
-        for topic, value, key, child_headers in collector.children:
-            self._produce_child(topic, value, key, child_headers, anchored([message.tuple]))
+        try:
+            for topic, value, key, child_headers in collector.children:
+                self._produce_child(topic, value, key, child_headers, anchored([message.tuple]))
+        except Exception as error:  # a child the client does not take (a value that is not bytes): as if it raised
+            self._raised(message, error)
+            self._collector.fail(message)
+            return
         self._collector.ack(message)
 
     def _raised(self, message: BoltInput, error: Exception) -> None:

@@ -21,7 +21,8 @@ Records that start no tree are fully processed at once, and the spout says so it
 ``ACK`` with ``acker_partition`` -1), so that the watermark passes them: records for which the emit function
 emitted nothing, and every record in untracked mode (at-most-once, no acker traffic). A data message or an init
 that cannot be delivered (librdkafka has retried it) fails the tree: a `Fail` to the acker, or, for an init, a
-``FAILED`` outcome published by the spout. Nothing is dropped silently.
+``FAILED`` outcome published by the spout. So does an exception from the emit function (counted, ``emit_errors``):
+the spout goes on, and the replay job replays the record, then dead-letters it. Nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
-from acker.core.messages import Init
+from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
@@ -98,6 +99,7 @@ OUTCOME_FETCH_WAIT_MS = 100
 # How often the spout looks for partitions added to its outcome topic. The service keys outcome records by acker
 # partition, and added partitions take some keys over: outcomes there would never free their trees' room.
 OUTCOME_PARTITIONS_CHECK_S = 30.0
+MAX_HOLD_MS = 86_400_000  # a replay's not-before further away than this is not believed (the backoff caps at 60 s)
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:
@@ -257,17 +259,40 @@ class Spout:
         self.counters["read"] += 1
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
         emitter = Emitter(self, tree)
-        self._emit(record, emitter)
+        try:
+            self._emit(record, emitter)
+        except Exception as error:  # the record's fault or the function's: fail its tree rather than stop the spout
+            self._emit_raised(msg_id, tree, emitter, error, now)
+            return
         if tree is None or emitter.emitted == 0:
             self.counters["done_at_once"] += 1
             self._direct.append(("ACK", tree.anchor if tree else 0, msg_id, 0))
             return
+        self._track(msg_id, tree, now)
+
+    def _track(self, msg_id: str, tree: SpoutTree, now: float) -> None:
+        """Count the tree as pending (until its outcome or the pending timeout) and send its init."""
         self.pending[msg_id] = tree.anchor
         deadlines = self._pending_deadlines
         deadlines.append((now + self._pending_timeout_s, msg_id, tree.anchor))
         if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
             self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
         self.acker.send(tree.init())
+
+    def _emit_raised(self, msg_id: str, tree: SpoutTree | None, emitter: Emitter, error: Exception, now: float) -> None:
+        """The emit function raised: a tracked record's tree is failed (replayed, then dead-lettered, by the replay
+        job), as a bolt fails an input its function raises on; an untracked record is done (at-most-once).
+
+        Tuples emitted before the raise are in its tree: its init (their edges) and a fail go to the acker, which
+        nacks it ``FAILED``. With nothing emitted there is no tree for the acker: the spout publishes the outcome.
+        """
+        self.counters["emit_errors"] += 1
+        log.warning("the emit function raised on %s (%r): %s", msg_id, error, "failing its tree" if tree else "done")
+        if tree is None or emitter.emitted == 0:
+            self._direct.append(("FAILED" if tree else "ACK", tree.anchor if tree else 0, msg_id, 0))
+            return
+        self._track(msg_id, tree, now)
+        self.acker.send(Fail(tree.anchor))
 
     def _hold(self, record: Message, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed
@@ -281,6 +306,11 @@ class Spout:
             return False
         not_before = decimal(dict(record.headers() or []).get(NOT_BEFORE))
         if not_before is None or not_before <= now_ms:
+            return False
+        if not_before > now_ms + MAX_HOLD_MS:  # no backoff is this long: a corrupt header must not stop the partition
+            self.counters["implausible_not_before"] += 1
+            log.warning("%s/%d/%d: not-before %d is more than %d ms away: read now", *key, record.offset(), not_before,
+                        MAX_HOLD_MS)  # fmt: skip
             return False
         tp = TopicPartition(key[0], key[1], record.offset() or 0)
         self.consumer.pause([tp])

@@ -182,7 +182,9 @@ class CoordinatedStage:
             try:
                 fields = json.loads(report)
                 count, reporters, failed = int(fields["count"]), int(fields["reporters"]), bool(fields["failed"])
-            except (ValueError, KeyError, TypeError) as error:
+                if count < 0 or reporters < 0:
+                    raise ValueError(f"negative count or reporters: {count}, {reporters}")
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as error:  # inf, deep nesting
                 self._dead_letter(record, f"unreadable report: {error}")
                 return
         state = task.request(request, deadline, now_ms, failure=fields is not None and failed)

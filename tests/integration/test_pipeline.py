@@ -26,6 +26,7 @@ from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.headers import HEADER
 from acker.kafka.clients import TopicSpec, create_topics
+from acker.retries import NOT_BEFORE
 from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
@@ -43,7 +44,8 @@ def topics(config: ServiceConfig) -> Topics:
 
 
 def _produce(config: ServiceConfig, topic: str, values: list[bytes]) -> list[str]:
-    """Produce ``values``; return their message ids (coordinates), in order."""
+    """Produce ``values``; return their message ids (coordinates) in the order of their delivery reports: the order
+    produced within a partition, not across partitions."""
     producer = Producer(config.client())
     ids: list[str] = []
     lock = threading.Lock()
@@ -389,6 +391,66 @@ def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: Servic
     assert {m: reader.seen[m] for m in (direct, relayed)} == {direct: ["FAILED"], relayed: ["FAILED"]}
     assert {m: reader.seen[m] for m in fine} == {m: ["ACK"] for m in fine}
     assert spout.counters["data_delivery_failures"] == 1 and relay_bolt.counters["child_delivery_failures"] == 1
+
+
+def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_on(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """A spout's emit function raising before or after it emitted, and a basic bolt's child the client does not take
+    (a value that is not bytes): each record's tree is nacked ``FAILED`` at once, and both stages read on."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
+
+    def spout_emit(record: Any, emitter: Any) -> None:
+        if record.value() == b"raise before":
+            raise ValueError("cannot parse this record")
+        emitter.emit(topics.split, record.value())
+        if record.value() == b"raise after":
+            raise ValueError("cannot parse the rest of this record")
+
+    def bolt(message: BoltInput, collector: Any) -> None:
+        if message.value == b"wrong child":
+            collector.emit(topics.words, 42)  # a number where bytes belong: refused when the bolt produces it
+
+    spout = Spout(
+        config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"), spout_emit
+    )
+    basic = Bolt(config, topics.split, f"bolt-{topics.prefix}", bolt)
+    stages = [ServiceThread(config), Running(spout), Running(basic)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        values = [b"raise before", b"raise after", b"wrong child", b"fine", b"also"]
+        ids = [_produce(config, topics.sentences, [value])[0] for value in values]  # each value's own id
+        reader.wait_for(ids, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert [reader.seen[m] for m in ids] == [["FAILED"], ["FAILED"], ["FAILED"], ["ACK"], ["ACK"]]
+    assert spout.counters["emit_errors"] == 2 and basic.counters["errors"] == 1
+
+
+def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """Copies in the spout's replay topic: one due in 3 s is held until then (its partition paused); one whose
+    not-before is 10 days away (no backoff is that long: a corrupt header) is read at once and counted."""
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    replays = config.replay_topic(SPOUT)
+    now_ms = int(time.time() * 1000)
+    producer = Producer(config.client())
+    for partition, not_before in ((0, now_ms + 3_000), (1, now_ms + 10 * 86_400_000)):
+        producer.produce(replays, b"copy", partition=partition, headers=[(NOT_BEFORE, str(not_before).encode())])
+    assert producer.flush(30) == 0
+    read_at: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_at) < 2 and time.monotonic() < deadline:
+            spout.step(0.1)
+            read_at.update({m: time.time() for m in spout.pending if m not in read_at})
+    finally:
+        spout.close()
+    assert read_at.keys() == {f"{replays}/0/0", f"{replays}/1/0"}
+    assert read_at[f"{replays}/0/0"] * 1000 >= now_ms + 3_000 > read_at[f"{replays}/1/0"] * 1000
+    assert spout.counters["held"] == 1 and spout.counters["implausible_not_before"] == 1
 
 
 def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_spout(

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import Message
 
 from acker.coordinated import RequestState, TaskState
@@ -35,9 +36,9 @@ def _last_step(step: Any) -> CoordinatedStage:
     return stage
 
 
-def _report(request: str, deadline: bytes | None = None, *, failed: bool = False) -> Message:
+def _report(request: str, deadline: bytes | None = None, *, failed: bool = False, body: bytes | None = None) -> Message:
     deadline = deadline or str(int(time.time() * 1000) + 60_000).encode()
-    body = json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": failed}).encode()
+    body = body or json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": failed}).encode()
     return Message(topic="c.step1", partition=0, offset=7, headers=[(REQUEST, request.encode()), (DEADLINE, deadline),
                                                                      (REPORT, body)])  # fmt: skip
 
@@ -85,6 +86,24 @@ def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None
     origin = dict(letters[0]["headers"])["acker.dlq.origin"]
     letter = DeadLetter(stage.dlq, 0, 0, 0, None, b"", letters[0]["headers"])
     assert letter.origin == origin.decode() == "c.step1/0/7"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"from": 0, "count": 1e999, "reporters": 1, "failed": false}',  # int(inf): OverflowError
+        b'{"from": 0, "count": Infinity, "reporters": 1, "failed": false}',
+        b"[" * 100_000,  # RecursionError in the parser
+        b'{"from": 0, "count": -3, "reporters": 1, "failed": false}',
+        b'{"from": 0, "count": 0, "reporters": -1, "failed": false}',
+        b'{"from": 0, "count": "x", "reporters": 1, "failed": false}',
+    ],
+)
+def test_a_report_that_cannot_be_counted_is_dead_lettered_not_a_crash(body: bytes) -> None:
+    stage = _last_step(_Answer(b"x"))
+    stage._handle(_report("r1", body=body), int(time.time() * 1000))
+    assert len(_out(stage, stage.dlq)) == 1 and stage.counters["dead_letters"] == 1
+    assert _out(stage, "c.results") == [] and "r1" not in stage.tasks[0].requests
 
 
 def test_the_last_step_answers_failed_for_a_failure_found_upstream_at_the_deadline() -> None:
