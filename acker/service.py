@@ -59,6 +59,7 @@ from acker.outcome_log import OutcomeLog, parse_metadata
 from acker.partition import PartitionState, encode_tick
 from acker.topics import outcome_topic, service_topics
 from acker.wire import (
+    OUTCOME_RECORD_MAX_BYTES,
     OUTCOMES_PER_RECORD,
     WireError,
     check_block,
@@ -133,8 +134,9 @@ class _Decided:
 
 
 def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
-    """What a group of records decided, as outcome records: one per spout (whatever its trees' sources) and up to
-    OUTCOMES_PER_RECORD outcomes, each naming the acker records that decided its first and last outcome."""
+    """What a group of records decided, as outcome records: one per spout (whatever its trees' sources), split to
+    at most OUTCOMES_PER_RECORD outcomes and OUTCOME_RECORD_MAX_BYTES, each naming the acker records that decided
+    its first and last outcome."""
     out = []
     sources_of: dict[str, list[int]] = {}  # a spout's trees may come from many sources (topic partitions)
     for local, (spout, _) in enumerate(outcomes.sources):
@@ -142,11 +144,17 @@ def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock
     source = np.asarray(outcomes.source)
     for spout, locals_ in sources_of.items():
         matching = np.flatnonzero(source == locals_[0] if len(locals_) == 1 else np.isin(source, locals_))
-        for start in range(0, len(matching), OUTCOMES_PER_RECORD):
-            rows = matching[start : start + OUTCOMES_PER_RECORD]
+        chunks = [
+            matching[start : start + OUTCOMES_PER_RECORD] for start in range(0, len(matching), OUTCOMES_PER_RECORD)
+        ]
+        while chunks:
+            rows = chunks.pop(0)
             first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
             last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
             value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
+            if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids: halves, in order
+                chunks[:0] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+                continue
             out.append(_OutcomeRecord(spout, value, first, last))
     return out
 

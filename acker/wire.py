@@ -42,6 +42,9 @@ _SPOUT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # it names the outcome topic
 # Outcomes per outcome record, at most: ~19 bytes each, so that a record stays far below the broker's 1 MB default
 # (message.max.bytes) however many trees one tick expires or one burst overloads. Writers split above it.
 OUTCOMES_PER_RECORD = 1 << 14
+# And bytes per outcome record, at most (but for one outcome whose message id alone is larger): message ids that are
+# not record coordinates are written whole, each its own source, and 16,384 ids of 60 bytes pass 1 MB.
+OUTCOME_RECORD_MAX_BYTES = 1 << 19
 
 
 def _load(name: str) -> Any:

@@ -1,5 +1,6 @@
 """`acker.service.outcome_records`: what a group of acker records decided, cut into outcome-topic records (one spout
-each, at most OUTCOMES_PER_RECORD outcomes), each naming the acker records that decided its first and last outcome."""
+each, at most OUTCOMES_PER_RECORD outcomes and OUTCOME_RECORD_MAX_BYTES), each naming the acker records that decided
+its first and last outcome."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordS
 from acker.columnar.tracker import BlockTracker
 from acker.core.messages import Ack, Fail, Init
 from acker.service import failing_inits, outcome_records
-from acker.wire import OUTCOMES_PER_RECORD, decode_outcomes
+from acker.wire import OUTCOME_RECORD_MAX_BYTES, OUTCOMES_PER_RECORD, decode_outcomes
 
 
 def test_outcomes_are_cut_per_spout_in_decision_order_and_name_their_deciding_records() -> None:
@@ -76,6 +77,34 @@ def test_a_spout_whose_trees_come_from_many_sources_gets_one_record_not_one_per_
     assert s.anchors == [i + 1 for i in expected]
     assert s.msg_ids == [sources[source[i]][1] if source[i] == 4 else f"{sources[source[i]][1]}/{i}" for i in expected]
     assert decode_outcomes(encoded[1].value).msg_ids == ["key-a", "key-a"]
+
+
+def test_long_message_ids_are_cut_by_bytes_too_in_order_and_every_record_names_its_deciding_records() -> None:
+    """Message ids that are not record coordinates are written whole: 16,384 of them would pass the broker's 1 MB.
+    Records are cut so that none passes OUTCOME_RECORD_MAX_BYTES, and together they hold every outcome in order."""
+    n = OUTCOMES_PER_RECORD
+    sources = [("s", f"order-service/request/{i:08d}-6f1c2a9e-1b7d-4c55-9a0e-2f9d1c3b7a") for i in range(n)]
+    records = RecordSpans.of([n // 2, n - n // 2], [10, 11], [0, 0])
+    outcomes = OutcomeBlock(
+        index=np.arange(n, dtype=np.int64),
+        code=np.full(n, Code.TIMEOUT, np.uint8),
+        anchor=np.arange(1, n + 1, dtype=np.int64),
+        source=np.arange(n, dtype=np.int32),  # each id its own source
+        offset=np.full(n, -1, np.int64),
+        latency_ticks=np.zeros(n, np.int64),
+        latency_ms=np.zeros(n, np.int64),
+        sources=sources,
+    )
+
+    encoded = outcome_records(0, records, outcomes)
+
+    assert len(encoded) > 1 and all(len(e.value) <= OUTCOME_RECORD_MAX_BYTES for e in encoded)
+    decoded = [decode_outcomes(e.value) for e in encoded]
+    assert [m for d in decoded for m in d.msg_ids] == [source for _, source in sources]
+    start = 0
+    for e, d in zip(encoded, decoded, strict=True):
+        assert (e.first, e.last) == (10 if start < n // 2 else 11, 10 if start + len(d.anchors) <= n // 2 else 11)
+        start += len(d.anchors)
 
 
 def test_the_inits_of_a_rejected_record_are_failed_once_where_they_name_a_tree() -> None:
