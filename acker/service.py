@@ -716,10 +716,8 @@ class AckerService:
             try:
                 reader = self._reading_consumer()
                 _, end = log_bounds(reader, TopicPartition(self.config.acker_topic, partition))
-                decided = read_decided(reader, partition, starts[partition])
-                # Every deciding record lies before the end: an offset past it is another acker topic's, whose
-                # outcomes share a topic (same spout name), and would keep the set for good.
-                state.recover(decided.anchors, min(decided.until, end - 1))
+                decided = read_decided(reader, partition, starts[partition], end)
+                state.recover(decided.anchors, decided.until)
                 with self._lock:
                     self._outcome_logs[partition] = decided.log
                 log.info("partition %d: %d trees decided after the committed offset", partition, len(decided.anchors))

@@ -31,12 +31,16 @@ def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     return log_bounds(consumer, TopicPartition(topic, partition))
 
 
-def read_decided(consumer: Consumer, acker_partition: int, starts: Starts) -> Decided:
-    """The outcomes published for ``acker_partition`` from ``starts`` to the current end of each outcome topic.
+def read_decided(consumer: Consumer, acker_partition: int, starts: Starts, acker_end: int) -> Decided:
+    """The outcomes published for ``acker_partition`` (whose end is now ``acker_end``) from ``starts`` to the
+    current end of each outcome topic.
 
     Records of other acker partitions sharing a topic partition, spouts' own records and records that cannot be
-    decoded are passed over. A topic that cannot be read is logged and passed over too: the trees found in the
-    others are still decided (only the trees of that topic may be decided again by the replay).
+    decoded are passed over. So are records decided at or after ``acker_end``: every record of this partition was
+    decided before its end, so those are another acker topic's, whose outcomes share a topic (same spout name); kept,
+    they would hold the new owner's log at them for good. A topic that cannot be read is logged and passed over too:
+    the trees found in the others are still decided (only the trees of that topic may be decided again by the
+    replay).
     """
     anchors: list[np.ndarray] = []
     until = -1
@@ -53,7 +57,7 @@ def read_decided(consumer: Consumer, acker_partition: int, starts: Starts) -> De
                     decided_by, acker_offset, found = decode_outcome_anchors(record.value() or b"")
                 except WireError:
                     continue
-                if decided_by != acker_partition:
+                if decided_by != acker_partition or acker_offset >= acker_end:
                     continue
                 anchors.append(found)
                 until = max(until, acker_offset)
