@@ -78,7 +78,10 @@ def _run(args: argparse.Namespace) -> int:
         spark = spark_session(f"acker-{args.spark_job}", args.master)
         if args.spark_job == "commit":
             groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
-            settings = commit_job.CommitJobSettings(source, args.checkpoint, trigger_s=args.trigger_s, groups=groups)
+            spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
+            settings = commit_job.CommitJobSettings(
+                source, args.checkpoint, trigger_s=args.trigger_s, groups=groups, spouts=spouts
+            )
             queries = commit_job.start(spark, settings)
         else:
             replay = replay_job.ReplayJobSettings(

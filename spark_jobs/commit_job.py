@@ -95,9 +95,15 @@ class CommitJobSettings:
     # Every watermark is committed again this often, moved or not: Kafka deletes a committed offset of a group without
     # members `offsets.retention.minutes` after its last commit, and a source partition idle that long would lose it.
     refresh_s: float = 3600.0
+    # The spouts the job serves (None: every spout whose outcomes it reads, as with a pattern). Only their marks are
+    # committed again: a spout left out stays out, and its watermark group, once deleted, is not recreated.
+    spouts: frozenset[str] | None = None
 
     def watermark_group(self, spout: str) -> str:
         return f"{self.groups.get(spout, spout)}.acked"
+
+    def serves(self, spout: str) -> bool:
+        return self.spouts is None or spout in self.spouts
 
 
 def done_offsets(raw: DataFrame) -> DataFrame:
@@ -183,13 +189,13 @@ class Marks:
         return touched
 
     def recommit(self) -> None:
-        """Commit every mark again, moved or not: the marks saved but perhaps not committed before a crash, and the
-        commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`)."""
+        """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
+        crash, and the commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`)."""
         with self._lock:
             if self.marks is None:
                 self.marks = self._store.load()
             marks = self.marks
-            for group, keys in self._by_group(marks).items():
+            for group, keys in self._by_group(key for key in marks if self.settings.serves(key[0])).items():
                 group_marks = {
                     (topic, partition): marks[(spout, topic, partition)].mark for spout, topic, partition in keys
                 }
