@@ -124,6 +124,8 @@ class PartitionState:
                 offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
                 if self.last_tick_offset is None or after == self.last_tick_offset:
+                    if offset == self.unread_tick_offset:  # our own: not before we wrote it, by our clock
+                        timestamp_ms = max(timestamp_ms, self._tick_written_at)
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
                     self.applied_ticks.append(offset)
                 else:
@@ -163,7 +165,11 @@ class PartitionState:
             if now_ms - self._tick_written_at < 3 * self.tick_interval_ms:
                 return None
             self.unread_tick_offset = None  # never read back (truncated?): ticking must not stop for good
-        since = self.last_tick_ms if self.last_tick_ms is not None else self.started_ms
+        # From the last tick applied, by its timestamp (a new owner keeps the log's cadence), but never from before
+        # this instance took the partition or wrote that tick, by its own clock: a timestamp from a clock behind this
+        # one (a previous owner's, or the broker's under LogAppendTime) would bring the next tick, and expiries, early.
+        # Late is safe: trees live a little longer.
+        since = self.started_ms if self.last_tick_ms is None else max(self.last_tick_ms, self.started_ms)
         if now_ms - since < self.tick_interval_ms:
             return None
         return self.last_tick_offset if self.last_tick_offset is not None else NO_TICK

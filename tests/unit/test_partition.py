@@ -57,6 +57,21 @@ def test_a_tick_is_due_once_per_interval_and_one_at_a_time() -> None:
     assert state.tick_due(5500) == 7  # after three intervals ticking starts again
 
 
+def test_a_tick_stamped_by_a_clock_behind_this_one_does_not_bring_the_next_tick_early() -> None:
+    """A previous owner's last tick stamped at 2000 (its clock 800 ms behind), read by a new owner that took the
+    partition at 2500 by its own clock: the next tick is due an interval after 2500, not after 2000. The same for
+    this instance's own tick stamped by a broker behind it (LogAppendTime): an interval after it was written."""
+    state = PartitionState(0, TrackerConfig(buckets=2), tick_interval_ms=1000, now_ms=2500)
+    state.apply(4, 2000, _tick(NO_TICK))
+    assert state.tick_due(3000) is None and state.tick_due(3499) is None
+    assert state.tick_due(3500) == 4
+    state.tick_sent(3500)
+    state.tick_delivered(5)
+    state.apply(5, 3300, _tick(4))  # the broker's stamp, 200 ms behind this instance's clock
+    assert state.tick_due(4499) is None
+    assert state.tick_due(4500) == 5
+
+
 def test_recovery_offset_covers_pending_and_recently_decided_trees() -> None:
     state = _state()
     assert state.recovery_offset() is None
