@@ -130,6 +130,8 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
         time.sleep(8)  # the steps have started and step 2 is busy with the first requests
         processes[2].send_signal(signal.SIGKILL)
         processes[2].wait(30)
+        committed, end = _progress(config, chain, 2)
+        assert 0 < committed < end, (committed, end)  # killed mid-stream: work committed before, more after
         processes[2] = _step_process(config, chain, 2, "--instance-id", "step2")  # fences the dead one's transaction
         asking.join(150)
         assert not asking.is_alive()
@@ -139,6 +141,18 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
         for process in processes.values():
             process.wait(60)
     assert answers == {url: GRAPH.reach(url) for url in urls}
+
+
+def _progress(config: ServiceConfig, chain: Chain, index: int) -> tuple[int, int]:
+    """Step ``index``'s input: the offsets its group has committed, and the records written, over all partitions."""
+    reader = Consumer(config.client(**{"group.id": f"{chain.name}.step{index}", "enable.auto.commit": False}))
+    try:
+        parts = [TopicPartition(chain.topic(index), p) for p in range(3)]
+        committed = sum(max(tp.offset, 0) for tp in reader.committed(parts, timeout=30))
+        end = sum(reader.get_watermark_offsets(tp, timeout=30)[1] for tp in parts)
+        return committed, end
+    finally:
+        reader.close()
 
 
 class Failing:
