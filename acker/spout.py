@@ -99,7 +99,7 @@ OUTCOME_FETCH_WAIT_MS = 100
 # How often the spout looks for partitions added to its outcome topic. The service keys outcome records by acker
 # partition, and added partitions take some keys over: outcomes there would never free their trees' room.
 OUTCOME_PARTITIONS_CHECK_S = 30.0
-MAX_HOLD_MS = 86_400_000  # a replay's not-before further away than this is not believed (the backoff caps at 60 s)
+MAX_HOLD_MS = 86_400_000  # a replay's not-before further away is not believed (the replay job's backoff: 60 s at most)
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:
