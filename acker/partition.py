@@ -124,7 +124,9 @@ class PartitionState:
                 offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
                 if self.last_tick_offset is None or after == self.last_tick_offset:
-                    if offset == self.unread_tick_offset:  # our own: not before we wrote it, by our clock
+                    # Ours (read back before or after its delivery report): not before we wrote it, by our clock.
+                    # Another writer's read while ours is in flight is only delayed the more: late is safe.
+                    if self.tick_in_flight or offset == self.unread_tick_offset:
                         timestamp_ms = max(timestamp_ms, self._tick_written_at)
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
                     self.applied_ticks.append(offset)

@@ -70,6 +70,11 @@ def test_a_tick_stamped_by_a_clock_behind_this_one_does_not_bring_the_next_tick_
     state.apply(5, 3300, _tick(4))  # the broker's stamp, 200 ms behind this instance's clock
     assert state.tick_due(4499) is None
     assert state.tick_due(4500) == 5
+    state.tick_sent(4500)
+    state.apply(6, 4300, _tick(5))  # read back before its delivery report (the usual order on a quiet partition)
+    state.tick_delivered(6)
+    assert state.tick_due(5499) is None
+    assert state.tick_due(5500) == 6
 
 
 def test_recovery_offset_covers_pending_and_recently_decided_trees() -> None:
