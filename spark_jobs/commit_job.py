@@ -172,7 +172,12 @@ class Marks:
             mark.add(np.concatenate(arrays))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
         # found long enough ago that it may have been deleted since (asked again now).
-        unsure = {key for key, mark in self.marks.items() if mark.runs and not mark.waiting(now_s)}
+        # Of the spouts served only: a retired spout's mark must not recreate its deleted group either.
+        unsure = {
+            key
+            for key, mark in self.marks.items()
+            if mark.runs and not mark.waiting(now_s) and self.settings.serves(key[0])
+        }
         keys = done.keys() | unsure
         self._skip_to_committed(keys)
         for spout, topic, partition in keys:

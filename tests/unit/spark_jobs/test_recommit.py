@@ -20,6 +20,9 @@ class _Store:
     def load(self) -> dict[tuple[str, str, int], PartitionMark]:
         return self.marks
 
+    def save(self, _batch_id: int, marks: dict[tuple[str, str, int], PartitionMark]) -> None:
+        self.marks = marks
+
 
 class _Kafka:
     def __init__(self) -> None:
@@ -29,6 +32,12 @@ class _Kafka:
     def advance(self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False) -> dict[Any, int]:
         self.commits.append((group, marks, again))
         return marks
+
+    def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {}  # nothing committed: the groups were deleted
+
+    def next_existing(self, _topic: str, _partition: int, offset: int) -> int:
+        return offset  # every offset holds a record
 
 
 def _recommitted(
@@ -57,3 +66,13 @@ def test_every_mark_is_committed_again_when_the_job_serves_every_spout_it_reads(
 def test_a_spout_the_job_no_longer_serves_is_not_committed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its watermark group, deleted by an operator, is not recreated every hour."""
     assert _recommitted(monkeypatch, frozenset({"a"})) == [("a.acked", {("in", 0): 5, ("in", 1): 2}, True)]
+
+
+def test_a_batch_rechecks_only_the_marks_of_spouts_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A micro-batch also asks again about marks waiting on a gap (done offsets above the mark): not those of a
+    spout the job no longer serves, whose group would be committed, and so recreated, every minute."""
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Kafka())
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    store = _Store({("a", "in", 0): PartitionMark(5, [(7, 9)]), ("retired", "in2", 0): PartitionMark(3, [(5, 6)])})
+    marks = Marks(CommitJobSettings(source, "unused", spouts=frozenset({"a"})), store)  # type: ignore[arg-type]
+    assert marks.apply([], batch_id=1) == {"a.acked": {("in", 0): 5}}
