@@ -48,7 +48,6 @@ from acker.kafka.clients import (
     consume_available,
     create_topics,
     kafka_error,
-    log_bounds,
     produce,
     refusal,
     topic_partitions,
@@ -715,8 +714,7 @@ class AckerService:
                 continue
             try:
                 reader = self._reading_consumer()
-                _, end = log_bounds(reader, TopicPartition(self.config.acker_topic, partition))
-                decided = read_decided(reader, partition, starts[partition], end)
+                decided = read_decided(reader, TopicPartition(self.config.acker_topic, partition), starts[partition])
                 state.recover(decided.anchors, decided.until)
                 with self._lock:
                     self._outcome_logs[partition] = decided.log

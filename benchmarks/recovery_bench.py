@@ -42,7 +42,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind
 from acker.config import ServiceConfig, to_argv
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds, produce
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
 from acker.kafka.decided import read_decided
 from acker.kafka.provision import kafka_cluster
 from acker.outcome_log import parse_metadata
@@ -136,9 +136,8 @@ def _read_back(config: ServiceConfig) -> tuple[float, int]:
     consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
     try:
         committed = consumer.committed([TopicPartition(config.acker_topic, 0)], timeout=10)[0]
-        _, end = log_bounds(consumer, TopicPartition(config.acker_topic, 0))
         began = time.perf_counter()
-        decided = read_decided(consumer, 0, parse_metadata(committed.metadata), end)
+        decided = read_decided(consumer, TopicPartition(config.acker_topic, 0), parse_metadata(committed.metadata))
         return time.perf_counter() - began, len(decided.anchors)
     finally:
         consumer.close()

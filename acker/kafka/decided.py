@@ -31,20 +31,18 @@ def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     return log_bounds(consumer, TopicPartition(topic, partition))
 
 
-def read_decided(consumer: Consumer, acker_partition: int, starts: Starts, acker_end: int) -> Decided:
-    """The outcomes published for ``acker_partition`` (whose end is now ``acker_end``) from ``starts`` to the
-    current end of each outcome topic.
+def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> Decided:
+    """The outcomes published for the acker partition ``acker`` from ``starts`` to the current end of each outcome
+    topic.
 
     Records of other acker partitions sharing a topic partition, spouts' own records and records that cannot be
-    decoded are passed over. So are records decided at or after ``acker_end``: every record of this partition was
-    decided before its end, so those are another acker topic's, whose outcomes share a topic (same spout name); kept,
-    they would hold the new owner's log at them for good. A topic that cannot be read is logged and passed over too:
-    the trees found in the others are still decided (only the trees of that topic may be decided again by the
-    replay).
+    decoded are passed over. So are records decided at or past the acker partition's end, taken once the outcomes
+    are read (a previous owner still deciding during a handover decides only records before it): those are another
+    acker topic's, whose outcomes share a topic (same spout name), and kept they would hold the new owner's log at
+    them for good. A topic that cannot be read is logged and passed over too: the trees found in the others are
+    still decided (only the trees of that topic may be decided again by the replay).
     """
-    anchors: list[np.ndarray] = []
-    until = -1
-    outcome_log = OutcomeLog()
+    kept: list[tuple[str, int, int, int, np.ndarray]] = []  # (topic, partition, offset, deciding acker offset, anchors)
     for topic, (partition, offset) in starts.items():
         try:
             low, end = _bounds(consumer, topic, partition)
@@ -57,12 +55,14 @@ def read_decided(consumer: Consumer, acker_partition: int, starts: Starts, acker
                     decided_by, acker_offset, found = decode_outcome_anchors(record.value() or b"")
                 except WireError:
                     continue
-                if decided_by != acker_partition or acker_offset >= acker_end:
-                    continue
-                anchors.append(found)
-                until = max(until, acker_offset)
-                outcome_log.delivered(topic, partition, record.offset() or 0, acker_offset)
+                if decided_by == acker.partition:
+                    kept.append((topic, partition, record.offset() or 0, acker_offset, found))
         except (KafkaClientError, KafkaException) as error:  # what was read, here and in the others, still counts
             log.warning("%s[%d]: outcomes not (all) read back: %s", topic, partition, error)
-    found = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
-    return Decided(found, until, outcome_log)
+    _, acker_end = log_bounds(consumer, acker)
+    kept = [k for k in kept if k[3] < acker_end]
+    outcome_log = OutcomeLog()
+    for topic, partition, offset, acker_offset, _ in kept:
+        outcome_log.delivered(topic, partition, offset, acker_offset)
+    found = np.concatenate([k[4] for k in kept]) if kept else np.zeros(0, np.int64)
+    return Decided(found, max((k[3] for k in kept), default=-1), outcome_log)

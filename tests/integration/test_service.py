@@ -254,11 +254,14 @@ def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_rea
                      key=b"3", partition=1)  # another acker partition's: passed over  # fmt: skip
     producer.produce(topic, encode_outcomes(SPOUT, decided, np.arange(1), acker_partition=2, acker_offset=10**6),
                      key=b"2", partition=1)  # decided past the partition's end: another acker topic's  # fmt: skip
+    for _ in range(10):  # acker partition 2 ends at 10: its own records were decided before that
+        producer.produce(config.acker_topic, b"an acker record", partition=2)
     assert producer.flush(10) == 0
     consumer = Consumer(config.client(**{"group.id": f"read-back-{config.group}", "enable.auto.commit": False}))
     try:
         began = time.monotonic()
-        found = read_decided(consumer, 2, {f"{topic}.retired": (0, 5), topic: (1, 0)}, acker_end=100)
+        acker = TopicPartition(config.acker_topic, 2)
+        found = read_decided(consumer, acker, {f"{topic}.retired": (0, 5), topic: (1, 0)})
         assert time.monotonic() - began < 10  # not a wait for the missing topic's leader
     finally:
         consumer.close()
