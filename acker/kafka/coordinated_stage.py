@@ -181,10 +181,13 @@ class CoordinatedStage:
         if report is not None:
             try:
                 fields = json.loads(report)
-                count, reporters, failed = int(fields["count"]), int(fields["reporters"]), bool(fields["failed"])
+                count, reporters, failed = fields["count"], fields["reporters"], fields["failed"]
+                # Exactly as written (`reports`): "false" is not False, nor 1.9 a count.
+                if type(count) is not int or type(reporters) is not int or type(failed) is not bool:
+                    raise TypeError(f"count, reporters, failed of types {type(count), type(reporters), type(failed)}")
                 if count < 0 or reporters < 0:
                     raise ValueError(f"negative count or reporters: {count}, {reporters}")
-            except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as error:  # inf, deep nesting
+            except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
                 self._dead_letter(record, f"unreadable report: {error}")
                 return
         state = task.request(request, deadline, now_ms, failure=fields is not None and failed)

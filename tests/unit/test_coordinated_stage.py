@@ -97,6 +97,9 @@ def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None
         b'{"from": 0, "count": -3, "reporters": 1, "failed": false}',
         b'{"from": 0, "count": 0, "reporters": -1, "failed": false}',
         b'{"from": 0, "count": "x", "reporters": 1, "failed": false}',
+        b'{"from": 0, "count": 1.9, "reporters": 1, "failed": false}',
+        b'{"from": 0, "count": true, "reporters": 1, "failed": false}',
+        b'{"from": 0, "count": 0, "reporters": 1, "failed": "false"}',
     ],
 )
 def test_a_report_that_cannot_be_counted_is_dead_lettered_not_a_crash(body: bytes) -> None:
