@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.config import ServiceConfig, to_argv
 from acker.drpc import DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
+from acker.kafka.clients import read_to
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
 from tests.integration.helpers import Running
 
@@ -128,10 +129,11 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
         asking = threading.Thread(target=lambda: answers.update(_ask(config, chain, urls, deadline_s=90)))
         asking.start()
         time.sleep(8)  # the steps have started and step 2 is busy with the first requests
+        written = _ends(config, chain, 2)
         processes[2].send_signal(signal.SIGKILL)
         processes[2].wait(30)
-        committed, end = _progress(config, chain, 2)
-        assert 0 < committed < end, (committed, end)  # killed mid-stream: work committed before, more after
+        done, waiting = _progress(config, chain, 2, written)
+        assert done > 0 and waiting > 0, (done, waiting)  # killed mid-stream: work committed before, more to do
         processes[2] = _step_process(config, chain, 2, "--instance-id", "step2")  # fences the dead one's transaction
         asking.join(150)
         assert not asking.is_alive()
@@ -143,14 +145,30 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
     assert answers == {url: GRAPH.reach(url) for url in urls}
 
 
-def _progress(config: ServiceConfig, chain: Chain, index: int) -> tuple[int, int]:
-    """Step ``index``'s input: the offsets its group has committed, and the records written, over all partitions."""
-    reader = Consumer(config.client(**{"group.id": f"{chain.name}.step{index}", "enable.auto.commit": False}))
+def _ends(config: ServiceConfig, chain: Chain, index: int) -> list[int]:
+    """The end offset of each partition of step ``index``'s input."""
+    reader = Consumer(config.client(**{"group.id": f"ends-{uuid.uuid4().hex[:8]}"}))
     try:
-        parts = [TopicPartition(chain.topic(index), p) for p in range(3)]
-        committed = sum(max(tp.offset, 0) for tp in reader.committed(parts, timeout=30))
-        end = sum(reader.get_watermark_offsets(tp, timeout=30)[1] for tp in parts)
-        return committed, end
+        return [reader.get_watermark_offsets(TopicPartition(chain.topic(index), p), timeout=30)[1] for p in range(3)]
+    finally:
+        reader.close()
+
+
+def _progress(config: ServiceConfig, chain: Chain, index: int, ends: list[int]) -> tuple[int, int]:
+    """Step ``index``'s input records before ``ends``: how many its group has committed (offsets, markers included),
+    and how many committed records (read as the step reads them) lie between its committed offsets and ``ends``."""
+    group = f"{chain.name}.step{index}"
+    reader = Consumer(config.client(**{"group.id": group, "enable.auto.commit": False,
+                                       "isolation.level": "read_committed"}))  # fmt: skip
+    try:
+        parts = reader.committed([TopicPartition(chain.topic(index), p) for p in range(3)], timeout=30)
+        done = sum(max(tp.offset, 0) for tp in parts)
+        waiting = sum(
+            1
+            for tp, end in zip(parts, ends, strict=True)
+            for _ in read_to(reader, TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)), end)
+        )
+        return done, waiting
     finally:
         reader.close()
 

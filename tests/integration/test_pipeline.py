@@ -431,25 +431,28 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
 def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
     config: ServiceConfig, topics: Topics
 ) -> None:
-    """Copies in the spout's replay topic: one due in 3 s is held until then (its partition paused); one whose
+    """Copies in the spout's replay topic: one due in 8 s is held until then (its partition paused); one whose
     not-before is 10 days away (no backoff is that long: a corrupt header) is read at once and counted."""
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
     replays = config.replay_topic(SPOUT)
-    now_ms = int(time.time() * 1000)
-    producer = Producer(config.client())
-    for partition, not_before in ((0, now_ms + 3_000), (1, now_ms + 10 * 86_400_000)):
-        producer.produce(replays, b"copy", partition=partition, headers=[(NOT_BEFORE, str(not_before).encode())])
-    assert producer.flush(30) == 0
     read_at: dict[str, float] = {}
     try:
         deadline = time.monotonic() + 60
+        while not any(tp.topic == replays for tp in spout.consumer.assignment()):  # joined: the hold starts now
+            assert time.monotonic() < deadline, "the spout was never assigned its replay topic"
+            spout.step(0.1)
+        now_ms = int(time.time() * 1000)
+        producer = Producer(config.client())
+        for partition, not_before in ((0, now_ms + 8_000), (1, now_ms + 10 * 86_400_000)):
+            producer.produce(replays, b"copy", partition=partition, headers=[(NOT_BEFORE, str(not_before).encode())])
+        assert producer.flush(30) == 0
         while len(read_at) < 2 and time.monotonic() < deadline:
             spout.step(0.1)
             read_at.update({m: time.time() for m in spout.pending if m not in read_at})
     finally:
         spout.close()
     assert read_at.keys() == {f"{replays}/0/0", f"{replays}/1/0"}
-    assert read_at[f"{replays}/0/0"] * 1000 >= now_ms + 3_000 > read_at[f"{replays}/1/0"] * 1000
+    assert read_at[f"{replays}/0/0"] * 1000 >= now_ms + 8_000 > read_at[f"{replays}/1/0"] * 1000
     assert spout.counters["held"] == 1 and spout.counters["implausible_not_before"] == 1
 
 
