@@ -45,7 +45,10 @@ class NotRedrivableError(AckerError):
 
 @dataclass(frozen=True)
 class Backoff:
-    """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms``."""
+    """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms``.
+
+    Keep ``max_ms`` under a day: a spout takes a not-before further away for a corrupt header and does not wait
+    (`acker.spout.MAX_HOLD_MS`)."""
 
     first_ms: int = 1_000
     factor: float = 2.0
