@@ -24,6 +24,7 @@ from acker.config import ServiceConfig
 from acker.errors import AckerError
 from acker.headers import HeaderList, pairs, text
 from acker.kafka.clients import (
+    READ_TO_SETTINGS,
     KafkaClientError,
     TopicSpec,
     create_topics,
@@ -138,7 +139,11 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
             return []
         raise DlqError(f"no dead-letter topic {topic!r}: {error}") from None
     wanted = None if wanted is None else set(wanted)
-    consumer = Consumer(config.client(**{"group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}))
+    consumer = Consumer(
+        config.client(
+            **{"group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, **READ_TO_SETTINGS}
+        )
+    )
     letters: list[DeadLetter] = []
     try:
         for p in range(partitions):

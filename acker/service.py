@@ -43,6 +43,7 @@ from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
 from acker.kafka.clients import (
+    READ_TO_SETTINGS,
     KafkaClientError,
     TopicSpec,
     consume_available,
@@ -185,7 +186,7 @@ class _Retired:
     ignored_ticks: int = 0
 
 
-def _compile_now() -> None:
+def compile_now() -> None:
     """Compile (or load from numba's on-disk cache) every compiled loop the service runs, before it joins the
     group: no record waits for the compiler."""
     BlockTracker.warm_up()
@@ -202,7 +203,7 @@ def _compile_now() -> None:
 class AckerService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        _compile_now()
+        compile_now()
         self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
         self._states: dict[int, PartitionState] = {}
         self._outcome_logs: dict[int, OutcomeLog] = {}
@@ -735,6 +736,7 @@ class AckerService:
                         # broker's default partition count): see `_ensure_topics`. The default for consumers, set
                         # here because the pass-through settings may say otherwise.
                         "allow.auto.create.topics": False,
+                        **READ_TO_SETTINGS,  # it reads outcome topics back, then looks up offsets
                     }
                 )
             )

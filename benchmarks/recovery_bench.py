@@ -42,10 +42,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind
 from acker.config import ServiceConfig, to_argv
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
+from acker.kafka.clients import READ_TO_SETTINGS, TopicSpec, consume_available, create_topics, log_bounds, produce
 from acker.kafka.decided import read_decided
 from acker.kafka.provision import kafka_cluster
 from acker.outcome_log import parse_metadata
+from acker.service import compile_now
 from acker.status import group_lag, read_status
 from acker.wire import decode_outcomes, encode_batch
 
@@ -133,11 +134,17 @@ def _outcomes(config: ServiceConfig, expected: int, timeout_s: float) -> dict[st
 
 def _read_back(config: ServiceConfig) -> tuple[float, int]:
     """Seconds to read back the outcomes the committed offset's metadata points at, and how many trees they name."""
-    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
+    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False, **READ_TO_SETTINGS}))
     try:
         committed = consumer.committed([TopicPartition(config.acker_topic, 0)], timeout=10)[0]
+        # As the service is when it reads back: its loops compiled before it joined, its reading consumer connected.
+        compile_now()
+        starts = parse_metadata(committed.metadata)
+        for topic, (partition, _) in starts.items():
+            log_bounds(consumer, TopicPartition(topic, partition))
+        log_bounds(consumer, TopicPartition(config.acker_topic, 0))
         began = time.perf_counter()
-        decided = read_decided(consumer, TopicPartition(config.acker_topic, 0), parse_metadata(committed.metadata))
+        decided = read_decided(consumer, TopicPartition(config.acker_topic, 0), starts)
         return time.perf_counter() - began, len(decided.anchors)
     finally:
         consumer.close()

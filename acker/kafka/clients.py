@@ -153,9 +153,15 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
     return consumer.consume(max_records, timeout=0) or consumer.consume(1, timeout=timeout_s)
 
 
+# For a consumer that reads partitions to their end with `read_to` and then asks the broker something else: a fetch
+# left waiting at the end of what it read holds the broker connection, and the next request (an offset lookup, say)
+# waited behind it for the whole wait, 500 ms by default.
+READ_TO_SETTINGS = {"fetch.wait.max.ms": 10}
+
+
 def read_to(consumer: Consumer, start: TopicPartition, end: int, timeout_s: float = 30.0) -> Iterator[Message]:
     """The records of one partition from ``start`` up to (not including) offset ``end``, read through ``consumer``
-    (assigned here, unassigned after).
+    (assigned here, unassigned after; give it `READ_TO_SETTINGS` if it asks for more afterwards).
 
     Progress is the consumer's position, which also moves past transaction markers and aborted records: a
     transactional topic's last offset is a marker, and no record ever reaches it. `KafkaClientError` when the

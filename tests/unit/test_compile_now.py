@@ -1,4 +1,4 @@
-"""The service compiles every loop it runs before it joins its group (`acker.service._compile_now`): deciding real
+"""The service compiles every loop it runs before it joins its group (`acker.service.compile_now`): deciding real
 traffic afterwards compiles nothing more, for no argument layout. Checked in a fresh interpreter, where nothing else
 compiled anything before (numba's compiled signatures are per process)."""
 
@@ -30,7 +30,7 @@ def compiled():
     }
 
 
-service._compile_now()
+service.compile_now()
 before = compiled()
 workload = generate(WorkloadSpec(trees=3000, fail_rate=0.05, drop_rate=0.05, tick_every=4000, spout="s"))
 messages = workload.messages
