@@ -119,14 +119,15 @@ def _service_config(args: argparse.Namespace) -> ServiceConfig:
 def _cmd_run(args: argparse.Namespace) -> int:
     import logging
 
-    from acker.metrics import serve
+    from acker.metrics import ServiceCollector, serve
     from acker.service import AckerService
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = _service_config(args)
     logging.getLogger("acker").info("configuration: %s", config.redacted())
+    registry = serve(config.metrics_port)
     service = AckerService(config)
-    serve(service.snapshot, config.metrics_port)
+    registry.register(ServiceCollector(service.snapshot))
     return run_until_signalled(service)
 
 
@@ -320,7 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaException as error:  # e.g. a librdkafka setting it does not know or cannot take
         print(f"acker: Kafka client: {error.args[0] if error.args else error}", file=sys.stderr)
         return 2
-    except OSError as error:  # a file that cannot be read, a port that cannot be bound, ...
+    except TimeoutError:  # a Kafka admin request's future: it carries no message
+        servers = getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
+        print(f"acker: Kafka did not answer in time: is it running, and reachable at {servers}?", file=sys.stderr)
+        return 2
+    except OSError as error:  # a file that cannot be read, ...
         print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     return code

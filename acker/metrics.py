@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from acker.core.tracker import Counters
+from acker.errors import ConfigError
 
 LATENCY_BUCKETS_MS = np.array([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000, 300000])
 
@@ -108,10 +109,17 @@ class ServiceCollector(Collector):
         )
 
 
-def serve(snapshot: Callable[[], Snapshot], port: int) -> CollectorRegistry:
-    """Expose the service's metrics on ``port`` (a daemon thread); return the registry (for tests)."""
+def serve(port: int) -> CollectorRegistry:
+    """Listen on ``port`` (0: not at all) for scrapes of the registry returned, from a daemon thread. Bound before
+    the service starts, so that a port in use stops it before it joins its group; register the service's
+    `ServiceCollector` once it exists (a scrape before then finds nothing)."""
     registry = CollectorRegistry()
-    registry.register(ServiceCollector(snapshot))
     if port:
-        start_http_server(port, addr="0.0.0.0", registry=registry)
+        try:
+            start_http_server(port, addr="0.0.0.0", registry=registry)
+        except OSError as error:
+            raise ConfigError(
+                f"metrics port {port}: {error.strerror or error} (another acker instance on this host? give each its "
+                "own --metrics-port, or 0 for none)"
+            ) from None
     return registry

@@ -19,7 +19,7 @@ from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
-from acker.metrics import Snapshot, serve
+from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.service import DLQ_KEPT_BYTES, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_outcomes, encode_batch
 from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
@@ -183,7 +183,8 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         send(config, [m for _, head, tail in trees.values() for m in (*head, *tail)])
         reader.wait_for(trees, timeout_s=60)
         reader.poll(1.5)  # a status round
-        registry = serve(service.service.snapshot, 0)
+        registry = serve(0)
+        registry.register(ServiceCollector(service.service.snapshot))
         text = generate_latest(registry).decode()
         status = subprocess.run(
             [sys.executable, "-m", "acker.cli", "status", *common, "--json"], capture_output=True, text=True, check=True

@@ -1,0 +1,35 @@
+"""What a user sees when the CLI cannot do its job: one line saying why and what to check, exit status 2."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from acker import cli
+from acker.errors import ConfigError
+from acker.kafka import clients
+from acker.metrics import serve
+
+
+def test_kafka_not_answering_names_the_bootstrap_servers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_answer(*_args: Any, **_kwargs: Any) -> list[str]:
+        raise TimeoutError  # what an admin request's future raises: no message at all
+
+    monkeypatch.setattr(clients, "create_topics", no_answer)
+    assert cli.main(["topics", "create", "--bootstrap-servers", "kafka.example:9092"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "acker: Kafka did not answer in time: is it running, and reachable at kafka.example:9092?"
+    )
+
+
+def test_a_metrics_port_in_use_says_which_and_what_to_do() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"metrics port {port}: .*--metrics-port"):
+            serve(port)
