@@ -72,6 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)
     # Made before Spark starts: it refuses the settings Spark's Java Kafka client cannot be given.
     source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
+    source.check_topics()
 
     spark = None
     try:

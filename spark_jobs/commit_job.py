@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from acker.errors import ConfigError
+from acker.kafka.clients import KafkaClientError, partition_count
 from acker.kafka.lookups import lookups
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
@@ -57,10 +60,28 @@ class OutcomeSource:
     _kafka_options: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if bool(self.topics) == bool(self.pattern):
+            raise ConfigError("name the outcome topics (--spout, repeatable) or a pattern (--pattern): one of them")
         # Translated once, when the source is made: what Spark's Java client cannot be given fails here, before any
         # query (and before Spark, in `acker spark`), and a warning of the translation is given once.
         java = java_client_settings(self.client, self.java_kafka)
         object.__setattr__(self, "_kafka_options", {f"kafka.{k}": v for k, v in java.items()})
+
+    def check_topics(self) -> None:
+        """`ConfigError` naming a named outcome topic that does not exist: Spark's query would fail on it with pages
+        of Java traces that never name it. Anything else (Kafka not answering yet, a login only Spark's Java client
+        can make, e.g. Kerberos) is left for Spark to meet."""
+        for topic in self.topics:
+            try:
+                partition_count(self.client, topic)
+            except (KafkaClientError, KafkaException) as error:
+                if not isinstance(error, KafkaClientError) or error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    log.warning("could not check that outcome topic %s exists: %s", topic, error)
+                    continue
+                raise ConfigError(
+                    f"outcome topic {topic} does not exist: create it (acker topics create --spout S) or start its "
+                    "spout first"
+                ) from None
 
     def kafka_options(self) -> dict[str, str]:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
@@ -70,8 +91,6 @@ class OutcomeSource:
         """The outcome records, without those of the topics in ``exclude``: a job's own dead-letter topic, which a
         pattern may match (``acker\\.outcomes\\..*`` matches ``acker.outcomes.dlq``). Read back, every malformed
         record there would be dead-lettered again, copies of copies, for ever."""
-        if bool(self.topics) == bool(self.pattern):
-            raise ValueError("name the outcome topics or a pattern, not both")
         options = {**self.kafka_options(), **self.spark_options}
         reader = spark.readStream.format("kafka").options(**options)
         reader = (

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from acker.bolt import Bolt, BoltInput, Collector
+from acker.cli import main
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.lookups import lookups
@@ -452,3 +453,13 @@ def test_a_restarted_replay_job_finds_its_progress_and_a_wiped_checkpoint_starts
     shutil.rmtree(tmp_path / "ckpt")
     again = run_id(spark, settings.checkpoint)
     assert again != run and _Publisher(settings, settings.identity(again)).last == -1
+
+
+def test_a_spark_job_for_a_spout_whose_outcome_topic_does_not_exist_says_so_before_spark_starts(
+    bootstrap: str, names: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_: pytest.fail("Spark started"))
+    argv = ["spark", "replay", "--spout", "nosuch", "--bootstrap-servers", bootstrap, "--checkpoint", names["ckpt"],
+            "--outcome-prefix", names["outcomes"]]  # fmt: skip
+    assert main(argv) == 2
+    assert f"outcome topic {names['outcomes']}nosuch does not exist" in capsys.readouterr().err
