@@ -19,6 +19,7 @@ from acker.config import ServiceConfig, add_arguments
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError
+from acker.help_text import prose
 
 
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
@@ -225,7 +226,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="acker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="acker", description=prose(__doc__))
     sub = parser.add_subparsers(dest="command", required=True)
 
     replay = sub.add_parser(

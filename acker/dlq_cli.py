@@ -13,6 +13,7 @@ from rich.table import Table
 import acker.dlq
 from acker.config import ServiceConfig, add_arguments, load
 from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
+from acker.help_text import prose
 from acker.retries import SOURCE_MISSING
 
 
@@ -75,7 +76,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_redrive(args: argparse.Namespace) -> int:
     config = load(args)
     if bool(args.places) == bool(args.all):
-        raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all, not both")
+        raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all: one of them")
     letters = _chosen(args, config)
     if args.all:  # records gone before they could be replayed have no data: left where they are, and said so
         gone = [letter for letter in letters if letter.reason == SOURCE_MISSING]
@@ -97,7 +98,7 @@ def add_parser(sub: Any) -> None:
     dlq = sub.add_parser(
         "dlq",
         help="list, inspect and re-drive dead-lettered records",
-        description=acker.dlq.__doc__,
+        description=prose(acker.dlq.__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = dlq.add_subparsers(dest="dlq_command", required=True)

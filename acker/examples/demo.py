@@ -36,6 +36,7 @@ from acker.examples.ledger import Ledger, Report
 from acker.examples.wordcount import POISON, SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import text
+from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partitions
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
@@ -392,7 +393,7 @@ def add_parser(sub: Any) -> None:
     demo = sub.add_parser(
         "demo",
         help="the whole system on a local Kafka broker under failures, and a check that no record is lost",
-        description=__doc__,
+        description=prose(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     defaults = DemoOptions()

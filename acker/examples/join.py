@@ -31,6 +31,7 @@ from confluent_kafka import Message, Producer
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.examples.wordcount_cli import follow_outcomes
+from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.provision import kafka_cluster
 from acker.service import AckerService
@@ -125,7 +126,7 @@ def _write(config: ServiceConfig, topic: str, rows: list[dict[str, Any]]) -> lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=prose(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None, help="a Kafka cluster [default: start a local broker]")
     args = parser.parse_args()
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:

@@ -35,6 +35,7 @@ from typing import Any
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.drpc import DrpcClient, DrpcError
+from acker.help_text import prose
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
 from acker.kafka.local_broker import pdeathsig_preexec
 
@@ -179,8 +180,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    reach = sub.add_parser("reach", help="Storm's ReachTopology as a coordinated chain (Linear DRPC)",
-                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    reach = sub.add_parser(
+        "reach",
+        help="Storm's ReachTopology as a coordinated chain (Linear DRPC)",
+        description=prose(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = reach.add_subparsers(dest="reach_command", required=True)
     run = commands.add_parser("run", help="create the topics, start every step, send requests and check the answers")
     step = commands.add_parser("step", help="run one step of the chain until stopped")

@@ -28,6 +28,7 @@ from acker.bolt import Bolt
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
+from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import pdeathsig_preexec
@@ -246,6 +247,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
         )
         return 0 if sum(first.values()) == len(ids) else 1
+    except KeyboardInterrupt:
+        print("interrupted: every stage this run started is stopped", file=sys.stderr)
+        return 130
     finally:
         stages.stop()
 
@@ -254,7 +258,7 @@ def add_parser(sub: Any) -> None:
     wordcount = sub.add_parser(
         "wordcount",
         help="Storm's streaming word count as a Kafka pipeline",
-        description=__doc__,
+        description=prose(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     stages = wordcount.add_subparsers(dest="stage", required=True)
@@ -263,33 +267,33 @@ def add_parser(sub: Any) -> None:
         parser: argparse.ArgumentParser = stages.add_parser(name, help=help_text)
         add_arguments(parser)
         parser.add_argument("--prefix", default="wc", help="topic prefix of the pipeline [default: wc]")
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--seed", type=int, default=0, help="seed of generated sentences and injected failures [0]")
         parser.set_defaults(run=run)
         return parser
 
     topics = stage("topics", "create the pipeline's and the acker's topics", cmd_topics)
-    topics.add_argument("--pipeline-partitions", type=int, default=4)
+    topics.add_argument("--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [4]")
     produce_parser = stage("produce", "write sentences to the source topic", cmd_produce)
     for parser in (produce_parser,):
-        parser.add_argument("--sentences", type=int, default=1000)
+        parser.add_argument("--sentences", type=int, default=1000, help="sentences to generate [1000]")
         parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     spout = stage("spout", "run the spout", cmd_spout)
-    spout.add_argument("--max-pending", type=int, default=10_000)
+    spout.add_argument("--max-pending", type=int, default=10_000, help="unfinished trees at most [10000]")
     spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
     split = stage("split", "run a split bolt", cmd_split)
-    split.add_argument("--fail-rate", type=float, default=0.0)
+    split.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences to fail [0]")
     split.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
     count = stage("count", "run a count bolt", cmd_count)
-    count.add_argument("--drop-rate", type=float, default=0.0)
+    count.add_argument("--drop-rate", type=float, default=0.0, help="share of words to drop silently [0]")
     count.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
     run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run)
-    run.add_argument("--sentences", type=int, default=1000)
+    run.add_argument("--sentences", type=int, default=1000, help="sentences to generate [1000]")
     run.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     run.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences the split bolt fails")
     run.add_argument("--drop-rate", type=float, default=0.0, help="share of words the count bolt drops silently")
     run.add_argument("--crash-split-after", type=int, default=None, help="crash one split process after N messages")
-    run.add_argument("--split-processes", type=int, default=2)
-    run.add_argument("--count-processes", type=int, default=2)
-    run.add_argument("--untracked", action="store_true")
-    run.add_argument("--pipeline-partitions", type=int, default=4)
-    run.add_argument("--max-wait-s", type=float, default=120.0)
+    run.add_argument("--split-processes", type=int, default=2, help="split bolt processes [2]")
+    run.add_argument("--count-processes", type=int, default=2, help="count bolt processes [2]")
+    run.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
+    run.add_argument("--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [4]")
+    run.add_argument("--max-wait-s", type=float, default=120.0, help="give up waiting for outcomes after this [120]")

@@ -1,4 +1,5 @@
-"""What a user sees when the CLI cannot do its job: one line saying why and what to check, exit status 2."""
+"""What a user sees of the CLI: help that reads as prose; when it cannot do its job, one line saying why and what
+to check, exit status 2."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from acker import cli
 from acker.errors import ConfigError
+from acker.help_text import prose
 from acker.kafka import clients
 from acker.metrics import serve
 
@@ -41,3 +43,11 @@ def test_a_spark_job_without_spouts_or_a_pattern_says_so_before_spark_starts(
     monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_: pytest.fail("Spark started"))
     assert cli.main(["spark", "commit", "--checkpoint", "/nowhere"]) == 2
     assert "--spout" in capsys.readouterr().err
+
+
+def test_command_help_reads_as_prose(capsys: pytest.CaptureFixture[str]) -> None:
+    assert prose("the acker's (``dlq_topic``), see `acker.retries`") == "the acker's (dlq_topic), see acker.retries"
+    for command in ([], ["dlq"], ["demo"], ["reach"], ["wordcount"]):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        assert "`" not in capsys.readouterr().out
