@@ -34,6 +34,7 @@ from acker.kafka.lookups import lookups
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
+from spark_jobs.stopping import batch_function
 from spark_jobs.watermark import PartitionMark
 
 log = logging.getLogger("spark_jobs.commit")
@@ -268,7 +269,7 @@ def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQue
         done_offsets(raw)
         .writeStream.queryName("acker-commit")
         .outputMode("append")
-        .foreachBatch(publish(settings, marks))
+        .foreachBatch(batch_function(publish(settings, marks)))
         .option("checkpointLocation", f"{settings.checkpoint}/marks")
         .trigger(processingTime=f"{settings.trigger_s} seconds")
         .start()

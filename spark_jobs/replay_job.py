@@ -41,6 +41,7 @@ from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
 from spark_jobs.outcomes import NACKS, outcome_rows
+from spark_jobs.stopping import batch_function
 
 log = logging.getLogger("spark_jobs.replay")
 
@@ -224,7 +225,7 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
     main = (
         deduplicated.writeStream.queryName("acker-replay")
         .outputMode("append")
-        .foreachBatch(sink)
+        .foreachBatch(batch_function(sink))
         .option("checkpointLocation", f"{settings.checkpoint}/replays")
         .trigger(processingTime=trigger)
         .start()

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ from pyspark.sql import SparkSession
 from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
 from spark_jobs.replay_job import close_publishers
+from spark_jobs.stopping import stopping
 
 log = logging.getLogger("spark_jobs.session")
 
@@ -89,7 +91,13 @@ def spark_session(app: str, master: str = "local[2]") -> SparkSession:
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.driver.host", "127.0.0.1")
         )
+    # pyspark's context replaces the SIGINT handler with one that cancels every running job before it raises
+    # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
+    # could be stopped between two (`stop_queries`). The handler the process had is put back.
+    interrupt = signal.getsignal(signal.SIGINT)
     session = builder.getOrCreate()
+    if interrupt is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")
     return session
 
@@ -102,16 +110,27 @@ def set_log_level(session: SparkSession, logger: str, level: str) -> None:
     log4j.core.config.Configurator.setLevel(logger, log4j.Level.toLevel(level))
 
 
-def stop_queries(session: SparkSession, queries: Iterable[Any]) -> None:
-    """Stop streaming queries. Stopping one cancels its job group, and Spark 4 warns "Failed to cancel job group"
-    whenever the group has no job running, as between micro-batches (apache/spark#45722): a warning per query at
-    every shutdown, about nothing. That warning is turned off first."""
+def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_s: float = 5.0) -> None:
+    """Stop streaming queries, each between two micro-batches if one comes within ``between_batches_s``.
+
+    Stopping a query interrupts the micro-batch it is running, which then fails (`spark_jobs.stopping` keeps that
+    short and quiet). What a batch did is safe either way (it runs again after a restart); waiting for its end only
+    spares it the interruption.
+    Stopping one also cancels its job group, and Spark 4 warns "Failed to cancel job group" whenever the group has
+    no job running, as between micro-batches (apache/spark#45722): that warning is turned off first."""
     try:
         set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
         log.debug("could not quiet the DAG scheduler: %s", error)
-    for query in queries:
-        query.stop()
+    with stopping():
+        for query in queries:
+            deadline = time.monotonic() + between_batches_s
+            try:
+                while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            except Exception as error:  # a JVM gone already
+                log.debug("could not wait for the end of a micro-batch: %s", error)
+            query.stop()
 
 
 def stop(session: SparkSession | None) -> None:

@@ -133,10 +133,10 @@ class Demo:
             readers = self._readers()
             self._watch(readers, self._writer())
         finally:
+            self.stages.stop()  # first: with no more outcomes coming, the queries are stopped between micro-batches
             if spark is not None:
                 stop_queries(spark, queries)
             stop(spark)  # also a JVM still starting, when interrupted then
-            self.stages.stop()
             for reader in readers:
                 reader.close()
         return self.ledger.report()

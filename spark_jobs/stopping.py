@@ -1,0 +1,46 @@
+"""Stopping a streaming query interrupts the micro-batch it runs: that batch's failure is expected then, and kept
+short and quiet. Between micro-batches is not always possible: a job catching up runs them back to back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import DataFrame
+
+_stopping = threading.Event()  # set by `stopping`: a micro-batch failing now was interrupted by it
+
+
+def batch_function(function: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
+    """``function`` as a foreachBatch sink whose failure while its query is being stopped is one short error.
+
+    The batch still fails (it runs again after a restart, so nothing it did is lost or taken as done). Raised as it
+    is, the interrupted Java call's error, pages long, went back to Spark, which printed it and then overflowed its
+    stack matching a pattern against it: a thousand lines at every Ctrl-C."""
+
+    def run(batch: DataFrame, batch_id: int) -> None:
+        try:
+            function(batch, batch_id)
+        except Exception:
+            if _stopping.is_set():
+                raise RuntimeError(f"micro-batch {batch_id} interrupted: its query is being stopped") from None
+            raise
+
+    return run
+
+
+@contextmanager
+def stopping() -> Iterator[None]:
+    """While this process stops its queries (`spark_jobs.session.stop_queries`): the batches they interrupt fail with
+    a short error, and py4j, which logs each such failure with its Java trace, logs only what is critical."""
+    py4j = logging.getLogger("py4j.clientserver")
+    level = py4j.level
+    _stopping.set()
+    py4j.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        _stopping.clear()
+        py4j.setLevel(level)

@@ -1,0 +1,26 @@
+"""A micro-batch interrupted because its query is being stopped fails with one short error; at any other time its
+error goes to Spark as it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spark_jobs.stopping import batch_function, stopping
+
+
+def _failing(_batch: Any, _batch_id: int) -> None:
+    raise LookupError("a long Java trace " * 1000)
+
+
+def test_a_batch_failing_while_its_query_runs_raises_its_own_error() -> None:
+    with pytest.raises(LookupError):
+        batch_function(_failing)(None, 7)  # type: ignore[arg-type]
+
+
+def test_a_batch_failing_while_its_query_is_stopped_still_fails_with_a_short_error() -> None:
+    with stopping(), pytest.raises(RuntimeError, match=r"^micro-batch 7 interrupted: its query is being stopped$"):
+        batch_function(_failing)(None, 7)  # type: ignore[arg-type]
+    with pytest.raises(LookupError):  # and no longer once the queries are stopped
+        batch_function(_failing)(None, 8)  # type: ignore[arg-type]
