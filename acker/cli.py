@@ -221,7 +221,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             str(end),
             str(end - committed if committed is not None else "-"),
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: whole rows, not rich's default 80 columns
+        console = Console(width=200)
+    console.print(table)
     return 0
 
 
