@@ -171,7 +171,7 @@ class PartitionState:
         # this instance took the partition or wrote that tick, by its own clock: a timestamp from a clock behind this
         # one (a previous owner's, or the broker's under LogAppendTime) would bring the next tick, and expiries, early.
         # Late is safe: trees live a little longer.
-        since = self.started_ms if self.last_tick_ms is None else max(self.last_tick_ms, self.started_ms)
+        since = max(self.started_ms, self.last_tick_ms or 0)
         if now_ms - since < self.tick_interval_ms:
             return None
         return self.last_tick_offset if self.last_tick_offset is not None else NO_TICK

@@ -255,44 +255,35 @@ class Spout:
         return len(records)
 
     def _start(self, record: Message, now: float) -> None:
+        """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is
+        failed rather than the spout stopped, as a bolt fails an input its function raises on: its init (the edges
+        of the tuples emitted before the raise) and a fail go to the acker, which nacks it ``FAILED``, and the replay
+        job replays the record, then dead-letters it. A record that starts no tree (nothing emitted, or untracked)
+        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when a tracked one raised."""
         msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
         self.counters["read"] += 1
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
         emitter = Emitter(self, tree)
+        raised = False
         try:
             self._emit(record, emitter)
-        except Exception as error:  # the record's fault or the function's: fail its tree rather than stop the spout
-            self._emit_raised(msg_id, tree, emitter, error, now)
-            return
+        except Exception as error:
+            raised = True
+            self.counters["emit_errors"] += 1
+            log.warning("the emit function raised on %s (%r): %s", msg_id, error, "failing it" if tree else "done")
         if tree is None or emitter.emitted == 0:
-            self.counters["done_at_once"] += 1
-            self._direct.append(("ACK", tree.anchor if tree else 0, msg_id, 0))
+            if not raised:
+                self.counters["done_at_once"] += 1
+            self._direct.append(("FAILED" if raised and tree else "ACK", tree.anchor if tree else 0, msg_id, 0))
             return
-        self._track(msg_id, tree, now)
-
-    def _track(self, msg_id: str, tree: SpoutTree, now: float) -> None:
-        """Count the tree as pending (until its outcome or the pending timeout) and send its init."""
         self.pending[msg_id] = tree.anchor
         deadlines = self._pending_deadlines
         deadlines.append((now + self._pending_timeout_s, msg_id, tree.anchor))
         if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
             self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
         self.acker.send(tree.init())
-
-    def _emit_raised(self, msg_id: str, tree: SpoutTree | None, emitter: Emitter, error: Exception, now: float) -> None:
-        """The emit function raised: a tracked record's tree is failed (replayed, then dead-lettered, by the replay
-        job), as a bolt fails an input its function raises on; an untracked record is done (at-most-once).
-
-        Tuples emitted before the raise are in its tree: its init (their edges) and a fail go to the acker, which
-        nacks it ``FAILED``. With nothing emitted there is no tree for the acker: the spout publishes the outcome.
-        """
-        self.counters["emit_errors"] += 1
-        log.warning("the emit function raised on %s (%r): %s", msg_id, error, "failing its tree" if tree else "done")
-        if tree is None or emitter.emitted == 0:
-            self._direct.append(("FAILED" if tree else "ACK", tree.anchor if tree else 0, msg_id, 0))
-            return
-        self._track(msg_id, tree, now)
-        self.acker.send(Fail(tree.anchor))
+        if raised:
+            self.acker.send(Fail(tree.anchor))
 
     def _hold(self, record: Message, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed
