@@ -58,6 +58,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from acker.columnar._prefetch import prefetch
+
 F = TypeVar("F", bound=Callable[..., Any])
 Array = npt.NDArray[Any]
 # keys, vals, gens, borns, srcs, offs, firsts, stamps
@@ -305,6 +307,23 @@ def _open(t: Table, i: int, anchor: int, value: int, gen: int, src: int, off: in
     t[4][i], t[5][i], t[6][i], t[7][i] = src, off, first & _LOW32, ms & _LOW32
 
 
+AHEAD = 16  # messages between a message's prefetch and its turn in the loop (see `_prefetch_slots`)
+
+
+@_inlined
+def _prefetch_slots(keys: Array, tombs: Array, tomb_counts: Array, anchor: int, init: bool) -> None:
+    """Ask for the cache lines the loop will read for a message ``AHEAD`` places on: its home slot in the table and,
+    for an init, in every non-empty tombstone set (where a new tree looks itself up, and is buried when it finishes
+    soon after). In sets of megabytes, that line is a miss on which the loop would otherwise wait, tree after tree:
+    with this, the tracker alone ran 1.2-1.3× faster on whole word-count trees (paired runs)."""
+    prefetch(keys, _home(anchor, keys.shape[0]))
+    if init:
+        home = _home(anchor, tombs.shape[1])
+        for r in range(tombs.shape[0]):
+            if tomb_counts[r]:
+                prefetch(tombs, (r, home))
+
+
 @_compiled
 def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the reference
     t: Table,
@@ -348,6 +367,9 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
         while m >= record_ends[r]:
             r += 1
         record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
+        ahead = m + AHEAD
+        if ahead < stop:
+            _prefetch_slots(keys, tombs, tomb_counts, anchors[ahead], kinds[ahead] == K_INIT)
         kind = kinds[m]
         gen = state[S_GENERATION]
         if kind == K_TICK:
