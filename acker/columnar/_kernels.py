@@ -307,15 +307,16 @@ def _open(t: Table, i: int, anchor: int, value: int, gen: int, src: int, off: in
     t[4][i], t[5][i], t[6][i], t[7][i] = src, off, first & _LOW32, ms & _LOW32
 
 
-AHEAD = 16  # messages between a message's prefetch and its turn in the loop (see `_prefetch_slots`)
+AHEAD = 16  # messages between a message's prefetch and its turn in the loop (see `_prefetch_slots`); 0: none
 
 
 @_inlined
 def _prefetch_slots(keys: Array, tombs: Array, tomb_counts: Array, anchor: int, init: bool) -> None:
-    """Ask for the cache lines the loop will read for a message ``AHEAD`` places on: its home slot in the table and,
-    for an init, in every non-empty tombstone set (where a new tree looks itself up, and is buried when it finishes
-    soon after). In sets of megabytes, that line is a miss on which the loop would otherwise wait, tree after tree:
-    with this, the tracker alone ran 1.2-1.3× faster on whole word-count trees (paired runs)."""
+    """Ask for the cache lines the loop will read for a message some places on (`process`'s ``ahead``): its home
+    slot in the table and, for an init, in every non-empty tombstone set (where a new tree looks itself up, and is
+    buried when it finishes soon after). In sets of megabytes, that line is a miss on which the loop would otherwise
+    wait, tree after tree (`benchmarks.steady_bench` measures it). Prefetching also the current set's slot of every
+    other message, for the burial of the tree it may finish, was slower: most of those lines are never read."""
     prefetch(keys, _home(anchor, keys.shape[0]))
     if init:
         home = _home(anchor, tombs.shape[1])
@@ -336,6 +337,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     buckets: int,
     high_water: int,
     relocate: bool,
+    ahead: int,
     kinds: Array,
     anchors: Array,
     values: Array,
@@ -351,7 +353,8 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
 ) -> int:
     """Apply a block of messages carried by Kafka records: record ``r`` ends before message ``record_ends[r]``
     (non-decreasing, the last one the block's length), sits at ``record_offsets[r]`` and was written at
-    ``record_stamps[r]`` (ms).
+    ``record_stamps[r]`` (ms). Before each message, prefetches the slots of the message ``ahead`` places on (0:
+    none; `_prefetch_slots`).
 
     Resumes where ``cursor`` says (message, inits, records and outcome rows before it; zeros at first) and goes on
     to the end of the block, or stops before a message that could open an entry while the table holds ``limit``
@@ -367,9 +370,9 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
         while m >= record_ends[r]:
             r += 1
         record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
-        ahead = m + AHEAD
-        if ahead < stop:
-            _prefetch_slots(keys, tombs, tomb_counts, anchors[ahead], kinds[ahead] == K_INIT)
+        later = m + ahead
+        if ahead and later < stop:
+            _prefetch_slots(keys, tombs, tomb_counts, anchors[later], kinds[later] == K_INIT)
         kind = kinds[m]
         gen = state[S_GENERATION]
         if kind == K_TICK:

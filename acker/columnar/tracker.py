@@ -63,6 +63,7 @@ def _tomb_capacity(current: int, needed: int) -> int:
 
 class BlockTracker:
     __slots__ = (
+        "_ahead",
         "_counters",
         "_decided",
         "_source_index",
@@ -75,8 +76,13 @@ class BlockTracker:
         "config",
     )
 
-    def __init__(self, config: TrackerConfig | None = None, capacity: int = _MIN_CAPACITY) -> None:
+    def __init__(
+        self, config: TrackerConfig | None = None, capacity: int = _MIN_CAPACITY, *, prefetch_ahead: int = k.AHEAD
+    ) -> None:
+        """``prefetch_ahead``: how many messages ahead the compiled loop asks for the cache lines a message will
+        need (0: it does not; for benchmarks, which measure the difference)."""
         self.config = config or TrackerConfig()
+        self._ahead = prefetch_ahead
         self._table: k.Table = k.empty_table(_table_capacity(_MIN_CAPACITY, capacity))
         self._tombs = np.zeros((self.config.buckets + 1, _MIN_CAPACITY), np.int64)
         self._tomb_counts = np.zeros(self.config.buckets + 1, np.int64)
@@ -236,6 +242,7 @@ class BlockTracker:
                 cfg.buckets,
                 cfg.high_water or 0,
                 cfg.relocate_on_update,
+                self._ahead,
                 block.kinds,
                 block.anchors,
                 block.values,

@@ -27,9 +27,9 @@ def _reference(config: TrackerConfig, messages: list[Message]) -> tuple[list[lis
 
 
 def _columnar(
-    config: TrackerConfig, messages: list[Message], cuts: list[int]
+    config: TrackerConfig, messages: list[Message], cuts: list[int], ahead: int = k.AHEAD
 ) -> tuple[list[list[Outcome]], BlockTracker]:
-    tracker = BlockTracker(config)
+    tracker = BlockTracker(config, prefetch_ahead=ahead)
     per_message: list[list[Outcome]] = [[] for _ in messages]
     bounds = [0, *sorted(c for c in cuts if 0 < c < len(messages)), len(messages)]
     for start, end in itertools.pairwise(bounds):
@@ -40,18 +40,21 @@ def _columnar(
     return [sorted(o, key=repr) for o in per_message], tracker
 
 
-def _assert_same(config: TrackerConfig, messages: list[Message], cuts: list[int]) -> None:
+def _assert_same(config: TrackerConfig, messages: list[Message], cuts: list[int], ahead: int = k.AHEAD) -> None:
     want, ref = _reference(config, messages)
-    got, fast = _columnar(config, messages, cuts)
+    got, fast = _columnar(config, messages, cuts, ahead)
     assert got == want
     assert fast.counters == ref.counters
     assert fast.pending == ref.pending
 
 
 @settings(max_examples=500)
-@given(tracker_configs, raw_messages, st.lists(st.integers(0, 120), max_size=4))
-def test_same_decisions_on_raw_traffic(config: TrackerConfig, messages: list[Message], cuts: list[int]) -> None:
-    _assert_same(config, messages, cuts)
+@given(tracker_configs, raw_messages, st.lists(st.integers(0, 120), max_size=4), st.sampled_from([k.AHEAD, 0, 1]))
+def test_same_decisions_on_raw_traffic(
+    config: TrackerConfig, messages: list[Message], cuts: list[int], ahead: int
+) -> None:
+    """Whatever the prefetch distance (0: none): a prefetch reads nothing the loop's decisions depend on."""
+    _assert_same(config, messages, cuts, ahead)
 
 
 @settings(max_examples=100)
