@@ -21,6 +21,7 @@ from pathlib import Path
 SUITE = [  # name, module, what it compares
     ("core", "benchmarks.core_bench", "tracker core: reference vs columnar, memory per pending tree"),
     ("storm-acker", "benchmarks.storm_bench", "tracker core vs Storm's own acker (Java), same messages"),
+    ("steady", "benchmarks.steady_bench", "tracker with tombstone sets beyond the caches, prefetch on vs off"),
     ("service", "benchmarks.service_bench", "acker service vs a plain consumer; complete latency"),
     ("scaling", "benchmarks.scaling_bench", "acker throughput with 1, 2 and 4 partitions/instances"),
     ("recovery", "benchmarks.recovery_bench", "rebuilding 100k pending trees after kill -9; spurious replays"),

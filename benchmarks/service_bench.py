@@ -59,20 +59,14 @@ from acker.kafka.provision import kafka_cluster
 from acker.service import DECIDED_BY, AckerService, record_groups
 from acker.status import read_status
 from acker.wire import encode_batch, parse_batch
+from acker.workload import WORD_COUNT_MESSAGES, word_count_arrays
 from benchmarks import cpu
 
 
 def _records(trees: int, batch: int, partitions: int, rng: np.random.Generator, first: int = 0) -> list[list[bytes]]:
     """Per partition, record values of about ``batch`` messages holding whole word-count trees (vectorised)."""
-    words = 5
-    per_tree = 2 + words
-    anchors = rng.integers(1, 2**63 - 1, size=trees, dtype=np.int64) * rng.choice([-1, 1], size=trees)
-    root = rng.integers(1, 2**63 - 1, size=trees, dtype=np.int64)
-    word_edges = rng.integers(1, 2**63 - 1, size=(trees, words), dtype=np.int64)
-    values = np.empty((trees, per_tree), np.int64)
-    values[:, 0] = root  # init: the root tuple's edge
-    values[:, 1] = root ^ np.bitwise_xor.reduce(word_edges, axis=1)  # split: done, created the words
-    values[:, 2:] = word_edges  # each count: done
+    anchors, values = word_count_arrays(trees, rng)
+    per_tree = WORD_COUNT_MESSAGES
     kinds = np.tile(np.array([Kind.INIT] + [Kind.ACK] * (per_tree - 1), np.uint8), trees)
     offsets = np.arange(first, first + trees, dtype=np.int64)
     partition = np.abs(np.fmod(anchors, partitions))
