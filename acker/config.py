@@ -20,6 +20,7 @@ from typing import Any
 
 from acker.core.tracker import TrackerConfig
 from acker.errors import ConfigError
+from acker.kafka.client_log import client_logger
 
 ENV_PREFIX = "ACKER_"
 KAFKA_ENV_PREFIX = "ACKER_KAFKA_"
@@ -160,8 +161,10 @@ class ServiceConfig:
         return self.replay_prefix + spout
 
     def client(self, **overrides: Any) -> dict[str, Any]:
-        """A librdkafka configuration: the pass-through settings, the bootstrap servers, then ``overrides``."""
-        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, **overrides}
+        """A librdkafka configuration: the pass-through settings, the bootstrap servers, then ``overrides``; and
+        confluent-kafka's ``logger``, so that the client's log lines go to Python's logging, repeats held back
+        (`acker.kafka.client_log`), rather than each to stderr."""
+        return {**self.kafka, "bootstrap.servers": self.bootstrap_servers, "logger": client_logger(), **overrides}
 
     def producer(self, **overrides: Any) -> dict[str, Any]:
         """`client` for a producer: without the pass-through settings that only consumers read (`CONSUMER_ONLY`),

@@ -68,6 +68,12 @@ from acker.wire import (
     parse_batch,
 )
 
+FIRST_CONTACT_S = 30.0  # how long `AckerService.run` waits for Kafka's first answer before it gives up
+# A metadata request's errors that say no broker answered (rather than that one answered no).
+_NO_ANSWER = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
+)
+
 log = logging.getLogger("acker.service")
 
 # On outcome records: "<acker partition>/<first>-<last>", the offsets of the acker records that decided the first and
@@ -245,7 +251,9 @@ class AckerService:
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set; then commit what is safe and leave the group."""
+        """Serve until ``stop`` is set; then commit what is safe and leave the group. `TimeoutError` when Kafka
+        does not answer at the start (`FIRST_CONTACT_S`)."""
+        self._first_contact()
         if self.config.status_topic in self._ensure_topics(service_topics(self.config)):
             # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
             log.warning("no status topic %s: no status is published until it exists", self.config.status_topic)
@@ -469,6 +477,26 @@ class AckerService:
                 log.warning("could not create %s: %s", spec.name, error)
                 failed.add(spec.name)
         return failed
+
+    def _first_contact(self) -> None:
+        """Kafka answers a metadata request within `FIRST_CONTACT_S`, or `TimeoutError`. Without this, the start's
+        topic lookups and creations each waited out their own timeout (10 s, then 30 s) in turn: with no broker,
+        `acker run` said nothing for over a minute before giving up. Asked a second at a time, serving the client's
+        log lines in between, so that what it meets (a connection refused, a name that does not resolve) shows at
+        once (`acker.kafka.client_log`)."""
+        consumer = self._reading_consumer()
+        deadline = time.monotonic() + FIRST_CONTACT_S
+        while True:
+            try:
+                consumer.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+                return
+            except KafkaException as error:
+                cause = kafka_error(error)
+                if cause is None or cause.code() not in _NO_ANSWER:
+                    raise
+            consumer.poll(0)  # not assigned anything yet: hands over the log lines queued so far
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"Kafka did not answer within {FIRST_CONTACT_S:.0f} s")
 
     def _topic_exists(self, topic: str, timeout_s: float) -> bool:
         """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); a

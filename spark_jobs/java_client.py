@@ -67,6 +67,7 @@ _SPARK_REFUSES = frozenset({
 # reads partition.assignment.strategy as class names, and cooperative-sticky fails) and what Spark refuses outright;
 # then librdkafka's names of what is translated.
 _NOT_FOR_SPARK = _SPARK_REFUSES | {
+    "logger",  # confluent-kafka's Python logger (`acker.kafka.client_log`), not a setting of either client
     "group.id", "group.instance.id",  # the acker's group: Spark's queries would share it (Spark makes its own)
     "group.protocol", "group.remote.assignor", "partition.assignment.strategy", "session.timeout.ms",
     "heartbeat.interval.ms",

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer
 from acker.cli import main
 from acker.config import CONSUMER_ONLY, ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
+from acker.kafka.client_log import client_logger
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -136,7 +137,8 @@ def test_a_namespaced_configuration_names_every_topic_and_the_group_under_its_pr
 def test_stream_consumers_fetch_again_soon_after_a_full_queue_unless_told_otherwise() -> None:
     plain = ServiceConfig(bootstrap_servers="b:9092")
     assert plain.stream_consumer(**{"group.id": "g"}) == {
-        "fetch.queue.backoff.ms": 20, "bootstrap.servers": "b:9092", "group.id": "g"}  # fmt: skip
+        "fetch.queue.backoff.ms": 20, "bootstrap.servers": "b:9092", "logger": client_logger(),
+        "group.id": "g"}  # fmt: skip
     assert "fetch.queue.backoff.ms" not in plain.client()  # producers and admin clients do not take it
     mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.queue.backoff.ms": "500"})
     assert mine.stream_consumer()["fetch.queue.backoff.ms"] == "500"
@@ -161,7 +163,7 @@ def test_the_new_group_protocol_with_settings_it_leaves_to_the_broker_is_one_cle
 def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idempotent() -> None:
     plain = ServiceConfig(bootstrap_servers="b:9092").stage_producer()
     assert plain == {"linger.ms": 20, "delivery.report.only.error": True, "bootstrap.servers": "b:9092",
-                     "enable.idempotence": True}  # fmt: skip
+                     "logger": client_logger(), "enable.idempotence": True}  # fmt: skip
     mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"linger.ms": "5", "enable.idempotence": "false"})
     assert mine.stage_producer()["linger.ms"] == "5"
     assert mine.stage_producer()["enable.idempotence"] is True  # a duplicate would cancel an edge of the ledger

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from acker.cli import main
+from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from spark_jobs.java_client import java_client_settings
 
@@ -214,3 +215,9 @@ def test_the_spark_command_takes_javas_own_settings_from_the_environment_and_fla
         "ssl.endpoint.identification.algorithm": "",
     }
     assert started[0].source.kafka_options()["kafka.sasl.jaas.config"].startswith("com.sun.security")
+
+
+def test_the_python_logger_of_the_projects_clients_stays_behind() -> None:
+    client = ServiceConfig(bootstrap_servers="b:9092").client()
+    assert "logger" in client
+    assert java_client_settings(client) == {"bootstrap.servers": "b:9092"}

@@ -1,0 +1,90 @@
+"""Where the Kafka clients' own log lines go: Python's logging, logger ``acker.librdkafka``, each kind of line at
+most once per `REPEAT_INTERVAL_S`.
+
+librdkafka writes to stderr by default, a line per event. With no broker to reach, every client logs every
+reconnection attempt: `acker run` printed 2,600 lines in 50 s, and a stage's log was unreadable through a broker's
+restart. Given a Python logger instead (confluent-kafka's ``logger`` setting, which `ServiceConfig.client` puts in
+every client's settings), the lines are handed over by the thread that polls the client, in the application's log
+format, and `RepeatFilter` lets one line of a kind through per interval, saying how many it held back.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+LOGGER_NAME = "acker.librdkafka"
+REPEAT_INTERVAL_S = 30.0
+_MAX_KINDS = 1024  # kinds of line remembered; beyond, those not seen for an interval are forgotten
+
+# What varies between two lines of one kind: the time an attempt took (a broker's address, which tells brokers
+# apart, stays). confluent-kafka logs "%s [%s] %s" with the facility, the client's name and the text.
+_VARYING = re.compile(r"\b\d+ms\b")
+
+
+@dataclass(slots=True)
+class _Kind:
+    shown_at: float  # when the last line of this kind went through
+    held: int = 0  # lines of this kind held back since
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a line through unless one of its kind went through less than ``interval_s`` ago; the next line of the
+    kind to go through ends with the number held back meanwhile. A line's kind is its level, its facility and its
+    text, durations left out, whichever client logged it: five clients failing to reach one broker are one kind.
+    Lines below ``min_level`` all go through: librdkafka logs debug lines only when its ``debug`` setting asks.
+
+    Thread-safe: each client's lines come from the thread that polls it."""
+
+    def __init__(
+        self,
+        interval_s: float = REPEAT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        min_level: int = logging.WARNING,
+    ) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.min_level = min_level
+        self._clock = clock
+        self._kinds: dict[tuple[int, str], _Kind] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _kind(record: logging.LogRecord) -> tuple[int, str]:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if len(args) == 3:  # facility, client name, text: leave the client's name out
+            return record.levelno, f"{args[0]} {_VARYING.sub('', str(args[2]))}"
+        return record.levelno, _VARYING.sub("", record.getMessage())
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.min_level:
+            return True
+        kind = self._kind(record)
+        now = self._clock()
+        with self._lock:
+            seen = self._kinds.get(kind)
+            if seen is not None and now - seen.shown_at < self.interval_s:
+                seen.held += 1
+                return False
+            if seen is not None and seen.held:
+                record.msg = f"{record.msg} (%d more like this in the last %.0f s, not shown)"
+                record.args = (*(record.args if isinstance(record.args, tuple) else ()), seen.held, now - seen.shown_at)
+            if seen is None and len(self._kinds) >= _MAX_KINDS:
+                self._kinds = {k: v for k, v in self._kinds.items() if now - v.shown_at < self.interval_s}
+            self._kinds[kind] = _Kind(now)
+        return True
+
+
+def client_logger() -> logging.Logger:
+    """The logger every Kafka client of the project is given, its `RepeatFilter` attached once. Its level lets
+    every line through to the handlers: what librdkafka logs is already chosen by its own ``log_level`` and
+    ``debug`` settings, as on stderr before."""
+    logger = logging.getLogger(LOGGER_NAME)
+    if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+        logger.addFilter(RepeatFilter())
+        logger.setLevel(logging.DEBUG)
+    return logger

@@ -1,0 +1,80 @@
+"""The Kafka clients' log lines: through Python's logging, one line of a kind per interval, with the count held back;
+and `acker run` with no broker to reach says so, at once and after a bounded wait."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer
+
+from acker import service
+from acker.config import ServiceConfig
+from acker.kafka.client_log import LOGGER_NAME, RepeatFilter
+
+
+def _line(text: str, client: str = "rdkafka#consumer-1", level: int = logging.ERROR) -> logging.LogRecord:
+    """A record as confluent-kafka makes it: "%s [%s] %s" with the facility, the client's name and the text."""
+    return logging.LogRecord(LOGGER_NAME, level, "", 0, "%s [%s] %s", ("FAIL", client, text), None)
+
+
+REFUSED = "[thrd:b:1/bootstrap]: b:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after {}ms)"
+
+
+def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:
+    now = [0.0]
+    kept = RepeatFilter(interval_s=30, clock=lambda: now[0])
+    assert kept.filter(_line(REFUSED.format(0)))
+    now[0] = 1.0
+    # Another client, another duration: the same kind of line.
+    assert not kept.filter(_line(REFUSED.format(3), client="acker-vm:1-reader#consumer-3"))
+    assert not kept.filter(_line(REFUSED.format(0)))
+    other_broker = _line(REFUSED.replace("b:1", "c:2").format(0))
+    assert kept.filter(other_broker)
+    now[0] = 31.0
+    shown = _line(REFUSED.format(0))
+    assert kept.filter(shown)
+    assert shown.getMessage().endswith("(2 more like this in the last 31 s, not shown)")
+    now[0] = 32.0
+    assert not kept.filter(_line(REFUSED.format(0)))
+
+
+def test_debug_and_info_lines_all_go_through() -> None:
+    kept = RepeatFilter(interval_s=30, clock=lambda: 0.0)
+    for level in (logging.DEBUG, logging.INFO):
+        assert all(kept.filter(_line("same text", level=level)) for _ in range(3))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_client_that_reaches_no_broker_logs_it_once(caplog: pytest.LogCaptureFixture) -> None:
+    config = ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}")
+    consumer = Consumer(config.client(**{"group.id": "nobody"}))
+    consumer.subscribe(["nothing"])
+    with caplog.at_level(logging.WARNING, logger=LOGGER_NAME):
+        started = time.monotonic()
+        while time.monotonic() - started < 2:  # librdkafka retries about 20 times a second
+            consumer.poll(0.1)
+    consumer.close()
+    refused = [r for r in caplog.records if r.name == LOGGER_NAME and "Connection refused" in r.getMessage()]
+    assert len(refused) == 1
+
+
+def test_acker_run_with_no_broker_says_what_the_client_met_then_gives_up(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(service, "FIRST_CONTACT_S", 2.0)
+    acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}", metrics_port=0))
+    try:
+        with caplog.at_level(logging.WARNING, logger=LOGGER_NAME), pytest.raises(TimeoutError):
+            acker.run(threading.Event())
+    finally:
+        acker.close()
+    assert any("Connection refused" in r.getMessage() for r in caplog.records if r.name == LOGGER_NAME)
