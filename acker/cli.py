@@ -20,6 +20,7 @@ from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError
 from acker.help_text import prose
+from acker.kafka.clients import kafka_error
 
 
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
@@ -323,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"acker: {error}", file=sys.stderr)
         return 2
     except KafkaException as error:  # e.g. a librdkafka setting it does not know or cannot take
-        print(f"acker: Kafka client: {error.args[0] if error.args else error}", file=sys.stderr)
+        cause = kafka_error(error)  # its text, not the error object's repr with code and value
+        print(f"acker: Kafka client: {cause.str() if cause is not None else error}", file=sys.stderr)
         return 2
     except TimeoutError:  # a Kafka admin request's future: it carries no message
         servers = getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"

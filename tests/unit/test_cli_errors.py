@@ -51,3 +51,8 @@ def test_command_help_reads_as_prose(capsys: pytest.CaptureFixture[str]) -> None
         with pytest.raises(SystemExit):
             cli.main([*command, "--help"])
         assert "`" not in capsys.readouterr().out
+
+
+def test_a_setting_the_kafka_client_refuses_reads_as_its_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["status", "--bootstrap-servers", "b:9092", "--kafka", "no.such.setting=1"]) == 2
+    assert capsys.readouterr().err.strip() == 'acker: Kafka client: No such configuration property: "no.such.setting"'
