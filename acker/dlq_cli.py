@@ -14,6 +14,7 @@ import acker.dlq
 from acker.config import ServiceConfig, add_arguments, load
 from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
 from acker.help_text import prose
+from acker.kafka.clients import KafkaClientError, partition_count
 from acker.retries import SOURCE_MISSING
 
 
@@ -30,6 +31,14 @@ def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]
     return read(config, _topic(args, config), places if places or not getattr(args, "all", False) else None)
 
 
+def _exists(config: ServiceConfig, topic: str) -> bool:
+    try:
+        partition_count(config.client(), topic)
+    except KafkaClientError:
+        return False
+    return True
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     config = load(args)
     letters = read(config, _topic(args, config))
@@ -38,7 +47,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         for letter in shown:
             print(json.dumps(letter.summary()))
         return 0
-    table = Table(title=f"{_topic(args, config)}: {len(letters)} dead letter(s)")
+    topic = _topic(args, config)
+    if not letters and not _exists(config, topic):  # as `dlq show` says, rather than an empty table
+        print(f"{topic}: no such topic yet, so no dead letters (the service and the replay job create theirs)")
+        return 0
+    table = Table(title=f"{topic}: {len(letters)} dead letter(s)")
     for column in ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes"):
         table.add_column(column, justify="right" if column in ("attempts", "bytes") else "left")
     for letter in shown:

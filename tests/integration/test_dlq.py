@@ -92,6 +92,8 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert f"no record at {letters.replay_dlq_topic}/0/99" in capsys.readouterr().err
     assert _dlq(letters, "list", "--json", "--topic", "no-such-topic") == 0  # none yet, as on a fresh install
     assert capsys.readouterr().out == ""
+    assert _dlq(letters, "list", "--topic", "no-such-topic") == 0  # the table says why it is empty
+    assert "no-such-topic: no such topic yet, so no dead letters" in capsys.readouterr().out
     assert _dlq(letters, "show", "0/0", "--topic", "no-such-topic") == 2  # but a place in it is an error
     assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
     assert _dlq(letters, "redrive") == 2
