@@ -15,6 +15,7 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException
 
+from acker import logs
 from acker.config import ServiceConfig, add_arguments
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
@@ -124,7 +125,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from acker.metrics import ServiceCollector, serve
     from acker.service import AckerService
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(args.log_level)
     config = _service_config(args)
     logging.getLogger("acker").info("configuration: %s", config.redacted())
     registry = serve(config.metrics_port)

@@ -10,13 +10,13 @@ On a cluster, run this module with spark-submit and the connectors as packages, 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
 import threading
 from typing import Any
 
+from acker import logs
 from acker.config import add_arguments, env_settings, flag_setting, load
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(args.log_level)
     config = load(args)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)

@@ -10,6 +10,7 @@ acker wordcount run --sentences N ...       all of the above as child processes,
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from acker import logs
 from acker.bolt import Bolt
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
@@ -35,6 +37,8 @@ from acker.kafka.local_broker import pdeathsig_preexec
 from acker.spout import Spout, SpoutSettings
 from acker.topics import all_topics
 from acker.wire import WireError, decode_outcomes
+
+log = logging.getLogger("acker.wordcount")
 
 CRASH_EXIT = 17
 
@@ -86,30 +90,40 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _starting(args: argparse.Namespace, what: str) -> ServiceConfig:
+    """The stage's configuration, its logging set up, and a first line saying what it serves."""
+    logs.configure(args.log_level)
+    config = load(args)
+    log.info("%s; Kafka at %s, acker topic %s", what, config.bootstrap_servers, config.acker_topic)
+    return config
+
+
 def cmd_spout(args: argparse.Namespace) -> int:
     topics = _topics(args)
+    group = f"{args.prefix}-spout"
+    mode = "untracked" if args.untracked else f"tracked, max pending {args.max_pending}"
+    config = _starting(args, f"spout {SPOUT}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
     settings = SpoutSettings(
-        SPOUT,
-        topics.sentences,
-        topics.split,
-        group=f"{args.prefix}-spout",
-        max_pending=args.max_pending,
-        tracked=not args.untracked,
+        SPOUT, topics.sentences, topics.split, group=group, max_pending=args.max_pending, tracked=not args.untracked
     )
-    return run_until_signalled(Spout(load(args), settings))
+    return run_until_signalled(Spout(config, settings))
 
 
 def cmd_split(args: argparse.Namespace) -> int:
     topics = _topics(args)
+    group = f"{args.prefix}-split"
+    config = _starting(args, f"split bolt: {topics.split} -> {topics.words} as group {group}")
     function = split_function(topics, args.fail_rate, args.seed, args.crash_after)
-    return run_until_signalled(Bolt(load(args), topics.split, f"{args.prefix}-split", function))
+    return run_until_signalled(Bolt(config, topics.split, group, function))
 
 
 def cmd_count(args: argparse.Namespace) -> int:
     topics = _topics(args)
+    group = f"{args.prefix}-count"
+    config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
     function = count_function(topics, counts, args.drop_rate, args.seed, args.crash_after)
-    return run_until_signalled(Bolt(load(args), topics.words, f"{args.prefix}-count", function, basic=False))
+    return run_until_signalled(Bolt(config, topics.words, group, function, basic=False))
 
 
 def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
@@ -117,7 +131,8 @@ def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -
     flags, env = to_argv(replace(config, metrics_port=0))
     if stage == "acker":
         return [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING", *extra], env
-    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, "--prefix", prefix, *extra], env
+    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, "--prefix", prefix,
+            "--log-level", "WARNING", *extra], env  # fmt: skip
 
 
 class Stages:
@@ -218,6 +233,7 @@ def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    logs.configure("WARNING")  # this process's own clients; each stage logs its warnings likewise
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
     stages = Stages()
@@ -277,13 +293,18 @@ def add_parser(sub: Any) -> None:
     for parser in (produce_parser,):
         parser.add_argument("--sentences", type=int, default=1000, help="sentences to generate [1000]")
         parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
-    spout = stage("spout", "run the spout", cmd_spout)
+    for name, help_text, run_stage in (("spout", "run the spout", cmd_spout), ("split", "run a split bolt", cmd_split),
+                                       ("count", "run a count bolt", cmd_count)):  # fmt: skip
+        stage(name, help_text, run_stage).add_argument(
+            "--log-level", default="INFO", help="logging level [default: INFO]"
+        )
+    spout = stages.choices["spout"]
     spout.add_argument("--max-pending", type=int, default=10_000, help="unfinished trees at most [10000]")
     spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
-    split = stage("split", "run a split bolt", cmd_split)
+    split = stages.choices["split"]
     split.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences to fail [0]")
     split.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
-    count = stage("count", "run a count bolt", cmd_count)
+    count = stages.choices["count"]
     count.add_argument("--drop-rate", type=float, default=0.0, help="share of words to drop silently [0]")
     count.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
     run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run)
