@@ -10,6 +10,7 @@ import pytest
 
 from acker import cli
 from acker.errors import ConfigError
+from acker.examples import wordcount_cli
 from acker.help_text import prose
 from acker.kafka import clients
 from acker.metrics import serve
@@ -56,3 +57,13 @@ def test_command_help_reads_as_prose(capsys: pytest.CaptureFixture[str]) -> None
 def test_a_setting_the_kafka_client_refuses_reads_as_its_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["status", "--bootstrap-servers", "b:9092", "--kafka", "no.such.setting=1"]) == 2
     assert capsys.readouterr().err.strip() == 'acker: Kafka client: No such configuration property: "no.such.setting"'
+
+
+def test_a_wordcount_stage_says_what_it_serves_when_it_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(wordcount_cli, "Bolt", lambda *args, **kwargs: args)  # no Kafka: the first line only
+    monkeypatch.setattr(wordcount_cli, "run_until_signalled", lambda stage: 0)
+    with caplog.at_level("INFO", logger="acker.wordcount"):
+        assert cli.main(["wordcount", "count", "--bootstrap-servers", "b:9092", "--prefix", "p"]) == 0
+    assert "count bolt: p.words -> p.counts as group p-count; Kafka at b:9092" in caplog.text
