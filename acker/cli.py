@@ -125,7 +125,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from acker.metrics import ServiceCollector, serve
     from acker.service import AckerService
 
-    logs.configure(args.log_level)
     config = _service_config(args)
     logging.getLogger("acker").info("configuration: %s", config.redacted())
     registry = serve(config.metrics_port)
@@ -319,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logs.configure(getattr(args, "log_level", None) or "WARNING")  # the commands without --log-level: warnings
     try:
         code: int = args.run(args)
     except AckerError as error:

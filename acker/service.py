@@ -42,6 +42,7 @@ from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
+from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
     KafkaClientError,
@@ -253,21 +254,23 @@ class AckerService:
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; then commit what is safe and leave the group. `TimeoutError` when Kafka
         does not answer at the start (`FIRST_CONTACT_S`)."""
-        self._first_contact()
-        if self.config.status_topic in self._ensure_topics(service_topics(self.config)):
-            # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
-            log.warning("no status topic %s: no status is published until it exists", self.config.status_topic)
-            self._status_recheck_at = time.time() + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
-        self.consumer.subscribe(
-            [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
-        log.info("acker %s serving %s as group %s", self.instance, self.config.acker_topic, self.config.group)
         try:
+            if not self._first_contact(stop):
+                return
+            if self.config.status_topic in self._ensure_topics(service_topics(self.config)):
+                # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
+                log.warning("no status topic %s: no status is published until it exists", self.config.status_topic)
+                self._status_recheck_at = time.time() + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
+            self.consumer.subscribe(
+                [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            log.info("acker %s serving %s as group %s", self.instance, self.config.acker_topic, self.config.group)
             while not stop.is_set():
                 self.step(timeout_s=0.1)
             self._commit_now()
         except BaseException:
-            # Something failed between deciding and publishing: commit nothing more (a replay decides again).
+            # Something failed between deciding and publishing (or at the start, with nothing assigned yet): commit
+            # nothing more (a replay decides again).
             self._poisoned = True
             raise
         finally:
@@ -301,6 +304,8 @@ class AckerService:
             if self._status_topic_exists(now):
                 self._publish_status(now)
             self._next_status = now + self.config.status_interval_s
+            if self._reader is not None:  # assigned only while it reads back, within a call
+                serve_log_lines(self._reader)
         self.producer.poll(0)
         self._send_fallbacks()
         self._check_deliveries()
@@ -478,25 +483,32 @@ class AckerService:
                 failed.add(spec.name)
         return failed
 
-    def _first_contact(self) -> None:
-        """Kafka answers a metadata request within `FIRST_CONTACT_S`, or `TimeoutError`. Without this, the start's
-        topic lookups and creations each waited out their own timeout (10 s, then 30 s) in turn: with no broker,
-        `acker run` said nothing for over a minute before giving up. Asked a second at a time, serving the client's
-        log lines in between, so that what it meets (a connection refused, a name that does not resolve) shows at
-        once (`acker.kafka.client_log`)."""
+    def _first_contact(self, stop: threading.Event) -> bool:
+        """Whether Kafka answered a metadata request before ``stop`` was set; `TimeoutError` when it did not answer
+        within `FIRST_CONTACT_S`. Without this, the start's topic lookups and creations each waited out their own
+        timeout (10 s, then 30 s) in turn: with no broker, `acker run` said nothing for over a minute before giving
+        up. Asked about the acker topic alone (a small answer, on the reading consumer, whose lookups create
+        nothing), with a timeout that doubles from 1 s, serving the client's log lines between attempts, so that
+        what it meets (a connection refused, a name that does not resolve) shows at once (`acker.kafka.client_log`).
+        """
         consumer = self._reading_consumer()
         deadline = time.monotonic() + FIRST_CONTACT_S
-        while True:
+        attempt_s = 1.0
+        while not stop.is_set():
             try:
-                consumer.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-                return
+                consumer.list_topics(
+                    self.config.acker_topic, timeout=max(0.1, min(attempt_s, deadline - time.monotonic()))
+                )
+                return True
             except KafkaException as error:
                 cause = kafka_error(error)
                 if cause is None or cause.code() not in _NO_ANSWER:
                     raise
-            consumer.poll(0)  # not assigned anything yet: hands over the log lines queued so far
+            consumer.poll(0)  # not assigned anything: only hands over the log lines queued so far
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"Kafka did not answer within {FIRST_CONTACT_S:.0f} s")
+            attempt_s *= 2
+        return False
 
     def _topic_exists(self, topic: str, timeout_s: float) -> bool:
         """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); a

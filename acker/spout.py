@@ -44,6 +44,7 @@ from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
+from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     KafkaClientError,
     TopicSpec,
@@ -232,6 +233,7 @@ class Spout:
         if now >= self._next_outcome_check:
             self._next_outcome_check = now + OUTCOME_PARTITIONS_CHECK_S
             self._watch_outcome_partitions()
+            serve_log_lines(self._watermarks)  # never assigned: asked for committed offsets only
         self._release_held()
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))

@@ -16,7 +16,6 @@ import sys
 import threading
 from typing import Any
 
-from acker import logs
 from acker.config import add_arguments, env_settings, flag_setting, load
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
@@ -65,7 +64,6 @@ def _run(args: argparse.Namespace) -> int:
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries
 
-    logs.configure(args.log_level)
     config = load(args)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)

@@ -25,7 +25,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from acker import logs
 from acker.bolt import Bolt
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
@@ -91,8 +90,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _starting(args: argparse.Namespace, what: str) -> ServiceConfig:
-    """The stage's configuration, its logging set up, and a first line saying what it serves."""
-    logs.configure(args.log_level)
+    """The stage's configuration, and a first line saying what it serves."""
     config = load(args)
     log.info("%s; Kafka at %s, acker topic %s", what, config.bootstrap_servers, config.acker_topic)
     return config
@@ -233,7 +231,6 @@ def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    logs.configure("WARNING")  # this process's own clients; each stage logs its warnings likewise
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
     stages = Stages()

@@ -6,6 +6,10 @@ reconnection attempt: `acker run` printed 2,600 lines in 50 s, and a stage's log
 restart. Given a Python logger instead (confluent-kafka's ``logger`` setting, which `ServiceConfig.client` puts in
 every client's settings), the lines are handed over by the thread that polls the client, in the application's log
 format, and `RepeatFilter` lets one line of a kind through per interval, saying how many it held back.
+
+A client hands its lines over only when it is polled: until then librdkafka queues them. The clients the project
+keeps without polling them otherwise (admin clients, consumers used for lookups only) are given `serve_log_lines`
+now and then, so that their lines show, and do not pile up through a long outage.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 LOGGER_NAME = "acker.librdkafka"
 REPEAT_INTERVAL_S = 30.0
 _MAX_KINDS = 1024  # kinds of line remembered; beyond, those not seen for an interval are forgotten
+_attaching = threading.Lock()
 
 # What varies between two lines of one kind: the time an attempt took (a broker's address, which tells brokers
 # apart, stays). confluent-kafka logs "%s [%s] %s" with the facility, the client's name and the text.
@@ -70,13 +76,21 @@ class RepeatFilter(logging.Filter):
             if seen is not None and now - seen.shown_at < self.interval_s:
                 seen.held += 1
                 return False
-            if seen is not None and seen.held:
-                record.msg = f"{record.msg} (%d more like this in the last %.0f s, not shown)"
-                record.args = (*(record.args if isinstance(record.args, tuple) else ()), seen.held, now - seen.shown_at)
+            if seen is not None and seen.held:  # the line as it reads, whatever its arguments were
+                held_back = f" ({seen.held} more like this in the last {now - seen.shown_at:.0f} s, not shown)"
+                record.msg, record.args = record.getMessage() + held_back, None
             if seen is None and len(self._kinds) >= _MAX_KINDS:
-                self._kinds = {k: v for k, v in self._kinds.items() if now - v.shown_at < self.interval_s}
+                # Those not seen for an interval first; all of them if every one is recent (their counts are lost).
+                recent = {k: v for k, v in self._kinds.items() if now - v.shown_at < self.interval_s}
+                self._kinds = recent if len(recent) < _MAX_KINDS // 2 else {}
             self._kinds[kind] = _Kind(now)
         return True
+
+
+def serve_log_lines(client: Any) -> None:
+    """Hand over the log lines ``client`` has queued (an `AdminClient`, a `Producer`, or a `Consumer` that is not
+    assigned anything: polling one that is would take a record from its owner)."""
+    client.poll(0)
 
 
 def client_logger() -> logging.Logger:
@@ -84,7 +98,8 @@ def client_logger() -> logging.Logger:
     every line through to the handlers: what librdkafka logs is already chosen by its own ``log_level`` and
     ``debug`` settings, as on stderr before."""
     logger = logging.getLogger(LOGGER_NAME)
-    if not any(isinstance(f, RepeatFilter) for f in logger.filters):
-        logger.addFilter(RepeatFilter())
-        logger.setLevel(logging.DEBUG)
+    with _attaching:
+        if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+            logger.addFilter(RepeatFilter())
+            logger.setLevel(logging.DEBUG)
     return logger

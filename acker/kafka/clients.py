@@ -56,9 +56,12 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
         request_timeout=timeout_s,
     )
     created = []
+    deadline = time.monotonic() + timeout_s
     for name, future in futures.items():
+        while not future.done() and time.monotonic() < deadline:
+            admin.poll(0.1)  # hands over its log lines (a refused connection, ...) while it waits
         try:
-            future.result(timeout=timeout_s)
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
             created.append(name)
         except KafkaException as error:
             cause = kafka_error(error)

@@ -19,6 +19,7 @@ from confluent_kafka.cimpl import KafkaError
 
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
+from acker.kafka.client_log import serve_log_lines
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
@@ -64,6 +65,7 @@ class KafkaLookups:
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
             raise RuntimeError("these Kafka lookups are closed")
+        serve_log_lines(self._admin)  # nothing else polls it: the log lines queued since the last request
         return self._admin
 
     def next_existing(self, topic: str, partition: int, offset: int) -> int | None:
@@ -192,7 +194,7 @@ _lookups_lock = threading.Lock()
 
 def lookups(client: Mapping[str, Any]) -> KafkaLookups:
     """The process's `KafkaLookups` for this client configuration."""
-    key = tuple(sorted((k, str(v)) for k, v in client.items()))
+    key = tuple(sorted((k, str(v)) for k, v in client.items() if k != "logger"))  # a Python object, not a setting
     with _lookups_lock:
         if key not in _lookups:
             _lookups[key] = KafkaLookups(client)

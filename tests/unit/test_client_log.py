@@ -42,6 +42,20 @@ def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:
     assert not kept.filter(_line(REFUSED.format(0)))
 
 
+def test_the_count_held_back_is_added_to_any_line_as_it_reads() -> None:
+    now = [0.0]
+    kept = RepeatFilter(interval_s=30, clock=lambda: now[0])
+    plain = logging.LogRecord(LOGGER_NAME, logging.ERROR, "", 0, "100% of brokers down", None, None)
+    mapped = logging.LogRecord(LOGGER_NAME, logging.ERROR, "", 0, "%(n)d down", ({"n": 3},), None)
+    for line in (plain, mapped):
+        assert kept.filter(line)
+        assert not kept.filter(line)
+    now[0] = 40.0
+    for line, text in ((plain, "100% of brokers down"), (mapped, "3 down")):
+        assert kept.filter(line)
+        assert line.getMessage() == f"{text} (1 more like this in the last 40 s, not shown)"
+
+
 def test_debug_and_info_lines_all_go_through() -> None:
     kept = RepeatFilter(interval_s=30, clock=lambda: 0.0)
     for level in (logging.DEBUG, logging.INFO):
@@ -72,9 +86,15 @@ def test_acker_run_with_no_broker_says_what_the_client_met_then_gives_up(
 ) -> None:
     monkeypatch.setattr(service, "FIRST_CONTACT_S", 2.0)
     acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}", metrics_port=0))
-    try:
-        with caplog.at_level(logging.WARNING, logger=LOGGER_NAME), pytest.raises(TimeoutError):
-            acker.run(threading.Event())
-    finally:
-        acker.close()
+    with caplog.at_level(logging.WARNING, logger=LOGGER_NAME), pytest.raises(TimeoutError):
+        acker.run(threading.Event())  # closes the service's clients, as after any failure
     assert any("Connection refused" in r.getMessage() for r in caplog.records if r.name == LOGGER_NAME)
+
+
+def test_acker_run_asked_to_stop_before_kafka_answers_stops_at_once() -> None:
+    acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}", metrics_port=0))
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    acker.run(stop)
+    assert time.monotonic() - started < service.FIRST_CONTACT_S / 2
