@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from confluent_kafka import KafkaError
 from rich.console import Console
 from rich.table import Table
 
@@ -32,10 +33,13 @@ def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]
 
 
 def _exists(config: ServiceConfig, topic: str) -> bool:
+    """Whether ``topic`` exists; any other failure (no answer, not authorized) is raised, not taken for an answer."""
     try:
         partition_count(config.client(), topic)
-    except KafkaClientError:
-        return False
+    except KafkaClientError as error:
+        if error.code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        raise
     return True
 
 
