@@ -27,13 +27,20 @@ _READ, _KEEP, _DATA = 0, 3, 1  # llvm.prefetch arguments: a read, keep in all ca
 
 @intrinsic
 def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
-    """Typing and code of ``prefetch(array, i)`` or ``prefetch(array, (i, j))``."""
+    """Typing and code of ``prefetch(array, i)`` or ``prefetch(array, (i, j))``: integer indices, one per dimension
+    (of any integer types: each is widened to ``intp``)."""
+    index_types = list(cast(Any, index).types) if isinstance(index, types.BaseTuple) else [index]
+    if not isinstance(array, types.Array) or len(index_types) != array.ndim:
+        return None
+    if not all(isinstance(t, types.Integer) for t in index_types):
+        return None
     signature = types.void(array, index)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        array_type, index_type = sig.args
+        array_type = sig.args[0]
         view = context.make_array(array_type)(context, builder, args[0])
-        indices = cgutils.unpack_tuple(builder, args[1]) if isinstance(index_type, types.BaseTuple) else [args[1]]
+        values = cgutils.unpack_tuple(builder, args[1]) if isinstance(sig.args[1], types.BaseTuple) else [args[1]]
+        indices = [context.cast(builder, v, t, types.intp) for v, t in zip(values, index_types, strict=True)]
         pointer = cgutils.get_item_pointer(context, builder, array_type, view, indices, wraparound=False)
         # As a byte pointer, the intrinsic's name is right with typed pointers (llvm.prefetch.p0i8, older numba) as
         # with opaque ones (llvm.prefetch.p0).

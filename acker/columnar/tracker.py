@@ -25,6 +25,7 @@ from acker.core.tracker import Counters, TrackerConfig
 
 _MIN_CAPACITY = 1 << 10
 _NO_ANCHORS = np.zeros(1, np.int64)  # an empty anchor set (one empty slot: a lookup stops there)
+_MAX_AHEAD = 1 << 16  # prefetch distance at most (the loop reads the kind and anchor of the message that far on)
 _SOURCES_KEPT = 4096  # interned sources kept before compaction is considered (coordinates need a few per partition)
 
 
@@ -81,6 +82,8 @@ class BlockTracker:
     ) -> None:
         """``prefetch_ahead``: how many messages ahead the compiled loop asks for the cache lines a message will
         need (0: it does not; for benchmarks, which measure the difference)."""
+        if not 0 <= prefetch_ahead <= _MAX_AHEAD:  # a message index, not a hint: out of range, it would be read
+            raise ValueError(f"prefetch_ahead must be within [0, {_MAX_AHEAD}], not {prefetch_ahead}")
         self.config = config or TrackerConfig()
         self._ahead = prefetch_ahead
         self._table: k.Table = k.empty_table(_table_capacity(_MIN_CAPACITY, capacity))

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from numba import njit
 
+from acker.columnar import BlockTracker
 from acker.columnar._prefetch import prefetch
 
 
@@ -33,3 +35,20 @@ def test_prefetch_is_an_instruction() -> None:
     asm = next(iter(_sum_loading_ahead.inspect_asm().values())).lower()
     # The instruction, not the function's name (which says prefetch too): x86-64 or AArch64.
     assert "prefetcht0" in asm or "prfm" in asm
+
+
+@njit(cache=False)
+def _mixed(grid: Any, row: Any, column: Any) -> int:
+    prefetch(grid, (row, column))
+    return int(grid[row, column])
+
+
+def test_indices_of_mixed_integer_types_are_widened() -> None:
+    grid = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert _mixed(grid, np.int32(2), np.int64(3)) == 11
+
+
+def test_the_prefetch_distance_is_a_bounded_count_of_messages() -> None:
+    for wrong in (-1, 1 << 20):
+        with pytest.raises(ValueError, match="prefetch_ahead"):
+            BlockTracker(prefetch_ahead=wrong)
