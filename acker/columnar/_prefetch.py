@@ -8,6 +8,9 @@ and the loop finds the line in the cache (`acker.columnar._kernels.process`).
 
 numba has no prefetch of its own; this is LLVM's ``llvm.prefetch`` intrinsic (read, high locality, data cache)
 on the element's address.
+
+numba's on-disk cache of the loops that call this is keyed by their own file only: after an edit here, touch
+``_kernels.py`` (or clear ``__pycache__``) so that they are compiled again.
 """
 
 from __future__ import annotations
