@@ -318,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.configure(getattr(args, "log_level", None) or "WARNING")  # the commands without --log-level: warnings
     try:
+        logs.configure(getattr(args, "log_level", None) or "WARNING")  # the commands without --log-level: warnings
         code: int = args.run(args)
     except AckerError as error:
         print(f"acker: {error}", file=sys.stderr)

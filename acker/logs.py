@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import logging
 
+from acker.errors import ConfigError
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def configure(level: str) -> None:
-    """Log at ``level`` (a name: ``INFO``, ``WARNING``, ...) and above, in `FORMAT`, to stderr."""
-    logging.basicConfig(level=level, format=FORMAT)
+    """Log at ``level`` (a name, in any case: ``info``, ``WARNING``, ...) and above, in `FORMAT`, to stderr."""
+    if level.upper() not in LEVELS:
+        raise ConfigError(f"log level {level!r}: one of {', '.join(LEVELS)}")
+    logging.basicConfig(level=level.upper(), format=FORMAT)

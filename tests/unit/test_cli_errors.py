@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from acker import cli
+from acker import cli, logs
 from acker.errors import ConfigError
 from acker.examples import wordcount_cli
 from acker.help_text import prose
@@ -67,3 +67,9 @@ def test_a_wordcount_stage_says_what_it_serves_when_it_starts(
     with caplog.at_level("INFO", logger="acker.wordcount"):
         assert cli.main(["wordcount", "count", "--bootstrap-servers", "b:9092", "--prefix", "p"]) == 0
     assert "count bolt: p.words -> p.counts as group p-count; Kafka at b:9092" in caplog.text
+
+
+def test_a_log_level_in_any_case_or_a_wrong_one_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--log-level", "verbose", "--bootstrap-servers", "b:9092"]) == 2
+    assert capsys.readouterr().err.strip() == "acker: log level 'verbose': one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    logs.configure("info")  # as --log-level info: no error
