@@ -94,12 +94,11 @@ def serve_log_lines(client: Any) -> None:
 
 
 def client_logger() -> logging.Logger:
-    """The logger every Kafka client of the project is given, its `RepeatFilter` attached once. Its level lets
-    every line through to the handlers: what librdkafka logs is already chosen by its own ``log_level`` and
-    ``debug`` settings, as on stderr before."""
+    """The logger every Kafka client of the project is given, its `RepeatFilter` attached once. Its level is the
+    application's (`acker.logs`, ``--log-level``): librdkafka's info lines show at INFO, and the debug lines its
+    ``debug`` setting asks for at DEBUG."""
     logger = logging.getLogger(LOGGER_NAME)
     with _attaching:
         if not any(isinstance(f, RepeatFilter) for f in logger.filters):
             logger.addFilter(RepeatFilter())
-            logger.setLevel(logging.DEBUG)
     return logger
