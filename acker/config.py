@@ -236,8 +236,12 @@ _TYPES: dict[str, type] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``."""
-    parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file [env: {ENV_PREFIX}CONFIG]")
+    """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``, in a group
+    of their own, after the command's own options (every command takes them all; most concern `acker run`)."""
+    group = parser.add_argument_group(
+        "settings", "shared by every command, each also from --config FILE or its environment variable"
+    )
+    group.add_argument("--config", metavar="FILE", help=f"TOML configuration file [env: {ENV_PREFIX}CONFIG]")
     for f in fields(ServiceConfig):
         if f.name == "kafka":
             continue
@@ -245,10 +249,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         env = ENV_PREFIX + f.name.upper()
         text = f"{f.metadata['help']} [env: {env}; default: {f.default!r}]"
         if _TYPES[f.name] is bool:
-            parser.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
+            group.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
-    parser.add_argument(
+            group.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
+    group.add_argument(
         "--kafka",
         action="append",
         default=[],
