@@ -7,8 +7,6 @@ import logging
 from acker.errors import ConfigError
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
-
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

@@ -504,7 +504,7 @@ class AckerService:
                 cause = kafka_error(error)
                 if cause is None or cause.code() not in _NO_ANSWER:
                     raise
-            consumer.poll(0)  # not assigned anything: only hands over the log lines queued so far
+            serve_log_lines(consumer)  # not assigned anything yet
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"Kafka did not answer within {FIRST_CONTACT_S:.0f} s")
             attempt_s *= 2
