@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from acker.columnar.block import Kind
 from acker.core.ids import IdGenerator
 from acker.core.messages import TICK, Message
 from acker.core.tuple_tree import InputTuple, SpoutTree, TupleIds, anchored
@@ -103,11 +104,11 @@ WORD_COUNT_WORDS = 5  # words per sentence in `word_count_arrays`
 WORD_COUNT_MESSAGES = 2 + WORD_COUNT_WORDS  # its messages per tree: the init, the sentence's ack, each word's ack
 
 
-def word_count_arrays(trees: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def word_count_arrays(trees: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Storm's word count as ``trees`` whole trees, vectorised for benchmarks of millions of trees: the anchors
-    (random, non-zero, of either sign) and each tree's values in message order — the init (the root tuple's edge),
-    the split's ack (done with the root, created the words), each count's ack (done with its word). The values of a
-    tree XOR to zero: every tree completes. The first message of a tree is its init, the others are acks."""
+    (random, non-zero, of either sign), each tree's values in message order — the init (the root tuple's edge), the
+    split's ack (done with the root, created the words), each count's ack (done with its word) — and the kinds of
+    all the messages, tree after tree (an init, then acks). The values of a tree XOR to zero: every tree completes."""
     anchors = rng.integers(1, 2**63 - 1, size=trees, dtype=np.int64) * rng.choice([-1, 1], size=trees)
     root = rng.integers(1, 2**63 - 1, size=trees, dtype=np.int64)
     word_edges = rng.integers(1, 2**63 - 1, size=(trees, WORD_COUNT_WORDS), dtype=np.int64)
@@ -115,4 +116,5 @@ def word_count_arrays(trees: int, rng: np.random.Generator) -> tuple[np.ndarray,
     values[:, 0] = root
     values[:, 1] = root ^ np.bitwise_xor.reduce(word_edges, axis=1)
     values[:, 2:] = word_edges
-    return anchors, values
+    kinds = np.tile(np.array([Kind.INIT] + [Kind.ACK] * (WORD_COUNT_MESSAGES - 1), np.uint8), trees)
+    return anchors, values, kinds

@@ -51,7 +51,7 @@ import numpy as np
 from confluent_kafka import Consumer, Producer
 
 from acker.columnar import MessageBlock
-from acker.columnar.block import Kind, RecordSpans
+from acker.columnar.block import RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
@@ -65,9 +65,8 @@ from benchmarks import cpu
 
 def _records(trees: int, batch: int, partitions: int, rng: np.random.Generator, first: int = 0) -> list[list[bytes]]:
     """Per partition, record values of about ``batch`` messages holding whole word-count trees (vectorised)."""
-    anchors, values = word_count_arrays(trees, rng)
+    anchors, values, kinds = word_count_arrays(trees, rng)
     per_tree = WORD_COUNT_MESSAGES
-    kinds = np.tile(np.array([Kind.INIT] + [Kind.ACK] * (per_tree - 1), np.uint8), trees)
     offsets = np.arange(first, first + trees, dtype=np.int64)
     partition = np.abs(np.fmod(anchors, partitions))
     out: list[list[bytes]] = []

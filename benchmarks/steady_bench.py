@@ -40,11 +40,11 @@ BUCKETS = 3
 def _blocks(trees: int, window: int, tick_every: int, rng: np.random.Generator) -> list[MessageBlock]:
     """The workload's messages, in arrival order, cut into blocks."""
     per = WORD_COUNT_MESSAGES
-    anchors, values = word_count_arrays(trees, rng)
+    anchors, values, kinds = word_count_arrays(trees, rng)
     arrival = np.repeat(np.arange(trees, dtype=np.float64), per).reshape(trees, per)
     arrival[:, 1:] += rng.uniform(0, window, size=(trees, per - 1))  # an ack comes within `window` trees' inits
     order = np.argsort(arrival.reshape(-1), kind="stable")
-    kinds = np.tile(np.array([Kind.INIT] + [Kind.ACK] * (per - 1), np.uint8), trees)[order]
+    kinds = kinds[order]
     tree = np.repeat(np.arange(trees, dtype=np.int64), per)[order]
     ticks = np.arange(tick_every, len(kinds), tick_every)
     kinds = np.insert(kinds, ticks, Kind.TICK)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -31,6 +32,16 @@ def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     return log_bounds(consumer, TopicPartition(topic, partition))
 
 
+class _Found(NamedTuple):
+    """An outcome record of this acker partition, read back."""
+
+    topic: str
+    partition: int
+    offset: int
+    acker_offset: int  # of the acker record that decided it
+    anchors: np.ndarray
+
+
 def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> Decided:
     """The outcomes published for the acker partition ``acker`` from ``starts`` to the current end of each outcome
     topic.
@@ -42,7 +53,7 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
     them for good. A topic that cannot be read is logged and passed over too: the trees found in the others are
     still decided (only the trees of that topic may be decided again by the replay).
     """
-    kept: list[tuple[str, int, int, int, np.ndarray]] = []  # (topic, partition, offset, deciding acker offset, anchors)
+    kept: list[_Found] = []
     for topic, (partition, offset) in starts.items():
         try:
             low, end = _bounds(consumer, topic, partition)
@@ -56,13 +67,13 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
                 except WireError:
                     continue
                 if decided_by == acker.partition:
-                    kept.append((topic, partition, record.offset() or 0, acker_offset, found))
+                    kept.append(_Found(topic, partition, record.offset() or 0, acker_offset, found))
         except (KafkaClientError, KafkaException) as error:  # what was read, here and in the others, still counts
             log.warning("%s[%d]: outcomes not (all) read back: %s", topic, partition, error)
     _, acker_end = log_bounds(consumer, acker)
-    kept = [k for k in kept if k[3] < acker_end]
+    kept = [k for k in kept if k.acker_offset < acker_end]
     outcome_log = OutcomeLog()
-    for topic, partition, offset, acker_offset, _ in kept:
-        outcome_log.delivered(topic, partition, offset, acker_offset)
-    found = np.concatenate([k[4] for k in kept]) if kept else np.zeros(0, np.int64)
-    return Decided(found, max((k[3] for k in kept), default=-1), outcome_log)
+    for k in kept:
+        outcome_log.delivered(k.topic, k.partition, k.offset, k.acker_offset)
+    found = np.concatenate([k.anchors for k in kept]) if kept else np.zeros(0, np.int64)
+    return Decided(found, max((k.acker_offset for k in kept), default=-1), outcome_log)
