@@ -13,7 +13,7 @@ import argparse
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -235,9 +235,36 @@ _TYPES: dict[str, type] = {
 }
 
 
+_SETTING_FLAGS = frozenset({"--config", "--kafka", *("--" + name.replace("_", "-") for name in _TYPES)})
+# How the settings show in a usage line: once, after the command's own arguments.
+_SETTINGS_IN_USAGE = argparse.Action([], dest="settings", nargs="?", metavar="settings")
+
+
+class _UsageWithoutSettings(argparse.HelpFormatter):
+    """A usage line that names the command's own options and arguments, and the settings as one ``[settings]``: two
+    dozen flags there would bury the few that are the command's. The help lists every setting in its group."""
+
+    def add_usage(
+        self, usage: str | None, actions: Iterable[argparse.Action], groups: Iterable[Any], prefix: str | None = None
+    ) -> None:
+        actions = list(actions)
+        own = [action for action in actions if not _SETTING_FLAGS.intersection(action.option_strings)]
+        if len(own) < len(actions):
+            own.append(_SETTINGS_IN_USAGE)
+        super().add_usage(usage, own, groups, prefix)
+
+
+class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHelpFormatter):
+    """The same, for a command whose description is laid out by hand."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``, in a group
-    of their own, after the command's own options (every command takes them all; most concern `acker run`)."""
+    of their own, after the command's own options (every command takes them all; most concern `acker run`). The
+    parser's usage line then shows them as one ``[settings]``."""
+    given = parser.formatter_class
+    raw = isinstance(given, type) and issubclass(given, argparse.RawDescriptionHelpFormatter)
+    parser.formatter_class = _RawUsageWithoutSettings if raw else _UsageWithoutSettings
     group = parser.add_argument_group(
         "settings", "shared by every command, each also from --config FILE or its environment variable"
     )

@@ -106,6 +106,22 @@ def test_help_names_the_environment_variable_of_every_flag() -> None:
         assert name in text.replace("\n", "").replace(" ", "")
 
 
+def test_usage_shows_the_command_own_options_and_the_settings_as_one_word() -> None:
+    parser = argparse.ArgumentParser(prog="acker x", formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    add_arguments(parser)
+    parser.add_argument("place", nargs="+")
+    usage = parser.format_usage()
+    assert usage.split() == ["usage:", "acker", "x", "[-h]", "[--json]", "place", "[place", "...]", "[settings]"]
+    help_text = parser.format_help()
+    for flag in ("--bootstrap-servers", "--relocate-on-update", "--no-relocate-on-update", "--kafka", "--config"):
+        assert flag in help_text  # listed in the help, in their group
+    formatter = parser.formatter_class
+    assert isinstance(formatter, type) and issubclass(formatter, argparse.RawDescriptionHelpFormatter)  # kept
+    args = parser.parse_args(["p", "--partitions", "3", "--json"])  # the settings are still taken anywhere
+    assert (args.partitions, args.json, args.place) == ("3", True, ["p"])
+
+
 def test_to_argv_round_trips_and_keeps_librdkafka_settings_off_the_command_line() -> None:
     config = ServiceConfig(
         buckets=4,
