@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from acker.kafka import lookups
@@ -64,38 +66,47 @@ def _ivy_settings(ivy: Path) -> str:
     return settings.as_uri()
 
 
-def spark_session(app: str, master: str = "local[2]") -> SparkSession:
-    """A session for ``app`` (getOrCreate: the jobs of one process share it)."""
+def spark_session(app: str, master: str = "local[2]", jvm_output: Path | None = None) -> SparkSession:
+    """A session for ``app`` (getOrCreate: the jobs of one process share it).
+
+    ``jvm_output``: a file that takes everything the Spark JVM prints (Ivy's resolution report, Spark's log lines),
+    appended to, for a caller whose terminal shows something else (the demo's live table); by default the JVM prints
+    to this process's terminal, as spark-submit does. It applies only to the JVM this call starts.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter's packages
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Its own directory: a cache that Spark's default chain filled names resolvers these settings do not have, and Ivy
     # reports each of them as an error at every start.
     ivy = default_cache_dir() / "ivy-central"
     ivy.mkdir(parents=True, exist_ok=True)
-    builder = (
-        SparkSession.builder.appName(app)
-        .config("spark.jars.packages", ",".join(connector_packages()))
-        .config("spark.jars.ivy", str(ivy))
-        .config("spark.jars.ivySettings", _ivy_settings(ivy))
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")  # progress bars on stderr, cut into the log lines
+    settings = {
+        "spark.app.name": app,
+        "spark.jars.packages": ",".join(connector_packages()),
+        "spark.jars.ivy": str(ivy),
+        "spark.jars.ivySettings": _ivy_settings(ivy),
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # progress bars on stderr, cut into the log lines
         # The jobs are streaming queries, which adaptive query execution does not apply to; left on, Spark warns so
         # at the start of every query.
-        .config("spark.sql.adaptive.enabled", "false")
-    )
+        "spark.sql.adaptive.enabled": "false",
+    }
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning that the host name is a loopback one
-        builder = (
-            builder.master(master)
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-        )
+        settings |= {"spark.master": master, "spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+    conf = SparkConf().setAll(list(settings.items()))
     # pyspark's context replaces the SIGINT handler with one that cancels every running job before it raises
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
     interrupt = signal.getsignal(signal.SIGINT)
-    session = builder.getOrCreate()
+    if jvm_output is not None and SparkContext._gateway is None:  # no JVM yet: this call starts it
+        # pyspark's way to start the JVM with its output elsewhere (``popen_kwargs``); the context then uses it.
+        jvm_output.parent.mkdir(parents=True, exist_ok=True)
+        with jvm_output.open("ab") as output:
+            popen = {"stdout": output, "stderr": output}
+            gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+        SparkContext(conf=conf, gateway=gateway)
+    session = SparkSession.builder.config(conf=conf).getOrCreate()
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")

@@ -112,6 +112,7 @@ class Demo:
         self.events: list[str] = []
         self.started = time.monotonic()
         self.stages = Stages(log=self.event)
+        self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log
         console.print(f"topics, groups and processes of this run are named {self.prefix}*")
 
     def event(self, line: str) -> None:
@@ -128,7 +129,7 @@ class Demo:
         spark = None
         try:
             self._start_stages()
-            self.event("starting the Spark jobs (local Spark; the first run fetches the connectors)")
+            self.event(f"starting the Spark jobs (the first run fetches the connectors); log: {self.workdir}/spark.log")
             spark, queries = self._start_spark()
             readers = self._readers()
             self._watch(readers, self._writer())
@@ -175,15 +176,14 @@ class Demo:
 
     def _start_spark(self) -> tuple[Any, list[Any]]:
         from spark_jobs import commit_job, replay_job  # noqa: PLC0415 - pyspark loads when the demo runs
-        from spark_jobs.session import set_log_level, spark_session  # noqa: PLC0415
+        from spark_jobs.session import spark_session  # noqa: PLC0415
 
-        c, checkpoint = self.config, Path(f".cache/demo/{self.prefix}").resolve()
+        c, checkpoint = self.config, self.workdir.resolve()
         source = commit_job.OutcomeSource(c.client(), (c.outcome_topic(SPOUT),))
-        spark = spark_session("acker-demo")
-        # The demo runs a dozen processes and Spark on one machine, where a micro-batch often takes longer than the
-        # 1 s trigger: Spark would warn of each, dozens of lines through the demo's own progress. A deployed job keeps
-        # the warning (`acker spark`).
-        set_log_level(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
+        # Spark's own output goes to a file: Ivy's report of the connectors, its log lines, its warnings of
+        # micro-batches slower than the trigger (frequent with a dozen processes on one machine) would cut through the
+        # live table.
+        spark = spark_session("acker-demo", jvm_output=checkpoint / "spark.log")
         groups = {SPOUT: f"{self.prefix}-spout"}
         commit = commit_job.CommitJobSettings(
             source, f"{checkpoint}/commit", groups=groups, dlq_topic=f"{c.dlq_topic}.out"

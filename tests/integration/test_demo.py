@@ -48,6 +48,9 @@ def test_the_demo_keeps_the_promise_under_failures_and_reports_it(bootstrap: str
     events = "\n".join(report["events"])
     assert "crashed (as injected): restarting it" in events and "restarted acker-0" in events
     assert _survivors(report["prefix"]) == []
+    spark_log = Path(".cache/demo", report["prefix"], "spark.log").read_text(errors="replace")
+    assert ":: resolving dependencies" in spark_log  # Ivy's report of the connectors went to the demo's Spark log,
+    assert ":: resolving dependencies" not in output.read_text(errors="replace")  # not through its live table
 
 
 def _spark_jvms() -> set[str]:
