@@ -8,6 +8,10 @@ from acker.errors import ConfigError
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Libraries whose info lines are not the application's: py4j, Spark's bridge to its JVM, logs every call the JVM makes
+# into Python, which is a line per micro-batch of a Spark job (and its sockets opening and closing). Their warnings
+# still show; at DEBUG, everything does.
+CHATTY = ("py4j",)
 
 
 def configure(level: str) -> None:
@@ -15,3 +19,5 @@ def configure(level: str) -> None:
     if level.upper() not in LEVELS:
         raise ConfigError(f"log level {level!r}: one of {', '.join(LEVELS)}")
     logging.basicConfig(level=level.upper(), format=FORMAT)
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)

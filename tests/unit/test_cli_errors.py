@@ -3,6 +3,7 @@ to check, exit status 2."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
@@ -73,3 +74,14 @@ def test_a_log_level_in_any_case_or_a_wrong_one_in_one_line(capsys: pytest.Captu
     assert cli.main(["run", "--log-level", "verbose", "--bootstrap-servers", "b:9092"]) == 2
     assert capsys.readouterr().err.strip() == "acker: log level 'verbose': one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
     logs.configure("info")  # as --log-level info: no error
+
+
+def test_py4j_shows_its_warnings_only_unless_debugging() -> None:
+    py4j = logging.getLogger("py4j.clientserver")  # logs each call the JVM makes into Python at INFO
+    try:
+        logs.configure("INFO")
+        assert not py4j.isEnabledFor(logging.INFO) and py4j.isEnabledFor(logging.WARNING)
+        logs.configure("debug")
+        assert logging.getLogger("py4j").level == logging.NOTSET  # the application's level, whatever it is
+    finally:
+        logging.getLogger("py4j").setLevel(logging.NOTSET)
