@@ -10,6 +10,7 @@ On a cluster, run this module with spark-submit and the connectors as packages, 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -19,6 +20,8 @@ from typing import Any
 from acker.config import add_arguments, env_settings, flag_setting, load
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
+
+log = logging.getLogger("spark_jobs.cli")
 
 
 def add_parser(sub: Any) -> None:
@@ -97,6 +100,9 @@ def _run(args: argparse.Namespace) -> int:
         stopping = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stopping.set())
+        reads = ", ".join(topics) if topics else f"the topics matching {args.pattern!r}"
+        log.info("%s job running: reads %s, checkpoint %s, Kafka %s; Ctrl-C or SIGTERM stops it between micro-batches",
+                 args.spark_job, reads, args.checkpoint, config.bootstrap_servers)  # fmt: skip
         failed = False
         while not stopping.wait(1.0):
             for query in queries:
@@ -105,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
                     failed = True
                     stopping.set()
         stop_queries(spark, queries)
+        log.info("%s job stopped", args.spark_job)
         return 1 if failed else 0
     finally:
         stop(spark)
