@@ -29,13 +29,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.errors import ConfigError
-from acker.kafka.clients import KafkaClientError, partition_count
+from acker.kafka.clients import KafkaClientError, kafka_error, partition_count
 from acker.kafka.lookups import lookups
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
 from spark_jobs.stopping import batch_function
-from spark_jobs.watermark import PartitionMark
+from spark_jobs.watermark import RECHECK_S, PartitionMark
 
 log = logging.getLogger("spark_jobs.commit")
 
@@ -115,6 +115,9 @@ class CommitJobSettings:
     # Every watermark is committed again this often, moved or not: Kafka deletes a committed offset of a group without
     # members `offsets.retention.minutes` after its last commit, and a source partition idle that long would lose it.
     refresh_s: float = 3600.0
+    # The marks no micro-batch moves are looked at this often (`Marks.recheck`): an idle partition's mark gets past
+    # the marker of its last transaction, or past what Kafka could not answer for, within this time.
+    recheck_s: float = RECHECK_S
     # The spouts the job serves (None: every spout whose outcomes it reads, as with a pattern). Only their marks are
     # committed again: a spout left out stays out, and its watermark group, once deleted, is not recreated.
     spouts: frozenset[str] | None = None
@@ -201,17 +204,55 @@ class Marks:
         keys = done.keys() | unsure
         self._skip_to_committed(keys)
         for spout, topic, partition in keys:
-
-            def next_existing(offset: int, topic: str = topic, partition: int = partition) -> int | None:
-                with kafka.lock:
-                    return kafka.next_existing(topic, partition, offset)
-
             mark = self.marks[(spout, topic, partition)]
             group = self.settings.watermark_group(spout)
-            touched.setdefault(group, {})[(topic, partition)] = mark.advance(next_existing, now_s)
+            touched.setdefault(group, {})[(topic, partition)] = mark.advance(self._lookup(topic, partition), now_s)
         if touched:
             self._store.save(batch_id, self.marks)
         return touched
+
+    def _lookup(self, topic: str, partition: int) -> Callable[[int], int | None]:
+        """`PartitionMark.advance`'s question about one partition, asked of Kafka."""
+        kafka = self._kafka
+
+        def next_existing(offset: int) -> int | None:
+            with kafka.lock:
+                return kafka.next_existing(topic, partition, offset)
+
+        return next_existing
+
+    def recheck(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Move the marks that no micro-batch moves, and commit those that moved; return what was committed.
+
+        Spark runs a micro-batch only when outcomes come. Between bursts, or once a pipeline is idle, a mark can
+        still have somewhere to go: past the marker that ends a transactional partition (`PartitionMark.advance`'s
+        ``to_end``), past a gap Kafka could not answer for at the last batch, past a record it waits on that
+        retention has deleted since. Every mark of a spout served, unless it waits on a record found recently. Not
+        saved: the next micro-batch saves the marks, and a restart follows the commits (`_skip_to_committed`)."""
+        with self._lock:
+            if self.marks is None:
+                self.marks = self._store.load()
+            now_s = time.time()
+            moved: dict[str, dict[tuple[str, int], int]] = {}
+            failed: list[str] = []
+            for (spout, topic, partition), mark in self.marks.items():
+                if not self.settings.serves(spout) or mark.waiting(now_s):
+                    continue
+                before = mark.mark
+                try:
+                    mark.advance(self._lookup(topic, partition), now_s, to_end=True)
+                except KafkaException as error:  # one partition's (a deleted topic's): the others are looked at
+                    cause = kafka_error(error)
+                    failed.append(f"{topic}[{partition}]: {cause.str() if cause is not None else error}")
+                if mark.mark > before:
+                    moved.setdefault(self.settings.watermark_group(spout), {})[(topic, partition)] = mark.mark
+            if failed:
+                log.warning("could not look at %d watermark(s), e.g. %s", len(failed), failed[0])
+            committed = {}
+            for group, group_marks in moved.items():
+                with self._kafka.lock:
+                    committed[group] = self._kafka.advance(group, group_marks)
+            return committed
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
@@ -277,24 +318,33 @@ def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQue
     letters = start_dead_letters(
         raw, settings.source, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
     )
-    threading.Thread(target=_refresh, args=(marks, main, settings.refresh_s), name="acker-commit-refresh",
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(target=_refresh, args=(marks, main, settings), name="acker-commit-refresh", daemon=True).start()
     return [main, letters]
 
 
-def _refresh(marks: Marks, main: StreamingQuery, every_s: float) -> None:
-    """Commit every mark at once (a mark saved but not committed before a crash), then every ``every_s``, whether
-    outcomes come or not (Spark runs no micro-batch without new records), while the job's query runs."""
-    due = 0.0
+def _refresh(marks: Marks, main: StreamingQuery, settings: CommitJobSettings) -> None:
+    """While the job's query runs: commit every mark at once (a mark saved but not committed before a crash), then
+    every ``refresh_s``, whether outcomes come or not (Spark runs no micro-batch without new records); and every
+    ``recheck_s``, move the marks no micro-batch moves (`Marks.recheck`)."""
+    due, recheck_due = 0.0, time.monotonic() + settings.recheck_s
     while _active(main):
-        if time.monotonic() >= due:
-            due = time.monotonic() + every_s
+        now = time.monotonic()
+        if now >= due:
+            due = now + settings.refresh_s
             try:
                 marks.recommit()
             except Exception as error:  # Kafka or the checkpoint's storage: asked again a little later
                 log.warning("committing the watermarks again failed: %s", error)
-                due = time.monotonic() + min(every_s, 60.0)
-        time.sleep(min(5.0, every_s))
+                due = now + min(settings.refresh_s, 60.0)
+        if now >= recheck_due:
+            recheck_due = now + settings.recheck_s
+            try:
+                for group, committed in marks.recheck().items():
+                    if committed:
+                        log.info("%s advanced to %s (no micro-batch came)", group, committed)
+            except Exception as error:  # asked again at the next recheck
+                log.warning("rechecking the watermarks failed: %s", error)
+        time.sleep(min(5.0, settings.refresh_s, settings.recheck_s))
 
 
 def _active(query: StreamingQuery) -> bool:

@@ -10,7 +10,8 @@ deleted records): the caller passes ``next_existing(offset)``, the offset of the
 ``offset`` that a consumer reads, and the mark jumps over the offsets without records. ``verified`` remembers an
 offset already found to exist (and not done), so that a mark waiting on a slow tree asks Kafka once per
 ``RECHECK_S``, not at every batch: asked again, because retention or compaction may delete a record that will never
-be done (its tree was lost before its init), and a deleted record must not hold the mark for good.
+be done (its tree was lost before its init), and a deleted record must not hold the mark for good. Offsets without
+records after the last done one (the marker that ends a transaction) are stepped over on request (``to_end``).
 
 Invariants: ``mark`` never decreases; every run starts above ``mark``; a duplicated done offset changes nothing.
 """
@@ -49,19 +50,23 @@ class PartitionMark:
         ends = (fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1).tolist()
         self.runs = _merge(self.runs, list(zip(starts, ends, strict=True)))
 
-    def advance(self, next_existing: Callable[[int], int | None], now_s: float = 0.0) -> int:
+    def advance(self, next_existing: Callable[[int], int | None], now_s: float = 0.0, *, to_end: bool = False) -> int:
         """Move the mark as far as the done runs and the existing records allow; return it.
 
-        ``next_existing(offset)`` is only called when some offset above the mark is done, so a record exists at
-        or after ``offset`` unless it was deleted since (then the deleted offsets count as records that do not
-        exist: nobody can process them any more). None means Kafka cannot tell now: the mark stays, and the
-        question is asked again at the next call (never remembered as an answer).
+        ``next_existing(offset)`` is called when some offset above the mark is done (so a record exists at or after
+        ``offset``, unless it was deleted since: then the deleted offsets count as records that do not exist, which
+        nobody can process any more), and with ``to_end`` also when none is. None means Kafka cannot tell now: the
+        mark stays, and the question is asked again at the next call (never remembered as an answer).
+
+        ``to_end``: step over offsets without records that follow the last done one, up to the next record or the
+        partition's readable end. A partition written in transactions ends with a transaction marker (and perhaps an
+        aborted transaction), which no done offset ever comes after while the partition is idle: without this its
+        mark would stay below the end for good. The commit job asks it now and then (`Marks.recheck`), not at every
+        micro-batch: in a stream the record at the mark is usually in flight, and finding that out costs a read.
         """
-        while self.runs:
-            start, end = self.runs[0]
-            if start <= self.mark:
-                self.mark = max(self.mark, end)
-                self.runs.pop(0)
+        while self.runs or to_end:
+            if self.runs and self.runs[0][0] <= self.mark:
+                self.mark = max(self.mark, self.runs.pop(0)[1])
                 continue
             if self.waiting(now_s):
                 break  # a record is there and not done: wait for it
@@ -71,7 +76,10 @@ class PartitionMark:
             if existing <= self.mark:
                 self.verified, self.verified_at = self.mark, now_s
                 break
-            self.mark = min(existing, start)  # no records in [mark, existing): nothing to wait for
+            if not self.runs:  # no records in [mark, existing): existing is the readable end, or a record not done
+                self.mark = existing
+                break
+            self.mark = min(existing, self.runs[0][0])  # no records in [mark, existing): nothing to wait for
         return self.mark
 
     def skip_to(self, offset: int) -> None:

@@ -159,6 +159,43 @@ def test_the_watermark_is_the_end_of_the_done_prefix_never_beyond(
             query.stop()
 
 
+def test_an_idle_transactional_partition_done_to_its_last_record_gets_its_watermark_at_its_end(
+    spark: Any, bootstrap: str, names: dict[str, str]
+) -> None:
+    """Records 0-9 in a committed transaction (its marker at 10), then 5 in an aborted one (11-15, its marker at 16):
+    the end offset is 17, and no record a consumer reads is left after 9. Once 0-9 are acked and no more outcomes
+    come, the job's recheck steps the watermark over the markers and the aborted records, to the end: a spout's
+    fully-processed lag reaches 0."""
+    client = {"bootstrap.servers": bootstrap}
+    src, out = names["source"], names["outcomes"] + "sp"
+    create_topics(client, [TopicSpec(src, 1), TopicSpec(out, 1)])
+    producer = Producer({**client, "transactional.id": f"tx-{names['uid']}"})
+    producer.init_transactions(30)
+    for commit, count in ((True, 10), (False, 5)):
+        producer.begin_transaction()
+        for i in range(count):
+            produce(producer, src, f"{i}".encode(), partition=0)
+        assert producer.flush(30) == 0  # written before the abort (which drops what is not sent yet)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    kafka = lookups(client)
+    with kafka.lock:
+        end = kafka._ends(src, 0)[1]
+    assert end == 17
+    settings = CommitJobSettings(OutcomeSource(client, topics=(out,)), names["ckpt"], trigger_s=0.5, recheck_s=1.0)
+    queries = start_commit(spark, settings)
+
+    def mark() -> int:
+        with kafka.lock:
+            return kafka.committed("sp.acked", [(src, 0)])[(src, 0)]
+
+    try:
+        _outcomes(client, out, [("ACK", f"{src}/0/{o}") for o in range(10)])
+        assert _eventually(lambda: mark() == end, timeout_s=60)
+    finally:
+        for query in queries:
+            query.stop()
+
+
 def test_a_pattern_never_reads_the_jobs_dead_letters_and_a_watermark_moved_ahead_is_followed(
     spark: Any, bootstrap: str, names: dict[str, str]
 ) -> None:

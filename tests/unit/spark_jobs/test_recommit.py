@@ -1,12 +1,14 @@
-"""The commit job's re-commit of its marks, at its Kafka edge (a recording stand-in for the admin calls): only the
-marks of the spouts it serves."""
+"""The commit job's re-commit and recheck of its marks, at its Kafka edge (a recording stand-in for the admin calls
+and lookups): only the marks of the spouts it serves."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
@@ -76,3 +78,45 @@ def test_a_batch_rechecks_only_the_marks_of_spouts_served(monkeypatch: pytest.Mo
     store = _Store({("a", "in", 0): PartitionMark(5, [(7, 9)]), ("retired", "in2", 0): PartitionMark(3, [(5, 6)])})
     marks = Marks(CommitJobSettings(source, "unused", spouts=frozenset({"a"})), store)  # type: ignore[arg-type]
     assert marks.apply([], batch_id=1) == {"a.acked": {("in", 0): 5}}
+
+
+class _Ends(_Kafka):
+    """Partitions whose records end before their end offset (the marker of a last transaction), or whose lookup
+    fails (a deleted topic: None here)."""
+
+    def __init__(self, ends: dict[tuple[str, int], int | None]) -> None:
+        super().__init__()
+        self.ends = ends
+        self.asked: list[tuple[str, int, int]] = []
+
+    def next_existing(self, topic: str, partition: int, offset: int) -> int | None:  # type: ignore[override]
+        self.asked.append((topic, partition, offset))
+        end = self.ends[(topic, partition)]
+        if end is None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+        return end if end > offset else None
+
+
+def test_a_recheck_moves_the_marks_no_micro_batch_moves_and_commits_those_that_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle transactional partition's mark gets past the marker of its last transaction; a mark at its end, one
+    waiting on a record found a moment ago and a retired spout's are left as they are; a partition Kafka cannot
+    look at does not stop the others."""
+    kafka = _Ends({("in", 0): 11, ("in", 1): 9, ("in", 2): 7, ("gone", 0): None, ("in2", 0): 5})
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    store = _Store(
+        {
+            ("a", "gone", 0): PartitionMark(3),
+            ("a", "in", 0): PartitionMark(10),
+            ("a", "in", 1): PartitionMark(4, verified=4, verified_at=time.time()),
+            ("a", "in", 2): PartitionMark(7),
+            ("retired", "in2", 0): PartitionMark(3),
+        }
+    )
+    marks = Marks(CommitJobSettings(source, "unused", spouts=frozenset({"a"})), store)  # type: ignore[arg-type]
+    assert marks.recheck() == {"a.acked": {("in", 0): 11}}
+    assert kafka.commits == [("a.acked", {("in", 0): 11}, False)]
+    assert sorted(kafka.asked) == [("gone", 0, 3), ("in", 0, 10), ("in", 2, 7)]
+    assert marks.marks is not None and marks.marks[("retired", "in2", 0)].mark == 3

@@ -112,3 +112,53 @@ def test_a_mark_moved_ahead_outside_gives_up_what_is_below_and_keeps_what_is_abo
     assert (mark.mark, mark.runs) == (8, [(9, 10)])
     calls: list[int] = []
     assert mark.advance(_next_existing({8, 9, 10}, calls)) == 8  # type: ignore[arg-type]  # 8 exists, not done
+
+
+def _kafka_partition(existing: set[int], end: int, calls: list[int]) -> object:
+    """``next_existing`` as Kafka answers it: the first record at or after an offset, else the readable end; None at
+    or past the end (nothing written there yet)."""
+
+    def lookup(offset: int) -> int | None:
+        calls.append(offset)
+        return min((e for e in existing if e >= offset), default=end if end > offset else None)
+
+    return lookup
+
+
+@given(
+    st.integers(0, 5),
+    st.lists(st.booleans(), min_size=1, max_size=40),
+    st.integers(0, 3),
+    st.data(),
+)
+def test_to_the_end_the_mark_also_passes_offsets_without_records_after_the_last_done_one(
+    start: int, present: list[bool], tail: int, data: st.DataObject
+) -> None:
+    """``to_end``: the mark is the first existing record not done, else the partition's end, past the offsets without
+    records that close it (a transaction's marker, an aborted transaction). Never past a record not done."""
+    existing = {start + i for i, p in enumerate(present) if p}
+    end = start + len(present) + tail
+    order = data.draw(st.permutations(sorted(existing)))
+    acked = order[: data.draw(st.integers(0, len(order)))]
+    mark = PartitionMark(start)
+    mark.add(acked)
+    calls: list[int] = []
+    got = mark.advance(_kafka_partition(existing, end, calls), to_end=True)  # type: ignore[arg-type]
+    waiting = [e for e in existing if e not in set(acked)]
+    assert got == (min(waiting) if waiting else end)
+    assert not mark.runs or mark.runs[0][0] > got
+
+
+def test_a_transactional_partition_done_to_its_last_record_reaches_its_end_on_request() -> None:
+    """Records 0-9 written in one transaction: its commit marker is offset 10, the end 11. Every record done: the
+    runs end at 10, and only a question asked with nothing done above the mark finds that 10 holds no record."""
+    mark = PartitionMark(0)
+    mark.add(range(10))
+    calls: list[int] = []
+    lookup = _kafka_partition(set(range(10)), 11, calls)
+    assert mark.advance(lookup) == 10 and calls == []  # type: ignore[arg-type]  # a micro-batch does not ask
+    assert mark.advance(lookup, to_end=True) == 11 and calls == [10]  # type: ignore[arg-type]
+    assert mark.advance(lookup, to_end=True) == 11 and calls == [10, 11]  # type: ignore[arg-type]  # the end: stays
+    mark.add([12])  # a record at 11 not done yet, 12 done: a record waits at the mark
+    assert mark.advance(_kafka_partition({11, 12}, 13, calls), to_end=True) == 11  # type: ignore[arg-type]
+    assert mark.verified == 11
