@@ -72,7 +72,9 @@ class SpoutSettings:
     group: str = ""  # default: the spout's name
     max_pending: int = 10_000
     tracked: bool = True
-    reset: str = "earliest"  # where to start a partition that has no watermark yet
+    # Where to start a partition that has no watermark yet. "latest" skips the records already there, which then count
+    # as done: those of a partition added to the topic are written before the spout sees it, and are never processed.
+    reset: str = "earliest"
     # How long a tree counts towards max_pending without an outcome: None = `pending_timeout_s` of the acker's
     # settings; 0 = for ever. Set it above the longest a tree lives, resets included (a bolt's `reset_timeout`).
     pending_timeout_s: float | None = None
