@@ -9,7 +9,10 @@ start (`metadata`), and the next owner reads them back from there (`acker.kafka.
 
 Records still in flight land after every record delivered to the same partition, so the metadata may be taken at
 any moment, except while a topic has records in flight and none delivered yet: its partition is not known then
-(the partitioner picks it), and `metadata` says so rather than leave the topic out.
+(the partitioner picks it), and `metadata` says so rather than leave the topic out. The service avoids that case by
+choosing the partition itself and declaring a topic (`expect`) before its first record, with the partition's end
+offset then as the start: a topic first written after the last commit is then named in a commit before any of its
+records can be delivered (`AckerService._cover`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,19 @@ class OutcomeLog:
             stream.partition, stream.records, stream.end = partition, deque(), 0
         stream.records.append((acker_offset, offset))
         stream.end = max(stream.end, offset + 1)
+
+    def expect(self, topic: str, partition: int, end: int) -> None:
+        """The records of ``topic`` go to ``partition`` from now on, which ends at offset ``end`` now: they will all
+        land at or after it. A topic is known so before its first record is even produced (and its place is in every
+        metadata from then on); a change of partition starts it over, as a delivery there would."""
+        stream = self._streams.setdefault(topic, _Stream())
+        if stream.partition != partition:
+            stream.partition, stream.records, stream.end = partition, deque(), end
+
+    def knows(self, topic: str, partition: int) -> bool:
+        """Whether the records of ``topic`` are known to go to ``partition`` (delivered there, or `expect`-ed)."""
+        stream = self._streams.get(topic)
+        return stream is not None and stream.partition == partition
 
     def starts(self, replay_from: int) -> Starts | None:
         """Per outcome topic, where the records deciding at or after acker offset ``replay_from`` start (records

@@ -31,7 +31,10 @@ without an init, which expires silently.
 So such a tree gets no second outcome, and the trees decided after the offset are not published twice either. What
 remains: an outcome decided just before a crash and not yet delivered is not read back, and its tree is decided
 again by the replay alone (a straddler there may get a different outcome); and an init-less entry that expired
-silently, straddling the offset, counts towards ``high_water`` for a different while.
+silently, straddling the offset, counts towards ``high_water`` for a different while. Such an entry (acks more than a
+timeout before their init) also leaves no tombstone and holds the offset back for nothing: the replay may join acks
+the old owner had let expire with the init in one entry, as old as those acks, and time the tree out up to
+``buckets - 1`` ticks early (or ack it where the old owner timed it out). Only a tree whose init came that late.
 """
 
 from __future__ import annotations

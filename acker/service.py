@@ -50,6 +50,7 @@ from acker.kafka.clients import (
     consume_available,
     create_topics,
     kafka_error,
+    log_bounds,
     produce,
     refusal,
     topic_partitions,
@@ -226,6 +227,10 @@ class AckerService:
         self._poisoned = False  # set when the loop failed: no commit may follow
         self._partition_count = 0  # of the acker topic, read at each assignment (0: unknown, nothing checked)
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
+        # Per owned partition, the offset last committed (by this instance, or found at its assignment; negative:
+        # none): every outcome decided before it was delivered, so it may be committed again (`_cover`).
+        self._committed: dict[int, int] = {}
+        self._outcome_partitions: dict[str, int] = {}  # outcome topic → its partition count, read at first use
         self._to_recover: list[int] = []  # assigned partitions whose outcomes are still to be read back
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
@@ -426,7 +431,10 @@ class AckerService:
         if topic not in self._known_topics:
             self._ensure_topics([outcome_topic(self.config, spout)])
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
-        key = str(partition).encode()  # every outcome record of an acker partition in one partition, in order
+        key = str(partition).encode()
+        target = self._outcome_partition(topic, partition)  # every record of an acker partition in one, in order
+        if outcome_log is not None and target is not None and not outcome_log.knows(topic, target):
+            self._cover(partition, outcome_log, topic, target)
         headers = [(DECIDED_BY, f"{partition}/{first}-{last}".encode())]
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
@@ -458,7 +466,47 @@ class AckerService:
 
         if outcome_log is not None:  # before produce: a refusal reports at once, and takes it back
             outcome_log.sent(topic)
-        self._produce_reporting(topic, encoded.value, key, headers, delivered)
+        where = {} if target is None else {"partition": target}
+        self._produce_reporting(topic, encoded.value, key, headers, delivered, **where)
+
+    def _outcome_partition(self, topic: str, partition: int) -> int | None:
+        """The partition of outcome topic ``topic`` that takes the records of acker partition ``partition``; None
+        while the topic's partitions cannot be told (a topic that does not exist: written to by key, see
+        `_ensure_topics`)."""
+        count = self._outcome_partitions.get(topic)
+        if count is None:
+            try:
+                count = len(topic_partitions(self._reading_consumer(), topic))
+            except KafkaException as error:
+                log.warning("cannot look %s up: %s", topic, kafka_error(error) or error)
+                return None
+            if not count:
+                return None
+            self._outcome_partitions[topic] = count
+        return partition % count
+
+    def _cover(self, partition: int, outcome_log: OutcomeLog, topic: str, target: int) -> None:
+        """Before the first outcome record of ``topic`` since this instance took ``partition`` (or since the
+        topic's partition changed): commit again the offset last committed, its metadata now naming where this
+        topic's records will land. Its records are not in the commits made before, so without this a crash before
+        the next commit would leave a new owner reading back every topic but this one, and publishing the trees
+        decided here a second time. A synchronous commit, once per partition and topic while this instance owns the
+        partition."""
+        committed = self._committed.get(partition)
+        if committed is None:  # the committed offset could not be read at the assignment: not known what to cover
+            return
+        reader = self._reading_consumer()
+        try:
+            outcome_log.expect(topic, target, log_bounds(reader, TopicPartition(topic, target))[1])
+            if committed < 0:  # nothing committed yet: where a replay starts anyway
+                committed = log_bounds(reader, TopicPartition(self.config.acker_topic, partition))[0]
+            metadata = outcome_log.metadata(committed)
+            if metadata is not None:
+                offsets = [TopicPartition(self.config.acker_topic, partition, committed, metadata)]
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+                self._committed[partition] = committed
+        except (KafkaClientError, KafkaException) as error:  # the next periodic commit names it all the same
+            log.warning("partition %d: where the outcomes of %s start not committed yet: %s", partition, topic, error)
 
     def _ensure_topics(self, specs: list[TopicSpec]) -> set[str]:
         """Create the topics of ``specs`` that do not exist (`acker.topics`: made by `acker topics create`, or by an
@@ -593,11 +641,12 @@ class AckerService:
         key: bytes | None,
         headers: DlqHeaders,
         delivered: Delivered,
+        **kwargs: Any,
     ) -> None:
         """Produce; a record the producer refuses at once (too large, an invalid topic) is reported to ``delivered``
         as a failed delivery, as the broker's refusals are."""
         try:
-            self._produce(topic, value, key=key, headers=headers, on_delivery=delivered)
+            self._produce(topic, value, key=key, headers=headers, on_delivery=delivered, **kwargs)
         except KafkaException as refused:
             delivered(refusal(refused), None)
 
@@ -660,6 +709,7 @@ class AckerService:
                 self.consumer.commit(offsets=offsets, asynchronous=True)
             except Exception as error:
                 log.warning("commit of %s failed: %s", sorted((t.partition, t.offset) for t in offsets), error)
+            self._committed.update((tp.partition, tp.offset) for tp in offsets)
 
     def _commit_now(self, partitions: list[int] | None = None) -> None:
         """Flush, then commit synchronously (on revoke and on stop)."""
@@ -678,6 +728,7 @@ class AckerService:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as error:
             log.warning("commit of %s failed: %s", [(o.partition, o.offset) for o in offsets], error)
+        self._committed.update((tp.partition, tp.offset) for tp in offsets)
 
     def _publish_status(self, now: float) -> None:
         with self._lock:
@@ -739,6 +790,7 @@ class AckerService:
                     tp.partition, self.config.tracker_config(), interval_ms, now_ms
                 )
                 self._outcome_logs[tp.partition] = OutcomeLog()
+        self._outcome_partitions.clear()  # looked up again: partitions may have been added to a topic
         # Read back in the loop, before the first record is applied, not here: a rebalance callback should be quick.
         self._to_recover += [tp.partition for tp in partitions]
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
@@ -791,6 +843,9 @@ class AckerService:
         except Exception as error:  # e.g. a timeout: replay without reading back
             log.warning("committed offsets of %s not read: %s", sorted(partitions), error)
             return {}
+        for tp in committed:
+            if tp.partition in self._states:
+                self._committed.setdefault(tp.partition, tp.offset)  # not over one committed since (`_cover`)
         return {tp.partition: parse_metadata(tp.metadata) for tp in committed if tp.offset >= 0}
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -812,6 +867,7 @@ class AckerService:
             for tp in partitions:
                 state = self._states.pop(tp.partition, None)
                 self._outcome_logs.pop(tp.partition, None)
+                self._committed.pop(tp.partition, None)
                 if state is not None:
                     self._retired.counters += self._counter_array(state)
                     self._retired.ignored_ticks += state.ignored_ticks

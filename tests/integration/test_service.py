@@ -240,6 +240,54 @@ def test_a_commit_planned_while_the_first_outcome_record_is_in_flight_still_name
     assert reader.seen["T"] == ["ACK"]  # read back: not published again
 
 
+def test_a_topic_first_written_after_the_last_commit_is_read_back_after_a_crash(config: ServiceConfig) -> None:
+    """The owner commits (its metadata names the one outcome topic it has written to), then decides a tree of another
+    spout, delivers its outcome and crashes before its next commit. The new owner must find that outcome too: it
+    reads back the topic named by the commit made before that topic's first record (`AckerService._cover`), and
+    does not publish the tree again."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config, spouts=(SPOUT, "other"))
+    ids = IdGenerator(8)
+    first = AckerService(config)
+    first._on_assign(first.consumer, [TopicPartition(config.acker_topic, 0)])
+    feed = Consumer(config.client(**{"group.id": f"feed-{config.group}", "enable.auto.commit": False}))
+
+    def handle(anchor: int, spout: str, msg_id: str) -> None:
+        value = ids()
+        send(config, [Init(anchor, spout, msg_id, value), Ack(anchor, value)])
+        records: list[KafkaMessage] = []
+        while not records:
+            records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
+        first._recover()
+        first._handle(records)
+        assert first.producer.flush(10) == 0
+
+    try:
+        feed.assign([TopicPartition(config.acker_topic, 0, 0)])
+        handle(ids(), SPOUT, "T")
+        first._plan_commit()
+        first._commit_passed()
+        deadline = time.monotonic() + 10
+        while _committed(config, 0) < 0:
+            assert time.monotonic() < deadline, "nothing committed"
+            first.consumer.poll(0.1)
+        handle(ids(), "other", "U")  # a topic the commit does not name; then a crash, before the next commit
+    finally:
+        feed.close()
+        first.close()  # never subscribed: closing commits nothing
+    reader = OutcomeReader(config, [SPOUT, "other"])
+    second = ServiceThread(config)  # the next owner
+    try:
+        after, after_value = ids(), ids()
+        send(config, [Init(after, SPOUT, "after", after_value), Ack(after, after_value)])
+        reader.wait_for(["after"], timeout_s=60)  # the next owner has read past U's records
+        reader.poll(1.0)
+    finally:
+        second.stop()
+        reader.close()
+    assert reader.seen["T"] == ["ACK"] and reader.seen["U"] == ["ACK"]  # read back, both: not published again
+
+
 def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_read_back(config: ServiceConfig) -> None:
     """Records of other acker partitions, and of another acker topic (decided past this partition's end), are passed
     over too: the new owner's log would otherwise start at them for good."""

@@ -42,6 +42,23 @@ def test_a_topic_whose_partition_changed_starts_over() -> None:
     assert log.starts(0) == {"out.a": (3, 4)}
 
 
+def test_a_topic_expected_before_its_first_record_is_named_at_the_end_it_had_then() -> None:
+    """Declared with its partition's end offset before anything is produced to it: every metadata names it from
+    then on, in flight or not, and its deliveries carry on from there; another partition starts it over."""
+    log = OutcomeLog()
+    log.delivered("out.a", 2, 10, acker_offset=5)
+    assert not log.knows("out.b", 1)
+    log.expect("out.b", 1, 30)
+    assert log.knows("out.b", 1) and not log.knows("out.b", 0)
+    log.sent("out.b")
+    assert parse_metadata(log.metadata(6)) == {"out.a": (2, 11), "out.b": (1, 30)}
+    log.delivered("out.b", 1, 33, acker_offset=8)  # other acker partitions' records came first
+    log.expect("out.b", 1, 50)  # known already: nothing changes
+    assert log.starts(8) == {"out.a": (2, 11), "out.b": (1, 33)}
+    log.expect("out.b", 0, 7)
+    assert log.starts(8) == {"out.a": (2, 11), "out.b": (0, 7)}
+
+
 def test_metadata_stays_under_the_brokers_limit() -> None:
     log = OutcomeLog()
     for i in range(500):
