@@ -220,24 +220,34 @@ def test_a_commit_planned_while_the_first_outcome_record_is_in_flight_still_name
         first._plan_commit()
         assert first.producer.flush(10) == 0
         first._commit_passed()
-        deadline = time.monotonic() + 10
-        while _committed(config, 0) < 0:
-            assert time.monotonic() < deadline, "nothing committed"
-            first.consumer.poll(0.1)
+        _wait_committed(config, first)
     finally:
         feed.close()
         first.close()
-    reader = OutcomeReader(config, [SPOUT])
-    second = ServiceThread(config)  # the next owner, as after a crash of the first
+    assert _next_owner_outcomes(config, [SPOUT], ids)["T"] == ["ACK"]  # read back: not published again
+
+
+def _wait_committed(config: ServiceConfig, service: AckerService) -> None:
+    deadline = time.monotonic() + 10
+    while _committed(config, 0) < 0:
+        assert time.monotonic() < deadline, "nothing committed"
+        service.consumer.poll(0.1)
+
+
+def _next_owner_outcomes(config: ServiceConfig, spouts: list[str], ids: IdGenerator) -> dict[str, list[str]]:
+    """Every outcome of ``spouts``' topics once a next owner (as after a crash of the first) has decided a tree sent
+    after everything else, so has read back and replayed all that came before."""
+    reader = OutcomeReader(config, spouts)
+    second = ServiceThread(config)
     try:
         after, after_value = ids(), ids()
         send(config, [Init(after, SPOUT, "after", after_value), Ack(after, after_value)])
-        reader.wait_for(["after"], timeout_s=60)  # the next owner has read past T's records
+        reader.wait_for(["after"], timeout_s=60)
         reader.poll(1.0)
     finally:
         second.stop()
         reader.close()
-    assert reader.seen["T"] == ["ACK"]  # read back: not published again
+    return reader.seen
 
 
 def test_a_topic_first_written_after_the_last_commit_is_read_back_after_a_crash(config: ServiceConfig) -> None:
@@ -267,25 +277,13 @@ def test_a_topic_first_written_after_the_last_commit_is_read_back_after_a_crash(
         handle(ids(), SPOUT, "T")
         first._plan_commit()
         first._commit_passed()
-        deadline = time.monotonic() + 10
-        while _committed(config, 0) < 0:
-            assert time.monotonic() < deadline, "nothing committed"
-            first.consumer.poll(0.1)
+        _wait_committed(config, first)
         handle(ids(), "other", "U")  # a topic the commit does not name; then a crash, before the next commit
     finally:
         feed.close()
         first.close()  # never subscribed: closing commits nothing
-    reader = OutcomeReader(config, [SPOUT, "other"])
-    second = ServiceThread(config)  # the next owner
-    try:
-        after, after_value = ids(), ids()
-        send(config, [Init(after, SPOUT, "after", after_value), Ack(after, after_value)])
-        reader.wait_for(["after"], timeout_s=60)  # the next owner has read past U's records
-        reader.poll(1.0)
-    finally:
-        second.stop()
-        reader.close()
-    assert reader.seen["T"] == ["ACK"] and reader.seen["U"] == ["ACK"]  # read back, both: not published again
+    seen = _next_owner_outcomes(config, [SPOUT, "other"], ids)
+    assert seen["T"] == ["ACK"] and seen["U"] == ["ACK"]  # read back, both: not published again
 
 
 def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_read_back(config: ServiceConfig) -> None:
