@@ -1,8 +1,9 @@
 """Where one acker partition's outcome records lie in the outcome topics. Pure.
 
 A new owner of an acker partition replays it from the committed offset, and must learn which trees were decided
-after that offset (`acker.partition` says why). Every outcome record of acker partition ``p`` carries the key
-``str(p)``, so in each outcome topic they all lie in one partition, in the order they were decided. The owner keeps,
+after that offset (`acker.partition` says why). The outcome records of acker partition ``p`` go to one partition of
+each outcome topic (``p mod n``, or where they went already: `AckerService._send_outcomes`), so in each outcome topic
+they all lie in one partition, in the order they were decided. The owner keeps,
 per outcome topic, the offset of each record it delivered next to the acker offset of the record that decided its
 last outcome; each commit carries in its metadata where the records deciding at or after the committed offset
 start (`metadata`), and the next owner reads them back from there (`acker.kafka.decided`).
@@ -77,10 +78,15 @@ class OutcomeLog:
         if stream.partition != partition:
             stream.partition, stream.records, stream.end = partition, deque(), end
 
-    def knows(self, topic: str, partition: int) -> bool:
-        """Whether the records of ``topic`` are known to go to ``partition`` (delivered there, or `expect`-ed)."""
+    def written(self, topic: str) -> bool:
+        """Whether a record of ``topic`` was sent, delivered, read back or `expect`-ed."""
+        return topic in self._streams
+
+    def partition(self, topic: str) -> int | None:
+        """The partition the records of ``topic`` go to (delivered there, read back there, or `expect`-ed); None
+        while not known."""
         stream = self._streams.get(topic)
-        return stream is not None and stream.partition == partition
+        return None if stream is None or stream.partition == _UNKNOWN else stream.partition
 
     def starts(self, replay_from: int) -> Starts | None:
         """Per outcome topic, where the records deciding at or after acker offset ``replay_from`` start (records

@@ -84,6 +84,10 @@ DECIDED_BY = "acker.decided-by"
 _GROUP_MESSAGES = 1 << 16  # acker messages per tracker call, at most (unless one record holds more)
 _PARALLEL_BYTES = 1 << 20  # records of a batch decided in parallel threads from this size on (~50,000 messages)
 _STATUS_RECHECK_INTERVALS = 10  # a missing status topic is looked up again every this many status intervals
+# An outcome topic's partitions and ends, looked up from the loop before its first record: how long one may hold the
+# loop, and how long a failed lookup is not tried again (its records go by key meanwhile).
+_LOOKUP_TIMEOUT_S = 5.0
+_LOOKUP_BACKOFF_S = 30.0
 DLQ_REASON = "acker.dlq.reason"
 DLQ_DETAIL = "acker.dlq.detail"
 DLQ_TOPIC = "acker.dlq.topic"
@@ -230,7 +234,8 @@ class AckerService:
         # Per owned partition, the offset last committed (by this instance, or found at its assignment; negative:
         # none): every outcome decided before it was delivered, so it may be committed again (`_cover`).
         self._committed: dict[int, int] = {}
-        self._outcome_partitions: dict[str, int] = {}  # outcome topic → its partition count, read at first use
+        self._partition_counts: dict[str, int] = {}  # of the topics written to: created here, or looked up
+        self._lookup_failed_at: dict[str, float] = {}  # outcome topics whose partitions could not be looked up
         self._to_recover: list[int] = []  # assigned partitions whose outcomes are still to be read back
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
@@ -432,9 +437,15 @@ class AckerService:
             self._ensure_topics([outcome_topic(self.config, spout)])
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
         key = str(partition).encode()
-        target = self._outcome_partition(topic, partition)  # every record of an acker partition in one, in order
-        if outcome_log is not None and target is not None and not outcome_log.knows(topic, target):
-            self._cover(partition, outcome_log, topic, target)
+        # Every record of an acker partition in one partition of the topic, in order: where its records go already
+        # (delivered or read back there; None while the first ones, sent by key, are in flight), else its own,
+        # chosen before the first record.
+        if outcome_log is not None and outcome_log.written(topic):
+            target = outcome_log.partition(topic)
+        else:
+            target = self._outcome_partition(topic, partition)
+            if outcome_log is not None and target is not None:
+                self._cover(partition, outcome_log, topic, target)
         headers = [(DECIDED_BY, f"{partition}/{first}-{last}".encode())]
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
@@ -470,42 +481,53 @@ class AckerService:
         self._produce_reporting(topic, encoded.value, key, headers, delivered, **where)
 
     def _outcome_partition(self, topic: str, partition: int) -> int | None:
-        """The partition of outcome topic ``topic`` that takes the records of acker partition ``partition``; None
-        while the topic's partitions cannot be told (a topic that does not exist: written to by key, see
-        `_ensure_topics`)."""
-        count = self._outcome_partitions.get(topic)
+        """The partition of outcome topic ``topic`` for the records of acker partition ``partition``: ``partition mod
+        n`` of its ``n``. None while its partitions cannot be told (it does not exist, or the lookup failed less than
+        `_LOOKUP_BACKOFF_S` ago): written to by key then, and its delivery reports say where its records go."""
+        count = self._partition_counts.get(topic)
         if count is None:
+            failed_at = self._lookup_failed_at.get(topic)
+            if failed_at is not None and time.monotonic() - failed_at < _LOOKUP_BACKOFF_S:
+                return None
             try:
-                count = len(topic_partitions(self._reading_consumer(), topic))
+                count = len(topic_partitions(self._reading_consumer(), topic, timeout_s=_LOOKUP_TIMEOUT_S))
             except KafkaException as error:
                 log.warning("cannot look %s up: %s", topic, kafka_error(error) or error)
-                return None
+                count = 0
             if not count:
+                self._lookup_failed_at[topic] = time.monotonic()
                 return None
-            self._outcome_partitions[topic] = count
+            self._partition_counts[topic] = count
         return partition % count
 
     def _cover(self, partition: int, outcome_log: OutcomeLog, topic: str, target: int) -> None:
-        """Before the first outcome record of ``topic`` since this instance took ``partition`` (or since the
-        topic's partition changed): commit again the offset last committed, its metadata now naming where this
-        topic's records will land. Its records are not in the commits made before, so without this a crash before
-        the next commit would leave a new owner reading back every topic but this one, and publishing the trees
-        decided here a second time. A synchronous commit, once per partition and topic while this instance owns the
-        partition."""
+        """Before the first outcome record of ``topic`` since this instance took ``partition``: commit again the
+        offset last committed, its metadata now naming where this topic's records will land. They are in no commit
+        made before, so without this a crash before the next commit would leave a new owner reading back every
+        topic but this one, and publishing the trees decided here a second time. A synchronous commit, once per
+        partition and topic while this instance owns the partition (tried once: the next periodic commit names the
+        topic all the same)."""
+        reader = self._reading_consumer()
+        try:
+            end = log_bounds(reader, TopicPartition(topic, target), timeout_s=_LOOKUP_TIMEOUT_S)[1]
+        except KafkaClientError as error:  # its records go there all the same; from where: read back from the first
+            outcome_log.expect(topic, target, 0)
+            log.warning("partition %d: where the outcomes of %s start not known: %s", partition, topic, error)
+            return
+        outcome_log.expect(topic, target, end)
         committed = self._committed.get(partition)
         if committed is None:  # the committed offset could not be read at the assignment: not known what to cover
             return
-        reader = self._reading_consumer()
         try:
-            outcome_log.expect(topic, target, log_bounds(reader, TopicPartition(topic, target))[1])
             if committed < 0:  # nothing committed yet: where a replay starts anyway
-                committed = log_bounds(reader, TopicPartition(self.config.acker_topic, partition))[0]
+                acker = TopicPartition(self.config.acker_topic, partition)
+                committed = log_bounds(reader, acker, timeout_s=_LOOKUP_TIMEOUT_S)[0]
             metadata = outcome_log.metadata(committed)
             if metadata is not None:
                 offsets = [TopicPartition(self.config.acker_topic, partition, committed, metadata)]
                 self.consumer.commit(offsets=offsets, asynchronous=False)
                 self._committed[partition] = committed
-        except (KafkaClientError, KafkaException) as error:  # the next periodic commit names it all the same
+        except (KafkaClientError, KafkaException) as error:  # the next periodic commit names the topic all the same
             log.warning("partition %d: where the outcomes of %s start not committed yet: %s", partition, topic, error)
 
     def _ensure_topics(self, specs: list[TopicSpec]) -> set[str]:
@@ -526,6 +548,7 @@ class AckerService:
         for spec in missing:  # one at a time: a failure says which
             try:
                 create_topics(self.config.client(), [spec])
+                self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
             except KafkaClientError as error:  # e.g. not allowed to create
                 log.warning("could not create %s: %s", spec.name, error)
                 failed.add(spec.name)
@@ -790,7 +813,7 @@ class AckerService:
                     tp.partition, self.config.tracker_config(), interval_ms, now_ms
                 )
                 self._outcome_logs[tp.partition] = OutcomeLog()
-        self._outcome_partitions.clear()  # looked up again: partitions may have been added to a topic
+        self._partition_counts.clear()  # looked up again: partitions may have been added to a topic
         # Read back in the loop, before the first record is applied, not here: a rebalance callback should be quick.
         self._to_recover += [tp.partition for tp in partitions]
         log.info("assigned %s", sorted(tp.partition for tp in partitions))

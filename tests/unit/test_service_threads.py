@@ -20,6 +20,7 @@ from acker.wire import encode_batch
 from acker.workload import WorkloadSpec, generate
 
 PARTITIONS = 4
+OUTCOME_PARTITIONS = 3
 SPOUTS = ("s0", "s1")
 
 
@@ -86,9 +87,14 @@ def _batches() -> list[list[_Record]]:
 def _serve(threads: int, batches: list[list[_Record]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     # log_level 0: the unused clients' failed connections to the default bootstrap address stay quiet.
     service = AckerService(ServiceConfig(tracker_threads=threads, metrics_port=0, kafka={"log_level": "0"}))
-    sent: list[tuple[str, bytes | None, Any]] = []
-    monkeypatch.setattr(service, "_produce", lambda topic, value, **kw: sent.append((topic, value, kw.get("headers"))))
+    sent: list[tuple[str, bytes | None, Any, int | None]] = []
+
+    def produce(topic: str, value: bytes | None, **kw: Any) -> None:
+        sent.append((topic, value, kw.get("headers"), kw.get("partition")))
+
+    monkeypatch.setattr(service, "_produce", produce)
     service._known_topics = {service.config.outcome_topic(spout) for spout in SPOUTS}
+    service._partition_counts = dict.fromkeys(service._known_topics, OUTCOME_PARTITIONS)  # no lookups
     for p in range(PARTITIONS):
         service._states[p] = PartitionState(p, service.config.tracker_config(), 1000, 0)
     after_each = []
@@ -109,5 +115,9 @@ def test_partitions_decided_in_parallel_publish_exactly_what_one_thread_does(mon
     two = _serve(2, batches, monkeypatch)
     assert one[5] is None and two[5] is not None  # the second really used its threads
     assert one[4] and sum(one[4].values()) > 0  # garbage was dead-lettered, in parallel too
-    assert sum(topic.startswith("acker.outcomes.") for topic, _, _ in one[0]) >= 8  # outcomes of every partition
+    outcomes = [(headers, partition) for topic, _, headers, partition in one[0] if topic.startswith("acker.outcomes.")]
+    assert len(outcomes) >= 8  # outcomes of every partition
+    for headers, partition in outcomes:  # each acker partition's in one partition of its topic: p mod n
+        decided_by = dict(headers)["acker.decided-by"].decode()
+        assert partition == int(decided_by.split("/")[0]) % OUTCOME_PARTITIONS
     assert one[:5] == two[:5]

@@ -1,0 +1,113 @@
+"""Where the service sends an acker partition's outcome records, at its Kafka edge (stand-ins for the lookups and the
+commit): one partition of each outcome topic, chosen before the first record and named in a commit then."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+import acker.service
+from acker.config import ServiceConfig
+from acker.outcome_log import OutcomeLog, parse_metadata
+from acker.service import AckerService, _OutcomeRecord
+
+TOPIC = "acker.outcomes.s"
+
+
+class _Kafka:
+    """The reading consumer and the group consumer, as far as the service asks them here."""
+
+    def __init__(self, partitions: int | None, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
+        self.partitions, self.ends = partitions, ends
+        self.lookups = 0
+        self.commits: list[list[TopicPartition]] = []
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        self.lookups += 1
+        if self.partitions is None:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        found = SimpleNamespace(error=None, partitions=dict.fromkeys(range(self.partitions)))
+        return SimpleNamespace(topics={topic: found})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        if (tp.topic, tp.partition) not in self.ends:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return self.ends[(tp.topic, tp.partition)]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        assert not asynchronous
+        self.commits.append(offsets)
+
+    def close(self) -> None:
+        pass
+
+
+def _service(monkeypatch: pytest.MonkeyPatch, kafka: _Kafka) -> tuple[AckerService, list[dict[str, Any]]]:
+    monkeypatch.setattr(acker.service, "_LOOKUP_TIMEOUT_S", 0.1)
+    service = AckerService(ServiceConfig(metrics_port=0, kafka={"log_level": "0"}))
+    service.consumer.close()
+    service.consumer = service._reader = kafka  # type: ignore[assignment]
+    service._known_topics = {TOPIC}
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(service, "_produce", lambda topic, value, **kw: sent.append(kw))
+    return service, sent
+
+
+def _send(service: AckerService, partition: int) -> None:
+    service._send_outcomes(partition, _OutcomeRecord("s", b"", 10, 12))
+
+
+def test_the_first_record_of_a_topic_goes_to_p_mod_n_after_a_commit_that_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kafka = _Kafka(3, {(TOPIC, 2): (0, 40), ("acker", 5): (7, 90)})
+    service, sent = _service(monkeypatch, kafka)
+    service._outcome_logs[5] = OutcomeLog()
+    service._committed[5] = -1001  # nothing committed yet: the partition's first offset is committed again
+    _send(service, 5)
+    _send(service, 5)
+    assert [kw["partition"] for kw in sent] == [2, 2]
+    [[commit]] = kafka.commits  # once
+    assert (commit.partition, commit.offset, parse_metadata(commit.metadata)) == (5, 7, {TOPIC: (2, 40)})
+    service.close()
+
+
+def test_records_keep_to_the_partition_their_topic_already_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read back from a previous owner (which wrote elsewhere, as before partitions were added): no commit, and the
+    records go on there, so the next read-back finds them all in one partition."""
+    kafka = _Kafka(3, {})
+    service, sent = _service(monkeypatch, kafka)
+    service._outcome_logs[5] = log = OutcomeLog()
+    log.delivered(TOPIC, 0, 17, acker_offset=3)
+    service._committed[5] = 3
+    _send(service, 5)
+    assert sent[0]["partition"] == 0 and kafka.commits == [] and kafka.lookups == 0
+
+
+def test_a_topic_that_cannot_be_looked_up_is_written_by_key_and_not_asked_again_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kafka = _Kafka(None, {})
+    service, sent = _service(monkeypatch, kafka)
+    service._outcome_logs[5] = OutcomeLog()
+    service._committed[5] = 3
+    for _ in range(3):
+        _send(service, 5)
+    assert [kw.get("partition") for kw in sent] == [None, None, None] and kafka.lookups == 1
+    assert kafka.commits == []
+
+
+def test_a_partition_whose_end_cannot_be_read_is_written_to_and_read_back_from_its_first_offset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kafka = _Kafka(3, {})  # partitions known, ends not answered
+    service, sent = _service(monkeypatch, kafka)
+    service._outcome_logs[5] = log = OutcomeLog()
+    service._committed[5] = 3
+    _send(service, 5)
+    _send(service, 5)
+    assert [kw["partition"] for kw in sent] == [2, 2] and kafka.commits == []
+    assert log.starts(3) == {TOPIC: (2, 0)}
