@@ -19,5 +19,6 @@ def configure(level: str) -> None:
     if level.upper() not in LEVELS:
         raise ConfigError(f"log level {level!r}: one of {', '.join(LEVELS)}")
     logging.basicConfig(level=level.upper(), format=FORMAT)
+    number = logging.getLevelNamesMapping()[level.upper()]
     for name in CHATTY:
-        logging.getLogger(name).setLevel(logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING)
+        logging.getLogger(name).setLevel(logging.NOTSET if number <= logging.DEBUG else max(number, logging.WARNING))

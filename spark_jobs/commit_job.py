@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -115,8 +115,9 @@ class CommitJobSettings:
     # Every watermark is committed again this often, moved or not: Kafka deletes a committed offset of a group without
     # members `offsets.retention.minutes` after its last commit, and a source partition idle that long would lose it.
     refresh_s: float = 3600.0
-    # The marks no micro-batch moves are looked at this often (`Marks.recheck`): an idle partition's mark gets past
-    # the marker of its last transaction, or past what Kafka could not answer for, within this time.
+    # The marks no micro-batch moved since the last look are looked at this often (`Marks.recheck`): an idle
+    # partition's mark gets past the marker of its last transaction, or past what Kafka could not answer for, within
+    # twice this time.
     recheck_s: float = RECHECK_S
     # The spouts the job serves (None: every spout whose outcomes it reads, as with a pattern). Only their marks are
     # committed again: a spout left out stays out, and its watermark group, once deleted, is not recreated.
@@ -168,7 +169,8 @@ class Marks:
         self.settings, self._store = settings, store
         self._kafka = lookups(dict(settings.source.client))
         self.marks: dict[Key, PartitionMark] | None = None  # loaded at the first micro-batch, or `recommit`
-        self._lock = threading.Lock()  # micro-batches and `recommit` (on the refresher's thread)
+        self._lock = threading.Lock()  # micro-batches, and `recommit` and `recheck` (on the refresher's thread)
+        self._unchanged: dict[Key, PartitionMark] = {}  # the marks as the last recheck left them
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
@@ -222,37 +224,49 @@ class Marks:
         return next_existing
 
     def recheck(self) -> dict[str, dict[tuple[str, int], int]]:
-        """Move the marks that no micro-batch moves, and commit those that moved; return what was committed.
+        """Move the marks that no micro-batch moves, and commit them where they are ahead; return what was committed.
 
         Spark runs a micro-batch only when outcomes come. Between bursts, or once a pipeline is idle, a mark can
         still have somewhere to go: past the marker that ends a transactional partition (`PartitionMark.advance`'s
         ``to_end``), past a gap Kafka could not answer for at the last batch, past a record it waits on that
-        retention has deleted since. Every mark of a spout served, unless it waits on a record found recently. Not
-        saved: the next micro-batch saves the marks, and a restart follows the commits (`_skip_to_committed`)."""
+        retention has deleted since. The marks looked at: those of a spout served, unchanged since the last recheck
+        (a partition the stream still moves needs none of this, and asking Kafka about each would cost a read a
+        minute), unless they wait on a record found recently. Kafka is asked outside the lock, so that micro-batches
+        go on meanwhile; a mark a micro-batch moved in between is left to it. Not saved: the next micro-batch saves the
+        marks, and a restart follows the commits (`_skip_to_committed`)."""
         with self._lock:
             if self.marks is None:
                 self.marks = self._store.load()
             now_s = time.time()
-            moved: dict[str, dict[tuple[str, int], int]] = {}
-            failed: list[str] = []
-            for (spout, topic, partition), mark in self.marks.items():
-                if not self.settings.serves(spout) or mark.waiting(now_s):
-                    continue
-                before = mark.mark
-                try:
-                    mark.advance(self._lookup(topic, partition), now_s, to_end=True)
-                except KafkaException as error:  # one partition's (a deleted topic's): the others are looked at
-                    cause = kafka_error(error)
-                    failed.append(f"{topic}[{partition}]: {cause.str() if cause is not None else error}")
-                if mark.mark > before:
-                    moved.setdefault(self.settings.watermark_group(spout), {})[(topic, partition)] = mark.mark
-            if failed:
-                log.warning("could not look at %d watermark(s), e.g. %s", len(failed), failed[0])
-            committed = {}
-            for group, group_marks in moved.items():
-                with self._kafka.lock:
-                    committed[group] = self._kafka.advance(group, group_marks)
-            return committed
+            idle = {
+                key: _copy(mark)
+                for key, mark in self.marks.items()
+                if self._unchanged.get(key) == mark and self.settings.serves(key[0]) and not mark.waiting(now_s)
+            }
+        looked_at: dict[Key, PartitionMark] = {}
+        failed: list[str] = []
+        for key, mark in idle.items():
+            looked = _copy(mark)
+            try:
+                looked.advance(self._lookup(key[1], key[2]), now_s, to_end=True)
+                looked_at[key] = looked
+            except KafkaException as error:  # one partition's (a deleted topic's): the others are looked at
+                cause = kafka_error(error)
+                failed.append(f"{key[1]}[{key[2]}]: {cause.str() if cause is not None else error}")
+        if failed:
+            log.warning("could not look at %d watermark(s), e.g. %s", len(failed), failed[0])
+        with self._lock:
+            for key, looked in looked_at.items():
+                if self.marks.get(key) == idle[key]:  # no micro-batch moved it meanwhile
+                    self.marks[key] = looked
+            self._unchanged = {key: _copy(mark) for key, mark in self.marks.items()}
+            # Every mark looked at, moved or not: one whose commit failed at the last recheck is committed now.
+            marks = {key: self.marks[key].mark for key in looked_at}
+        committed = {}
+        for group, keys in self._by_group(marks).items():
+            with self._kafka.lock:
+                committed[group] = self._kafka.advance(group, {(t, p): marks[(spout, t, p)] for spout, t, p in keys})
+        return committed
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
@@ -286,6 +300,10 @@ class Marks:
             for spout, topic, partition in group_keys:
                 assert self.marks is not None
                 self.marks[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
+
+
+def _copy(mark: PartitionMark) -> PartitionMark:
+    return replace(mark, runs=list(mark.runs))
 
 
 def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, int], None]:

@@ -178,9 +178,12 @@ def test_an_idle_transactional_partition_done_to_its_last_record_gets_its_waterm
         assert producer.flush(30) == 0  # written before the abort (which drops what is not sent yet)
         producer.commit_transaction(30) if commit else producer.abort_transaction(30)
     kafka = lookups(client)
-    with kafka.lock:
-        end = kafka._ends(src, 0)[1]
-    assert end == 17
+
+    def readable_end() -> int:  # the markers are written after the transaction ends: the end shows 17 a bit later
+        with kafka.lock:
+            return kafka._ends(src, 0)[1]
+
+    end = _eventually(lambda: readable_end() == 17 and 17, timeout_s=30)
     settings = CommitJobSettings(OutcomeSource(client, topics=(out,)), names["ckpt"], trigger_s=0.5, recheck_s=1.0)
     queries = start_commit(spark, settings)
 

@@ -81,6 +81,8 @@ def test_py4j_shows_its_warnings_only_unless_debugging() -> None:
     try:
         logs.configure("INFO")
         assert not py4j.isEnabledFor(logging.INFO) and py4j.isEnabledFor(logging.WARNING)
+        logs.configure("error")
+        assert not py4j.isEnabledFor(logging.WARNING)  # nor more than the application's own lines
         logs.configure("debug")
         assert logging.getLogger("py4j").level == logging.NOTSET  # the application's level, whatever it is
     finally:

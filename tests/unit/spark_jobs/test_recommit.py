@@ -97,13 +97,14 @@ class _Ends(_Kafka):
         return end if end > offset else None
 
 
-def test_a_recheck_moves_the_marks_no_micro_batch_moves_and_commits_those_that_moved(
+def test_a_recheck_moves_the_marks_no_micro_batch_moves_and_commits_them_where_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An idle transactional partition's mark gets past the marker of its last transaction; a mark at its end, one
-    waiting on a record found a moment ago and a retired spout's are left as they are; a partition Kafka cannot
-    look at does not stop the others."""
-    kafka = _Ends({("in", 0): 11, ("in", 1): 9, ("in", 2): 7, ("gone", 0): None, ("in2", 0): 5})
+    """A mark unchanged since the last recheck is looked at: an idle transactional partition's gets past the marker
+    of its last transaction. Not one waiting on a record found a moment ago, nor a retired spout's, nor one a
+    micro-batch moved since; a partition Kafka cannot look at does not stop the others. Each mark looked at is
+    committed where it is ahead (a commit that failed before is made again)."""
+    kafka = _Ends({("in", 0): 11, ("in", 1): 9, ("in", 2): 7, ("in", 3): 20, ("gone", 0): None, ("in2", 0): 5})
     monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
     source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
     store = _Store(
@@ -112,11 +113,16 @@ def test_a_recheck_moves_the_marks_no_micro_batch_moves_and_commits_those_that_m
             ("a", "in", 0): PartitionMark(10),
             ("a", "in", 1): PartitionMark(4, verified=4, verified_at=time.time()),
             ("a", "in", 2): PartitionMark(7),
+            ("a", "in", 3): PartitionMark(12),
             ("retired", "in2", 0): PartitionMark(3),
         }
     )
     marks = Marks(CommitJobSettings(source, "unused", spouts=frozenset({"a"})), store)  # type: ignore[arg-type]
-    assert marks.recheck() == {"a.acked": {("in", 0): 11}}
-    assert kafka.commits == [("a.acked", {("in", 0): 11}, False)]
+    assert marks.recheck() == {} and kafka.asked == []  # the first one: nothing known to be idle yet
+    assert marks.marks is not None
+    marks.marks[("a", "in", 3)].add([12])  # a micro-batch moves this one: it is the stream's
+    marks.marks[("a", "in", 3)].advance(lambda _offset: None)
+    assert marks.recheck() == {"a.acked": {("in", 0): 11, ("in", 2): 7}}
+    assert kafka.commits == [("a.acked", {("in", 0): 11, ("in", 2): 7}, False)]
     assert sorted(kafka.asked) == [("gone", 0, 3), ("in", 0, 10), ("in", 2, 7)]
-    assert marks.marks is not None and marks.marks[("retired", "in2", 0)].mark == 3
+    assert marks.marks[("retired", "in2", 0)].mark == 3 and marks.marks[("a", "in", 3)].mark == 13
