@@ -261,7 +261,8 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``, in a group
     of their own, after the command's own options (every command takes them all; most concern `acker run`). The
-    parser's usage line then shows them as one ``[settings]``."""
+    parser's usage line then shows them as one ``[settings]``: its formatter becomes the plain one, or the one for
+    descriptions laid out by hand if it was that (no command uses another)."""
     given = parser.formatter_class
     raw = isinstance(given, type) and issubclass(given, argparse.RawDescriptionHelpFormatter)
     parser.formatter_class = _RawUsageWithoutSettings if raw else _UsageWithoutSettings
