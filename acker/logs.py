@@ -10,7 +10,7 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Libraries whose info lines are not the application's: py4j, Spark's bridge to its JVM, logs every call the JVM makes
 # into Python, which is a line per micro-batch of a Spark job (and its sockets opening and closing). Their warnings
-# still show; at DEBUG, everything does.
+# show as the application's do (not at ERROR); at DEBUG, everything does.
 CHATTY = ("py4j",)
 
 

@@ -39,7 +39,7 @@ _UNKNOWN = -1  # the partition of a topic none of whose records was delivered ye
 class _Stream:
     partition: int = _UNKNOWN
     records: deque[tuple[int, int]] = field(default_factory=deque)  # (deciding acker offset, outcome offset)
-    end: int = 0  # the offset after the last record delivered
+    end: int = 0  # the offset after the last record delivered (or the partition's end before any; -1: not known)
     in_flight: int = 0  # records produced, no delivery report yet
 
 
@@ -70,17 +70,20 @@ class OutcomeLog:
         stream.records.append((acker_offset, offset))
         stream.end = max(stream.end, offset + 1)
 
-    def expect(self, topic: str, partition: int, end: int) -> None:
-        """The records of ``topic`` go to ``partition`` from now on, which ends at offset ``end`` now: they will all
-        land at or after it. A topic is known so before its first record is even produced (and its place is in every
-        metadata from then on); a change of partition starts it over, as a delivery there would."""
+    def expect(self, topic: str, partition: int, end: int | None) -> None:
+        """The records of ``topic`` go to ``partition`` from now on, which ends at offset ``end`` now (None: not
+        known): they will all land at or after it. A topic is known so before its first record is even produced (and
+        its place is in every metadata from then on; with ``end`` None, once a record is delivered there); a change
+        of partition starts it over, as a delivery there would."""
         stream = self._streams.setdefault(topic, _Stream())
         if stream.partition != partition:
-            stream.partition, stream.records, stream.end = partition, deque(), end
+            stream.partition, stream.records, stream.end = partition, deque(), _UNKNOWN if end is None else end
 
     def written(self, topic: str) -> bool:
-        """Whether a record of ``topic`` was sent, delivered, read back or `expect`-ed."""
-        return topic in self._streams
+        """Whether records of ``topic`` go somewhere already: a partition delivered to, read back or `expect`-ed, or
+        records in flight (by key) whose delivery will tell it."""
+        stream = self._streams.get(topic)
+        return stream is not None and (stream.partition != _UNKNOWN or stream.in_flight > 0)
 
     def partition(self, topic: str) -> int | None:
         """The partition the records of ``topic`` go to (delivered there, read back there, or `expect`-ed); None
@@ -94,7 +97,7 @@ class OutcomeLog:
         the records before: offsets to commit only grow."""
         starts = {}
         for topic, stream in self._streams.items():
-            if stream.partition == _UNKNOWN:
+            if stream.partition == _UNKNOWN or (stream.end == _UNKNOWN and not stream.records):
                 if stream.in_flight:
                     return None
                 continue  # nothing ever delivered there

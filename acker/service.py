@@ -84,8 +84,8 @@ DECIDED_BY = "acker.decided-by"
 _GROUP_MESSAGES = 1 << 16  # acker messages per tracker call, at most (unless one record holds more)
 _PARALLEL_BYTES = 1 << 20  # records of a batch decided in parallel threads from this size on (~50,000 messages)
 _STATUS_RECHECK_INTERVALS = 10  # a missing status topic is looked up again every this many status intervals
-# An outcome topic's partitions and ends, looked up from the loop before its first record: how long one may hold the
-# loop, and how long a failed lookup is not tried again (its records go by key meanwhile).
+# An outcome topic's partitions and ends, looked up from the loop before its first record: how long one lookup may
+# hold the loop, and how long a failed lookup of a topic's partitions is not tried again (its records go by key).
 _LOOKUP_TIMEOUT_S = 5.0
 _LOOKUP_BACKOFF_S = 30.0
 DLQ_REASON = "acker.dlq.reason"
@@ -438,8 +438,9 @@ class AckerService:
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
         key = str(partition).encode()
         # Every record of an acker partition in one partition of the topic, in order: where its records go already
-        # (delivered or read back there; None while the first ones, sent by key, are in flight), else its own,
-        # chosen before the first record.
+        # (delivered, read back or chosen; None while records sent by key are in flight), else its own, chosen
+        # before the first record. Records sent by key (the topic could not be looked up) stay with the partition
+        # their first delivery names, and the topic is in the commits from the next one on, not before.
         if outcome_log is not None and outcome_log.written(topic):
             target = outcome_log.partition(topic)
         else:
@@ -510,8 +511,8 @@ class AckerService:
         reader = self._reading_consumer()
         try:
             end = log_bounds(reader, TopicPartition(topic, target), timeout_s=_LOOKUP_TIMEOUT_S)[1]
-        except KafkaClientError as error:  # its records go there all the same; from where: read back from the first
-            outcome_log.expect(topic, target, 0)
+        except KafkaClientError as error:  # its records go there all the same; where from: its first delivery says
+            outcome_log.expect(topic, target, None)
             log.warning("partition %d: where the outcomes of %s start not known: %s", partition, topic, error)
             return
         outcome_log.expect(topic, target, end)
@@ -547,8 +548,8 @@ class AckerService:
         failed = set()
         for spec in missing:  # one at a time: a failure says which
             try:
-                create_topics(self.config.client(), [spec])
-                self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
+                if spec.name in create_topics(self.config.client(), [spec]):  # made here, not found existing
+                    self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
             except KafkaClientError as error:  # e.g. not allowed to create
                 log.warning("could not create %s: %s", spec.name, error)
                 failed.add(spec.name)

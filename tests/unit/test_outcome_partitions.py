@@ -100,7 +100,7 @@ def test_a_topic_that_cannot_be_looked_up_is_written_by_key_and_not_asked_again_
     assert kafka.commits == []
 
 
-def test_a_partition_whose_end_cannot_be_read_is_written_to_and_read_back_from_its_first_offset(
+def test_a_partition_whose_end_cannot_be_read_is_written_to_and_named_once_a_delivery_says_where(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kafka = _Kafka(3, {})  # partitions known, ends not answered
@@ -110,4 +110,34 @@ def test_a_partition_whose_end_cannot_be_read_is_written_to_and_read_back_from_i
     _send(service, 5)
     _send(service, 5)
     assert [kw["partition"] for kw in sent] == [2, 2] and kafka.commits == []
-    assert log.starts(3) == {TOPIC: (2, 0)}
+    assert log.starts(3) is None  # in flight, where from not known: a commit waits
+    log.delivered(TOPIC, 2, 41, acker_offset=12)
+    assert log.starts(3) == {TOPIC: (2, 41)}
+
+
+def test_a_first_record_refused_at_once_leaves_the_topic_to_be_chosen_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    kafka = _Kafka(3, {(TOPIC, 2): (0, 40), ("acker", 5): (7, 90)})
+    service, sent = _service(monkeypatch, kafka)
+    service._outcome_logs[5] = log = OutcomeLog()
+    log.sent(TOPIC)  # a record sent by key, refused before it left (too large)
+    log.failed(TOPIC)
+    service._committed[5] = 3
+    _send(service, 5)
+    assert sent[0]["partition"] == 2 and len(kafka.commits) == 1
+
+
+def test_a_topic_found_existing_when_creating_it_is_looked_up_not_taken_for_its_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its existence not told in time, the service tries to create it and finds it there, with 3 partitions, not the
+    spec's 8: acker partition 5 writes to 5 mod 3."""
+    kafka = _Kafka(3, {(TOPIC, 2): (0, 40), ("acker", 5): (7, 90)})
+    service, sent = _service(monkeypatch, kafka)
+    service._known_topics = set()
+    monkeypatch.setattr(service, "_topic_exists", lambda _name, timeout_s: False)
+    monkeypatch.setattr(acker.service, "create_topics", lambda _client, _specs: [])  # created nothing: it existed
+    service._outcome_logs[5] = OutcomeLog()
+    service._committed[5] = 3
+    assert service.config.partitions == 8
+    _send(service, 5)
+    assert sent[0]["partition"] == 2
