@@ -66,7 +66,9 @@ INIT_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class SpoutSettings:
-    name: str  # the spout id: outcomes go to <outcome_prefix><name>
+    # The spout id: its outcomes go to <outcome_prefix><name>, its replays come from <replay_prefix><name>. One spout
+    # of that name per acker service: two pipelines' spouts of one name would read each other's replayed records.
+    name: str
     source_topic: str
     output_topic: str
     group: str = ""  # default: the spout's name
