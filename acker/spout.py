@@ -57,7 +57,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
-from acker.retries import NOT_BEFORE
+from acker.retries import NOT_BEFORE, ORIGIN
 from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
@@ -204,6 +204,7 @@ class Spout:
         # Always read, whether or not a replay job runs: a copy written there stands for a record whose outcome is
         # already REPLAYED (the watermark passed it), so a spout that did not read it would lose the record.
         self._replay_topic = config.replay_topic(settings.name)
+        self._replay_of = f"{settings.source_topic}/".encode()  # how the origin of this spout's replays starts
         partitions = partition_count(config.client(), settings.source_topic)
         create_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
         topics.append(self._replay_topic)
@@ -301,7 +302,17 @@ class Spout:
         # replay context, forwarded by that spout downstream to this one's source.
         if key[0] != self._replay_topic:
             return False
-        not_before = decimal(dict(record.headers() or []).get(NOT_BEFORE))
+        headers = dict(record.headers() or [])
+        origin = headers.get(ORIGIN)
+        if isinstance(origin, bytes) and not origin.startswith(self._replay_of):
+            # A replay of another source's record: another pipeline's spout has this one's name (`SpoutSettings`).
+            # It is processed all the same (it cannot be told whose it is to hand back), and said once.
+            self.counters["foreign_replays"] += 1
+            if self.counters["foreign_replays"] == 1:
+                log.warning("%s/%d/%d replays %s, not a record of %s: does another pipeline's spout have this one's "
+                            "name, %r? Each needs its own.", *key, record.offset(), origin.decode(errors="replace"),
+                            self.settings.source_topic, self.settings.name)  # fmt: skip
+        not_before = decimal(headers.get(NOT_BEFORE))
         if not_before is None or not_before <= now_ms:
             return False
         if not_before > now_ms + MAX_HOLD_MS:  # no backoff is this long: a corrupt header must not stop the partition

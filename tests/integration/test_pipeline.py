@@ -24,9 +24,9 @@ from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
-from acker.headers import HEADER
+from acker.headers import HEADER, HeaderList
 from acker.kafka.clients import TopicSpec, create_topics
-from acker.retries import NOT_BEFORE
+from acker.retries import NOT_BEFORE, ORIGIN
 from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
@@ -432,7 +432,8 @@ def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
     config: ServiceConfig, topics: Topics
 ) -> None:
     """Copies in the spout's replay topic: one due in 8 s is held until then (its partition paused); one whose
-    not-before is 10 days away (no backoff is that long: a corrupt header) is read at once and counted."""
+    not-before is 10 days away (no backoff is that long: a corrupt header) is read at once and counted. The second
+    replays a record of another source topic (another pipeline's spout of the same name): counted too."""
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
     replays = config.replay_topic(SPOUT)
     read_at: dict[str, float] = {}
@@ -443,8 +444,12 @@ def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
             spout.step(0.1)
         now_ms = int(time.time() * 1000)
         producer = Producer(config.client())
-        for partition, not_before in ((0, now_ms + 8_000), (1, now_ms + 10 * 86_400_000)):
-            producer.produce(replays, b"copy", partition=partition, headers=[(NOT_BEFORE, str(not_before).encode())])
+        for partition, not_before, origin in (
+            (0, now_ms + 8_000, f"{topics.sentences}/0/3"),
+            (1, now_ms + 10 * 86_400_000, "other.sentences/0/3"),
+        ):
+            headers: HeaderList = [(NOT_BEFORE, str(not_before).encode()), (ORIGIN, origin.encode())]
+            producer.produce(replays, b"copy", partition=partition, headers=headers)
         assert producer.flush(30) == 0
         while len(read_at) < 2 and time.monotonic() < deadline:
             spout.step(0.1)
@@ -454,6 +459,7 @@ def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
     assert read_at.keys() == {f"{replays}/0/0", f"{replays}/1/0"}
     assert read_at[f"{replays}/0/0"] * 1000 >= now_ms + 8_000 > read_at[f"{replays}/1/0"] * 1000
     assert spout.counters["held"] == 1 and spout.counters["implausible_not_before"] == 1
+    assert spout.counters["foreign_replays"] == 1
 
 
 def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_spout(
