@@ -168,7 +168,7 @@ class Marks:
     def __init__(self, settings: CommitJobSettings, store: MarkStore) -> None:
         self.settings, self._store = settings, store
         self._kafka = lookups(dict(settings.source.client))
-        self.marks: dict[Key, PartitionMark] | None = None  # loaded at the first micro-batch, or `recommit`
+        self.marks: dict[Key, PartitionMark] | None = None  # loaded when first needed (`_load`)
         self._lock = threading.Lock()  # micro-batches, and `recommit` and `recheck` (on the refresher's thread)
         self._unchanged: dict[Key, PartitionMark] = {}  # the marks as the last recheck left them
 
@@ -179,8 +179,7 @@ class Marks:
             return self._apply(rows, batch_id)
 
     def _apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
-        if self.marks is None:
-            self.marks = self._store.load()
+        marks = self._load()
         kafka = self._kafka
         now_s = time.time()
         done: dict[Key, list[np.ndarray]] = {}
@@ -188,10 +187,10 @@ class Marks:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
         touched: dict[str, dict[tuple[str, int], int]] = {}
         for (spout, topic, partition), arrays in done.items():
-            mark = self.marks.get((spout, topic, partition))
+            mark = marks.get((spout, topic, partition))
             if mark is None:
                 with kafka.lock:
-                    mark = self.marks[(spout, topic, partition)] = PartitionMark(
+                    mark = marks[(spout, topic, partition)] = PartitionMark(
                         kafka.start_mark(self.settings.watermark_group(spout), topic, partition)
                     )
             mark.add(np.concatenate(arrays))
@@ -199,18 +198,16 @@ class Marks:
         # found long enough ago that it may have been deleted since (asked again now).
         # Of the spouts served only: a retired spout's mark must not recreate its deleted group either.
         unsure = {
-            key
-            for key, mark in self.marks.items()
-            if mark.runs and not mark.waiting(now_s) and self.settings.serves(key[0])
+            key for key, mark in marks.items() if mark.runs and not mark.waiting(now_s) and self.settings.serves(key[0])
         }
         keys = done.keys() | unsure
         self._skip_to_committed(keys)
         for spout, topic, partition in keys:
-            mark = self.marks[(spout, topic, partition)]
+            mark = marks[(spout, topic, partition)]
             group = self.settings.watermark_group(spout)
             touched.setdefault(group, {})[(topic, partition)] = mark.advance(self._lookup(topic, partition), now_s)
         if touched:
-            self._store.save(batch_id, self.marks)
+            self._store.save(batch_id, marks)
         return touched
 
     def _lookup(self, topic: str, partition: int) -> Callable[[int], int | None]:
@@ -235,12 +232,11 @@ class Marks:
         go on meanwhile; a mark a micro-batch moved in between is left to it. Not saved: the next micro-batch saves the
         marks, and a restart follows the commits (`_skip_to_committed`)."""
         with self._lock:
-            if self.marks is None:
-                self.marks = self._store.load()
+            marks = self._load()
             now_s = time.time()
             idle = {
                 key: _copy(mark)
-                for key, mark in self.marks.items()
+                for key, mark in marks.items()
                 if self._unchanged.get(key) == mark and self.settings.serves(key[0]) and not mark.waiting(now_s)
             }
         looked_at: dict[Key, PartitionMark] = {}
@@ -257,30 +253,35 @@ class Marks:
             log.warning("could not look at %d watermark(s), e.g. %s", len(failed), failed[0])
         with self._lock:
             for key, looked in looked_at.items():
-                if self.marks.get(key) == idle[key]:  # no micro-batch moved it meanwhile
-                    self.marks[key] = looked
-            self._unchanged = {key: _copy(mark) for key, mark in self.marks.items()}
+                if marks.get(key) == idle[key]:  # no micro-batch moved it meanwhile
+                    marks[key] = looked
+            self._unchanged = {key: _copy(mark) for key, mark in marks.items()}
             # Every mark looked at, moved or not: one whose commit failed at the last recheck is committed now.
-            marks = {key: self.marks[key].mark for key in looked_at}
-        committed = {}
-        for group, keys in self._by_group(marks).items():
-            with self._kafka.lock:
-                committed[group] = self._kafka.advance(group, {(t, p): marks[(spout, t, p)] for spout, t, p in keys})
-        return committed
+            looked_marks = {key: marks[key].mark for key in looked_at}
+        return self._commit(looked_marks)
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
         crash, and the commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`)."""
         with self._lock:
-            if self.marks is None:
-                self.marks = self._store.load()
-            marks = self.marks
-            for group, keys in self._by_group(key for key in marks if self.settings.serves(key[0])).items():
-                group_marks = {
-                    (topic, partition): marks[(spout, topic, partition)].mark for spout, topic, partition in keys
-                }
-                with self._kafka.lock:
-                    self._kafka.advance(group, group_marks, again=True)
+            served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
+            self._commit(served, again=True)
+
+    def _load(self) -> dict[Key, PartitionMark]:
+        """The marks, loaded from the store by the first call (a micro-batch's, `recommit`'s or `recheck`'s)."""
+        if self.marks is None:
+            self.marks = self._store.load()
+        return self.marks
+
+    def _commit(self, marks: Mapping[Key, int], *, again: bool = False) -> dict[str, dict[tuple[str, int], int]]:
+        """Commit ``marks`` to their watermark groups where they are ahead (``again``: also where they equal what
+        the group has, `lookups.advance`); return what was committed, by group."""
+        committed = {}
+        for group, keys in self._by_group(marks).items():
+            with self._kafka.lock:
+                group_marks = {(topic, partition): marks[(spout, topic, partition)] for spout, topic, partition in keys}
+                committed[group] = self._kafka.advance(group, group_marks, again=again)
+        return committed
 
     def _by_group(self, keys: Iterable[Key]) -> dict[str, list[Key]]:
         """``keys`` by the watermark group they are committed to."""
@@ -298,8 +299,7 @@ class Marks:
             with self._kafka.lock:
                 committed = self._kafka.committed(group, [(t, p) for _, t, p in group_keys])
             for spout, topic, partition in group_keys:
-                assert self.marks is not None
-                self.marks[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
+                self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
 def _copy(mark: PartitionMark) -> PartitionMark:
