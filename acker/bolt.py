@@ -23,7 +23,8 @@ and counted, never a crash; so is one whose header is malformed.
 Offsets: the bolt commits its own input offsets every ``commit_interval_s`` after flushing what it produced (its
 children and its acks). The guarantee comes from the tree, not from these commits: on a crash, inputs that were
 read but not acked (or whose acks were not delivered) are never acked, their trees time out, and the spout's
-records are replayed. A child that cannot be delivered fails its trees.
+records are replayed. A child that cannot be delivered fails its trees, and so does a batch of acks that cannot be
+delivered (librdkafka has retried it): those trees could not complete.
 """
 
 from __future__ import annotations

@@ -226,18 +226,23 @@ class AckerClient:
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
             if error is None:
                 return
-            # Fails and resets are sent again (a second one changes nothing); acks are not (applied twice, an ack
-            # cancels itself: its tree times out and is replayed, as it does without it); inits go to the owner.
-            again = [
-                Fail(anchor) if kind == Kind.FAIL else ResetTimeout(anchor)
-                for kind, anchor in zip(batch.kinds, batch.anchors, strict=True)
-                if kind in (Kind.FAIL, Kind.RESET)
-            ]
+            # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
+            # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
+            # resets are sent again (a second one changes nothing); acks are not (applied twice, an ack cancels
+            # itself). Inits go back to the spout, which sends them again.
+            again: list[TreeMessage] = []
+            failed: set[int] = set()
+            for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
+                if kind == Kind.RESET:
+                    again.append(ResetTimeout(anchor))
+                elif kind != Kind.INIT and anchor not in failed:
+                    failed.add(anchor)
+                    again.append(Fail(anchor))
             self.failed_messages += len(batch.kinds)
             log.warning(
-                "a batch of %d acker messages to partition %d could not be delivered (%s): %d fails/resets sent "
-                "again, %d inits to the spout, its acks lost (their trees time out)",
-                len(batch.kinds), partition, error, len(again), len(inits),
+                "a batch of %d acker messages to partition %d could not be delivered (%s): %d trees failed, "
+                "%d resets sent again, %d inits to the spout",
+                len(batch.kinds), partition, error, len(failed), len(again) - len(failed), len(inits),
             )  # fmt: skip
             for message in again:
                 self.send(message)

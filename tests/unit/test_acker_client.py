@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from acker.columnar.block import Kind
 from acker.core import TICK, Message, Tick, Tracker, TrackerConfig
 from acker.core.ids import partition_of
-from acker.core.messages import Ack, Anchor, Fail, Init, ResetTimeout
+from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.kafka.acker_client import AckerClient
 from tests.strategies import Scenario, scenarios, tracker_configs
@@ -49,20 +49,24 @@ def test_a_message_refused_at_once_fails_its_trees_instead_of_raising(producer: 
     assert len(failures) == 2  # unanchored: counted, nothing to fail
 
 
-def test_a_batch_that_cannot_be_delivered_sends_its_fails_again_and_hands_back_its_inits() -> None:
+def test_a_batch_that_cannot_be_delivered_fails_its_trees_and_hands_back_its_inits() -> None:
+    """A tree that lost an ack (or an anchor, an ok) cannot complete: it is failed at once, not left to time out."""
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.timeout.ms": 100})
     lost: list[tuple[int, list[Init]]] = []
     client = AckerClient(producer, "acker", 1, linger_s=0, on_failure=lambda p, inits, error: lost.append((p, inits)))
     init = Init(5, "s", "t/0/1", 3)
-    client.send_all([init, Ack(5, 3), Fail(6), ResetTimeout(7)])
+    client.send_all([init, Ack(5, 3), Fail(6), ResetTimeout(7), Anchor(8, 1), Ok(8, 1), Ack(9, 4), Ack(9, 5)])
     client.poll()  # sent: the linger is 0
     deadline = time.monotonic() + 10
     while not lost and time.monotonic() < deadline:
         producer.poll(0.05)
     assert lost == [(0, [init])]
-    assert client.failed_messages == 4
+    assert client.failed_messages == 7  # the acks of tree 9 were combined into one
     again = client._batches[0]
-    assert again is not None and list(zip(again.kinds, again.anchors, strict=True)) == [(Kind.FAIL, 6), (Kind.RESET, 7)]
+    assert again is not None
+    assert list(zip(again.kinds, again.anchors, strict=True)) == [
+        (Kind.FAIL, 5), (Kind.FAIL, 6), (Kind.RESET, 7), (Kind.FAIL, 8), (Kind.FAIL, 9),
+    ]  # fmt: skip
     producer.purge()
 
 
