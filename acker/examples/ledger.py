@@ -10,9 +10,11 @@ then answers:
   whose first "done" outcome (ACK, REPLAYED or DEAD_LETTERED) was written after t. Must be none. The check is sound
   (no false alarm: the watermark was published before it was read at t) and misses only a commit that preceded
   the outcome by less than the sampling interval.
-- **dead letters**: exactly the poison records (they fail at every attempt); any other is reported.
-- **words**: every word of every good sentence is counted at least once; counts beyond that are duplicates
-  (at-least-once processing: a replayed sentence is counted again).
+- **dead letters**: the poison records (they fail at every attempt), and any other only if each of its attempts (the
+  record and its ``max_attempts`` replayed copies) was nacked: injected failures are random, and a good sentence
+  can draw them at every attempt. Any other dead letter is reported.
+- **words**: every word of every good sentence not dead-lettered is counted at least once; counts beyond that are
+  duplicates (at-least-once processing: a replayed sentence is counted again).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Report:
     acked_after_replay: int
     dead_lettered: list[str]
     poison: list[str]
+    failed_every_attempt: list[str]  # good records dead-lettered after a nack at each attempt: bad luck, not a break
     lost: list[str]
     committed_early: list[str]
     watermarks: dict[str, tuple[int, int]]  # "topic/partition" → (watermark, end)
@@ -52,7 +55,7 @@ class Report:
 
     @property
     def unexpected_dead_letters(self) -> list[str]:
-        return sorted(set(self.dead_lettered) - set(self.poison))
+        return sorted(set(self.dead_lettered) - set(self.poison) - set(self.failed_every_attempt))
 
     @property
     def poison_not_dead_lettered(self) -> list[str]:
@@ -90,6 +93,7 @@ class Report:
 
 @dataclass
 class Ledger:
+    max_attempts: int = 3  # replays of a record before its next nack dead-letters it
     sources: dict[str, bytes] = field(default_factory=dict)  # coordinates → sentence
     poison: set[str] = field(default_factory=set)
     ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
@@ -146,6 +150,19 @@ class Ledger:
         resolved = self.acked | self.dead_letters | self.origins_acked()
         return sorted(m for m in self.sources if m not in resolved)
 
+    def failed_every_attempt(self) -> list[str]:
+        """Dead-lettered good records that were nacked at every attempt and never acked."""
+        nacked: Counter[str] = Counter()
+        acked: set[str] = set()
+        for copy, origin in [*((m, m) for m in self.dead_letters), *self.copies.items()]:
+            if origin not in self.dead_letters or origin in self.poison:
+                continue
+            if any(self.outcome_events[(copy, reason)] for reason in NACKS):
+                nacked[origin] += 1
+            if copy in self.acked:
+                acked.add(origin)
+        return sorted(m for m, n in nacked.items() if n > self.max_attempts and m not in acked)
+
     def _existing(self, partition: Partition, below: int) -> list[int]:
         if partition in self.ends:
             return list(range(min(below, self.ends[partition])))
@@ -172,7 +189,9 @@ class Ledger:
 
     def report(self) -> Report:
         origins_acked = self.origins_acked()
-        good = [s for m, s in self.sources.items() if m not in self.poison]
+        failed_every_attempt = self.failed_every_attempt()
+        dropped = self.poison.union(failed_every_attempt)
+        good = [s for m, s in self.sources.items() if m not in dropped]
         expected = Counter(word for sentence in good for word in sentence.split())
         latencies = sorted(self.latencies)
 
@@ -187,6 +206,7 @@ class Ledger:
             acked_after_replay=sum(1 for m in self.sources if m not in self.acked and m in origins_acked),
             dead_lettered=sorted(self.dead_letters),
             poison=sorted(self.poison),
+            failed_every_attempt=failed_every_attempt,
             lost=self.unresolved(),
             committed_early=self.committed_early(),
             watermarks={f"{t}/{p}": (marks.get((t, p), -1), end) for (t, p), end in sorted(self.ends.items())},

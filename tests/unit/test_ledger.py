@@ -95,3 +95,20 @@ def test_a_replay_topic_watermark_short_of_its_copies_fails_the_run() -> None:
     ledger.count(b"a")
     ledger.watermarks(5, {("s", 0): 1, ("r", 0): 1})
     assert ledger.report().copies_behind == {} and ledger.report().failures == []
+
+
+def test_a_good_record_dead_lettered_is_a_failure_unless_each_of_its_attempts_was_nacked() -> None:
+    """Injected failures are random: a good sentence can draw one at its first attempt and at each replay."""
+    ledger = _ledger(b"a", b"b")
+    ledger.max_attempts = 2
+    for origin, copies in (("s/0/0", 2), ("s/0/1", 1)):
+        ledger.outcome(origin, "FAILED", 0, by_acker=True, at_ms=1)
+        for i in range(copies):
+            ledger.copy("r", 0, int(origin[-1]) * 10 + i, origin)
+            ledger.outcome(f"r/0/{int(origin[-1]) * 10 + i}", "TIMEOUT", 0, by_acker=True, at_ms=2)
+        ledger.dead_letter(origin)
+    ledger.watermarks(5, {("s", 0): 2})
+    report = ledger.report()
+    assert report.failed_every_attempt == ["s/0/0"]  # nacked at its 3 attempts; s/0/1 at only 2 of them
+    assert report.unexpected_dead_letters == ["s/0/1"]
+    assert report.words_expected == 1  # the words of s/0/1 only: s/0/0 was given up on
