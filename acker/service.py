@@ -68,6 +68,7 @@ from acker.wire import (
     encode_batch,
     encode_outcomes,
     parse_batch,
+    spout_name_valid,
 )
 
 FIRST_CONTACT_S = 30.0  # how long `AckerService.run` waits for Kafka's first answer before it gives up
@@ -176,9 +177,11 @@ def failing_inits(block: MessageBlock) -> MessageBlock | None:
     a fail of that tree, so that the tree gets its FAILED outcome at once. Without one its spout would keep it
     pending (and the watermark would stop at it) until the spout restarts. Applied by the tracker like any record,
     these are decided once: a tree decided before (read back after a restart, or a tombstone) is not decided again,
-    and the tree's later messages are late. Inits with anchor 0 name no tree; None when no init is left."""
+    and the tree's later messages are late. Inits with anchor 0 name no tree, and an init of a spout whose name cannot
+    name a topic has no outcome topic; None when no init is left."""
     inits = np.flatnonzero(block.kinds == Kind.INIT)  # the k-th init's source and offset are init_*[k]
-    named = np.flatnonzero(block.anchors[inits] != 0)
+    answerable = np.array([spout_name_valid(spout) for spout, _ in block.sources] or [False])
+    named = np.flatnonzero((block.anchors[inits] != 0) & answerable[block.init_source])
     if not len(named):
         return None
     rows = inits[named]

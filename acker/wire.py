@@ -118,7 +118,7 @@ def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.nda
 
 def parse_batch(data: bytes) -> MessageBlock:
     """The block carried by an acker-topic record value, as read-only views of it, with its structure checked
-    (prefix, Avro, column lengths, init columns, source references, spout names) but not its messages: see
+    (prefix, Avro, column lengths, init columns, source references) but not its messages nor its spout names: see
     `check_messages`. Checking many parsed records at once, concatenated, is much cheaper than one by one."""
     _check_prefix(data, BATCH)
     record = _read(ACKER_BATCH_SCHEMA, data)
@@ -134,9 +134,6 @@ def parse_batch(data: bytes) -> MessageBlock:
     if len(init_source) != inits or len(init_offset) != inits:
         raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
     sources = [(s["spout"], s["source"]) for s in record["sources"]]
-    for spout, _ in sources:
-        if not _SPOUT_NAME.fullmatch(spout):
-            raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
@@ -171,16 +168,24 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
     return highest, zero_anchor, zero_id, wrong, first_wrong
 
 
+def spout_name_valid(spout: str) -> bool:
+    """Whether ``spout`` can name its outcome topic."""
+    return _SPOUT_NAME.fullmatch(spout) is not None
+
+
 def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
-    """`WireError` unless every message of ``block`` is one the tracker may apply (`check_messages`) and belongs on
-    ``partition`` of ``partitions`` (``partition_of`` of its anchor; not checked when ``partitions`` <= 0, the count
-    unknown), in one compiled pass.
+    """`WireError` unless every spout it names can name a topic and every message of ``block`` is one the tracker may
+    apply (`check_messages`) and belongs on ``partition`` of ``partitions`` (``partition_of`` of its anchor; not
+    checked when ``partitions`` <= 0, the count unknown), in one compiled pass.
 
     A message on another partition is part of a tree that this partition does not own: it could never complete
     here, and the tree's other messages are elsewhere (a producer that does not set the partition itself, or a
     partition count changed under live trees). The record is dead-lettered; the service fails the trees whose inits it
     holds (`acker.service.failing_inits`), and the others time out; both are replayed.
     """
+    for spout, _ in block.sources:
+        if not spout_name_valid(spout):
+            raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
     highest, zero_anchor, zero_id, wrong, first_wrong = _scan(
         block.kinds, block.anchors, block.values, partition, partitions
     )
@@ -199,7 +204,7 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
 
 def check_messages(block: MessageBlock) -> None:
     """`WireError` unless every message of ``block`` is one the tracker may apply: a known kind, a non-zero
-    anchor (ticks apart), a non-zero tuple id for anchor and ok messages."""
+    anchor (ticks apart), a non-zero tuple id for anchor and ok messages, a spout name that can name a topic."""
     check_block(block, 0, 0)
 
 

@@ -5,12 +5,21 @@ its first and last outcome."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
-from acker.core.messages import Ack, Fail, Init
+from acker.core.messages import Ack, Fail, Init, Message
 from acker.service import failing_inits, outcome_records
-from acker.wire import OUTCOME_RECORD_MAX_BYTES, OUTCOMES_PER_RECORD, decode_outcomes
+from acker.wire import (
+    OUTCOME_RECORD_MAX_BYTES,
+    OUTCOMES_PER_RECORD,
+    WireError,
+    check_block,
+    decode_outcomes,
+    encode_batch,
+    parse_batch,
+)
 
 
 def test_outcomes_are_cut_per_spout_in_decision_order_and_name_their_deciding_records() -> None:
@@ -123,3 +132,15 @@ def test_the_inits_of_a_rejected_record_are_failed_once_where_they_name_a_tree()
     replayed.set_decided(np.array([4], np.int64))
     assert len(replayed.process(failing)) == 0
     assert failing_inits(MessageBlock.from_messages([Ack(9, 1)])) is None
+
+
+def test_a_record_rejected_for_a_spout_name_still_fails_the_inits_of_its_valid_spouts() -> None:
+    """A spout name that cannot name a topic rejects the record, found when it is checked (not parsed), so that the
+    trees of the record's other spouts get their FAILED outcome; the bad spout's have no topic to get one on."""
+    messages: list[Message] = [Init(5, "good", "src/0/1", 3), Init(7, "bad spout!", "x/0/1", 1)]
+    block = parse_batch(encode_batch(MessageBlock.from_messages(messages)))
+    with pytest.raises(WireError) as raised:
+        check_block(block, 0, 0)
+    assert raised.value.reason == "bad-spout"
+    failing = failing_inits(block)
+    assert failing is not None and failing.to_messages() == [Init(5, "good", "src/0/1", 3), Fail(5)]
