@@ -42,6 +42,7 @@ from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
+from acker.headers import HeaderValue, pairs
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
@@ -95,7 +96,8 @@ DLQ_TOPIC = "acker.dlq.topic"
 DLQ_PARTITION = "acker.dlq.partition"
 DLQ_OFFSET = "acker.dlq.offset"
 DLQ_TIMESTAMP = "acker.dlq.timestamp"
-DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy cut to DLQ_KEPT_BYTES: the length of the whole value
+DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut (to DLQ_KEPT_BYTES or 0): its whole length
+DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
 DLQ_KEPT_BYTES = 64 * 1024
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
@@ -103,7 +105,7 @@ _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TO
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
 _TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_EXCEPTION})
 Delivered = Callable[[KafkaError | None, Message | None], None]
-DlqHeaders = Sequence[tuple[str, bytes]]
+DlqHeaders = Sequence[tuple[str, HeaderValue]]
 
 
 class ServiceError(AckerError):
@@ -628,23 +630,47 @@ class AckerService:
             (DLQ_OFFSET, str(record.offset()).encode()),
             (DLQ_TIMESTAMP, str(record.timestamp()[1]).encode()),
         ]
-        self._send_dead_letter(record.value(), record.key(), headers, self._deliveries.track())
+        own = pairs(record.headers())
+        self._send_dead_letter(record.value(), record.key(), headers, self._deliveries.track(), own=own)
 
-    def _send_dead_letter(self, value: bytes | None, key: bytes | None, headers: DlqHeaders, done: Delivered) -> None:
-        """Produce a dead letter; ``done`` gets its delivery report. A copy too large for the dead-letter topic (a
-        record near the acker topic's size limit, with the reason headers added) is sent again with only the first
-        `DLQ_KEPT_BYTES` of its value and `DLQ_TRUNCATED` = the value's full length: its coordinates say where the
-        whole record lies."""
+    def _send_dead_letter(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        headers: DlqHeaders,
+        done: Delivered,
+        *,
+        own: DlqHeaders = (),
+        kept: int | None = None,
+    ) -> None:
+        """Produce a dead letter: ``headers`` (the reason, where it comes from) first, then the record's ``own``
+        headers; ``done`` gets its delivery report.
+
+        A copy too large for the dead-letter topic (a record near the acker topic's size limit, with the reason
+        headers added; or a topic that takes less) is sent again cut: first with at most `DLQ_KEPT_BYTES` of its
+        value and of its key and without its own headers, then with no value and no key at all.
+        `DLQ_TRUNCATED` / `DLQ_KEY_TRUNCATED` give the whole value's / key's length; its coordinates say where the
+        whole record lies. Only a topic that takes not even the reason headers fails it, so that no record of the
+        acker topic can stop the service at every restart."""
+        if kept is None:
+            sent: tuple[bytes | None, bytes | None, DlqHeaders] = (value, key, [*headers, *own])
+        else:
+            cut = list(headers)
+            if value is not None and len(value) > kept:
+                cut.append((DLQ_TRUNCATED, str(len(value)).encode()))
+            if key is not None and len(key) > kept:
+                cut.append((DLQ_KEY_TRUNCATED, str(len(key)).encode()))
+            sent = (value[:kept] if value else value, key[:kept] if key else key, cut)
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
-            if error is not None and error.code() in _TOO_LARGE and value is not None and len(value) > DLQ_KEPT_BYTES:
-                log.warning("a dead letter of %d bytes is too large (%s): its value is cut", len(value), error)
-                cut = [*headers, (DLQ_TRUNCATED, str(len(value)).encode())]
-                self._fallbacks.append(lambda: self._send_dead_letter(value[:DLQ_KEPT_BYTES], key, cut, done))
+            if error is not None and error.code() in _TOO_LARGE and kept != 0:
+                smaller = DLQ_KEPT_BYTES if kept is None else 0
+                log.warning("a dead letter is too large (%s): value and key cut to %d bytes", error, smaller)
+                self._fallbacks.append(lambda: self._send_dead_letter(value, key, headers, done, own=own, kept=smaller))
                 return
             done(error, record)
 
-        self._produce_reporting(self.config.dlq_topic, value, key, headers, delivered)
+        self._produce_reporting(self.config.dlq_topic, *sent, delivered)
 
     def _send_fallbacks(self) -> None:
         while self._fallbacks:

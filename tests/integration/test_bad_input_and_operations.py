@@ -19,8 +19,9 @@ from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
+from acker.kafka.clients import TopicSpec, create_topics
 from acker.metrics import ServiceCollector, Snapshot, serve
-from acker.service import DLQ_KEPT_BYTES, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
+from acker.service import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_outcomes, encode_batch
 from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
 from tests.integration.test_service import SPOUT, _tree_messages
@@ -34,7 +35,7 @@ def _dead_letters(config: ServiceConfig, expected: int) -> list[dict[str, str]]:
         for record in consumer.consume(100, timeout=0.2):
             if record.error() is None:
                 headers = {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in pairs(record.headers())}
-                out.append(headers | {"value": repr(record.value())})
+                out.append(headers | {"value": repr(record.value()), "key": repr(record.key())})
         if len(out) >= expected:
             break
     consumer.close()
@@ -58,7 +59,7 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
     ]
     producer = Producer(config.client())
     for value, _ in bad:
-        producer.produce(config.acker_topic, value, partition=0, key=b"k")
+        producer.produce(config.acker_topic, value, partition=0, key=b"k", headers=[("trace", b"t-1")])
     producer.flush()
     service = ServiceThread(config)
     reader = OutcomeReader(config, [SPOUT])
@@ -76,6 +77,7 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
     assert reader.seen["src/0/1"] == ["ACK"]  # still serving after the garbage
     assert [(d[DLQ_REASON], d[DLQ_OFFSET]) for d in letters] == [(r, str(i)) for i, (_, r) in enumerate(bad)]
     assert letters[0]["value"] == repr(b"not an acker record")  # the raw record, as it was
+    assert all(d["key"] == repr(b"k") and d["trace"] == "t-1" for d in letters)  # its own headers too
     assert all(d["acker.dlq.topic"] == config.acker_topic and d["acker.dlq.detail"] for d in letters)
     assert sum(snapshot.dead_letters.values()) == len(bad)
 
@@ -151,6 +153,26 @@ def test_a_dead_letter_too_large_for_its_topic_is_cut_and_says_so(config: Servic
         ("bad-magic", "0", str(len(garbage)))
     ]
     assert letters[0]["value"] == repr(garbage[:DLQ_KEPT_BYTES])
+
+
+def test_a_dead_letter_too_large_for_its_topic_even_cut_to_64_kb_is_sent_without_value_and_key(
+    config: ServiceConfig,
+) -> None:
+    """A key near the size limit, and a dead-letter topic that takes less than 64 KB: the copy cut to 64 KB is
+    refused as well, then sent with the reason and where the record lies only. It used to stop the service at the
+    record, at every restart."""
+    config = replace(config, partitions=1)
+    create_topics(config.client(), [TopicSpec(config.dlq_topic, 1, config={"max.message.bytes": "20000"})])
+    create_acker_topics(config)  # the others
+    producer = Producer(config.client())
+    key = b"k" * 999_800
+    producer.produce(config.acker_topic, b"garbage", key=key, partition=0, headers=[("trace", b"t-1")])
+    producer.flush()
+    letters, snapshot = _one_dead_letter_and_still_serving(config)
+    assert [(d[DLQ_REASON], d[DLQ_KEY_TRUNCATED]) for d in letters] == [("bad-magic", str(len(key)))]
+    assert (letters[0]["key"], letters[0]["value"]) == ("b''", "b''")
+    assert letters[0][DLQ_TRUNCATED] == str(len(b"garbage")) and "trace" not in letters[0]  # own headers dropped
+    assert snapshot.dead_letters == {"bad-magic": 1}
 
 
 def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
