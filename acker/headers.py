@@ -7,7 +7,8 @@ anchor, when it names a root twice (a child anchored to it would get that root's
 child would go untracked while its input's ack still counted its creation), or when it has a zero edge id (a tuple
 whose edge is zero is invisible to the XOR ledger: its tree could complete while it is being processed; ids are
 drawn non-zero, and a child's edge, a XOR of distinct random edges, is zero with probability 2⁻⁶⁴). A message with
-an invalid header is processed as unanchored and counted, never a crash.
+an invalid header, or with more than one, is processed as unanchored and counted, never a crash (its trees time
+out and are replayed).
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
         if key == HEADER and type(value) is bytes:
             decoded = decode(value)
             return (ids, rest, True) if decoded is None else (decoded, rest, False)
+    found = 0
     for key, value in headers if type(headers) is list else pairs(headers):
         if key == HEADER:
+            found += 1
             try:
                 decoded = decode(value.encode("latin-1") if isinstance(value, str) else value)
             except UnicodeEncodeError:  # text that cannot stand for bytes: not an anchor header
@@ -96,6 +99,8 @@ def split(headers: Headers | None) -> tuple[TupleIds, HeaderList, bool]:
                 ids = decoded
         else:
             rest.append((key, value))
+    if invalid or found > 1:  # one of them invalid, or two (which roots? neither is taken over the other)
+        return UNTRACKED, rest, True
     return ids, rest, invalid
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -62,3 +64,16 @@ def test_split_decodes_the_lone_header_as_any_other(edges: list[tuple[int, int]]
 
 def test_a_text_header_that_cannot_stand_for_bytes_is_invalid_not_a_crash() -> None:
     assert split([(HEADER, "\u20ac" * 16)]) == (UNTRACKED, [], True)
+
+
+def test_two_anchor_headers_or_a_valid_and_an_invalid_one_make_an_unanchored_input_counted_as_invalid() -> None:
+    """Neither header is taken over the other: the input is processed as unanchored and counted, as with one invalid
+    header (it used to keep the last valid one, silently, and count an input it processed as anchored)."""
+    first, second = struct.pack("<qq", 5, 7), struct.pack("<qq", 9, 11)
+    for headers in (
+        [(HEADER, first), (HEADER, second)],
+        [(HEADER, first), (HEADER, b"junk")],
+        [(HEADER, b"junk"), (HEADER, first)],
+    ):
+        ids, rest, invalid = split([*headers, ("other", b"x")])
+        assert (ids.tracked, rest, invalid) == (False, [("other", b"x")], True)
