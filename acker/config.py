@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -104,8 +105,15 @@ class ServiceConfig:
     instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
     kafka: Mapping[str, str] = field(default_factory=dict, metadata={"help": "librdkafka settings"})
 
+    def __repr__(self) -> str:  # secrets of the pass-through settings never show, however the object is printed
+        return f"ServiceConfig({', '.join(f'{name}={value!r}' for name, value in self.redacted().items())})"
+
     def __post_init__(self) -> None:
         self.tracker_config()  # validates buckets and high_water
+        if "bootstrap.servers" in self.kafka:  # `client` would put `bootstrap_servers` over it, silently
+            raise ConfigError("give the bootstrap servers as bootstrap_servers, not as the librdkafka setting")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be a port number (0 to 65535, 0 = off), got {self.metrics_port}")
         for name in ("timeout_s", "commit_interval_s", "status_interval_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -223,6 +231,8 @@ def _convert(name: str, raw: object, kind: type) -> Any:
             raise ValueError(text)
         if kind is int and (isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer())):
             raise ValueError(raw)  # TOML's true or 2.7 for a count: refused, not read as 1 or 2
+        if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+            raise TypeError(raw)  # TOML's true for seconds, or a list or a table for a name: refused, not read
         return kind(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"setting {name}: cannot read {raw!r} as {kind.__name__}") from None
@@ -300,7 +310,10 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             document = tomllib.loads(Path(path).read_text("utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise ConfigError(f"cannot read configuration file {path}: {error}") from None
-        kafka.update(_flat(document.pop("kafka", {})))
+        table = document.pop("kafka", {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"kafka in {path} must be a table of librdkafka settings ([kafka])")
+        kafka.update(_flat(table))
         for key, value in document.items():
             name = key.replace("-", "_")
             if name not in _TYPES:
@@ -316,6 +329,10 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             if value is not None:
                 values[name] = value
         kafka.update(flag_setting(item, "--kafka") for item in getattr(args, "kafka", None) or [])
+    if "bootstrap.servers" in kafka:  # librdkafka's name for a setting of ours: taken as ours
+        given = kafka.pop("bootstrap.servers")
+        if values.setdefault("bootstrap_servers", given) != given:
+            raise ConfigError("bootstrap servers given twice, as bootstrap_servers and as the librdkafka setting")
     typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
     return replace(ServiceConfig(), **typed, kafka=kafka)
 
@@ -333,7 +350,9 @@ def flag_setting(item: str, flag: str, form: str = "KEY=VALUE", *, empty: bool =
     name, sep, value = item.partition("=")
     name = name.strip()
     if not sep or not name or not (value or empty):
-        raise ConfigError(f"{flag} takes {form}, got {item!r}")
+        # Only what looks like a setting's name is repeated: the rest may be a secret (``sasl.password:...``).
+        shown = re.split(r"[^\w.-]", name, maxsplit=1)[0]
+        raise ConfigError(f"{flag} takes {form}, got {shown + '...' if shown else 'something else'}")
     return name, value
 
 

@@ -52,12 +52,13 @@ SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.
 class OutcomeSource:
     """Where the jobs read outcomes: Kafka client settings and the outcome topics (a list, or a pattern)."""
 
-    client: Mapping[str, Any]  # librdkafka settings, bootstrap.servers included
+    # librdkafka settings, bootstrap.servers included; like the Java client's, secrets: never in the repr
+    client: Mapping[str, Any] = field(repr=False)
     topics: tuple[str, ...] = ()
     pattern: str = ""
     starting_offsets: str = "earliest"
     spark_options: Mapping[str, str] = field(default_factory=lambda: dict(SPARK_KAFKA_DEFAULTS))
-    java_kafka: Mapping[str, str] = field(default_factory=dict)  # Java client settings as they are (`java_client`)
+    java_kafka: Mapping[str, str] = field(default_factory=dict, repr=False)  # Java client settings as they are
     _kafka_options: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

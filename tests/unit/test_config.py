@@ -72,6 +72,8 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--timeout-s", "0.001"), {}, "less than 1 ms between ticks"),
         (("--kafka", "no-equals-sign"), {}, "KEY=VALUE"),
         (("--config", "/nonexistent.toml"), {}, "cannot read configuration file"),
+        (("--metrics-port", "70000"), {}, "metrics_port must be a port number"),
+        (("--bootstrap-servers", "a:9092", "--kafka", "bootstrap.servers=b:9092"), {}, "bootstrap servers given twice"),
     ],
 )
 def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:
@@ -89,6 +91,41 @@ def test_a_count_in_a_file_must_be_a_whole_number(tmp_path: Path) -> None:
         load(_parse("--config", str(path)), environ={})
     path.write_text("partitions = 6.0\n")
     assert load(_parse("--config", str(path)), environ={}).partitions == 6
+
+
+def test_a_value_of_the_wrong_kind_in_a_file_is_refused(tmp_path: Path) -> None:
+    """TOML's true for seconds used to be read as 1 s, a list for a name as its text, a kafka key that is not a
+    table was a traceback."""
+    path = tmp_path / "acker.toml"
+    for text, message in (
+        ("timeout_s = true\n", "cannot read True as float"),
+        ('group = ["a", "b"]\n', "cannot read .* as str"),
+        ('kafka = "security.protocol=SSL"\n', "must be a table"),
+    ):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load(_parse("--config", str(path)), environ={})
+
+
+def test_bootstrap_servers_given_as_the_librdkafka_setting_are_taken_not_replaced_by_the_default() -> None:
+    for argv, environ in (
+        (("--kafka", "bootstrap.servers=broker-1:9093"), {}),
+        ((), {"ACKER_KAFKA_BOOTSTRAP_SERVERS": "broker-1:9093"}),
+        (("--bootstrap-servers", "broker-1:9093", "--kafka", "bootstrap.servers=broker-1:9093"), {}),
+    ):
+        config = load(_parse(*argv), environ=environ)
+        assert config.client()["bootstrap.servers"] == config.bootstrap_servers == "broker-1:9093"
+        assert "bootstrap.servers" not in config.kafka
+    with pytest.raises(ConfigError, match="as bootstrap_servers"):
+        ServiceConfig(kafka={"bootstrap.servers": "b:9092"})
+
+
+def test_secrets_never_show_in_the_configuration_printed_nor_in_an_error_about_a_flag() -> None:
+    config = load(_parse(), environ={"ACKER_KAFKA_SASL_PASSWORD": "hunter2", "ACKER_KAFKA_SSL_KEY_PASSWORD": "k3y"})
+    assert "hunter2" not in repr(config) and "k3y" not in repr(config) and "sasl.password" in repr(config)
+    with pytest.raises(ConfigError, match=r"got sasl\.password\.\.\.") as raised:
+        load(_parse("--kafka", "sasl.password:hunter2"), environ={})  # a ':' for the '='
+    assert "hunter2" not in str(raised.value)
 
 
 def test_unknown_setting_in_a_file(tmp_path: Path) -> None:

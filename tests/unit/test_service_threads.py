@@ -47,6 +47,9 @@ class _Record:
     def key(self) -> None:
         return None
 
+    def headers(self) -> None:
+        return None
+
     def topic(self) -> str:
         return "acker"
 
