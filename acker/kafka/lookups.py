@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
@@ -20,10 +20,13 @@ from confluent_kafka.cimpl import KafkaError
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 from acker.kafka.client_log import serve_log_lines
+from acker.kafka.clients import kafka_error
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
+# A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
+_MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
 
 
 class WatermarkCommitError(AckerError):
@@ -72,7 +75,10 @@ class KafkaLookups:
         """The offset of the first record at or after ``offset`` that a read_committed consumer reads; None when
         Kafka cannot tell now (an open transaction holds the readable end at ``offset``, nothing written there yet, a
         slow broker): the caller asks again later, and never skips an offset that might hold a record."""
-        low, high = self._ends(topic, partition)
+        ends = self._ends(topic, partition)
+        if ends is None:
+            return None  # the topic or partition is gone: its watermark has nowhere to go
+        low, high = ends
         if offset < low:
             return low  # deleted: nobody can process those records any more
         if offset >= high:
@@ -90,11 +96,18 @@ class KafkaLookups:
         retention, or not a record a read_committed consumer reads). `LookupError` when Kafka cannot tell in time:
         an unanswered read must not be taken for a missing record.
 
-        Offsets close together are read in one pass from the first to the last of them.
+        Offsets close together are read in one pass from the first to the last of them; a topic or partition that no
+        longer exists holds none of them.
         """
         wanted = sorted(set(offsets))
         out: dict[int, Message | None] = {}
-        low, high = self._ends(topic, partition)
+        try:
+            ends = self._ends(topic, partition)
+        except KafkaException as error:  # not an answer: asked again, rather than taken for "gone"
+            raise LookupError(f"{topic}[{partition}]: no answer for its offsets ({error})") from error
+        if ends is None:
+            return dict.fromkeys(wanted)
+        low, high = ends
         for offset in wanted:
             if offset < low or offset >= high:
                 out[offset] = None  # deleted, or (truncated) never there
@@ -105,7 +118,7 @@ class KafkaLookups:
                 if o - last > _READ_GAP:
                     break
                 last = o
-            found = self._read(topic, partition, first, last)
+            found = self._read(topic, partition, first, last, keep=set(pending))
             if found is None:
                 raise LookupError(f"{topic}[{partition}]: no answer for offsets {first}..{last}")
             records, end = found
@@ -122,22 +135,47 @@ class KafkaLookups:
             pending = [o for o in pending if o > last]
         return out
 
-    def _ends(self, topic: str, partition: int) -> tuple[int, int]:
-        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S)
+    def _ends(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The first and the end offset of a partition; None when the topic or the partition certainly does not
+        exist (deleted, or never there: a nack can name anything), as the cluster's metadata says when asked again.
+        `KafkaException` when Kafka does not answer."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S
+            )
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if cause is None or cause.code() not in _MISSING or not self._missing(topic, partition):
+                raise
+            return None
         return int(low), int(high)
 
-    def _read(self, topic: str, partition: int, first: int, last: int) -> tuple[list[Message], int] | None:
+    def _missing(self, topic: str, partition: int) -> bool:
+        """Whether the cluster's metadata, asked now, lacks the topic or the partition."""
+        found = self._consumer.list_topics(topic, timeout=_LOOKUP_TIMEOUT_S).topics.get(topic)
+        if found is None or (found.error is not None and found.error.code() in _MISSING):
+            return True
+        return found.error is None and partition not in found.partitions
+
+    def _read(
+        self, topic: str, partition: int, first: int, last: int, keep: Container[int] | None = None
+    ) -> tuple[list[Message], int] | None:
         """The records a read_committed consumer reads from ``first`` until it has passed ``last`` (or the readable
-        end), and the position reached; None if that takes longer than the lookup timeout."""
+        end), only those at offsets in ``keep`` if given, and the position reached; None if Kafka gives nothing for
+        the lookup timeout (however long the whole read takes: a long stretch is read while records come)."""
         self._consumer.assign([TopicPartition(topic, partition, first)])
         records: list[Message] = []
         deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
         try:
             while time.monotonic() < deadline:
-                for record in self._consumer.consume(1000, timeout=0.5):
+                batch = self._consumer.consume(1000, timeout=0.5)
+                if batch:
+                    deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
+                for record in batch:
                     error = record.error()
                     if error is None:
-                        records.append(record)
+                        if keep is None or record.offset() in keep:
+                            records.append(record)
                         if (record.offset() or 0) >= last:
                             return records, (record.offset() or 0) + 1
                     elif error.code() == KafkaError._PARTITION_EOF:

@@ -181,7 +181,9 @@ def test_an_idle_transactional_partition_done_to_its_last_record_gets_its_waterm
 
     def readable_end() -> int:  # the markers are written after the transaction ends: the end shows 17 a bit later
         with kafka.lock:
-            return kafka._ends(src, 0)[1]
+            ends = kafka._ends(src, 0)
+        assert ends is not None
+        return ends[1]
 
     end = _eventually(lambda: readable_end() == 17 and 17, timeout_s=30)
     settings = CommitJobSettings(OutcomeSource(client, topics=(out,)), names["ckpt"], trigger_s=0.5, recheck_s=1.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from acker.kafka import lookups
 
@@ -17,3 +18,56 @@ def test_closing_all_lookups_closes_the_cached_clients_and_the_next_call_makes_n
     lookups.close_all()
     with pytest.raises(RuntimeError, match="closed"):  # a closed client refuses every call
         first._consumer.assignment()
+
+
+class _Record:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> None:
+        return None
+
+
+class _SlowConsumer:
+    """A consumer at the edge: each `consume` gives the next 100 records and takes 4 s of the (patched) clock."""
+
+    def __init__(self, clock: list[float], end: int) -> None:
+        self.clock, self.end, self.position = clock, end, 0
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.position = partitions[0].offset
+
+    def unassign(self) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Record]:
+        self.clock[0] += 4.0
+        batch = [_Record(o) for o in range(self.position, min(self.end, self.position + 100))]
+        self.position += len(batch)
+        return batch
+
+
+def test_a_long_read_goes_on_while_records_come_and_keeps_only_the_offsets_wanted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sparse nacks over a long stretch of a partition: one pass from the first to the last, longer than the lookup
+    timeout in all. It used to give up at the timeout however fast records came, and every run of the batch failed."""
+    clock = [0.0]
+    monkeypatch.setattr("acker.kafka.lookups.time.monotonic", lambda: clock[0])
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    real = kafka._consumer
+    try:
+        kafka._consumer = _SlowConsumer(clock, 1_000)  # type: ignore[assignment]
+        found = kafka._read("t", 0, 0, 990, keep={0, 500, 990})
+        assert clock[0] > 3 * lookups._LOOKUP_TIMEOUT_S  # 10 consumes of 4 s each
+        assert found is not None
+        records, end = found
+        assert [r.offset() for r in records] == [0, 500, 990] and end == 991
+        kafka._consumer = _SlowConsumer(clock, 0)  # type: ignore[assignment]  # nothing comes: gives up
+        assert kafka._read("t", 0, 0, 10) is None
+    finally:
+        kafka._consumer = real
+        kafka.close()
