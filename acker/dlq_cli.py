@@ -16,7 +16,7 @@ from acker.config import ServiceConfig, add_arguments, load
 from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, partition_count
-from acker.retries import SOURCE_MISSING
+from acker.retries import NO_DATA
 
 
 def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
@@ -95,11 +95,12 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if bool(args.places) == bool(args.all):
         raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all: one of them")
     letters = _chosen(args, config)
-    if args.all:  # records gone before they could be replayed have no data: left where they are, and said so
-        gone = [letter for letter in letters if letter.reason == SOURCE_MISSING]
-        letters = [letter for letter in letters if letter.reason != SOURCE_MISSING]
-        if gone:
-            print(f"{len(gone)} record(s) skipped: {SOURCE_MISSING}, no data to re-drive")
+    if args.all:  # records gone before they could be replayed, or too large to: left where they are, and said so
+        for reason in NO_DATA:
+            skipped = sum(letter.reason == reason for letter in letters)
+            if skipped:
+                print(f"{skipped} record(s) skipped: {reason}, no whole record to re-drive")
+        letters = [letter for letter in letters if letter.reason not in NO_DATA]
     decisions = plan(config, letters, args.spout)  # refuses the whole set if one letter cannot go back
     if args.dry_run:
         targets = [decision.topic for decision in decisions]

@@ -5,8 +5,10 @@ dead letter an operator sends back. Both carry the record's key, value and own h
 
     acker.replay.attempt      the attempt this copy is (1, 2, ...); on a dead letter, the attempts made
     acker.replay.origin       the coordinates ``topic/partition/offset`` of the first record (the source record)
-    acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), or ``source-missing``
-    acker.replay.nack-reason  on a ``source-missing`` dead letter: the reason of the nack (FAILED, TIMEOUT, OVERLOAD)
+    acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), ``source-missing`` or
+                              ``too-large``
+    acker.replay.nack-reason  on a ``source-missing`` or ``too-large`` dead letter: the reason of the nack
+    acker.replay.truncated    on a ``too-large`` dead letter: the size of the whole record (key, value, headers)
     acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
     acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
     acker.replay.last         on a dead letter: the coordinates of the copy that failed last
@@ -36,6 +38,9 @@ LAST = "acker.replay.last"
 REDRIVEN = "acker.replay.redriven"
 NACK_REASON = "acker.replay.nack-reason"
 SOURCE_MISSING = "source-missing"
+TOO_LARGE = "too-large"
+TRUNCATED = "acker.replay.truncated"  # on a too-large dead letter: the record's size (key, value, headers), in bytes
+NO_DATA = (SOURCE_MISSING, TOO_LARGE)  # dead letters without the record's whole data: they cannot be re-driven
 REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"  # the outcomes that resolve a nacked offset
 
 
@@ -133,6 +138,15 @@ def decide(
     return Decision(policy.replay_topic(spout), replay, REPLAYED)
 
 
+def too_large(policy: RetryPolicy, decision: Decision, reason: str, size: int) -> Decision:
+    """The dead letter standing for a record of ``size`` bytes too large to publish where ``decision`` sends it: its
+    replay headers (origin, attempt, spout, ...) but not the record's own, which may be what is too large, reason
+    ``too-large``; the caller keeps as much of its key and value as the dead-letter topic takes."""
+    ours = [(k, v) for k, v in decision.headers if k.startswith("acker.") and k not in (REASON, NOT_BEFORE)]
+    letter = [*ours, (REASON, TOO_LARGE.encode()), (NACK_REASON, reason.encode()), (TRUNCATED, str(size).encode())]
+    return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
+
+
 def redrive(
     policy: RetryPolicy, letter: str, headers: Sequence[tuple[str, HeaderValue]], spout: str | None = None
 ) -> Decision:
@@ -147,6 +161,8 @@ def redrive(
     reason = text(headers, REASON) or ""
     if reason == SOURCE_MISSING:
         raise NotRedrivableError(f"{letter} stands for a record that no longer exists ({SOURCE_MISSING}): no data")
+    if reason == TOO_LARGE:
+        raise NotRedrivableError(f"{letter} holds only part of a record too large to replay ({TOO_LARGE})")
     copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 

@@ -7,8 +7,9 @@ a record's coordinates → duplicates dropped (an acker replay re-emits outcomes
 - fetches each nacked record by its coordinates and re-publishes it to the spout's replay topic
   (``<replay_prefix><spout>``, which the spout reads besides its source topic), or after ``max_attempts`` replays
   to the dead-letter topic (a record that no longer exists too, with an empty value and reason
-  ``source-missing``), keeping its key, value and other headers and adding the attempt, its origin, the last
-  nack's reason, the spout and the backoff (`acker.retries`, which decides);
+  ``source-missing``; and one too large to publish, cut, with reason ``too-large``), keeping its key, value and
+  other headers and adding the attempt, its origin, the last nack's reason, the spout and the backoff
+  (`acker.retries`, which decides);
 - writes ``REPLAYED`` / ``DEAD_LETTERED`` outcomes for the nacked message ids to the spout's outcome topic: the
   commit job then counts those offsets as done (the replayed copy has its own offset and its own tree);
 - writes the micro-batch id to the job's progress topic.
@@ -23,20 +24,23 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # re-exported by confluent_kafka.admin, unmarked for mypy
+from confluent_kafka.admin._resource import ResourceType
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
-from acker.headers import pairs
+from acker.headers import HeaderValue, pairs
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, partition_count, produce, read_to
 from acker.kafka.lookups import lookups
-from acker.retries import Backoff, RetryPolicy, decide
+from acker.retries import Backoff, Decision, RetryPolicy, decide, too_large
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
@@ -48,6 +52,10 @@ log = logging.getLogger("spark_jobs.replay")
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
 # One record per published micro-batch, keyed by job: compacted, so that reading it to the end at a start stays short.
 _PROGRESS_TOPIC = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
+_PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+_FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
+_KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
+_TRANSACTION_TIMEOUT_S = 60.0  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
 
 @dataclass(frozen=True)
@@ -104,22 +112,31 @@ class _Publisher:
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
         _publishers.append(self)
         self._partitions: dict[str, int] = {}
+        self._limits: dict[str, int] = {}
         self.last = self._last_published()  # then kept here: this instance is the only one publishing for it
 
     def _last_published(self) -> int:
         """The id of the last micro-batch published (committed) by this job, -1 if none: the progress topic read to
-        its end (`read_to` raises rather than take a slow read for the end)."""
+        its end (`read_to` raises rather than take a slow read for the end).
+
+        Its end as written, not as a read_committed consumer sees it now: another job's transaction open on the
+        topic (its driver died mid-batch) holds that view below this job's last record until the broker aborts it,
+        and a restart that missed its last batch would publish that batch again. This job's own transactions are
+        all settled (`init_transactions`); the read waits for the others', up to their timeout."""
         client = dict(self.settings.source.client)
-        consumer = Consumer({**client, "group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}",
-                             "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
+        settings = {"group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+        consumer = Consumer({**client, **settings, "isolation.level": "read_committed"})
+        written = Consumer({**client, **settings, "isolation.level": "read_uncommitted"})
         key, last = self.identity.encode(), -1
         try:
-            low, high = log_bounds(consumer, TopicPartition(self.settings.progress_topic, 0))
-            for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high):
+            low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
+            open_for = _TRANSACTION_TIMEOUT_S + 30.0
+            for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
                 if record.key() == key:
                     last = max(last, int(record.value() or b"-1"))
         finally:
             consumer.close()
+            written.close()
         return last
 
     def partitions(self, topic: str) -> int:
@@ -128,6 +145,22 @@ class _Publisher:
             create_topics(client, [TopicSpec(topic, 1)])
             self._partitions[topic] = partition_count(client, topic)
         return self._partitions[topic]
+
+    def limit(self, topic: str) -> int:
+        """The largest record ``topic`` takes from this producer: the producer's ``message.max.bytes`` and the
+        topic's ``max.message.bytes``, asked once (the producer's alone if the broker does not say)."""
+        if topic not in self._limits:
+            self.partitions(topic)  # created first, if need be
+            own = int(self.settings.source.client.get("message.max.bytes", _PRODUCER_MAX_BYTES))
+            self._limits[topic] = min(own, _topic_max_bytes(self.settings.source.client, topic) or own)
+        return self._limits[topic]
+
+    def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
+        """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""
+        room = self.limit(letter.topic) - _size(None, None, letter.headers) - _FRAMING
+        value = value[: max(0, min(_KEPT_BYTES, room))] if value else value
+        key = key[: max(0, min(_KEPT_BYTES, room - len(value or b"")))] if key else key
+        return value, key
 
     def publish(self, batch_id: int, rows: list[Any], fetch: Fetch) -> int:
         if batch_id <= self.last:
@@ -148,11 +181,19 @@ class _Publisher:
                 record = found[(row.topic, int(row.partition), int(row.offset))]
                 headers = None if record is None else pairs(record.headers())
                 decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
+                value, key = (None, None) if record is None else (record.value(), record.key())
+                size = _size(value, key, decision.headers)
+                if size + _FRAMING > self.limit(decision.topic):
+                    # Refused, it would abort the transaction at every run of the batch: no nack would be replayed.
+                    log.warning("%s is too large to publish to %s (%d bytes): dead-lettered", row.msg_id,
+                                decision.topic, size)  # fmt: skip
+                    decision = too_large(self.policy, decision, row.reason, size)
+                    value, key = self._cut(value, key, decision)
                 produce(
                     self.producer,
                     decision.topic,
-                    None if record is None else record.value(),
-                    key=None if record is None else record.key(),
+                    value,
+                    key=key,
                     partition=int(row.partition) % self.partitions(decision.topic),
                     headers=decision.headers,
                 )
@@ -170,6 +211,23 @@ class _Publisher:
             raise
         self.last = batch_id
         return len(rows)
+
+
+def _size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, HeaderValue]]) -> int:
+    """A record's bytes: value, key, and its headers' names and values."""
+    named = sum(len(k.encode()) + len(v.encode() if isinstance(v, str) else v or b"") for k, v in headers)
+    return len(value or b"") + len(key or b"") + named
+
+
+def _topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:
+    """The topic's ``max.message.bytes``; None if the broker does not say."""
+    admin = AdminClient(without_consumer_settings(client))
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        return int(admin.describe_configs([resource], request_timeout=10)[resource].result()["max.message.bytes"].value)
+    except (KafkaException, KeyError, ValueError) as error:
+        log.warning("could not read max.message.bytes of %s (%s): the producer's limit alone is used", topic, error)
+        return None
 
 
 def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: int = 3) -> dict[int, Message | None]:

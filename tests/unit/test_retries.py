@@ -19,12 +19,15 @@ from acker.retries import (
     REPLAYED,
     SOURCE_MISSING,
     SPOUT,
+    TOO_LARGE,
+    TRUNCATED,
     Backoff,
     NotRedrivableError,
     RetryPolicy,
     decide,
     origin_partition,
     redrive,
+    too_large,
 )
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(first_ms=100, factor=3.0, max_ms=500), replay_prefix="rp.")
@@ -71,6 +74,19 @@ def test_a_record_that_no_longer_exists_is_dead_lettered_as_source_missing() -> 
     assert (decision.topic, decision.resolution) == ("acker.replay.dlq", DEAD_LETTERED)
     assert dict(decision.headers)[REASON] == SOURCE_MISSING.encode()
     assert dict(decision.headers)[NACK_REASON] == b"TIMEOUT"  # why it was to be replayed
+
+
+def test_a_record_too_large_to_publish_becomes_a_dead_letter_with_its_context_and_not_its_own_headers() -> None:
+    replay = decide(POLICY, "words", "src/0/1", "FAILED", headers=[("app", b"x" * 50)], now_ms=NOW)
+    letter = too_large(POLICY, replay, "FAILED", 2_000_000)
+    assert (letter.topic, letter.resolution) == ("acker.replay.dlq", DEAD_LETTERED)
+    got = dict(letter.headers)
+    assert (got[REASON], got[NACK_REASON], got[TRUNCATED]) == (TOO_LARGE.encode(), b"FAILED", b"2000000")
+    assert (got[ATTEMPT], got[ORIGIN], got[SPOUT]) == (b"1", b"src/0/1", b"words")
+    assert "app" not in got and NOT_BEFORE not in got
+    assert [k for k, _ in letter.headers].count(REASON) == 1
+    with pytest.raises(NotRedrivableError, match=TOO_LARGE):  # only part of it is kept
+        redrive(POLICY, "acker.replay.dlq/0/5", letter.headers)
 
 
 def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:

@@ -1,0 +1,148 @@
+"""The replay job's publisher (`spark_jobs.replay_job._Publisher`) on the real broker, without Spark: `publish` takes
+a micro-batch's collected nacks and the fetch function the job's sink gives it. Nacks that used to fail a batch at
+every run (so that no nack of any spout was replayed again), and a restart that used to miss its last batch."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from acker.headers import pairs, text
+from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.lookups import close_all, lookups
+from acker.retries import NACK_REASON, REASON, TOO_LARGE, TRUNCATED
+from acker.wire import decode_outcomes
+from spark_jobs.commit_job import OutcomeSource
+from spark_jobs.replay_job import ReplayJobSettings, _Publisher, close_publishers
+
+Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]
+
+
+@pytest.fixture(autouse=True)
+def _closed() -> Iterator[None]:
+    """Each test's publishers and lookup clients closed after it, not left logging at a broker gone."""
+    yield
+    close_publishers()
+    close_all()
+
+
+def _settings(client: dict[str, Any]) -> ReplayJobSettings:
+    uid = uuid.uuid4().hex[:8]
+    create_topics(client, [TopicSpec(f"out-{uid}.sp", 1)])
+    return ReplayJobSettings(
+        OutcomeSource(client, topics=(f"out-{uid}.sp",)), f"/tmp/unused-{uid}", name=f"replay-{uid}",
+        replay_prefix=f"rp-{uid}.", outcome_prefix=f"out-{uid}.", dead_letter_topic=f"dead-{uid}",
+        progress_topic=f"progress-{uid}", dlq_topic=f"dlq-{uid}",
+    )  # fmt: skip
+
+
+def _fetch(client: dict[str, Any]) -> Fetch:
+    kafka = lookups(client)
+
+    def fetch(topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
+        with kafka.lock:
+            return kafka.fetch(topic, partition, offsets)
+
+    return fetch
+
+
+def _nack(topic: str, partition: int, offset: int) -> Any:
+    msg_id = f"{topic}/{partition}/{offset}"
+    return SimpleNamespace(spout="sp", msg_id=msg_id, reason="FAILED", topic=topic, partition=partition, offset=offset)
+
+
+def _read_all(client: dict[str, Any], topic: str) -> list[Message]:
+    consumer = Consumer({**client, "group.id": f"r-{uuid.uuid4().hex}", "enable.partition.eof": True,
+                         "isolation.level": "read_committed"})  # fmt: skip
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[Message] = []
+    try:
+        while True:
+            records = consumer.consume(500, timeout=10)
+            if not records:
+                return out
+            for record in records:
+                if record.error() is not None:
+                    return out
+                out.append(record)
+    finally:
+        consumer.close()
+
+
+def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
+    decoded = [decode_outcomes(r.value() or b"") for r in _read_all(client, settings.outcome_prefix + "sp")]
+    return [(o, m) for d in decoded for o, m in zip(d.outcomes, d.msg_ids, strict=True)]
+
+
+def test_a_nack_of_a_topic_or_partition_that_does_not_exist_is_dead_lettered_as_source_missing(bootstrap: str) -> None:
+    """A source topic deleted since (or never there: an outcome record can name anything), a partition it does not
+    have: the records certainly no longer exist. `fetch` used to raise, every run of the batch failed."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1)])
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    nacks = [_nack(f"gone-{uuid.uuid4().hex[:8]}", 0, 7), _nack(source, 5, 0)]
+    assert publisher.publish(0, nacks, _fetch(client)) == 2
+    assert _resolutions(client, settings) == [("DEAD_LETTERED", nacks[0].msg_id), ("DEAD_LETTERED", nacks[1].msg_id)]
+    letters = _read_all(client, settings.dead_letter_topic)
+    assert [text(pairs(r.headers()), REASON) for r in letters] == ["source-missing", "source-missing"]
+
+
+def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others_replayed(bootstrap: str) -> None:
+    """A replay topic that takes less than the source (here 20 KB), or a record larger than the producer's limit:
+    publishing it would abort the transaction at every run of the batch, and no nack would be replayed again."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1,
+                                                           config={"max.message.bytes": "20000"})])  # fmt: skip
+    producer = Producer(client)
+    produce(producer, source, b"x" * 100_000, key=b"k", headers=[("trace", b"t-1")])
+    produce(producer, source, b"small", key=b"k")
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(source, 0, 0), _nack(source, 0, 1)], _fetch(client)) == 2
+    assert _resolutions(client, settings) == [("DEAD_LETTERED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
+    [letter] = _read_all(client, settings.dead_letter_topic)
+    headers = pairs(letter.headers())
+    assert (text(headers, REASON), text(headers, NACK_REASON)) == (TOO_LARGE, "FAILED")
+    assert int(text(headers, TRUNCATED) or 0) > 100_000 and text(headers, "trace") is None
+    assert letter.value() == b"x" * 65_536 and letter.key() == b"k"
+    [copy] = _read_all(client, settings.replay_prefix + "sp")
+    assert copy.value() == b"small"
+
+
+def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:
+    """Two replay jobs share the progress topic. The other's driver died in a transaction after writing its progress
+    record; this job publishes batch 3 and restarts before Spark logs the batch done. A read_committed read stopped
+    at the other job's open transaction, found batch 2, and the re-run of batch 3 replayed its nacks again."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    job = _Publisher(settings, "job-a")
+    for batch in range(3):
+        job.publish(batch, [], _fetch(client))
+    other = Producer({**client, "transactional.id": f"job-b-{uuid.uuid4().hex[:8]}"})
+    other.init_transactions(30)
+    other.begin_transaction()
+    produce(other, settings.progress_topic, b"41", key=b"job-b")
+    assert other.flush(30) == 0  # written, its transaction open
+    job.publish(3, [], _fetch(client))
+    restarted: list[_Publisher] = []
+
+    def restart() -> None:
+        restarted.append(_Publisher(settings, "job-a"))
+
+    thread = threading.Thread(target=restart)
+    thread.start()
+    thread.join(3)
+    assert thread.is_alive()  # waiting for the other job's transaction
+    other.abort_transaction(30)
+    thread.join(60)
+    assert restarted and restarted[0].last == 3
