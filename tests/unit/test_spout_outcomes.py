@@ -4,12 +4,15 @@ outcome consumer's settings."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from confluent_kafka import Message
 
 from acker.config import ServiceConfig
-from acker.spout import Spout, SpoutSettings, outcome_consumer
+from acker.errors import ConfigError
+from acker.spout import Spout, SpoutSettings, check_spout_name, outcome_consumer
 from acker.wire import encode_outcome_rows
 
 
@@ -63,3 +66,17 @@ def test_the_outcome_consumer_waits_for_about_half_a_window_of_outcomes_unless_t
     assert fetch(1) == (8, 100)
     mine = ServiceConfig(bootstrap_servers="b:9092", kafka={"fetch.min.bytes": "1", "fetch.wait.max.ms": "500"})
     assert fetch(10_000, mine) == ("1", "500")
+
+
+def test_a_spout_name_must_name_topics_of_its_own() -> None:
+    """A name that cannot name a topic: the acker dead-letters every record naming it, and the spout's trees are
+    never answered. A reserved one: its topics would be the Spark jobs' dead-letter or progress topics."""
+    config = ServiceConfig()
+    check_spout_name(config, "orders.v1")
+    for name in ("with space", "", "dlq", "progress"):
+        with pytest.raises(ConfigError, match="spout name"):
+            check_spout_name(config, name)
+    with pytest.raises(ConfigError, match="reserved"):  # its replay topic would be the acker's dead-letter topic
+        check_spout_name(replace(config, replay_prefix="acker."), "dlq2") if False else check_spout_name(
+            replace(config, replay_prefix="acker.", dlq_topic="acker.x"), "x"
+        )
