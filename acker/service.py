@@ -99,6 +99,7 @@ DLQ_TIMESTAMP = "acker.dlq.timestamp"
 DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut (to DLQ_KEPT_BYTES or 0): its whole length
 DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
 DLQ_KEPT_BYTES = 64 * 1024
+_FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what was produced before it, and for itself
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
@@ -642,16 +643,17 @@ class AckerService:
         *,
         own: DlqHeaders = (),
         kept: int | None = None,
+        alone: bool = False,
     ) -> None:
         """Produce a dead letter: ``headers`` (the reason, where it comes from) first, then the record's ``own``
         headers; ``done`` gets its delivery report.
 
-        A copy too large for the dead-letter topic (a record near the acker topic's size limit, with the reason
-        headers added; or a topic that takes less) is sent again cut: first with at most `DLQ_KEPT_BYTES` of its
-        value and of its key and without its own headers, then with no value and no key at all.
-        `DLQ_TRUNCATED` / `DLQ_KEY_TRUNCATED` give the whole value's / key's length; its coordinates say where the
-        whole record lies. Only a topic that takes not even the reason headers fails it, so that no record of the
-        acker topic can stop the service at every restart."""
+        A copy refused as too large (a record near the acker topic's size limit, with the reason headers added; or
+        a topic that takes less) is sent again alone, as the broker refuses a whole batch; refused alone, it is sent
+        cut: first with at most `DLQ_KEPT_BYTES` of its value and of its key and without its own headers, then with
+        no value and no key at all. `DLQ_TRUNCATED` / `DLQ_KEY_TRUNCATED` give the whole value's / key's length;
+        its coordinates say where the whole record lies. Only a topic that takes not even the reason headers fails
+        it, so that no record of the acker topic can stop the service at every restart."""
         if kept is None:
             sent: tuple[bytes | None, bytes | None, DlqHeaders] = (value, key, [*headers, *own])
         else:
@@ -663,18 +665,28 @@ class AckerService:
             sent = (value[:kept] if value else value, key[:kept] if key else key, cut)
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
-            if error is not None and error.code() in _TOO_LARGE and kept != 0:
+            itself = alone or record is None  # refused for itself (a refusal at once is of the record alone)
+            if error is None or error.code() not in _TOO_LARGE or (itself and kept == 0):
+                done(error, record)
+                return
+            smaller = kept
+            if itself:
                 smaller = DLQ_KEPT_BYTES if kept is None else 0
                 log.warning("a dead letter is too large (%s): value and key cut to %d bytes", error, smaller)
-                self._fallbacks.append(lambda: self._send_dead_letter(value, key, headers, done, own=own, kept=smaller))
-                return
-            done(error, record)
+            self._fallbacks.append(
+                lambda: self._send_dead_letter(value, key, headers, done, own=own, kept=smaller, alone=True)
+            )
 
         self._produce_reporting(self.config.dlq_topic, *sent, delivered)
 
     def _send_fallbacks(self) -> None:
+        """Send the dead letters that delivery reports called for, each alone: what was queued before is delivered
+        first, and each is delivered before the next, so that a refusal as too large is of that record alone (and
+        the dead letters it calls for in turn are sent in this loop too). Rare: the loop may wait for it."""
         while self._fallbacks:
+            self.producer.flush(_FALLBACK_FLUSH_S)
             self._fallbacks.pop(0)()
+            self.producer.flush(_FALLBACK_FLUSH_S)
 
     def _flush(self, timeout_s: float) -> int:
         """Deliver everything produced, the dead letters its delivery reports call for included; returns the

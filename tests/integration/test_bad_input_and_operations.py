@@ -175,6 +175,25 @@ def test_a_dead_letter_too_large_for_its_topic_even_cut_to_64_kb_is_sent_without
     assert snapshot.dead_letters == {"bad-magic": 1}
 
 
+def test_dead_letters_refused_together_as_too_large_are_sent_one_by_one_whole(config: ServiceConfig) -> None:
+    """A dead-letter topic that takes a few KB: a burst of small dead letters, batched, is refused as one. Each
+    then goes alone, whole; they used to be cut (and then emptied) though each fits."""
+    config = replace(config, partitions=1)
+    create_topics(config.client(), [TopicSpec(config.dlq_topic, 1, config={"max.message.bytes": "3000"})])
+    create_acker_topics(config)
+    producer = Producer(config.client())
+    bad = [bytes([65 + i]) * 900 for i in range(5)]
+    for value in bad:
+        producer.produce(config.acker_topic, value, key=b"k", partition=0, headers=[("trace", b"t-1")])
+    producer.flush()
+    service = ServiceThread(config)
+    try:
+        letters = _dead_letters(config, len(bad))
+    finally:
+        service.stop()
+    assert [(d["value"], d["trace"], d.get(DLQ_TRUNCATED)) for d in letters] == [(repr(v), "t-1", None) for v in bad]
+
+
 def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     common = [
         "--bootstrap-servers", config.bootstrap_servers,
