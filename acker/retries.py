@@ -138,12 +138,17 @@ def decide(
     return Decision(policy.replay_topic(spout), replay, REPLAYED)
 
 
-def too_large(policy: RetryPolicy, decision: Decision, reason: str, size: int) -> Decision:
-    """The dead letter standing for a record of ``size`` bytes too large to publish where ``decision`` sends it: its
-    replay headers (origin, attempt, spout, ...) but not the record's own, which may be what is too large, reason
-    ``too-large``; the caller keeps as much of its key and value as the dead-letter topic takes."""
-    ours = [(k, v) for k, v in decision.headers if k.startswith("acker.") and k not in (REASON, NOT_BEFORE)]
-    letter = [*ours, (REASON, TOO_LARGE.encode()), (NACK_REASON, reason.encode()), (TRUNCATED, str(size).encode())]
+def too_large(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str, size: int) -> Decision:
+    """The dead letter standing for the nacked record ``msg_id`` of ``size`` bytes, too large to publish where
+    ``decision`` sends it: the replay headers (origin, the attempts made, spout, the last copy) but not the record's
+    own, which may be what is too large, reason ``too-large``; the caller keeps as much of its key and value as the
+    dead-letter topic takes."""
+    ours = [(k, v) for k, v in decision.headers if k.startswith("acker.") and k not in (REASON, NOT_BEFORE, LAST)]
+    if decision.resolution == REPLAYED:  # the replay it was to be was not made
+        attempt = decimal(text(ours, ATTEMPT)) or 1
+        ours = [(k, str(attempt - 1).encode() if k == ATTEMPT else v) for k, v in ours]
+    letter = [*ours, (REASON, TOO_LARGE.encode()), (NACK_REASON, reason.encode()), (TRUNCATED, str(size).encode()),
+              (LAST, msg_id.encode())]  # fmt: skip
     return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
 
 

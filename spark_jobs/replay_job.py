@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource  # re-exported by confluent_kafka.admin, unmarked for mypy
-from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined] # documented
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -52,10 +50,10 @@ log = logging.getLogger("spark_jobs.replay")
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
 # One record per published micro-batch, keyed by job: compacted, so that reading it to the end at a start stays short.
 _PROGRESS_TOPIC = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
-_PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+_PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes and batch.size
 _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
-_TRANSACTION_TIMEOUT_S = 60.0  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
+_TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
 
 @dataclass(frozen=True)
@@ -113,6 +111,8 @@ class _Publisher:
         _publishers.append(self)
         self._partitions: dict[str, int] = {}
         self._limits: dict[str, int] = {}
+        self._own_max = int(client.get("message.max.bytes", _PRODUCER_MAX_BYTES))  # the producer's bound on a record
+        self._batch_max = min(int(client.get("batch.size", _PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         self.last = self._last_published()  # then kept here: this instance is the only one publishing for it
 
     def _last_published(self) -> int:
@@ -130,7 +130,7 @@ class _Publisher:
         key, last = self.identity.encode(), -1
         try:
             low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
-            open_for = _TRANSACTION_TIMEOUT_S + 30.0
+            open_for = int(client.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
             for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
                 if record.key() == key:
                     last = max(last, int(record.value() or b"-1"))
@@ -149,10 +149,13 @@ class _Publisher:
     def limit(self, topic: str) -> int:
         """The largest record ``topic`` takes from this producer: the producer's ``message.max.bytes`` and the
         topic's ``max.message.bytes``, asked once (the producer's alone if the broker does not say)."""
-        if topic not in self._limits:
-            self.partitions(topic)  # created first, if need be
-            own = int(self.settings.source.client.get("message.max.bytes", _PRODUCER_MAX_BYTES))
-            self._limits[topic] = min(own, _topic_max_bytes(self.settings.source.client, topic) or own)
+        if topic in self._limits:
+            return self._limits[topic]
+        self.partitions(topic)  # created first, if need be
+        told = _topic_max_bytes(self.settings.source.client, topic)
+        if told is None:
+            return self._own_max  # not kept: asked again at the next batch (a topic just created may be unknown yet)
+        self._limits[topic] = min(self._own_max, told)
         return self._limits[topic]
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
@@ -175,6 +178,7 @@ class _Publisher:
         found = {(t, p, o): r for (t, p), offsets in wanted.items() for o, r in _fetch(fetch, t, p, offsets).items()}
         now_ms = int(time.time() * 1000)
         resolutions: dict[str, list[tuple[str, int, str, int]]] = defaultdict(list)
+        queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         self.producer.begin_transaction()
         try:
             for row in rows:
@@ -187,16 +191,20 @@ class _Publisher:
                     # Refused, it would abort the transaction at every run of the batch: no nack would be replayed.
                     log.warning("%s is too large to publish to %s (%d bytes): dead-lettered", row.msg_id,
                                 decision.topic, size)  # fmt: skip
-                    decision = too_large(self.policy, decision, row.reason, size)
+                    decision = too_large(self.policy, decision, row.msg_id, row.reason, size)
                     value, key = self._cut(value, key, decision)
-                produce(
-                    self.producer,
-                    decision.topic,
-                    value,
-                    key=key,
-                    partition=int(row.partition) % self.partitions(decision.topic),
-                    headers=decision.headers,
-                )
+                    size = _size(value, key, decision.headers)
+                partition = int(row.partition) % self.partitions(decision.topic)
+                # A topic's limit is of a whole batch of records, which the broker refuses whole. Where it is below
+                # the producer's own bound on a batch, a batch that would pass it is sent first (in the transaction).
+                if self.limit(decision.topic) < self._batch_max:
+                    batched = queued.get((decision.topic, partition), 0) + size + _FRAMING
+                    if batched > self.limit(decision.topic):
+                        self.producer.flush(60)
+                        queued.clear()
+                        batched = size + _FRAMING
+                    queued[(decision.topic, partition)] = batched
+                produce(self.producer, decision.topic, value, key=key, partition=partition, headers=decision.headers)
                 resolutions[row.spout].append((decision.resolution, 0, row.msg_id, 0))
             for spout, outcome_rows_ in resolutions.items():
                 # Outcome records of at most OUTCOMES_PER_RECORD rows, as the acker writes them.

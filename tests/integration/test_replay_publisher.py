@@ -97,7 +97,8 @@ def test_a_nack_of_a_topic_or_partition_that_does_not_exist_is_dead_lettered_as_
 
 def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others_replayed(bootstrap: str) -> None:
     """A replay topic that takes less than the source (here 20 KB), or a record larger than the producer's limit:
-    publishing it would abort the transaction at every run of the batch, and no nack would be replayed again."""
+    publishing it would abort the transaction at every run of the batch, and no nack would be replayed again. The
+    limit is of a batch of records: five that fit one by one, but not together, are replayed all the same."""
     client = {"bootstrap.servers": bootstrap}
     settings = _settings(client)
     source = f"src-{uuid.uuid4().hex[:8]}"
@@ -105,18 +106,21 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
                                                            config={"max.message.bytes": "20000"})])  # fmt: skip
     producer = Producer(client)
     produce(producer, source, b"x" * 100_000, key=b"k", headers=[("trace", b"t-1")])
-    produce(producer, source, b"small", key=b"k")
+    smaller = [bytes([i]) * 6_000 for i in range(5)]
+    for value in smaller:
+        produce(producer, source, value, key=b"k")
     assert producer.flush(30) == 0
     publisher = _Publisher(settings, f"{settings.name}-id")
-    assert publisher.publish(0, [_nack(source, 0, 0), _nack(source, 0, 1)], _fetch(client)) == 2
-    assert _resolutions(client, settings) == [("DEAD_LETTERED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
+    assert publisher.publish(0, [_nack(source, 0, offset) for offset in range(6)], _fetch(client)) == 6
+    assert _resolutions(client, settings) == [
+        ("DEAD_LETTERED", f"{source}/0/0"), *(("REPLAYED", f"{source}/0/{offset}") for offset in range(1, 6))
+    ]  # fmt: skip
     [letter] = _read_all(client, settings.dead_letter_topic)
     headers = pairs(letter.headers())
     assert (text(headers, REASON), text(headers, NACK_REASON)) == (TOO_LARGE, "FAILED")
     assert int(text(headers, TRUNCATED) or 0) > 100_000 and text(headers, "trace") is None
     assert letter.value() == b"x" * 65_536 and letter.key() == b"k"
-    [copy] = _read_all(client, settings.replay_prefix + "sp")
-    assert copy.value() == b"small"
+    assert [copy.value() for copy in _read_all(client, settings.replay_prefix + "sp")] == smaller
 
 
 def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:

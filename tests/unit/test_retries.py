@@ -78,13 +78,18 @@ def test_a_record_that_no_longer_exists_is_dead_lettered_as_source_missing() -> 
 
 def test_a_record_too_large_to_publish_becomes_a_dead_letter_with_its_context_and_not_its_own_headers() -> None:
     replay = decide(POLICY, "words", "src/0/1", "FAILED", headers=[("app", b"x" * 50)], now_ms=NOW)
-    letter = too_large(POLICY, replay, "FAILED", 2_000_000)
+    letter = too_large(POLICY, replay, "src/0/1", "FAILED", 2_000_000)
     assert (letter.topic, letter.resolution) == ("acker.replay.dlq", DEAD_LETTERED)
     got = dict(letter.headers)
     assert (got[REASON], got[NACK_REASON], got[TRUNCATED]) == (TOO_LARGE.encode(), b"FAILED", b"2000000")
-    assert (got[ATTEMPT], got[ORIGIN], got[SPOUT]) == (b"1", b"src/0/1", b"words")
+    assert (got[ATTEMPT], got[ORIGIN], got[SPOUT], got[LAST]) == (b"0", b"src/0/1", b"words", b"src/0/1")
     assert "app" not in got and NOT_BEFORE not in got
     assert [k for k, _ in letter.headers].count(REASON) == 1
+    # A copy past its last attempt: the attempts made, and the copy that failed last, as on any dead letter.
+    last = decide(POLICY, "words", "rp.words/0/7", "TIMEOUT", headers=[(ATTEMPT, b"3"), (ORIGIN, b"src/0/1")],
+                  now_ms=NOW)  # fmt: skip
+    got = dict(too_large(POLICY, last, "rp.words/0/7", "TIMEOUT", 5).headers)
+    assert (got[ATTEMPT], got[LAST]) == (b"3", b"rp.words/0/7")
     with pytest.raises(NotRedrivableError, match=TOO_LARGE):  # only part of it is kept
         redrive(POLICY, "acker.replay.dlq/0/5", letter.headers)
 
