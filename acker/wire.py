@@ -168,6 +168,10 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
     return highest, zero_anchor, zero_id, wrong, first_wrong
 
 
+_valid_spouts: set[str] = set()  # names found valid, so that a name is checked once, not in every record
+_VALID_SPOUTS_KEPT = 4096
+
+
 def spout_name_valid(spout: str) -> bool:
     """Whether ``spout`` can name its outcome topic."""
     return _SPOUT_NAME.fullmatch(spout) is not None
@@ -183,9 +187,14 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
     partition count changed under live trees). The record is dead-lettered; the service fails the trees whose inits it
     holds (`acker.service.failing_inits`), and the others time out; both are replayed.
     """
-    for spout, _ in block.sources:
-        if not spout_name_valid(spout):
-            raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
+    names = {spout for spout, _ in block.sources}  # many sources (a spout's partitions, records), few spouts
+    if not names <= _valid_spouts:
+        for spout in names - _valid_spouts:
+            if not spout_name_valid(spout):
+                raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
+        if len(_valid_spouts) > _VALID_SPOUTS_KEPT:
+            _valid_spouts.clear()
+        _valid_spouts.update(names)
     highest, zero_anchor, zero_id, wrong, first_wrong = _scan(
         block.kinds, block.anchors, block.values, partition, partitions
     )
