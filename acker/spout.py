@@ -42,7 +42,6 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
-from acker.errors import ConfigError
 from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.client_log import serve_log_lines
@@ -59,7 +58,8 @@ from acker.kafka.clients import (
 )
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN
-from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows, spout_name_valid
+from acker.topics import check_spout_name
+from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
 INIT_ATTEMPTS = 3
@@ -147,23 +147,6 @@ class Emitter:
 
 EmitFunction = Callable[[Message, Emitter], None]
 DirectRow = tuple[str, int, str, int]  # an outcome the spout decides itself: (outcome, anchor, msg_id, latency ms)
-
-
-# Spout names whose outcome or replay topic would be one of the Spark jobs' own, under their default names
-# (``acker.outcomes.dlq``, ``acker.replay.dlq``, ``acker.replay.progress``).
-RESERVED_NAMES = frozenset({"dlq", "progress"})
-
-
-def check_spout_name(config: ServiceConfig, name: str) -> None:
-    """`ConfigError` unless ``name`` can name the spout's topics without meeting another topic of the acker's: its
-    trees would never be answered (the acker dead-letters a record naming it), or its replays would be mixed with
-    dead letters or progress records."""
-    if not spout_name_valid(name):
-        raise ConfigError(f"spout name {name[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
-    own = {config.outcome_topic(name), config.replay_topic(name)}
-    taken = {config.acker_topic, config.dlq_topic, config.replay_dlq_topic, config.status_topic}
-    if name in RESERVED_NAMES or own & taken:
-        raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} would meet the acker's own")
 
 
 class Spout:

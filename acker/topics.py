@@ -14,10 +14,33 @@ ten status intervals).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from acker.config import ServiceConfig
+from acker.errors import ConfigError
 from acker.kafka.clients import TopicSpec
+from acker.wire import spout_name_valid
+
+_TOPIC_NAME_MAX = 249  # Kafka's limit
+
+
+# Spout names whose outcome or replay topic would be one of the Spark jobs' own, under their default names
+# (``acker.outcomes.dlq``, ``acker.replay.dlq``, ``acker.replay.progress``).
+RESERVED_NAMES = frozenset({"dlq", "progress"})
+
+
+def check_spout_name(config: ServiceConfig, name: str) -> None:
+    """`ConfigError` unless ``name`` can name the spout's topics without meeting another topic of the acker's: its
+    trees would never be answered (the acker dead-letters a record naming it), or its replays would be mixed with
+    dead letters or progress records."""
+    if not spout_name_valid(name):
+        raise ConfigError(f"spout name {name[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
+    own = {config.outcome_topic(name), config.replay_topic(name)}
+    taken = {config.acker_topic, config.dlq_topic, config.replay_dlq_topic, config.status_topic}
+    if name in RESERVED_NAMES or own & taken:
+        raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} would meet the acker's own")
+    if max(len(topic) for topic in own) > _TOPIC_NAME_MAX:
+        raise ConfigError(f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters")
 
 
 def outcome_topic(config: ServiceConfig, spout: str) -> TopicSpec:
@@ -34,8 +57,10 @@ def service_topics(config: ServiceConfig) -> list[TopicSpec]:
     ]
 
 
-def all_topics(config: ServiceConfig, spouts: Iterable[str]) -> list[TopicSpec]:
-    """Every topic of the deployment, for the spouts named."""
+def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
+    """Every topic of the deployment, for the spouts named (`ConfigError` for a name a spout would refuse)."""
+    for spout in spouts:
+        check_spout_name(config, spout)
     return [
         TopicSpec(config.acker_topic, config.partitions, config.replication_factor),
         *service_topics(config),

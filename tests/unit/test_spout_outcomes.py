@@ -12,7 +12,8 @@ from confluent_kafka import Message
 
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
-from acker.spout import Spout, SpoutSettings, check_spout_name, outcome_consumer
+from acker.spout import Spout, SpoutSettings, outcome_consumer
+from acker.topics import all_topics, check_spout_name
 from acker.wire import encode_outcome_rows
 
 
@@ -77,6 +78,8 @@ def test_a_spout_name_must_name_topics_of_its_own() -> None:
         with pytest.raises(ConfigError, match="spout name"):
             check_spout_name(config, name)
     with pytest.raises(ConfigError, match="reserved"):  # its replay topic would be the acker's dead-letter topic
-        check_spout_name(replace(config, replay_prefix="acker."), "dlq2") if False else check_spout_name(
-            replace(config, replay_prefix="acker.", dlq_topic="acker.x"), "x"
-        )
+        check_spout_name(replace(config, replay_prefix="acker.", dlq_topic="acker.x"), "x")
+    with pytest.raises(ConfigError, match="too long"):  # valid, but with the prefix past Kafka's 249 characters
+        check_spout_name(replace(config, outcome_prefix="p" * 60 + "."), "x" * 190)
+    with pytest.raises(ConfigError, match="reserved"):  # nor does `acker topics create --spout` make its topics
+        all_topics(config, ["sentences", "dlq"])
