@@ -304,6 +304,17 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     kafka: dict[str, str] = {}
+
+    def layer(own: dict[str, Any], librdkafka: dict[str, str], where: str) -> None:
+        """Take one source's settings over the ones below it. ``bootstrap.servers`` among its librdkafka settings
+        is librdkafka's name for a setting of ours, and taken as ours at this source's precedence."""
+        if "bootstrap.servers" in librdkafka:
+            given = librdkafka.pop("bootstrap.servers")
+            if own.setdefault("bootstrap_servers", given) != given:
+                raise ConfigError(f"bootstrap servers given twice in {where}: as bootstrap_servers and as the setting")
+        values.update(own)
+        kafka.update(librdkafka)
+
     path = (getattr(args, "config", None) if args else None) or environ.get(ENV_PREFIX + "CONFIG")
     if path:
         try:
@@ -313,26 +324,19 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         table = document.pop("kafka", {})
         if not isinstance(table, Mapping):
             raise ConfigError(f"kafka in {path} must be a table of librdkafka settings ([kafka])")
-        kafka.update(_flat(table))
-        for key, value in document.items():
-            name = key.replace("-", "_")
-            if name not in _TYPES:
-                raise ConfigError(f"unknown setting {key!r} in {path}")
-            values[name] = value
-    kafka.update(env_settings(KAFKA_ENV_PREFIX, environ))
-    for key, value in environ.items():  # ACKER_KAFKA_* never names a setting of _TYPES ("kafka" is not one)
-        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in _TYPES:
-            values[key[len(ENV_PREFIX) :].lower()] = value
+        unknown = [key for key in document if key.replace("-", "_") not in _TYPES]
+        if unknown:
+            raise ConfigError(f"unknown setting {unknown[0]!r} in {path}")
+        layer({key.replace("-", "_"): value for key, value in document.items()}, _flat(table), str(path))
+    # ACKER_KAFKA_* never names a setting of _TYPES ("kafka" is not one)
+    from_env = {key[len(ENV_PREFIX) :].lower(): value for key, value in environ.items() if key.startswith(ENV_PREFIX)}
+    layer(
+        {k: v for k, v in from_env.items() if k in _TYPES}, env_settings(KAFKA_ENV_PREFIX, environ), "the environment"
+    )
     if args is not None:
-        for name in _TYPES:
-            value = getattr(args, name, None)
-            if value is not None:
-                values[name] = value
-        kafka.update(flag_setting(item, "--kafka") for item in getattr(args, "kafka", None) or [])
-    if "bootstrap.servers" in kafka:  # librdkafka's name for a setting of ours: taken as ours
-        given = kafka.pop("bootstrap.servers")
-        if values.setdefault("bootstrap_servers", given) != given:
-            raise ConfigError("bootstrap servers given twice, as bootstrap_servers and as the librdkafka setting")
+        flags = {name: getattr(args, name) for name in _TYPES if getattr(args, name, None) is not None}
+        given = dict(flag_setting(item, "--kafka") for item in getattr(args, "kafka", None) or [])
+        layer(flags, given, "the flags")
     typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
     return replace(ServiceConfig(), **typed, kafka=kafka)
 

@@ -73,7 +73,7 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--kafka", "no-equals-sign"), {}, "KEY=VALUE"),
         (("--config", "/nonexistent.toml"), {}, "cannot read configuration file"),
         (("--metrics-port", "70000"), {}, "metrics_port must be a port number"),
-        (("--bootstrap-servers", "a:9092", "--kafka", "bootstrap.servers=b:9092"), {}, "bootstrap servers given twice"),
+        (("--bootstrap-servers", "a:9092", "--kafka", "bootstrap.servers=b:9092"), {}, "given twice in the flags"),
     ],
 )
 def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:
@@ -118,6 +118,11 @@ def test_bootstrap_servers_given_as_the_librdkafka_setting_are_taken_not_replace
         assert "bootstrap.servers" not in config.kafka
     with pytest.raises(ConfigError, match="as bootstrap_servers"):
         ServiceConfig(kafka={"bootstrap.servers": "b:9092"})
+    # Each at its source's precedence: the environment's librdkafka setting over the file's, the flag over both.
+    config = load(_parse(), environ={"ACKER_BOOTSTRAP_SERVERS": "env:1", "ACKER_KAFKA_BOOTSTRAP_SERVERS": "env:1"})
+    assert config.bootstrap_servers == "env:1"
+    config = load(_parse("--bootstrap-servers", "flag:1"), environ={"ACKER_KAFKA_BOOTSTRAP_SERVERS": "env:1"})
+    assert config.bootstrap_servers == "flag:1"
 
 
 def test_secrets_never_show_in_the_configuration_printed_nor_in_an_error_about_a_flag() -> None:
