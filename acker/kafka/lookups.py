@@ -58,6 +58,7 @@ class KafkaLookups:
         )
         self._admin: AdminClient | None = AdminClient(without_consumer_settings(self._client))
         self.lock = threading.Lock()
+        self._gone: set[tuple[str, int]] = set()  # partitions found gone, said once
 
     def close(self) -> None:
         """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
@@ -76,8 +77,11 @@ class KafkaLookups:
         Kafka cannot tell now (an open transaction holds the readable end at ``offset``, nothing written there yet, a
         slow broker): the caller asks again later, and never skips an offset that might hold a record."""
         ends = self._ends(topic, partition)
-        if ends is None:
-            return None  # the topic or partition is gone: its watermark has nowhere to go
+        if ends is None:  # the topic or partition is gone: its watermark has nowhere to go
+            if (topic, partition) not in self._gone:
+                self._gone.add((topic, partition))
+                log.warning("%s[%d] no longer exists: its watermark stays below offset %d", topic, partition, offset)
+            return None
         low, high = ends
         if offset < low:
             return low  # deleted: nobody can process those records any more
