@@ -93,7 +93,6 @@ def _run(args: argparse.Namespace) -> int:
                 max_attempts=args.max_attempts,
                 backoff=Backoff(first_ms=args.backoff_ms),
                 replay_prefix=config.replay_prefix,
-                outcome_prefix=config.outcome_prefix,
                 dead_letter_topic=config.replay_dlq_topic,
             )
             queries = replay_job.start(spark, replay)

@@ -59,11 +59,12 @@ def source_partition(source: Column) -> tuple[Column, Column]:
 
 def outcome_rows(raw: DataFrame) -> DataFrame:
     """One row per outcome: ``spout, outcome, anchor, msg_id, source_topic, source_partition, source_offset,
-    latency_ms, acker_partition, timestamp`` (the outcome record's). ``source_*`` are null for a message id that is
-    not record coordinates ``topic/partition/offset``."""
-    o = raw.select("timestamp", decoded(raw).alias("o"))  # an invalid record is null: it explodes into nothing
+    latency_ms, acker_partition, timestamp, outcome_topic`` (the outcome record's timestamp and topic). ``source_*``
+    are null for a message id that is not record coordinates ``topic/partition/offset``."""
+    o = raw.select("timestamp", "topic", decoded(raw).alias("o"))  # an invalid record is null: explodes into nothing
     exploded = o.select(
         "timestamp",
+        "topic",
         F.col("o.spout").alias("spout"),
         F.col("o.acker_partition").alias("acker_partition"),
         F.col("o.sources").alias("sources"),
@@ -89,6 +90,7 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
         F.element_at("latencies", at).alias("latency_ms"),
         "acker_partition",
         "timestamp",
+        F.col("topic").alias("outcome_topic"),
     )
 
 

@@ -10,8 +10,8 @@ a record's coordinates → duplicates dropped (an acker replay re-emits outcomes
   ``source-missing``; and one too large to publish, cut, with reason ``too-large``), keeping its key, value and
   other headers and adding the attempt, its origin, the last nack's reason, the spout and the backoff
   (`acker.retries`, which decides);
-- writes ``REPLAYED`` / ``DEAD_LETTERED`` outcomes for the nacked message ids to the spout's outcome topic: the
-  commit job then counts those offsets as done (the replayed copy has its own offset and its own tree);
+- writes ``REPLAYED`` / ``DEAD_LETTERED`` outcomes for the nacked message ids to the outcome topic each nack was
+  read from: the commit job then counts those offsets as done (the replayed copy has its own offset and tree);
 - writes the micro-batch id to the job's progress topic.
 
 A micro-batch that Spark runs again after a crash finds its id in the progress topic and publishes nothing: a nack
@@ -65,7 +65,6 @@ class ReplayJobSettings:
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
     replay_prefix: str = "acker.replay."
-    outcome_prefix: str = "acker.outcomes."
     dead_letter_topic: str = "acker.replay.dlq"
     progress_topic: str = "acker.replay.progress"
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
@@ -85,7 +84,8 @@ class ReplayJobSettings:
 
 
 def nacks(outcomes: DataFrame) -> DataFrame:
-    """The nacks of records: ``spout, msg_id, reason, topic, partition, offset, timestamp``."""
+    """The nacks of records: ``spout, msg_id, reason, topic, partition, offset, timestamp, outcome_topic`` (where the
+    nack was read, and where its resolution goes)."""
     return outcomes.where(F.col("outcome").isin(*NACKS) & F.col("source_topic").isNotNull()).select(
         "spout",
         "msg_id",
@@ -94,6 +94,7 @@ def nacks(outcomes: DataFrame) -> DataFrame:
         F.col("source_partition").alias("partition"),
         F.col("source_offset").alias("offset"),
         "timestamp",
+        "outcome_topic",
     )
 
 
@@ -177,7 +178,9 @@ class _Publisher:
             wanted[(row.topic, int(row.partition))].append(int(row.offset))
         found = {(t, p, o): r for (t, p), offsets in wanted.items() for o, r in _fetch(fetch, t, p, offsets).items()}
         now_ms = int(time.time() * 1000)
-        resolutions: dict[str, list[tuple[str, int, str, int]]] = defaultdict(list)
+        # By the topic the nack was read from (not a prefix and its spout field: a job reading a pattern of topics of
+        # another prefix must resolve the nacks where the commit job reads them).
+        resolutions: dict[tuple[str, str], list[tuple[str, int, str, int]]] = defaultdict(list)
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         self.producer.begin_transaction()
         try:
@@ -205,12 +208,12 @@ class _Publisher:
                         batched = size + _FRAMING
                     queued[(decision.topic, partition)] = batched
                 produce(self.producer, decision.topic, value, key=key, partition=partition, headers=decision.headers)
-                resolutions[row.spout].append((decision.resolution, 0, row.msg_id, 0))
-            for spout, outcome_rows_ in resolutions.items():
+                resolutions[(row.outcome_topic, row.spout)].append((decision.resolution, 0, row.msg_id, 0))
+            for (outcome_topic, spout), outcome_rows_ in resolutions.items():
                 # Outcome records of at most OUTCOMES_PER_RECORD rows, as the acker writes them.
                 for start in range(0, len(outcome_rows_), OUTCOMES_PER_RECORD):
                     value = encode_outcome_rows(spout, outcome_rows_[start : start + OUTCOMES_PER_RECORD])
-                    produce(self.producer, self.settings.outcome_prefix + spout, value, key=b"replay")
+                    produce(self.producer, outcome_topic, value, key=b"replay")
             produce(self.producer, self.settings.progress_topic, str(batch_id).encode(),
                     key=self.identity.encode())  # fmt: skip
             self.producer.commit_transaction(60)

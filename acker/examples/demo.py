@@ -199,7 +199,6 @@ class Demo:
             max_attempts=self.options.max_attempts,
             backoff=Backoff(first_ms=self.options.backoff_ms),
             replay_prefix=c.replay_prefix,
-            outcome_prefix=c.outcome_prefix,
             dead_letter_topic=c.replay_dlq_topic,
             progress_topic=f"{self.prefix}.replay.progress",
             dlq_topic=f"{c.dlq_topic}.out",

@@ -37,7 +37,7 @@ def _settings(client: dict[str, Any]) -> ReplayJobSettings:
     create_topics(client, [TopicSpec(f"out-{uid}.sp", 1)])
     return ReplayJobSettings(
         OutcomeSource(client, topics=(f"out-{uid}.sp",)), f"/tmp/unused-{uid}", name=f"replay-{uid}",
-        replay_prefix=f"rp-{uid}.", outcome_prefix=f"out-{uid}.", dead_letter_topic=f"dead-{uid}",
+        replay_prefix=f"rp-{uid}.", dead_letter_topic=f"dead-{uid}",
         progress_topic=f"progress-{uid}", dlq_topic=f"dlq-{uid}",
     )  # fmt: skip
 
@@ -52,9 +52,11 @@ def _fetch(client: dict[str, Any]) -> Fetch:
     return fetch
 
 
-def _nack(topic: str, partition: int, offset: int) -> Any:
+def _nack(settings: ReplayJobSettings, topic: str, partition: int, offset: int) -> Any:
+    """A nack as the job's rows carry it, read from the job's outcome topic."""
     msg_id = f"{topic}/{partition}/{offset}"
-    return SimpleNamespace(spout="sp", msg_id=msg_id, reason="FAILED", topic=topic, partition=partition, offset=offset)
+    return SimpleNamespace(spout="sp", msg_id=msg_id, reason="FAILED", topic=topic, partition=partition, offset=offset,
+                           outcome_topic=settings.source.topics[0])  # fmt: skip
 
 
 def _read_all(client: dict[str, Any], topic: str) -> list[Message]:
@@ -76,7 +78,7 @@ def _read_all(client: dict[str, Any], topic: str) -> list[Message]:
 
 
 def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
-    decoded = [decode_outcomes(r.value() or b"") for r in _read_all(client, settings.outcome_prefix + "sp")]
+    decoded = [decode_outcomes(r.value() or b"") for r in _read_all(client, settings.source.topics[0])]
     return [(o, m) for d in decoded for o, m in zip(d.outcomes, d.msg_ids, strict=True)]
 
 
@@ -88,7 +90,7 @@ def test_a_nack_of_a_topic_or_partition_that_does_not_exist_is_dead_lettered_as_
     source = f"src-{uuid.uuid4().hex[:8]}"
     create_topics(client, [TopicSpec(source, 1)])
     publisher = _Publisher(settings, f"{settings.name}-id")
-    nacks = [_nack(f"gone-{uuid.uuid4().hex[:8]}", 0, 7), _nack(source, 5, 0)]
+    nacks = [_nack(settings, f"gone-{uuid.uuid4().hex[:8]}", 0, 7), _nack(settings, source, 5, 0)]
     assert publisher.publish(0, nacks, _fetch(client)) == 2
     assert _resolutions(client, settings) == [("DEAD_LETTERED", nacks[0].msg_id), ("DEAD_LETTERED", nacks[1].msg_id)]
     letters = _read_all(client, settings.dead_letter_topic)
@@ -111,7 +113,7 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
         produce(producer, source, value, key=b"k")
     assert producer.flush(30) == 0
     publisher = _Publisher(settings, f"{settings.name}-id")
-    assert publisher.publish(0, [_nack(source, 0, offset) for offset in range(6)], _fetch(client)) == 6
+    assert publisher.publish(0, [_nack(settings, source, 0, offset) for offset in range(6)], _fetch(client)) == 6
     assert _resolutions(client, settings) == [
         ("DEAD_LETTERED", f"{source}/0/0"), *(("REPLAYED", f"{source}/0/{offset}") for offset in range(1, 6))
     ]  # fmt: skip

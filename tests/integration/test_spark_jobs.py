@@ -291,7 +291,6 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
         trigger_s=0.5,
         max_attempts=2,
         replay_prefix=f"rp-{uid}.",
-        outcome_prefix=names["outcomes"],
         dead_letter_topic=f"dead-{uid}",
         progress_topic=f"progress-{uid}",
         dlq_topic=f"dlq-{uid}",
@@ -409,7 +408,7 @@ def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
                                dlq_topic=f"dlq-{uid}")  # fmt: skip
     replay = ReplayJobSettings(source, f"{names['ckpt']}/replay", name=f"replay-{uid}", trigger_s=0.5,
                                max_attempts=1, backoff=Backoff(first_ms=200), replay_prefix=config.replay_prefix,
-                               outcome_prefix=config.outcome_prefix, dead_letter_topic=f"dead-{uid}",
+                               dead_letter_topic=f"dead-{uid}",
                                progress_topic=f"progress-{uid}", dlq_topic=f"dlq-{uid}")  # fmt: skip
     queries = start_commit(spark, commit) + start_replay(spark, replay)
     spout = Spout(config, settings)
