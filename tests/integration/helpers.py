@@ -12,9 +12,9 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
@@ -171,3 +171,23 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def read_all(client: dict[str, Any], topic: str, partition: int = 0, idle_s: float = 5.0) -> list[Message]:
+    """Every record of one partition that a read_committed consumer reads now (to its end, or until nothing comes
+    for ``idle_s``)."""
+    consumer = Consumer({**client, "group.id": f"r-{uuid.uuid4().hex}", "enable.partition.eof": True,
+                         "isolation.level": "read_committed"})  # fmt: skip
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    out: list[Message] = []
+    try:
+        while True:
+            records = consumer.consume(500, timeout=idle_s)
+            if not records:
+                return out
+            for record in records:
+                if record.error() is not None:
+                    return out
+                out.append(record)
+    finally:
+        consumer.close()

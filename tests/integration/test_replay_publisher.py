@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from acker.headers import pairs, text
 from acker.kafka.clients import TopicSpec, create_topics, produce
@@ -20,6 +20,7 @@ from acker.retries import NACK_REASON, REASON, TOO_LARGE, TRUNCATED
 from acker.wire import decode_outcomes
 from spark_jobs.commit_job import OutcomeSource
 from spark_jobs.replay_job import ReplayJobSettings, _Publisher, close_publishers
+from tests.integration.helpers import read_all
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]
 
@@ -59,26 +60,8 @@ def _nack(settings: ReplayJobSettings, topic: str, partition: int, offset: int) 
                            outcome_topic=settings.source.topics[0])  # fmt: skip
 
 
-def _read_all(client: dict[str, Any], topic: str) -> list[Message]:
-    consumer = Consumer({**client, "group.id": f"r-{uuid.uuid4().hex}", "enable.partition.eof": True,
-                         "isolation.level": "read_committed"})  # fmt: skip
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[Message] = []
-    try:
-        while True:
-            records = consumer.consume(500, timeout=10)
-            if not records:
-                return out
-            for record in records:
-                if record.error() is not None:
-                    return out
-                out.append(record)
-    finally:
-        consumer.close()
-
-
 def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
-    decoded = [decode_outcomes(r.value() or b"") for r in _read_all(client, settings.source.topics[0])]
+    decoded = [decode_outcomes(r.value() or b"") for r in read_all(client, settings.source.topics[0])]
     return [(o, m) for d in decoded for o, m in zip(d.outcomes, d.msg_ids, strict=True)]
 
 
@@ -93,7 +76,7 @@ def test_a_nack_of_a_topic_or_partition_that_does_not_exist_is_dead_lettered_as_
     nacks = [_nack(settings, f"gone-{uuid.uuid4().hex[:8]}", 0, 7), _nack(settings, source, 5, 0)]
     assert publisher.publish(0, nacks, _fetch(client)) == 2
     assert _resolutions(client, settings) == [("DEAD_LETTERED", nacks[0].msg_id), ("DEAD_LETTERED", nacks[1].msg_id)]
-    letters = _read_all(client, settings.dead_letter_topic)
+    letters = read_all(client, settings.dead_letter_topic)
     assert [text(pairs(r.headers()), REASON) for r in letters] == ["source-missing", "source-missing"]
 
 
@@ -117,12 +100,12 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
     assert _resolutions(client, settings) == [
         ("DEAD_LETTERED", f"{source}/0/0"), *(("REPLAYED", f"{source}/0/{offset}") for offset in range(1, 6))
     ]  # fmt: skip
-    [letter] = _read_all(client, settings.dead_letter_topic)
+    [letter] = read_all(client, settings.dead_letter_topic)
     headers = pairs(letter.headers())
     assert (text(headers, REASON), text(headers, NACK_REASON)) == (TOO_LARGE, "FAILED")
     assert int(text(headers, TRUNCATED) or 0) > 100_000 and text(headers, "trace") is None
     assert letter.value() == b"x" * 65_536 and letter.key() == b"k"
-    assert [copy.value() for copy in _read_all(client, settings.replay_prefix + "sp")] == smaller
+    assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == smaller
 
 
 def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:
