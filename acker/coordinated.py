@@ -6,7 +6,8 @@ step; when it is *finished* with the request it runs the step's ``finished`` cal
 counts are taken after it) and then *reports* to every task of the next step: "request R: I sent you n messages"
 (0 included), plus how many reports that task must expect in all.
 
-When a task is finished:
+When a task is finished (each upstream task's report counts once; reports that disagree on how many upstream
+tasks there are fail the request):
 
 - **first step**: once it has processed the request's message (its execute returned or raised). Only that one
   task of the first step knows the request, so it tells the next step to expect **1** report.
@@ -63,13 +64,14 @@ class RequestState:
     deadline_ms: int
     received: int = 0  # messages of the request processed here
     expected: int = 0  # messages the reports so far announced
-    reports: int = 0
+    reports: int = 0  # from distinct senders
     reporters: int = -1  # reports to expect (-1: not known yet, no report arrived)
     failed: bool = False
     sent: dict[int, int] = field(default_factory=dict)  # next-step partition → messages sent there
     user: dict[str, Any] = field(default_factory=dict)
     answer: bytes | None = None  # the last step's result for the request
     done: bool = False  # finished here: kept only as a marker until the deadline
+    senders: set[int] = field(default_factory=set)  # the upstream tasks whose report arrived
 
     def count_sent(self, partition: int) -> None:
         """The step emitted one message of the request to next-step task ``partition``."""
@@ -88,6 +90,7 @@ class RequestState:
             "user": self.user,
             "answer64": None if self.answer is None else base64.b64encode(self.answer).decode("ascii"),
             "done": self.done,
+            "senders": sorted(self.senders),
         }
 
     @classmethod
@@ -104,6 +107,7 @@ class RequestState:
             dict(data["user"]),
             _answer(data),
             bool(data.get("done", False)),
+            {int(t) for t in data.get("senders", ())},  # none in states saved by earlier versions
         )
 
 
@@ -137,11 +141,21 @@ class TaskState:
         state.received += 1
         state.failed |= not ok
 
-    def reported(self, state: RequestState, count: int, reporters: int, *, failed: bool) -> None:
+    def reported(self, state: RequestState, count: int, reporters: int, *, failed: bool, sender: int) -> bool:
+        """A report from upstream task ``sender``; False (and nothing changes) if that task reported already.
+
+        The upstream tasks must agree on how many they are: reports that disagree (a step whose processes read its
+        partition count at different times, partitions added meanwhile), or a sender outside the count, fail the
+        request, since counting to either number could finish it before every message arrived."""
+        if sender in state.senders:
+            return False
+        agreed = state.reporters in (-1, reporters) and (reporters == 1 or 0 <= sender < reporters)
+        state.senders.add(sender)
         state.reports += 1
         state.expected += count
         state.reporters = reporters
-        state.failed |= failed
+        state.failed |= failed or not agreed
+        return True
 
     def finished(self, state: RequestState) -> bool:
         """Whether the task has seen every message of the request it will ever get (or the request failed)."""
@@ -164,7 +178,7 @@ class TaskState:
         reporters = 1 if self.first else self.tasks
         reports = [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
         state.done = True
-        state.sent, state.user = {}, {}  # the marker keeps nothing else of the request's work
+        state.sent, state.user, state.answer = {}, {}, None  # the marker keeps nothing else of the request's work
         return reports
 
     def expired(self, now_ms: int) -> tuple[list[RequestState], list[str]]:

@@ -33,12 +33,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
+from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, pairs, text
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds, partition_count, read_to
+from acker.kafka.clients import (
+    TopicSpec,
+    consume_available,
+    create_topics,
+    log_bounds,
+    partition_count,
+    produce,
+    read_to,
+    topic_partitions,
+)
 
 log = logging.getLogger("acker.coordinated")
 
@@ -46,7 +56,12 @@ REQUEST = "acker.request"
 DEADLINE = "acker.request.deadline"
 REPORT = "acker.request.report"
 STATUS = "acker.request.status"
+_COUNT_CHECK_S = 5.0  # how often a process checks that its step's partition counts are those it started with
 TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a dead process's is aborted after this
+
+
+class CoordinationError(AckerError):
+    """A chain's topics are not as its steps need them (partition counts that differ, or changed under them)."""
 
 
 @dataclass(frozen=True)
@@ -94,14 +109,31 @@ class Step(Protocol):
 class CoordinatedStage:
     """Runs step ``index`` of ``chain``: as many processes as you like, one consumer group per step."""
 
-    def __init__(self, config: ServiceConfig, chain: Chain, index: int, step: Step) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        chain: Chain,
+        index: int,
+        step: Step,
+        *,
+        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
+    ) -> None:
         self.config, self.chain, self.index, self.step = config, chain, index, step
         self.input = chain.topic(index)
         self.last = index == chain.steps - 1
         self.output = chain.results if self.last else chain.topic(index + 1)
         self.changelog, self.dlq = f"{self.input}.state", f"{self.input}.dlq"
-        self.tasks_count = partition_count(config.client(), self.input)
-        self.next_count = 1 if self.last else partition_count(config.client(), self.output)
+        self.tasks_count, self.next_count = self._counts()
+        state_count = partition_count(config.client(), self.changelog)
+        if state_count != self.tasks_count:  # a task's state lives in the changelog partition of its number
+            raise CoordinationError(
+                f"{self.changelog} has {state_count} partitions, {self.input} {self.tasks_count}: give them one count"
+            )
+        # A batch is one transaction: it is cut at a third of the timeout, so that a slow step commits what it did
+        # rather than being aborted (and fenced) at every restart on the same records.
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._batch_s = transaction_timeout_ms / 3000
+        self._next_count_check = time.monotonic() + _COUNT_CHECK_S
         self.group = f"{chain.name}.step{index}"
         self.tasks: dict[int, TaskState] = {}
         self.counters: dict[str, int] = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
@@ -115,7 +147,7 @@ class CoordinatedStage:
         # one, the broker aborts it after transaction.timeout.ms, and until then readers wait behind it.
         transactional_id = f"{self.group}-{config.instance_id or uuid.uuid4().hex}"
         self.producer = Producer(config.producer(**{"transactional.id": transactional_id, "linger.ms": 5,
-                                                  "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
+                                                  "transaction.timeout.ms": transaction_timeout_ms}))  # fmt: skip
         self.producer.init_transactions(30)
         self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -131,13 +163,20 @@ class CoordinatedStage:
 
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline."""
+        if time.monotonic() >= self._next_count_check:
+            self._check_counts()
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if self._usable(r)]
         now_ms = int(time.time() * 1000)
         if not records and not any(task.has_expired(now_ms) for task in self.tasks.values()):
             return 0
+        started = time.monotonic()
         self.producer.begin_transaction()
         try:
-            for record in records:
+            for i, record in enumerate(records):
+                if i and time.monotonic() - started > self._batch_s:  # the rest is read again for the next batch
+                    self._rewind(records[i:])
+                    records = records[:i]
+                    break
                 self._handle(record, now_ms)
             # After the records: one of them may have finished a request that is also past its deadline.
             for partition, task in self.tasks.items():
@@ -182,11 +221,12 @@ class CoordinatedStage:
             try:
                 fields = json.loads(report)
                 count, reporters, failed = fields["count"], fields["reporters"], fields["failed"]
+                sender = fields["from"]
                 # Exactly as written (`reports`): "false" is not False, nor 1.9 a count.
-                if type(count) is not int or type(reporters) is not int or type(failed) is not bool:
-                    raise TypeError(f"count, reporters, failed of types {type(count), type(reporters), type(failed)}")
-                if count < 0 or reporters < 0:
-                    raise ValueError(f"negative count or reporters: {count}, {reporters}")
+                if any(type(n) is not int for n in (count, reporters, sender)) or type(failed) is not bool:
+                    raise TypeError(f"from, count, reporters, failed of types {[type(v) for v in fields.values()]}")
+                if count < 0 or reporters < 0 or sender < 0:
+                    raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
             except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
                 self._dead_letter(record, f"unreadable report: {error}")
                 return
@@ -195,7 +235,9 @@ class CoordinatedStage:
             self.counters["late"] += 1
             return
         if fields is not None:
-            task.reported(state, count, reporters, failed=failed)
+            if not task.reported(state, count, reporters, failed=failed, sender=sender):
+                self.counters["late"] += 1  # a task's report once more (a zombie's, say): counted once
+                return
         else:
             ok = True
             try:
@@ -218,17 +260,17 @@ class CoordinatedStage:
                 log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
                 state.failed = True
         headers = _request_headers(state)
+        value = None if state.failed else state.answer  # before `reports`, which leaves a marker without it
         reports = self.tasks[partition].reports(state)
         if self.last:  # the answer, once: ok with the step's result, or failed
             status = (STATUS, b"failed" if state.failed else b"ok")
-            value = None if state.failed else state.answer
-            self.producer.produce(self.output, value, state.request.encode(), headers=[*headers, status])
+            produce(self.producer, self.output, value, key=state.request.encode(), headers=[*headers, status])
         else:
             for report in reports:
                 body = {"from": partition, "count": report.count, "reporters": report.reporters,
                         "failed": report.failed}  # fmt: skip
-                self.producer.produce(self.output, None, partition=report.partition,
-                                      headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
+                produce(self.producer, self.output, None, partition=report.partition,
+                        headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
         self._touched[(partition, state.request)] = state  # now a done marker, until the deadline
         self.counters["failed" if state.failed else "finished"] += 1
 
@@ -248,7 +290,7 @@ class CoordinatedStage:
                 partition = zlib.crc32(key) % self.next_count
             else:
                 partition, self._round_robin = self._round_robin % self.next_count, self._round_robin + 1
-            self.producer.produce(self.output, value, key, partition=partition, headers=headers)
+            produce(self.producer, self.output, value, key=key, partition=partition, headers=headers)
             state.count_sent(partition)
 
         return emit
@@ -262,14 +304,14 @@ class CoordinatedStage:
             ("acker.dlq.reason", reason.encode()),
             ("acker.dlq.origin", origin.encode()),
         ]
-        self.producer.produce(self.dlq, record.value(), record.key(), headers=headers)
+        produce(self.producer, self.dlq, record.value(), key=record.key(), headers=headers)
 
     # -- state ------------------------------------------------------------------------------------------------------
 
     def _save(self) -> None:
         for (partition, request), state in list(self._touched.items()):
             value = None if state is None else self._encode(partition, state)
-            self.producer.produce(self.changelog, value, request.encode(), partition=partition)
+            produce(self.producer, self.changelog, value, key=request.encode(), partition=partition)
         self._touched.clear()
 
     def _encode(self, partition: int, state: RequestState) -> bytes:
@@ -294,7 +336,44 @@ class CoordinatedStage:
             last[record.partition() or 0] = max(last.get(record.partition() or 0, -1), record.offset() or 0)
         return [TopicPartition(self.input, p, o + 1) for p, o in last.items() if p in self.tasks]
 
+    def _counts(self) -> tuple[int, int]:
+        """This step's task count (its input's partitions) and the next step's (1 for the joining step)."""
+        client = self.config.client()
+        return partition_count(client, self.input), 1 if self.last else partition_count(client, self.output)
+
+    def _check_counts(self) -> None:
+        """`CoordinationError` when partitions were added to a step's topics since this process started: the counts
+        it reports and routes with are no longer those of processes started since. It stops (a restart takes the
+        new counts); reports that disagree meanwhile fail their requests downstream (`TaskState.reported`) rather
+        than answer early. Asked at each assignment and every `_COUNT_CHECK_S` (a rebalance may come minutes
+        later, when the group's leader refreshes its metadata)."""
+        self._next_count_check = time.monotonic() + _COUNT_CHECK_S
+        try:
+            now = (
+                len(topic_partitions(self.consumer, self.input, 5.0)),
+                (1 if self.last else len(topic_partitions(self.consumer, self.output, 5.0))),
+            )
+        except KafkaException as error:  # no answer now: asked again at the next check
+            log.debug("step %d: could not check its partition counts: %s", self.index, error)
+            return
+        if 0 not in now and now != (self.tasks_count, self.next_count):  # 0: a topic without leaders for a moment
+            raise CoordinationError(
+                f"step {self.index}: the partition counts of {self.input} or {self.output} changed since this process "
+                f"started ({self.tasks_count}, {self.next_count} then; {now} now): restart it"
+            )
+
+    def _rewind(self, unprocessed: list[Message]) -> None:
+        """Read these records again: each partition's consumer position goes back to the first of them."""
+        first: dict[int, int] = {}
+        for record in unprocessed:
+            partition = record.partition() or 0
+            first[partition] = min(first.get(partition, record.offset() or 0), record.offset() or 0)
+        for partition, offset in first.items():
+            if partition in self.tasks:
+                self.consumer.seek(TopicPartition(self.input, partition, offset))
+
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._check_counts()
         for tp in partitions:
             self.tasks[tp.partition] = self._restore(tp.partition)
         log.info("step %d: tasks %s", self.index, sorted(tp.partition for tp in partitions))

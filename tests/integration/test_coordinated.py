@@ -14,12 +14,21 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined] # documented location
 
 from acker.config import ServiceConfig, to_argv
 from acker.drpc import DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.kafka.clients import read_to
-from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
+from acker.kafka.coordinated_stage import (
+    Chain,
+    CoordinatedStage,
+    CoordinationError,
+    Emit,
+    Request,
+    Step,
+    create_chain_topics,
+)
 from tests.integration.helpers import Running
 
 GRAPH = Graph.generate()
@@ -216,3 +225,97 @@ def test_failures_and_deadlines_answer_failed_and_bad_records_are_dead_lettered(
     finally:
         for stage in stages:
             stage.stop()
+
+
+class _FanOut:
+    """Emits ``n`` messages for each message of a request."""
+
+    def __init__(self, n: int, delay_s: float = 0.0, slow_tasks: frozenset[int] = frozenset()) -> None:
+        self.n, self.delay_s, self.slow_tasks = n, delay_s, slow_tasks
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        if request.task in self.slow_tasks or not self.slow_tasks:
+            time.sleep(self.delay_s)
+        for _ in range(self.n):
+            emit(b"x")
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        pass
+
+
+class _Count:
+    """The joining step: the number of messages the request brought it."""
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        request.state["n"] = request.state.get("n", 0) + 1
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        emit(str(request.state.get("n", 0)).encode())
+
+
+def _small_chain(config: ServiceConfig, steps: int) -> Chain:
+    chain = Chain(f"small-{uuid.uuid4().hex[:6]}", steps)
+    create_chain_topics(config, chain, partitions=1)
+    return chain
+
+
+def test_a_step_may_emit_more_in_one_batch_than_the_producer_queue_holds(config: ServiceConfig) -> None:
+    """librdkafka holds at most 100,000 messages until their delivery is reported; produce raised BufferError past
+    that, which failed the stage, again at every restart on the same records."""
+    chain = _small_chain(config, 2)
+    stages = [
+        Running(CoordinatedStage(config, chain, 0, _FanOut(100_001))),
+        Running(CoordinatedStage(config, chain, 1, _Count())),
+    ]
+    client = DrpcClient(config, chain)
+    try:
+        answer = client.call(b"go", timeout_s=90)
+    finally:
+        client.close()
+        for stage in stages:
+            stage.stop()
+    assert answer == b"100001"
+
+
+def test_a_batch_longer_than_the_transaction_timeout_is_committed_in_parts(config: ServiceConfig) -> None:
+    """A slow step (0.8 s a message) with a backlog of 30 requests: one transaction of the whole batch outlived its
+    10 s timeout, the broker aborted it, and the restarted stage took the same records again, for good."""
+    chain = _small_chain(config, 2)
+    client = DrpcClient(config, chain)
+    stages: list[Running] = []
+    try:
+        sent = [client.send(f"r{i}".encode(), timeout_s=120) for i in range(30)]  # a backlog, as after a restart
+        stages = [Running(CoordinatedStage(config, chain, 0, _FanOut(1, delay_s=0.8))),
+                  Running(CoordinatedStage(config, chain, 1, _Count()))]  # fmt: skip
+        assert [client.wait(request) for request in sent] == [b"1"] * 30
+    finally:
+        client.close()
+        for stage in stages:
+            stage.stop()
+
+
+def test_partitions_added_to_a_running_step_never_give_an_early_answer(config: ServiceConfig) -> None:
+    """Step 1 grows from 1 to 3 partitions while a process of it runs. That process reported with its old task count
+    (1), so the joining step finished on its report and answered without the other tasks' messages. It now stops at
+    the rebalance (a restart takes the new counts), and reports that disagree fail their request."""
+    chain = _small_chain(config, 3)
+    old = Running(CoordinatedStage(replace(config, instance_id="old"), chain, 1, _FanOut(1)))
+    last = Running(CoordinatedStage(config, chain, 2, _Count()))
+    admin = AdminClient(config.client())
+    grown = [NewPartitions(chain.topic(1), 3), NewPartitions(f"{chain.topic(1)}.state", 3)]
+    for future in admin.create_partitions(grown).values():
+        future.result(30)
+    deadline = time.monotonic() + 60
+    while old.thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert isinstance(old.error, CoordinationError)
+    new = Running(CoordinatedStage(replace(config, instance_id="new"), chain, 1, _FanOut(1, 0.5, frozenset({1, 2}))))
+    first = Running(CoordinatedStage(config, chain, 0, _FanOut(6)))  # round robin: 2 messages to each of 3 tasks
+    client = DrpcClient(config, chain)
+    try:
+        answer = client.call(b"go", timeout_s=60)
+    finally:
+        client.close()
+        for stage in (first, new, last):
+            stage.stop()
+    assert answer == b"6"

@@ -31,11 +31,11 @@ def test_a_later_task_waits_for_every_report_and_every_announced_message() -> No
     task = TaskState(first=False, tasks=2, next_tasks=1)
     state = _open(task, "r", 10_000)
     task.processed(state, ok=True)
-    task.reported(state, count=1, reporters=3, failed=False)
+    task.reported(state, count=1, reporters=3, failed=False, sender=0)
     assert not task.finished(state)  # 1 of 3 reports
     task.processed(state, ok=True)
-    task.reported(state, count=1, reporters=3, failed=False)
-    task.reported(state, count=0, reporters=3, failed=False)  # a sender that sent nothing still reports
+    task.reported(state, count=1, reporters=3, failed=False, sender=2)
+    task.reported(state, count=0, reporters=3, failed=False, sender=1)  # a sender that sent nothing still reports
     assert task.finished(state) and not state.failed
     assert task.reports(state) == [Report(0, 0, 2)]  # every task of this step reports to the next
 
@@ -43,14 +43,14 @@ def test_a_later_task_waits_for_every_report_and_every_announced_message() -> No
 def test_a_request_with_no_messages_here_finishes_on_its_reports() -> None:
     task = TaskState(first=False, tasks=4, next_tasks=2)
     state = _open(task, "r", 10_000)
-    task.reported(state, count=0, reporters=1, failed=False)
+    task.reported(state, count=0, reporters=1, failed=False, sender=3)  # the first step's one task: any partition
     assert task.finished(state) and not state.failed
 
 
 def test_failures_finish_at_once_and_travel_downstream() -> None:
     task = TaskState(first=False, tasks=2, next_tasks=2)
     state = _open(task, "r", 10_000)
-    task.reported(state, count=5, reporters=3, failed=True)
+    task.reported(state, count=5, reporters=3, failed=True, sender=0)
     assert task.finished(state)
     assert all(r.failed for r in task.reports(state))
     first = TaskState(first=True, tasks=1, next_tasks=1)
@@ -64,7 +64,7 @@ def test_a_count_mismatch_fails_the_request_rather_than_answering_wrong() -> Non
     state = _open(task, "r", 10_000)
     task.processed(state, ok=True)
     task.processed(state, ok=True)  # a message more than announced
-    task.reported(state, count=1, reporters=1, failed=False)
+    task.reported(state, count=1, reporters=1, failed=False, sender=0)
     assert task.finished(state) and state.failed
 
 
@@ -83,7 +83,7 @@ def test_a_finished_request_is_never_opened_or_finished_again() -> None:
     late, not a new request (which would run the step again and answer twice)."""
     task = TaskState(first=False, tasks=1, next_tasks=1)
     state = _open(task, "r", 1_000)
-    task.reported(state, count=3, reporters=2, failed=True)
+    task.reported(state, count=3, reporters=2, failed=True, sender=0)
     assert task.finished(state)
     task.reports(state)
     assert task.request("r", 1_000, now_ms=10) is None
@@ -103,7 +103,7 @@ def test_a_failure_found_at_the_deadline_still_reaches_the_end_of_the_chain() ->
     assert task.request("r", 1_000, now_ms=1_200) is None  # a message or an ok report: late
     state = task.request("r", 1_000, now_ms=1_200, failure=True)
     assert state is not None
-    task.reported(state, count=0, reporters=2, failed=True)
+    task.reported(state, count=0, reporters=2, failed=True, sender=1)
     assert task.finished(state) and state.failed
     task.reports(state)
     assert task.request("r", 1_000, now_ms=1_300, failure=True) is None  # the second upstream task's: once only
@@ -123,16 +123,46 @@ def test_finished_exactly_when_every_report_and_message_is_in(counts: list[int],
         if queues[sender].pop(0) == "message":
             task.processed(state, ok=True)
         else:
-            task.reported(state, count=counts[sender], reporters=len(counts), failed=False)
+            task.reported(state, count=counts[sender], reporters=len(counts), failed=False, sender=sender)
         assert task.finished(state) == (step == total - 1)
     assert not state.failed
 
 
 def test_the_state_round_trips_through_json() -> None:
-    state = RequestState("r", 5, 2, 3, 1, 4, False, {0: 2, 3: 1}, {"seen": ["a"]}, b"\x00\xff42")
+    state = RequestState("r", 5, 2, 3, 1, 4, False, {0: 2, 3: 1}, {"seen": ["a"]}, b"\x00\xff42", senders={0, 3})
     assert RequestState.from_json(state.to_json()) == state
     marker = RequestState("r", 5, failed=True, done=True)
     assert RequestState.from_json(marker.to_json()) == marker
     older = {**state.to_json(), "answer": "42"}  # saved before answers were kept as bytes
     del older["answer64"]
     assert RequestState.from_json(older).answer == b"42"
+
+
+def test_each_upstream_task_reports_once_and_upstream_tasks_that_disagree_on_their_count_fail_the_request() -> None:
+    """A step whose processes read its partition count at different times (partitions added while one ran) reports
+    two counts: finishing on either could answer before every message arrived. Counted once per sender, so a report
+    repeated by one task does not stand for another's."""
+    task = TaskState(first=False, tasks=1, next_tasks=1)
+    state = _open(task, "r", 10**12)
+    assert task.reported(state, count=0, reporters=2, failed=False, sender=0)
+    assert not task.reported(state, count=0, reporters=2, failed=False, sender=0)  # the same task again: ignored
+    assert not task.finished(state)
+    disagreeing = _open(task, "q", 10**12)
+    for sender, count in enumerate([2, 1, 5]):  # two tasks believe the step has 3 tasks, the third 4
+        for _ in range(count):
+            task.processed(disagreeing, ok=True)
+        task.reported(disagreeing, count=count, reporters=3 if sender < 2 else 4, failed=False, sender=sender)
+    assert disagreeing.failed and task.finished(disagreeing)
+    outside = _open(task, "s", 10**12)
+    task.reported(outside, count=0, reporters=2, failed=False, sender=5)  # a task the count does not have
+    assert outside.failed
+
+
+def test_a_done_marker_keeps_nothing_of_the_requests_work() -> None:
+    task = TaskState(first=False, tasks=1, next_tasks=1)
+    state = _open(task, "r", 10**12)
+    state.answer, state.user = b"x" * 1000, {"k": 1}
+    task.reported(state, count=0, reporters=1, failed=False, sender=0)
+    assert task.finished(state)
+    task.reports(state)
+    assert (state.answer, state.user, state.sent) == (None, {}, {})
