@@ -165,4 +165,5 @@ def test_a_done_marker_keeps_nothing_of_the_requests_work() -> None:
     task.reported(state, count=0, reporters=1, failed=False, sender=0)
     assert task.finished(state)
     task.reports(state)
-    assert (state.answer, state.user, state.sent) == (None, {}, {})
+    marker = state.to_json()
+    assert (marker["answer64"], marker["user"], marker["sent"]) == (None, {}, {})
