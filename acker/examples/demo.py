@@ -238,9 +238,16 @@ class Demo:
         began, sent = time.monotonic(), 0
         while sent < len(lines):
             due = min(len(lines), int((time.monotonic() - began) * o.rate) + 1)
-            for line in lines[sent:due]:
+            for i, line in enumerate(lines[sent:due], start=sent):
+                # Keyed, so that the sentences (and the spout's copies, which keep the key) spread over every
+                # partition: unkeyed, librdkafka puts each linger's worth in one partition, and a split process
+                # could get too few to reach its injected crash.
                 produce(
-                    producer, self.topics.sentences, line, on_delivery=lambda e, r, line=line: delivered(e, r, line)
+                    producer,
+                    self.topics.sentences,
+                    line,
+                    key=b"sentence-%d" % i,
+                    on_delivery=lambda e, r, line=line: delivered(e, r, line),
                 )
             sent = due
             producer.poll(0)
