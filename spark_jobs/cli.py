@@ -64,10 +64,13 @@ def add_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
+    from acker.topics import check_spout_name
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries
 
     config = load(args)
+    for spout in args.spout:  # as the spouts themselves do: a name they refuse has no topics to read
+        check_spout_name(config, spout)
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)
     java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)

@@ -188,6 +188,9 @@ def test_the_spark_command_refuses_them_before_spark_starts(
             "--kafka", "ssl.key.location=/k.pem", "--kafka", "ssl.certificate.location=/c.pem"]  # fmt: skip
     assert main(argv) == 2
     assert "from one file: join them" in capsys.readouterr().err
+    argv = ["spark", "replay", "--spout", "dlq", "--checkpoint", "/nowhere"]  # a name the spouts refuse too
+    assert main(argv) == 2
+    assert "spout name 'dlq' is reserved" in capsys.readouterr().err
 
 
 def test_the_spark_command_takes_javas_own_settings_from_the_environment_and_flags(
