@@ -44,7 +44,6 @@ from acker.kafka.clients import (
     consume_available,
     create_topics,
     log_bounds,
-    partition_count,
     produce,
     read_to,
     topic_partitions,
@@ -123,12 +122,6 @@ class CoordinatedStage:
         self.last = index == chain.steps - 1
         self.output = chain.results if self.last else chain.topic(index + 1)
         self.changelog, self.dlq = f"{self.input}.state", f"{self.input}.dlq"
-        self.tasks_count, self.next_count = self._counts()
-        state_count = partition_count(config.client(), self.changelog)
-        if state_count != self.tasks_count:  # a task's state lives in the changelog partition of its number
-            raise CoordinationError(
-                f"{self.changelog} has {state_count} partitions, {self.input} {self.tasks_count}: give them one count"
-            )
         # A batch is one transaction: it is cut at a third of the timeout, so that a slow step commits what it did
         # rather than being aborted (and fenced) at every restart on the same records.
         self.transaction_timeout_ms = transaction_timeout_ms
@@ -142,6 +135,14 @@ class CoordinatedStage:
         self.consumer = Consumer(config.stream_consumer(**{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed"}))  # fmt: skip
+        self.tasks_count, self.next_count = self._counts()
+        state_count = len(topic_partitions(self.consumer, self.changelog))
+        if 0 in (self.tasks_count, self.next_count) or state_count != self.tasks_count:
+            self.consumer.close()  # a task's state lives in the changelog partition of its number
+            raise CoordinationError(
+                f"{self.input}, {self.output} and {self.changelog} must exist, the last with the first's partition "
+                f"count: they have {self.tasks_count}, {self.next_count} and {state_count} (create_chain_topics)"
+            )
         # One transactional producer per process; the consumer group's generation fences a zombie (KIP-447). With a
         # stable --instance-id, a restarted process also aborts its predecessor's open transaction at once; without
         # one, the broker aborts it after transaction.timeout.ms, and until then readers wait behind it.
@@ -337,9 +338,14 @@ class CoordinatedStage:
         return [TopicPartition(self.input, p, o + 1) for p, o in last.items() if p in self.tasks]
 
     def _counts(self) -> tuple[int, int]:
-        """This step's task count (its input's partitions) and the next step's (1 for the joining step)."""
-        client = self.config.client()
-        return partition_count(client, self.input), 1 if self.last else partition_count(client, self.output)
+        """This step's task count (its input's partitions) and the next step's (1 for the joining step), as the
+        cluster says now: 0 for a topic it does not have (or not yet: no leader). `KafkaException` if it does not
+        answer."""
+
+        def count(topic: str) -> int:
+            return len(topic_partitions(self.consumer, topic, 5.0))
+
+        return count(self.input), 1 if self.last else count(self.output)
 
     def _check_counts(self) -> None:
         """`CoordinationError` when partitions were added to a step's topics since this process started: the counts
@@ -349,10 +355,7 @@ class CoordinatedStage:
         later, when the group's leader refreshes its metadata)."""
         self._next_count_check = time.monotonic() + _COUNT_CHECK_S
         try:
-            now = (
-                len(topic_partitions(self.consumer, self.input, 5.0)),
-                (1 if self.last else len(topic_partitions(self.consumer, self.output, 5.0))),
-            )
+            now = self._counts()
         except KafkaException as error:  # no answer now: asked again at the next check
             log.debug("step %d: could not check its partition counts: %s", self.index, error)
             return
