@@ -21,7 +21,10 @@ partition with a short linger (`AckerClient`). An input without a valid anchor h
 and counted, never a crash; so is one whose header is malformed.
 
 Offsets: the bolt commits its own input offsets every ``commit_interval_s`` after flushing what it produced (its
-children and its acks). The guarantee comes from the tree, not from these commits: on a crash, inputs that were
+children and its acks): the offset after the last input its function was called on and returned (or raised), never
+the consumer's position, which is past every record of the batch being processed. So a bolt whose loop stops (a
+`ProtocolError`, a ``SystemExit`` from the function) commits, as it closes, only what it processed, and its
+successor processes the rest. The guarantee comes from the tree, not from these commits: on a crash, inputs that were
 read but not acked (or whose acks were not delivered) are never acked, their trees time out, and the spout's
 records are replayed. A child that cannot be delivered fails its trees, and so does a batch of acks that cannot be
 delivered (librdkafka has retried it): those trees could not complete.
@@ -36,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
@@ -92,12 +95,18 @@ class Collector:
 
 
 class BasicCollector:
-    """Basic API: every child is anchored to the input being processed; acking is automatic."""
+    """Basic API: every child is anchored to the input being processed; acking is automatic.
+
+    Only while the function runs: the children are sent and the input acked when it returns, so a child emitted
+    later (a collector kept for a callback) would be lost; it raises `ProtocolError` instead."""
 
     def __init__(self) -> None:
         self.children: list[tuple[str, bytes | None, bytes | None, Headers | None]] = []
+        self.closed = False
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
+        if self.closed:
+            raise ProtocolError("a basic bolt emits while its function runs: the input was acked when it returned")
         self.children.append((topic, value, key, headers))
 
 
@@ -124,6 +133,7 @@ class Bolt:
         self._ids = ids or IdGenerator()
         self.counters: Counter[str] = Counter()
         self._next_commit = time.monotonic() + commit_interval_s
+        self._processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> the offset after the last processed
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer())
         self.acker = AckerClient(
@@ -144,7 +154,7 @@ class Bolt:
                 }
             )
         )
-        self.consumer.subscribe([input_topic], on_revoke=lambda consumer, parts: self._commit())
+        self.consumer.subscribe([input_topic], on_revoke=self._on_revoke)
         self._collector = Collector(self)
 
     def run(self, stop: threading.Event) -> None:
@@ -172,25 +182,25 @@ class Bolt:
         return len(records)
 
     def _process(self, record: Message) -> None:
+        topic, partition, offset = record.topic() or "", record.partition() or 0, record.offset() or 0
+        self._handle(record, topic, partition, offset)
+        self._processed[(topic, partition)] = offset + 1
+
+    def _handle(self, record: Message, topic: str, partition: int, offset: int) -> None:
         ids, headers, invalid = split(record.headers())
         self.counters["processed"] += 1
         if invalid:
             self.counters["invalid_anchor_headers"] += 1
         if not ids.tracked:
             self.counters["unanchored_inputs"] += 1
-        message = BoltInput(
-            record.value(),
-            record.key(),
-            headers,
-            record.topic() or "",
-            record.partition() or 0,
-            record.offset() or 0,
-            InputTuple(ids, self._ids),
-        )
+        message = BoltInput(record.value(), record.key(), headers, topic, partition, offset, InputTuple(ids, self._ids))
         if not self.basic:
             try:
                 self._function(message, self._collector)  # type: ignore[arg-type]
-            except ProtocolError:  # acking twice, anchoring to a settled input: the function's bug, not its input's
+            except ProtocolError:  # acking twice, anchoring to a settled input: the function's bug, not its input's.
+                if not message.tuple.finished:  # The bolt stops; its input is failed, not left to time out, and
+                    self._collector.fail(message)  # counted as processed: its tree is nacked, and replayed whole.
+                self._processed[(topic, partition)] = offset + 1
                 raise
             except Exception as error:  # the input fails, unless it was acked or failed before the raise
                 self._raised(message, error)
@@ -204,9 +214,11 @@ class Bolt:
             self._raised(message, error)
             self._collector.fail(message)
             return
+        finally:
+            collector.closed = True
         try:
-            for topic, value, key, child_headers in collector.children:
-                self._produce_child(topic, value, key, child_headers, anchored([message.tuple]))
+            for to, value, key, child_headers in collector.children:
+                self._produce_child(to, value, key, child_headers, anchored([message.tuple]))
         except Exception as error:  # a child the client does not take (a value that is not bytes): as if it raised
             self._raised(message, error)
             self._collector.fail(message)
@@ -226,14 +238,23 @@ class Bolt:
     def _child_failed(self, _error: KafkaError) -> None:
         self.counters["child_delivery_failures"] += 1
 
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit()
+        for tp in partitions:  # whatever was not committed is its next owner's to process
+            self._processed.pop((tp.topic, tp.partition), None)
+
     def _commit(self) -> None:
-        """Commit the input positions once everything produced for the inputs before them is delivered."""
+        """Commit the offsets after the processed inputs, once everything produced for them is delivered."""
         self._next_commit = time.monotonic() + self.commit_interval_s
         if self.acker.flush(30) or self.producer.flush(30):
             log.warning("undelivered messages: input offsets not committed")
             return
+        if not self._processed:
+            return
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in self._processed.items()]
         try:
-            self.consumer.commit(asynchronous=False)
+            self.consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as error:
-            if "NO_OFFSET" not in str(error):
-                log.warning("input commit failed: %s", error)
+            log.warning("input commit failed: %s", error)
+            return
+        self._processed.clear()

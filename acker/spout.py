@@ -42,6 +42,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
+from acker.errors import ProtocolError
 from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.client_log import serve_log_lines
@@ -128,14 +129,19 @@ def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str)
 
 
 class Emitter:
-    """Given to the emit function: ``emit`` sends one tuple of the record's tree to a topic."""
+    """Given to the emit function: ``emit`` sends one tuple of the record's tree to a topic, while the function runs.
 
-    __slots__ = ("_spout", "_tree", "emitted")
+    Kept and called later, it raises `ProtocolError`: the record's tree is started (its init sent) when the function
+    returns, and a tuple emitted after that would not be in it."""
+
+    __slots__ = ("_spout", "_tree", "closed", "emitted")
 
     def __init__(self, spout: Spout, tree: SpoutTree | None) -> None:
-        self._spout, self._tree, self.emitted = spout, tree, 0
+        self._spout, self._tree, self.emitted, self.closed = spout, tree, 0, False
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
+        if self.closed:
+            raise ProtocolError("emit is only for the record being emitted: its emit function has returned")
         ids = self._tree.emit() if self._tree is not None else UNTRACKED
         counters = self._spout.counters
         self._spout.acker.produce_anchored(
@@ -280,6 +286,8 @@ class Spout:
             raised = True
             self.counters["emit_errors"] += 1
             log.warning("the emit function raised on %s (%r): %s", msg_id, error, "failing it" if tree else "done")
+        finally:
+            emitter.closed = True
         if tree is None or emitter.emitted == 0:
             if not raised:
                 self.counters["done_at_once"] += 1

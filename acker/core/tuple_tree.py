@@ -66,16 +66,22 @@ def trusted_ids(edges: tuple[tuple[int, int], ...]) -> TupleIds:
 class SpoutTree:
     """One source message's tree, from the spout's side."""
 
-    __slots__ = ("_next_id", "_value", "anchor", "msg_id", "spout")
+    __slots__ = ("_next_id", "_sealed", "_value", "anchor", "msg_id", "spout")
 
     def __init__(self, spout: str, msg_id: str, next_id: NextId) -> None:
         self.spout, self.msg_id = spout, msg_id
         self._next_id = next_id
         self.anchor = check_id(next_id(), "anchor")
         self._value = 0
+        self._sealed = False
 
     def emit(self) -> TupleIds:
-        """Ids for one root tuple of this tree (call once per downstream message)."""
+        """Ids for one root tuple of this tree (call once per downstream message, before `init`).
+
+        Invariant: every root's edge is in the init. A root emitted after it would be outside the tree, which could
+        then be acked while that message is still being processed: `ProtocolError`."""
+        if self._sealed:
+            raise ProtocolError("cannot emit a root tuple of a tree whose init was sent")
         edge = check_id(self._next_id(), "edge id")
         self._value ^= edge
         return trusted_ids(((self.anchor, edge),))
@@ -87,6 +93,7 @@ class SpoutTree:
         """
         if self._value == 0:
             raise ProtocolError("emit at least one root tuple before the init; a record that emits nothing is done")
+        self._sealed = True
         return Init(self.anchor, self.spout, self.msg_id, self._value)
 
 

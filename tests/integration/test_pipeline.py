@@ -22,6 +22,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
+from acker.errors import ProtocolError
 from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
@@ -525,3 +526,43 @@ def test_inits_above_the_high_water_mark_are_nacked_overload_and_stay_decided(co
     counters = service.service.snapshot().counters
     assert (counters.nacked_overload, counters.acked, counters.late) == (7, 3, 7)
     assert (spout.counters["nacked_overload"], spout.counters["acked"]) == (7, 3) and not spout.pending
+
+
+def test_a_bolt_that_stops_commits_only_what_it_processed(config: ServiceConfig) -> None:
+    """A bolt's function acks an input twice (a `ProtocolError`: the bolt stops) in the middle of a batch. The bolt
+    commits, as it closes, the offset after that input, not its position after the whole batch: its successor
+    processes the rest, and every tree is acked, none left to time out."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: an ACK cannot be one
+    topics = Topics(prefix=f"stop-{uuid.uuid4().hex[:8]}")
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(topics.sentences, 1), TopicSpec(topics.split, 1)])
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    stages: list[Running] = [ServiceThread(config), Running(spout)]
+    reader = OutcomeReader(config, [SPOUT])
+    group = f"bolt-{topics.prefix}"
+    try:
+        ids = _produce(config, topics.sentences, [b"record %d" % i for i in range(20)])
+        deadline = time.monotonic() + 60
+        while spout.counters["emitted"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert spout.counters["emitted"] == 20
+
+        def acks_offset_2_twice(message: BoltInput, collector: Collector) -> None:
+            collector.ack(message)
+            if message.offset == 2:
+                collector.ack(message)
+
+        first = Running(Bolt(config, topics.split, group, acks_offset_2_twice, basic=False))
+        first.thread.join(60)
+        assert isinstance(first.error, ProtocolError) and not first.thread.is_alive()
+        consumer = Consumer(config.client(**{"group.id": group}))
+        try:
+            assert consumer.committed([TopicPartition(topics.split, 0)], timeout=10)[0].offset == 3
+        finally:
+            consumer.close()
+        stages.append(Running(Bolt(config, topics.split, group, _ignore)))
+        reader.wait_for(ids, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in ids} == {m: ["ACK"] for m in ids}

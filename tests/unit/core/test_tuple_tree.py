@@ -49,6 +49,15 @@ def test_spout_tree_init_is_the_xor_of_its_root_edges() -> None:
     assert tree.init().value == edges[0] ^ edges[1] ^ edges[2]
 
 
+def test_spout_tree_refuses_a_root_after_its_init() -> None:
+    """A root emitted after the init would be outside the tree: acked with it while still being processed."""
+    tree = SpoutTree("s", "t/0/1", IdGenerator(1))
+    tree.emit()
+    tree.init()
+    with pytest.raises(ProtocolError):
+        tree.emit()
+
+
 def test_spout_tree_without_emits_has_no_init() -> None:
     with pytest.raises(ProtocolError):
         SpoutTree("s", "m", IdGenerator(1)).init()

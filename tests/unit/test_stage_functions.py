@@ -1,0 +1,67 @@
+"""What a spout's emit function and a basic bolt's function are given works while they run, and refuses loudly
+afterwards (a real Producer that never connects: nothing leaves the process)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, Producer
+
+from acker.bolt import BasicCollector, Bolt, BoltInput, Collector
+from acker.core.ids import IdGenerator
+from acker.core.tuple_tree import SpoutTree
+from acker.errors import ProtocolError
+from acker.headers import with_ids
+from acker.kafka.acker_client import AckerClient
+from acker.spout import Emitter, Spout, SpoutSettings
+
+
+@pytest.fixture
+def producer() -> Iterator[Producer]:
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    yield producer
+    producer.purge()
+
+
+def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: Producer) -> None:
+    """The record's init is sent when its function returns: a tuple emitted later would not be in its tree, which
+    could then be acked while that tuple is still being processed."""
+    kept: list[Emitter] = []
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        emitter.emit("out", record.value())
+        kept.append(emitter)
+
+    spout: Any = Spout.__new__(Spout)  # only what starting a tree needs
+    spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
+    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
+    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 4, linger_s=60)
+    spout._start(Message(topic="src", partition=0, offset=7, value=b"first part"), time.monotonic())
+    assert spout.counters["emitted"] == 1 and list(spout.pending) == ["src/0/7"]
+    with pytest.raises(ProtocolError):
+        kept[0].emit("out", b"second part")
+    assert spout.counters["emitted"] == 1
+
+
+def test_a_basic_collector_kept_after_its_function_returned_refuses_to_emit(producer: Producer) -> None:
+    """The input is acked when the function returns, with the children it emitted until then: a later child would
+    be lost without a word."""
+    kept: list[BasicCollector] = []
+
+    def split(message: BoltInput, collector: BasicCollector) -> None:
+        collector.emit("words", b"a")
+        kept.append(collector)
+
+    bolt: Any = Bolt.__new__(Bolt)  # only what processing one input needs
+    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
+    bolt.acker = AckerClient(producer, "acker", 4, linger_s=60)
+    bolt._collector = Collector(bolt)
+    root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
+    bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
+    assert bolt.counters["emitted"] == 1 and bolt.counters["acked"] == 1 and bolt._processed == {("split", 0): 5}
+    with pytest.raises(ProtocolError):
+        kept[0].emit("words", b"b")
