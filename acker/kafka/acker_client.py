@@ -89,6 +89,17 @@ class _Batch:
         self.anchors.append(message.anchor)
         self.values.append(value)
 
+    def halves(self) -> tuple[_Batch, _Batch]:
+        """The batch cut in two, in order (each init goes with its INIT message)."""
+        mid = len(self.kinds) // 2
+        inits = sum(1 for kind in self.kinds[:mid] if kind == Kind.INIT)
+        first, second = _Batch(), _Batch()
+        first.kinds, second.kinds = self.kinds[:mid], self.kinds[mid:]
+        first.anchors, second.anchors = self.anchors[:mid], self.anchors[mid:]
+        first.values, second.values = self.values[:mid], self.values[mid:]
+        first.inits, second.inits = self.inits[:inits], self.inits[inits:]
+        return first, second
+
     def block(self) -> MessageBlock:
         sources: dict[tuple[str, str], int] = {}
         init_source, init_offset = [], []
@@ -147,6 +158,11 @@ class AckerClient:
         if len(batch.kinds) >= self.max_batch:
             self._flush_partition(partition)
 
+    def _queue(self, message: TreeMessage) -> None:
+        """`send` without sending a full batch: for a delivery callback, which may run inside a send (a record
+        refused at once), where sending again could be refused again, and again."""
+        self._batch(message.anchor)[1].add(message)
+
     def send_all(self, messages: Iterable[TreeMessage]) -> None:
         for message in messages:
             self.send(message)
@@ -191,6 +207,10 @@ class AckerClient:
             produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
         except KafkaException as refused:
             delivered(refusal(refused), None)  # type: ignore[arg-type]
+        except Exception:  # not a message (a value that is not bytes): the caller's error, raised to it. Its edge is
+            for anchor, _ in ids.edges:  # already in its trees, and no message carries it: they could never complete
+                self._queue(Fail(anchor))
+            raise
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""
@@ -221,6 +241,13 @@ class AckerClient:
         batch = self._batches[partition]
         assert batch is not None
         self._batches[partition] = None
+        self._produce_batch(partition, batch)
+
+    def _produce_batch(self, partition: int, batch: _Batch) -> None:
+        """Send ``batch`` as one record. A record the producer refuses at once is handled as a failed delivery (an
+        exception here would lose the batch without failing its trees, and stop the stage), except that a batch too
+        large for ``message.max.bytes`` is sent in halves, and a fatal error (the producer takes nothing any more)
+        raises: the stage must stop, and its trees time out."""
         inits = batch.inits
 
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
@@ -245,9 +272,18 @@ class AckerClient:
                 len(batch.kinds), partition, error, len(failed), len(again) - len(failed), len(inits),
             )  # fmt: skip
             for message in again:
-                self.send(message)
+                self._queue(message)
             if self._on_failure is not None:
                 self._on_failure(partition, inits, error)
 
-        value = encode_batch(batch.block())
-        produce(self.producer, self.topic, value, partition=partition, on_delivery=delivered)
+        try:
+            produce(self.producer, self.topic, encode_batch(batch.block()), partition=partition, on_delivery=delivered)
+        except KafkaException as refused:
+            error = refusal(refused)
+            if error.fatal():
+                raise
+            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and len(batch.kinds) > 1:
+                for half in batch.halves():
+                    self._produce_batch(partition, half)
+                return
+            delivered(error, None)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,3 +169,54 @@ def test_an_ack_is_never_moved_before_an_anchor_of_its_tree(producer: Producer) 
     assert not tracker.handle(Init(1, "s", "t/0/1", 10))
     assert not [o for m in batch.block().to_messages() for o in tracker.handle(m)]
     assert tracker.ledger(1) == 30
+
+
+def test_a_batch_too_large_for_the_producer_is_sent_in_halves(producer: Producer) -> None:
+    """``message.max.bytes`` below a full batch's record: each half is a record it takes, in order, nothing lost."""
+    client = AckerClient(producer, "acker", 1, linger_s=60)
+    client.send_acks((anchor, anchor) for anchor in range(1, 2001))  # ~35 KB encoded, the limit is 10 KB
+    client.flush(0)
+    assert len(producer) >= 4 and client.failed_messages == 0 and client._batches == [None]
+
+
+class _Refusing:
+    """A producer that refuses every record at once, as librdkafka does an unknown partition."""
+
+    def produce(self, *_args: object, **_kwargs: object) -> None:
+        raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "no such partition"))
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, _timeout: float = 0) -> int:
+        return 0
+
+
+def test_a_batch_refused_at_once_fails_its_trees_instead_of_raising() -> None:
+    """Raised out of `send` or `poll`, the refusal would lose the batch without failing its trees (they would time
+    out) and stop the stage; as a failed delivery, its trees are failed and its inits handed back."""
+    lost: list[list[Init]] = []
+    client = AckerClient(
+        _Refusing(),  # type: ignore[arg-type]
+        "acker",
+        1,
+        linger_s=0,
+        max_batch=3,
+        on_failure=lambda _p, inits, _e: lost.append(inits),
+    )
+    init = Init(5, "s", "t/0/1", 3)
+    client.send_all([init, Ack(6, 3), Ack(7, 1)])  # full: sent at once, and refused
+    assert lost == [[init]] and client.failed_messages == 3
+    again = client._batches[0]
+    assert again is not None and list(zip(again.kinds, again.anchors, strict=True)) == [(Kind.FAIL, 6), (Kind.FAIL, 7)]
+    client.poll()  # the fails, refused in turn: queued again, not raised, not sent again and again within the call
+    assert client.failed_messages == 5
+
+
+def test_a_child_that_is_not_a_message_fails_its_trees_and_raises(producer: Producer) -> None:
+    """Its edge is already in its trees and no message carries it: they could never complete."""
+    client = AckerClient(producer, "acker", 4, linger_s=60)
+    with pytest.raises(TypeError):
+        client.produce_anchored("out", 42, None, None, TupleIds(((11, 22),)))  # type: ignore[arg-type]
+    batch = client._batches[partition_of(11, 4)]
+    assert batch is not None and list(zip(batch.kinds, batch.anchors, strict=True)) == [(Kind.FAIL, 11)]
