@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,7 +29,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count
-from acker.kafka.lookups import lookups
+from acker.kafka.lookups import KafkaLookups, WatermarkCommitError, lookups
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
@@ -45,7 +44,14 @@ log = logging.getLogger("spark_jobs.commit")
 #   records; outcomes of an aborted transaction must not count (Spark reads uncommitted records by default).
 # - fetch.max.wait.ms: a task's consumer is cached and pipelines its next fetch, which waits at the end of the log
 #   for up to 500 ms by default; the next micro-batch's task, which seeks elsewhere, waits for that fetch first.
-SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.max.wait.ms": "20"}
+# - maxOffsetsPerTrigger: outcome records per micro-batch, at most. Without it a backlog (a job started on a new
+#   checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark runs again, whole, at every
+#   restart; far above what the services write in a second, so that a stream is never held back by it.
+SPARK_KAFKA_DEFAULTS = {
+    "kafka.isolation.level": "read_committed",
+    "kafka.fetch.max.wait.ms": "20",
+    "maxOffsetsPerTrigger": "100000",
+}
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,11 @@ class CommitJobSettings:
 
 def done_offsets(raw: DataFrame) -> DataFrame:
     """Per outcome record and source partition, the source offsets that need nothing more (``ACK``, or resolved by
-    the replay job): ``spout, topic, partition, offsets`` (an array). One row per record and partition rather than
-    per outcome: the state function then gets a few arrays per micro-batch instead of a row per ack."""
+    the replay job), as runs: ``spout, topic, partition, starts, ends`` (arrays: the runs ``[start, end)`` of the
+    sorted distinct offsets). One row per record and partition rather than per outcome, and runs rather than
+    offsets (a record's offsets of one partition are mostly consecutive): the driver collects a few small arrays
+    per micro-batch, not an integer per ack, however many acks a batch holds (a backlog of full records, 16,384
+    outcomes each)."""
     o = F.col("o")
     done = F.filter(
         F.transform(
@@ -157,10 +166,18 @@ def done_offsets(raw: DataFrame) -> DataFrame:
     )
     source = F.element_at("sources", F.col("s") + 1)
     topic, partition = source_partition(source)
-    offsets = F.transform(F.filter("done", lambda x: x["source"] == F.col("s")), lambda x: x["offset"])
-    return exploded.where(source.rlike(COORDINATES) & partition.isNotNull()).select(
+    offsets = F.array_sort(
+        F.array_distinct(F.transform(F.filter("done", lambda x: x["source"] == F.col("s")), lambda x: x["offset"]))
+    )
+    by_partition = exploded.where(source.rlike(COORDINATES) & partition.isNotNull()).select(
         "spout", topic.alias("topic"), partition.alias("partition"), offsets.alias("offsets")
     )
+    o, size = F.col("offsets"), F.size("offsets")
+    # A run starts at an offset whose predecessor is not done, and ends after one whose successor is not
+    # (element_at counts from 1: the predecessor of the offset at index i is at i, its successor at i + 2).
+    starts = F.filter(o, lambda x, i: (i == 0) | (F.element_at(o, i) != x - 1))
+    ends = F.transform(F.filter(o, lambda x, i: (i == size - 1) | (F.element_at(o, i + 2) != x + 1)), lambda x: x + 1)
+    return by_partition.select("spout", "topic", "partition", starts.alias("starts"), ends.alias("ends"))
 
 
 class Marks:
@@ -172,10 +189,13 @@ class Marks:
         self.marks: dict[Key, PartitionMark] | None = None  # loaded when first needed (`_load`)
         self._lock = threading.Lock()  # micro-batches, and `recommit` and `recheck` (on the refresher's thread)
         self._unchanged: dict[Key, PartitionMark] = {}  # the marks as the last recheck left them
+        # Each source topic's Kafka id when its marks were made. A topic deleted and created again under its name is
+        # another log: its records start again at offset 0, and a mark of the old one, committed, would skip them.
+        self._topic_ids: dict[str, str] = {}
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
-        by watermark group. ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
+        by watermark group. ``rows`` have ``spout, topic, partition, starts, ends`` (`done_offsets`)."""
         with self._lock:
             return self._apply(rows, batch_id)
 
@@ -183,18 +203,23 @@ class Marks:
         marks = self._load()
         kafka = self._kafka
         now_s = time.time()
-        done: dict[Key, list[np.ndarray]] = {}
+        done: dict[Key, list[tuple[int, int]]] = {}
         for row in rows:
-            done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
+            done.setdefault((row.spout, row.topic, int(row.partition)), []).extend(
+                zip(row.starts, row.ends, strict=True)
+            )
+        gone = self._check_topics(done.keys() | marks.keys())
+        for key in [key for key in done if key[1] in gone]:  # outcomes of a deleted topic: nothing left to mark
+            del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}
-        for (spout, topic, partition), arrays in done.items():
+        for (spout, topic, partition), runs in done.items():
             mark = marks.get((spout, topic, partition))
             if mark is None:
                 with kafka.lock:
                     mark = marks[(spout, topic, partition)] = PartitionMark(
                         kafka.start_mark(self.settings.watermark_group(spout), topic, partition)
                     )
-            mark.add(np.concatenate(arrays))
+            mark.add_runs(runs)
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
         # found long enough ago that it may have been deleted since (asked again now).
         # Of the spouts served only: a retired spout's mark must not recreate its deleted group either.
@@ -207,9 +232,39 @@ class Marks:
             mark = marks[(spout, topic, partition)]
             group = self.settings.watermark_group(spout)
             touched.setdefault(group, {})[(topic, partition)] = mark.advance(self._lookup(topic, partition), now_s)
-        if touched:
-            self._store.save(batch_id, marks)
+        if touched or gone:
+            self._store.save(batch_id, marks, self._topic_ids)
         return touched
+
+    def _check_topics(self, keys: Iterable[Key]) -> set[str]:
+        """Drop the marks of source topics that no longer exist, and of those deleted and created again since their
+        marks were made (their marks start again, from the group's committed offset, which Kafka deleted with the
+        old topic, or from the first offset); return the topics that no longer exist. Outcomes of a record of the
+        old topic that come after the new one was made cannot be told from the new one's: delete a source topic
+        only once its spout is stopped and its trees decided."""
+        marks = self._load()
+        if not self._topic_ids:
+            self._topic_ids = dict(self._store.topic_ids)
+        topics = sorted({topic for _, topic, _ in keys})
+        with self._kafka.lock:
+            ids = self._kafka.topic_ids(topics)
+        gone = {topic for topic, topic_id in ids.items() if topic_id is None}
+        again = {
+            t for t, topic_id in ids.items() if topic_id is not None and self._topic_ids.get(t, topic_id) != topic_id
+        }
+        for key in [key for key in marks if key[1] in gone | again]:
+            mark = marks.pop(key)
+            self._unchanged.pop(key, None)
+            log.warning(
+                "%s[%d] %s: its watermark (%d) is dropped",
+                key[1], key[2], "no longer exists" if key[1] in gone else "was deleted and created again", mark.mark,
+            )  # fmt: skip
+        for topic, topic_id in ids.items():
+            if topic_id is None:
+                self._topic_ids.pop(topic, None)
+            else:
+                self._topic_ids[topic] = topic_id
+        return gone
 
     def _lookup(self, topic: str, partition: int) -> Callable[[int], int | None]:
         """`PartitionMark.advance`'s question about one partition, asked of Kafka."""
@@ -234,6 +289,7 @@ class Marks:
         marks, and a restart follows the commits (`_skip_to_committed`)."""
         with self._lock:
             marks = self._load()
+            self._check_topics([key for key in marks if self.settings.serves(key[0])])
             now_s = time.time()
             idle = {
                 key: _copy(mark)
@@ -265,6 +321,7 @@ class Marks:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
         crash, and the commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`)."""
         with self._lock:
+            self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
             served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
             self._commit(served, again=True)
 
@@ -279,9 +336,8 @@ class Marks:
         the group has, `lookups.advance`); return what was committed, by group."""
         committed = {}
         for group, keys in self._by_group(marks).items():
-            with self._kafka.lock:
-                group_marks = {(topic, partition): marks[(spout, topic, partition)] for spout, topic, partition in keys}
-                committed[group] = self._kafka.advance(group, group_marks, again=again)
+            group_marks = {(topic, partition): marks[(spout, topic, partition)] for spout, topic, partition in keys}
+            committed[group] = commit_group(self._kafka, group, group_marks, again=again)
         return committed
 
     def _by_group(self, keys: Iterable[Key]) -> dict[str, list[Key]]:
@@ -307,14 +363,30 @@ def _copy(mark: PartitionMark) -> PartitionMark:
     return replace(mark, runs=list(mark.runs))
 
 
+def commit_group(
+    kafka: KafkaLookups, group: str, marks: dict[tuple[str, int], int], *, again: bool = False
+) -> dict[tuple[str, int], int]:
+    """`KafkaLookups.advance` for one watermark group; a failure is logged and left to the next commit of the group
+    (a later batch's, the recheck's, the hourly refresh's), so that one group (or partition) Kafka refuses now does
+    not stop the watermarks of every other. But a group with live members raises: something consumes with it, and
+    every commit would be refused, for good."""
+    try:
+        with kafka.lock:
+            return kafka.advance(group, marks, again=again)
+    except WatermarkCommitError as error:
+        if error.members:
+            raise
+        log.warning("%s", error)
+        return {}
+
+
 def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, int], None]:
     """The foreachBatch sink: move the marks, save them, then commit each spout group's (only where ahead)."""
     kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        for group, group_marks in marks.apply(batch.collect(), batch_id).items():
-            with kafka.lock:
-                committed = kafka.advance(group, group_marks)
+        for group, group_marks in marks.apply(batch.toLocalIterator(), batch_id).items():
+            committed = commit_group(kafka, group, group_marks)
             if committed:
                 log.info("batch %d: %s advanced to %s", batch_id, group, committed)
 

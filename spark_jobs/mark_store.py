@@ -28,6 +28,7 @@ KEEP = 10
 class MarkStore:
     def __init__(self, spark: SparkSession, checkpoint: str) -> None:
         self._files = CheckpointFiles(spark, f"{checkpoint.rstrip('/')}/marks-state")
+        self.topic_ids: dict[str, str] = {}  # as the newest file has them (`load`): each source topic's Kafka id
 
     def _batches(self) -> list[int]:
         names = self._files.names()
@@ -39,6 +40,7 @@ class MarkStore:
         if not batches:
             return {}
         document = json.loads(self._files.read(f"{batches[-1]}.json"))
+        self.topic_ids = dict(document.get("topic_ids", {}))  # none in the files of earlier versions
         return {
             (m["spout"], m["topic"], int(m["partition"])): PartitionMark(
                 int(m["mark"]), [(int(s), int(e)) for s, e in m["runs"]], int(m["verified"])
@@ -46,7 +48,7 @@ class MarkStore:
             for m in document["marks"]
         }
 
-    def save(self, batch_id: int, marks: dict[Key, PartitionMark]) -> None:
+    def save(self, batch_id: int, marks: dict[Key, PartitionMark], topic_ids: dict[str, str] | None = None) -> None:
         """Write the marks as of ``batch_id`` (atomically; a batch that Spark runs again replaces its file), and drop
         old files, and any of a later batch: Spark's batch ids only grow in one checkpoint, so those are left from a
         run whose query checkpoint was since removed, and would otherwise be the ones loaded (and keep this one's
@@ -57,6 +59,7 @@ class MarkStore:
                 {"spout": s, "topic": t, "partition": p, "mark": m.mark, "runs": m.runs, "verified": m.verified}
                 for (s, t, p), m in marks.items()
             ],
+            "topic_ids": topic_ids or {},
         }
         self._files.write(f"{batch_id}.json", json.dumps(document).encode())
         batches = self._batches()

@@ -13,14 +13,21 @@ import uuid
 from collections.abc import Container, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import KafkaError
 
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 from acker.kafka.client_log import serve_log_lines
-from acker.kafka.clients import kafka_error
+from acker.kafka.clients import kafka_error, log_bounds
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
@@ -33,9 +40,11 @@ class WatermarkCommitError(AckerError):
     """A watermark could not be published; ``failures`` maps (topic, partition) to Kafka's error."""
 
     def __init__(self, group: str, failures: dict[tuple[str, int], str]) -> None:
-        hint = ""
-        if any("UNKNOWN_MEMBER_ID" in e or "REBALANCE" in e for e in failures.values()):
-            hint = f" (group {group!r} has live members: nothing may consume with a watermark group)"
+        # A group with live members: something consumes with it, and every commit of the job would be refused.
+        self.members = any("UNKNOWN_MEMBER_ID" in e or "REBALANCE" in e for e in failures.values())
+        hint = (
+            f" (group {group!r} has live members: nothing may consume with a watermark group)" if self.members else ""
+        )
         super().__init__(f"could not commit the watermarks of group {group!r}: {failures}{hint}")
         self.group, self.failures = group, failures
 
@@ -76,24 +85,52 @@ class KafkaLookups:
         """The offset of the first record at or after ``offset`` that a read_committed consumer reads; None when
         Kafka cannot tell now (an open transaction holds the readable end at ``offset``, nothing written there yet, a
         slow broker): the caller asks again later, and never skips an offset that might hold a record."""
-        ends = self._ends(topic, partition)
+        try:
+            ends = self._ends(topic, partition)
+        except KafkaException as error:  # no leader now (an election, a broker restarting), a timeout: asked again
+            log.info("%s[%d]: no answer for its offsets now (%s)", topic, partition, error)
+            return None
         if ends is None:  # the topic or partition is gone: its watermark has nowhere to go
-            if (topic, partition) not in self._gone:
-                self._gone.add((topic, partition))
-                log.warning("%s[%d] no longer exists: its watermark stays below offset %d", topic, partition, offset)
+            self._say_gone(topic, partition, f"its watermark stays below offset {offset}")
             return None
         low, high = ends
         if offset < low:
             return low  # deleted: nobody can process those records any more
         if offset >= high:
             return None
-        found = self._read(topic, partition, offset, offset)
+        try:
+            found = self._read(topic, partition, offset, offset)
+        except KafkaException as error:
+            log.info("%s[%d]: no answer at offset %d now (%s)", topic, partition, offset, error)
+            return None
         if found is None:
             return None
         records, end = found
         if records:
             return int(records[0].offset() or 0)
         return end if end > offset else None
+
+    def _say_gone(self, topic: str, partition: int, consequence: str) -> None:
+        if (topic, partition) not in self._gone:
+            self._gone.add((topic, partition))
+            log.warning("%s[%d] no longer exists: %s", topic, partition, consequence)
+
+    def topic_ids(self, topics: list[str]) -> dict[str, str | None]:
+        """Each topic's id (Kafka's, which a topic deleted and created again under its name does not keep); None for
+        a topic that does not exist. `KafkaException` when Kafka does not answer."""
+        if not topics:
+            return {}
+        futures = self._admin_client().describe_topics(TopicCollection(topics), request_timeout=_LOOKUP_TIMEOUT_S)
+        ids: dict[str, str | None] = {}
+        for topic, future in futures.items():
+            try:
+                ids[topic] = str(future.result().topic_id)
+            except KafkaException as error:
+                cause = kafka_error(error)
+                if cause is None or cause.code() not in _MISSING:
+                    raise
+                ids[topic] = None
+        return ids
 
     def fetch(self, topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
         """The records at these offsets of one partition; None for an offset that certainly holds none (deleted by
@@ -192,12 +229,12 @@ class KafkaLookups:
 
     def start_mark(self, group: str, topic: str, partition: int) -> int:
         """Where the watermark of a partition starts: its committed offset in ``group``, else the first offset
-        that exists (the spout commits its starting point there before it reads, see `acker.spout`)."""
+        that exists (the spout commits its starting point there before it reads, see `acker.spout`). Asked again
+        for up to 30 s while the partition has no leader (`log_bounds`)."""
         committed = self.committed(group, [(topic, partition)])
         if committed.get((topic, partition), -1) >= 0:
             return committed[(topic, partition)]
-        low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S)
-        return int(low)
+        return log_bounds(self._consumer, TopicPartition(topic, partition))[0]
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The committed offsets of ``group`` (-1 where none)."""
@@ -213,7 +250,8 @@ class KafkaLookups:
 
         A watermark never goes back: a replayed micro-batch or a late job commits nothing older. Every
         partition's error is checked (the admin call reports them per partition without raising), and any
-        failure raises `WatermarkCommitError`.
+        failure raises `WatermarkCommitError`, but for a partition that no longer exists (its topic deleted): its
+        watermark has nowhere to be, which is said once.
         """
         current = self.committed(group, list(marks))
         ahead = {tp: m for tp, m in marks.items() if m > current.get(tp, -1) or (again and m == current.get(tp))}
@@ -224,7 +262,15 @@ class KafkaLookups:
             result = self._admin_client().alter_consumer_group_offsets([request])[group].result()
         except KafkaException as error:
             raise WatermarkCommitError(group, {tp: str(error) for tp in ahead}) from error
-        failures = {(tp.topic, tp.partition): str(tp.error) for tp in result.topic_partitions if tp.error is not None}
+        failures = {}
+        for tp in result.topic_partitions:
+            if tp.error is None:
+                continue
+            del ahead[(tp.topic, tp.partition)]
+            if tp.error.code() in _MISSING and self._missing(tp.topic, tp.partition):
+                self._say_gone(tp.topic, tp.partition, f"its watermark in {group} is not committed")
+            else:
+                failures[(tp.topic, tp.partition)] = str(tp.error)
         if failures:
             raise WatermarkCommitError(group, failures)
         return ahead

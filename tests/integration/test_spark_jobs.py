@@ -358,12 +358,22 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         ("t", 1, 7),
         (None, None, None),
     ]
-    assert [tuple(r) for r in done_offsets(raw).collect()] == [("sp", "t", 1, [7])]
+    assert [tuple(r) for r in done_offsets(raw).collect()] == [("sp", "t", 1, [7], [8])]
     mixed = encode_outcome_rows(
-        "sp", [("ACK", 1, "t/0/1", 0), ("ACK", 2, "t/1/2", 0), ("REPLAYED", 0, "t/0/4", 0), ("FAILED", 3, "t/0/5", 0)]
+        "sp",
+        [
+            ("ACK", 1, "t/0/1", 0),
+            ("ACK", 2, "t/1/2", 0),
+            ("REPLAYED", 0, "t/0/4", 0),
+            ("FAILED", 3, "t/0/5", 0),
+            *(("ACK", 10 + o, f"t/0/{o}", 0) for o in (9, 7, 6, 7, 2)),  # out of order, and a duplicate
+        ],
     )
     per_partition = done_offsets(spark.createDataFrame([(None, mixed, "out", 0, 13, stamp)], columns)).collect()
-    assert sorted(tuple(r) for r in per_partition) == [("sp", "t", 0, [1, 4]), ("sp", "t", 1, [2])]
+    assert sorted(tuple(r) for r in per_partition) == [
+        ("sp", "t", 0, [1, 4, 6, 9], [3, 5, 8, 10]),  # runs [start, end)
+        ("sp", "t", 1, [2], [3]),
+    ]
     assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
     letters = malformed(raw).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)

@@ -1,0 +1,89 @@
+"""The commit job's marks against a real broker, without Spark (the mark store, a file system edge, is kept in
+memory): source topics deleted, or deleted and created again, under a running job."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from acker.config import ServiceConfig
+from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.lookups import lookups
+from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
+from spark_jobs.mark_store import Key
+from spark_jobs.watermark import PartitionMark
+
+
+class _Store:
+    """`MarkStore` in memory."""
+
+    def __init__(self) -> None:
+        self.saved: dict[Key, PartitionMark] = {}
+        self.topic_ids: dict[str, str] = {}
+
+    def load(self) -> dict[Key, PartitionMark]:
+        return dict(self.saved)
+
+    def save(self, _batch: int, marks: dict[Key, PartitionMark], topic_ids: dict[str, str] | None = None) -> None:
+        self.saved, self.topic_ids = dict(marks), dict(topic_ids or {})
+
+
+def _rows(spout: str, topic: str, offsets: list[int]) -> list[Any]:
+    return [SimpleNamespace(spout=spout, topic=topic, partition=0, starts=offsets, ends=[o + 1 for o in offsets])]
+
+
+def _fill(config: ServiceConfig, topic: str, n: int) -> None:
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    producer = Producer(config.client())
+    for i in range(n):
+        producer.produce(topic, b"%d" % i)
+    assert producer.flush(30) == 0
+
+
+def _delete(config: ServiceConfig, topic: str) -> None:
+    admin = AdminClient(config.client())
+    admin.delete_topics([topic])[topic].result()
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def test_a_source_topic_deleted_or_created_again_neither_stops_the_job_nor_gets_the_old_watermark(
+    config: ServiceConfig,
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    kept, recreated, deleted = (f"{name}-{run}" for name in ("kept", "recreated", "deleted"))
+    for topic in (kept, recreated, deleted):
+        _fill(config, topic, 10)
+    source = OutcomeSource(client=config.client(), topics=("o",))
+    marks = Marks(CommitJobSettings(source, checkpoint="unused"), _Store())  # type: ignore[arg-type]
+    kafka = lookups(config.client())
+
+    def committed(spout: str, topic: str) -> int:
+        with kafka.lock:
+            return kafka.committed(f"{spout}.acked", [(topic, 0)])[(topic, 0)]
+
+    def publish(batch: int, rows: list[Any]) -> None:
+        for group, group_marks in marks.apply(rows, batch).items():
+            with kafka.lock:
+                kafka.advance(group, group_marks)
+
+    publish(0, _rows("a", kept, [0, 1]) + _rows("b", recreated, list(range(10))) + _rows("c", deleted, [0, 5]))
+    assert (committed("a", kept), committed("b", recreated), committed("c", deleted)) == (2, 10, 1)
+
+    _delete(config, recreated)
+    _delete(config, deleted)  # its mark waits above offset 1: touched at every batch, and never committable again
+    _fill(config, recreated, 3)  # offsets 0, 1, 2 again: other records
+    publish(1, _rows("a", kept, [2]) + _rows("b", recreated, [1]))
+    assert committed("a", kept) == 3  # the batch went through
+    assert committed("b", recreated) <= 0  # not the old topic's 10: record 0 of the new one is not done
+    assert ("c", deleted, 0) not in marks.marks  # type: ignore[operator]
+    publish(2, _rows("b", recreated, [0]))
+    assert committed("b", recreated) == 2
+    marks.recommit()  # every served mark committed again: none of the old topic's
+    assert committed("b", recreated) == 2
