@@ -59,11 +59,17 @@ class CheckpointFiles:
         self._fs.delete(self.path(name), False)
 
 
-def run_id(spark: SparkSession, checkpoint: str) -> str:
-    """A random id made the first time a job starts on ``checkpoint`` and kept there (``<checkpoint>/run-id``): the
-    same for every restart from that checkpoint, new when the checkpoint is wiped and the job starts afresh at the
-    same path (when Spark's micro-batch ids start again at 0)."""
-    files = CheckpointFiles(spark, checkpoint)
-    if not files.exists("run-id"):
-        files.write("run-id", uuid.uuid4().hex.encode(), replace=False)  # another start made it first: theirs
-    return files.read("run-id").decode().strip()
+RUN_ID = "acker-run-id"
+
+
+def run_id(spark: SparkSession, checkpoint: str, query: str) -> str:
+    """A random id made the first time a job's query starts on ``checkpoint``, kept in the query's own checkpoint
+    directory (``<checkpoint>/<query>/acker-run-id``): the same at every restart from it, new when it is wiped (the
+    whole checkpoint, or the query's alone, Spark's usual remedy) and Spark's micro-batch ids start again at 0.
+    Earlier versions kept it at ``<checkpoint>/run-id``: taken over while the query's checkpoint is still there."""
+    files = CheckpointFiles(spark, f"{checkpoint.rstrip('/')}/{query}")
+    if not files.exists(RUN_ID):
+        earlier = CheckpointFiles(spark, checkpoint)
+        kept = files.exists("metadata") and earlier.exists("run-id")  # the query's checkpoint, from before
+        files.write(RUN_ID, earlier.read("run-id") if kept else uuid.uuid4().hex.encode(), replace=False)
+    return files.read(RUN_ID).decode().strip()

@@ -45,6 +45,7 @@ from spark_jobs.commit_job import OutcomeSource, start_dead_letters
 from spark_jobs.outcomes import NACKS, outcome_rows
 from spark_jobs.stopping import batch_function
 
+QUERY = "replays"  # the query's checkpoint: <checkpoint>/replays
 log = logging.getLogger("spark_jobs.replay")
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
@@ -278,7 +279,7 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         if not publisher:
-            publisher.append(_Publisher(settings, settings.identity(run_id(spark, settings.checkpoint))))
+            publisher.append(_Publisher(settings, settings.identity(run_id(spark, settings.checkpoint, QUERY))))
         client = dict(settings.source.client)
         kafka = lookups(client)
 
@@ -295,7 +296,7 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
         deduplicated.writeStream.queryName("acker-replay")
         .outputMode("append")
         .foreachBatch(batch_function(sink))
-        .option("checkpointLocation", f"{settings.checkpoint}/replays")
+        .option("checkpointLocation", f"{settings.checkpoint}/{QUERY}")
         .trigger(processingTime=trigger)
         .start()
     )

@@ -24,12 +24,12 @@ from acker.kafka.lookups import lookups
 from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
 from acker.wire import decode_outcomes, encode_outcome_rows
-from spark_jobs.checkpoint import run_id
+from spark_jobs.checkpoint import RUN_ID, run_id
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
-from spark_jobs.replay_job import ReplayJobSettings, _Publisher, nacks
+from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session, stop, stop_queries
 from spark_jobs.watermark import PartitionMark
@@ -477,8 +477,8 @@ def test_a_restarted_replay_job_finds_its_progress_and_a_wiped_checkpoint_starts
         OutcomeSource(client, topics=(f"out-{uid}",)), str(tmp_path / "ckpt"), name=f"replay-{uid}",
         progress_topic=f"progress-{uid}", dead_letter_topic=f"dead-{uid}",
     )  # fmt: skip
-    run = run_id(spark, settings.checkpoint)
-    assert run_id(spark, settings.checkpoint) == run
+    run = run_id(spark, settings.checkpoint, QUERY)
+    assert run_id(spark, settings.checkpoint, QUERY) == run
     first = _Publisher(settings, settings.identity(run))
     assert first.last == -1
     for batch in range(3):
@@ -489,9 +489,15 @@ def test_a_restarted_replay_job_finds_its_progress_and_a_wiped_checkpoint_starts
         produce(producer, settings.progress_topic, str(batch).encode(), key=b"another-job")
     assert producer.flush(30) == 0
     assert _Publisher(settings, settings.identity(run)).last == 2  # fences the first one, and finds batch 2
-    shutil.rmtree(tmp_path / "ckpt")
-    again = run_id(spark, settings.checkpoint)
+    shutil.rmtree(tmp_path / "ckpt" / QUERY)  # the query's checkpoint alone
+    again = run_id(spark, settings.checkpoint, QUERY)
     assert again != run and _Publisher(settings, settings.identity(again)).last == -1
+    shutil.rmtree(tmp_path / "ckpt")
+    assert run_id(spark, settings.checkpoint, QUERY) not in (run, again)
+    # A checkpoint of an earlier version (its id beside the query's checkpoint, not in it): its id is taken over.
+    shutil.move(tmp_path / "ckpt" / QUERY / RUN_ID, tmp_path / "ckpt" / "run-id")
+    (tmp_path / "ckpt" / QUERY / "metadata").write_text("{}")
+    assert run_id(spark, settings.checkpoint, QUERY) == (tmp_path / "ckpt" / "run-id").read_text()
 
 
 def test_a_spark_job_for_a_spout_whose_outcome_topic_does_not_exist_says_so_before_spark_starts(
