@@ -197,7 +197,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
         rows = []
         for partition in sorted(set(lags) | set(statuses)):
-            committed, end = lags.get(partition, (None, 0))
+            committed, end = lags.get(partition, (None, None))
             rows.append({"partition": partition, "committed": committed, "end": end, "status": statuses.get(partition)})
         print(json.dumps(rows, indent=2))
         return 0
@@ -206,7 +206,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right")
     for partition in sorted(set(lags) | set(statuses)):
         status = statuses.get(partition, {})
-        committed, end = lags.get(partition, (None, 0))
+        committed, end = lags.get(partition, (None, None))
         rates = status.get("rates", {})
         nacked = sum(rates.get(k, 0) for k in ("nacked_failed", "nacked_timeout", "nacked_overload"))
         stamp = status.get("time")
@@ -219,8 +219,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             str(nacked if status else "-"),
             str(lag if (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet
             str(committed if committed is not None else "-"),
-            str(end),
-            str(end - committed if committed is not None else "-"),
+            str(end if end is not None else "-"),
+            str(end - committed if committed is not None and end is not None else "-"),
         )
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: whole rows, not rich's default 80 columns

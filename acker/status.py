@@ -31,8 +31,8 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         except KafkaException as error:  # e.g. not allowed to read it: the lag can still be shown
             log.warning("cannot read the status topic: %s", kafka_error(error) or error)
             return latest
-        parts = [TopicPartition(config.status_topic, p, 0) for p in found]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in parts}
+        ends = {p: end for p in found if (end := _end(consumer, config.status_topic, p, timeout_s)) is not None}
+        parts = [TopicPartition(config.status_topic, p, 0) for p in ends]
         consumer.assign(parts)
         remaining = {p for p, end in ends.items() if end > 0}
         deadline = time.monotonic() + timeout_s
@@ -51,19 +51,35 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
     return latest
 
 
+def _end(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
+    """The end offset of a partition; None, said once, when Kafka cannot tell (no leader now): the other partitions
+    are still shown."""
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1])
+    except KafkaException as error:
+        log.warning("%s[%d]: no end offset (%s)", topic, partition, kafka_error(error) or error)
+        return None
+
+
 def _status(value: bytes | None) -> dict[str, Any] | None:
-    """A status record's JSON object; None for anything else (a record this version does not understand)."""
+    """A status record's JSON object; None for anything else (a record this version does not understand). Fields
+    of another shape than this version writes are left out."""
     try:
         status = json.loads(value or b"")
     except ValueError:
         return None
     if not isinstance(status, dict) or type(status.get("partition")) is not int:
         return None
+    rates = status.get("rates", {})
+    status["rates"] = (
+        {k: v for k, v in rates.items() if type(v) in (int, float)} if isinstance(rates, dict) else {}
+    )  # summed and shown per kind: numbers only
     return status
 
 
-def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int]]:
-    """Per acker partition: (committed recovery offset or None, end offset)."""
+def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int | None]]:
+    """Per acker partition: (committed recovery offset, end offset), each None when there is none or Kafka cannot
+    tell now."""
     consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
     try:
         parts = [
@@ -72,10 +88,10 @@ def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple
         if not parts:
             return {}
         committed = consumer.committed(parts, timeout=timeout_s)
-        out: dict[int, tuple[int | None, int]] = {}
+        out: dict[int, tuple[int | None, int | None]] = {}
         for tp in committed:
-            end = consumer.get_watermark_offsets(TopicPartition(config.acker_topic, tp.partition), timeout=timeout_s)[1]
-            out[tp.partition] = (tp.offset if tp.offset >= 0 else None, end)
+            end = _end(consumer, config.acker_topic, tp.partition, timeout_s)
+            out[tp.partition] = (tp.offset if tp.offset >= 0 and tp.error is None else None, end)
         return out
     finally:
         consumer.close()
