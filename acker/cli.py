@@ -85,8 +85,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     wrong = [m for m, want in workload.expected.items() if m in got and got[m] != want]
     early = [m for m in wrong if got[m] == "ack"]  # acked although a tuple failed or was lost
 
-    from rich.console import Console
     from rich.table import Table
+
+    from acker.console import table_console
 
     table = Table(title=f"Simulation: {spec.trees} trees, {len(workload.messages)} messages")
     table.add_column("measure")
@@ -107,7 +108,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         table.add_row(name, str(value))
     for key, value in tracker.counters.as_dict().items():
         table.add_row(f"counter {key}", str(value))
-    Console().print(table)
+    table_console().print(table)
     ok = not lost and not wrong and not duplicates
     print("RESULT:", "every record has exactly its right outcome" if ok else "FAILED: see the table above")
     return 0 if ok else 1
@@ -184,9 +185,9 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from acker.console import table_console
     from acker.status import group_lag, read_status
 
     config = _service_config(args)
@@ -222,10 +223,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             str(end if end is not None else "-"),
             str(end - committed if committed is not None and end is not None else "-"),
         )
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: whole rows, not rich's default 80 columns
-        console = Console(width=200)
-    console.print(table)
+    table_console().print(table)
     return 0
 
 

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
-from acker.headers import HeaderList, pairs, text
+from acker.headers import HeaderList, decimal, pairs, text
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
     KafkaClientError,
@@ -89,7 +89,7 @@ class DeadLetter:
             "reason": self.reason,
             "detail": self.header(ACKER_DETAIL),
             "origin": self.origin,
-            "attempts": self.header(ATTEMPT),
+            "attempts": decimal(self.header(ATTEMPT)),  # a number, as in the header (None if it is not one)
             "spout": self.header(SPOUT),
             "key": preview(self.key, 40),
             "value_bytes": len(self.value or b""),
@@ -135,9 +135,14 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     try:
         partitions = partition_count(config.client(), topic)
     except KafkaClientError as error:
-        if wanted is None and error.code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:  # no answer: not a missing topic
+            raise DlqError(
+                f"Kafka did not answer about {topic!r} ({error}): is it running, and reachable at "
+                f"{config.bootstrap_servers}?"
+            ) from None
+        if wanted is None:
             return []
-        raise DlqError(f"no dead-letter topic {topic!r}: {error}") from None
+        raise DlqError(f"no dead-letter topic {topic!r}") from None
     wanted = None if wanted is None else set(wanted)
     consumer = Consumer(
         config.client(

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError
-from rich.console import Console
 from rich.table import Table
 
 import acker.dlq
 from acker.config import ServiceConfig, add_arguments, load
+from acker.console import table_console
 from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, partition_count
@@ -71,7 +71,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(s["key"] or "-"),
             str(s["value_bytes"]),
         )
-    console = Console()
+    console = table_console()
     console.print(table)
     if len(shown) < len(letters):
         console.print(f"{len(letters) - len(shown)} older record(s) not shown (--limit 0 shows all)")

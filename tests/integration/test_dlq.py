@@ -43,8 +43,8 @@ def test_list_shows_each_dead_letter_with_its_reason_origin_and_attempts(
     assert _dlq(letters, "list", "--json") == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["coordinates"], r["reason"], r["origin"], r["attempts"], r["spout"], r["key"]) for r in rows] == [
-        (f"{letters.replay_dlq_topic}/0/0", "FAILED", "src/1/7", "2", "sp", "key-0"),
-        (f"{letters.replay_dlq_topic}/0/1", "TIMEOUT", "src/0/3", "2", "sp", "key-1"),
+        (f"{letters.replay_dlq_topic}/0/0", "FAILED", "src/1/7", 2, "sp", "key-0"),
+        (f"{letters.replay_dlq_topic}/0/1", "TIMEOUT", "src/0/3", 2, "sp", "key-1"),
     ]
     assert _dlq(letters, "list") == 0  # the table
     assert "2 dead letter(s)" in capsys.readouterr().out

@@ -8,8 +8,9 @@ import socket
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
-from acker import cli, logs
+from acker import cli, dlq, logs
 from acker.errors import ConfigError
 from acker.examples import wordcount_cli
 from acker.help_text import prose
@@ -28,6 +29,18 @@ def test_kafka_not_answering_names_the_bootstrap_servers(
     assert capsys.readouterr().err.strip() == (
         "acker: Kafka did not answer in time: is it running, and reachable at kafka.example:9092?"
     )
+
+
+def test_a_dead_letter_command_without_kafka_says_so_not_that_the_topic_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_answer(*_args: Any, **_kwargs: Any) -> int:
+        raise clients.KafkaClientError("reading metadata of t", KafkaError(KafkaError._TRANSPORT, "Broker transport"))
+
+    monkeypatch.setattr(dlq, "partition_count", no_answer)
+    assert cli.main(["dlq", "list", "--bootstrap-servers", "kafka.example:9092"]) == 2
+    error = capsys.readouterr().err
+    assert "is it running, and reachable at kafka.example:9092?" in error and "no dead-letter topic" not in error
 
 
 def test_a_metrics_port_in_use_says_which_and_what_to_do() -> None:
