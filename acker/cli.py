@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 
@@ -227,6 +227,61 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_watermarks(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from acker.console import table_console
+    from acker.watermarks import read_watermarks
+
+    marks = read_watermarks(_service_config(args), args.spout_groups)
+    if args.json:
+        import json
+
+        rows = [{**vars(m), "behind": m.behind} for m in marks]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not marks:
+        print(f"no watermarks committed in {', '.join(args.spout_groups)} (.acked)")
+        return 0
+    table = Table(title="fully-processed watermarks")
+    for column in ("group", "topic", "partition", "watermark", "end", "behind"):
+        table.add_column(column, justify="left" if column in ("group", "topic") else "right")
+    for m in marks:
+        end, behind = ("-", "-") if m.end is None else (str(m.end), str(m.behind))
+        table.add_row(m.group, m.topic, str(m.partition), str(m.watermark), end, behind)
+    table_console().print(table)
+    return 0
+
+
+def _add_monitoring(sub: Any) -> None:
+    """`acker status` and `acker watermarks`."""
+    status = sub.add_parser(
+        "status",
+        help="per partition: owner, pending trees, rates, lag",
+        description="Read the status the instances publish and the group's committed offsets.",
+    )
+    add_arguments(status)
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(run=_cmd_status)
+
+    watermarks = sub.add_parser(
+        "watermarks",
+        help="per source partition: each spout's fully-processed watermark, and how far behind the end it is",
+        description="Read the committed offsets of the spouts' watermark groups (GROUP.acked, written by the Spark "
+        "commit job): the first source record of each partition not known to be fully processed, the partition's "
+        "end offset, and the records between them.",
+    )
+    add_arguments(watermarks)
+    watermarks.add_argument(
+        "spout_groups",
+        nargs="+",
+        metavar="GROUP",
+        help="a spout's consumer group (its watermark group is GROUP.acked; either may be given)",
+    )
+    watermarks.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    watermarks.set_defaults(run=_cmd_watermarks)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="acker", description=prose(__doc__))
     sub = parser.add_subparsers(dest="command", required=True)
@@ -285,14 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--spout", action="append", default=[], help="also create this spout's outcome topic")
     create.set_defaults(run=_cmd_topics_create)
 
-    status = sub.add_parser(
-        "status",
-        help="per partition: owner, pending trees, rates, lag",
-        description="Read the status the instances publish and the group's committed offsets.",
-    )
-    add_arguments(status)
-    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    status.set_defaults(run=_cmd_status)
+    _add_monitoring(sub)
 
     from acker.dlq_cli import add_parser as add_dlq
     from acker.examples.demo import add_parser as add_demo

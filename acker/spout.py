@@ -6,8 +6,9 @@ the record itself, to one output topic) with the anchor header (`acker.headers`)
 acker partition of its anchor. It learns the fate of its trees from its own outcome topic.
 
 Where the fully-processed watermark lives: the committed offsets of the consumer group ``<group>.acked``, a group
-that never has members (nothing subscribes with it). The Spark commit job writes them; standard Kafka tooling
-(``kafka-consumer-groups --describe --group <group>.acked``) then shows the fully-processed lag of the source.
+that never has members (nothing subscribes with it). The Spark commit job writes them; ``acker watermarks <group>``
+(or Kafka's ``kafka-consumer-groups --describe --group <group>.acked``) then shows the fully-processed lag of the
+source.
 The spout never commits its own group's offsets: on every assignment it seeks each partition to its watermark (or
 applies the reset policy where there is none; its replay topic always starts at its first record), so after a
 restart or a rebalance it re-emits every record that was not known to be fully processed: at-least-once, including

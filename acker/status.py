@@ -31,7 +31,7 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         except KafkaException as error:  # e.g. not allowed to read it: the lag can still be shown
             log.warning("cannot read the status topic: %s", kafka_error(error) or error)
             return latest
-        ends = {p: end for p in found if (end := _end(consumer, config.status_topic, p, timeout_s)) is not None}
+        ends = {p: end for p in found if (end := end_offset(consumer, config.status_topic, p, timeout_s)) is not None}
         parts = [TopicPartition(config.status_topic, p, 0) for p in ends]
         consumer.assign(parts)
         remaining = {p for p, end in ends.items() if end > 0}
@@ -51,7 +51,7 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
     return latest
 
 
-def _end(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
+def end_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
     """The end offset of a partition; None, said once, when Kafka cannot tell (no leader now): the other partitions
     are still shown."""
     try:
@@ -90,7 +90,7 @@ def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple
         committed = consumer.committed(parts, timeout=timeout_s)
         out: dict[int, tuple[int | None, int | None]] = {}
         for tp in committed:
-            end = _end(consumer, config.acker_topic, tp.partition, timeout_s)
+            end = end_offset(consumer, config.acker_topic, tp.partition, timeout_s)
             out[tp.partition] = (tp.offset if tp.offset >= 0 and tp.error is None else None, end)
         return out
     finally:

@@ -1,16 +1,20 @@
-"""The commit job's marks against a real broker, without Spark (the mark store, a file system edge, is kept in
-memory): source topics deleted, or deleted and created again, under a running job."""
+"""The watermarks against a real broker, without Spark: the commit job's marks when source topics are deleted, or
+deleted and created again, under a running job (the mark store, a file system edge, is kept in memory); and
+``acker watermarks``, which shows them."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from acker import cli
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.lookups import lookups
@@ -87,3 +91,29 @@ def test_a_source_topic_deleted_or_created_again_neither_stops_the_job_nor_gets_
     assert committed("b", recreated) == 2
     marks.recommit()  # every served mark committed again: none of the old topic's
     assert committed("b", recreated) == 2
+
+
+def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_is(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic, group = f"src-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 2)])
+    producer = Producer(config.client())
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    kafka = lookups(config.client())
+    with kafka.lock:
+        kafka.advance(f"{group}.acked", {(topic, 0): 5, (topic, 1): 2})
+    args = ["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]
+    assert cli.main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["group"], r["topic"], r["partition"], r["watermark"], r["end"], r["behind"]) for r in rows] == [
+        (f"{group}.acked", topic, 0, 5, 5, 0),
+        (f"{group}.acked", topic, 1, 2, 5, 3),
+    ]
+    assert cli.main(["watermarks", f"{group}.acked", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    table = capsys.readouterr().out
+    assert "fully-processed watermarks" in table and topic in table
+    assert cli.main(["watermarks", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    assert "no watermarks committed in nobody" in capsys.readouterr().out
