@@ -30,6 +30,10 @@ _attaching = threading.Lock()
 # What varies between two lines of one kind: the time an attempt took (a broker's address, which tells brokers
 # apart, stays). confluent-kafka logs "%s [%s] %s" with the facility, the client's name and the text.
 _VARYING = re.compile(r"\b\d+ms\b")
+# Warnings of a client that is waiting, and says it will retry, for what a broker that has just started is still
+# loading (its transaction or group coordinator): the producer gets its id a moment later, by itself. At every start
+# they read as errors; they are logged at INFO.
+_TRANSIENT = re.compile(r"(Coordinator load in progress|Not coordinator|Coordinator not available).*: retrying")
 
 
 @dataclass(slots=True)
@@ -42,7 +46,8 @@ class RepeatFilter(logging.Filter):
     """Lets a line through unless one of its kind went through less than ``interval_s`` ago; the next line of the
     kind to go through ends with the number held back meanwhile. A line's kind is its level, its facility and its
     text, durations left out, whichever client logged it: five clients failing to reach one broker are one kind.
-    Lines below ``min_level`` all go through: librdkafka logs debug lines only when its ``debug`` setting asks.
+    Lines below ``min_level`` all go through: librdkafka logs debug lines only when its ``debug`` setting asks. A
+    warning that a client waits for a coordinator still loading, and will retry, is logged at INFO.
 
     Thread-safe: each client's lines come from the thread that polls it."""
 
@@ -67,6 +72,9 @@ class RepeatFilter(logging.Filter):
         return record.levelno, _VARYING.sub("", record.getMessage())
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and _TRANSIENT.search(record.getMessage()):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
         if record.levelno < self.min_level:
             return True
         kind = self._kind(record)

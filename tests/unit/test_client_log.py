@@ -62,6 +62,23 @@ def test_debug_and_info_lines_all_go_through() -> None:
         assert all(kept.filter(_line("same text", level=level)) for _ in range(3))
 
 
+def test_a_client_waiting_for_a_coordinator_still_loading_is_info_not_a_warning() -> None:
+    """At every start of a broker the producers' first id requests meet a coordinator still loading, and retry."""
+    line = "[thrd:main]: Failed to acquire idempotence PID from broker b:1/1: Coordinator load in progress: retrying"
+    logger = logging.getLogger(LOGGER_NAME)
+    kept, level = RepeatFilter(), logger.level
+    try:
+        logger.setLevel(logging.WARNING)
+        waiting = _line(line, level=logging.WARNING)
+        assert not kept.filter(waiting) and waiting.levelno == logging.INFO
+        logger.setLevel(logging.INFO)
+        assert kept.filter(_line(line, level=logging.WARNING))
+        other = _line("Coordinator load in progress: giving up", level=logging.WARNING)
+        assert kept.filter(other) and other.levelno == logging.WARNING
+    finally:
+        logger.setLevel(level)
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
