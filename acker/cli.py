@@ -308,13 +308,26 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = sub.add_parser(
         "simulate",
         help="run the tracker alone on a generated word-count workload with failures and check every outcome",
+        description="Generate Storm's word count as tuple trees (a sentence, then a tuple per word), with tuples "
+        "that fail and acks that are lost at the given rates, shuffle each tree's messages among the others', run "
+        "them through the tracker (no Kafka) and check that every record gets exactly the outcome it must: ack, "
+        "failed, or timeout. Prints a table of outcomes and counters, and the throughput.",
     )
-    simulate.add_argument("--trees", type=int, default=100_000, help="source records (tuple trees)")
-    simulate.add_argument("--fanout", type=int, default=5, help="words per sentence")
-    simulate.add_argument("--fail-rate", type=float, default=0.01, help="probability that a tuple fails")
-    simulate.add_argument("--drop-rate", type=float, default=0.01, help="probability that an ack is lost")
-    simulate.add_argument("--seed", type=int, default=1)
-    simulate.add_argument("--buckets", type=int, default=3)
+    simulate.add_argument("--trees", type=int, default=100_000, help="source records (tuple trees) [default: 100000]")
+    simulate.add_argument("--fanout", type=int, default=5, help="words per sentence [default: 5]")
+    simulate.add_argument(
+        "--fail-rate", type=float, default=0.01, help="probability that a tuple fails [default: 0.01]"
+    )
+    simulate.add_argument(
+        "--drop-rate", type=float, default=0.01, help="probability that an ack is lost [default: 0.01]"
+    )
+    simulate.add_argument("--seed", type=int, default=1, help="seed of the workload [default: 1]")
+    simulate.add_argument(
+        "--buckets",
+        type=int,
+        default=3,
+        help="timeout buckets: a tree pending on the buckets-th tick after it started expires [default: 3]",
+    )
     simulate.set_defaults(run=_cmd_simulate)
 
     run = sub.add_parser(

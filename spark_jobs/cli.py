@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from acker.config import add_arguments, env_settings, flag_setting, load
@@ -56,9 +57,16 @@ def add_parser(sub: Any) -> None:
         job.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval [default: 1]")
         job.add_argument("--starting-offsets", default="earliest", help="of a new checkpoint [default: earliest]")
         if name == "replay":
-            job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [5]")
-            job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [1000]")
+            job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [default: 5]")
+            job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [default: 1000]")
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
+        job.add_argument(
+            "--spark-log",
+            type=Path,
+            metavar="FILE",
+            help="append what Spark's JVM prints (Ivy's report of the connectors, Spark's log lines) to FILE, "
+            "not to the terminal, which then shows the job's own lines only",
+        )
         job.set_defaults(run=_run)
 
 
@@ -80,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
 
     spark = None
     try:
-        spark = spark_session(f"acker-{args.spark_job}", args.master)
+        spark = spark_session(f"acker-{args.spark_job}", args.master, jvm_output=args.spark_log)
         if args.spark_job == "commit":
             groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
             spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads

@@ -110,6 +110,9 @@ def spark_session(app: str, master: str = "local[2]", jvm_output: Path | None = 
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")
+    # "Current batch is falling behind", at every micro-batch longer than the trigger (the first ones of a job, any
+    # on a busy host): the jobs log each micro-batch's work themselves.
+    set_log_level(session, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
     return session
 
 

@@ -246,12 +246,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                      "--seed", str(i)))  # fmt: skip
         ids = produce(config, _topics(args).sentences, _lines(args))
         poll = follow_outcomes(config, SPOUT)
-        deadline = time.monotonic() + args.max_wait_s
+        deadline, shown = time.monotonic() + args.max_wait_s, -1
         while time.monotonic() < deadline:
             seen = poll(1.0)
             stages.watch()
             done = sum(1 for m in ids if m in seen)
-            print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
+            if done != shown:  # a line when it moves, not one a second while timeouts run out
+                print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
+                shown = done
             if done == len(ids):
                 break
         first = Counter(seen[m][0] for m in ids if m in seen)
@@ -276,42 +278,57 @@ def add_parser(sub: Any) -> None:
     )
     stages = wordcount.add_subparsers(dest="stage", required=True)
 
-    def stage(name: str, help_text: str, run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    def stage(
+        name: str, help_text: str, run: Callable[[argparse.Namespace], int], *, seed: str = ""
+    ) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = stages.add_parser(name, help=help_text)
         add_arguments(parser)
         parser.add_argument("--prefix", default="wc", help="topic prefix of the pipeline [default: wc]")
-        parser.add_argument("--seed", type=int, default=0, help="seed of generated sentences and injected failures [0]")
+        if seed:
+            parser.add_argument("--seed", type=int, default=0, help=f"seed of {seed} [default: 0]")
         parser.set_defaults(run=run)
         return parser
 
     topics = stage("topics", "create the pipeline's and the acker's topics", cmd_topics)
-    topics.add_argument("--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [4]")
-    produce_parser = stage("produce", "write sentences to the source topic", cmd_produce)
+    topics.add_argument(
+        "--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [default: 4]"
+    )
+    produce_parser = stage("produce", "write sentences to the source topic", cmd_produce, seed="generated sentences")
     for parser in (produce_parser,):
-        parser.add_argument("--sentences", type=int, default=1000, help="sentences to generate [1000]")
+        parser.add_argument("--sentences", type=int, default=1000, help="sentences to generate [default: 1000]")
         parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     for name, help_text, run_stage in (("spout", "run the spout", cmd_spout), ("split", "run a split bolt", cmd_split),
                                        ("count", "run a count bolt", cmd_count)):  # fmt: skip
-        stage(name, help_text, run_stage).add_argument(
+        stage(name, help_text, run_stage, seed="" if name == "spout" else "injected failures").add_argument(
             "--log-level", default="INFO", help="logging level [default: INFO]"
         )
     spout = stages.choices["spout"]
-    spout.add_argument("--max-pending", type=int, default=10_000, help="unfinished trees at most [10000]")
+    spout.add_argument("--max-pending", type=int, default=10_000, help="unfinished trees at most [default: 10000]")
     spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
     split = stages.choices["split"]
-    split.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences to fail [0]")
+    split.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences to fail [default: 0]")
     split.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
     count = stages.choices["count"]
-    count.add_argument("--drop-rate", type=float, default=0.0, help="share of words to drop silently [0]")
+    count.add_argument("--drop-rate", type=float, default=0.0, help="share of words to drop silently [default: 0]")
     count.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
-    run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run)
-    run.add_argument("--sentences", type=int, default=1000, help="sentences to generate [1000]")
+    run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run, seed="generated sentences")
+    run.add_argument("--sentences", type=int, default=1000, help="sentences to generate [default: 1000]")
     run.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
-    run.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences the split bolt fails")
-    run.add_argument("--drop-rate", type=float, default=0.0, help="share of words the count bolt drops silently")
-    run.add_argument("--crash-split-after", type=int, default=None, help="crash one split process after N messages")
-    run.add_argument("--split-processes", type=int, default=2, help="split bolt processes [2]")
-    run.add_argument("--count-processes", type=int, default=2, help="count bolt processes [2]")
+    run.add_argument(
+        "--fail-rate", type=float, default=0.0, help="share of sentences the split bolt fails [default: 0]"
+    )
+    run.add_argument(
+        "--drop-rate", type=float, default=0.0, help="share of words the count bolt drops silently [default: 0]"
+    )
+    run.add_argument(
+        "--crash-split-after", type=int, default=None, help="crash one split process after N messages [default: never]"
+    )
+    run.add_argument("--split-processes", type=int, default=2, help="split bolt processes [default: 2]")
+    run.add_argument("--count-processes", type=int, default=2, help="count bolt processes [default: 2]")
     run.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
-    run.add_argument("--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [4]")
-    run.add_argument("--max-wait-s", type=float, default=120.0, help="give up waiting for outcomes after this [120]")
+    run.add_argument(
+        "--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [default: 4]"
+    )
+    run.add_argument(
+        "--max-wait-s", type=float, default=120.0, help="give up waiting for outcomes after this [default: 120]"
+    )
