@@ -66,10 +66,16 @@ def run_id(spark: SparkSession, checkpoint: str, query: str) -> str:
     """A random id made the first time a job's query starts on ``checkpoint``, kept in the query's own checkpoint
     directory (``<checkpoint>/<query>/acker-run-id``): the same at every restart from it, new when it is wiped (the
     whole checkpoint, or the query's alone, Spark's usual remedy) and Spark's micro-batch ids start again at 0.
-    Earlier versions kept it at ``<checkpoint>/run-id``: taken over while the query's checkpoint is still there."""
-    files = CheckpointFiles(spark, f"{checkpoint.rstrip('/')}/{query}")
+    Earlier versions kept it at ``<checkpoint>/run-id``: taken over (and removed there) when the query's checkpoint
+    has batches of that run (``commits/``), and not otherwise: Spark writes a new query's ``metadata`` before its
+    first batch, so that file alone says nothing."""
+    root = checkpoint.rstrip("/")
+    files = CheckpointFiles(spark, f"{root}/{query}")
     if not files.exists(RUN_ID):
-        earlier = CheckpointFiles(spark, checkpoint)
-        kept = files.exists("metadata") and earlier.exists("run-id")  # the query's checkpoint, from before
-        files.write(RUN_ID, earlier.read("run-id") if kept else uuid.uuid4().hex.encode(), replace=False)
+        earlier = CheckpointFiles(spark, root)
+        ran = any(not name.startswith(".") for name in CheckpointFiles(spark, f"{root}/{query}/commits").names())
+        taken = earlier.read("run-id") if ran and earlier.exists("run-id") else uuid.uuid4().hex.encode()
+        files.write(RUN_ID, taken, replace=False)
+        if earlier.exists("run-id"):  # taken over, or of a query checkpoint wiped since: never to be taken again
+            earlier.delete("run-id")
     return files.read(RUN_ID).decode().strip()

@@ -494,16 +494,27 @@ def test_a_restarted_replay_job_finds_its_progress_and_a_wiped_checkpoint_starts
     assert again != run and _Publisher(settings, settings.identity(again)).last == -1
     shutil.rmtree(tmp_path / "ckpt")
     assert run_id(spark, settings.checkpoint, QUERY) not in (run, again)
-    # A checkpoint of an earlier version (its id beside the query's checkpoint, not in it): its id is taken over.
-    shutil.move(tmp_path / "ckpt" / QUERY / RUN_ID, tmp_path / "ckpt" / "run-id")
+    # A checkpoint of an earlier version (its id beside the query's checkpoint, not in it): its id is taken over
+    # where the query ran batches, once.
+    earlier = tmp_path / "ckpt" / "run-id"
+    shutil.move(tmp_path / "ckpt" / QUERY / RUN_ID, earlier)
+    old = earlier.read_text()
+    (tmp_path / "ckpt" / QUERY / "commits").mkdir()
+    (tmp_path / "ckpt" / QUERY / "commits" / "7").write_text("v1")
+    assert run_id(spark, settings.checkpoint, QUERY) == old and not earlier.exists()
+    shutil.rmtree(tmp_path / "ckpt" / QUERY)  # wiped after the migration: a new id, not the earlier one again
+    assert run_id(spark, settings.checkpoint, QUERY) != old
+    earlier.write_text(old)  # an earlier version's id, where Spark has only started the query (no batch yet)
+    shutil.rmtree(tmp_path / "ckpt" / QUERY)
+    (tmp_path / "ckpt" / QUERY).mkdir()
     (tmp_path / "ckpt" / QUERY / "metadata").write_text("{}")
-    assert run_id(spark, settings.checkpoint, QUERY) == (tmp_path / "ckpt" / "run-id").read_text()
+    assert run_id(spark, settings.checkpoint, QUERY) != old and not earlier.exists()
 
 
 def test_a_spark_job_for_a_spout_whose_outcome_topic_does_not_exist_says_so_before_spark_starts(
     bootstrap: str, names: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_: pytest.fail("Spark started"))
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: pytest.fail("Spark started"))
     argv = ["spark", "replay", "--spout", "nosuch", "--bootstrap-servers", bootstrap, "--checkpoint", names["ckpt"],
             "--outcome-prefix", names["outcomes"]]  # fmt: skip
     assert main(argv) == 2

@@ -55,7 +55,7 @@ def test_a_metrics_port_in_use_says_which_and_what_to_do() -> None:
 def test_a_spark_job_without_spouts_or_a_pattern_says_so_before_spark_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_: pytest.fail("Spark started"))
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: pytest.fail("Spark started"))
     assert cli.main(["spark", "commit", "--checkpoint", "/nowhere"]) == 2
     assert "--spout" in capsys.readouterr().err
 

@@ -205,7 +205,7 @@ def test_the_spark_command_takes_javas_own_settings_from_the_environment_and_fla
         started.append(settings)
         raise StartedError
 
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_: object())
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
     monkeypatch.setattr("spark_jobs.session.stop", lambda *_: None)
     monkeypatch.setattr("spark_jobs.commit_job.start", start)
     monkeypatch.setenv("ACKER_JAVA_KAFKA_SASL_JAAS_CONFIG", "com.sun.security.auth.module.Krb5LoginModule required;")

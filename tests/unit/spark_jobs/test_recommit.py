@@ -18,11 +18,14 @@ from spark_jobs.watermark import PartitionMark
 class _Store:
     def __init__(self, marks: dict[tuple[str, str, int], PartitionMark]) -> None:
         self.marks = marks
+        self.topic_ids: dict[str, str] = {}
 
     def load(self) -> dict[tuple[str, str, int], PartitionMark]:
         return self.marks
 
-    def save(self, _batch_id: int, marks: dict[tuple[str, str, int], PartitionMark]) -> None:
+    def save(
+        self, _batch_id: int, marks: dict[tuple[str, str, int], PartitionMark], topic_ids: dict[str, str] | None = None
+    ) -> None:
         self.marks = marks
 
 
@@ -37,6 +40,9 @@ class _Kafka:
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return {}  # nothing committed: the groups were deleted
+
+    def topic_ids(self, topics: list[str]) -> dict[str, str | None]:
+        return dict.fromkeys(topics, "id")  # every topic there, as it was
 
     def next_existing(self, _topic: str, _partition: int, offset: int) -> int:
         return offset  # every offset holds a record
@@ -78,6 +84,25 @@ def test_a_batch_rechecks_only_the_marks_of_spouts_served(monkeypatch: pytest.Mo
     store = _Store({("a", "in", 0): PartitionMark(5, [(7, 9)]), ("retired", "in2", 0): PartitionMark(3, [(5, 6)])})
     marks = Marks(CommitJobSettings(source, "unused", spouts=frozenset({"a"})), store)  # type: ignore[arg-type]
     assert marks.apply([], batch_id=1) == {"a.acked": {("in", 0): 5}}
+
+
+def test_a_batch_whose_topics_kafka_cannot_look_at_now_is_kept_and_commits_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka not answering for a moment must not stop the job; nor may a mark be committed to a topic that might have
+    been created again meanwhile: the batch's marks are saved, and a later batch commits them."""
+
+    class _Silent(_Kafka):
+        def topic_ids(self, topics: list[str]) -> dict[str, str | None]:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Silent())
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    store = _Store({("a", "in", 0): PartitionMark(5)})
+    marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
+    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "starts": [5], "ends": [7]})
+    assert marks.apply([row], batch_id=1) == {}
+    assert store.marks[("a", "in", 0)].mark == 7
 
 
 class _Ends(_Kafka):
