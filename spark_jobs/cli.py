@@ -56,6 +56,14 @@ def add_parser(sub: Any) -> None:
         job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
         job.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval [default: 1]")
         job.add_argument("--starting-offsets", default="earliest", help="of a new checkpoint [default: earliest]")
+        default_records = 100_000 if name == "commit" else 1_000
+        job.add_argument(
+            "--max-records",
+            type=int,
+            default=default_records,
+            help="outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger): a backlog is read in "
+            f"micro-batches of this size [default: {default_records}]",
+        )
         if name == "replay":
             job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [default: 5]")
             job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [default: 1000]")
@@ -93,7 +101,12 @@ def _run(args: argparse.Namespace) -> int:
             groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
             spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
             settings = commit_job.CommitJobSettings(
-                source, args.checkpoint, trigger_s=args.trigger_s, groups=groups, spouts=spouts
+                source,
+                args.checkpoint,
+                trigger_s=args.trigger_s,
+                groups=groups,
+                spouts=spouts,
+                max_records=args.max_records,
             )
             queries = commit_job.start(spark, settings)
         else:
@@ -105,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
                 backoff=Backoff(first_ms=args.backoff_ms),
                 replay_prefix=config.replay_prefix,
                 dead_letter_topic=config.replay_dlq_topic,
+                max_records=args.max_records,
             )
             queries = replay_job.start(spark, replay)
         stopping = threading.Event()

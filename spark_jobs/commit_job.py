@@ -44,14 +44,12 @@ log = logging.getLogger("spark_jobs.commit")
 #   records; outcomes of an aborted transaction must not count (Spark reads uncommitted records by default).
 # - fetch.max.wait.ms: a task's consumer is cached and pipelines its next fetch, which waits at the end of the log
 #   for up to 500 ms by default; the next micro-batch's task, which seeks elsewhere, waits for that fetch first.
-# - maxOffsetsPerTrigger: outcome records per micro-batch, at most. Without it a backlog (a job started on a new
-#   checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark runs again, whole, at every
-#   restart; far above what the services write in a second, so that a stream is never held back by it.
-SPARK_KAFKA_DEFAULTS = {
-    "kafka.isolation.level": "read_committed",
-    "kafka.fetch.max.wait.ms": "20",
-    "maxOffsetsPerTrigger": "100000",
-}
+SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.max.wait.ms": "20"}
+# Outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger; each job sets its own). Without a limit a
+# backlog (a job started on a new checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark
+# runs again, whole, at every restart. The commit job's driver gets a few runs per record: its limit is far above
+# what the services write in a second, so that a stream is never held back by it.
+COMMIT_MAX_RECORDS = 100_000
 
 
 @dataclass(frozen=True)
@@ -95,11 +93,13 @@ class OutcomeSource:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
         return dict(self._kafka_options)
 
-    def read(self, spark: SparkSession, exclude: Iterable[str] = ()) -> DataFrame:
+    def read(self, spark: SparkSession, exclude: Iterable[str] = (), max_records: int | None = None) -> DataFrame:
         """The outcome records, without those of the topics in ``exclude``: a job's own dead-letter topic, which a
         pattern may match (``acker\\.outcomes\\..*`` matches ``acker.outcomes.dlq``). Read back, every malformed
-        record there would be dead-lettered again, copies of copies, for ever."""
-        options = {**self.kafka_options(), **self.spark_options}
+        record there would be dead-lettered again, copies of copies, for ever. ``max_records``: per micro-batch, at
+        most (unless ``spark_options`` say otherwise)."""
+        limit = {"maxOffsetsPerTrigger": str(max_records)} if max_records else {}
+        options = {**self.kafka_options(), **limit, **self.spark_options}
         reader = spark.readStream.format("kafka").options(**options)
         reader = (
             reader.option("subscribe", ",".join(self.topics))
@@ -129,6 +129,7 @@ class CommitJobSettings:
     # The spouts the job serves (None: every spout whose outcomes it reads, as with a pattern). Only their marks are
     # committed again: a spout left out stays out, and its watermark group, once deleted, is not recreated.
     spouts: frozenset[str] | None = None
+    max_records: int = COMMIT_MAX_RECORDS  # outcome records per micro-batch, at most
 
     def watermark_group(self, spout: str) -> str:
         return f"{self.groups.get(spout, spout)}.acked"
@@ -208,8 +209,14 @@ class Marks:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).extend(
                 zip(row.starts, row.ends, strict=True)
             )
-        gone = self._check_topics(done.keys() | marks.keys())
-        for key in [key for key in done if key[1] in gone]:  # outcomes of a deleted topic: nothing left to mark
+        try:
+            gone: set[str] | None = self._check_topics(done.keys() | marks.keys())
+        except KafkaException as error:  # Kafka not answering now: the batch is kept, and committed by a later one
+            log.warning(
+                "batch %d: the source topics could not be looked at (%s): nothing committed now", batch_id, error
+            )
+            gone = None
+        for key in [key for key in done if gone and key[1] in gone]:  # outcomes of a deleted topic: nothing to mark
             del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}
         for (spout, topic, partition), runs in done.items():
@@ -227,14 +234,16 @@ class Marks:
             key for key, mark in marks.items() if mark.runs and not mark.waiting(now_s) and self.settings.serves(key[0])
         }
         keys = done.keys() | unsure
-        self._skip_to_committed(keys)
+        if gone is not None:
+            self._skip_to_committed(keys)
         for spout, topic, partition in keys:
             mark = marks[(spout, topic, partition)]
             group = self.settings.watermark_group(spout)
             touched.setdefault(group, {})[(topic, partition)] = mark.advance(self._lookup(topic, partition), now_s)
         if touched or gone:
             self._store.save(batch_id, marks, self._topic_ids)
-        return touched
+        # Unchecked topics are not committed to: one might have been created again, and have a mark of the old one.
+        return touched if gone is not None else {}
 
     def _check_topics(self, keys: Iterable[Key]) -> set[str]:
         """Drop the marks of source topics that no longer exist, and of those deleted and created again since their
@@ -377,7 +386,9 @@ def commit_group(
         if error.members:
             raise
         log.warning("%s", error)
-        return {}
+    except KafkaException as error:  # no answer about the group's offsets now
+        log.warning("could not commit the watermarks of group %r now: %s", group, error)
+    return {}
 
 
 def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, int], None]:
@@ -385,7 +396,7 @@ def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, i
     kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        for group, group_marks in marks.apply(batch.toLocalIterator(), batch_id).items():
+        for group, group_marks in marks.apply(batch.collect(), batch_id).items():
             committed = commit_group(kafka, group, group_marks)
             if committed:
                 log.info("batch %d: %s advanced to %s", batch_id, group, committed)
@@ -395,7 +406,7 @@ def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, i
 
 def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the watermarks, and the dead letters of malformed outcome records."""
-    raw = settings.source.read(spark, exclude=(settings.dlq_topic,))
+    raw = settings.source.read(spark, exclude=(settings.dlq_topic,), max_records=settings.max_records)
     marks = Marks(settings, MarkStore(spark, settings.checkpoint))
     main = (
         done_offsets(raw)

@@ -71,6 +71,9 @@ class ReplayJobSettings:
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
     dead_letter_trigger_s: float = 10.0
     dedupe_window: str = "1 hour"
+    # Outcome records per micro-batch, at most: a batch's nacks are replayed in one transaction, which must end within
+    # transaction.timeout.ms (a burst of nacks after an outage would otherwise be one batch, failing at every run).
+    max_records: int = 1_000
 
     def identity(self, run_id: str) -> str:
         """The job's transactional id and the key of its progress records: its name and the id of its checkpoint
@@ -264,7 +267,7 @@ def close_publishers() -> None:
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the replays, and the dead letters of malformed outcome records."""
-    raw = settings.source.read(spark, exclude=(settings.dlq_topic,))
+    raw = settings.source.read(spark, exclude=(settings.dlq_topic,), max_records=settings.max_records)
     trigger = f"{settings.trigger_s} seconds"
     # Deduplicated within a window of processing time, not of the outcome records' timestamps: those come from the
     # clocks of the acker and spout hosts, and a nack stamped far behind the others must still be replayed.
