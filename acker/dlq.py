@@ -135,11 +135,13 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     try:
         partitions = partition_count(config.client(), topic)
     except KafkaClientError as error:
-        if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:  # no answer: not a missing topic
+        if error.code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
             raise DlqError(
                 f"Kafka did not answer about {topic!r} ({error}): is it running, and reachable at "
                 f"{config.bootstrap_servers}?"
             ) from None
+        if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:  # e.g. not allowed to read it
+            raise DlqError(f"cannot read {topic!r}: {error}") from None
         if wanted is None:
             return []
         raise DlqError(f"no dead-letter topic {topic!r}") from None

@@ -289,7 +289,9 @@ class Spout:
             log.warning("the emit function raised on %s (%r): %s", msg_id, error, "failing it" if tree else "done")
         finally:
             emitter.closed = True
-        if tree is None or emitter.emitted == 0:
+        # A root whose produce raised (a value that is not bytes) counts: its edge is in the tree, and its fail was
+        # sent, which only the init makes a decision of (without it, an entry that expires without one).
+        if tree is None or tree.empty:
             if not raised:
                 self.counters["done_at_once"] += 1
             self._direct.append(("FAILED" if raised and tree else "ACK", tree.anchor if tree else 0, msg_id, 0))

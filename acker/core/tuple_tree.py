@@ -86,6 +86,11 @@ class SpoutTree:
         self._value ^= edge
         return trusted_ids(((self.anchor, edge),))
 
+    @property
+    def empty(self) -> bool:
+        """Whether no root tuple was emitted (or their edges cancel, with probability 2⁻⁶⁴): no tree to start."""
+        return self._value == 0
+
     def init(self) -> Init:
         """The init message: the XOR of every root tuple's edge emitted so far (call it after emitting).
 

@@ -33,7 +33,7 @@ _VARYING = re.compile(r"\b\d+ms\b")
 # Warnings of a client that is waiting, and says it will retry, for what a broker that has just started is still
 # loading (its transaction or group coordinator): the producer gets its id a moment later, by itself. At every start
 # they read as errors; they are logged at INFO.
-_TRANSIENT = re.compile(r"(Coordinator load in progress|Not coordinator|Coordinator not available).*: retrying")
+_TRANSIENT = re.compile(r"Coordinator load in progress: retrying")
 
 
 @dataclass(slots=True)
@@ -74,9 +74,14 @@ class RepeatFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.WARNING and _TRANSIENT.search(record.getMessage()):
             record.levelno, record.levelname = logging.INFO, "INFO"
-            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+            if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+                return False
+            return self._pass(record)  # held back as its kind of warning would be
         if record.levelno < self.min_level:
             return True
+        return self._pass(record)
+
+    def _pass(self, record: logging.LogRecord) -> bool:
         kind = self._kind(record)
         now = self._clock()
         with self._lock:

@@ -68,6 +68,7 @@ class KafkaLookups:
         self._admin: AdminClient | None = AdminClient(without_consumer_settings(self._client))
         self.lock = threading.Lock()
         self._gone: set[tuple[str, int]] = set()  # partitions found gone, said once
+        self._silent: set[tuple[str, int]] = set()  # partitions Kafka did not answer about at the last question
 
     def close(self) -> None:
         """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
@@ -88,7 +89,7 @@ class KafkaLookups:
         try:
             ends = self._ends(topic, partition)
         except KafkaException as error:  # no leader now (an election, a broker restarting), a timeout: asked again
-            log.info("%s[%d]: no answer for its offsets now (%s)", topic, partition, error)
+            self._unanswered(topic, partition, f"its offsets ({error})")
             return None
         if ends is None:  # the topic or partition is gone: its watermark has nowhere to go
             self._say_gone(topic, partition, f"its watermark stays below offset {offset}")
@@ -101,14 +102,23 @@ class KafkaLookups:
         try:
             found = self._read(topic, partition, offset, offset)
         except KafkaException as error:
-            log.info("%s[%d]: no answer at offset %d now (%s)", topic, partition, offset, error)
+            self._unanswered(topic, partition, f"offset {offset} ({error})")
             return None
         if found is None:
             return None
+        self._silent.discard((topic, partition))
         records, end = found
         if records:
             return int(records[0].offset() or 0)
         return end if end > offset else None
+
+    def _unanswered(self, topic: str, partition: int, what: str) -> None:
+        """Said as a warning the first time in a row (a lasting refusal, e.g. not authorized, freezes a watermark),
+        then at INFO."""
+        first = (topic, partition) not in self._silent
+        self._silent.add((topic, partition))
+        log.log(logging.WARNING if first else logging.INFO, "%s[%d]: no answer about %s; asked again later",
+                topic, partition, what)  # fmt: skip
 
     def _say_gone(self, topic: str, partition: int, consequence: str) -> None:
         if (topic, partition) not in self._gone:

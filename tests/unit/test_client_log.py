@@ -73,6 +73,7 @@ def test_a_client_waiting_for_a_coordinator_still_loading_is_info_not_a_warning(
         assert not kept.filter(waiting) and waiting.levelno == logging.INFO
         logger.setLevel(logging.INFO)
         assert kept.filter(_line(line, level=logging.WARNING))
+        assert not kept.filter(_line(line, level=logging.WARNING))  # held back as any line of a kind
         other = _line("Coordinator load in progress: giving up", level=logging.WARNING)
         assert kept.filter(other) and other.levelno == logging.WARNING
     finally:

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from acker.bolt import BasicCollector, Bolt, BoltInput, Collector
+from acker.columnar.block import Kind
 from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import SpoutTree
 from acker.errors import ProtocolError
@@ -65,3 +66,21 @@ def test_a_basic_collector_kept_after_its_function_returned_refuses_to_emit(prod
     assert bolt.counters["emitted"] == 1 and bolt.counters["acked"] == 1 and bolt._processed == {("split", 0): 5}
     with pytest.raises(ProtocolError):
         kept[0].emit("words", b"b")
+
+
+def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided(producer: Producer) -> None:
+    """The edge of a root the producer refused (a value that is not bytes) is in the tree, and its fail is sent:
+    with the init too, the acker nacks the tree ``FAILED``; without it, the fail would wait for an init that never
+    comes, and expire as one whose init was lost."""
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        emitter.emit("out", 42)  # type: ignore[arg-type]
+
+    spout: Any = Spout.__new__(Spout)
+    spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
+    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
+    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
+    spout._start(Message(topic="src", partition=0, offset=8, value=b"x"), time.monotonic())
+    batch = spout.acker._batches[0]
+    assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
+    assert spout._direct == [] and list(spout.pending) == ["src/0/8"] and spout.counters["emit_errors"] == 1
