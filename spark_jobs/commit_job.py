@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -47,8 +48,10 @@ log = logging.getLogger("spark_jobs.commit")
 SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.max.wait.ms": "20"}
 # Outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger; each job sets its own). Without a limit a
 # backlog (a job started on a new checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark
-# runs again, whole, at every restart. The commit job's driver gets a few runs per record: its limit is far above
-# what the services write in a second, so that a stream is never held back by it.
+# runs again, whole, at every restart. The commit job's is far above what the services write in a second, so that a
+# stream is never held back by it; its driver holds about 40 bytes per done offset of a micro-batch (the offsets of
+# 100,000 records of a few hundred outcomes each, as a stream writes them, fit; of full records, 16,384 each, a few
+# hundred records do).
 COMMIT_MAX_RECORDS = 100_000
 
 
@@ -140,11 +143,10 @@ class CommitJobSettings:
 
 def done_offsets(raw: DataFrame) -> DataFrame:
     """Per outcome record and source partition, the source offsets that need nothing more (``ACK``, or resolved by
-    the replay job), as runs: ``spout, topic, partition, starts, ends`` (arrays: the runs ``[start, end)`` of the
-    sorted distinct offsets). One row per record and partition rather than per outcome, and runs rather than
-    offsets (a record's offsets of one partition are mostly consecutive): the driver collects a few small arrays
-    per micro-batch, not an integer per ack, however many acks a batch holds (a backlog of full records, 16,384
-    outcomes each)."""
+    the replay job): ``spout, topic, partition, offsets`` (an array). One row per record and partition rather than
+    per outcome: the driver then gets a few arrays per micro-batch instead of a row per ack. (Not runs of
+    consecutive offsets: the trees of one source partition are spread over the acker partitions by their random
+    anchors, so that one outcome record's offsets of a source partition are seldom consecutive.)"""
     o = F.col("o")
     done = F.filter(
         F.transform(
@@ -167,18 +169,10 @@ def done_offsets(raw: DataFrame) -> DataFrame:
     )
     source = F.element_at("sources", F.col("s") + 1)
     topic, partition = source_partition(source)
-    offsets = F.array_sort(
-        F.array_distinct(F.transform(F.filter("done", lambda x: x["source"] == F.col("s")), lambda x: x["offset"]))
-    )
-    by_partition = exploded.where(source.rlike(COORDINATES) & partition.isNotNull()).select(
+    offsets = F.transform(F.filter("done", lambda x: x["source"] == F.col("s")), lambda x: x["offset"])
+    return exploded.where(source.rlike(COORDINATES) & partition.isNotNull()).select(
         "spout", topic.alias("topic"), partition.alias("partition"), offsets.alias("offsets")
     )
-    o, size = F.col("offsets"), F.size("offsets")
-    # A run starts at an offset whose predecessor is not done, and ends after one whose successor is not
-    # (element_at counts from 1: the predecessor of the offset at index i is at i, its successor at i + 2).
-    starts = F.filter(o, lambda x, i: (i == 0) | (F.element_at(o, i) != x - 1))
-    ends = F.transform(F.filter(o, lambda x, i: (i == size - 1) | (F.element_at(o, i + 2) != x + 1)), lambda x: x + 1)
-    return by_partition.select("spout", "topic", "partition", starts.alias("starts"), ends.alias("ends"))
 
 
 class Marks:
@@ -196,7 +190,7 @@ class Marks:
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
-        by watermark group. ``rows`` have ``spout, topic, partition, starts, ends`` (`done_offsets`)."""
+        by watermark group. ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
         with self._lock:
             return self._apply(rows, batch_id)
 
@@ -204,11 +198,9 @@ class Marks:
         marks = self._load()
         kafka = self._kafka
         now_s = time.time()
-        done: dict[Key, list[tuple[int, int]]] = {}
+        done: dict[Key, list[np.ndarray]] = {}
         for row in rows:
-            done.setdefault((row.spout, row.topic, int(row.partition)), []).extend(
-                zip(row.starts, row.ends, strict=True)
-            )
+            done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
         try:
             gone: set[str] | None = self._check_topics(done.keys() | marks.keys())
         except KafkaException as error:  # Kafka not answering now: the batch is kept, and committed by a later one
@@ -219,14 +211,14 @@ class Marks:
         for key in [key for key in done if gone and key[1] in gone]:  # outcomes of a deleted topic: nothing to mark
             del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}
-        for (spout, topic, partition), runs in done.items():
+        for (spout, topic, partition), arrays in done.items():
             mark = marks.get((spout, topic, partition))
             if mark is None:
                 with kafka.lock:
                     mark = marks[(spout, topic, partition)] = PartitionMark(
                         kafka.start_mark(self.settings.watermark_group(spout), topic, partition)
                     )
-            mark.add_runs(runs)
+            mark.add(np.concatenate(arrays))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
         # found long enough ago that it may have been deleted since (asked again now).
         # Of the spouts served only: a retired spout's mark must not recreate its deleted group either.

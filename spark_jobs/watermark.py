@@ -50,12 +50,6 @@ class PartitionMark:
         ends = (fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1).tolist()
         self.runs = _merge(self.runs, list(zip(starts, ends, strict=True)))
 
-    def add_runs(self, runs: Iterable[tuple[int, int]]) -> None:
-        """Record done offsets given as half-open runs ``[start, end)`` (any order, overlapping allowed)."""
-        fresh = [(max(start, self.mark), end) for start, end in runs if end > self.mark and end > start]
-        if fresh:
-            self.runs = _merge(self.runs, fresh)
-
     def advance(self, next_existing: Callable[[int], int | None], now_s: float = 0.0, *, to_end: bool = False) -> int:
         """Move the mark as far as the done runs and the existing records allow; return it.
 

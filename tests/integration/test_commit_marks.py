@@ -38,7 +38,7 @@ class _Store:
 
 
 def _rows(spout: str, topic: str, offsets: list[int]) -> list[Any]:
-    return [SimpleNamespace(spout=spout, topic=topic, partition=0, starts=offsets, ends=[o + 1 for o in offsets])]
+    return [SimpleNamespace(spout=spout, topic=topic, partition=0, offsets=offsets)]
 
 
 def _fill(config: ServiceConfig, topic: str, n: int) -> None:

@@ -100,7 +100,7 @@ def test_a_batch_whose_topics_kafka_cannot_look_at_now_is_kept_and_commits_nothi
     source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
     store = _Store({("a", "in", 0): PartitionMark(5)})
     marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
-    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "starts": [5], "ends": [7]})
+    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "offsets": [6, 5]})
     assert marks.apply([row], batch_id=1) == {}
     assert store.marks[("a", "in", 0)].mark == 7
 

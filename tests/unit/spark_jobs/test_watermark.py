@@ -162,23 +162,3 @@ def test_a_transactional_partition_done_to_its_last_record_reaches_its_end_on_re
     mark.add([12])  # a record at 11 not done yet, 12 done: a record waits at the mark
     assert mark.advance(_kafka_partition({11, 12}, 13, calls), to_end=True) == 11  # type: ignore[arg-type]
     assert mark.verified == 11
-
-
-@given(
-    st.integers(0, 20),
-    st.lists(st.lists(st.integers(0, 60), max_size=12), max_size=6),
-)
-def test_done_runs_record_what_their_offsets_would(start: int, batches: list[list[int]]) -> None:
-    """`add_runs` (the runs of each record's sorted offsets, as the job collects them) = `add` of the offsets."""
-    by_offsets, by_runs = PartitionMark(start), PartitionMark(start)
-    for offsets in batches:
-        by_offsets.add(offsets)
-        ordered = sorted(set(offsets))
-        runs: list[tuple[int, int]] = []
-        for offset in ordered:
-            if runs and runs[-1][1] == offset:
-                runs[-1] = (runs[-1][0], offset + 1)
-            else:
-                runs.append((offset, offset + 1))
-        by_runs.add_runs(reversed(runs))  # in any order
-    assert by_runs == by_offsets
