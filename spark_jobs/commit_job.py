@@ -49,9 +49,8 @@ SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.
 # Outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger; each job sets its own). Without a limit a
 # backlog (a job started on a new checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark
 # runs again, whole, at every restart. The commit job's is far above what the services write in a second, so that a
-# stream is never held back by it; its driver holds about 40 bytes per done offset of a micro-batch (the offsets of
-# 100,000 records of a few hundred outcomes each, as a stream writes them, fit; of full records, 16,384 each, a few
-# hundred records do).
+# stream is never held back by it. Its driver holds about 40 bytes per done offset of a micro-batch: a backlog of
+# full records (16,384 outcomes each) wants a lower limit (`--max-records`).
 COMMIT_MAX_RECORDS = 100_000
 
 
