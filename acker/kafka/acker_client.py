@@ -275,6 +275,8 @@ class AckerClient:
                 self._queue(message)
             if self._on_failure is not None:
                 self._on_failure(partition, inits, error)
+            elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome
+                log.error("%d inits lost, and nothing told: their records get no outcome until read again", len(inits))
 
         try:
             produce(self.producer, self.topic, encode_batch(batch.block()), partition=partition, on_delivery=delivered)

@@ -220,3 +220,11 @@ def test_a_child_that_is_not_a_message_fails_its_trees_and_raises(producer: Prod
         client.produce_anchored("out", 42, None, None, TupleIds(((11, 22),)))  # type: ignore[arg-type]
     batch = client._batches[partition_of(11, 4)]
     assert batch is not None and list(zip(batch.kinds, batch.anchors, strict=True)) == [(Kind.FAIL, 11)]
+
+
+def test_inits_lost_by_a_client_nobody_told_are_an_error_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A spout hands them back (``on_failure``); a client made without it can only say so, loudly."""
+    client = AckerClient(_Refusing(), "acker", 1, linger_s=0)  # type: ignore[arg-type]
+    client.send(Init(5, "s", "t/0/1", 3))
+    client.poll()
+    assert any(r.levelname == "ERROR" and "1 inits lost" in r.getMessage() for r in caplog.records)
