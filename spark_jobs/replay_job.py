@@ -16,6 +16,11 @@ a record's coordinates → duplicates dropped (an acker replay re-emits outcomes
 
 A micro-batch that Spark runs again after a crash finds its id in the progress topic and publishes nothing: a nack
 is replayed once, and none is lost (Spark's checkpoint holds the read position; the transaction holds the output).
+A micro-batch of more nacks than ``nacks_per_transaction`` is published in parts, a transaction each (a burst of
+nacks after an outage must not need one transaction longer than ``transaction.timeout.ms``, which would abort at
+every run of the batch): its nacks sorted by outcome topic, spout and message id (so that every run of the batch cuts
+the same parts), each part's progress record ``<batch>/<part>``, the last one's ``<batch>``. A run of the batch after
+a crash publishes the parts after the last one recorded.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ _PROGRESS_TOPIC = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
 _PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes and batch.size
 _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
+_WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
 _TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
 
@@ -74,6 +80,7 @@ class ReplayJobSettings:
     # Outcome records per micro-batch, at most: a batch's nacks are replayed in one transaction, which must end within
     # transaction.timeout.ms (a burst of nacks after an outage would otherwise be one batch, failing at every run).
     max_records: int = 1_000
+    nacks_per_transaction: int = 20_000  # a part of a micro-batch: fetched, then published in one transaction
 
     def identity(self, run_id: str) -> str:
         """The job's transactional id and the key of its progress records: its name and the id of its checkpoint
@@ -118,11 +125,13 @@ class _Publisher:
         self._limits: dict[str, int] = {}
         self._own_max = int(client.get("message.max.bytes", _PRODUCER_MAX_BYTES))  # the producer's bound on a record
         self._batch_max = min(int(client.get("batch.size", _PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
-        self.last = self._last_published()  # then kept here: this instance is the only one publishing for it
+        # Then kept here: this instance is the only one publishing for it.
+        self.last, self.last_part = self._last_published()
 
-    def _last_published(self) -> int:
-        """The id of the last micro-batch published (committed) by this job, -1 if none: the progress topic read to
-        its end (`read_to` raises rather than take a slow read for the end).
+    def _last_published(self) -> tuple[int, int | None]:
+        """The id of the last micro-batch published (committed) by this job, -1 if none, and the last part of it
+        published, None when all of it was: the progress topic read to its end (`read_to` raises rather than take a
+        slow read for the end).
 
         Its end as written, not as a read_committed consumer sees it now: another job's transaction open on the
         topic (its driver died mid-batch) holds that view below this job's last record until the broker aborts it,
@@ -132,17 +141,18 @@ class _Publisher:
         settings = {"group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
         consumer = Consumer({**client, **settings, "isolation.level": "read_committed"})
         written = Consumer({**client, **settings, "isolation.level": "read_uncommitted"})
-        key, last = self.identity.encode(), -1
+        key, last = self.identity.encode(), (-1, _WHOLE)
         try:
             low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
             open_for = int(client.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
             for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
                 if record.key() == key:
-                    last = max(last, int(record.value() or b"-1"))
+                    batch, _, part = (record.value() or b"-1").decode().partition("/")
+                    last = max(last, (int(batch), int(part) if part else _WHOLE))
         finally:
             consumer.close()
             written.close()
-        return last
+        return last[0], None if last[1] == _WHOLE else last[1]
 
     def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
@@ -171,9 +181,26 @@ class _Publisher:
         return value, key
 
     def publish(self, batch_id: int, rows: list[Any], fetch: Fetch) -> int:
-        if batch_id <= self.last:
+        """Publish a micro-batch's nacks, in parts of at most ``nacks_per_transaction``; return how many were
+        published now (not those of the parts published before a restart)."""
+        if batch_id < self.last or (batch_id == self.last and self.last_part is None):
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
+        size = max(1, self.settings.nacks_per_transaction)
+        ordered = sorted(rows, key=lambda row: (row.outcome_topic, row.spout, row.msg_id))
+        parts = [ordered[start : start + size] for start in range(0, len(ordered), size)] or [[]]
+        first = self.last_part + 1 if batch_id == self.last and self.last_part is not None else 0
+        if first:
+            log.info("batch %d: its parts up to %d were published before a restart", batch_id, first - 1)
+        published = 0
+        for index in range(first, len(parts)):
+            whole = index == len(parts) - 1
+            published += self._publish_part(parts[index], fetch, f"{batch_id}" if whole else f"{batch_id}/{index}")
+            self.last, self.last_part = batch_id, None if whole else index
+        return published
+
+    def _publish_part(self, rows: list[Any], fetch: Fetch, progress: str) -> int:
+        """Publish ``rows`` in one transaction, with ``progress`` as its progress record."""
         # Every nacked record is read first, outside the transaction (which a long read could outlive), a partition
         # at a time. A read Kafka does not answer raises (LookupError): the batch fails and nothing is published,
         # rather than a record being taken for deleted and dead-lettered without its data.
@@ -218,13 +245,11 @@ class _Publisher:
                 for start in range(0, len(outcome_rows_), OUTCOMES_PER_RECORD):
                     value = encode_outcome_rows(spout, outcome_rows_[start : start + OUTCOMES_PER_RECORD])
                     produce(self.producer, outcome_topic, value, key=b"replay")
-            produce(self.producer, self.settings.progress_topic, str(batch_id).encode(),
-                    key=self.identity.encode())  # fmt: skip
+            produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode())
             self.producer.commit_transaction(60)
         except BaseException:
             self.producer.abort_transaction(30)
             raise
-        self.last = batch_id
         return len(rows)
 
 

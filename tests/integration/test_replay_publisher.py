@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -135,3 +136,37 @@ def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_op
     other.abort_transaction(30)
     thread.join(60)
     assert restarted and restarted[0].last == 3
+
+
+def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after_the_last_part(bootstrap: str) -> None:
+    """A burst of nacks in one micro-batch needs no transaction longer than its timeout: parts of
+    ``nacks_per_transaction``, each recorded. A batch that failed in its third part is run again by a restarted
+    job, which publishes the parts after the second: each nack replayed once."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = replace(_settings(client), nacks_per_transaction=2)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1)])
+    producer = Producer(client)
+    for i in range(7):
+        produce(producer, source, b"record %d" % i)
+    assert producer.flush(30) == 0
+    nacks = [_nack(settings, source, 0, offset) for offset in (6, 0, 5, 1, 4, 2, 3)]  # in any order
+    fetch = _fetch(client)
+
+    def failing_third(topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
+        if 4 in offsets:  # the third part's records (parts by message id: 0-1, 2-3, 4-5, 6)
+            raise LookupError("no answer")
+        return fetch(topic, partition, offsets)
+
+    first = _Publisher(settings, f"{settings.name}-id")
+    with pytest.raises(LookupError):
+        first.publish(0, nacks, failing_third)
+    restarted = _Publisher(settings, f"{settings.name}-id")
+    assert (restarted.last, restarted.last_part) == (0, 1)
+    assert restarted.publish(0, list(reversed(nacks)), fetch) == 3  # parts 2 and 3 of 4: the same parts
+    assert (restarted.last, restarted.last_part) == (0, None)
+    assert restarted.publish(0, nacks, fetch) == 0  # the whole batch is published
+    copies = sorted(copy.value() or b"" for copy in read_all(client, settings.replay_prefix + "sp"))
+    assert copies == [b"record %d" % i for i in range(7)]
+    assert sorted(m for _, m in _resolutions(client, settings)) == sorted(n.msg_id for n in nacks)
+    assert [r.value() for r in read_all(client, settings.progress_topic)] == [b"0/0", b"0/1", b"0/2", b"0"]
