@@ -67,6 +67,13 @@ def add_parser(sub: Any) -> None:
         if name == "replay":
             job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [default: 5]")
             job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [default: 1000]")
+            job.add_argument(
+                "--nacks-per-transaction",
+                type=int,
+                default=20_000,
+                help="a micro-batch's nacks are published in transactions of at most this many (each must end within "
+                "transaction.timeout.ms: lower it for large records) [default: 20000]",
+            )
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.add_argument(
             "--spark-log",
@@ -119,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
                 replay_prefix=config.replay_prefix,
                 dead_letter_topic=config.replay_dlq_topic,
                 max_records=args.max_records,
+                nacks_per_transaction=args.nacks_per_transaction,
             )
             queries = replay_job.start(spark, replay)
         stopping = threading.Event()

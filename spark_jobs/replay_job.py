@@ -18,9 +18,10 @@ A micro-batch that Spark runs again after a crash finds its id in the progress t
 is replayed once, and none is lost (Spark's checkpoint holds the read position; the transaction holds the output).
 A micro-batch of more nacks than ``nacks_per_transaction`` is published in parts, a transaction each (a burst of
 nacks after an outage must not need one transaction longer than ``transaction.timeout.ms``, which would abort at
-every run of the batch): its nacks sorted by outcome topic, spout and message id (so that every run of the batch cuts
-the same parts), each part's progress record ``<batch>/<part>``, the last one's ``<batch>``. A run of the batch after
-a crash publishes the parts after the last one recorded.
+every run of the batch): its nacks sorted by spout and message id (unique in a batch, and the same rows at every run
+of it: Spark restores the batch's offsets and its deduplication state), each part's progress record
+``<batch>/<n>`` with the number of the batch's nacks published so far, the last one's ``<batch>``. A run of the batch
+after a crash publishes the nacks after the first ``n``, whatever the size of its parts.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ class ReplayJobSettings:
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
     dead_letter_trigger_s: float = 10.0
     dedupe_window: str = "1 hour"
-    # Outcome records per micro-batch, at most: a batch's nacks are replayed in one transaction, which must end within
-    # transaction.timeout.ms (a burst of nacks after an outage would otherwise be one batch, failing at every run).
+    # Outcome records per micro-batch, at most: the driver holds a row per nack of a batch (a burst of nacks after an
+    # outage would otherwise be one batch, too large for it, failing at every run).
     max_records: int = 1_000
     nacks_per_transaction: int = 20_000  # a part of a micro-batch: fetched, then published in one transaction
 
@@ -126,12 +127,12 @@ class _Publisher:
         self._own_max = int(client.get("message.max.bytes", _PRODUCER_MAX_BYTES))  # the producer's bound on a record
         self._batch_max = min(int(client.get("batch.size", _PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         # Then kept here: this instance is the only one publishing for it.
-        self.last, self.last_part = self._last_published()
+        self.last, self.last_done = self._last_published()
 
     def _last_published(self) -> tuple[int, int | None]:
-        """The id of the last micro-batch published (committed) by this job, -1 if none, and the last part of it
-        published, None when all of it was: the progress topic read to its end (`read_to` raises rather than take a
-        slow read for the end).
+        """The id of the last micro-batch published (committed) by this job, -1 if none, and how many of its nacks
+        were, None when all of them: the progress topic read to its end (`read_to` raises rather than take a slow
+        read for the end).
 
         Its end as written, not as a read_committed consumer sees it now: another job's transaction open on the
         topic (its driver died mid-batch) holds that view below this job's last record until the broker aborts it,
@@ -147,8 +148,8 @@ class _Publisher:
             open_for = int(client.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
             for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
                 if record.key() == key:
-                    batch, _, part = (record.value() or b"-1").decode().partition("/")
-                    last = max(last, (int(batch), int(part) if part else _WHOLE))
+                    batch, _, done = (record.value() or b"-1").decode().partition("/")
+                    last = max(last, (int(batch), int(done) if done else _WHOLE))
         finally:
             consumer.close()
             written.close()
@@ -183,20 +184,23 @@ class _Publisher:
     def publish(self, batch_id: int, rows: list[Any], fetch: Fetch) -> int:
         """Publish a micro-batch's nacks, in parts of at most ``nacks_per_transaction``; return how many were
         published now (not those of the parts published before a restart)."""
-        if batch_id < self.last or (batch_id == self.last and self.last_part is None):
+        if batch_id < self.last or (batch_id == self.last and self.last_done is None):
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
         size = max(1, self.settings.nacks_per_transaction)
-        ordered = sorted(rows, key=lambda row: (row.outcome_topic, row.spout, row.msg_id))
-        parts = [ordered[start : start + size] for start in range(0, len(ordered), size)] or [[]]
-        first = self.last_part + 1 if batch_id == self.last and self.last_part is not None else 0
-        if first:
-            log.info("batch %d: its parts up to %d were published before a restart", batch_id, first - 1)
+        ordered = sorted(rows, key=lambda row: (row.spout, row.msg_id))
+        done = self.last_done if batch_id == self.last and self.last_done is not None else 0
+        if done > len(ordered):  # cannot be, with the same rows: said, and the batch marked published
+            log.error("batch %d: %d nacks recorded as published, but it has %d", batch_id, done, len(ordered))
+        elif done:
+            log.info("batch %d: its first %d nacks were published before a restart", batch_id, done)
         published = 0
-        for index in range(first, len(parts)):
-            whole = index == len(parts) - 1
-            published += self._publish_part(parts[index], fetch, f"{batch_id}" if whole else f"{batch_id}/{index}")
-            self.last, self.last_part = batch_id, None if whole else index
+        for start in range(done, len(ordered), size) if done < len(ordered) else [done]:
+            part = ordered[start : start + size]
+            end = start + len(part)
+            whole = end >= len(ordered)
+            published += self._publish_part(part, fetch, f"{batch_id}" if whole else f"{batch_id}/{end}")
+            self.last, self.last_done = batch_id, None if whole else end
         return published
 
     def _publish_part(self, rows: list[Any], fetch: Fetch, progress: str) -> int:

@@ -140,8 +140,9 @@ def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_op
 
 def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after_the_last_part(bootstrap: str) -> None:
     """A burst of nacks in one micro-batch needs no transaction longer than its timeout: parts of
-    ``nacks_per_transaction``, each recorded. A batch that failed in its third part is run again by a restarted
-    job, which publishes the parts after the second: each nack replayed once."""
+    ``nacks_per_transaction``, each recorded with the number of nacks published so far. A batch that failed in its
+    third part is run again by a restarted job (with another part size), which publishes the nacks after the first
+    four: each nack replayed once."""
     client = {"bootstrap.servers": bootstrap}
     settings = replace(_settings(client), nacks_per_transaction=2)
     source = f"src-{uuid.uuid4().hex[:8]}"
@@ -161,12 +162,12 @@ def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after
     first = _Publisher(settings, f"{settings.name}-id")
     with pytest.raises(LookupError):
         first.publish(0, nacks, failing_third)
-    restarted = _Publisher(settings, f"{settings.name}-id")
-    assert (restarted.last, restarted.last_part) == (0, 1)
-    assert restarted.publish(0, list(reversed(nacks)), fetch) == 3  # parts 2 and 3 of 4: the same parts
-    assert (restarted.last, restarted.last_part) == (0, None)
+    restarted = _Publisher(replace(settings, nacks_per_transaction=3), f"{settings.name}-id")  # other parts now
+    assert (restarted.last, restarted.last_done) == (0, 4)
+    assert restarted.publish(0, list(reversed(nacks)), fetch) == 3  # the nacks after the first 4, in any order
+    assert (restarted.last, restarted.last_done) == (0, None)
     assert restarted.publish(0, nacks, fetch) == 0  # the whole batch is published
     copies = sorted(copy.value() or b"" for copy in read_all(client, settings.replay_prefix + "sp"))
     assert copies == [b"record %d" % i for i in range(7)]
     assert sorted(m for _, m in _resolutions(client, settings)) == sorted(n.msg_id for n in nacks)
-    assert [r.value() for r in read_all(client, settings.progress_topic)] == [b"0/0", b"0/1", b"0/2", b"0"]
+    assert [r.value() for r in read_all(client, settings.progress_topic)] == [b"0/2", b"0/4", b"0"]
