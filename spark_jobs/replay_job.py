@@ -2,7 +2,8 @@
 
 readStream over the spouts' outcome topics → the nacks (``FAILED``, ``TIMEOUT``, ``OVERLOAD``) whose message id is
 a record's coordinates → duplicates dropped (an acker replay re-emits outcomes; Spark keeps the keys seen within
-``dedupe_window`` in its checkpointed state) → each micro-batch, on the driver, in one Kafka transaction:
+``dedupe_window`` in its checkpointed state) → each micro-batch, on the driver, in a Kafka transaction (or one per
+part, below):
 
 - fetches each nacked record by its coordinates and re-publishes it to the spout's replay topic
   (``<replay_prefix><spout>``, which the spout reads besides its source topic), or after ``max_attempts`` replays
