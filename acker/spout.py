@@ -135,10 +135,10 @@ class Emitter:
     Kept and called later, it raises `ProtocolError`: the record's tree is started (its init sent) when the function
     returns, and a tuple emitted after that would not be in it."""
 
-    __slots__ = ("_spout", "_tree", "closed", "emitted")
+    __slots__ = ("_spout", "_tree", "closed")
 
     def __init__(self, spout: Spout, tree: SpoutTree | None) -> None:
-        self._spout, self._tree, self.emitted, self.closed = spout, tree, 0, False
+        self._spout, self._tree, self.closed = spout, tree, False
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         if self.closed:
@@ -149,7 +149,6 @@ class Emitter:
             topic, value, key, headers, ids, on_failure=lambda _: counters.update(["data_delivery_failures"])
         )
         counters["emitted"] += 1
-        self.emitted += 1
 
 
 EmitFunction = Callable[[Message, Emitter], None]

@@ -243,8 +243,6 @@ class Marks:
         old topic that come after the new one was made cannot be told from the new one's: delete a source topic
         only once its spout is stopped and its trees decided."""
         marks = self._load()
-        if not self._topic_ids:
-            self._topic_ids = dict(self._store.topic_ids)
         topics = sorted({topic for _, topic, _ in keys})
         with self._kafka.lock:
             ids = self._kafka.topic_ids(topics)
@@ -329,6 +327,7 @@ class Marks:
         """The marks, loaded from the store by the first call (a micro-batch's, `recommit`'s or `recheck`'s)."""
         if self.marks is None:
             self.marks = self._store.load()
+            self._topic_ids = dict(self._store.topic_ids)  # saved with them
         return self.marks
 
     def _commit(self, marks: Mapping[Key, int], *, again: bool = False) -> dict[str, dict[tuple[str, int], int]]:
