@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
@@ -63,6 +63,7 @@ class BoltInput:
     partition: int
     offset: int
     tuple: InputTuple = field(repr=False)
+    timestamp_ms: int | None = None  # the record's Kafka timestamp (when its producer wrote it), None when it has none
 
 
 class Collector:
@@ -193,7 +194,11 @@ class Bolt:
             self.counters["invalid_anchor_headers"] += 1
         if not ids.tracked:
             self.counters["unanchored_inputs"] += 1
-        message = BoltInput(record.value(), record.key(), headers, topic, partition, offset, InputTuple(ids, self._ids))
+        kind, timestamp_ms = record.timestamp()
+        message = BoltInput(
+            record.value(), record.key(), headers, topic, partition, offset, InputTuple(ids, self._ids),
+            None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp_ms,
+        )  # fmt: skip
         if not self.basic:
             try:
                 self._function(message, self._collector)  # type: ignore[arg-type]

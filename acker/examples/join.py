@@ -10,6 +10,17 @@ both source records' fate: the check bolt fails a payment that does not cover th
 the payment are nacked ``failed`` (and would be replayed). A side whose partner never comes is never acked: its
 tree times out, which is how a join tells "nothing matched in time" (Storm's joins behave the same way).
 
+What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for at-least-once input:
+
+- **Sides, not arrivals.** Each spout tags its side (header ``side``); an order is joined with a payment only. A
+  second copy of a side that is still held (a spout's re-read after a restart, a replay) is the same record: the
+  held copy carries it, and the new one is acked at once. A different record under the same key and side is
+  failed (after its replays the replay job dead-letters it, where a person can look at it).
+- **Never a tree that may have expired.** A held side is failed and forgotten once its tree may have timed out:
+  ``hold_s`` (80 % of the message timeout) after its spout wrote it, which is before its tree opened at the acker.
+  Joined with a partner after that, the pair's fates would part: the partner acked, the held side nacked
+  ``timeout`` and replayed to a join whose partner was used already, at every attempt until it is dead-lettered.
+
 Run it: ``python -m acker.examples.join`` (starts a local broker; ``--bootstrap-servers`` for a cluster). It writes a
 few orders and payments, runs the acker, both spouts and both bolts in this process, and prints every outcome.
 See docs/write-your-own-bolt.md for a walk through the code.
@@ -23,6 +34,7 @@ import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,14 +53,37 @@ ORDERS = [{"order": "o1", "amount": 30}, {"order": "o2", "amount": 50}, {"order"
 PAYMENTS = [{"order": "o1", "paid": 30}, {"order": "o2", "paid": 10}]  # o2 underpaid; o3 never paid
 
 
-def join_bolt(output: str) -> Any:
-    waiting: dict[bytes, BoltInput] = {}  # the first side of each order, not acked yet
+SIDE = "side"  # the header each spout tags its messages with: b"order" or b"payment"
+PARTNER = {b"order": b"payment", b"payment": b"order"}
+
+
+def join_bolt(output: str, hold_s: float) -> Any:
+    """The join's function: pairs an order with its payment, both held unacked until then (module docstring)."""
+    waiting: OrderedDict[tuple[bytes, bytes], BoltInput] = OrderedDict()  # (order id, side) -> held; arrival order
 
     def join(message: BoltInput, collector: Collector) -> None:
+        now_ms = time.time() * 1000
+        while waiting:  # the oldest first: failed once their trees may have expired
+            oldest = next(iter(waiting))
+            if not _expired(waiting[oldest], now_ms, hold_s):
+                break
+            collector.fail(waiting.pop(oldest))
+        side = next((v for k, v in message.headers if k == SIDE), None)
+        if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, hold_s):
+            collector.fail(message)  # not a side of an order, or too old to join: its tree may have expired
+            return
         key = message.key or b""
-        other = waiting.pop(key, None)
-        if other is None:
-            waiting[key] = message  # held: acked when its partner arrives, or its tree times out
+        other = waiting.pop((key, PARTNER[side]), None)
+        if other is None or _expired(other, now_ms, hold_s):
+            if other is not None:
+                collector.fail(other)
+            held = waiting.get((key, side))
+            if held is None:
+                waiting[(key, side)] = message  # held: acked when its partner arrives, failed if it takes too long
+            elif held.value == message.value:
+                collector.ack(message)  # a copy of the held record, which carries it
+            else:
+                collector.fail(message)  # another record under the same order id and side
             return
         merged = {**json.loads(other.value or b"{}"), **json.loads(message.value or b"{}")}
         collector.emit(output, json.dumps(merged).encode(), key=key, anchors=[other, message])  # both trees
@@ -58,6 +93,12 @@ def join_bolt(output: str) -> Any:
     return join
 
 
+def _expired(message: BoltInput, now_ms: float, hold_s: float) -> bool:
+    """Whether the message's tree may have expired: written by its spout ``hold_s`` ago or more (a record without a
+    timestamp is taken as fresh)."""
+    return message.timestamp_ms is not None and now_ms - message.timestamp_ms >= hold_s * 1000
+
+
 def check(message: BoltInput, _collector: object) -> None:
     """A basic bolt: raising fails the input, hence every tree the joined message belongs to."""
     paid = json.loads(message.value or b"{}")
@@ -65,9 +106,11 @@ def check(message: BoltInput, _collector: object) -> None:
         raise ValueError(f"order {paid['order']} is underpaid")
 
 
-def keyed_by_order(record: Message, emitter: Emitter, *, output: str) -> None:
-    """The spouts' emit function: forward the record, keyed by order id, so both sides meet in one join task."""
-    emitter.emit(output, record.value(), key=json.loads(record.value() or b"{}")["order"].encode())
+def keyed_by_order(record: Message, emitter: Emitter, *, output: str, side: bytes) -> None:
+    """The spouts' emit function: forward the record tagged with its side, keyed by order id, so both sides meet in
+    one join task."""
+    order = json.loads(record.value() or b"{}")["order"].encode()
+    emitter.emit(output, record.value(), key=order, headers=[(SIDE, side)])
 
 
 def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[str, str]:
@@ -80,14 +123,17 @@ def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[st
                                     *(TopicSpec(config.outcome_topic(s), 2) for s in ("orders", "payments")),
                                     *(TopicSpec(t, 2) for t in (orders, payments, to_join, paid))])  # fmt: skip
 
-    def emit(record: Message, emitter: Emitter) -> None:
-        keyed_by_order(record, emitter, output=to_join)
+    def emit_order(record: Message, emitter: Emitter) -> None:
+        keyed_by_order(record, emitter, output=to_join, side=b"order")
+
+    def emit_payment(record: Message, emitter: Emitter) -> None:
+        keyed_by_order(record, emitter, output=to_join, side=b"payment")
 
     parts: list[Any] = [
         AckerService(config),
-        Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders"), emit),
-        Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments"), emit),
-        Bolt(config, to_join, f"{prefix}-join", join_bolt(paid), basic=False),
+        Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders"), emit_order),
+        Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments"), emit_payment),
+        Bolt(config, to_join, f"{prefix}-join", join_bolt(paid, hold_s=0.8 * timeout_s), basic=False),
         Bolt(config, paid, f"{prefix}-check", check),
     ]
     polls = [follow_outcomes(config, spout) for spout in ("orders", "payments")]
