@@ -47,7 +47,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, split
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import consume_available, partition_count
+from acker.kafka.clients import consume_available, partition_count, readable
 
 log = logging.getLogger("acker.bolt")
 
@@ -172,11 +172,8 @@ class Bolt:
     def step(self, timeout_s: float) -> int:
         records = consume_available(self.consumer, 500, timeout_s)
         for record in records:
-            if record.error() is not None:
-                if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
-                    log.warning("consumer error: %s", record.error())
-                continue
-            self._process(record)
+            if readable(record, log, "consumer"):
+                self._process(record)
         self.acker.poll()
         if time.monotonic() >= self._next_commit:
             self._commit()

@@ -53,6 +53,7 @@ from acker.kafka.clients import (
     kafka_error,
     log_bounds,
     produce,
+    readable,
     refusal,
     topic_partitions,
 )
@@ -334,13 +335,7 @@ class AckerService:
         by_partition: dict[int, list[Message]] = {}
         work: list[tuple[PartitionState, list[Message]]] = []
         for record in records:
-            error = record.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if error.fatal():
-                    raise ServiceError(f"fatal consumer error: {error}")
-                log.warning("consumer error: %s", error)
+            if not readable(record, log, "consumer"):
                 continue
             partition = record.partition()
             assert partition is not None  # set on every consumed record

@@ -56,6 +56,7 @@ from acker.kafka.clients import (
     log_bounds,
     partition_count,
     produce,
+    readable,
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
@@ -258,9 +259,7 @@ class Spout:
             self._read_outcomes(timeout_s)
         now, now_ms = time.monotonic(), int(time.time() * 1000)
         for record in records:
-            if record.error() is not None:
-                if record.error().code() != KafkaError._PARTITION_EOF:  # type: ignore[union-attr]
-                    log.warning("source consumer error: %s", record.error())
+            if not readable(record, log, "source consumer"):
                 continue
             if self._hold(record, now_ms):
                 continue
@@ -360,7 +359,7 @@ class Spout:
 
     def _read_outcomes(self, timeout_s: float = 0) -> None:
         for record in self.outcomes.consume(1000, timeout=timeout_s):
-            if record.error() is not None:
+            if not readable(record, log, "outcome consumer"):
                 continue
             try:
                 decoded = decode_outcomes(record.value() or b"")

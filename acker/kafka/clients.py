@@ -5,6 +5,7 @@ Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkaf
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -145,6 +146,21 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
 def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 30.0) -> list[int]:
     """The current end offset of each partition (see `log_bounds`)."""
     return [log_bounds(consumer, tp, timeout_s)[1] for tp in partitions]
+
+
+def readable(record: Message, logger: logging.Logger, what: str) -> bool:
+    """Whether a consumed record is a record, not an event: False for the end of a partition, or for an error,
+    logged; `KafkaClientError` for a fatal error, after which the consumer is unusable (a static member its
+    successor fenced, say): the process must stop, so that its supervisor starts it again, rather than run on
+    without reading anything, or, holding work it no longer owns, act on it as a zombie."""
+    error = record.error()
+    if error is None:
+        return True
+    if error.fatal():
+        raise KafkaClientError(what, error)
+    if error.code() != KafkaError._PARTITION_EOF:
+        logger.warning("%s error: %s", what, error)
+    return False
 
 
 def consume_available(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
@@ -46,6 +46,7 @@ from acker.kafka.clients import (
     log_bounds,
     produce,
     read_to,
+    readable,
     topic_partitions,
 )
 
@@ -166,7 +167,7 @@ class CoordinatedStage:
         """Read what is there and process it in one transaction, with the requests past their deadline."""
         if time.monotonic() >= self._next_count_check:
             self._check_counts()
-        records = [r for r in consume_available(self.consumer, 500, timeout_s) if self._usable(r)]
+        records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
         now_ms = int(time.time() * 1000)
         if not records and not any(task.has_expired(now_ms) for task in self.tasks.values()):
             return 0
@@ -188,7 +189,9 @@ class CoordinatedStage:
                 for request in forgotten:
                     self._touched[(partition, request)] = None
             self._save()
-            positions = self._positions(records)
+            # Offsets in every transaction, one of expired requests only too: sending them is where the broker checks
+            # this process's group generation (KIP-447), so a zombie cannot commit answers for requests a new owner has.
+            positions = self._positions(records) or self._owned_offsets()
             if positions:
                 self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
             self.producer.commit_transaction(30)
@@ -198,14 +201,6 @@ class CoordinatedStage:
             self.producer.abort_transaction(30)
             raise
         return len(records)
-
-    def _usable(self, record: Message) -> bool:
-        error = record.error()
-        if error is None:
-            return True
-        if error.code() != KafkaError._PARTITION_EOF:
-            log.warning("consumer error: %s", error)
-        return False
 
     def _handle(self, record: Message, now_ms: int) -> None:
         partition = record.partition() or 0
@@ -336,6 +331,18 @@ class CoordinatedStage:
         for record in records:
             last[record.partition() or 0] = max(last.get(record.partition() or 0, -1), record.offset() or 0)
         return [TopicPartition(self.input, p, o + 1) for p, o in last.items() if p in self.tasks]
+
+    def _owned_offsets(self) -> list[TopicPartition]:
+        """The committed offsets of the partitions this process owns, for a transaction without records: the
+        positions, which are the committed offsets here (every record delivered was committed with its batch, or
+        rewound), or the group's committed offsets for a partition not read from yet."""
+        owned = [TopicPartition(self.input, p) for p in self.tasks]
+        if not owned:
+            return []
+        known = [tp for tp in self.consumer.position(owned) if tp.offset >= 0]
+        if len(known) < len(owned):
+            known = [tp for tp in self.consumer.committed(owned, 10) if tp.offset >= 0]
+        return known
 
     def _counts(self) -> tuple[int, int]:
         """This step's task count (its input's partitions) and the next step's (1 for the joining step), as the

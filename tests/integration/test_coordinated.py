@@ -9,18 +9,22 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined] # documented location
 
 from acker.config import ServiceConfig, to_argv
 from acker.drpc import DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
+from acker.kafka import coordinated_stage
 from acker.kafka.clients import read_to
 from acker.kafka.coordinated_stage import (
+    DEADLINE,
+    REQUEST,
     Chain,
     CoordinatedStage,
     CoordinationError,
@@ -319,3 +323,50 @@ def test_partitions_added_to_a_running_step_never_give_an_early_answer(config: S
         for stage in (first, new, last):
             stage.stop()
     assert answer == b"6"
+
+
+def test_a_zombie_cannot_answer_a_request_its_successor_owns(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process of the last step holds a request waiting for its reports; a successor takes its partition over
+    (the same static member id: the broker fences the first at once, with no rebalance it could notice; their
+    transactional ids differ, as without --instance-id) and the first, a zombie, reaches the request's deadline.
+    Its transaction of that expiry held no records, hence no offsets, and nothing checked its group generation: it
+    answered, and so did its successor (two answers). The zombie's transaction is now refused, and the request is
+    answered once, by the successor."""
+    config = replace(config, kafka={**config.kafka, "group.instance.id": f"step-{uuid.uuid4().hex[:6]}"})
+    chain = _small_chain(config, 2)
+    zombie = CoordinatedStage(replace(config, instance_id="first"), chain, 1, _Count())  # its own transactional id
+    successor: CoordinatedStage | None = None
+    try:
+        _poll_until(zombie, lambda: bool(zombie.tasks))
+        deadline_ms = int(time.time() * 1000) + 4000
+        producer = Producer(config.client())
+        producer.produce(chain.topic(1), b"x", partition=0,
+                         headers=[(REQUEST, b"r1"), (DEADLINE, str(deadline_ms).encode())])  # fmt: skip
+        producer.flush(10)
+        _poll_until(zombie, lambda: zombie.counters["processed"] == 1)  # waits for step 0's report, which never comes
+        successor = CoordinatedStage(replace(config, instance_id="second"), chain, 1, _Count())
+        _poll_until(successor, lambda: bool(successor.tasks))  # restored: the request is waiting here too
+        time.sleep(max(0.0, deadline_ms / 1000 - time.time()) + 0.5)
+        # The zombie has not heard of its fencing yet (its consumer would say so at its next heartbeat: a fatal
+        # error, which stops a stage): it reads nothing, and expires the request.
+        monkeypatch.setattr(coordinated_stage, "consume_available", lambda *_: [])
+        with pytest.raises(KafkaException, match="FENCED_INSTANCE_ID"):
+            for _ in range(20):
+                zombie.poll(0.2)
+        monkeypatch.undo()
+        _poll_until(successor, lambda: successor.counters["failed"] >= 1)
+        answers = _read(config, chain.results, wait_s=5)
+        assert [dict(r.headers())[REQUEST] for r in answers] == [b"r1"]
+    finally:
+        for stage in (zombie, successor):
+            if stage is not None:
+                stage.consumer.close()
+
+
+def _poll_until(stage: CoordinatedStage, done: Callable[[], bool], wait_s: float = 30) -> None:
+    deadline = time.monotonic() + wait_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        stage.poll(0.2)

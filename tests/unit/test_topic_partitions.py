@@ -1,13 +1,15 @@
-"""`topic_partitions` tells a missing topic (no partitions) from one the cluster refuses to describe (an error)."""
+"""`topic_partitions` tells a missing topic (no partitions) from one the cluster refuses to describe (an error);
+`readable` tells a record from an event, and stops at a fatal error."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from acker.kafka.clients import topic_partitions
+from acker.kafka.clients import KafkaClientError, readable, topic_partitions
 
 
 class _Metadata:
@@ -33,3 +35,15 @@ def test_a_topic_the_cluster_will_not_describe_is_an_error_not_a_missing_topic()
         topic_partitions(_Metadata([], KafkaError.TOPIC_AUTHORIZATION_FAILED), "t")  # type: ignore[arg-type]
     assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert raised.value.args[0].str().startswith("topic t: ")  # which topic: an error read later must say
+
+
+def test_a_fatal_consumer_error_stops_the_reader_and_others_are_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    """A fenced static member's consumer reads nothing more: a stage that went on would idle, or act as a zombie."""
+    log = logging.getLogger("test.readable")
+    assert readable(Message(topic="t", partition=0, offset=1, value=b"v"), log, "consumer")
+    assert not readable(Message(error=KafkaError(KafkaError._PARTITION_EOF)), log, "consumer")
+    assert not caplog.records  # the end of a partition is not an error worth a line
+    assert not readable(Message(error=KafkaError(KafkaError._TRANSPORT)), log, "consumer")
+    assert "consumer error" in caplog.text
+    with pytest.raises(KafkaClientError, match="FENCED_INSTANCE_ID"):
+        readable(Message(error=KafkaError(KafkaError.FENCED_INSTANCE_ID, fatal=True)), log, "consumer")
