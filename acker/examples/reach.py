@@ -142,17 +142,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = load(args)
     chain = Chain(args.chain, CHAIN.steps)
     create_chain_topics(config, chain, args.tasks)
-    flags, env = to_argv(replace(config, metrics_port=0))
     preexec = pdeathsig_preexec()  # the steps die with this process; in the child it only calls prctl and getppid
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags],
-            env={**os.environ, **env},
-            preexec_fn=preexec,  # noqa: PLW1509
-        )
-        for i in range(chain.steps)
-        for _ in range(args.processes if i < chain.steps - 1 else 1)
-    ]
+    processes = []
+    for i in range(chain.steps):
+        for k in range(args.processes if i < chain.steps - 1 else 1):
+            # An --instance-id names each process apart: it makes its transactional id, which two processes must not
+            # share (the second would fence the first).
+            own = f"{config.instance_id}-{i}.{k}" if config.instance_id else ""
+            flags, env = to_argv(replace(config, metrics_port=0, instance_id=own))
+            argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags]
+            processes.append(subprocess.Popen(argv, env={**os.environ, **env}, preexec_fn=preexec))  # noqa: PLW1509
     graph = Graph.generate()
     urls = sorted(graph.tweeted_by)[: args.requests]
     client = DrpcClient(config, chain)

@@ -370,3 +370,17 @@ def _poll_until(stage: CoordinatedStage, done: Callable[[], bool], wait_s: float
     while not done():
         assert time.monotonic() < deadline, "timed out"
         stage.poll(0.2)
+
+
+def test_reach_run_with_an_instance_id_starts_processes_that_do_not_fence_each_other(config: ServiceConfig) -> None:
+    """`reach run --processes 2 --instance-id host1` gave every process of a step the transactional id
+    ``<group>-host1``: each new one fenced the one before (which died), and the answers came from restarts."""
+    flags, env = to_argv(replace(config, metrics_port=0, instance_id="host1"))
+    chain = f"reach-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "acker.cli", "reach", "run", "--chain", chain, "--processes", "2", "--requests", "3"]
+    done = subprocess.run(
+        [*argv, *flags], env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "3 of 3 answers exact" in done.stdout
+    assert "fenced" not in done.stderr.lower()
