@@ -11,10 +11,10 @@ neither decides those trees again nor, for a tree the offset cuts in two, differ
 
 Records that cannot be read are copied to the dead-letter topic with headers saying why and where they came from,
 counted, and skipped: one bad record never stops the service. The inits of a record that was read but holds an
-invalid message are answered FAILED at once (`failing_inits`): their spouts replay them. An outcome record that its
-topic refuses for good (it does not exist and cannot be created, or the producer refuses the record as too large)
-goes to the dead-letter topic too. Any other failed delivery of an outcome stops the service (`ServiceError`) before
-anything past it is committed; a restart replays and re-emits it.
+invalid message are answered FAILED at once (`failing_inits`): their spouts replay them. An outcome record too large
+for its topic is sent in halves (`_produce_outcome`); one that its topic refuses for good (it does not exist and
+cannot be created, or one outcome is too large) goes to the dead-letter topic too. Any other failed delivery of an
+outcome stops the service (`ServiceError`) before anything past it is committed; a restart replays and re-emits it.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ from acker.wire import (
     encode_batch,
     encode_outcomes,
     parse_batch,
+    split_outcomes,
     spout_name_valid,
 )
 
@@ -148,6 +149,19 @@ class _Decided:
     outcomes: list[_OutcomeRecord]
     latencies_ms: list[np.ndarray]
     rejected: list[tuple[Message, WireError]]
+
+
+def _after_both(done: Delivered) -> Delivered:
+    """A delivery callback for each of two records that stand for one: ``done`` once both are reported, with the
+    first failure if any."""
+    reports: list[tuple[KafkaError | None, Message | None]] = []
+
+    def delivered(error: KafkaError | None, record: Message | None) -> None:
+        reports.append((error, record))
+        if len(reports) == 2:
+            done(*next((r for r in reports if r[0] is not None), reports[-1]))
+
+    return delivered
 
 
 def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
@@ -437,7 +451,6 @@ class AckerService:
         if topic not in self._known_topics:
             self._ensure_topics([outcome_topic(self.config, spout)])
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
-        key = str(partition).encode()
         # Every record of an acker partition in one partition of the topic, in order: where its records go already
         # (delivered, read back or chosen; None while records sent by key are in flight), else its own, chosen
         # before the first record. Records sent by key (the topic could not be looked up) stay with the partition
@@ -449,6 +462,36 @@ class AckerService:
             if outcome_log is not None and target is not None:
                 self._cover(partition, outcome_log, topic, target)
         headers = [(DECIDED_BY, f"{partition}/{first}-{last}".encode())]
+        self._produce_outcome(
+            encoded.value, track, partition=partition, topic=topic, target=target, headers=headers, last=last
+        )
+
+    def _produce_outcome(
+        self,
+        value: bytes,
+        done: Delivered,
+        *,
+        partition: int,
+        topic: str,
+        target: int | None,
+        headers: DlqHeaders,
+        last: int,
+        alone: bool = False,
+    ) -> None:
+        """Produce an outcome record of acker partition ``partition`` (deciding up to its record ``last``); ``done``
+        gets its delivery, or the delivery of what stands for it.
+
+        One the broker refuses as too large (it refuses a whole batch) is sent again alone; refused alone (or by the
+        producer), it is sent in halves, each alone, down to records of one outcome, which go to the dead-letter
+        topic. A record over the topic's ``max.message.bytes`` would otherwise stop the service at every restart:
+        the replay decides the same trees into the same record. The halves land after records decided later; a
+        read-back from any earlier start reads them all the same."""
+        outcome_log, key = self._outcome_logs.get(partition), str(partition).encode()
+
+        def again(part: bytes, then: Delivered) -> Callable[[], None]:
+            return lambda: self._produce_outcome(
+                part, then, partition=partition, topic=topic, target=target, headers=headers, last=last, alone=True
+            )
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
             if outcome_log is not None:
@@ -456,14 +499,20 @@ class AckerService:
                     outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
                 else:
                     outcome_log.failed(topic)
-            if error is not None and (
-                error.code() in _TOPIC_REFUSES or (error.code() in _TOO_LARGE and record is None)
-            ):
+            too_large = error is not None and error.code() in _TOO_LARGE
+            if too_large and record is not None and not alone:
+                self._fallbacks.append(again(value, done))
+                return
+            halves = split_outcomes(value) if too_large else None
+            if halves is not None:
+                log.warning("an outcome record for %s is too large (%s): sent in halves", topic, error)
+                both = _after_both(done)
+                self._fallbacks += [again(halves[0], both), again(halves[1], both)]
+                return
+            if error is not None and (error.code() in _TOPIC_REFUSES or too_large):
                 # A topic that will not take it (missing and not creatable, e.g. a spout name that collides with an
-                # existing topic's), or a record the producer refuses alone as too large (a broker's refusal is of
-                # a whole batch: that stops the service, and the restart batches differently): kept in the
-                # dead-letter topic, whose delivery stands for this one's. Stopping instead would stop at the same
-                # record after every restart.
+                # existing topic's), or one outcome too large for it: kept in the dead-letter topic, whose delivery
+                # stands for this one's. Stopping instead would stop at the same record after every restart.
                 self._dead_letters[_OUTCOME_REFUSED] += 1
                 log.error("outcome record for %s refused (%s): dead-lettered", topic, error)
                 where = [
@@ -473,14 +522,14 @@ class AckerService:
                     (DLQ_PARTITION, str(partition).encode()),
                     (DLQ_OFFSET, str(last).encode()),
                 ]
-                self._fallbacks.append(lambda: self._send_dead_letter(encoded.value, key, [*where, *headers], track))
+                self._fallbacks.append(lambda: self._send_dead_letter(value, key, [*where, *headers], done))
                 return
-            track(error, record)
+            done(error, record)
 
         if outcome_log is not None:  # before produce: a refusal reports at once, and takes it back
             outcome_log.sent(topic)
         where = {} if target is None else {"partition": target}
-        self._produce_reporting(topic, encoded.value, key, headers, delivered, **where)
+        self._produce_reporting(topic, value, key, headers, delivered, **where)
 
     def _outcome_partition(self, topic: str, partition: int) -> int | None:
         """The partition of outcome topic ``topic`` for the records of acker partition ``partition``: ``partition mod

@@ -289,11 +289,26 @@ def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
     return head
 
 
-def encode_outcome_rows(spout: str, rows: list[tuple[str, int, str, int]]) -> bytes:
-    """An outcome record written by a spout itself, not by an acker: rows of (outcome, anchor, msg_id, latency ms).
+def split_outcomes(data: bytes) -> tuple[bytes, bytes] | None:
+    """An outcome record as two, each with half of its outcomes (in order) and its acker partition and offset; None
+    for a record of one outcome. For a record its topic refuses as too large: outcomes are independent."""
+    r = decode_outcomes(data)
+    rows = list(zip(r.outcomes, r.anchors, r.msg_ids, r.latency_ms, strict=True))
+    if len(rows) < 2:
+        return None
+    half = len(rows) // 2
+    where = {"acker_partition": r.acker_partition, "acker_offset": r.acker_offset}
+    return encode_outcome_rows(r.spout, rows[:half], **where), encode_outcome_rows(r.spout, rows[half:], **where)
+
+
+def encode_outcome_rows(
+    spout: str, rows: list[tuple[str, int, str, int]], *, acker_partition: int = -1, acker_offset: int = -1
+) -> bytes:
+    """An outcome record of rows of (outcome, anchor, msg_id, latency ms): written by a spout itself, not by an
+    acker (``acker_partition`` -1), or an acker's record split in two (`split_outcomes`).
 
     A spout decides alone for records that start no tree (untracked mode, or nothing emitted: fully processed at
-    once) and for trees whose init could not be delivered (failed). ``acker_partition`` is -1 in such records.
+    once) and for trees whose init could not be delivered (failed).
     """
     sources: dict[str, int] = {}
     index, offsets = [], []
@@ -306,8 +321,8 @@ def encode_outcome_rows(spout: str, rows: list[tuple[str, int, str, int]]) -> by
         _PREFIX_OUTCOMES,
         {
             "spout": spout,
-            "acker_partition": -1,
-            "acker_offset": -1,
+            "acker_partition": acker_partition,
+            "acker_offset": acker_offset,
             "outcomes": [outcome for outcome, _, _, _ in rows],
             "anchors": [anchor for _, anchor, _, _ in rows],
             "sources": list(sources),

@@ -139,6 +139,33 @@ def test_an_outcome_its_topic_refuses_is_dead_lettered_and_the_service_goes_on(c
     assert snapshot.dead_letters == {"outcome-refused": 1}
 
 
+def test_outcome_records_too_large_for_their_topic_are_sent_in_halves(config: ServiceConfig) -> None:
+    """An outcome topic that takes records of 20,000 bytes at most, and 5,000 trees timing out at one tick: their
+    outcome record (about 95 KB) was refused by the broker, which stopped the service, and again at every restart
+    (the replay decides the same trees into the same record). It is now sent in halves until they fit, and an outcome
+    too large alone is dead-lettered."""
+    config = replace(config, partitions=1, timeout_s=2.0)
+    small = TopicSpec(config.outcome_topic(SPOUT), 1, config={"max.message.bytes": "20000"})
+    create_topics(config.client(), [TopicSpec(config.acker_topic, 1), TopicSpec(config.dlq_topic, 1), small])
+    ids = IdGenerator(3)
+    msg_ids = [f"src/0/{i}" for i in range(5000)]
+    huge = f"{'s' * 25_000}/0/1"  # a message id no outcome record of this topic can hold: that one is dead-lettered
+    send(config, [Init(ids(), SPOUT, m, ids()) for m in [*msg_ids, huge]])  # never acked: they time out together
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        reader.wait_for(msg_ids, timeout_s=90)
+        assert service.thread.is_alive()
+        assert all(reader.seen[m] == ["TIMEOUT"] for m in msg_ids)
+        letters = _dead_letters(config, 1)
+        assert [d[DLQ_REASON] for d in letters] == ["outcome-refused"]
+        assert decode_outcomes(ast.literal_eval(letters[0]["value"])).msg_ids == [huge]
+        assert huge not in reader.seen
+    finally:
+        service.stop()
+        reader.close()
+
+
 def test_a_dead_letter_too_large_for_its_topic_is_cut_and_says_so(config: ServiceConfig) -> None:
     """A record near the size limit: its copy, with the reason headers added, is over it. The service used to stop
     at it, and again after every restart."""

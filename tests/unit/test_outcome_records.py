@@ -18,7 +18,9 @@ from acker.wire import (
     check_block,
     decode_outcomes,
     encode_batch,
+    encode_outcome_rows,
     parse_batch,
+    split_outcomes,
 )
 
 
@@ -144,3 +146,15 @@ def test_a_record_rejected_for_a_spout_name_still_fails_the_inits_of_its_valid_s
     assert raised.value.reason == "bad-spout"
     failing = failing_inits(block)
     assert failing is not None and failing.to_messages() == [Init(5, "good", "src/0/1", 3), Fail(5)]
+
+
+def test_a_record_too_large_for_its_topic_splits_in_halves_that_keep_its_order_and_its_acker_coordinates() -> None:
+    rows = [("ACK", 11, "src/0/1", 5), ("TIMEOUT", -12, "src/1/9", 2000), ("FAILED", 13, "other", 7)]
+    whole = encode_outcome_rows("words", rows, acker_partition=3, acker_offset=41)
+    halves = split_outcomes(whole)
+    assert halves is not None
+    decoded = [decode_outcomes(h) for h in halves]
+    assert [(d.spout, d.acker_partition, d.acker_offset) for d in decoded] == [("words", 3, 41)] * 2
+    got = [row for d in decoded for row in zip(d.outcomes, d.anchors, d.msg_ids, d.latency_ms, strict=True)]
+    assert got == rows
+    assert split_outcomes(halves[0]) is None  # one outcome: nothing to split
