@@ -103,6 +103,7 @@ DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
 DLQ_KEPT_BYTES = 64 * 1024
 _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what was produced before it, and for itself
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
+_ENSURE_AGAIN_S = 30.0  # how long after a failed creation an outcome topic is looked up (and created) again
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
@@ -244,7 +245,8 @@ class AckerService:
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
-        self._known_topics: set[str] = set()
+        self._known_topics: set[str] = set()  # found or created (`_ensure_topics`)
+        self._ensure_again_at: dict[str, float] = {}  # topics that could not be created: when to try again
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
         # Dead letters decided in delivery callbacks, produced from the loop (`_send_fallbacks`): producing inside a
         # callback may serve more callbacks (a full queue is polled), without bound.
@@ -448,7 +450,7 @@ class AckerService:
     def _send_outcomes(self, partition: int, encoded: _OutcomeRecord) -> None:
         spout, first, last = encoded.spout, encoded.first, encoded.last
         topic = self.config.outcome_topic(spout)
-        if topic not in self._known_topics:
+        if topic not in self._known_topics and time.monotonic() >= self._ensure_again_at.get(topic, 0.0):
             self._ensure_topics([outcome_topic(self.config, spout)])
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
         # Every record of an acker partition in one partition of the topic, in order: where its records go already
@@ -588,20 +590,25 @@ class AckerService:
         even to find the topic there, and a principal without the right to create topics is refused even for
         topics that exist. Returns the names of those that could not be created. An outcome or dead-letter topic
         that cannot be created is written to anyway, with a warning: it may be created on first use. If it is not, an
-        outcome record goes to the dead-letter topic (`_send_outcomes`); a dead letter that cannot be delivered stops
-        the service."""
+        outcome record goes to the dead-letter topic (`_send_outcomes`), and the topic is tried again after
+        `_ENSURE_AGAIN_S` (a creation may fail for a moment: a request timing out, the controller moving); a dead
+        letter that cannot be delivered stops the service."""
         missing = []
         for spec in specs:
-            if not self._topic_exists(spec.name, timeout_s=10):
+            if self._topic_exists(spec.name, timeout_s=10):
+                self._known_topics.add(spec.name)
+            else:
                 missing.append(spec)
-            self._known_topics.add(spec.name)
         failed = set()
         for spec in missing:  # one at a time: a failure says which
             try:
                 if spec.name in create_topics(self.config.client(), [spec]):  # made here, not found existing
                     self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
+                self._known_topics.add(spec.name)
+                self._ensure_again_at.pop(spec.name, None)
             except KafkaClientError as error:  # e.g. not allowed to create
-                log.warning("could not create %s: %s", spec.name, error)
+                log.warning("could not create %s (tried again in %.0f s): %s", spec.name, _ENSURE_AGAIN_S, error)
+                self._ensure_again_at[spec.name] = time.monotonic() + _ENSURE_AGAIN_S
                 failed.add(spec.name)
         return failed
 

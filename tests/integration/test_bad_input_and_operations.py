@@ -7,19 +7,23 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, Producer
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
 from prometheus_client import generate_latest
 
+from acker import service as service_module
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.service import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_outcomes, encode_batch
@@ -161,6 +165,38 @@ def test_outcome_records_too_large_for_their_topic_are_sent_in_halves(config: Se
         assert [d[DLQ_REASON] for d in letters] == ["outcome-refused"]
         assert decode_outcomes(ast.literal_eval(letters[0]["value"])).msg_ids == [huge]
         assert huge not in reader.seen
+    finally:
+        service.stop()
+        reader.close()
+
+
+def test_an_outcome_topic_whose_creation_failed_is_created_again_later(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first creation of a spout's outcome topic fails (a request timing out, say). The service marked the topic
+    known all the same and never tried again: every outcome of that spout went to the dead-letter topic until a
+    restart. It now tries again after a while."""
+    config = replace(config, partitions=1, kafka={**config.kafka, "topic.metadata.propagation.max.ms": "2000"})
+    create_acker_topics(config, [])  # no outcome topic: the service creates it
+    monkeypatch.setattr(service_module, "_ENSURE_AGAIN_S", 1.0)
+    refused: list[list[TopicSpec]] = []
+
+    def failing_once(admin: Any, specs: list[TopicSpec]) -> list[str]:
+        if not refused and any(spec.name == config.outcome_topic(SPOUT) for spec in specs):
+            refused.append(specs)
+            raise KafkaClientError("creating topics", KafkaError(KafkaError.REQUEST_TIMED_OUT))
+        return create_topics(admin, specs)
+
+    monkeypatch.setattr(service_module, "create_topics", failing_once)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [Init(7, SPOUT, "src/0/1", 5), Ack(7, 5)])
+        assert [d[DLQ_REASON] for d in _dead_letters(config, 1)] == ["outcome-refused"]  # the topic is missing
+        time.sleep(1.5)
+        send(config, [Init(9, SPOUT, "src/0/2", 3), Ack(9, 3)])
+        reader.wait_for(["src/0/2"], timeout_s=60)
+        assert reader.seen["src/0/2"] == ["ACK"] and len(refused) == 1
     finally:
         service.stop()
         reader.close()
