@@ -173,7 +173,11 @@ class PartitionState:
         # From the last tick applied, by its timestamp (a new owner keeps the log's cadence), but never from before
         # this instance took the partition or wrote that tick, by its own clock: a timestamp from a clock behind this
         # one (a previous owner's, or the broker's under LogAppendTime) would bring the next tick, and expiries, early.
-        # Late is safe: trees live a little longer.
+        # Late is safe: trees live a little longer. A timestamp from a clock ahead of this one is taken as now, the
+        # first time it is seen here (read a moment ago): kept as it is, no tick would be due until that time, and
+        # no tree would expire meanwhile.
+        if self.last_tick_ms is not None and self.last_tick_ms > now_ms:
+            self.last_tick_ms = now_ms
         since = max(self.started_ms, self.last_tick_ms or 0)
         if now_ms - since < self.tick_interval_ms:
             return None

@@ -77,6 +77,14 @@ def test_a_tick_stamped_by_a_clock_behind_this_one_does_not_bring_the_next_tick_
     assert state.tick_due(5500) == 6
 
 
+def test_a_tick_stamped_by_a_clock_ahead_of_this_one_does_not_stop_the_ticks_until_that_time() -> None:
+    """A previous owner's clock an hour ahead: its last tick's timestamp is taken as the moment it was seen here."""
+    state = _state()
+    state.apply(0, 3_600_000, _tick(NO_TICK))
+    assert state.tick_due(2000) is None  # seen here at 2000
+    assert state.tick_due(2999) is None and state.tick_due(3000) == 0
+
+
 def test_recovery_offset_covers_pending_and_recently_decided_trees() -> None:
     state = _state()
     assert state.recovery_offset() is None
