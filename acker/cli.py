@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 
 from acker import logs
+from acker.argtypes import at_least, share
 from acker.config import ServiceConfig, add_arguments
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
@@ -25,9 +26,14 @@ from acker.kafka.clients import kafka_error
 
 
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--buckets", type=int, default=3, help="ticks after which a pending tree expires (>= 2)")
     parser.add_argument(
-        "--high-water", type=int, default=None, help="pending trees at which new inits are nacked 'overload' (0: off)"
+        "--buckets", type=at_least(2), default=3, help="ticks after which a pending tree expires (>= 2)"
+    )
+    parser.add_argument(
+        "--high-water",
+        type=at_least(0),
+        default=None,
+        help="pending trees at which new inits are nacked 'overload' (0: off)",
     )
     parser.add_argument(
         "--relocate-on-update",
@@ -313,18 +319,20 @@ def build_parser() -> argparse.ArgumentParser:
         "them through the tracker (no Kafka) and check that every record gets exactly the outcome it must: ack, "
         "failed, or timeout. Prints a table of outcomes and counters, and the throughput.",
     )
-    simulate.add_argument("--trees", type=int, default=100_000, help="source records (tuple trees) [default: 100000]")
-    simulate.add_argument("--fanout", type=int, default=5, help="words per sentence [default: 5]")
     simulate.add_argument(
-        "--fail-rate", type=float, default=0.01, help="probability that a tuple fails [default: 0.01]"
+        "--trees", type=at_least(1), default=100_000, help="source records (tuple trees) [default: 100000]"
+    )
+    simulate.add_argument("--fanout", type=at_least(1), default=5, help="words per sentence [default: 5]")
+    simulate.add_argument(
+        "--fail-rate", type=share, default=0.01, help="probability that a tuple fails [default: 0.01]"
     )
     simulate.add_argument(
-        "--drop-rate", type=float, default=0.01, help="probability that an ack is lost [default: 0.01]"
+        "--drop-rate", type=share, default=0.01, help="probability that an ack is lost [default: 0.01]"
     )
     simulate.add_argument("--seed", type=int, default=1, help="seed of the workload [default: 1]")
     simulate.add_argument(
         "--buckets",
-        type=int,
+        type=at_least(2),
         default=3,
         help="timeout buckets: a tree pending on the buckets-th tick after it started expires [default: 3]",
     )

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError
 from rich.table import Table
 
 import acker.dlq
+from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import table_console
 from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
@@ -134,7 +135,7 @@ def add_parser(sub: Any) -> None:
         return parser
 
     listing = command("list", "list dead letters with their reason, origin and attempts", cmd_list)
-    listing.add_argument("--limit", type=int, default=50, help="show the newest N (0: all) [default: 50]")
+    listing.add_argument("--limit", type=at_least(0), default=50, help="show the newest N (0: all) [default: 50]")
     listing.add_argument("--json", action="store_true", help="one JSON object a line instead of a table")
     show = command("show", "print chosen dead letters whole: headers, key and value", cmd_show)
     show.add_argument("places", nargs="+", metavar="PLACE", help="OFFSET (partition 0) or PARTITION/OFFSET")

@@ -18,7 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from acker.argtypes import at_least
 from acker.config import add_arguments, env_settings, flag_setting, load
+from acker.errors import ConfigError
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 
@@ -59,17 +61,21 @@ def add_parser(sub: Any) -> None:
         default_records = 100_000 if name == "commit" else 1_000
         job.add_argument(
             "--max-records",
-            type=int,
+            type=at_least(1),
             default=default_records,
             help="outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger): a backlog is read in "
             f"micro-batches of this size [default: {default_records}]",
         )
         if name == "replay":
-            job.add_argument("--max-attempts", type=int, default=5, help="replays before dead-lettering [default: 5]")
-            job.add_argument("--backoff-ms", type=int, default=1000, help="delay of the first replay [default: 1000]")
+            job.add_argument(
+                "--max-attempts", type=at_least(0), default=5, help="replays before dead-lettering [default: 5]"
+            )
+            job.add_argument(
+                "--backoff-ms", type=at_least(0), default=1000, help="delay of the first replay [default: 1000]"
+            )
             job.add_argument(
                 "--nacks-per-transaction",
-                type=int,
+                type=at_least(1),
                 default=20_000,
                 help="a micro-batch's nacks are published in transactions of at most this many (each must end within "
                 "transaction.timeout.ms: lower it for large records) [default: 20000]",
@@ -94,6 +100,11 @@ def _run(args: argparse.Namespace) -> int:
     config = load(args)
     for spout in args.spout:  # as the spouts themselves do: a name they refuse has no topics to read
         check_spout_name(config, spout)
+    # Checked before Spark starts (a JVM, seconds): a mistake here is a one-line error, not a stack trace.
+    groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
+    unread = sorted(set(groups) - set(args.spout)) if args.spout else []
+    if unread:  # its group would never get a watermark, and the spout's would go to the group named after it
+        raise ConfigError(f"--spout-group names {', '.join(unread)}, which no --spout names")
     topics = tuple(config.outcome_topic(s) for s in args.spout)
     java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)
     java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)
@@ -105,7 +116,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         spark = spark_session(f"acker-{args.spark_job}", args.master, jvm_output=args.spark_log)
         if args.spark_job == "commit":
-            groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
             spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
             settings = commit_job.CommitJobSettings(
                 source,

@@ -25,6 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from acker.argtypes import at_least, share
 from acker.bolt import Bolt
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
@@ -291,11 +292,11 @@ def add_parser(sub: Any) -> None:
 
     topics = stage("topics", "create the pipeline's and the acker's topics", cmd_topics)
     topics.add_argument(
-        "--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [default: 4]"
+        "--pipeline-partitions", type=at_least(1), default=4, help="partitions of each pipeline topic [default: 4]"
     )
     produce_parser = stage("produce", "write sentences to the source topic", cmd_produce, seed="generated sentences")
     for parser in (produce_parser,):
-        parser.add_argument("--sentences", type=int, default=1000, help="sentences to generate [default: 1000]")
+        parser.add_argument("--sentences", type=at_least(0), default=1000, help="sentences to generate [default: 1000]")
         parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     for name, help_text, run_stage in (("spout", "run the spout", cmd_spout), ("split", "run a split bolt", cmd_split),
                                        ("count", "run a count bolt", cmd_count)):  # fmt: skip
@@ -303,31 +304,36 @@ def add_parser(sub: Any) -> None:
             "--log-level", default="INFO", help="logging level [default: INFO]"
         )
     spout = stages.choices["spout"]
-    spout.add_argument("--max-pending", type=int, default=10_000, help="unfinished trees at most [default: 10000]")
+    spout.add_argument(
+        "--max-pending", type=at_least(1), default=10_000, help="unfinished trees at most [default: 10000]"
+    )
     spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
     split = stages.choices["split"]
-    split.add_argument("--fail-rate", type=float, default=0.0, help="share of sentences to fail [default: 0]")
-    split.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
+    split.add_argument("--fail-rate", type=share, default=0.0, help="share of sentences to fail [default: 0]")
+    split.add_argument("--crash-after", type=at_least(1), default=None, help="exit abruptly after N messages")
     count = stages.choices["count"]
-    count.add_argument("--drop-rate", type=float, default=0.0, help="share of words to drop silently [default: 0]")
-    count.add_argument("--crash-after", type=int, default=None, help="exit abruptly after N messages")
+    count.add_argument("--drop-rate", type=share, default=0.0, help="share of words to drop silently [default: 0]")
+    count.add_argument("--crash-after", type=at_least(1), default=None, help="exit abruptly after N messages")
     run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run, seed="generated sentences")
-    run.add_argument("--sentences", type=int, default=1000, help="sentences to generate [default: 1000]")
+    run.add_argument("--sentences", type=at_least(0), default=1000, help="sentences to generate [default: 1000]")
     run.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     run.add_argument(
-        "--fail-rate", type=float, default=0.0, help="share of sentences the split bolt fails [default: 0]"
+        "--fail-rate", type=share, default=0.0, help="share of sentences the split bolt fails [default: 0]"
     )
     run.add_argument(
-        "--drop-rate", type=float, default=0.0, help="share of words the count bolt drops silently [default: 0]"
+        "--drop-rate", type=share, default=0.0, help="share of words the count bolt drops silently [default: 0]"
     )
     run.add_argument(
-        "--crash-split-after", type=int, default=None, help="crash one split process after N messages [default: never]"
+        "--crash-split-after",
+        type=at_least(1),
+        default=None,
+        help="crash one split process after N messages [default: never]",
     )
-    run.add_argument("--split-processes", type=int, default=2, help="split bolt processes [default: 2]")
-    run.add_argument("--count-processes", type=int, default=2, help="count bolt processes [default: 2]")
+    run.add_argument("--split-processes", type=at_least(1), default=2, help="split bolt processes [default: 2]")
+    run.add_argument("--count-processes", type=at_least(1), default=2, help="count bolt processes [default: 2]")
     run.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
     run.add_argument(
-        "--pipeline-partitions", type=int, default=4, help="partitions of each pipeline topic [default: 4]"
+        "--pipeline-partitions", type=at_least(1), default=4, help="partitions of each pipeline topic [default: 4]"
     )
     run.add_argument(
         "--max-wait-s", type=float, default=120.0, help="give up waiting for outcomes after this [default: 120]"

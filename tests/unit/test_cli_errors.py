@@ -60,6 +60,38 @@ def test_a_spark_job_without_spouts_or_a_pattern_says_so_before_spark_starts(
     assert "--spout" in capsys.readouterr().err
 
 
+def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt spout in --spout-group was ignored: the job wrote the watermark to the group named after the spout
+    read, and the spout, finding none in its own group, started over from its reset policy."""
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: pytest.fail("Spark started"))
+    argv = ["spark", "commit", "--checkpoint", "/nowhere", "--spout", "sentences"]
+    assert cli.main([*argv, "--spout-group", "sentence=wc-spout"]) == 2
+    assert "--spout-group names sentence, which no --spout names" in capsys.readouterr().err
+    assert cli.main([*argv, "--spout-group", "sentences"]) == 2
+    assert "--spout-group takes SPOUT=GROUP" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--trees", "-5"],
+        ["simulate", "--fail-rate", "2"],
+        ["simulate", "--drop-rate", "nan"],
+        ["dlq", "list", "--limit", "-3"],
+        ["spark", "replay", "--checkpoint", "/x", "--nacks-per-transaction", "0"],
+        ["spark", "commit", "--checkpoint", "/x", "--max-records", "-1"],
+        ["wordcount", "run", "--split-processes", "0"],
+    ],
+)
+def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert "must be" in capsys.readouterr().err
+
+
 def test_command_help_reads_as_prose(capsys: pytest.CaptureFixture[str]) -> None:
     assert prose("the acker's (``dlq_topic``), see `acker.retries`") == "the acker's (dlq_topic), see acker.retries"
     for command in ([], ["dlq"], ["demo"], ["reach"], ["wordcount"]):

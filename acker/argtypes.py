@@ -1,0 +1,34 @@
+"""Types of command-line numbers: a value out of range is argparse's one-line usage error (exit status 2), not a
+silent surprise later (a negative count read as "none", a rate above 1) nor a stack trace from deep inside."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """A whole number ``>= low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def share(text: str) -> float:
+    """A probability, or a share of something: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if math.isnan(value) or not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
