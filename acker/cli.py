@@ -26,9 +26,7 @@ from acker.kafka.clients import kafka_error
 
 
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--buckets", type=at_least(2), default=3, help="ticks after which a pending tree expires (>= 2)"
-    )
+    parser.add_argument("--buckets", type=int, default=3, help="ticks after which a pending tree expires (>= 2)")
     parser.add_argument(
         "--high-water",
         type=at_least(0),
@@ -332,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--seed", type=int, default=1, help="seed of the workload [default: 1]")
     simulate.add_argument(
         "--buckets",
-        type=at_least(2),
+        type=int,
         default=3,
         help="timeout buckets: a tree pending on the buckets-th tick after it started expires [default: 3]",
     )
