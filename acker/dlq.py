@@ -26,8 +26,6 @@ from acker.headers import HeaderList, decimal, pairs, text
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
     KafkaClientError,
-    TopicSpec,
-    create_topics,
     log_bounds,
     partition_count,
     produce,
@@ -176,14 +174,21 @@ def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None
 
 def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:
     """Produce the re-driven copies and wait for their delivery; return where each went (topic, partition)."""
+    counts: dict[str, int] = {}
+    for topic in {decision.topic for decision in decisions}:  # all there before anything is sent
+        try:
+            counts[topic] = partition_count(config.client(), topic)
+        except KafkaClientError as error:
+            if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            # Not created here: a copy in a topic no spout reads (a misspelt --spout) would be lost to the operator.
+            raise DlqError(
+                f"no topic {topic}: a spout creates its replay topic when it starts; is its name right?"
+            ) from None
     producer = Producer(config.producer(**{"enable.idempotence": True}))
     failures: list[str] = []
     places: list[tuple[str, int]] = []
-    counts: dict[str, int] = {}
     for letter, decision in zip(letters, decisions, strict=True):
-        if decision.topic not in counts:
-            create_topics(config.client(), [TopicSpec(decision.topic, 1, config.replication_factor)])
-            counts[decision.topic] = partition_count(config.client(), decision.topic)
         partition = origin_partition(letter.origin) % counts[decision.topic]
         places.append((decision.topic, partition))
 

@@ -18,6 +18,7 @@ from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, re
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, partition_count
 from acker.retries import NO_DATA
+from acker.topics import check_spout_name
 
 
 def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
@@ -95,6 +96,8 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     config = load(args)
     if bool(args.places) == bool(args.all):
         raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all: one of them")
+    if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
+        check_spout_name(config, args.spout)
     letters = _chosen(args, config)
     if args.all:  # records gone before they could be replayed, or too large to: left where they are, and said so
         for reason in NO_DATA:

@@ -97,6 +97,14 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert _dlq(letters, "show", "0/0", "--topic", "no-such-topic") == 2  # but a place in it is an error
     assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
     assert _dlq(letters, "redrive") == 2
+    # A spout name no spout can have, or one without a replay topic (a typo): the copies would go where nobody
+    # reads them (the redrive used to create the topic), or into the dead-letter topic itself.
+    assert _dlq(letters, "redrive", "0", "--spout", "dlq") == 2
+    assert "is reserved" in capsys.readouterr().err
+    assert _dlq(letters, "redrive", "0", "--spout", "sq") == 2
+    assert f"no topic {letters.replay_topic('sq')}" in capsys.readouterr().err
+    assert _dlq(letters, "list", "--json", "--topic", letters.replay_topic("sq")) == 0  # still not created
+    assert capsys.readouterr().out == ""
     assert read_partition(letters, letters.replay_topic("sp"), 0) == []
     assert read_partition(letters, letters.replay_topic("sp"), 1) == []
 
