@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException
 
 from acker import logs
 from acker.argtypes import at_least, share
-from acker.config import ServiceConfig, add_arguments
+from acker.config import ServiceConfig, add_arguments, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError
@@ -381,6 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _servers(args: argparse.Namespace) -> str:
+    """The bootstrap servers the command was given, however it was (a flag, the environment, a file)."""
+    try:
+        return load(args).bootstrap_servers
+    except Exception:  # a command without the settings, or settings that did not load: not the error to show
+        return getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -393,9 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cause = kafka_error(error)  # its text, not the error object's repr with code and value
         print(f"acker: Kafka client: {cause.str() if cause is not None else error}", file=sys.stderr)
         return 2
-    except TimeoutError:  # a Kafka admin request's future: it carries no message
-        servers = getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
-        print(f"acker: Kafka did not answer in time: is it running, and reachable at {servers}?", file=sys.stderr)
+    except TimeoutError:  # a Kafka admin request's future (it carries no message), or records not delivered
+        where = _servers(args)
+        print(f"acker: Kafka did not answer in time: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
     except OSError as error:  # a file that cannot be read, ...
         print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)

@@ -74,7 +74,8 @@ def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
 
     for line in lines:
         send(producer, topic, line, on_delivery=delivered)
-    producer.flush(60)
+    if producer.flush(60):  # not all delivered, nor failed: Kafka does not answer (`acker.cli.main` says so)
+        raise TimeoutError(f"{len(lines) - len(ids)} of {len(lines)} sentences not delivered to {topic} in 60 s")
     return ids
 
 

@@ -31,6 +31,39 @@ def test_kafka_not_answering_names_the_bootstrap_servers(
     )
 
 
+def test_kafka_not_answering_names_the_bootstrap_servers_given_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_answer(*_args: Any, **_kwargs: Any) -> list[str]:
+        raise TimeoutError
+
+    monkeypatch.setattr(clients, "create_topics", no_answer)
+    monkeypatch.setenv("ACKER_BOOTSTRAP_SERVERS", "kafka.env:9092")
+    assert cli.main(["topics", "create"]) == 2
+    assert "reachable at kafka.env:9092?" in capsys.readouterr().err
+
+
+def test_sentences_not_delivered_are_an_error_not_zero_written(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`wordcount produce` against a broker that does not answer printed "0 sentences written" and exit status 0."""
+
+    class Unanswered:
+        def __init__(self, _config: dict[str, Any]) -> None:
+            self.queued = 0
+
+        def produce(self, *_args: Any, **_kwargs: Any) -> None:
+            self.queued += 1
+
+        def flush(self, _timeout: float) -> int:
+            return self.queued
+
+    monkeypatch.setattr(wordcount_cli, "Producer", Unanswered)
+    assert cli.main(["wordcount", "produce", "--sentences", "3", "--bootstrap-servers", "kafka.example:9092"]) == 2
+    captured = capsys.readouterr()
+    assert "reachable at kafka.example:9092?" in captured.err and "written" not in captured.out
+
+
 def test_a_dead_letter_command_without_kafka_says_so_not_that_the_topic_is_missing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
