@@ -115,7 +115,7 @@ class Demo:
         self.ledger = Ledger(max_attempts=options.max_attempts)
         self.events: list[str] = []
         self.started = time.monotonic()
-        self.stages = Stages(log=self.event)
+        self.stages = Stages(log=self.event, settings_given_only=True)
         self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log
         console.print(f"topics, groups and processes of this run are named {self.prefix}*")
 

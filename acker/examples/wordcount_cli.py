@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, Producer
 from acker.argtypes import at_least, share
 from acker.bolt import Bolt
 from acker.cli import run_until_signalled
-from acker.config import ServiceConfig, add_arguments, load, to_argv
+from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics
@@ -138,16 +138,23 @@ def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -
 class Stages:
     """Child processes of the pipeline; a bolt that crashed on purpose is restarted once, without the crash."""
 
-    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, log: Callable[[str], None] | None = None, *, settings_given_only: bool = False) -> None:
+        """``settings_given_only``: the stages take the settings of their commands alone, none of the ``ACKER_*``
+        environment (`acker.config`) of this process: the demo's, which runs on its own broker whatever the
+        environment says (a ``[kafka]`` table of ``ACKER_CONFIG`` would point them elsewhere, or add SASL)."""
         self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restarts = 0
         self.env: dict[str, str] = {}
         self._log = log or (lambda line: print(line, file=sys.stderr))
         self._output = subprocess.DEVNULL if log is not None else None  # with a log of its own: children are quiet
+        self._settings_given_only = settings_given_only
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
-        self.env = {**os.environ, **env}
+        inherited = {
+            k: v for k, v in os.environ.items() if not (self._settings_given_only and k.startswith(ENV_PREFIX))
+        }
+        self.env = {**inherited, **env}
         self._spawn(name, argv)
 
     def _spawn(self, name: str, argv: list[str]) -> None:

@@ -4,6 +4,7 @@ to check, exit status 2."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from typing import Any
 
@@ -165,3 +166,19 @@ def test_py4j_shows_its_warnings_only_unless_debugging() -> None:
         assert logging.getLogger("py4j").level == logging.NOTSET  # the application's level, whatever it is
     finally:
         logging.getLogger("py4j").setLevel(logging.NOTSET)
+
+
+def test_the_demo_stages_take_the_demo_settings_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo runs on its own broker; an ``ACKER_CONFIG`` or ``ACKER_KAFKA_*`` of the shell (SASL for a real
+    cluster, say) reached its stages, which then could not talk to it."""
+    monkeypatch.setenv("ACKER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("ACKER_CONFIG", "/etc/acker/prod.toml")
+    stages = wordcount_cli.Stages(log=lambda _line: None, settings_given_only=True)
+    stages.start("t", (["true"], {"ACKER_KAFKA_LINGER_MS": "5"}))  # the command's own settings are kept
+    stages.running["t"][1].wait()
+    assert {k for k in stages.env if k.startswith("ACKER_")} == {"ACKER_KAFKA_LINGER_MS"}
+    assert stages.env["PATH"] == os.environ["PATH"]
+    plain = wordcount_cli.Stages(log=lambda _line: None)
+    plain.start("t", (["true"], {}))
+    plain.running["t"][1].wait()
+    assert plain.env["ACKER_CONFIG"] == "/etc/acker/prod.toml"  # `wordcount run` takes the environment's
