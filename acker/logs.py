@@ -22,3 +22,14 @@ def configure(level: str) -> None:
     number = logging.getLevelNamesMapping()[level.upper()]
     for name in CHATTY:
         logging.getLogger(name).setLevel(logging.NOTSET if number <= logging.DEBUG else max(number, logging.WARNING))
+    if number > logging.DEBUG:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_chatty_through_root)
+
+
+def _chatty_through_root(record: logging.LogRecord) -> bool:
+    """False for an info line a `CHATTY` library logs through the root logger (py4j logs "Exception while sending
+    command.", with a stack trace, on the root logger whenever Spark's JVM has gone, as when it stops with this
+    process's group): it is not the application's either."""
+    chatty = record.name == "root" and record.levelno < logging.WARNING
+    return not (chatty and any(f"/{name}/" in record.pathname for name in CHATTY))

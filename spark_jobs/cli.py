@@ -148,7 +148,15 @@ def _run(args: argparse.Namespace) -> int:
         failed = False
         while not stopping.wait(1.0):
             for query in queries:
-                if not query.isActive:
+                try:
+                    active = query.isActive
+                except Exception as error:  # Spark's JVM has gone: stopped with this process's group, or crashed
+                    if not stopping.is_set():
+                        print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
+                        failed = True
+                        stopping.set()
+                    break
+                if not active:
                     print(f"acker: query {query.name} stopped: {query.exception()}", file=sys.stderr)
                     failed = True
                     stopping.set()

@@ -144,7 +144,10 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
                     time.sleep(0.02)
             except Exception as error:  # a JVM gone already
                 log.debug("could not wait for the end of a micro-batch: %s", error)
-            query.stop()
+            try:
+                query.stop()
+            except Exception as error:  # the JVM got the signal too (a whole process group stopped, as systemd does)
+                log.info("a query could not be stopped: Spark's JVM has gone already (%s)", type(error).__name__)
 
 
 def stop(session: SparkSession | None) -> None:
@@ -155,7 +158,10 @@ def stop(session: SparkSession | None) -> None:
     ``getOrCreate``) may not get there: it is terminated here, found among this process's children.
     """
     if session is not None:
-        session.stop()
+        try:
+            session.stop()
+        except Exception as error:  # its JVM has gone already: what is left below is to close this process's clients
+            log.info("Spark's JVM has gone already (%s)", type(error).__name__)
     # Then the jobs' own Kafka clients: left open, they would log connection errors once the cluster goes (a demo's).
     close_publishers()
     lookups.close_all()

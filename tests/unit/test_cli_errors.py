@@ -168,6 +168,20 @@ def test_py4j_shows_its_warnings_only_unless_debugging() -> None:
         logging.getLogger("py4j").setLevel(logging.NOTSET)
 
 
+def test_py4j_lines_through_the_root_logger_are_not_the_applications() -> None:
+    """py4j logs "Exception while sending command." with a stack trace on the root logger, at INFO, whenever
+    Spark's JVM has gone (a job stopped with its process group, as systemd does): not a line of the job's."""
+
+    def record(name: str, path: str, level: int = logging.INFO) -> logging.LogRecord:
+        return logging.LogRecord(name, level, path, 1, "Exception while sending command.", None, None)
+
+    py4j_file = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+    assert not logs._chatty_through_root(record("root", py4j_file))
+    assert logs._chatty_through_root(record("root", py4j_file, logging.WARNING))
+    assert logs._chatty_through_root(record("root", "/work/acker/service.py"))
+    assert logs._chatty_through_root(record("spark_jobs.cli", py4j_file))
+
+
 def test_the_demo_stages_take_the_demo_settings_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo runs on its own broker; an ``ACKER_CONFIG`` or ``ACKER_KAFKA_*`` of the shell (SASL for a real
     cluster, say) reached its stages, which then could not talk to it."""
