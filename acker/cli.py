@@ -51,9 +51,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     config = _tracker_config(args)
     tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     if args.file == "-":
+        sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr] # a TextIOWrapper
         bad = replay(tracker, sys.stdin, sys.stdout, sys.stderr)
     else:
-        with open(args.file, encoding="utf-8") as lines:
+        with open(args.file, encoding="utf-8", errors="surrogateescape") as lines:  # bad bytes: a bad line, not a stop
             bad = replay(tracker, lines, sys.stdout, sys.stderr)
     if args.stats:
         print(" ".join(f"{k}={v}" for k, v in tracker.counters.as_dict().items()), file=sys.stderr)

@@ -319,7 +319,7 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     if path:
         try:
             document = tomllib.loads(Path(path).read_text("utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as error:
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
             raise ConfigError(f"cannot read configuration file {path}: {error}") from None
         table = document.pop("kafka", {})
         if not isinstance(table, Mapping):

@@ -109,9 +109,12 @@ def parse_coordinates(text: str) -> tuple[int, int]:
     """``OFFSET`` (partition 0) or ``PARTITION/OFFSET`` → (partition, offset)."""
     partition, sep, offset = text.rpartition("/")
     try:
-        return (int(partition) if sep else 0), int(offset)
+        place = (int(partition) if sep else 0), int(offset)
     except ValueError:
-        raise DlqError(f"not a record's place: {text!r} (OFFSET or PARTITION/OFFSET)") from None
+        place = (-1, -1)
+    if not (0 <= place[0] < 2**31 and 0 <= place[1] < 2**63):  # what Kafka's partitions and offsets can be
+        raise DlqError(f"not a record's place: {text!r} (OFFSET or PARTITION/OFFSET)")
+    return place
 
 
 def _letter(record: Message) -> DeadLetter:

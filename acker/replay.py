@@ -126,6 +126,11 @@ def read_messages(lines: Iterable[str], bad: list[BadLine]) -> Iterator[Message]
         if not line.strip():
             continue
         try:
+            line.encode("utf-8")  # a file read with errors="surrogateescape" holds its bytes that are not UTF-8 so
+        except UnicodeEncodeError:
+            bad.append(BadLine(number, "not UTF-8 text"))
+            continue
+        try:
             yield parse_message(line)
         except ReplayInputError as error:
             bad.append(BadLine(number, str(error)))

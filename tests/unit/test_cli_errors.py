@@ -196,3 +196,10 @@ def test_the_demo_stages_take_the_demo_settings_not_the_environment(monkeypatch:
     plain.start("t", (["true"], {}))
     plain.running["t"][1].wait()
     assert plain.env["ACKER_CONFIG"] == "/etc/acker/prod.toml"  # `wordcount run` takes the environment's
+
+
+@pytest.mark.parametrize("place", ["0/99999999999999999999", "-1/3", "2/-5", "x", "3/"])
+def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
+    with pytest.raises(dlq.DlqError, match="not a record's place"):
+        dlq.parse_coordinates(place)
+    assert dlq.parse_coordinates("2/7") == (2, 7) and dlq.parse_coordinates("7") == (0, 7)

@@ -259,3 +259,10 @@ def test_producers_leave_out_exactly_the_settings_librdkafka_ignores_in_them(key
 
 def test_a_producer_setting_is_not_taken_for_a_consumer_one() -> None:
     assert not _producer_warnings({"linger.ms": "7", "enable.idempotence": "true", "client.id": "x"})
+
+
+def test_a_configuration_file_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "acker.toml"
+    path.write_bytes(b'instance_id = "\xff"\n')
+    with pytest.raises(ConfigError, match="cannot read configuration file"):
+        load(_parse("--config", str(path)), environ={})

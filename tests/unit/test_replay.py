@@ -130,3 +130,10 @@ def test_workload_expectations_match_the_tracker() -> None:
         got[o.msg_id] = getattr(o, "reason", None)
     assert {m: (r.value if r else "ack") for m, r in got.items()} == workload.expected
     assert {"ack", "failed", "timeout"} == set(workload.expected.values())
+
+
+def test_a_line_that_is_not_utf8_is_reported_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(LINES[1].encode() + b"\n" + b'{"type":"ack","anchor":5,"value":3,"x":"\xff"}\n')
+    assert main(["replay", str(path)]) == 1
+    assert "line 2: not UTF-8 text" in capsys.readouterr().err
