@@ -177,15 +177,19 @@ def run_until_signalled(runnable: Runnable) -> int:
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    from acker.kafka.clients import create_topics
+    from acker.kafka.clients import create_topics, partition_count
     from acker.topics import all_topics
 
     config = _service_config(args)
     specs = all_topics(config, args.spout)
     created = set(create_topics(config.client(), specs))
     for spec in specs:
-        state = "created" if spec.name in created else "exists"
-        print(f"{spec.name}\t{spec.partitions} partition(s)\t{state}")
+        if spec.name in created:
+            print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
+            continue
+        count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
+        differs = f" (not {spec.partitions}: an existing topic is left as it is)" if count != spec.partitions else ""
+        print(f"{spec.name}\t{count} partition(s)\texists{differs}")
     return 0
 
 
@@ -196,8 +200,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from acker.status import group_lag, read_status
 
     config = _service_config(args)
-    statuses = read_status(config)
     lags = group_lag(config)
+    if lags is None:
+        raise AckerError(f"acker topic {config.acker_topic} not found (or no leader yet): acker topics create makes it")
+    statuses = read_status(config)
     if args.json:
         import json
 

@@ -77,16 +77,16 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
     return status
 
 
-def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int | None]]:
+def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int | None]] | None:
     """Per acker partition: (committed recovery offset, end offset), each None when there is none or Kafka cannot
-    tell now."""
+    tell now; None when there is no acker topic."""
     consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
     try:
         parts = [
             TopicPartition(config.acker_topic, p) for p in topic_partitions(consumer, config.acker_topic, timeout_s)
         ]
         if not parts:
-            return {}
+            return None
         committed = consumer.committed(parts, timeout=timeout_s)
         out: dict[int, tuple[int | None, int | None]] = {}
         for tp in committed:

@@ -168,7 +168,8 @@ def _run(bootstrap: str, trees: int, decided: int, rng: np.random.Generator) -> 
         _send(config, done_heads + done_tails)
         assert len(_outcomes(config, decided, 120)) == decided, "the first process did not decide every whole tree"
         time.sleep(2 * config.commit_interval_s)
-        committed = group_lag(config)[0][0]
+        lags = group_lag(config)
+        committed = lags[0][0] if lags else None
         assert committed is not None, "no recovery offset was committed"
         read_back_s, read_back = _read_back(config)
         first.send_signal(signal.SIGKILL)

@@ -273,10 +273,16 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     )  # fmt: skip
     assert f"{config.acker_topic}\t3 partition(s)\tcreated" in created.stdout
     assert f"{config.outcome_topic(SPOUT)}\t3 partition(s)\tcreated" in created.stdout
-    again = subprocess.run(
-        [sys.executable, "-m", "acker.cli", "topics", "create", *common], capture_output=True, text=True, check=True
-    )
-    assert "exists" in again.stdout
+    again = subprocess.run(  # with another partition count: the topics' own is shown
+        [sys.executable, "-m", "acker.cli", "topics", "create", *common[:-1], "5"], capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    assert f"{config.acker_topic}\t3 partition(s)\texists (not 5: an existing topic is left as it is)" in again.stdout
+    misspelt = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "status", *common, "--acker-topic", f"{config.acker_topic}-typo"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert misspelt.returncode == 2 and f"acker topic {config.acker_topic}-typo not found" in misspelt.stderr
 
     config = replace(config, partitions=3)
     service = ServiceThread(config)

@@ -146,7 +146,9 @@ def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config:
 
 
 def _committed(config: ServiceConfig, partition: int) -> int:
-    committed, _end = group_lag(config)[partition]
+    lags = group_lag(config)
+    assert lags is not None
+    committed, _end = lags[partition]
     return -1 if committed is None else committed
 
 
