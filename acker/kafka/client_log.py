@@ -30,10 +30,15 @@ _attaching = threading.Lock()
 # What varies between two lines of one kind: the time an attempt took (a broker's address, which tells brokers
 # apart, stays). confluent-kafka logs "%s [%s] %s" with the facility, the client's name and the text.
 _VARYING = re.compile(r"\b\d+ms\b")
-# Warnings of a client that is waiting, and says it will retry, for what a broker that has just started is still
-# loading (its transaction or group coordinator): the producer gets its id a moment later, by itself. At every start
-# they read as errors; they are logged at INFO.
-_TRANSIENT = re.compile(r"Coordinator load in progress: retrying")
+# Warnings that are not: a client waiting, and saying it will retry, for what a broker that has just started is still
+# loading (its transaction or group coordinator): the producer gets its id a moment later, by itself; and a setting
+# of the shared ``[kafka]`` table that only producers read, given to a consumer (or the other way round), which
+# ignores it as it should (``linger.ms`` for the stages' producers, in every consumer). At every start they read as
+# errors; they are logged at INFO. A misspelt setting is still refused (librdkafka knows no such property).
+_TRANSIENT = re.compile(
+    r"Coordinator load in progress: retrying"
+    r"|is a (?:producer|consumer) property and will be ignored by this (?:consumer|producer) instance"
+)
 
 
 @dataclass(slots=True)
@@ -47,7 +52,8 @@ class RepeatFilter(logging.Filter):
     kind to go through ends with the number held back meanwhile. A line's kind is its level, its facility and its
     text, durations left out, whichever client logged it: five clients failing to reach one broker are one kind.
     Lines below ``min_level`` all go through: librdkafka logs debug lines only when its ``debug`` setting asks. A
-    warning that a client waits for a coordinator still loading, and will retry, is logged at INFO.
+    warning that a client waits for a coordinator still loading, and will retry, or that it ignores a setting of
+    the other kind of client, is logged at INFO.
 
     Thread-safe: each client's lines come from the thread that polls it."""
 

@@ -80,6 +80,20 @@ def test_a_client_waiting_for_a_coordinator_still_loading_is_info_not_a_warning(
         logger.setLevel(level)
 
 
+def test_a_setting_of_the_other_kind_of_client_is_info_not_a_warning() -> None:
+    """``linger.ms`` in the shared [kafka] table, for the producers, made every consumer warn at start."""
+    text = "[thrd:app]: Configuration property linger.ms is a producer property and will be ignored by this consumer "
+    text += "instance"
+    logger = logging.getLogger(LOGGER_NAME)
+    level = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        ignored = _line(text, level=logging.WARNING)
+        assert RepeatFilter().filter(ignored) and ignored.levelno == logging.INFO
+    finally:
+        logger.setLevel(level)
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
