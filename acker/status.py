@@ -29,7 +29,7 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         try:
             found = topic_partitions(consumer, config.status_topic, timeout_s)
         except KafkaException as error:  # e.g. not allowed to read it: the lag can still be shown
-            log.warning("cannot read the status topic: %s", kafka_error(error) or error)
+            log.warning("cannot read the status topic: %s", _text(error))
             return latest
         ends = {p: end for p in found if (end := end_offset(consumer, config.status_topic, p, timeout_s)) is not None}
         parts = [TopicPartition(config.status_topic, p, 0) for p in ends]
@@ -57,7 +57,7 @@ def end_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float)
     try:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1])
     except KafkaException as error:
-        log.warning("%s[%d]: no end offset (%s)", topic, partition, kafka_error(error) or error)
+        log.warning("%s[%d]: no end offset (%s)", topic, partition, _text(error))
         return None
 
 
@@ -95,3 +95,9 @@ def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple
         return out
     finally:
         consumer.close()
+
+
+def _text(error: KafkaException) -> str:
+    """What librdkafka says, not the error object's fields (``KafkaError{code=_TRANSPORT,val=-195,str=...}``)."""
+    cause = kafka_error(error)
+    return cause.str() if cause is not None else str(error)
