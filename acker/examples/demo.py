@@ -34,7 +34,7 @@ from rich.table import Table
 
 from acker.config import ServiceConfig
 from acker.examples.ledger import Ledger, Report
-from acker.examples.wordcount import POISON, SPOUT, Topics, sentences
+from acker.examples.wordcount import POISON, SENTENCE, SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import text
 from acker.help_text import prose
@@ -166,15 +166,15 @@ class Demo:
         o, c, prefix = self.options, self.config, self.prefix
         for i in range(2):
             self.stages.start(f"acker-{i}", stage_command(c, prefix, "acker", "--instance-id", f"acker-{i}"))
-        self.stages.start("spout", stage_command(c, prefix, "spout"))
+        self.stages.start("spout", stage_command(c, prefix, "spout", "--trace"))
         # Early in its share, so that it crashes however the partitions were spread over the split processes.
         crash_after = max(1, o.sentences // (10 * o.split_processes))
         for i in range(o.split_processes):
             crash = [f"--crash-after={crash_after}"] if o.crash_split and i == 0 else []
-            extra = ["--fail-rate", str(o.fail_rate), "--seed", str(o.seed + i), *crash]
+            extra = ["--fail-rate", str(o.fail_rate), "--seed", str(o.seed + i), "--trace", *crash]
             self.stages.start(f"split-{i}", stage_command(c, prefix, "split", *extra))
         for i in range(o.count_processes):
-            extra = ["--drop-rate", str(o.drop_rate), "--seed", str(o.seed + i)]
+            extra = ["--drop-rate", str(o.drop_rate), "--seed", str(o.seed + i), "--trace"]
             self.stages.start(f"count-{i}", stage_command(c, prefix, "count", *extra))
         self.event(f"started 2 acker instances, a spout, {o.split_processes} split and {o.count_processes} count bolts")
 
@@ -317,7 +317,7 @@ class Demo:
             if origin is not None:
                 self.ledger.dead_letter(origin)
         for record in _available(counts):
-            self.ledger.count(record.key() or b"")
+            self.ledger.count(record.key() or b"", text(record.headers(), SENTENCE))
 
     def _finished(self) -> bool:
         ledger = self.ledger

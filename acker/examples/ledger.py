@@ -14,7 +14,9 @@ then answers:
   record and its ``max_attempts`` replayed copies) was nacked: injected failures are random, and a good sentence
   can draw them at every attempt. Any other dead letter is reported.
 - **words**: every word of every good sentence not dead-lettered is counted at least once; counts beyond that are
-  duplicates (at-least-once processing: a replayed sentence is counted again).
+  duplicates (at-least-once processing: a replayed sentence is counted again). Counts that name their sentence
+  (the word count's tracing) are checked sentence by sentence; without it, word by word over all sentences, where
+  a word counted twice for one sentence hides the same word missing from another.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class Ledger:
     copy_offsets: dict[Partition, list[int]] = field(default_factory=lambda: defaultdict(list))
     dead_letters: set[str] = field(default_factory=set)  # origins
     counted: Counter[bytes] = field(default_factory=Counter)
+    counted_in: Counter[tuple[str, bytes]] = field(default_factory=Counter)  # (sentence's origin, word), traced
     samples: list[tuple[int, dict[Partition, int]]] = field(default_factory=list)
 
     def written(self, topic: str, partition: int, offset: int, sentence: bytes, *, poison: bool) -> None:
@@ -130,8 +133,11 @@ class Ledger:
     def dead_letter(self, origin: str) -> None:
         self.dead_letters.add(origin)
 
-    def count(self, word: bytes) -> None:
+    def count(self, word: bytes, sentence: str | None = None) -> None:
+        """A count of ``word``, of the source record ``sentence`` (its origin) when the count says."""
         self.counted[word] += 1
+        if sentence is not None:
+            self.counted_in[(sentence, word)] += 1
 
     def watermarks(self, at_ms: int, marks: dict[Partition, int]) -> None:
         self.samples.append((at_ms, dict(marks)))
@@ -191,8 +197,14 @@ class Ledger:
         origins_acked = self.origins_acked()
         failed_every_attempt = self.failed_every_attempt()
         dropped = self.poison.union(failed_every_attempt)
-        good = [s for m, s in self.sources.items() if m not in dropped]
-        expected = Counter(word for sentence in good for word in sentence.split())
+        good = {m: s for m, s in self.sources.items() if m not in dropped}
+        expected = Counter(word for sentence in good.values() for word in sentence.split())
+        if self.counted_in:  # traced: sentence by sentence
+            words_lost = sum(
+                max(0, n - self.counted_in[(m, w)]) for m, s in good.items() for w, n in Counter(s.split()).items()
+            )
+        else:
+            words_lost = sum(max(0, n - self.counted[w]) for w, n in expected.items())
         latencies = sorted(self.latencies)
 
         def percentile(q: float) -> float | None:
@@ -221,5 +233,5 @@ class Ledger:
             latency_p99_ms=percentile(0.99),
             words_expected=sum(expected.values()),
             words_counted=sum(self.counted.values()),
-            words_lost=sum(max(0, n - self.counted[w]) for w, n in expected.items()),
+            words_lost=words_lost,
         )

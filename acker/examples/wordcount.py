@@ -11,6 +11,11 @@ Storm's fields grouping. Failure injection, for demos and tests:
 - ``drop_rate``: the count bolt silently drops a word (never acks it) with this probability; the word ``lost`` is
   always dropped. The tree then times out.
 - ``crash_after``: a bolt process exits abruptly after that many messages (run it as a process, not a thread).
+
+Tracing, for the demo's books (`acker.examples.ledger`): with ``trace``, every message carries header
+``wc.sentence``, the coordinates of the source record it comes from (a replayed copy's origin), from the spout
+(`traced_sentences`) through the split bolt to each count, so that a count is told apart from another sentence's
+count of the same word. Off by default: a header per message costs the pipeline (`benchmarks.stage_bench`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from confluent_kafka import Message
+
 from acker.bolt import BasicCollector, BasicFunction, BoltInput, Collector, ExplicitFunction
+from acker.headers import HeaderValue, pairs, text
+from acker.retries import ORIGIN
+from acker.spout import Emitter
 
 SPOUT = "sentences"
+SENTENCE = "wc.sentence"  # header: the source record a message comes from (tracing)
 POISON = b"poison"
 LOST = b"lost"
 VOCABULARY = [
@@ -107,8 +118,25 @@ def _crasher(crash_after: int | None) -> Iterator[None]:
         yield None
 
 
+def traced_sentences(output: str) -> Callable[[Message, Emitter], None]:
+    """The spout's emit function with tracing: each record forwarded with its origin in header ``wc.sentence``."""
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        headers = pairs(record.headers())
+        origin = text(headers, ORIGIN) or f"{record.topic()}/{record.partition()}/{record.offset()}"
+        emitter.emit(output, record.value(), record.key(), [*headers, (SENTENCE, origin.encode())])
+
+    return emit
+
+
+def _trace(message: BoltInput) -> list[tuple[str, HeaderValue]] | None:
+    """The ``wc.sentence`` header of ``message``, for its children; None when it has none."""
+    value = next((v for k, v in message.headers if k == SENTENCE), None)
+    return None if value is None else [(SENTENCE, value)]
+
+
 def split_function(
-    topics: Topics, fail_rate: float = 0.0, seed: int = 0, crash_after: int | None = None
+    topics: Topics, fail_rate: float = 0.0, seed: int = 0, crash_after: int | None = None, *, trace: bool = False
 ) -> BasicFunction:
     rng = random.Random(seed)
     crash = _crasher(crash_after)
@@ -118,14 +146,21 @@ def split_function(
         words = (message.value or b"").split()
         if POISON in words or rng.random() < fail_rate:
             raise InjectedFailureError("injected failure")
+        headers = _trace(message) if trace else None
         for word in words:
-            collector.emit(topics.words, word, key=word)
+            collector.emit(topics.words, word, key=word, headers=headers)
 
     return split
 
 
 def count_function(
-    topics: Topics, counts: Counter[bytes], drop_rate: float = 0.0, seed: int = 0, crash_after: int | None = None
+    topics: Topics,
+    counts: Counter[bytes],
+    drop_rate: float = 0.0,
+    seed: int = 0,
+    crash_after: int | None = None,
+    *,
+    trace: bool = False,
 ) -> ExplicitFunction:
     rng = random.Random(seed)
     crash = _crasher(crash_after)
@@ -136,7 +171,8 @@ def count_function(
         if word == LOST or rng.random() < drop_rate:
             return  # dropped silently: never acked, the tree times out
         counts[word] += 1
-        collector.emit(topics.counts, str(counts[word]).encode(), key=word)  # unanchored: the sink
+        headers = _trace(message) if trace else None
+        collector.emit(topics.counts, str(counts[word]).encode(), key=word, headers=headers)  # unanchored: the sink
         collector.ack(message)
 
     return count

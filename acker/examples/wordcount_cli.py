@@ -29,7 +29,7 @@ from acker.argtypes import at_least, share
 from acker.bolt import Bolt
 from acker.cli import run_until_signalled
 from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv
-from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
+from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.clients import produce as send
@@ -106,14 +106,14 @@ def cmd_spout(args: argparse.Namespace) -> int:
     settings = SpoutSettings(
         SPOUT, topics.sentences, topics.split, group=group, max_pending=args.max_pending, tracked=not args.untracked
     )
-    return run_until_signalled(Spout(config, settings))
+    return run_until_signalled(Spout(config, settings, traced_sentences(topics.split) if args.trace else None))
 
 
 def cmd_split(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = f"{args.prefix}-split"
     config = _starting(args, f"split bolt: {topics.split} -> {topics.words} as group {group}")
-    function = split_function(topics, args.fail_rate, args.seed, args.crash_after)
+    function = split_function(topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace)
     return run_until_signalled(Bolt(config, topics.split, group, function))
 
 
@@ -122,7 +122,7 @@ def cmd_count(args: argparse.Namespace) -> int:
     group = f"{args.prefix}-count"
     config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
-    function = count_function(topics, counts, args.drop_rate, args.seed, args.crash_after)
+    function = count_function(topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace)
     return run_until_signalled(Bolt(config, topics.words, group, function, basic=False))
 
 
@@ -308,8 +308,10 @@ def add_parser(sub: Any) -> None:
         parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     for name, help_text, run_stage in (("spout", "run the spout", cmd_spout), ("split", "run a split bolt", cmd_split),
                                        ("count", "run a count bolt", cmd_count)):  # fmt: skip
-        stage(name, help_text, run_stage, seed="" if name == "spout" else "injected failures").add_argument(
-            "--log-level", default="INFO", help="logging level [default: INFO]"
+        parser = stage(name, help_text, run_stage, seed="" if name == "spout" else "injected failures")
+        parser.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
+        parser.add_argument(
+            "--trace", action="store_true", help="tag every message with its source record (header wc.sentence)"
         )
     spout = stages.choices["spout"]
     spout.add_argument(

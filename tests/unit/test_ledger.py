@@ -54,6 +54,27 @@ def test_lost_records_uncounted_words_and_wrong_dead_letters_are_failures() -> N
     assert len(report.failures) == 6
 
 
+def test_traced_counts_are_checked_sentence_by_sentence() -> None:
+    """ "the cow" counted twice (a replay) and "the" of "the moon" never: per word, the duplicate hid the loss."""
+    ledger = _ledger(b"the cow", b"the moon")
+    for sentence in ("s/0/0", "s/0/1"):
+        ledger.outcome(sentence, "ACK", 1, by_acker=True, at_ms=1)
+    for word, sentence in (
+        (b"the", "s/0/0"),
+        (b"cow", "s/0/0"),
+        (b"the", "s/0/0"),
+        (b"cow", "s/0/0"),
+        (b"moon", "s/0/1"),
+    ):
+        ledger.count(word, sentence)
+    report = ledger.report()
+    assert report.words_lost == 1 and "1 word(s) of good sentences never counted" in report.failures
+    untraced = _ledger(b"the cow", b"the moon")
+    for word in (b"the", b"cow", b"the", b"cow", b"moon"):
+        untraced.count(word)
+    assert untraced.report().words_lost == 0  # what the per-word check can see
+
+
 def test_a_watermark_that_passes_a_record_before_its_outcome_is_an_early_commit() -> None:
     ledger = _ledger(b"a", b"b", b"c")
     ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=10)
