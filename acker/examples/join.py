@@ -16,8 +16,9 @@ What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for
   second copy of a side that is still held (a spout's re-read after a restart, a replay) is the same record: the
   held copy carries it, and the new one is acked at once. A different record under the same key and side is
   failed (after its replays the replay job dead-letters it, where a person can look at it).
-- **Never a tree that may have expired.** A held side is failed and forgotten once its tree may have timed out:
-  ``hold_s`` (80 % of the message timeout) after its spout wrote it, which is before its tree opened at the acker.
+- **Never a tree that may have expired.** A held side is failed and forgotten once its tree may have timed out
+  (found so when the join next looks at it, or by the housekeeping at each message): ``hold_s`` (80 % of the
+  message timeout) after its spout wrote it, which is before its tree opened at the acker.
   Joined with a partner after that, the pair's fates would part: the partner acked, the held side nacked
   ``timeout`` and replayed to a join whose partner was used already, at every attempt until it is dead-lettered.
 
@@ -61,23 +62,28 @@ def join_bolt(output: str, hold_s: float) -> Any:
     """The join's function: pairs an order with its payment, both held unacked until then (module docstring)."""
     waiting: OrderedDict[tuple[bytes, bytes], BoltInput] = OrderedDict()  # (order id, side) -> held; arrival order
 
+    def live(key: tuple[bytes, bytes], now_ms: float, collector: Collector) -> BoltInput | None:
+        """The side held under ``key``, unless its tree may have expired: then it is failed and forgotten."""
+        held = waiting.get(key)
+        if held is not None and _expired(held, now_ms, hold_s):
+            collector.fail(waiting.pop(key))
+            return None
+        return held
+
     def join(message: BoltInput, collector: Collector) -> None:
         now_ms = time.time() * 1000
-        while waiting:  # the oldest first: failed once their trees may have expired
-            oldest = next(iter(waiting))
-            if not _expired(waiting[oldest], now_ms, hold_s):
-                break
-            collector.fail(waiting.pop(oldest))
+        # Housekeeping, the first to arrive first: arrival order is not quite the order of the spouts' timestamps
+        # (partitions, spouts behind), so a side may outlive this by a little; `live` checks whatever it takes.
+        while waiting and _expired(next(iter(waiting.values())), now_ms, hold_s):
+            collector.fail(waiting.popitem(last=False)[1])
         side = next((v for k, v in message.headers if k == SIDE), None)
         if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, hold_s):
             collector.fail(message)  # not a side of an order, or too old to join: its tree may have expired
             return
         key = message.key or b""
-        other = waiting.pop((key, PARTNER[side]), None)
-        if other is None or _expired(other, now_ms, hold_s):
-            if other is not None:
-                collector.fail(other)
-            held = waiting.get((key, side))
+        other = live((key, PARTNER[side]), now_ms, collector)
+        if other is None:
+            held = live((key, side), now_ms, collector)
             if held is None:
                 waiting[(key, side)] = message  # held: acked when its partner arrives, failed if it takes too long
             elif held.value == message.value:
@@ -85,6 +91,7 @@ def join_bolt(output: str, hold_s: float) -> Any:
             else:
                 collector.fail(message)  # another record under the same order id and side
             return
+        del waiting[(key, PARTNER[side])]
         merged = {**json.loads(other.value or b"{}"), **json.loads(message.value or b"{}")}
         collector.emit(output, json.dumps(merged).encode(), key=key, anchors=[other, message])  # both trees
         collector.ack(other)

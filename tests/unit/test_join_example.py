@@ -83,3 +83,21 @@ def test_a_side_held_until_its_tree_may_have_expired_is_failed_not_joined() -> N
 
 def test_a_message_without_a_side_is_failed() -> None:
     assert run(message(0, None, ORDER), message(1, b"refund", ORDER)) == [("fail", 0), ("fail", 1)]
+
+
+def test_a_stale_side_behind_a_fresh_one_is_failed_when_its_copy_arrives_not_taken_for_it() -> None:
+    """Arrival order is not timestamp order: an expired held order behind a fresher one outlived the housekeeping,
+    and its replayed copy was acked as "carried" by it; the order then never met its payment."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    join(message(0, b"order", {"order": "x", "amount": 1}), collector)  # fresh, first in arrival order
+    stale = message(1, b"order", ORDER, age_s=HOLD_S - 3)
+    join(stale, collector)
+    stale.timestamp_ms = int((time.time() - HOLD_S - 1) * 1000)  # its tree may have expired since
+    join(message(2, b"order", ORDER), collector)  # its replayed copy
+    join(message(3, b"payment", PAYMENT), collector)
+    assert collector.calls == [
+        ("fail", 1),
+        ("emit", ({"order": "o1", "amount": 30, "paid": 30}, [2, 3])),
+        ("ack", 2),
+        ("ack", 3),
+    ]
