@@ -104,6 +104,8 @@ DLQ_KEPT_BYTES = 64 * 1024
 _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what was produced before it, and for itself
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 _ENSURE_AGAIN_S = 30.0  # how long after a failed creation an outcome topic is looked up (and created) again
+_ENSURE_AGAIN_MAX_S = 600.0  # the delay doubles at each failure, up to this
+_ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
@@ -113,7 +115,8 @@ DlqHeaders = Sequence[tuple[str, HeaderValue]]
 
 
 class ServiceError(AckerError):
-    """The service cannot go on safely (an outcome could not be delivered, a fatal Kafka error)."""
+    """The service cannot go on safely (an outcome could not be delivered, a failure between deciding and
+    publishing). A fatal consumer error raises `KafkaClientError` (`readable`)."""
 
 
 def record_groups(sizes: list[int]) -> list[tuple[int, int]]:
@@ -150,6 +153,20 @@ class _Decided:
     outcomes: list[_OutcomeRecord]
     latencies_ms: list[np.ndarray]
     rejected: list[tuple[Message, WireError]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Destination:
+    """Where an outcome record of acker partition ``partition`` (deciding up to its record ``last``) goes: ``topic``,
+    its partition ``target`` (None: by key), with ``headers``; ``outcome_log`` is the log of the assignment that
+    decided it (not looked up again when it is sent again: the partition may have moved meanwhile)."""
+
+    partition: int
+    topic: str
+    target: int | None
+    headers: DlqHeaders
+    last: int
+    outcome_log: OutcomeLog | None
 
 
 def _after_both(done: Delivered) -> Delivered:
@@ -246,7 +263,7 @@ class AckerService:
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()  # found or created (`_ensure_topics`)
-        self._ensure_again_at: dict[str, float] = {}  # topics that could not be created: when to try again
+        self._ensure_again_at: dict[str, tuple[float, float]] = {}  # could not be created: (when again, delay)
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
         # Dead letters decided in delivery callbacks, produced from the loop (`_send_fallbacks`): producing inside a
         # callback may serve more callbacks (a full queue is polled), without bound.
@@ -450,8 +467,12 @@ class AckerService:
     def _send_outcomes(self, partition: int, encoded: _OutcomeRecord) -> None:
         spout, first, last = encoded.spout, encoded.first, encoded.last
         topic = self.config.outcome_topic(spout)
-        if topic not in self._known_topics and time.monotonic() >= self._ensure_again_at.get(topic, 0.0):
-            self._ensure_topics([outcome_topic(self.config, spout)])
+        if topic not in self._known_topics:
+            again = self._ensure_again_at.get(topic)
+            if again is None:
+                self._ensure_topics([outcome_topic(self.config, spout)])
+            elif time.monotonic() >= again[0]:  # on the loop's thread: asked briefly
+                self._ensure_topics([outcome_topic(self.config, spout)], timeout_s=_ENSURE_AGAIN_TIMEOUT_S)
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
         # Every record of an acker partition in one partition of the topic, in order: where its records go already
         # (delivered, read back or chosen; None while records sent by key are in flight), else its own, chosen
@@ -464,53 +485,44 @@ class AckerService:
             if outcome_log is not None and target is not None:
                 self._cover(partition, outcome_log, topic, target)
         headers = [(DECIDED_BY, f"{partition}/{first}-{last}".encode())]
-        self._produce_outcome(
-            encoded.value, track, partition=partition, topic=topic, target=target, headers=headers, last=last
-        )
+        if outcome_log is not None:  # before produce: a refusal reports at once, and takes it back
+            outcome_log.sent(topic)
+        self._produce_outcome(encoded.value, track, _Destination(partition, topic, target, headers, last, outcome_log))
 
-    def _produce_outcome(
-        self,
-        value: bytes,
-        done: Delivered,
-        *,
-        partition: int,
-        topic: str,
-        target: int | None,
-        headers: DlqHeaders,
-        last: int,
-        alone: bool = False,
-    ) -> None:
-        """Produce an outcome record of acker partition ``partition`` (deciding up to its record ``last``); ``done``
-        gets its delivery, or the delivery of what stands for it.
+    def _produce_outcome(self, value: bytes, done: Delivered, to: _Destination, *, alone: bool = False) -> None:
+        """Produce an outcome record to ``to``, already counted in flight in its outcome log; ``done`` gets its
+        delivery, or the delivery of what stands for it.
 
         One the broker refuses as too large (it refuses a whole batch) is sent again alone; refused alone (or by the
         producer), it is sent in halves, each alone, down to records of one outcome, which go to the dead-letter
         topic. A record over the topic's ``max.message.bytes`` would otherwise stop the service at every restart:
         the replay decides the same trees into the same record. The halves land after records decided later; a
-        read-back from any earlier start reads them all the same."""
-        outcome_log, key = self._outcome_logs.get(partition), str(partition).encode()
+        read-back from any earlier start reads them all the same. Meanwhile the record stays in flight in the log
+        (its halves two records): a commit's metadata cannot leave out a topic whose records are all in flight."""
+        partition, topic, headers, last, outcome_log = to.partition, to.topic, to.headers, to.last, to.outcome_log
+        key = str(partition).encode()
 
         def again(part: bytes, then: Delivered) -> Callable[[], None]:
-            return lambda: self._produce_outcome(
-                part, then, partition=partition, topic=topic, target=target, headers=headers, last=last, alone=True
-            )
+            return lambda: self._produce_outcome(part, then, to, alone=True)
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
+            too_large = error is not None and error.code() in _TOO_LARGE
+            if too_large and record is not None and not alone:
+                self._fallbacks.append(again(value, done))  # still in flight in the log
+                return
+            halves = split_outcomes(value) if too_large else None
+            if halves is not None:
+                log.warning("an outcome record for %s is too large (%s): sent in halves", topic, error)
+                if outcome_log is not None:
+                    outcome_log.sent(topic)  # two records in flight where there was one
+                both = _after_both(done)
+                self._fallbacks += [again(halves[0], both), again(halves[1], both)]
+                return
             if outcome_log is not None:
                 if error is None and record is not None:
                     outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
                 else:
                     outcome_log.failed(topic)
-            too_large = error is not None and error.code() in _TOO_LARGE
-            if too_large and record is not None and not alone:
-                self._fallbacks.append(again(value, done))
-                return
-            halves = split_outcomes(value) if too_large else None
-            if halves is not None:
-                log.warning("an outcome record for %s is too large (%s): sent in halves", topic, error)
-                both = _after_both(done)
-                self._fallbacks += [again(halves[0], both), again(halves[1], both)]
-                return
             if error is not None and (error.code() in _TOPIC_REFUSES or too_large):
                 # A topic that will not take it (missing and not creatable, e.g. a spout name that collides with an
                 # existing topic's), or one outcome too large for it: kept in the dead-letter topic, whose delivery
@@ -528,9 +540,7 @@ class AckerService:
                 return
             done(error, record)
 
-        if outcome_log is not None:  # before produce: a refusal reports at once, and takes it back
-            outcome_log.sent(topic)
-        where = {} if target is None else {"partition": target}
+        where = {} if to.target is None else {"partition": to.target}
         self._produce_reporting(topic, value, key, headers, delivered, **where)
 
     def _outcome_partition(self, topic: str, partition: int) -> int | None:
@@ -583,32 +593,36 @@ class AckerService:
         except (KafkaClientError, KafkaException) as error:  # the next periodic commit names the topic all the same
             log.warning("partition %d: where the outcomes of %s start not committed yet: %s", partition, topic, error)
 
-    def _ensure_topics(self, specs: list[TopicSpec]) -> set[str]:
+    def _ensure_topics(self, specs: list[TopicSpec], timeout_s: float = 10.0) -> set[str]:
         """Create the topics of ``specs`` that do not exist (`acker.topics`: made by `acker topics create`, or by an
         earlier owner, they are left as they are). Existence is asked on the reading consumer's connection, whose
         lookups never create a topic: a millisecond or two, where an admin client made for the purpose took 7-47 ms
         even to find the topic there, and a principal without the right to create topics is refused even for
         topics that exist. Returns the names of those that could not be created. An outcome or dead-letter topic
         that cannot be created is written to anyway, with a warning: it may be created on first use. If it is not, an
-        outcome record goes to the dead-letter topic (`_send_outcomes`), and the topic is tried again after
-        `_ENSURE_AGAIN_S` (a creation may fail for a moment: a request timing out, the controller moving); a dead
+        outcome record goes to the dead-letter topic (`_send_outcomes`), and the topic is tried again, with
+        ``timeout_s`` `_ENSURE_AGAIN_TIMEOUT_S` (on the loop's thread), after `_ENSURE_AGAIN_S`, doubling up to
+        `_ENSURE_AGAIN_MAX_S` (a creation may fail for a moment: a request timing out, the controller moving); a dead
         letter that cannot be delivered stops the service."""
         missing = []
         for spec in specs:
-            if self._topic_exists(spec.name, timeout_s=10):
+            if self._topic_exists(spec.name, timeout_s=timeout_s):
                 self._known_topics.add(spec.name)
+                self._ensure_again_at.pop(spec.name, None)
             else:
                 missing.append(spec)
         failed = set()
         for spec in missing:  # one at a time: a failure says which
             try:
-                if spec.name in create_topics(self.config.client(), [spec]):  # made here, not found existing
+                if spec.name in create_topics(self.config.client(), [spec], timeout_s=3 * timeout_s):  # made here
                     self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
                 self._known_topics.add(spec.name)
                 self._ensure_again_at.pop(spec.name, None)
             except KafkaClientError as error:  # e.g. not allowed to create
-                log.warning("could not create %s (tried again in %.0f s): %s", spec.name, _ENSURE_AGAIN_S, error)
-                self._ensure_again_at[spec.name] = time.monotonic() + _ENSURE_AGAIN_S
+                delay = self._ensure_again_at.get(spec.name, (0.0, _ENSURE_AGAIN_S / 2))[1] * 2
+                delay = min(delay, _ENSURE_AGAIN_MAX_S)
+                log.warning("could not create %s (tried again in %.0f s): %s", spec.name, delay, error)
+                self._ensure_again_at[spec.name] = (time.monotonic() + delay, delay)
                 failed.add(spec.name)
         return failed
 

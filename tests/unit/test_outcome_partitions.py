@@ -135,7 +135,9 @@ def test_a_topic_found_existing_when_creating_it_is_looked_up_not_taken_for_its_
     service, sent = _service(monkeypatch, kafka)
     service._known_topics = set()
     monkeypatch.setattr(service, "_topic_exists", lambda _name, timeout_s: False)
-    monkeypatch.setattr(acker.service, "create_topics", lambda _client, _specs: [])  # created nothing: it existed
+    monkeypatch.setattr(
+        acker.service, "create_topics", lambda _client, _specs, timeout_s=30.0: []
+    )  # created nothing: it existed
     service._outcome_logs[5] = OutcomeLog()
     service._committed[5] = 3
     assert service.config.partitions == 8
