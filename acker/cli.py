@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import os
 import signal
 import sys
@@ -51,7 +52,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     config = _tracker_config(args)
     tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     if args.file == "-":
-        sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr] # a TextIOWrapper
+        if isinstance(sys.stdin, io.TextIOWrapper):
+            sys.stdin.reconfigure(errors="surrogateescape")
         bad = replay(tracker, sys.stdin, sys.stdout, sys.stderr)
     else:
         with open(args.file, encoding="utf-8", errors="surrogateescape") as lines:  # bad bytes: a bad line, not a stop
@@ -389,11 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _servers(args: argparse.Namespace) -> str:
-    """The bootstrap servers the command was given, however it was (a flag, the environment, a file)."""
+    """The bootstrap servers the command was given, however it was (a flag, the environment, a file); a command
+    without the shared settings (the demo) only by its own flag."""
+    given = getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
+    if not hasattr(args, "config"):  # not a command of `add_arguments`: the environment is not its
+        return given
     try:
         return load(args).bootstrap_servers
-    except Exception:  # a command without the settings, or settings that did not load: not the error to show
-        return getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
+    except Exception:  # settings that did not load: not the error to show
+        return given
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -408,9 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cause = kafka_error(error)  # its text, not the error object's repr with code and value
         print(f"acker: Kafka client: {cause.str() if cause is not None else error}", file=sys.stderr)
         return 2
-    except TimeoutError:  # a Kafka admin request's future (it carries no message), or records not delivered
+    except TimeoutError as error:  # a Kafka admin request's future (it carries no message), or records not delivered
+        what = f" ({error})" if str(error) else ""
         where = _servers(args)
-        print(f"acker: Kafka did not answer in time: is it running, and reachable at {where}?", file=sys.stderr)
+        print(f"acker: Kafka did not answer in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
     except OSError as error:  # a file that cannot be read, ...
         print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)

@@ -175,19 +175,27 @@ def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None
     return [redrive(policy, letter.coordinates, letter.headers, spout) for letter in letters]
 
 
-def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:
-    """Produce the re-driven copies and wait for their delivery; return where each went (topic, partition)."""
+def target_partitions(config: ServiceConfig, decisions: list[Decision]) -> dict[str, int]:
+    """The partition count of each topic the decisions send to; `DlqError` for one that does not exist (or has no
+    leader now), which is not created: a copy in a topic no spout reads (a misspelt ``--spout``) would be lost to
+    the operator."""
     counts: dict[str, int] = {}
-    for topic in {decision.topic for decision in decisions}:  # all there before anything is sent
+    for topic in sorted({decision.topic for decision in decisions}):
         try:
             counts[topic] = partition_count(config.client(), topic)
         except KafkaClientError as error:
             if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise
-            # Not created here: a copy in a topic no spout reads (a misspelt --spout) would be lost to the operator.
             raise DlqError(
-                f"no topic {topic}: a spout creates its replay topic when it starts; is its name right?"
+                f"no topic {topic} (or no leader now): a spout creates its replay topic when it starts; is its name "
+                "right?"
             ) from None
+    return counts
+
+
+def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:
+    """Produce the re-driven copies and wait for their delivery; return where each went (topic, partition)."""
+    counts = target_partitions(config, decisions)  # all there before anything is sent
     producer = Producer(config.producer(**{"enable.idempotence": True}))
     failures: list[str] = []
     places: list[tuple[str, int]] = []

@@ -14,7 +14,7 @@ import acker.dlq
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import table_console
-from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send
+from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send, target_partitions
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, partition_count
 from acker.retries import NO_DATA
@@ -107,6 +107,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         letters = [letter for letter in letters if letter.reason not in NO_DATA]
     decisions = plan(config, letters, args.spout)  # refuses the whole set if one letter cannot go back
     if args.dry_run:
+        target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]
     else:
         targets = [f"{topic}[{partition}]" for topic, partition in send(config, letters, decisions)]

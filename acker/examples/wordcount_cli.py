@@ -320,10 +320,10 @@ def add_parser(sub: Any) -> None:
     spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
     split = stages.choices["split"]
     split.add_argument("--fail-rate", type=share, default=0.0, help="share of sentences to fail [default: 0]")
-    split.add_argument("--crash-after", type=at_least(1), default=None, help="exit abruptly after N messages")
+    split.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")
     count = stages.choices["count"]
     count.add_argument("--drop-rate", type=share, default=0.0, help="share of words to drop silently [default: 0]")
-    count.add_argument("--crash-after", type=at_least(1), default=None, help="exit abruptly after N messages")
+    count.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")
     run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run, seed="generated sentences")
     run.add_argument("--sentences", type=at_least(0), default=1000, help="sentences to generate [default: 1000]")
     run.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
@@ -335,9 +335,9 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--crash-split-after",
-        type=at_least(1),
+        type=at_least(0),
         default=None,
-        help="crash one split process after N messages [default: never]",
+        help="crash one split process after N messages (0: never) [default: never]",
     )
     run.add_argument("--split-processes", type=at_least(1), default=2, help="split bolt processes [default: 2]")
     run.add_argument("--count-processes", type=at_least(1), default=2, help="count bolt processes [default: 2]")

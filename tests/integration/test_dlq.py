@@ -103,6 +103,8 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert "is reserved" in capsys.readouterr().err
     assert _dlq(letters, "redrive", "0", "--spout", "sq") == 2
     assert f"no topic {letters.replay_topic('sq')}" in capsys.readouterr().err
+    assert _dlq(letters, "redrive", "0", "--spout", "sq", "--dry-run") == 2  # refused as the real run is
+    assert f"no topic {letters.replay_topic('sq')}" in capsys.readouterr().err
     assert _dlq(letters, "list", "--json", "--topic", letters.replay_topic("sq")) == 0  # still not created
     assert capsys.readouterr().out == ""
     assert read_partition(letters, letters.replay_topic("sp"), 0) == []
