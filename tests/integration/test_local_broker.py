@@ -114,6 +114,10 @@ def test_serves_admin_producer_and_consumer_then_stops_without_a_trace(broker: L
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     futures = admin.create_topics([NewTopic("events", num_partitions=3, replication_factor=1)])
     futures["events"].result(timeout=30)
+    # Created is not yet in every answer: a broker's metadata cache follows the controller a moment later.
+    deadline = time.monotonic() + 30
+    while "events" not in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert len(admin.list_topics(timeout=10).topics["events"].partitions) == 3
 
     got = produce_and_consume(broker.bootstrap_servers, "events", count=9, partitions=3)
