@@ -56,12 +56,15 @@ def pairs(headers: Headers | None) -> HeaderList:
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
 
+def first(headers: Headers | None, name: str) -> HeaderValue:
+    """The value of header ``name`` as it is (the first one with a value), None when absent."""
+    return next((value for key, value in pairs(headers) if key == name and value is not None), None)
+
+
 def text(headers: Headers | None, name: str) -> str | None:
     """The value of header ``name`` as text (the first one), None when absent."""
-    for key, value in pairs(headers):
-        if key == name and value is not None:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    return None
+    value = first(headers, name)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def decimal(value: HeaderValue) -> int | None:

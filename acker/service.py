@@ -61,6 +61,7 @@ from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, parse_metadata
 from acker.partition import PartitionState, encode_tick
+from acker.retries import Backoff
 from acker.topics import outcome_topic, service_topics
 from acker.wire import (
     OUTCOME_RECORD_MAX_BYTES,
@@ -103,8 +104,8 @@ DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
 DLQ_KEPT_BYTES = 64 * 1024
 _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what was produced before it, and for itself
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
-_ENSURE_AGAIN_S = 30.0  # how long after a failed creation an outcome topic is looked up (and created) again
-_ENSURE_AGAIN_MAX_S = 600.0  # the delay doubles at each failure, up to this
+# After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
+_ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
 _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
@@ -263,7 +264,7 @@ class AckerService:
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()  # found or created (`_ensure_topics`)
-        self._ensure_again_at: dict[str, tuple[float, float]] = {}  # could not be created: (when again, delay)
+        self._ensure_again_at: dict[str, tuple[float, int]] = {}  # could not be created: (when again, failures)
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
         # Dead letters decided in delivery callbacks, produced from the loop (`_send_fallbacks`): producing inside a
         # callback may serve more callbacks (a full queue is polled), without bound.
@@ -467,12 +468,10 @@ class AckerService:
     def _send_outcomes(self, partition: int, encoded: _OutcomeRecord) -> None:
         spout, first, last = encoded.spout, encoded.first, encoded.last
         topic = self.config.outcome_topic(spout)
-        if topic not in self._known_topics:
-            again = self._ensure_again_at.get(topic)
-            if again is None:
-                self._ensure_topics([outcome_topic(self.config, spout)])
-            elif time.monotonic() >= again[0]:  # on the loop's thread: asked briefly
-                self._ensure_topics([outcome_topic(self.config, spout)], timeout_s=_ENSURE_AGAIN_TIMEOUT_S)
+        again = self._ensure_again_at.get(topic)
+        if topic not in self._known_topics and (again is None or time.monotonic() >= again[0]):
+            timeout_s = 10.0 if again is None else _ENSURE_AGAIN_TIMEOUT_S  # again: on the loop's thread, briefly
+            self._ensure_topics([outcome_topic(self.config, spout)], timeout_s=timeout_s)
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
         # Every record of an acker partition in one partition of the topic, in order: where its records go already
         # (delivered, read back or chosen; None while records sent by key are in flight), else its own, chosen
@@ -601,9 +600,9 @@ class AckerService:
         topics that exist. Returns the names of those that could not be created. An outcome or dead-letter topic
         that cannot be created is written to anyway, with a warning: it may be created on first use. If it is not, an
         outcome record goes to the dead-letter topic (`_send_outcomes`), and the topic is tried again, with
-        ``timeout_s`` `_ENSURE_AGAIN_TIMEOUT_S` (on the loop's thread), after `_ENSURE_AGAIN_S`, doubling up to
-        `_ENSURE_AGAIN_MAX_S` (a creation may fail for a moment: a request timing out, the controller moving); a dead
-        letter that cannot be delivered stops the service."""
+        ``timeout_s`` `_ENSURE_AGAIN_TIMEOUT_S` (on the loop's thread), after the delays of `_ENSURE_AGAIN` (a
+        creation may fail for a moment: a request timing out, the controller moving); a dead letter that cannot be
+        delivered stops the service."""
         missing = []
         for spec in specs:
             if self._topic_exists(spec.name, timeout_s=timeout_s):
@@ -619,10 +618,10 @@ class AckerService:
                 self._known_topics.add(spec.name)
                 self._ensure_again_at.pop(spec.name, None)
             except KafkaClientError as error:  # e.g. not allowed to create
-                delay = self._ensure_again_at.get(spec.name, (0.0, _ENSURE_AGAIN_S / 2))[1] * 2
-                delay = min(delay, _ENSURE_AGAIN_MAX_S)
-                log.warning("could not create %s (tried again in %.0f s): %s", spec.name, delay, error)
-                self._ensure_again_at[spec.name] = (time.monotonic() + delay, delay)
+                failures = self._ensure_again_at.get(spec.name, (0.0, 0))[1] + 1
+                delay_s = _ENSURE_AGAIN.delay_ms(failures) / 1000
+                log.warning("could not create %s (tried again in %.0f s): %s", spec.name, delay_s, error)
+                self._ensure_again_at[spec.name] = (time.monotonic() + delay_s, failures)
                 failed.add(spec.name)
         return failed
 

@@ -44,6 +44,7 @@ from confluent_kafka import Message, Producer
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.examples.wordcount_cli import follow_outcomes
+from acker.headers import first
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.provision import kafka_cluster
@@ -76,7 +77,7 @@ def join_bolt(output: str, hold_s: float) -> Any:
         # (partitions, spouts behind), so a side may outlive this by a little; `live` checks whatever it takes.
         while waiting and _expired(next(iter(waiting.values())), now_ms, hold_s):
             collector.fail(waiting.popitem(last=False)[1])
-        side = next((v for k, v in message.headers if k == SIDE), None)
+        side = first(message.headers, SIDE)
         if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, hold_s):
             collector.fail(message)  # not a side of an order, or too old to join: its tree may have expired
             return

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from acker.bolt import BasicCollector, BasicFunction, BoltInput, Collector, ExplicitFunction
-from acker.headers import HeaderValue, pairs, text
+from acker.headers import HeaderValue, first, pairs, text
 from acker.retries import ORIGIN
 from acker.spout import Emitter
 
@@ -131,7 +131,7 @@ def traced_sentences(output: str) -> Callable[[Message, Emitter], None]:
 
 def _trace(message: BoltInput) -> list[tuple[str, HeaderValue]] | None:
     """The ``wc.sentence`` header of ``message``, for its children; None when it has none."""
-    value = next((v for k, v in message.headers if k == SENTENCE), None)
+    value = first(message.headers, SENTENCE)
     return None if value is None else [(SENTENCE, value)]
 
 

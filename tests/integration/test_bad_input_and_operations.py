@@ -25,6 +25,7 @@ from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import ServiceCollector, Snapshot, serve
+from acker.retries import Backoff
 from acker.service import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_outcomes, encode_batch
 from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
@@ -178,7 +179,7 @@ def test_an_outcome_topic_whose_creation_failed_is_created_again_later(
     restart. It now tries again after a while."""
     config = replace(config, partitions=1, kafka={**config.kafka, "topic.metadata.propagation.max.ms": "2000"})
     create_acker_topics(config, [])  # no outcome topic: the service creates it
-    monkeypatch.setattr(service_module, "_ENSURE_AGAIN_S", 1.0)
+    monkeypatch.setattr(service_module, "_ENSURE_AGAIN", Backoff(first_ms=1000))
     refused: list[list[TopicSpec]] = []
 
     def failing_once(admin: Any, specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
