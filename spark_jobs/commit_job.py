@@ -16,6 +16,7 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -70,6 +71,11 @@ class OutcomeSource:
     def __post_init__(self) -> None:
         if bool(self.topics) == bool(self.pattern):
             raise ConfigError("name the outcome topics (--spout, repeatable) or a pattern (--pattern): one of them")
+        if self.pattern:  # Java's syntax, which Python's shares for anything a topic name needs
+            try:
+                re.compile(self.pattern)
+            except re.error as error:  # else every query stops at once, with a Java trace each
+                raise ConfigError(f"--pattern {self.pattern!r} is not a regular expression: {error}") from None
         # Translated once, when the source is made: what Spark's Java client cannot be given fails here, before any
         # query (and before Spark, in `acker spark`), and a warning of the translation is given once.
         java = java_client_settings(self.client, self.java_kafka)

@@ -94,6 +94,15 @@ def test_a_spark_job_without_spouts_or_a_pattern_says_so_before_spark_starts(
     assert "--spout" in capsys.readouterr().err
 
 
+def test_a_pattern_that_is_not_a_regular_expression_is_refused_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Spark's queries stopped at once on it, each with a Java stack trace, after the job had said it was running."""
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: pytest.fail("Spark started"))
+    assert cli.main(["spark", "replay", "--checkpoint", "/nowhere", "--pattern", "acker.outcomes.[a-z"]) == 2
+    assert "--pattern 'acker.outcomes.[a-z' is not a regular expression" in capsys.readouterr().err
+
+
 def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
