@@ -43,7 +43,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
-from acker.errors import ProtocolError
+from acker.errors import ConfigError, ProtocolError
 from acker.headers import Headers, decimal
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.client_log import serve_log_lines
@@ -62,10 +62,15 @@ from acker.kafka.clients import (
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN
 from acker.topics import check_spout_name
+from acker.topics import outcome_topic as outcome_topic_spec
 from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
 INIT_ATTEMPTS = 3
+
+
+_RESETS = dict.fromkeys(("earliest", "smallest", "beginning"), "earliest")
+_RESETS.update(dict.fromkeys(("latest", "largest", "end"), "latest"))
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,19 @@ class SpoutSettings:
     # How long a tree counts towards max_pending without an outcome: None = `pending_timeout_s` of the acker's
     # settings; 0 = for ever. Set it above the longest a tree lives, resets included (a bolt's `reset_timeout`).
     pending_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # librdkafka's other names for the two policies: taken as them (compared literally, "smallest" started a
+        # partition without a watermark at its end, and wrote that end as its watermark: its records never read).
+        reset = _RESETS.get(self.reset.lower())
+        if reset is None:  # "error" too: a partition without a watermark would stop the spout at every assignment
+            raise ConfigError(f"spout {self.name}: reset {self.reset!r} is not earliest or latest")
+        object.__setattr__(self, "reset", reset)
+        if self.max_pending < 1:  # 0: a spout that never reads
+            raise ConfigError(f"spout {self.name}: max_pending {self.max_pending} is not a positive count")
+        timeout = self.pending_timeout_s
+        if timeout is not None and not timeout >= 0:  # negative (or NaN): max_pending would bound nothing
+            raise ConfigError(f"spout {self.name}: pending_timeout_s {self.pending_timeout_s} is not 0 or more")
 
     @property
     def consumer_group(self) -> str:
@@ -114,10 +132,10 @@ MAX_HOLD_MS = 86_400_000  # a replay's not-before further away is not believed (
 def pending_timeout_s(config: ServiceConfig) -> float:
     """How long a tree stays in the spout's pending count without an outcome, by default: twice the longest a pending
     tree lives in the acker (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that its outcome
-    was most likely lost (an unreadable outcome record) and its room is given back, as Storm's spout times out its
-    pending tuples. Unlike Storm's, this spout does not see a bolt's `reset_timeout`: a tree kept alive by resets for
-    longer also gives its room back, and its outcome, when it comes, is not counted. Nothing else depends on it: the
-    watermark and the replays follow the outcomes, not this count."""
+    was most likely lost (an unreadable outcome record) and the spout times the tree out itself, as Storm's spout
+    times out its pending tuples (`Spout._expire_pending`). Unlike Storm's, this spout does not see a bolt's
+    `reset_timeout`: a tree kept alive by resets for longer is timed out too (its record replayed while it is still
+    being processed), and its outcome, when it comes, is not counted."""
     return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
 
 
@@ -127,7 +145,9 @@ def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str)
         "fetch.min.bytes": max(1, min(OUTCOME_FETCH_MAX_BYTES, OUTCOME_BYTES_PER_PENDING * settings.max_pending)),
         "fetch.wait.max.ms": OUTCOME_FETCH_WAIT_MS,
     }
-    return config.stream_consumer(fetch, **{"group.id": group})
+    # Assigned, never subscribed, and never committing: a fresh group each start, which would keep its offsets
+    # (and show in the group listings) for the broker's offset retention.
+    return config.stream_consumer(fetch, **{"group.id": group, "enable.auto.commit": False})
 
 
 class Emitter:
@@ -186,11 +206,14 @@ class Spout:
             linger_s=config.ack_linger_ms / 1000,
             on_failure=self._acker_delivery_failed,
         )
+        # Cooperative rebalancing by default, as the service and the bolts: with the eager protocol every rebalance
+        # (a spout process joining) took every partition away and gave it back, and the spout read the records of its
+        # pending trees again on the partitions it kept. The pass-through settings may choose another assignor, or
+        # the new group protocol; with either incremental one an assignment only adds partitions.
         source = config.stream_consumer(
-            **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": settings.reset}
+            {"partition.assignment.strategy": "cooperative-sticky"},
+            **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": settings.reset},
         )
-        # A user may ask every client for cooperative rebalancing, or for the new group protocol: then an assignment
-        # only adds partitions.
         self._incremental = config.incremental_assignment(source)
         self.consumer = Consumer(source)
         self._watermarks = Consumer(
@@ -201,7 +224,7 @@ class Spout:
         outcome_topic = config.outcome_topic(settings.name)
         # From the current ends, resolved now: OFFSET_END would be resolved when the first fetch starts, possibly
         # after the outcomes of the first trees were written, and those would never be seen.
-        parts = [TopicPartition(outcome_topic, p) for p in range(partition_count(config.client(), outcome_topic))]
+        parts = [TopicPartition(outcome_topic, p) for p in range(self._outcome_partition_count())]
         ends = end_offsets(self.outcomes, parts)
         self.outcomes.assign(
             [TopicPartition(outcome_topic, tp.partition, end) for tp, end in zip(parts, ends, strict=True)]
@@ -218,6 +241,22 @@ class Spout:
         create_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
         topics.append(self._replay_topic)
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _outcome_partition_count(self) -> int:
+        """The outcome topic's partitions, the topic created first if it does not exist: the service creates it before
+        its first outcome, which needs a spout's init, and a spout that could not start without it went round in
+        circles on a fresh deployment until somebody ran ``acker topics create``."""
+        config = self.config
+        try:
+            return partition_count(config.client(), config.outcome_topic(self.settings.name))
+        except KafkaClientError as error:
+            if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+        spec = outcome_topic_spec(config, self.settings.name)
+        if spec.name in create_topics(config.client(), [spec]):  # made here: the metadata may not show it all yet
+            log.info("created outcome topic %s (%d partitions)", spec.name, spec.partitions)
+            return spec.partitions
+        return partition_count(config.client(), spec.name)  # made by another meanwhile
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -376,15 +415,23 @@ class Spout:
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
     def _expire_pending(self, now: float) -> None:
+        """Time out the trees pending for `pending_timeout_s` without an outcome, as Storm's spout fails a tuple
+        pending for longer than the message timeout: a ``TIMEOUT`` the spout decides itself, so that the record is
+        replayed, and the watermark, which waits for an outcome of every offset, moves on. Their outcome was most
+        likely lost (an outcome record nobody could read, or one the broker refused and the service dead-lettered);
+        if it comes after all, the record has two, as after an acker's failover (the replay job replays a message
+        id once, the commit job takes either as done)."""
         deadlines, given_up = self._pending_deadlines, []
+        timeout_ms = int(min(self._pending_timeout_s, 2**31) * 1000)
         while deadlines and deadlines[0][0] <= now:
             _, msg_id, anchor = deadlines.popleft()
             if self.pending.get(msg_id) == anchor:  # else decided, or read again as a new tree
                 del self.pending[msg_id]
                 given_up.append(msg_id)
+                self._direct.append(("TIMEOUT", anchor, msg_id, timeout_ms))
         if given_up:
             self.counters["pending_given_up"] += len(given_up)
-            log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s): their room in max_pending is given back",
+            log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s): timed out by the spout, to be replayed",
                         len(given_up), self._pending_timeout_s, given_up[0])  # fmt: skip
 
     def _watch_outcome_partitions(self) -> None:

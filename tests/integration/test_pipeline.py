@@ -26,7 +26,7 @@ from acker.errors import ProtocolError
 from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.retries import NOT_BEFORE, ORIGIN
 from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
@@ -205,11 +205,12 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     spout.close()
 
 
-def test_a_spout_reads_outcome_partitions_added_later_and_gives_up_a_tree_whose_outcome_never_comes(
+def test_a_spout_reads_outcome_partitions_added_later_and_times_out_a_tree_whose_outcome_never_comes(
     config: ServiceConfig, topics: Topics
 ) -> None:
     """Outcome records keyed to a partition added to the outcome topic after the spout started still free their
-    trees' room; a tree whose outcome never comes gives its room back after the pending timeout."""
+    trees' room; a tree whose outcome never comes is timed out by the spout after the pending timeout: its room is
+    given back, and a TIMEOUT of its own (its record is replayed, the watermark passes it)."""
     # A pending timeout of 20 s rather than minutes, and time enough to add partitions and read from them.
     settings = SpoutSettings(
         SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=4, pending_timeout_s=20
@@ -237,9 +238,42 @@ def test_a_spout_reads_outcome_partitions_added_later_and_gives_up_a_tree_whose_
         assert producer.flush(30) == 0
         step_until(lambda: msg_id not in spout.pending, "the outcome in the new partition was never read")
         assert spout.counters["acked"] == 1 and spout.counters["pending_given_up"] == 0
+        given_up = set(spout.pending)
         step_until(lambda: spout.counters["pending_given_up"] >= 3, "the trees without an outcome kept their room")
         assert spout.counters["read"] > 4  # it read on
+        spout.step(0.1)  # its outcomes published
+        reader = OutcomeReader(config, [SPOUT])
+        try:
+            reader.wait_for(given_up)
+            assert all(reader.seen[m] == ["TIMEOUT"] for m in given_up), {m: reader.seen[m] for m in given_up}
+        finally:
+            reader.close()
     finally:
+        spout.close()
+
+
+def test_a_spout_creates_its_missing_outcome_topic_and_takes_librdkafkas_names_of_its_reset_policy(
+    config: ServiceConfig,
+) -> None:
+    """A fresh deployment without `acker topics create`: the spout could not start without its outcome topic, which
+    the service creates only for an outcome, which needs a spout. And a reset policy of "smallest" started the
+    partitions at their ends, the records already there never read, and counted as done."""
+    source = f"{config.acker_topic}.source"
+    create_topics(config.client(), [TopicSpec(config.acker_topic, config.partitions), TopicSpec(source, 2)])
+    written = _produce(config, source, [b"a", b"b", b"c"])
+    settings = SpoutSettings("fresh", source, f"{source}.out", tracked=False, reset="smallest")
+    spout = Spout(config, settings)
+    reader = OutcomeReader(config, ["fresh"])
+    try:
+        assert partition_count(config.client(), config.outcome_topic("fresh")) == config.partitions
+        deadline = time.monotonic() + 60
+        while spout.counters["read"] < 3 and time.monotonic() < deadline:
+            spout.step(0.1)
+        spout.step(0.1)
+        reader.wait_for(written)
+        assert all(reader.seen[m] == ["ACK"] for m in written)
+    finally:
+        reader.close()
         spout.close()
 
 

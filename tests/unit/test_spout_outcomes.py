@@ -83,3 +83,27 @@ def test_a_spout_name_must_name_topics_of_its_own() -> None:
         check_spout_name(replace(config, outcome_prefix="p" * 60 + "."), "x" * 190)
     with pytest.raises(ConfigError, match="reserved"):  # nor does `acker topics create --spout` make its topics
         all_topics(config, ["sentences", "dlq"])
+
+
+def test_the_outcome_consumer_never_commits() -> None:
+    """Its group is fresh at every start: committing left a group with offsets behind each one."""
+    assert outcome_consumer(ServiceConfig(), SpoutSettings("s", "in", "out"), "g")["enable.auto.commit"] is False
+
+
+@pytest.mark.parametrize(("given", "taken"), [("smallest", "earliest"), ("Beginning", "earliest"), ("end", "latest")])
+def test_librdkafka_names_of_the_reset_policies_are_taken_as_them(given: str, taken: str) -> None:
+    """Compared literally, "smallest" started a partition without a watermark at its end."""
+    assert SpoutSettings("s", "in", "out", reset=given).reset == taken
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"reset": "error"}, "reset 'error' is not earliest or latest"),
+        ({"max_pending": 0}, "max_pending 0 is not a positive count"),
+        ({"pending_timeout_s": -1.0}, "pending_timeout_s -1.0 is not 0 or more"),
+    ],
+)
+def test_spout_settings_that_cannot_work_are_refused(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SpoutSettings("s", "in", "out", **change)
