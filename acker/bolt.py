@@ -46,7 +46,7 @@ from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, split
-from acker.kafka.acker_client import AckerClient
+from acker.kafka.acker_client import AckerClient, partition_lookup
 from acker.kafka.clients import consume_available, partition_count, readable
 
 log = logging.getLogger("acker.bolt")
@@ -156,6 +156,7 @@ class Bolt:
             )
         )
         self.consumer.subscribe([input_topic], on_revoke=self._on_revoke)
+        self.acker.watch_partitions(partition_lookup(self.consumer, config.acker_topic))
         self._collector = Collector(self)
 
     def run(self, stop: threading.Event) -> None:

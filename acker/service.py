@@ -43,6 +43,7 @@ from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
 from acker.headers import HeaderValue, pairs
+from acker.kafka.acker_client import PARTITIONS_CHECK_S
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
@@ -287,13 +288,16 @@ class AckerService:
         self._last_status: dict[int, tuple[float, np.ndarray]] = {}
         self.consumer = Consumer(
             config.stream_consumer(
+                # Partitions added to the acker topic are seen, and taken, within 30 s rather than librdkafka's 5
+                # minutes: the spouts and bolts place their messages by the new count as soon (`PARTITIONS_CHECK_S`).
+                {"topic.metadata.refresh.interval.ms": int(PARTITIONS_CHECK_S * 1000)},
                 **{
                     "group.id": config.group,
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "partition.assignment.strategy": "cooperative-sticky",
                     "client.id": f"acker-{self.instance}",
-                }
+                },
             )
         )
         self.producer = Producer(

@@ -45,7 +45,7 @@ from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError
 from acker.headers import Headers, decimal
-from acker.kafka.acker_client import AckerClient
+from acker.kafka.acker_client import AckerClient, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     KafkaClientError,
@@ -221,6 +221,7 @@ class Spout:
         )
         outcome_group = f"{settings.name}.outcomes-{uuid.uuid4().hex[:8]}"
         self.outcomes = Consumer(outcome_consumer(config, settings, outcome_group))
+        self.acker.watch_partitions(partition_lookup(self.outcomes, config.acker_topic))
         outcome_topic = config.outcome_topic(settings.name)
         # From the current ends, resolved now: OFFSET_END would be resolved when the first fetch starts, possibly
         # after the outcomes of the first trees were written, and those would never be seen.

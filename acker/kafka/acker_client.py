@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from acker.columnar.block import Kind, MessageBlock, split_msg_id
@@ -35,7 +35,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import TupleIds
 from acker.headers import Headers, with_ids
-from acker.kafka.clients import produce, refusal
+from acker.kafka.clients import produce, refusal, topic_partitions
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -117,9 +117,30 @@ class _Batch:
         )
 
 
+# How often a client given a lookup (`AckerClient.watch_partitions`) asks for the acker topic's partition count.
+PARTITIONS_CHECK_S = 30.0
+
+
+def partition_lookup(consumer: Consumer, topic: str, timeout_s: float = 1.0) -> Callable[[], int]:
+    """For `AckerClient.watch_partitions`: the partition count of ``topic`` through ``consumer`` (a lookup that
+    creates nothing, short enough for a stage's thread), 0 when it does not answer."""
+
+    def lookup() -> int:
+        try:
+            return len(topic_partitions(consumer, topic, timeout_s=timeout_s))
+        except KafkaException as error:
+            log.debug("%s lookup failed: %s", topic, error)
+            return 0
+
+    return lookup
+
+
 class AckerClient:
     __slots__ = (
         "_batches",
+        "_lookup",
+        "_lookup_every_s",
+        "_next_lookup",
         "_on_failure",
         "failed_messages",
         "linger_s",
@@ -144,6 +165,18 @@ class AckerClient:
         self._batches: list[_Batch | None] = [None] * partitions
         self._on_failure = on_failure
         self.failed_messages = 0  # in batches that could not be delivered
+        self._lookup: Callable[[], int] | None = None
+        self._lookup_every_s = self._next_lookup = float("inf")
+
+    def watch_partitions(self, lookup: Callable[[], int], every_s: float = PARTITIONS_CHECK_S) -> None:
+        """Ask ``lookup`` for the acker topic's partition count every ``every_s`` (in `poll`), and place messages by
+        the new count once it changes. Partitions added to a live acker topic move anchors (`partition_of`), and the
+        service, which reads the count at each assignment, dead-letters what arrives on the old partitions
+        (``wrong-partition``): a client that kept its first count failed every tree it touched from then on, until it
+        was restarted. Trees in flight when the count changes fail or time out, and are replayed, either way.
+        ``lookup`` returns 0 when it cannot tell (asked again at the next check)."""
+        self._lookup, self._lookup_every_s = lookup, every_s
+        self._next_lookup = time.monotonic() + every_s
 
     def _batch(self, anchor: int) -> tuple[int, _Batch]:
         partition = partition_of(anchor, self.partitions)
@@ -219,6 +252,24 @@ class AckerClient:
             if batch is not None and now - batch.first_at >= self.linger_s:
                 self._flush_partition(partition)
         self.producer.poll(0)
+        if now >= self._next_lookup:
+            self._check_partitions(now)
+
+    def _check_partitions(self, now: float) -> None:
+        assert self._lookup is not None
+        self._next_lookup = now + self._lookup_every_s
+        count = self._lookup()
+        if not count or count == self.partitions:
+            return
+        for partition, batch in enumerate(self._batches):  # where they were placed
+            if batch is not None:
+                self._flush_partition(partition)
+        if any(batch is not None for batch in self._batches):  # a fail refused at once, queued again: next poll
+            self._next_lookup = now
+            return
+        log.warning("the acker topic %s has %d partitions, no longer %d: messages placed by the new count (trees in "
+                    "flight fail or time out, and are replayed)", self.topic, count, self.partitions)  # fmt: skip
+        self.partitions, self._batches = count, [None] * count
 
     def flush(self, timeout_s: float = 30.0) -> int:
         """Send every batch and wait for delivery; returns the number of records still undelivered, counting the
@@ -281,9 +332,7 @@ class AckerClient:
         try:
             produce(self.producer, self.topic, encode_batch(batch.block()), partition=partition, on_delivery=delivered)
         except KafkaException as refused:
-            error = refusal(refused)
-            if error.fatal():
-                raise
+            error = refusal(refused)  # raises when fatal
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and len(batch.kinds) > 1:
                 for half in batch.halves():
                     self._produce_batch(partition, half)

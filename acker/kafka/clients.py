@@ -119,10 +119,22 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
             producer.poll(0.05)
 
 
+def fatal(error: KafkaError) -> bool:
+    """Whether the client that gave ``error`` can do nothing more (an idempotent producer whose sequence broke, a
+    static member fenced): the process must stop, and its supervisor start it again. After a fatal error librdkafka
+    refuses every record with ``_FATAL``, an error confluent-kafka does not flag ``fatal()``."""
+    return bool(error.fatal()) or error.code() == KafkaError._FATAL
+
+
 def refusal(refused: KafkaException) -> KafkaError:
     """A record the producer refused at once (too large, an invalid topic, ...), as the error of a failed delivery:
-    callers treat it as they treat the broker's refusals, instead of letting it raise."""
-    return kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused))
+    callers treat it as they treat the broker's refusals, instead of letting it raise. `KafkaClientError` when the
+    producer takes nothing any more (`fatal`): handled as a failed delivery, every record would fail, and be sent
+    again, for ever, by a process that goes on reading without doing anything."""
+    error = kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused))
+    if fatal(error):
+        raise KafkaClientError("the producer takes no more records (a fatal error: restart the process)", error)
+    return error
 
 
 def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
@@ -156,7 +168,7 @@ def readable(record: Message, logger: logging.Logger, what: str) -> bool:
     error = record.error()
     if error is None:
         return True
-    if error.fatal():
+    if fatal(error):
         raise KafkaClientError(what, error)
     if error.code() != KafkaError._PARTITION_EOF:
         logger.warning("%s error: %s", what, error)

@@ -26,6 +26,7 @@ from acker.errors import ProtocolError
 from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
+from acker.kafka.acker_client import partition_lookup
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.retries import NOT_BEFORE, ORIGIN
 from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
@@ -526,6 +527,38 @@ def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_s
 
 def _ignore(_message: BoltInput, _collector: Collector) -> None:
     """A bolt that processes its input by doing nothing (basic mode: acked when it returns)."""
+
+
+def test_stages_and_the_service_follow_partitions_added_to_the_acker_topic(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """Partitions added to the live acker topic move anchors. The spouts and bolts kept the count they started with,
+    and once the service had taken the new partitions, every tree was nacked (its messages dead-lettered as
+    ``wrong-partition``) until they were restarted. Now each looks the count up (every 30 s; every second here)."""
+    config = replace(config, kafka={**config.kafka, "topic.metadata.refresh.interval.ms": "1000"})
+    service = ServiceThread(config)
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    bolt = Bolt(config, topics.split, f"sink-{topics.prefix}", _ignore)
+    spout.acker.watch_partitions(partition_lookup(spout.outcomes, config.acker_topic), every_s=1.0)
+    bolt.acker.watch_partitions(partition_lookup(bolt.consumer, config.acker_topic), every_s=1.0)
+    stages = [service, Running(spout), Running(bolt)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        before = _produce(config, topics.sentences, [f"before {i}".encode() for i in range(10)])
+        reader.wait_for(before)
+        grown = config.partitions + 3
+        admin = AdminClient(config.producer())
+        admin.create_partitions([NewPartitions(config.acker_topic, grown)])[config.acker_topic].result(30)
+        deadline = time.monotonic() + 60
+        while (spout.acker.partitions, bolt.acker.partitions, service.service._partition_count) != (grown,) * 3:
+            assert time.monotonic() < deadline, "the new partition count was not taken up"
+            time.sleep(0.2)
+        after = _produce(config, topics.sentences, [f"after {i}".encode() for i in range(40)])
+        reader.wait_for(after)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in before + after} == {m: ["ACK"] for m in before + after}
 
 
 def test_inits_above_the_high_water_mark_are_nacked_overload_and_stay_decided(config: ServiceConfig) -> None:

@@ -19,6 +19,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.kafka.acker_client import AckerClient
+from acker.kafka.clients import KafkaClientError
 from tests.strategies import Scenario, scenarios, tracker_configs
 
 
@@ -182,8 +183,10 @@ def test_a_batch_too_large_for_the_producer_is_sent_in_halves(producer: Producer
 class _Refusing:
     """A producer that refuses every record at once, as librdkafka does an unknown partition."""
 
+    code = KafkaError._UNKNOWN_PARTITION
+
     def produce(self, *_args: object, **_kwargs: object) -> None:
-        raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "no such partition"))
+        raise KafkaException(KafkaError(self.code, "refused"))
 
     def poll(self, _timeout: float = 0) -> int:
         return 0
@@ -228,3 +231,50 @@ def test_inits_lost_by_a_client_nobody_told_are_an_error_in_the_log(caplog: pyte
     client.send(Init(5, "s", "t/0/1", 3))
     client.poll()
     assert any(r.levelname == "ERROR" and "1 inits lost" in r.getMessage() for r in caplog.records)
+
+
+def test_a_producer_that_takes_nothing_any_more_stops_the_stage() -> None:
+    """After a fatal error librdkafka refuses every record with _FATAL, which confluent-kafka does not flag fatal():
+    taken for a failed delivery, each record's trees were failed, the fails refused in turn and queued again, for ever,
+    by a stage that went on reading and never stopped for its supervisor to start it again."""
+    refusing = _Refusing()
+    refusing.code = KafkaError._FATAL
+    client = AckerClient(refusing, "acker", 1, linger_s=0)  # type: ignore[arg-type]
+    with pytest.raises(KafkaClientError, match="takes no more records"):
+        client.send_all([Ack(6, 3)])
+        client.poll()
+    with pytest.raises(KafkaClientError, match="takes no more records"):
+        client.produce_anchored("out", b"x", None, None, TupleIds(((11, 22),)))
+
+
+class _Recording:
+    """A producer that takes every record, and keeps the partition of each."""
+
+    def __init__(self) -> None:
+        self.partitions: list[int] = []
+
+    def produce(self, *_args: object, partition: int = -1, **_kwargs: object) -> None:
+        self.partitions.append(partition)
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+
+def test_messages_are_placed_by_the_acker_topics_new_partition_count_once_it_changes() -> None:
+    """Partitions added to a live acker topic: what was gathered goes where it was placed, what comes after by the new
+    count (the service dead-letters a message on any other partition as ``wrong-partition``)."""
+    counts = iter([4, 0, 6])  # 0: the lookup did not answer
+    producer = _Recording()
+    client = AckerClient(producer, "acker", 4, linger_s=60)  # type: ignore[arg-type]
+    client.watch_partitions(lambda: next(counts), every_s=0)
+    anchors = range(1, 200)
+    client.send_acks((a, 1) for a in anchors)
+    client.poll()  # 4: nothing changes
+    client.poll()  # no answer: nothing changes
+    assert client.partitions == 4 and sum(b is not None for b in client._batches) == 4
+    assert producer.partitions == []
+    client.poll()  # 6: the batches sent where they were placed, the client now places by 6
+    assert client.partitions == 6 and client._batches == [None] * 6 and sorted(producer.partitions) == [0, 1, 2, 3]
+    client.send_acks((a, 1) for a in anchors)
+    placed = {p: {int(a) for a in b.anchors} for p, b in enumerate(client._batches) if b is not None}
+    assert placed == {p: {a for a in anchors if partition_of(a, 6) == p} for p in range(6)}
