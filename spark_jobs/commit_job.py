@@ -21,7 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException
@@ -38,6 +39,7 @@ from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_pa
 from spark_jobs.stopping import batch_function
 from spark_jobs.watermark import RECHECK_S, PartitionMark
 
+T = TypeVar("T")
 log = logging.getLogger("spark_jobs.commit")
 
 
@@ -207,22 +209,22 @@ class Marks:
         for row in rows:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
         try:
-            gone: set[str] | None = self._check_topics(done.keys() | marks.keys())
+            gone: set[Key] | None = self._check_topics(done.keys() | marks.keys())
         except KafkaException as error:  # Kafka not answering now: the batch is kept, and committed by a later one
             log.warning(
                 "batch %d: the source topics could not be looked at (%s): nothing committed now", batch_id, error
             )
             gone = None
-        for key in [key for key in done if gone and key[1] in gone]:  # outcomes of a deleted topic: nothing to mark
+        for key in [key for key in done if gone and key in gone]:  # outcomes of a deleted partition: nothing to mark
             del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}
         for (spout, topic, partition), arrays in done.items():
             mark = marks.get((spout, topic, partition))
             if mark is None:
-                with kafka.lock:
-                    mark = marks[(spout, topic, partition)] = PartitionMark(
-                        kafka.start_mark(self.settings.watermark_group(spout), topic, partition)
-                    )
+                group = self.settings.watermark_group(spout)
+                start = _answered(partial(kafka.start_mark, group, topic, partition), kafka.lock,
+                                  f"where the watermark of {topic}[{partition}] starts")  # fmt: skip
+                mark = marks[(spout, topic, partition)] = PartitionMark(start)
             mark.add(np.concatenate(arrays))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
         # found long enough ago that it may have been deleted since (asked again now).
@@ -242,33 +244,36 @@ class Marks:
         # Unchecked topics are not committed to: one might have been created again, and have a mark of the old one.
         return touched if gone is not None else {}
 
-    def _check_topics(self, keys: Iterable[Key]) -> set[str]:
-        """Drop the marks of source topics that no longer exist, and of those deleted and created again since their
-        marks were made (their marks start again, from the group's committed offset, which Kafka deleted with the
-        old topic, or from the first offset); return the topics that no longer exist. Outcomes of a record of the
-        old topic that come after the new one was made cannot be told from the new one's: delete a source topic
-        only once its spout is stopped and its trees decided."""
+    def _check_topics(self, keys: Iterable[Key]) -> set[Key]:
+        """Drop the marks of source partitions that no longer exist (their topic deleted, or created again with fewer
+        partitions), and of topics deleted and created again since their marks were made (their marks start again,
+        from the group's committed offset, which Kafka deleted with the old topic, or from the first offset); return
+        those of ``keys`` that no longer exist: outcomes of theirs have nothing to mark (asked where they start, Kafka
+        would refuse at every run of the batch). Outcomes of a record of the old topic that come after the new one
+        was made cannot be told from the new one's: delete a source topic only once its spout is stopped and its
+        trees decided."""
+        keys = set(keys)
         marks = self._load()
         topics = sorted({topic for _, topic, _ in keys})
         with self._kafka.lock:
-            ids = self._kafka.topic_ids(topics)
-        gone = {topic for topic, topic_id in ids.items() if topic_id is None}
-        again = {
-            t for t, topic_id in ids.items() if topic_id is not None and self._topic_ids.get(t, topic_id) != topic_id
-        }
-        for key in [key for key in marks if key[1] in gone | again]:
+            found = self._kafka.topic_ids(topics)
+        counts = {topic: 0 if described is None else described[1] for topic, described in found.items()}
+        ids = {topic: described[0] for topic, described in found.items() if described is not None}
+        again = {t for t, topic_id in ids.items() if self._topic_ids.get(t, topic_id) != topic_id}
+        gone = {key for key in keys | marks.keys() if key[1] in counts and key[2] >= counts[key[1]]}
+        for key in [key for key in marks if key in gone or key[1] in again]:
             mark = marks.pop(key)
             self._unchanged.pop(key, None)
             log.warning(
                 "%s[%d] %s: its watermark (%d) is dropped",
-                key[1], key[2], "no longer exists" if key[1] in gone else "was deleted and created again", mark.mark,
+                key[1], key[2], "no longer exists" if key in gone else "was deleted and created again", mark.mark,
             )  # fmt: skip
-        for topic, topic_id in ids.items():
-            if topic_id is None:
-                self._topic_ids.pop(topic, None)
+        for topic in counts:
+            if topic in ids:
+                self._topic_ids[topic] = ids[topic]
             else:
-                self._topic_ids[topic] = topic_id
-        return gone
+                self._topic_ids.pop(topic, None)
+        return gone & keys
 
     def _lookup(self, topic: str, partition: int) -> Callable[[int], int | None]:
         """`PartitionMark.advance`'s question about one partition, asked of Kafka."""
@@ -358,10 +363,31 @@ class Marks:
         expired and its reset policy is ``latest``). The spout reads from there: records below it will never be
         done, and would hold the mark for good."""
         for group, group_keys in self._by_group(keys).items():
-            with self._kafka.lock:
-                committed = self._kafka.committed(group, [(t, p) for _, t, p in group_keys])
+            partitions = [(t, p) for _, t, p in group_keys]
+            committed = _answered(partial(self._kafka.committed, group, partitions), self._kafka.lock,
+                                  f"the committed offsets of {group}")  # fmt: skip
             for spout, topic, partition in group_keys:
                 self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
+
+
+ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
+
+
+def _answered(ask: Callable[[], T], lock: threading.Lock, what: str, wait_s: float = ANSWER_WAIT_S) -> T:
+    """``ask()`` (under ``lock``), asked again for up to ``wait_s`` while Kafka does not answer: a group coordinator
+    loading, a partition without a leader for a moment. Raised at once, a micro-batch failed, and its query stopped
+    the job, on what the next second would have answered. Still no answer: the last error is raised (the batch
+    fails, and runs again when the job is started again)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with lock:
+                return ask()
+        except (KafkaException, KafkaClientError) as error:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("%s: no answer now (%s): asked again", what, error)
+            time.sleep(1.0)
 
 
 def _copy(mark: PartitionMark) -> PartitionMark:

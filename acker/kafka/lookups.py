@@ -125,16 +125,17 @@ class KafkaLookups:
             self._gone.add((topic, partition))
             log.warning("%s[%d] no longer exists: %s", topic, partition, consequence)
 
-    def topic_ids(self, topics: list[str]) -> dict[str, str | None]:
-        """Each topic's id (Kafka's, which a topic deleted and created again under its name does not keep); None for
-        a topic that does not exist. `KafkaException` when Kafka does not answer."""
+    def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
+        """Each topic's id (Kafka's, which a topic deleted and created again under its name does not keep) and
+        partition count; None for a topic that does not exist. `KafkaException` when Kafka does not answer."""
         if not topics:
             return {}
         futures = self._admin_client().describe_topics(TopicCollection(topics), request_timeout=_LOOKUP_TIMEOUT_S)
-        ids: dict[str, str | None] = {}
+        ids: dict[str, tuple[str, int] | None] = {}
         for topic, future in futures.items():
             try:
-                ids[topic] = str(future.result().topic_id)
+                described = future.result()
+                ids[topic] = (str(described.topic_id), len(described.partitions))
             except KafkaException as error:
                 cause = kafka_error(error)
                 if cause is None or cause.code() not in _MISSING:

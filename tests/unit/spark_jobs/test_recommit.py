@@ -41,8 +41,8 @@ class _Kafka:
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return {}  # nothing committed: the groups were deleted
 
-    def topic_ids(self, topics: list[str]) -> dict[str, str | None]:
-        return dict.fromkeys(topics, "id")  # every topic there, as it was
+    def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
+        return dict.fromkeys(topics, ("id", 4))  # every topic there, as it was, with 4 partitions
 
     def next_existing(self, _topic: str, _partition: int, offset: int) -> int:
         return offset  # every offset holds a record
@@ -93,7 +93,7 @@ def test_a_batch_whose_topics_kafka_cannot_look_at_now_is_kept_and_commits_nothi
     been created again meanwhile: the batch's marks are saved, and a later batch commits them."""
 
     class _Silent(_Kafka):
-        def topic_ids(self, topics: list[str]) -> dict[str, str | None]:
+        def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
 
     monkeypatch.setattr(commit_job, "lookups", lambda _client: _Silent())
@@ -103,6 +103,48 @@ def test_a_batch_whose_topics_kafka_cannot_look_at_now_is_kept_and_commits_nothi
     row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "offsets": [6, 5]})
     assert marks.apply([row], batch_id=1) == {}
     assert store.marks[("a", "in", 0)].mark == 7
+
+
+def test_outcomes_of_a_partition_that_no_longer_exists_have_nothing_to_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source topic created again with fewer partitions, or an outcome naming a partition it never had (the replay
+    job dead-letters its nack as source-missing, and the DEAD_LETTERED comes here): asked where its watermark starts,
+    Kafka refused, the batch failed, and the job stopped at every start, on the same outcome."""
+
+    class _Refusing(_Kafka):
+        def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            assert all(p < 4 for _, p in partitions), "asked about a partition that does not exist"
+            return {}
+
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Refusing())
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    store = _Store({("a", "in", 5): PartitionMark(5)})
+    marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
+    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 5, "offsets": [5, 6]})
+    assert marks.apply([row], batch_id=1) == {}
+    assert ("a", "in", 5) not in store.marks
+
+
+def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group coordinator loading: raised at once, the micro-batch failed and the job stopped."""
+
+    class _Loading(_Kafka):
+        asked = 0
+
+        def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            self.asked += 1
+            if self.asked < 3:
+                raise KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+            return {}
+
+    kafka = _Loading()
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
+    monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    store = _Store({("a", "in", 0): PartitionMark(5)})
+    marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
+    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "offsets": [5, 6]})
+    assert marks.apply([row], batch_id=1) == {"a.acked": {("in", 0): 7}}
+    assert kafka.asked == 3
 
 
 class _Ends(_Kafka):
