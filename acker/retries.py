@@ -5,9 +5,10 @@ dead letter an operator sends back. Both carry the record's key, value and own h
 
     acker.replay.attempt      the attempt this copy is (1, 2, ...); on a dead letter, the attempts made
     acker.replay.origin       the coordinates ``topic/partition/offset`` of the first record (the source record)
-    acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), ``source-missing`` or
-                              ``too-large``
-    acker.replay.nack-reason  on a ``source-missing`` or ``too-large`` dead letter: the reason of the nack
+    acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), ``source-missing``,
+                              ``too-large`` or ``no-replay-topic``
+    acker.replay.nack-reason  on a ``source-missing``, ``too-large`` or ``no-replay-topic`` dead letter: the reason of
+                              the nack
     acker.replay.truncated    on a ``too-large`` dead letter: the size of the whole record (key, value, headers)
     acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
     acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
@@ -39,6 +40,7 @@ REDRIVEN = "acker.replay.redriven"
 NACK_REASON = "acker.replay.nack-reason"
 SOURCE_MISSING = "source-missing"
 TOO_LARGE = "too-large"
+NO_REPLAY_TOPIC = "no-replay-topic"
 TRUNCATED = "acker.replay.truncated"  # on a too-large dead letter: the record's size (key, value, headers), in bytes
 NO_DATA = (SOURCE_MISSING, TOO_LARGE)  # dead letters without the record's whole data: they cannot be re-driven
 REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"  # the outcomes that resolve a nacked offset
@@ -138,18 +140,42 @@ def decide(
     return Decision(policy.replay_topic(spout), replay, REPLAYED)
 
 
-def too_large(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str, size: int) -> Decision:
-    """The dead letter standing for the nacked record ``msg_id`` of ``size`` bytes, too large to publish where
-    ``decision`` sends it: the replay headers (origin, the attempts made, spout, the last copy) but not the record's
-    own, which may be what is too large, reason ``too-large``; the caller keeps as much of its key and value as the
-    dead-letter topic takes."""
-    ours = [(k, v) for k, v in decision.headers if k.startswith("acker.") and k not in (REASON, NOT_BEFORE, LAST)]
+def instead(
+    policy: RetryPolicy,
+    decision: Decision,
+    msg_id: str,
+    reason: str,
+    why: str,
+    *,
+    own: bool = True,
+    extra: Headers | None = None,
+) -> Decision:
+    """The dead letter standing for the nacked record ``msg_id`` where ``decision`` cannot be carried out (``why``,
+    its reason): the replay headers (origin, the attempts made, spout, the last copy), the record's own unless not
+    ``own``, the nack's reason, and ``extra``."""
+    ours = [
+        (k, v) for k, v in decision.headers if (own or k.startswith("acker.")) and k not in (REASON, NOT_BEFORE, LAST)
+    ]
     if decision.resolution == REPLAYED:  # the replay it was to be was not made
         attempt = decimal(text(ours, ATTEMPT)) or 1
         ours = [(k, str(attempt - 1).encode() if k == ATTEMPT else v) for k, v in ours]
-    letter = [*ours, (REASON, TOO_LARGE.encode()), (NACK_REASON, reason.encode()), (TRUNCATED, str(size).encode()),
-              (LAST, msg_id.encode())]  # fmt: skip
+    letter = [*ours, (REASON, why.encode()), (NACK_REASON, reason.encode()), *(extra or []), (LAST, msg_id.encode())]
     return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
+
+
+def too_large(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str, size: int) -> Decision:
+    """The dead letter standing for the nacked record ``msg_id`` of ``size`` bytes, too large to publish where
+    ``decision`` sends it: without the record's own headers, which may be what is too large, reason ``too-large``;
+    the caller keeps as much of its key and value as the dead-letter topic takes."""
+    return instead(policy, decision, msg_id, reason, TOO_LARGE, own=False, extra=[(TRUNCATED, str(size).encode())])
+
+
+def unread(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str) -> Decision:
+    """The dead letter standing for the nacked record ``msg_id``, whose replay ``decision`` would send to a replay
+    topic that does not exist: no spout reads it (the job's replay prefix is not the spouts', or the spout has not run
+    since the topic was deleted). Made there, the copy would be lost, and its original taken as done. Reason
+    ``no-replay-topic``; the record whole, so that ``acker dlq redrive`` can send it to the right topic."""
+    return instead(policy, decision, msg_id, reason, NO_REPLAY_TOPIC)
 
 
 def redrive(

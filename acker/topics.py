@@ -3,7 +3,8 @@
 - the acker topic: ``partitions`` partitions (a tree lives on ``partition_of(anchor)``);
 - one outcome topic per spout, with as many partitions (every outcome record of an acker partition goes to one);
 - the dead-letter topic, 1 partition;
-- the status topic, 1 partition, compacted (the last status of each acker partition, keyed by it).
+- the status topic, 1 partition, compacted (the last status of each acker partition, keyed by it);
+- the Spark jobs' own (`spark_job_topics`): their dead letters and the replay job's progress, 1 partition each.
 
 The service creates the dead-letter and status topics when it starts and an outcome topic before its first record,
 unless they exist: a cluster may not create topics on first use, and a record that cannot be delivered holds every
@@ -57,6 +58,24 @@ def service_topics(config: ServiceConfig) -> list[TopicSpec]:
     ]
 
 
+# The replay job's progress: a record per micro-batch, keyed by job; compacted, so that reading it to the end at a
+# start stays short.
+PROGRESS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
+
+
+def spark_job_topics(config: ServiceConfig) -> list[TopicSpec]:
+    """The Spark jobs' own topics, 1 partition each: malformed outcome records (both jobs, ``<outcome_prefix>dlq``),
+    the replay job's dead letters and its progress (``<replay_prefix>progress``). Made by `acker topics create`, and
+    by ``acker spark`` when missing: a cluster that does not create topics on first use stopped a job at its first
+    malformed outcome record, and at every start after."""
+    factor = config.replication_factor
+    return [
+        TopicSpec(config.outcome_topic("dlq"), 1, factor),
+        TopicSpec(config.replay_dlq_topic, 1, factor),
+        TopicSpec(config.replay_topic("progress"), 1, factor, PROGRESS_TOPIC_CONFIG),
+    ]
+
+
 def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
     """Every topic of the deployment, for the spouts named (`ConfigError` for a name a spout would refuse)."""
     for spout in spouts:
@@ -65,4 +84,5 @@ def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
         TopicSpec(config.acker_topic, config.partitions, config.replication_factor),
         *service_topics(config),
         *(outcome_topic(config, spout) for spout in spouts),
+        *spark_job_topics(config),
     ]

@@ -16,11 +16,14 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acker.argtypes import at_least
-from acker.config import add_arguments, env_settings, flag_setting, load
+from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import ConfigError
+
+if TYPE_CHECKING:  # it imports pyspark: only when a job runs
+    from spark_jobs.commit_job import OutcomeSource
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 
@@ -91,16 +94,18 @@ def add_parser(sub: Any) -> None:
         job.set_defaults(run=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from acker.retries import Backoff
-    from acker.topics import check_spout_name
-    from spark_jobs import commit_job, replay_job
-    from spark_jobs.session import spark_session, stop, stop_queries
+def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, dict[str, str]]:
+    """The settings, the outcome source and the spouts' groups, checked before Spark starts (a JVM, seconds): a
+    mistake here is a one-line error, not a stack trace. The jobs' own topics are made if missing."""
+    from confluent_kafka import KafkaException
+
+    from acker.kafka.clients import KafkaClientError, ensure_topics
+    from acker.topics import check_spout_name, spark_job_topics
+    from spark_jobs.commit_job import OutcomeSource
 
     config = load(args)
     for spout in args.spout:  # as the spouts themselves do: a name they refuse has no topics to read
         check_spout_name(config, spout)
-    # Checked before Spark starts (a JVM, seconds): a mistake here is a one-line error, not a stack trace.
     groups = dict(flag_setting(item, "--spout-group", "SPOUT=GROUP", empty=False) for item in args.spout_group)
     unread = sorted(set(groups) - set(args.spout)) if args.spout else []
     if unread:  # its group would never get a watermark, and the spout's would go to the group named after it
@@ -109,8 +114,23 @@ def _run(args: argparse.Namespace) -> int:
     java = env_settings(JAVA_KAFKA_ENV_PREFIX, os.environ)
     java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)
     # Made before Spark starts: it refuses the settings Spark's Java Kafka client cannot be given.
-    source = commit_job.OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
+    source = OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
     source.check_topics()
+    own = spark_job_topics(config)
+    try:
+        ensure_topics(config.client(), own)
+    except (KafkaClientError, KafkaException) as error:  # no right to create them, say: left for Spark to meet
+        log.warning("could not make sure the jobs' topics exist (%s): %s", ", ".join(s.name for s in own), error)
+    return config, source, groups
+
+
+def _run(args: argparse.Namespace) -> int:
+    from acker.retries import Backoff
+    from spark_jobs import commit_job, replay_job
+    from spark_jobs.session import spark_session, stop, stop_queries
+
+    config, source, groups = _checked(args)
+    topics, dlq_topic = source.topics, config.outcome_topic("dlq")  # the outcome prefix's, as `spark_job_topics`
 
     spark = None
     try:
@@ -124,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
                 groups=groups,
                 spouts=spouts,
                 max_records=args.max_records,
+                dlq_topic=dlq_topic,
             )
             queries = commit_job.start(spark, settings)
         else:
@@ -137,6 +158,9 @@ def _run(args: argparse.Namespace) -> int:
                 dead_letter_topic=config.replay_dlq_topic,
                 max_records=args.max_records,
                 nacks_per_transaction=args.nacks_per_transaction,
+                dlq_topic=dlq_topic,
+                progress_topic=config.replay_topic("progress"),
+                replication_factor=config.replication_factor,
             )
             queries = replay_job.start(spark, replay)
         stopping = threading.Event()

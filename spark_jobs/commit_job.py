@@ -48,7 +48,15 @@ log = logging.getLogger("spark_jobs.commit")
 #   records; outcomes of an aborted transaction must not count (Spark reads uncommitted records by default).
 # - fetch.max.wait.ms: a task's consumer is cached and pipelines its next fetch, which waits at the end of the log
 #   for up to 500 ms by default; the next micro-batch's task, which seeks elsewhere, waits for that fetch first.
-SPARK_KAFKA_DEFAULTS = {"kafka.isolation.level": "read_committed", "kafka.fetch.max.wait.ms": "20"}
+# - failOnDataLoss false: outcome records deleted by retention while a job was stopped made every start fail, for
+#   good, with no option to change it. Nothing is lost by reading on: a watermark moves only over offsets known
+#   done, so an outcome never read holds it at that offset (Spark warns), and a spout started again re-reads from
+#   there, which decides the record again.
+SPARK_KAFKA_DEFAULTS = {
+    "kafka.isolation.level": "read_committed",
+    "kafka.fetch.max.wait.ms": "20",
+    "failOnDataLoss": "false",
+}
 # Outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger; each job sets its own). Without a limit a
 # backlog (a job started on a new checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark
 # runs again, whole, at every restart. The commit job's is far above what the services write in a second, so that a

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined] # documented
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,9 +43,18 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
 from acker.headers import HeaderValue, pairs
-from acker.kafka.clients import TopicSpec, create_topics, log_bounds, partition_count, produce, read_to
+from acker.kafka.clients import (
+    KafkaClientError,
+    TopicSpec,
+    ensure_topics,
+    log_bounds,
+    partition_count,
+    produce,
+    read_to,
+)
 from acker.kafka.lookups import lookups
-from acker.retries import Backoff, Decision, RetryPolicy, decide, too_large
+from acker.retries import NO_REPLAY_TOPIC, REPLAYED, Backoff, Decision, RetryPolicy, decide, too_large, unread
+from acker.topics import PROGRESS_TOPIC_CONFIG
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
@@ -56,12 +65,11 @@ QUERY = "replays"  # the query's checkpoint: <checkpoint>/replays
 log = logging.getLogger("spark_jobs.replay")
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
-# One record per published micro-batch, keyed by job: compacted, so that reading it to the end at a start stays short.
-_PROGRESS_TOPIC = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
 _PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes and batch.size
 _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
 _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
+_MISSING_RECHECK_S = 60.0  # a replay topic found missing is looked up again after this (its spout may start)
 _TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
 
@@ -83,6 +91,7 @@ class ReplayJobSettings:
     # outage would otherwise be one batch, too large for it, failing at every run).
     max_records: int = 1_000
     nacks_per_transaction: int = 20_000  # a part of a micro-batch: fetched, then published in one transaction
+    replication_factor: int = 1  # of the topics the job creates when missing (`acker.topics.spark_job_topics`)
 
     def identity(self, run_id: str) -> str:
         """The job's transactional id and the key of its progress records: its name and the id of its checkpoint
@@ -117,13 +126,15 @@ class _Publisher:
     def __init__(self, settings: ReplayJobSettings, identity: str) -> None:
         self.settings, self.policy, self.identity = settings, settings.policy, identity
         client = dict(settings.source.client)
-        create_topics(client, [TopicSpec(settings.progress_topic, 1, config=_PROGRESS_TOPIC),
-                               TopicSpec(settings.dead_letter_topic, 1)])  # fmt: skip
+        factor = settings.replication_factor
+        ensure_topics(client, [TopicSpec(settings.progress_topic, 1, factor, PROGRESS_TOPIC_CONFIG),
+                               TopicSpec(settings.dead_letter_topic, 1, factor)])  # fmt: skip
         producer = without_consumer_settings(client)
         self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
         _publishers.append(self)
         self._partitions: dict[str, int] = {}
+        self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
         self._limits: dict[str, int] = {}
         self._own_max = int(client.get("message.max.bytes", _PRODUCER_MAX_BYTES))  # the producer's bound on a record
         self._batch_max = min(int(client.get("batch.size", _PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
@@ -157,10 +168,19 @@ class _Publisher:
         return last[0], None if last[1] == _WHOLE else last[1]
 
     def partitions(self, topic: str) -> int:
+        """The partitions of ``topic``, 0 when it does not exist: a replay topic is its spout's, created by the spout
+        (made here, a topic no spout reads would take the copies, and their originals count as done); one found
+        missing is looked up again after `_MISSING_RECHECK_S`."""
         if topic not in self._partitions:
-            client = dict(self.settings.source.client)
-            create_topics(client, [TopicSpec(topic, 1)])
-            self._partitions[topic] = partition_count(client, topic)
+            if time.monotonic() < self._missing.get(topic, 0.0):
+                return 0
+            try:
+                self._partitions[topic] = partition_count(dict(self.settings.source.client), topic)
+            except KafkaClientError as error:
+                if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
+                return 0
         return self._partitions[topic]
 
     def limit(self, topic: str) -> int:
@@ -168,7 +188,6 @@ class _Publisher:
         topic's ``max.message.bytes``, asked once (the producer's alone if the broker does not say)."""
         if topic in self._limits:
             return self._limits[topic]
-        self.partitions(topic)  # created first, if need be
         told = _topic_max_bytes(self.settings.source.client, topic)
         if told is None:
             return self._own_max  # not kept: asked again at the next batch (a topic just created may be unknown yet)
@@ -218,12 +237,20 @@ class _Publisher:
         # another prefix must resolve the nacks where the commit job reads them).
         resolutions: dict[tuple[str, str], list[tuple[str, int, str, int]]] = defaultdict(list)
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
+        unread_topics: set[str] = set()
         self.producer.begin_transaction()
         try:
             for row in rows:
                 record = found[(row.topic, int(row.partition), int(row.offset))]
                 headers = None if record is None else pairs(record.headers())
                 decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
+                if decision.resolution == REPLAYED and not self.partitions(decision.topic):
+                    if decision.topic not in unread_topics:
+                        unread_topics.add(decision.topic)
+                        log.error("replay topic %s does not exist: no spout reads it (is the replay prefix %r the "
+                                  "spouts'?); its nacks are dead-lettered (%s)", decision.topic,
+                                  self.policy.replay_prefix, NO_REPLAY_TOPIC)  # fmt: skip
+                    decision = unread(self.policy, decision, row.msg_id, row.reason)
                 value, key = (None, None) if record is None else (record.value(), record.key())
                 size = _size(value, key, decision.headers)
                 if size + _FRAMING > self.limit(decision.topic):

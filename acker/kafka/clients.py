@@ -72,6 +72,21 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
     return created
 
 
+def ensure_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+    """Create those of ``specs`` that do not exist; return the names created. Each is looked for first, through a
+    consumer's lookup, which creates nothing: a principal without the right to create topics is refused even for
+    topics that exist."""
+    missing = []
+    for spec in specs:
+        try:
+            partition_count(client_config, spec.name, timeout_s)
+        except KafkaClientError as error:
+            if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            missing.append(spec)
+    return create_topics(client_config, missing, timeout_s)
+
+
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
 

@@ -277,6 +277,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     )  # fmt: skip
     assert f"{config.acker_topic}\t3 partition(s)\tcreated" in created.stdout
     assert f"{config.outcome_topic(SPOUT)}\t3 partition(s)\tcreated" in created.stdout
+    assert f"{config.outcome_topic('dlq')}\t1 partition(s)\tcreated" in created.stdout  # the Spark jobs' too
     again = subprocess.run(  # with another partition count: the topics' own is shown
         [sys.executable, "-m", "acker.cli", "topics", "create", *common[:-1], "5"], capture_output=True, text=True,
         check=True,

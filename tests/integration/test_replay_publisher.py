@@ -15,9 +15,9 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from acker.headers import pairs, text
-from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import close_all, lookups
-from acker.retries import NACK_REASON, REASON, TOO_LARGE, TRUNCATED
+from acker.retries import ATTEMPT, NACK_REASON, NO_REPLAY_TOPIC, REASON, TOO_LARGE, TRUNCATED
 from acker.wire import decode_outcomes
 from spark_jobs.commit_job import OutcomeSource
 from spark_jobs.replay_job import ReplayJobSettings, _Publisher, close_publishers
@@ -109,6 +109,32 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == smaller
 
 
+def test_a_nack_whose_replay_topic_does_not_exist_is_dead_lettered_whole(bootstrap: str) -> None:
+    """A job whose replay prefix is not the spouts' created the topic it named and replayed there: no spout read the
+    copies, and the commit job took their originals as done, lost. Now the job creates no replay topic (a spout
+    creates its own), and dead-letters the record whole (`no-replay-topic`), for `acker dlq redrive`."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1)])
+    producer = Producer(client)
+    produce(producer, source, b"v", key=b"k", headers=[("trace", b"t-1")])
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
+    assert _resolutions(client, settings) == [("DEAD_LETTERED", f"{source}/0/0")]
+    [letter] = read_all(client, settings.dead_letter_topic)
+    headers = pairs(letter.headers())
+    assert (text(headers, REASON), text(headers, NACK_REASON), text(headers, "trace")) == (
+        NO_REPLAY_TOPIC,
+        "FAILED",
+        "t-1",
+    )
+    assert (letter.value(), letter.key(), text(headers, ATTEMPT)) == (b"v", b"k", "0")
+    with pytest.raises(KafkaClientError):  # and it is still not there
+        partition_count(client, settings.replay_prefix + "sp")
+
+
 def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:
     """Two replay jobs share the progress topic. The other's driver died in a transaction after writing its progress
     record; this job publishes batch 3 and restarts before Spark logs the batch done. A read_committed read stopped
@@ -146,7 +172,7 @@ def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after
     client = {"bootstrap.servers": bootstrap}
     settings = replace(_settings(client), nacks_per_transaction=2)
     source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1)])
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])  # as its spout does
     producer = Producer(client)
     for i in range(7):
         produce(producer, source, b"record %d" % i)

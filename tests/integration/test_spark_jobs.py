@@ -17,12 +17,13 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from acker.bolt import Bolt, BoltInput, Collector
-from acker.cli import main
-from acker.config import ServiceConfig
-from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.cli import build_parser, main
+from acker.config import ServiceConfig, load
+from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
 from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
+from acker.topics import spark_job_topics
 from acker.wire import decode_outcomes, encode_outcome_rows
 from spark_jobs.checkpoint import RUN_ID, run_id
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
@@ -271,7 +272,7 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
     client = {"bootstrap.servers": bootstrap}
     uid, src, out = names["uid"], names["source"], names["outcomes"] + "sp"
     _source(client, src, 1, 4)
-    create_topics(client, [TopicSpec(out, 1), TopicSpec(f"dlq-{uid}", 1)])
+    create_topics(client, [TopicSpec(out, 1), TopicSpec(f"dlq-{uid}", 1), TopicSpec(f"rp-{uid}.sp", 1)])  # as a spout
     settings = ReplayJobSettings(
         OutcomeSource(client, topics=(out,)),
         names["ckpt"],
@@ -519,3 +520,28 @@ def test_a_spark_job_for_a_spout_whose_outcome_topic_does_not_exist_says_so_befo
             "--outcome-prefix", names["outcomes"]]  # fmt: skip
     assert main(argv) == 2
     assert f"outcome topic {names['outcomes']}nosuch does not exist" in capsys.readouterr().err
+
+
+def test_a_spark_job_makes_its_own_topics_before_spark_starts(
+    bootstrap: str, names: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its dead-letter topics and the replay job's progress, where a cluster does not create topics on first use: the
+    first malformed outcome record stopped the job (no topic for its dead letter), and every start after."""
+
+    class StartedError(Exception):
+        pass
+
+    def started(*_args: object, **_kwargs: object) -> None:
+        raise StartedError
+
+    monkeypatch.setattr("spark_jobs.session.spark_session", started)
+    uid = names["uid"]
+    flags = ["--bootstrap-servers", bootstrap, "--outcome-prefix", names["outcomes"], "--replay-prefix", f"rp-{uid}.",
+             "--replay-dlq-topic", f"dead-{uid}"]  # fmt: skip
+    config = load(build_parser().parse_args(["spark", "replay", *flags, "--spout", "sp", "--checkpoint", "x"]))
+    create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
+    with pytest.raises(StartedError):
+        main(["spark", "replay", *flags, "--spout", "sp", "--checkpoint", names["ckpt"]])
+    own = spark_job_topics(config)
+    assert {spec.name for spec in own} == {f"{names['outcomes']}dlq", f"dead-{uid}", f"rp-{uid}.progress"}
+    assert [partition_count(config.client(), spec.name) for spec in own] == [1, 1, 1]
