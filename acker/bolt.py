@@ -48,6 +48,7 @@ from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, split
 from acker.kafka.acker_client import AckerClient, partition_lookup
 from acker.kafka.clients import consume_available, partition_count, readable
+from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
 
@@ -157,6 +158,9 @@ class Bolt:
         )
         self.consumer.subscribe([input_topic], on_revoke=self._on_revoke)
         self.acker.watch_partitions(partition_lookup(self.consumer, config.acker_topic))
+        # Unanchored inputs are not trouble: an untracked pipeline's are all unanchored.
+        self._trouble = TroubleReport(log, f"bolt {group}", ("invalid_anchor_headers", "errors",
+                                                             "child_delivery_failures"))  # fmt: skip
         self._collector = Collector(self)
 
     def run(self, stop: threading.Event) -> None:
@@ -169,6 +173,7 @@ class Bolt:
     def close(self) -> None:
         self._commit()
         self.consumer.close()
+        log.info("bolt %s stopped: %s", self.group, dict(sorted(self.counters.items())))
 
     def step(self, timeout_s: float) -> int:
         records = consume_available(self.consumer, 500, timeout_s)
@@ -249,6 +254,7 @@ class Bolt:
     def _commit(self) -> None:
         """Commit the offsets after the processed inputs, once everything produced for them is delivered."""
         self._next_commit = time.monotonic() + self.commit_interval_s
+        self._trouble.check(self.counters)
         if self.acker.flush(30) or self.producer.flush(30):
             log.warning("undelivered messages: input offsets not committed")
             return

@@ -1,0 +1,45 @@
+"""What went wrong in a stage, said in its log: counters of trouble (an input with an invalid anchor header, a
+function that raised, a child that could not be delivered) are counted per message, and a line a message would
+flood the log. `TroubleReport` says how many of each were counted since its last line, at most one line per interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+REPORT_INTERVAL_S = 60.0
+
+
+class TroubleReport:
+    """Logs a warning of what ``names`` counted since the last one, when they counted anything, at most once per
+    ``interval_s`` (the first at once). Call `check` regularly with the stage's counters."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        names: Sequence[str],
+        interval_s: float = REPORT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log, self._what, self._names = logger, what, tuple(names)
+        self._interval_s, self._clock = interval_s, clock
+        self._reported: dict[str, int] = dict.fromkeys(self._names, 0)
+        self._next = clock()
+
+    def check(self, counters: Counter[str]) -> None:
+        now = self._clock()
+        if now < self._next:
+            return
+        grown = {
+            name: counters[name] - self._reported[name] for name in self._names if counters[name] > self._reported[name]
+        }
+        if not grown:
+            return
+        self._reported.update({name: counters[name] for name in grown})
+        self._next = now + self._interval_s
+        said = ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in grown.items())
+        self._log.warning("%s: %s since the last report (counted in its counters)", self._what, said)
