@@ -215,9 +215,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
             rows.append({"partition": partition, "committed": committed, "end": end, "status": statuses.get(partition)})
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title=f"acker topic {config.acker_topic}, group {config.group}")
+    windows = [w for status in statuses.values() if isinstance(w := status.get("rate_window_s"), int | float)]
+    over = f", rates over the last {max(windows):.0f} s" if windows else ""
+    table = Table(title=f"acker topic {config.acker_topic}, group {config.group}{over}")
     for column in ("partition", "instance", "pending", "acked/s", "nacked/s", "read lag", "committed", "end", "replay"):
         table.add_column(column, justify="right")
+
+    def stale(age: float) -> str:  # an instance gone (killed: its partitions move after the session timeout)
+        return ", stale" if age > 3 * config.status_interval_s + 5 else ""
+
     for partition in sorted(set(lags) | set(statuses)):
         status = statuses.get(partition, {})
         committed, end = lags.get(partition, (None, None))
@@ -227,7 +233,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         age = time.time() - stamp if isinstance(stamp, int | float) else None
         table.add_row(
             str(partition),
-            f"{status.get('instance', '-')}" + (f" ({age:.0f}s ago)" if age is not None else ""),
+            f"{status.get('instance', '-')}" + ("" if age is None else f" ({age:.0f}s ago{stale(age)})"),
             str(status.get("pending", "-")),
             str(rates.get("acked", "-")),
             str(nacked if status else "-"),

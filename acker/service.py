@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from collections import Counter as Tally
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
@@ -107,6 +108,7 @@ _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what 
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 # After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
 _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
+RATE_WINDOW_S = 60.0  # the shortest window of a status's rates (two ticks when they are further apart)
 _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
@@ -285,7 +287,8 @@ class AckerService:
         self._next_status = 0.0
         # None: the status topic exists; else when to look for it again (`_status_topic_exists`).
         self._status_recheck_at: float | None = None
-        self._last_status: dict[int, tuple[float, np.ndarray]] = {}
+        # Per partition, its counters at each status since the rate window began (`_publish_status`).
+        self._last_status: dict[int, deque[tuple[float, np.ndarray]]] = {}
         self.consumer = Consumer(
             config.stream_consumer(
                 # Partitions added to the acker topic are seen, and taken, within 30 s rather than librdkafka's 5
@@ -866,11 +869,17 @@ class AckerService:
     def _publish_status(self, now: float) -> None:
         with self._lock:
             states = list(self._states.items())
+        # Rates over a window of a minute at least, and of two ticks: timeouts are decided at ticks, in bursts, and
+        # over one status interval nacked/s read 0 in most statuses and several times the true rate in the others.
+        window_s = max(RATE_WINDOW_S, 2 * self.config.tick_interval_s)
         for partition, state in states:
             counters = self._counter_array(state)
-            before = self._last_status.get(partition)
-            rates = (counters - before[1]) / max(1e-3, now - before[0]) if before else np.zeros_like(counters)
-            self._last_status[partition] = (now, counters)
+            history = self._last_status.setdefault(partition, deque())
+            history.append((now, counters))
+            while len(history) > 2 and history[1][0] <= now - window_s:
+                history.popleft()
+            since, before = history[0]
+            rates = (counters - before) / (now - since) if now > since else np.zeros_like(counters)
             names = [f.name for f in fields(Counters)]
             status = {
                 "topic": self.config.acker_topic,
@@ -883,6 +892,7 @@ class AckerService:
                 "lag": self._lag(partition, state),
                 "counters": dict(zip(names, counters.tolist(), strict=True)),
                 "rates": dict(zip(names, [round(r, 1) for r in rates.tolist()], strict=True)),
+                "rate_window_s": round(now - since, 1),
                 "ignored_ticks": state.ignored_ticks,
             }
             self._produce(

@@ -31,6 +31,10 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         except KafkaException as error:  # e.g. not allowed to read it: the lag can still be shown
             log.warning("cannot read the status topic: %s", _text(error))
             return latest
+        if not found:  # a status topic misspelt, or no service ever started: an empty table would not say which
+            log.warning("status topic %s not found: no acker instance publishes there (is it the services' "
+                        "--status-topic?)", config.status_topic)  # fmt: skip
+            return latest
         ends = {p: end for p in found if (end := end_offset(consumer, config.status_topic, p, timeout_s)) is not None}
         parts = [TopicPartition(config.status_topic, p, 0) for p in ends]
         consumer.assign(parts)

@@ -288,6 +288,11 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert misspelt.returncode == 2 and f"acker topic {config.acker_topic}-typo not found" in misspelt.stderr
+    no_status = subprocess.run(  # a table of dashes, and nothing said
+        [sys.executable, "-m", "acker.cli", "status", *common, "--status-topic", f"{config.status_topic}-typo"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert f"status topic {config.status_topic}-typo not found" in no_status.stderr
 
     config = replace(config, partitions=3)
     service = ServiceThread(config)
@@ -321,3 +326,4 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     assert sum(r["status"]["counters"]["acked"] for r in rows) == 200
     assert all(r["committed"] is not None and r["committed"] <= r["end"] for r in rows)
     assert table.stdout.count(config.instance_id) == 3
+    assert all(r["status"]["rate_window_s"] >= 0 for r in rows) and "rates over the last" in table.stdout
