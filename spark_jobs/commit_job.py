@@ -202,6 +202,7 @@ class Marks:
         # Each source topic's Kafka id when its marks were made. A topic deleted and created again under its name is
         # another log: its records start again at offset 0, and a mark of the old one, committed, would skip them.
         self._topic_ids: dict[str, str] = {}
+        self._unstarted: set[str] = set()  # watermark groups found without a spout's starting commit (said once)
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
@@ -230,8 +231,16 @@ class Marks:
             mark = marks.get((spout, topic, partition))
             if mark is None:
                 group = self.settings.watermark_group(spout)
-                start = _answered(partial(kafka.start_mark, group, topic, partition), kafka.lock,
-                                  f"where the watermark of {topic}[{partition}] starts")  # fmt: skip
+                start, found = _answered(partial(kafka.start_mark, group, topic, partition), kafka.lock,
+                                         f"where the watermark of {topic}[{partition}] starts")  # fmt: skip
+                if not found and group not in self._unstarted:
+                    # A spout commits where it starts a partition there before it reads it: its outcomes without that
+                    # commit are most likely of a spout whose group is not the one taken (its watermark would go
+                    # where the spout never reads it, and each start of the spout would read everything again).
+                    self._unstarted.add(group)
+                    log.warning("%s has no watermark for %s[%d], of which spout %s has outcomes: is %s the spout's "
+                                "group? (--spout-group %s=GROUP names it) The watermark starts at the first offset",
+                                group, topic, partition, spout, group.removesuffix(".acked"), spout)  # fmt: skip
                 mark = marks[(spout, topic, partition)] = PartitionMark(start)
             mark.add(np.concatenate(arrays))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record

@@ -238,14 +238,14 @@ class KafkaLookups:
         finally:
             self._consumer.unassign()
 
-    def start_mark(self, group: str, topic: str, partition: int) -> int:
-        """Where the watermark of a partition starts: its committed offset in ``group``, else the first offset
-        that exists (the spout commits its starting point there before it reads, see `acker.spout`). Asked again
-        for up to 30 s while the partition has no leader (`log_bounds`)."""
+    def start_mark(self, group: str, topic: str, partition: int) -> tuple[int, bool]:
+        """Where the watermark of a partition starts, and whether ``group`` had it: its committed offset in ``group``,
+        else the first offset that exists (the spout commits its starting point there before it reads, see
+        `acker.spout`). Asked again for up to 30 s while the partition has no leader (`log_bounds`)."""
         committed = self.committed(group, [(topic, partition)])
         if committed.get((topic, partition), -1) >= 0:
-            return committed[(topic, partition)]
-        return log_bounds(self._consumer, TopicPartition(topic, partition))[0]
+            return committed[(topic, partition)], True
+        return log_bounds(self._consumer, TopicPartition(topic, partition))[0], False
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The committed offsets of ``group`` (-1 where none)."""

@@ -3,6 +3,7 @@ and lookups): only the marks of the spouts it serves."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -193,3 +194,23 @@ def test_a_recheck_moves_the_marks_no_micro_batch_moves_and_commits_them_where_a
     assert kafka.commits == [("a.acked", {("in", 0): 11, ("in", 2): 7}, False)]
     assert sorted(kafka.asked) == [("gone", 0, 3), ("in", 0, 10), ("in", 2, 7)]
     assert marks.marks[("retired", "in2", 0)].mark == 3 and marks.marks[("a", "in", 3)].mark == 13
+
+
+def test_outcomes_of_a_partition_its_spout_never_started_in_the_group_taken_are_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spout commits where it starts a partition to its watermark group before it reads: outcomes without that
+    commit are most likely of a spout whose group is not the one taken (a --spout-group forgotten)."""
+
+    class _Unstarted(_Kafka):
+        def start_mark(self, group: str, topic: str, partition: int) -> tuple[int, bool]:
+            return 0, False
+
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Unstarted())
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    marks = Marks(CommitJobSettings(source, "unused"), _Store({}))  # type: ignore[arg-type]
+    rows = [type("Row", (), {"spout": "a", "topic": "in", "partition": p, "offsets": [0]}) for p in (0, 1)]
+    with caplog.at_level(logging.WARNING, "spark_jobs.commit"):
+        marks.apply(rows, batch_id=1)
+    said = [r.getMessage() for r in caplog.records if "has no watermark" in r.getMessage()]
+    assert len(said) == 1 and "--spout-group a=GROUP" in said[0]
