@@ -267,7 +267,8 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column in ("group", "topic") else "right")
     for m in marks:
         end, behind = ("-", "-") if m.end is None else (str(m.end), str(m.behind))
-        table.add_row(m.group, m.topic, str(m.partition), str(m.watermark), end, behind)
+        watermark = "none yet" if m.watermark is None else str(m.watermark)
+        table.add_row(m.group, m.topic, str(m.partition), watermark, end, behind)
     table_console().print(table)
     return 0
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, without_consumer_settings
+from acker.kafka.clients import topic_partitions
 from acker.status import end_offset
 
 ACKED = ".acked"
@@ -24,12 +25,14 @@ class Watermark:
     group: str  # the watermark group, <spout group>.acked
     topic: str
     partition: int
-    watermark: int
+    # None: a partition of a topic the group has watermarks of, but not of this one (added to the topic, and no spout
+    # has taken it yet; or a spout's reset policy never started it)
+    watermark: int | None
     end: int | None  # None when Kafka cannot tell now (no leader)
 
     @property
     def behind(self) -> int | None:
-        return None if self.end is None else max(0, self.end - self.watermark)
+        return None if self.end is None or self.watermark is None else max(0, self.end - self.watermark)
 
 
 def watermark_group(group: str) -> str:
@@ -39,7 +42,7 @@ def watermark_group(group: str) -> str:
 
 def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float = 10.0) -> list[Watermark]:
     """The committed watermarks of ``groups`` (spout consumer groups, or their ``.acked`` groups), by group, topic,
-    partition; a group without any is left out."""
+    partition, with the other partitions of their topics (watermark None); a group without any is left out."""
     admin = AdminClient(without_consumer_settings(config.client()))
     consumer = Consumer(config.client(**{"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}"}))
     out: list[Watermark] = []
@@ -47,11 +50,16 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
         for group in dict.fromkeys(watermark_group(g) for g in groups):
             request = ConsumerGroupTopicPartitions(group)
             result = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group].result()
-            for tp in sorted(result.topic_partitions, key=lambda tp: (tp.topic, tp.partition)):
-                if tp.error is not None or tp.offset < 0:
-                    continue
-                end = end_offset(consumer, tp.topic, tp.partition, timeout_s)
-                out.append(Watermark(group, tp.topic, tp.partition, tp.offset, end))
+            marks = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
+                     if tp.error is None and tp.offset >= 0}  # fmt: skip
+            for topic in sorted({topic for topic, _ in marks}):
+                try:  # with the partitions that have none: a silent gap in the table would look like all is well
+                    partitions = set(topic_partitions(consumer, topic, timeout_s)) | {p for t, p in marks if t == topic}
+                except KafkaException:  # those known, then
+                    partitions = {p for t, p in marks if t == topic}
+                for partition in sorted(partitions):
+                    end = end_offset(consumer, topic, partition, timeout_s)
+                    out.append(Watermark(group, topic, partition, marks.get((topic, partition)), end))
     finally:
         consumer.close()
     return out

@@ -97,23 +97,24 @@ def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_
     config: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic, group = f"src-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
-    create_topics(config.client(), [TopicSpec(topic, 2)])
+    create_topics(config.client(), [TopicSpec(topic, 3)])
     producer = Producer(config.client())
-    for i in range(10):
-        producer.produce(topic, b"%d" % i, partition=i % 2)
+    for i in range(15):
+        producer.produce(topic, b"%d" % i, partition=i % 3)
     assert producer.flush(30) == 0
     kafka = lookups(config.client())
     with kafka.lock:
-        kafka.advance(f"{group}.acked", {(topic, 0): 5, (topic, 1): 2})
+        kafka.advance(f"{group}.acked", {(topic, 0): 5, (topic, 1): 2})  # partition 2: none yet
     args = ["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]
     assert cli.main(args) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["group"], r["topic"], r["partition"], r["watermark"], r["end"], r["behind"]) for r in rows] == [
         (f"{group}.acked", topic, 0, 5, 5, 0),
         (f"{group}.acked", topic, 1, 2, 5, 3),
+        (f"{group}.acked", topic, 2, None, 5, None),
     ]
     assert cli.main(["watermarks", f"{group}.acked", "--bootstrap-servers", config.bootstrap_servers]) == 0
     table = capsys.readouterr().out
-    assert "fully-processed watermarks" in table and topic in table
+    assert "fully-processed watermarks" in table and topic in table and "none yet" in table
     assert cli.main(["watermarks", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
     assert "no watermarks committed in nobody" in capsys.readouterr().out
