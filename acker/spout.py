@@ -275,6 +275,11 @@ class Spout:
             self.producer.flush(30)
             if not self._direct:
                 break
+        unsent = self.acker.flush(0)  # what is left: in the producer, or batches it refused
+        if unsent or self._direct:  # nothing lost: the watermark waits for their records, read again at the next start
+            log.warning("stopped with %d record(s) undelivered and %d outcome(s) unpublished: their source records "
+                        "are read again at the next start", unsent, len(self._direct))  # fmt: skip
+        log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
         self.consumer.close()
         self.outcomes.close()
         self._watermarks.close()

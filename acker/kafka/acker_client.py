@@ -230,7 +230,8 @@ class AckerClient:
 
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
             if error is not None:
-                log.warning("a data message to %s could not be delivered (%s): failing its trees", topic, error)
+                trees = f"failing its {len(ids.edges)} tree(s)" if ids.tracked else "unanchored: no tree to fail"
+                log.warning("a data message to %s could not be delivered (%s): %s", topic, error, trees)
                 for anchor, _ in ids.edges:
                     self.send(Fail(anchor))
                 if on_failure is not None:
