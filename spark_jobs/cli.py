@@ -60,7 +60,13 @@ def add_parser(sub: Any) -> None:
         job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
         job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
         job.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval [default: 1]")
-        job.add_argument("--starting-offsets", default="earliest", help="of a new checkpoint [default: earliest]")
+        job.add_argument(
+            "--starting-offsets",
+            default="earliest",
+            help="where a new checkpoint starts reading outcomes [default: earliest]; latest skips those already "
+            "written: the watermarks then wait at their offsets (and their nacks are not replayed) until the spouts "
+            "are started again and decide them again",
+        )
         default_records = 100_000 if name == "commit" else 1_000
         job.add_argument(
             "--max-records",
