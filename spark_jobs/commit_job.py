@@ -203,6 +203,7 @@ class Marks:
         # another log: its records start again at offset 0, and a mark of the old one, committed, would skip them.
         self._topic_ids: dict[str, str] = {}
         self._unstarted: set[str] = set()  # watermark groups found without a spout's starting commit (said once)
+        self._stuck: dict[Key, tuple[int, float, bool]] = {}  # mark → (where it waits, since when, whether said)
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
@@ -341,7 +342,28 @@ class Marks:
             self._unchanged = {key: _copy(mark) for key, mark in marks.items()}
             # Every mark looked at, moved or not: one whose commit failed at the last recheck is committed now.
             looked_marks = {key: marks[key].mark for key in looked_at}
+            self._say_stuck(marks, time.monotonic())
         return self._commit(looked_marks)
+
+    def _say_stuck(self, marks: Mapping[Key, PartitionMark], now: float) -> None:
+        """Warn, once per mark and offset, of a mark that has waited at one offset for `STUCK_S` with offsets done
+        above it: the outcome of the record there may be lost (an outcome record nobody could read, outcomes deleted
+        by retention while the job was stopped). Its spout times out a tree it still counts as pending and decides it
+        again; a spout that has forgotten it (it saw an outcome, or restarted) reads it again only when started again.
+        Nothing else said where a watermark stood still, or why."""
+        stuck = self._stuck
+        for key in [key for key in stuck if key not in marks or marks[key].mark != stuck[key][0]]:
+            del stuck[key]
+        for key, mark in marks.items():
+            if not mark.runs or not self.settings.serves(key[0]):
+                continue
+            at, since, said = stuck.setdefault(key, (mark.mark, now, False))
+            if not said and now - since >= STUCK_S:
+                stuck[key] = (at, since, True)
+                above = sum(end - start for start, end in mark.runs)
+                log.warning("%s[%d]: the watermark of spout %s has waited at offset %d for %.0f min, with %d offsets "
+                            "done above it: the outcome of that record may be lost; its spout decides it again when "
+                            "started again", key[1], key[2], key[0], at, (now - since) / 60, above)  # fmt: skip
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
@@ -387,6 +409,7 @@ class Marks:
                 self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
+STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 
 

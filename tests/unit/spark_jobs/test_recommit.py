@@ -214,3 +214,21 @@ def test_outcomes_of_a_partition_its_spout_never_started_in_the_group_taken_are_
         marks.apply(rows, batch_id=1)
     said = [r.getMessage() for r in caplog.records if "has no watermark" in r.getMessage()]
     assert len(said) == 1 and "--spout-group a=GROUP" in said[0]
+
+
+def test_a_mark_waiting_long_at_one_offset_with_offsets_done_above_it_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The outcome of the record there may be lost: nothing else said where a watermark stood still, or why."""
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Kafka())
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    marks = Marks(CommitJobSettings(source, "unused"), _Store({}))  # type: ignore[arg-type]
+    waiting = {("a", "in", 0): PartitionMark(5, [(7, 9)]), ("a", "in", 1): PartitionMark(3)}  # 1: nothing above
+    with caplog.at_level(logging.WARNING, "spark_jobs.commit"):
+        for now in (0.0, commit_job.STUCK_S - 1, commit_job.STUCK_S, 2 * commit_job.STUCK_S):
+            marks._say_stuck(waiting, now)
+        waiting[("a", "in", 0)] = PartitionMark(6, [(7, 9)])  # moved: a new wait
+        marks._say_stuck(waiting, 2 * commit_job.STUCK_S + 1)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1
+    assert said[0].startswith("in[0]: the watermark of spout a has waited at offset 5 for 15 min, with 2 offsets done")
