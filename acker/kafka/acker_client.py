@@ -260,7 +260,9 @@ class AckerClient:
         assert self._lookup is not None
         self._next_lookup = now + self._lookup_every_s
         count = self._lookup()
-        if not count or count == self.partitions:
+        # Only up: a topic's partitions are never taken away, and a smaller count is a broker's metadata not caught
+        # up yet with the growth (switching back and forth would misplace messages each time).
+        if count <= self.partitions:
             return
         for partition, batch in enumerate(self._batches):  # where they were placed
             if batch is not None:
