@@ -49,6 +49,19 @@ class _Kafka:
         return offset  # every offset holds a record
 
 
+def _marks(
+    monkeypatch: pytest.MonkeyPatch, kafka: _Kafka, store: _Store, spouts: frozenset[str] | None = None
+) -> Marks:
+    """The marks of a job reading spout a's outcomes, over ``store``, asking ``kafka``."""
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
+    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
+    return Marks(CommitJobSettings(source, "unused", spouts=spouts), store)  # type: ignore[arg-type]
+
+
+def _row(partition: int, offsets: list[int]) -> Any:
+    return type("Row", (), {"spout": "a", "topic": "in", "partition": partition, "offsets": offsets})
+
+
 def _recommitted(
     monkeypatch: pytest.MonkeyPatch, spouts: frozenset[str] | None
 ) -> list[tuple[str, dict[tuple[str, int], int], bool]]:
@@ -116,12 +129,8 @@ def test_outcomes_of_a_partition_that_no_longer_exists_have_nothing_to_mark(monk
             assert all(p < 4 for _, p in partitions), "asked about a partition that does not exist"
             return {}
 
-    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Refusing())
-    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
     store = _Store({("a", "in", 5): PartitionMark(5)})
-    marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
-    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 5, "offsets": [5, 6]})
-    assert marks.apply([row], batch_id=1) == {}
+    assert _marks(monkeypatch, _Refusing(), store).apply([_row(5, [5, 6])], batch_id=1) == {}
     assert ("a", "in", 5) not in store.marks
 
 
@@ -138,13 +147,9 @@ def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(mon
             return {}
 
     kafka = _Loading()
-    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
     monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
-    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
-    store = _Store({("a", "in", 0): PartitionMark(5)})
-    marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
-    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "offsets": [5, 6]})
-    assert marks.apply([row], batch_id=1) == {"a.acked": {("in", 0): 7}}
+    marks = _marks(monkeypatch, kafka, _Store({("a", "in", 0): PartitionMark(5)}))
+    assert marks.apply([_row(0, [5, 6])], batch_id=1) == {"a.acked": {("in", 0): 7}}
     assert kafka.asked == 3
 
 
@@ -206,12 +211,9 @@ def test_outcomes_of_a_partition_its_spout_never_started_in_the_group_taken_are_
         def start_mark(self, group: str, topic: str, partition: int) -> tuple[int, bool]:
             return 0, False
 
-    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Unstarted())
-    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
-    marks = Marks(CommitJobSettings(source, "unused"), _Store({}))  # type: ignore[arg-type]
-    rows = [type("Row", (), {"spout": "a", "topic": "in", "partition": p, "offsets": [0]}) for p in (0, 1)]
+    marks = _marks(monkeypatch, _Unstarted(), _Store({}))
     with caplog.at_level(logging.WARNING, "spark_jobs.commit"):
-        marks.apply(rows, batch_id=1)
+        marks.apply([_row(0, [0]), _row(1, [0])], batch_id=1)
     said = [r.getMessage() for r in caplog.records if "has no watermark" in r.getMessage()]
     assert len(said) == 1 and "--spout-group a=GROUP" in said[0]
 
@@ -220,9 +222,7 @@ def test_a_mark_waiting_long_at_one_offset_with_offsets_done_above_it_is_said_on
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The outcome of the record there may be lost: nothing else said where a watermark stood still, or why."""
-    monkeypatch.setattr(commit_job, "lookups", lambda _client: _Kafka())
-    source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
-    marks = Marks(CommitJobSettings(source, "unused"), _Store({}))  # type: ignore[arg-type]
+    marks = _marks(monkeypatch, _Kafka(), _Store({}))
     waiting = {("a", "in", 0): PartitionMark(5, [(7, 9)]), ("a", "in", 1): PartitionMark(3)}  # 1: nothing above
     with caplog.at_level(logging.WARNING, "spark_jobs.commit"):
         for now in (0.0, commit_job.STUCK_S - 1, commit_job.STUCK_S, 2 * commit_job.STUCK_S):
