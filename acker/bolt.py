@@ -157,7 +157,7 @@ class Bolt:
             )
         )
         self.consumer.subscribe([input_topic], on_revoke=self._on_revoke)
-        self.acker.watch_partitions(partition_lookup(self.consumer, config.acker_topic))
+        self.acker.watch_partitions(partition_lookup(self.producer, config.acker_topic))
         # Unanchored inputs are not trouble: an untracked pipeline's are all unanchored.
         self._trouble = TroubleReport(log, f"bolt {group}", ("invalid_anchor_headers", "errors",
                                                              "child_delivery_failures"))  # fmt: skip

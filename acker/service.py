@@ -801,7 +801,11 @@ class AckerService:
             def delivered(error: KafkaError | None, record: Message, state: PartitionState = state) -> None:
                 state.tick_delivered(None if error is not None else record.offset())
 
-            self._produce(self.config.acker_topic, encode_tick(after), partition=partition, on_delivery=delivered)
+            try:
+                self._produce(self.config.acker_topic, encode_tick(after), partition=partition, on_delivery=delivered)
+            except KafkaException as refused:  # a partition the producer does not know yet: written at the next tick
+                log.warning("partition %d: tick refused (%s)", partition, refusal(refused).str())  # raises when fatal
+                state.tick_delivered(None)
 
     def _offsets(self, partitions: list[int] | None = None) -> list[TopicPartition]:
         chosen = self._states if partitions is None else {p: self._states[p] for p in partitions if p in self._states}
@@ -922,6 +926,10 @@ class AckerService:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
             if existing := topic_partitions(consumer, self.config.acker_topic, timeout_s=30):
+                if len(existing) != self._partition_count:
+                    # The producer too, which writes ticks there: it refuses a partition it does not know yet, and it
+                    # looks again only every 5 minutes by itself (a lookup through a handle updates what it knows).
+                    self.producer.list_topics(self.config.acker_topic, timeout=10)
                 self._partition_count = len(existing)
         except KafkaException as error:  # keep the count known: raised here, it would end the service
             log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)

@@ -221,7 +221,7 @@ class Spout:
         )
         outcome_group = f"{settings.name}.outcomes-{uuid.uuid4().hex[:8]}"
         self.outcomes = Consumer(outcome_consumer(config, settings, outcome_group))
-        self.acker.watch_partitions(partition_lookup(self.outcomes, config.acker_topic))
+        self.acker.watch_partitions(partition_lookup(self.producer, config.acker_topic))
         outcome_topic = config.outcome_topic(settings.name)
         # From the current ends, resolved now: OFFSET_END would be resolved when the first fetch starts, possibly
         # after the outcomes of the first trees were written, and those would never be seen.

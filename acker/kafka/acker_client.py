@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from acker.columnar.block import Kind, MessageBlock, split_msg_id
@@ -121,13 +121,15 @@ class _Batch:
 PARTITIONS_CHECK_S = 30.0
 
 
-def partition_lookup(consumer: Consumer, topic: str, timeout_s: float = 1.0) -> Callable[[], int]:
-    """For `AckerClient.watch_partitions`: the partition count of ``topic`` through ``consumer`` (a lookup that
-    creates nothing, short enough for a stage's thread), 0 when it does not answer."""
+def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> Callable[[], int]:
+    """For `AckerClient.watch_partitions`: the partition count of ``topic`` (short enough for a stage's thread), 0
+    when it does not answer. Asked through the client's own producer: a lookup through a handle updates what the
+    handle knows, and a producer refuses a partition it does not know yet (it looks again by itself only every 5
+    minutes), so that a count taken up from another handle had every batch to the new partitions refused."""
 
     def lookup() -> int:
         try:
-            return len(topic_partitions(consumer, topic, timeout_s=timeout_s))
+            return len(topic_partitions(producer, topic, timeout_s=timeout_s))
         except KafkaException as error:
             log.debug("%s lookup failed: %s", topic, error)
             return 0
@@ -267,8 +269,8 @@ class AckerClient:
         for partition, batch in enumerate(self._batches):  # where they were placed
             if batch is not None:
                 self._flush_partition(partition)
-        if any(batch is not None for batch in self._batches):  # a fail refused at once, queued again: next poll
-            self._next_lookup = now
+        if any(batch is not None for batch in self._batches):  # a fail refused at once, queued again: in a second
+            self._next_lookup = now + 1.0
             return
         log.warning("the acker topic %s has %d partitions, no longer %d: messages placed by the new count (trees in "
                     "flight fail or time out, and are replayed)", self.topic, count, self.partitions)  # fmt: skip

@@ -91,14 +91,15 @@ def ensure_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
 
 
-def topic_partitions(consumer: Consumer, topic: str, timeout_s: float = 10.0) -> list[int]:
+def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float = 10.0) -> list[int]:
     """The partition numbers of ``topic``, ascending; empty when it does not exist (or not yet: no leader, no
     partitions). `KafkaException` when the cluster does not answer within ``timeout_s``, or answers with another
     error for the topic (not authorized to describe it, say: that is not a missing topic).
 
     Asked through a consumer handle, whose lookups do not create a topic unless a user turns librdkafka's
     ``allow.auto.create.topics`` on: a producer or admin handle's metadata request lets a broker with
-    ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything.
+    ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything. Through a
+    producer only for a topic it writes to, to update what it knows (`acker.kafka.acker_client.partition_lookup`).
     """
     found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if found is None:

@@ -530,17 +530,18 @@ def _ignore(_message: BoltInput, _collector: Collector) -> None:
 
 
 def test_stages_and_the_service_follow_partitions_added_to_the_acker_topic(
-    config: ServiceConfig, topics: Topics
+    config: ServiceConfig, topics: Topics, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Partitions added to the live acker topic move anchors. The spouts and bolts kept the count they started with,
     and once the service had taken the new partitions, every tree was nacked (its messages dead-lettered as
     ``wrong-partition``) until they were restarted. Now each looks the count up (every 30 s; every second here)."""
-    config = replace(config, kafka={**config.kafka, "topic.metadata.refresh.interval.ms": "1000"})
+    # Every second rather than every 30 s; the producers keep librdkafka's 5 minutes (each lookup updates theirs).
+    monkeypatch.setattr("acker.service.PARTITIONS_CHECK_S", 1.0)
     service = ServiceThread(config)
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
     bolt = Bolt(config, topics.split, f"sink-{topics.prefix}", _ignore)
-    spout.acker.watch_partitions(partition_lookup(spout.outcomes, config.acker_topic), every_s=1.0)
-    bolt.acker.watch_partitions(partition_lookup(bolt.consumer, config.acker_topic), every_s=1.0)
+    spout.acker.watch_partitions(partition_lookup(spout.producer, config.acker_topic), every_s=1.0)
+    bolt.acker.watch_partitions(partition_lookup(bolt.producer, config.acker_topic), every_s=1.0)
     stages = [service, Running(spout), Running(bolt)]
     reader = OutcomeReader(config, [SPOUT])
     try:
