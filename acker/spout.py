@@ -40,7 +40,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.core.ids import IdGenerator
+from acker.core.ids import IdGenerator, partition_of
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError
@@ -86,8 +86,9 @@ class SpoutSettings:
     # Where to start a partition that has no watermark yet. "latest" skips the records already there, which then count
     # as done: those of a partition added to the topic are written before the spout sees it, and are never processed.
     reset: str = "earliest"
-    # How long a tree counts towards max_pending without an outcome: None = `pending_timeout_s` of the acker's
-    # settings; 0 = for ever. Set it above the longest a tree lives, resets included (a bolt's `reset_timeout`).
+    # How long a tree waits for its outcome before the spout times it out (`Spout._expire_pending`): None =
+    # `pending_timeout_s` of the acker's settings; 0 = for ever. Set it above the longest a tree lives, resets
+    # included (a bolt's `reset_timeout`).
     pending_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -130,12 +131,12 @@ MAX_HOLD_MS = 86_400_000  # a replay's not-before further away is not believed (
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:
-    """How long a tree stays in the spout's pending count without an outcome, by default: twice the longest a pending
-    tree lives in the acker (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that its outcome
-    was most likely lost (an unreadable outcome record) and the spout times the tree out itself, as Storm's spout
-    times out its pending tuples (`Spout._expire_pending`). Unlike Storm's, this spout does not see a bolt's
-    `reset_timeout`: a tree kept alive by resets for longer is timed out too (its record replayed while it is still
-    being processed), and its outcome, when it comes, is not counted."""
+    """How long a tree waits for its outcome, by default: twice the longest a pending tree lives in the acker
+    (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that, once its acker partition has decided
+    a later tree, its outcome was most likely lost (an unreadable outcome record), and the spout times the tree out
+    itself, as Storm's spout times out its pending tuples (`Spout._expire_pending`). Unlike Storm's, this spout does
+    not see a bolt's `reset_timeout`: a tree kept alive by resets for longer is timed out too (its record replayed
+    while it is still being processed), and its outcome, when it comes, is not counted."""
     return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
 
 
@@ -191,6 +192,10 @@ class Spout:
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
         # (give up at, msg_id, anchor) in the order the trees started: a deadline queue over `pending`.
         self._pending_deadlines: deque[tuple[float, str, int]] = deque()
+        self._started_at: dict[int, float] = {}  # anchor → when its tree started, for the trees in `pending`
+        # acker partition → when the latest tree decided there had started: the evidence that the acker has moved
+        # past the trees of that partition started before, which `_expire_pending` asks for before it times one out.
+        self._decided_upto: dict[int, float] = {}
         timeout = settings.pending_timeout_s
         self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
         self.counters: Counter[str] = Counter()
@@ -339,7 +344,11 @@ class Spout:
                 self.counters["done_at_once"] += 1
             self._direct.append(("FAILED" if raised and tree else "ACK", tree.anchor if tree else 0, msg_id, 0))
             return
+        replaced = self.pending.get(msg_id)  # a tree of the record read before (a rebalance), which no longer counts
+        if replaced is not None:
+            self._started_at.pop(replaced, None)
         self.pending[msg_id] = tree.anchor
+        self._started_at[tree.anchor] = now
         deadlines = self._pending_deadlines
         deadlines.append((now + self._pending_timeout_s, msg_id, tree.anchor))
         if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
@@ -418,27 +427,50 @@ class Spout:
                 anchor = self.pending.get(msg_id)
                 if anchor == tree:
                     del self.pending[msg_id]
+                    started = self._started_at.pop(tree, None)
+                    if started is not None:
+                        part = partition_of(tree, self.acker.partitions)
+                        self._decided_upto[part] = max(started, self._decided_upto.get(part, started))
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
     def _expire_pending(self, now: float) -> None:
-        """Time out the trees pending for `pending_timeout_s` without an outcome, as Storm's spout fails a tuple
-        pending for longer than the message timeout: a ``TIMEOUT`` the spout decides itself, so that the record is
-        replayed, and the watermark, which waits for an outcome of every offset, moves on. Their outcome was most
-        likely lost (an outcome record nobody could read, or one the broker refused and the service dead-lettered);
-        if it comes after all, the record has two, as after an acker's failover (the replay job replays a message
-        id once, the commit job takes either as done)."""
-        deadlines, given_up = self._pending_deadlines, []
+        """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has
+        decided a tree started after them: as Storm's spout fails a tuple pending for longer than the message timeout,
+        a ``TIMEOUT`` the spout decides itself, so that the record is replayed, and the watermark, which waits for an
+        outcome of every offset, moves on. Their outcome was then most likely lost (an outcome record nobody could
+        read, or one the broker refused and the service dead-lettered); if it comes after all, the record has two, as
+        after an acker's failover (the replay job replays a message id once, the commit job takes either as done).
+
+        A tree whose acker partition has decided nothing started after it waits on: the acker is behind, or down
+        (a failover, an outage), and will decide it. Timed out then, every pending tree would be replayed while
+        still being processed, the room given back filled with trees timed out in turn, and records replayed until
+        dead-lettered for the length of the outage; kept, the spout stops at ``max_pending`` until the acker is back
+        (Storm's backpressure, without its replays)."""
+        deadlines, given_up, waiting = self._pending_deadlines, [], 0
         timeout_ms = int(min(self._pending_timeout_s, 2**31) * 1000)
         while deadlines and deadlines[0][0] <= now:
             _, msg_id, anchor = deadlines.popleft()
-            if self.pending.get(msg_id) == anchor:  # else decided, or read again as a new tree
-                del self.pending[msg_id]
-                given_up.append(msg_id)
-                self._direct.append(("TIMEOUT", anchor, msg_id, timeout_ms))
+            if self.pending.get(msg_id) != anchor:  # decided, or read again as a new tree
+                continue
+            started = self._started_at.get(anchor, now)
+            if self._decided_upto.get(partition_of(anchor, self.acker.partitions), started) <= started:
+                waiting += 1
+                deadlines.append((now + self._pending_timeout_s, msg_id, anchor))  # asked again after a timeout
+                continue
+            del self.pending[msg_id]
+            self._started_at.pop(anchor, None)
+            given_up.append(msg_id)
+            self._direct.append(("TIMEOUT", anchor, msg_id, timeout_ms))
         if given_up:
             self.counters["pending_given_up"] += len(given_up)
-            log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s): timed out by the spout, to be replayed",
-                        len(given_up), self._pending_timeout_s, given_up[0])  # fmt: skip
+            log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s), while their acker partitions decided later "
+                        "trees: timed out by the spout, to be replayed", len(given_up), self._pending_timeout_s,
+                        given_up[0])  # fmt: skip
+        if waiting:
+            self.counters["pending_waiting_on_acker"] += waiting
+            log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no later tree: "
+                        "the acker is behind or down; they keep their room", waiting,
+                        self._pending_timeout_s)  # fmt: skip
 
     def _watch_outcome_partitions(self) -> None:
         """Read partitions added to the outcome topic, from their first record (all written since they were

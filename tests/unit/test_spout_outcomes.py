@@ -3,14 +3,16 @@ outcome consumer's settings."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka import Message
 
 from acker.config import ServiceConfig
+from acker.core.ids import partition_of
 from acker.errors import ConfigError
 from acker.spout import Spout, SpoutSettings, outcome_consumer
 from acker.topics import all_topics, check_spout_name
@@ -30,7 +32,34 @@ class _Outcomes:
 def _spout(outcomes: _Outcomes) -> Any:
     spout: Any = Spout.__new__(Spout)  # only what reading outcomes needs, the consumer a stand-in
     spout.pending, spout.counters, spout._init_attempts, spout.outcomes = {}, Counter(), {}, outcomes
+    spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
+    spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
     return spout
+
+
+def _pending(spout: Any, msg_id: str, anchor: int, started: float) -> None:
+    spout.pending[msg_id] = anchor
+    spout._started_at[anchor] = started
+    spout._pending_deadlines.append((started + spout._pending_timeout_s, msg_id, anchor))
+
+
+def test_a_tree_is_timed_out_by_the_spout_only_once_its_acker_partition_decided_a_later_tree() -> None:
+    """Its outcome was then most likely lost: a TIMEOUT of the spout's own, so that the record is replayed and the
+    watermark moves on. Without that evidence (an acker behind, or down) the tree keeps its room: timed out, every
+    pending tree would be replayed while still processed, again and again for the length of an outage."""
+    p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:3]
+    p1 = next(a for a in range(1, 100) if partition_of(a, 4) == 1)
+    spout = _spout(_Outcomes(encode_outcome_rows("s", [("ACK", p0[1], "t/0/2", 5)])))
+    _pending(spout, "t/0/1", p0[0], 0.0)  # lost, and a later tree of its partition is decided
+    _pending(spout, "t/0/2", p0[1], 1.0)
+    _pending(spout, "t/0/3", p0[2], 2.0)  # started after the decided one: no evidence
+    _pending(spout, "t/1/1", p1, 0.0)  # nothing decided on its partition
+    spout._read_outcomes()
+    spout._expire_pending(12.5)
+    assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)]
+    assert set(spout.pending) == {"t/0/3", "t/1/1"} and spout.counters["pending_given_up"] == 1
+    assert spout.counters["pending_waiting_on_acker"] == 2
+    assert sorted(d[1] for d in spout._pending_deadlines) == ["t/0/3", "t/1/1"]  # asked again a timeout later
 
 
 def test_only_the_outcome_of_the_tree_pending_now_frees_its_room() -> None:
