@@ -279,6 +279,14 @@ class Marks:
         ids = {topic: described[0] for topic, described in found.items() if described is not None}
         again = {t for t, topic_id in ids.items() if self._topic_ids.get(t, topic_id) != topic_id}
         gone = {key for key in keys | marks.keys() if key[1] in counts and key[2] >= counts[key[1]]}
+        fewer = sorted({topic for _, topic, _ in gone if counts[topic]})  # a topic there, without some partitions
+        if fewer:  # asked again a moment later: a broker's metadata may lag behind partitions just added
+            time.sleep(CONFIRM_S)
+            with self._kafka.lock:
+                confirmed = self._kafka.topic_ids(fewer)
+            for topic, described in confirmed.items():
+                counts[topic] = max(counts[topic], 0 if described is None else described[1])
+            gone = {key for key in gone if key[2] >= counts[key[1]]}
         for key in [key for key in marks if key in gone or key[1] in again]:
             mark = marks.pop(key)
             self._unchanged.pop(key, None)
@@ -409,6 +417,7 @@ class Marks:
                 self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
+CONFIRM_S = 1.0  # a partition found missing from a topic is looked for again after this, before its mark is dropped
 STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 

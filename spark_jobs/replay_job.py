@@ -170,15 +170,21 @@ class _Publisher:
     def partitions(self, topic: str) -> int:
         """The partitions of ``topic``, 0 when it does not exist: a replay topic is its spout's, created by the spout
         (made here, a topic no spout reads would take the copies, and their originals count as done); one found
-        missing is looked up again after `_MISSING_RECHECK_S`."""
+        missing is looked up again after `_MISSING_RECHECK_S`. The job's dead-letter topic is made when missing."""
         if topic not in self._partitions:
             if time.monotonic() < self._missing.get(topic, 0.0):
                 return 0
+            client = dict(self.settings.source.client)
             try:
-                self._partitions[topic] = partition_count(dict(self.settings.source.client), topic)
+                self._partitions[topic] = partition_count(client, topic)
             except KafkaClientError as error:
                 if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
+                if topic == self.settings.dead_letter_topic:  # the job's own (deleted since it started): made again
+                    spec = TopicSpec(topic, 1, self.settings.replication_factor)
+                    ensure_topics(client, [spec])
+                    self._partitions[topic] = spec.partitions
+                    return spec.partitions
                 self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
                 return 0
         return self._partitions[topic]

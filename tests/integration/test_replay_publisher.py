@@ -5,6 +5,7 @@ every run (so that no nack of any spout was replayed again), and a restart that 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Message, Producer
+from confluent_kafka.admin import AdminClient
 
 from acker.headers import pairs, text
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
@@ -133,6 +135,26 @@ def test_a_nack_whose_replay_topic_does_not_exist_is_dead_lettered_whole(bootstr
     assert (letter.value(), letter.key(), text(headers, ATTEMPT)) == (b"v", b"k", "0")
     with pytest.raises(KafkaClientError):  # and it is still not there
         partition_count(client, settings.replay_prefix + "sp")
+
+
+def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstrap: str) -> None:
+    """Its partitions were looked up as 0, and a dead letter's partition divided by them: every run of the batch
+    failed with a ZeroDivisionError."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    admin = AdminClient(dict(client))
+    admin.delete_topics([settings.dead_letter_topic], operation_timeout=30)[settings.dead_letter_topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # gone from the metadata
+        try:
+            partition_count(client, settings.dead_letter_topic, timeout_s=5)
+            time.sleep(0.2)
+        except KafkaClientError:
+            break
+    nack = _nack(settings, f"gone-{uuid.uuid4().hex[:8]}", 0, 7)  # source-missing: a dead letter
+    assert publisher.publish(0, [nack], _fetch(client)) == 1
+    assert len(read_all(client, settings.dead_letter_topic)) == 1
 
 
 def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:

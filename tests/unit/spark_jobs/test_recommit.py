@@ -129,9 +129,29 @@ def test_outcomes_of_a_partition_that_no_longer_exists_have_nothing_to_mark(monk
             assert all(p < 4 for _, p in partitions), "asked about a partition that does not exist"
             return {}
 
+    monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
     store = _Store({("a", "in", 5): PartitionMark(5)})
     assert _marks(monkeypatch, _Refusing(), store).apply([_row(5, [5, 6])], batch_id=1) == {}
     assert ("a", "in", 5) not in store.marks
+
+
+def test_a_partition_a_brokers_metadata_has_not_shown_yet_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partitions just added to a source topic: one look at a broker behind the growth must not drop their marks,
+    nor their outcomes of the batch (Spark's checkpoint moves past them: their offsets would never be done)."""
+
+    class _Behind(_Kafka):
+        looks = 0
+
+        def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
+            self.looks += 1
+            return dict.fromkeys(topics, ("id", 4 if self.looks == 1 else 8))
+
+        def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(partitions, 0)
+
+    monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
+    store = _Store({("a", "in", 5): PartitionMark(5)})
+    assert _marks(monkeypatch, _Behind(), store).apply([_row(5, [5, 6])], batch_id=1) == {"a.acked": {("in", 5): 7}}
 
 
 def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
