@@ -221,22 +221,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for column in ("partition", "instance", "pending", "acked/s", "nacked/s", "read lag", "committed", "end", "replay"):
         table.add_column(column, justify="right")
 
-    def stale(age: float) -> str:  # an instance gone (killed: its partitions move after the session timeout)
-        return ", stale" if age > 3 * config.status_interval_s + 5 else ""
+    def stale(age: float, status: dict[str, Any]) -> str:  # its instance gone (its partitions move after the
+        interval = status.get("status_interval_s")  # session timeout); the instance's interval, not this command's
+        every = interval if isinstance(interval, int | float) else config.status_interval_s
+        return ", stale" if age > 3 * every + 5 else ""
 
     for partition in sorted(set(lags) | set(statuses)):
         status = statuses.get(partition, {})
         committed, end = lags.get(partition, (None, None))
         rates = status.get("rates", {})
         nacked = sum(rates.get(k, 0) for k in ("nacked_failed", "nacked_timeout", "nacked_overload"))
+        measured = bool(status) and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
         stamp = status.get("time")
         age = time.time() - stamp if isinstance(stamp, int | float) else None
         table.add_row(
             str(partition),
-            f"{status.get('instance', '-')}" + ("" if age is None else f" ({age:.0f}s ago{stale(age)})"),
+            f"{status.get('instance', '-')}" + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})"),
             str(status.get("pending", "-")),
-            str(rates.get("acked", "-")),
-            str(nacked if status else "-"),
+            str(rates.get("acked", "-") if measured else "-"),
+            str(nacked if measured else "-"),
             str(lag if (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet
             str(committed if committed is not None else "-"),
             str(end if end is not None else "-"),

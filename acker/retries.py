@@ -153,9 +153,8 @@ def instead(
     """The dead letter standing for the nacked record ``msg_id`` where ``decision`` cannot be carried out (``why``,
     its reason): the replay headers (origin, the attempts made, spout, the last copy), the record's own unless not
     ``own``, the nack's reason, and ``extra``."""
-    ours = [
-        (k, v) for k, v in decision.headers if (own or k.startswith("acker.")) and k not in (REASON, NOT_BEFORE, LAST)
-    ]
+    dropped = (REASON, NACK_REASON, NOT_BEFORE, LAST)  # said again below, or of a replay not made
+    ours = [(k, v) for k, v in decision.headers if (own or k.startswith("acker.")) and k not in dropped]
     if decision.resolution == REPLAYED:  # the replay it was to be was not made
         attempt = decimal(text(ours, ATTEMPT)) or 1
         ours = [(k, str(attempt - 1).encode() if k == ATTEMPT else v) for k, v in ours]
@@ -190,6 +189,8 @@ def redrive(
     if not spout:
         raise NotRedrivableError(f"{letter} does not say which spout read it ({SPOUT}): name one with --spout")
     reason = text(headers, REASON) or ""
+    if reason == NO_REPLAY_TOPIC:  # not a nack's reason: the nack's is kept beside it
+        reason = text(headers, NACK_REASON) or reason
     if reason == SOURCE_MISSING:
         raise NotRedrivableError(f"{letter} stands for a record that no longer exists ({SOURCE_MISSING}): no data")
     if reason == TOO_LARGE:

@@ -897,6 +897,7 @@ class AckerService:
                 "counters": dict(zip(names, counters.tolist(), strict=True)),
                 "rates": dict(zip(names, [round(r, 1) for r in rates.tolist()], strict=True)),
                 "rate_window_s": round(now - since, 1),
+                "status_interval_s": self.config.status_interval_s,
                 "ignored_ticks": state.ignored_ticks,
             }
             self._produce(

@@ -12,6 +12,7 @@ from acker.retries import (
     DEAD_LETTERED,
     LAST,
     NACK_REASON,
+    NO_REPLAY_TOPIC,
     NOT_BEFORE,
     ORIGIN,
     REASON,
@@ -28,6 +29,7 @@ from acker.retries import (
     origin_partition,
     redrive,
     too_large,
+    unread,
 )
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(first_ms=100, factor=3.0, max_ms=500), replay_prefix="rp.")
@@ -164,3 +166,21 @@ def test_origin_partition() -> None:
     assert origin_partition("src/0/5") == 0
     assert origin_partition("not coordinates") == 0
     assert origin_partition("src/" + "1" * 5000 + "/5") == 0
+
+
+def test_a_record_whose_replay_topic_does_not_exist_is_dead_lettered_whole_and_redriven_with_its_nacks_reason() -> None:
+    """Cut after that (too large for the dead-letter topic), the letter says the nack's reason once."""
+    decision = decide(POLICY, "words", "src/0/9", "TIMEOUT", headers=[("trace", b"t")], now_ms=NOW)
+    letter = unread(POLICY, decision, "src/0/9", "TIMEOUT")
+    got = dict(letter.headers)
+    assert (letter.topic, letter.resolution) == (POLICY.dead_letter_topic, DEAD_LETTERED)
+    assert (got[REASON], got[NACK_REASON], got[ATTEMPT], got["trace"]) == (
+        NO_REPLAY_TOPIC.encode(),
+        b"TIMEOUT",
+        b"0",
+        b"t",
+    )
+    cut = too_large(POLICY, letter, "src/0/9", "TIMEOUT", 10**7)
+    assert [k for k, _ in cut.headers].count(NACK_REASON) == 1
+    copy = redrive(POLICY, "acker.replay.dlq/0/5", letter.headers)
+    assert (copy.topic, dict(copy.headers)[REASON]) == ("rp.words", b"TIMEOUT")
