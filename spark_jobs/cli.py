@@ -124,7 +124,7 @@ def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, di
     source.check_topics()
     own = spark_job_topics(config)
     try:
-        ensure_topics(config.client(), own)
+        ensure_topics(config.client(), own, timeout_s=10.0)  # a Kafka that does not answer: 10 s, not 3 x 30
     except (KafkaClientError, KafkaException) as error:  # no right to create them, say: left for Spark to meet
         log.warning("could not make sure the jobs' topics exist (%s): %s", ", ".join(s.name for s in own), error)
     return config, source, groups
