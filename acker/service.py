@@ -108,6 +108,7 @@ _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what 
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 # After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
 _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
+TICK_REFUSED_AGAIN_MS = 5000  # a tick the producer refused at once (a partition it does not know yet) waits this
 RATE_WINDOW_S = 60.0  # the shortest window of a status's rates (two ticks when they are further apart)
 _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
@@ -287,6 +288,7 @@ class AckerService:
         self._next_status = 0.0
         # None: the status topic exists; else when to look for it again (`_status_topic_exists`).
         self._status_recheck_at: float | None = None
+        self._tick_refused: dict[int, int] = {}  # partition → when its tick, refused at once, is written again (ms)
         # Per partition, its counters at each status since the rate window began (`_publish_status`).
         self._last_status: dict[int, deque[tuple[float, np.ndarray]]] = {}
         self.consumer = Consumer(
@@ -793,6 +795,8 @@ class AckerService:
 
     def _tick(self, now_ms: int) -> None:
         for partition, state in list(self._states.items()):
+            if now_ms < self._tick_refused.get(partition, 0):
+                continue
             after = state.tick_due(now_ms)
             if after is None:
                 continue
@@ -803,9 +807,16 @@ class AckerService:
 
             try:
                 self._produce(self.config.acker_topic, encode_tick(after), partition=partition, on_delivery=delivered)
-            except KafkaException as refused:  # a partition the producer does not know yet: written at the next tick
-                log.warning("partition %d: tick refused (%s)", partition, refusal(refused).str())  # raises when fatal
+            except KafkaException as refused:  # a partition the producer does not know yet: written again later
+                error = refusal(refused)  # raises when fatal
+                if partition not in self._tick_refused:
+                    log.warning("partition %d: tick refused (%s): written again every %d s meanwhile", partition,
+                                error.str(), TICK_REFUSED_AGAIN_MS // 1000)  # fmt: skip
+                self._tick_refused[partition] = now_ms + TICK_REFUSED_AGAIN_MS
                 state.tick_delivered(None)
+                self._refresh_producer(1.0)
+            else:
+                self._tick_refused.pop(partition, None)
 
     def _offsets(self, partitions: list[int] | None = None) -> list[TopicPartition]:
         chosen = self._states if partitions is None else {p: self._states[p] for p in partitions if p in self._states}
@@ -924,14 +935,21 @@ class AckerService:
 
     # -- rebalance ------------------------------------------------------------------------------------------
 
+    def _refresh_producer(self, timeout_s: float) -> None:
+        """Update what the producer knows of the acker topic, which it writes ticks to: a producer refuses a partition
+        it does not know yet, and looks again by itself only every 5 minutes (a lookup through a handle updates what
+        the handle knows)."""
+        try:
+            self.producer.list_topics(self.config.acker_topic, timeout=timeout_s)
+        except KafkaException as error:  # looked up again at the next tick refused
+            log.debug("the producer's lookup of the acker topic failed: %s", error)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
             if existing := topic_partitions(consumer, self.config.acker_topic, timeout_s=30):
-                if len(existing) != self._partition_count:
-                    # The producer too, which writes ticks there: it refuses a partition it does not know yet, and it
-                    # looks again only every 5 minutes by itself (a lookup through a handle updates what it knows).
-                    self.producer.list_topics(self.config.acker_topic, timeout=10)
-                self._partition_count = len(existing)
+                grown, self._partition_count = len(existing) != self._partition_count, len(existing)
+                if grown:  # the producer too (`_refresh_producer`)
+                    self._refresh_producer(10.0)
         except KafkaException as error:  # keep the count known: raised here, it would end the service
             log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)
         now_ms = int(time.time() * 1000)

@@ -127,6 +127,10 @@ OUTCOME_FETCH_WAIT_MS = 100
 # How often the spout looks for partitions added to its outcome topic. The service keys outcome records by acker
 # partition, and added partitions take some keys over: outcomes there would never free their trees' room.
 OUTCOME_PARTITIONS_CHECK_S = 30.0
+# A tree whose acker partition has decided nothing started after it waits on for this many pending timeouts at most
+# (an acker's outage: the spout stops at max_pending meanwhile), then is timed out all the same: were that partition's
+# outcomes lost for good (records nobody can read), the spout would otherwise stop for good.
+WAIT_TIMEOUTS = 4
 MAX_HOLD_MS = 86_400_000  # a replay's not-before further away is not believed (the replay job's backoff: 60 s at most)
 
 
@@ -196,6 +200,7 @@ class Spout:
         # acker partition → when the latest tree decided there had started: the evidence that the acker has moved
         # past the trees of that partition started before, which `_expire_pending` asks for before it times one out.
         self._decided_upto: dict[int, float] = {}
+        self._next_waiting_said = 0.0
         timeout = settings.pending_timeout_s
         self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
         self.counters: Counter[str] = Counter()
@@ -420,6 +425,7 @@ class Spout:
             except WireError as error:
                 log.warning("unreadable outcome record: %s", error)
                 continue
+            by_acker = decoded.acker_partition >= 0  # an acker's record: not the spout's own rows (inits it failed)
             for outcome, msg_id, tree in zip(decoded.outcomes, decoded.msg_ids, decoded.anchors, strict=True):
                 self._init_attempts.pop(tree, None)  # decided: an init sent again was delivered after all
                 # Only the outcome of the tree pending now frees room: after a rebalance a record is read again as a
@@ -428,8 +434,8 @@ class Spout:
                 if anchor == tree:
                     del self.pending[msg_id]
                     started = self._started_at.pop(tree, None)
-                    if started is not None:
-                        part = partition_of(tree, self.acker.partitions)
+                    if started is not None and by_acker:  # evidence that this acker partition has moved on
+                        part = decoded.acker_partition
                         self._decided_upto[part] = max(started, self._decided_upto.get(part, started))
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
 
@@ -448,12 +454,15 @@ class Spout:
         (Storm's backpressure, without its replays)."""
         deadlines, given_up, waiting = self._pending_deadlines, [], 0
         timeout_ms = int(min(self._pending_timeout_s, 2**31) * 1000)
-        while deadlines and deadlines[0][0] <= now:
+        for _ in range(len(deadlines)):  # those there now: one re-armed is not looked at again in this pass
+            if deadlines[0][0] > now:
+                break
             _, msg_id, anchor = deadlines.popleft()
             if self.pending.get(msg_id) != anchor:  # decided, or read again as a new tree
                 continue
-            started = self._started_at.get(anchor, now)
-            if self._decided_upto.get(partition_of(anchor, self.acker.partitions), started) <= started:
+            started = self._started_at.get(anchor, float("-inf"))
+            overdue = now - started >= WAIT_TIMEOUTS * self._pending_timeout_s  # waited on for too long: time it out
+            if not overdue and self._decided_upto.get(partition_of(anchor, self.acker.partitions), started) <= started:
                 waiting += 1
                 deadlines.append((now + self._pending_timeout_s, msg_id, anchor))  # asked again after a timeout
                 continue
@@ -468,9 +477,11 @@ class Spout:
                         given_up[0])  # fmt: skip
         if waiting:
             self.counters["pending_waiting_on_acker"] += waiting
-            log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no later tree: "
-                        "the acker is behind or down; they keep their room", waiting,
-                        self._pending_timeout_s)  # fmt: skip
+            if now >= self._next_waiting_said:  # an outage re-arms trees at every step: said once a minute
+                self._next_waiting_said = now + 60.0
+                log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no later "
+                            "tree: the acker is behind or down; they keep their room (for %d timeouts at most)",
+                            waiting, self._pending_timeout_s, WAIT_TIMEOUTS)  # fmt: skip
 
     def _watch_outcome_partitions(self) -> None:
         """Read partitions added to the outcome topic, from their first record (all written since they were

@@ -14,7 +14,7 @@ from confluent_kafka import Message
 from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.errors import ConfigError
-from acker.spout import Spout, SpoutSettings, outcome_consumer
+from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
 from acker.topics import all_topics, check_spout_name
 from acker.wire import encode_outcome_rows
 
@@ -34,6 +34,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout.pending, spout.counters, spout._init_attempts, spout.outcomes = {}, Counter(), {}, outcomes
     spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
+    spout._next_waiting_said = 0.0
     return spout
 
 
@@ -49,7 +50,8 @@ def test_a_tree_is_timed_out_by_the_spout_only_once_its_acker_partition_decided_
     pending tree would be replayed while still processed, again and again for the length of an outage."""
     p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:3]
     p1 = next(a for a in range(1, 100) if partition_of(a, 4) == 1)
-    spout = _spout(_Outcomes(encode_outcome_rows("s", [("ACK", p0[1], "t/0/2", 5)])))
+    decided = encode_outcome_rows("s", [("ACK", p0[1], "t/0/2", 5)], acker_partition=0)  # written by the acker
+    spout = _spout(_Outcomes(decided))
     _pending(spout, "t/0/1", p0[0], 0.0)  # lost, and a later tree of its partition is decided
     _pending(spout, "t/0/2", p0[1], 1.0)
     _pending(spout, "t/0/3", p0[2], 2.0)  # started after the decided one: no evidence
@@ -136,3 +138,20 @@ def test_librdkafka_names_of_the_reset_policies_are_taken_as_them(given: str, ta
 def test_spout_settings_that_cannot_work_are_refused(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         SpoutSettings("s", "in", "out", **change)
+
+
+def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts_at_most() -> None:
+    """A FAILED the spout published itself (an init it could not deliver: the acker partition may be down) says
+    nothing of the acker. And a tree whose partition never decides a later one (its outcomes lost for good) is timed
+    out after `WAIT_TIMEOUTS` timeouts all the same: else the spout would stop at max_pending for good."""
+    p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:2]
+    spout = _spout(_Outcomes(encode_outcome_rows("s", [("FAILED", p0[1], "t/0/2", 0)])))  # acker_partition -1
+    _pending(spout, "t/0/1", p0[0], 0.0)
+    _pending(spout, "t/0/2", p0[1], 1.0)
+    spout._read_outcomes()
+    assert "t/0/2" not in spout.pending and spout._decided_upto == {}
+    for now in range(10, 40):  # three timeouts: waiting
+        spout._expire_pending(float(now))
+    assert spout._direct == [] and spout.counters["pending_waiting_on_acker"] == 3
+    spout._expire_pending(WAIT_TIMEOUTS * 10.0)
+    assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)] and not spout.pending
