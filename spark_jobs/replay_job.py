@@ -182,7 +182,7 @@ class _Publisher:
                     raise
                 if topic == self.settings.dead_letter_topic:  # the job's own (deleted since it started): made again
                     spec = TopicSpec(topic, 1, self.settings.replication_factor)
-                    ensure_topics(client, [spec])
+                    ensure_topics(client, [spec], timeout_s=10.0)  # within an open transaction: short
                     self._partitions[topic] = spec.partitions
                     return spec.partitions
                 self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
