@@ -53,6 +53,7 @@ from acker.kafka.clients import (
     consume_available,
     create_topics,
     end_offsets,
+    ensure_topics,
     log_bounds,
     partition_count,
     produce,
@@ -257,17 +258,11 @@ class Spout:
         """The outcome topic's partitions, the topic created first if it does not exist: the service creates it before
         its first outcome, which needs a spout's init, and a spout that could not start without it went round in
         circles on a fresh deployment until somebody ran ``acker topics create``."""
-        config = self.config
-        try:
-            return partition_count(config.client(), config.outcome_topic(self.settings.name))
-        except KafkaClientError as error:
-            if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise
-        spec = outcome_topic_spec(config, self.settings.name)
-        if spec.name in create_topics(config.client(), [spec]):  # made here: the metadata may not show it all yet
+        spec = outcome_topic_spec(self.config, self.settings.name)
+        if spec.name in ensure_topics(self.config.client(), [spec]):  # made here: the metadata may not show it all yet
             log.info("created outcome topic %s (%d partitions)", spec.name, spec.partitions)
             return spec.partitions
-        return partition_count(config.client(), spec.name)  # made by another meanwhile
+        return partition_count(self.config.client(), spec.name)
 
     # -- the loop -------------------------------------------------------------------------------------------
 

@@ -127,8 +127,10 @@ class _Publisher:
         self.settings, self.policy, self.identity = settings, settings.policy, identity
         client = dict(settings.source.client)
         factor = settings.replication_factor
-        ensure_topics(client, [TopicSpec(settings.progress_topic, 1, factor, PROGRESS_TOPIC_CONFIG),
-                               TopicSpec(settings.dead_letter_topic, 1, factor)])  # fmt: skip
+        self._dead_letters = TopicSpec(settings.dead_letter_topic, 1, factor)
+        ensure_topics(
+            client, [TopicSpec(settings.progress_topic, 1, factor, PROGRESS_TOPIC_CONFIG), self._dead_letters]
+        )
         producer = without_consumer_settings(client)
         self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
@@ -180,11 +182,10 @@ class _Publisher:
             except KafkaClientError as error:
                 if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
-                if topic == self.settings.dead_letter_topic:  # the job's own (deleted since it started): made again
-                    spec = TopicSpec(topic, 1, self.settings.replication_factor)
-                    ensure_topics(client, [spec], timeout_s=10.0)  # within an open transaction: short
-                    self._partitions[topic] = spec.partitions
-                    return spec.partitions
+                if topic == self._dead_letters.name:  # the job's own (deleted since it started): made again
+                    ensure_topics(client, [self._dead_letters], timeout_s=10.0)  # within an open transaction: short
+                    self._partitions[topic] = self._dead_letters.partitions
+                    return self._dead_letters.partitions
                 self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
                 return 0
         return self._partitions[topic]
