@@ -13,9 +13,13 @@ tree times out, which is how a join tells "nothing matched in time" (Storm's joi
 What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for at-least-once input:
 
 - **Sides, not arrivals.** Each spout tags its side (header ``side``); an order is joined with a payment only. A
-  second copy of a side that is still held (a spout's re-read after a restart, a replay) is the same record: the
-  held copy carries it, and the new one is acked at once. A different record under the same key and side is
-  failed (after its replays the replay job dead-letters it, where a person can look at it).
+  second copy of a side (a spout's re-read after a restart, a replay) is the same record, in a tree of its own. While
+  the side is held, its copies are held with it, and the joined message is anchored to all of them: whichever of
+  their trees is still alive carries the outcome (the first copy's tree may be decided already: its init nacked
+  ``overload``, or failed by its spout, while the message went on to the join). A copy that comes after the join is
+  joined again with the same partner (remembered for ``remember_s``), so its tree gets the fate of the pair too.
+  A different record under the same key and side is failed (after its replays the replay job dead-letters it, where
+  a person can look at it).
 - **Never a tree that may have expired.** A held side is failed and forgotten once its tree may have timed out
   (found so when the join next looks at it, or by the housekeeping at each message): ``hold_s`` (80 % of the
   message timeout) after its spout wrote it, which is before its tree opened at the acker.
@@ -36,12 +40,12 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 from confluent_kafka import Message, Producer
 
-from acker.bolt import Bolt, BoltInput, Collector
+from acker.bolt import Bolt, BoltInput
 from acker.config import ServiceConfig
 from acker.examples.wordcount_cli import follow_outcomes
 from acker.headers import first
@@ -59,46 +63,97 @@ SIDE = "side"  # the header each spout tags its messages with: b"order" or b"pay
 PARTNER = {b"order": b"payment", b"payment": b"order"}
 
 
-def join_bolt(output: str, hold_s: float) -> Any:
+class Outputs(Protocol):
+    """What the join uses of the bolt's explicit collector (``acker.bolt.Collector``)."""
+
+    def emit(self, topic: str, value: bytes | None, key: bytes | None = None, *, anchors: Sequence[BoltInput]) -> None:
+        """A child anchored to ``anchors``."""
+
+    def ack(self, message: BoltInput) -> None:
+        """Ack ``message``."""
+
+    def fail(self, message: BoltInput) -> None:
+        """Fail ``message``."""
+
+
+def join_bolt(output: str, hold_s: float, remember_s: float | None = None) -> Join:
     """The join's function: pairs an order with its payment, both held unacked until then (module docstring)."""
-    waiting: OrderedDict[tuple[bytes, bytes], BoltInput] = OrderedDict()  # (order id, side) -> held; arrival order
+    return Join(output, hold_s, 10 * hold_s if remember_s is None else remember_s)
 
-    def live(key: tuple[bytes, bytes], now_ms: float, collector: Collector) -> BoltInput | None:
-        """The side held under ``key``, unless its tree may have expired: then it is failed and forgotten."""
-        held = waiting.get(key)
-        if held is not None and _expired(held, now_ms, hold_s):
-            collector.fail(waiting.pop(key))
-            return None
-        return held
 
-    def join(message: BoltInput, collector: Collector) -> None:
+class Join:
+    """Storm's SingleJoinBolt, exact for at-least-once input (module docstring). A joined pair is remembered for
+    ``remember_s``, so that a later copy of either side is joined again with the same partner."""
+
+    def __init__(self, output: str, hold_s: float, remember_s: float) -> None:
+        self.output, self.hold_s, self.remember_ms = output, hold_s, remember_s * 1000
+        # (order id, side) -> the copies held of one record, unacked, oldest first; in arrival order
+        self.waiting: OrderedDict[tuple[bytes, bytes], list[BoltInput]] = OrderedDict()
+        # order id -> (when it was joined, the value of each side); in joining order
+        self.joined: OrderedDict[bytes, tuple[float, dict[bytes, bytes | None]]] = OrderedDict()
+
+    def __call__(self, message: BoltInput, collector: Outputs) -> None:
         now_ms = time.time() * 1000
-        # Housekeeping, the first to arrive first: arrival order is not quite the order of the spouts' timestamps
-        # (partitions, spouts behind), so a side may outlive this by a little; `live` checks whatever it takes.
-        while waiting and _expired(next(iter(waiting.values())), now_ms, hold_s):
-            collector.fail(waiting.popitem(last=False)[1])
+        self._housekeeping(now_ms, collector)
         side = first(message.headers, SIDE)
-        if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, hold_s):
+        if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, self.hold_s):
             collector.fail(message)  # not a side of an order, or too old to join: its tree may have expired
             return
         key = message.key or b""
-        other = live((key, PARTNER[side]), now_ms, collector)
-        if other is None:
-            held = live((key, side), now_ms, collector)
-            if held is None:
-                waiting[(key, side)] = message  # held: acked when its partner arrives, failed if it takes too long
-            elif held.value == message.value:
-                collector.ack(message)  # a copy of the held record, which carries it
+        if key in self.joined:  # a copy of a side joined already (a re-read, a replay): joined again, same partner
+            values = self.joined[key][1]
+            if values[side] == message.value:
+                self._emit(key, values, [message], collector)
             else:
                 collector.fail(message)  # another record under the same order id and side
             return
-        del waiting[(key, PARTNER[side])]
-        merged = {**json.loads(other.value or b"{}"), **json.loads(message.value or b"{}")}
-        collector.emit(output, json.dumps(merged).encode(), key=key, anchors=[other, message])  # both trees
-        collector.ack(other)
-        collector.ack(message)
+        others = self._held((key, PARTNER[side]), now_ms, collector)
+        if not others:
+            mine = self._held((key, side), now_ms, collector)
+            if mine and mine[0].value != message.value:
+                collector.fail(message)  # another record under the same order id and side
+            else:
+                self.waiting.setdefault((key, side), []).append(message)  # held, with its copies, for the partner
+            return
+        del self.waiting[(key, PARTNER[side])]
+        values = {PARTNER[side]: others[0].value, side: message.value}
+        self.joined[key] = (now_ms, values)
+        self._emit(key, values, [*others, message], collector)
 
-    return join
+    def _held(self, key: tuple[bytes, bytes], now_ms: float, collector: Outputs) -> list[BoltInput]:
+        """The copies held under ``key`` whose trees cannot have expired; the others are failed and forgotten."""
+        copies = self.waiting.get(key, [])
+        fresh: list[BoltInput] = []
+        for copy in copies:
+            if _expired(copy, now_ms, self.hold_s):
+                collector.fail(copy)
+            else:
+                fresh.append(copy)
+        if fresh:
+            self.waiting[key] = fresh
+        else:
+            self.waiting.pop(key, None)
+        return fresh
+
+    def _housekeeping(self, now_ms: float, collector: Outputs) -> None:
+        """Fail what may have expired, the first to arrive first, and forget old joins. Arrival order is not quite
+        the order of the spouts' timestamps (partitions, spouts behind), so a side may outlive this by a little;
+        `_held` checks whatever it takes."""
+        while self.waiting:
+            key, copies = next(iter(self.waiting.items()))
+            if not _expired(copies[0], now_ms, self.hold_s):
+                break
+            if self._held(key, now_ms, collector):
+                self.waiting.move_to_end(key)  # its later copies are fresh
+        while self.joined and now_ms - next(iter(self.joined.values()))[0] >= self.remember_ms:
+            self.joined.popitem(last=False)
+
+    def _emit(self, key: bytes, values: dict[bytes, bytes | None], anchors: list[BoltInput], c: Outputs) -> None:
+        """The joined message, anchored to every tree of every copy, then each copy acked."""
+        merged = {**json.loads(values[b"order"] or b"{}"), **json.loads(values[b"payment"] or b"{}")}
+        c.emit(self.output, json.dumps(merged).encode(), key=key, anchors=anchors)
+        for message in anchors:
+            c.ack(message)
 
 
 def _expired(message: BoltInput, now_ms: float, hold_s: float) -> bool:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from acker.bolt import BoltInput
 from acker.core.ids import IdGenerator
-from acker.core.tuple_tree import InputTuple, trusted_ids
+from acker.core.tracker import Tracker, TrackerConfig
+from acker.core.tuple_tree import InputTuple, SpoutTree, TupleIds, anchored, trusted_ids
 from acker.examples.join import SIDE, join_bolt
 
 HOLD_S = 10.0
@@ -19,8 +21,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
 
-    def emit(self, topic: str, value: bytes, key: bytes | None = None, anchors: Any = ()) -> None:
-        self.calls.append(("emit", (json.loads(value), [a.offset for a in anchors])))
+    def emit(self, topic: str, value: bytes | None, key: bytes | None = None, *, anchors: Sequence[BoltInput]) -> None:
+        self.calls.append(("emit", (json.loads(value or b""), [a.offset for a in anchors])))
 
     def ack(self, message: BoltInput) -> None:
         self.calls.append(("ack", message.offset))
@@ -55,11 +57,91 @@ def test_an_order_is_joined_with_its_payment_and_both_are_acked() -> None:
     ]
 
 
-def test_a_copy_of_a_held_side_is_acked_and_never_joined_with_it() -> None:
-    """A replayed or re-read order must not pop its own original: the held copy carries the record, and the
-    payment is joined with it."""
+def test_copies_of_a_held_side_are_held_with_it_and_the_joined_message_is_anchored_to_every_one() -> None:
+    """A replayed or re-read order must not pop its own original, and must not be acked at once: the original's tree
+    may be decided already (its init nacked overload), and acked, the copy would leave the order's fate behind."""
     calls = run(message(0, b"order", ORDER), message(1, b"order", ORDER), message(2, b"payment", PAYMENT))
-    assert calls == [("ack", 1), ("emit", ({"order": "o1", "amount": 30, "paid": 30}, [0, 2])), ("ack", 0), ("ack", 2)]
+    joined = {"order": "o1", "amount": 30, "paid": 30}
+    assert calls == [("emit", (joined, [0, 1, 2])), ("ack", 0), ("ack", 1), ("ack", 2)]
+
+
+def test_a_copy_of_a_joined_side_is_joined_again_with_the_same_partner() -> None:
+    """A side joined while its own tree was decided already is replayed; its copy must not wait for a partner that
+    was used (it would time out at every attempt, then be dead-lettered)."""
+    calls = run(message(0, b"order", ORDER), message(1, b"payment", PAYMENT), message(2, b"order", ORDER),
+                message(3, b"payment", {"order": "o1", "paid": 99}))  # fmt: skip
+    joined = {"order": "o1", "amount": 30, "paid": 30}
+    assert calls == [
+        ("emit", (joined, [0, 1])),
+        ("ack", 0),
+        ("ack", 1),
+        ("emit", (joined, [2])),
+        ("ack", 2),
+        ("fail", 3),
+    ]
+
+
+def test_a_joined_pair_is_forgotten_after_remember_s() -> None:
+    join, collector = join_bolt("paid", hold_s=HOLD_S, remember_s=0.0), Recorder()
+    for m in (message(0, b"order", ORDER), message(1, b"payment", PAYMENT), message(2, b"order", ORDER)):
+        join(m, collector)
+    assert collector.calls[3:] == []  # held, waiting for a payment like a first arrival
+
+
+def test_each_source_record_gets_the_fate_of_its_join_when_a_held_trees_init_was_nacked_overload() -> None:
+    """Through the reference tracker (high water 1), replays by hand: an order's first tree is nacked overload while
+    its message is held by the join, then its replayed copy comes, then an underpaid payment. The order must be
+    nacked failed: before, the copy was acked at once ("the held copy carries it") and the order taken as done. And
+    a replay of a side joined already is joined again (before, it waited for a partner used already)."""
+    ids, tracker = IdGenerator(1), Tracker(TrackerConfig(high_water=1))
+    outcomes: list[tuple[str, str]] = []
+    checks: list[tuple[dict[str, Any], TupleIds]] = []
+
+    def decide(messages: list[Any]) -> None:
+        outcomes.extend((o.msg_id, getattr(o, "reason", "ack")) for o in tracker.handle_all(messages))
+
+    class Collector:
+        def emit(
+            self, topic: str, value: bytes | None, key: bytes | None = None, *, anchors: Sequence[BoltInput]
+        ) -> None:
+            checks.append((json.loads(value or b""), anchored([a.tuple for a in anchors])))
+
+        def ack(self, m: BoltInput) -> None:
+            decide(m.tuple.ack())
+
+        def fail(self, m: BoltInput) -> None:
+            decide(m.tuple.fail())
+
+    join = join_bolt("paid", hold_s=HOLD_S)
+
+    def spout(msg_id: str, row: dict[str, Any], side: bytes) -> None:
+        tree = SpoutTree("s", msg_id, ids)
+        root = tree.emit()
+        decide([tree.init()])
+        join(BoltInput(json.dumps(row).encode(), row["order"].encode(), [(SIDE, side)], "to-join", 0, 0,
+                       InputTuple(root, ids), int(time.time() * 1000)), Collector())  # fmt: skip
+        while checks:  # the check bolt: an underpaid order fails the joined message
+            paid, child = checks.pop(0)
+            check = InputTuple(child, ids)
+            decide(check.fail() if paid["paid"] < paid["amount"] else check.ack())
+
+    spout("payments/0/0", {"order": "o8", "paid": 30}, b"payment")  # held: the one pending tree
+    spout("orders/0/0", {"order": "o9", "amount": 50}, b"order")  # its init nacked overload; held all the same
+    spout("orders/0/1", {"order": "o8", "amount": 30}, b"order")  # overload too; joined with o8's payment
+    spout("orders.replay/0/0", {"order": "o9", "amount": 50}, b"order")  # o9's replayed copy, the original held
+    spout("payments/0/1", {"order": "o9", "paid": 10}, b"payment")  # overload; underpaid: the check fails it
+    spout("payments.replay/0/1", {"order": "o9", "paid": 10}, b"payment")  # its replay: joined again, failed
+    spout("orders.replay/0/1", {"order": "o8", "amount": 30}, b"order")  # o8's replay: joined again, acked
+    assert outcomes == [
+        ("orders/0/0", "overload"),
+        ("orders/0/1", "overload"),
+        ("payments/0/0", "ack"),
+        ("payments/0/1", "overload"),
+        ("orders.replay/0/0", "failed"),
+        ("payments.replay/0/1", "failed"),
+        ("orders.replay/0/1", "ack"),
+    ]
+    assert tracker.pending == 0
 
 
 def test_another_record_under_the_same_order_and_side_is_failed() -> None:
