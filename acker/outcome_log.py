@@ -93,14 +93,18 @@ class OutcomeLog:
 
     def starts(self, replay_from: int) -> Starts | None:
         """Per outcome topic, where the records deciding at or after acker offset ``replay_from`` start (records
-        still in flight land after every delivered one); None while a topic's partition is not known yet. Forgets
-        the records before: offsets to commit only grow."""
-        starts = {}
+        still in flight land after every delivered one); None while a topic's partition is not known yet, with nothing
+        forgotten. Otherwise forgets the records before: offsets to commit only grow (an offset whose commit
+        fails is taken as committed: a later commit is of it or after it)."""
+        known = {}
         for topic, stream in self._streams.items():
             if stream.partition == _UNKNOWN or (stream.end == _UNKNOWN and not stream.records):
                 if stream.in_flight:
-                    return None
+                    return None  # before anything is forgotten: this offset will not be committed now
                 continue  # nothing ever delivered there
+            known[topic] = stream
+        starts = {}
+        for topic, stream in known.items():
             while stream.records and stream.records[0][0] < replay_from:
                 stream.records.popleft()
             starts[topic] = (stream.partition, stream.records[0][1] if stream.records else stream.end)

@@ -35,6 +35,18 @@ def test_no_metadata_while_a_topic_has_records_in_flight_and_none_delivered() ->
     assert parse_metadata(log.metadata(8)) == {"out.a": (2, 11), "out.b": (1, 1)}
 
 
+def test_a_commit_put_off_for_a_topic_in_flight_forgets_nothing() -> None:
+    """The commit of a later offset is put off (another topic's place not known yet), and the offset committed
+    before is committed again (`AckerService._cover`): its metadata must still name the records deciding from it."""
+    log = OutcomeLog()
+    log.delivered("out.b", 0, 10, acker_offset=50)
+    log.delivered("out.b", 0, 11, acker_offset=150)
+    log.sent("out.c")  # by key: its partition not known until delivered
+    assert log.metadata(100) is None
+    log.delivered("out.c", 2, 0, acker_offset=160)
+    assert parse_metadata(log.metadata(40)) == {"out.b": (0, 10), "out.c": (2, 0)}
+
+
 def test_a_topic_whose_partition_changed_starts_over() -> None:
     log = OutcomeLog()
     log.delivered("out.a", 2, 10, acker_offset=5)
