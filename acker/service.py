@@ -569,6 +569,8 @@ class AckerService:
                 self._lookup_failed_at[topic] = time.monotonic()
                 return None
             self._partition_counts[topic] = count
+            # Partitions may have been added since the producer last looked (it refuses one it does not know).
+            self._refresh_producer(topic, _LOOKUP_TIMEOUT_S)
         return partition % count
 
     def _cover(self, partition: int, outcome_log: OutcomeLog, topic: str, target: int) -> None:
@@ -814,7 +816,7 @@ class AckerService:
                                 error.str(), TICK_REFUSED_AGAIN_MS // 1000)  # fmt: skip
                 self._tick_refused[partition] = now_ms + TICK_REFUSED_AGAIN_MS
                 state.tick_delivered(None)
-                self._refresh_producer(1.0)
+                self._refresh_producer(self.config.acker_topic, 1.0)
             else:
                 self._tick_refused.pop(partition, None)
 
@@ -935,21 +937,24 @@ class AckerService:
 
     # -- rebalance ------------------------------------------------------------------------------------------
 
-    def _refresh_producer(self, timeout_s: float) -> None:
-        """Update what the producer knows of the acker topic, which it writes ticks to: a producer refuses a partition
-        it does not know yet, and looks again by itself only every 5 minutes (a lookup through a handle updates what
-        the handle knows)."""
+    def _refresh_producer(self, topic: str, timeout_s: float) -> None:
+        """Update what the producer knows of ``topic`` (the acker topic, which it writes ticks to, or an outcome
+        topic), which exists: a producer refuses a partition it does not know yet, and looks again by itself only
+        every 5 minutes (a lookup through a handle updates what the handle knows)."""
         try:
-            self.producer.list_topics(self.config.acker_topic, timeout=timeout_s)
-        except KafkaException as error:  # looked up again at the next tick refused
-            log.debug("the producer's lookup of the acker topic failed: %s", error)
+            self.producer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as error:  # looked up again at the next tick refused, or the next assignment
+            log.debug("the producer's lookup of %s failed: %s", topic, error)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
-            if existing := topic_partitions(consumer, self.config.acker_topic, timeout_s=30):
+            # Not on the consumer whose callback this is: a call on a handle inside its own callback clears the
+            # state of the consume() that runs it (confluent-kafka 2.16), and a log line of librdkafka served
+            # later in that consume() then aborts the process (with `debug` set, at every assignment).
+            if existing := topic_partitions(self._reading_consumer(), self.config.acker_topic, timeout_s=30):
                 grown, self._partition_count = len(existing) != self._partition_count, len(existing)
                 if grown:  # the producer too (`_refresh_producer`)
-                    self._refresh_producer(10.0)
+                    self._refresh_producer(self.config.acker_topic, 10.0)
         except KafkaException as error:  # keep the count known: raised here, it would end the service
             log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)
         now_ms = int(time.time() * 1000)
@@ -1046,9 +1051,10 @@ class AckerService:
     # -- metrics --------------------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        with self._lock:
+        with self._lock:  # the retired counters too: a revoke moves a partition's counters there
             states = list(self._states.items())
-        totals = self._retired.counters.copy()
+            totals = self._retired.counters.copy()
+            retired_ticks = self._retired.ignored_ticks
         for _, state in states:
             totals += self._counter_array(state)
         return Snapshot(
@@ -1056,6 +1062,6 @@ class AckerService:
             pending={p: s.tracker.pending for p, s in states},
             lag={p: lag for p, s in states if (lag := self._lag(p, s)) is not None},
             dead_letters=dict(self._dead_letters),
-            ignored_ticks=self._retired.ignored_ticks + sum(s.ignored_ticks for _, s in states),
+            ignored_ticks=retired_ticks + sum(s.ignored_ticks for _, s in states),
             latency=self.latency,
         )

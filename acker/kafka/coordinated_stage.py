@@ -165,9 +165,9 @@ class CoordinatedStage:
 
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline."""
-        if time.monotonic() >= self._next_count_check:
-            self._check_counts()
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
+        if time.monotonic() >= self._next_count_check:  # before the records: an assignment in that consume asks
+            self._check_counts()
         now_ms = int(time.time() * 1000)
         if not records and not any(task.has_expired(now_ms) for task in self.tasks.values()):
             return 0
@@ -392,7 +392,10 @@ class CoordinatedStage:
                 self.consumer.seek(TopicPartition(self.input, partition, offset))
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._check_counts()
+        # The counts are checked after the consume() that runs this, before its records: not on the consumer
+        # inside its own callback, which clears the state of that consume() (confluent-kafka 2.16), and a log line
+        # of librdkafka served later in it then aborts the process.
+        self._next_count_check = 0.0
         for tp in partitions:
             self.tasks[tp.partition] = self._restore(tp.partition)
         log.info("step %d: tasks %s", self.index, sorted(tp.partition for tp in partitions))

@@ -130,6 +130,20 @@ def _step_process(config: ServiceConfig, chain: Chain, index: int, *extra: str) 
     return subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def test_steps_with_librdkafkas_debug_lines_serve_their_assignments(config: ServiceConfig, chain: Chain) -> None:
+    """With librdkafka's ``debug`` setting, each step checked its partition counts on its consumer inside that
+    consumer's assignment callback, and the process aborted (SIGABRT) at its first assignment."""
+    processes = [_step_process(config, chain, i, "--kafka", "debug=cgrp,topic") for i in range(chain.steps)]
+    try:
+        urls = sorted(GRAPH.tweeted_by)[:3]
+        assert _ask(config, chain, urls) == {url: GRAPH.reach(url) for url in urls}
+        assert [p.poll() for p in processes] == [None] * len(processes)
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(60)
+
+
 def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: ServiceConfig, chain: Chain) -> None:
     """Step 2 (which keeps each request's distinct followers) is slowed down, killed with SIGKILL while the
     requests are in flight, and started again: its state and offsets are those of its last committed transaction,

@@ -530,7 +530,8 @@ def test_stages_and_the_service_follow_partitions_added_to_the_acker_topic(
 ) -> None:
     """Partitions added to the live acker topic move anchors. The spouts and bolts kept the count they started with,
     and once the service had taken the new partitions, every tree was nacked (its messages dead-lettered as
-    ``wrong-partition``) until they were restarted. Now each looks the count up (every 30 s; every second here)."""
+    ``wrong-partition``) until they were restarted. Now each looks the count up (every 30 s; every second here).
+    Partitions added to the outcome topic too are written to."""
     # Every second rather than every 30 s; the producers keep librdkafka's 5 minutes (each lookup updates theirs).
     monkeypatch.setattr("acker.service.PARTITIONS_CHECK_S", 1.0)
     service = ServiceThread(config)
@@ -545,6 +546,10 @@ def test_stages_and_the_service_follow_partitions_added_to_the_acker_topic(
         reader.wait_for(before)
         grown = config.partitions + 3
         admin = AdminClient(config.producer())
+        # The outcome topic first: the service took the new acker partitions' outcomes to new partitions its
+        # producer did not know yet, which refused them at once, and the service stopped.
+        outcomes = config.outcome_topic(SPOUT)
+        admin.create_partitions([NewPartitions(outcomes, grown)])[outcomes].result(30)
         admin.create_partitions([NewPartitions(config.acker_topic, grown)])[config.acker_topic].result(30)
         deadline = time.monotonic() + 60
         while (spout.acker.partitions, bolt.acker.partitions, service.service._partition_count) != (grown,) * 3:

@@ -110,6 +110,27 @@ def test_outcomes_through_kafka_equal_offline_replay(
     assert _replayed(config) == got
 
 
+def test_acker_run_with_librdkafkas_debug_lines_serves_its_assignment(config: ServiceConfig, tmp_path: Path) -> None:
+    """librdkafka's ``debug`` setting with ``--log-level DEBUG`` (how the README says to see its lines): the
+    assignment callback looked the acker topic up on the consumer whose callback it was, and the process aborted
+    (SIGABRT, confluent-kafka's per-call state cleared under the running consume()) at every assignment."""
+    create_acker_topics(config)
+    ids = IdGenerator(7)
+    anchor, value = ids(), ids()
+    reader = OutcomeReader(config, [SPOUT])
+    debug = ("--kafka", "debug=cgrp,topic,metadata", "--log-level", "DEBUG")
+    service = ServiceProcess(config, str(tmp_path / "acker.log"), *debug)
+    try:
+        send(config, [Init(anchor, SPOUT, "one", value), Ack(anchor, value)])
+        reader.wait_for(["one"], timeout_s=60)
+        assert service.process.poll() is None, (tmp_path / "acker.log").read_text()[-2000:]
+    finally:
+        code = service.stop()
+        reader.close()
+    assert reader.seen["one"] == ["ACK"]
+    assert code == 0
+
+
 def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config: ServiceConfig, tmp_path: Path) -> None:
     timeout = 20.0
     config = replace(config, timeout_s=timeout, commit_interval_s=0.2)
