@@ -23,6 +23,17 @@ def at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def positive(text: str) -> float:
+    """A number above 0 (seconds, a rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    return value
+
+
 def share(text: str) -> float:
     """A probability, or a share of something: a number from 0 to 1."""
     try:

@@ -32,6 +32,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from acker.argtypes import at_least, positive, share
 from acker.config import ServiceConfig
 from acker.examples.ledger import Ledger, Report
 from acker.examples.wordcount import POISON, SENTENCE, SPOUT, Topics, sentences
@@ -42,6 +43,7 @@ from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partiti
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
 from acker.retries import ORIGIN, Backoff
+from acker.spout import SpoutSettings
 from acker.wire import WireError, decode_outcomes
 
 
@@ -188,7 +190,7 @@ class Demo:
         # micro-batches slower than the trigger (frequent with a dozen processes on one machine) would cut through the
         # live table.
         spark = spark_session("acker-demo", jvm_output=checkpoint / "spark.log")
-        groups = {SPOUT: f"{self.prefix}-spout"}
+        groups = {SPOUT: self.topics.spout_group}
         commit = commit_job.CommitJobSettings(
             source, f"{checkpoint}/commit", groups=groups, dlq_topic=f"{c.dlq_topic}.out"
         )
@@ -265,24 +267,28 @@ class Demo:
     def _watch(self, readers: list[Consumer], writer: Iterator[int]) -> None:
         outcomes, copies, dead, counts = readers
         kafka = lookups(self.config.client())
-        watermark_group = f"{self.prefix}-spout.acked"
+        watermark_group = SpoutSettings(SPOUT, self.topics.sentences, self.topics.split,
+                                        group=self.topics.spout_group).watermark_group  # fmt: skip
         killed_at: float | None = None
+        restarted = False
         deadline = time.monotonic() + self.options.max_wait_s
         with Live(self._progress(), console=self.console, refresh_per_second=4, transient=False) as live:
             while time.monotonic() < deadline:
                 written = next(writer)
-                at_ms = int(time.time() * 1000)
-                with kafka.lock:
+                with kafka.lock:  # shared with the Spark jobs' lookups in this process: it may wait
                     marks = kafka.committed(watermark_group, self._watermark_partitions())
+                at_ms = int(time.time() * 1000)  # after: committed by now (before, an ack read meanwhile looked late)
                 self.ledger.watermarks(at_ms, {tp: m for tp, m in marks.items() if m >= 0})
                 self._read(outcomes, copies, dead, counts)
-                self.stages.watch(expected_down=frozenset({"acker-0"}) if killed_at else frozenset())
+                killed = killed_at is not None and not restarted  # down on purpose; after its restart, a crash is one
+                self.stages.watch(expected_down=frozenset({"acker-0"}) if killed else frozenset())
                 if self.options.kill_acker and killed_at is None and written >= self.options.sentences * 0.4:
                     self.stages.kill("acker-0")
                     killed_at = time.monotonic()
                     self.event("killed acker-0 with SIGKILL (its partitions move to acker-1, which replays them)")
-                if killed_at is not None and time.monotonic() - killed_at > 3 and self._down("acker-0"):
+                if killed_at is not None and not restarted and time.monotonic() - killed_at > 3:
                     self.stages.restart("acker-0")
+                    restarted = True
                     self.event("restarted acker-0")
                 live.update(self._progress())
                 if self._finished():
@@ -409,23 +415,23 @@ def add_parser(sub: Any) -> None:
     )
     defaults = DemoOptions()
     demo.add_argument("--bootstrap-servers", default=None, help="use this Kafka cluster [default: start a local one]")
-    for name, help_text in (
-        ("sentences", "source records"),
-        ("rate", "sentences written per second"),
-        ("poison", "sentences that fail at every attempt: they must be dead-lettered"),
-        ("fail_rate", "share of sentences the split bolts fail"),
-        ("drop_rate", "share of words the count bolts drop silently (their trees time out)"),
-        ("split_processes", "split bolt processes"),
-        ("count_processes", "count bolt processes"),
-        ("partitions", "partitions of every topic"),
-        ("timeout_s", "the acker's message timeout"),
-        ("max_attempts", "replays before a record is dead-lettered"),
-        ("backoff_ms", "delay of the first replay"),
-        ("max_wait_s", "give up after this long"),
-        ("seed", "of the sentences and the injected failures"),
+    for name, kind, help_text in (
+        ("sentences", at_least(1), "source records"),
+        ("rate", positive, "sentences written per second"),
+        ("poison", at_least(0), "sentences that fail at every attempt: they must be dead-lettered"),
+        ("fail_rate", share, "share of sentences the split bolts fail"),
+        ("drop_rate", share, "share of words the count bolts drop silently (their trees time out)"),
+        ("split_processes", at_least(1), "split bolt processes"),
+        ("count_processes", at_least(1), "count bolt processes"),
+        ("partitions", at_least(1), "partitions of every topic"),
+        ("timeout_s", positive, "the acker's message timeout"),
+        ("max_attempts", at_least(1), "replays before a record is dead-lettered"),
+        ("backoff_ms", at_least(0), "delay of the first replay"),
+        ("max_wait_s", positive, "give up after this long"),
+        ("seed", int, "of the sentences and the injected failures"),
     ):
         default = getattr(defaults, name)
-        demo.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None,
+        demo.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
                           help=f"{help_text} [default: {default}]")  # fmt: skip
     demo.add_argument("--no-crash-split", dest="crash_split", action="store_false", default=None,
                       help="do not crash a split process")  # fmt: skip

@@ -98,6 +98,11 @@ class Topics:
     def counts(self) -> str:
         return f"{self.prefix}.counts"
 
+    @property
+    def spout_group(self) -> str:
+        """The spout's consumer group (its watermarks are in ``<group>.acked``: `SpoutSettings.watermark_group`)."""
+        return f"{self.prefix}-spout"
+
 
 class InjectedFailureError(Exception):
     """Raised by the split bolt to fail a sentence on purpose."""

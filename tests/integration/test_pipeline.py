@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -21,7 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from acker.bolt import Bolt, BoltInput, Collector
-from acker.config import ServiceConfig
+from acker.config import ServiceConfig, to_argv
 from acker.errors import ProtocolError
 from acker.examples import join as join_example
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
@@ -635,3 +638,22 @@ def test_a_bolt_that_stops_commits_only_what_it_processed(config: ServiceConfig)
         _stop(stages)
         reader.close()
     assert {m: reader.seen[m] for m in ids} == {m: ["ACK"] for m in ids}
+
+
+def test_wordcount_run_reads_only_the_sentences_it_writes(config: ServiceConfig) -> None:
+    """No commit job moves the spout's watermark in `acker wordcount run`: a second run under the same prefix read
+    again every sentence of the first, counted its words again, and waited behind a backlog that grew each run."""
+    prefix = f"wc-{uuid.uuid4().hex[:6]}"
+    flags, env = to_argv(replace(config, metrics_port=0))
+    argv = [sys.executable, "-m", "acker.cli", "wordcount", "run", "--prefix", prefix, *flags,
+            "--split-processes", "1", "--count-processes", "1", "--max-wait-s", "90"]  # fmt: skip
+    options: dict[str, Any] = {"env": {**os.environ, **env}, "capture_output": True, "text": True, "timeout": 240}
+    runs = [subprocess.run([*argv, "--sentences", str(n)], check=False, **options) for n in (30, 20)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
+    assert runs[0].stdout.startswith("sentences 30: acked 30, failed 0, timed out 0")
+    assert runs[1].stdout.startswith("sentences 20: acked 20, failed 0, timed out 0")
+    reader = OutcomeReader(config, [SPOUT])
+    reader.poll(3.0)
+    reader.close()
+    assert len(reader.seen) == 50 and all(len(seen) == 1 for seen in reader.seen.values())  # none read twice
+    assert "30 sentences written to" in runs[1].stderr and "before this run are not read" in runs[1].stderr

@@ -126,6 +126,9 @@ def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
         ["spark", "replay", "--checkpoint", "/x", "--nacks-per-transaction", "0"],
         ["spark", "commit", "--checkpoint", "/x", "--max-records", "-1"],
         ["wordcount", "run", "--split-processes", "0"],
+        ["wordcount", "run", "--max-wait-s", "0"],
+        ["demo", "--fail-rate", "1.5"],
+        ["demo", "--split-processes", "0"],
     ],
 )
 def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
