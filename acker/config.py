@@ -354,8 +354,11 @@ def flag_setting(item: str, flag: str, form: str = "KEY=VALUE", *, empty: bool =
     name, sep, value = item.partition("=")
     name = name.strip()
     if not sep or not name or not (value or empty):
-        # Only what looks like a setting's name is repeated: the rest may be a secret (``sasl.password:...``).
+        # Only what looks like a setting's dotted name is repeated: the rest may be a secret (``sasl.password:...``),
+        # or be one whole (``--kafka "$PASSWORD"``, without a name).
         shown = re.split(r"[^\w.-]", name, maxsplit=1)[0]
+        if not sep and "." not in shown:
+            shown = ""
         raise ConfigError(f"{flag} takes {form}, got {shown + '...' if shown else 'something else'}")
     return name, value
 
@@ -370,8 +373,10 @@ def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             out.update(_flat(value, name + "."))
         elif isinstance(value, bool):
             out[name] = "true" if value else "false"
-        else:
+        elif isinstance(value, str | int | float):
             out[name] = str(value)
+        else:  # a list, a date: Python's text of it is no setting's (the value is not shown: it may be a secret)
+            raise ConfigError(f"[kafka] {name}: a string, a number or true/false, not a {type(value).__name__}")
     return out
 
 

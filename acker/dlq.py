@@ -105,15 +105,20 @@ def preview(raw: bytes | None, limit: int = 200) -> str | None:
     return text if not limit or len(text) <= limit else text[: limit - 1] + "…"
 
 
-def parse_coordinates(text: str) -> tuple[int, int]:
-    """``OFFSET`` (partition 0) or ``PARTITION/OFFSET`` → (partition, offset)."""
-    partition, sep, offset = text.rpartition("/")
+def parse_coordinates(text: str, topic: str | None = None) -> tuple[int, int]:
+    """``OFFSET`` (partition 0), ``PARTITION/OFFSET``, or ``TOPIC/PARTITION/OFFSET`` of ``topic`` (as listings and
+    re-drives print them) → (partition, offset)."""
+    parts = text.rsplit("/", 2)
+    if len(parts) == 3:
+        if parts[0] != topic:
+            raise DlqError(f"{text!r} is a record of {parts[0]!r}, not of {topic!r} (--topic names the topic)")
+        parts = parts[1:]
     try:
-        place = (int(partition) if sep else 0), int(offset)
+        place = (int(parts[0]), int(parts[1])) if len(parts) == 2 else (0, int(parts[0]))
     except ValueError:
         place = (-1, -1)
     if not (0 <= place[0] < 2**31 and 0 <= place[1] < 2**63):  # what Kafka's partitions and offsets can be
-        raise DlqError(f"not a record's place: {text!r} (OFFSET or PARTITION/OFFSET)")
+        raise DlqError(f"not a record's place: {text!r} (OFFSET, PARTITION/OFFSET or TOPIC/PARTITION/OFFSET)")
     return place
 
 
@@ -198,6 +203,7 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
     counts = target_partitions(config, decisions)  # all there before anything is sent
     producer = Producer(config.producer(**{"enable.idempotence": True}))
     failures: list[str] = []
+    done: list[str] = []
     places: list[tuple[str, int]] = []
     for letter, decision in zip(letters, decisions, strict=True):
         partition = origin_partition(letter.origin) % counts[decision.topic]
@@ -205,7 +211,9 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
 
         def delivered(error: KafkaError | None, _record: Message, letter: DeadLetter = letter) -> None:
             if error is not None:
-                failures.append(f"{letter.coordinates}: {error}")
+                failures.append(f"{letter.coordinates}: {error.str()}")
+            else:
+                done.append(letter.coordinates)
 
         produce(
             producer,
@@ -216,6 +224,8 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
             headers=decision.headers,
             on_delivery=delivered,
         )
-    if producer.flush(30) or failures:
-        raise DlqError(f"re-drive not delivered: {failures or 'timed out'}")
+    if producer.flush(30) or failures:  # those delivered are said: re-driven again, they would be replayed twice
+        raise DlqError(
+            f"re-drive not delivered: {failures or 'timed out'}; delivered, not to re-drive again: {done or 'none'}"
+        )
     return places

@@ -30,8 +30,11 @@ def _when(ms: int) -> str:
 
 
 def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]:
-    places = [parse_coordinates(p) for p in args.places]
-    return read(config, _topic(args, config), places if places or not getattr(args, "all", False) else None)
+    topic = _topic(args, config)
+    places = [parse_coordinates(p, topic) for p in args.places]
+    if not places and not _exists(config, topic):  # --all: an empty list would read as "nothing dead-lettered"
+        raise DlqError(f"no dead-letter topic {topic!r}")
+    return read(config, topic, places or None)
 
 
 def _exists(config: ServiceConfig, topic: str) -> bool:
@@ -47,8 +50,8 @@ def _exists(config: ServiceConfig, topic: str) -> bool:
 
 def cmd_list(args: argparse.Namespace) -> int:
     config = load(args)
-    letters = read(config, _topic(args, config))
-    shown = letters[-args.limit :] if args.limit else letters
+    letters = sorted(read(config, _topic(args, config)), key=lambda d: (d.timestamp_ms, d.partition, d.offset))
+    shown = letters[-args.limit :] if args.limit else letters  # the newest, across partitions
     if args.json:
         for letter in shown:
             print(json.dumps(letter.summary()))
@@ -67,7 +70,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             _when(letter.timestamp_ms),
             str(s["reason"]),
             str(s["origin"]),
-            str(s["attempts"] or "-"),
+            "-" if s["attempts"] is None else str(s["attempts"]),
             str(s["spout"] or "-"),
             preview((letter.header("acker.dlq.detail") or "").encode(), 40) or "-",
             str(s["key"] or "-"),
@@ -117,6 +120,9 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+PLACE_HELP = "OFFSET (partition 0), PARTITION/OFFSET or TOPIC/PARTITION/OFFSET (as listed)"
+
+
 def add_parser(sub: Any) -> None:
     dlq = sub.add_parser(
         "dlq",
@@ -142,12 +148,12 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--limit", type=at_least(0), default=50, help="show the newest N (0: all) [default: 50]")
     listing.add_argument("--json", action="store_true", help="one JSON object a line instead of a table")
     show = command("show", "print chosen dead letters whole: headers, key and value", cmd_show)
-    show.add_argument("places", nargs="+", metavar="PLACE", help="OFFSET (partition 0) or PARTITION/OFFSET")
+    show.add_argument("places", nargs="+", metavar="PLACE", help=PLACE_HELP)
     show.add_argument("--full", action="store_true", help="do not shorten long values")
     redrive = command(
         "redrive", "send chosen dead letters back to their spout's replay topic for a new round of replays", cmd_redrive
     )
-    redrive.add_argument("places", nargs="*", metavar="PLACE", help="OFFSET (partition 0) or PARTITION/OFFSET")
+    redrive.add_argument("places", nargs="*", metavar="PLACE", help=PLACE_HELP)
     redrive.add_argument("--all", action="store_true", help="every record of the topic")
     redrive.add_argument("--spout", default=None, help="send them to this spout's replay topic instead")
     redrive.add_argument("--dry-run", action="store_true", help="print where each would go, send nothing")

@@ -60,6 +60,10 @@ def parse_message(line: str) -> Message:
         obj = json.loads(line)
     except json.JSONDecodeError as error:
         raise ReplayInputError(f"not JSON: {error.msg}") from None
+    except ValueError as error:  # an integer of more than 4,300 digits
+        raise ReplayInputError(f"not JSON this reads: {error}") from None
+    except RecursionError:
+        raise ReplayInputError("not JSON this reads: nested too deeply") from None
     if not isinstance(obj, dict):
         raise ReplayInputError("not a JSON object")
     kind = obj.get("type")

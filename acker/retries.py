@@ -52,7 +52,8 @@ class NotRedrivableError(AckerError):
 
 @dataclass(frozen=True)
 class Backoff:
-    """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms``.
+    """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms`` (or ``first_ms``
+    where that is more: the first delay is the one asked for).
 
     Keep ``max_ms`` under a day: a spout takes a not-before further away for a corrupt header and does not wait
     (`acker.spout.MAX_HOLD_MS`)."""
@@ -62,10 +63,11 @@ class Backoff:
     max_ms: int = 60_000
 
     def delay_ms(self, attempt: int) -> int:
+        cap = max(self.max_ms, self.first_ms)
         try:
-            return int(min(self.max_ms, self.first_ms * self.factor ** max(0, attempt - 1)))
+            return int(min(cap, self.first_ms * self.factor ** max(0, attempt - 1)))
         except OverflowError:  # a float power past ~1e308: far past the cap
-            return self.max_ms
+            return cap
 
 
 @dataclass(frozen=True)

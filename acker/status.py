@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.kafka.clients import kafka_error, topic_partitions
@@ -36,7 +36,9 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
                         "--status-topic?)", config.status_topic)  # fmt: skip
             return latest
         ends = {p: end for p in found if (end := end_offset(consumer, config.status_topic, p, timeout_s)) is not None}
-        parts = [TopicPartition(config.status_topic, p, 0) for p in ends]
+        # From the first record there is, not offset 0: retention or a deletion may have moved it past 0, and a
+        # position out of range would be reset to the end (every status unread, every row shown as "-").
+        parts = [TopicPartition(config.status_topic, p, OFFSET_BEGINNING) for p in ends]
         consumer.assign(parts)
         remaining = {p for p, end in ends.items() if end > 0}
         deadline = time.monotonic() + timeout_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -48,9 +49,48 @@ def test_list_shows_each_dead_letter_with_its_reason_origin_and_attempts(
     ]
     assert _dlq(letters, "list") == 0  # the table
     assert "2 dead letter(s)" in capsys.readouterr().out
-    assert _dlq(letters, "show", "0/1") == 0
-    shown = capsys.readouterr().out
-    assert "header acker.replay.origin: src/0/3" in shown and "value: value-1" in shown and "header app: a" in shown
+    for place in ("0/1", f"{letters.replay_dlq_topic}/0/1"):  # as given, or as listed
+        assert _dlq(letters, "show", place) == 0
+        shown = capsys.readouterr().out
+        assert "header acker.replay.origin: src/0/3" in shown and "value: value-1" in shown and "header app: a" in shown
+
+
+def test_list_limit_shows_the_newest_across_partitions(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It showed the highest partition's records, whatever their age."""
+    topic = f"{config.group}.dlq2"
+    create_topics(config.client(), [TopicSpec(topic, 2)])
+    producer = Producer(config.client())
+    now_ms = int(time.time() * 1000)
+    for partition, age_ms in ((1, 86_400_000), (1, 86_300_000), (0, 2_000), (0, 1_000)):
+        producer.produce(topic, b"v", partition=partition, timestamp=now_ms - age_ms)
+    assert producer.flush(30) == 0
+    assert _dlq(config, "list", "--json", "--topic", topic, "--limit", "2") == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["coordinates"] for row in rows] == [f"{topic}/0/0", f"{topic}/0/1"]
+
+
+def test_a_redrive_delivered_in_part_says_which_records_went(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Re-driven again after a partial failure, the delivered ones would be replayed twice: they are named."""
+    spout = "small"
+    replay_topic = letters.replay_topic(spout)
+    create_topics(letters.client(), [TopicSpec(replay_topic, 2, config={"max.message.bytes": "1000"})])
+    topic = f"{letters.group}.dlq3"
+    create_topics(letters.client(), [TopicSpec(topic, 1)])
+    policy = RetryPolicy(max_attempts=0, replay_prefix=letters.replay_prefix, dead_letter_topic=topic)
+    producer = Producer(letters.client())
+    for i, size in enumerate((10, 3_000)):  # to partitions 0 and 1 (their origins'), in batches of their own
+        origin = f"src/{i}/{i}"
+        letter = decide(policy, spout, origin, "FAILED", headers=[(ORIGIN, origin.encode())], now_ms=0)
+        produce(producer, topic, b"x" * size, headers=letter.headers)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "--all", "--topic", topic) == 2
+    error = capsys.readouterr().err
+    assert f"{topic}/0/1: " in error and f"delivered, not to re-drive again: ['{topic}/0/0']" in error
+    assert [value for _, _, value in read_partition(letters, replay_topic, 0)] == [b"x" * 10]
 
 
 def test_redrive_sends_the_record_back_to_its_spout_as_a_new_round(
@@ -96,6 +136,10 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert "no-such-topic: no such topic yet, so no dead letters" in capsys.readouterr().out
     assert _dlq(letters, "show", "0/0", "--topic", "no-such-topic") == 2  # but a place in it is an error
     assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
+    assert _dlq(letters, "redrive", "--all", "--topic", "no-such-topic") == 2  # not "0 re-driven": a typo?
+    assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
+    assert _dlq(letters, "show", "other.dlq/0/0") == 2  # a place as listed, of another topic
+    assert f"is a record of 'other.dlq', not of '{letters.replay_dlq_topic}'" in capsys.readouterr().err
     assert _dlq(letters, "redrive") == 2
     # A spout name no spout can have, or one without a replay topic (a typo): the copies would go where nobody
     # reads them (the redrive used to create the topic), or into the dead-letter topic itself.

@@ -603,3 +603,18 @@ def test_a_consumer_sent_back_within_its_assignment_does_not_apply_records_twice
     reader.close()
     assert {outcome for seen in reader.seen.values() for outcome in seen} == {"ACK"}
     assert sum(state.tracker.counters.collisions for state in service._states.values()) == 0
+
+
+def test_status_is_read_from_the_first_record_there_is(config: ServiceConfig) -> None:
+    """Retention or a deletion moves a status topic's first offset past 0: reading from 0, `acker status` was reset
+    to the end and showed every partition as unknown."""
+    create_topics(config.client(), [TopicSpec(config.status_topic, 1)])
+    producer = Producer(config.producer())
+    for partition in range(3):
+        status = {"topic": config.acker_topic, "partition": partition, "pending": partition, "time": time.time()}
+        producer.produce(config.status_topic, json.dumps(status).encode(), partition=0)
+    assert producer.flush(30) == 0
+    admin = AdminClient(config.client())
+    for future in admin.delete_records([TopicPartition(config.status_topic, 0, 1)]).values():
+        future.result(30)
+    assert sorted(read_status(config, timeout_s=10)) == [1, 2]

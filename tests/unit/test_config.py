@@ -101,6 +101,7 @@ def test_a_value_of_the_wrong_kind_in_a_file_is_refused(tmp_path: Path) -> None:
         ("timeout_s = true\n", "cannot read True as float"),
         ('group = ["a", "b"]\n', "cannot read .* as str"),
         ('kafka = "security.protocol=SSL"\n', "must be a table"),
+        ('[kafka]\nbootstrap.servers = ["a:9092", "b:9092"]\n', r"\[kafka\] bootstrap.servers: a string"),
     ):
         path.write_text(text)
         with pytest.raises(ConfigError, match=message):
@@ -130,6 +131,9 @@ def test_secrets_never_show_in_the_configuration_printed_nor_in_an_error_about_a
     assert "hunter2" not in repr(config) and "k3y" not in repr(config) and "sasl.password" in repr(config)
     with pytest.raises(ConfigError, match=r"got sasl\.password\.\.\.") as raised:
         load(_parse("--kafka", "sasl.password:hunter2"), environ={})  # a ':' for the '='
+    assert "hunter2" not in str(raised.value)
+    with pytest.raises(ConfigError, match="got something else") as raised:
+        load(_parse("--kafka", "hunter2"), environ={})  # the secret alone, its name forgotten
     assert "hunter2" not in str(raised.value)
 
 

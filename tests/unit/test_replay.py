@@ -74,6 +74,8 @@ def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path:
         ('{"type":"ack","anchor":"7","value":1}', "must be an integer"),
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m"}', "'spout' must be a string"),
         ('{"type":"ok","anchor":7,"tuple":9223372036854775808}', "64-bit"),
+        ('{"type":"ack","anchor":' + "1" * 5000 + ',"value":1}', "not JSON this reads"),
+        ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
     ],
 )
 def test_malformed_lines_are_reported_counted_and_skipped(line: str, reason: str) -> None:

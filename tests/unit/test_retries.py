@@ -110,6 +110,8 @@ def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
 def test_the_backoff_stays_at_its_cap_for_any_attempt() -> None:
     assert POLICY.backoff.delay_ms(1) == POLICY.backoff.first_ms
     assert POLICY.backoff.delay_ms(10**6) == POLICY.backoff.max_ms
+    slow = Backoff(first_ms=120_000)  # a first delay above the default cap of a minute is the one asked for
+    assert [slow.delay_ms(n) for n in (1, 2, 10**6)] == [120_000] * 3
 
 
 @given(st.integers(min_value=0, max_value=10), st.sampled_from(["FAILED", "TIMEOUT", "OVERLOAD"]))
