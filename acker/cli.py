@@ -429,6 +429,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = _servers(args)
         print(f"acker: Kafka did not answer in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("acker: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # what read the output went away (`| head`): as Python's documentation does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit is not one more
+        return 1
     except OSError as error:  # a file that cannot be read, ...
         print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2

@@ -121,7 +121,9 @@ class OutcomeLog:
         for topic, where in sorted(starts.items()):
             size += len(json.dumps(topic)) + 30
             if size > MAX_METADATA_BYTES:
-                log.warning("commit metadata full: outcomes of %d topics will not be read back", len(self._streams))
+                left = len(starts) - len(kept)
+                log.warning("commit metadata full: the outcomes of %d of %d topics will not be read back", left,
+                            len(starts))  # fmt: skip
                 break
             kept[topic] = where
         return json.dumps({"v": METADATA_VERSION, "outcomes": {t: list(w) for t, w in kept.items()}})

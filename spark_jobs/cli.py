@@ -10,6 +10,7 @@ On a cluster, run this module with spark-submit and the connectors as packages, 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acker.argtypes import at_least
+from acker.argtypes import at_least, positive
 from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import ConfigError
 
@@ -28,6 +29,29 @@ if TYPE_CHECKING:  # it imports pyspark: only when a job runs
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 
 log = logging.getLogger("spark_jobs.cli")
+
+
+def starting_offsets(text: str) -> str:
+    """Spark's ``startingOffsets``: ``earliest``, ``latest``, or JSON of offsets per topic and partition
+    (``{"acker.outcomes.s": {"0": 23, "1": -2}}``, -2 for earliest, -1 for latest), checked before Spark starts."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offsets = json.loads(text)
+    except ValueError:
+        offsets = None
+    if (
+        isinstance(offsets, dict)
+        and offsets
+        and all(
+            isinstance(partitions, dict) and all(type(o) is int and o >= -2 for o in partitions.values())
+            for partitions in offsets.values()
+        )
+    ):
+        return text
+    raise argparse.ArgumentTypeError(
+        f'earliest, latest, or JSON of offsets per topic and partition ({{"topic": {{"0": 23}}}}), got {text!r}'
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -59,9 +83,10 @@ def add_parser(sub: Any) -> None:
         )
         job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
         job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
-        job.add_argument("--trigger-s", type=float, default=1.0, help="micro-batch interval [default: 1]")
+        job.add_argument("--trigger-s", type=positive, default=1.0, help="micro-batch interval [default: 1]")
         job.add_argument(
             "--starting-offsets",
+            type=starting_offsets,
             default="earliest",
             help="where a new checkpoint starts reading outcomes [default: earliest]; latest skips those already "
             "written: the watermarks then wait at their offsets (and their nacks are not replayed) until the spouts "

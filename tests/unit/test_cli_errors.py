@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ from acker.examples import wordcount_cli
 from acker.help_text import prose
 from acker.kafka import clients
 from acker.metrics import serve
+from spark_jobs.cli import starting_offsets
 
 
 def test_kafka_not_answering_names_the_bootstrap_servers(
@@ -129,6 +133,8 @@ def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
         ["wordcount", "run", "--max-wait-s", "0"],
         ["demo", "--fail-rate", "1.5"],
         ["demo", "--split-processes", "0"],
+        ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "-1"],
+        ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "nan"],
     ],
 )
 def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -215,3 +221,26 @@ def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
     with pytest.raises(dlq.DlqError, match="not a record's place"):
         dlq.parse_coordinates(place)
     assert dlq.parse_coordinates("2/7") == (2, 7) and dlq.parse_coordinates("7") == (0, 7)
+
+
+@pytest.mark.parametrize("value", ["earliest", "latest", '{"t": {"0": 23, "1": -2}}'])
+def test_spark_starting_offsets_are_checked_before_spark_starts(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert starting_offsets(value) == value
+    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', "{}"):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["spark", "commit", "--checkpoint", "/x", "--starting-offsets", wrong])
+        assert exit_.value.code == 2
+        assert "earliest, latest, or JSON" in capsys.readouterr().err
+
+
+def test_output_cut_short_by_its_reader_is_no_error_message(tmp_path: Path) -> None:
+    """`acker replay ... | head -1`: the rest of the output has nowhere to go; said as "acker: Broken pipe" before."""
+    lines = tmp_path / "m.jsonl"
+    trees = (f'{{"type":"init","anchor":{i},"value":3,"spout":"s","msg_id":"m{i}"}}\n{{"type":"ack","anchor":{i},'
+             f'"value":3}}\n' for i in range(1, 5001))  # fmt: skip
+    lines.write_text("".join(trees))  # 5,000 outcome lines: more than a pipe holds
+    done = subprocess.run(
+        f"{sys.executable} -m acker.cli replay --buckets 2 {lines} | head -c 0",
+        shell=True, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
