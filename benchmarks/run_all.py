@@ -47,7 +47,10 @@ def machine() -> str:
         memory = f", {kib / 2**20:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
+    try:  # the benchmarks that need Java say so themselves; the others run without it
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
+    except OSError:
+        java = []
     return (
         f"{os.cpu_count()} × {cpu}{memory}; {platform.platform()}; Python {platform.python_version()}; "
         f"{java[0] if java else 'no java'}"

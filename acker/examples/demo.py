@@ -76,7 +76,7 @@ def run(options: DemoOptions, bootstrap: str | None, report_path: str | None, co
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        with kafka_cluster(bootstrap) as cluster:
+        with kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker, as documented
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
             demo = Demo(options, cluster.bootstrap_servers, console)
             report = demo.run()

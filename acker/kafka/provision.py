@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from acker.kafka.local_broker import LocalKafkaBroker
+from acker.kafka.local_broker import KAFKA_VERSION, LocalKafkaBroker
+
+if TYPE_CHECKING:
+    from testcontainers.core.container import DockerContainer
 
 log = logging.getLogger(__name__)
 
-KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
+# The same Kafka as the local broker's, Apache's own image: every test meets the same broker whichever runs it (the
+# new group protocol, KIP-848, needs Kafka 4).
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+_PORT = 9092  # the listener clients use, mapped to a port of the host Docker picks
+_STARTER = "/tmp/acker_kafka_start.sh"  # written once that port is known: Kafka must advertise it
 
 
 @dataclass(frozen=True)
@@ -41,16 +50,93 @@ def docker_available() -> bool:
     return True
 
 
+def container_settings(auto_create_topics: bool, partitions: int) -> dict[str, str]:
+    """The environment of a single-node KRaft Kafka container (Apache's image turns ``KAFKA_*`` variables into its
+    settings): a controller and a broker listener inside, the clients' listener on a port of the host, the
+    settings of the local broker that a single node needs (the offsets and transaction logs with one replica: with
+    Kafka's defaults of 3, no transaction can start on one broker)."""
+    return {
+        "CLUSTER_ID": "4L6g3nShT-eMCtK--X86sw",
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_LISTENERS": f"PLAINTEXT://0.0.0.0:{_PORT},BROKER://0.0.0.0:9093,CONTROLLER://0.0.0.0:9094",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "KAFKA_INTER_BROKER_LISTENER_NAME": "BROKER",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9094",
+        "KAFKA_NUM_PARTITIONS": str(partitions),
+        "KAFKA_DEFAULT_REPLICATION_FACTOR": "1",
+        "KAFKA_MIN_INSYNC_REPLICAS": "1",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": str(auto_create_topics).lower(),
+    }
+
+
+# The image's entrypoint runs its command: Kafka starts (the image's own run script) once the starter script says
+# which address to advertise.
+CONTAINER_COMMAND = f"sh -c 'while [ ! -f {_STARTER} ]; do sleep 0.1; done; . {_STARTER}; exec /etc/kafka/docker/run'"
+
+
+def kafka_container(auto_create_topics: bool, partitions: int) -> DockerContainer:
+    """The Kafka container, not started (`_container` starts it)."""
+    from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional: the test extra
+
+    container = DockerContainer(KAFKA_IMAGE).with_exposed_ports(_PORT)
+    return container.with_envs(**container_settings(auto_create_topics, partitions)).with_command(CONTAINER_COMMAND)
+
+
+def starter_script(host: str, port: int) -> bytes:
+    """What the container runs before Kafka: the address clients reach it at, on the host."""
+    return f"export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://{host}:{port},BROKER://localhost:9093\n".encode()
+
+
 @contextlib.contextmanager
-def _container(auto_create_topics: bool) -> Iterator[str]:
-    try:
-        from testcontainers.community.kafka import KafkaContainer  # noqa: PLC0415 - testcontainers >= 4.14
-    except ImportError:  # pragma: no cover - older testcontainers
-        from testcontainers.kafka import KafkaContainer  # noqa: PLC0415
-    container = KafkaContainer(KAFKA_IMAGE).with_kraft()
-    container.with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", str(auto_create_topics).lower())
-    with container:
-        yield container.get_bootstrap_server()
+def _container(auto_create_topics: bool, partitions: int, timeout_s: float = 120.0) -> Iterator[str]:
+    with kafka_container(auto_create_topics, partitions) as container:
+        host, port = container.get_container_host_ip(), container.get_exposed_port(_PORT)
+        container.copy_into_container(starter_script(host, port), _STARTER)
+        bootstrap = f"{host}:{port}"
+
+        def status() -> str:
+            container.reload()
+            return container.status
+
+        _wait_until_ready(bootstrap, timeout_s, status)
+        yield bootstrap
+
+
+def _wait_until_ready(bootstrap: str, timeout_s: float, status: Callable[[], str]) -> None:
+    """Until the broker answers a metadata request naming itself; `RuntimeError` if its container stops first or
+    it does not within ``timeout_s``."""
+    from confluent_kafka import KafkaException  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "logger": log,
+        "socket.connection.setup.timeout.ms": 2000,
+    }
+    admin = AdminClient(settings)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if admin.list_topics(timeout=2.0).brokers:
+                return
+        except KafkaException as error:
+            last = str(error)
+        else:
+            last = "metadata listed no broker"
+        if status() == "exited":
+            raise RuntimeError(f"the Kafka container stopped before it was ready ({last})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Kafka container was not ready within {timeout_s:.0f} s ({last})")
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -67,7 +153,7 @@ def kafka_cluster(
         return
     if use_docker and docker_available():
         log.info("starting Kafka in a container (%s)", KAFKA_IMAGE)
-        with _container(auto_create_topics) as bootstrap:
+        with _container(auto_create_topics, partitions) as bootstrap:
             yield Cluster(bootstrap, "testcontainers")
         return
     log.info("no Docker engine: starting a local Kafka broker from Maven Central jars")

@@ -19,6 +19,8 @@ import yaml
 
 from acker.cli import build_parser
 from acker.config import ENV_PREFIX, KAFKA_ENV_PREFIX, ServiceConfig, load
+from acker.kafka import provision
+from acker.kafka.local_broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -77,3 +79,25 @@ def test_the_image_copies_what_exists() -> None:
     lines = (ROOT / "docker" / "Dockerfile").read_text().splitlines()
     copied = [source for line in lines if line.startswith("COPY ") for source in line.split()[1:-1]]
     assert copied and all((ROOT / path).exists() for path in copied)
+
+
+def test_the_kafka_of_the_tests_container_is_the_local_brokers_and_the_compose_files() -> None:
+    """The container was Confluent's 7.6 (Kafka 3.6): the new group protocol's tests could not pass on it."""
+    assert provision.KAFKA_IMAGE == f"apache/kafka:{KAFKA_VERSION}" == _services()["kafka"]["image"]
+
+
+def test_the_tests_container_can_run_transactions_on_its_one_node() -> None:
+    """With Kafka's defaults (3 replicas, 2 in sync) the transaction log cannot be made on one broker: every
+    init_transactions timed out (the replay job, the coordinated steps, their tests, the demo on Docker)."""
+    settings = provision.container_settings(auto_create_topics=False, partitions=3)
+    one_node = {"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+                "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "KAFKA_DEFAULT_REPLICATION_FACTOR"}  # fmt: skip
+    assert {key: settings[key] for key in one_node} == dict.fromkeys(one_node, "1")
+    compose = _services()["kafka"]["environment"]
+    assert {key: compose[key] for key in one_node & set(compose)} == dict.fromkeys(one_node & set(compose), "1")
+    assert settings["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false" and settings["KAFKA_NUM_PARTITIONS"] == "3"
+    inter_broker = settings["KAFKA_INTER_BROKER_LISTENER_NAME"]
+    advertised = provision.starter_script("localhost", 32768).decode()
+    assert advertised.startswith("export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://localhost:32768,")
+    assert f"{inter_broker}://" in advertised and f"{inter_broker}://" in settings["KAFKA_LISTENERS"]
+    assert "/etc/kafka/docker/run" in provision.CONTAINER_COMMAND
