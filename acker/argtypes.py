@@ -8,8 +8,8 @@ import math
 from collections.abc import Callable
 
 
-def at_least(low: int) -> Callable[[str], int]:
-    """A whole number ``>= low``."""
+def at_least(low: int, below: int | None = None) -> Callable[[str], int]:
+    """A whole number ``>= low`` (and ``< below``)."""
 
     def parse(text: str) -> int:
         try:
@@ -18,6 +18,8 @@ def at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if below is not None and value >= below:
+            raise argparse.ArgumentTypeError(f"must be below {below}, got {value}")
         return value
 
     return parse
@@ -25,12 +27,20 @@ def at_least(low: int) -> Callable[[str], int]:
 
 def positive(text: str) -> float:
     """A number above 0 (seconds, a rate)."""
+    value = non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A number, 0 or more (seconds)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number, 0 or more, got {text}")
     return value
 
 

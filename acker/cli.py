@@ -6,6 +6,7 @@ import argparse
 import gc
 import io
 import os
+import select
 import signal
 import sys
 import threading
@@ -412,6 +413,16 @@ def _servers(args: argparse.Namespace) -> str:
         return given
 
 
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a file descriptor (a test's capture), or no poll here
+        return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -429,11 +440,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = _servers(args)
         print(f"acker: Kafka did not answer in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # said in a line, then died of SIGINT as Python does: a shell's loop stops there too
         print("acker: interrupted", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
         return 130
-    except BrokenPipeError:  # what read the output went away (`| head`): as Python's documentation does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit is not one more
+    except BrokenPipeError as error:
+        if not _reader_gone():  # another pipe (a socket to Spark's JVM, say): an error to show
+            print(f"acker: {error.strerror or error}", file=sys.stderr)
+            return 2
+        # What read the output went away (`| head`): as Python's documentation does, no message, and the flush at
+        # exit pointed elsewhere so that it is not one more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as error:  # a file that cannot be read, ...
         print(f"acker: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)

@@ -353,13 +353,12 @@ def flag_setting(item: str, flag: str, form: str = "KEY=VALUE", *, empty: bool =
     """``NAME=VALUE`` given to a repeatable ``flag``; an empty value only where ``empty`` allows it."""
     name, sep, value = item.partition("=")
     name = name.strip()
-    if not sep or not name or not (value or empty):
-        # Only what looks like a setting's dotted name is repeated: the rest may be a secret (``sasl.password:...``),
-        # or be one whole (``--kafka "$PASSWORD"``, without a name).
+    if not sep:  # nothing of it is repeated: it may be a secret, a name mistyped into it or alone (`--kafka "$PW"`)
+        raise ConfigError(f"{flag} takes {form}, got something without '='")
+    if not name or not (value or empty):
+        # Only what looks like a setting's name is repeated, never the value.
         shown = re.split(r"[^\w.-]", name, maxsplit=1)[0]
-        if not sep and "." not in shown:
-            shown = ""
-        raise ConfigError(f"{flag} takes {form}, got {shown + '...' if shown else 'something else'}")
+        raise ConfigError(f"{flag} takes {form}, got {shown + '=...' if shown else 'no name'}")
     return name, value
 
 

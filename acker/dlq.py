@@ -225,7 +225,9 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
             on_delivery=delivered,
         )
     if producer.flush(30) or failures:  # those delivered are said: re-driven again, they would be replayed twice
+        unknown = len(letters) - len(failures) - len(done)  # no report within 30 s: may or may not have landed
         raise DlqError(
-            f"re-drive not delivered: {failures or 'timed out'}; delivered, not to re-drive again: {done or 'none'}"
+            f"re-drive not delivered: {failures or 'none refused'}; delivered, not to re-drive again: {done or 'none'}"
+            + (f"; {unknown} not known (no delivery report within 30 s): they may have landed" if unknown else "")
         )
     return places

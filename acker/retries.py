@@ -50,13 +50,18 @@ class NotRedrivableError(AckerError):
     """A dead letter that `redrive` cannot send back (it is not a record the replay job dead-lettered)."""
 
 
+# A replay's not-before further away is not believed by a spout (a corrupt header must not hold a partition): every
+# backoff is below it (60 s, or the first delay where that is more, and `--backoff-ms` is below this).
+MAX_HOLD_MS = 86_400_000
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Delay before attempt ``n`` (1-based): ``first_ms * factor ** (n - 1)``, at most ``max_ms`` (or ``first_ms``
     where that is more: the first delay is the one asked for).
 
     Keep ``max_ms`` under a day: a spout takes a not-before further away for a corrupt header and does not wait
-    (`acker.spout.MAX_HOLD_MS`)."""
+    (`MAX_HOLD_MS`)."""
 
     first_ms: int = 1_000
     factor: float = 2.0

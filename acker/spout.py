@@ -61,7 +61,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
-from acker.retries import NOT_BEFORE, ORIGIN
+from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
 from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
@@ -132,7 +132,6 @@ OUTCOME_PARTITIONS_CHECK_S = 30.0
 # (an acker's outage: the spout stops at max_pending meanwhile), then is timed out all the same: were that partition's
 # outcomes lost for good (records nobody can read), the spout would otherwise stop for good.
 WAIT_TIMEOUTS = 4
-MAX_HOLD_MS = 86_400_000  # a replay's not-before further away is not believed (the replay job's backoff: 60 s at most)
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:

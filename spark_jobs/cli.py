@@ -19,9 +19,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acker.argtypes import at_least, positive
+from acker.argtypes import at_least, non_negative
 from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import ConfigError
+from acker.retries import MAX_HOLD_MS
 
 if TYPE_CHECKING:  # it imports pyspark: only when a job runs
     from spark_jobs.commit_job import OutcomeSource
@@ -31,23 +32,23 @@ JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 log = logging.getLogger("spark_jobs.cli")
 
 
+def _partition_offsets(partitions: object) -> bool:
+    """``{"0": 23, "1": -2}``: partition numbers to offsets (-2 earliest, -1 latest)."""
+    if not isinstance(partitions, dict):
+        return False
+    return all(p.isdigit() and type(o) is int and o >= -2 for p, o in partitions.items())
+
+
 def starting_offsets(text: str) -> str:
     """Spark's ``startingOffsets``: ``earliest``, ``latest``, or JSON of offsets per topic and partition
     (``{"acker.outcomes.s": {"0": 23, "1": -2}}``, -2 for earliest, -1 for latest), checked before Spark starts."""
-    if text in ("earliest", "latest"):
-        return text
+    if text.strip().lower() in ("earliest", "latest"):  # as Spark reads it
+        return text.strip().lower()
     try:
         offsets = json.loads(text)
     except ValueError:
         offsets = None
-    if (
-        isinstance(offsets, dict)
-        and offsets
-        and all(
-            isinstance(partitions, dict) and all(type(o) is int and o >= -2 for o in partitions.values())
-            for partitions in offsets.values()
-        )
-    ):
+    if isinstance(offsets, dict) and offsets and all(_partition_offsets(p) for p in offsets.values()):
         return text
     raise argparse.ArgumentTypeError(
         f'earliest, latest, or JSON of offsets per topic and partition ({{"topic": {{"0": 23}}}}), got {text!r}'
@@ -83,7 +84,9 @@ def add_parser(sub: Any) -> None:
         )
         job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
         job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
-        job.add_argument("--trigger-s", type=positive, default=1.0, help="micro-batch interval [default: 1]")
+        job.add_argument(
+            "--trigger-s", type=non_negative, default=1.0, help="micro-batch interval (0: back to back) [default: 1]"
+        )
         job.add_argument(
             "--starting-offsets",
             type=starting_offsets,
@@ -105,7 +108,10 @@ def add_parser(sub: Any) -> None:
                 "--max-attempts", type=at_least(0), default=5, help="replays before dead-lettering [default: 5]"
             )
             job.add_argument(
-                "--backoff-ms", type=at_least(0), default=1000, help="delay of the first replay [default: 1000]"
+                "--backoff-ms",
+                type=at_least(0, below=MAX_HOLD_MS),
+                default=1000,
+                help="delay of the first replay [default: 1000]",
             )
             job.add_argument(
                 "--nacks-per-transaction",

@@ -42,7 +42,7 @@ from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partitions
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
-from acker.retries import ORIGIN, Backoff
+from acker.retries import MAX_HOLD_MS, ORIGIN, Backoff
 from acker.spout import SpoutSettings
 from acker.wire import WireError, decode_outcomes
 
@@ -298,9 +298,6 @@ class Demo:
                 time.sleep(0.25)
         self.event(f"gave up after {self.options.max_wait_s:.0f} s")
 
-    def _down(self, name: str) -> bool:
-        return self.stages.running[name][1].poll() is not None
-
     def _watermark_partitions(self) -> list[tuple[str, int]]:
         n, c = self.options.partitions, self.config
         return [(t, p) for t in (self.topics.sentences, c.replay_topic(SPOUT)) for p in range(n)]
@@ -426,7 +423,7 @@ def add_parser(sub: Any) -> None:
         ("partitions", at_least(1), "partitions of every topic"),
         ("timeout_s", positive, "the acker's message timeout"),
         ("max_attempts", at_least(1), "replays before a record is dead-lettered"),
-        ("backoff_ms", at_least(0), "delay of the first replay"),
+        ("backoff_ms", at_least(0, below=MAX_HOLD_MS), "delay of the first replay"),
         ("max_wait_s", positive, "give up after this long"),
         ("seed", int, "of the sentences and the injected failures"),
     ):

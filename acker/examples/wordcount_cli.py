@@ -101,7 +101,7 @@ def _starting(args: argparse.Namespace, what: str) -> ServiceConfig:
 
 def cmd_spout(args: argparse.Namespace) -> int:
     topics = _topics(args)
-    group = topics.spout_group
+    group = args.spout_group or topics.spout_group
     mode = "untracked" if args.untracked else f"tracked, max pending {args.max_pending}"
     config = _starting(args, f"spout {SPOUT}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
     settings = SpoutSettings(
@@ -241,9 +241,11 @@ def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict
 
 
 def _after_what_is_there(config: ServiceConfig, topic: str, watermark_group: str) -> int:
-    """Move the spout's watermark to the end of its source topic; return how many records it passed. A run reads the
-    sentences it writes: no commit job moves the watermark here, so without this every run under a prefix would
-    read again every sentence written by the runs before it (and count their words again)."""
+    """Set the watermarks of a spout group of its own to the end of its source topic; return how many records that
+    passes. A run reads the sentences it writes: no commit job moves a watermark here, so a spout of the prefix's
+    group would read again every sentence written by the runs before it (and count their words again). Its own
+    group, never the prefix's: a pipeline of that prefix may be running (`docker/compose.yaml`), whose watermark
+    moved to the end would skip the sentences it has not finished."""
     reader = Consumer(config.client(**{"group.id": watermark_group, "enable.auto.commit": False}))
     try:
         ends = {(topic, p): log_bounds(reader, TopicPartition(topic, p))[1] for p in topic_partitions(reader, topic)}
@@ -260,13 +262,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
     topics = _topics(args)
-    watermarks = SpoutSettings(SPOUT, topics.sentences, topics.split, group=topics.spout_group).watermark_group
+    group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
+    watermarks = SpoutSettings(SPOUT, topics.sentences, topics.split, group=group).watermark_group
     if skipped := _after_what_is_there(config, topics.sentences, watermarks):
         print(f"{skipped} sentences written to {topics.sentences} before this run are not read", file=sys.stderr)
     stages = Stages()
     try:
         stages.start("acker", stage_command(config, args.prefix, "acker"))
-        stages.start("spout", stage_command(config, args.prefix, "spout", *(["--untracked"] if args.untracked else [])))
+        untracked = ["--untracked"] if args.untracked else []
+        stages.start("spout", stage_command(config, args.prefix, "spout", "--spout-group", group, *untracked))
         for i in range(args.split_processes):
             crash = [f"--crash-after={args.crash_split_after}"] if args.crash_split_after and i == 0 else []
             stages.start(f"split-{i}", stage_command(config, args.prefix, "split", "--fail-rate", str(args.fail_rate),
@@ -339,6 +343,12 @@ def add_parser(sub: Any) -> None:
         "--max-pending", type=at_least(1), default=10_000, help="unfinished trees at most [default: 10000]"
     )
     spout.add_argument("--untracked", action="store_true", help="at-most-once: no trees, no acker traffic")
+    spout.add_argument(
+        "--spout-group",
+        metavar="GROUP",
+        default=None,
+        help="its consumer group (watermarks in GROUP.acked) [default: PREFIX-spout]",
+    )
     split = stages.choices["split"]
     split.add_argument("--fail-rate", type=share, default=0.0, help="share of sentences to fail [default: 0]")
     split.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")

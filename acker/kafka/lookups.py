@@ -248,7 +248,7 @@ class KafkaLookups:
         return log_bounds(self._consumer, TopicPartition(topic, partition))[0], False
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The committed offsets of ``group`` (-1 where none)."""
+        """The committed offsets of ``group`` (negative where none)."""
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])
         result = self._admin_client().list_consumer_group_offsets([request])[group].result()
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}

@@ -79,8 +79,12 @@ def container_settings(auto_create_topics: bool, partitions: int) -> dict[str, s
 
 
 # The image's entrypoint runs its command: Kafka starts (the image's own run script) once the starter script says
-# which address to advertise.
-CONTAINER_COMMAND = f"sh -c 'while [ ! -f {_STARTER} ]; do sleep 0.1; done; . {_STARTER}; exec /etc/kafka/docker/run'"
+# which address to advertise; whole, that is, with its last line (a file being copied in may be seen half-written).
+_READY = "#ready"
+CONTAINER_COMMAND = (
+    f'sh -c \'until grep -qx "{_READY}" {_STARTER} 2>/dev/null; do sleep 0.1; done; '
+    f". {_STARTER}; exec /etc/kafka/docker/run'"
+)
 
 
 def kafka_container(auto_create_topics: bool, partitions: int) -> DockerContainer:
@@ -93,7 +97,7 @@ def kafka_container(auto_create_topics: bool, partitions: int) -> DockerContaine
 
 def starter_script(host: str, port: int) -> bytes:
     """What the container runs before Kafka: the address clients reach it at, on the host."""
-    return f"export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://{host}:{port},BROKER://localhost:9093\n".encode()
+    return f"export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://{host}:{port},BROKER://localhost:9093\n{_READY}\n".encode()
 
 
 @contextlib.contextmanager

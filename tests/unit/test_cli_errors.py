@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,7 @@ def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
         ["demo", "--split-processes", "0"],
         ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "-1"],
         ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "nan"],
+        ["spark", "replay", "--checkpoint", "/x", "--backoff-ms", "86400000"],  # a spout would not believe it
     ],
 )
 def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,10 +226,10 @@ def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
     assert dlq.parse_coordinates("2/7") == (2, 7) and dlq.parse_coordinates("7") == (0, 7)
 
 
-@pytest.mark.parametrize("value", ["earliest", "latest", '{"t": {"0": 23, "1": -2}}'])
+@pytest.mark.parametrize("value", ["earliest", "latest", " Latest ", '{"t": {"0": 23, "1": -2}}'])
 def test_spark_starting_offsets_are_checked_before_spark_starts(value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert starting_offsets(value) == value
-    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', "{}"):
+    assert starting_offsets(value) == (value if value.startswith("{") else value.strip().lower())  # as Spark reads it
+    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', '{"t": {"x": 1}}', "{}"):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["spark", "commit", "--checkpoint", "/x", "--starting-offsets", wrong])
         assert exit_.value.code == 2
@@ -244,3 +247,19 @@ def test_output_cut_short_by_its_reader_is_no_error_message(tmp_path: Path) -> N
         shell=True, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ctrl_c_is_one_line_and_the_process_dies_of_sigint(tmp_path: Path) -> None:
+    """A traceback before; then an exit status of 130, which a shell's loop takes for a handled signal and goes on."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "acker.cli", "replay", "-"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdin is not None
+    process.stdin.write('{"type":"tick"}\n')  # read: the command is past its start-up, reading its input
+    process.stdin.flush()
+    time.sleep(3)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGINT, err
+    assert err.strip().endswith("acker: interrupted") and "Traceback" not in err
