@@ -35,10 +35,7 @@ def positive(text: str) -> float:
 
 def non_negative(text: str) -> float:
     """A number, 0 or more (seconds)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _number(text)
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a number, 0 or more, got {text}")
     return value
@@ -46,10 +43,14 @@ def non_negative(text: str) -> float:
 
 def share(text: str) -> float:
     """A probability, or a share of something: a number from 0 to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    value = _number(text)
     if math.isnan(value) or not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
     return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
