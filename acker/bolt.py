@@ -18,7 +18,8 @@ function, not in its input: it stops the bolt, as it would stop a Storm worker.
 
 Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
 partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
-and counted, never a crash; so is one whose header is malformed.
+and counted, never a crash; so is one whose header is malformed, and one whose headers cannot be read at all (a
+header name that is not UTF-8: counted ``unreadable_headers`` too; its function sees no headers).
 
 Offsets: the bolt commits its own input offsets every ``commit_interval_s`` after flushing what it produced (its
 children and its acks): the offset after the last input its function was called on and returned (or raised), never
@@ -45,7 +46,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
-from acker.headers import HeaderList, Headers, split
+from acker.headers import HeaderList, Headers, read_headers, split
 from acker.kafka.acker_client import AckerClient, partition_lookup
 from acker.kafka.clients import consume_available, partition_count, readable
 from acker.trouble import TroubleReport
@@ -159,7 +160,7 @@ class Bolt:
         self.consumer.subscribe([input_topic], on_revoke=self._on_revoke)
         self.acker.watch_partitions(partition_lookup(self.producer, config.acker_topic))
         # Unanchored inputs are not trouble: an untracked pipeline's are all unanchored.
-        self._trouble = TroubleReport(log, f"bolt {group}", ("invalid_anchor_headers", "errors",
+        self._trouble = TroubleReport(log, f"bolt {group}", ("invalid_anchor_headers", "unreadable_headers", "errors",
                                                              "child_delivery_failures"))  # fmt: skip
         self._collector = Collector(self)
 
@@ -191,7 +192,13 @@ class Bolt:
         self._processed[(topic, partition)] = offset + 1
 
     def _handle(self, record: Message, topic: str, partition: int, offset: int) -> None:
-        ids, headers, invalid = split(record.headers())
+        raw = read_headers(record)
+        headers: HeaderList
+        if raw is None:  # a header name that is not UTF-8: no header can be read, the anchors neither
+            ids, headers, invalid = UNTRACKED, [], True
+            self.counters["unreadable_headers"] += 1
+        else:
+            ids, headers, invalid = split(raw)
         self.counters["processed"] += 1
         if invalid:
             self.counters["invalid_anchor_headers"] += 1

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
-from acker.headers import HeaderList, decimal, pairs, text
+from acker.headers import HeaderList, decimal, read_headers, text
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
     KafkaClientError,
@@ -130,7 +130,7 @@ def _letter(record: Message) -> DeadLetter:
         record.timestamp()[1],
         record.key(),
         record.value(),
-        pairs(record.headers()),
+        read_headers(record) or [],  # none when they cannot be read (`acker.headers.read_headers`)
     )
 
 

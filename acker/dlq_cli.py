@@ -102,7 +102,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
         check_spout_name(config, args.spout)
     letters = _chosen(args, config)
-    if args.all:  # records gone before they could be replayed, or too large to: left where they are, and said so
+    if args.all:  # records gone before they could be replayed, or kept in part: left where they are, and said so
         for reason in NO_DATA:
             skipped = sum(letter.reason == reason for letter in letters)
             if skipped:

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
-from acker.headers import text
+from acker.headers import read_headers, text
 from acker.kafka.clients import consume_available, end_offsets, partition_count, produce
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
@@ -64,10 +64,11 @@ class DrpcClient:
                 raise DrpcError(f"request {request} got no answer before its deadline")
             for record in consume_available(self.consumer, 500, 0.1):
                 if record.error() is None:
-                    answered = text(record.headers(), REQUEST)
+                    headers = read_headers(record)
+                    answered = text(headers, REQUEST)
                     # Only answers to this client's requests still waited for: the results topic is shared.
                     if answered in self._deadlines and answered not in self._answers:
-                        self._answers[answered] = (text(record.headers(), STATUS) or "failed", record.value())
+                        self._answers[answered] = (text(headers, STATUS) or "failed", record.value())
         status, value = self._answers.pop(request)
         del self._deadlines[request]
         if status != "ok":

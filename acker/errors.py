@@ -3,7 +3,8 @@
     AckerError                      root: catch this to catch everything the project raises
     ├── ProtocolError               a protocol message that can never be valid (zero or out-of-range id, ...)
     ├── ConfigError                 configuration that cannot work (buckets < 2, ...)
-    └── ReplayInputError            a line of `acker replay` input that is not a protocol message
+    ├── ReplayInputError            a line of `acker replay` input that is not a protocol message
+    └── UnreadableHeadersError      a consumed record whose headers the Kafka client cannot read
 
 Errors from Kafka and Avro are wrapped at the edge that calls them, keeping the original error code.
 """
@@ -25,3 +26,7 @@ class ConfigError(AckerError, ValueError):
 
 class ReplayInputError(AckerError, ValueError):
     """A line of offline-replay input that does not describe a protocol message."""
+
+
+class UnreadableHeadersError(AckerError, ValueError):
+    """A consumed record whose headers the Kafka client cannot read (a header name that is not UTF-8)."""

@@ -13,8 +13,10 @@ out and are replayed).
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from acker.core.tuple_tree import UNTRACKED, TupleIds, trusted_ids
 
@@ -54,6 +56,39 @@ def pairs(headers: Headers | None) -> HeaderList:
     if headers is None:
         return []
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+
+
+class Record(Protocol):
+    """What `read` needs of a consumed record (confluent-kafka's ``Message``)."""
+
+    def headers(self) -> Any: ...
+
+    def set_headers(self, headers: Any) -> None: ...
+
+
+_HEADERS = operator.methodcaller("headers")
+
+
+def read_headers(record: Record) -> HeaderList | None:
+    """The headers of a consumed record as a list (empty when it has none), or None when the client cannot read them.
+
+    Kafka takes any bytes as a header's name and librdkafka writes them as given (a Go or C producer, ``kcat -H``);
+    confluent-kafka decodes names as UTF-8 and, on one that is not, raises ``SystemError`` and keeps a list with a
+    hole, which a second ``headers()`` returns (touching it crashes the process). So a record's headers are read here
+    once, before anything else reads them; a record whose headers cannot be read is given none (``set_headers``), so
+    that a later reader gets an empty list rather than the hole. Each caller says what such a record means to it.
+
+    The call goes through `operator.methodcaller`, whose C call checks the result: CPython 3.11 specializes a
+    ``record.headers()`` call site run often into a direct call that does not, and hands back the list with the hole
+    as if nothing had happened, the decoding error left pending (seen: a bolt crashed on the hole)."""
+    try:
+        found = _HEADERS(record)
+    except (SystemError, UnicodeDecodeError):
+        record.set_headers([])
+        return None
+    if type(found) is list:  # the client's own list (not to be changed): the common case, without a copy
+        return found
+    return pairs(found)
 
 
 def first(headers: Headers | None, name: str) -> HeaderValue:

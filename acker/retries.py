@@ -6,9 +6,9 @@ dead letter an operator sends back. Both carry the record's key, value and own h
     acker.replay.attempt      the attempt this copy is (1, 2, ...); on a dead letter, the attempts made
     acker.replay.origin       the coordinates ``topic/partition/offset`` of the first record (the source record)
     acker.replay.reason       the reason of the last nack (FAILED, TIMEOUT, OVERLOAD), ``source-missing``,
-                              ``too-large`` or ``no-replay-topic``
-    acker.replay.nack-reason  on a ``source-missing``, ``too-large`` or ``no-replay-topic`` dead letter: the reason of
-                              the nack
+                              ``too-large``, ``no-replay-topic`` or ``unreadable-headers``
+    acker.replay.nack-reason  on a ``source-missing``, ``too-large``, ``no-replay-topic`` or ``unreadable-headers``
+                              dead letter: the reason of the nack
     acker.replay.truncated    on a ``too-large`` dead letter: the size of the whole record (key, value, headers)
     acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
     acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
@@ -41,8 +41,10 @@ NACK_REASON = "acker.replay.nack-reason"
 SOURCE_MISSING = "source-missing"
 TOO_LARGE = "too-large"
 NO_REPLAY_TOPIC = "no-replay-topic"
+UNREADABLE_HEADERS = "unreadable-headers"
 TRUNCATED = "acker.replay.truncated"  # on a too-large dead letter: the record's size (key, value, headers), in bytes
-NO_DATA = (SOURCE_MISSING, TOO_LARGE)  # dead letters without the record's whole data: they cannot be re-driven
+# Dead letters without the record's whole data: they cannot be re-driven.
+NO_DATA = (SOURCE_MISSING, TOO_LARGE, UNREADABLE_HEADERS)
 REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"  # the outcomes that resolve a nacked offset
 
 
@@ -147,6 +149,15 @@ def decide(
     return Decision(policy.replay_topic(spout), replay, REPLAYED)
 
 
+def unreadable_headers(policy: RetryPolicy, spout: str, msg_id: str, reason: str) -> Decision:
+    """The dead letter standing for the nacked record ``msg_id``, whose headers cannot be read (a header name that is
+    not UTF-8, `acker.headers.read`): a copy without them would lose them, and its attempts cannot be read. Reason
+    ``unreadable-headers``, origin and attempt the nacked coordinates and 0 (as for ``source-missing``); the caller
+    keeps its key and value. The nacked coordinates say where the record lies whole."""
+    letter = [*_context(msg_id, 0, UNREADABLE_HEADERS, spout), (NACK_REASON, reason.encode()), (LAST, msg_id.encode())]
+    return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
+
+
 def instead(
     policy: RetryPolicy,
     decision: Decision,
@@ -202,6 +213,9 @@ def redrive(
         raise NotRedrivableError(f"{letter} stands for a record that no longer exists ({SOURCE_MISSING}): no data")
     if reason == TOO_LARGE:
         raise NotRedrivableError(f"{letter} holds only part of a record too large to replay ({TOO_LARGE})")
+    if reason == UNREADABLE_HEADERS:
+        raise NotRedrivableError(f"{letter} holds a record without its headers, which could not be read "
+                                 f"({UNREADABLE_HEADERS}): its origin holds it whole")  # fmt: skip
     copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 

@@ -43,7 +43,7 @@ from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
-from acker.headers import HeaderValue, pairs
+from acker.headers import HeaderValue, read_headers
 from acker.kafka.acker_client import PARTITIONS_CHECK_S
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
@@ -694,6 +694,9 @@ class AckerService:
             raise ServiceError(f"an outcome or dead letter could not be delivered: {self._deliveries.failure}")
 
     def _dead_letter(self, record: Message, reason: str, detail: str) -> None:
+        own = read_headers(record)
+        if own is None:  # a header name that is not UTF-8: the letter goes without the record's headers, and says so
+            detail, own = f"{detail}; its headers could not be read (a header name is not UTF-8)", []
         self._dead_letters[reason] += 1
         log.warning(
             "dead-lettering %s[%d]@%d: %s: %s", record.topic(), record.partition(), record.offset(), reason, detail
@@ -706,7 +709,6 @@ class AckerService:
             (DLQ_OFFSET, str(record.offset()).encode()),
             (DLQ_TIMESTAMP, str(record.timestamp()[1]).encode()),
         ]
-        own = pairs(record.headers())
         self._send_dead_letter(record.value(), record.key(), headers, self._deliveries.track(), own=own)
 
     def _send_dead_letter(

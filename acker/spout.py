@@ -43,8 +43,8 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator, partition_of
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
-from acker.errors import ConfigError, ProtocolError
-from acker.headers import Headers, decimal
+from acker.errors import ConfigError, ProtocolError, UnreadableHeadersError
+from acker.headers import HeaderList, Headers, decimal, read_headers
 from acker.kafka.acker_client import AckerClient, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
@@ -310,25 +310,34 @@ class Spout:
         for record in records:
             if not readable(record, log, "source consumer"):
                 continue
-            if self._hold(record, now_ms):
+            headers = read_headers(record)
+            if headers is not None and self._hold(record, headers, now_ms):
                 continue
-            self._start(record, now)
+            self._start(record, now, unreadable=headers is None)
         self._publish_direct()
         self.acker.poll()
         return len(records)
 
-    def _start(self, record: Message, now: float) -> None:
+    def _start(self, record: Message, now: float, *, unreadable: bool = False) -> None:
         """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is
         failed rather than the spout stopped, as a bolt fails an input its function raises on: its init (the edges
         of the tuples emitted before the raise) and a fail go to the acker, which nacks it ``FAILED``, and the replay
         job replays the record, then dead-letters it. A record that starts no tree (nothing emitted, or untracked)
-        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when a tracked one raised."""
+        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when a tracked one raised.
+
+        A record whose headers cannot be read (`acker.headers.read_headers`: a header name that is not UTF-8) is
+        taken as one the emit function raised on, before it is called: it could only be forwarded without its
+        headers. The replay job dead-letters it as such (``unreadable-headers``), with its coordinates, where it lies
+        whole."""
         msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
         self.counters["read"] += 1
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
         emitter = Emitter(self, tree)
         raised = False
         try:
+            if unreadable:
+                self.counters["unreadable_headers"] += 1
+                raise UnreadableHeadersError("a header name is not UTF-8: its headers cannot be read")
             self._emit(record, emitter)
         except Exception as error:
             raised = True
@@ -356,7 +365,7 @@ class Spout:
         if raised:
             self.acker.send(Fail(tree.anchor))
 
-    def _hold(self, record: Message, now_ms: int) -> bool:
+    def _hold(self, record: Message, headers: HeaderList, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed
         (its partition is paused and rewound to it until then), or one behind such a record."""
         key = (record.topic() or "", record.partition() or 0)
@@ -366,8 +375,8 @@ class Spout:
         # replay context, forwarded by that spout downstream to this one's source.
         if key[0] != self._replay_topic:
             return False
-        headers = dict(record.headers() or [])
-        origin = headers.get(ORIGIN)
+        named = dict(headers)
+        origin = named.get(ORIGIN)
         if isinstance(origin, bytes) and not origin.startswith(self._replay_of):
             # A replay of another source's record: another pipeline's spout has this one's name (`SpoutSettings`).
             # It is processed all the same (it cannot be told whose it is to hand back), and said once.
@@ -376,7 +385,7 @@ class Spout:
                 log.warning("%s/%d/%d replays %s, not a record of %s: does another pipeline's spout have this one's "
                             "name, %r? Each needs its own.", *key, record.offset(), origin.decode(errors="replace"),
                             self.settings.source_topic, self.settings.name)  # fmt: skip
-        not_before = decimal(headers.get(NOT_BEFORE))
+        not_before = decimal(named.get(NOT_BEFORE))
         if not_before is None or not_before <= now_ms:
             return False
         if not_before > now_ms + MAX_HOLD_MS:  # no backoff is this long: a corrupt header must not stop the partition

@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
-from acker.headers import HeaderValue, pairs
+from acker.headers import HeaderValue, read_headers
 from acker.kafka.clients import (
     KafkaClientError,
     TopicSpec,
@@ -53,7 +53,18 @@ from acker.kafka.clients import (
     read_to,
 )
 from acker.kafka.lookups import lookups
-from acker.retries import NO_REPLAY_TOPIC, REPLAYED, Backoff, Decision, RetryPolicy, decide, too_large, unread
+from acker.retries import (
+    NO_REPLAY_TOPIC,
+    REPLAYED,
+    UNREADABLE_HEADERS,
+    Backoff,
+    Decision,
+    RetryPolicy,
+    decide,
+    too_large,
+    unread,
+    unreadable_headers,
+)
 from acker.topics import PROGRESS_TOPIC_CONFIG
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
@@ -249,8 +260,13 @@ class _Publisher:
         try:
             for row in rows:
                 record = found[(row.topic, int(row.partition), int(row.offset))]
-                headers = None if record is None else pairs(record.headers())
-                decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
+                headers = None if record is None else read_headers(record)
+                if record is not None and headers is None:  # a header name that is not UTF-8
+                    log.warning("%s: its headers cannot be read (a header name is not UTF-8): dead-lettered as %s",
+                                row.msg_id, UNREADABLE_HEADERS)  # fmt: skip
+                    decision = unreadable_headers(self.policy, row.spout, row.msg_id, row.reason)
+                else:
+                    decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
                 if decision.resolution == REPLAYED and not self.partitions(decision.topic):
                     if decision.topic not in unread_topics:
                         unread_topics.add(decision.topic)

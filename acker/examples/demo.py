@@ -37,7 +37,7 @@ from acker.config import ServiceConfig
 from acker.examples.ledger import Ledger, Report
 from acker.examples.wordcount import POISON, SENTENCE, SPOUT, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
-from acker.headers import text
+from acker.headers import read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partitions
 from acker.kafka.lookups import lookups
@@ -312,15 +312,15 @@ class Demo:
             for outcome, msg_id, latency in zip(decoded.outcomes, decoded.msg_ids, decoded.latency_ms, strict=True):
                 self.ledger.outcome(msg_id, outcome, latency, by_acker=decoded.acker_partition >= 0, at_ms=at_ms)
         for record in _available(copies):
-            origin = text(record.headers(), ORIGIN)
+            origin = text(read_headers(record), ORIGIN)
             if origin is not None:
                 self.ledger.copy(record.topic() or "", record.partition() or 0, record.offset() or 0, origin)
         for record in _available(dead):
-            origin = text(record.headers(), ORIGIN)
+            origin = text(read_headers(record), ORIGIN)
             if origin is not None:
                 self.ledger.dead_letter(origin)
         for record in _available(counts):
-            self.ledger.count(record.key() or b"", text(record.headers(), SENTENCE))
+            self.ledger.count(record.key() or b"", text(read_headers(record), SENTENCE))
 
     def _finished(self) -> bool:
         ledger = self.ledger

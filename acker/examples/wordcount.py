@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from acker.bolt import BasicCollector, BasicFunction, BoltInput, Collector, ExplicitFunction
-from acker.headers import HeaderValue, first, pairs, text
+from acker.headers import HeaderValue, first, read_headers, text
 from acker.retries import ORIGIN
 from acker.spout import Emitter
 
@@ -127,7 +127,7 @@ def traced_sentences(output: str) -> Callable[[Message, Emitter], None]:
     """The spout's emit function with tracing: each record forwarded with its origin in header ``wc.sentence``."""
 
     def emit(record: Message, emitter: Emitter) -> None:
-        headers = pairs(record.headers())
+        headers = read_headers(record) or []  # the spout fails a record whose headers cannot be read before this
         origin = text(headers, ORIGIN) or f"{record.topic()}/{record.partition()}/{record.offset()}"
         emitter.emit(output, record.value(), record.key(), [*headers, (SENTENCE, origin.encode())])
 

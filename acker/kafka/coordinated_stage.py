@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
 from acker.errors import AckerError
-from acker.headers import HeaderList, decimal, pairs, text
+from acker.headers import HeaderList, decimal, read_headers, text
 from acker.kafka.clients import (
     TopicSpec,
     consume_available,
@@ -210,7 +210,10 @@ class CoordinatedStage:
         task = self.tasks.get(partition)
         if task is None:  # revoked while in flight
             return
-        headers = pairs(record.headers())
+        headers = read_headers(record)
+        if headers is None:
+            self._dead_letter(record, "its headers cannot be read (a header name is not UTF-8)")
+            return
         request, deadline, report = text(headers, REQUEST), decimal(text(headers, DEADLINE)), text(headers, REPORT)
         if request is None or deadline is None:
             self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
@@ -299,7 +302,7 @@ class CoordinatedStage:
         log.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), reason)
         origin = f"{record.topic()}/{record.partition()}/{record.offset()}"
         headers = [
-            *pairs(record.headers()),
+            *(read_headers(record) or []),
             ("acker.dlq.reason", reason.encode()),
             ("acker.dlq.origin", origin.encode()),
         ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import os
 import signal
 import subprocess
@@ -12,8 +14,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
+import confluent_kafka
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig, to_argv
@@ -191,3 +195,67 @@ def read_all(client: dict[str, Any], topic: str, partition: int = 0, idle_s: flo
                 out.append(record)
     finally:
         consumer.close()
+
+
+def produce_with_header_name(
+    client: dict[str, Any], topic: str, partition: int, *, name: bytes, value: bytes, key: bytes | None = None
+) -> str:
+    """Produce one record with a header named ``name`` as raw bytes, through librdkafka's C API (the confluent-kafka
+    build's own library, called with ctypes), and wait for its delivery. Kafka takes any bytes as a header's name
+    and a C or Go producer writes them as given, but the Python client only writes UTF-8 names: this is how a test
+    gets a record whose header name is not UTF-8. Returns its coordinates ``topic/partition/offset``, read as the
+    partition's end after the delivery: nothing else may write to the partition meanwhile."""
+    libs = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
+    found = sorted(glob.glob(str(libs / "librdkafka*.so*")))
+    lib = ctypes.CDLL(found[0] if found else "librdkafka.so.1")
+    lib.rd_kafka_conf_new.restype = ctypes.c_void_p
+    lib.rd_kafka_new.restype = ctypes.c_void_p
+    lib.rd_kafka_headers_new.restype = ctypes.c_void_p
+    lib.rd_kafka_produceva.restype = ctypes.c_void_p
+    lib.rd_kafka_error_string.restype = ctypes.c_char_p
+    errstr = ctypes.create_string_buffer(512)
+    conf = ctypes.c_void_p(lib.rd_kafka_conf_new())
+    for setting, setting_value in client.items():
+        if setting == "logger" or callable(setting_value):  # the Python client's own, not librdkafka's
+            continue
+        if lib.rd_kafka_conf_set(conf, str(setting).encode(), str(setting_value).encode(), errstr, 512) != 0:
+            raise RuntimeError(f"{setting}: {errstr.value.decode()}")
+    handle = lib.rd_kafka_new(0, conf, errstr, 512)  # 0: a producer; it owns conf from here
+    if not handle:
+        raise RuntimeError(errstr.value.decode())
+    producer = ctypes.c_void_p(handle)
+
+    class Bytes(ctypes.Structure):
+        _fields_ = [("ptr", ctypes.c_char_p), ("size", ctypes.c_size_t)]
+
+    class Value(ctypes.Union):
+        _fields_ = [("cstr", ctypes.c_char_p), ("i32", ctypes.c_int32), ("mem", Bytes), ("ptr", ctypes.c_void_p),
+                    ("pad", ctypes.c_char * 64)]  # fmt: skip
+
+    class VarArg(ctypes.Structure):  # rd_kafka_vu_t
+        _fields_ = [("vtype", ctypes.c_int), ("u", Value)]
+
+    headers = ctypes.c_void_p(lib.rd_kafka_headers_new(ctypes.c_size_t(1)))
+    lib.rd_kafka_header_add(headers, name, ctypes.c_ssize_t(len(name)), b"v", ctypes.c_ssize_t(1))
+    args = [(1, "cstr", topic.encode()), (3, "i32", partition), (4, "mem", Bytes(value, len(value))),
+            (10, "ptr", headers)]  # fmt: skip  # RD_KAFKA_VTYPE_TOPIC, _PARTITION, _VALUE, _HEADERS
+    if key is not None:
+        args.append((5, "mem", Bytes(key, len(key))))  # RD_KAFKA_VTYPE_KEY
+    array = (VarArg * len(args))()
+    for slot, (vtype, field, arg) in zip(array, args, strict=True):
+        slot.vtype = vtype
+        setattr(slot.u, field, arg)
+    try:
+        error = lib.rd_kafka_produceva(producer, array, ctypes.c_size_t(len(args)))
+        if error:
+            raise RuntimeError(lib.rd_kafka_error_string(ctypes.c_void_p(error)).decode())
+        if lib.rd_kafka_flush(producer, 30_000) != 0:
+            raise RuntimeError(f"a record with header name {name!r} was not delivered to {topic} in 30 s")
+    finally:
+        lib.rd_kafka_destroy(producer)
+    consumer = Consumer({**client, "group.id": f"end-{uuid.uuid4().hex}"})
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
+    return f"{topic}/{partition}/{end - 1}"

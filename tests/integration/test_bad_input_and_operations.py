@@ -28,7 +28,13 @@ from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
 from acker.service import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_outcomes, encode_batch
-from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
+from tests.integration.helpers import (
+    OutcomeReader,
+    ServiceThread,
+    create_acker_topics,
+    produce_with_header_name,
+    send,
+)
 from tests.integration.test_service import SPOUT, _tree_messages
 
 
@@ -85,6 +91,31 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
     assert all(d["key"] == repr(b"k") and d["trace"] == "t-1" for d in letters)  # its own headers too
     assert all(d["acker.dlq.topic"] == config.acker_topic and d["acker.dlq.detail"] for d in letters)
     assert sum(snapshot.dead_letters.values()) == len(bad)
+
+
+def test_records_whose_headers_cannot_be_read_are_decided_or_dead_lettered_without_them(config: ServiceConfig) -> None:
+    """A header name that is not UTF-8 (a C or Go producer's): the Python client cannot read the record's headers. A
+    valid acker record is decided as any (its headers are not needed); a bad one is dead-lettered without them."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    client, name = config.client(), b"\xff\xfe"
+    produce_with_header_name(client, config.acker_topic, 0, name=name, value=b"not an acker record", key=b"k")
+    _, head, tail = _tree_messages("src/0/2", IdGenerator(9))
+    tree = encode_batch(MessageBlock.from_messages([*head, *tail]))
+    produce_with_header_name(client, config.acker_topic, 0, name=name, value=tree)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        reader.wait_for(["src/0/2"], timeout_s=60)
+        letters = _dead_letters(config, 1)
+    finally:
+        service.stop()
+        reader.close()
+    assert reader.seen["src/0/2"] == ["ACK"]
+    assert [(d[DLQ_REASON], d[DLQ_OFFSET], d["value"], d["key"]) for d in letters] == [
+        ("bad-magic", "0", repr(b"not an acker record"), repr(b"k"))
+    ]
+    assert "its headers could not be read" in letters[0]["acker.dlq.detail"]
 
 
 def test_a_record_on_the_wrong_partition_is_dead_lettered_and_its_own_trees_failed(config: ServiceConfig) -> None:

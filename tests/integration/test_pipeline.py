@@ -35,7 +35,13 @@ from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN
 from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
-from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
+from tests.integration.helpers import (
+    OutcomeReader,
+    Running,
+    ServiceThread,
+    create_acker_topics,
+    produce_with_header_name,
+)
 
 
 @pytest.fixture
@@ -361,7 +367,9 @@ def test_a_partition_taken_away_while_the_spout_is_paused_is_read_when_it_comes_
     spout.close()
 
 
-def test_invalid_anchor_headers_are_processed_as_unanchored(config: ServiceConfig, topics: Topics) -> None:
+def test_invalid_or_unreadable_anchor_headers_are_processed_as_unanchored(
+    config: ServiceConfig, topics: Topics
+) -> None:
     seen: list[bytes] = []
     bolt = Bolt(config, topics.split, f"bolt-{topics.prefix}", lambda m, c: seen.append(m.value or b""))
     producer = Producer(config.client())
@@ -369,13 +377,16 @@ def test_invalid_anchor_headers_are_processed_as_unanchored(config: ServiceConfi
     producer.produce(topics.split, b"zero anchor", headers=[(HEADER, bytes(16))])
     producer.produce(topics.split, b"no header")
     producer.flush(30)
+    # A header name that is not UTF-8 (a C or Go producer's): the Python client cannot read any of its headers.
+    produce_with_header_name(config.client(), topics.split, 0, name=b"\xff\xfe", value=b"unreadable headers")
     for _ in range(100):
         bolt.step(0.1)
-        if len(seen) == 3:
+        if len(seen) == 4:
             break
     bolt.close()
-    assert sorted(seen) == [b"garbage header", b"no header", b"zero anchor"]
-    assert bolt.counters["invalid_anchor_headers"] == 2 and bolt.counters["unanchored_inputs"] == 3
+    assert sorted(seen) == [b"garbage header", b"no header", b"unreadable headers", b"zero anchor"]
+    assert bolt.counters["invalid_anchor_headers"] == 3 and bolt.counters["unanchored_inputs"] == 4
+    assert bolt.counters["unreadable_headers"] == 1
 
 
 def test_the_join_example_runs_and_gives_each_record_its_fate(bootstrap: str) -> None:
@@ -456,12 +467,17 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
     try:
         values = [b"raise before", b"raise after", b"wrong child", b"fine", b"also"]
         ids = [_produce(config, topics.sentences, [value])[0] for value in values]  # each value's own id
+        # A record whose header name is not UTF-8: it could only be forwarded without its headers.
+        name = b"\xff\xfe"
+        ids.append(produce_with_header_name(config.client(), topics.sentences, 0, name=name, value=b"unreadable"))
+        ids += _produce(config, topics.sentences, [b"after it"])
         reader.wait_for(ids, timeout_s=60)
     finally:
         _stop(stages)
         reader.close()
-    assert [reader.seen[m] for m in ids] == [["FAILED"], ["FAILED"], ["FAILED"], ["ACK"], ["ACK"]]
-    assert spout.counters["emit_errors"] == 2 and basic.counters["errors"] == 1
+    assert [reader.seen[m] for m in ids] == [["FAILED"], ["FAILED"], ["FAILED"], ["ACK"], ["ACK"], ["FAILED"], ["ACK"]]
+    assert spout.counters["emit_errors"] == 3 and basic.counters["errors"] == 1
+    assert spout.counters["unreadable_headers"] == 1
 
 
 def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(

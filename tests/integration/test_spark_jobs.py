@@ -34,7 +34,7 @@ from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session, stop, stop_queries
 from spark_jobs.watermark import PartitionMark
-from tests.integration.helpers import Running, ServiceThread, create_acker_topics, read_all
+from tests.integration.helpers import Running, ServiceThread, create_acker_topics, produce_with_header_name, read_all
 
 
 @pytest.fixture(scope="session")
@@ -330,6 +330,16 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
         time.sleep(3)
         assert len(read_all(client, replay_topic)) == 3
         assert len(read_all(client, f"dead-{uid}")) == 1
+        # A record whose headers the client cannot read (a header name that is not UTF-8): a copy would lose them,
+        # so it is dead-lettered with its key and value, saying why; the batch goes through.
+        unreadable = produce_with_header_name(client, src, 0, name=b"\xff\xfe", value=b"0-4", key=b"k")
+        _outcomes(client, out, [("FAILED", unreadable), ("FAILED", f"{src}/0/2")])
+        letter = _eventually(lambda: read_all(client, f"dead-{uid}")[1:])[0]
+        context = dict(letter.headers())
+        assert (letter.value(), letter.key(), context[REASON], context[ORIGIN]) == (
+            b"0-4", b"k", b"unreadable-headers", unreadable.encode()
+        )  # fmt: skip
+        _eventually(lambda: len(read_all(client, replay_topic)) == 4)  # and the other nack of the batch is replayed
     finally:
         for query in queries:
             query.stop()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from acker.core.tuple_tree import UNTRACKED, TupleIds
-from acker.headers import HEADER, decimal, decode, encode, split, with_ids
+from acker.headers import HEADER, decimal, decode, encode, read_headers, split, with_ids
 from tests.strategies import ids64
 
 
@@ -77,3 +77,30 @@ def test_two_anchor_headers_or_a_valid_and_an_invalid_one_make_an_unanchored_inp
     ):
         ids, rest, invalid = split([*headers, ("other", b"x")])
         assert (ids.tracked, rest, invalid) == (False, [("other", b"x")], True)
+
+
+class _Record:
+    """A consumed record as the client gives it: ``headers()`` answers ``given``, or raises as confluent-kafka does on
+    a header name that is not UTF-8, after which it answers a list with a hole (here: a marker)."""
+
+    def __init__(self, given: object = None, *, unreadable: bool = False) -> None:
+        self.given, self.unreadable = given, unreadable
+
+    def headers(self) -> object:
+        if self.unreadable:
+            self.unreadable, self.given = False, [("<NULL>", b"v")]
+            raise SystemError("<method 'headers'> returned a result with an exception set")
+        return self.given
+
+    def set_headers(self, headers: object) -> None:
+        self.given = headers
+
+
+def test_a_records_headers_are_read_once_and_unreadable_ones_are_none_then_empty() -> None:
+    mine = [("a", b"1")]
+    assert read_headers(_Record(mine)) is mine  # the client's own list, not a copy
+    assert read_headers(_Record(None)) == []
+    assert read_headers(_Record({"a": b"1"})) == [("a", b"1")]
+    record = _Record(unreadable=True)
+    assert read_headers(record) is None
+    assert record.headers() == []  # not the list with the hole: a later reader cannot crash on it

@@ -22,6 +22,7 @@ from acker.retries import (
     SPOUT,
     TOO_LARGE,
     TRUNCATED,
+    UNREADABLE_HEADERS,
     Backoff,
     NotRedrivableError,
     RetryPolicy,
@@ -30,6 +31,7 @@ from acker.retries import (
     redrive,
     too_large,
     unread,
+    unreadable_headers,
 )
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(first_ms=100, factor=3.0, max_ms=500), replay_prefix="rp.")
@@ -150,6 +152,17 @@ def test_only_dead_letters_of_the_replay_job_can_be_redriven() -> None:
     missing = decide(POLICY, "words", "src/0/9", "TIMEOUT", headers=None, now_ms=NOW)
     with pytest.raises(NotRedrivableError, match=SOURCE_MISSING):
         redrive(POLICY, "acker.replay.dlq/0/4", missing.headers)
+
+
+def test_a_record_whose_headers_cannot_be_read_is_dead_lettered_without_them_and_not_redriven() -> None:
+    letter = unreadable_headers(POLICY, "words", "src/0/9", "FAILED")
+    got = dict(letter.headers)
+    assert (letter.topic, letter.resolution) == (POLICY.dead_letter_topic, DEAD_LETTERED)
+    assert (got[REASON], got[NACK_REASON], got[ORIGIN], got[ATTEMPT], got[LAST], got[SPOUT]) == (
+        UNREADABLE_HEADERS.encode(), b"FAILED", b"src/0/9", b"0", b"src/0/9", b"words"
+    )  # fmt: skip
+    with pytest.raises(NotRedrivableError, match=UNREADABLE_HEADERS):  # sent back, it would go without its headers
+        redrive(POLICY, "acker.replay.dlq/0/5", letter.headers)
 
 
 def test_another_spouts_replay_context_starts_a_new_round_here() -> None:
