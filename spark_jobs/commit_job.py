@@ -279,13 +279,20 @@ class Marks:
         ids = {topic: described[0] for topic, described in found.items() if described is not None}
         again = {t for t, topic_id in ids.items() if self._topic_ids.get(t, topic_id) != topic_id}
         gone = {key for key in keys | marks.keys() if key[1] in counts and key[2] >= counts[key[1]]}
-        fewer = sorted({topic for _, topic, _ in gone if counts[topic]})  # a topic there, without some partitions
-        if fewer:  # asked again a moment later: a broker's metadata may lag behind partitions just added
+        # Asked again a moment later: a broker's metadata may lag behind partitions just added, or not know a topic
+        # for a moment (a broker just restarted, a stale replica): the marks dropped on one answer, and the offsets
+        # done in this batch with them, which no later batch brings again.
+        unsure = sorted({topic for _, topic, _ in gone})
+        if unsure:
             time.sleep(CONFIRM_S)
             with self._kafka.lock:
-                confirmed = self._kafka.topic_ids(fewer)
+                confirmed = self._kafka.topic_ids(unsure)
             for topic, described in confirmed.items():
-                counts[topic] = max(counts[topic], 0 if described is None else described[1])
+                if described is not None and described[1] > counts[topic]:
+                    counts[topic] = described[1]
+                    ids.setdefault(topic, described[0])
+                    if self._topic_ids.get(topic, described[0]) != described[0]:
+                        again.add(topic)
             gone = {key for key in gone if key[2] >= counts[key[1]]}
         for key in [key for key in marks if key in gone or key[1] in again]:
             mark = marks.pop(key)
@@ -417,7 +424,7 @@ class Marks:
                 self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
-CONFIRM_S = 1.0  # a partition found missing from a topic is looked for again after this, before its mark is dropped
+CONFIRM_S = 1.0  # a partition or topic found missing is looked for again after this, before its mark is dropped
 STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 

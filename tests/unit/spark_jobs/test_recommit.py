@@ -154,6 +154,32 @@ def test_a_partition_a_brokers_metadata_has_not_shown_yet_is_kept(monkeypatch: p
     assert _marks(monkeypatch, _Behind(), store).apply([_row(5, [5, 6])], batch_id=1) == {"a.acked": {("in", 5): 7}}
 
 
+def test_a_topic_a_broker_does_not_know_for_a_moment_keeps_its_marks_and_the_batchs_offsets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One answer "no such topic" from a broker behind (restarted, say) dropped the topic's marks and the offsets done
+    in the batch: Spark's checkpoint moves past them, so the mark waited at the first of them until the spout read
+    the records again. Whole-topic absence is confirmed a moment later, as partitions missing are."""
+
+    class _Forgetful(_Kafka):
+        looks = 0
+
+        def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
+            self.looks += 1
+            return dict.fromkeys(topics, None if self.looks == 1 else ("id", 4))
+
+        def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(partitions, 0)
+
+    monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
+    mark = PartitionMark(100)
+    store = _Store({("a", "in", 0): mark})
+    marks = _marks(monkeypatch, _Forgetful(), store)
+    assert marks.apply([_row(0, list(range(102, 500)))], batch_id=1) == {"a.acked": {("in", 0): 100}}
+    assert store.marks[("a", "in", 0)] is mark  # kept, with the batch's offsets above the two still pending
+    assert marks.apply([_row(0, [100, 101])], batch_id=2) == {"a.acked": {("in", 0): 500}}
+
+
 def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A group coordinator loading: raised at once, the micro-batch failed and the job stopped."""
 
