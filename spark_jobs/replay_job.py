@@ -81,6 +81,7 @@ _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than e
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
 _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
 _MISSING_RECHECK_S = 60.0  # a replay topic found missing is looked up again after this (its spout may start)
+_LIMIT_RECHECK_S = 60.0  # a topic whose size limit the broker did not tell is asked again after this
 _TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
 
@@ -131,6 +132,33 @@ def nacks(outcomes: DataFrame) -> DataFrame:
     )
 
 
+class TopicLimits:
+    """The largest record a topic takes from the job's producer: the producer's ``message.max.bytes`` and the
+    topic's ``max.message.bytes``, asked once (``ask``). Where the broker does not say (a topic just created, or no
+    right to describe its configuration), the producer's alone, asked again after `_LIMIT_RECHECK_S`: not at every
+    record, as each question may wait seconds for its answer, and a publication's transaction has a timeout."""
+
+    def __init__(
+        self, own_max: int, ask: Callable[[str], int | None], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._own_max, self._ask, self._clock = own_max, ask, clock
+        self._known: dict[str, int] = {}
+        self._untold: dict[str, float] = {}  # topics the broker did not say about, until when that stands
+
+    def __call__(self, topic: str) -> int:
+        known = self._known.get(topic)
+        if known is not None:
+            return known
+        if self._clock() < self._untold.get(topic, 0.0):
+            return self._own_max
+        told = self._ask(topic)
+        if told is None:
+            self._untold[topic] = self._clock() + _LIMIT_RECHECK_S
+            return self._own_max
+        self._known[topic] = min(self._own_max, told)
+        return self._known[topic]
+
+
 class _Publisher:
     """The driver's transactional producer and its progress marker (one per job name)."""
 
@@ -148,8 +176,8 @@ class _Publisher:
         _publishers.append(self)
         self._partitions: dict[str, int] = {}
         self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
-        self._limits: dict[str, int] = {}
         self._own_max = int(client.get("message.max.bytes", _PRODUCER_MAX_BYTES))  # the producer's bound on a record
+        self.limit = TopicLimits(self._own_max, lambda topic: _topic_max_bytes(self.settings.source.client, topic))
         self._batch_max = min(int(client.get("batch.size", _PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         # Then kept here: this instance is the only one publishing for it.
         self.last, self.last_done = self._last_published()
@@ -201,17 +229,6 @@ class _Publisher:
                 return 0
         return self._partitions[topic]
 
-    def limit(self, topic: str) -> int:
-        """The largest record ``topic`` takes from this producer: the producer's ``message.max.bytes`` and the
-        topic's ``max.message.bytes``, asked once (the producer's alone if the broker does not say)."""
-        if topic in self._limits:
-            return self._limits[topic]
-        told = _topic_max_bytes(self.settings.source.client, topic)
-        if told is None:
-            return self._own_max  # not kept: asked again at the next batch (a topic just created may be unknown yet)
-        self._limits[topic] = min(self._own_max, told)
-        return self._limits[topic]
-
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""
         room = self.limit(letter.topic) - _size(None, None, letter.headers) - _FRAMING
@@ -256,6 +273,10 @@ class _Publisher:
         resolutions: dict[tuple[str, str], list[tuple[str, int, str, int]]] = defaultdict(list)
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         unread_topics: set[str] = set()
+        # The topics' sizes and limits asked before the transaction, whose timeout a slow answer would eat into.
+        for topic in {self.policy.replay_topic(row.spout) for row in rows} | {self.policy.dead_letter_topic}:
+            if self.partitions(topic):
+                self.limit(topic)
         self.producer.begin_transaction()
         try:
             for row in rows:
