@@ -504,6 +504,12 @@ class Spout:
 
     def _acker_delivery_failed(self, _partition: int, inits: list[Init], error: KafkaError) -> None:
         for message in inits:
+            if self.pending.get(message.msg_id) != message.anchor:
+                # Its tree is decided (the init was written after all: librdkafka reports a record it timed out
+                # as failed, though it may be in the log) or given up: sent again, the init would open a tree that
+                # nothing acks, nacked TIMEOUT, and its record replayed though done; failed, it would be a FAILED.
+                self._init_attempts.pop(message.anchor, None)
+                continue
             attempts = self._init_attempts.get(message.anchor, 1)
             if attempts < INIT_ATTEMPTS:
                 self._init_attempts[message.anchor] = attempts + 1

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from acker.config import ServiceConfig
 from acker.core.ids import partition_of
+from acker.core.messages import Init
 from acker.errors import ConfigError
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
 from acker.topics import all_topics, check_spout_name
@@ -75,6 +76,24 @@ def test_only_the_outcome_of_the_tree_pending_now_frees_its_room() -> None:
     spout.outcomes.values.append(encode_outcome_rows("s", [("ACK", 22, "t/0/5", 0)]))
     spout._read_outcomes()
     assert spout.pending == {} and spout.counters["acked"] == 1
+
+
+def test_an_init_reported_undelivered_after_its_tree_was_decided_is_neither_sent_again_nor_failed() -> None:
+    """librdkafka reports a record it timed out as failed, though it may have been written: the tree's outcome may
+    come first. Sent again then, the init opened a tree nothing acks (TIMEOUT, a replay of a done record), and its
+    third report published FAILED. Inits of trees still pending are sent again, as before."""
+    decided = encode_outcome_rows("s", [("ACK", 7, "t/0/1", 5)], acker_partition=3)
+    spout = _spout(_Outcomes(decided))
+    sent: list[Init] = []
+    spout.acker = SimpleNamespace(partitions=4, send=sent.append)
+    _pending(spout, "t/0/1", 7, 0.0)
+    _pending(spout, "t/0/2", 9, 0.0)
+    spout._read_outcomes()  # the first tree is acked: its init was written after all
+    timed_out = KafkaError(KafkaError._MSG_TIMED_OUT)
+    for _ in range(3):
+        spout._acker_delivery_failed(3, [Init(7, "s", "t/0/1", 3), Init(9, "s", "t/0/2", 4)], timed_out)
+    assert [m.anchor for m in sent] == [9, 9]  # the pending tree's, twice; then failed
+    assert spout._direct == [("FAILED", 9, "t/0/2", 0)]
 
 
 def test_an_unreadable_outcome_record_is_skipped() -> None:
