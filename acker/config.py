@@ -35,9 +35,13 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 # request. At 5 ms (librdkafka's default) each stage sent ~200 small requests a second. At 20 ms (Kafka Streams uses
 # 100) the word count sent a quarter (untracked) to two fifths (tracked) as many, the broker's CPU per word fell by
 # half or more, and the untracked pipeline ran a third faster (docs/benchmarks.md), for at most 15 ms more latency
-# per stage. delivery.report.only.error: the Python client still frees every message's state in poll, but calls
-# Python only for failures, the only reports the stages act on.
-STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20, "delivery.report.only.error": True}
+# per stage.
+STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
+# delivery.report.only.error, not a pass-through setting: the stages act on failed deliveries only, and report only
+# those (the Python client still frees every message's state in poll, but calls Python for failures alone); every
+# other producer of the project acts on successful ones too (the service commits its recovery offsets once its
+# outcomes are delivered, `acker wordcount produce` names the records it wrote, `acker dlq redrive` those re-driven).
+_ONLY_ERRORS = "delivery.report.only.error"
 
 # librdkafka's consumer-only settings (scope "C" in its CONFIGURATION.md) that users pass to every client: a producer
 # or an admin client given one ignores it with a warning (`without_consumer_settings` leaves them out).
@@ -177,8 +181,8 @@ class ServiceConfig:
     def producer(self, **overrides: Any) -> dict[str, Any]:
         """`client` for a producer: without the pass-through settings that only consumers read (`CONSUMER_ONLY`),
         which librdkafka would warn about in every producer (e.g. ``session.timeout.ms``, set for faster
-        failover)."""
-        return {**without_consumer_settings(self.client()), **overrides}
+        failover). Every delivery is reported (`_ONLY_ERRORS`)."""
+        return {**without_consumer_settings(self.client()), **overrides, _ONLY_ERRORS: False}
 
     def stream_consumer(self, defaults: Mapping[str, Any] | None = None, /, **overrides: Any) -> dict[str, Any]:
         """`client` for a consumer that streams a topic (the service, spouts, bolts, steps): `CONSUMER_DEFAULTS`,
@@ -203,8 +207,9 @@ class ServiceConfig:
     def stage_producer(self, **overrides: Any) -> dict[str, Any]:
         """`client` for the producer of a spout or a bolt: `STAGE_PRODUCER_DEFAULTS` first, so that the pass-through
         settings can change them, and idempotence always (a data message or an acker record written twice or out
-        of order would cancel an edge of the XOR ledger: its tree would time out and be replayed)."""
-        return {**STAGE_PRODUCER_DEFAULTS, **self.producer(**overrides), "enable.idempotence": True}
+        of order would cancel an edge of the XOR ledger: its tree would time out and be replayed). Failed
+        deliveries alone are reported (`_ONLY_ERRORS`)."""
+        return {**STAGE_PRODUCER_DEFAULTS, **self.producer(**overrides), _ONLY_ERRORS: True, "enable.idempotence": True}
 
     def redacted(self) -> dict[str, Any]:
         """The configuration as a dict that is safe to log."""

@@ -230,6 +230,16 @@ def test_stage_producers_linger_20_ms_unless_told_otherwise_and_are_always_idemp
     assert mine.stage_producer(**{"enable.idempotence": False})["enable.idempotence"] is True
 
 
+def test_only_the_stages_producers_report_failed_deliveries_alone_whatever_the_pass_through_says() -> None:
+    """Given to every producer, the stages' setting left the service's without success reports: it never committed
+    its recovery offsets, and `acker wordcount produce` named no record written."""
+    for said in ("true", "false"):
+        config = ServiceConfig(bootstrap_servers="b:9092", kafka={"delivery.report.only.error": said})
+        assert config.producer()["delivery.report.only.error"] is False
+        assert config.producer(**{"linger.ms": 1})["delivery.report.only.error"] is False
+        assert config.stage_producer()["delivery.report.only.error"] is True
+
+
 _CONSUMER_VALUES = {
     "group.id": "g", "group.instance.id": "i", "group.protocol": "classic", "group.remote.assignor": "uniform",
     "partition.assignment.strategy": "range", "auto.offset.reset": "earliest", "isolation.level": "read_committed",
