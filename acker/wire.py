@@ -136,6 +136,8 @@ def parse_batch(data: bytes) -> MessageBlock:
     sources = [(s["spout"], s["source"]) for s in record["sources"]]
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
+    if inits and init_offset.min() < -1:  # -1 is "no offset": below it, a message id would be misread as its source
+        raise WireError("bad-column", f"an init's offset is {int(init_offset.min())}: an offset is -1 (none) or more")
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
 
 

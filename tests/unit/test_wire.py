@@ -80,6 +80,15 @@ def test_a_hand_built_record_decodes() -> None:
             ),
             "bad-column",
         ),
+        (  # an offset below -1 ("none"): read as no offset, the message id would be the source alone
+            _raw(
+                kinds=bytes([0]),
+                init_sources=np.array([0], "<i4").tobytes(),
+                init_offsets=np.array([-5], "<i8").tobytes(),
+                sources=[{"spout": "s", "source": "t/0"}],
+            ),
+            "bad-column",
+        ),
     ],
 )
 def test_invalid_records_are_rejected_with_a_reason(data: bytes, reason: str) -> None:
