@@ -10,14 +10,18 @@ dead letter an operator sends back. Both carry the record's key, value and own h
     acker.replay.nack-reason  on a ``source-missing``, ``too-large``, ``no-replay-topic`` or ``unreadable-headers``
                               dead letter: the reason of the nack
     acker.replay.truncated    on a ``too-large`` dead letter: the size of the whole record (key, value, headers)
+    acker.replay.overloads    on a replay after OVERLOAD nacks: how many came in a row (the backoff grows with them)
     acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
     acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
     acker.replay.last         on a dead letter: the coordinates of the copy that failed last
     acker.replay.redriven     on a re-driven copy: the dead letter's coordinates
 
 Invariant: attempts count from the origin. A replayed copy that fails again is attempt n + 1 of the same origin;
-after ``max_attempts`` replays the next nack dead-letters it. A re-driven dead letter starts a new round (attempt
-0 on the copy, so its next nack is replay attempt 1).
+after ``max_attempts`` replays the next nack dead-letters it. An OVERLOAD nack is not an attempt: the acker refused
+to track the record's tree (its ``high_water``), which says nothing of the record; its copy keeps the attempt of the
+copy before, and waits longer with each overload in a row (`OVERLOADS`), so that a long overload neither
+dead-letters records that never failed nor brings them back every second. A re-driven dead letter starts a new
+round (attempt 0 on the copy, so its next nack is replay attempt 1).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ NOT_BEFORE = "acker.replay.not-before"
 LAST = "acker.replay.last"
 REDRIVEN = "acker.replay.redriven"
 NACK_REASON = "acker.replay.nack-reason"
+OVERLOADS = "acker.replay.overloads"
+OVERLOAD = "OVERLOAD"  # the nack of an init the acker refused under overload
 SOURCE_MISSING = "source-missing"
 TOO_LARGE = "too-large"
 NO_REPLAY_TOPIC = "no-replay-topic"
@@ -139,8 +145,14 @@ def decide(
         # the other spout's source; here the record starts its own round.
         previous, origin = None, msg_id
     previous_attempt = decimal(previous)
-    attempt = previous_attempt + 1 if previous_attempt is not None else 1
     kept = _own(headers)
+    if reason == OVERLOAD:  # not an attempt (see the module's invariant)
+        overloads = (decimal(text(headers, OVERLOADS)) or 0) + 1 if previous is not None else 1
+        not_before = now_ms + policy.backoff.delay_ms(overloads)
+        context = _context(origin, previous_attempt or 0, reason, spout)
+        copy = [*kept, *context, (OVERLOADS, str(overloads).encode()), (NOT_BEFORE, str(not_before).encode())]
+        return Decision(policy.replay_topic(spout), copy, REPLAYED)
+    attempt = previous_attempt + 1 if previous_attempt is not None else 1
     if attempt > policy.max_attempts:
         letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]
         return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)

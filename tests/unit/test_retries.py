@@ -15,6 +15,7 @@ from acker.retries import (
     NO_REPLAY_TOPIC,
     NOT_BEFORE,
     ORIGIN,
+    OVERLOADS,
     REASON,
     REDRIVEN,
     REPLAYED,
@@ -121,11 +122,34 @@ def test_every_nack_is_either_replayed_or_dead_lettered_never_beyond_max_attempt
     headers = [(ATTEMPT, str(previous).encode()), (ORIGIN, b"src/0/0")] if previous else []
     decision = decide(POLICY, "s", "x/0/5", reason, headers=headers, now_ms=NOW)
     attempt = int(dict(decision.headers)[ATTEMPT])  # type: ignore[arg-type]
-    if previous < POLICY.max_attempts:
+    if reason == "OVERLOAD":  # not an attempt: the record was not tried
+        assert (decision.resolution, attempt) == (REPLAYED, previous)
+    elif previous < POLICY.max_attempts:
         assert (decision.resolution, attempt) == (REPLAYED, previous + 1)
     else:
         assert (decision.resolution, attempt) == (DEAD_LETTERED, previous)
     assert dict(decision.headers)[ORIGIN] == (b"src/0/0" if previous else b"x/0/5")
+
+
+def test_overload_nacks_are_not_attempts_and_wait_longer_each_time_in_a_row() -> None:
+    """An overload that outlasted the backoff (1 + 2 + 4 + 8 + 16 s by default) dead-lettered records that had never
+    failed: an acker refusing to track a tree says nothing of its record."""
+    headers: HeaderList = []
+    delays = []
+    for n in range(8):
+        decision = decide(POLICY, "s", f"rp.s/0/{n}", "OVERLOAD", headers=headers, now_ms=NOW)
+        got = dict(decision.headers)
+        assert (decision.resolution, got[ATTEMPT], got[OVERLOADS], got[REASON]) == (
+            REPLAYED, b"0", str(n + 1).encode(), b"OVERLOAD"
+        )  # fmt: skip
+        delays.append(int(got[NOT_BEFORE] or b"0") - NOW)
+        headers = decision.headers
+    assert delays == [POLICY.backoff.delay_ms(n) for n in range(1, 9)]  # 100, 300, then the cap of 500
+    # A failure after them is attempt 1, with the usual delay; an overload after that starts its count again.
+    failed = decide(POLICY, "s", "rp.s/0/9", "FAILED", headers=headers, now_ms=NOW)
+    assert (dict(failed.headers)[ATTEMPT], OVERLOADS in dict(failed.headers)) == (b"1", False)
+    again = decide(POLICY, "s", "rp.s/0/10", "OVERLOAD", headers=failed.headers, now_ms=NOW)
+    assert (dict(again.headers)[ATTEMPT], dict(again.headers)[OVERLOADS]) == (b"1", b"1")
 
 
 def test_a_redriven_dead_letter_starts_a_new_round_at_attempt_0() -> None:
