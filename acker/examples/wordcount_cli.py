@@ -240,22 +240,31 @@ def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict
     return poll
 
 
-def _after_what_is_there(config: ServiceConfig, topic: str, watermark_group: str) -> int:
-    """Set the watermarks of a spout group of its own to the end of its source topic; return how many records that
-    passes. A run reads the sentences it writes: no commit job moves a watermark here, so a spout of the prefix's
-    group would read again every sentence written by the runs before it (and count their words again). Its own
-    group, never the prefix's: a pipeline of that prefix may be running (`docker/compose.yaml`), whose watermark
-    moved to the end would skip the sentences it has not finished."""
+def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_group: str) -> dict[str, int]:
+    """Set the watermarks of a spout group of its own to the end of the topics it reads (its source topic and its
+    replay topic, where they exist); return how many records that passes in each. A run reads the sentences it
+    writes: no commit job moves a watermark here, so a spout of the prefix's group would read again every sentence
+    written by the runs before it (and count their words again), and a new group every copy kept in the replay
+    topic, which pipelines of the default settings share. Its own group, never the prefix's: a pipeline of that
+    prefix may be running (`docker/compose.yaml`), whose watermark moved to the end would skip the sentences it has
+    not finished."""
     reader = Consumer(config.client(**{"group.id": watermark_group, "enable.auto.commit": False}))
     try:
-        ends = {(topic, p): log_bounds(reader, TopicPartition(topic, p))[1] for p in topic_partitions(reader, topic)}
+        ends = {
+            (topic, p): log_bounds(reader, TopicPartition(topic, p))[1]
+            for topic in topics
+            for p in topic_partitions(reader, topic)
+        }
     finally:
         reader.close()
     kafka = lookups(config.client())
     with kafka.lock:
         before = kafka.committed(watermark_group, list(ends))
         kafka.advance(watermark_group, ends)
-    return sum(max(0, end - max(before.get(tp, -1), 0)) for tp, end in ends.items())
+    passed = dict.fromkeys(topics, 0)
+    for (topic, p), end in ends.items():
+        passed[topic] += max(0, end - max(before.get((topic, p), -1), 0))
+    return passed
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -264,8 +273,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     watermarks = SpoutSettings(SPOUT, topics.sentences, topics.split, group=group).watermark_group
-    if skipped := _after_what_is_there(config, topics.sentences, watermarks):
-        print(f"{skipped} sentences written to {topics.sentences} before this run are not read", file=sys.stderr)
+    passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(SPOUT)], watermarks)
+    for topic, skipped in passed.items():
+        if skipped:
+            print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
     stages = Stages()
     try:
         stages.start("acker", stage_command(config, args.prefix, "acker"))
