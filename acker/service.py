@@ -48,6 +48,7 @@ from acker.kafka.acker_client import PARTITIONS_CHECK_S
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     READ_TO_SETTINGS,
+    TOO_LARGE,
     KafkaClientError,
     TopicSpec,
     consume_available,
@@ -111,7 +112,6 @@ _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
 TICK_REFUSED_AGAIN_MS = 5000  # a tick the producer refused at once (a partition it does not know yet) waits this
 RATE_WINDOW_S = 60.0  # the shortest window of a status's rates (two ticks when they are further apart)
 _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
-_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
 _TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_EXCEPTION})
@@ -514,7 +514,7 @@ class AckerService:
             return lambda: self._produce_outcome(part, then, to, alone=True)
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
-            too_large = error is not None and error.code() in _TOO_LARGE
+            too_large = error is not None and error.code() in TOO_LARGE
             if too_large and record is not None and not alone:
                 self._fallbacks.append(again(value, done))  # still in flight in the log
                 return
@@ -743,7 +743,7 @@ class AckerService:
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
             itself = alone or record is None  # refused for itself (a refusal at once is of the record alone)
-            if error is None or error.code() not in _TOO_LARGE or (itself and kept == 0):
+            if error is None or error.code() not in TOO_LARGE or (itself and kept == 0):
                 done(error, record)
                 return
             smaller = kept

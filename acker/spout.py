@@ -48,6 +48,7 @@ from acker.headers import HeaderList, Headers, decimal, read_headers
 from acker.kafka.acker_client import AckerClient, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
+    TOO_LARGE,
     KafkaClientError,
     TopicSpec,
     consume_available,
@@ -58,13 +59,14 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     readable,
+    refusal,
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
 from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
-from acker.wire import OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
+from acker.wire import OUTCOME_RECORD_MAX_BYTES, OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
 INIT_ATTEMPTS = 3
@@ -205,6 +207,7 @@ class Spout:
         self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
         self.counters: Counter[str] = Counter()
         self._direct: list[DirectRow] = []  # outcomes the spout decides itself
+        self._direct_rows = OUTCOMES_PER_RECORD  # a record's rows, halved when one is refused as too large
         self._init_attempts: dict[int, int] = {}
         self._paused = False
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
@@ -521,19 +524,33 @@ class Spout:
             self._direct.append(("FAILED", message.anchor, message.msg_id, 0))
 
     def _publish_direct(self) -> None:
-        """Publish the outcomes the spout decided itself, in records of at most `OUTCOMES_PER_RECORD` rows (rows
-        sent again after an outage must not add up to a record the broker refuses)."""
+        """Publish the outcomes the spout decided itself, in records of at most `OUTCOMES_PER_RECORD` rows and
+        `OUTCOME_RECORD_MAX_BYTES` (rows sent again after an outage must not add up to a record the broker refuses),
+        and fewer rows a record from the first one refused as too large (a producer's or topic's lower limit)."""
+        topic = self.config.outcome_topic(self.settings.name)
         while self._direct:
-            rows = self._direct[:OUTCOMES_PER_RECORD]
+            rows = self._direct[: self._direct_rows]
             value = encode_outcome_rows(self.settings.name, rows)
+            if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids
+                self._direct_rows = len(rows) // 2
+                continue
 
             def delivered(error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows) -> None:
                 if error is not None:  # published again at the next step: the watermark waits for these offsets
+                    if error.code() in TOO_LARGE:
+                        self._direct_rows = max(1, len(rows) // 2)
                     log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
                     self._direct.extend(rows)
 
-            topic = self.config.outcome_topic(self.settings.name)
-            produce(self.producer, topic, value, key=b"spout", on_delivery=delivered)
+            try:
+                produce(self.producer, topic, value, key=b"spout", on_delivery=delivered)
+            except KafkaException as refused:  # at once: too large for the producer, say (`KafkaClientError`: fatal)
+                error = refusal(refused)
+                if error.code() in TOO_LARGE and len(rows) > 1:
+                    self._direct_rows = len(rows) // 2
+                    continue
+                log.warning("outcomes the spout decided were refused (%s): sending them again later", error)
+                return
             del self._direct[: len(rows)]  # only once produce took them
 
     # -- assignment -----------------------------------------------------------------------------------------

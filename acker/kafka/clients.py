@@ -89,6 +89,8 @@ def ensure_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
 
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
+# A record refused as too large: by the producer (message.max.bytes) or by the broker (the topic's limit).
+TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
 def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float = 10.0) -> list[int]:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from acker.config import ServiceConfig
 from acker.core.ids import partition_of
@@ -17,7 +17,7 @@ from acker.core.messages import Init
 from acker.errors import ConfigError
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
 from acker.topics import all_topics, check_spout_name
-from acker.wire import encode_outcome_rows
+from acker.wire import OUTCOMES_PER_RECORD, decode_outcomes, encode_outcome_rows
 
 
 class _Outcomes:
@@ -94,6 +94,32 @@ def test_an_init_reported_undelivered_after_its_tree_was_decided_is_neither_sent
         spout._acker_delivery_failed(3, [Init(7, "s", "t/0/1", 3), Init(9, "s", "t/0/2", 4)], timed_out)
     assert [m.anchor for m in sent] == [9, 9]  # the pending tree's, twice; then failed
     assert spout._direct == [("FAILED", 9, "t/0/2", 0)]
+
+
+class _SmallRecords:
+    """A producer refusing at once the records above ``limit`` bytes, as librdkafka does above message.max.bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.values: list[bytes] = []
+
+    def produce(self, _topic: str, value: bytes, **_kwargs: Any) -> None:
+        if len(value) > self.limit:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        self.values.append(value)
+
+
+def test_the_spouts_own_outcomes_go_in_smaller_records_where_a_record_of_them_is_refused_as_too_large() -> None:
+    """16,384 outcome rows make a record of about 300 KB: a producer with a lower message.max.bytes refused it at
+    once, and the exception stopped the spout at every start, on the same rows."""
+    spout = _spout(_Outcomes())
+    spout.config, spout.settings = ServiceConfig(), SimpleNamespace(name="s")
+    spout.producer, spout._direct_rows = _SmallRecords(100_000), OUTCOMES_PER_RECORD
+    spout._direct = [("ACK", 0, f"topic/0/{offset}", 0) for offset in range(OUTCOMES_PER_RECORD)]
+    spout._publish_direct()
+    assert spout._direct == [] and len(spout.producer.values) > 1
+    published = [msg_id for value in spout.producer.values for msg_id in decode_outcomes(value).msg_ids]
+    assert published == [f"topic/0/{offset}" for offset in range(OUTCOMES_PER_RECORD)]  # each once, in order
 
 
 def test_an_unreadable_outcome_record_is_skipped() -> None:
