@@ -163,9 +163,9 @@ def decide(
 
 def unreadable_headers(policy: RetryPolicy, spout: str, msg_id: str, reason: str) -> Decision:
     """The dead letter standing for the nacked record ``msg_id``, whose headers cannot be read (a header name that is
-    not UTF-8, `acker.headers.read`): a copy without them would lose them, and its attempts cannot be read. Reason
-    ``unreadable-headers``, origin and attempt the nacked coordinates and 0 (as for ``source-missing``); the caller
-    keeps its key and value. The nacked coordinates say where the record lies whole."""
+    not UTF-8, `acker.headers.read_headers`): a copy without them would lose them, and its attempts cannot be read.
+    Reason ``unreadable-headers``, origin and attempt the nacked coordinates and 0 (as for ``source-missing``); the
+    caller keeps its key and value. The nacked coordinates say where the record lies whole."""
     letter = [*_context(msg_id, 0, UNREADABLE_HEADERS, spout), (NACK_REASON, reason.encode()), (LAST, msg_id.encode())]
     return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
 
@@ -183,9 +183,10 @@ def instead(
     """The dead letter standing for the nacked record ``msg_id`` where ``decision`` cannot be carried out (``why``,
     its reason): the replay headers (origin, the attempts made, spout, the last copy), the record's own unless not
     ``own``, the nack's reason, and ``extra``."""
-    dropped = (REASON, NACK_REASON, NOT_BEFORE, LAST)  # said again below, or of a replay not made
+    dropped = (REASON, NACK_REASON, NOT_BEFORE, LAST, OVERLOADS)  # said again below, or of a replay not made
     ours = [(k, v) for k, v in decision.headers if (own or k.startswith("acker.")) and k not in dropped]
-    if decision.resolution == REPLAYED:  # the replay it was to be was not made
+    # The replay it was to be was not made: its attempt was not either (an overload's copy counts none).
+    if decision.resolution == REPLAYED and text(decision.headers, REASON) != OVERLOAD:
         attempt = decimal(text(ours, ATTEMPT)) or 1
         ours = [(k, str(attempt - 1).encode() if k == ATTEMPT else v) for k, v in ours]
     letter = [*ours, (REASON, why.encode()), (NACK_REASON, reason.encode()), *(extra or []), (LAST, msg_id.encode())]

@@ -345,7 +345,8 @@ class Spout:
         except Exception as error:
             raised = True
             self.counters["emit_errors"] += 1
-            log.warning("the emit function raised on %s (%r): %s", msg_id, error, "failing it" if tree else "done")
+            log.warning("%s on %s (%r): %s", "unreadable headers" if unreadable else "the emit function raised",
+                        msg_id, error, "failing it" if tree else "done")  # fmt: skip
         finally:
             emitter.closed = True
         # A root whose produce raised (a value that is not bytes) counts: its edge is in the tree, and its fail was
@@ -538,7 +539,7 @@ class Spout:
             def delivered(error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows) -> None:
                 if error is not None:  # published again at the next step: the watermark waits for these offsets
                     if error.code() in TOO_LARGE:
-                        self._direct_rows = max(1, len(rows) // 2)
+                        self._direct_rows = min(self._direct_rows, max(1, len(rows) // 2))
                     log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
                     self._direct.extend(rows)
 
@@ -549,8 +550,7 @@ class Spout:
                 if error.code() in TOO_LARGE and len(rows) > 1:
                     self._direct_rows = len(rows) // 2
                     continue
-                log.warning("outcomes the spout decided were refused (%s): sending them again later", error)
-                return
+                raise  # another refusal stops the spout, as before (its records are read again at its restart)
             del self._direct[: len(rows)]  # only once produce took them
 
     # -- assignment -----------------------------------------------------------------------------------------

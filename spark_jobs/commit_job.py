@@ -204,6 +204,7 @@ class Marks:
         self._topic_ids: dict[str, str] = {}
         self._unstarted: set[str] = set()  # watermark groups found without a spout's starting commit (said once)
         self._stuck: dict[Key, tuple[int, float, bool]] = {}  # mark → (where it waits, since when, whether said)
+        self._missing_until: dict[str, float] = {}  # topics confirmed missing, until when that is trusted
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
@@ -282,7 +283,10 @@ class Marks:
         # Asked again a moment later: a broker's metadata may lag behind partitions just added, or not know a topic
         # for a moment (a broker just restarted, a stale replica): the marks dropped on one answer, and the offsets
         # done in this batch with them, which no later batch brings again.
-        unsure = sorted({topic for _, topic, _ in gone})
+        # A topic confirmed missing a little while ago is not confirmed again at every batch, while outcomes of it
+        # still come (the replay job's resolutions of its nacks), each waiting CONFIRM_S.
+        now = time.monotonic()
+        unsure = sorted({t for _, t, _ in gone if counts[t] or self._missing_until.get(t, 0.0) <= now})
         if unsure:
             time.sleep(CONFIRM_S)
             with self._kafka.lock:
@@ -293,6 +297,8 @@ class Marks:
                     ids.setdefault(topic, described[0])
                     if self._topic_ids.get(topic, described[0]) != described[0]:
                         again.add(topic)
+                elif described is None and not counts[topic]:
+                    self._missing_until[topic] = time.monotonic() + MISSING_TRUSTED_S
             gone = {key for key in gone if key[2] >= counts[key[1]]}
         for key in [key for key in marks if key in gone or key[1] in again]:
             mark = marks.pop(key)
@@ -425,6 +431,7 @@ class Marks:
 
 
 CONFIRM_S = 1.0  # a partition or topic found missing is looked for again after this, before its mark is dropped
+MISSING_TRUSTED_S = 60.0  # a topic found missing twice is taken as missing, without a second look, for this long
 STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 

@@ -152,6 +152,19 @@ def test_overload_nacks_are_not_attempts_and_wait_longer_each_time_in_a_row() ->
     assert (dict(again.headers)[ATTEMPT], dict(again.headers)[OVERLOADS]) == (b"1", b"1")
 
 
+def test_a_dead_letter_standing_for_an_overloads_copy_counts_the_attempts_made_before_it() -> None:
+    """An overload's copy is no attempt: a copy that cannot be made (too large, no replay topic) took one off the
+    attempts all the same, as if the copy had counted one."""
+    second = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/1"), (SPOUT, b"s")]
+    overload = decide(POLICY, "s", "rp.s/0/7", "OVERLOAD", headers=second, now_ms=NOW)
+    for letter in (unread(POLICY, overload, "rp.s/0/7", "OVERLOAD"),
+                   too_large(POLICY, overload, "rp.s/0/7", "OVERLOAD", 10**7)):  # fmt: skip
+        got = dict(letter.headers)
+        assert (got[ATTEMPT], OVERLOADS in got, got[NACK_REASON]) == (b"2", False, b"OVERLOAD")
+    failed = decide(POLICY, "s", "rp.s/0/7", "FAILED", headers=second, now_ms=NOW)
+    assert dict(unread(POLICY, failed, "rp.s/0/7", "FAILED").headers)[ATTEMPT] == b"2"  # attempt 3 was not made
+
+
 def test_a_redriven_dead_letter_starts_a_new_round_at_attempt_0() -> None:
     letter = decide(POLICY, "words", "rp.words/0/3", "FAILED", headers=[(ATTEMPT, b"3"), (ORIGIN, b"s/1/4")], now_ms=0)
     copy = redrive(POLICY, "acker.replay.dlq/0/12", letter.headers)

@@ -180,6 +180,22 @@ def test_a_topic_a_broker_does_not_know_for_a_moment_keeps_its_marks_and_the_bat
     assert marks.apply([_row(0, [100, 101])], batch_id=2) == {"a.acked": {("in", 0): 500}}
 
 
+def test_a_topic_confirmed_missing_is_not_confirmed_again_at_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outcomes of a deleted topic keep coming for a while (the replay job resolving its nacks): each batch waited
+    CONFIRM_S for a second look."""
+
+    class _Deleted(_Kafka):
+        def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
+            return dict.fromkeys(topics)
+
+    sleeps: list[float] = []
+    monkeypatch.setattr("spark_jobs.commit_job.time.sleep", sleeps.append)
+    marks = _marks(monkeypatch, _Deleted(), _Store({}))
+    for batch in range(1, 4):
+        assert marks.apply([_row(0, [batch])], batch_id=batch) == {}
+    assert sleeps == [commit_job.CONFIRM_S]
+
+
 def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A group coordinator loading: raised at once, the micro-batch failed and the job stopped."""
 
