@@ -6,6 +6,7 @@ Clients are created once per Python process (driver or Spark worker) and per con
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -31,6 +32,9 @@ from acker.kafka.clients import kafka_error, log_bounds
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
+# How long what one read saw of a partition answers `next_existing` without another read: records that existed may
+# be deleted meanwhile (retention, compaction), and a mark that waits on one asks again after `RECHECK_S` (60 s).
+SEEN_FOR_S = 10.0
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
 # A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
@@ -69,6 +73,9 @@ class KafkaLookups:
         self.lock = threading.Lock()
         self._gone: set[tuple[str, int]] = set()  # partitions found gone, said once
         self._silent: set[tuple[str, int]] = set()  # partitions Kafka did not answer about at the last question
+        # Per partition, what the last read of `next_existing` saw: from an offset to an end, the offsets of every
+        # record a read_committed consumer reads there, until when it answers (`SEEN_FOR_S`).
+        self._seen: dict[tuple[str, int], tuple[int, list[int], int, float]] = {}
 
     def close(self) -> None:
         """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
@@ -85,7 +92,18 @@ class KafkaLookups:
     def next_existing(self, topic: str, partition: int, offset: int) -> int | None:
         """The offset of the first record at or after ``offset`` that a read_committed consumer reads; None when
         Kafka cannot tell now (an open transaction holds the readable end at ``offset``, nothing written there yet, a
-        slow broker): the caller asks again later, and never skips an offset that might hold a record."""
+        slow broker): the caller asks again later, and never skips an offset that might hold a record.
+
+        A read takes what the broker hands over (up to a thousand records), not only the first record: the offsets
+        without records between those it saw (transaction markers, aborted records) answer the next questions about
+        that stretch for `SEEN_FOR_S`, without asking Kafka. A mark crossing a transactional partition stops at
+        every marker; each was a read of its own (a few milliseconds under the job's lock), more than a source
+        committing transactions many times a second leaves time for."""
+        seen = self._seen.get((topic, partition))
+        if seen is not None and seen[0] <= offset < seen[2] and time.monotonic() < seen[3]:
+            offsets, end = seen[1], seen[2]
+            at = bisect.bisect_left(offsets, offset)
+            return offsets[at] if at < len(offsets) else end  # no records in [offset, end): the readable end
         try:
             ends = self._ends(topic, partition)
         except KafkaException as error:  # no leader now (an election, a broker restarting), a timeout: asked again
@@ -100,7 +118,7 @@ class KafkaLookups:
         if offset >= high:
             return None
         try:
-            found = self._read(topic, partition, offset, offset)
+            found = self._read(topic, partition, offset, offset, whole_batch=True)
         except KafkaException as error:
             self._unanswered(topic, partition, f"offset {offset} ({error})")
             return None
@@ -108,6 +126,9 @@ class KafkaLookups:
             return None
         self._silent.discard((topic, partition))
         records, end = found
+        if end > offset:
+            offsets = [int(record.offset() or 0) for record in records]
+            self._seen[(topic, partition)] = (offset, offsets, end, time.monotonic() + SEEN_FOR_S)
         if records:
             return int(records[0].offset() or 0)
         return end if end > offset else None
@@ -210,11 +231,19 @@ class KafkaLookups:
         return found.error is None and partition not in found.partitions
 
     def _read(
-        self, topic: str, partition: int, first: int, last: int, keep: Container[int] | None = None
+        self,
+        topic: str,
+        partition: int,
+        first: int,
+        last: int,
+        keep: Container[int] | None = None,
+        *,
+        whole_batch: bool = False,
     ) -> tuple[list[Message], int] | None:
         """The records a read_committed consumer reads from ``first`` until it has passed ``last`` (or the readable
         end), only those at offsets in ``keep`` if given, and the position reached; None if Kafka gives nothing for
-        the lookup timeout (however long the whole read takes: a long stretch is read while records come)."""
+        the lookup timeout (however long the whole read takes: a long stretch is read while records come). With
+        ``whole_batch``, also the records after ``last`` that came with it (the position is after the last)."""
         self._consumer.assign([TopicPartition(topic, partition, first)])
         records: list[Message] = []
         deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
@@ -223,13 +252,21 @@ class KafkaLookups:
                 batch = self._consumer.consume(1000, timeout=0.5)
                 if batch:
                     deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
-                for record in batch:
+                for index, record in enumerate(batch):
                     error = record.error()
                     if error is None:
                         if keep is None or record.offset() in keep:
                             records.append(record)
                         if (record.offset() or 0) >= last:
-                            return records, (record.offset() or 0) + 1
+                            position = (record.offset() or 0) + 1
+                            if whole_batch:  # up to the first event (the end of the partition, an error), if any
+                                for later in batch[index + 1 :]:
+                                    if later.error() is not None:
+                                        break
+                                    if keep is None or later.offset() in keep:
+                                        records.append(later)
+                                    position = (later.offset() or 0) + 1
+                            return records, position
                     elif error.code() == KafkaError._PARTITION_EOF:
                         return records, int(record.offset() or 0)
                     else:

@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from acker.kafka import lookups
+from spark_jobs.watermark import PartitionMark
 
 
 def test_closing_all_lookups_closes_the_cached_clients_and_the_next_call_makes_new_ones() -> None:
@@ -68,6 +69,47 @@ def test_a_long_read_goes_on_while_records_come_and_keeps_only_the_offsets_wante
         assert [r.offset() for r in records] == [0, 500, 990] and end == 991
         kafka._consumer = _SlowConsumer(clock, 0)  # type: ignore[assignment]  # nothing comes: gives up
         assert kafka._read("t", 0, 0, 10) is None
+    finally:
+        kafka._consumer = real
+        kafka.close()
+
+
+class _TransactionalPartition:
+    """A consumer at the edge over a partition written in transactions of 9 records: offsets 9, 19, 29, ... are
+    the commit markers, which a consumer never reads; `consume` hands over up to 100 records at a time."""
+
+    def __init__(self, end: int) -> None:
+        self.end, self.position, self.reads = end, 0, 0
+
+    def get_watermark_offsets(self, _tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return 0, self.end
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.position, self.reads = partitions[0].offset, self.reads + 1
+
+    def unassign(self) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Record]:
+        offsets = [o for o in range(self.position, self.end) if o % 10 != 9][: min(100, num_messages)]
+        self.position = offsets[-1] + 1 if offsets else self.end
+        return [_Record(o) for o in offsets]
+
+
+def test_a_mark_crossing_transaction_markers_reads_each_stretch_once_not_once_per_marker() -> None:
+    """Each marker stopped the mark, and each stop was a read of its own under the job's lock: a source committing
+    transactions many times a second left the watermark further behind at every batch."""
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    real = kafka._consumer
+    try:
+        partition = _TransactionalPartition(1000)
+        kafka._consumer = partition  # type: ignore[assignment]
+        mark = PartitionMark(0)
+        mark.add([o for o in range(1000) if o % 10 != 9])  # every record done
+        assert mark.advance(lambda offset: kafka.next_existing("t", 0, offset)) == 999  # the last marker: the end
+        assert partition.reads <= 12  # a read per 100 records read (and the end), not one per marker (100)
+        assert kafka.next_existing("t", 0, 19) == 20  # answered from what was seen
+        assert kafka.next_existing("t", 0, 20) == 20
     finally:
         kafka._consumer = real
         kafka.close()
