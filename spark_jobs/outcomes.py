@@ -16,12 +16,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from acker.retries import DEAD_LETTERED, REPLAYED
+from acker.retries import DEAD_LETTERED, OVERLOAD, REPLAYED
 from acker.wire import MAGIC, OUTCOMES, VERSION
 
 OUTCOME_SCHEMA = files("acker.schemas").joinpath("outcome_batch.avsc").read_text("utf-8")
 PREFIX = MAGIC + OUTCOMES + bytes([VERSION])
-ACK, FAILED, TIMEOUT, OVERLOAD = "ACK", "FAILED", "TIMEOUT", "OVERLOAD"
+ACK, FAILED, TIMEOUT = "ACK", "FAILED", "TIMEOUT"
 NACKS = (FAILED, TIMEOUT, OVERLOAD)
 DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: processed, or handed on
 

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Container, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import (
     Consumer,
@@ -53,6 +53,16 @@ class WatermarkCommitError(AckerError):
         self.group, self.failures = group, failures
 
 
+class _Seen(NamedTuple):
+    """What a read of a partition saw: from ``first`` to ``end``, the offsets of every record a read_committed
+    consumer reads there (none at the others); it answers until ``until`` (`SEEN_FOR_S`)."""
+
+    first: int
+    offsets: list[int]
+    end: int
+    until: float
+
+
 class KafkaLookups:
     """Not thread-safe by itself; `lookups` hands out one per configuration, guarded by a lock."""
 
@@ -73,9 +83,7 @@ class KafkaLookups:
         self.lock = threading.Lock()
         self._gone: set[tuple[str, int]] = set()  # partitions found gone, said once
         self._silent: set[tuple[str, int]] = set()  # partitions Kafka did not answer about at the last question
-        # Per partition, what the last read of `next_existing` saw: from an offset to an end, the offsets of every
-        # record a read_committed consumer reads there, until when it answers (`SEEN_FOR_S`).
-        self._seen: dict[tuple[str, int], tuple[int, list[int], int, float]] = {}
+        self._seen: dict[tuple[str, int], _Seen] = {}  # per partition, what the last read of `next_existing` saw
 
     def close(self) -> None:
         """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
@@ -100,10 +108,9 @@ class KafkaLookups:
         every marker; each was a read of its own (a few milliseconds under the job's lock), more than a source
         committing transactions many times a second leaves time for."""
         seen = self._seen.get((topic, partition))
-        if seen is not None and seen[0] <= offset < seen[2] and time.monotonic() < seen[3]:
-            offsets, end = seen[1], seen[2]
-            at = bisect.bisect_left(offsets, offset)
-            return offsets[at] if at < len(offsets) else end  # no records in [offset, end): the readable end
+        if seen is not None and seen.first <= offset < seen.end and time.monotonic() < seen.until:
+            at = bisect.bisect_left(seen.offsets, offset)
+            return seen.offsets[at] if at < len(seen.offsets) else seen.end  # none in [offset, end): the readable end
         try:
             ends = self._ends(topic, partition)
         except KafkaException as error:  # no leader now (an election, a broker restarting), a timeout: asked again
@@ -128,7 +135,7 @@ class KafkaLookups:
         records, end = found
         if end > offset:
             offsets = [int(record.offset() or 0) for record in records]
-            self._seen[(topic, partition)] = (offset, offsets, end, time.monotonic() + SEEN_FOR_S)
+            self._seen[(topic, partition)] = _Seen(offset, offsets, end, time.monotonic() + SEEN_FOR_S)
         if records:
             return int(records[0].offset() or 0)
         return end if end > offset else None
