@@ -28,7 +28,9 @@ owner learns what was decided: the service reads back the outcomes published for
 until ``buckets`` ticks after the replay has passed the last record that decided one of them, as if tombstones of
 that tick. No outcome depends on that end being exact: a tree's messages after its tombstone expired open an entry
 without an init, which expires silently.
-So such a tree gets no second outcome, and the trees decided after the offset are not published twice either. What
+So such a tree gets no second outcome, and the trees decided after the offset are not published twice either. Those
+trees leave no tombstone in the new owner, so its own recovery offset is held at or before the record that decided
+the first of them until they are forgotten: a third owner is told of them as well (`recover`). What
 remains: an outcome decided just before a crash and not yet delivered is not read back, and its tree is decided
 again by the replay alone (a straddler there may get a different outcome); and an init-less entry that expired
 silently, straddling the offset, counts towards ``high_water`` for a different while. Such an entry (acks more than a
@@ -69,6 +71,7 @@ class PartitionState:
 
     __slots__ = (
         "_decided_expiry",
+        "_decided_since",
         "_decided_until",
         "_tick_written_at",
         "applied_ticks",
@@ -98,15 +101,24 @@ class PartitionState:
         self.ignored_ticks = 0
         self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
         self._decided_until: int | None = None  # offset of the last record that decided a tree given to `recover`
+        self._decided_since: int | None = None  # of the first; while those trees are known, not past it (`recover`)
         self._decided_expiry: int | None = None  # the tick count at which those trees are forgotten
 
-    def recover(self, decided: np.ndarray, until: int) -> None:
+    def recover(self, decided: np.ndarray, until: int, since: int) -> None:
         """Before the first record: the anchors of the trees a previous owner decided (and published) after the
-        offset this replay starts from, the last of them decided by the record at ``until``."""
+        offset this replay starts from, the first of them decided by the record at ``since``, the last by the one at
+        ``until``.
+
+        They hold no tombstone here, so nothing else holds the recovery offset at or before ``since`` while their
+        messages are late: it is held there until they are forgotten, so that the next owner is told of them too (it
+        reads back the outcomes decided from its replay's start). Otherwise a message of theirs that the previous
+        owner would have taken as late, after the offset committed here (an init sent again by a spout whose
+        delivery report said failed, though the record was written), would open a new tree there: timed out, a
+        spurious replay."""
         assert self.position is None, "recover before replaying"
         if len(decided):
             self.tracker.set_decided(decided)
-            self._decided_until = until
+            self._decided_until, self._decided_since = until, since
 
     def apply(self, offset: int, timestamp_ms: int, block: MessageBlock) -> OutcomeBlock:
         """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
@@ -149,7 +161,7 @@ class PartitionState:
             self._decided_until = None
         if self._decided_expiry is not None and self.tracker.tick_count >= self._decided_expiry:
             self.tracker.clear_decided()
-            self._decided_expiry = None
+            self._decided_expiry = self._decided_since = None
         return outcomes
 
     def skip(self, offset: int) -> None:
@@ -198,6 +210,8 @@ class PartitionState:
         if self.position is None:
             return None
         needed = self.tracker.oldest_needed(self.position)
+        if self._decided_since is not None:
+            needed = min(needed, self._decided_since)
         ticks = self.applied_ticks
         while len(ticks) > 1 and ticks[1] <= needed:
             ticks.popleft()  # older ticks can no longer anchor a replay

@@ -985,7 +985,7 @@ class AckerService:
             try:
                 reader = self._reading_consumer()
                 decided = read_decided(reader, TopicPartition(self.config.acker_topic, partition), starts[partition])
-                state.recover(decided.anchors, decided.until)
+                state.recover(decided.anchors, decided.until, decided.since)
                 with self._lock:
                     self._outcome_logs[partition] = decided.log
                 log.info("partition %d: %d trees decided after the committed offset", partition, len(decided.anchors))

@@ -19,7 +19,8 @@ log = logging.getLogger("acker.decided")
 @dataclass(frozen=True)
 class Decided:
     anchors: np.ndarray  # int64: the trees decided
-    until: int  # acker offset of the record that decided the last of them (-1: none)
+    since: int  # acker offset of the record that decided the first of them (-1: none)
+    until: int  # of the record that decided the last of them (-1: none)
     log: OutcomeLog  # the records read, as the new owner's own log: its commits must cover them too
 
 
@@ -76,4 +77,5 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
     for k in kept:
         outcome_log.delivered(k.topic, k.partition, k.offset, k.acker_offset)
     found = np.concatenate([k.anchors for k in kept]) if kept else np.zeros(0, np.int64)
-    return Decided(found, max((k.acker_offset for k in kept), default=-1), outcome_log)
+    offsets = [k.acker_offset for k in kept]
+    return Decided(found, min(offsets, default=-1), max(offsets, default=-1), outcome_log)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind, RecordSpans
-from acker.core import TICK, Ack, Init, Message, Nacked, ResetTimeout, TrackerConfig
+from acker.core import TICK, Ack, Acked, Init, Message, Nacked, ResetTimeout, TrackerConfig
 from acker.partition import NO_TICK, PartitionState, encode_tick
 from acker.wire import decode_batch
 from tests.strategies import raw_messages, tracker_configs
@@ -200,7 +200,7 @@ def test_a_replay_told_what_was_decided_gives_a_tree_cut_in_two_no_second_outcom
     def replay(told: bool) -> list[tuple[int, object]]:
         state = _state()
         if told:  # what the service reads back: outcomes published for decisions after the offset
-            state.recover(np.array([a for a, (at, _) in decided.items() if at >= start], np.int64), until=4)
+            state.recover(np.array([a for a, (at, _) in decided.items() if at >= start], np.int64), until=4, since=4)
         return [(offset, o) for offset, block in log[start:] for o in state.apply(offset, 0, block).to_outcomes()]
 
     rest = [(offset, o) for offset, block in log[9:] for o in original.apply(offset, 0, block).to_outcomes()]
@@ -301,3 +301,46 @@ def test_outcomes_point_at_the_deciding_message_in_the_block_given_ignored_ticks
     decided = state.apply_records(block, spans)  # two strays from a second writer, then the ack
     assert state.ignored_ticks == 2
     assert decided.index.tolist() == [2] and int(spans.offsets[spans.record_of(2)]) == 14  # the service's decided-by
+
+
+def test_a_second_failover_still_knows_the_trees_the_first_one_was_told_of() -> None:
+    """Tree 10 is acked (offset 2); its init arrives again (offset 4: a delivery reported failed though the record
+    was written, sent again by the spout) while its tombstone lives. An owner that took over at offset 3 was told
+    tree 10 was decided, and holds no tombstone of it: its recovery offset must not pass the record that decided it,
+    or a third owner, replaying from there and told only of trees decided after, opens the copy as a new tree and
+    times it out, a spurious replay."""
+    log = list(
+        enumerate(
+            [
+                _tick(NO_TICK),
+                MessageBlock.from_messages([Init(10, "s", "t/0/1", 7)]),
+                MessageBlock.from_messages([Ack(10, 7)]),  # tree 10 acked, by the record at offset 2
+                _tick(0),
+                MessageBlock.from_messages([Init(10, "s", "t/0/1", 7)]),  # the copy: late, tree 10 is a tombstone
+                _tick(3),
+                _tick(5),
+                _tick(6),
+            ]
+        )
+    )
+    original = _state()
+    decided_at = {}
+    for offset, block in log:
+        for outcome in original.apply(offset, 0, block).to_outcomes():
+            decided_at[outcome.anchor] = offset
+    assert decided_at == {10: 2}  # without a crash: acked once, the copy is late
+
+    def owner(start: int, stop: int) -> tuple[PartitionState, list[Acked | Nacked]]:
+        """An owner replaying from ``start``, told of the trees decided from there on, stopping at ``stop``."""
+        told = {a: at for a, at in decided_at.items() if at >= start}
+        state = _state()
+        if told:
+            state.recover(np.array(list(told), np.int64), until=max(told.values()), since=min(told.values()))
+        outcomes = [o for offset, block in log[start:stop] for o in state.apply(offset, 0, block).to_outcomes()]
+        return state, outcomes
+
+    first, _ = owner(0, 3)
+    second, again = owner(first.recovery_offset() or 0, 4)
+    assert again == []
+    _, after = owner(second.recovery_offset() or 0, len(log))
+    assert [o for o in after if o.anchor == 10] == []
