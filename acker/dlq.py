@@ -15,6 +15,7 @@ run sends the chosen records once more (see ``--dry-run``).
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from acker.retries import (
     REASON,
     SPOUT,
     Decision,
+    NotRedrivableError,
     RetryPolicy,
     origin_partition,
     redrive,
@@ -178,6 +180,21 @@ def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None
     """Where each letter would go (`acker.retries.redrive`); `NotRedrivableError` for a letter that cannot."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
     return [redrive(policy, letter.coordinates, letter.headers, spout) for letter in letters]
+
+
+def plan_those_that_can(
+    config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None
+) -> tuple[list[DeadLetter], list[Decision], Counter[str]]:
+    """`plan` for the letters that can go back (and their decisions); the others are counted by why not."""
+    policy = RetryPolicy(replay_prefix=config.replay_prefix)
+    going, decisions, refused = [], [], Counter[str]()
+    for letter in letters:
+        try:
+            decisions.append(redrive(policy, letter.coordinates, letter.headers, spout))
+            going.append(letter)
+        except NotRedrivableError as error:
+            refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
+    return going, decisions, refused
 
 
 def target_partitions(config: ServiceConfig, decisions: list[Decision]) -> dict[str, int]:

@@ -14,10 +14,19 @@ import acker.dlq
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import table_console
-from acker.dlq import DeadLetter, DlqError, parse_coordinates, plan, preview, read, send, target_partitions
+from acker.dlq import (
+    DeadLetter,
+    DlqError,
+    parse_coordinates,
+    plan,
+    plan_those_that_can,
+    preview,
+    read,
+    send,
+    target_partitions,
+)
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, partition_count
-from acker.retries import NO_DATA
 from acker.topics import check_spout_name
 
 
@@ -102,13 +111,14 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
         check_spout_name(config, args.spout)
     letters = _chosen(args, config)
-    if args.all:  # records gone before they could be replayed, or kept in part: left where they are, and said so
-        for reason in NO_DATA:
-            skipped = sum(letter.reason == reason for letter in letters)
-            if skipped:
-                print(f"{skipped} record(s) skipped: {reason}, no whole record to re-drive")
-        letters = [letter for letter in letters if letter.reason not in NO_DATA]
-    decisions = plan(config, letters, args.spout)  # refuses the whole set if one letter cannot go back
+    if args.all:
+        # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there
+        # by hand, or before a fix): left where they are, and said so. One of them must not hold back the others.
+        letters, decisions, refused = plan_those_that_can(config, letters, args.spout)
+        for why, count in sorted(refused.items()):
+            print(f"{count} record(s) skipped: {why}")
+    else:
+        decisions = plan(config, letters, args.spout)  # named: refused as a whole if one cannot go back
     if args.dry_run:
         target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]
@@ -154,6 +164,8 @@ def add_parser(sub: Any) -> None:
         "redrive", "send chosen dead letters back to their spout's replay topic for a new round of replays", cmd_redrive
     )
     redrive.add_argument("places", nargs="*", metavar="PLACE", help=PLACE_HELP)
-    redrive.add_argument("--all", action="store_true", help="every record of the topic")
+    redrive.add_argument(
+        "--all", action="store_true", help="every record of the topic (those that cannot go back: skipped, counted)"
+    )
     redrive.add_argument("--spout", default=None, help="send them to this spout's replay topic instead")
     redrive.add_argument("--dry-run", action="store_true", help="print where each would go, send nothing")

@@ -110,6 +110,22 @@ def test_redrive_sends_the_record_back_to_its_spout_as_a_new_round(
     assert consumer_view[REDRIVEN] == f"{letters.replay_dlq_topic}/0/0".encode()
 
 
+def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One record there that is not the replay job's (produced by hand, say) refused the whole set."""
+    producer = Producer(letters.client())
+    produce(producer, letters.replay_dlq_topic, b"by hand", headers=[("app", b"x")])
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "--all") == 0
+    out = capsys.readouterr().out
+    assert "1 record(s) skipped: has no acker.replay.origin header" in out and "2 record(s) re-driven" in out
+    replayed = read_partition(letters, letters.replay_topic("sp"), 0) + read_partition(
+        letters, letters.replay_topic("sp"), 1
+    )
+    assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1"]
+
+
 def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     config: ServiceConfig, letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -126,8 +142,11 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert _dlq(config, "list", "--json", "--topic", config.dlq_topic) == 0
     row = json.loads(capsys.readouterr().out.splitlines()[0])
     assert (row["reason"], row["origin"]) == ("bad-magic", f"{config.acker_topic}/0/0")
-    assert _dlq(config, "redrive", "--all", "--topic", config.dlq_topic) == 2
+    assert _dlq(config, "redrive", "0/0", "--topic", config.dlq_topic) == 2  # named: refused
     assert "no acker.replay.origin header" in capsys.readouterr().err
+    assert _dlq(config, "redrive", "--all", "--topic", config.dlq_topic) == 0  # all: skipped, and said so
+    out = capsys.readouterr().out
+    assert "1 record(s) skipped: has no acker.replay.origin header" in out and "0 record(s) re-driven" in out
     assert _dlq(letters, "show", "0/99") == 2
     assert f"no record at {letters.replay_dlq_topic}/0/99" in capsys.readouterr().err
     assert _dlq(letters, "list", "--json", "--topic", "no-such-topic") == 0  # none yet, as on a fresh install
