@@ -180,19 +180,30 @@ def run_until_signalled(runnable: Runnable) -> int:
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    from acker.kafka.clients import create_topics, partition_count
+    from acker.kafka.clients import TopicsNotCreatedError, create_topics, partition_count
     from acker.topics import all_topics
 
     config = _service_config(args)
     specs = all_topics(config, args.spout)
-    created = set(create_topics(config.client(), specs))
+    failure: TopicsNotCreatedError | None = None
+    try:
+        created = set(create_topics(config.client(), specs))
+    except TopicsNotCreatedError as error:  # the others were made (or existed): say which, then fail
+        failure, created = error, set(error.created)
     for spec in specs:
         if spec.name in created:
             print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
-            continue
-        count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
-        differs = f" (not {spec.partitions}: an existing topic is left as it is)" if count != spec.partitions else ""
-        print(f"{spec.name}\t{count} partition(s)\texists{differs}")
+        elif failure is not None and spec.name in failure.failed:
+            cause = failure.failed[spec.name]
+            print(f"{spec.name}\t-\tnot created: {cause.str() if cause is not None else 'no answer in time'}")
+        else:
+            count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
+            differs = (
+                f" (not {spec.partitions}: an existing topic is left as it is)" if count != spec.partitions else ""
+            )
+            print(f"{spec.name}\t{count} partition(s)\texists{differs}")
+    if failure is not None:
+        raise failure
     return 0
 
 

@@ -5,6 +5,7 @@ Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkaf
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -21,10 +22,26 @@ from acker.errors import AckerError
 class KafkaClientError(AckerError):
     """A Kafka operation that failed; ``code`` and ``name`` are librdkafka's."""
 
-    def __init__(self, what: str, error: KafkaError | None) -> None:
+    def __init__(self, what: str, error: KafkaError | None, more: str = "") -> None:
         self.code = error.code() if error is not None else None
         self.name = error.name() if error is not None else "UNKNOWN"
-        super().__init__(f"{what}: {self.name}: {error.str() if error is not None else 'no detail'}")
+        super().__init__(f"{what}: {self.name}: {error.str() if error is not None else 'no detail'}{more}")
+
+
+class TopicsNotCreatedError(KafkaClientError):
+    """Topics that could not be created (each with its error; None: no answer in time), and those that were: the
+    request for all of them was sent, and one topic's failure does not undo the others'."""
+
+    def __init__(self, failed: dict[str, KafkaError | None], created: list[str]) -> None:
+        self.failed, self.created = failed, created
+        (first, error), *others = failed.items()
+        more = "".join(f"; creating topic {name}: {_said(other)}" for name, other in others)
+        more += f" (created: {', '.join(created)})" if created else " (none created)"
+        super().__init__(f"creating topic {first}", error, more)
+
+
+def _said(error: KafkaError | None) -> str:
+    return f"{error.name()}: {error.str()}" if error is not None else "no answer in time"
 
 
 def kafka_error(error: KafkaException) -> KafkaError | None:
@@ -56,7 +73,8 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
-    created = []
+    created: list[str] = []
+    failed: dict[str, KafkaError | None] = {}
     deadline = time.monotonic() + timeout_s
     for name, future in futures.items():
         while not future.done() and time.monotonic() < deadline:
@@ -66,9 +84,12 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
             created.append(name)
         except KafkaException as error:
             cause = kafka_error(error)
-            if cause is not None and cause.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            raise KafkaClientError(f"creating topic {name}", cause) from None
+            if cause is None or cause.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                failed[name] = cause
+        except concurrent.futures.TimeoutError:
+            failed[name] = None
+    if failed:  # every answer waited for first: those created are said too
+        raise TopicsNotCreatedError(failed, created)
     return created
 
 
