@@ -11,6 +11,12 @@ Storm's reliability API over Kafka. Each input message carries its tree ids in t
   ``reset_timeout`` may be called later, from later calls of the function. If the function raises, the input is
   failed unless it was acked or failed already (inputs held from earlier calls are the function's to settle).
 
+Records that leave the pipeline (a sink's output: no stage reads and acks them) are written with ``write`` in
+either mode, anchored as ``emit`` would: their trees complete only once they are written. They go without the
+anchor header through a second producer, made on the first such record, that reports every delivery: a delivery
+report acks the record's edges, a failed one fails its trees. An unanchored ``emit`` is not part of any tree: if it
+cannot be written, the source record is acked all the same.
+
 In either mode an exception from the function is counted (``errors``) and does not stop the bolt: a record that
 always raises is failed at every replay until the replay job dead-letters it, rather than crash-looping the stage.
 A `ProtocolError` from an explicit bolt's function (acking an input twice, anchoring to a settled one) is a bug in the
@@ -85,6 +91,19 @@ class Collector:
         ids = anchored([a.tuple for a in anchors]) if anchors else UNTRACKED
         self._bolt._produce_child(topic, value, key, headers, ids)
 
+    def write(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        anchors: Sequence[BoltInput] = (),
+    ) -> None:
+        """Write a record out of the pipeline (a sink's output, which no stage reads and acks): anchored to
+        ``anchors``, whose trees complete only once it is written (see the module's note)."""
+        ids = anchored([a.tuple for a in anchors]) if anchors else UNTRACKED
+        self._bolt._write(topic, value, key, headers, ids)
+
     def ack(self, message: BoltInput) -> None:
         self._bolt.acker.send_acks(message.tuple.ack_values())
         self._bolt.counters["acked"] += 1
@@ -104,13 +123,19 @@ class BasicCollector:
     later (a collector kept for a callback) would be lost; it raises `ProtocolError` instead."""
 
     def __init__(self) -> None:
-        self.children: list[tuple[str, bytes | None, bytes | None, Headers | None]] = []
+        self.children: list[tuple[str, bytes | None, bytes | None, Headers | None, bool]] = []  # ..., written out
         self.closed = False
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         if self.closed:
             raise ProtocolError("a basic bolt emits while its function runs: the input was acked when it returned")
-        self.children.append((topic, value, key, headers))
+        self.children.append((topic, value, key, headers, False))
+
+    def write(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
+        """`Collector.write`: a record out of the pipeline; the input's trees complete once it is written."""
+        if self.closed:
+            raise ProtocolError("a basic bolt writes while its function runs: the input was acked when it returned")
+        self.children.append((topic, value, key, headers, True))
 
 
 BasicFunction = Callable[[BoltInput, BasicCollector], None]
@@ -139,6 +164,7 @@ class Bolt:
         self._processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> the offset after the last processed
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer())
+        self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,
@@ -181,6 +207,8 @@ class Bolt:
         for record in records:
             if readable(record, log, "consumer"):
                 self._process(record)
+        if self._sink is not None:
+            self._sink.poll(0)  # its delivery reports ack what was written
         self.acker.poll()
         if time.monotonic() >= self._next_commit:
             self._commit()
@@ -232,8 +260,8 @@ class Bolt:
         finally:
             collector.closed = True
         try:
-            for to, value, key, child_headers in collector.children:
-                self._produce_child(to, value, key, child_headers, anchored([message.tuple]))
+            for to, value, key, child_headers, out in collector.children:
+                (self._write if out else self._produce_child)(to, value, key, child_headers, anchored([message.tuple]))
         except Exception as error:  # a child the client does not take (a value that is not bytes): as if it raised
             self._raised(message, error)
             self._collector.fail(message)
@@ -250,6 +278,17 @@ class Bolt:
         self.acker.produce_anchored(topic, value, key, headers, ids, on_failure=self._child_failed)
         self.counters["emitted"] += 1
 
+    def _write(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
+    ) -> None:
+        if not ids.tracked:  # untracked: nothing to ack, the stage's own producer
+            self._produce_child(topic, value, key, headers, ids)
+            return
+        if self._sink is None:
+            self._sink = Producer(self.config.sink_producer())
+        self.acker.produce_written(topic, value, key, headers, ids, producer=self._sink, on_failure=self._child_failed)
+        self.counters["written"] += 1
+
     def _child_failed(self, _error: KafkaError) -> None:
         self.counters["child_delivery_failures"] += 1
 
@@ -262,7 +301,7 @@ class Bolt:
         """Commit the offsets after the processed inputs, once everything produced for them is delivered."""
         self._next_commit = time.monotonic() + self.commit_interval_s
         self._trouble.check(self.counters)
-        if self.acker.flush(30) or self.producer.flush(30):
+        if (self._sink is not None and self._sink.flush(30)) or self.acker.flush(30) or self.producer.flush(30):
             log.warning("undelivered messages: input offsets not committed")
             return
         if not self._processed:

@@ -211,6 +211,11 @@ class ServiceConfig:
         deliveries alone are reported (`_ONLY_ERRORS`)."""
         return {**STAGE_PRODUCER_DEFAULTS, **self.producer(**overrides), _ONLY_ERRORS: True, "enable.idempotence": True}
 
+    def sink_producer(self, **overrides: Any) -> dict[str, Any]:
+        """`stage_producer`, reporting every delivery: for the records a bolt writes out of the pipeline, each of
+        which is acked in its trees when its delivery is reported (`acker.bolt`)."""
+        return {**self.stage_producer(**overrides), _ONLY_ERRORS: False}
+
     def redacted(self) -> dict[str, Any]:
         """The configuration as a dict that is safe to log."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kafka"}

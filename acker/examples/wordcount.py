@@ -1,7 +1,7 @@
 """Storm's streaming word count over Kafka: sentences → spout → split → count, each stage its own process(es).
 
     <prefix>.sentences  --spout "sentences"-->  <prefix>.split  --split bolt-->  <prefix>.words (key = word)
-                        --count bolt-->  <prefix>.counts (running count per word, unanchored: the sink)
+                        --count bolt-->  <prefix>.counts (running count per word, written out: the sink)
 
 The words topic is keyed by word, so every count of a word lands on one partition and one count-bolt process:
 Storm's fields grouping. Failure injection, for demos and tests:
@@ -177,7 +177,8 @@ def count_function(
             return  # dropped silently: never acked, the tree times out
         counts[word] += 1
         headers = _trace(message) if trace else None
-        collector.emit(topics.counts, str(counts[word]).encode(), key=word, headers=headers)  # unanchored: the sink
+        # The sink: the word's tree completes once its count is written (a count that cannot be written fails it).
+        collector.write(topics.counts, str(counts[word]).encode(), key=word, headers=headers, anchors=[message])
         collector.ack(message)
 
     return count

@@ -33,8 +33,8 @@ from confluent_kafka import Message as KafkaMessage
 from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
-from acker.core.tuple_tree import TupleIds
-from acker.headers import Headers, with_ids
+from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.headers import HeaderList, Headers, with_ids
 from acker.kafka.clients import produce, refusal, topic_partitions
 from acker.wire import encode_batch
 
@@ -232,21 +232,69 @@ class AckerClient:
 
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
             if error is not None:
-                trees = f"failing its {len(ids.edges)} tree(s)" if ids.tracked else "unanchored: no tree to fail"
-                log.warning("a data message to %s could not be delivered (%s): %s", topic, error, trees)
-                for anchor, _ in ids.edges:
-                    self.send(Fail(anchor))
-                if on_failure is not None:
-                    on_failure(error)
+                self._undelivered(topic, ids, error, on_failure)
 
+        self._produce(
+            self.producer, topic, value, key=key, headers=with_ids(headers, ids), ids=ids, delivered=delivered
+        )
+
+    def produce_written(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers | None,
+        ids: TupleIds,
+        *,
+        producer: Producer,
+        on_failure: Callable[[KafkaError], None] | None = None,
+    ) -> None:
+        """Send a record that leaves the pipeline (no stage reads and acks it: a sink's output), as a child of the
+        trees ``ids``, which complete only once it is written: its delivery report acks its edges, or fails its trees.
+        Without the anchor header (nothing downstream acks it), through ``producer``, which must report successful
+        deliveries (`ServiceConfig.sink_producer`)."""
+
+        def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
+            if error is None:
+                self.send_acks(ids.edges)
+            else:
+                self._undelivered(topic, ids, error, on_failure)
+
+        self._produce(
+            producer, topic, value, key=key, headers=with_ids(headers, UNTRACKED), ids=ids, delivered=delivered
+        )
+
+    def _produce(
+        self,
+        producer: Producer,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: HeaderList,
+        ids: TupleIds,
+        delivered: Callable[[KafkaError | None, KafkaMessage], None],
+    ) -> None:
         try:
-            produce(self.producer, topic, value, key=key, headers=with_ids(headers, ids), on_delivery=delivered)
+            produce(producer, topic, value, key=key, headers=headers, on_delivery=delivered)
         except KafkaException as refused:
             delivered(refusal(refused), None)  # type: ignore[arg-type]
         except Exception:  # not a message (a value that is not bytes): the caller's error, raised to it. Its edge is
             for anchor, _ in ids.edges:  # already in its trees, and no message carries it: they could never complete
                 self._queue(Fail(anchor))
             raise
+
+    def _undelivered(
+        self, topic: str, ids: TupleIds, error: KafkaError, on_failure: Callable[[KafkaError], None] | None
+    ) -> None:
+        """A message of the trees ``ids`` that could not be delivered (librdkafka has retried it): they fail at once,
+        so that the source records are replayed without waiting for the timeout."""
+        trees = f"failing its {len(ids.edges)} tree(s)" if ids.tracked else "unanchored: no tree to fail"
+        log.warning("a data message to %s could not be delivered (%s): %s", topic, error, trees)
+        for anchor, _ in ids.edges:
+            self.send(Fail(anchor))
+        if on_failure is not None:
+            on_failure(error)
 
     def poll(self) -> None:
         """Send the batches whose linger has passed, and serve delivery reports."""

@@ -440,6 +440,40 @@ def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: Servic
     assert spout.counters["data_delivery_failures"] == 1 and relay_bolt.counters["child_delivery_failures"] == 1
 
 
+def test_a_count_the_sink_cannot_write_fails_its_sentence(config: ServiceConfig) -> None:
+    """The count bolt wrote its counts unanchored and acked the word at once: a count the broker refused was lost
+    with its sentence acked (and its source offset committed past). Written with `Collector.write`, the word's tree
+    waits for the count's delivery report, and a refused count fails it."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
+    topics = Topics(prefix=f"wc-{uuid.uuid4().hex[:8]}")
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words)])
+    create_topics(config.client(), [TopicSpec(topics.counts, 1, config={"max.message.bytes": "1024"})])
+    counts: Counter[bytes] = Counter()
+    count_bolt = Bolt(config, topics.words, f"count-{topics.prefix}", count_function(topics, counts), basic=False)
+    stages = [
+        ServiceThread(config),
+        Running(Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))),
+        Running(Bolt(config, topics.split, f"split-{topics.prefix}", split_function(topics))),
+        Running(count_bolt),
+    ]
+    reader = OutcomeReader(config, [SPOUT])
+    long_word = b"w" * 2048  # its count's key: a record the counts topic refuses
+    try:
+        [refused] = _produce(config, topics.sentences, [b"a " + long_word])
+        reader.wait_for([refused], timeout_s=60)
+        written = _produce(config, topics.sentences, [b"a short one", b"and another"])
+        reader.wait_for(written, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert reader.seen[refused] == ["FAILED"]
+    assert {m: reader.seen[m] for m in written} == {m: ["ACK"] for m in written}
+    # The count of "a" may share the refused batch (the broker refuses a batch whole): 1 or 2 failures.
+    assert count_bolt.counters["child_delivery_failures"] in {1, 2} and count_bolt.counters["written"] == 7
+    assert counts[long_word] == 1  # counted, not written: the sentence is replayed (at-least-once)
+
+
 def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_on(
     config: ServiceConfig, topics: Topics
 ) -> None:
