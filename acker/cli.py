@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
 
@@ -23,6 +23,9 @@ from acker.config import ServiceConfig, add_arguments, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError
+
+if TYPE_CHECKING:
+    from acker.kafka.clients import TopicSpec
 from acker.help_text import prose
 from acker.kafka.clients import kafka_error
 
@@ -198,13 +201,29 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
             print(f"{spec.name}\t-\tnot created: {cause.str() if cause is not None else 'no answer in time'}")
         else:
             count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
-            differs = (
-                f" (not {spec.partitions}: an existing topic is left as it is)" if count != spec.partitions else ""
-            )
-            print(f"{spec.name}\t{count} partition(s)\texists{differs}")
+            differs = [f"not {spec.partitions}"] if count != spec.partitions else []
+            differs += _config_differences(config, spec)
+            left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
+            print(f"{spec.name}\t{count} partition(s)\texists{left}")
     if failure is not None:
         raise failure
     return 0
+
+
+def _config_differences(config: ServiceConfig, spec: TopicSpec) -> list[str]:
+    """How an existing topic's settings differ from those ``spec`` asks for: a status topic that is not compacted
+    grows with every status published, and `acker status` reads it all."""
+    from acker.kafka.clients import KafkaClientError, topic_config
+
+    if not spec.config:
+        return []
+    try:
+        found = topic_config(config.client(), spec.name)
+    except KafkaClientError as error:
+        return [f"its settings not read: {error}"]
+    return [
+        f"{name} {found.get(name)!r}, not {want!r}" for name, want in spec.config.items() if found.get(name) != want
+    ]
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

@@ -35,8 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined] # documented
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -51,6 +50,7 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     read_to,
+    topic_config,
 )
 from acker.kafka.lookups import lookups
 from acker.retries import (
@@ -337,11 +337,9 @@ def _size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, H
 
 def _topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:
     """The topic's ``max.message.bytes``; None if the broker does not say."""
-    admin = AdminClient(without_consumer_settings(client))
-    resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
-        return int(admin.describe_configs([resource], request_timeout=10)[resource].result()["max.message.bytes"].value)
-    except (KafkaException, KeyError, ValueError) as error:
+        return int(topic_config(client, topic)["max.message.bytes"])
+    except (KafkaClientError, KeyError, ValueError) as error:
         log.warning("could not read max.message.bytes of %s (%s): the producer's limit alone is used", topic, error)
         return None
 

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined] # documented location
+from confluent_kafka.admin import (  # type: ignore[attr-defined] # documented location
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
@@ -146,6 +151,20 @@ def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: flo
     if not partitions:
         raise KafkaClientError(f"topic {topic} is not available", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
     return len(partitions)
+
+
+def topic_config(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> dict[str, str]:
+    """The configuration of ``topic`` as the broker reports it (its own settings and the defaults it gets);
+    `KafkaClientError` when the broker does not say (no such topic, no right to describe it, no answer)."""
+    admin = AdminClient(without_consumer_settings(client_config))
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+    except KafkaException as error:
+        raise KafkaClientError(f"describing topic {topic}", kafka_error(error)) from None
+    except concurrent.futures.TimeoutError:
+        raise KafkaClientError(f"describing topic {topic}", KafkaError(KafkaError._TIMED_OUT)) from None
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:

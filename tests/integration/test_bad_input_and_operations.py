@@ -296,6 +296,7 @@ def test_topics_create_says_which_topics_it_made_when_one_is_refused(config: Ser
     """It stopped at the first topic refused, and named neither those made before it nor those made after."""
     outcomes = config.outcome_topic(SPOUT)
     create_topics(config.client(), [TopicSpec(outcomes.replace(".", "_"), 1)])  # Kafka: `.` and `_` collide
+    create_topics(config.client(), [TopicSpec(config.status_topic, 1)])  # not compacted: said, left as it is
     run = subprocess.run(
         [sys.executable, "-m", "acker.cli", "topics", "create", "--bootstrap-servers", config.bootstrap_servers,
          "--acker-topic", config.acker_topic, "--outcome-prefix", config.outcome_prefix, "--dlq-topic",
@@ -304,7 +305,11 @@ def test_topics_create_says_which_topics_it_made_when_one_is_refused(config: Ser
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
     assert f"{config.acker_topic}\t2 partition(s)\tcreated" in run.stdout
-    assert f"{config.status_topic}\t1 partition(s)\tcreated" in run.stdout
+    assert f"{config.dlq_topic}\t1 partition(s)\tcreated" in run.stdout
+    assert (
+        f"{config.status_topic}\t1 partition(s)\texists (cleanup.policy 'delete', not 'compact', segment.ms "
+        in run.stdout
+    )
     assert f"{outcomes}\t-\tnot created: " in run.stdout and "collides" in run.stdout
     assert f"creating topic {outcomes}" in run.stderr and f"created: {config.acker_topic}" in run.stderr
     assert create_topics(config.client(), [TopicSpec(config.acker_topic, 2), TopicSpec(config.dlq_topic, 1)]) == []
