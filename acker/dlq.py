@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
@@ -31,6 +31,7 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     read_to,
+    refusal,
 )
 from acker.retries import (
     ATTEMPT,
@@ -232,15 +233,18 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
             else:
                 done.append(letter.coordinates)
 
-        produce(
-            producer,
-            decision.topic,
-            letter.value,
-            key=letter.key,
-            partition=partition,
-            headers=decision.headers,
-            on_delivery=delivered,
-        )
+        try:
+            produce(
+                producer,
+                decision.topic,
+                letter.value,
+                key=letter.key,
+                partition=partition,
+                headers=decision.headers,
+                on_delivery=delivered,
+            )
+        except KafkaException as refused:  # at once (too large for the producer): refused as the broker refuses
+            delivered(refusal(refused), None)  # type: ignore[arg-type]
     if producer.flush(30) or failures:  # those delivered are said: re-driven again, they would be replayed twice
         unknown = len(letters) - len(failures) - len(done)  # no report within 30 s: may or may not have landed
         raise DlqError(

@@ -93,6 +93,25 @@ def test_a_redrive_delivered_in_part_says_which_records_went(
     assert [value for _, _, value in read_partition(letters, replay_topic, 0)] == [b"x" * 10]
 
 
+def test_a_redrive_the_producer_refuses_at_once_names_the_records_delivered(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy larger than the producer takes raised out of the loop: the copies sent before it went, unnamed."""
+    topic = f"{letters.group}.dlq4"
+    create_topics(letters.client(), [TopicSpec(topic, 1, config={"max.message.bytes": "3000000"})])
+    policy = RetryPolicy(max_attempts=0, replay_prefix=letters.replay_prefix, dead_letter_topic=topic)
+    producer = Producer(letters.client(**{"message.max.bytes": 3_000_000}))
+    for i, size in enumerate((10, 2_000_000, 10)):
+        origin = f"src/0/{i}"
+        letter = decide(policy, "sp", origin, "FAILED", headers=[(ORIGIN, origin.encode())], now_ms=0)
+        produce(producer, topic, b"x" * size, headers=letter.headers)
+        assert producer.flush(30) == 0  # one batch each
+    assert _dlq(letters, "redrive", "--all", "--topic", topic) == 2
+    error = capsys.readouterr().err
+    assert f"{topic}/0/1: " in error and f"delivered, not to re-drive again: ['{topic}/0/0', '{topic}/0/2']" in error
+    assert [value for _, _, value in read_partition(letters, letters.replay_topic("sp"), 0)] == [b"x" * 10] * 2
+
+
 def test_redrive_sends_the_record_back_to_its_spout_as_a_new_round(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
