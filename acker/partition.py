@@ -178,6 +178,9 @@ class PartitionState:
         """
         if self.tick_in_flight:
             return None
+        # This instance's own times, ahead of now: its clock was stepped back (NTP, a resumed VM). Taken as now, as a
+        # tick's timestamp ahead is below: kept, no tick would be due until the clock passed them again.
+        self.started_ms, self._tick_written_at = min(self.started_ms, now_ms), min(self._tick_written_at, now_ms)
         if self.unread_tick_offset is not None:
             if now_ms - self._tick_written_at < 3 * self.tick_interval_ms:
                 return None

@@ -85,6 +85,23 @@ def test_a_tick_stamped_by_a_clock_ahead_of_this_one_does_not_stop_the_ticks_unt
     assert state.tick_due(2999) is None and state.tick_due(3000) == 0
 
 
+def test_a_clock_stepped_back_does_not_stop_the_ticks_until_it_passes_this_instances_own_times_again() -> None:
+    """Stepped back ten minutes soon after the partition was assigned (or a tick was written): the next tick is
+    due an interval later by the new clock, not ten minutes later."""
+    minutes = 60_000
+    assigned = 600 * minutes
+    state = PartitionState(0, TrackerConfig(buckets=3), tick_interval_ms=1000, now_ms=assigned)
+    state.apply(0, assigned - 4000, _tick(NO_TICK))  # the previous owner's last tick
+    assert state.tick_due(assigned + 500) is None
+    stepped = assigned + 500 - 10 * minutes
+    assert state.tick_due(stepped) is None and state.tick_due(stepped + 1000) == 0
+    state.tick_sent(stepped + 1000)
+    state.tick_delivered(1)  # never read back (the log truncated?): written again after 3 intervals
+    back_again = stepped + 1000 - 10 * minutes
+    assert state.tick_due(back_again) is None and state.tick_due(back_again + 3000) is None  # the last tick: now
+    assert state.tick_due(back_again + 4000) == 0
+
+
 def test_recovery_offset_covers_pending_and_recently_decided_trees() -> None:
     state = _state()
     assert state.recovery_offset() is None
