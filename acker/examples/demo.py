@@ -114,7 +114,7 @@ class Demo:
             .namespaced(self.prefix)
             .failing_over_fast()
         )  # a killed instance's partitions move after seconds, not 45
-        self.ledger = Ledger(max_attempts=options.max_attempts)
+        self.ledger = Ledger(options.max_attempts, options.fail_rate, options.drop_rate)
         self.events: list[str] = []
         self.started = time.monotonic()
         self.stages = Stages(log=self.event, settings_given_only=True)
@@ -375,7 +375,10 @@ def render_report(report: Report) -> Table:
         ("acked after a replay", report.acked_after_replay),
         ("replayed copies", report.replays),
         (f"dead-lettered (poison records: {len(report.poison)})", len(report.dead_lettered)),
-        ("  of them good, nacked at every attempt", len(report.failed_every_attempt)),
+        (
+            f"  of them good, nacked at every attempt (the rates explain {report.failed_every_attempt_expected:.1f})",
+            len(report.failed_every_attempt),
+        ),
         ("lost", len(report.lost)),
         ("committed before fully processed", len(report.committed_early)),
         (

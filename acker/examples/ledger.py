@@ -12,7 +12,10 @@ then answers:
   the outcome by less than the sampling interval.
 - **dead letters**: the poison records (they fail at every attempt), and any other only if each of its attempts (the
   record and its ``max_attempts`` replayed copies) was nacked: injected failures are random, and a good sentence
-  can draw them at every attempt. Any other dead letter is reported.
+  can draw them at every attempt. Any other dead letter is reported, and so are more such good ones than the
+  injected rates make plausible (a fault that fails trees, whatever their sentence, is not bad luck): about
+  ``p ** (max_attempts + 1)`` a sentence, ``p`` the chance that one attempt draws a fail or a drop of one of its
+  words, with room for the few trees a crash or a failover times out.
 - **words**: every word of every good sentence not dead-lettered is counted at least once; counts beyond that are
   duplicates (at-least-once processing: a replayed sentence is counted again). Counts that name their sentence
   (the word count's tracing) are checked sentence by sentence; without it, word by word over all sentences, where
@@ -22,12 +25,14 @@ then answers:
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 DONE = ("ACK", "REPLAYED", "DEAD_LETTERED")
 NACKS = ("FAILED", "TIMEOUT", "OVERLOAD")
 Partition = tuple[str, int]
+SPARE_BAD_LUCK = 2  # good records failed at every attempt beyond the rates' share: trees a crash or failover timed out
 
 
 def coordinates(topic: str, partition: int, offset: int) -> str:
@@ -43,6 +48,7 @@ class Report:
     dead_lettered: list[str]
     poison: list[str]
     failed_every_attempt: list[str]  # good records dead-lettered after a nack at each attempt: bad luck, not a break
+    failed_every_attempt_expected: float  # how many the injected rates make likely
     lost: list[str]
     committed_early: list[str]
     watermarks: dict[str, tuple[int, int]]  # "topic/partition" → (watermark, end)
@@ -84,6 +90,10 @@ class Report:
             out.append(f"watermark not at the end offset: {behind}")
         if self.copies_behind:
             out.append(f"replay-topic watermark not past every replayed copy: {self.copies_behind}")
+        expected = self.failed_every_attempt_expected
+        if len(self.failed_every_attempt) > expected + 5 * math.sqrt(expected) + SPARE_BAD_LUCK:
+            out.append(f"{len(self.failed_every_attempt)} good record(s) nacked at every attempt, against about "
+                       f"{expected:.1f} that the injected fail and drop rates explain")  # fmt: skip
         if self.unexpected_dead_letters:
             out.append(f"dead-lettered but not poison: {self.unexpected_dead_letters[:3]}")
         if self.poison_not_dead_lettered:
@@ -96,6 +106,8 @@ class Report:
 @dataclass
 class Ledger:
     max_attempts: int = 3  # replays of a record before its next nack dead-letters it
+    fail_rate: float = 0.0  # injected: the share of sentences the split bolts fail
+    drop_rate: float = 0.0  # injected: the share of words the count bolts drop
     sources: dict[str, bytes] = field(default_factory=dict)  # coordinates → sentence
     poison: set[str] = field(default_factory=set)
     ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
@@ -169,6 +181,15 @@ class Ledger:
                 acked.add(origin)
         return sorted(m for m, n in nacked.items() if n > self.max_attempts and m not in acked)
 
+    def expected_failed_every_attempt(self) -> float:
+        """How many good records the injected rates fail at every attempt, on average."""
+        total = 0.0
+        for msg_id, sentence in self.sources.items():
+            if msg_id not in self.poison:
+                kept = (1 - self.fail_rate) * (1 - self.drop_rate) ** len(sentence.split())
+                total += (1 - kept) ** (self.max_attempts + 1)
+        return total
+
     def _existing(self, partition: Partition, below: int) -> list[int]:
         if partition in self.ends:
             return list(range(min(below, self.ends[partition])))
@@ -219,6 +240,7 @@ class Ledger:
             dead_lettered=sorted(self.dead_letters),
             poison=sorted(self.poison),
             failed_every_attempt=failed_every_attempt,
+            failed_every_attempt_expected=self.expected_failed_every_attempt(),
             lost=self.unresolved(),
             committed_early=self.committed_early(),
             watermarks={f"{t}/{p}": (marks.get((t, p), -1), end) for (t, p), end in sorted(self.ends.items())},

@@ -133,3 +133,26 @@ def test_a_good_record_dead_lettered_is_a_failure_unless_each_of_its_attempts_wa
     assert report.failed_every_attempt == ["s/0/0"]  # nacked at its 3 attempts; s/0/1 at only 2 of them
     assert report.unexpected_dead_letters == ["s/0/1"]
     assert report.words_expected == 1  # the words of s/0/1 only: s/0/0 was given up on
+
+
+def test_more_good_records_failed_at_every_attempt_than_the_injected_rates_explain_is_a_failure() -> None:
+    """Every good sentence timed out at each attempt and was dead-lettered: "bad luck" each, and the demo said OK."""
+    sentences = [b"w%d x" % i for i in range(100)]
+
+    def run(drop_rate: float) -> list[str]:
+        ledger = _ledger(*sentences)
+        ledger.max_attempts, ledger.drop_rate = 1, drop_rate
+        for i in range(len(sentences)):
+            ledger.outcome(f"s/0/{i}", "TIMEOUT", 0, by_acker=True, at_ms=1)
+            ledger.outcome(f"s/0/{i}", "REPLAYED", 0, by_acker=False, at_ms=1)
+            ledger.copy("r", 0, i, f"s/0/{i}")
+            ledger.outcome(f"r/0/{i}", "TIMEOUT", 0, by_acker=True, at_ms=2)
+            ledger.outcome(f"r/0/{i}", "DEAD_LETTERED", 0, by_acker=False, at_ms=2)
+            ledger.dead_letter(f"s/0/{i}")
+        ledger.watermarks(5, {("s", 0): len(sentences), ("r", 0): len(sentences)})
+        report = ledger.report()
+        assert len(report.failed_every_attempt) == len(sentences)
+        return report.failures
+
+    assert any("nacked at every attempt" in f for f in run(drop_rate=0.002))  # a fault, not the rates
+    assert run(drop_rate=1.0) == []  # every word dropped, as asked: each sentence dead-lettered
