@@ -65,6 +65,8 @@ def without_consumer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 # Settings of the classic group protocol that the new one (group.protocol=consumer, KIP-848) keeps on the broker:
 # librdkafka refuses a client given any of them with it.
+# Settings of confluent-kafka's Python layer that take a Python function: none can come from a file or a flag.
+_PYTHON_CALLABLES = ("error_cb", "throttle_cb", "stats_cb", "oauth_cb", "on_commit", "on_delivery", "logger")
 _CLASSIC_GROUP_SETTINGS = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
 
 
@@ -114,6 +116,9 @@ class ServiceConfig:
 
     def __post_init__(self) -> None:
         self.tracker_config()  # validates buckets and high_water
+        callables = sorted(set(self.kafka) & set(_PYTHON_CALLABLES))
+        if callables:
+            raise ConfigError(f"{', '.join(callables)}: confluent-kafka takes a Python function there, not a setting")
         if "bootstrap.servers" in self.kafka:  # `client` would put `bootstrap_servers` over it, silently
             raise ConfigError("give the bootstrap servers as bootstrap_servers, not as the librdkafka setting")
         if not 0 <= self.metrics_port <= 65535:
@@ -126,8 +131,13 @@ class ServiceConfig:
             raise ConfigError(f"timeout_s {self.timeout_s} leaves less than 1 ms between ticks")
         if self.ack_linger_ms < 0:
             raise ConfigError(f"ack_linger_ms must not be negative, got {self.ack_linger_ms}")
-        if self.partitions < 1 or self.replication_factor < 1:
-            raise ConfigError("partitions and replication_factor must be at least 1")
+        # Kafka's own limits (librdkafka's NewTopic refuses more, with a traceback): partitions 1 to 100,000,
+        # replicas 1 to a 16-bit count.
+        if not 1 <= self.partitions <= 100_000 or not 1 <= self.replication_factor <= 32_767:
+            raise ConfigError(
+                f"partitions must be 1 to 100000 and replication_factor 1 to 32767, got {self.partitions} and "
+                f"{self.replication_factor}"
+            )
         if self.tracker_threads < 1:
             raise ConfigError(f"tracker_threads must be at least 1, got {self.tracker_threads}")
         if _new_group_protocol(self.kafka):
