@@ -92,6 +92,7 @@ DECIDED_BY = "acker.decided-by"
 _GROUP_MESSAGES = 1 << 16  # acker messages per tracker call, at most (unless one record holds more)
 _PARALLEL_BYTES = 1 << 20  # records of a batch decided in parallel threads from this size on (~50,000 messages)
 _STATUS_RECHECK_INTERVALS = 10  # a missing status topic is looked up again every this many status intervals
+ACKER_TOPIC_RECHECK_S = 60.0  # how often a missing acker topic is looked for again, and said
 # An outcome topic's partitions and ends, looked up from the loop before its first record: how long one lookup may
 # hold the loop, and how long a failed lookup of a topic's partitions is not tried again (its records go by key).
 _LOOKUP_TIMEOUT_S = 5.0
@@ -288,6 +289,7 @@ class AckerService:
         self._next_status = 0.0
         # None: the status topic exists; else when to look for it again (`_status_topic_exists`).
         self._status_recheck_at: float | None = None
+        self._acker_topic_said_at: float | None = None  # while the acker topic is missing: when that was last said
         self._tick_refused: dict[int, int] = {}  # partition → when its tick, refused at once, is written again (ms)
         # Per partition, its counters at each status since the rate window began (`_publish_status`).
         self._last_status: dict[int, deque[tuple[float, np.ndarray]]] = {}
@@ -321,6 +323,8 @@ class AckerService:
                 # Undeliverable, its records would hold every flush (on a revoke, on stop) for 30 s and skip the commit.
                 log.warning("no status topic %s: no status is published until it exists", self.config.status_topic)
                 self._status_recheck_at = time.time() + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
+            if not self._topic_exists(self.config.acker_topic, timeout_s=5.0):
+                self._say_acker_topic_missing(time.time())
             self.consumer.subscribe(
                 [self.config.acker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
@@ -360,6 +364,11 @@ class AckerService:
             self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
         self._commit_passed()
+        if self._acker_topic_said_at is not None and now - self._acker_topic_said_at >= ACKER_TOPIC_RECHECK_S:
+            if self._states or self._topic_exists(self.config.acker_topic, timeout_s=0.5):
+                self._acker_topic_said_at = None
+            else:
+                self._say_acker_topic_missing(now)
         if now >= self._next_status:
             if self._status_topic_exists(now):
                 self._publish_status(now)
@@ -671,6 +680,13 @@ class AckerService:
         except KafkaException as error:
             log.debug("looking %s up: %s", topic, kafka_error(error) or error)
             return False
+
+    def _say_acker_topic_missing(self, now: float) -> None:
+        """Said at start and every `ACKER_TOPIC_RECHECK_S` while it lasts: the service waits for the topic (it serves
+        it once made), and the consumer's own error about it comes once."""
+        self._acker_topic_said_at = now
+        log.warning("acker topic %s not found: waiting for it (`acker topics create` makes it, with the partition "
+                    "count the spouts and bolts must agree on)", self.config.acker_topic)  # fmt: skip
 
     def _status_topic_exists(self, now: float) -> bool:
         """Whether status records can be published. A status topic missing at start (it could not be created) is

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import io
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -522,6 +523,29 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
         # While it had no status topic, it published no status: records waiting for a topic that never comes held
         # the flush on stop for its whole 30 s, and the commit was then skipped.
         service.stop(timeout_s=20)
+
+
+def test_a_service_started_before_its_acker_topic_says_so_and_serves_it_once_made(
+    config: ServiceConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It said nothing but the consumer's one error line, and looked idle."""
+    ids = IdGenerator(11)
+    inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(5)]
+    with caplog.at_level(logging.WARNING, logger="acker.service"):
+        service = ServiceThread(config)
+        reader = OutcomeReader(config, [SPOUT])
+        try:
+            deadline = time.monotonic() + 30
+            while f"acker topic {config.acker_topic} not found" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "`acker topics create` makes it" in caplog.text
+            create_acker_topics(config)
+            send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
+            reader.wait_for([i.msg_id for i in inits], timeout_s=60)
+        finally:
+            reader.close()
+            service.stop(timeout_s=20)
+    assert dict(reader.seen) == {i.msg_id: ["ACK"] for i in inits}
 
 
 @pytest.mark.parametrize(("secured", "secret"), [("sasl_client", "sasl.password"), ("ssl_client", "ssl.key.password")])
