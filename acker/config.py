@@ -10,6 +10,7 @@ secret are never printed (`ServiceConfig.redacted`).
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -23,8 +24,13 @@ from acker.core.tracker import TrackerConfig
 from acker.errors import ConfigError
 from acker.kafka.client_log import client_logger
 
+log = logging.getLogger("acker.config")
+
 ENV_PREFIX = "ACKER_"
 KAFKA_ENV_PREFIX = "ACKER_KAFKA_"
+# Environment variables of ours that are not settings: librdkafka's, the Java client's (Spark), the jar cache's, the
+# tests'.
+_OTHER_ENV = ("kafka_", "java_kafka_", "cache_dir", "test_")
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key.pem", "private", "credentials", "oauthbearer.config")
 # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (1 s by default) whenever its local queue is
 # over queued.min.messages or queued.max.messages.kbytes: a consumer catching up on a backlog (a service after a
@@ -350,6 +356,10 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         layer({key.replace("-", "_"): value for key, value in document.items()}, _flat(table), str(path))
     # ACKER_KAFKA_* never names a setting of _TYPES ("kafka" is not one)
     from_env = {key[len(ENV_PREFIX) :].lower(): value for key, value in environ.items() if key.startswith(ENV_PREFIX)}
+    strays = sorted(k for k in from_env if k not in _TYPES and not k.startswith(_OTHER_ENV) and k != "config")
+    if strays:  # a misspelt name would be ignored without a word: the default taken instead, or no password given
+        log.warning("ignored: %s (no such setting; librdkafka's go in %s<NAME>)",
+                    ", ".join(ENV_PREFIX + k.upper() for k in strays), KAFKA_ENV_PREFIX)  # fmt: skip
     layer(
         {k: v for k, v in from_env.items() if k in _TYPES}, env_settings(KAFKA_ENV_PREFIX, environ), "the environment"
     )

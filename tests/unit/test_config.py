@@ -84,6 +84,19 @@ def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str
         load(_parse(*argv), environ=environ)
 
 
+def test_an_environment_variable_of_ours_that_names_no_setting_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    """ACKER_BOOTSTRAP_SERVER (no S) was ignored without a word: the default servers were used instead."""
+    environ = {"ACKER_BOOTSTRAP_SERVER": "h:9092", "ACKER_KAFKA_LINGER_MS": "5", "ACKER_CACHE_DIR": "/c",
+               "ACKER_TEST_BOOTSTRAP_SERVERS": "x", "ACKER_JAVA_KAFKA_SASL_JAAS_CONFIG": "y",
+               "ACKER_GROUP": "g"}  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="acker.config"):
+        config = load(_parse(), environ=environ)
+    assert config.group == "g" and config.kafka == {"linger.ms": "5"}
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignored: ACKER_BOOTSTRAP_SERVER (no such setting; librdkafka's go in ACKER_KAFKA_<NAME>)"
+    ]
+
+
 def test_a_count_in_a_file_must_be_a_whole_number(tmp_path: Path) -> None:
     path = tmp_path / "acker.toml"
     path.write_text("partitions = 2.7\n")
