@@ -919,6 +919,7 @@ class AckerService:
             status = {
                 "topic": self.config.acker_topic,
                 "partition": partition,
+                "group": self.config.group,
                 "instance": self.instance,
                 "time": now,
                 "pending": state.tracker.pending,

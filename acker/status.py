@@ -25,6 +25,7 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
     """The newest status of every partition of the acker topic (empty when none was published)."""
     consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", "enable.auto.commit": False}))
     latest: dict[int, dict[str, Any]] = {}
+    other_groups: set[str] = set()
     try:
         try:
             found = topic_partitions(consumer, config.status_topic, timeout_s)
@@ -50,10 +51,18 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
                 if offset is not None and offset + 1 >= ends[record.partition() or 0]:
                     remaining.discard(record.partition() or 0)
                 status = _status(record.value())
-                if status is not None and status.get("topic") == config.acker_topic:
+                if status is None or status.get("topic") != config.acker_topic:
+                    continue
+                group = status.get("group")
+                if group is None or group == config.group:  # None: written before statuses named their group
                     latest[status["partition"]] = status
+                else:
+                    other_groups.add(str(group))
     finally:
         consumer.close()
+    if other_groups and not latest:  # shown as this group's, they would sit beside its committed offsets
+        log.warning("the status of %s is published by group %s, not %s: is --group right?", config.acker_topic,
+                    ", ".join(sorted(other_groups)), config.group)  # fmt: skip
     return latest
 
 

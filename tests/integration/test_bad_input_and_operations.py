@@ -367,9 +367,15 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
             [sys.executable, "-m", "acker.cli", "status", *common],
             capture_output=True, text=True, check=True, env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
         )  # fmt: skip
+        other_group = subprocess.run(  # another group's statuses are not shown as this one's
+            [sys.executable, "-m", "acker.cli", "status", *common, "--group", f"{config.group}-typo", "--json"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
     finally:
         service.stop()
         reader.close()
+    assert all(row["status"] is None for row in json.loads(other_group.stdout))
+    assert f"published by group {config.group}, not {config.group}-typo" in other_group.stderr
     assert 'acker_outcomes_total{outcome="ack"} 200.0' in text
     assert "acker_complete_latency_seconds_count 200.0" in text
     assert 'acker_pending_trees{partition="0"} 0.0' in text
