@@ -177,6 +177,26 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     return letters
 
 
+def _listed(items: list[str], whole_up_to: int = 20) -> str:
+    """Records named in an error (``place`` or ``place: reason``): each, up to ``whole_up_to`` of them; beyond,
+    runs of consecutive offsets of one partition and reason (``topic/partition/first .. topic/partition/last``)."""
+    if len(items) <= whole_up_to:
+        return str(items) if items else ""
+    runs: list[tuple[str, str, str]] = []  # (first place, last place, reason)
+    previous: tuple[str, int | None, str] | None = None
+    for item in items:
+        place, _, reason = item.partition(": ")
+        head, _, offset = place.rpartition("/")
+        number = decimal(offset)
+        if runs and previous is not None and number is not None and previous == (head, number - 1, reason):
+            runs[-1] = (runs[-1][0], place, reason)
+        else:
+            runs.append((place, place, reason))
+        previous = (head, number, reason)
+    shown = [(f"{a} .. {b}" if a != b else a) + (f": {why}" if why else "") for a, b, why in runs]
+    return f"{len(items)} records: {'; '.join(shown)}"
+
+
 def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None) -> list[Decision]:
     """Where each letter would go (`acker.retries.redrive`); `NotRedrivableError` for a letter that cannot."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
@@ -248,7 +268,8 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
     if producer.flush(30) or failures:  # those delivered are said: re-driven again, they would be replayed twice
         unknown = len(letters) - len(failures) - len(done)  # no report within 30 s: may or may not have landed
         raise DlqError(
-            f"re-drive not delivered: {failures or 'none refused'}; delivered, not to re-drive again: {done or 'none'}"
+            f"re-drive not delivered: {_listed(failures) or 'none refused'}; delivered, not to re-drive again: "
+            f"{_listed(done) or 'none'}"
             + (f"; {unknown} not known (no delivery report within 30 s): they may have landed" if unknown else "")
         )
     return places
