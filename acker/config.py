@@ -121,7 +121,9 @@ class ServiceConfig:
         return f"ServiceConfig({', '.join(f'{name}={value!r}' for name, value in self.redacted().items())})"
 
     def __post_init__(self) -> None:
-        self.tracker_config()  # validates buckets and high_water
+        if self.high_water < 0:  # before the tracker's check, which speaks of its own None
+            raise ConfigError(f"high_water must be 0 (off) or more, got {self.high_water}")
+        self.tracker_config()  # validates buckets
         callables = sorted(set(self.kafka) & set(_PYTHON_CALLABLES))
         if callables:
             raise ConfigError(f"{', '.join(callables)}: confluent-kafka takes a Python function there, not a setting")

@@ -74,7 +74,8 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--config", "/nonexistent.toml"), {}, "cannot read configuration file"),
         (("--metrics-port", "70000"), {}, "metrics_port must be a port number"),
         (("--bootstrap-servers", "a:9092", "--kafka", "bootstrap.servers=b:9092"), {}, "given twice in the flags"),
-        (("--partitions", "200000"), {}, "partitions must be 1 to 100000"),  # NewTopic's traceback before
+        (("--partitions", "200000"), {}, "partitions must be 1 to 100000"),
+        (("--high-water", "-1"), {}, r"high_water must be 0 \(off\) or more, got -1"),  # NewTopic's traceback before
         (("--replication-factor", "99999999999"), {}, "replication_factor 1 to 32767"),
         (("--kafka", "error_cb=x"), {}, "error_cb: confluent-kafka takes a Python function"),
     ],
