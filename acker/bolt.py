@@ -301,7 +301,10 @@ class Bolt:
         """Commit the offsets after the processed inputs, once everything produced for them is delivered."""
         self._next_commit = time.monotonic() + self.commit_interval_s
         self._trouble.check(self.counters)
-        if (self._sink is not None and self._sink.flush(30)) or self.acker.flush(30) or self.producer.flush(30):
+        # Each flushed, whatever the one before left undelivered (the sink's reports queue acks and fails).
+        undelivered = self._sink.flush(30) if self._sink is not None else 0
+        undelivered += self.acker.flush(30)
+        if undelivered + self.producer.flush(30):
             log.warning("undelivered messages: input offsets not committed")
             return
         if not self._processed:

@@ -139,11 +139,10 @@ class ServiceConfig:
             raise ConfigError(f"timeout_s {self.timeout_s} leaves less than 1 ms between ticks")
         if self.ack_linger_ms < 0:
             raise ConfigError(f"ack_linger_ms must not be negative, got {self.ack_linger_ms}")
-        # Kafka's own limits (librdkafka's NewTopic refuses more, with a traceback): partitions 1 to 100,000,
-        # replicas 1 to a 16-bit count.
-        if not 1 <= self.partitions <= 100_000 or not 1 <= self.replication_factor <= 32_767:
+        # librdkafka's NewTopic refuses more, with a traceback: partitions 1 to 100,000, replicas 1 to 10,000.
+        if not 1 <= self.partitions <= 100_000 or not 1 <= self.replication_factor <= 10_000:
             raise ConfigError(
-                f"partitions must be 1 to 100000 and replication_factor 1 to 32767, got {self.partitions} and "
+                f"partitions must be 1 to 100000 and replication_factor 1 to 10000, got {self.partitions} and "
                 f"{self.replication_factor}"
             )
         if self.tracker_threads < 1:

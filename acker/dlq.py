@@ -184,10 +184,13 @@ def _listed(items: list[str], whole_up_to: int = 20) -> str:
         return str(items) if items else ""
     runs: list[tuple[str, str, str]] = []  # (first place, last place, reason)
     previous: tuple[str, int | None, str] | None = None
+    parsed = []  # delivery reports come per target partition: in place order first
     for item in items:
         place, _, reason = item.partition(": ")
         head, _, offset = place.rpartition("/")
-        number = decimal(offset)
+        parsed.append((head, decimal(offset), place, reason))
+    parsed.sort(key=lambda p: (p[0], -1 if p[1] is None else p[1]))
+    for head, number, place, reason in parsed:
         if runs and previous is not None and number is not None and previous == (head, number - 1, reason):
             runs[-1] = (runs[-1][0], place, reason)
         else:

@@ -130,6 +130,7 @@ class PartitionState:
         from one call to the next."""
         if not len(records.offsets):
             return self.tracker.process_records(block, records)
+        first = self.position is None  # this replay's first record
         ticks = np.flatnonzero(block.kinds == Kind.TICK)
         kept = None  # positions in the block as given of the messages applied, when ignored ticks were taken out
         if len(ticks):
@@ -155,6 +156,10 @@ class PartitionState:
         outcomes = self.tracker.process_records(block, records)
         if kept is not None:
             outcomes.index = kept[outcomes.index]
+        if self._decided_since is not None and self._decided_since < int(records.offsets[0]) and first:
+            # Never held below where this replay starts: outcome records of another acker topic's partition of the
+            # same number may share an outcome topic (same spout name), naming any offset.
+            self._decided_since = int(records.offsets[0])
         if self._decided_until is not None and self.position is not None and self.position > self._decided_until:
             # Past where they were decided: remembered as long as tombstones made now.
             self._decided_expiry = self.tracker.tick_count + self.tracker.config.buckets

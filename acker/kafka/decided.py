@@ -19,8 +19,10 @@ log = logging.getLogger("acker.decided")
 @dataclass(frozen=True)
 class Decided:
     anchors: np.ndarray  # int64: the trees decided
-    since: int  # acker offset of the record that decided the first of them (-1: none)
-    until: int  # of the record that decided the last of them (-1: none)
+    # The acker offsets the outcome records read name (each, the acker record that decided its last outcome): the
+    # lowest and the highest (-1: none). A new owner reading back from an offset at or below ``since`` is told of all.
+    since: int
+    until: int
     log: OutcomeLog  # the records read, as the new owner's own log: its commits must cover them too
 
 

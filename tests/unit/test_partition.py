@@ -85,6 +85,16 @@ def test_a_tick_stamped_by_a_clock_ahead_of_this_one_does_not_stop_the_ticks_unt
     assert state.tick_due(2999) is None and state.tick_due(3000) == 0
 
 
+def test_the_recovery_offset_is_not_held_below_where_the_replay_started() -> None:
+    """Outcome records read back may name any acker offset (another acker topic's partition of the same number,
+    sharing the outcome topic): held at the lowest, the offset to commit went back before the replay's start."""
+    state = _state()
+    state.recover(np.array([77, 88], np.int64), until=1001, since=5)
+    state.apply(1000, 0, _tick(NO_TICK))
+    state.apply(1001, 0, MessageBlock.from_messages([Init(9, "s", "t/0/1", 3)]))
+    assert state.recovery_offset() == 1000
+
+
 def test_a_clock_stepped_back_does_not_stop_the_ticks_until_it_passes_this_instances_own_times_again() -> None:
     """Stepped back ten minutes soon after the partition was assigned (or a tick was written): the next tick is
     due an interval later by the new clock, not ten minutes later."""
