@@ -685,8 +685,9 @@ class AckerService:
         """Said at start and every `ACKER_TOPIC_RECHECK_S` while it lasts: the service waits for the topic (it serves
         it once made), and the consumer's own error about it comes once."""
         self._acker_topic_said_at = now
-        log.warning("acker topic %s not found: waiting for it (`acker topics create` makes it, with the partition "
-                    "count the spouts and bolts must agree on)", self.config.acker_topic)  # fmt: skip
+        log.warning("acker topic %s not found (or not to be described with these credentials): waiting for it "
+                    "(`acker topics create` makes it, with the partition count the spouts and bolts must agree on)",
+                    self.config.acker_topic)  # fmt: skip
 
     def _status_topic_exists(self, now: float) -> bool:
         """Whether status records can be published. A status topic missing at start (it could not be created) is
