@@ -297,14 +297,19 @@ class Bolt:
         for tp in partitions:  # whatever was not committed is its next owner's to process
             self._processed.pop((tp.topic, tp.partition), None)
 
+    def flush(self, timeout_s: float) -> int:
+        """Deliver what was produced (records written out, acker batches, children); return how many are not.
+        Each producer is flushed whatever the one before left undelivered; the sink first, whose delivery reports
+        queue acks and fails."""
+        undelivered = self._sink.flush(timeout_s) if self._sink is not None else 0
+        undelivered += self.acker.flush(timeout_s)
+        return int(undelivered + self.producer.flush(timeout_s))
+
     def _commit(self) -> None:
         """Commit the offsets after the processed inputs, once everything produced for them is delivered."""
         self._next_commit = time.monotonic() + self.commit_interval_s
         self._trouble.check(self.counters)
-        # Each flushed, whatever the one before left undelivered (the sink's reports queue acks and fails).
-        undelivered = self._sink.flush(30) if self._sink is not None else 0
-        undelivered += self.acker.flush(30)
-        if undelivered + self.producer.flush(30):
+        if self.flush(30):
             log.warning("undelivered messages: input offsets not committed")
             return
         if not self._processed:

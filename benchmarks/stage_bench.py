@@ -76,7 +76,7 @@ def _bolt_run(bootstrap: str, stage: str, tracked: bool, lines: list[bytes]) -> 
         started = _cpu_s()
         while bolt.counters["processed"] < len(values):
             bolt.step(0.1)
-        assert bolt.acker.flush(60) == 0 and bolt.producer.flush(60) == 0
+        assert bolt.flush(60) == 0
         used = _cpu_s() - started
     finally:
         bolt.close()
