@@ -1063,6 +1063,7 @@ class AckerService:
                 state = self._states.pop(tp.partition, None)
                 self._outcome_logs.pop(tp.partition, None)
                 self._committed.pop(tp.partition, None)
+                self._tick_refused.pop(tp.partition, None)  # back here later: it ticks at once, as a new owner does
                 if state is not None:
                     self._retired.counters += self._counter_array(state)
                     self._retired.ignored_ticks += state.ignored_ticks

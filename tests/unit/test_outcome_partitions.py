@@ -143,3 +143,15 @@ def test_a_topic_found_existing_when_creating_it_is_looked_up_not_taken_for_its_
     assert service.config.partitions == 8
     _send(service, 5)
     assert sent[0]["partition"] == 2
+
+
+def test_a_refused_tick_does_not_delay_the_ticks_of_the_partition_once_it_comes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tick refused at once waits 5 s before it is written again; a revoke then an assignment of the partition
+    within those 5 s kept the wait, and the partition's ticks, so its expiries, came up to 5 s late."""
+    service, _ = _service(monkeypatch, _Kafka(3, {}))
+    service._tick_refused[5] = 2**62
+    service._drop([TopicPartition("acker", 5)])
+    assert 5 not in service._tick_refused
+    service.close()
