@@ -281,9 +281,11 @@ class Bolt:
     def _write(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
-        if not ids.tracked:  # untracked: nothing to ack, the stage's own producer
+        if not ids.tracked and self._sink is None:  # nothing to ack: the stage's own producer (an untracked bolt's)
             self._produce_child(topic, value, key, headers, ids)
             return
+        # Once there is a sink producer, every record written goes through it, untracked ones too (an input without
+        # valid anchors): one producer keeps a key's records in the order written (a word's counts).
         if self._sink is None:
             self._sink = Producer(self.config.sink_producer())
         self.acker.produce_written(topic, value, key, headers, ids, producer=self._sink, on_failure=self._child_failed)
