@@ -80,6 +80,7 @@ class PartitionState:
         "last_tick_offset",
         "partition",
         "position",
+        "stand_ins",
         "started_ms",
         "tick_in_flight",
         "tick_interval_ms",
@@ -99,6 +100,7 @@ class PartitionState:
         self.unread_tick_offset: int | None = None  # a tick we produced, delivered, not read back yet
         self._tick_written_at = 0
         self.ignored_ticks = 0
+        self.stand_ins = 0  # messages applied in place of records rejected (`acker.service.failing_inits`): not read
         self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
         self._decided_until: int | None = None  # offset of the last record that decided a tree given to `recover`
         self._decided_since: int | None = None  # of the first; while those trees are known, not past it (`recover`)

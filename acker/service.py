@@ -29,7 +29,7 @@ from collections import Counter as Tally
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -468,6 +468,7 @@ class AckerService:
                     failing = failing_inits(b)
                     if failing is not None:  # its own trees are failed at once rather than kept pending
                         good.append((record, failing))
+                        state.stand_ins += len(failing)
             if not good:
                 return
             parsed = good
@@ -952,7 +953,9 @@ class AckerService:
 
     @staticmethod
     def _counter_array(state: PartitionState) -> np.ndarray:
-        c = state.tracker.counters
+        """The partition's counters; ``messages`` counts the acker messages read (applied), not the stand-ins
+        applied for rejected records, which fail their trees."""
+        c = replace(state.tracker.counters, messages=state.tracker.counters.messages - state.stand_ins)
         return np.array([getattr(c, f.name) for f in fields(Counters)], np.int64)
 
     # -- rebalance ------------------------------------------------------------------------------------------

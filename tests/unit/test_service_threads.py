@@ -6,7 +6,7 @@ tests/integration run the service whole, with either number of threads."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pytest
@@ -14,6 +14,8 @@ import pytest
 import acker.service
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
+from acker.core import Ack, Counters, Init, TrackerConfig
+from acker.core.ids import partition_of
 from acker.partition import PartitionState
 from acker.service import AckerService
 from acker.wire import encode_batch
@@ -124,3 +126,20 @@ def test_partitions_decided_in_parallel_publish_exactly_what_one_thread_does(mon
         decided_by = dict(headers)["acker.decided-by"].decode()
         assert partition == int(decided_by.split("/")[0]) % OUTCOME_PARTITIONS
     assert one[:5] == two[:5]
+
+
+def test_the_messages_counted_are_those_read_not_the_stand_ins_that_fail_a_rejected_records_trees() -> None:
+    """A record with an init and a message of another partition's tree is rejected; its tree is failed by an
+    init and a fail applied in its place, which were counted as acker messages read."""
+    service = AckerService(ServiceConfig(metrics_port=0, kafka={"log_level": "0"}))
+    service._partition_count = PARTITIONS
+    mine = next(a for a in range(1, 1000) if partition_of(a, PARTITIONS) == 0)
+    other = next(a for a in range(1, 1000) if partition_of(a, PARTITIONS) == 1)
+    state = PartitionState(0, TrackerConfig(), 1000, 0)
+    good = encode_batch(MessageBlock.from_messages([Init(mine + 1000 * PARTITIONS, "s0", "t/0/1", 3)]))
+    bad = encode_batch(MessageBlock.from_messages([Init(mine, "s0", "t/0/2", 3), Ack(other, 5)]))
+    decided = service._decide((state, [_Record(0, 0, good), _Record(0, 1, bad)]))  # type: ignore[list-item]
+    assert [why.reason for _, why in decided.rejected] == ["wrong-partition"]
+    assert service._counter_array(state)[[f.name for f in fields(Counters)].index("messages")] == 1
+    assert state.tracker.counters.nacked_failed == 1  # the rejected record's tree: failed by the stand-ins
+    service.close()
