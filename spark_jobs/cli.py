@@ -83,7 +83,9 @@ def add_parser(sub: Any) -> None:
             f"{JAVA_KAFKA_ENV_PREFIX}<KEY> in the environment ('_' for '.'), which keeps a secret off the command line",
         )
         job.add_argument("--checkpoint", required=True, help="checkpoint directory (state and progress)")
-        job.add_argument("--master", default="local[2]", help="Spark master [default: local[2]]")
+        job.add_argument(
+            "--master", default=None, help="Spark master [default: spark-submit's under spark-submit, else local[2]]"
+        )
         job.add_argument(
             "--trigger-s", type=non_negative, default=1.0, help="micro-batch interval (0: back to back) [default: 1]"
         )
@@ -164,14 +166,15 @@ def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, di
 def _run(args: argparse.Namespace) -> int:
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
-    from spark_jobs.session import spark_session, stop, stop_queries
+    from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit
 
     config, source, groups = _checked(args)
     topics, dlq_topic = source.topics, config.outcome_topic("dlq")  # the outcome prefix's, as `spark_job_topics`
 
     spark = None
     try:
-        spark = spark_session(f"acker-{args.spark_job}", args.master, jvm_output=args.spark_log)
+        master = args.master or (None if under_spark_submit() else "local[2]")
+        spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
         if args.spark_job == "commit":
             spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
             settings = commit_job.CommitJobSettings(

@@ -66,8 +66,14 @@ def _ivy_settings(ivy: Path) -> str:
     return settings.as_uri()
 
 
-def spark_session(app: str, master: str = "local[2]", jvm_output: Path | None = None) -> SparkSession:
-    """A session for ``app`` (getOrCreate: the jobs of one process share it).
+def under_spark_submit() -> bool:
+    """Whether this process was started by spark-submit, which starts the JVM first and hands its gateway over."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | None = None) -> SparkSession:
+    """A session for ``app`` (getOrCreate: the jobs of one process share it). ``master`` None: the one spark-submit
+    was given (or Spark's default).
 
     ``jvm_output``: a file that takes everything the Spark JVM prints (Ivy's resolution report, Spark's log lines),
     appended to, for a caller whose terminal shows something else (the demo's live table); by default the JVM prints
@@ -91,9 +97,11 @@ def spark_session(app: str, master: str = "local[2]", jvm_output: Path | None = 
         # at the start of every query.
         "spark.sql.adaptive.enabled": "false",
     }
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning that the host name is a loopback one
         settings |= {"spark.master": master, "spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+    elif master is not None:
+        settings["spark.master"] = master
     conf = SparkConf().setAll(list(settings.items()))
     # pyspark's context replaces the SIGINT handler with one that cancels every running job before it raises
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
