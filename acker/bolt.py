@@ -288,7 +288,9 @@ class Bolt:
         # valid anchors): one producer keeps a key's records in the order written (a word's counts).
         if self._sink is None:
             self._sink = Producer(self.config.sink_producer())
-        self.acker.produce_written(topic, value, key, headers, ids, producer=self._sink, on_failure=self._child_failed)
+        self.acker.produce_anchored(
+            topic, value, key, headers, ids, on_failure=self._child_failed, written_by=self._sink
+        )
         self.counters["written"] += 1
 
     def _child_failed(self, _error: KafkaError) -> None:

@@ -223,46 +223,27 @@ class AckerClient:
         ids: TupleIds,
         *,
         on_failure: Callable[[KafkaError], None] | None = None,
+        written_by: Producer | None = None,
     ) -> None:
         """Send a data message of the trees ``ids`` (with their anchor header) on the same producer.
 
         A message that cannot be delivered (librdkafka has retried it) fails its trees at once, so that the source
         records are replayed without waiting for the timeout; ``on_failure`` is told (for counting).
+
+        ``written_by``: a record that leaves the pipeline (no stage reads and acks it: a sink's output), whose trees
+        complete only once it is written: sent without the anchor header (nothing downstream acks it) through that
+        producer, which must report successful deliveries (`ServiceConfig.sink_producer`); its delivery report acks
+        its edges.
         """
 
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
             if error is not None:
                 self._undelivered(topic, ids, error, on_failure)
-
-        self._produce(
-            self.producer, topic, value, key=key, headers=with_ids(headers, ids), ids=ids, delivered=delivered
-        )
-
-    def produce_written(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Headers | None,
-        ids: TupleIds,
-        *,
-        producer: Producer,
-        on_failure: Callable[[KafkaError], None] | None = None,
-    ) -> None:
-        """Send a record that leaves the pipeline (no stage reads and acks it: a sink's output), as a child of the
-        trees ``ids``, which complete only once it is written: its delivery report acks its edges, or fails its trees.
-        Without the anchor header (nothing downstream acks it), through ``producer``, which must report successful
-        deliveries (`ServiceConfig.sink_producer`)."""
-
-        def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
-            if error is None:
+            elif written_by is not None:
                 self.send_acks(ids.edges)
-            else:
-                self._undelivered(topic, ids, error, on_failure)
 
-        self._produce(
-            producer, topic, value, key=key, headers=with_ids(headers, UNTRACKED), ids=ids, delivered=delivered
-        )
+        producer, shown = (self.producer, ids) if written_by is None else (written_by, UNTRACKED)
+        self._produce(producer, topic, value, key=key, headers=with_ids(headers, shown), ids=ids, delivered=delivered)
 
     def _produce(
         self,

@@ -51,11 +51,11 @@ def test_a_message_refused_at_once_fails_its_trees_instead_of_raising(producer: 
 
 
 def test_a_record_written_out_of_the_pipeline_and_refused_at_once_fails_its_trees(producer: Producer) -> None:
-    """`produce_written`: nothing downstream acks it, so its trees wait for its delivery; a refusal fails them."""
+    """``written_by``: nothing downstream acks it, so its trees wait for its delivery; a refusal fails them."""
     client = AckerClient(producer, "acker", 4, linger_s=60)
     failures: list[KafkaError] = []
     ids = TupleIds(((11, 22),))
-    client.produce_written("out", b"x" * 20_000, None, None, ids, producer=producer, on_failure=failures.append)
+    client.produce_anchored("out", b"x" * 20_000, None, None, ids, on_failure=failures.append, written_by=producer)
     assert [f.code() for f in failures] == [KafkaError.MSG_SIZE_TOO_LARGE]
     batch = client._batches[partition_of(11, 4)]
     assert batch is not None and list(zip(batch.kinds, batch.anchors, strict=True)) == [(Kind.FAIL, 11)]

@@ -39,11 +39,8 @@ class _Recording:
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
 
-    def produce_anchored(self, topic: str, *_args: Any, **_kwargs: Any) -> None:
-        self.calls.append(("stage", False))
-
-    def produce_written(self, topic: str, value: Any, key: Any, headers: Any, ids: Any, **_kwargs: Any) -> None:
-        self.calls.append(("sink", ids.tracked))
+    def produce_anchored(self, topic: str, value: Any, key: Any, headers: Any, ids: Any, **kwargs: Any) -> None:
+        self.calls.append(("stage", False) if kwargs.get("written_by") is None else ("sink", ids.tracked))
 
 
 def test_once_records_are_written_through_the_sink_producer_untracked_ones_go_there_too() -> None:
