@@ -29,8 +29,8 @@ until ``buckets`` ticks after the replay has passed the last record that decided
 that tick. No outcome depends on that end being exact: a tree's messages after its tombstone expired open an entry
 without an init, which expires silently.
 So such a tree gets no second outcome, and the trees decided after the offset are not published twice either. Those
-trees leave no tombstone in the new owner, so its own recovery offset is held at or before the record that decided
-the first of them until they are forgotten: a third owner is told of them as well (`recover`). What
+trees leave no tombstone in the new owner, so its own recovery offset is held at or before the lowest acker offset
+their outcome records name until they are forgotten: a third owner is told of them as well (`recover`). What
 remains: an outcome decided just before a crash and not yet delivered is not read back, and its tree is decided
 again by the replay alone (a straddler there may get a different outcome); and an init-less entry that expired
 silently, straddling the offset, counts towards ``high_water`` for a different while. Such an entry (acks more than a
@@ -103,20 +103,20 @@ class PartitionState:
         self.stand_ins = 0  # messages applied in place of records rejected (`acker.service.failing_inits`): not read
         self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
         self._decided_until: int | None = None  # offset of the last record that decided a tree given to `recover`
-        self._decided_since: int | None = None  # of the first; while those trees are known, not past it (`recover`)
+        self._decided_since: int | None = None  # the lowest; while those trees are known, not passed (`recover`)
         self._decided_expiry: int | None = None  # the tick count at which those trees are forgotten
 
     def recover(self, decided: np.ndarray, until: int, since: int) -> None:
         """Before the first record: the anchors of the trees a previous owner decided (and published) after the
-        offset this replay starts from, the first of them decided by the record at ``since``, the last by the one at
-        ``until``.
+        offset this replay starts from; ``since`` and ``until``, the lowest and the highest acker offsets their
+        outcome records name (each, the acker record that decided its last outcome).
 
         They hold no tombstone here, so nothing else holds the recovery offset at or before ``since`` while their
-        messages are late: it is held there until they are forgotten, so that the next owner is told of them too (it
-        reads back the outcomes decided from its replay's start). Otherwise a message of theirs that the previous
-        owner would have taken as late, after the offset committed here (an init sent again by a spout whose
-        delivery report said failed, though the record was written), would open a new tree there: timed out, a
-        spurious replay."""
+        messages are late: it is held there (never below this replay's start) until they are forgotten, so that the
+        next owner is told of them too (it reads back the outcome records naming its replay's start or later).
+        Otherwise a message of theirs that the previous owner would have taken as late, after the offset committed
+        here (an init sent again by a spout whose delivery report said failed, though the record was written), would
+        open a new tree there: timed out, a spurious replay."""
         assert self.position is None, "recover before replaying"
         if len(decided):
             self.tracker.set_decided(decided)
