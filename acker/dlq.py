@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
@@ -29,9 +29,8 @@ from acker.kafka.clients import (
     KafkaClientError,
     log_bounds,
     partition_count,
-    produce,
+    produce_reporting,
     read_to,
-    refusal,
 )
 from acker.retries import (
     ATTEMPT,
@@ -250,24 +249,16 @@ def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decis
         partition = origin_partition(letter.origin) % counts[decision.topic]
         places.append((decision.topic, partition))
 
-        def delivered(error: KafkaError | None, _record: Message, letter: DeadLetter = letter) -> None:
+        def delivered(error: KafkaError | None, _record: Message | None, letter: DeadLetter = letter) -> None:
             if error is not None:
                 failures.append(f"{letter.coordinates}: {error.str()}")
             else:
                 done.append(letter.coordinates)
 
-        try:
-            produce(
-                producer,
-                decision.topic,
-                letter.value,
-                key=letter.key,
-                partition=partition,
-                headers=decision.headers,
-                on_delivery=delivered,
-            )
-        except KafkaException as refused:  # at once (too large for the producer): refused as the broker refuses
-            delivered(refusal(refused), None)  # type: ignore[arg-type]
+        produce_reporting(
+            producer, decision.topic, letter.value, delivered, key=letter.key, partition=partition,
+            headers=decision.headers,
+        )  # fmt: skip
     if producer.flush(30) or failures:  # those delivered are said: re-driven again, they would be replayed twice
         unknown = len(letters) - len(failures) - len(done)  # no report within 30 s: may or may not have landed
         raise DlqError(

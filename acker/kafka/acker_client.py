@@ -34,8 +34,8 @@ from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
-from acker.headers import HeaderList, Headers, with_ids
-from acker.kafka.clients import produce, refusal, topic_partitions
+from acker.headers import Headers, with_ids
+from acker.kafka.clients import produce, produce_reporting, refusal, topic_partitions
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -236,30 +236,15 @@ class AckerClient:
         its edges.
         """
 
-        def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
+        def delivered(error: KafkaError | None, _record: KafkaMessage | None) -> None:
             if error is not None:
                 self._undelivered(topic, ids, error, on_failure)
             elif written_by is not None:
                 self.send_acks(ids.edges)
 
         producer, shown = (self.producer, ids) if written_by is None else (written_by, UNTRACKED)
-        self._produce(producer, topic, value, key=key, headers=with_ids(headers, shown), ids=ids, delivered=delivered)
-
-    def _produce(
-        self,
-        producer: Producer,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None,
-        headers: HeaderList,
-        ids: TupleIds,
-        delivered: Callable[[KafkaError | None, KafkaMessage], None],
-    ) -> None:
         try:
-            produce(producer, topic, value, key=key, headers=headers, on_delivery=delivered)
-        except KafkaException as refused:
-            delivered(refusal(refused), None)  # type: ignore[arg-type]
+            produce_reporting(producer, topic, value, delivered, key=key, headers=with_ids(headers, shown))
         except Exception:  # not a message (a value that is not bytes): the caller's error, raised to it. Its edge is
             for anchor, _ in ids.edges:  # already in its trees, and no message carries it: they could never complete
                 self._queue(Fail(anchor))

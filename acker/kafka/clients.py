@@ -8,7 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,6 +175,21 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def produce_reporting(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    on_delivery: Callable[[KafkaError | None, Message | None], None],
+    **kwargs: Any,
+) -> None:
+    """`produce`; a record the producer refuses at once (too large for it, an invalid topic) is reported to
+    ``on_delivery`` as a failed delivery (with no record), as the broker's refusals are (`refusal`)."""
+    try:
+        produce(producer, topic, value, on_delivery=on_delivery, **kwargs)
+    except KafkaException as refused:
+        on_delivery(refusal(refused), None)
 
 
 def fatal(error: KafkaError) -> bool:
