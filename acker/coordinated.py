@@ -13,7 +13,10 @@ tasks there are fail the request):
   task of the first step knows the request, so it tells the next step to expect **1** report.
 - **later steps**: once the expected number of reports has arrived and it has processed exactly as many messages
   of the request as they announced. Every task of a later step hears of the request (each gets a report), so each
-  reports, and the next step expects as many reports as this step has tasks.
+  reports, and the next step expects as many reports as this step has tasks. Behind the second step, that number
+  must also be the upstream step's partition count as the cluster gives it when the reports are read
+  (``upstream_tasks``): a process of the upstream step that has not yet seen partitions added to its topic reports
+  the old count, and finishing on it would leave out what the new partitions' tasks were sent.
 
 A report travels on the same partition as the data it counts and after it, from the same transactional producer,
 so when a report arrives the messages it counts have arrived before it; the count is then a check.
@@ -117,12 +120,18 @@ FAILURE_GRACE_MS = 10_000  # longer than a DRPC client waits after the deadline 
 class TaskState:
     """The requests one task (one partition of a step's input topic) is working on.
 
-    ``first``: the task belongs to the first step. ``tasks``: how many tasks this step has (its partition count);
-    ``next_tasks``: how many the next step has (1 for the step that joins the results).
+    ``first``: the task belongs to the first step; ``after_first``: to the second, whose one report per request
+    comes from whichever task of the first step had the request. ``tasks``: how many tasks this step has (its
+    partition count); ``next_tasks``: how many the next step has (1 for the step that joins the results).
+    ``upstream_tasks``: behind the second step, the upstream step's partition count as the cluster last gave it (0:
+    not known); the edge updates it before it hands over reports.
     """
 
-    def __init__(self, *, first: bool, tasks: int, next_tasks: int) -> None:
+    def __init__(
+        self, *, first: bool, tasks: int, next_tasks: int, after_first: bool = False, upstream_tasks: int = 0
+    ) -> None:
         self.first, self.tasks, self.next_tasks = first, tasks, next_tasks
+        self.after_first, self.upstream_tasks = after_first, upstream_tasks
         self.requests: dict[str, RequestState] = {}
 
     def request(self, request: str, deadline_ms: int, now_ms: int, *, failure: bool = False) -> RequestState | None:
@@ -146,10 +155,12 @@ class TaskState:
 
         The upstream tasks must agree on how many they are: reports that disagree (a step whose processes read its
         partition count at different times, partitions added meanwhile), or a sender outside the count, fail the
-        request, since counting to either number could finish it before every message arrived."""
+        request, since counting to either number could finish it before every message arrived. The first step's one
+        report names its task, any of them: from there ``reporters`` is 1 whoever sends it."""
         if sender in state.senders:
             return False
-        agreed = state.reporters in (-1, reporters) and (reporters == 1 or 0 <= sender < reporters)
+        counted = reporters == 1 if self.after_first else 0 <= sender < reporters
+        agreed = state.reporters in (-1, reporters) and counted
         state.senders.add(sender)
         state.reports += 1
         state.expected += count
@@ -165,6 +176,11 @@ class TaskState:
             return state.received > 0
         if state.reporters < 0 or state.reports < state.reporters:
             return False
+        if not self.after_first and self.upstream_tasks and state.reporters != self.upstream_tasks:
+            # Every upstream task agreed on a count the cluster no longer has: partitions were added upstream, and
+            # tasks of the new count may have messages of the request whose reports will never be waited for.
+            state.failed = True
+            return True
         # Every counted message arrived before its report (same partition, same producer): a difference means
         # messages were lost or duplicated, and the request's answer could not be trusted.
         state.failed = state.received != state.expected

@@ -137,6 +137,9 @@ class CoordinatedStage:
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed"}))  # fmt: skip
         self.tasks_count, self.next_count = self._counts()
+        # Behind the second step: the upstream step's partition count, asked again for each batch with reports in it
+        # (`_ask_upstream`); 0 until then.
+        self._upstream_tasks, self._upstream_asked = 0, False
         state_count = len(topic_partitions(self.consumer, self.changelog))
         if 0 in (self.tasks_count, self.next_count) or state_count != self.tasks_count:
             self.consumer.close()  # a task's state lives in the changelog partition of its number
@@ -166,6 +169,7 @@ class CoordinatedStage:
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline."""
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
+        self._upstream_asked = False
         if time.monotonic() >= self._next_count_check:  # before the records: an assignment in that consume asks
             self._check_counts()
         now_ms = int(time.time() * 1000)
@@ -237,6 +241,8 @@ class CoordinatedStage:
             self.counters["late"] += 1
             return
         if fields is not None:
+            if self.index >= 2 and not self._upstream_asked:
+                self._ask_upstream()
             if not task.reported(state, count, reporters, failed=failed, sender=sender):
                 self.counters["late"] += 1  # a task's report once more (a zombie's, say): counted once
                 return
@@ -366,6 +372,22 @@ class CoordinatedStage:
 
         return count(self.input), 1 if self.last else count(self.output)
 
+    def _ask_upstream(self) -> None:
+        """The upstream step's partition count as the cluster gives it now, for the reports of this batch
+        (`TaskState.finished` fails a request whose reports agree on another). Asked after the reports were read: a
+        report is written after every message it counts, each sent to a partition that existed then, so a partition
+        that has a message of the request is known here. Once per batch; without an answer, the last count stands."""
+        self._upstream_asked = True
+        try:
+            count = len(topic_partitions(self.consumer, self.chain.topic(self.index - 1), 5.0))
+        except KafkaException as error:
+            log.debug("step %d: could not ask the upstream step's partition count: %s", self.index, error)
+            return
+        if count:  # 0: a topic without leaders for a moment
+            self._upstream_tasks = count
+            for task in self.tasks.values():
+                task.upstream_tasks = count
+
     def _check_counts(self) -> None:
         """`CoordinationError` when partitions were added to a step's topics since this process started: the counts
         it reports and routes with are no longer those of processes started since. It stops (a restart takes the
@@ -409,7 +431,8 @@ class CoordinatedStage:
 
     def _restore(self, partition: int) -> TaskState:
         """The task's requests as last committed: the changelog partition read to its end."""
-        task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count)
+        task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count,
+                         after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
         reader = Consumer(self.config.client(**{"group.id": f"{self.group}.restore", "enable.auto.commit": False,
                                                 "isolation.level": "read_committed"}))  # fmt: skip
         try:

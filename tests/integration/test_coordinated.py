@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,7 +25,9 @@ from acker.kafka import coordinated_stage
 from acker.kafka.clients import read_to
 from acker.kafka.coordinated_stage import (
     DEADLINE,
+    REPORT,
     REQUEST,
+    STATUS,
     Chain,
     CoordinatedStage,
     CoordinationError,
@@ -337,6 +340,34 @@ def test_partitions_added_to_a_running_step_never_give_an_early_answer(config: S
         for stage in (first, new, last):
             stage.stop()
     assert answer == b"6"
+
+
+def test_reports_of_a_process_that_missed_partitions_added_upstream_fail_the_request(config: ServiceConfig) -> None:
+    """Step 1 grew from 1 to 3 partitions; a process of it that has not noticed yet (it checks every 5 s) reports
+    "1 task" to the joining step, while tasks 1 and 2, run by new processes, have messages of the request too. The
+    joining step finished on that one report and answered ok without their share; it now fails the request."""
+    chain = _small_chain(config, 3)
+    admin = AdminClient(config.client())
+    grown = [NewPartitions(chain.topic(1), 3), NewPartitions(f"{chain.topic(1)}.state", 3)]
+    for future in admin.create_partitions(grown).values():
+        future.result(30)
+    last = CoordinatedStage(config, chain, 2, _Count())
+    try:
+        _poll_until(last, lambda: bool(last.tasks))
+        headers: list[tuple[str, str | bytes | None]] = [
+            (REQUEST, b"r1"),
+            (DEADLINE, str(int(time.time() * 1000) + 60_000).encode()),
+        ]
+        producer = Producer(config.client())
+        stale = json.dumps({"from": 0, "count": 1, "reporters": 1, "failed": False}).encode()
+        producer.produce(chain.topic(2), b"x", partition=0, headers=headers)  # task 0's message, then its report
+        producer.produce(chain.topic(2), None, partition=0, headers=[*headers, (REPORT, stale)])
+        producer.flush(10)
+        _poll_until(last, lambda: last.counters["finished"] + last.counters["failed"] >= 1)
+        answers = _read(config, chain.results, wait_s=5)
+        assert [dict(r.headers())[STATUS] for r in answers] == [b"failed"]
+    finally:
+        last.consumer.close()
 
 
 def test_a_zombie_cannot_answer_a_request_its_successor_owns(

@@ -41,7 +41,7 @@ def test_a_later_task_waits_for_every_report_and_every_announced_message() -> No
 
 
 def test_a_request_with_no_messages_here_finishes_on_its_reports() -> None:
-    task = TaskState(first=False, tasks=4, next_tasks=2)
+    task = TaskState(first=False, tasks=4, next_tasks=2, after_first=True, upstream_tasks=4)
     state = _open(task, "r", 10_000)
     task.reported(state, count=0, reporters=1, failed=False, sender=3)  # the first step's one task: any partition
     assert task.finished(state) and not state.failed
@@ -167,3 +167,26 @@ def test_a_done_marker_keeps_nothing_of_the_requests_work() -> None:
     task.reports(state)
     marker = state.to_json()
     assert (marker["answer64"], marker["user"], marker["sent"]) == (None, {}, {})
+
+
+def test_reports_agreeing_on_a_count_the_upstream_step_no_longer_has_fail_the_request() -> None:
+    """Partitions added to the upstream step's topic: a process of it that has not seen them yet reports the old
+    count (1 here), and the tasks of the new partitions, which may have messages of the request, report later. Taken
+    alone, the one report finished the request without their share: an early answer."""
+    task = TaskState(first=False, tasks=1, next_tasks=1, upstream_tasks=3)
+    stale = _open(task, "r", 10**12)
+    task.reported(stale, count=0, reporters=1, failed=False, sender=0)
+    assert task.finished(stale) and stale.failed
+    whole = _open(task, "q", 10**12)
+    for sender in range(3):
+        task.processed(whole, ok=True)
+        task.reported(whole, count=1, reporters=3, failed=False, sender=sender)
+    assert task.finished(whole) and not whole.failed
+
+
+def test_behind_the_second_step_a_report_of_one_task_comes_from_task_0() -> None:
+    """Only the first step's one report may name any task (whichever had the request)."""
+    third = TaskState(first=False, tasks=2, next_tasks=1)
+    state = _open(third, "r", 10**12)
+    third.reported(state, count=0, reporters=1, failed=False, sender=3)
+    assert state.failed
