@@ -65,6 +65,7 @@ from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, parse_metadata
 from acker.partition import PartitionState, encode_tick
 from acker.retries import Backoff
+from acker.status import status_key
 from acker.topics import outcome_topic, service_topics
 from acker.wire import (
     OUTCOME_RECORD_MAX_BYTES,
@@ -937,7 +938,7 @@ class AckerService:
             self._produce(
                 self.config.status_topic,
                 json.dumps(status).encode(),
-                key=f"{self.config.acker_topic}/{partition}".encode(),
+                key=status_key(self.config.group, self.config.acker_topic, partition),
             )
 
     def _lag(self, partition: int, state: PartitionState) -> int | None:

@@ -1,8 +1,9 @@
 """`acker status`: per partition, what the instances last published and how far the group lags.
 
-Each instance publishes a JSON status per owned partition to the compacted status topic every few seconds; this
-reads the topic to its end, keeps the newest per partition, and adds the lag of the group's committed (recovery)
-offsets, as standard Kafka tooling would show it.
+Each instance publishes a JSON status per owned partition to the compacted status topic every few seconds, keyed
+by group, acker topic and partition (`status_key`); this reads the topic to its end, keeps the newest per partition
+of the group asked about, and adds the lag of the group's committed (recovery) offsets, as standard Kafka tooling
+would show it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from acker.config import ServiceConfig
 from acker.kafka.clients import kafka_error, topic_partitions
 
 log = logging.getLogger("acker.status")
+
+
+def status_key(group: str, acker_topic: str, partition: int) -> bytes:
+    """The key of a partition's status records. With the group in it, two groups publishing for one acker topic
+    (each deciding its trees: a misconfiguration `acker status` points out) do not replace each other's statuses
+    when the topic is compacted. Keys of earlier versions (``topic/partition``) stay behind, at lower offsets."""
+    return f"{group}/{acker_topic}/{partition}".encode()
 
 
 def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:

@@ -30,7 +30,7 @@ from acker.kafka.decided import read_decided
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.replay import format_message, replay
 from acker.service import AckerService
-from acker.status import group_lag, read_status
+from acker.status import group_lag, read_status, status_key
 from acker.wire import decode_batch, encode_outcomes
 from acker.workload import WorkloadSpec, generate
 from tests.integration.helpers import (
@@ -516,8 +516,12 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
             time.sleep(0.5)
         assert read_status(config, timeout_s=2), "the status topic was created, and no status came"
         # None was produced while it was missing (librdkafka would have held them, and delivered them now).
-        stamps = [r.timestamp()[1] for r in _records(config, config.status_topic)]
+        records = _records(config, config.status_topic)
+        stamps = [r.timestamp()[1] for r in records]
         assert stamps and min(stamps) >= created_ms
+        # Keyed by group too: another group's statuses of the same partitions would not replace these in compaction.
+        owned = {status_key(config.group, config.acker_topic, p) for p in range(config.partitions)}
+        assert {r.key() for r in records} <= owned
     finally:
         reader.close()
         # While it had no status topic, it published no status: records waiting for a topic that never comes held

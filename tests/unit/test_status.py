@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acker.status import _status
+from acker.status import _status, status_key
 
 
 def test_only_status_objects_with_a_partition_are_read() -> None:
@@ -22,3 +22,10 @@ def test_rates_of_another_shape_are_left_out() -> None:
         "partition": 1,
         "rates": {"acked": 2.5},
     }
+
+
+def test_the_statuses_of_two_groups_for_one_partition_have_keys_of_their_own() -> None:
+    """Compaction keeps one record per key: with a key of topic and partition only, one group's statuses replaced
+    the other's, and `acker status --group` showed nothing for the first."""
+    assert status_key("a", "acker", 3) != status_key("b", "acker", 3)
+    assert status_key("a", "acker", 3) != status_key("a", "acker", 4)
