@@ -22,8 +22,13 @@ need java openjdk-17-jre-headless "the local Kafka broker"
 need mvn maven "fetching the Kafka broker's jars"
 need docker-compose docker-compose "validating docker/compose.yaml"
 
-echo "== ruff" && .venv/bin/ruff check . && .venv/bin/ruff format --check .
-echo "== mypy" && .venv/bin/mypy
+# One command a line: under `set -e` a failure inside an `a && b && c` list (but not of its last command) does not
+# stop the script, and a lint error would pass.
+echo "== ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "== mypy"
+.venv/bin/mypy
 echo "== pytest"
 if [ "${CI:-}" = "true" ]; then export HYPOTHESIS_PROFILE=ci; fi
 set +e
