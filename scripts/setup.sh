@@ -10,6 +10,13 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
   exit 1
 fi
 
+# Two commands started together on a fresh clone (the demo and the tests) would both make .venv and install into it,
+# and one could remove the venv the other is using: the second waits for the first (the lock is outside .venv).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>.setup.lock
+  flock 9
+fi
+
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: creating .venv and installing the package with its test and development tools" >&2

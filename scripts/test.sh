@@ -8,17 +8,28 @@ scripts/setup.sh
 # Tools from the system's packages, installed when missing and this is a root shell with apt (a CI container):
 # Java and Maven for the local Kafka broker the integration tests start, and Debian's docker-compose to validate
 # docker/compose.yaml with a real compose tool (no Docker engine needed). Elsewhere, install them yourself.
-need() {  # need TOOL PACKAGE WHAT
+need() {  # need TOOL "PACKAGE [ANOTHER...]" WHAT: the first package the system has is installed
   command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test: installing $2 ($3)" >&2
-    { apt-get install -y -q "$2" || { apt-get update -q && apt-get install -y -q "$2"; }; } \
-      >"/tmp/acker-install-$2.log" 2>&1 || echo "test: could not install $2 (see /tmp/acker-install-$2.log)" >&2
+    for package in $2; do
+      echo "test: installing $package ($3)" >&2
+      if { apt-get install -y -q "$package" || { apt-get update -q && apt-get install -y -q "$package"; }; } \
+          >"/tmp/acker-install-$package.log" 2>&1; then
+        return 0
+      fi
+    done
+    echo "test: could not install $2 (see /tmp/acker-install-*.log)" >&2
   else
     echo "test: warning: '$1' is not on PATH ($3)" >&2
   fi
 }
-need java openjdk-17-jre-headless "the local Kafka broker"
+java_major() {  # "17.0.15" → 17, "1.8.0_292" → 8
+  java -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -1
+}
+need java "openjdk-17-jre-headless default-jre-headless" "the local Kafka broker"  # Debian 13 has no Java 17
+if command -v java >/dev/null 2>&1 && [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+  echo "test: warning: $(java -version 2>&1 | head -1): the local Kafka broker needs Java 17 or newer" >&2
+fi
 need mvn maven "fetching the Kafka broker's jars"
 need docker-compose docker-compose "validating docker/compose.yaml"
 

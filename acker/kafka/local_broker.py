@@ -190,7 +190,9 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
             pom.write_bytes(pom_bytes)
             out_dir = work / "lib"
             cmd = [
-                mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
+                # -C: a jar whose checksum does not match (a broken mirror or proxy) fails the fetch; by default
+                # Maven only warns (hidden by -q), and the bad jar, marked complete, failed every broker start.
+                mvn, "-q", "-B", "-C", "-Dstyle.color=never", "-f", str(pom),
                 f"{_DEPENDENCY_PLUGIN}:copy-dependencies", f"-DoutputDirectory={out_dir}",
             ]  # fmt: skip
             _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, lib_dir)

@@ -24,6 +24,7 @@ from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.local_broker import pdeathsig_preexec
 from acker.service import AckerService
 from acker.wire import decode_outcomes
 
@@ -71,16 +72,29 @@ class ServiceProcess:
         flags, env = to_argv(replace(config, metrics_port=0, instance_id=f"proc-{uuid.uuid4().hex[:6]}"))
         args = [sys.executable, "-m", "acker.cli", "run", *flags, *extra]
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()/kill()
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+        # It dies with the test process, even one killed (a CI time limit). In the child the hook only calls prctl
+        # and getppid: fork-safe with threads.
+        preexec = pdeathsig_preexec()
+        self.process = subprocess.Popen(
+            args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+            preexec_fn=preexec,  # noqa: PLW1509
+        )  # fmt: skip
 
     def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
+        """SIGKILL; nothing to do if it has exited. Called again in a test's ``finally``: a test that failed before
+        its kill left the process running after pytest, retrying a broker that was gone."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
         self.log.close()
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(60)
+        try:
+            code = self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
         self.log.close()
         return code
 

@@ -162,6 +162,7 @@ def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config:
         assert all(set(reader.seen[m]) == {"TIMEOUT"} for m in lossy)
         assert expired_after >= timeout * 0.95, f"lossy trees expired after {expired_after:.1f}s < T={timeout}s"
     finally:
+        first.kill()
         if second is not None:
             assert second.stop() == 0
         reader.close()
@@ -216,6 +217,7 @@ def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_
         assert reader.seen["T"] == ["ACK"], f"T's outcomes: {reader.seen['T']}"
         assert "O" not in reader.seen  # kept alive throughout
     finally:
+        first.kill()
         if second is not None:
             assert second.stop() == 0
         reader.close()
