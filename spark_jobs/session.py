@@ -45,9 +45,12 @@ def connector_packages() -> list[str]:
     ]
 
 
-# Maven Central alone. Ivy's own cache (under ``spark.jars.ivy``) is consulted before any resolver.
+# Maven Central alone. Ivy's own cache (under ``spark.jars.ivy``) is consulted before any resolver. Shared by the jobs
+# of every process on the host: Ivy locks each artifact while it writes it (by default it takes no lock, and two jobs
+# resolving the connectors for the first time could leave a broken jar for every later start).
 _IVY_SETTINGS = """<ivysettings>
   <settings defaultResolver="central"/>
+  <caches lockStrategy="artifact-lock-nio"/>
   <resolvers>
     <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
   </resolvers>
