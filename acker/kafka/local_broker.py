@@ -23,7 +23,9 @@ What it guarantees:
   are stopped by an ``atexit`` hook; on Linux the JVM also gets SIGTERM if the Python process dies without
   running it (e.g. SIGKILL), via PR_SET_PDEATHSIG.
 * The data directory is a fresh temporary directory removed by ``stop()``, unless ``keep_data=True`` or the
-  caller passed ``data_dir`` (a caller's directory is never removed; starting again on it reuses the data).
+  caller passed ``data_dir`` (a caller's directory is never removed; starting again on it reuses the data). One
+  whose owner died without stopping it is removed by the next broker started on the host, once its JVM is gone
+  too (`sweep_orphaned_data_dirs`).
 
 Needs Java 17+ and Maven 3.6.3+ on PATH (``JAVA_HOME``/``MAVEN_HOME`` honoured); Python: confluent-kafka.
 """
@@ -471,7 +473,11 @@ class LocalKafkaBroker:
     def _prepare_data_dir(self) -> tuple[Path, bool]:
         """The data dir and whether its storage is formatted already."""
         if self._given_data_dir is None:
-            return Path(tempfile.mkdtemp(prefix="acker-kafka-")), False
+            sweep_orphaned_data_dirs()
+            data_dir = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX))
+            if not self.keep_data:  # a directory kept on purpose is never swept
+                (data_dir / _OWNERS_FILE).write_text(f"{os.getpid()}\n")
+            return data_dir, False
         data_dir = self._given_data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         return data_dir, (data_dir / _LOG_DIR_NAME / "meta.properties").is_file()
@@ -571,6 +577,9 @@ class LocalKafkaBroker:
                 start_new_session=True, preexec_fn=pdeathsig_preexec(),  # noqa: PLW1509
             )  # fmt: skip
         self._port, self._controller_port = port, cport
+        owners = data_dir / _OWNERS_FILE
+        if owners.is_file():
+            owners.write_text(f"{os.getpid()} {self._process.pid}\n")
         with _live_lock:
             _live_brokers.add(self)
         self._wait_ready(port, t0 + self.startup_timeout)
@@ -695,6 +704,38 @@ class LocalKafkaBroker:
 
 class _PortTakenError(KafkaBrokerError):
     """The broker could not bind a picked port (someone took it meanwhile)."""
+
+
+_TEMP_PREFIX = "acker-kafka-"
+# In a temporary data dir: the ids of the process that made it and of its JVM (`sweep_orphaned_data_dirs`).
+_OWNERS_FILE = ".owners"
+
+
+def sweep_orphaned_data_dirs(base: Path | None = None) -> list[Path]:
+    """Remove (and return) the temporary data dirs under ``base`` (the system's temporary directory) whose owner
+    and JVM are both gone: an owner killed before it could stop its broker (SIGKILL, a SIGTERM it did not handle)
+    takes its JVM with it (PR_SET_PDEATHSIG), not the directory, and these piled up. Only directories that name
+    their processes are looked at; a process id taken by another process since counts as alive (kept)."""
+    removed = []
+    for path in Path(base or tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
+        try:
+            pids = [int(pid) for pid in (path / _OWNERS_FILE).read_text().split()]
+        except (OSError, ValueError):
+            continue
+        if pids and not any(_alive(pid) for pid in pids):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _exited(pid: int) -> bool:
