@@ -21,9 +21,10 @@ Max pending (Storm's max.spout.pending): while ``max_pending`` of its trees are 
 Records that start no tree are fully processed at once, and the spout says so itself on its outcome topic (an
 ``ACK`` with ``acker_partition`` -1), so that the watermark passes them: records for which the emit function
 emitted nothing, and every record in untracked mode (at-most-once, no acker traffic). A data message or an init
-that cannot be delivered (librdkafka has retried it) fails the tree: a `Fail` to the acker, or, for an init, a
-``FAILED`` outcome published by the spout. So does an exception from the emit function (counted, ``emit_errors``):
-the spout goes on, and the replay job replays the record, then dead-letters it. Nothing is dropped silently.
+that cannot be delivered (librdkafka has retried it) fails the tree: a `Fail` to the acker, or, for an init sent
+`INIT_ATTEMPTS` times without delivery, a ``FAILED`` outcome published by the spout. So does an exception from the
+emit function (counted, ``emit_errors``): the spout goes on, and the replay job replays the record, then
+dead-letters it. Nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from acker.kafka.clients import (
     KafkaClientError,
     TopicSpec,
     consume_available,
-    create_topics,
     end_offsets,
     ensure_topics,
     log_bounds,
@@ -252,7 +252,8 @@ class Spout:
         self._replay_topic = config.replay_topic(settings.name)
         self._replay_of = f"{settings.source_topic}/".encode()  # how the origin of this spout's replays starts
         partitions = partition_count(config.client(), settings.source_topic)
-        create_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
+        # Looked for first: a principal that may not create topics is refused even for one that exists.
+        ensure_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
         topics.append(self._replay_topic)
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -314,7 +315,7 @@ class Spout:
             if not readable(record, log, "source consumer"):
                 continue
             headers = read_headers(record)
-            if headers is not None and self._hold(record, headers, now_ms):
+            if self._hold(record, headers, now_ms):
                 continue
             self._start(record, now, unreadable=headers is None)
         self._publish_direct()
@@ -369,12 +370,15 @@ class Spout:
         if raised:
             self.acker.send(Fail(tree.anchor))
 
-    def _hold(self, record: Message, headers: HeaderList, now_ms: int) -> bool:
+    def _hold(self, record: Message, headers: HeaderList | None, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed
-        (its partition is paused and rewound to it until then), or one behind such a record."""
+        (its partition is paused and rewound to it until then), or one behind such a record, whether or not its
+        headers can be read (``None``): it is read again when the hold ends."""
         key = (record.topic() or "", record.partition() or 0)
         if key in self._held:
             return True
+        if headers is None:
+            return False
         # Only this spout's replay topic: the headers of a source record are its producer's, e.g. another spout's
         # replay context, forwarded by that spout downstream to this one's source.
         if key[0] != self._replay_topic:
@@ -557,6 +561,8 @@ class Spout:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Seek every assigned partition to its fully-processed watermark (committed in ``<group>.acked``)."""
+        if not partitions:  # a cooperative rebalance that gives nothing: no watermark to ask for (a coordinator moving
+            return  # made that wait 30 s and stop the spout); the client assigns the empty list itself
         committed = self._watermarks.committed(
             [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=30
         )

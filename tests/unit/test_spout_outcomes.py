@@ -200,3 +200,27 @@ def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts
     assert spout._direct == [] and spout.counters["pending_waiting_on_acker"] == 3
     spout._expire_pending(WAIT_TIMEOUTS * 10.0)
     assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)] and not spout.pending
+
+
+def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read() -> None:
+    """Replay-topic partition held for a backoff (paused, rewound to the held record): a record after it in the same
+    batch whose headers could not be read skipped the hold, was started, and was started again once the hold ended."""
+    spout: Any = Spout.__new__(Spout)
+    spout._held, spout._replay_topic = {("s.replay", 0): 10**13}, "s.replay"
+    behind = Message(topic="s.replay", partition=0, offset=11, value=b"x")
+    assert spout._hold(behind, None, now_ms=0)
+    elsewhere = Message(topic="s.replay", partition=1, offset=3, value=b"x")
+    assert not spout._hold(elsewhere, None, now_ms=0)  # started as unreadable, as before
+
+
+def test_a_rebalance_that_assigns_nothing_asks_nothing() -> None:
+    """A cooperative rebalance calls on_assign with no partitions: asking for their watermarks waited on the
+    watermark group's coordinator (30 s while it moved) and then stopped the spout."""
+
+    class _Unreachable:
+        def committed(self, *_: Any, **__: Any) -> Any:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    spout: Any = Spout.__new__(Spout)
+    spout._watermarks = _Unreachable()
+    spout._on_assign(None, [])
