@@ -47,8 +47,11 @@ def decoded(raw: DataFrame) -> Column:
     return F.when(right_prefix, F.try_element_at(F.filter(F.array(decoded), consistent), F.lit(1)))
 
 
-# A message id's source ``<topic>/<partition>`` (its offset apart): the source of a record's coordinates.
-COORDINATES = r"^(.+)/([0-9]+)$"
+# A message id's source ``<topic>/<partition>`` (its offset apart): the source of a record's coordinates, with a
+# topic name Kafka could have (its legal characters, at most 249 of them). Any other id a spout gives (a user's
+# ``files/2024/06/1/7``) is not coordinates: asked about topic ``files/2024/06``, Kafka refuses the question, and a
+# job would fail its micro-batch at every restart.
+COORDINATES = r"^([A-Za-z0-9._-]{1,249})/([0-9]+)$"
 
 
 def source_partition(source: Column) -> tuple[Column, Column]:
