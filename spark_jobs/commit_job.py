@@ -32,7 +32,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count
-from acker.kafka.lookups import KafkaLookups, WatermarkCommitError, lookups
+from acker.kafka.lookups import CONFIRM_S, KafkaLookups, WatermarkCommitError, lookups
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
@@ -430,7 +430,6 @@ class Marks:
                 self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
-CONFIRM_S = 1.0  # a partition or topic found missing is looked for again after this, before its mark is dropped
 MISSING_TRUSTED_S = 60.0  # a topic found missing twice is taken as missing, without a second look, for this long
 STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails

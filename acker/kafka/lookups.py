@@ -37,6 +37,7 @@ _LOOKUP_TIMEOUT_S = 10.0
 SEEN_FOR_S = 10.0
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
 # A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
+CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after this before it is taken as gone
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
 
 
@@ -231,11 +232,19 @@ class KafkaLookups:
         return int(low), int(high)
 
     def _missing(self, topic: str, partition: int) -> bool:
-        """Whether the cluster's metadata, asked now, lacks the topic or the partition."""
-        found = self._consumer.list_topics(topic, timeout=_LOOKUP_TIMEOUT_S).topics.get(topic)
-        if found is None or (found.error is not None and found.error.code() in _MISSING):
-            return True
-        return found.error is None and partition not in found.partitions
+        """Whether the cluster's metadata lacks the topic or the partition, asked now and again `CONFIRM_S` later.
+        What a caller does with the answer cannot be undone (a nacked record dead-lettered ``source-missing``, a
+        watermark moved over offsets), and one broker's metadata may lag behind partitions just added or a topic
+        just made, or be stale for a moment after a restart: one answer dead-lettered records that existed."""
+        for attempt in range(2):
+            if attempt:
+                time.sleep(CONFIRM_S)
+            found = self._consumer.list_topics(topic, timeout=_LOOKUP_TIMEOUT_S).topics.get(topic)
+            if found is not None and found.error is not None and found.error.code() not in _MISSING:
+                return False  # another error (not authorized, say): no answer that it is missing
+            if found is not None and found.error is None and partition in found.partitions:
+                return False
+        return True
 
     def _read(
         self,

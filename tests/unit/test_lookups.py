@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from acker.kafka import lookups
 from spark_jobs.watermark import PartitionMark
@@ -110,6 +113,38 @@ def test_a_mark_crossing_transaction_markers_reads_each_stretch_once_not_once_pe
         assert partition.reads <= 12  # a read per 100 records read (and the end), not one per marker (100)
         assert kafka.next_existing("t", 0, 19) == 20  # answered from what was seen
         assert kafka.next_existing("t", 0, 20) == 20
+    finally:
+        kafka._consumer = real
+        kafka.close()
+
+
+class _LaggingMetadata:
+    """A consumer at the edge whose broker does not know the partition yet (partitions just added): the offsets
+    lookup says unknown, and the metadata lacks it for the first ``stale`` answers."""
+
+    def __init__(self, stale: int) -> None:
+        self.stale, self.asked = stale, 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        self.asked += 1
+        partitions = {0: None} if self.asked <= self.stale else {0: None, 1: None}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
+
+
+def test_a_partition_is_taken_as_gone_only_when_the_metadata_lacks_it_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One stale answer made the replay job dead-letter the records of a partition just added as source-missing."""
+    monkeypatch.setattr("acker.kafka.lookups.time.sleep", lambda _s: None)
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    real = kafka._consumer
+    try:
+        kafka._consumer = _LaggingMetadata(stale=1)  # type: ignore[assignment]
+        with pytest.raises(LookupError):  # not an answer: the batch is tried again
+            kafka.fetch("t", 1, [42])
+        kafka._consumer = _LaggingMetadata(stale=2)  # type: ignore[assignment]
+        assert kafka.fetch("t", 1, [42]) == {42: None}
     finally:
         kafka._consumer = real
         kafka.close()

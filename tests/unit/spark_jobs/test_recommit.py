@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from acker.kafka.lookups import CONFIRM_S
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
@@ -193,7 +194,7 @@ def test_a_topic_confirmed_missing_is_not_confirmed_again_at_every_batch(monkeyp
     marks = _marks(monkeypatch, _Deleted(), _Store({}))
     for batch in range(1, 4):
         assert marks.apply([_row(0, [batch])], batch_id=batch) == {}
-    assert sleeps == [commit_job.CONFIRM_S]
+    assert sleeps == [CONFIRM_S]
 
 
 def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
