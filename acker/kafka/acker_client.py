@@ -35,7 +35,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.headers import Headers, with_ids
-from acker.kafka.clients import produce, produce_reporting, refusal, topic_partitions
+from acker.kafka.clients import TOO_LARGE, produce, produce_reporting, refusal, topic_partitions
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -316,12 +316,25 @@ class AckerClient:
     def _produce_batch(self, partition: int, batch: _Batch) -> None:
         """Send ``batch`` as one record. A record the producer refuses at once is handled as a failed delivery (an
         exception here would lose the batch without failing its trees, and stop the stage), except that a batch too
-        large for ``message.max.bytes`` is sent in halves, and a fatal error (the producer takes nothing any more)
-        raises: the stage must stop, and its trees time out."""
+        large (for the producer's ``message.max.bytes``, at once, or for the broker, in its delivery report) is sent
+        in halves, and a fatal error (the producer takes nothing any more) raises: the stage must stop, and its trees
+        time out."""
         inits = batch.inits
 
         def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
             if error is None:
+                return
+            if error.code() in TOO_LARGE and len(batch.kinds) > 1:
+                # Refused by the broker: larger than the acker topic takes (its max.message.bytes below what
+                # max_batch messages encode to). Nothing of it was written: sent again in halves, and the batches
+                # from now on are cut at half as many messages. Failed, its trees were replayed into batches as large,
+                # refused again, until every record was dead-lettered.
+                if len(batch.kinds) // 2 < self.max_batch:
+                    log.warning("the acker topic %s refused a record of %d messages as too large: batches of %d "
+                                "from now on", self.topic, len(batch.kinds), len(batch.kinds) // 2)  # fmt: skip
+                    self.max_batch = len(batch.kinds) // 2
+                for half in batch.halves():
+                    self._produce_batch(partition, half)
                 return
             # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
             # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
@@ -352,8 +365,4 @@ class AckerClient:
             produce(self.producer, self.topic, encode_batch(batch.block()), partition=partition, on_delivery=delivered)
         except KafkaException as refused:
             error = refusal(refused)  # raises when fatal
-            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and len(batch.kinds) > 1:
-                for half in batch.halves():
-                    self._produce_batch(partition, half)
-                return
-            delivered(error, None)  # type: ignore[arg-type]
+            delivered(error, None)  # type: ignore[arg-type]  # one too large is sent in halves there

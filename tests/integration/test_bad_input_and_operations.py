@@ -23,16 +23,18 @@ from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
+from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
 from acker.service import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
-from acker.wire import decode_outcomes, encode_batch
+from acker.wire import decode_batch, decode_outcomes, encode_batch
 from tests.integration.helpers import (
     OutcomeReader,
     ServiceThread,
     create_acker_topics,
     produce_with_header_name,
+    read_partition,
     send,
 )
 from tests.integration.test_service import SPOUT, _tree_messages
@@ -200,6 +202,26 @@ def test_outcome_records_too_large_for_their_topic_are_sent_in_halves(config: Se
     finally:
         service.stop()
         reader.close()
+
+
+def test_acker_batches_too_large_for_the_acker_topic_are_sent_in_halves(config: ServiceConfig) -> None:
+    """An acker topic that takes records of 20,000 bytes at most: a batch of 2,000 inits (about 60 KB) was refused by
+    the broker in its delivery report, and every tree in it failed; the spout sent the inits again in batches as
+    large, refused again, until every record was dead-lettered. Now it is sent again in halves, and later batches
+    are cut smaller."""
+    small = TopicSpec(config.acker_topic, 1, config={"max.message.bytes": "20000"})
+    create_topics(config.client(), [small])
+    lost: list[int] = []
+    producer = Producer(config.client(**{"enable.idempotence": True}))
+    client = AckerClient(producer, config.acker_topic, 1, linger_s=60,
+                         on_failure=lambda _p, inits, _e: lost.append(len(inits)))  # fmt: skip
+    ids = IdGenerator(5)
+    inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(2000)]
+    client.send_all(inits)
+    assert client.flush(30) == 0
+    assert lost == [] and client.max_batch < 2000
+    sent = [decode_batch(v or b"") for _, _, v in read_partition(config, config.acker_topic, 0)]
+    assert sorted(a for block in sent for a in block.anchors.tolist()) == sorted(i.anchor for i in inits)
 
 
 def test_an_outcome_topic_whose_creation_failed_is_created_again_later(
