@@ -198,6 +198,7 @@ def _run(args: argparse.Namespace) -> int:
                 dead_letter_topic=config.replay_dlq_topic,
                 max_records=args.max_records,
                 nacks_per_transaction=args.nacks_per_transaction,
+                groups=groups,
                 dlq_topic=dlq_topic,
                 progress_topic=config.replay_topic("progress"),
                 replication_factor=config.replication_factor,

@@ -15,6 +15,11 @@ part, below):
   read from: the commit job then counts those offsets as done (the replayed copy has its own offset and tree);
 - writes the micro-batch id to the job's progress topic.
 
+A nack of a record its spout's watermark (``<group>.acked``) has passed is skipped: that record was decided before (the
+watermark passes only offsets done), and this is a late copy of a nack handled long ago, as an acker that recovers
+after a long outage emits for the trees its spout timed out itself meanwhile; the deduplication window (an hour by
+default) has forgotten the first.
+
 A micro-batch that Spark runs again after a crash finds its id in the progress topic and publishes nothing: a nack
 is replayed once, and none is lost (Spark's checkpoint holds the read position; the transaction holds the output).
 A micro-batch of more nacks than ``nacks_per_transaction`` is published in parts, a transaction each (a burst of
@@ -35,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -66,6 +71,7 @@ from acker.retries import (
     unreadable_headers,
 )
 from acker.topics import PROGRESS_TOPIC_CONFIG
+from acker.watermarks import watermark_group
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
@@ -76,6 +82,8 @@ QUERY = "replays"  # the query's checkpoint: <checkpoint>/replays
 log = logging.getLogger("spark_jobs.replay")
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
+# (group, [(topic, partition)]) → the group's committed offsets (negative where none)
+Committed = Callable[[str, list[tuple[str, int]]], dict[tuple[str, int], int]]
 _PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes and batch.size
 _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
@@ -99,6 +107,7 @@ class ReplayJobSettings:
     dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
     dead_letter_trigger_s: float = 10.0
     dedupe_window: str = "1 hour"
+    groups: Mapping[str, str] = field(default_factory=dict)  # spout → its consumer group (default: the spout's name)
     # Outcome records per micro-batch, at most: the driver holds a row per nack of a batch (a burst of nacks after an
     # outage would otherwise be one batch, too large for it, failing at every run).
     max_records: int = 1_000
@@ -111,6 +120,9 @@ class ReplayJobSettings:
         progress; a job started on a new or wiped checkpoint (whose micro-batch ids start again at 0) or another job
         beside it shares neither."""
         return f"{self.name}-{run_id[:12]}"
+
+    def watermark_group(self, spout: str) -> str:
+        return watermark_group(self.groups.get(spout, spout))
 
     @property
     def policy(self) -> RetryPolicy:
@@ -236,9 +248,10 @@ class _Publisher:
         key = key[: max(0, min(_KEPT_BYTES, room - len(value or b"")))] if key else key
         return value, key
 
-    def publish(self, batch_id: int, rows: list[Any], fetch: Fetch) -> int:
+    def publish(self, batch_id: int, rows: list[Any], fetch: Fetch, committed: Committed | None = None) -> int:
         """Publish a micro-batch's nacks, in parts of at most ``nacks_per_transaction``; return how many were
-        published now (not those of the parts published before a restart)."""
+        published now (not those of the parts published before a restart, nor those skipped: `_decided`).
+        ``committed``: the spouts' watermarks, asked of Kafka (None: nothing is skipped)."""
         if batch_id < self.last or (batch_id == self.last and self.last_done is None):
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
@@ -254,9 +267,36 @@ class _Publisher:
             part = ordered[start : start + size]
             end = start + len(part)
             whole = end >= len(ordered)
-            published += self._publish_part(part, fetch, f"{batch_id}" if whole else f"{batch_id}/{end}")
+            undecided = self._undecided(part, committed)
+            published += self._publish_part(undecided, fetch, f"{batch_id}" if whole else f"{batch_id}/{end}")
             self.last, self.last_done = batch_id, None if whole else end
         return published
+
+    def _undecided(self, rows: list[Any], committed: Committed | None) -> list[Any]:
+        """``rows`` without the nacks of records their spout's watermark has passed. Done within a part (the parts
+        are cut from every row of the batch, the same at every run of it); a watermark Kafka does not tell now skips
+        nothing: a record replayed twice, never one lost."""
+        if committed is None:
+            return rows
+        wanted: dict[str, set[tuple[str, int]]] = defaultdict(set)
+        for row in rows:
+            wanted[self.settings.watermark_group(row.spout)].add((row.topic, int(row.partition)))
+        marks: dict[str, dict[tuple[str, int], int]] = {}
+        for group, partitions in wanted.items():
+            try:
+                marks[group] = committed(group, sorted(partitions))
+            except (KafkaException, KafkaClientError) as error:
+                log.warning("the watermarks of %s are not known now (%s): its nacks are all replayed", group, error)
+        undecided = [
+            row
+            for row in rows
+            if int(row.offset)
+            >= marks.get(self.settings.watermark_group(row.spout), {}).get((row.topic, int(row.partition)), -1)
+        ]
+        if len(undecided) < len(rows):
+            log.info("%d nack(s) of records their watermark has passed (decided before) skipped: late copies of "
+                     "nacks handled before", len(rows) - len(undecided))  # fmt: skip
+        return undecided
 
     def _publish_part(self, rows: list[Any], fetch: Fetch, progress: str) -> int:
         """Publish ``rows`` in one transaction, with ``progress`` as its progress record."""
@@ -389,9 +429,13 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
             with kafka.lock:
                 return kafka.fetch(topic, partition, offsets)
 
+        def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            with kafka.lock:
+                return kafka.committed(group, partitions)
+
         rows = batch.collect()
         if rows:
-            count = publisher[0].publish(batch_id, rows, fetch)
+            count = publisher[0].publish(batch_id, rows, fetch, committed)
             log.info("batch %d: %d nack(s) handled", batch_id, count)
 
     main = (

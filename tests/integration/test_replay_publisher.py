@@ -83,6 +83,33 @@ def test_a_nack_of_a_topic_or_partition_that_does_not_exist_is_dead_lettered_as_
     assert [text(pairs(r.headers()), REASON) for r in letters] == ["source-missing", "source-missing"]
 
 
+def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(bootstrap: str) -> None:
+    """An acker back after a long outage nacks the trees its spout timed out itself meanwhile: those records were
+    replayed then (their watermark has passed them since), and the deduplication window had forgotten the first
+    nack, so each was replayed a second time. Nacks above the watermark are replayed as ever."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    producer = Producer(client)
+    for value in (b"a", b"b", b"c"):
+        produce(producer, source, value)
+    assert producer.flush(30) == 0
+    kafka = lookups(client)
+    with kafka.lock:
+        kafka.advance(settings.watermark_group("sp"), {(source, 0): 2})  # offsets 0 and 1 decided
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    nacks = [_nack(settings, source, 0, offset) for offset in range(3)]
+
+    def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        with kafka.lock:
+            return kafka.committed(group, partitions)
+
+    assert publisher.publish(0, nacks, _fetch(client), committed) == 1
+    assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/2")]
+    assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == [b"c"]
+
+
 def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others_replayed(bootstrap: str) -> None:
     """A replay topic that takes less than the source (here 20 KB), or a record larger than the producer's limit:
     publishing it would abort the transaction at every run of the batch, and no nack would be replayed again. The
