@@ -1,8 +1,9 @@
 """The commit job: outcomes in, fully-processed watermarks out.
 
 readStream over the spouts' outcome topics → the done offsets of each record per source partition (``ACK``, and
-``REPLAYED`` / ``DEAD_LETTERED`` written by the replay job; `done_offsets`) → on the driver, each micro-batch adds
-them to the `PartitionMark` of their source partition, saves the marks in the checkpoint directory
+``REPLAYED`` / ``DEAD_LETTERED`` written by the replay job; `done_offsets`) → each micro-batch gathers them in bitmaps
+of 32,768 offsets (`done_bitmaps`, on the executors) → on the driver, adds them as runs to the `PartitionMark` of
+their source partition, saves the marks in the checkpoint directory
 (`spark_jobs.mark_store`), and publishes the marks that moved as the committed offsets of the consumer group
 ``<spout group>.acked``, where the spout seeks on assignment (`acker.spout`) and where
 ``kafka-consumer-groups --describe`` shows the fully-processed lag.
@@ -61,9 +62,11 @@ SPARK_KAFKA_DEFAULTS = {
 # Outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger; each job sets its own). Without a limit a
 # backlog (a job started on a new checkpoint over days of outcomes, a long outage) is one micro-batch, which Spark
 # runs again, whole, at every restart. The commit job's is far above what the services write in a second, so that a
-# stream is never held back by it. Its driver holds about 40 bytes per done offset of a micro-batch: a backlog of
-# full records (16,384 outcomes each) wants a lower limit (`--max-records`).
+# stream is never held back by it. Its driver gets a micro-batch's done offsets as bitmaps (`done_bitmaps`): 4 KB per
+# 32,768 offsets of a source partition, an eighth of a byte per offset where they are dense (a backlog of full
+# records, 16,384 outcomes each, is 1.6 billion offsets, 200 MB), at most 4 KB per offset where they are sparse.
 COMMIT_MAX_RECORDS = 100_000
+BUCKET_BITS = 32_768  # offsets per bitmap: Spark's bitmap_construct_agg makes bitmaps of 4,096 bytes
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,28 @@ def done_offsets(raw: DataFrame) -> DataFrame:
     )
 
 
+def done_bitmaps(done: DataFrame) -> DataFrame:
+    """A micro-batch's done offsets (`done_offsets`, a static DataFrame: this aggregates) gathered per source
+    partition and bucket of `BUCKET_BITS` offsets: ``spout, topic, partition, bucket, bits``, the bitmap of the offsets
+    ``bucket * BUCKET_BITS + i`` done (bit ``i``, least significant first). Collected as arrays of offsets, the
+    driver held ~40 bytes per offset (Python integers), and a backlog's micro-batch outgrew it at every restart;
+    a bitmap is an eighth of a byte per offset where they are dense, as they are once every record's are together
+    (each record's are not: the trees of a partition are spread over the acker partitions)."""
+    per_offset = done.select("spout", "topic", "partition", F.explode("offsets").alias("offset"))
+    bucket = F.expr(f"offset div {BUCKET_BITS}")  # integral: a double quotient would round offsets past 2^53
+    return per_offset.groupBy("spout", "topic", "partition", bucket.alias("bucket")).agg(
+        F.bitmap_construct_agg(F.pmod("offset", F.lit(BUCKET_BITS))).alias("bits")
+    )
+
+
+def bitmap_runs(bucket: int, bits: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The runs ``[start, end)`` of the offsets a `done_bitmaps` row says are done."""
+    set_bits = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little").astype(np.int8)
+    edges = np.diff(np.r_[np.int8(0), set_bits, np.int8(0)])
+    base = np.int64(bucket) * BUCKET_BITS
+    return base + np.flatnonzero(edges == 1), base + np.flatnonzero(edges == -1)
+
+
 class Marks:
     """The driver's view of every source partition's `PartitionMark`, and how a micro-batch moves them."""
 
@@ -209,7 +234,7 @@ class Marks:
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
-        by watermark group. ``rows`` have ``spout, topic, partition, offsets`` (`done_offsets`)."""
+        by watermark group. ``rows`` have ``spout, topic, partition, bucket, bits`` (`done_bitmaps`)."""
         with self._lock:
             return self._apply(rows, batch_id)
 
@@ -217,9 +242,9 @@ class Marks:
         marks = self._load()
         kafka = self._kafka
         now_s = time.time()
-        done: dict[Key, list[np.ndarray]] = {}
+        done: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
         for row in rows:
-            done.setdefault((row.spout, row.topic, int(row.partition)), []).append(np.asarray(row.offsets, np.int64))
+            done.setdefault((row.spout, row.topic, int(row.partition)), []).append(bitmap_runs(row.bucket, row.bits))
         try:
             gone: set[Key] | None = self._check_topics(done.keys() | marks.keys())
         except KafkaException as error:  # Kafka not answering now: the batch is kept, and committed by a later one
@@ -230,7 +255,7 @@ class Marks:
         for key in [key for key in done if gone and key in gone]:  # outcomes of a deleted partition: nothing to mark
             del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}
-        for (spout, topic, partition), arrays in done.items():
+        for (spout, topic, partition), runs in done.items():
             mark = marks.get((spout, topic, partition))
             if mark is None:
                 group = self.settings.watermark_group(spout)
@@ -245,7 +270,7 @@ class Marks:
                                 "group? (--spout-group %s=GROUP names it) The watermark starts at the first offset",
                                 group, topic, partition, spout, group.removesuffix(".acked"), spout)  # fmt: skip
                 mark = marks[(spout, topic, partition)] = PartitionMark(start)
-            mark.add(np.concatenate(arrays))
+            mark.add_runs(np.concatenate([s for s, _ in runs]), np.concatenate([e for _, e in runs]))
         # The touched marks, those that Kafka could not answer for at an earlier batch, and those waiting on a record
         # found long enough ago that it may have been deleted since (asked again now).
         # Of the spouts served only: a retired spout's mark must not recreate its deleted group either.
@@ -481,7 +506,7 @@ def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, i
     kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        for group, group_marks in marks.apply(batch.collect(), batch_id).items():
+        for group, group_marks in marks.apply(done_bitmaps(batch).collect(), batch_id).items():
             committed = commit_group(kafka, group, group_marks)
             if committed:
                 log.info("batch %d: %s advanced to %s", batch_id, group, committed)

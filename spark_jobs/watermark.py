@@ -42,13 +42,26 @@ class PartitionMark:
     def add(self, offsets: Iterable[int] | npt.NDArray[np.int64]) -> None:
         """Record done offsets (any order, duplicates allowed; those below the mark are ignored)."""
         fresh = np.unique(np.fromiter(offsets, np.int64) if not isinstance(offsets, np.ndarray) else offsets)
-        fresh = fresh[fresh >= self.mark]
         if not len(fresh):
             return
         breaks = np.flatnonzero(np.diff(fresh) != 1) + 1
-        starts = fresh[np.r_[0, breaks]].tolist()
-        ends = (fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1).tolist()
-        self.runs = _merge(self.runs, list(zip(starts, ends, strict=True)))
+        self.add_runs(fresh[np.r_[0, breaks]], fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1)
+
+    def add_runs(self, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> None:
+        """Record done runs ``[starts[i], ends[i])`` (any order; overlapping, adjacent and empty ones allowed; the
+        parts below the mark are ignored)."""
+        keep = (ends > starts) & (ends > self.mark)
+        starts, ends = np.maximum(starts[keep], self.mark), ends[keep]
+        if not len(starts):
+            return
+        if self.runs:
+            old = np.array(self.runs, np.int64)
+            starts, ends = np.r_[starts, old[:, 0]], np.r_[ends, old[:, 1]]
+        order = np.argsort(starts, kind="stable")
+        starts, reach = starts[order], np.maximum.accumulate(ends[order])
+        first = np.r_[True, starts[1:] > reach[:-1]]  # a run that neither overlaps nor touches the ones before
+        last = np.r_[np.flatnonzero(first)[1:] - 1, len(starts) - 1]
+        self.runs = list(zip(starts[first].tolist(), reach[last].tolist(), strict=True))
 
     def advance(self, next_existing: Callable[[int], int | None], now_s: float = 0.0, *, to_end: bool = False) -> int:
         """Move the mark as far as the done runs and the existing records allow; return it.
@@ -98,13 +111,3 @@ class PartitionMark:
     def done_above(self) -> int:
         """How many done offsets wait above the mark."""
         return sum(end - start for start, end in self.runs)
-
-
-def _merge(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(a + b):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from acker.kafka.lookups import lookups
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.mark_store import Key
 from spark_jobs.watermark import PartitionMark
+from tests.bitmaps import bitmap_rows
 
 
 class _Store:
@@ -38,7 +38,7 @@ class _Store:
 
 
 def _rows(spout: str, topic: str, offsets: list[int]) -> list[Any]:
-    return [SimpleNamespace(spout=spout, topic=topic, partition=0, offsets=offsets)]
+    return bitmap_rows(spout, topic, 0, offsets)
 
 
 def _fill(config: ServiceConfig, topic: str, n: int) -> None:

@@ -26,7 +26,7 @@ from acker.spout import Spout, SpoutSettings
 from acker.topics import spark_job_topics
 from acker.wire import decode_outcomes, encode_outcome_rows
 from spark_jobs.checkpoint import RUN_ID, run_id
-from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets
+from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, bitmap_runs, done_bitmaps, done_offsets
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
@@ -34,6 +34,7 @@ from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session, stop, stop_queries
 from spark_jobs.watermark import PartitionMark
+from tests.bitmaps import bitmap_rows
 from tests.integration.helpers import Running, ServiceThread, create_acker_topics, produce_with_header_name, read_all
 
 
@@ -387,9 +388,21 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     )
     per_partition = done_offsets(spark.createDataFrame([(None, mixed, "out", 0, 13, stamp)], columns)).collect()
     assert sorted(tuple(r) for r in per_partition) == [
-        ("sp", "t", 0, [1, 4, 9, 7, 6, 7, 2]),  # as they come: the driver sorts them (`PartitionMark.add`)
+        ("sp", "t", 0, [1, 4, 9, 7, 6, 7, 2]),  # as they come: gathered in bitmaps (`done_bitmaps`)
         ("sp", "t", 1, [2]),
     ]
+    # The driver's view of a micro-batch: per partition, bitmaps of 32,768 offsets, read as runs.
+    offsets = [1, 2, 3, 32_767, 32_768, 2**40 + 5, 2]  # across a bucket's end; far past a double's integers
+    done = spark.createDataFrame([("sp", "t", 0, offsets)], "spout string, topic string, partition int, offsets "
+                                 "array<long>")  # fmt: skip
+    bitmaps = sorted(done_bitmaps(done).collect(), key=lambda r: r.bucket)
+    mark = PartitionMark(0)
+    for row in bitmaps:
+        mark.add_runs(*bitmap_runs(row.bucket, row.bits))
+    assert mark.runs == [(1, 4), (32_767, 32_769), (2**40 + 5, 2**40 + 6)]  # one run across two buckets
+    assert [(r.bucket, bytes(r.bits)) for r in bitmaps] == [
+        (r.bucket, r.bits) for r in bitmap_rows("sp", "t", 0, offsets)
+    ]  # the unit tests' rows are Spark's
     assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
     letters = malformed(raw).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)

@@ -15,6 +15,7 @@ from acker.kafka.lookups import CONFIRM_S
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
+from tests.bitmaps import bitmap_rows
 
 
 class _Store:
@@ -59,8 +60,8 @@ def _marks(
     return Marks(CommitJobSettings(source, "unused", spouts=spouts), store)  # type: ignore[arg-type]
 
 
-def _row(partition: int, offsets: list[int]) -> Any:
-    return type("Row", (), {"spout": "a", "topic": "in", "partition": partition, "offsets": offsets})
+def _row(partition: int, offsets: list[int]) -> list[Any]:
+    return bitmap_rows("a", "in", partition, offsets)
 
 
 def _recommitted(
@@ -115,8 +116,7 @@ def test_a_batch_whose_topics_kafka_cannot_look_at_now_is_kept_and_commits_nothi
     source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
     store = _Store({("a", "in", 0): PartitionMark(5)})
     marks = Marks(CommitJobSettings(source, "unused"), store)  # type: ignore[arg-type]
-    row = type("Row", (), {"spout": "a", "topic": "in", "partition": 0, "offsets": [6, 5]})
-    assert marks.apply([row], batch_id=1) == {}
+    assert marks.apply(_row(0, [6, 5]), batch_id=1) == {}
     assert store.marks[("a", "in", 0)].mark == 7
 
 
@@ -132,7 +132,7 @@ def test_outcomes_of_a_partition_that_no_longer_exists_have_nothing_to_mark(monk
 
     monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
     store = _Store({("a", "in", 5): PartitionMark(5)})
-    assert _marks(monkeypatch, _Refusing(), store).apply([_row(5, [5, 6])], batch_id=1) == {}
+    assert _marks(monkeypatch, _Refusing(), store).apply(_row(5, [5, 6]), batch_id=1) == {}
     assert ("a", "in", 5) not in store.marks
 
 
@@ -152,7 +152,7 @@ def test_a_partition_a_brokers_metadata_has_not_shown_yet_is_kept(monkeypatch: p
 
     monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
     store = _Store({("a", "in", 5): PartitionMark(5)})
-    assert _marks(monkeypatch, _Behind(), store).apply([_row(5, [5, 6])], batch_id=1) == {"a.acked": {("in", 5): 7}}
+    assert _marks(monkeypatch, _Behind(), store).apply(_row(5, [5, 6]), batch_id=1) == {"a.acked": {("in", 5): 7}}
 
 
 def test_a_topic_a_broker_does_not_know_for_a_moment_keeps_its_marks_and_the_batchs_offsets(
@@ -176,9 +176,9 @@ def test_a_topic_a_broker_does_not_know_for_a_moment_keeps_its_marks_and_the_bat
     mark = PartitionMark(100)
     store = _Store({("a", "in", 0): mark})
     marks = _marks(monkeypatch, _Forgetful(), store)
-    assert marks.apply([_row(0, list(range(102, 500)))], batch_id=1) == {"a.acked": {("in", 0): 100}}
+    assert marks.apply(_row(0, list(range(102, 500))), batch_id=1) == {"a.acked": {("in", 0): 100}}
     assert store.marks[("a", "in", 0)] is mark  # kept, with the batch's offsets above the two still pending
-    assert marks.apply([_row(0, [100, 101])], batch_id=2) == {"a.acked": {("in", 0): 500}}
+    assert marks.apply(_row(0, [100, 101]), batch_id=2) == {"a.acked": {("in", 0): 500}}
 
 
 def test_a_topic_confirmed_missing_is_not_confirmed_again_at_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,7 +193,7 @@ def test_a_topic_confirmed_missing_is_not_confirmed_again_at_every_batch(monkeyp
     monkeypatch.setattr("spark_jobs.commit_job.time.sleep", sleeps.append)
     marks = _marks(monkeypatch, _Deleted(), _Store({}))
     for batch in range(1, 4):
-        assert marks.apply([_row(0, [batch])], batch_id=batch) == {}
+        assert marks.apply(_row(0, [batch]), batch_id=batch) == {}
     assert sleeps == [CONFIRM_S]
 
 
@@ -212,7 +212,7 @@ def test_a_group_whose_offsets_kafka_cannot_tell_for_a_moment_is_asked_again(mon
     kafka = _Loading()
     monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
     marks = _marks(monkeypatch, kafka, _Store({("a", "in", 0): PartitionMark(5)}))
-    assert marks.apply([_row(0, [5, 6])], batch_id=1) == {"a.acked": {("in", 0): 7}}
+    assert marks.apply(_row(0, [5, 6]), batch_id=1) == {"a.acked": {("in", 0): 7}}
     assert kafka.asked == 3
 
 
@@ -276,7 +276,7 @@ def test_outcomes_of_a_partition_its_spout_never_started_in_the_group_taken_are_
 
     marks = _marks(monkeypatch, _Unstarted(), _Store({}))
     with caplog.at_level(logging.WARNING, "spark_jobs.commit"):
-        marks.apply([_row(0, [0]), _row(1, [0])], batch_id=1)
+        marks.apply(_row(0, [0]) + _row(1, [0]), batch_id=1)
     said = [r.getMessage() for r in caplog.records if "has no watermark" in r.getMessage()]
     assert len(said) == 1 and "--spout-group a=GROUP" in said[0]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -162,3 +163,26 @@ def test_a_transactional_partition_done_to_its_last_record_reaches_its_end_on_re
     mark.add([12])  # a record at 11 not done yet, 12 done: a record waits at the mark
     assert mark.advance(_kafka_partition({11, 12}, 13, calls), to_end=True) == 11  # type: ignore[arg-type]
     assert mark.verified == 11
+
+
+@given(
+    mark=st.integers(0, 40),
+    batches=st.lists(st.lists(st.tuples(st.integers(0, 80), st.integers(0, 12)), max_size=8), max_size=5),
+)
+def test_runs_added_in_any_order_keep_the_runs_sorted_disjoint_and_exactly_the_done_offsets_above_the_mark(
+    mark: int, batches: list[list[tuple[int, int]]]
+) -> None:
+    """The commit job adds a micro-batch's done offsets as runs (one bitmap of Spark's per 32,768 offsets): what the
+    runs cover is the union of what was added, above the mark, however the runs overlap, touch or repeat."""
+    partition = PartitionMark(mark)
+    done: set[int] = set()
+    for batch in batches:
+        starts = np.array([start for start, _ in batch], np.int64)
+        ends = np.array([start + length for start, length in batch], np.int64)
+        partition.add_runs(starts, ends)
+        done |= {o for start, length in batch for o in range(start, start + length) if o >= mark}
+    covered = [o for start, end in partition.runs for o in range(start, end)]
+    assert covered == sorted(done)
+    runs = partition.runs
+    assert all(runs[i][1] < runs[i + 1][0] for i in range(len(runs) - 1))  # not even touching
+    assert all(start < end for start, end in partition.runs)
