@@ -772,6 +772,11 @@ def _terminate_group(proc: subprocess.Popen[bytes], grace: float = _STOP_GRACE_S
 # Command line
 
 
+class _StopRequestedError(BaseException):
+    """SIGINT or SIGTERM while `main` starts the broker (not an `Exception`: nothing on the way may take it for an
+    error of its own and go on)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a local broker until Ctrl-C or SIGTERM; print its bootstrap address on stdout."""
     parser = argparse.ArgumentParser(
@@ -797,9 +802,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     stop_requested = threading.Event()
+    starting = True
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop_requested.set()
+        if starting:  # a first fetch of the jars can take minutes: stopped now, not once the broker is up
+            raise _StopRequestedError
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     broker = LocalKafkaBroker(
@@ -809,10 +817,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         t0 = time.monotonic()
         try:
-            broker.start()
+            broker.start()  # cleans up after whatever it raises (Maven killed by subprocess.run, the JVM stopped)
         except KafkaBrokerError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        except _StopRequestedError:
+            return 130
+        finally:
+            starting = False
         if stop_requested.is_set():
             return 130
         elapsed = time.monotonic() - t0
