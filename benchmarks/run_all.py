@@ -11,8 +11,10 @@ The report goes to ``--output`` (default ``.cache/benchmarks/report-<time>.md``,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -57,12 +59,58 @@ def machine() -> str:
     )
 
 
+STOP_GRACE_S = 15.0  # a benchmark told to stop (SIGTERM) gets this long before SIGKILL
+
+
+def run_benchmark(command: list[str], timeout_s: float) -> tuple[int | None, str, str]:
+    """Run ``command`` in a process group of its own: exit status (None if it timed out), stdout, stderr. A timeout,
+    Ctrl-C or a SIGTERM to this runner ends the benchmark and every process it started (its service and stage
+    processes; its broker follows its owner): `subprocess.run` killed the benchmark alone, and left them running."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as child:
+        try:
+            out, err = child.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _end_group(child)
+            out, err = child.communicate()
+            return None, out, err
+        except BaseException:
+            _end_group(child)
+            raise
+        return child.returncode, out, err
+
+
+def _end_group(child: subprocess.Popen[str]) -> None:
+    """SIGTERM to the child's process group, SIGKILL to what is left after `STOP_GRACE_S`."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        with contextlib.suppress(ProcessLookupError):  # the leader is gone; what it started may not be
+            os.killpg(child.pid, signal.SIGKILL)
+        return
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # a SIGTERM ends the running benchmark as Ctrl-C does
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode (a smoke run)")
     parser.add_argument("--only", nargs="+", choices=[name for name, _, _ in SUITE], help="run only these")
     parser.add_argument("--output", default=None, help="write the report here as well")
+    parser.add_argument(
+        "--timeout-min", type=float, default=60.0, help="a benchmark still running after this is ended [60]"
+    )
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _interrupt)
     chosen = [entry for entry in SUITE if not args.only or entry[0] in args.only]
     stamp = time.strftime("%Y-%m-%d %H:%M")
     output = Path(args.output or f".cache/benchmarks/report-{time.strftime('%Y%m%d-%H%M%S')}.md")
@@ -73,14 +121,15 @@ def main() -> int:
         command = [sys.executable, "-m", module, *(["--quick"] if args.quick else [])]
         print(f"== {name}: {what}", file=sys.stderr, flush=True)
         began = time.monotonic()
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        code, stdout, stderr = run_benchmark(command, args.timeout_min * 60)
         took = time.monotonic() - began
-        tables = [line for line in result.stdout.splitlines() if not line.startswith("%")]
+        tables = [line for line in stdout.splitlines() if not line.startswith("%")]
         shown = " ".join(["python -m", module, *command[3:]])
         parts.append(f"## {name}: {what}\n\n`{shown}` ({took:.0f} s)\n\n" + "\n".join(tables) + "\n")
-        if result.returncode != 0:
+        if code != 0:
             failed.append(name)
-            parts.append(f"**failed** (exit {result.returncode}):\n\n```\n{result.stderr[-2000:]}\n```\n")
+            why = f"timed out after {args.timeout_min:g} min" if code is None else f"exit {code}"
+            parts.append(f"**failed** ({why}):\n\n```\n{stderr[-2000:]}\n```\n")
     report = "\n".join(parts)
     output.write_text(report)
     print(report)

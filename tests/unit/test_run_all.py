@@ -1,0 +1,41 @@
+"""The benchmark runner ends a benchmark that outlives its time, and every process the benchmark started."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.run_all import run_benchmark
+
+
+def test_a_benchmark_past_its_time_is_ended_with_what_it_started(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('| table |', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    began = time.monotonic()
+    code, stdout, _ = run_benchmark([sys.executable, "-c", script], timeout_s=3)
+    assert code is None and "| table |" in stdout and time.monotonic() - began < 30
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild), "the benchmark's own child outlived it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie (exited, reaped by init later) is not alive
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
