@@ -141,7 +141,11 @@ class PartitionState:
                 r = records.record_of(i)
                 offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
-                if self.last_tick_offset is None or after == self.last_tick_offset:
+                # One tick a record at most, linked to an earlier record: the service writes each alone. A record of
+                # many ticks, each linked to the one before (or to its own offset), moved the clock as many steps
+                # and timed out every pending tree at once.
+                linked = after < offset
+                if linked and (self.last_tick_offset is None or after == self.last_tick_offset):
                     # Ours (read back before or after its delivery report): not before we wrote it, by our clock.
                     # Another writer's read while ours is in flight is only delayed the more: late is safe.
                     if self.tick_in_flight or offset == self.unread_tick_offset:

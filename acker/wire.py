@@ -116,6 +116,9 @@ def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.nda
     return np.frombuffer(raw, dtype=dtype)  # a read-only view: no copy until the records are concatenated
 
 
+MAX_OFFSET = 10**18  # an init's offset at most, exclusive: a message id's offset has at most 18 digits
+
+
 def parse_batch(data: bytes) -> MessageBlock:
     """The block carried by an acker-topic record value, as read-only views of it, with its structure checked
     (prefix, Avro, column lengths, init columns, source references) but not its messages nor its spout names: see
@@ -138,17 +141,20 @@ def parse_batch(data: bytes) -> MessageBlock:
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     if inits and init_offset.min() < -1:  # -1 is "no offset": below it, a message id would be misread as its source
         raise WireError("bad-column", f"an init's offset is {int(init_offset.min())}: an offset is -1 (none) or more")
+    if inits and init_offset.max() >= MAX_OFFSET:  # a message id's offset has at most 18 digits (`split_msg_id`)
+        raise WireError("bad-column", f"an init's offset is {int(init_offset.max())}: past any Kafka offset")
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
 
 
-_TICK, _ANCHOR, _OK = int(Kind.TICK), int(Kind.ANCHOR), int(Kind.OK)
+_TICK, _ANCHOR, _OK, _ACK = int(Kind.TICK), int(Kind.ANCHOR), int(Kind.OK), int(Kind.ACK)
 
 
 @njit(cache=True, nogil=True)  # checked in the service's deciding threads (`acker.service`)
 def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int) -> tuple[int, bool, bool, int, int]:
     """One pass over a block's columns: (the highest kind, whether a message other than a tick has anchor 0,
-    whether an anchor or ok message has tuple id 0, how many messages other than ticks belong on another partition
-    than ``partition`` of ``partitions`` (none checked when ``partitions`` <= 0), the partition of the first)."""
+    whether an anchor or ok message has tuple id 0 or an ack value 0, how many messages other than ticks belong on
+    another partition than ``partition`` of ``partitions`` (none checked when ``partitions`` <= 0), the partition of
+    the first)."""
     highest, zero_anchor, zero_id, wrong, first_wrong = 0, False, False, 0, -1
     for i in range(kinds.shape[0]):
         kind = int(kinds[i])
@@ -157,7 +163,10 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
             continue
         anchor = anchors[i]
         zero_anchor |= anchor == 0
-        zero_id |= kind in (_ANCHOR, _OK) and values[i] == 0
+        # An ack of value 0 changes no XOR word, yet a tree is decided when its word is 0 after an update: it would
+        # complete a tree whose init (of value 0) waits for its anchors. A client's ack is an edge XOR its children's
+        # edges, never 0 but by the accident of 2⁻⁶⁴ already accepted for a false zero.
+        zero_id |= kind in (_ANCHOR, _OK, _ACK) and values[i] == 0
         if partitions > 0:
             # partition_of: |anchor| mod partitions, without negating (|-2⁶³| is not an int64).
             owner = anchor % partitions
@@ -205,7 +214,7 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
     if zero_anchor:
         raise WireError("zero-id", "a message other than a tick has anchor 0")
     if zero_id:
-        raise WireError("zero-id", "an anchor or ok message has tuple id 0")
+        raise WireError("zero-id", "an anchor or ok message has tuple id 0, or an ack has value 0")
     if wrong:
         raise WireError(
             "wrong-partition",

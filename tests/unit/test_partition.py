@@ -37,6 +37,18 @@ def test_ticks_that_do_not_continue_the_chain_are_ignored() -> None:
     assert out.latency_ms.tolist() == [1990]
 
 
+def test_a_record_of_several_ticks_moves_the_clock_one_step_at_most() -> None:
+    """A record (a foreign producer's) holding ticks linked to the last tick and then to its own offset: each
+    continued the chain, and one record timed out every pending tree (buckets = 2 here: two steps)."""
+    state = _state()
+    state.apply(0, 10, _tick(NO_TICK))
+    state.apply(1, 20, MessageBlock.from_messages([Init(5, "s", "t/0/1", 9)]))
+    forged = MessageBlock.concat([_tick(0), _tick(2), _tick(2)])
+    out = state.apply(2, 1000, forged)
+    assert state.tracker.tick_count == 2 and state.ignored_ticks == 2
+    assert out.to_outcomes() == []  # the tree is still pending: it needs a second step
+
+
 def test_a_tick_is_due_once_per_interval_and_one_at_a_time() -> None:
     state = _state()
     assert state.tick_due(999) is None
