@@ -235,7 +235,7 @@ def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after
         return fetch(topic, partition, offsets)
 
     first = _Publisher(settings, f"{settings.name}-id")
-    with pytest.raises(LookupError):
+    with pytest.raises(LookupError, match="no answer"):
         first.publish(0, nacks, failing_third)
     restarted = _Publisher(replace(settings, nacks_per_transaction=3), f"{settings.name}-id")  # other parts now
     assert (restarted.last, restarted.last_done) == (0, 4)

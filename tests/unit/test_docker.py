@@ -94,6 +94,7 @@ def test_the_tests_container_can_run_transactions_on_its_one_node() -> None:
                 "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "KAFKA_DEFAULT_REPLICATION_FACTOR"}  # fmt: skip
     assert {key: settings[key] for key in one_node} == dict.fromkeys(one_node, "1")
     compose = _services()["kafka"]["environment"]
+    assert one_node - {"KAFKA_DEFAULT_REPLICATION_FACTOR"} <= set(compose)  # the transaction log's too
     assert {key: compose[key] for key in one_node & set(compose)} == dict.fromkeys(one_node & set(compose), "1")
     assert settings["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false" and settings["KAFKA_NUM_PARTITIONS"] == "3"
     inter_broker = settings["KAFKA_INTER_BROKER_LISTENER_NAME"]

@@ -85,7 +85,7 @@ def test_a_joined_pair_is_forgotten_after_remember_s() -> None:
     join, collector = join_bolt("paid", hold_s=HOLD_S, remember_s=0.0), Recorder()
     for m in (message(0, b"order", ORDER), message(1, b"payment", PAYMENT), message(2, b"order", ORDER)):
         join(m, collector)
-    assert collector.calls[3:] == []  # held, waiting for a payment like a first arrival
+    assert [name for name, _ in collector.calls] == ["emit", "ack", "ack"]  # the second order held, waiting
 
 
 def test_each_source_record_gets_the_fate_of_its_join_when_a_held_trees_init_was_nacked_overload() -> None:

@@ -14,7 +14,7 @@ from acker.columnar.block import Kind, RecordSpans
 from acker.core import TICK, Ack, Acked, Init, Message, Nacked, ResetTimeout, TrackerConfig
 from acker.partition import NO_TICK, PartitionState, encode_tick
 from acker.wire import decode_batch
-from tests.strategies import raw_messages, tracker_configs
+from tests.strategies import Scenario, raw_messages, scenarios, tracker_configs
 
 
 def _tick(after: int) -> MessageBlock:
@@ -329,6 +329,44 @@ def test_a_replay_from_the_recovery_offset_decides_the_trees_after_it_as_before(
     for offset in range(start, len(blocks)):
         again = [o for o in replayed.apply(offset, 0, blocks[offset]).to_outcomes() if o.anchor not in seen_before]
         assert again == [o for o in decided[offset] if o.anchor not in seen_before]
+
+
+@given(
+    config=tracker_configs.map(lambda c: TrackerConfig(c.buckets, None, c.relocate_on_update)),
+    runs=st.lists(scenarios(fail_rate=0.1), min_size=2, max_size=4),
+    record_size=st.integers(1, 8),
+    stop_after=st.integers(0, 2),
+)
+def test_a_replay_from_a_recovery_offset_past_decided_trees_decides_the_later_ones_as_before(
+    config: TrackerConfig, runs: list[tuple[Scenario, list[tuple[Message, str]]]], record_size: int, stop_after: int
+) -> None:
+    """Pipelines run one after another, each followed by enough ticks for its tombstones to go: the committed offset
+    passes the trees decided, a new owner replays from there, and decides every later tree as the first owner did.
+    (The test above draws from a few anchors, where the offset seldom moves: this one always replays from past it.)"""
+    blocks: list[MessageBlock] = []
+    ends = []  # where each run's records and ticks end
+    for _scenario, interleaved in runs:
+        messages = [message for message, _ in interleaved]
+        blocks += [
+            MessageBlock.from_messages(messages[i : i + record_size]) for i in range(0, len(messages), record_size)
+        ]
+        blocks += [_tick(NO_TICK) for _ in range(config.buckets + 2)]
+        ends.append(len(blocks))
+    last = NO_TICK
+    for offset, block in enumerate(blocks):
+        if block.kinds[0] == Kind.TICK:
+            block.values[0], last = last, offset
+    stop = ends[min(stop_after, len(runs) - 2)]  # after a run, with one run at least after it
+    original = PartitionState(0, config, tick_interval_ms=1000, now_ms=0)
+    decided = []
+    for offset, block in enumerate(blocks):
+        if offset == stop:
+            start = original.recovery_offset()
+        decided.append(original.apply(offset, 0, block).to_outcomes())
+    assert start is not None and start > 0  # past the decided trees
+    replayed = PartitionState(0, config, tick_interval_ms=1000, now_ms=0)
+    again = [replayed.apply(offset, 0, blocks[offset]).to_outcomes() for offset in range(start, len(blocks))]
+    assert again == decided[start:] and any(again[stop - start :])  # the later runs' trees, each decided once more
 
 
 def test_outcomes_point_at_the_deciding_message_in_the_block_given_ignored_ticks_included() -> None:

@@ -15,12 +15,12 @@ def _failing(_batch: Any, _batch_id: int) -> None:
 
 
 def test_a_batch_failing_while_its_query_runs_raises_its_own_error() -> None:
-    with pytest.raises(LookupError):
+    with pytest.raises(LookupError, match="a long Java trace"):
         batch_function(_failing)(None, 7)  # type: ignore[arg-type]
 
 
 def test_a_batch_failing_while_its_query_is_stopped_still_fails_with_a_short_error() -> None:
     with stopping(), pytest.raises(RuntimeError, match=r"^micro-batch 7 interrupted: its query is being stopped$"):
         batch_function(_failing)(None, 7)  # type: ignore[arg-type]
-    with pytest.raises(LookupError):  # and no longer once the queries are stopped
+    with pytest.raises(LookupError, match="a long Java trace"):  # and no longer once the queries are stopped
         batch_function(_failing)(None, 8)  # type: ignore[arg-type]
