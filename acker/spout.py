@@ -66,6 +66,7 @@ from acker.kafka.lookups import lookups
 from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
+from acker.watermarks import acked_group
 from acker.wire import OUTCOME_RECORD_MAX_BYTES, OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
@@ -113,7 +114,7 @@ class SpoutSettings:
 
     @property
     def watermark_group(self) -> str:
-        return f"{self.consumer_group}.acked"
+        return acked_group(self.consumer_group)
 
 
 # The spout reads outcomes only to count its pending trees: it asks the broker to answer a fetch once it holds

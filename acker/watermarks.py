@@ -35,9 +35,16 @@ class Watermark:
         return None if self.end is None or self.watermark is None else max(0, self.end - self.watermark)
 
 
+def acked_group(consumer_group: str) -> str:
+    """The watermark group of a spout whose consumer group is ``consumer_group``: always the group and ``.acked``
+    (a spout's own group may end in ``.acked``), where the spout seeks and the Spark jobs commit and look."""
+    return consumer_group + ACKED
+
+
 def watermark_group(group: str) -> str:
-    """The watermark group of a spout's consumer group (given either way)."""
-    return group if group.endswith(ACKED) else group + ACKED
+    """The watermark group of a spout's consumer group given either way, as an operator names it (`acker
+    watermarks orders` or `acker watermarks orders.acked`)."""
+    return group if group.endswith(ACKED) else acked_group(group)
 
 
 def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float = 10.0) -> list[Watermark]:

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count
 from acker.kafka.lookups import CONFIRM_S, KafkaLookups, WatermarkCommitError, lookups
-from acker.watermarks import watermark_group
+from acker.watermarks import acked_group
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
@@ -154,7 +154,7 @@ class CommitJobSettings:
     max_records: int = COMMIT_MAX_RECORDS  # outcome records per micro-batch, at most
 
     def watermark_group(self, spout: str) -> str:
-        return watermark_group(self.groups.get(spout, spout))
+        return acked_group(self.groups.get(spout, spout))
 
     def serves(self, spout: str) -> bool:
         return self.spouts is None or spout in self.spouts

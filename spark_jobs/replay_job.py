@@ -71,7 +71,7 @@ from acker.retries import (
     unreadable_headers,
 )
 from acker.topics import PROGRESS_TOPIC_CONFIG
-from acker.watermarks import watermark_group
+from acker.watermarks import acked_group
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, start_dead_letters
@@ -122,7 +122,7 @@ class ReplayJobSettings:
         return f"{self.name}-{run_id[:12]}"
 
     def watermark_group(self, spout: str) -> str:
-        return watermark_group(self.groups.get(spout, spout))
+        return acked_group(self.groups.get(spout, spout))
 
     @property
     def policy(self) -> RetryPolicy:

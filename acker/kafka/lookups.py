@@ -38,6 +38,9 @@ SEEN_FOR_S = 10.0
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
 # A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after this before it is taken as gone
+# One confirmed missing is taken as missing, without a second look, for this long: short, since a topic deleted and
+# created again (or partitions added) within it would have its new records taken as gone too.
+MISSING_KEPT_S = 10.0
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
 
 
@@ -85,6 +88,7 @@ class KafkaLookups:
         self._gone: set[tuple[str, int]] = set()  # partitions found gone, said once
         self._silent: set[tuple[str, int]] = set()  # partitions Kafka did not answer about at the last question
         self._seen: dict[tuple[str, int], _Seen] = {}  # per partition, what the last read of `next_existing` saw
+        self._missing_until: dict[tuple[str, int], float] = {}  # partitions confirmed missing, until when trusted
 
     def close(self) -> None:
         """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
@@ -235,7 +239,12 @@ class KafkaLookups:
         """Whether the cluster's metadata lacks the topic or the partition, asked now and again `CONFIRM_S` later.
         What a caller does with the answer cannot be undone (a nacked record dead-lettered ``source-missing``, a
         watermark moved over offsets), and one broker's metadata may lag behind partitions just added or a topic
-        just made, or be stale for a moment after a restart: one answer dead-lettered records that existed."""
+        just made, or be stale for a moment after a restart: one answer dead-lettered records that existed. Once
+        confirmed, trusted for `MISSING_KEPT_S`: the nacks of a deleted topic keep coming for a while, and each
+        look waited `CONFIRM_S` (under the lookups' lock)."""
+        key = (topic, partition)
+        if time.monotonic() < self._missing_until.get(key, 0.0):
+            return True
         for attempt in range(2):
             if attempt:
                 time.sleep(CONFIRM_S)
@@ -244,6 +253,9 @@ class KafkaLookups:
                 return False  # another error (not authorized, say): no answer that it is missing
             if found is not None and found.error is None and partition in found.partitions:
                 return False
+        if len(self._missing_until) > 10_000:  # partitions of topics deleted long ago
+            self._missing_until = {k: t for k, t in self._missing_until.items() if t > time.monotonic()}
+        self._missing_until[key] = time.monotonic() + MISSING_KEPT_S
         return True
 
     def _read(

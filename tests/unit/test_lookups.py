@@ -145,6 +145,8 @@ def test_a_partition_is_taken_as_gone_only_when_the_metadata_lacks_it_twice(monk
             kafka.fetch("t", 1, [42])
         kafka._consumer = _LaggingMetadata(stale=2)  # type: ignore[assignment]
         assert kafka.fetch("t", 1, [42]) == {42: None}
+        asked = kafka._consumer.asked  # type: ignore[attr-defined]
+        assert kafka.fetch("t", 1, [43]) == {43: None} and kafka._consumer.asked == asked  # type: ignore[attr-defined]
     finally:
         kafka._consumer = real
         kafka.close()
