@@ -139,7 +139,7 @@ class CoordinatedStage:
         self.tasks_count, self.next_count = self._counts()
         # Behind the second step: the upstream step's partition count, asked again for each batch with reports in it
         # (`_ask_upstream`); 0 until then.
-        self._upstream_tasks, self._upstream_asked = 0, False
+        self._upstream_tasks = 0
         state_count = len(topic_partitions(self.consumer, self.changelog))
         if 0 in (self.tasks_count, self.next_count) or state_count != self.tasks_count:
             self.consumer.close()  # a task's state lives in the changelog partition of its number
@@ -169,7 +169,8 @@ class CoordinatedStage:
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline."""
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
-        self._upstream_asked = False
+        if self.index >= 2 and any(_is_report(r) for r in records):  # before the transaction: an answer may be slow
+            self._ask_upstream()
         if time.monotonic() >= self._next_count_check:  # before the records: an assignment in that consume asks
             self._check_counts()
         now_ms = int(time.time() * 1000)
@@ -241,8 +242,6 @@ class CoordinatedStage:
             self.counters["late"] += 1
             return
         if fields is not None:
-            if self.index >= 2 and not self._upstream_asked:
-                self._ask_upstream()
             if not task.reported(state, count, reporters, failed=failed, sender=sender):
                 self.counters["late"] += 1  # a task's report once more (a zombie's, say): counted once
                 return
@@ -376,14 +375,15 @@ class CoordinatedStage:
         """The upstream step's partition count as the cluster gives it now, for the reports of this batch
         (`TaskState.finished` fails a request whose reports agree on another). Asked after the reports were read: a
         report is written after every message it counts, each sent to a partition that existed then, so a partition
-        that has a message of the request is known here. Once per batch; without an answer, the last count stands."""
-        self._upstream_asked = True
+        that has a message of the request is known here. Once per batch; without an answer, the last count stands.
+        Only up: partitions are never taken away, and a lower count is a broker's metadata not caught up yet (which
+        would fail requests whose reports are right)."""
         try:
             count = len(topic_partitions(self.consumer, self.chain.topic(self.index - 1), 5.0))
         except KafkaException as error:
             log.debug("step %d: could not ask the upstream step's partition count: %s", self.index, error)
             return
-        if count:  # 0: a topic without leaders for a moment
+        if count > self._upstream_tasks:
             self._upstream_tasks = count
             for task in self.tasks.values():
                 task.upstream_tasks = count
@@ -448,6 +448,10 @@ class CoordinatedStage:
         finally:
             reader.close()
         return task
+
+
+def _is_report(record: Message) -> bool:
+    return any(header[0] == REPORT for header in record.headers() or ())
 
 
 def _request_headers(state: RequestState) -> HeaderList:
