@@ -311,17 +311,20 @@ class Spout:
             self.consumer.poll(0)
             records = []
             self._read_outcomes(timeout_s)
-        now, now_ms = time.monotonic(), int(time.time() * 1000)
+        self._take(records, time.monotonic(), int(time.time() * 1000))
+        self._publish_direct()
+        self.acker.poll()
+        return len(records)
+
+    def _take(self, records: list[Message], now: float, now_ms: int) -> None:
+        """Start the trees of ``records``, but those held (`_hold`), whose partitions are read again from them."""
         for record in records:
             if not readable(record, log, "source consumer"):
                 continue
             headers = read_headers(record)
-            if self._hold(record, headers, now_ms):
+            if self._hold(record, headers, now_ms):  # whether its headers can be read or not
                 continue
             self._start(record, now, unreadable=headers is None)
-        self._publish_direct()
-        self.acker.poll()
-        return len(records)
 
     def _start(self, record: Message, now: float, *, unreadable: bool = False) -> None:
         """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is

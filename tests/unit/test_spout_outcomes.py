@@ -205,12 +205,19 @@ def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts
 def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read() -> None:
     """Replay-topic partition held for a backoff (paused, rewound to the held record): a record after it in the same
     batch whose headers could not be read skipped the hold, was started, and was started again once the hold ended."""
+
+    class _Unreadable(Message):  # a header name that is not UTF-8, as the client gives it
+        def headers(self) -> Any:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
     spout: Any = Spout.__new__(Spout)
     spout._held, spout._replay_topic = {("s.replay", 0): 10**13}, "s.replay"
-    behind = Message(topic="s.replay", partition=0, offset=11, value=b"x")
-    assert spout._hold(behind, None, now_ms=0)
-    elsewhere = Message(topic="s.replay", partition=1, offset=3, value=b"x")
-    assert not spout._hold(elsewhere, None, now_ms=0)  # started as unreadable, as before
+    started: list[tuple[int, bool]] = []
+    spout._start = lambda record, _now, unreadable=False: started.append((record.partition(), unreadable))
+    behind = _Unreadable(topic="s.replay", partition=0, offset=11, value=b"x")
+    elsewhere = _Unreadable(topic="s.replay", partition=1, offset=3, value=b"x")
+    spout._take([behind, elsewhere], 0.0, 0)
+    assert started == [(1, True)]  # the held partition's waits; the other is started as unreadable, as before
 
 
 def test_a_rebalance_that_assigns_nothing_asks_nothing() -> None:
