@@ -72,8 +72,7 @@ def run_benchmark(command: list[str], timeout_s: float) -> tuple[int | None, str
         try:
             out, err = child.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _end_group(child)
-            out, err = child.communicate()
+            out, err = _end_group(child)
             return None, out, err
         except BaseException:
             _end_group(child)
@@ -81,20 +80,20 @@ def run_benchmark(command: list[str], timeout_s: float) -> tuple[int | None, str
         return child.returncode, out, err
 
 
-def _end_group(child: subprocess.Popen[str]) -> None:
-    """SIGTERM to the child's process group, SIGKILL to what is left after `STOP_GRACE_S`."""
+def _end_group(child: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM to the child's process group, SIGKILL to what is left after `STOP_GRACE_S`; its output, read while
+    it stops (a benchmark logging as it stops would otherwise block on a full pipe, and lose its grace)."""
     for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 30.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
         try:
-            child.wait(wait_s)
+            out, err = child.communicate(timeout=wait_s)  # retried after a timeout, nothing of the output is lost
         except subprocess.TimeoutExpired:
             continue
         with contextlib.suppress(ProcessLookupError):  # the leader is gone; what it started may not be
             os.killpg(child.pid, signal.SIGKILL)
-        return
+        return out, err
+    return "", ""
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

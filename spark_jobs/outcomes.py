@@ -51,7 +51,8 @@ def decoded(raw: DataFrame) -> Column:
 # topic name Kafka could have (its legal characters, at most 249 of them). Any other id a spout gives (a user's
 # ``files/2024/06/1/7``) is not coordinates: asked about topic ``files/2024/06``, Kafka refuses the question, and a
 # job would fail its micro-batch at every restart.
-COORDINATES = r"^([A-Za-z0-9._-]{1,249})/([0-9]+)\z"  # \z: Java's $ also matches before a last line break
+# Not "." nor "..", which Kafka refuses too; \z: Java's $ also matches before a last line break.
+COORDINATES = r"^(?!\.\.?/)([A-Za-z0-9._-]{1,249})/([0-9]+)\z"
 
 
 def source_partition(source: Column) -> tuple[Column, Column]:

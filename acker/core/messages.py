@@ -17,7 +17,8 @@ ledger, a single 64-bit XOR word:
   messages always yields the same decisions.
 
 Invariant: anchor and tuple ids are non-zero signed 64-bit integers (checked on construction); XOR values are
-signed 64-bit integers and may be zero.
+signed 64-bit integers and may be zero. (An ack of value 0 is refused at the service's edge, `acker.wire.check_block`:
+no client sends one, and it would complete a tree whose init of value 0 waits for its anchors.)
 """
 
 from __future__ import annotations

@@ -476,7 +476,7 @@ class LocalKafkaBroker:
             sweep_orphaned_data_dirs()
             data_dir = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX))
             if not self.keep_data:  # a directory kept on purpose is never swept
-                (data_dir / _OWNERS_FILE).write_text(f"{os.getpid()}\n")
+                (data_dir / _OWNERS_FILE).write_text(f"{_pid_namespace()}\n{os.getpid()}\n")
             return data_dir, False
         data_dir = self._given_data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -579,7 +579,7 @@ class LocalKafkaBroker:
         self._port, self._controller_port = port, cport
         owners = data_dir / _OWNERS_FILE
         if owners.is_file():
-            owners.write_text(f"{os.getpid()} {self._process.pid}\n")
+            owners.write_text(f"{_pid_namespace()}\n{os.getpid()} {self._process.pid}\n")
         with _live_lock:
             _live_brokers.add(self)
         self._wait_ready(port, t0 + self.startup_timeout)
@@ -707,7 +707,8 @@ class _PortTakenError(KafkaBrokerError):
 
 
 _TEMP_PREFIX = "acker-kafka-"
-# In a temporary data dir: the ids of the process that made it and of its JVM (`sweep_orphaned_data_dirs`).
+# In a temporary data dir: the PID namespace, then the ids of the process that made it and of its JVM
+# (`sweep_orphaned_data_dirs`).
 _OWNERS_FILE = ".owners"
 
 
@@ -715,17 +716,29 @@ def sweep_orphaned_data_dirs(base: Path | None = None) -> list[Path]:
     """Remove (and return) the temporary data dirs under ``base`` (the system's temporary directory) whose owner
     and JVM are both gone: an owner killed before it could stop its broker (SIGKILL, a SIGTERM it did not handle)
     takes its JVM with it (PR_SET_PDEATHSIG), not the directory, and these piled up. Only directories that name
-    their processes are looked at; a process id taken by another process since counts as alive (kept)."""
+    their processes are looked at, in this process's PID namespace (a container sharing the temporary directory has
+    its own process ids); a process id taken by another process since counts as alive (kept)."""
     removed = []
     for path in Path(base or tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
         try:
-            pids = [int(pid) for pid in (path / _OWNERS_FILE).read_text().split()]
+            namespace, _, ids = (path / _OWNERS_FILE).read_text().partition("\n")
+            pids = [int(pid) for pid in ids.split()]
+            if int(namespace) != _pid_namespace():
+                continue
         except (OSError, ValueError):
             continue
         if pids and not any(_alive(pid) for pid in pids):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def _pid_namespace() -> int:
+    """This process's PID namespace (its inode), 0 where there is none to tell."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def _alive(pid: int) -> bool:

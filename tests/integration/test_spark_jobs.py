@@ -350,8 +350,10 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     """The pure transforms, without a stream: outcome records in, one row per outcome (or a reason) out."""
     # "files/2024/06/1/7": a user's id, not coordinates (a topic name has no "/"); taken as topic "files/2024/06",
     # Kafka refused every question about it, and both jobs failed the micro-batch at every restart.
+    # Nor are "t/0\n/5" (Java's $ matches before a line break) and "./0/5" (a name Kafka refuses).
     good = encode_outcome_rows("sp", [("ACK", 5, "t/1/7", 12), ("TIMEOUT", -6, "t/0/3", 30000), ("ACK", 7, "x", 1),
-                                      ("ACK", 8, "files/2024/06/1/7", 1)])  # fmt: skip
+                                      ("ACK", 8, "files/2024/06/1/7", 1), ("ACK", 9, "t/0\n/5", 1),
+                                      ("ACK", 10, "./0/5", 1)])  # fmt: skip
     columns = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
     stamp = datetime(2026, 1, 1)
     raw = spark.createDataFrame(
@@ -368,12 +370,13 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         ("ACK", 5, "t/1/7"),
         ("ACK", 7, "x"),
         ("ACK", 8, "files/2024/06/1/7"),
+        ("ACK", 9, "t/0\n/5"),
+        ("ACK", 10, "./0/5"),
     ]
     assert [(r["source_topic"], r["source_partition"], r["source_offset"]) for r in rows] == [
         ("t", 0, 3),
         ("t", 1, 7),
-        (None, None, None),
-        (None, None, None),
+        *[(None, None, None)] * 4,
     ]
     assert [tuple(r) for r in done_offsets(raw).collect()] == [("sp", "t", 1, [7])]
     mixed = encode_outcome_rows(
