@@ -53,7 +53,7 @@ from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, read_headers, split
-from acker.kafka.acker_client import AckerClient, partition_lookup
+from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
 from acker.kafka.clients import consume_available, partition_count, readable
 from acker.trouble import TroubleReport
 
@@ -163,7 +163,7 @@ class Bolt:
         self._next_commit = time.monotonic() + commit_interval_s
         self._processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> the offset after the last processed
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
-        self.producer = Producer(config.stage_producer())
+        self.producer = Producer(config.stage_producer(**fitted_batch_size(config.client(), config.acker_topic)))
         self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)
         self.acker = AckerClient(
             self.producer,

@@ -46,7 +46,7 @@ from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError, UnreadableHeadersError
 from acker.headers import HeaderList, Headers, decimal, read_headers
-from acker.kafka.acker_client import AckerClient, partition_lookup
+from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     TOO_LARGE,
@@ -212,7 +212,7 @@ class Spout:
         self._init_attempts: dict[int, int] = {}
         self._paused = False
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
-        self.producer = Producer(config.stage_producer())
+        self.producer = Producer(config.stage_producer(**fitted_batch_size(config.client(), config.acker_topic)))
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -35,7 +36,15 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.headers import Headers, with_ids
-from acker.kafka.clients import TOO_LARGE, produce, produce_reporting, refusal, topic_partitions
+from acker.kafka.clients import (
+    TOO_LARGE,
+    KafkaClientError,
+    produce,
+    produce_reporting,
+    refusal,
+    topic_config,
+    topic_partitions,
+)
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
@@ -119,6 +128,28 @@ class _Batch:
 
 # How often a client given a lookup (`AckerClient.watch_partitions`) asks for the acker topic's partition count.
 PARTITIONS_CHECK_S = 30.0
+
+
+PRODUCER_BATCH_BYTES = 1_000_000  # librdkafka's default batch.size
+
+
+def fitted_batch_size(client: Mapping[str, Any], acker_topic: str) -> dict[str, Any]:
+    """``batch.size`` for a stage's producer where the acker topic takes smaller record batches than it makes (its
+    ``max.message.bytes``, 1 MB by default as the producer's batch): the broker refuses a batch of records whole, so
+    acker records sent one after another for a partition, batched by the producer beyond that limit, were all
+    refused together, halved, and batched together again. Empty (the producer's own) where the topic takes them,
+    or does not say."""
+    try:
+        limit = int(topic_config(client, acker_topic)["max.message.bytes"])
+    except (KafkaClientError, KeyError, ValueError) as error:
+        log.debug("max.message.bytes of %s not known (%s): the producer's batch.size kept", acker_topic, error)
+        return {}
+    if limit >= int(client.get("batch.size", PRODUCER_BATCH_BYTES)):
+        return {}
+    fitted = max(1, limit - 1024)  # room for the framing of the batch and its records
+    log.warning("the acker topic %s takes record batches of %d bytes at most: this stage's producer batches %d bytes "
+                "at most (all topics)", acker_topic, limit, fitted)  # fmt: skip
+    return {"batch.size": fitted}
 
 
 def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> Callable[[], int]:

@@ -23,7 +23,7 @@ from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
-from acker.kafka.acker_client import AckerClient
+from acker.kafka.acker_client import AckerClient, fitted_batch_size
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
@@ -208,11 +208,14 @@ def test_acker_batches_too_large_for_the_acker_topic_are_sent_in_halves(config: 
     """An acker topic that takes records of 20,000 bytes at most: a batch of 2,000 inits (about 60 KB) was refused by
     the broker in its delivery report, and every tree in it failed; the spout sent the inits again in batches as
     large, refused again, until every record was dead-lettered. Now it is sent again in halves, and later batches
-    are cut smaller."""
+    are cut smaller; and the stage's producer, as a spout or a bolt makes it, batches no more than the topic takes
+    (the halves, batched together by the producer, were refused together again)."""
     small = TopicSpec(config.acker_topic, 1, config={"max.message.bytes": "20000"})
     create_topics(config.client(), [small])
     lost: list[int] = []
-    producer = Producer(config.client(**{"enable.idempotence": True}))
+    fitted = fitted_batch_size(config.client(), config.acker_topic)
+    assert fitted == {"batch.size": 20_000 - 1024}
+    producer = Producer(config.stage_producer(**fitted))
     client = AckerClient(producer, config.acker_topic, 1, linger_s=60,
                          on_failure=lambda _p, inits, _e: lost.append(len(inits)))  # fmt: skip
     ids = IdGenerator(5)
