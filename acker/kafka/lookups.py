@@ -36,11 +36,11 @@ _LOOKUP_TIMEOUT_S = 10.0
 # be deleted meanwhile (retention, compaction), and a mark that waits on one asks again after `RECHECK_S` (60 s).
 SEEN_FOR_S = 10.0
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
-# A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after this before it is taken as gone
 # One confirmed missing is taken as missing, without a second look, for this long: short, since a topic deleted and
 # created again (or partitions added) within it would have its new records taken as gone too.
 MISSING_KEPT_S = 10.0
+# A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
 
 
