@@ -250,7 +250,7 @@ class _Publisher:
 
     def publish(self, batch_id: int, rows: list[Any], fetch: Fetch, committed: Committed | None = None) -> int:
         """Publish a micro-batch's nacks, in parts of at most ``nacks_per_transaction``; return how many were
-        published now (not those of the parts published before a restart, nor those skipped: `_decided`).
+        published now (not those of the parts published before a restart, nor those skipped: `_undecided`).
         ``committed``: the spouts' watermarks, asked of Kafka (None: nothing is skipped)."""
         if batch_id < self.last or (batch_id == self.last and self.last_done is None):
             log.info("batch %d was published before a restart: skipped", batch_id)
@@ -278,21 +278,17 @@ class _Publisher:
         nothing: a record replayed twice, never one lost."""
         if committed is None:
             return rows
+        keyed = [(row, self.settings.watermark_group(row.spout), (row.topic, int(row.partition))) for row in rows]
         wanted: dict[str, set[tuple[str, int]]] = defaultdict(set)
-        for row in rows:
-            wanted[self.settings.watermark_group(row.spout)].add((row.topic, int(row.partition)))
+        for _, group, partition in keyed:
+            wanted[group].add(partition)
         marks: dict[str, dict[tuple[str, int], int]] = {}
         for group, partitions in wanted.items():
             try:
                 marks[group] = committed(group, sorted(partitions))
             except (KafkaException, KafkaClientError) as error:
                 log.warning("the watermarks of %s are not known now (%s): its nacks are all replayed", group, error)
-        undecided = [
-            row
-            for row in rows
-            if int(row.offset)
-            >= marks.get(self.settings.watermark_group(row.spout), {}).get((row.topic, int(row.partition)), -1)
-        ]
+        undecided = [row for row, group, at in keyed if int(row.offset) >= marks.get(group, {}).get(at, -1)]
         if len(undecided) < len(rows):
             log.info("%d nack(s) of records their watermark has passed (decided before) skipped: late copies of "
                      "nacks handled before", len(rows) - len(undecided))  # fmt: skip

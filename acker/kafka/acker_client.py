@@ -39,9 +39,7 @@ from acker.headers import Headers, with_ids
 from acker.kafka.clients import (
     TOO_LARGE,
     KafkaClientError,
-    produce,
     produce_reporting,
-    refusal,
     topic_config,
     topic_partitions,
 )
@@ -352,7 +350,7 @@ class AckerClient:
         time out."""
         inits = batch.inits
 
-        def delivered(error: KafkaError | None, _record: KafkaMessage) -> None:
+        def delivered(error: KafkaError | None, _record: KafkaMessage | None) -> None:
             if error is None:
                 return
             if error.code() in TOO_LARGE and len(batch.kinds) > 1:
@@ -392,8 +390,5 @@ class AckerClient:
             elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome
                 log.error("%d inits lost, and nothing told: their records get no outcome until read again", len(inits))
 
-        try:
-            produce(self.producer, self.topic, encode_batch(batch.block()), partition=partition, on_delivery=delivered)
-        except KafkaException as refused:
-            error = refusal(refused)  # raises when fatal
-            delivered(error, None)  # type: ignore[arg-type]  # one too large is sent in halves there
+        # A refusal at once is reported there too (one too large is sent in halves); a fatal one raises.
+        produce_reporting(self.producer, self.topic, encode_batch(batch.block()), delivered, partition=partition)
