@@ -132,7 +132,10 @@ class PartitionState:
         from one call to the next."""
         if not len(records.offsets):
             return self.tracker.process_records(block, records)
-        first = self.position is None  # this replay's first record
+        if self.position is None and self._decided_since is not None:  # this replay's first record
+            # Never held below where this replay starts: outcome records of another acker topic's partition of the
+            # same number may share an outcome topic (same spout name), naming any offset.
+            self._decided_since = max(self._decided_since, int(records.offsets[0]))
         ticks = np.flatnonzero(block.kinds == Kind.TICK)
         kept = None  # positions in the block as given of the messages applied, when ignored ticks were taken out
         if len(ticks):
@@ -162,10 +165,6 @@ class PartitionState:
         outcomes = self.tracker.process_records(block, records)
         if kept is not None:
             outcomes.index = kept[outcomes.index]
-        if self._decided_since is not None and self._decided_since < int(records.offsets[0]) and first:
-            # Never held below where this replay starts: outcome records of another acker topic's partition of the
-            # same number may share an outcome topic (same spout name), naming any offset.
-            self._decided_since = int(records.offsets[0])
         if self._decided_until is not None and self.position is not None and self.position > self._decided_until:
             # Past where they were decided: remembered as long as tombstones made now.
             self._decided_expiry = self.tracker.tick_count + self.tracker.config.buckets

@@ -28,7 +28,7 @@ from numba import njit
 
 from acker import avro_longs
 from acker.columnar._kernels import renumber
-from acker.columnar.block import Kind, MessageBlock, OutcomeBlock
+from acker.columnar.block import MAX_OFFSET, Kind, MessageBlock, OutcomeBlock
 from acker.columnar.block import split_msg_id as _split
 from acker.errors import AckerError
 
@@ -116,9 +116,6 @@ def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.nda
     return np.frombuffer(raw, dtype=dtype)  # a read-only view: no copy until the records are concatenated
 
 
-MAX_OFFSET = 10**18  # an init's offset at most, exclusive: a message id's offset has at most 18 digits
-
-
 def parse_batch(data: bytes) -> MessageBlock:
     """The block carried by an acker-topic record value, as read-only views of it, with its structure checked
     (prefix, Avro, column lengths, init columns, source references) but not its messages nor its spout names: see
@@ -141,7 +138,7 @@ def parse_batch(data: bytes) -> MessageBlock:
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     if inits and init_offset.min() < -1:  # -1 is "no offset": below it, a message id would be misread as its source
         raise WireError("bad-column", f"an init's offset is {int(init_offset.min())}: an offset is -1 (none) or more")
-    if inits and init_offset.max() >= MAX_OFFSET:  # a message id's offset has at most 18 digits (`split_msg_id`)
+    if inits and init_offset.max() >= MAX_OFFSET:  # a message id could not carry it (`split_msg_id`)
         raise WireError("bad-column", f"an init's offset is {int(init_offset.max())}: past any Kafka offset")
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
 

@@ -162,9 +162,9 @@ class CommitJobSettings:
 
 def done_offsets(raw: DataFrame) -> DataFrame:
     """Per outcome record and source partition, the source offsets that need nothing more (``ACK``, or resolved by
-    the replay job): ``spout, topic, partition, offsets`` (an array). One row per record and partition rather than
-    per outcome: the driver then gets a few arrays per micro-batch instead of a row per ack. (Not runs of
-    consecutive offsets: the trees of one source partition are spread over the acker partitions by their random
+    the replay job): ``spout, topic, partition, offsets`` (an array), the streaming part of the job; each
+    micro-batch gathers them per partition in bitmaps (`done_bitmaps`) for the driver. (Not runs of consecutive
+    offsets per record: the trees of one source partition are spread over the acker partitions by their random
     anchors, so that one outcome record's offsets of a source partition are seldom consecutive.)"""
     o = F.col("o")
     done = F.filter(

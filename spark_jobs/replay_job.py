@@ -48,6 +48,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from acker.config import without_consumer_settings
 from acker.headers import HeaderValue, read_headers
 from acker.kafka.clients import (
+    PRODUCER_MAX_BYTES,
     KafkaClientError,
     TopicSpec,
     ensure_topics,
@@ -55,7 +56,7 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     read_to,
-    topic_config,
+    topic_max_bytes,
 )
 from acker.kafka.lookups import lookups
 from acker.retries import (
@@ -84,7 +85,6 @@ log = logging.getLogger("spark_jobs.replay")
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
 # (group, [(topic, partition)]) → the group's committed offsets (negative where none)
 Committed = Callable[[str, list[tuple[str, int]]], dict[tuple[str, int], int]]
-_PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes and batch.size
 _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
 _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
@@ -188,9 +188,9 @@ class _Publisher:
         _publishers.append(self)
         self._partitions: dict[str, int] = {}
         self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
-        self._own_max = int(client.get("message.max.bytes", _PRODUCER_MAX_BYTES))  # the producer's bound on a record
+        self._own_max = int(client.get("message.max.bytes", PRODUCER_MAX_BYTES))  # the producer's bound on a record
         self.limit = TopicLimits(self._own_max, lambda topic: _topic_max_bytes(self.settings.source.client, topic))
-        self._batch_max = min(int(client.get("batch.size", _PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
+        self._batch_max = min(int(client.get("batch.size", PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         # Then kept here: this instance is the only one publishing for it.
         self.last, self.last_done = self._last_published()
 
@@ -374,8 +374,8 @@ def _size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, H
 def _topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:
     """The topic's ``max.message.bytes``; None if the broker does not say."""
     try:
-        return int(topic_config(client, topic)["max.message.bytes"])
-    except (KafkaClientError, KeyError, ValueError) as error:
+        return topic_max_bytes(client, topic)
+    except KafkaClientError as error:
         log.warning("could not read max.message.bytes of %s (%s): the producer's limit alone is used", topic, error)
         return None
 

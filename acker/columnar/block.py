@@ -53,10 +53,15 @@ _REASON = {Code.FAILED: NackReason.FAILED, Code.TIMEOUT: NackReason.TIMEOUT, Cod
 Source = tuple[str, str]  # (spout, message-id source)
 
 
+MAX_OFFSET = 10**18  # an offset a message id carries is below this: at most 18 digits, which any int64 holds
+_OFFSET_DIGITS = len(str(MAX_OFFSET))  # 19: one more than an offset has
+
+
 def split_msg_id(msg_id: str) -> tuple[str, int]:
-    """``"topic/3/42"`` → ``("topic/3", 42)``; an id without a canonical integer suffix → ``(msg_id, -1)``."""
+    """``"topic/3/42"`` → ``("topic/3", 42)``; an id without a canonical integer suffix (of at most 18 digits:
+    `MAX_OFFSET`) → ``(msg_id, -1)``."""
     head, sep, tail = msg_id.rpartition("/")
-    if sep and tail.isdigit() and tail.isascii() and (tail == "0" or tail[0] != "0") and len(tail) < 19:
+    if sep and tail.isdigit() and tail.isascii() and (tail == "0" or tail[0] != "0") and len(tail) < _OFFSET_DIGITS:
         return head, int(tail)
     return msg_id, -1
 

@@ -37,10 +37,11 @@ from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeM
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.headers import Headers, with_ids
 from acker.kafka.clients import (
+    PRODUCER_MAX_BYTES,
     TOO_LARGE,
     KafkaClientError,
     produce_reporting,
-    topic_config,
+    topic_max_bytes,
     topic_partitions,
 )
 from acker.wire import encode_batch
@@ -128,9 +129,6 @@ class _Batch:
 PARTITIONS_CHECK_S = 30.0
 
 
-PRODUCER_BATCH_BYTES = 1_000_000  # librdkafka's default batch.size
-
-
 def fitted_batch_size(client: Mapping[str, Any], acker_topic: str) -> dict[str, Any]:
     """``batch.size`` for a stage's producer where the acker topic takes smaller record batches than it makes (its
     ``max.message.bytes``, 1 MB by default as the producer's batch): the broker refuses a batch of records whole, so
@@ -138,11 +136,11 @@ def fitted_batch_size(client: Mapping[str, Any], acker_topic: str) -> dict[str, 
     refused together, halved, and batched together again. Empty (the producer's own) where the topic takes them,
     or does not say."""
     try:
-        limit = int(topic_config(client, acker_topic)["max.message.bytes"])
-    except (KafkaClientError, KeyError, ValueError) as error:
+        limit = topic_max_bytes(client, acker_topic)
+    except KafkaClientError as error:
         log.debug("max.message.bytes of %s not known (%s): the producer's batch.size kept", acker_topic, error)
         return {}
-    if limit >= int(client.get("batch.size", PRODUCER_BATCH_BYTES)):
+    if limit >= int(client.get("batch.size", PRODUCER_MAX_BYTES)):
         return {}
     fitted = max(1, limit - 1024)  # room for the framing of the batch and its records
     log.warning("the acker topic %s takes record batches of %d bytes at most: this stage's producer batches %d bytes "

@@ -167,6 +167,19 @@ def topic_config(client_config: Mapping[str, Any], topic: str, timeout_s: float 
     return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
+PRODUCER_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes and batch.size
+
+
+def topic_max_bytes(client_config: Mapping[str, Any], topic: str) -> int:
+    """The topic's ``max.message.bytes`` (what the broker takes in one record batch); `KafkaClientError` when the
+    broker does not say (`topic_config`), or says something that is not a number."""
+    value = topic_config(client_config, topic).get("max.message.bytes")
+    try:
+        return int(value or "")
+    except ValueError:
+        raise KafkaClientError(f"reading max.message.bytes of {topic} ({value!r})", None) from None
+
+
 def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:
     """``producer.produce``, waiting (and serving delivery reports) while librdkafka's local queue is full."""
     while True:

@@ -365,11 +365,10 @@ class CoordinatedStage:
         """This step's task count (its input's partitions) and the next step's (1 for the joining step), as the
         cluster says now: 0 for a topic it does not have (or not yet: no leader). `KafkaException` if it does not
         answer."""
+        return self._partition_count(self.input), 1 if self.last else self._partition_count(self.output)
 
-        def count(topic: str) -> int:
-            return len(topic_partitions(self.consumer, topic, 5.0))
-
-        return count(self.input), 1 if self.last else count(self.output)
+    def _partition_count(self, topic: str) -> int:
+        return len(topic_partitions(self.consumer, topic, 5.0))
 
     def _ask_upstream(self) -> None:
         """The upstream step's partition count as the cluster gives it now, for the reports of this batch
@@ -379,7 +378,7 @@ class CoordinatedStage:
         Only up: partitions are never taken away, and a lower count is a broker's metadata not caught up yet (which
         would fail requests whose reports are right)."""
         try:
-            count = len(topic_partitions(self.consumer, self.chain.topic(self.index - 1), 5.0))
+            count = self._partition_count(self.chain.topic(self.index - 1))
         except KafkaException as error:
             log.debug("step %d: could not ask the upstream step's partition count: %s", self.index, error)
             return

@@ -476,7 +476,7 @@ class LocalKafkaBroker:
             sweep_orphaned_data_dirs()
             data_dir = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX))
             if not self.keep_data:  # a directory kept on purpose is never swept
-                (data_dir / _OWNERS_FILE).write_text(f"{_pid_namespace()}\n{os.getpid()}\n")
+                _write_owners(data_dir, os.getpid())
             return data_dir, False
         data_dir = self._given_data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -577,9 +577,8 @@ class LocalKafkaBroker:
                 start_new_session=True, preexec_fn=pdeathsig_preexec(),  # noqa: PLW1509
             )  # fmt: skip
         self._port, self._controller_port = port, cport
-        owners = data_dir / _OWNERS_FILE
-        if owners.is_file():
-            owners.write_text(f"{_pid_namespace()}\n{os.getpid()} {self._process.pid}\n")
+        if (data_dir / _OWNERS_FILE).is_file():  # a temporary dir, to be swept if its processes die
+            _write_owners(data_dir, os.getpid(), self._process.pid)
         with _live_lock:
             _live_brokers.add(self)
         self._wait_ready(port, t0 + self.startup_timeout)
@@ -712,6 +711,10 @@ _TEMP_PREFIX = "acker-kafka-"
 _OWNERS_FILE = ".owners"
 
 
+def _write_owners(data_dir: Path, *pids: int) -> None:
+    (data_dir / _OWNERS_FILE).write_text(f"{_pid_namespace()}\n{' '.join(map(str, pids))}\n")
+
+
 def sweep_orphaned_data_dirs(base: Path | None = None) -> list[Path]:
     """Remove (and return) the temporary data dirs under ``base`` (the system's temporary directory) whose owner
     and JVM are both gone: an owner killed before it could stop its broker (SIGKILL, a SIGTERM it did not handle)
@@ -746,8 +749,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's
-        return True
+    except PermissionError:  # another user's: alive
+        pass
     return True
 
 
