@@ -113,6 +113,9 @@ class ServiceConfig:
     tracker_threads: int = _setting(
         2, "threads of `acker run` deciding the records of its partitions in parallel when it catches up (1 = off)"
     )
+    outcome_topics_per_hour: int = _setting(
+        20, "outcome topics of new spout names an instance creates per hour at most (0: only spouts create theirs)"
+    )
     metrics_port: int = _setting(9400, "Prometheus metrics port (0 = off)")
     instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
     kafka: Mapping[str, str] = field(default_factory=dict, metadata={"help": "librdkafka settings"})
@@ -145,6 +148,8 @@ class ServiceConfig:
                 f"partitions must be 1 to 100000 and replication_factor 1 to 10000, got {self.partitions} and "
                 f"{self.replication_factor}"
             )
+        if self.outcome_topics_per_hour < 0:
+            raise ConfigError(f"outcome_topics_per_hour must be 0 (none) or more, got {self.outcome_topics_per_hour}")
         if self.tracker_threads < 1:
             raise ConfigError(f"tracker_threads must be at least 1, got {self.tracker_threads}")
         if _new_group_protocol(self.kafka):

@@ -111,6 +111,7 @@ _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what 
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 # After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
 _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
+CREATION_WINDOW_S = 3600.0  # `outcome_topics_per_hour` counts the outcome topics created within this window
 TICK_REFUSED_AGAIN_MS = 5000  # a tick the producer refused at once (a partition it does not know yet) waits this
 RATE_WINDOW_S = 60.0  # the shortest window of a status's rates (two ticks when they are further apart)
 _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
@@ -271,6 +272,11 @@ class AckerService:
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()  # found or created (`_ensure_topics`)
         self._ensure_again_at: dict[str, tuple[float, int]] = {}  # could not be created: (when again, failures)
+        self._not_created: dict[str, str] = {}  # topic → why it was not created, while it is not known
+        # When this instance created outcome topics, within the last `CREATION_WINDOW_S` (`_may_create`): any
+        # producer of the acker topic names spouts, and a spout name made per process or per run (a host name, a
+        # uuid) would otherwise have the service create a topic for each, without end.
+        self._outcome_creations: deque[float] = deque()
         self._deliveries = DeliveryTracker()  # outcome and dead-letter records in flight
         # Dead letters decided in delivery callbacks, produced from the loop (`_send_fallbacks`): producing inside a
         # callback may serve more callbacks (a full queue is polled), without bound.
@@ -491,7 +497,7 @@ class AckerService:
         again = self._ensure_again_at.get(topic)
         if topic not in self._known_topics and (again is None or time.monotonic() >= again[0]):
             timeout_s = 10.0 if again is None else _ENSURE_AGAIN_TIMEOUT_S  # again: on the loop's thread, briefly
-            self._ensure_topics([outcome_topic(self.config, spout)], timeout_s=timeout_s)
+            self._ensure_topics([outcome_topic(self.config, spout)], timeout_s=timeout_s, capped=True)
         track, outcome_log = self._deliveries.track(), self._outcome_logs.get(partition)
         # Every record of an acker partition in one partition of the topic, in order: where its records go already
         # (delivered, read back or chosen; None while records sent by key are in flight), else its own, chosen
@@ -547,10 +553,12 @@ class AckerService:
                 # existing topic's), or one outcome too large for it: kept in the dead-letter topic, whose delivery
                 # stands for this one's. Stopping instead would stop at the same record after every restart.
                 self._dead_letters[_OUTCOME_REFUSED] += 1
-                log.error("outcome record for %s refused (%s): dead-lettered", topic, error)
+                why = self._not_created.get(topic)
+                detail = f"{topic}: {error.str()}" + ("" if why is None else f" (not created: {why})")
+                log.error("outcome record for %s refused (%s): dead-lettered", topic, detail)
                 where = [
                     (DLQ_REASON, _OUTCOME_REFUSED.encode()),
-                    (DLQ_DETAIL, f"{topic}: {error.str()}".encode()),
+                    (DLQ_DETAIL, detail.encode()),
                     (DLQ_TOPIC, self.config.acker_topic.encode()),
                     (DLQ_PARTITION, str(partition).encode()),
                     (DLQ_OFFSET, str(last).encode()),
@@ -614,7 +622,7 @@ class AckerService:
         except (KafkaClientError, KafkaException) as error:  # the next periodic commit names the topic all the same
             log.warning("partition %d: where the outcomes of %s start not committed yet: %s", partition, topic, error)
 
-    def _ensure_topics(self, specs: list[TopicSpec], timeout_s: float = 10.0) -> set[str]:
+    def _ensure_topics(self, specs: list[TopicSpec], timeout_s: float = 10.0, *, capped: bool = False) -> set[str]:
         """Create the topics of ``specs`` that do not exist (`acker.topics`: made by `acker topics create`, or by an
         earlier owner, they are left as they are). Existence is asked on the reading consumer's connection, whose
         lookups never create a topic: a millisecond or two, where an admin client made for the purpose took 7-47 ms
@@ -624,28 +632,46 @@ class AckerService:
         outcome record goes to the dead-letter topic (`_send_outcomes`), and the topic is tried again, with
         ``timeout_s`` `_ENSURE_AGAIN_TIMEOUT_S` (on the loop's thread), after the delays of `_ENSURE_AGAIN` (a
         creation may fail for a moment: a request timing out, the controller moving); a dead letter that cannot be
-        delivered stops the service."""
+        delivered stops the service. ``capped`` topics (outcome topics) are created only within the budget of
+        `_may_create`; one beyond it is not created, and is looked for again as after a failed creation."""
         missing = []
         for spec in specs:
             if self._topic_exists(spec.name, timeout_s=timeout_s):
-                self._known_topics.add(spec.name)
-                self._ensure_again_at.pop(spec.name, None)
+                self._known(spec.name)
             else:
                 missing.append(spec)
         failed = set()
         for spec in missing:  # one at a time: a failure says which
             try:
+                if capped and not self._may_create():
+                    per_hour = self.config.outcome_topics_per_hour
+                    raise AckerError(f"outcome_topics_per_hour ({per_hour}) reached: let its spout create it")
                 if spec.name in create_topics(self.config.client(), [spec], timeout_s=3 * timeout_s):  # made here
                     self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
-                self._known_topics.add(spec.name)
-                self._ensure_again_at.pop(spec.name, None)
-            except KafkaClientError as error:  # e.g. not allowed to create
+                    if capped:
+                        self._outcome_creations.append(time.monotonic())
+                self._known(spec.name)
+            except AckerError as error:  # e.g. not allowed to create (a KafkaClientError)
                 failures = self._ensure_again_at.get(spec.name, (0.0, 0))[1] + 1
                 delay_s = _ENSURE_AGAIN.delay_ms(failures) / 1000
                 log.warning("could not create %s (tried again in %.0f s): %s", spec.name, delay_s, error)
                 self._ensure_again_at[spec.name] = (time.monotonic() + delay_s, failures)
+                self._not_created[spec.name] = str(error)
                 failed.add(spec.name)
         return failed
+
+    def _known(self, topic: str) -> None:
+        self._known_topics.add(topic)
+        self._ensure_again_at.pop(topic, None)
+        self._not_created.pop(topic, None)
+
+    def _may_create(self) -> bool:
+        """Whether this instance may create one more outcome topic: fewer than ``outcome_topics_per_hour`` created
+        within the last `CREATION_WINDOW_S`. The count is the instance's own, since its start."""
+        created, now = self._outcome_creations, time.monotonic()
+        while created and created[0] <= now - CREATION_WINDOW_S:
+            created.popleft()
+        return len(created) < self.config.outcome_topics_per_hour
 
     def _first_contact(self, stop: threading.Event) -> bool:
         """Whether Kafka answered a metadata request before ``stop`` was set; `TimeoutError` when it did not answer

@@ -27,7 +27,7 @@ from acker.kafka.acker_client import AckerClient, fitted_batch_size
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
-from acker.service import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
+from acker.service import DLQ_DETAIL, DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
 from acker.wire import decode_batch, decode_outcomes, encode_batch
 from tests.integration.helpers import (
     OutcomeReader,
@@ -225,6 +225,34 @@ def test_acker_batches_too_large_for_the_acker_topic_are_sent_in_halves(config: 
     assert lost == [] and client.max_batch < 2000
     sent = [decode_batch(v or b"") for _, _, v in read_partition(config, config.acker_topic, 0)]
     assert sorted(a for block in sent for a in block.anchors.tolist()) == sorted(i.anchor for i in inits)
+
+
+def test_the_service_creates_no_more_outcome_topics_an_hour_than_it_is_allowed(config: ServiceConfig) -> None:
+    """Any producer of the acker topic names spouts, and a spout name made per run (a host name, a uuid) had the
+    service create one outcome topic for each, without end. It creates ``outcome_topics_per_hour`` at most; the
+    outcomes of a spout beyond that go to the dead-letter topic, saying why, until its spout creates its topic."""
+    config = replace(
+        config,
+        partitions=1,
+        outcome_topics_per_hour=1,
+        kafka={**config.kafka, "topic.metadata.propagation.max.ms": "2000"},
+    )
+    create_acker_topics(config, [])  # no outcome topic: the service creates the first spout's
+    made_up = f"spout-{uuid.uuid4().hex[:8]}"
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [Init(7, SPOUT, "src/0/1", 5), Ack(7, 5)])
+        reader.wait_for(["src/0/1"], timeout_s=60)
+        send(config, [Init(9, made_up, "src/0/2", 3), Ack(9, 3)])
+        [letter] = _dead_letters(config, 1)
+        assert letter[DLQ_REASON] == "outcome-refused"
+        assert "not created: outcome_topics_per_hour (1) reached" in letter[DLQ_DETAIL]
+        assert config.outcome_topic(made_up) not in Producer(config.client()).list_topics(timeout=10).topics
+        assert reader.seen["src/0/1"] == ["ACK"]
+    finally:
+        service.stop()
+        reader.close()
 
 
 def test_an_outcome_topic_whose_creation_failed_is_created_again_later(
