@@ -136,14 +136,17 @@ class TaskState:
 
     def request(self, request: str, deadline_ms: int, now_ms: int, *, failure: bool = False) -> RequestState | None:
         """The request's state, opened by its first message or report; None when the message is late: the request
-        is done here, or, never seen here, past its deadline already (``failure``: a failed report, taken until
-        ``FAILURE_GRACE_MS`` after the deadline)."""
+        is done here, or past its deadline already (``failure``: a failed report for a request never seen here,
+        taken until ``FAILURE_GRACE_MS`` after the deadline). A request seen here and past its deadline is not
+        worked on any more: `expired` fails it (a restarted task whose step raised on it at every try, say, or whose
+        answer could not be written, gets past it that way)."""
         state = self.requests.get(request)
         if state is None:
             if deadline_ms + (FAILURE_GRACE_MS if failure else 0) <= now_ms:
                 return None
-            state = self.requests[request] = RequestState(request, deadline_ms)
-        return None if state.done else state
+            self.requests[request] = RequestState(request, deadline_ms)
+            return self.requests[request]
+        return None if state.done or state.deadline_ms <= now_ms else state
 
     def processed(self, state: RequestState, *, ok: bool) -> None:
         """A data message of the request was processed here (``ok``: the step's execute returned)."""

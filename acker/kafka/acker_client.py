@@ -129,22 +129,25 @@ class _Batch:
 PARTITIONS_CHECK_S = 30.0
 
 
-def fitted_batch_size(client: Mapping[str, Any], acker_topic: str) -> dict[str, Any]:
-    """``batch.size`` for a stage's producer where the acker topic takes smaller record batches than it makes (its
-    ``max.message.bytes``, 1 MB by default as the producer's batch): the broker refuses a batch of records whole, so
-    acker records sent one after another for a partition, batched by the producer beyond that limit, were all
-    refused together, halved, and batched together again. Empty (the producer's own) where the topic takes them,
-    or does not say."""
-    try:
-        limit = topic_max_bytes(client, acker_topic)
-    except KafkaClientError as error:
-        log.debug("max.message.bytes of %s not known (%s): the producer's batch.size kept", acker_topic, error)
+def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]:
+    """``batch.size`` for a producer writing ``topics`` where one of them takes smaller record batches than it makes
+    (its ``max.message.bytes``; 1 MB by default, as the producer's batch): the broker refuses a batch of records
+    whole, so records sent one after another to a partition (a stage's acker records; a coordinated step's
+    transaction), batched by the producer beyond that limit, were all refused together (the acker client halved
+    them, and they were batched together again). Empty (the producer's own) where every topic takes them, or does
+    not say."""
+    limits = {}
+    for topic in topics:
+        try:
+            limits[topic] = topic_max_bytes(client, topic)
+        except KafkaClientError as error:
+            log.debug("max.message.bytes of %s not known (%s): the producer's batch.size kept", topic, error)
+    if not limits or min(limits.values()) >= int(client.get("batch.size", PRODUCER_MAX_BYTES)):
         return {}
-    if limit >= int(client.get("batch.size", PRODUCER_MAX_BYTES)):
-        return {}
-    fitted = max(1, limit - 1024)  # room for the framing of the batch and its records
-    log.warning("the acker topic %s takes record batches of %d bytes at most: this stage's producer batches %d bytes "
-                "at most (all topics)", acker_topic, limit, fitted)  # fmt: skip
+    topic = min(limits, key=limits.__getitem__)
+    fitted = max(1, limits[topic] - 1024)  # room for the framing of the batch and its records
+    log.warning("%s takes record batches of %d bytes at most: this producer batches %d bytes at most (all topics)",
+                topic, limits[topic], fitted)  # fmt: skip
     return {"batch.size": fitted}
 
 

@@ -33,13 +33,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, read_headers, text
+from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.clients import (
+    PRODUCER_MAX_BYTES,
+    KafkaClientError,
     TopicSpec,
     consume_available,
     create_topics,
@@ -47,6 +50,7 @@ from acker.kafka.clients import (
     produce,
     read_to,
     readable,
+    topic_max_bytes,
     topic_partitions,
 )
 
@@ -58,6 +62,8 @@ REPORT = "acker.request.report"
 STATUS = "acker.request.status"
 _COUNT_CHECK_S = 5.0  # how often a process checks that its step's partition counts are those it started with
 TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a dead process's is aborted after this
+RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
+COMMIT_ATTEMPTS = 3  # a transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again
 
 
 class CoordinationError(AckerError):
@@ -138,21 +144,35 @@ class CoordinatedStage:
             "isolation.level": "read_committed"}))  # fmt: skip
         self.tasks_count, self.next_count = self._counts()
         # Behind the second step: the upstream step's partition count, asked again for each batch with reports in it
-        # (`_ask_upstream`); 0 until then.
-        self._upstream_tasks = 0
+        # (`_ask_upstream`). Known from the start: without it, reports agreeing on a stale count would finish a
+        # request before the messages of the upstream step's new partitions arrived.
+        self._upstream_tasks = self._partition_count(chain.topic(index - 1)) if index >= 2 else 0
         state_count = len(topic_partitions(self.consumer, self.changelog))
-        if 0 in (self.tasks_count, self.next_count) or state_count != self.tasks_count:
-            self.consumer.close()  # a task's state lives in the changelog partition of its number
-            raise CoordinationError(
+        problem = None
+        if 0 in (self.tasks_count, self.next_count) or state_count != self.tasks_count:  # a task's state lives in
+            problem = (  # the changelog partition of its number
                 f"{self.input}, {self.output} and {self.changelog} must exist, the last with the first's partition "
                 f"count: they have {self.tasks_count}, {self.next_count} and {state_count} (create_chain_topics)"
             )
+        elif index >= 2 and self._upstream_tasks == 0:
+            problem = f"{chain.topic(index - 1)}, the upstream step's topic, must exist"
+        elif (joining := self._joining_count(self.tasks_count, self.next_count)) is not None:
+            problem = joining
+        if problem is not None:
+            self.consumer.close()
+            raise CoordinationError(problem)
         # One transactional producer per process; the consumer group's generation fences a zombie (KIP-447). With a
         # stable --instance-id, a restarted process also aborts its predecessor's open transaction at once; without
         # one, the broker aborts it after transaction.timeout.ms, and until then readers wait behind it.
         transactional_id = f"{self.group}-{config.instance_id or uuid.uuid4().hex}"
+        # The broker refuses a whole transaction for one record (or record batch) over a topic's max.message.bytes,
+        # again at every restart on the same input: records are held to what every topic written takes.
+        self.max_record = self._max_record()
         self.producer = Producer(config.producer(**{"transactional.id": transactional_id, "linger.ms": 5,
-                                                  "transaction.timeout.ms": transaction_timeout_ms}))  # fmt: skip
+                                                  "transaction.timeout.ms": transaction_timeout_ms,
+                                                  **fitted_batch_size(config.client(), self.output, self.changelog,
+                                                                      self.dlq)}))  # fmt: skip
+        self._broken = False  # a batch's transaction was aborted: this object's state is the batch's, not committed
         self.producer.init_transactions(30)
         self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -167,7 +187,11 @@ class CoordinatedStage:
             self.producer.flush(10)
 
     def poll(self, timeout_s: float) -> int:
-        """Read what is there and process it in one transaction, with the requests past their deadline."""
+        """Read what is there and process it in one transaction, with the requests past their deadline.
+        `CoordinationError` after a batch's transaction was aborted: the process must start again (its state, in
+        memory, is the aborted batch's)."""
+        if self._broken:
+            raise CoordinationError(f"step {self.index}: a batch's transaction was aborted: restart the process")
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
         if self.index >= 2 and any(_is_report(r) for r in records):  # before the transaction: an answer may be slow
             self._ask_upstream()
@@ -177,8 +201,12 @@ class CoordinatedStage:
         if not records and not any(task.has_expired(now_ms) for task in self.tasks.values()):
             return 0
         # A transaction of expired requests only sends offsets too (below): found before it begins, as a lookup may
-        # have to ask the group's coordinator.
-        fencing = [] if records else self._owned_offsets()
+        # have to ask the group's coordinator. Its first record, if this process owns its partition, gives one
+        # (the first record is always processed); else none may be known, and nothing is committed unchecked.
+        owned_first = bool(records) and (records[0].partition() or 0) in self.tasks
+        fencing = [] if owned_first else self._owned_offsets()
+        if not owned_first and not fencing:
+            return 0  # nothing of this process's to process, and expiries wait for offsets to check them with
         started = time.monotonic()
         self.producer.begin_transaction()
         try:
@@ -200,15 +228,30 @@ class CoordinatedStage:
             # Offsets in every transaction, one of expired requests only too: sending them is where the broker checks
             # this process's group generation (KIP-447), so a zombie cannot commit answers for requests a new owner has.
             positions = self._positions(records) or fencing
-            if positions:
-                self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
-            self.producer.commit_transaction(30)
-        except BaseException:
+            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
+            self._commit_transaction()
+        except BaseException as failure:
             # Nothing of the batch is visible; this process stops, and the partitions' next owner (a restart, or
             # another process of the step) reloads the committed state and goes on from the committed offsets.
-            self.producer.abort_transaction(30)
+            self._broken = True
+            try:
+                self.producer.abort_transaction(30)
+            except KafkaException as error:  # e.g. a fatal producer error: the batch's failure says more
+                log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
             raise
         return len(records)
+
+    def _commit_transaction(self) -> None:
+        """Commit the batch's transaction, again where the failure says it may be tried again."""
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                self.producer.commit_transaction(30)
+                return
+            except KafkaException as error:
+                code = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+                if code is None or not code.retriable() or attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("step %d: committing the batch failed (%s): trying again", self.index, code)
 
     def _handle(self, record: Message, now_ms: int) -> None:
         partition = record.partition() or 0
@@ -288,6 +331,9 @@ class CoordinatedStage:
         headers = _request_headers(state)
 
         def emit(value: bytes | None, key: bytes | None = None) -> None:
+            size = len(value or b"") + len(key or b"") + (len(state.request) if self.last else 0)
+            if size > self.max_record:  # raised in the step's code: the request fails, not the batch
+                raise ValueError(f"a record of {size} bytes: {self.output} takes {self.max_record} at most")
             if self.last:  # the joining step's result: one answer per request, written once it is finished
                 if value is not None and not isinstance(value, bytes):
                     raise TypeError(f"an answer is bytes or None, got {type(value).__name__}")
@@ -325,10 +371,12 @@ class CoordinatedStage:
         """The request's changelog value. A step that put something JSON cannot hold into its request state fails
         that request (reported downstream as usual) rather than the whole batch, again at every restart."""
         try:
-            saved = json.dumps(state.to_json())
+            saved = json.dumps(state.to_json()).encode()
             if json.loads(saved)["user"] != state.user:  # a restart would hand the step other state
                 raise ValueError("the step's state does not come back from JSON unchanged (keys must be strings)")
-            return saved.encode()
+            if len(saved) + len(state.request) > self.max_record:
+                raise ValueError(f"{len(saved)} bytes of state: {self.changelog} takes {self.max_record} at most")
+            return saved
         except (TypeError, ValueError) as error:
             if state.done:  # a done marker holds nothing of the step's
                 raise
@@ -336,6 +384,27 @@ class CoordinatedStage:
             state.failed = True
             self._finish(partition, state)
             return json.dumps(state.to_json()).encode()
+
+    def _max_record(self) -> int:
+        """The largest record this step writes, key and value: below the producer's ``message.max.bytes`` and the
+        ``max.message.bytes`` of the topics it writes (those it cannot look up are taken as the producer's)."""
+        limit = int(self.config.client().get("message.max.bytes", PRODUCER_MAX_BYTES))
+        for topic in (self.output, self.changelog):
+            try:
+                limit = min(limit, topic_max_bytes(self.config.client(), topic))
+            except KafkaClientError as error:
+                log.debug("max.message.bytes of %s not known (%s)", topic, error)
+        return max(1, limit - RECORD_MARGIN)
+
+    def _joining_count(self, tasks: int, next_tasks: int) -> str | None:
+        """What is wrong with the joining step's topic (it must have one partition, its one task joining every
+        partial result), given this step's and the next step's partition counts, or None. Checked by the joining
+        step and by the step before it, which would send a request's results to several tasks, each answering."""
+        if self.last and tasks != 1:
+            return f"{self.input}, the joining step's topic, has {tasks} partitions: it must have 1"
+        if self.index == self.chain.steps - 2 and next_tasks != 1:
+            return f"{self.output}, the joining step's topic, has {next_tasks} partitions: it must have 1"
+        return None
 
     def _positions(self, records: list[Message]) -> list[TopicPartition]:
         last: dict[int, int] = {}
@@ -400,6 +469,8 @@ class CoordinatedStage:
             log.debug("step %d: could not check its partition counts: %s", self.index, error)
             return
         if 0 not in now and now != (self.tasks_count, self.next_count):  # 0: a topic without leaders for a moment
+            if (joining := self._joining_count(*now)) is not None:
+                raise CoordinationError(f"step {self.index}: {joining}")
             raise CoordinationError(
                 f"step {self.index}: the partition counts of {self.input} or {self.output} changed since this process "
                 f"started ({self.tasks_count}, {self.next_count} then; {now} now): restart it"
@@ -429,12 +500,18 @@ class CoordinatedStage:
             self.tasks.pop(tp.partition, None)
 
     def _restore(self, partition: int) -> TaskState:
-        """The task's requests as last committed: the changelog partition read to its end."""
+        """The task's requests as last committed: the changelog partition read to its end, once the committed input
+        offset is stable. A previous owner's transaction may still be committing (a zombie whose offsets were taken
+        before the group moved on): the consumer would start after its batch, and the state must hold that batch's
+        changes. A read_committed consumer's offset lookup waits for it (KIP-447), and its changelog records are
+        below the end read after that."""
         task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count,
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
-        reader = Consumer(self.config.client(**{"group.id": f"{self.group}.restore", "enable.auto.commit": False,
+        # The step's own group, to look its committed offsets up; it never joins the group, nor commits.
+        reader = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
                                                 "isolation.level": "read_committed"}))  # fmt: skip
         try:
+            reader.committed([TopicPartition(self.input, partition)], timeout=30)
             low, high = log_bounds(reader, TopicPartition(self.changelog, partition))
             if high <= low:
                 return task

@@ -429,3 +429,63 @@ def test_reach_run_with_an_instance_id_starts_processes_that_do_not_fence_each_o
     assert done.returncode == 0, done.stderr[-2000:]
     assert "3 of 3 answers exact" in done.stdout
     assert "fenced" not in done.stderr.lower()
+
+
+class _Forward:
+    """The first step: the request's value, once, to the joining step."""
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        emit(value)
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        pass
+
+
+class _Sized:
+    """The joining step: "answer" gives an answer over 1 MB; anything else a small one."""
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        request.state["kind"] = (value or b"").decode()
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        emit(b"y" * 1_100_000 if request.state.get("kind") == "answer" else b"small")
+
+
+def test_an_answer_too_large_for_its_topic_fails_its_request_and_the_step_goes_on(config: ServiceConfig) -> None:
+    """An answer over what the results topic takes raised out of the joining step: the process died, and its
+    restart met the request again with its state restored, and died again, for good, every request behind it
+    unanswered. It fails its request now (state too large for the changelog: `test_coordinated_stage`)."""
+    chain = _small_chain(config, 2)
+    stages = [Running(CoordinatedStage(config, chain, 0, _Forward())),
+              Running(CoordinatedStage(config, chain, 1, _Sized()))]  # fmt: skip
+    client = DrpcClient(config, chain)
+    try:
+        sent = {kind: client.send(kind, timeout_s=30) for kind in (b"answer", b"fine")}
+        outcomes: dict[bytes, Any] = {}
+        for kind, request in sent.items():
+            try:
+                outcomes[kind] = client.wait(request)
+            except DrpcError as error:
+                outcomes[kind] = str(error)
+    finally:
+        client.close()
+        for stage in stages:
+            stage.stop()
+    assert outcomes[b"answer"] == f"request {sent[b'answer']} failed in the chain"
+    assert outcomes[b"fine"] == b"small"
+    assert all(stage.error is None for stage in stages)
+
+
+def test_a_joining_step_topic_of_more_than_one_partition_is_refused(config: ServiceConfig) -> None:
+    """The joining step's topic grown to 2 partitions: the step before it sent a request's results to both, and
+    each task answered on its own, the first answer (a part of the result) taken as the whole."""
+    chain = _small_chain(config, 3)
+    admin = AdminClient(config.client())
+    grown = [NewPartitions(chain.topic(2), 2), NewPartitions(f"{chain.topic(2)}.state", 2)]
+    for future in admin.create_partitions(grown).values():
+        future.result(30)
+    time.sleep(1)  # the metadata of the new partitions reaches the broker's answers
+    for index in (1, 2):
+        with pytest.raises(CoordinationError, match=rf"{chain.topic(2)}, the joining step's topic, has 2 partitions"):
+            CoordinatedStage(config, chain, index, _Count())
+    CoordinatedStage(config, chain, 0, _Count()).consumer.close()  # the first step of three is not concerned

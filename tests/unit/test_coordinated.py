@@ -78,6 +78,19 @@ def test_requests_past_their_deadline_are_failed_never_kept() -> None:
     assert set(task.requests) == {"old", "new"}
 
 
+def test_a_request_past_its_deadline_is_not_worked_on_before_it_is_failed() -> None:
+    """A restarted task whose step raised on a request at every try (its answer too large to write, say) met the
+    request's next message or report with the state it had restored, past the deadline, and ran the step again:
+    the same failure, at every restart, until the partition was stuck for good. Late now: `expired` fails it."""
+    task = TaskState(first=False, tasks=1, next_tasks=1)
+    state = _open(task, "r", 1_000)
+    assert task.request("r", 1_000, now_ms=999) is state
+    assert task.request("r", 1_000, now_ms=1_000) is None
+    assert task.request("r", 1_000, now_ms=1_000, failure=True) is None
+    late, _ = task.expired(now_ms=1_000)
+    assert late == [state] and state.failed
+
+
 def test_a_finished_request_is_never_opened_or_finished_again() -> None:
     """A request failed here early gets more messages and reports from upstream tasks still working on it; they are
     late, not a new request (which would run the step again and answer twice)."""

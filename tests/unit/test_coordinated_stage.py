@@ -8,11 +8,21 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from acker.coordinated import RequestState, TaskState
 from acker.dlq import DeadLetter
-from acker.kafka.coordinated_stage import DEADLINE, REPORT, REQUEST, STATUS, Chain, CoordinatedStage, Emit, Request
+from acker.kafka.coordinated_stage import (
+    DEADLINE,
+    REPORT,
+    REQUEST,
+    STATUS,
+    Chain,
+    CoordinatedStage,
+    CoordinationError,
+    Emit,
+    Request,
+)
 
 
 class _Producer:
@@ -32,6 +42,7 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
     stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
     stage._touched, stage.producer = {}, _Producer()  # type: ignore[assignment]
+    stage.max_record = 1_000_000 - 1024
     stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
     return stage
 
@@ -69,6 +80,18 @@ def test_a_binary_answer_arrives_exactly_and_its_done_marker_keeps_none_of_it() 
     assert [r["value"] for r in _out(stage, "c.results")] == [answer]
     marker = RequestState.from_json(json.loads(stage._encode(0, stage.tasks[0].requests["r1"])))
     assert marker.done and marker.answer is None
+
+
+def test_step_state_too_large_for_the_changelog_fails_the_request_instead_of_every_batch() -> None:
+    """Over the changelog's max.message.bytes, the broker refused the batch's whole transaction, and the restart
+    failed on the same records again, until the request's deadline."""
+    stage = _last_step(_Answer(b"x"))
+    stage.max_record = 1000
+    state = RequestState("r1", int(time.time() * 1000) + 60_000, user={"blob": "x" * 900})
+    stage.tasks[0].requests["r1"] = state
+    saved = stage._encode(0, state)
+    assert state.failed and state.done and len(saved) < 200
+    assert [r["headers"][-1] for r in _out(stage, "c.results")] == [(STATUS, b"failed")]
 
 
 def test_step_state_that_json_would_change_fails_the_request_instead_of_changing_after_a_restart() -> None:
@@ -121,3 +144,85 @@ def test_the_last_step_answers_failed_for_a_failure_found_upstream_at_the_deadli
     stage._handle(_report("r1", deadline=past, failed=True), now)  # another upstream task's: answered once
     answers = _out(stage, "c.results")
     assert len(answers) == 1 and dict(answers[0]["headers"])[STATUS] == b"failed"
+
+
+class _Transactions(_Producer):
+    """A transactional producer that records its calls; ``commit_errors`` are raised by the commits, in turn."""
+
+    def __init__(self, *commit_errors: KafkaError) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.commit_errors = list(commit_errors)
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], *_: Any) -> None:
+        self.calls.append(f"offsets {[(tp.partition, tp.offset) for tp in positions]}")
+
+    def commit_transaction(self, _timeout: float) -> None:
+        self.calls.append("commit")
+        if self.commit_errors:
+            raise KafkaException(self.commit_errors.pop(0))
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self.calls.append("abort")
+
+
+class _Consumer:
+    """Reads nothing; knows the position ``position`` of partition 0, or none (-1001) and no committed offset."""
+
+    def __init__(self, position: int) -> None:
+        self.position_ = position
+
+    def consume(self, *_: Any, **__: Any) -> list[Message]:
+        return []
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.position_) for tp in partitions]
+
+    def committed(self, *_: Any) -> list[TopicPartition]:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+
+def _expiring(producer: _Transactions, position: int = 5) -> CoordinatedStage:
+    """The last step with one request past its deadline: the next poll expires it in a transaction."""
+    stage = _last_step(_Answer(b"x"))
+    stage.producer, stage.consumer = producer, _Consumer(position)  # type: ignore[assignment]
+    stage._broken, stage._next_count_check, stage._batch_s = False, float("inf"), 10.0
+    stage.tasks[0].request("late", int(time.time() * 1000) - 1, 0)
+    return stage
+
+
+def test_a_commit_that_failed_retriably_is_tried_again() -> None:
+    """A timeout of the transaction's commit (the coordinator moving) went straight to an abort, which librdkafka
+    refuses while committing: the process died on a hiccup."""
+    producer = _Transactions(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
+    stage = _expiring(producer)
+    stage.poll(0)
+    assert producer.calls == ["begin", "offsets [(0, 5)]", "commit", "commit"]
+    assert [r["headers"][-1] for r in _out(stage, "c.results")] == [(STATUS, b"failed")]  # the expired request
+
+
+def test_after_an_aborted_batch_the_stage_refuses_to_go_on() -> None:
+    """After an abort the stage's memory held the batch's changes (done markers, counts) and its consumer had moved
+    past the batch: a caller that polled again skipped the batch's records for good."""
+    producer = _Transactions(KafkaError(KafkaError.INVALID_TXN_STATE, "no", txn_requires_abort=True))
+    stage = _expiring(producer)
+    with pytest.raises(KafkaException):
+        stage.poll(0)
+    assert producer.calls[-1] == "abort"
+    with pytest.raises(CoordinationError, match="restart the process"):
+        stage.poll(0)
+
+
+def test_expiries_wait_for_offsets_that_check_the_group_generation() -> None:
+    """A transaction of expiries only, with no offsets known to send, was committed without the broker checking
+    that this process still owns the partition (KIP-447): a zombie could answer requests its successor owns."""
+    producer = _Transactions()
+    stage = _expiring(producer, position=-1001)
+    assert stage.poll(0) == 0
+    assert producer.calls == [] and not stage.tasks[0].requests["late"].done
