@@ -13,7 +13,7 @@ import time
 import uuid
 import zlib
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
@@ -22,6 +22,7 @@ from acker.kafka.clients import consume_available, end_offsets, partition_count,
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
 GRACE_S = 5.0  # after the deadline, how long to wait for the chain's "failed" answer before giving up
+ANSWER_KEPT_S = 600.0  # an answer read for a request not waited for yet is kept this long past that request's time
 
 
 class DrpcError(AckerError):
@@ -45,19 +46,43 @@ class DrpcClient:
         self._deadlines: dict[str, float] = {}
 
     def send(self, args: bytes, timeout_s: float = 30.0) -> str:
-        """Send a request; return its id (see `wait`)."""
+        """Send a request; return its id (see `wait`). `DrpcError` when it could not be written: the chain would
+        never see it, and a wait would end only at its deadline."""
+        self._forget_past()
         request = uuid.uuid4().hex
         deadline_ms = int((time.time() + timeout_s) * 1000)
         headers = [(REQUEST, request.encode()), (DEADLINE, str(deadline_ms).encode())]
         partition = zlib.crc32(request.encode()) % self.partitions
-        produce(self.producer, self.chain.topic(0), args, key=request.encode(), partition=partition, headers=headers)
-        self.producer.flush(30)
+        failed: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _record: Message | None) -> None:
+            if error is not None:
+                failed.append(error)
+
+        produce(self.producer, self.chain.topic(0), args, key=request.encode(), partition=partition, headers=headers,
+                on_delivery=delivered)  # fmt: skip
+        if self.producer.flush(min(30.0, timeout_s + GRACE_S)) or failed:
+            reason = failed[0].str() if failed else "not delivered in time"
+            raise DrpcError(f"request {request} could not be sent to {self.chain.topic(0)}: {reason}")
         self._deadlines[request] = time.monotonic() + timeout_s + GRACE_S
         return request
 
+    def _forget_past(self) -> None:
+        """Forget the requests sent and never waited for whose time is out: a long-lived client keeps only those
+        that may still be waited for. One whose answer was read (while waiting for another) keeps it
+        `ANSWER_KEPT_S` longer."""
+        now = time.monotonic()
+        for request, deadline in list(self._deadlines.items()):
+            if deadline + (ANSWER_KEPT_S if request in self._answers else 0) < now:
+                del self._deadlines[request]
+                self._answers.pop(request, None)
+
     def wait(self, request: str) -> bytes | None:
         """The answer to ``request``; `DrpcError` if it failed or its time ran out."""
-        deadline = self._deadlines[request]
+        deadline = self._deadlines.get(request)
+        if deadline is None:
+            raise DrpcError(f"request {request} is not waited for here: not sent by this client, waited for already, "
+                            "or past its deadline")  # fmt: skip
         while request not in self._answers:
             if time.monotonic() > deadline:
                 del self._deadlines[request]

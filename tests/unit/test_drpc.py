@@ -1,0 +1,70 @@
+"""The DRPC client's edges, with a producer that only records (no broker): a request that was not written, and
+the bookkeeping of requests sent and not waited for."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from acker.drpc import ANSWER_KEPT_S, DrpcClient, DrpcError
+from acker.kafka.coordinated_stage import Chain
+
+
+class _Producer:
+    def __init__(self, error: KafkaError | None = None, left: int = 0) -> None:
+        self.error, self.left, self.sent = error, left, 0
+
+    def produce(self, *_: Any, on_delivery: Any, **__: Any) -> None:
+        self.sent += 1
+        if self.left == 0:
+            on_delivery(self.error, None)
+
+    def flush(self, _timeout: float) -> int:
+        return self.left
+
+
+def _client(producer: _Producer) -> DrpcClient:
+    client = DrpcClient.__new__(DrpcClient)
+    client.chain, client.partitions, client.producer = Chain("c", 2), 1, producer  # type: ignore[assignment]
+    client._answers, client._deadlines = {}, {}
+    return client
+
+
+@pytest.mark.parametrize(
+    ("producer", "reason"),
+    [
+        (_Producer(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)), "could not be sent to c.step0: Broker: Topic"),
+        (_Producer(left=1), "could not be sent to c.step0: not delivered in time"),
+    ],
+)
+def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, reason: str) -> None:
+    """Its delivery was never looked at: the chain never saw the request, and the caller waited out its deadline
+    and 5 s more for an answer that could not come, told only "no answer before its deadline"."""
+    client = _client(producer)
+    with pytest.raises(DrpcError, match=reason):
+        client.send(b"url0", timeout_s=30)
+    assert client._deadlines == {}
+
+
+def test_requests_never_waited_for_are_forgotten_once_their_time_is_out() -> None:
+    """A long-lived client that sent requests and never waited for some kept each, and its answer, for good."""
+    client = _client(_Producer())
+    old, answered, fresh = (client.send(b"x", timeout_s=30) for _ in range(3))
+    now = time.monotonic()
+    client._deadlines[old] = client._deadlines[answered] = now - 1
+    client._answers[answered] = ("ok", b"42")
+    client.send(b"y")
+    assert old not in client._deadlines and {answered, fresh} <= set(client._deadlines)
+    assert client.wait(answered) == b"42"  # an answer read while waiting for another is kept a while
+    client._deadlines[fresh] = now - ANSWER_KEPT_S - 1
+    client._answers[fresh] = ("ok", b"7")
+    client.send(b"z")
+    assert fresh not in client._deadlines and fresh not in client._answers
+
+
+def test_waiting_for_a_request_this_client_does_not_know_is_a_clear_error() -> None:
+    with pytest.raises(DrpcError, match="is not waited for here: not sent by this client"):
+        _client(_Producer()).wait("nope")
