@@ -229,7 +229,7 @@ def _config_differences(config: ServiceConfig, spec: TopicSpec) -> list[str]:
 def _cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from acker.console import table_console
+    from acker.console import printable, table_console
     from acker.status import group_lag, read_status
 
     config = _service_config(args)
@@ -267,7 +267,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         age = time.time() - stamp if isinstance(stamp, int | float) else None
         table.add_row(
             str(partition),
-            f"{status.get('instance', '-')}" + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})"),
+            printable(f"{status.get('instance', '-')}")
+            + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})"),
             str(status.get("pending", "-")),
             str(rates.get("acked", "-") if measured else "-"),
             str(nacked if measured else "-"),

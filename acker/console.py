@@ -9,8 +9,19 @@ from rich.console import Console
 
 def table_console() -> Console:
     """A terminal's console; piped (to a file, ``less``, ``grep``), one of 200 columns unless ``COLUMNS`` says
-    otherwise, so that rows stay whole rather than cut to rich's default of 80."""
-    console = Console()
+    otherwise, so that rows stay whole rather than cut to rich's default of 80. Without markup: its tables show
+    what records and other processes wrote (a dead letter's key, an instance id), and ``[/x]`` in one was an error
+    (a traceback instead of the table), ``[bold]`` a style."""
+    console = Console(markup=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=200)
+        console = Console(markup=False, width=200)
     return console
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on rather than show (escape sequences, other control characters,
+    line breaks) written as Python escapes: a record's key or value printed as it is could clear the operator's
+    screen or retitle the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
+from acker.console import printable
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, read_headers, text
 from acker.kafka.clients import (
@@ -97,11 +98,12 @@ class DeadLetter:
 
 
 def preview(raw: bytes | None, limit: int = 200) -> str | None:
-    """Text when the bytes are UTF-8, else hex; cut to ``limit`` characters (0: whole)."""
+    """Text when the bytes are UTF-8 (control characters escaped: `printable`), else hex; cut to ``limit``
+    characters (0: whole)."""
     if raw is None:
         return None
     try:
-        text = raw.decode("utf-8")
+        text = printable(raw.decode("utf-8"))
     except UnicodeDecodeError:
         text = "0x" + raw.hex()
     return text if not limit or len(text) <= limit else text[: limit - 1] + "…"

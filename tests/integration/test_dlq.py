@@ -55,6 +55,26 @@ def test_list_shows_each_dead_letter_with_its_reason_origin_and_attempts(
         assert "header acker.replay.origin: src/0/3" in shown and "value: value-1" in shown and "header app: a" in shown
 
 
+def test_what_a_record_holds_is_shown_as_text_never_as_markup_or_terminal_codes(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key ``[/oops]`` made `dlq list` fail with rich's MarkupError (a traceback, no table) for as long as the record
+    was listed; escape sequences in a key, value or header were printed raw (clearing the screen, retitling the
+    terminal)."""
+    tried = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/9"), ("h", b"\x1b[31mX")]
+    policy = RetryPolicy(2, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic)
+    letter = decide(policy, "sp", f"{letters.replay_prefix}sp/0/9", "FAILED", headers=tried, now_ms=0)
+    producer = Producer(letters.client())
+    produce(producer, letter.topic, b"\x1b[2Jclear", key=b"[/oops]\x1b]0;pwned\x07", headers=letter.headers)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "list") == 0
+    listed = capsys.readouterr().out
+    assert "[/oops]\\x1b]0;pw" in listed and "\x1b" not in listed
+    assert _dlq(letters, "show", "0/2") == 0
+    shown = capsys.readouterr().out
+    assert "value: \\x1b[2Jclear" in shown and "header h: \\x1b[31mX" in shown and "\x1b" not in shown
+
+
 def test_list_limit_shows_the_newest_across_partitions(
     config: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
