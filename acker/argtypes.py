@@ -7,6 +7,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from acker.config import topic_name_problem
+
 
 def at_least(low: int, below: int | None = None) -> Callable[[str], int]:
     """A whole number ``>= low`` (and ``< below``)."""
@@ -54,3 +56,11 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def topic_with_partitions(text: str) -> tuple[str, int | None]:
+    """``NAME`` or ``NAME:PARTITIONS`` (1 to 100,000): a topic to create; None partitions: the configured count."""
+    name, _, count = text.partition(":")
+    if (problem := topic_name_problem(name)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return name, at_least(1, 100_001)(count) if count else None

@@ -270,7 +270,9 @@ class Bolt:
 
     def _raised(self, message: BoltInput, error: Exception) -> None:
         self.counters["errors"] += 1
-        log.debug("failing %s/%d/%d: %r", message.topic, message.partition, message.offset, error)
+        where = f"{message.topic}/{message.partition}/{message.offset}"
+        self._trouble.example(where, error)  # said with the next count, traceback included
+        log.debug("failing %s: %r", where, error)
 
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds

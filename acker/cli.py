@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from confluent_kafka import KafkaException
 
 from acker import logs
-from acker.argtypes import at_least, share
+from acker.argtypes import at_least, share, topic_with_partitions
 from acker.config import ServiceConfig, add_arguments, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
@@ -183,11 +183,12 @@ def run_until_signalled(runnable: Runnable) -> int:
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    from acker.kafka.clients import TopicsNotCreatedError, create_topics, partition_count
+    from acker.kafka.clients import TopicsNotCreatedError, TopicSpec, create_topics, partition_count
     from acker.topics import all_topics
 
     config = _service_config(args)
     specs = all_topics(config, args.spout)
+    specs += [TopicSpec(name, count or config.partitions, config.replication_factor) for name, count in args.topic]
     failure: TopicsNotCreatedError | None = None
     try:
         created = set(create_topics(config.client(), specs))
@@ -403,11 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
     create = topics_sub.add_parser(
         "create",
         help="create the acker, dead-letter and status topics (and outcome topics of the spouts named)",
-        description="Create the topics the acker uses, with the configured partition counts; existing topics "
-        "are left as they are.",
+        description="Create the topics the acker uses, with the configured partition counts, and a pipeline's own "
+        "topics (--topic); existing topics are left as they are.",
     )
     add_arguments(create)
     create.add_argument("--spout", action="append", default=[], help="also create this spout's outcome topic")
+    create.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        type=topic_with_partitions,
+        metavar="NAME[:PARTITIONS]",
+        help="also create this topic of the pipeline (a source, a stage's input), with PARTITIONS partitions "
+        "(default: --partitions): a stage runs as many processes as its input has partitions (repeatable)",
+    )
     create.set_defaults(run=_cmd_topics_create)
 
     _add_monitoring(sub)

@@ -81,6 +81,17 @@ def _new_group_protocol(settings: Mapping[str, Any]) -> bool:
     return str(settings.get("group.protocol", "classic")).lower() == "consumer"
 
 
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why Kafka refuses ``name`` as a topic's name, or None: the broker answers such a name with an invalid-topic
+    error only when it is used, and a service started with one waited for a topic that can never exist."""
+    if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
+        return f"{name[:80]!r} cannot name a Kafka topic ([A-Za-z0-9._-], 1 to 249 characters, not . or ..)"
+    return None
+
+
 def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
@@ -124,6 +135,10 @@ class ServiceConfig:
         return f"ServiceConfig({', '.join(f'{name}={value!r}' for name, value in self.redacted().items())})"
 
     def __post_init__(self) -> None:
+        for name in ("acker_topic", "dlq_topic", "replay_dlq_topic", "status_topic", "outcome_prefix", "replay_prefix"):
+            topic = getattr(self, name) + ("s" if name.endswith("_prefix") else "")  # a prefix: with a spout's name
+            if (problem := topic_name_problem(topic)) is not None:
+                raise ConfigError(f"{name}: {problem}")
         if self.high_water < 0:  # before the tracker's check, which speaks of its own None
             raise ConfigError(f"high_water must be 0 (off) or more, got {self.high_water}")
         self.tracker_config()  # validates buckets

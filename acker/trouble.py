@@ -15,7 +15,9 @@ REPORT_INTERVAL_S = 60.0
 
 class TroubleReport:
     """Logs a warning of what ``names`` counted since the last one, when they counted anything, at most once per
-    ``interval_s`` (the first at once). Call `check` regularly with the stage's counters."""
+    ``interval_s`` (the first at once). Call `check` regularly with the stage's counters, and `example` with each
+    exception counted: the first since the last line is said with it, traceback included (a count alone left the
+    user of a bolt that raised on every message to guess at the cause)."""
 
     def __init__(
         self,
@@ -29,6 +31,13 @@ class TroubleReport:
         self._interval_s, self._clock = interval_s, clock
         self._reported: dict[str, int] = dict.fromkeys(self._names, 0)
         self._next = clock()
+        self._example: tuple[str, BaseException] | None = None  # (where, what was raised) since the last line
+
+    def example(self, where: str, error: BaseException) -> None:
+        """An exception counted under one of the names, raised on ``where`` (a record's coordinates); kept if it is
+        the first since the last line."""
+        if self._example is None:
+            self._example = (where, error)
 
     def check(self, counters: Counter[str]) -> None:
         now = self._clock()
@@ -41,5 +50,13 @@ class TroubleReport:
             return
         self._reported.update({name: counters[name] for name in grown})
         self._next = now + self._interval_s
-        said = ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in grown.items())
-        self._log.warning("%s: %s since the last report (counted in its counters)", self._what, said)
+        said = ", ".join(f"{name.replace('_', ' ')} {count}" for name, count in grown.items())
+        example, self._example = self._example, None
+        if example is None:
+            self._log.warning("%s since the last report: %s (counted in its counters)", self._what, said)
+            return
+        where, error = example
+        self._log.warning(
+            "%s since the last report: %s (counted in its counters); the first raised on %s: %r",
+            self._what, said, where, error, exc_info=(type(error), error, error.__traceback__),
+        )  # fmt: skip

@@ -256,7 +256,9 @@ def readable(record: Message, logger: logging.Logger, what: str) -> bool:
         return True
     if fatal(error):
         raise KafkaClientError(what, error)
-    if error.code() != KafkaError._PARTITION_EOF:
+    if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # a subscribed topic that does not exist (yet)
+        logger.warning("%s error: %s (create it: `acker topics create --topic NAME:PARTITIONS`)", what, error.str())
+    elif error.code() != KafkaError._PARTITION_EOF:
         logger.warning("%s error: %s", what, error)
     return False
 

@@ -378,10 +378,20 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         "--dlq-topic", config.dlq_topic,
         "--partitions", "3",
     ]  # fmt: skip
+    source, stage = f"{config.group}.source", f"{config.group}.stage"  # a pipeline's own topics
     created = subprocess.run(
-        [sys.executable, "-m", "acker.cli", "topics", "create", *common, "--spout", SPOUT],
+        [sys.executable, "-m", "acker.cli", "topics", "create", *common, "--spout", SPOUT, "--topic", f"{source}:2",
+         "--topic", stage],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    assert (
+        f"{source}\t2 partition(s)\tcreated" in created.stdout and f"{stage}\t3 partition(s)\tcreated" in created.stdout
+    )
+    refused = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "topics", "create", *common, "--topic", "bad name:2"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "'bad name' cannot name a Kafka topic" in refused.stderr
     assert f"{config.acker_topic}\t3 partition(s)\tcreated" in created.stdout
     assert f"{config.outcome_topic(SPOUT)}\t3 partition(s)\tcreated" in created.stdout
     assert f"{config.outcome_topic('dlq')}\t1 partition(s)\tcreated" in created.stdout  # the Spark jobs' too

@@ -77,6 +77,10 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--partitions", "200000"), {}, "partitions must be 1 to 100000"),
         (("--high-water", "-1"), {}, r"high_water must be 0 \(off\) or more, got -1"),  # NewTopic's traceback before
         ((), {"ACKER_OUTCOME_TOPICS_PER_HOUR": "-5"}, r"outcome_topics_per_hour must be 0 \(none\) or more"),
+        (("--dlq-topic", "bad name"), {}, r"dlq_topic: 'bad name' cannot name a Kafka topic"),
+        (("--acker-topic", ".."), {}, r"acker_topic: '..' cannot name a Kafka topic"),
+        (("--outcome-prefix", "out/"), {}, r"outcome_prefix: 'out/s' cannot name a Kafka topic"),
+        (("--status-topic", "s" * 250), {}, r"status_topic: 'sss.*' cannot name a Kafka topic"),
         (("--replication-factor", "99999999999"), {}, "replication_factor 1 to 10000"),
         (("--replication-factor", "20000"), {}, "replication_factor 1 to 10000"),
         (("--kafka", "error_cb=x"), {}, "error_cb: confluent-kafka takes a Python function"),

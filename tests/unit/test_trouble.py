@@ -1,4 +1,5 @@
-"""A stage's trouble said in its log, at most once per interval (`acker.trouble`)."""
+"""A stage's trouble said in its log, at most once per interval (`acker.trouble`), and what its consumer reads
+that is not a record."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import logging
 from collections import Counter
 
 import pytest
+from confluent_kafka import KafkaError, Message
 
+from acker.kafka.clients import readable
 from acker.trouble import TroubleReport
 
 
@@ -29,6 +32,41 @@ def test_trouble_is_said_at_once_then_at_most_once_per_interval_with_what_grew(
         now[0] = 200.0
         report.check(counters)  # nothing new
     assert [r.getMessage() for r in caplog.records] == [
-        "bolt b: 2 invalid anchor headers since the last report (counted in its counters)",
-        "bolt b: 1 errors, 5 invalid anchor headers since the last report (counted in its counters)",
+        "bolt b since the last report: invalid anchor headers 2 (counted in its counters)",
+        "bolt b since the last report: errors 1, invalid anchor headers 5 (counted in its counters)",
+    ]
+
+
+def test_the_first_exception_since_the_last_line_is_said_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """A bolt raising on every message logged only "5 errors": the cause was at DEBUG, without a traceback."""
+    now = [0.0]
+    report = TroubleReport(logging.getLogger("t"), "bolt b", ("errors",), 60, lambda: now[0])
+    counters: Counter[str] = Counter()
+    with caplog.at_level(logging.WARNING, "t"):
+        for i, at in enumerate((0.0, 30.0, 40.0)):
+            now[0] = at
+            try:
+                counts: dict[str, int] = {}
+                counts["word"] += 1  # the user's bug
+            except KeyError as error:
+                counters["errors"] += 1
+                report.example(f"words/0/{i}", error)
+            report.check(counters)  # said at 0, held at 30 and 40
+        now[0] = 61.0
+        report.check(counters)
+    first, second = caplog.records
+    assert first.getMessage().endswith("; the first raised on words/0/0: KeyError('word')")
+    assert second.getMessage().startswith("bolt b since the last report: errors 2")
+    assert second.getMessage().endswith("words/0/1: KeyError('word')")  # the first since the last line
+    assert first.exc_info is not None and "in test_the_first_exception" in caplog.text  # the traceback
+
+
+def test_a_missing_input_topic_says_how_to_create_it(caplog: pytest.LogCaptureFixture) -> None:
+    """A stage subscribed to a topic nobody created logged librdkafka's error alone, and waited."""
+    error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "Subscribed topic not available: mine.stage1")
+    with caplog.at_level(logging.WARNING, "t"):
+        assert not readable(Message(error=error), logging.getLogger("t"), "consumer")
+    assert caplog.messages == [
+        "consumer error: Subscribed topic not available: mine.stage1 (create it: `acker topics create --topic "
+        "NAME:PARTITIONS`)"
     ]
