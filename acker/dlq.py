@@ -37,6 +37,7 @@ from acker.retries import (
     ATTEMPT,
     ORIGIN,
     REASON,
+    REDRIVEN,
     SPOUT,
     Decision,
     NotRedrivableError,
@@ -207,37 +208,57 @@ def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None
     return [redrive(policy, letter.coordinates, letter.headers, spout) for letter in letters]
 
 
-def plan_those_that_can(
-    config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None
-) -> tuple[list[DeadLetter], list[Decision], Counter[str]]:
-    """`plan` for the letters that can go back (and their decisions); the others are counted by why not."""
-    policy = RetryPolicy(replay_prefix=config.replay_prefix)
-    going, decisions, refused = [], [], Counter[str]()
-    for letter in letters:
-        try:
-            decisions.append(redrive(policy, letter.coordinates, letter.headers, spout))
-            going.append(letter)
-        except NotRedrivableError as error:
-            refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
-    return going, decisions, refused
-
-
 def target_partitions(config: ServiceConfig, decisions: list[Decision]) -> dict[str, int]:
     """The partition count of each topic the decisions send to; `DlqError` for one that does not exist (or has no
     leader now), which is not created: a copy in a topic no spout reads (a misspelt ``--spout``) would be lost to
     the operator."""
+    counts, missing = _target_counts(config, decisions)
+    if missing:
+        raise DlqError(f"no topic {missing[0]} (or no leader now): {_NO_REPLAY_TOPIC}")
+    return counts
+
+
+_NO_REPLAY_TOPIC = "a spout creates its replay topic when it starts; is its name right?"
+
+
+def _target_counts(config: ServiceConfig, decisions: list[Decision]) -> tuple[dict[str, int], list[str]]:
+    """The partition count of each topic the decisions send to that exists, and those that do not."""
     counts: dict[str, int] = {}
+    missing: list[str] = []
     for topic in sorted({decision.topic for decision in decisions}):
         try:
             counts[topic] = partition_count(config.client(), topic)
         except KafkaClientError as error:
             if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise
-            raise DlqError(
-                f"no topic {topic} (or no leader now): a spout creates its replay topic when it starts; is its name "
-                "right?"
-            ) from None
-    return counts
+            missing.append(topic)
+    return counts, missing
+
+
+def those_that_can_go_back(
+    config: ServiceConfig, letters: list[DeadLetter], spout: str | None = None
+) -> tuple[list[DeadLetter], list[Decision], Counter[str]]:
+    """For a re-drive of every dead letter: `plan` for the letters that can go back (and their decisions); the others
+    are counted by why not. Left out besides those `redrive` refuses: the letters re-driven already (another
+    letter, the dead letter of their re-driven copy, names them: re-driving both would replay the record twice, and
+    each round would double the copies), and those whose replay topic does not exist."""
+    policy = RetryPolicy(replay_prefix=config.replay_prefix)
+    redriven = {text(letter.headers, REDRIVEN) for letter in letters} - {None}
+    planned: list[tuple[DeadLetter, Decision]] = []
+    refused = Counter[str]()
+    for letter in letters:
+        if letter.coordinates in redriven:
+            refused["re-driven already, and dead-lettered again (the later dead letter is re-driven)"] += 1
+            continue
+        try:
+            planned.append((letter, redrive(policy, letter.coordinates, letter.headers, spout)))
+        except NotRedrivableError as error:
+            refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
+    _, missing = _target_counts(config, [decision for _, decision in planned])
+    for topic in missing:
+        refused[f"no replay topic {topic}: {_NO_REPLAY_TOPIC}"] += sum(d.topic == topic for _, d in planned)
+    kept = [(letter, decision) for letter, decision in planned if decision.topic not in missing]
+    return [letter for letter, _ in kept], [decision for _, decision in kept], refused
 
 
 def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:

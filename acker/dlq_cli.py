@@ -19,11 +19,11 @@ from acker.dlq import (
     DlqError,
     parse_coordinates,
     plan,
-    plan_those_that_can,
     preview,
     read,
     send,
     target_partitions,
+    those_that_can_go_back,
 )
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, partition_count
@@ -114,7 +114,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there
         # by hand, or before a fix): left where they are, and said so. One of them must not hold back the others.
-        letters, decisions, refused = plan_those_that_can(config, letters, args.spout)
+        letters, decisions, refused = those_that_can_go_back(config, letters, args.spout)
         for why, count in sorted(refused.items()):
             print(f"{count} record(s) skipped: {why}")
     else:

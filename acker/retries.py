@@ -33,6 +33,7 @@ from acker.errors import AckerError
 from acker.headers import HeaderList as Headers
 from acker.headers import Headers as AnyHeaders
 from acker.headers import HeaderValue, decimal, text
+from acker.wire import spout_name_valid
 
 ATTEMPT = "acker.replay.attempt"
 ORIGIN = "acker.replay.origin"
@@ -145,7 +146,9 @@ def decide(
         # the other spout's source; here the record starts its own round.
         previous, origin = None, msg_id
     previous_attempt = decimal(previous)
-    kept = _own(headers)
+    # The application's headers, and the dead letter a re-driven copy came from: its replays and its next dead
+    # letter say so, and a re-drive of all the dead letters leaves out the one re-driven already (`acker.dlq`).
+    kept = _own(headers) + [(k, v) for k, v in headers if k == REDRIVEN and is_own_context(headers, spout)]
     if reason == OVERLOAD:  # not an attempt (see the module's invariant)
         overloads = (decimal(text(headers, OVERLOADS)) or 0) + 1 if previous is not None else 1
         not_before = now_ms + policy.backoff.delay_ms(overloads)
@@ -229,6 +232,8 @@ def redrive(
     if reason == UNREADABLE_HEADERS:
         raise NotRedrivableError(f"{letter} holds a record without its headers, which could not be read "
                                  f"({UNREADABLE_HEADERS}): its origin holds it whole")  # fmt: skip
+    if not spout_name_valid(spout):  # a header's: no replay topic can have the name (`--spout` is checked before)
+        raise NotRedrivableError(f"{letter} names a spout whose replay topic cannot exist: {spout[:80]!r}")
     copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 

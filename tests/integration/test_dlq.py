@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.cli import main
 from acker.config import ServiceConfig, to_argv
-from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
 from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide
 from tests.integration.helpers import ServiceThread, create_acker_topics, read_partition
 from tests.integration.test_bad_input_and_operations import _dead_letters
@@ -152,17 +152,53 @@ def test_redrive_sends_the_record_back_to_its_spout_as_a_new_round(
 def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One record there that is not the replay job's (produced by hand, say) refused the whole set."""
+    """One record there that is not the replay job's (produced by hand, say) refused the whole set; so did one whose
+    spout's replay topic does not exist, or cannot (a name no topic can have), each with a Kafka error and
+    nothing sent."""
     producer = Producer(letters.client())
     produce(producer, letters.replay_dlq_topic, b"by hand", headers=[("app", b"x")])
+    policy = RetryPolicy(
+        max_attempts=1, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    for spout in ("gone", "sen tences"):
+        tried = [(ATTEMPT, b"1"), (ORIGIN, b"src/0/5")]
+        letter = decide(policy, spout, f"{letters.replay_prefix}x/0/1", "FAILED", headers=tried, now_ms=0)
+        produce(producer, letter.topic, b"elsewhere", headers=letter.headers)
     assert producer.flush(30) == 0
     assert _dlq(letters, "redrive", "--all") == 0
     out = capsys.readouterr().out
     assert "1 record(s) skipped: has no acker.replay.origin header" in out and "2 record(s) re-driven" in out
+    assert f"1 record(s) skipped: no replay topic {letters.replay_topic('gone')}: a spout creates" in out
+    assert "1 record(s) skipped: names a spout whose replay topic cannot exist: 'sen tences'" in out
     replayed = read_partition(letters, letters.replay_topic("sp"), 0) + read_partition(
         letters, letters.replay_topic("sp"), 1
     )
     assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1"]
+
+
+def test_a_dead_letter_re_driven_and_dead_lettered_again_is_re_driven_once(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replays of a re-driven copy dropped its `acker.replay.redriven` header: its next dead letter looked like
+    a first one, and `redrive --all` sent both it and the letter it came from: two copies of the record, then four."""
+    assert _dlq(letters, "redrive", "0") == 0  # value-0, origin src/1/7
+    [(_, _, value)] = read_partition(letters, letters.replay_topic("sp"), 1)
+    copy = _headers_of(letters, letters.replay_topic("sp"), 1)
+    policy = RetryPolicy(
+        max_attempts=1, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    replay = decide(policy, "sp", f"{letters.replay_topic('sp')}/1/0", "FAILED", headers=list(copy.items()), now_ms=0)
+    again = decide(policy, "sp", f"{letters.replay_topic('sp')}/1/1", "FAILED", headers=replay.headers, now_ms=0)
+    assert again.topic == letters.replay_dlq_topic and dict(again.headers)[REDRIVEN] == copy[REDRIVEN]
+    producer = Producer(letters.client())
+    produce(producer, again.topic, value, headers=again.headers)  # the copy failed every replay: a dead letter
+    assert producer.flush(30) == 0
+    capsys.readouterr()
+    assert _dlq(letters, "redrive", "--all") == 0
+    out = capsys.readouterr().out
+    assert "1 record(s) skipped: re-driven already, and dead-lettered again" in out and "2 record(s) re-driven" in out
+    origins = [h[ORIGIN] for p in (0, 1) for h in _every_headers(letters, letters.replay_topic("sp"), p)]
+    assert sorted(origins) == [b"src/0/3", b"src/1/7", b"src/1/7"]  # the first re-drive's copy, and one more
 
 
 def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
@@ -211,6 +247,15 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert capsys.readouterr().out == ""
     assert read_partition(letters, letters.replay_topic("sp"), 0) == []
     assert read_partition(letters, letters.replay_topic("sp"), 1) == []
+
+
+def _every_headers(config: ServiceConfig, topic: str, partition: int) -> list[dict[str, bytes]]:
+    consumer = Consumer(config.client(**{"group.id": "h", "enable.auto.commit": False}))
+    try:
+        end = log_bounds(consumer, TopicPartition(topic, partition))[1]
+        return [dict(r.headers() or []) for r in read_to(consumer, TopicPartition(topic, partition, 0), end)]  # type: ignore[arg-type]
+    finally:
+        consumer.close()
 
 
 def _headers_of(config: ServiceConfig, topic: str, partition: int) -> dict[str, bytes]:
