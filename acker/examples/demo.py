@@ -169,10 +169,10 @@ class Demo:
         for i in range(2):
             self.stages.start(f"acker-{i}", stage_command(c, prefix, "acker", "--instance-id", f"acker-{i}"))
         self.stages.start("spout", stage_command(c, prefix, "spout", "--trace"))
-        # Early in its share, so that it crashes however the partitions were spread over the split processes.
+        # Early in a process's share: the first split process to get there crashes (`Stages.crash_flags`).
         crash_after = max(1, o.sentences // (10 * o.split_processes))
+        crash = self.stages.crash_flags("split", crash_after) if o.crash_split else []
         for i in range(o.split_processes):
-            crash = [f"--crash-after={crash_after}"] if o.crash_split and i == 0 else []
             extra = ["--fail-rate", str(o.fail_rate), "--seed", str(o.seed + i), "--trace", *crash]
             self.stages.start(f"split-{i}", stage_command(c, prefix, "split", *extra))
         for i in range(o.count_processes):

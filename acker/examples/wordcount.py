@@ -10,7 +10,9 @@ Storm's fields grouping. Failure injection, for demos and tests:
   ``poison`` always fails (a poison record: every replay fails again).
 - ``drop_rate``: the count bolt silently drops a word (never acks it) with this probability; the word ``lost`` is
   always dropped. The tree then times out.
-- ``crash_after``: a bolt process exits abruptly after that many messages (run it as a process, not a thread).
+- ``crash_after``: a bolt process exits abruptly after that many messages (run it as a process, not a thread); with
+  ``crash_marker`` (a path), only the first of the processes given it to get there does (it creates the file), so
+  that one crashes however the group spread the partitions over them.
 
 Tracing, for the demo's books (`acker.examples.ledger`): with ``trace``, every message carries header
 ``wc.sentence``, the coordinates of the source record it comes from (a replayed copy's origin), from the spout
@@ -114,11 +116,17 @@ def sentences(n: int, seed: int = 0, words: tuple[int, int] = (3, 9)) -> Iterato
         yield " ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(*words))).encode()
 
 
-def _crasher(crash_after: int | None) -> Iterator[None]:
+def _crasher(crash_after: int | None, marker: str | None = None) -> Iterator[None]:
     seen = 0
     while True:
         seen += 1
         if crash_after is not None and seen > crash_after:
+            if marker is not None:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:  # another process crashed first
+                    crash_after = None
+                    continue
             os._exit(17)  # a crash, not a shutdown: nothing is flushed or committed
         yield None
 
@@ -141,10 +149,16 @@ def _trace(message: BoltInput) -> list[tuple[str, HeaderValue]] | None:
 
 
 def split_function(
-    topics: Topics, fail_rate: float = 0.0, seed: int = 0, crash_after: int | None = None, *, trace: bool = False
+    topics: Topics,
+    fail_rate: float = 0.0,
+    seed: int = 0,
+    crash_after: int | None = None,
+    *,
+    trace: bool = False,
+    crash_marker: str | None = None,
 ) -> BasicFunction:
     rng = random.Random(seed)
-    crash = _crasher(crash_after)
+    crash = _crasher(crash_after, crash_marker)
 
     def split(message: BoltInput, collector: BasicCollector) -> None:
         next(crash)
@@ -166,9 +180,10 @@ def count_function(
     crash_after: int | None = None,
     *,
     trace: bool = False,
+    crash_marker: str | None = None,
 ) -> ExplicitFunction:
     rng = random.Random(seed)
-    crash = _crasher(crash_after)
+    crash = _crasher(crash_after, crash_marker)
 
     def count(message: BoltInput, collector: Collector) -> None:
         next(crash)

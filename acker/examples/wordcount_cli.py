@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -114,7 +116,9 @@ def cmd_split(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = f"{args.prefix}-split"
     config = _starting(args, f"split bolt: {topics.split} -> {topics.words} as group {group}")
-    function = split_function(topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace)
+    function = split_function(
+        topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
+    )
     return run_until_signalled(Bolt(config, topics.split, group, function))
 
 
@@ -123,7 +127,9 @@ def cmd_count(args: argparse.Namespace) -> int:
     group = f"{args.prefix}-count"
     config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
-    function = count_function(topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace)
+    function = count_function(
+        topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
+    )
     return run_until_signalled(Bolt(config, topics.words, group, function, basic=False))
 
 
@@ -145,10 +151,21 @@ class Stages:
         environment says (a ``[kafka]`` table of ``ACKER_CONFIG`` would point them elsewhere, or add SASL)."""
         self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restarts = 0
+        # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes.
+        self._crash_dir = tempfile.mkdtemp(prefix="acker-crash-")
         self.env: dict[str, str] = {}
         self._log = log or (lambda line: print(line, file=sys.stderr))
         self._output = subprocess.DEVNULL if log is not None else None  # with a log of its own: children are quiet
         self._settings_given_only = settings_given_only
+
+    def crash_flags(self, stage: str, after: int) -> list[str]:
+        """Flags of the processes of ``stage`` of which one crashes after ``after`` messages: the first to get
+        there, however the group spread the partitions (a fixed one may get none, or a share smaller than that)."""
+        return [f"--crash-after={after}", f"--crash-marker={os.path.join(self._crash_dir, stage)}"]
+
+    def crashed(self, stage: str) -> bool:
+        """Whether a process given `crash_flags` of ``stage`` got there and crashed."""
+        return os.path.exists(os.path.join(self._crash_dir, stage))
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
@@ -183,7 +200,7 @@ class Stages:
         argv, process = self.running[name]
         if process.poll() is None:
             raise RuntimeError(f"stage {name} is still running")
-        self._spawn(name, [a for a in argv if not a.startswith("--crash-after")])
+        self._spawn(name, [a for a in argv if not a.startswith(("--crash-after", "--crash-marker"))])
         self.restarts += 1
 
     def watch(self, expected_down: frozenset[str] = frozenset()) -> None:
@@ -207,6 +224,7 @@ class Stages:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        shutil.rmtree(self._crash_dir, ignore_errors=True)
 
 
 def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict[str, list[str]]]:
@@ -282,8 +300,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         stages.start("acker", stage_command(config, args.prefix, "acker"))
         untracked = ["--untracked"] if args.untracked else []
         stages.start("spout", stage_command(config, args.prefix, "spout", "--spout-group", group, *untracked))
+        crash = stages.crash_flags("split", args.crash_split_after) if args.crash_split_after else []
         for i in range(args.split_processes):
-            crash = [f"--crash-after={args.crash_split_after}"] if args.crash_split_after and i == 0 else []
             stages.start(f"split-{i}", stage_command(config, args.prefix, "split", "--fail-rate", str(args.fail_rate),
                                                      "--seed", str(i), *crash))  # fmt: skip
         for i in range(args.count_processes):
@@ -306,6 +324,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "
             f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
         )
+        if args.crash_split_after and not stages.crashed("split"):
+            print(f"no split process read {args.crash_split_after} messages: none crashed", file=sys.stderr)
         return 0 if sum(first.values()) == len(ids) else 1
     except KeyboardInterrupt:
         print("interrupted: every stage this run started is stopped", file=sys.stderr)
@@ -363,9 +383,11 @@ def add_parser(sub: Any) -> None:
     split = stages.choices["split"]
     split.add_argument("--fail-rate", type=share, default=0.0, help="share of sentences to fail [default: 0]")
     split.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")
+    split.add_argument("--crash-marker", default=None, help="with --crash-after: only if this creates file PATH")
     count = stages.choices["count"]
     count.add_argument("--drop-rate", type=share, default=0.0, help="share of words to drop silently [default: 0]")
     count.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")
+    count.add_argument("--crash-marker", default=None, help="with --crash-after: only if this creates file PATH")
     run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run, seed="generated sentences")
     run.add_argument("--sentences", type=at_least(0), default=1000, help="sentences to generate [default: 1000]")
     run.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
