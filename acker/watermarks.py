@@ -1,8 +1,11 @@
 """`acker watermarks`: each spout's fully-processed watermark per source partition, and how far it is behind.
 
 The watermarks are the committed offsets of the spouts' ``<group>.acked`` groups (`acker.spout`, written by the
-Spark commit job): the offset of the first source record not known to be fully processed. Behind = the partition's
-end offset minus the watermark: the records read or waiting whose trees are not all decided and resolved.
+Spark commit job): the offset of the first source record not known to be fully processed. Behind = the records
+between the watermark and the partition's end: those read or waiting whose trees are not all decided and resolved.
+Counted where there are at most `COUNTED_UP_TO` offsets between them (a transactional topic, as a replay topic, has
+offsets that are no record: its transactions' markers); beyond that, or while a transaction is open there, the
+offsets between them, at most that many records.
 """
 
 from __future__ import annotations
@@ -10,14 +13,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, without_consumer_settings
-from acker.kafka.clients import topic_partitions
+from acker.kafka.clients import READ_TO_SETTINGS, KafkaClientError, read_to, topic_partitions
 from acker.status import end_offset
 
 ACKED = ".acked"
+COUNTED_UP_TO = 10_000  # offsets between a watermark and the end whose records `read_watermarks` counts
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,13 @@ class Watermark:
     # has taken it yet; or a spout's reset policy never started it)
     watermark: int | None
     end: int | None  # None when Kafka cannot tell now (no leader)
+    counted: int | None = None  # the records between the watermark and the end, where they were counted
 
     @property
     def behind(self) -> int | None:
+        """The records between the watermark and the end: counted, or else the offsets between them."""
+        if self.counted is not None:
+            return self.counted
         return None if self.end is None or self.watermark is None else max(0, self.end - self.watermark)
 
 
@@ -51,7 +59,7 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
     """The committed watermarks of ``groups`` (spout consumer groups, or their ``.acked`` groups), by group, topic,
     partition, with the other partitions of their topics (watermark None); a group without any is left out."""
     admin = AdminClient(without_consumer_settings(config.client()))
-    consumer = Consumer(config.client(**{"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}"}))
+    consumer = Consumer(config.client(**{"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}", **READ_TO_SETTINGS}))
     out: list[Watermark] = []
     try:
         for group in dict.fromkeys(watermark_group(g) for g in groups):
@@ -65,8 +73,22 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 except KafkaException:  # those known, then
                     partitions = {p for t, p in marks if t == topic}
                 for partition in sorted(partitions):
-                    end = end_offset(consumer, topic, partition, timeout_s)
-                    out.append(Watermark(group, topic, partition, marks.get((topic, partition)), end))
+                    end, mark = end_offset(consumer, topic, partition, timeout_s), marks.get((topic, partition))
+                    counted = _records(consumer, topic, partition, mark, end)
+                    out.append(Watermark(group, topic, partition, mark, end, counted))
     finally:
         consumer.close()
     return out
+
+
+def _records(consumer: Consumer, topic: str, partition: int, start: int | None, end: int | None) -> int | None:
+    """The committed records from ``start`` to ``end``, counted where at most `COUNTED_UP_TO` offsets lie between
+    them; None where they are not (more, not known, or a transaction open there: read up to its start only)."""
+    if start is None or end is None or end - start > COUNTED_UP_TO:
+        return None
+    if end <= start:
+        return 0
+    try:
+        return sum(1 for _ in read_to(consumer, TopicPartition(topic, partition, start), end, timeout_s=2.0))
+    except KafkaClientError:
+        return None

@@ -118,3 +118,26 @@ def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_
     assert "fully-processed watermarks" in table and topic in table and "none yet" in table
     assert cli.main(["watermarks", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
     assert "no watermarks committed in nobody" in capsys.readouterr().out
+
+
+def test_acker_watermarks_counts_records_behind_not_the_transaction_markers(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay topic is written in transactions: each leaves a marker, an offset that is no record. A watermark past
+    every record showed "behind 1" until the commit job stepped over the marker, a minute later, or never once
+    the job stopped."""
+    topic, group = f"replay-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    producer = Producer(config.client(**{"transactional.id": f"t-{uuid.uuid4().hex}"}))
+    producer.init_transactions(30)
+    for i in range(3):  # records at 0, 2 and 4, markers at 1, 3 and 5
+        producer.begin_transaction()
+        producer.produce(topic, b"%d" % i, partition=0)
+        producer.commit_transaction(30)
+    kafka = lookups(config.client())
+    for mark, records in ((2, 2), (5, 0)):
+        with kafka.lock:
+            kafka.advance(f"{group}.acked", {(topic, 0): mark})
+        assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+        [row] = json.loads(capsys.readouterr().out)
+        assert (row["watermark"], row["end"], row["behind"]) == (mark, 6, records)
