@@ -148,8 +148,8 @@ def add_parser(sub: Any) -> None:
         parser.add_argument(
             "--topic",
             default=None,
-            help="the dead-letter topic [default: the replay job's, --replay-dlq-topic; the acker's own is "
-            "--dlq-topic, acker.dlq]",
+            help="the dead-letter topic to read [default: the replay job's, --replay-dlq-topic, acker.replay.dlq]; "
+            "the acker service's is another (--dlq-topic, acker.dlq): name it here, --topic acker.dlq",
         )
         parser.set_defaults(run=run)
         return parser

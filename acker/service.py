@@ -696,7 +696,7 @@ class AckerService:
                     raise
             serve_log_lines(consumer)  # not assigned anything yet
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"Kafka did not answer within {FIRST_CONTACT_S:.0f} s")
+                raise TimeoutError(f"within {FIRST_CONTACT_S:.0f} s")
             attempt_s *= 2
         return False
 

@@ -31,12 +31,12 @@ _attaching = threading.Lock()
 # apart, stays). confluent-kafka logs "%s [%s] %s" with the facility, the client's name and the text.
 _VARYING = re.compile(r"\b\d+ms\b")
 # Warnings that are not: a client waiting, and saying it will retry, for what a broker that has just started is still
-# loading (its transaction or group coordinator): the producer gets its id a moment later, by itself; and a setting
-# of the shared ``[kafka]`` table that only producers read, given to a consumer (or the other way round), which
-# ignores it as it should (``linger.ms`` for the stages' producers, in every consumer). At every start they read as
-# errors; they are logged at INFO. A misspelt setting is still refused (librdkafka knows no such property).
+# loading or electing (its transaction or group coordinator): the producer gets its id a moment later, by itself; and
+# a setting of the shared ``[kafka]`` table that only producers read, given to a consumer (or the other way round),
+# which ignores it as it should (``linger.ms`` for the stages' producers, in every consumer). At every start they read
+# as errors; they are logged at INFO. A misspelt setting is still refused (librdkafka knows no such property).
 _TRANSIENT = re.compile(
-    r"Coordinator load in progress: retrying"
+    r"(?:Coordinator load in progress|Not coordinator|Coordinator not available): retrying"
     r"|is a (?:producer|consumer) property and will be ignored by this (?:consumer|producer) instance"
 )
 

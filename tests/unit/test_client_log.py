@@ -71,6 +71,8 @@ def test_a_client_waiting_for_a_coordinator_still_loading_is_info_not_a_warning(
         logger.setLevel(logging.WARNING)
         waiting = _line(line, level=logging.WARNING)
         assert not kept.filter(waiting) and waiting.levelno == logging.INFO
+        moved = "Failed to acquire transactional PID from broker TxnCoordinator/1: Broker: Not coordinator: retrying"
+        assert not kept.filter(_line(moved, level=logging.WARNING))  # at INFO too (a coordinator elected anew)
         logger.setLevel(logging.INFO)
         assert kept.filter(_line(line, level=logging.WARNING))
         assert not kept.filter(_line(line, level=logging.WARNING))  # held back as any line of a kind
