@@ -170,7 +170,8 @@ def stop(session: SparkSession | None) -> None:
     """
     if session is not None:
         try:
-            session.stop()
+            with stopping():
+                session.stop()
         except Exception as error:  # its JVM has gone already: what is left below is to close this process's clients
             log.info("Spark's JVM has gone already (%s)", type(error).__name__)
     # Then the jobs' own Kafka clients: left open, they would log connection errors once the cluster goes (a demo's).

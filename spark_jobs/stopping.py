@@ -31,16 +31,28 @@ def batch_function(function: Callable[[DataFrame, int], None]) -> Callable[[Data
     return run
 
 
+class _GatewayGone(logging.Filter):
+    """Drops py4j's "Exception while sending command." (logged on the root logger, with a traceback), which every
+    call to a JVM that is stopping or gone logs: a Ctrl-C or SIGTERM to the process group stops the JVM with this
+    process, and stopping then printed a traceback after "job stopped"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.replace("\\", "/").endswith("py4j/java_gateway.py")
+
+
 @contextmanager
 def stopping() -> Iterator[None]:
-    """While this process stops its queries (`spark_jobs.session.stop_queries`): the batches they interrupt fail with
-    a short error, and py4j, which logs each such failure with its Java trace, logs only what is critical."""
-    py4j = logging.getLogger("py4j.clientserver")
+    """While this process stops its queries and its session (`spark_jobs.session.stop_queries`, `.stop`): the
+    batches they interrupt fail with a short error, and py4j, which logs each such failure with its Java trace, and
+    each call to a JVM gone with a traceback, logs only what is critical."""
+    py4j, root, gone = logging.getLogger("py4j.clientserver"), logging.getLogger(), _GatewayGone()
     level = py4j.level
     _stopping.set()
     py4j.setLevel(logging.CRITICAL)
+    root.addFilter(gone)
     try:
         yield
     finally:
         _stopping.clear()
         py4j.setLevel(level)
+        root.removeFilter(gone)

@@ -3,6 +3,7 @@ error goes to Spark as it is."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -24,3 +25,20 @@ def test_a_batch_failing_while_its_query_is_stopped_still_fails_with_a_short_err
         batch_function(_failing)(None, 7)  # type: ignore[arg-type]
     with pytest.raises(LookupError, match="a long Java trace"):  # and no longer once the queries are stopped
         batch_function(_failing)(None, 8)  # type: ignore[arg-type]
+
+
+def test_py4j_calls_to_a_jvm_gone_are_not_logged_while_stopping(caplog: pytest.LogCaptureFixture) -> None:
+    """SIGTERM to the job's process group stops Spark's JVM with it: "job stopped", then py4j's "Exception while
+    sending command." with a traceback, logged on the root logger, as the session was stopped."""
+
+    def gateway_error() -> logging.LogRecord:
+        path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+        return logging.LogRecord("root", logging.ERROR, path, 1060, "Exception while sending command.", None, None)
+
+    root = logging.getLogger()
+    with caplog.at_level(logging.INFO):
+        with stopping():
+            root.handle(gateway_error())
+            root.handle(logging.LogRecord("root", logging.ERROR, __file__, 1, "ours", None, None))
+        root.handle(gateway_error())  # at any other time, said
+    assert caplog.messages == ["ours", "Exception while sending command."]
