@@ -110,6 +110,10 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all: one of them")
     if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
         check_spout_name(config, args.spout)
+    topic = _topic(args, config)
+    if topic.startswith(config.replay_prefix) and topic != config.replay_dlq_topic:
+        raise DlqError(f"{topic} is a replay topic, not a dead-letter topic: its records are replayed already, and "
+                       "re-driven they would be replayed twice")  # fmt: skip
     letters = _chosen(args, config)
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there

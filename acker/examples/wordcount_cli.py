@@ -310,15 +310,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         ids = produce(config, _topics(args).sentences, _lines(args))
         poll = follow_outcomes(config, SPOUT)
         deadline, shown, seen = time.monotonic() + args.max_wait_s, -1, {}
+        moved_at, waiting_said = time.monotonic(), False
         while time.monotonic() < deadline:
             seen = poll(1.0)
             stages.watch()
             done = sum(1 for m in ids if m in seen)
             if done != shown:  # a line when it moves, not one a second while timeouts run out
                 print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
-                shown = done
+                shown, moved_at, waiting_said = done, time.monotonic(), False
             if done == len(ids):
                 break
+            if not waiting_said and time.monotonic() - moved_at > 5:
+                longest = config.timeout_s + config.tick_interval_s
+                print(f"{len(ids) - done} trees wait for their timeout (a message dropped or lost in a crash): "
+                      f"{config.timeout_s:.0f} to {longest:.0f} s after they opened", file=sys.stderr)  # fmt: skip
+                waiting_said = True
         first = Counter(seen[m][0] for m in ids if m in seen)
         print(
             f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "

@@ -232,6 +232,9 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
     assert _dlq(letters, "redrive", "--all", "--topic", "no-such-topic") == 2  # not "0 re-driven": a typo?
     assert "no dead-letter topic 'no-such-topic'" in capsys.readouterr().err
+    replays = letters.replay_topic("sp")  # a live replay topic: its records are replayed already
+    assert _dlq(letters, "redrive", "--all", "--dry-run", "--topic", replays) == 2
+    assert f"{replays} is a replay topic, not a dead-letter topic" in capsys.readouterr().err
     assert _dlq(letters, "show", "other.dlq/0/0") == 2  # a place as listed, of another topic
     assert f"is a record of 'other.dlq', not of '{letters.replay_dlq_topic}'" in capsys.readouterr().err
     assert _dlq(letters, "redrive") == 2
