@@ -250,8 +250,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     windows = [w for status in statuses.values() if isinstance(w := status.get("rate_window_s"), int | float)]
     over = f", rates over the last {max(windows):.0f} s" if windows else ""
     table = Table(title=f"acker topic {config.acker_topic}, group {config.group}{over}")
-    for column in ("partition", "instance", "pending", "acked/s", "nacked/s", "read lag", "committed", "end", "replay"):
+    columns = ("partition", "instance", "pending", "acked", "nacked", "acked/s", "nacked/s", "read lag", "committed",
+               "end", "re-read by a new owner")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right")
+    nacks = ("nacked_failed", "nacked_timeout", "nacked_overload")
 
     def stale(age: float, status: dict[str, Any]) -> str:  # its instance gone (its partitions move after the
         interval = status.get("status_interval_s")  # session timeout); the instance's interval, not this command's
@@ -261,8 +264,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for partition in sorted(set(lags) | set(statuses)):
         status = statuses.get(partition, {})
         committed, end = lags.get(partition, (None, None))
-        rates = status.get("rates", {})
-        nacked = sum(rates.get(k, 0) for k in ("nacked_failed", "nacked_timeout", "nacked_overload"))
+        rates, counters = status.get("rates", {}), status.get("counters", {})
+        nacked = sum(rates.get(k, 0) for k in nacks)
         measured = bool(status) and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
         stamp = status.get("time")
         age = time.time() - stamp if isinstance(stamp, int | float) else None
@@ -271,6 +274,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             printable(f"{status.get('instance', '-')}")
             + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})"),
             str(status.get("pending", "-")),
+            str(counters.get("acked", "-")),  # since its instance took the partition
+            str(sum(counters.get(k, 0) for k in nacks) if counters else "-"),
             str(rates.get("acked", "-") if measured else "-"),
             str(nacked if measured else "-"),
             str(lag if (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet

@@ -448,5 +448,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     assert all(r["status"]["instance"] == config.instance_id and r["status"]["pending"] == 0 for r in rows)
     assert sum(r["status"]["counters"]["acked"] for r in rows) == 200
     assert all(r["committed"] is not None and r["committed"] <= r["end"] for r in rows)
-    assert table.stdout.count(config.instance_id) == 3
+    assert table.stdout.count(config.instance_id) == 3 and "re-read by a new owner" in table.stdout
+    acked_column = [line.split("│")[4].strip() for line in table.stdout.splitlines() if config.instance_id in line]
+    assert sum(int(cell) for cell in acked_column) == 200  # the totals, beside the rates
     assert all(r["status"]["rate_window_s"] >= 0 for r in rows) and "rates over the last" in table.stdout
