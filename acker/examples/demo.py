@@ -1,4 +1,5 @@
-"""`acker demo`: the whole system on the embedded default, under failures, checking that it keeps its promise.
+"""`acker demo`: the whole system on a local Kafka broker it starts itself (the embedded default), under failures,
+checking that it keeps its promise.
 
 What runs: a local single-node Kafka broker (unless ``--bootstrap-servers`` names a cluster); two acker instances
 in one group; Storm's word count as processes (a spout, split bolts, count bolts); the Spark commit and replay jobs
@@ -376,7 +377,8 @@ def render_report(report: Report) -> Table:
         ("replayed copies", report.replays),
         (f"dead-lettered (poison records: {len(report.poison)})", len(report.dead_lettered)),
         (
-            f"  of them good, nacked at every attempt (the rates explain {report.failed_every_attempt_expected:.1f})",
+            "  of them good records that failed every attempt by chance (expected from the failure rates: "
+            f"{report.failed_every_attempt_expected:.1f})",
             len(report.failed_every_attempt),
         ),
         ("lost", len(report.lost)),
