@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from acker import logs
 from acker.argtypes import at_least, share, topic_with_partitions
@@ -447,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A client's errors that say no broker answered: the cluster is down, or not where the settings say.
+_UNREACHED = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
+
+
 def _servers(args: argparse.Namespace) -> str:
     """The bootstrap servers the command was given, however it was (a flag, the environment, a file); a command
     without the shared settings (the demo) only by its own flag."""
@@ -479,7 +483,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KafkaException as error:  # e.g. a librdkafka setting it does not know or cannot take
         cause = kafka_error(error)  # its text, not the error object's repr with code and value
-        print(f"acker: Kafka client: {cause.str() if cause is not None else error}", file=sys.stderr)
+        text = cause.str() if cause is not None else str(error)
+        if cause is not None and cause.code() in _UNREACHED:  # as `acker run` says it
+            print(f"acker: Kafka did not answer ({text}): is it running, and reachable at {_servers(args)}?",
+                  file=sys.stderr)  # fmt: skip
+        else:
+            print(f"acker: Kafka client: {text}", file=sys.stderr)
         return 2
     except TimeoutError as error:  # a Kafka admin request's future (it carries no message), or records not delivered
         what = f" ({error})" if str(error) else ""

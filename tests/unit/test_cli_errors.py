@@ -162,6 +162,16 @@ def test_a_setting_the_kafka_client_refuses_reads_as_its_text(capsys: pytest.Cap
     assert capsys.readouterr().err.strip() == 'acker: Kafka client: No such configuration property: "no.such.setting"'
 
 
+def test_no_broker_reads_as_such_in_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """`acker status` said "Kafka client: Failed to get metadata: Local: Broker transport failure" where `acker run`
+    asks whether Kafka is running, and reachable where the settings say."""
+    assert cli.main(["status", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("acker: Kafka did not answer (") and said.endswith(
+        "is it running, and reachable at 127.0.0.1:1?"
+    )
+
+
 def test_a_wordcount_stage_says_what_it_serves_when_it_starts(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
