@@ -273,6 +273,7 @@ class AckerService:
         self._known_topics: set[str] = set()  # found or created (`_ensure_topics`)
         self._ensure_again_at: dict[str, tuple[float, int]] = {}  # could not be created: (when again, failures)
         self._not_created: dict[str, str] = {}  # topic → why it was not created, while it is not known
+        self._capped: set[str] = set()  # of those, the topics `outcome_topics_per_hour` kept from being created
         # When this instance created outcome topics, within the last `CREATION_WINDOW_S` (`_may_create`): any
         # producer of the acker topic names spouts, and a spout name made per process or per run (a host name, a
         # uuid) would otherwise have the service create a topic for each, without end.
@@ -567,6 +568,10 @@ class AckerService:
                 return
             done(error, record)
 
+        if topic in self._capped:  # not written: on a broker that creates topics on first use, a write would
+            why = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "not created here")  # make the topic the limit
+            delivered(why, None)  # kept from being made
+            return
         where = {} if to.target is None else {"partition": to.target}
         self._produce_reporting(topic, value, key, headers, delivered, **where)
 
@@ -645,6 +650,7 @@ class AckerService:
             try:
                 if capped and not self._may_create():
                     per_hour = self.config.outcome_topics_per_hour
+                    self._capped.add(spec.name)
                     raise AckerError(f"outcome_topics_per_hour ({per_hour}) reached: let its spout create it")
                 if spec.name in create_topics(self.config.client(), [spec], timeout_s=3 * timeout_s):  # made here
                     self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
@@ -664,6 +670,7 @@ class AckerService:
         self._known_topics.add(topic)
         self._ensure_again_at.pop(topic, None)
         self._not_created.pop(topic, None)
+        self._capped.discard(topic)
 
     def _may_create(self) -> bool:
         """Whether this instance may create one more outcome topic: fewer than ``outcome_topics_per_hour`` created

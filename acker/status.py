@@ -93,10 +93,9 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
         return None
     if not isinstance(status, dict) or type(status.get("partition")) is not int:
         return None
-    rates = status.get("rates", {})
-    status["rates"] = (
-        {k: v for k, v in rates.items() if type(v) in (int, float)} if isinstance(rates, dict) else {}
-    )  # summed and shown per kind: numbers only
+    for field in ("rates", "counters"):  # summed and shown per kind: numbers only
+        values = status.get(field, {})
+        status[field] = {k: v for k, v in values.items() if type(v) in (int, float)} if isinstance(values, dict) else {}
     return status
 
 

@@ -49,7 +49,7 @@ def _service() -> AckerService:
     service.config = ServiceConfig(metrics_port=0)
     service.producer = _Topics(service.config.dlq_topic)  # type: ignore[assignment]
     service._fallbacks, service._dead_letters, service._deliveries = [], Counter(), DeliveryTracker()
-    service._not_created = {}
+    service._not_created, service._capped = {}, set()
     return service
 
 

@@ -6,7 +6,7 @@ from acker.status import _status, status_key
 
 
 def test_only_status_objects_with_a_partition_are_read() -> None:
-    status = {"topic": "acker", "partition": 3, "pending": 5, "rates": {}}
+    status = {"topic": "acker", "partition": 3, "pending": 5, "rates": {}, "counters": {}}
     assert _status(b'{"topic": "acker", "partition": 3, "pending": 5}') == status
     assert _status(b"[1, 2]") is None  # JSON, but not an object
     assert _status(b'{"partition": "3"}') is None
@@ -14,13 +14,14 @@ def test_only_status_objects_with_a_partition_are_read() -> None:
     assert _status(None) is None
 
 
-def test_rates_of_another_shape_are_left_out() -> None:
-    """Another version's rates (null, a list, text) would crash the table that sums them."""
-    assert _status(b'{"partition": 1, "rates": null}') == {"partition": 1, "rates": {}}
-    assert _status(b'{"partition": 1, "rates": [1]}') == {"partition": 1, "rates": {}}
-    assert _status(b'{"partition": 1, "rates": {"acked": 2.5, "nacked_failed": "3"}}') == {
+def test_rates_and_counters_of_another_shape_are_left_out() -> None:
+    """Another version's rates or counters (null, a list, text) would crash the table that sums them."""
+    assert _status(b'{"partition": 1, "rates": null}') == {"partition": 1, "rates": {}, "counters": {}}
+    assert _status(b'{"partition": 1, "rates": [1], "counters": [1]}') == {"partition": 1, "rates": {}, "counters": {}}
+    assert _status(b'{"partition": 1, "rates": {"acked": 2.5, "nacked_failed": "3"}, "counters": {"acked": "x"}}') == {
         "partition": 1,
         "rates": {"acked": 2.5},
+        "counters": {},
     }
 
 
