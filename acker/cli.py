@@ -22,7 +22,7 @@ from acker.argtypes import at_least, share, topic_with_partitions
 from acker.config import ServiceConfig, add_arguments, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
-from acker.errors import AckerError
+from acker.errors import AckerError, ConfigError
 
 if TYPE_CHECKING:
     from acker.kafka.clients import TopicSpec
@@ -188,7 +188,15 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
 
     config = _service_config(args)
     specs = all_topics(config, args.spout)
-    specs += [TopicSpec(name, count or config.partitions, config.replication_factor) for name, count in args.topic]
+    own = {spec.name for spec in specs}
+    pipeline: dict[str, int] = {}  # the --topic ones, each once (Kafka refuses a request naming a topic twice)
+    for name, count in args.topic:
+        if name in own:
+            raise ConfigError(f"--topic {name}: one of the acker's own topics, made here with its own settings")
+        partitions = count or config.partitions
+        if pipeline.setdefault(name, partitions) != partitions:
+            raise ConfigError(f"--topic {name} given with {pipeline[name]} and {partitions} partitions")
+    specs += [TopicSpec(name, count, config.replication_factor) for name, count in pipeline.items()]
     failure: TopicsNotCreatedError | None = None
     try:
         created = set(create_topics(config.client(), specs))

@@ -111,7 +111,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
         check_spout_name(config, args.spout)
     topic = _topic(args, config)
-    if topic.startswith(config.replay_prefix) and topic != config.replay_dlq_topic:
+    if topic.startswith(config.replay_prefix) and topic not in (config.replay_dlq_topic, config.dlq_topic):
         raise DlqError(f"{topic} is a replay topic, not a dead-letter topic: its records are replayed already, and "
                        "re-driven they would be replayed twice")  # fmt: skip
     letters = _chosen(args, config)

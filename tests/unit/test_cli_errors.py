@@ -162,6 +162,21 @@ def test_a_setting_the_kafka_client_refuses_reads_as_its_text(capsys: pytest.Cap
     assert capsys.readouterr().err.strip() == 'acker: Kafka client: No such configuration property: "no.such.setting"'
 
 
+@pytest.mark.parametrize(
+    ("topics", "said"),
+    [
+        (["--topic", "mine:2", "--topic", "mine:3"], "--topic mine given with 2 and 3 partitions"),
+        (["--topic", "acker:4"], "--topic acker: one of the acker's own topics, made here with its own settings"),
+    ],
+)
+def test_topics_create_refuses_a_topic_named_twice_before_asking_kafka(
+    topics: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka refuses a request that names a topic twice: each of them was "not created: Duplicate topic name"."""
+    assert cli.main(["topics", "create", "--bootstrap-servers", "127.0.0.1:1", *topics]) == 2
+    assert capsys.readouterr().err.strip() == f"acker: {said}"
+
+
 def test_no_broker_reads_as_such_in_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     """`acker status` said "Kafka client: Failed to get metadata: Local: Broker transport failure" where `acker run`
     asks whether Kafka is running, and reachable where the settings say."""
