@@ -39,9 +39,8 @@ from acker.headers import Headers, with_ids
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     TOO_LARGE,
-    KafkaClientError,
     produce_reporting,
-    topic_max_bytes,
+    smallest_max_bytes,
     topic_partitions,
 )
 from acker.wire import encode_batch
@@ -136,18 +135,13 @@ def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]
     transaction), batched by the producer beyond that limit, were all refused together (the acker client halved
     them, and they were batched together again). Empty (the producer's own) where every topic takes them, or does
     not say."""
-    limits = {}
-    for topic in topics:
-        try:
-            limits[topic] = topic_max_bytes(client, topic)
-        except KafkaClientError as error:
-            log.debug("max.message.bytes of %s not known (%s): the producer's batch.size kept", topic, error)
-    if not limits or min(limits.values()) >= int(client.get("batch.size", PRODUCER_MAX_BYTES)):
+    smallest = smallest_max_bytes(client, topics)
+    if smallest is None or smallest[1] >= int(client.get("batch.size", PRODUCER_MAX_BYTES)):
         return {}
-    topic = min(limits, key=limits.__getitem__)
-    fitted = max(1, limits[topic] - 1024)  # room for the framing of the batch and its records
+    topic, limit = smallest
+    fitted = max(1, limit - 1024)  # room for the framing of the batch and its records
     log.warning("%s takes record batches of %d bytes at most: this producer batches %d bytes at most (all topics)",
-                topic, limits[topic], fitted)  # fmt: skip
+                topic, limit, fitted)  # fmt: skip
     return {"batch.size": fitted}
 
 

@@ -23,6 +23,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined] # documented l
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 
+log = logging.getLogger("acker.kafka")
+
 
 class KafkaClientError(AckerError):
     """A Kafka operation that failed; ``code`` and ``name`` are librdkafka's."""
@@ -178,6 +180,21 @@ def topic_max_bytes(client_config: Mapping[str, Any], topic: str) -> int:
         return int(value or "")
     except ValueError:
         raise KafkaClientError(f"reading max.message.bytes of {topic} ({value!r})", None) from None
+
+
+def smallest_max_bytes(client_config: Mapping[str, Any], topics: Iterable[str]) -> tuple[str, int] | None:
+    """Of ``topics``, the one whose ``max.message.bytes`` is the smallest, and that limit; None when no topic says
+    (those that do not are left out, with a debug line)."""
+    limits = {}
+    for topic in topics:
+        try:
+            limits[topic] = topic_max_bytes(client_config, topic)
+        except KafkaClientError as error:
+            log.debug("max.message.bytes of %s not known (%s)", topic, error)
+    if not limits:
+        return None
+    smallest = min(limits, key=limits.__getitem__)
+    return smallest, limits[smallest]
 
 
 def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:

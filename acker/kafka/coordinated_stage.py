@@ -42,7 +42,6 @@ from acker.headers import HeaderList, decimal, read_headers, text
 from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
-    KafkaClientError,
     TopicSpec,
     consume_available,
     create_topics,
@@ -50,7 +49,7 @@ from acker.kafka.clients import (
     produce,
     read_to,
     readable,
-    topic_max_bytes,
+    smallest_max_bytes,
     topic_partitions,
 )
 
@@ -63,6 +62,8 @@ STATUS = "acker.request.status"
 _COUNT_CHECK_S = 5.0  # how often a process checks that its step's partition counts are those it started with
 TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a dead process's is aborted after this
 RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
+ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and ids, as JSON
+FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
 COMMIT_ATTEMPTS = 3  # a transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again
 
 
@@ -173,6 +174,7 @@ class CoordinatedStage:
                                                   **fitted_batch_size(config.client(), self.output, self.changelog,
                                                                       self.dlq)}))  # fmt: skip
         self._broken = False  # a batch's transaction was aborted: this object's state is the batch's, not committed
+        self._fencing_retry_at = 0.0  # when `_owned_offsets` may ask for the committed offsets again
         self.producer.init_transactions(30)
         self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
@@ -331,9 +333,12 @@ class CoordinatedStage:
         headers = _request_headers(state)
 
         def emit(value: bytes | None, key: bytes | None = None) -> None:
-            size = len(value or b"") + len(key or b"") + (len(state.request) if self.last else 0)
+            size = len(value or b"") + len(key or b"")
+            if self.last:  # an answer is kept in the request's state too, in base64, until it is written
+                size = 4 * -(-size // 3) + len(state.request) + ANSWER_STATE_MARGIN
             if size > self.max_record:  # raised in the step's code: the request fails, not the batch
-                raise ValueError(f"a record of {size} bytes: {self.output} takes {self.max_record} at most")
+                where = f"{self.changelog}, which keeps it until it is written," if self.last else self.output
+                raise ValueError(f"a record of {size} bytes: {where} takes {self.max_record} at most")
             if self.last:  # the joining step's result: one answer per request, written once it is finished
                 if value is not None and not isinstance(value, bytes):
                     raise TypeError(f"an answer is bytes or None, got {type(value).__name__}")
@@ -389,12 +394,8 @@ class CoordinatedStage:
         """The largest record this step writes, key and value: below the producer's ``message.max.bytes`` and the
         ``max.message.bytes`` of the topics it writes (those it cannot look up are taken as the producer's)."""
         limit = int(self.config.client().get("message.max.bytes", PRODUCER_MAX_BYTES))
-        for topic in (self.output, self.changelog):
-            try:
-                limit = min(limit, topic_max_bytes(self.config.client(), topic))
-            except KafkaClientError as error:
-                log.debug("max.message.bytes of %s not known (%s)", topic, error)
-        return max(1, limit - RECORD_MARGIN)
+        smallest = smallest_max_bytes(self.config.client(), (self.output, self.changelog))
+        return max(1, min(limit, smallest[1] if smallest else limit) - RECORD_MARGIN)
 
     def _joining_count(self, tasks: int, next_tasks: int) -> str | None:
         """What is wrong with the joining step's topic (it must have one partition, its one task joining every
@@ -416,18 +417,23 @@ class CoordinatedStage:
         """Committed offsets of partitions this process owns, for a transaction without records (one is enough:
         the broker checks the group generation of the whole request): the positions known, which are the committed
         offsets here (every record delivered was committed with its batch, or rewound); else the group's committed
-        offsets, asked. None for a group that never committed: nothing to check a zombie against then, nor any
-        request state it could have restored."""
+        offsets, asked. Empty for a group that never committed (no request state comes without committed offsets,
+        so there is nothing to expire), or when they cannot be asked now (the coordinator moving): the expiries wait,
+        and they are asked again after `FENCING_BACKOFF_S`."""
         owned = [TopicPartition(self.input, p) for p in self.tasks]
         if not owned:
             return []
         known = [tp for tp in self.consumer.position(owned) if tp.offset >= 0]
         if known:
             return known
+        if time.monotonic() < self._fencing_retry_at:
+            return []
         try:
             return [tp for tp in self.consumer.committed(owned, 10) if tp.offset >= 0]
-        except KafkaException as error:  # the coordinator moving, say: this once unchecked, as before offsets were
-            log.warning("committed offsets not known (%s): expiring requests without a generation check", error)
+        except KafkaException as error:  # the coordinator moving, say: expiries wait for a generation check
+            self._fencing_retry_at = time.monotonic() + FENCING_BACKOFF_S
+            log.warning("step %d: committed offsets not known (%s): expiries wait %.0f s for them", self.index,
+                        error, FENCING_BACKOFF_S)  # fmt: skip
             return []
 
     def _counts(self) -> tuple[int, int]:
@@ -503,16 +509,20 @@ class CoordinatedStage:
         """The task's requests as last committed: the changelog partition read to its end, once the committed input
         offset is stable. A previous owner's transaction may still be committing (a zombie whose offsets were taken
         before the group moved on): the consumer would start after its batch, and the state must hold that batch's
-        changes. A read_committed consumer's offset lookup waits for it (KIP-447), and its changelog records are
-        below the end read after that."""
+        changes. A read_committed consumer's offset lookup waits for it (KIP-447); its changelog records were
+        written before its commit began, so they are below the log's end then, and a read_committed read up to
+        that end waits for the transaction's marker (the read_committed end, the last stable offset, may not have
+        reached them yet)."""
         task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count,
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
         # The step's own group, to look its committed offsets up; it never joins the group, nor commits.
         reader = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
                                                 "isolation.level": "read_committed"}))  # fmt: skip
+        ends = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
+                                              "isolation.level": "read_uncommitted"}))  # fmt: skip
         try:
             reader.committed([TopicPartition(self.input, partition)], timeout=30)
-            low, high = log_bounds(reader, TopicPartition(self.changelog, partition))
+            low, high = log_bounds(ends, TopicPartition(self.changelog, partition))
             if high <= low:
                 return task
             for record in read_to(reader, TopicPartition(self.changelog, partition, low), high):
@@ -523,6 +533,7 @@ class CoordinatedStage:
                     task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
         finally:
             reader.close()
+            ends.close()
         return task
 
 

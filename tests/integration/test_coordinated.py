@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined] # documented location
 
 from acker.config import ServiceConfig, to_argv
+from acker.coordinated import RequestState
 from acker.drpc import DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.kafka import coordinated_stage
@@ -489,3 +490,26 @@ def test_a_joining_step_topic_of_more_than_one_partition_is_refused(config: Serv
         with pytest.raises(CoordinationError, match=rf"{chain.topic(2)}, the joining step's topic, has 2 partitions"):
             CoordinatedStage(config, chain, index, _Count())
     CoordinatedStage(config, chain, 0, _Count()).consumer.close()  # the first step of three is not concerned
+
+
+def test_a_task_restored_while_its_previous_owners_last_batch_commits_holds_that_batch(config: ServiceConfig) -> None:
+    """The changelog's end was read as a read_committed consumer sees it, the last stable offset: the state of a
+    batch still committing (a previous owner's, its offsets already taken) was below it, and the new owner went on
+    from the batch's offsets without the batch's state. The end is the log's now, and the read waits for the
+    transaction's marker."""
+    chain = _small_chain(config, 2)
+    stage = CoordinatedStage(config, chain, 1, _Count())
+    previous = Producer(config.producer(**{"transactional.id": f"prev-{uuid.uuid4().hex}"}))
+    previous.init_transactions(30)
+    previous.begin_transaction()
+    state = RequestState("r9", int(time.time() * 1000) + 60_000, received=2, user={"n": 2})
+    previous.produce(f"{chain.topic(1)}.state", json.dumps(state.to_json()).encode(), key=b"r9", partition=0)
+    previous.flush(10)
+    committing = threading.Timer(2.0, previous.commit_transaction, args=(30,))
+    committing.start()
+    try:
+        restored = stage._restore(0)
+    finally:
+        committing.join()
+        stage.consumer.close()
+    assert restored.requests["r9"].user == {"n": 2}
