@@ -153,6 +153,7 @@ class Stages:
         self.restarts = 0
         # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes.
         self._crash_dir = tempfile.mkdtemp(prefix="acker-crash-")
+        self._crashed: set[str] = set()  # stages whose crash came, kept past `stop`
         self.env: dict[str, str] = {}
         self._log = log or (lambda line: print(line, file=sys.stderr))
         self._output = subprocess.DEVNULL if log is not None else None  # with a log of its own: children are quiet
@@ -164,8 +165,8 @@ class Stages:
         return [f"--crash-after={after}", f"--crash-marker={os.path.join(self._crash_dir, stage)}"]
 
     def crashed(self, stage: str) -> bool:
-        """Whether a process given `crash_flags` of ``stage`` got there and crashed."""
-        return os.path.exists(os.path.join(self._crash_dir, stage))
+        """Whether a process given `crash_flags` of ``stage`` got there and crashed (before `stop` too)."""
+        return stage in self._crashed or os.path.exists(os.path.join(self._crash_dir, stage))
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
@@ -224,6 +225,7 @@ class Stages:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        self._crashed.update(os.listdir(self._crash_dir) if os.path.isdir(self._crash_dir) else ())
         shutil.rmtree(self._crash_dir, ignore_errors=True)
 
 

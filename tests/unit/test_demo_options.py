@@ -1,0 +1,38 @@
+"""The demo refuses settings under which its own check could not tell the injected failures' work from a loss."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from acker.errors import ConfigError
+from acker.examples.demo import Demo, DemoOptions, check_options
+
+
+def test_a_timeout_every_attempt_of_which_a_failover_outlasts_is_refused() -> None:
+    """With --timeout-s 1 and --max-attempts 1 a record caught by the crash timed out at both attempts before its
+    partitions moved: good records were dead-lettered, and the run said FAILED though nothing was lost."""
+    short = replace(DemoOptions(), timeout_s=1.0, max_attempts=1)
+    with pytest.raises(ConfigError, match=r"--timeout-s 1 with --max-attempts 1: every attempt"):
+        check_options(short)
+    check_options(replace(short, crash_split=False, kill_acker=False))  # no failover: nothing to outlast
+    check_options(replace(short, max_attempts=7))  # attempts that outlast it
+    check_options(DemoOptions())
+
+
+def test_a_run_that_gave_up_or_never_crashed_says_so_among_its_failures() -> None:
+    """A run that stopped at --max-wait-s printed "46 source record(s) lost" and nothing else: the "gave up" line went
+    to the JSON report only. And a run whose split process never crashed passed without the failure it shows."""
+    demo = Demo(DemoOptions(max_wait_s=25), "127.0.0.1:1", Console(file=io.StringIO()))
+    assert demo.failures() == ["no split process crashed (none read its share of sentences before the end)"]
+    demo.gave_up = True
+    assert demo.failures()[0] == "not finished within --max-wait-s (25 s)"
+    demo.stages.stop()
+    assert not Path(demo.stages._crash_dir).exists()
+    quiet = Demo(replace(DemoOptions(), crash_split=False), "127.0.0.1:1", Console(file=io.StringIO()))
+    assert quiet.failures() == []
+    quiet.stages.stop()
