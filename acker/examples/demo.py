@@ -144,8 +144,8 @@ class Demo:
         self.events: list[str] = []
         self.gave_up = False  # the run ended at --max-wait-s, not with every record resolved
         self.started = time.monotonic()
-        self.stages = Stages(log=self.event, settings_given_only=True)
-        self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log
+        self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log, each stage's log
+        self.stages = Stages(log=self.event, settings_given_only=True, output_dir=self.workdir)
         console.print(f"topics, groups and processes of this run are named {self.prefix}*")
 
     def event(self, line: str) -> None:
@@ -214,7 +214,8 @@ class Demo:
         for i in range(o.count_processes):
             extra = ["--drop-rate", str(o.drop_rate), "--seed", str(o.seed + i), "--trace"]
             self.stages.start(f"count-{i}", stage_command(c, prefix, "count", *extra))
-        self.event(f"started 2 acker instances, a spout, {o.split_processes} split and {o.count_processes} count bolts")
+        self.event(f"started 2 acker instances, a spout, {o.split_processes} split and {o.count_processes} count bolts "
+                   f"(their output: {self.workdir}/<name>.log)")  # fmt: skip
 
     def _start_spark(self) -> tuple[Any, list[Any]]:
         from spark_jobs import commit_job, replay_job  # noqa: PLC0415 - pyspark loads when the demo runs

@@ -145,10 +145,18 @@ def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -
 class Stages:
     """Child processes of the pipeline; a bolt that crashed on purpose is restarted once, without the crash."""
 
-    def __init__(self, log: Callable[[str], None] | None = None, *, settings_given_only: bool = False) -> None:
+    def __init__(
+        self,
+        log: Callable[[str], None] | None = None,
+        *,
+        settings_given_only: bool = False,
+        output_dir: Path | None = None,
+    ) -> None:
         """``settings_given_only``: the stages take the settings of their commands alone, none of the ``ACKER_*``
         environment (`acker.config`) of this process: the demo's, which runs on its own broker whatever the
-        environment says (a ``[kafka]`` table of ``ACKER_CONFIG`` would point them elsewhere, or add SASL)."""
+        environment says (a ``[kafka]`` table of ``ACKER_CONFIG`` would point them elsewhere, or add SASL).
+        ``output_dir``: with a ``log`` of its own, each stage's output goes to ``<output_dir>/<name>.log`` (else
+        nowhere), appended to by its restarts."""
         self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restarts = 0
         # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes.
@@ -156,7 +164,8 @@ class Stages:
         self._crashed: set[str] = set()  # stages whose crash came, kept past `stop`
         self.env: dict[str, str] = {}
         self._log = log or (lambda line: print(line, file=sys.stderr))
-        self._output = subprocess.DEVNULL if log is not None else None  # with a log of its own: children are quiet
+        self._quiet = log is not None  # with a log of its own: children are quiet, or write to files of their own
+        self._output_dir = output_dir
         self._settings_given_only = settings_given_only
 
     def crash_flags(self, stage: str, after: int) -> list[str]:
@@ -179,16 +188,24 @@ class Stages:
     def _spawn(self, name: str, argv: list[str]) -> None:
         # The kernel stops a stage whose parent dies, however it dies: no stage outlives the runner.
         preexec = pdeathsig_preexec()  # in the child it only calls prctl and getppid: fork-safe with threads
+        output: Any = None
+        if self._quiet and self._output_dir is not None:
+            self._output_dir.mkdir(parents=True, exist_ok=True)
+            output = (self._output_dir / f"{name}.log").open("ab")  # the child holds it; closed here after the spawn
+        elif self._quiet:
+            output = subprocess.DEVNULL
         process = subprocess.Popen(
             argv,
             env=self.env,
-            stdout=self._output,
-            stderr=self._output,
+            stdout=output,
+            stderr=output,
             preexec_fn=preexec,  # noqa: PLW1509
             # Its own process group: a Ctrl-C in the terminal reaches the runner alone, which stops each stage with
             # one SIGTERM (a second signal would end a stage at once, without its clean stop).
             start_new_session=True,
         )
+        if hasattr(output, "close"):
+            output.close()
         self.running[name] = (argv, process)
 
     def kill(self, name: str) -> None:

@@ -48,7 +48,10 @@ def test_the_demo_keeps_the_promise_under_failures_and_reports_it(bootstrap: str
     events = "\n".join(report["events"])
     assert "crashed (as injected): restarting it" in events and "restarted acker-0" in events
     assert _survivors(report["prefix"]) == []
-    spark_log = Path(".cache/demo", report["prefix"], "spark.log").read_text(errors="replace")
+    workdir = Path(".cache/demo", report["prefix"])
+    split_logs = "".join(log.read_text(errors="replace") for log in workdir.glob("split-*.log"))  # kept, each stage's
+    assert "InjectedFailureError('injected failure')" in split_logs  # the bolts' failures, said there with a traceback
+    spark_log = (workdir / "spark.log").read_text(errors="replace")
     assert ":: resolving dependencies" in spark_log  # Ivy's report of the connectors went to the demo's Spark log,
     assert ":: resolving dependencies" not in output.read_text(errors="replace")  # not through its live table
 
