@@ -569,7 +569,7 @@ class AckerService:
             done(error, record)
 
         if topic in self._capped:  # not written: on a broker that creates topics on first use, a write would
-            why = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "not created here")  # make the topic the limit
+            why = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "not written")  # make the topic the limit
             delivered(why, None)  # kept from being made
             return
         where = {} if to.target is None else {"partition": to.target}
