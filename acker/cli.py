@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
 from acker import logs
 from acker.argtypes import at_least, share, topic_with_partitions
@@ -27,7 +27,7 @@ from acker.errors import AckerError, ConfigError
 if TYPE_CHECKING:
     from acker.kafka.clients import TopicSpec
 from acker.help_text import prose
-from acker.kafka.clients import kafka_error
+from acker.kafka.clients import NO_ANSWER, kafka_error
 
 
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
@@ -455,10 +455,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# A client's errors that say no broker answered: the cluster is down, or not where the settings say.
-_UNREACHED = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
-
-
 def _servers(args: argparse.Namespace) -> str:
     """The bootstrap servers the command was given, however it was (a flag, the environment, a file); a command
     without the shared settings (the demo) only by its own flag."""
@@ -492,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaException as error:  # e.g. a librdkafka setting it does not know or cannot take
         cause = kafka_error(error)  # its text, not the error object's repr with code and value
         text = cause.str() if cause is not None else str(error)
-        if cause is not None and cause.code() in _UNREACHED:  # as `acker run` says it
+        if cause is not None and cause.code() in NO_ANSWER:  # as `acker run` says it
             print(f"acker: Kafka did not answer ({text}): is it running, and reachable at {_servers(args)}?",
                   file=sys.stderr)  # fmt: skip
         else:

@@ -26,6 +26,7 @@ from acker.console import printable
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, read_headers, text
 from acker.kafka.clients import (
+    NO_ANSWER,
     READ_TO_SETTINGS,
     KafkaClientError,
     log_bounds,
@@ -146,7 +147,7 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     try:
         partitions = partition_count(config.client(), topic)
     except KafkaClientError as error:
-        if error.code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
+        if error.code in NO_ANSWER:
             raise DlqError(
                 f"Kafka did not answer about {topic!r} ({error}): is it running, and reachable at "
                 f"{config.bootstrap_servers}?"

@@ -47,6 +47,7 @@ from acker.headers import HeaderValue, read_headers
 from acker.kafka.acker_client import PARTITIONS_CHECK_S
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
+    NO_ANSWER,
     READ_TO_SETTINGS,
     TOO_LARGE,
     KafkaClientError,
@@ -80,10 +81,6 @@ from acker.wire import (
 )
 
 FIRST_CONTACT_S = 30.0  # how long `AckerService.run` waits for Kafka's first answer before it gives up
-# A metadata request's errors that say no broker answered (rather than that one answered no).
-_NO_ANSWER = frozenset(
-    {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
-)
 
 log = logging.getLogger("acker.service")
 
@@ -699,7 +696,7 @@ class AckerService:
                 return True
             except KafkaException as error:
                 cause = kafka_error(error)
-                if cause is None or cause.code() not in _NO_ANSWER:
+                if cause is None or cause.code() not in NO_ANSWER:
                     raise
             serve_log_lines(consumer)  # not assigned anything yet
             if time.monotonic() >= deadline:

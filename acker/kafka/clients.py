@@ -51,6 +51,11 @@ def _said(error: KafkaError | None) -> str:
     return f"{error.name()}: {error.str()}" if error is not None else "no answer in time"
 
 
+# A client's errors that say no broker answered (rather than that one answered no): the cluster is down, or not
+# where the settings say.
+NO_ANSWER = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN})
+
+
 def kafka_error(error: KafkaException) -> KafkaError | None:
     """The librdkafka error a `KafkaException` carries, if it carries one."""
     return error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None

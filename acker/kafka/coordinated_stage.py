@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
@@ -45,6 +45,7 @@ from acker.kafka.clients import (
     TopicSpec,
     consume_available,
     create_topics,
+    kafka_error,
     log_bounds,
     produce,
     read_to,
@@ -250,7 +251,7 @@ class CoordinatedStage:
                 self.producer.commit_transaction(30)
                 return
             except KafkaException as error:
-                code = error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
+                code = kafka_error(error)
                 if code is None or not code.retriable() or attempt == COMMIT_ATTEMPTS:
                     raise
                 log.warning("step %d: committing the batch failed (%s): trying again", self.index, code)
