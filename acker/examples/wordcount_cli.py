@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from acker.argtypes import at_least, positive, share
 from acker.bolt import Bolt
@@ -33,7 +33,7 @@ from acker.cli import run_until_signalled
 from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
 from acker.help_text import prose
-from acker.kafka.clients import TopicSpec, create_topics, log_bounds, topic_partitions
+from acker.kafka.clients import TopicSpec, create_topics, delete_groups, log_bounds, topic_partitions
 from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.kafka.lookups import lookups
@@ -247,21 +247,22 @@ class Stages:
 
 
 def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict[str, list[str]]]:
-    """A poller of the spout's outcome topic: each call reads for up to ``seconds`` and returns all seen so far."""
-    consumer = Consumer(
-        config.client(
-            **{
-                "group.id": f"follow-{uuid.uuid4().hex}",
-                "auto.offset.reset": "earliest",
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
-        )
-    )
-    consumer.subscribe([config.outcome_topic(spout)])
+    """A poller of the spout's outcome topic: each call reads for up to ``seconds`` and returns all seen so far.
+
+    It assigns itself every partition from the beginning once the topic exists (the spout creates it) and commits
+    nothing: a group it joined would be left behind on the cluster by every run."""
+    consumer = Consumer(config.client(**{"group.id": "acker-follow", "enable.auto.commit": False}))
+    topic = config.outcome_topic(spout)
     seen: dict[str, list[str]] = {}
 
     def poll(seconds: float) -> dict[str, list[str]]:
         deadline = time.monotonic() + seconds
+        if not consumer.assignment():
+            partitions = topic_partitions(consumer, topic)
+            if not partitions:  # not created yet
+                time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
+                return seen
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         while time.monotonic() < deadline:
             for record in consumer.consume(500, timeout=0.1):
                 if record.error() is not None:
@@ -357,6 +358,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     finally:
         stages.stop()
+        for left, why in delete_groups(config.client(), [group, watermarks]).items():  # this run's alone
+            print(f"consumer group {left} is left behind ({why})", file=sys.stderr)
 
 
 def add_parser(sub: Any) -> None:

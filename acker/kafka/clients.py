@@ -120,6 +120,27 @@ def ensure_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
     return create_topics(client_config, missing, timeout_s)
 
 
+def delete_groups(client_config: Mapping[str, Any], groups: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
+    """Delete consumer groups (their committed offsets); return why each one not deleted was not (a group still
+    with members is refused by the broker, ``GROUP_ID_NOT_FOUND`` counts as deleted)."""
+    groups = list(groups)
+    if not groups:
+        return {}
+    admin = AdminClient(without_consumer_settings(client_config))
+    futures = admin.delete_consumer_groups(groups, request_timeout=timeout_s)
+    refused: dict[str, str] = {}
+    for group, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if cause is None or cause.code() != KafkaError.GROUP_ID_NOT_FOUND:
+                refused[group] = _said(cause)
+        except concurrent.futures.TimeoutError:
+            refused[group] = _said(None)
+    return refused
+
+
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
 # A record refused as too large: by the producer (message.max.bytes) or by the broker (the topic's limit).

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from prometheus_client import generate_latest
 
 from acker import service as service_module
@@ -24,7 +25,7 @@ from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
 from acker.kafka.acker_client import AckerClient, fitted_batch_size
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, delete_groups
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
 from acker.service import DLQ_DETAIL, DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
@@ -379,6 +380,27 @@ def test_topics_create_says_which_topics_it_made_when_one_is_refused(config: Ser
     assert f"{outcomes}\t-\tnot created: " in run.stdout and "collides" in run.stdout
     assert f"creating topic {outcomes}" in run.stderr and f"created: {config.acker_topic}" in run.stderr
     assert create_topics(config.client(), [TopicSpec(config.acker_topic, 2), TopicSpec(config.dlq_topic, 1)]) == []
+
+
+def test_delete_groups_deletes_empty_groups_and_says_why_it_kept_one_with_members(config: ServiceConfig) -> None:
+    topic, name = f"{config.acker_topic}.g", uuid.uuid4().hex
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    admin = AdminClient(config.client())
+    committed = Consumer(config.client(**{"group.id": f"{name}.empty", "enable.auto.commit": False}))
+    committed.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    committed.close()
+    member = Consumer(config.client(**{"group.id": f"{name}.busy", "auto.offset.reset": "earliest"}))
+    member.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        refused = delete_groups(config.client(), [f"{name}.empty", f"{name}.busy", f"{name}.never"])
+        assert list(refused) == [f"{name}.busy"] and "NON_EMPTY_GROUP" in refused[f"{name}.busy"]
+        left = {g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid}
+        assert f"{name}.empty" not in left and f"{name}.busy" in left
+    finally:
+        member.close()
 
 
 def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
