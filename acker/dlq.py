@@ -140,12 +140,11 @@ def _letter(record: Message) -> DeadLetter:
     )
 
 
-def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | None = None) -> list[DeadLetter]:
-    """The dead letters of ``topic`` in (partition, offset) order: all of them up to the current end (none while the
-    topic does not exist: the replay job and the service create theirs when they start), or only those at the
-    ``wanted`` places (a place without a record raises `DlqError`)."""
+def _partitions(config: ServiceConfig, topic: str) -> int | None:
+    """The partitions of dead-letter topic ``topic``; None when it does not exist. `DlqError` for any other
+    failure (no answer, not allowed to read it)."""
     try:
-        partitions = partition_count(config.client(), topic)
+        return partition_count(config.client(), topic)
     except KafkaClientError as error:
         if error.code in NO_ANSWER:
             raise DlqError(
@@ -154,15 +153,28 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
             ) from None
         if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:  # e.g. not allowed to read it
             raise DlqError(f"cannot read {topic!r}: {error}") from None
-        if wanted is None:
-            return []
-        raise DlqError(f"no dead-letter topic {topic!r}") from None
-    wanted = None if wanted is None else set(wanted)
-    consumer = Consumer(
+        return None
+
+
+def _reader(config: ServiceConfig) -> Consumer:
+    return Consumer(
         config.client(
             **{"group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, **READ_TO_SETTINGS}
         )
     )
+
+
+def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | None = None) -> list[DeadLetter]:
+    """The dead letters of ``topic`` in (partition, offset) order: all of them up to the current end (none while the
+    topic does not exist: the replay job and the service create theirs when they start), or only those at the
+    ``wanted`` places (a place without a record raises `DlqError`)."""
+    partitions = _partitions(config, topic)
+    if partitions is None:
+        if wanted is None:
+            return []
+        raise DlqError(f"no dead-letter topic {topic!r}")
+    wanted = None if wanted is None else set(wanted)
+    consumer = _reader(config)
     letters: list[DeadLetter] = []
     try:
         for p in range(partitions):
@@ -178,6 +190,37 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
     if missing:
         raise DlqError(f"no record at {', '.join(f'{topic}/{p}/{o}' for p, o in sorted(missing))}")
     return letters
+
+
+def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[list[DeadLetter], int] | None:
+    """The last ``newest`` dead letters of each partition of ``topic`` (all of them: None), so that the topic's
+    newest ``newest`` are among them, as a partition's are written in time order; in (partition, offset) order, and
+    how many offsets come
+    before them unread (older records, and the transaction markers between them); None when the topic does not
+    exist. Each partition is read from its end backwards in windows doubling from ``newest`` offsets, as markers and
+    aborted records take offsets too: a topic of millions of letters is not read whole to show a few."""
+    partitions = _partitions(config, topic)
+    if partitions is None:
+        return None
+    consumer = _reader(config)
+    letters: list[DeadLetter] = []
+    unread = 0
+    try:
+        for p in range(partitions):
+            low, high = log_bounds(consumer, TopicPartition(topic, p))
+            window = high - low if newest is None else newest
+            while True:
+                start = max(low, high - window)
+                found = [_letter(r) for r in read_to(consumer, TopicPartition(topic, p, start), high)]
+                if newest is None or len(found) >= newest or start == low:
+                    break
+                window *= 2
+            kept = found if newest is None else found[-newest:]
+            letters.extend(kept)
+            unread += (kept[0].offset if kept else high) - low
+    finally:
+        consumer.close()
+    return letters, unread
 
 
 def _listed(items: list[str], whole_up_to: int = 20) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from acker.dlq import (
     plan,
     preview,
     read,
+    read_newest,
     send,
     target_partitions,
     those_that_can_go_back,
@@ -59,17 +61,22 @@ def _exists(config: ServiceConfig, topic: str) -> bool:
 
 def cmd_list(args: argparse.Namespace) -> int:
     config = load(args)
-    letters = sorted(read(config, _topic(args, config)), key=lambda d: (d.timestamp_ms, d.partition, d.offset))
+    topic = _topic(args, config)
+    found = read_newest(config, topic, args.limit or None)
+    if found is None:  # as `dlq show` says, rather than an empty table
+        said = f"{topic}: no such topic yet, so no dead letters (the service and the replay job create theirs)"
+        print(said, file=sys.stderr if args.json else sys.stdout)
+        return 0
+    letters, unread = found
+    letters.sort(key=lambda d: (d.timestamp_ms, d.partition, d.offset))
     shown = letters[-args.limit :] if args.limit else letters  # the newest, across partitions
     if args.json:
         for letter in shown:
             print(json.dumps(letter.summary()))
         return 0
-    topic = _topic(args, config)
-    if not letters and not _exists(config, topic):  # as `dlq show` says, rather than an empty table
-        print(f"{topic}: no such topic yet, so no dead letters (the service and the replay job create theirs)")
-        return 0
-    table = Table(title=f"{topic}: {len(letters)} dead letter(s)")
+    older = len(letters) - len(shown)
+    title = f"{len(letters)} dead letter(s)" if not unread else f"the newest {len(shown)} dead letter(s)"
+    table = Table(title=f"{topic}: {title}")
     for column in ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes"):
         table.add_column(column, justify="right" if column in ("attempts", "bytes") else "left")
     for letter in shown:
@@ -87,8 +94,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     console = table_console()
     console.print(table)
-    if len(shown) < len(letters):
-        console.print(f"{len(letters) - len(shown)} older record(s) not shown (--limit 0 shows all)")
+    if unread:  # offsets, some of them transaction markers
+        console.print(f"up to {older + unread} older record(s) not shown (--limit 0 shows all)")
+    elif older:
+        console.print(f"{older} older record(s) not shown (--limit 0 shows all)")
     return 0
 
 

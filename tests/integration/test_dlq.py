@@ -7,8 +7,9 @@ import time
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+import acker.dlq
 from acker.cli import main
 from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
@@ -89,6 +90,36 @@ def test_list_limit_shows_the_newest_across_partitions(
     assert _dlq(config, "list", "--json", "--topic", topic, "--limit", "2") == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["coordinates"] for row in rows] == [f"{topic}/0/0", f"{topic}/0/1"]
+
+
+def test_list_limit_reads_the_newest_from_the_end_past_transaction_markers(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It read the whole topic to show a few; read from the end, a window of ``--limit`` offsets holds fewer
+    records where each transaction's marker takes an offset (as in the replay job's dead-letter topic)."""
+    topic = f"{config.group}.dlq3"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    producer = Producer(config.client(**{"transactional.id": f"{config.group}.letters"}))
+    producer.init_transactions(30)
+    for i in range(10):  # offsets 0, 2, ..., 18, each followed by its commit marker
+        producer.begin_transaction()
+        producer.produce(topic, f"v{i}".encode(), key=f"k{i}".encode())
+        producer.commit_transaction(30)
+    letter, made = acker.dlq._letter, []
+
+    def counted(record: Message) -> acker.dlq.DeadLetter:
+        made.append(record.offset())
+        return letter(record)
+
+    monkeypatch.setattr(acker.dlq, "_letter", counted)
+    assert _dlq(config, "list", "--json", "--topic", topic, "--limit", "3") == 0
+    assert [json.loads(line)["key"] for line in capsys.readouterr().out.splitlines()] == ["k7", "k8", "k9"]
+    assert made == [18, 14, 16, 18]  # offsets 17-19 held 1 record, 14-19 the 3 asked for
+    assert _dlq(config, "list", "--topic", topic, "--limit", "3") == 0
+    out = capsys.readouterr().out
+    assert "the newest 3 dead letter(s)" in out and "up to 14 older record(s) not shown" in out
+    assert _dlq(config, "list", "--topic", topic, "--limit", "0") == 0
+    assert "10 dead letter(s)" in capsys.readouterr().out
 
 
 def test_a_redrive_delivered_in_part_says_which_records_went(
@@ -225,7 +256,8 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert _dlq(letters, "show", "0/99") == 2
     assert f"no record at {letters.replay_dlq_topic}/0/99" in capsys.readouterr().err
     assert _dlq(letters, "list", "--json", "--topic", "no-such-topic") == 0  # none yet, as on a fresh install
-    assert capsys.readouterr().out == ""
+    out, err = capsys.readouterr()
+    assert out == "" and "no-such-topic: no such topic yet" in err
     assert _dlq(letters, "list", "--topic", "no-such-topic") == 0  # the table says why it is empty
     assert "no-such-topic: no such topic yet, so no dead letters" in capsys.readouterr().out
     assert _dlq(letters, "show", "0/0", "--topic", "no-such-topic") == 2  # but a place in it is an error
