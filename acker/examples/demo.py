@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import time
 import uuid
@@ -71,6 +72,18 @@ class DemoOptions:
 # How long a crashed process's or a killed acker's partitions take to move to a live one: the 6 s group session of
 # `ServiceConfig.failing_over_fast`, the rebalance, the new owner's replay.
 FAILOVER_S = 8.0
+
+# Runs whose directories (Spark's checkpoints and log, each process's log) a new run keeps; older ones are removed.
+RUNS_KEPT = 5
+
+
+def prune_runs(root: Path, keep: int = RUNS_KEPT) -> list[Path]:
+    """Remove all but the ``keep`` newest run directories under ``root`` (by modification time); return those
+    removed. A run's topics are its own, so nothing reads its checkpoints once it has ended."""
+    runs = sorted((p for p in root.glob("demo-*") if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in runs[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return runs[keep:]
 
 
 def check_options(options: DemoOptions) -> None:
@@ -163,6 +176,7 @@ class Demo:
     # -- the run ----------------------------------------------------------------------------------------------
 
     def run(self) -> Report:
+        prune_runs(self.workdir.parent, RUNS_KEPT - 1)  # this run's is made next
         self._create_topics()
         from spark_jobs.session import stop, stop_queries  # noqa: PLC0415 - pyspark loads when the demo runs
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from acker.errors import ConfigError
-from acker.examples.demo import Demo, DemoOptions, check_options
+from acker.examples.demo import Demo, DemoOptions, check_options, prune_runs
 
 
 def test_a_timeout_every_attempt_of_which_a_failover_outlasts_is_refused() -> None:
@@ -36,3 +37,22 @@ def test_a_run_that_gave_up_or_never_crashed_says_so_among_its_failures() -> Non
     quiet = Demo(replace(DemoOptions(), crash_split=False), "127.0.0.1:1", Console(file=io.StringIO()))
     assert quiet.failures() == []
     quiet.stages.stop()
+
+
+def test_a_run_keeps_the_newest_run_directories_and_removes_the_rest(tmp_path: Path) -> None:
+    """Each run left about 1 MB of checkpoints and logs under .cache/demo, never removed."""
+    for i in range(7):
+        run = tmp_path / f"demo-{i:06x}"
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "spark.log").write_text("x")
+        os.utime(run, (1_000_000 + i, 1_000_000 + i))
+    (tmp_path / "other").mkdir()
+    removed = prune_runs(tmp_path, 4)
+    assert sorted(p.name for p in removed) == ["demo-000000", "demo-000001", "demo-000002"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "demo-000003",
+        "demo-000004",
+        "demo-000005",
+        "demo-000006",
+        "other",
+    ]
