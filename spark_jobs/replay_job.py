@@ -58,7 +58,7 @@ from acker.kafka.clients import (
     read_to,
     topic_max_bytes,
 )
-from acker.kafka.lookups import lookups
+from acker.kafka.lookups import CONFIRM_S, lookups
 from acker.retries import (
     NO_REPLAY_TOPIC,
     REPLAYED,
@@ -223,13 +223,22 @@ class _Publisher:
     def partitions(self, topic: str) -> int:
         """The partitions of ``topic``, 0 when it does not exist: a replay topic is its spout's, created by the spout
         (made here, a topic no spout reads would take the copies, and their originals count as done); one found
-        missing is looked up again after `_MISSING_RECHECK_S`. The job's dead-letter topic is made when missing."""
-        if topic not in self._partitions:
-            if time.monotonic() < self._missing.get(topic, 0.0):
-                return 0
-            client = dict(self.settings.source.client)
+        missing is looked up again after `_MISSING_RECHECK_S`. The job's dead-letter topic is made when missing.
+
+        Missing means missing twice, `CONFIRM_S` apart: a broker's metadata may lack a topic for a moment (just
+        restarted, behind the controller), and on one answer every nack of the spout was dead-lettered for a minute,
+        its remaining attempts unused."""
+        if topic in self._partitions:
+            return self._partitions[topic]
+        if time.monotonic() < self._missing.get(topic, 0.0):
+            return 0
+        client = dict(self.settings.source.client)
+        for attempt in range(2):
+            if attempt:
+                time.sleep(CONFIRM_S)
             try:
                 self._partitions[topic] = partition_count(client, topic)
+                return self._partitions[topic]
             except KafkaClientError as error:
                 if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
@@ -237,9 +246,8 @@ class _Publisher:
                     ensure_topics(client, [self._dead_letters], timeout_s=10.0)  # within an open transaction: short
                     self._partitions[topic] = self._dead_letters.partitions
                     return self._dead_letters.partitions
-                self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
-                return 0
-        return self._partitions[topic]
+        self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
+        return 0
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""

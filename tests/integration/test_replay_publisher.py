@@ -13,14 +13,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from acker.headers import pairs, text
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
-from acker.kafka.lookups import close_all, lookups
+from acker.kafka.lookups import CONFIRM_S, close_all, lookups
 from acker.retries import ATTEMPT, NACK_REASON, NO_REPLAY_TOPIC, REASON, TOO_LARGE, TRUNCATED
 from acker.wire import decode_outcomes
+from spark_jobs import replay_job
 from spark_jobs.commit_job import OutcomeSource
 from spark_jobs.replay_job import ReplayJobSettings, _Publisher, close_publishers
 from tests.integration.helpers import read_all
@@ -162,6 +163,36 @@ def test_a_nack_whose_replay_topic_does_not_exist_is_dead_lettered_whole(bootstr
     assert (letter.value(), letter.key(), text(headers, ATTEMPT)) == (b"v", b"k", "0")
     with pytest.raises(KafkaClientError):  # and it is still not there
         partition_count(client, settings.replay_prefix + "sp")
+
+
+def test_a_replay_topic_missing_from_one_metadata_answer_is_asked_again_before_its_nacks_are_dead_lettered(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One answer "unknown topic" (a broker just restarted, its metadata behind) had every nack of the spout
+    dead-lettered `no-replay-topic` for a minute, their remaining attempts unused."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    producer = Producer(client)
+    produce(producer, source, b"v", key=b"k")
+    assert producer.flush(30) == 0
+    answers: list[str] = []
+    sleeps: list[float] = []
+
+    def lagging(config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+        answers.append(topic)
+        if topic == settings.replay_prefix + "sp" and answers.count(topic) == 1:
+            raise KafkaClientError(f"topic {topic} is not available", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+        return partition_count(config, topic, timeout_s)
+
+    monkeypatch.setattr(replay_job, "partition_count", lagging)
+    monkeypatch.setattr("spark_jobs.replay_job.time.sleep", sleeps.append)
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
+    assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/0")]
+    assert [(r.value(), r.key()) for r in read_all(client, settings.replay_prefix + "sp")] == [(b"v", b"k")]
+    assert sleeps == [CONFIRM_S] and answers.count(settings.replay_prefix + "sp") == 2
 
 
 def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstrap: str) -> None:
