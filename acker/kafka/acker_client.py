@@ -14,9 +14,11 @@ the tree's own messages (an ``Ok`` moved before an ``Anchor`` of a child would c
 acker no longer sees are the run's intermediate words. One of them is zero, with the init known, only if a later ack
 of the run is a duplicate of one already applied; sent one by one the tree is acked and the copy ignored, combined
 the copy stays in the word and the tree times out and is replayed: at-least-once either way (the producers are
-idempotent, so a duplicate is rare). Other trees see the run's tree finish at the first ack's place rather than the
-last's, which matters only to the overload limit when one client sends inits between acks (the spout sends inits
-and fails, the bolts acks, fails and resets). A fan-out stage (a bolt reading every word of a sentence) then sends
+idempotent, so a duplicate is rare). A run whose acks cancel out (an ack and its duplicate, nothing between) combines
+to zero, which changes no word: it is left out of the record, as no ack may carry 0 (the acker dead-letters a record
+holding one, every other tree of it replayed). Other trees see the run's tree finish at the first ack's place rather
+than the last's, which matters only to the overload limit when one client sends inits between acks (the spout sends
+inits and fails, the bolts acks, fails and resets). A fan-out stage (a bolt reading every word of a sentence) then sends
 one ack per tree and batch instead of one per message: fewer messages for the acker to decode and track.
 """
 
@@ -108,19 +110,23 @@ class _Batch:
         return first, second
 
     def block(self) -> MessageBlock:
+        """The batch as one block, without the combined acks whose runs cancelled out (value 0: see the module's
+        docstring); it may be empty."""
         sources: dict[tuple[str, str], int] = {}
         init_source, init_offset = [], []
         for init in self.inits:
             source, offset = split_msg_id(init.msg_id)
             init_source.append(sources.setdefault((init.spout, source), len(sources)))
             init_offset.append(offset)
+        kinds = np.array(self.kinds, np.uint8)
+        anchors = np.array(self.anchors, np.int64)
+        values = np.array(self.values, np.int64)
+        cancelled = (kinds == _ACK) & (values == 0)
+        if cancelled.any():
+            kept = ~cancelled
+            kinds, anchors, values = kinds[kept], anchors[kept], values[kept]
         return MessageBlock(
-            np.array(self.kinds, np.uint8),
-            np.array(self.anchors, np.int64),
-            np.array(self.values, np.int64),
-            np.array(init_source, np.int32),
-            np.array(init_offset, np.int64),
-            list(sources),
+            kinds, anchors, values, np.array(init_source, np.int32), np.array(init_offset, np.int64), list(sources)
         )
 
 
@@ -385,5 +391,8 @@ class AckerClient:
             elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome
                 log.error("%d inits lost, and nothing told: their records get no outcome until read again", len(inits))
 
+        block = batch.block()
+        if not len(block):  # acks that all cancelled out
+            return
         # A refusal at once is reported there too (one too large is sent in halves); a fatal one raises.
-        produce_reporting(self.producer, self.topic, encode_batch(batch.block()), delivered, partition=partition)
+        produce_reporting(self.producer, self.topic, encode_batch(block), delivered, partition=partition)

@@ -20,6 +20,7 @@ from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import KafkaClientError
+from acker.wire import check_block
 from tests.strategies import Scenario, scenarios, tracker_configs
 
 
@@ -104,21 +105,27 @@ def _combined(producer: Producer, record: list[Message], i: int) -> list[Message
             client.send(message)
     batch = client._batches[0]
     assert batch is not None
-    return batch.block().to_messages()
+    block = batch.block()
+    check_block(block, 0, 1)  # as the acker checks each record
+    return block.to_messages()
 
 
 def _runs(record: list[Message]) -> int:
-    """Messages left once each run of acks of one tree (no other message of that tree between them) is one ack."""
-    count, open_runs = 0, set()
+    """Messages left once each run of acks of one tree (no other message of that tree between them) is one ack, and
+    runs that cancel out (XOR 0) are left out."""
+    kept: list[int] = []  # per message left, its combined value (1 for any other message)
+    open_runs: dict[int, int] = {}  # anchor -> index in kept of its open run
     for message in record:
         if isinstance(message, Ack):
             if message.anchor in open_runs:
+                kept[open_runs[message.anchor]] ^= message.value
                 continue
-            open_runs.add(message.anchor)
+            open_runs[message.anchor] = len(kept)
+            kept.append(message.value)
         else:
-            open_runs.discard(message.anchor)  # type: ignore[union-attr]
-        count += 1
-    return count
+            open_runs.pop(message.anchor, None)  # type: ignore[union-attr]
+            kept.append(1)
+    return sum(1 for value in kept if value)
 
 
 # The producer is never asked to send here (batches are taken from the client), so sharing it between examples is fine.
@@ -168,6 +175,22 @@ def test_acks_of_one_tree_are_combined_until_another_message_of_that_tree(produc
     assert list(zip(batch.kinds, batch.anchors, batch.values, strict=True)) == [
         (Kind.ACK, 5, 1 ^ 4 ^ 8), (Kind.ACK, 6, 2), (Kind.FAIL, 6, 0), (Kind.ACK, 6, 16 ^ 32),
     ]  # fmt: skip
+
+
+def test_acks_that_cancel_out_are_left_out_of_the_record_the_acker_takes(producer: Producer) -> None:
+    """A duplicated ack combined with itself gave an ack of value 0, which the acker refuses: the whole record was
+    dead-lettered (zero-id), and every other tree with a message in it timed out or failed."""
+    client = AckerClient(producer, "acker", 1, linger_s=60)
+    client.send_all([Init(7, "s", "t/0/1", 9), Ack(9, 5), Ack(3, 12), Ack(3, 12)])
+    batch = client._batches[0]
+    assert batch is not None
+    block = batch.block()
+    check_block(block, 0, 1)
+    assert block.to_messages() == [Init(7, "s", "t/0/1", 9), Ack(9, 5)]
+    empty = AckerClient(producer, "acker", 1, linger_s=60)
+    empty.send_acks([(4, 6), (4, 6)])
+    empty.flush(0)
+    assert len(producer) == 0
 
 
 def test_an_ack_is_never_moved_before_an_anchor_of_its_tree(producer: Producer) -> None:
