@@ -59,6 +59,8 @@ class NotRedrivableError(AckerError):
     """A dead letter that `redrive` cannot send back (it is not a record the replay job dead-lettered)."""
 
 
+HEADER_KEPT_BYTES = 1024  # of each replay header a too-large record's dead letter copies from it (`too_large`)
+
 # A replay's not-before further away is not believed by a spout (a corrupt header must not hold a partition): every
 # backoff is below it (60 s, or the first delay where that is more, and `--backoff-ms` is below this).
 MAX_HOLD_MS = 86_400_000
@@ -199,8 +201,17 @@ def instead(
 def too_large(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str, size: int) -> Decision:
     """The dead letter standing for the nacked record ``msg_id`` of ``size`` bytes, too large to publish where
     ``decision`` sends it: without the record's own headers, which may be what is too large, reason ``too-large``;
-    the caller keeps as much of its key and value as the dead-letter topic takes."""
-    return instead(policy, decision, msg_id, reason, TOO_LARGE, own=False, extra=[(TRUNCATED, str(size).encode())])
+    the caller keeps as much of its key and value as the dead-letter topic takes. The replay headers it copies from
+    the record are cut to `HEADER_KEPT_BYTES` each (names longer than that dropped): a record's own ``acker.replay.*``
+    header can be what is too large (an origin of a megabyte), and a dead letter refused aborted its batch at every
+    run, no nack of any spout replayed again."""
+    letter = instead(policy, decision, msg_id, reason, TOO_LARGE, own=False, extra=[(TRUNCATED, str(size).encode())])
+    cut = [
+        (k, v[:HEADER_KEPT_BYTES] if isinstance(v, str | bytes) else v)
+        for k, v in letter.headers
+        if len(k) <= HEADER_KEPT_BYTES
+    ]
+    return Decision(letter.topic, cut, letter.resolution)
 
 
 def unread(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str) -> Decision:

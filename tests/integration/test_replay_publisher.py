@@ -19,7 +19,16 @@ from confluent_kafka.admin import AdminClient
 from acker.headers import pairs, text
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import CONFIRM_S, close_all, lookups
-from acker.retries import ATTEMPT, NACK_REASON, NO_REPLAY_TOPIC, REASON, TOO_LARGE, TRUNCATED
+from acker.retries import (
+    ATTEMPT,
+    HEADER_KEPT_BYTES,
+    NACK_REASON,
+    NO_REPLAY_TOPIC,
+    ORIGIN,
+    REASON,
+    TOO_LARGE,
+    TRUNCATED,
+)
 from acker.wire import decode_outcomes
 from spark_jobs import replay_job
 from spark_jobs.commit_job import OutcomeSource
@@ -137,6 +146,28 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
     assert int(text(headers, TRUNCATED) or 0) > 100_000 and text(headers, "trace") is None
     assert letter.value() == b"x" * 65_536 and letter.key() == b"k"
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == smaller
+
+
+def test_a_record_whose_own_replay_header_is_too_large_is_dead_lettered_with_it_cut(bootstrap: str) -> None:
+    """Its dead letter kept the origin header that made it too large, was refused too, and aborted the batch at
+    every run: no nack of any spout was replayed again."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    small = {"max.message.bytes": "20000"}
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1, config=small),
+                           TopicSpec(settings.dead_letter_topic, 1, config=small)])  # fmt: skip
+    producer = Producer(client)
+    produce(producer, source, b"v", key=b"k", headers=[(ORIGIN, b"o" * 30_000)])
+    produce(producer, source, b"w", key=b"k")
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 0, 0), _nack(settings, source, 0, 1)], _fetch(client)) == 2
+    assert _resolutions(client, settings) == [("DEAD_LETTERED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
+    [letter] = read_all(client, settings.dead_letter_topic)
+    headers = pairs(letter.headers())
+    assert text(headers, REASON) == TOO_LARGE and text(headers, ORIGIN) == "o" * HEADER_KEPT_BYTES
+    assert (letter.value(), letter.key()) == (b"v", b"k")
 
 
 def test_a_nack_whose_replay_topic_does_not_exist_is_dead_lettered_whole(bootstrap: str) -> None:

@@ -10,6 +10,7 @@ from acker.headers import HeaderList
 from acker.retries import (
     ATTEMPT,
     DEAD_LETTERED,
+    HEADER_KEPT_BYTES,
     LAST,
     NACK_REASON,
     NO_REPLAY_TOPIC,
@@ -97,6 +98,17 @@ def test_a_record_too_large_to_publish_becomes_a_dead_letter_with_its_context_an
     assert (got[ATTEMPT], got[LAST]) == (b"3", b"rp.words/0/7")
     with pytest.raises(NotRedrivableError, match=TOO_LARGE):  # only part of it is kept
         redrive(POLICY, "acker.replay.dlq/0/5", letter.headers)
+
+
+def test_a_too_large_records_own_replay_headers_are_cut_in_its_dead_letter() -> None:
+    """An origin header of a megabyte made the dead letter itself too large: refused, it aborted the batch at every
+    run, and no nack of any spout was replayed again."""
+    huge = [(ORIGIN, b"o" * 1_100_000), ("acker.replay." + "n" * 2_000, b"x"), (ATTEMPT, b"1")]
+    replay = decide(POLICY, "words", "rp.words/0/1", "FAILED", headers=huge, now_ms=NOW)
+    letter = too_large(POLICY, replay, "rp.words/0/1", "FAILED", 1_200_000)
+    got = dict(letter.headers)
+    assert got[ORIGIN] == b"o" * HEADER_KEPT_BYTES and got[REASON] == TOO_LARGE.encode()
+    assert sum(len(k) + len(v or b"") for k, v in letter.headers) < 2 * HEADER_KEPT_BYTES
 
 
 def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
