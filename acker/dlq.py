@@ -287,17 +287,22 @@ def those_that_can_go_back(
     letter, the dead letter of their re-driven copy, names them: re-driving both would replay the record twice, and
     each round would double the copies), and those whose replay topic does not exist."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
-    redriven = {text(letter.headers, REDRIVEN) for letter in letters} - {None}
-    planned: list[tuple[DeadLetter, Decision]] = []
+    possible: list[tuple[DeadLetter, Decision]] = []
     refused = Counter[str]()
     for letter in letters:
-        if letter.coordinates in redriven:
-            refused["re-driven already, and dead-lettered again (the later dead letter is re-driven)"] += 1
-            continue
         try:
-            planned.append((letter, redrive(policy, letter.coordinates, letter.headers, spout)))
+            possible.append((letter, redrive(policy, letter.coordinates, letter.headers, spout)))
         except NotRedrivableError as error:
             refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
+    # Named only by a later letter that goes back itself: one that cannot (its copy dead-lettered as too large, say)
+    # left the earlier, whole one skipped as "re-driven already", and neither went back.
+    redriven = {text(letter.headers, REDRIVEN) for letter, _ in possible} - {None}
+    planned: list[tuple[DeadLetter, Decision]] = []
+    for letter, decision in possible:
+        if letter.coordinates in redriven:
+            refused["re-driven already, and dead-lettered again (the later dead letter is re-driven)"] += 1
+        else:
+            planned.append((letter, decision))
     _, missing = _target_counts(config, [decision for _, decision in planned])
     for topic in missing:
         refused[f"no replay topic {topic}: {_NO_REPLAY_TOPIC}"] += sum(d.topic == topic for _, d in planned)

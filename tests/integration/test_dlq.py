@@ -13,7 +13,7 @@ import acker.dlq
 from acker.cli import main
 from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
-from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide
+from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, too_large
 from tests.integration.helpers import ServiceThread, create_acker_topics, read_partition
 from tests.integration.test_bad_input_and_operations import _dead_letters
 
@@ -230,6 +230,35 @@ def test_a_dead_letter_re_driven_and_dead_lettered_again_is_re_driven_once(
     assert "1 record(s) skipped: re-driven already, and dead-lettered again" in out and "2 record(s) re-driven" in out
     origins = [h[ORIGIN] for p in (0, 1) for h in _every_headers(letters, letters.replay_topic("sp"), p)]
     assert sorted(origins) == [b"src/0/3", b"src/1/7", b"src/1/7"]  # the first re-drive's copy, and one more
+
+
+def test_a_letter_named_only_by_a_later_one_that_cannot_go_back_goes_back_itself(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The re-driven copy of letter 0/1 came back dead-lettered as too large (only part of it kept): 0/1 was skipped
+    as "re-driven already" and the later letter refused, so neither went back."""
+    policy = RetryPolicy(
+        max_attempts=3, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    copy = [
+        (ATTEMPT, b"0"),
+        (ORIGIN, b"src/0/3"),
+        (SPOUT, b"sp"),
+        (REDRIVEN, f"{letters.replay_dlq_topic}/0/1".encode()),
+    ]
+    replay = decide(policy, "sp", f"{letters.replay_topic('sp')}/0/0", "FAILED", headers=copy, now_ms=0)
+    cut = too_large(policy, replay, f"{letters.replay_topic('sp')}/0/0", "FAILED", 10**7)
+    assert dict(cut.headers)[REDRIVEN] == f"{letters.replay_dlq_topic}/0/1".encode()
+    producer = Producer(letters.client())
+    produce(producer, cut.topic, b"value-1 in part", headers=cut.headers)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "--all") == 0
+    out = capsys.readouterr().out
+    assert "2 record(s) re-driven" in out and "re-driven already" not in out and "1 record(s) skipped" in out
+    replayed = read_partition(letters, letters.replay_topic("sp"), 0) + read_partition(
+        letters, letters.replay_topic("sp"), 1
+    )
+    assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1"]
 
 
 def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
