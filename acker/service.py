@@ -280,7 +280,8 @@ class AckerService:
         # callback may serve more callbacks (a full queue is polled), without bound.
         self._fallbacks: list[Callable[[], None]] = []
         self._poisoned = False  # set when the loop failed: no commit may follow
-        self._partition_count = 0  # of the acker topic, read at each assignment (0: unknown, nothing checked)
+        self._partition_count = 0  # of the acker topic (`_look_up_partition_count`; 0: unknown, nothing checked)
+        self._next_count_check = 0.0
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
         # Per owned partition, the offset last committed (by this instance, or found at its assignment; negative:
         # none): every outcome decided before it was delivered, so it may be committed again (`_cover`).
@@ -369,6 +370,8 @@ class AckerService:
             self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
         self._commit_passed()
+        if self._states and time.monotonic() >= self._next_count_check:
+            self._look_up_partition_count(_LOOKUP_TIMEOUT_S, only_up=True)
         if self._acker_topic_said_at is not None and now - self._acker_topic_said_at >= ACKER_TOPIC_RECHECK_S:
             if self._states or self._topic_exists(self.config.acker_topic, timeout_s=0.5):
                 self._acker_topic_said_at = None
@@ -1000,17 +1003,28 @@ class AckerService:
         except KafkaException as error:  # looked up again at the next tick refused, or the next assignment
             log.debug("the producer's lookup of %s failed: %s", topic, error)
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _look_up_partition_count(self, timeout_s: float, *, only_up: bool = False) -> None:
+        """Read the acker topic's partition count, which each record is checked against (``wrong-partition``): at
+        each assignment, and every `PARTITIONS_CHECK_S` from the loop. Not only at assignments: under the consumer
+        group protocol (KIP-848) an instance given no new partition when partitions are added gets no callback,
+        and kept checking by the old count, dead-lettering records placed rightly by the new one (their inits
+        failed, their acks dropped), for as long as its assignment did not change. ``only_up``: a smaller count is
+        a broker's metadata not caught up yet (partitions are never taken away), kept for the next assignment."""
+        self._next_count_check = time.monotonic() + PARTITIONS_CHECK_S
         try:
             # Not on the consumer whose callback this is: a call on a handle inside its own callback clears the
             # state of the consume() that runs it (confluent-kafka 2.16), and a log line of librdkafka served
             # later in that consume() then aborts the process (with `debug` set, at every assignment).
-            if existing := topic_partitions(self._reading_consumer(), self.config.acker_topic, timeout_s=30):
+            existing = topic_partitions(self._reading_consumer(), self.config.acker_topic, timeout_s=timeout_s)
+            if existing and (len(existing) > self._partition_count or not only_up):
                 grown, self._partition_count = len(existing) != self._partition_count, len(existing)
                 if grown:  # the producer too (`_refresh_producer`)
                     self._refresh_producer(self.config.acker_topic, 10.0)
         except KafkaException as error:  # keep the count known: raised here, it would end the service
             log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._look_up_partition_count(30.0)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
         with self._lock:

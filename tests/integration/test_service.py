@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions  # type: ignore[attr-defined]
 
 from acker.columnar import BlockTracker, MessageBlock
 from acker.config import ServiceConfig
@@ -339,6 +339,47 @@ def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_rea
         consumer.close()
     assert (found.anchors.tolist(), found.until) == ([7], 4)
     assert found.log.starts(0) == {topic: (1, 0)}
+
+
+def test_an_instance_given_no_new_partition_takes_the_grown_count_up_under_the_new_group_protocol(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under KIP-848 an instance whose assignment does not change gets no callback when partitions are added: it
+    kept checking by the old count and dead-lettered rightly placed records as ``wrong-partition`` (their inits
+    failed, the other trees in them timed out) until its assignment changed."""
+    monkeypatch.setattr("acker.service.PARTITIONS_CHECK_S", 1.0)
+    config = replace(config, partitions=2, kafka={"group.protocol": "consumer"})
+    create_acker_topics(config)
+    instances = [ServiceThread(replace(config, instance_id=name)) for name in ("a", "b")]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        deadline = time.monotonic() + 60
+        while not all(instance.service._states for instance in instances):
+            assert time.monotonic() < deadline, "the instances did not share the partitions"
+            time.sleep(0.2)
+        admin = AdminClient(config.producer())
+        outcomes = config.outcome_topic(SPOUT)
+        admin.create_partitions([NewPartitions(outcomes, 3)])[outcomes].result(30)
+        admin.create_partitions([NewPartitions(config.acker_topic, 3)])[config.acker_topic].result(30)
+        deadline = time.monotonic() + 60
+        while sum(len(instance.service._states) for instance in instances) < 3:
+            assert time.monotonic() < deadline, "the new partition was not taken"
+            time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        while [instance.service._partition_count for instance in instances] != [3, 3]:
+            assert time.monotonic() < deadline, [instance.service._partition_count for instance in instances]
+            time.sleep(0.2)
+        ids = IdGenerator(11)
+        grown = replace(config, partitions=3)
+        trees = {f"src/0/{i}": _tree_messages(f"src/0/{i}", ids) for i in range(30)}
+        send(grown, [m for _, head, tail in trees.values() for m in (*head, *tail)])
+        reader.wait_for(list(trees))
+    finally:
+        for instance in instances:
+            instance.stop()
+        reader.close()
+    assert {m: reader.seen[m] for m in trees} == {m: ["ACK"] for m in trees}
+    assert not any(instance.service._dead_letters for instance in instances)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
