@@ -10,7 +10,9 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Libraries whose info lines are not the application's: py4j, Spark's bridge to its JVM, logs every call the JVM makes
 # into Python, which is a line per micro-batch of a Spark job (and its sockets opening and closing). Their warnings
-# show as the application's do (not at ERROR); at DEBUG, everything does.
+# show as the application's do (not at ERROR); at DEBUG, their info lines too, never their debug lines: py4j's are
+# every command sent to the JVM, with its arguments, the Kafka source's options among them (`kafka.sasl.jaas.config`,
+# a password in it).
 CHATTY = ("py4j",)
 
 
@@ -21,7 +23,7 @@ def configure(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=FORMAT)
     number = logging.getLevelNamesMapping()[level.upper()]
     for name in CHATTY:
-        logging.getLogger(name).setLevel(logging.NOTSET if number <= logging.DEBUG else max(number, logging.WARNING))
+        logging.getLogger(name).setLevel(logging.INFO if number <= logging.DEBUG else max(number, logging.WARNING))
     if number > logging.DEBUG:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_chatty_through_root)
