@@ -641,8 +641,14 @@ class AckerService:
         `_may_create`; one beyond it is not created, and is looked for again as after a failed creation."""
         missing = []
         for spec in specs:
-            if self._topic_exists(spec.name, timeout_s=timeout_s):
+            found = self._topic_lookup(spec.name, timeout_s)
+            if found:
                 self._known(spec.name)
+            elif found is None and capped:
+                # Not known to be missing (the lookup failed): written to, and looked up again later. Taken for
+                # missing, an existing topic beyond the creation budget was capped: its outcomes dead-lettered as
+                # outcome-refused, for up to 10 minutes while lookups kept failing.
+                self._ensure_again_at[spec.name] = (time.monotonic() + _ENSURE_AGAIN.delay_ms(1) / 1000, 0)
             else:
                 missing.append(spec)
         failed = set()
@@ -708,13 +714,17 @@ class AckerService:
         return False
 
     def _topic_exists(self, topic: str, timeout_s: float) -> bool:
-        """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); a
-        lookup that fails or times out counts as missing."""
+        """Whether ``topic`` exists (`_topic_lookup`); a lookup that fails or times out counts as missing."""
+        return bool(self._topic_lookup(topic, timeout_s))
+
+    def _topic_lookup(self, topic: str, timeout_s: float) -> bool | None:
+        """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); None
+        when the lookup fails or times out."""
         try:
             return bool(topic_partitions(self._reading_consumer(), topic, timeout_s))
         except KafkaException as error:
             log.debug("looking %s up: %s", topic, kafka_error(error) or error)
-            return False
+            return None
 
     def _say_acker_topic_missing(self, now: float) -> None:
         """Said at start and every `ACKER_TOPIC_RECHECK_S` while it lasts: the service waits for the topic (it serves

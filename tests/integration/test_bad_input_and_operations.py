@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import generate_latest
 
@@ -25,7 +25,7 @@ from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
 from acker.headers import pairs
 from acker.kafka.acker_client import AckerClient, fitted_batch_size
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, delete_groups
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, delete_groups, topic_partitions
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
 from acker.service import DLQ_DETAIL, DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
@@ -264,6 +264,34 @@ def test_the_service_creates_no_more_outcome_topics_an_hour_than_it_is_allowed(
         assert config.outcome_topic(made_up) not in Producer(config.client()).list_topics(timeout=10).topics
         assert config.outcome_topic(made_up) not in written and config.outcome_topic(SPOUT) in written
         assert reader.seen["src/0/1"] == ["ACK"]
+    finally:
+        service.stop()
+        reader.close()
+
+
+def test_an_existing_outcome_topic_whose_lookup_failed_is_written_to_not_capped(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no creation left in the hour, one lookup of an existing outcome topic that timed out made it "capped":
+    its outcomes were dead-lettered as outcome-refused for up to 10 minutes, and their trees replayed."""
+    config = replace(config, partitions=1, outcome_topics_per_hour=0)
+    create_acker_topics(config, [SPOUT])  # the outcome topic exists
+    asked: list[str] = []
+
+    def timing_out_once(consumer: Any, topic: str, timeout_s: float = 10.0) -> list[int]:
+        asked.append(topic)
+        if topic == config.outcome_topic(SPOUT) and asked.count(topic) == 1:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "metadata request timed out"))
+        return topic_partitions(consumer, topic, timeout_s)
+
+    monkeypatch.setattr(service_module, "topic_partitions", timing_out_once)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [Init(7, SPOUT, "src/0/1", 5), Ack(7, 5)])
+        reader.wait_for(["src/0/1"], timeout_s=60)
+        assert reader.seen["src/0/1"] == ["ACK"] and asked.count(config.outcome_topic(SPOUT)) >= 1
+        assert not service.service._dead_letters and not service.service._capped
     finally:
         service.stop()
         reader.close()
