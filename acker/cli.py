@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import logging
 import os
 import select
 import signal
@@ -315,7 +316,8 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     for column in ("group", "topic", "partition", "watermark", "end", "behind"):
         table.add_column(column, justify="left" if column in ("group", "topic") else "right")
     for m in marks:
-        end, behind = ("-", "-") if m.end is None else (str(m.end), str(m.behind))
+        end = "-" if m.end is None else str(m.end)
+        behind = "-" if m.behind is None else str(m.behind)
         watermark = "none yet" if m.watermark is None else str(m.watermark)
         table.add_row(m.group, m.topic, str(m.partition), watermark, end, behind)
     table_console().print(table)
@@ -461,10 +463,14 @@ def _servers(args: argparse.Namespace) -> str:
     given = getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
     if not hasattr(args, "config"):  # not a command of `add_arguments`: the environment is not its
         return given
+    quiet = logging.getLogger("acker.config")  # its warnings (settings ignored) were said by the command's own load
+    was, quiet.disabled = quiet.disabled, True
     try:
         return load(args).bootstrap_servers
     except Exception:  # settings that did not load: not the error to show
         return given
+    finally:
+        quiet.disabled = was
 
 
 def _reader_gone() -> bool:

@@ -139,8 +139,10 @@ class ServiceConfig:
             topic = getattr(self, name) + ("s" if name.endswith("_prefix") else "")  # a prefix: with a spout's name
             if (problem := topic_name_problem(topic)) is not None:
                 raise ConfigError(f"{name}: {problem}")
-        if self.high_water < 0:  # before the tracker's check, which speaks of its own None
-            raise ConfigError(f"high_water must be 0 (off) or more, got {self.high_water}")
+        if not 0 <= self.high_water < 2**63:  # before the tracker's check, which speaks of its own None
+            raise ConfigError(f"high_water must be 0 (off) or more, below 2**63, got {self.high_water}")
+        if not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers is empty: name at least one broker, host:port")
         self.tracker_config()  # validates buckets
         callables = sorted(set(self.kafka) & set(_PYTHON_CALLABLES))
         if callables:

@@ -288,3 +288,14 @@ def test_ctrl_c_is_one_line_and_the_process_dies_of_sigint(tmp_path: Path) -> No
     _, err = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGINT, err
     assert err.strip().endswith("acker: interrupted") and "Traceback" not in err
+
+
+def test_the_servers_named_in_an_error_are_read_without_saying_ignored_settings_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning "ignored: ACKER_TIMOUT_S" came twice when a command failed: its error loaded the settings again."""
+    monkeypatch.setenv("ACKER_TIMOUT_S", "5")
+    args = cli.build_parser().parse_args(["status", "--bootstrap-servers", "h:9092"])
+    with caplog.at_level(logging.WARNING, logger="acker.config"):
+        assert cli._servers(args) == "h:9092"
+    assert not caplog.records and not logging.getLogger("acker.config").disabled
