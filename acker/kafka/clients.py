@@ -143,6 +143,9 @@ def delete_groups(client_config: Mapping[str, Any], groups: Iterable[str], timeo
 
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
+# Consumer errors no retry mends: the broker refuses the group's settings (a session timeout outside its bounds, a
+# group id it does not take). Reported as any other, the process stayed up, never in its group, reading nothing.
+REFUSED_SETTINGS = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.INVALID_GROUP_ID})
 # A record refused as too large: by the producer (message.max.bytes) or by the broker (the topic's limit).
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
@@ -291,14 +294,17 @@ def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s:
 
 def readable(record: Message, logger: logging.Logger, what: str) -> bool:
     """Whether a consumed record is a record, not an event: False for the end of a partition, or for an error,
-    logged; `KafkaClientError` for a fatal error, after which the consumer is unusable (a static member its
-    successor fenced, say): the process must stop, so that its supervisor starts it again, rather than run on
-    without reading anything, or, holding work it no longer owns, act on it as a zombie."""
+    logged; `KafkaClientError` for settings the broker refuses (`REFUSED_SETTINGS`), and for a fatal error, after
+    which the consumer is unusable (a static member its successor fenced, say): the process must stop, so that its
+    supervisor starts it again, rather than run on without reading anything, or, holding work it no longer owns, act
+    on it as a zombie."""
     error = record.error()
     if error is None:
         return True
     if fatal(error):
         raise KafkaClientError(what, error)
+    if error.code() in REFUSED_SETTINGS:  # asked again every few seconds, refused every time: the process waited
+        raise KafkaClientError(what, error, " (the broker refuses the group's settings: correct them)")
     if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # a subscribed topic that does not exist (yet)
         logger.warning("%s error: %s (create it: `acker topics create --topic NAME:PARTITIONS`)", what, error.str())
     elif error.code() != KafkaError._PARTITION_EOF:

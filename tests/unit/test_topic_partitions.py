@@ -47,3 +47,11 @@ def test_a_fatal_consumer_error_stops_the_reader_and_others_are_skipped(caplog: 
     assert "consumer error" in caplog.text
     with pytest.raises(KafkaClientError, match="FENCED_INSTANCE_ID"):
         readable(Message(error=KafkaError(KafkaError.FENCED_INSTANCE_ID, fatal=True)), log, "consumer")
+
+
+def test_group_settings_the_broker_refuses_stop_the_reader() -> None:
+    """`acker run --kafka session.timeout.ms=1000` (below the broker's minimum) logged the refusal every 2 s for ever,
+    never in its group, reading nothing."""
+    refused = KafkaError(KafkaError.INVALID_SESSION_TIMEOUT, "JoinGroup failed: Broker: Invalid session timeout")
+    with pytest.raises(KafkaClientError, match=r"INVALID_SESSION_TIMEOUT.*refuses the group's settings"):
+        readable(Message(error=refused), logging.getLogger("test.readable"), "consumer")
