@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from acker.argtypes import at_least, non_negative
 from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
-from acker.errors import ConfigError
+from acker.errors import AckerError, ConfigError
 from acker.retries import MAX_HOLD_MS
 
 if TYPE_CHECKING:  # it imports pyspark: only when a job runs
@@ -163,7 +163,22 @@ def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, di
     return config, source, groups
 
 
+def _spark_said(error: Exception) -> str:
+    """The first line of what Spark said, from its JVM's exception where there is one (a `Py4JJavaError`'s own text
+    is lost once the JVM stops, and was printed then as "<exception str() failed>")."""
+    java = getattr(error, "java_exception", None)
+    try:
+        said = str(java.toString()) if java is not None else str(error)
+    except Exception:  # the JVM gone already
+        said = ""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 def _run(args: argparse.Namespace) -> int:
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
     from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit
@@ -174,36 +189,39 @@ def _run(args: argparse.Namespace) -> int:
     spark = None
     try:
         master = args.master or (None if under_spark_submit() else "local[2]")
-        spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
-        if args.spark_job == "commit":
-            spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
-            settings = commit_job.CommitJobSettings(
-                source,
-                args.checkpoint,
-                trigger_s=args.trigger_s,
-                groups=groups,
-                spouts=spouts,
-                max_records=args.max_records,
-                dlq_topic=dlq_topic,
-            )
-            queries = commit_job.start(spark, settings)
-        else:
-            replay = replay_job.ReplayJobSettings(
-                source,
-                args.checkpoint,
-                trigger_s=args.trigger_s,
-                max_attempts=args.max_attempts,
-                backoff=Backoff(first_ms=args.backoff_ms),
-                replay_prefix=config.replay_prefix,
-                dead_letter_topic=config.replay_dlq_topic,
-                max_records=args.max_records,
-                nacks_per_transaction=args.nacks_per_transaction,
-                groups=groups,
-                dlq_topic=dlq_topic,
-                progress_topic=config.replay_topic("progress"),
-                replication_factor=config.replication_factor,
-            )
-            queries = replay_job.start(spark, replay)
+        try:
+            spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
+            if args.spark_job == "commit":
+                spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
+                settings = commit_job.CommitJobSettings(
+                    source,
+                    args.checkpoint,
+                    trigger_s=args.trigger_s,
+                    groups=groups,
+                    spouts=spouts,
+                    max_records=args.max_records,
+                    dlq_topic=dlq_topic,
+                )
+                queries = commit_job.start(spark, settings)
+            else:
+                replay = replay_job.ReplayJobSettings(
+                    source,
+                    args.checkpoint,
+                    trigger_s=args.trigger_s,
+                    max_attempts=args.max_attempts,
+                    backoff=Backoff(first_ms=args.backoff_ms),
+                    replay_prefix=config.replay_prefix,
+                    dead_letter_topic=config.replay_dlq_topic,
+                    max_records=args.max_records,
+                    nacks_per_transaction=args.nacks_per_transaction,
+                    groups=groups,
+                    dlq_topic=dlq_topic,
+                    progress_topic=config.replay_topic("progress"),
+                    replication_factor=config.replication_factor,
+                )
+                queries = replay_job.start(spark, replay)
+        except (Py4JJavaError, PySparkException) as error:  # what Spark said, read before its JVM stops
+            raise AckerError(f"Spark could not start the {args.spark_job} job: {_spark_said(error)}") from None
         stopping = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stopping.set())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -576,3 +578,19 @@ def test_a_spark_job_makes_its_own_topics_before_spark_starts(
     own = spark_job_topics(config)
     assert {spec.name for spec in own} == {f"{names['outcomes']}dlq", f"dead-{uid}", f"rp-{uid}.progress"}
     assert [partition_count(config.client(), spec.name) for spec in own] == [1, 1, 1]
+
+
+def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tmp_path: Path) -> None:
+    """A checkpoint Spark cannot make gave a traceback ending in "Py4JJavaError: <exception str() failed>": the JVM
+    was stopped before the error was printed, and its text with it."""
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    run = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", config.bootstrap_servers,
+         "--spout", "sentences", "--checkpoint", str(blocked / "ck"), "--spark-log", str(tmp_path / "spark.log")],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    [said] = [line for line in run.stderr.splitlines() if line.startswith("acker: ")]
+    assert said.startswith("acker: Spark could not start the commit job: ") and str(blocked) in said
+    assert "Traceback" not in run.stderr
