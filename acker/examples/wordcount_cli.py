@@ -30,7 +30,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from acker.argtypes import at_least, positive, share
 from acker.bolt import Bolt
 from acker.cli import run_until_signalled
-from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv
+from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv, topic_name_problem
+from acker.errors import ConfigError
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, delete_groups, log_bounds, topic_partitions
@@ -47,7 +48,12 @@ CRASH_EXIT = 17
 
 
 def _topics(args: argparse.Namespace) -> Topics:
-    return Topics(args.prefix)
+    """The pipeline's topics, `ConfigError` when ``--prefix`` cannot begin a topic's name (Kafka answered a sentence
+    written to it with a TOPIC_EXCEPTION)."""
+    topics = Topics(args.prefix)
+    if (problem := topic_name_problem(topics.sentences)) is not None:
+        raise ConfigError(f"--prefix {args.prefix!r}: {problem}")
+    return topics
 
 
 def cmd_topics(args: argparse.Namespace) -> int:

@@ -299,3 +299,9 @@ def test_the_servers_named_in_an_error_are_read_without_saying_ignored_settings_
     with caplog.at_level(logging.WARNING, logger="acker.config"):
         assert cli._servers(args) == "h:9092"
     assert not caplog.records and not logging.getLogger("acker.config").disabled
+
+
+def test_a_wordcount_prefix_that_cannot_name_a_topic_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """It was written to, and Kafka's TOPIC_EXCEPTION came back for each sentence."""
+    assert cli.main(["wordcount", "produce", "--prefix", "bad topic", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert "acker: --prefix 'bad topic': 'bad topic.sentences' cannot name a Kafka topic" in capsys.readouterr().err
