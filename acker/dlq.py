@@ -195,10 +195,10 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
 def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[list[DeadLetter], int] | None:
     """The last ``newest`` dead letters of each partition of ``topic`` (all of them: None), so that the topic's
     newest ``newest`` are among them, as a partition's are written in time order; in (partition, offset) order, and
-    how many offsets come
-    before them unread (older records, and the transaction markers between them); None when the topic does not
-    exist. Each partition is read from its end backwards in windows doubling from ``newest`` offsets, as markers and
-    aborted records take offsets too: a topic of millions of letters is not read whole to show a few."""
+    how many offsets come before them unread (older records, and the transaction markers between them); None when
+    the topic does not exist. Each partition is read from its end backwards in windows doubling from ``newest``
+    offsets, as markers and aborted records take offsets too: a topic of millions of letters is not read whole to
+    show a few."""
     partitions = _partitions(config, topic)
     if partitions is None:
         return None
