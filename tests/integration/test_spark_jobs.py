@@ -582,12 +582,15 @@ def test_a_spark_job_makes_its_own_topics_before_spark_starts(
 
 def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tmp_path: Path) -> None:
     """A checkpoint Spark cannot make gave a traceback ending in "Py4JJavaError: <exception str() failed>": the JVM
-    was stopped before the error was printed, and its text with it."""
+    was stopped before the error was printed, and its text with it. The outcome topic is the test's own and exists
+    (a missing one is refused before Spark starts: this test passed only after another had made the default one)."""
+    create_topics(config.client(), [TopicSpec(config.outcome_topic("sentences"), 1)])
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     run = subprocess.run(
         [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", config.bootstrap_servers,
-         "--spout", "sentences", "--checkpoint", str(blocked / "ck"), "--spark-log", str(tmp_path / "spark.log")],
+         "--outcome-prefix", config.outcome_prefix, "--spout", "sentences", "--checkpoint", str(blocked / "ck"),
+         "--spark-log", str(tmp_path / "spark.log")],
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
