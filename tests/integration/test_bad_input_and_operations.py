@@ -395,7 +395,8 @@ def test_topics_create_says_which_topics_it_made_when_one_is_refused(config: Ser
     run = subprocess.run(
         [sys.executable, "-m", "acker.cli", "topics", "create", "--bootstrap-servers", config.bootstrap_servers,
          "--acker-topic", config.acker_topic, "--outcome-prefix", config.outcome_prefix, "--dlq-topic",
-         config.dlq_topic, "--status-topic", config.status_topic, "--partitions", "2", "--spout", SPOUT],
+         config.dlq_topic, "--status-topic", config.status_topic, "--replay-prefix", config.replay_prefix,
+         "--replay-dlq-topic", config.replay_dlq_topic, "--partitions", "2", "--spout", SPOUT],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
@@ -439,6 +440,8 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         "--status-topic", config.status_topic,
         "--outcome-prefix", config.outcome_prefix,
         "--dlq-topic", config.dlq_topic,
+        "--replay-prefix", config.replay_prefix,  # the Spark jobs' topics are made too: the test's own, not defaults
+        "--replay-dlq-topic", config.replay_dlq_topic,
         "--partitions", "3",
     ]  # fmt: skip
     source, stage = f"{config.group}.source", f"{config.group}.stage"  # a pipeline's own topics

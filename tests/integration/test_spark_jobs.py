@@ -442,9 +442,6 @@ def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
                                max_attempts=1, backoff=Backoff(first_ms=200), replay_prefix=config.replay_prefix,
                                dead_letter_topic=f"dead-{uid}",
                                progress_topic=f"progress-{uid}", dlq_topic=f"dlq-{uid}")  # fmt: skip
-    queries = start_commit(spark, commit) + start_replay(spark, replay)
-    spout = Spout(config, settings)
-    stages = [ServiceThread(config), Running(Bolt(config, mid, f"b-{uid}", process, basic=False)), Running(spout)]
     replay_topic = config.replay_topic("sp")
     kafka = lookups(client)
 
@@ -452,7 +449,13 @@ def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
         with kafka.lock:
             return kafka.committed(settings.watermark_group, [(src, 0), (replay_topic, 0)])
 
+    # The queries are stopped whatever happens to the stages: left running, their names (one per job in a session)
+    # would fail every later test that starts a job.
+    queries = start_commit(spark, commit) + start_replay(spark, replay)
+    stages: list[Running] = []
     try:
+        spout = Spout(config, settings)
+        stages += [ServiceThread(config), Running(Bolt(config, mid, f"b-{uid}", process, basic=False)), Running(spout)]
         # r10's copy is acked; r13's copy fails and is dead-lettered: every offset of both topics is resolved.
         dead = _eventually(lambda: read_all(client, f"dead-{uid}"), timeout_s=150)
         assert [(r.value(), dict(r.headers())[ORIGIN]) for r in dead] == [(b"r13", f"{src}/0/13".encode())]
@@ -470,10 +473,12 @@ def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
         assert (again.counters["read"], again.counters["acked"]) == (3, 3)
         _eventually(lambda: watermarks()[(src, 0)] == 23)
     finally:
-        for stage in reversed(stages):
-            stage.stop()
-        for query in queries:
-            query.stop()
+        try:
+            for stage in reversed(stages):
+                stage.stop()
+        finally:
+            for query in queries:
+                query.stop()
 
 
 def _write(client: dict[str, Any], topic: str, values: list[bytes]) -> None:
@@ -589,8 +594,9 @@ def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tm
     blocked.write_text("not a directory")
     run = subprocess.run(
         [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", config.bootstrap_servers,
-         "--outcome-prefix", config.outcome_prefix, "--spout", "sentences", "--checkpoint", str(blocked / "ck"),
-         "--spark-log", str(tmp_path / "spark.log")],
+         "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix, "--replay-dlq-topic",
+         config.replay_dlq_topic, "--spout", "sentences", "--checkpoint", str(blocked / "ck"), "--spark-log",
+         str(tmp_path / "spark.log")],
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
