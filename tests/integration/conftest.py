@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from acker.config import ServiceConfig
 from acker.kafka import lookups
 from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.provision import Cluster, kafka_cluster
+from tests.integration.helpers import service_config
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -46,18 +46,7 @@ def bootstrap(cluster: Cluster) -> str:
 @pytest.fixture
 def config(bootstrap: str) -> ServiceConfig:
     """A service configuration with topics and group of its own (created by the test or the service)."""
-    run = uuid.uuid4().hex[:10]
-    return ServiceConfig(
-        bootstrap_servers=bootstrap,
-        partitions=4,
-        timeout_s=30.0,
-        commit_interval_s=0.2,
-        status_interval_s=0.5,
-        metrics_port=0,
-        instance_id=f"test-{run}",
-        # A killed instance's partitions move after the session timeout: the broker's minimum, not 45 s.
-        kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-    ).namespaced(f"run-{run}")
+    return service_config(bootstrap)
 
 
 _JAAS = (

@@ -29,6 +29,22 @@ from acker.service import AckerService
 from acker.wire import decode_outcomes
 
 
+def service_config(bootstrap: str, partitions: int = 4) -> ServiceConfig:
+    """A test's service configuration: topics and group of its own (created by the test or the service)."""
+    run = uuid.uuid4().hex[:10]
+    return ServiceConfig(
+        bootstrap_servers=bootstrap,
+        partitions=partitions,
+        timeout_s=30.0,
+        commit_interval_s=0.2,
+        status_interval_s=0.5,
+        metrics_port=0,
+        instance_id=f"test-{run}",
+        # A killed instance's partitions move after the session timeout: the broker's minimum, not 45 s.
+        kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
+    ).namespaced(f"run-{run}")
+
+
 class Runnable(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 

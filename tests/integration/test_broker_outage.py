@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from acker.config import ServiceConfig
 from acker.examples.wordcount import SPOUT, Topics, sentences
 from acker.kafka import lookups
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.local_broker import LocalKafkaBroker
-from tests.integration.helpers import OutcomeReader, create_acker_topics
+from tests.integration.helpers import OutcomeReader, create_acker_topics, service_config
 from tests.integration.test_pipeline import _pipeline, _produce, _stop
 
 
@@ -34,15 +33,7 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
     partitions were reassigned), and every word counted at least once."""
     first = LocalKafkaBroker(data_dir=data_dir, num_partitions=2).start()
     bootstrap = first.bootstrap_servers
-    config = ServiceConfig(
-        bootstrap_servers=bootstrap,
-        partitions=2,
-        timeout_s=30.0,
-        commit_interval_s=0.2,
-        status_interval_s=0.5,
-        metrics_port=0,
-        kafka={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-    )
+    config = service_config(bootstrap, partitions=2)
     topics = Topics(prefix="outage")
     create_acker_topics(config, [SPOUT])
     create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words,
