@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 def _stat_seconds(path: str) -> float:
@@ -12,8 +13,9 @@ def _stat_seconds(path: str) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU seconds used so far by process ``pid`` (Linux)."""
-    return _stat_seconds(f"/proc/{pid}/stat")
+    """CPU seconds used so far by process ``pid`` (Linux): in clock ticks (10 ms) from /proc, to the nanosecond for
+    this process itself (its CPU clock, every thread)."""
+    return time.process_time() if pid == os.getpid() else _stat_seconds(f"/proc/{pid}/stat")
 
 
 JVM_COMPILER = "CompilerThre"
@@ -51,3 +53,18 @@ def snapshot(pids: dict[str, int]) -> dict[str, float]:
 def spent(before: dict[str, float], pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds each process used since ``before`` (a `snapshot` of the same processes)."""
     return {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+
+
+class Window:
+    """Wall-clock and CPU seconds of some processes (every thread of each) from its making to `close`: what a timed
+    section of a benchmark cost the machine, not only how long it took."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.before = snapshot(pids)
+        self.started = time.perf_counter()
+
+    def close(self) -> tuple[float, float]:
+        """(seconds elapsed, CPU seconds the processes used together) since the window was made."""
+        elapsed = time.perf_counter() - self.started
+        return elapsed, sum(spent(self.before, self.pids).values())

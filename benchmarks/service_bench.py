@@ -97,7 +97,7 @@ def _produce_all(bootstrap: str, topic: str, records: list[list[bytes]]) -> None
     assert producer.flush(60) == 0
 
 
-def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
+def _plain_consumer(bootstrap: str, topic: str, records: int, pids: dict[str, int]) -> tuple[float, float]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"plain-{uuid.uuid4().hex}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
     assigned = threading.Event()
@@ -105,7 +105,7 @@ def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
     seen, size = 0, 0
     while not assigned.is_set():
         seen += len(consumer.consume(1, timeout=0.1))  # joins the group
-    started = time.perf_counter()
+    window = cpu.Window(pids)
     while seen < records:
         # As the service reads: take what is there, wait only for a first record (a batch consume with a timeout
         # would wait for a full batch at the end).
@@ -114,20 +114,20 @@ def _plain_consumer(bootstrap: str, topic: str, records: int) -> float:
             if record.error() is None:
                 size += len(record.value() or b"")
                 seen += 1
-    elapsed = time.perf_counter() - started
+    timed = window.close()
     consumer.close()
-    return elapsed
+    return timed
 
 
-def _tracker_only(config: ServiceConfig, records: list[list[bytes]]) -> float:
+def _tracker_only(config: ServiceConfig, records: list[list[bytes]], pids: dict[str, int]) -> tuple[float, float]:
     """Seconds for fresh trackers (one per partition, as the service keeps) to parse and decide every record in this
     process, in groups of whole records as the service applies them, partitions on ``tracker_threads`` threads as
     the service decides them: the service's own work without Kafka."""
     BlockTracker.warm_up()
-    started = time.perf_counter()
+    window = cpu.Window(pids)
     with ThreadPoolExecutor(config.tracker_threads) as pool:
         list(pool.map(functools.partial(_decide_partition, config), records))
-    return time.perf_counter() - started
+    return window.close()
 
 
 def _decide_partition(config: ServiceConfig, values: list[bytes]) -> None:
@@ -139,18 +139,18 @@ def _decide_partition(config: ServiceConfig, values: list[bytes]) -> None:
         tracker.process_records(MessageBlock.concat(group), spans)
 
 
-def _service_run(config: ServiceConfig, trees: int) -> float:
+def _service_run(config: ServiceConfig, trees: int, pids: dict[str, int]) -> tuple[float, float]:
     service = AckerService(config)
     service.consumer.subscribe([config.acker_topic], on_assign=service._on_assign, on_revoke=service._on_revoke)
     while not service._states:
         service.step(timeout_s=0.1)  # joins the group
-    started = time.perf_counter()
+    window = cpu.Window(pids)
     states = list(service._states.values())
     while sum(state.tracker.counters.acked for state in states) < trees:  # cheaper than a metrics snapshot
         service.step(timeout_s=0.2)
-    elapsed = time.perf_counter() - started
+    timed = window.close()
     service.close()
-    return elapsed
+    return timed
 
 
 @dataclass
@@ -286,22 +286,13 @@ def main() -> None:
     rng = np.random.default_rng(1)
     records = _records(trees, args.batch, args.partitions, rng)
     n_records = sum(len(r) for r in records)
-    messages = trees * 7
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         bootstrap = cluster.bootstrap_servers
-        plain, acker, alone = [], [], []
-        for run in range(repeat):
-            config = _fresh(ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
-                                          tracker_threads=args.tracker_threads, timeout_s=300))  # fmt: skip
-            _produce_all(bootstrap, config.acker_topic, records)
-            plain.append(_plain_consumer(bootstrap, config.acker_topic, n_records))
-            acker.append(_service_run(config, trees))
-            alone.append(_tracker_only(config, records))
-            print(f"run {run + 1}: plain {messages / plain[-1]:,.0f} msg/s, acker {messages / acker[-1]:,.0f} msg/s, "
-                  f"trackers alone {messages / alone[-1]:,.0f} msg/s")  # fmt: skip
-        plain_rate = messages / statistics.median(plain)
-        acker_rate = messages / statistics.median(acker)
-        alone_rate = messages / statistics.median(alone)
+        config = ServiceConfig(bootstrap_servers=bootstrap, partitions=args.partitions, metrics_port=0,
+                               tracker_threads=args.tracker_threads, timeout_s=300)  # fmt: skip
+        (plain_rate, plain_cpu), (acker_rate, acker_cpu), (alone_rate, alone_cpu) = _throughput(
+            config, records, trees, repeat, cluster.pid
+        )
         streaming = replace(config, timeout_s=2.0)
         batch = args.latency_batch or args.batch
         seconds = args.latency_s or (3 if args.quick else 8)
@@ -325,7 +316,34 @@ def main() -> None:
             rows.append((f"{fraction:.0%} of the {basis} maximum", maximum * fraction, rate_records,
                          len(paced.latencies_ms), p50, p99, cores))  # fmt: skip
             print(f"{rows[-1][0]}: p50 {p50:.1f} ms, p99 {p99:.1f} ms, CPU in cores: {cores}")
-    _print_tables(args, n_records, Figures(trees * 7, plain_rate, acker_rate, alone_rate, live, live_rate, rows))
+    rates, cpu_ns = (plain_rate, acker_rate, alone_rate), (plain_cpu, acker_cpu, alone_cpu)
+    _print_tables(args, n_records, Figures(trees * 7, *rates, cpu_ns, live, live_rate, rows))
+
+
+def _throughput(
+    base: ServiceConfig, records: list[list[bytes]], trees: int, repeat: int, broker_pid: int | None
+) -> list[tuple[float, float]]:
+    """(messages/s, CPU ns a message) of the plain consumer, the service and its trackers alone, medians of
+    ``repeat`` runs; the CPU is this process's (the consumer, the service or the trackers, librdkafka's threads) and
+    the local broker's."""
+    pids = {"benchmark": os.getpid(), **({"broker": broker_pid} if broker_pid else {})}
+    messages, n_records = trees * 7, sum(len(r) for r in records)
+    plain, acker, alone = [], [], []
+    for run in range(repeat):
+        config = _fresh(base)
+        _produce_all(base.bootstrap_servers, config.acker_topic, records)
+        plain.append(_plain_consumer(base.bootstrap_servers, config.acker_topic, n_records, pids))
+        acker.append(_service_run(config, trees, pids))
+        alone.append(_tracker_only(config, records, pids))
+        print(f"run {run + 1}: plain {messages / plain[-1][0]:,.0f} msg/s, acker {messages / acker[-1][0]:,.0f} "
+              f"msg/s, trackers alone {messages / alone[-1][0]:,.0f} msg/s")  # fmt: skip
+    return [_medians(runs, messages) for runs in (plain, acker, alone)]
+
+
+def _medians(runs: list[tuple[float, float]], messages: int) -> tuple[float, float]:
+    """Messages per second and CPU nanoseconds per message, the medians of ``runs`` of (seconds, CPU seconds)."""
+    rate = messages / statistics.median(seconds for seconds, _ in runs)
+    return rate, statistics.median(used for _, used in runs) / messages * 1e9
 
 
 @dataclass
@@ -334,6 +352,7 @@ class Figures:
     plain_rate: float
     acker_rate: float
     alone_rate: float
+    cpu_ns: tuple[float, float, float]  # CPU ns a message of the plain consumer, the service, the trackers alone
     live: Stream
     live_rate: float
     rows: list[tuple[Any, ...]]  # of the latency table
@@ -344,15 +363,24 @@ def _print_tables(args: argparse.Namespace, n_records: int, f: Figures) -> None:
     print(f"\nworkload: {f.messages // 7:,} word-count trees = {f.messages:,} acker messages in {n_records:,} records "
           f"of ~{args.batch:,}; {args.partitions} partitions, {args.tracker_threads} tracker thread(s); "
           f"median of {repeat} run(s)\n")  # fmt: skip
-    print("| measure | acker messages/s | ratio |")
-    print("|---|---:|---:|")
-    for measure, rate in (
-        ("plain confluent-kafka consumer, same records", f.plain_rate),
-        ("acker service (one process), reading a backlog: the backlog maximum", f.acker_rate),
-        ("its trackers alone, same records parsed in process, no Kafka (bound)", f.alone_rate),
-        ("`acker run`, records produced while it runs, as fast as the producer goes: the live maximum", f.live_rate),
+    print("| measure | acker messages/s | ratio | CPU ns a message | cores |")
+    print("|---|---:|---:|---:|---:|")
+    for measure, rate, used in (
+        ("plain confluent-kafka consumer, same records", f.plain_rate, f.cpu_ns[0]),
+        ("acker service (one process), reading a backlog: the backlog maximum", f.acker_rate, f.cpu_ns[1]),
+        ("its trackers alone, same records parsed in process, no Kafka (bound)", f.alone_rate, f.cpu_ns[2]),
     ):
-        print(f"| {measure} | {rate:,.0f} | {rate / f.plain_rate:.2f} |")
+        print(f"| {measure} | {rate:,.0f} | {rate / f.plain_rate:.2f} | {used:.1f} | {used * rate / 1e9:.2f} |")
+    live = "`acker run`, records produced while it runs, as fast as the producer goes: the live maximum"
+    print(f"| {live} | {f.live_rate:,.0f} | {f.live_rate / f.plain_rate:.2f} | | |")
+    # What the ratio target asks of the CPU: the plain read leaves the cores it does not use; a service at 0.8 of it
+    # decides each message in 1 / (0.8 × its rate) seconds of wall clock on all of them.
+    cores = os.cpu_count() or 1
+    budget = cores / (0.8 * f.plain_rate) * 1e9 - f.cpu_ns[0]
+    print(f"\nCPU ns a message: of this process (all its threads) and the local broker, in the timed section; cores: "
+          f"the same per second. At 0.8 of the plain consumer, on {cores} cores, the service's own work could take "
+          f"{budget:.1f} ns of CPU a message at most (the plain read's {f.cpu_ns[0]:.1f} ns left out); its trackers "
+          f"alone take {f.cpu_ns[2]:.1f}.")  # fmt: skip
     print(f"\nCPU in cores during the live maximum: {_cores(f.live.cores)}")
     print("\n| load | acker messages/s | records/s | records measured | p50 ms | p99 ms | CPU in cores |")
     print("|---|---:|---:|---:|---:|---:|---|")
