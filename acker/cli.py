@@ -153,7 +153,7 @@ class Runnable(Protocol):
 GC_YOUNG_THRESHOLD = 50_000
 
 
-def _tune_gc() -> None:
+def tune_gc() -> None:
     """Fewer garbage collections for a process that handles messages one by one.
 
     Each message allocates short-lived objects; Python's default (a young collection every 700 allocations, and every
@@ -178,7 +178,7 @@ def run_until_signalled(runnable: Runnable) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    _tune_gc()
+    tune_gc()
     runnable.run(stop)
     return 0
 

@@ -167,16 +167,22 @@ def _warm_up(cluster: Cluster, lines: list[bytes], stages: Stages, rounds: int) 
         print(f"warm-up round {done}: the broker's JIT compiler used at least {share:.0%} of its CPU", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options of a word-count benchmark: where, how much, how many rounds, and the stages' acker linger."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warm-up", type=int, default=2, help="uncounted rounds first (not with --quick)")
-    parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
     parser.add_argument("--ack-linger-ms", type=int, default=None, help="the stages' acker batches (default: 20)")
+    return parser
+
+
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
     parser.add_argument(
         "--acker-partitions", type=int, default=None, help="of the acker and outcome topics (default: --partitions)"
     )

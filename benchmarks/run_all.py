@@ -29,6 +29,7 @@ SUITE = [  # name, module, what it compares
     ("recovery", "benchmarks.recovery_bench", "rebuilding 100k pending trees after kill -9; spurious replays"),
     ("pipeline", "benchmarks.pipeline_bench", "word count tracked vs untracked through Kafka"),
     ("stage", "benchmarks.stage_bench", "the word count's bolts tracked vs untracked, one at a time; header cost"),
+    ("floor", "benchmarks.floor_bench", "the word count's Kafka traffic alone, tracked vs untracked: the bound"),
     ("storm-wordcount", "benchmarks.storm_wordcount_bench", "Storm's word count, acking on vs off, LocalCluster"),
     ("commit", "benchmarks.commit_bench", "Spark commit job: acks/s and ack-to-watermark delay"),
 ]

@@ -1,0 +1,244 @@
+"""The floor of the guarantee's cost: the word count's Kafka traffic, tracked and untracked, without tracking logic.
+
+Run: ``.venv/bin/python -m benchmarks.floor_bench [--quick]`` (starts a local broker unless ``--bootstrap-servers``
+names one). Prints Markdown tables.
+
+`pipeline_bench` compares the project's word count tracked and untracked. This benchmark asks how much of the
+tracked mode's extra CPU any implementation of the same design must pay on this machine: the stages here are plain
+confluent-kafka loops (`_Stage`), with the project's client settings (`ServiceConfig.stream_consumer`,
+`ServiceConfig.stage_producer`) and nothing else, one process each, as in `pipeline_bench`:
+
+- **untracked floor**: spout (sentences → split topic), split (a message per word, keyed by word), count (a running
+  count per word to the sink). No header, no acker.
+- **tracked floor**: the same, plus what the guarantee puts on Kafka, at the rate the project's stages put it there,
+  and no more: a 16-byte ``acker.ids`` header on every data message (made from a counter, not drawn), read by the
+  next stage; acker records gathered per acker partition for ``ack_linger_ms`` (the project's setting): an init
+  from the spout per sentence, an ack from the split per sentence and from the count per word (25 bytes a message,
+  the project's columnar size, no encoding); an acker process that reads the acker topic and writes, for each record
+  of inits, an outcome record of 16 bytes an init (no decoding, no tracking); the spout reading its outcome topic as
+  the project's spout does (`acker.spout.outcome_consumer`), without decoding. No ids drawn, no XOR, no pending
+  trees, no delivery callbacks, no Avro.
+
+Each round runs four pipelines in turn on fresh topics: the floor untracked and tracked, then the project's word count
+untracked and tracked (`pipeline_bench._run`). The CPU figures (every process of a pipeline and the local broker, per
+1,000 words, from the first sentence written to the last count) give the floor's extra CPU a word, E, which no code
+of this project can take away, and the project's untracked CPU a word, U. On a machine whose cores both modes keep
+busy, throughput follows CPU per word, so no implementation can run tracked faster than U / (U + E) × untracked here:
+the bound printed last, to be read against the target of 0.8.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from acker.cli import tune_gc
+from acker.config import ServiceConfig
+from acker.examples.wordcount import SPOUT, Topics, sentences
+from acker.examples.wordcount_cli import produce
+from acker.headers import HEADER, HeaderList
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets
+from acker.kafka.provision import Cluster, kafka_cluster
+from acker.spout import SpoutSettings, outcome_consumer
+from benchmarks import cpu
+from benchmarks.pipeline_bench import Stages, _run, _sink_span, _wait_ready, arguments
+
+_MESSAGE = 25  # bytes an acker message takes in a columnar record (kind, anchor, value; an init's offset too)
+_OUTCOME = 16  # bytes an outcome takes in an outcome record (anchor, offset; its code and latency about nothing)
+_IDS = struct.Struct("<qq")
+
+
+class _Stage:
+    """One stage of the floor pipeline, a plain consumer and producer loop (see the module's note)."""
+
+    def __init__(self, config: ServiceConfig, topics: Topics, name: str, tracked: bool) -> None:
+        self.config, self.topics, self.name, self.tracked = config, topics, name, tracked
+        self.producer = Producer(config.stage_producer())
+        self.batches: dict[int, bytearray] = {}
+        self.started: dict[int, float] = {}
+        self.sent = 0  # messages given an acker partition, round-robin: random anchors spread as evenly
+        self.counts: Counter[bytes] = Counter()
+        source = {"spout": topics.sentences, "split": topics.split, "count": topics.words, "acker": config.acker_topic}
+        self.consumer = Consumer(config.stream_consumer(**{"group.id": f"{topics.prefix}-{name}",
+                                                           "auto.offset.reset": "earliest"}))  # fmt: skip
+        self.consumer.subscribe([source[name]])
+        self.outcomes: Consumer | None = None
+        if name == "spout" and tracked:  # read as the project's spout reads them, from their end
+            settings = SpoutSettings(SPOUT, topics.sentences, topics.split)
+            self.outcomes = Consumer(outcome_consumer(config, settings, f"{topics.prefix}-outcomes"))
+            topic = config.outcome_topic(SPOUT)
+            parts = [TopicPartition(topic, p) for p in range(config.partitions)]
+            ends = end_offsets(self.outcomes, parts)
+            self.outcomes.assign([TopicPartition(topic, p.partition, end) for p, end in zip(parts, ends, strict=True)])
+        if name == "acker":  # the service's outcome producer: a 1 ms linger
+            self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
+
+    def header(self) -> HeaderList | None:
+        self.sent += 1
+        return [(HEADER, _IDS.pack(self.sent, self.sent))] if self.tracked else None
+
+    def acker_message(self, init: bool = False) -> None:
+        if not self.tracked:
+            return
+        partition = self.sent % self.config.partitions
+        batch = self.batches.get(partition)
+        if batch is None:
+            batch = self.batches[partition] = bytearray()
+            self.started[partition] = time.monotonic()
+        batch += b"\1" * (_MESSAGE if init else _MESSAGE - 8)
+
+    def flush_acker(self, now: float) -> None:
+        linger_s = self.config.ack_linger_ms / 1000
+        for partition in [p for p, at in self.started.items() if now - at >= linger_s]:
+            del self.started[partition]
+            value = bytes(self.batches.pop(partition))
+            self.producer.produce(self.config.acker_topic, value, partition=partition,
+                                  key=b"i" if self.name == "spout" else b"a")  # fmt: skip
+
+    def step(self) -> None:
+        topics = self.topics
+        for record in consume_available(self.consumer, 500, 0.1):
+            if record.error() is not None:
+                continue
+            if self.tracked and self.name != "acker":
+                record.headers()  # the next stage reads the anchors
+            value = record.value() or b""
+            if self.name == "spout":
+                self.producer.produce(topics.split, value, headers=self.header())
+                self.acker_message(init=True)
+            elif self.name == "split":
+                for word in value.split():
+                    self.producer.produce(topics.words, word, key=word, headers=self.header())
+                self.acker_message()
+            elif self.name == "count":
+                self.counts[value] += 1
+                self.producer.produce(topics.counts, str(self.counts[value]).encode(), key=value)
+                self.acker_message()
+            elif record.key() == b"i":  # the acker: an outcome for every init, decided by nothing
+                outcomes = b"\2" * (len(value) // _MESSAGE * _OUTCOME)
+                partition = (record.partition() or 0) % self.config.partitions
+                self.producer.produce(self.config.outcome_topic(SPOUT), outcomes, key=b"0", partition=partition)
+        if self.outcomes is not None:
+            consume_available(self.outcomes, 1000, 0)
+        self.flush_acker(time.monotonic())
+        self.producer.poll(0)
+
+
+def serve(argv: list[str]) -> None:
+    """``serve NAME PREFIX BOOTSTRAP PARTITIONS LINGER_MS TRACKED``: one stage, until SIGTERM."""
+    name, prefix, bootstrap, partitions, linger_ms, tracked = argv
+    config = ServiceConfig(bootstrap_servers=bootstrap, partitions=int(partitions), ack_linger_ms=int(linger_ms),
+                           metrics_port=0).namespaced(prefix)  # fmt: skip
+    stage = _Stage(config, Topics(prefix), name, tracked == "1")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    tune_gc()  # as every stage of the project tunes its collector
+    while not stop.is_set():
+        stage.step()
+    stage.producer.flush(30)
+
+
+@dataclass(frozen=True)
+class Result:
+    words_per_s: float
+    cpu: dict[str, float]  # CPU seconds per 1,000 words, by process (and the broker)
+
+
+def _floor(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> Result:
+    partitions, linger_ms = stages.partitions, stages.ack_linger_ms or ServiceConfig.ack_linger_ms
+    prefix = f"floor-{uuid.uuid4().hex[:8]}"
+    config = ServiceConfig(bootstrap_servers=cluster.bootstrap_servers, partitions=partitions,
+                           metrics_port=0).namespaced(prefix)  # fmt: skip
+    topics = Topics(prefix)
+    create_topics(config.client(), [
+        TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(SPOUT), partitions),
+        *(TopicSpec(t, partitions) for t in (topics.sentences, topics.split, topics.words, topics.counts)),
+    ])  # fmt: skip
+    names = ["spout", "split", "count", *(["acker"] if tracked else [])]
+    common = [prefix, cluster.bootstrap_servers, str(partitions), str(linger_ms), "1" if tracked else "0"]
+    processes = {name: subprocess.Popen([sys.executable, "-m", "benchmarks.floor_bench", "serve", name, *common])
+                 for name in names}  # fmt: skip
+    pids = {name: process.pid for name, process in processes.items()}
+    if cluster.pid is not None:
+        pids["broker"] = cluster.pid
+    try:
+        _wait_ready(config, {f"{prefix}-{name}": partitions for name in names})
+        before = cpu.snapshot(pids)
+        produce(config, topics.sentences, lines)
+        words = sum(len(line.split()) for line in lines)
+        span = _sink_span(config, topics.counts, partitions, words, timeout_s=600)
+        used = {name: seconds * 1000 / words for name, seconds in cpu.spent(before, pids).items()}
+        return Result(words / span, used)
+    finally:
+        for process in processes.values():
+            process.terminate()
+        for process in processes.values():
+            process.wait(60)
+
+
+def _project(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> Result:
+    rate, used = _run(cluster, lines, tracked, stages)
+    return Result(rate, used)
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["serve"]:
+        serve(sys.argv[2:])
+        return
+    args = arguments(__doc__).parse_args()
+    n = args.sentences or (5_000 if args.quick else 50_000)
+    lines = list(sentences(n, seed=1))
+    stages = Stages(args.partitions, ack_linger_ms=args.ack_linger_ms)
+    runs = (("floor, untracked", _floor, False), ("floor, tracked", _floor, True),
+            ("project, untracked", _project, False), ("project, tracked", _project, True))  # fmt: skip
+    results: dict[str, list[Result]] = {label: [] for label, _, _ in runs}
+    with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
+        for done in range(0 if args.quick else args.warm_up):  # the broker's JIT compiler, mostly
+            for _, run, tracked in runs:
+                run(cluster, lines[: max(1, n // 2)], tracked, stages)
+            print(f"warm-up round {done + 1} done", flush=True)
+        for done in range(1 if args.quick else args.repeat):
+            for label, run, tracked in runs:
+                results[label].append(run(cluster, lines, tracked, stages))
+                print(f"round {done + 1}, {label}: {results[label][-1].words_per_s:,.0f} words/s", flush=True)
+    _report(n, results)
+
+
+def _report(n: int, results: dict[str, list[Result]]) -> None:
+    names = ["spout", "split", "count", "acker", "broker"]
+    rates = {label: statistics.median(r.words_per_s for r in runs) for label, runs in results.items()}
+    used = {label: {name: statistics.median(r.cpu.get(name, 0.0) for r in runs) for name in names}
+            for label, runs in results.items()}  # fmt: skip
+    total = {label: sum(row.values()) for label, row in used.items()}
+    print(f"\n{n:,} sentences; medians of {len(next(iter(results.values())))} round(s)\n")
+    print("| pipeline | words/s | CPU s per 1,000 words: " + " | ".join(names) + " | total |")
+    print("|---|---:|" + "---:|" * (len(names) + 1))
+    for label, row in used.items():
+        cells = " | ".join(f"{row[name]:.4f}" for name in names)
+        print(f"| {label} | {rates[label]:,.0f} | {cells} | {total[label]:.4f} |")
+    extra = total["floor, tracked"] - total["floor, untracked"]
+    plain, tracked = total["project, untracked"], total["project, tracked"]
+    print(
+        f"\nthe floor's extra CPU a word (E): {extra * 1000:.2f} µs; the project's untracked CPU a word (U): "
+        f"{plain * 1000:.2f} µs, tracked: {tracked * 1000:.2f} µs (extra {(tracked - plain) * 1000:.2f} µs)"
+    )
+    print(
+        f"bound on tracked / untracked for any implementation here, U / (U + E): {plain / (plain + extra):.2f}; "
+        f"the project's by CPU, U / tracked: {plain / tracked:.2f}; by throughput: "
+        f"{rates['project, tracked'] / rates['project, untracked']:.2f}; the floor's own by throughput: "
+        f"{rates['floor, tracked'] / rates['floor, untracked']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
