@@ -1,8 +1,16 @@
-"""Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine)."""
+"""Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine), and an
+environment without the shell's acker settings."""
 
 import os
 
 from hypothesis import HealthCheck, settings
+
+# The suite ignores the acker's settings of the shell that runs it (`ACKER_BOOTSTRAP_SERVERS`, `ACKER_KAFKA_*`, a
+# `ACKER_CONFIG` file, ...), which the README has operators export: the tests' commands and configurations would take
+# them up (a test's CLI call naming only some settings would take the rest from there, a SASL login say). Only its
+# own, `ACKER_TEST_*`, count.
+for _name in [n for n in os.environ if n.startswith("ACKER_") and not n.startswith("ACKER_TEST_")]:
+    del os.environ[_name]
 
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
