@@ -67,4 +67,8 @@ class Window:
     def close(self) -> tuple[float, float]:
         """(seconds elapsed, CPU seconds the processes used together) since the window was made."""
         elapsed = time.perf_counter() - self.started
-        return elapsed, sum(spent(self.before, self.pids).values())
+        return elapsed, sum(self.by_process().values())
+
+    def by_process(self) -> dict[str, float]:
+        """CPU seconds each process used since the window was made."""
+        return spent(self.before, self.pids)

@@ -1,34 +1,39 @@
 """The floor of the guarantee's cost: the word count's Kafka traffic, tracked and untracked, without tracking logic.
 
-Run: ``.venv/bin/python -m benchmarks.floor_bench [--quick]`` (starts a local broker unless ``--bootstrap-servers``
-names one). Prints Markdown tables.
+Run: ``.venv/bin/python -m benchmarks.floor_bench [--quick] [--repeat N]`` (starts a local broker unless
+``--bootstrap-servers`` names one). Prints Markdown tables.
 
 `pipeline_bench` compares the project's word count tracked and untracked. This benchmark asks how much of the
-tracked mode's extra CPU any implementation of the same design must pay on this machine: the stages here are plain
-confluent-kafka loops (`_Stage`), with the project's client settings (`ServiceConfig.stream_consumer`,
-`ServiceConfig.stage_producer`) and nothing else, one process each, as in `pipeline_bench`:
+tracked mode's extra CPU an implementation of the same design pays on this machine with no tracking logic at all, and
+how fast it could run tracked. The stages here are plain confluent-kafka loops (`_Stage`), with the project's client
+settings (`ServiceConfig.stream_consumer`, `ServiceConfig.stage_producer`) and nothing else, one process each, as in
+`pipeline_bench`:
 
 - **untracked floor**: spout (sentences → split topic), split (a message per word, keyed by word), count (a running
   count per word to the sink). No header, no acker.
-- **tracked floor**: the same, plus what the guarantee puts on Kafka, at the rate the project's stages put it there,
-  and no more: a 16-byte ``acker.ids`` header on every data message (made from a counter, not drawn), read by the
-  next stage; acker records gathered per acker partition for ``ack_linger_ms`` (the project's setting): an init
-  from the spout per sentence, an ack from the split per sentence and from the count per word (25 bytes a message,
-  the project's columnar size, no encoding); an acker process that reads the acker topic and writes, for each record
-  of inits, an outcome record of 16 bytes an init (no decoding, no tracking); the spout reading its outcome topic as
-  the project's spout does (`acker.spout.outcome_consumer`), without decoding. No ids drawn, no XOR, no pending
-  trees, no delivery callbacks, no Avro.
+- **tracked floor**: the same, plus what the guarantee puts on Kafka, at the rate the project's stages put it there: a
+  16-byte ``acker.ids`` header on every data message (made from a counter, not drawn), read by the next stage; acker
+  records gathered per acker partition for ``ack_linger_ms`` (the project's setting): an init from the spout per
+  sentence (25 bytes, the project's columnar size), an ack from the split per sentence and from the count per word
+  (17 bytes; not combined per tree, as the project's clients combine them; no encoding); an acker process that reads
+  the acker topic and writes, for each record of inits, an outcome record of 16 bytes an init (no decoding, no
+  tracking); the spout reading its outcome topic as the project's spout does (`acker.spout.outcome_consumer`),
+  without decoding. No ids drawn, no XOR, no pending trees, no delivery callbacks, no Avro.
+- **padded floor**: both, each stage spinning on every input message for the CPU that brings its untracked mode to the
+  project's (measured once, after the warm-up): an implementation as heavy as the project's untracked stages, whose
+  tracking costs nothing but its Kafka traffic.
 
-Each round runs four pipelines in turn on fresh topics: the floor untracked and tracked, then the project's word count
-untracked and tracked (`pipeline_bench._run`). The CPU figures (every process of a pipeline and the local broker, per
-1,000 words, from the first sentence written to the last count) give the floor's extra CPU a word, E, which no code
-of this project can take away, and the project's untracked CPU a word, U. On a machine whose cores both modes keep
-busy, throughput follows CPU per word, so no implementation can run tracked faster than U / (U + E) × untracked here:
-the bound printed last, to be read against the target of 0.8.
+Each round runs the floor, the padded floor and the project's word count (`pipeline_bench._run`), untracked and
+tracked, in an order reversed every other round. The CPU figures (every process of a pipeline and the local broker,
+per 1,000 words, from the first sentence written until the sink holds every count) give the floor's extra CPU a
+word, E, and the project's untracked CPU a word, U; where both modes keep the cores busy, throughput follows CPU per
+word, and U / (U + E) is what an implementation as heavy as the project's could reach with free tracking logic. The
+padded floor measures that as throughput, without the model.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import statistics
 import struct
@@ -38,6 +43,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -61,12 +67,14 @@ _IDS = struct.Struct("<qq")
 class _Stage:
     """One stage of the floor pipeline, a plain consumer and producer loop (see the module's note)."""
 
-    def __init__(self, config: ServiceConfig, topics: Topics, name: str, tracked: bool) -> None:
+    def __init__(self, config: ServiceConfig, topics: Topics, name: str, tracked: bool, pad_ns: int = 0) -> None:
         self.config, self.topics, self.name, self.tracked = config, topics, name, tracked
+        self.pad_ns = pad_ns  # CPU spent on each input message, standing for a stage's own work
         self.producer = Producer(config.stage_producer())
         self.batches: dict[int, bytearray] = {}
         self.started: dict[int, float] = {}
-        self.sent = 0  # messages given an acker partition, round-robin: random anchors spread as evenly
+        self.sent = 0  # data messages sent with a header (their ids: a counter)
+        self.acked = 0  # acker messages, spread over the acker partitions in turn, as random anchors spread them
         self.counts: Counter[bytes] = Counter()
         source = {"spout": topics.sentences, "split": topics.split, "count": topics.words, "acker": config.acker_topic}
         self.consumer = Consumer(config.stream_consumer(**{"group.id": f"{topics.prefix}-{name}",
@@ -90,7 +98,8 @@ class _Stage:
     def acker_message(self, init: bool = False) -> None:
         if not self.tracked:
             return
-        partition = self.sent % self.config.partitions
+        self.acked += 1
+        partition = self.acked % self.config.partitions
         batch = self.batches.get(partition)
         if batch is None:
             batch = self.batches[partition] = bytearray()
@@ -110,9 +119,13 @@ class _Stage:
         for record in consume_available(self.consumer, 500, 0.1):
             if record.error() is not None:
                 continue
-            if self.tracked and self.name != "acker":
-                record.headers()  # the next stage reads the anchors
+            if self.tracked and self.name in ("split", "count"):
+                record.headers()  # the anchors the stage before wrote
             value = record.value() or b""
+            if self.pad_ns:
+                end = time.thread_time_ns() + self.pad_ns
+                while time.thread_time_ns() < end:
+                    pass
             if self.name == "spout":
                 self.producer.produce(topics.split, value, headers=self.header())
                 self.acker_message(init=True)
@@ -135,11 +148,11 @@ class _Stage:
 
 
 def serve(argv: list[str]) -> None:
-    """``serve NAME PREFIX BOOTSTRAP PARTITIONS LINGER_MS TRACKED``: one stage, until SIGTERM."""
-    name, prefix, bootstrap, partitions, linger_ms, tracked = argv
+    """``serve NAME PREFIX BOOTSTRAP PARTITIONS LINGER_MS TRACKED PAD_NS``: one stage, until SIGTERM."""
+    name, prefix, bootstrap, partitions, linger_ms, tracked, pad_ns = argv
     config = ServiceConfig(bootstrap_servers=bootstrap, partitions=int(partitions), ack_linger_ms=int(linger_ms),
                            metrics_port=0).namespaced(prefix)  # fmt: skip
-    stage = _Stage(config, Topics(prefix), name, tracked == "1")
+    stage = _Stage(config, Topics(prefix), name, tracked == "1", int(pad_ns))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     tune_gc()  # as every stage of the project tunes its collector
@@ -154,8 +167,11 @@ class Result:
     cpu: dict[str, float]  # CPU seconds per 1,000 words, by process (and the broker)
 
 
-def _floor(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> Result:
-    partitions, linger_ms = stages.partitions, stages.ack_linger_ms or ServiceConfig.ack_linger_ms
+def _floor(
+    cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages, pads: dict[str, int] | None = None
+) -> Result:
+    partitions = stages.partitions
+    linger_ms = ServiceConfig.ack_linger_ms if stages.ack_linger_ms is None else stages.ack_linger_ms
     prefix = f"floor-{uuid.uuid4().hex[:8]}"
     config = ServiceConfig(bootstrap_servers=cluster.bootstrap_servers, partitions=partitions,
                            metrics_port=0).namespaced(prefix)  # fmt: skip
@@ -166,18 +182,20 @@ def _floor(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) 
     ])  # fmt: skip
     names = ["spout", "split", "count", *(["acker"] if tracked else [])]
     common = [prefix, cluster.bootstrap_servers, str(partitions), str(linger_ms), "1" if tracked else "0"]
-    processes = {name: subprocess.Popen([sys.executable, "-m", "benchmarks.floor_bench", "serve", name, *common])
-                 for name in names}  # fmt: skip
+    pads = pads or {}
+    processes = {name: subprocess.Popen([sys.executable, "-m", "benchmarks.floor_bench", "serve", name, *common,
+                                         str(pads.get(name, 0))]) for name in names}  # fmt: skip
     pids = {name: process.pid for name, process in processes.items()}
     if cluster.pid is not None:
         pids["broker"] = cluster.pid
     try:
         _wait_ready(config, {f"{prefix}-{name}": partitions for name in names})
-        before = cpu.snapshot(pids)
+        window = cpu.Window(pids)
         produce(config, topics.sentences, lines)
         words = sum(len(line.split()) for line in lines)
-        span = _sink_span(config, topics.counts, partitions, words, timeout_s=600)
-        used = {name: seconds * 1000 / words for name, seconds in cpu.spent(before, pids).items()}
+        used: dict[str, float] = {}  # as `pipeline_bench._run` measures it
+        span = _sink_span(config, topics.counts, partitions, words, timeout_s=600, full=lambda: used.update(
+            {name: seconds * 1000 / words for name, seconds in window.by_process().items()}))  # fmt: skip
         return Result(words / span, used)
     finally:
         for process in processes.values():
@@ -199,19 +217,37 @@ def main() -> None:
     n = args.sentences or (5_000 if args.quick else 50_000)
     lines = list(sentences(n, seed=1))
     stages = Stages(args.partitions, ack_linger_ms=args.ack_linger_ms)
-    runs = (("floor, untracked", _floor, False), ("floor, tracked", _floor, True),
-            ("project, untracked", _project, False), ("project, tracked", _project, True))  # fmt: skip
-    results: dict[str, list[Result]] = {label: [] for label, _, _ in runs}
+    runs: list[tuple[str, Run, bool]] = [
+        ("floor, untracked", _floor, False), ("floor, tracked", _floor, True),
+        ("project, untracked", _project, False), ("project, tracked", _project, True),
+    ]  # fmt: skip
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for done in range(0 if args.quick else args.warm_up):  # the broker's JIT compiler, mostly
             for _, run, tracked in runs:
                 run(cluster, lines[: max(1, n // 2)], tracked, stages)
             print(f"warm-up round {done + 1} done", flush=True)
+        pads = _pads(lines, _floor(cluster, lines, False, stages), _project(cluster, lines, False, stages))
+        print(f"padding the floor's stages, CPU ns an input message: {pads}", flush=True)
+        padded = functools.partial(_floor, pads=pads)
+        runs[2:2] = [("padded floor, untracked", padded, False), ("padded floor, tracked", padded, True)]
+        results: dict[str, list[Result]] = {label: [] for label, _, _ in runs}
         for done in range(1 if args.quick else args.repeat):
-            for label, run, tracked in runs:
+            for label, run, tracked in runs if done % 2 == 0 else runs[::-1]:  # the machine drifts: both ways round
                 results[label].append(run(cluster, lines, tracked, stages))
                 print(f"round {done + 1}, {label}: {results[label][-1].words_per_s:,.0f} words/s", flush=True)
     _report(n, results)
+
+
+Run = Callable[[Cluster, list[bytes], bool, Stages], Result]
+
+
+def _pads(lines: list[bytes], floor: Result, project: Result) -> dict[str, int]:
+    """CPU ns an input message that brings each floor stage to the project's, untracked (the same run's): what
+    the project's stages do beyond moving the messages, as a spin, with no tracking logic."""
+    words = sum(len(line.split()) for line in lines)
+    inputs = {"spout": len(lines), "split": len(lines), "count": words}
+    return {name: max(0, int((project.cpu[name] - floor.cpu[name]) / 1000 * words / count * 1e9))
+            for name, count in inputs.items()}  # fmt: skip
 
 
 def _report(n: int, results: dict[str, list[Result]]) -> None:
@@ -232,12 +268,29 @@ def _report(n: int, results: dict[str, list[Result]]) -> None:
         f"\nthe floor's extra CPU a word (E): {extra * 1000:.2f} µs; the project's untracked CPU a word (U): "
         f"{plain * 1000:.2f} µs, tracked: {tracked * 1000:.2f} µs (extra {(tracked - plain) * 1000:.2f} µs)"
     )
-    print(
-        f"bound on tracked / untracked for any implementation here, U / (U + E): {plain / (plain + extra):.2f}; "
-        f"the project's by CPU, U / tracked: {plain / tracked:.2f}; by throughput: "
-        f"{rates['project, tracked'] / rates['project, untracked']:.2f}; the floor's own by throughput: "
-        f"{rates['floor, tracked'] / rates['floor, untracked']:.2f}"
-    )
+    print(f"U / (U + E): {plain / (plain + extra):.2f}; the project's by CPU, U / tracked: {plain / tracked:.2f}; "
+          f"by throughput: {rates['project, tracked'] / rates['project, untracked']:.2f}; the floor's own by "
+          f"throughput: {rates['floor, tracked'] / rates['floor, untracked']:.2f}")  # fmt: skip
+    bounds = [
+        _bound(*(results[label][i].cpu for label in ("floor, untracked", "floor, tracked", "project, untracked")))
+        for i in range(len(results["floor, untracked"]))
+    ]
+    print(f"U / (U + E) of each round: {', '.join(f'{b:.3f}' for b in bounds)} "
+          f"(median {statistics.median(bounds):.3f})")  # fmt: skip
+    for kind in ("floor", "padded floor", "project"):
+        if f"{kind}, tracked" in results:
+            paired = [
+                t.words_per_s / u.words_per_s
+                for t, u in zip(results[f"{kind}, tracked"], results[f"{kind}, untracked"], strict=True)
+            ]
+            print(f"{kind}: tracked / untracked throughput in each round: {', '.join(f'{r:.2f}' for r in paired)} "
+                  f"(median {statistics.median(paired):.2f})")  # fmt: skip
+
+
+def _bound(floor: dict[str, float], floor_tracked: dict[str, float], plain: dict[str, float]) -> float:
+    """U / (U + E) of one round: the project's untracked CPU a word over it plus the floor's extra."""
+    extra = sum(floor_tracked.values()) - sum(floor.values())
+    return sum(plain.values()) / (sum(plain.values()) + extra)
 
 
 if __name__ == "__main__":

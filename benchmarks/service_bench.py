@@ -334,7 +334,7 @@ def _throughput(
         _produce_all(base.bootstrap_servers, config.acker_topic, records)
         plain.append(_plain_consumer(base.bootstrap_servers, config.acker_topic, n_records, pids))
         acker.append(_service_run(config, trees, pids))
-        alone.append(_tracker_only(config, records, pids))
+        alone.append(_tracker_only(config, records, {"benchmark": pids["benchmark"]}))  # no broker: no Kafka
         print(f"run {run + 1}: plain {messages / plain[-1][0]:,.0f} msg/s, acker {messages / acker[-1][0]:,.0f} "
               f"msg/s, trackers alone {messages / alone[-1][0]:,.0f} msg/s")  # fmt: skip
     return [_medians(runs, messages) for runs in (plain, acker, alone)]
