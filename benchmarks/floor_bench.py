@@ -70,7 +70,9 @@ class _Stage:
     def __init__(self, config: ServiceConfig, topics: Topics, name: str, tracked: bool, pad_ns: int = 0) -> None:
         self.config, self.topics, self.name, self.tracked = config, topics, name, tracked
         self.pad_ns = pad_ns  # CPU spent on each input message, standing for a stage's own work
-        self.producer = Producer(config.stage_producer())
+        # The acker's is the service's outcome producer (a 1 ms linger); the stages' are the project's stage producer.
+        acker = config.producer(**{"enable.idempotence": True, "linger.ms": 1})
+        self.producer = Producer(acker if name == "acker" else config.stage_producer())
         self.batches: dict[int, bytearray] = {}
         self.started: dict[int, float] = {}
         self.sent = 0  # data messages sent with a header (their ids: a counter)
@@ -88,8 +90,6 @@ class _Stage:
             parts = [TopicPartition(topic, p) for p in range(config.partitions)]
             ends = end_offsets(self.outcomes, parts)
             self.outcomes.assign([TopicPartition(topic, p.partition, end) for p, end in zip(parts, ends, strict=True)])
-        if name == "acker":  # the service's outcome producer: a 1 ms linger
-            self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
 
     def header(self) -> HeaderList | None:
         self.sent += 1

@@ -375,9 +375,10 @@ def _print_tables(args: argparse.Namespace, n_records: int, f: Figures) -> None:
     print(f"| {live} | {f.live_rate:,.0f} | {f.live_rate / f.plain_rate:.2f} | | |")
     # What the ratio target asks of the CPU: the plain read leaves the cores it does not use; a service at 0.8 of it
     # decides each message in 1 / (0.8 × its rate) seconds of wall clock on all of them.
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))  # the cores this process may run on
     budget = cores / (0.8 * f.plain_rate) * 1e9 - f.cpu_ns[0]
-    print(f"\nCPU ns a message: of this process (all its threads) and the local broker, in the timed section; cores: "
+    print(f"\nCPU ns a message: of this process (all its threads) and the local broker (not for the trackers alone), "
+          f"in the timed section; cores: "
           f"the same per second. At 0.8 of the plain consumer, on {cores} cores, the service's own work could take "
           f"{budget:.1f} ns of CPU a message at most (the plain read's {f.cpu_ns[0]:.1f} ns left out); its trackers "
           f"alone take {f.cpu_ns[2]:.1f}.")  # fmt: skip

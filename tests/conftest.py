@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, settings
 
 # The suite ignores the acker's settings of the shell that runs it (`ACKER_BOOTSTRAP_SERVERS`, `ACKER_KAFKA_*`, a
 # `ACKER_CONFIG` file, ...), which the README has operators export: the tests' commands and configurations would take
-# them up (a test's CLI call naming only some settings would take the rest from there, a SASL login say). Only its
-# own, `ACKER_TEST_*`, count.
-for _name in [n for n in os.environ if n.startswith("ACKER_") and not n.startswith("ACKER_TEST_")]:
+# them up (a test's CLI call naming only some settings would take the rest from there, a SASL login say). Kept: the
+# tests' own (`ACKER_TEST_*`) and where the jars are cached (`ACKER_CACHE_DIR`).
+for _name in [n for n in os.environ if n.startswith("ACKER_") and not n.startswith(("ACKER_TEST_", "ACKER_CACHE_DIR"))]:
     del os.environ[_name]
 
 settings.register_profile("dev", deadline=None)

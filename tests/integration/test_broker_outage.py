@@ -1,23 +1,33 @@
-"""The guarantee across a broker crash: the word count on a broker of its own, killed with SIGKILL mid-flight and
-started again on its data (same port), every stage and the acker running on through it."""
+"""The guarantee across a broker crash: the word count on a broker of its own, killed with SIGKILL while sentences are
+being written and processed, and started again on its data (same port), every stage and the acker running on through
+it."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, Message, Producer
 
+from acker.config import ServiceConfig
 from acker.examples.wordcount import SPOUT, Topics, sentences
 from acker.kafka import lookups
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.local_broker import LocalKafkaBroker
 from tests.integration.helpers import OutcomeReader, create_acker_topics, service_config
-from tests.integration.test_pipeline import _pipeline, _produce, _stop
+from tests.integration.test_pipeline import _pipeline
+
+# As the session's broker: topics are not created on first use, so that every component must make again what it
+# writes to (the status topic, say) whatever the restart did.
+_NO_AUTO_CREATE = {"auto.create.topics.enable": "false"}
 
 
 @pytest.fixture
@@ -26,41 +36,86 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     lookups.close_all()  # the lookup clients made for this broker, before the next test's broker takes its port
 
 
+class _Writer:
+    """Writes generated sentences to the source topic from a thread, 50 every 50 ms until `finish`, across the
+    broker's crash (its producer keeps what it cannot deliver, and delivers it once the broker is back); records
+    their ids."""
+
+    def __init__(self, config: ServiceConfig, topic: str) -> None:
+        self.producer = Producer(config.client(**{"enable.idempotence": True}))  # its log lines to logging
+        self.topic = topic
+        self.lines: list[bytes] = []
+        self.ids: list[str] = []
+        self.failed: list[KafkaError] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _delivered(self, error: KafkaError | None, record: Message) -> None:
+        if error is not None:
+            self.failed.append(error)
+        else:
+            self.ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")
+
+    def _run(self) -> None:
+        generated = sentences(1_000_000, seed=5)
+        while not self.stop.is_set():
+            for line in itertools.islice(generated, 50):
+                self.producer.produce(self.topic, line, on_delivery=self._delivered)
+                self.lines.append(line)
+            self.producer.poll(0)
+            time.sleep(0.05)
+        self.producer.flush(120)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(150)
+        assert not self.thread.is_alive(), "the sentences were not all delivered"
+        assert not self.failed, f"sentences not delivered: {self.failed[:3]}"
+        assert len(self.ids) == len(self.lines)
+
+
 def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: Path) -> None:
-    """The stages' producers are idempotent and retry while the broker is away; the acker's ticks stop with it (they
-    are read back from the log), so no tree times out for the outage; the groups' coordinator comes back with the
-    broker and the stages rejoin. Every sentence is acked (a tree's outcome may come twice, after the acker's
-    partitions were reassigned), and every word counted at least once."""
-    first = LocalKafkaBroker(data_dir=data_dir, num_partitions=2).start()
-    bootstrap = first.bootstrap_servers
-    config = service_config(bootstrap, partitions=2)
-    topics = Topics(prefix="outage")
-    create_acker_topics(config, [SPOUT])
-    create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words,
-                                                               topics.counts)])  # fmt: skip
-    stages, counts = _pipeline(config, topics)
-    reader = OutcomeReader(config, [SPOUT])
-    second: LocalKafkaBroker | None = None
-    try:
-        before = list(sentences(3000, seed=5))
-        ids = _produce(config, topics.sentences, before)
-        while len(reader.seen) < 100:  # trees decided, and most still in flight
+    """The stages' producers are idempotent and keep what they could not deliver; the acker's ticks stop with the
+    broker (they are read back from the log), so no tree times out for the outage; the groups' coordinator comes back
+    with the broker and the stages rejoin. Every sentence is acked (a tree's outcome may come twice: a spout that lost
+    its partitions reads again from its watermark, which no commit job moves here), and every word counted at least
+    once."""
+    with contextlib.ExitStack() as cleanup:
+        first = LocalKafkaBroker(data_dir=data_dir, num_partitions=2, server_properties=_NO_AUTO_CREATE).start()
+        broker = [first]  # the one running, stopped last
+
+        @cleanup.callback
+        def _stop_broker() -> None:
+            broker[-1].stop()
+
+        config = service_config(first.bootstrap_servers, partitions=2)
+        topics = Topics(prefix="outage")
+        create_acker_topics(config, [SPOUT])
+        create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words,
+                                                                   topics.counts)])  # fmt: skip
+        stages, counts = _pipeline(config, topics)
+        for stage in stages:
+            cleanup.callback(stage.stop)  # in the reverse order, each whatever the others do
+        reader = OutcomeReader(config, [SPOUT])
+        cleanup.callback(reader.close)
+        writer = _Writer(config, topics.sentences)
+        cleanup.callback(writer.stop.set)
+        deadline = time.monotonic() + 90
+        while len(reader.seen) < 200:  # trees decided, and sentences still coming: some always in flight
+            assert time.monotonic() < deadline, "the pipeline decided nothing"
             reader.poll(0.05)
         assert first.pid is not None
+        port = first.port
         os.kill(first.pid, signal.SIGKILL)
         first.stop()  # what is left of it: the data directory is kept
         time.sleep(3)  # every client finds the broker gone
-        second = LocalKafkaBroker(data_dir=data_dir, num_partitions=2).start()
-        assert second.bootstrap_servers == bootstrap  # its port was still free: the clients reconnect to it
-        after = list(sentences(1000, seed=6))
-        ids += _produce(config, topics.sentences, after)
-        reader.wait_for(ids, timeout_s=150)
-    finally:
-        try:
-            _stop(stages)
-            reader.close()
-        finally:
-            (second or first).stop()
-    assert {m: set(seen) for m, seen in reader.seen.items() if m in ids} == {m: {"ACK"} for m in ids}
-    expected = Counter(word for line in before + after for word in line.split())
+        broker.append(LocalKafkaBroker(data_dir=data_dir, num_partitions=2, server_properties=_NO_AUTO_CREATE,
+                                       port=port))  # fmt: skip
+        broker[-1].start()  # on its port (refused if taken): the clients reconnect to it
+        time.sleep(2)  # sentences written after the restart too
+        writer.finish()
+        reader.wait_for(writer.ids, timeout_s=150)
+    assert {m: set(seen) for m, seen in reader.seen.items()} == {m: {"ACK"} for m in writer.ids}
+    expected = Counter(word for line in writer.lines for word in line.split())
     assert all(counts[word] >= times for word, times in expected.items()), "a word of an acked sentence not counted"

@@ -451,11 +451,14 @@ def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
 
     # The queries are stopped whatever happens to the stages: left running, their names (one per job in a session)
     # would fail every later test that starts a job.
-    queries = start_commit(spark, commit) + start_replay(spark, replay)
+    queries = start_commit(spark, commit)
     stages: list[Running] = []
     try:
+        queries += start_replay(spark, replay)
         spout = Spout(config, settings)
-        stages += [ServiceThread(config), Running(Bolt(config, mid, f"b-{uid}", process, basic=False)), Running(spout)]
+        stages.append(ServiceThread(config))
+        stages.append(Running(Bolt(config, mid, f"b-{uid}", process, basic=False)))
+        stages.append(Running(spout))
         # r10's copy is acked; r13's copy fails and is dead-lettered: every offset of both topics is resolved.
         dead = _eventually(lambda: read_all(client, f"dead-{uid}"), timeout_s=150)
         assert [(r.value(), dict(r.headers())[ORIGIN]) for r in dead] == [(b"r13", f"{src}/0/13".encode())]
@@ -477,8 +480,7 @@ def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
             for stage in reversed(stages):
                 stage.stop()
         finally:
-            for query in queries:
-                query.stop()
+            stop_queries(spark, queries)  # each, whatever the others do
 
 
 def _write(client: dict[str, Any], topic: str, values: list[bytes]) -> None:
