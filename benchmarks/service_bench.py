@@ -58,6 +58,7 @@ from acker.kafka.clients import TopicSpec, consume_available, create_topics, pro
 from acker.kafka.provision import kafka_cluster
 from acker.service import DECIDED_BY, AckerService, record_groups
 from acker.status import read_status
+from acker.topics import service_topics
 from acker.wire import encode_batch, parse_batch
 from acker.workload import WORD_COUNT_MESSAGES, word_count_arrays
 from benchmarks import cpu
@@ -393,7 +394,8 @@ def _fresh(config: ServiceConfig) -> ServiceConfig:
     """``config`` in a namespace of its own, its acker and outcome topics created."""
     config = config.namespaced(f"bench-{uuid.uuid4().hex[:8]}")
     create_topics(config.client(), [TopicSpec(config.acker_topic, config.partitions),
-                                    TopicSpec(config.outcome_topic("sentences"), config.partitions)])  # fmt: skip
+                                    TopicSpec(config.outcome_topic("sentences"), config.partitions),
+                                    *service_topics(config)])  # fmt: skip  # the status topic, read while it starts
     return config
 
 
