@@ -51,13 +51,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from acker.cli import tune_gc
 from acker.config import ServiceConfig
 from acker.examples.wordcount import SPOUT, Topics, sentences
-from acker.examples.wordcount_cli import produce
 from acker.headers import HEADER, HeaderList
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.spout import SpoutSettings, outcome_consumer
-from benchmarks import cpu
-from benchmarks.pipeline_bench import Stages, _run, _sink_span, _wait_ready, arguments
+from benchmarks.pipeline_bench import Stages, _run, _wait_ready, arguments, measured
 
 _MESSAGE = 25  # bytes an acker message takes in a columnar record (kind, anchor, value; an init's offset too)
 _OUTCOME = 16  # bytes an outcome takes in an outcome record (anchor, offset; its code and latency about nothing)
@@ -71,8 +69,8 @@ class _Stage:
         self.config, self.topics, self.name, self.tracked = config, topics, name, tracked
         self.pad_ns = pad_ns  # CPU spent on each input message, standing for a stage's own work
         # The acker's is the service's outcome producer (a 1 ms linger); the stages' are the project's stage producer.
-        acker = config.producer(**{"enable.idempotence": True, "linger.ms": 1})
-        self.producer = Producer(acker if name == "acker" else config.stage_producer())
+        outcomes = {"enable.idempotence": True, "linger.ms": 1}
+        self.producer = Producer(config.producer(**outcomes) if name == "acker" else config.stage_producer())
         self.batches: dict[int, bytearray] = {}
         self.started: dict[int, float] = {}
         self.sent = 0  # data messages sent with a header (their ids: a counter)
@@ -190,13 +188,8 @@ def _floor(
         pids["broker"] = cluster.pid
     try:
         _wait_ready(config, {f"{prefix}-{name}": partitions for name in names})
-        window = cpu.Window(pids)
-        produce(config, topics.sentences, lines)
-        words = sum(len(line.split()) for line in lines)
-        used: dict[str, float] = {}  # as `pipeline_bench._run` measures it
-        span = _sink_span(config, topics.counts, partitions, words, timeout_s=600, full=lambda: used.update(
-            {name: seconds * 1000 / words for name, seconds in window.by_process().items()}))  # fmt: skip
-        return Result(words / span, used)
+        _, rate, used = measured(config, topics, partitions, lines, pids)
+        return Result(rate, used)
     finally:
         for process in processes.values():
             process.terminate()

@@ -67,6 +67,21 @@ def _sink_span(
     return (last - first) / 1000
 
 
+def measured(
+    config: ServiceConfig, topics: Topics, partitions: int, lines: list[bytes], pids: dict[str, int]
+) -> tuple[list[str], float, dict[str, float]]:
+    """Write ``lines`` to a running pipeline's source topic and wait for every count: the sentences' message ids, the
+    words counted per second (`_sink_span`), and the CPU seconds per 1,000 words of each process of ``pids``, from
+    the first sentence written until the sink holds every count (not while it is read)."""
+    window = cpu.Window(pids)
+    ids = produce(config, topics.sentences, lines)
+    words = sum(len(line.split()) for line in lines)
+    used: dict[str, float] = {}
+    span = _sink_span(config, topics.counts, partitions, words, timeout_s=600, full=lambda: used.update(
+        {name: seconds * 1000 / words for name, seconds in window.by_process().items()}))  # fmt: skip
+    return ids, words / span, used
+
+
 def _wait_ready(config: ServiceConfig, groups: dict[str, int], timeout_s: float = 120) -> None:
     """Until each consumer group is stable with its topic's ``groups[group]`` partitions all assigned."""
     admin = AdminClient(config.client())
@@ -135,13 +150,7 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
         if tracked:
             groups[config.group] = acker_partitions
         _wait_ready(config, groups)
-        window = cpu.Window(pids)
-        ids = produce(config, topics.sentences, lines)
-        words = sum(len(line.split()) for line in lines)
-        # CPU per process, from the first sentence written until the sink holds every count (not while it is read).
-        used: dict[str, float] = {}
-        span = _sink_span(config, topics.counts, partitions, words, timeout_s=600, full=lambda: used.update(
-            {name: seconds * 1000 / words for name, seconds in window.by_process().items()}))  # fmt: skip
+        ids, rate, used = measured(config, topics, partitions, lines, pids)
         if tracked:
             poll = follow_outcomes(config, SPOUT)
             deadline = time.monotonic() + 120
@@ -150,7 +159,7 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
                 assert time.monotonic() < deadline, "not every sentence got an outcome"
                 seen = poll(0.5)
             assert all(seen[m][0] == "ACK" for m in ids), "a sentence was not acked"
-        return words / span, used
+        return rate, used
     finally:
         for process in processes:
             process.terminate()
