@@ -23,8 +23,10 @@ Records that start no tree are fully processed at once, and the spout says so it
 emitted nothing, and every record in untracked mode (at-most-once, no acker traffic). A data message or an init
 that cannot be delivered (librdkafka has retried it) fails the tree: a `Fail` to the acker, or, for an init sent
 `INIT_ATTEMPTS` times without delivery, a ``FAILED`` outcome published by the spout. So does an exception from the
-emit function (counted, ``emit_errors``): the spout goes on, and the replay job replays the record, then
-dead-letters it. Nothing is dropped silently.
+emit function (counted, ``emit_errors``), in either mode: the spout goes on, and the replay job replays the record,
+then dead-letters it (an untracked record gets its ``FAILED`` from the spout, as its ``ACK``). At-most-once is what
+untracked mode promises for what happens downstream, not for a record the spout could not take: nothing is dropped
+silently.
 """
 
 from __future__ import annotations
@@ -331,7 +333,7 @@ class Spout:
         failed rather than the spout stopped, as a bolt fails an input its function raises on: its init (the edges
         of the tuples emitted before the raise) and a fail go to the acker, which nacks it ``FAILED``, and the replay
         job replays the record, then dead-letters it. A record that starts no tree (nothing emitted, or untracked)
-        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when a tracked one raised.
+        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when it raised.
 
         A record whose headers cannot be read (`acker.headers.read_headers`: a header name that is not UTF-8) is
         taken as one the emit function raised on, before it is called: it could only be forwarded without its
@@ -350,8 +352,8 @@ class Spout:
         except Exception as error:
             raised = True
             self.counters["emit_errors"] += 1
-            log.warning("%s on %s (%r): %s", "unreadable headers" if unreadable else "the emit function raised",
-                        msg_id, error, "failing it" if tree else "done")  # fmt: skip
+            log.warning("%s on %s (%r): failing it", "unreadable headers" if unreadable else "the emit function raised",
+                        msg_id, error)  # fmt: skip
         finally:
             emitter.closed = True
         # A root whose produce raised (a value that is not bytes) counts: its edge is in the tree, and its fail was
@@ -359,7 +361,7 @@ class Spout:
         if tree is None or tree.empty:
             if not raised:
                 self.counters["done_at_once"] += 1
-            self._direct.append(("FAILED" if raised and tree else "ACK", tree.anchor if tree else 0, msg_id, 0))
+            self._direct.append(("FAILED" if raised else "ACK", tree.anchor if tree else 0, msg_id, 0))
             return
         replaced = self.pending.get(msg_id)  # a tree of the record read before (a rebalance), which no longer counts
         if replaced is not None:

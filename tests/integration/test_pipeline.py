@@ -514,6 +514,34 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
     assert spout.counters["unreadable_headers"] == 1
 
 
+def test_an_untracked_spout_fails_a_record_it_cannot_take_rather_than_drop_it(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """Untracked mode is at-most-once downstream, but a record the emit function raises on, or whose headers cannot
+    be read, is bad input: the spout publishes its ``FAILED`` itself (no acker runs), so that the replay job replays
+    it and then dead-letters it, where it was dropped with an ``ACK``."""
+
+    def spout_emit(record: Any, emitter: Any) -> None:
+        if record.value() == b"raise":
+            raise ValueError("cannot parse this record")
+        emitter.emit(topics.split, record.value())
+
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", tracked=False)
+    spout = Spout(config, settings, spout_emit)
+    stages = [Running(spout)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = [_produce(config, topics.sentences, [value])[0] for value in (b"fine", b"raise")]
+        ids.append(produce_with_header_name(config.client(), topics.sentences, 0, name=b"\xff", value=b"unreadable"))
+        ids += _produce(config, topics.sentences, [b"after it"])
+        reader.wait_for(ids, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert [reader.seen[m] for m in ids] == [["ACK"], ["FAILED"], ["FAILED"], ["ACK"]]
+    assert spout.counters["emit_errors"] == 2 and spout.counters["unreadable_headers"] == 1
+
+
 def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
     config: ServiceConfig, topics: Topics
 ) -> None:
