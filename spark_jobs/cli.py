@@ -122,6 +122,13 @@ def add_parser(sub: Any) -> None:
                 help="a micro-batch's nacks are published in transactions of at most this many (each must end within "
                 "transaction.timeout.ms: lower it for large records) [default: 20000]",
             )
+            job.add_argument(
+                "--dead-letter-malformed",
+                action="store_true",
+                help="copy outcome records that are not valid to the outcome dead-letter topic, as the commit job "
+                "does: for a replay job run without one, or reading spouts it does not read [default: the commit job's "
+                "task alone, or each would be dead-lettered twice]",
+            )
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.add_argument(
             "--spark-log",
@@ -216,6 +223,7 @@ def _run(args: argparse.Namespace) -> int:
                     nacks_per_transaction=args.nacks_per_transaction,
                     groups=groups,
                     dlq_topic=dlq_topic,
+                    dead_letter_malformed=args.dead_letter_malformed,
                     progress_topic=config.replay_topic("progress"),
                     replication_factor=config.replication_factor,
                 )

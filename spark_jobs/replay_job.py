@@ -104,8 +104,12 @@ class ReplayJobSettings:
     replay_prefix: str = "acker.replay."
     dead_letter_topic: str = "acker.replay.dlq"
     progress_topic: str = "acker.replay.progress"
-    dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records
+    dlq_topic: str = "acker.outcomes.dlq"  # malformed outcome records, when ``dead_letter_malformed``
     dead_letter_trigger_s: float = 10.0
+    # The commit job dead-letters the malformed outcome records; this job only when told (run without a commit job,
+    # or reading spouts none reads). Both did: every malformed record was dead-lettered twice, and each job read
+    # every outcome record a second time for it.
+    dead_letter_malformed: bool = False
     dedupe_window: str = "1 hour"
     groups: Mapping[str, str] = field(default_factory=dict)  # spout → its consumer group (default: the spout's name)
     # Outcome records per micro-batch, at most: the driver holds a row per nack of a batch (a burst of nacks after an
@@ -409,7 +413,8 @@ def close_publishers() -> None:
 
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
-    """Start the job's queries: the replays, and the dead letters of malformed outcome records."""
+    """Start the job's queries: the replays, and the dead letters of malformed outcome records when
+    ``dead_letter_malformed``."""
     raw = settings.source.read(spark, exclude=(settings.dlq_topic,), max_records=settings.max_records)
     trigger = f"{settings.trigger_s} seconds"
     # Deduplicated within a window of processing time, not of the outcome records' timestamps: those come from the
@@ -450,6 +455,8 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
         .trigger(processingTime=trigger)
         .start()
     )
+    if not settings.dead_letter_malformed:
+        return [main]
     letters = start_dead_letters(
         raw, settings.source, settings.dlq_topic, settings.checkpoint, settings.dead_letter_trigger_s
     )

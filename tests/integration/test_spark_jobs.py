@@ -286,12 +286,16 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
         dead_letter_topic=f"dead-{uid}",
         progress_topic=f"progress-{uid}",
         dlq_topic=f"dlq-{uid}",
+        dead_letter_trigger_s=0.5,
     )
     replay_topic = f"rp-{uid}.sp"
     queries = start_replay(spark, settings)
     try:
         # A nack seen twice (an acker replay re-emits it) is replayed once.
         _outcomes(client, out, [("FAILED", f"{src}/0/1"), ("TIMEOUT", f"{src}/0/1")])
+        garbage = Producer(client)  # the commit job's to dead-letter, unless this job is told to
+        produce(garbage, out, b"not an outcome record")
+        assert garbage.flush(30) == 0
         first = _eventually(lambda: read_all(client, replay_topic))
         _outcomes(client, out, [("TIMEOUT", f"{src}/0/1")])  # and again in a later micro-batch (a failover's)
         time.sleep(3)
@@ -322,11 +326,13 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
             ("REPLAYED", copy),
             ("DEAD_LETTERED", second_copy),
         ]
+        assert read_all(client, f"dlq-{uid}") == []  # after many dead-letter triggers (0.5 s)
     finally:
         for query in queries:
             query.stop()
-    # Restarted from its checkpoint: nothing is replayed twice; a new nack is still replayed.
-    queries = start_replay(spark, settings)
+    # Restarted from its checkpoint: nothing is replayed twice; a new nack is still replayed. Told to dead-letter
+    # malformed outcome records, it does, from the first.
+    queries = start_replay(spark, replace(settings, dead_letter_malformed=True))
     try:
         _outcomes(client, out, [("OVERLOAD", f"{src}/0/3")])
         _eventually(lambda: len(read_all(client, replay_topic)) == 3)
@@ -343,6 +349,8 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
             b"0-4", b"k", b"unreadable-headers", unreadable.encode()
         )  # fmt: skip
         _eventually(lambda: len(read_all(client, replay_topic)) == 4)  # and the other nack of the batch is replayed
+        [letter] = _eventually(lambda: read_all(client, f"dlq-{uid}"))
+        assert dict(letter.headers())["acker.dlq.reason"] == b"bad-prefix"
     finally:
         for query in queries:
             query.stop()
@@ -585,6 +593,19 @@ def test_a_spark_job_makes_its_own_topics_before_spark_starts(
     own = spark_job_topics(config)
     assert {spec.name for spec in own} == {f"{names['outcomes']}dlq", f"dead-{uid}", f"rp-{uid}.progress"}
     assert [partition_count(config.client(), spec.name) for spec in own] == [1, 1, 1]
+    # And the replay job is given what its flags say: malformed outcome records are the commit job's unless told.
+    given: list[ReplayJobSettings] = []
+
+    def replay(_spark: object, settings: ReplayJobSettings) -> None:
+        given.append(settings)
+        raise StartedError
+
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
+    monkeypatch.setattr("spark_jobs.replay_job.start", replay)
+    for extra in ([], ["--dead-letter-malformed"]):
+        with pytest.raises(StartedError):
+            main(["spark", "replay", *flags, "--spout", "sp", "--checkpoint", names["ckpt"], *extra])
+    assert [s.dead_letter_malformed for s in given] == [False, True]
 
 
 def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tmp_path: Path) -> None:
