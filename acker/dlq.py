@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -36,6 +36,7 @@ from acker.kafka.clients import (
 )
 from acker.retries import (
     ATTEMPT,
+    LAST,
     ORIGIN,
     REASON,
     REDRIVEN,
@@ -97,6 +98,25 @@ class DeadLetter:
             "key": preview(self.key, 40),
             "value_bytes": len(self.value or b""),
         }
+
+
+def repeats(letters: Sequence[DeadLetter]) -> dict[int, str]:
+    """Which of ``letters`` (in the order written) copy an earlier one: index → the coordinates of the first copy.
+
+    The same bad record is dead-lettered again whenever the partition it lies on is replayed: by the acker's next
+    owner, which replays from its recovery offset after a restart or a failover (dead letters are at-least-once;
+    outcomes are read back, dead letters are not). Copies name the same origin (and, the replay job's, the same last
+    copy that failed)."""
+    first: dict[tuple[str, str | None, str], str] = {}
+    found = {}
+    for i, letter in enumerate(letters):
+        origin = letter.origin
+        if origin == "?":  # a record written there by hand: nothing says what it stands for
+            continue
+        seen = first.setdefault((origin, letter.header(LAST), letter.reason), letter.coordinates)
+        if seen != letter.coordinates:
+            found[i] = seen
+    return found
 
 
 def preview(raw: bytes | None, limit: int = 200) -> str | None:

@@ -23,6 +23,7 @@ from acker.dlq import (
     preview,
     read,
     read_newest,
+    repeats,
     send,
     target_partitions,
     those_that_can_go_back,
@@ -69,18 +70,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     letters, unread = found
     letters.sort(key=lambda d: (d.timestamp_ms, d.partition, d.offset))
-    shown = letters[-args.limit :] if args.limit else letters  # the newest, across partitions
+    copies = repeats(letters)  # among those read
+    start = len(letters) - args.limit if args.limit and len(letters) > args.limit else 0
+    shown = letters[start:]  # the newest, across partitions
     if args.json:
-        for letter in shown:
-            print(json.dumps(letter.summary()))
+        for i, letter in enumerate(shown, start):
+            print(json.dumps({**letter.summary(), "repeat_of": copies.get(i)}))
         return 0
     older = len(letters) - len(shown)
     title = f"{len(letters)} dead letter(s)" if not unread else f"the newest {len(shown)} dead letter(s)"
     table = Table(title=f"{topic}: {title}")
-    for column in ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes"):
+    columns = ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes", "copy of")
+    for column in columns:
         table.add_column(column, justify="right" if column in ("attempts", "bytes") else "left")
-    for letter in shown:
+    for i, letter in enumerate(shown, start):
         s = letter.summary()
+        copy_of = copies.get(i)
         table.add_row(
             f"{letter.partition}/{letter.offset}",
             _when(letter.timestamp_ms),
@@ -91,9 +96,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             preview((letter.header("acker.dlq.detail") or "").encode(), 40) or "-",
             str(s["key"] or "-"),
             str(s["value_bytes"]),
+            "/".join(copy_of.rsplit("/", 2)[1:]) if copy_of else "-",  # its place: a letter of the same topic
         )
     console = table_console()
     console.print(table)
+    repeated = sum(1 for i in copies if i >= start)
+    if repeated:
+        console.print(f"{repeated} of them copy an earlier letter ('copy of'): the same record, dead-lettered again "
+                      "when its partition was read again (a restart or failover of its reader)")  # fmt: skip
     if unread:  # offsets, some of them transaction markers
         console.print(f"up to {older + unread} older record(s) not shown (--limit 0 shows all)")
     elif older:
@@ -153,7 +163,7 @@ def add_parser(sub: Any) -> None:
         description=prose(acker.dlq.__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = dlq.add_subparsers(dest="dlq_command", required=True)
+    commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, run: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)

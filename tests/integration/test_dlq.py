@@ -12,10 +12,12 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 import acker.dlq
 from acker.cli import main
 from acker.config import ServiceConfig, to_argv
+from acker.core.ids import IdGenerator
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
 from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, too_large
-from tests.integration.helpers import ServiceThread, create_acker_topics, read_partition
+from tests.integration.helpers import ServiceThread, create_acker_topics, read_partition, send
 from tests.integration.test_bad_input_and_operations import _dead_letters
+from tests.integration.test_service import _tree_messages
 
 
 def _dlq(config: ServiceConfig, *args: str) -> int:
@@ -54,6 +56,33 @@ def test_list_shows_each_dead_letter_with_its_reason_origin_and_attempts(
         assert _dlq(letters, "show", place) == 0
         shown = capsys.readouterr().out
         assert "header acker.replay.origin: src/0/3" in shown and "value: value-1" in shown and "header app: a" in shown
+
+
+def test_list_marks_a_record_dead_lettered_again_after_a_restart_as_a_copy(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The acker's next owner replays its partition from the recovery offset, which a pending tree holds before a bad
+    record: the record is dead-lettered again (dead letters are at-least-once). `dlq list` said nothing of it, and two
+    letters read as two bad records."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    _, head, _ = _tree_messages("src/0/1", IdGenerator(3))
+    send(config, head)  # pending: it holds the recovery offset at its record
+    producer = Producer(config.client())
+    produce(producer, config.acker_topic, b"not an acker record", partition=0)
+    assert producer.flush(30) == 0
+    for letters in (1, 2):  # a clean stop, and a start again
+        service = ServiceThread(config)
+        try:
+            assert len(_dead_letters(config, letters)) == letters
+        finally:
+            service.stop()
+    assert _dlq(config, "list", "--json", "--topic", config.dlq_topic) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["origin"] for r in rows] == [f"{config.acker_topic}/0/1"] * 2
+    assert [r["repeat_of"] for r in rows] == [None, rows[0]["coordinates"]]
+    assert _dlq(config, "list", "--topic", config.dlq_topic) == 0
+    assert "1 of them copy an earlier letter" in capsys.readouterr().out
 
 
 def test_what_a_record_holds_is_shown_as_text_never_as_markup_or_terminal_codes(
