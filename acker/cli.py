@@ -184,7 +184,7 @@ def run_until_signalled(runnable: Runnable) -> int:
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    from acker.kafka.clients import TopicsNotCreatedError, TopicSpec, create_topics, partition_count
+    from acker.kafka.clients import TopicsNotCreatedError, TopicSpec, answering, create_topics, partition_count
     from acker.topics import all_topics
 
     config = _service_config(args)
@@ -198,6 +198,9 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
         if pipeline.setdefault(name, partitions) != partitions:
             raise ConfigError(f"--topic {name} given with {pipeline[name]} and {partitions} partitions")
     specs += [TopicSpec(name, count, config.replication_factor) for name, count in pipeline.items()]
+    # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
+    # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
+    answering(config.client())
     failure: TopicsNotCreatedError | None = None
     try:
         created = set(create_topics(config.client(), specs))
@@ -353,9 +356,19 @@ def _add_monitoring(sub: Any) -> None:
     watermarks.set_defaults(run=_cmd_watermarks)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kafka-acker")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="acker", description=prose(__doc__))
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     replay = sub.add_parser(
         "replay",
@@ -415,10 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(run=_cmd_run)
 
     topics = sub.add_parser("topics", help="manage the acker's topics")
-    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True, metavar="COMMAND")
     create = topics_sub.add_parser(
         "create",
-        help="create the acker, dead-letter and status topics (and outcome topics of the spouts named)",
+        help="create the acker, dead-letter and status topics, the Spark jobs' own (and outcome topics of the spouts "
+        "named)",
         description="Create the topics the acker uses, with the configured partition counts, and a pipeline's own "
         "topics (--topic); existing topics are left as they are.",
     )

@@ -345,6 +345,9 @@ class AckerService:
             raise
         finally:
             self.close()
+        decided = {name: count for name, count in self.snapshot().counters.as_dict().items() if count}
+        log.info("acker %s stopped: %s, dead letters %d (since it started)", self.instance, decided,
+                 sum(self._dead_letters.values()))  # fmt: skip
 
     def close(self) -> None:
         """Leave the group (revoking, and committing, what is still assigned unless the loop failed), deliver what

@@ -86,7 +86,8 @@ def _read(schema: Any, data: bytes) -> dict[str, Any]:
         stream.seek(4)
         record = fastavro.schemaless_reader(stream, schema, None)
     except Exception as error:  # fastavro raises many types on truncated or garbage input
-        raise WireError("undecodable", f"Avro decoding failed: {type(error).__name__}: {error}") from None
+        said = str(error) or ("the record ends before its last field" if isinstance(error, EOFError) else "no detail")
+        raise WireError("undecodable", f"Avro decoding failed: {type(error).__name__}: {said}") from None
     if stream.tell() != len(data):
         raise WireError("undecodable", f"{len(data) - stream.tell()} trailing bytes after the Avro record")
     assert isinstance(record, dict)

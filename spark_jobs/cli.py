@@ -57,7 +57,7 @@ def starting_offsets(text: str) -> str:
 
 def add_parser(sub: Any) -> None:
     spark = sub.add_parser("spark", help="run the Spark jobs: commit watermarks, replay nacks")
-    jobs = spark.add_subparsers(dest="spark_job", required=True)
+    jobs = spark.add_subparsers(dest="spark_job", required=True, metavar="JOB")
     for name, help_text in (
         ("commit", "advance the fully-processed watermark of each source partition from the acks"),
         ("replay", "re-publish nacked records for their spout (retries with backoff, then a dead-letter topic)"),

@@ -116,7 +116,7 @@ def run(options: DemoOptions, bootstrap: str | None, report_path: str | None, co
             demo = Demo(options, cluster.bootstrap_servers, console)
             report = demo.run()
     except (KeyboardInterrupt, _TerminatedError):
-        console.print("[yellow]interrupted: everything the demo started has been stopped[/]")
+        console.print("\n[yellow]interrupted: everything the demo started has been stopped[/]")  # after a live line
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -185,7 +185,7 @@ def add_parser(sub: Any) -> None:
         description=prose(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = reach.add_subparsers(dest="reach_command", required=True)
+    commands = reach.add_subparsers(dest="reach_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="create the topics, start every step, send requests and check the answers")
     step = commands.add_parser("step", help="run one step of the chain until stopped")
     step.add_argument("index", type=int, choices=range(CHAIN.steps), help="0 tweeters, 1 followers, 2 unique, 3 count")
@@ -226,7 +226,7 @@ def _cmd_drpc(args: argparse.Namespace) -> int:
 
 def add_drpc_parser(sub: Any) -> None:
     drpc = sub.add_parser("drpc", help="send requests to a coordinated chain and wait for the answers")
-    commands = drpc.add_subparsers(dest="drpc_command", required=True)
+    commands = drpc.add_subparsers(dest="drpc_command", required=True, metavar="COMMAND")
     call = commands.add_parser("call", help="send each VALUE as a request (all at once) and print the answers")
     add_arguments(call)
     call.add_argument("chain_name", metavar="CHAIN", help="the chain's name (its topics are CHAIN.step<i>)")

@@ -311,6 +311,10 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
     return passed
 
 
+class _TerminatedError(Exception):
+    """SIGTERM, handled as Ctrl-C is."""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
@@ -322,6 +326,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if skipped:
             print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
     stages = Stages()
+
+    def on_term(_signum: int, _frame: object) -> None:  # as Ctrl-C: every stage stopped, said so, and the exit status
+        raise _TerminatedError
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         stages.start("acker", stage_command(config, args.prefix, "acker"))
         untracked = ["--untracked"] if args.untracked else []
@@ -359,10 +368,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.crash_split_after and not stages.crashed("split"):
             print(f"no split process read {args.crash_split_after} messages: none crashed", file=sys.stderr)
         return 0 if sum(first.values()) == len(ids) else 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _TerminatedError) as stopped:
         print("interrupted: every stage this run started is stopped", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stopped, _TerminatedError) else 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         stages.stop()
         for left, why in delete_groups(config.client(), [group, watermarks]).items():  # this run's alone
             print(f"consumer group {left} is left behind ({why})", file=sys.stderr)
@@ -375,7 +385,7 @@ def add_parser(sub: Any) -> None:
         description=prose(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    stages = wordcount.add_subparsers(dest="stage", required=True)
+    stages = wordcount.add_subparsers(dest="stage", required=True, metavar="STAGE")
 
     def stage(
         name: str, help_text: str, run: Callable[[argparse.Namespace], int], *, seed: str = ""

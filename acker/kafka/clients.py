@@ -170,6 +170,12 @@ def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float
     return sorted(found.partitions)
 
 
+def answering(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> None:
+    """Return once the cluster answers a metadata request; `KafkaException` (`NO_ANSWER`) when it does not within
+    ``timeout_s``."""
+    AdminClient(without_consumer_settings(client_config)).list_topics(timeout=timeout_s)
+
+
 def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
     """Partitions of ``topic``; `KafkaClientError` when it does not exist (`topic_partitions`)."""
     consumer = Consumer({**client_config, "group.id": "acker-metadata", "allow.auto.create.topics": False})
@@ -306,7 +312,8 @@ def readable(record: Message, logger: logging.Logger, what: str) -> bool:
     if error.code() in REFUSED_SETTINGS:  # asked again every few seconds, refused every time: the process waited
         raise KafkaClientError(what, error, " (the broker refuses the group's settings: correct them)")
     if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # a subscribed topic that does not exist (yet)
-        logger.warning("%s error: %s (create it: `acker topics create --topic NAME:PARTITIONS`)", what, error.str())
+        logger.warning("%s error: %s (`acker topics create` makes the acker's own topics, with `--topic "
+                       "NAME:PARTITIONS` a pipeline's)", what, error.str())  # fmt: skip
     elif error.code() != KafkaError._PARTITION_EOF:
         logger.warning("%s error: %s", what, error)
     return False

@@ -31,6 +31,7 @@ def test_kafka_not_answering_names_the_bootstrap_servers(
     def no_answer(*_args: Any, **_kwargs: Any) -> list[str]:
         raise TimeoutError  # what an admin request's future raises: no message at all
 
+    monkeypatch.setattr(clients, "answering", lambda *_: None)  # asked first: it answers, then times out
     monkeypatch.setattr(clients, "create_topics", no_answer)
     assert cli.main(["topics", "create", "--bootstrap-servers", "kafka.example:9092"]) == 2
     assert capsys.readouterr().err.strip() == (
@@ -44,6 +45,7 @@ def test_kafka_not_answering_names_the_bootstrap_servers_given_in_the_environmen
     def no_answer(*_args: Any, **_kwargs: Any) -> list[str]:
         raise TimeoutError
 
+    monkeypatch.setattr(clients, "answering", lambda *_: None)
     monkeypatch.setattr(clients, "create_topics", no_answer)
     monkeypatch.setenv("ACKER_BOOTSTRAP_SERVERS", "kafka.env:9092")
     assert cli.main(["topics", "create"]) == 2
@@ -157,6 +159,27 @@ def test_command_help_reads_as_prose(capsys: pytest.CaptureFixture[str]) -> None
         assert "`" not in out
 
 
+@pytest.mark.parametrize(
+    ("command", "missing"),
+    [([], "COMMAND"), (["topics"], "COMMAND"), (["dlq"], "COMMAND"), (["wordcount"], "STAGE"), (["spark"], "JOB")],
+)
+def test_a_command_without_its_sub_command_names_what_is_missing_as_the_usage_does(
+    command: list[str], missing: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "required: topics_command", a name of the code's."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(command)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.endswith(f"the following arguments are required: {missing}\n")
+    assert f" {missing} ..." in err.splitlines()[0]  # the usage line says it the same way
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("acker ")
+
+
 def test_a_setting_the_kafka_client_refuses_reads_as_its_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["status", "--bootstrap-servers", "b:9092", "--kafka", "no.such.setting=1"]) == 2
     assert capsys.readouterr().err.strip() == 'acker: Kafka client: No such configuration property: "no.such.setting"'
@@ -177,14 +200,18 @@ def test_topics_create_refuses_a_topic_named_twice_before_asking_kafka(
     assert capsys.readouterr().err.strip() == f"acker: {said}"
 
 
-def test_no_broker_reads_as_such_in_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", [["status"], ["topics", "create"]])
+def test_no_broker_reads_as_such_in_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """`acker status` said "Kafka client: Failed to get metadata: Local: Broker transport failure" where `acker run`
-    asks whether Kafka is running, and reachable where the settings say."""
-    assert cli.main(["status", "--bootstrap-servers", "127.0.0.1:1"]) == 2
-    said = capsys.readouterr().err.strip().splitlines()[-1]
+    asks whether Kafka is running, and reachable where the settings say; `acker topics create` said "not created:
+    Failed while waiting for controller: Local: Timed out" for each topic, after 30 s."""
+    assert cli.main([*command, "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    captured = capsys.readouterr()
+    said = captured.err.strip().splitlines()[-1]
     assert said.startswith("acker: Kafka did not answer (") and said.endswith(
         "is it running, and reachable at 127.0.0.1:1?"
     )
+    assert "not created" not in captured.out
 
 
 def test_a_wordcount_stage_says_what_it_serves_when_it_starts(

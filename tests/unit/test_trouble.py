@@ -62,11 +62,12 @@ def test_the_first_exception_since_the_last_line_is_said_with_its_traceback(capl
 
 
 def test_a_missing_input_topic_says_how_to_create_it(caplog: pytest.LogCaptureFixture) -> None:
-    """A stage subscribed to a topic nobody created logged librdkafka's error alone, and waited."""
+    """A stage subscribed to a topic nobody created logged librdkafka's error alone, and waited. The acker's own topic
+    is not made with ``--topic`` (refused: "one of the acker's own topics"), which the hint once told `acker run`."""
     error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "Subscribed topic not available: mine.stage1")
     with caplog.at_level(logging.WARNING, "t"):
         assert not readable(Message(error=error), logging.getLogger("t"), "consumer")
     assert caplog.messages == [
-        "consumer error: Subscribed topic not available: mine.stage1 (create it: `acker topics create --topic "
-        "NAME:PARTITIONS`)"
+        "consumer error: Subscribed topic not available: mine.stage1 (`acker topics create` makes the acker's own "
+        "topics, with `--topic NAME:PARTITIONS` a pipeline's)"
     ]
