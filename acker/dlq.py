@@ -103,20 +103,26 @@ class DeadLetter:
 def repeats(letters: Sequence[DeadLetter]) -> dict[int, str]:
     """Which of ``letters`` (in the order written) copy an earlier one: index → the coordinates of the first copy.
 
-    The same bad record is dead-lettered again whenever the partition it lies on is replayed: by the acker's next
+    The same bad record is dead-lettered again whenever the partition it lies on is read again: by the acker's next
     owner, which replays from its recovery offset after a restart or a failover (dead letters are at-least-once;
-    outcomes are read back, dead letters are not). Copies name the same origin (and, the replay job's, the same last
-    copy that failed)."""
-    first: dict[tuple[str, str | None, str], str] = {}
-    found = {}
+    outcomes are read back, dead letters are not), or by a Spark job running a micro-batch again. A copy has the same
+    bytes and names the same record, in every header that says where it comes from, and the same spout: records
+    split from one another (an outcome record refused in halves) differ in bytes, two spouts' letters of one source
+    record in spout. The reason is left out: a late nack of the same copy may give another."""
+    first: dict[tuple[object, ...], str] = {}
+    found: dict[int, str] = {}
     for i, letter in enumerate(letters):
-        origin = letter.origin
-        if origin == "?":  # a record written there by hand: nothing says what it stands for
+        where = tuple(letter.header(name) for name in _WHERE)
+        if all(w is None for w in where):  # a record written there by hand: nothing says what it stands for
             continue
-        seen = first.setdefault((origin, letter.header(LAST), letter.reason), letter.coordinates)
+        seen = first.setdefault((*where, letter.header(SPOUT), letter.value), letter.coordinates)
         if seen != letter.coordinates:
             found[i] = seen
     return found
+
+
+# The headers that say which record a dead letter stands for: the replay job's, a coordinated step's, the acker's.
+_WHERE = (ORIGIN, LAST, "acker.dlq.origin", "acker.dlq.topic", "acker.dlq.partition", "acker.dlq.offset")
 
 
 def preview(raw: bytes | None, limit: int = 200) -> str | None:

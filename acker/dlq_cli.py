@@ -102,8 +102,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     console.print(table)
     repeated = sum(1 for i in copies if i >= start)
     if repeated:
-        console.print(f"{repeated} of them copy an earlier letter ('copy of'): the same record, dead-lettered again "
-                      "when its partition was read again (a restart or failover of its reader)")  # fmt: skip
+        among = " (among the letters read)" if unread else ""
+        console.print(f"{repeated} of them copy an earlier letter{among} ('copy of'): the same record, dead-lettered "
+                      "again when read again (a new owner of its partition, a micro-batch run again)")  # fmt: skip
     if unread:  # offsets, some of them transaction markers
         console.print(f"up to {older + unread} older record(s) not shown (--limit 0 shows all)")
     elif older:

@@ -86,7 +86,8 @@ class DrpcClient:
         while request not in self._answers:
             if time.monotonic() > deadline:
                 del self._deadlines[request]
-                raise DrpcError(f"request {request} got no answer before its deadline")
+                raise DrpcError(f"request {request} got no answer before its deadline (is every step of chain "
+                                f"{self.chain.name} running? its first reads {self.chain.topic(0)})")  # fmt: skip
             for record in consume_available(self.consumer, 500, 0.1):
                 if record.error() is None:
                     headers = read_headers(record)

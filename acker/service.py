@@ -345,8 +345,8 @@ class AckerService:
             raise
         finally:
             self.close()
-        decided = {name: count for name, count in self.snapshot().counters.as_dict().items() if count}
-        log.info("acker %s stopped: %s, dead letters %d (since it started)", self.instance, decided,
+        counters = {name: count for name, count in self.snapshot().counters.as_dict().items() if count}
+        log.info("acker %s stopped: %s, dead letters %d (since it started)", self.instance, counters,
                  sum(self._dead_letters.values()))  # fmt: skip
 
     def close(self) -> None:

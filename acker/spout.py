@@ -20,13 +20,15 @@ Max pending (Storm's max.spout.pending): while ``max_pending`` of its trees are 
 
 Records that start no tree are fully processed at once, and the spout says so itself on its outcome topic (an
 ``ACK`` with ``acker_partition`` -1), so that the watermark passes them: records for which the emit function
-emitted nothing, and every record in untracked mode (at-most-once, no acker traffic). A data message or an init
+emitted nothing, and every record it took in untracked mode (at-most-once, no acker traffic). A data message or an init
 that cannot be delivered (librdkafka has retried it) fails the tree: a `Fail` to the acker, or, for an init sent
 `INIT_ATTEMPTS` times without delivery, a ``FAILED`` outcome published by the spout. So does an exception from the
 emit function (counted, ``emit_errors``), in either mode: the spout goes on, and the replay job replays the record,
-then dead-letters it (an untracked record gets its ``FAILED`` from the spout, as its ``ACK``). At-most-once is what
-untracked mode promises for what happens downstream, not for a record the spout could not take: nothing is dropped
-silently.
+then dead-letters it. An untracked record gets its ``FAILED`` from the spout, as its ``ACK``, when the function raised
+before it emitted anything (or its headers could not be read): at-most-once is what untracked mode promises for what
+happens downstream, not for a record the spout could not take; one it took in part is done, as a replay would send
+again what it sent. Nothing is dropped silently. Either mode needs the replay job for its failed records: without it
+the watermark waits at the first.
 """
 
 from __future__ import annotations
@@ -166,10 +168,11 @@ class Emitter:
     Kept and called later, it raises `ProtocolError`: the record's tree is started (its init sent) when the function
     returns, and a tuple emitted after that would not be in it."""
 
-    __slots__ = ("_spout", "_tree", "closed")
+    __slots__ = ("_spout", "_tree", "closed", "emitted")
 
     def __init__(self, spout: Spout, tree: SpoutTree | None) -> None:
         self._spout, self._tree, self.closed = spout, tree, False
+        self.emitted = 0  # tuples sent
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         if self.closed:
@@ -180,6 +183,7 @@ class Emitter:
             topic, value, key, headers, ids, on_failure=lambda _: counters.update(["data_delivery_failures"])
         )
         counters["emitted"] += 1
+        self.emitted += 1
 
 
 EmitFunction = Callable[[Message, Emitter], None]
@@ -333,7 +337,8 @@ class Spout:
         failed rather than the spout stopped, as a bolt fails an input its function raises on: its init (the edges
         of the tuples emitted before the raise) and a fail go to the acker, which nacks it ``FAILED``, and the replay
         job replays the record, then dead-letters it. A record that starts no tree (nothing emitted, or untracked)
-        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when it raised.
+        gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when it raised (untracked: before it emitted
+        anything).
 
         A record whose headers cannot be read (`acker.headers.read_headers`: a header name that is not UTF-8) is
         taken as one the emit function raised on, before it is called: it could only be forwarded without its
@@ -361,7 +366,10 @@ class Spout:
         if tree is None or tree.empty:
             if not raised:
                 self.counters["done_at_once"] += 1
-            self._direct.append(("FAILED" if raised else "ACK", tree.anchor if tree else 0, msg_id, 0))
+            # Untracked, a record is failed (replayed, then dead-lettered) only if nothing of it was sent: a replay
+            # would send again what was (at-most-once downstream), so one taken in part is done.
+            failed = raised and (tree is not None or not emitter.emitted)
+            self._direct.append(("FAILED" if failed else "ACK", tree.anchor if tree else 0, msg_id, 0))
             return
         replaced = self.pending.get(msg_id)  # a tree of the record read before (a rebalance), which no longer counts
         if replaced is not None:

@@ -64,7 +64,8 @@ PROGRESS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3_600_00
 
 
 def spark_job_topics(config: ServiceConfig) -> list[TopicSpec]:
-    """The Spark jobs' own topics, 1 partition each: malformed outcome records (both jobs, ``<outcome_prefix>dlq``),
+    """The Spark jobs' own topics, 1 partition each: malformed outcome records (the commit job's, and the replay
+    job's with ``--dead-letter-malformed``: ``<outcome_prefix>dlq``),
     the replay job's dead letters and its progress (``<replay_prefix>progress``). Made by `acker topics create`, and
     by ``acker spark`` when missing: a cluster that does not create topics on first use stopped a job at its first
     malformed outcome record, and at every start after."""

@@ -115,9 +115,9 @@ def run(options: DemoOptions, bootstrap: str | None, report_path: str | None, co
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
             demo = Demo(options, cluster.bootstrap_servers, console)
             report = demo.run()
-    except (KeyboardInterrupt, _TerminatedError):
+    except (KeyboardInterrupt, _TerminatedError) as stopped:
         console.print("\n[yellow]interrupted: everything the demo started has been stopped[/]")  # after a live line
-        return 130
+        return 143 if isinstance(stopped, _TerminatedError) else 130  # 128 + the signal, as a shell says it
     finally:
         signal.signal(signal.SIGTERM, previous)
     console.print(render_report(report))

@@ -34,7 +34,7 @@ from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
 from acker.help_text import prose
-from acker.kafka.clients import TopicSpec, create_topics, delete_groups, log_bounds, topic_partitions
+from acker.kafka.clients import TopicSpec, answering, create_topics, delete_groups, log_bounds, topic_partitions
 from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.kafka.lookups import lookups
@@ -58,6 +58,7 @@ def _topics(args: argparse.Namespace) -> Topics:
 
 def cmd_topics(args: argparse.Namespace) -> int:
     config, topics = load(args), _topics(args)
+    answering(config.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
     create_topics(
         config.client(),
         [
@@ -321,17 +322,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     watermarks = SpoutSettings(SPOUT, topics.sentences, topics.split, group=group).watermark_group
-    passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(SPOUT)], watermarks)
-    for topic, skipped in passed.items():
-        if skipped:
-            print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
     stages = Stages()
 
     def on_term(_signum: int, _frame: object) -> None:  # as Ctrl-C: every stage stopped, said so, and the exit status
         raise _TerminatedError
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    try:
+    try:  # from the first group this run makes, which the end deletes
+        passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(SPOUT)], watermarks)
+        for topic, skipped in passed.items():
+            if skipped:
+                print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
         stages.start("acker", stage_command(config, args.prefix, "acker"))
         untracked = ["--untracked"] if args.untracked else []
         stages.start("spout", stage_command(config, args.prefix, "spout", "--spout-group", group, *untracked))

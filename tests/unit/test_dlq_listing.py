@@ -1,9 +1,9 @@
 """How `acker dlq redrive` names the records of a partial failure: each when they are few, runs when many (a
-re-drive of 150,000 letters named every one of them in its error)."""
+re-drive of 150,000 letters named every one of them in its error); and which letters `acker dlq list` calls copies."""
 
 from __future__ import annotations
 
-from acker.dlq import _listed
+from acker.dlq import DeadLetter, _listed, repeats
 
 
 def test_a_few_records_are_named_each() -> None:
@@ -17,3 +17,24 @@ def test_many_records_are_named_as_runs_of_one_partition_and_reason() -> None:
     assert _listed(delivered) == "150003 records: d/0/0 .. d/0/149999; d/1/5; d/1/7 .. d/1/8"
     refused = [f"d/0/{i}: too large" for i in range(25)] + ["d/0/25: refused", "d/0/26: too large"]
     assert _listed(refused) == "27 records: d/0/0 .. d/0/24: too large; d/0/25: refused; d/0/26: too large"
+
+
+def _letter(offset: int, value: bytes, **headers: str) -> DeadLetter:
+    return DeadLetter("dlq", 0, offset, 0, None, value, [(k.replace("_", "."), v.encode()) for k, v in headers.items()])
+
+
+def test_a_copy_is_the_same_bytes_of_the_same_record_for_the_same_spout() -> None:
+    """Told apart: outcome records refused in halves (one place, other bytes), two spouts' letters of one source
+    record; a copy nacked for another reason the second time is a copy all the same."""
+    acker_dlq = {"acker.dlq.topic": "acker", "acker.dlq.partition": "0", "acker.dlq.offset": "7"}
+    letters = [
+        _letter(0, b"bad", **acker_dlq),
+        _letter(1, b"half", **acker_dlq),  # another record refused with the same coordinates
+        _letter(2, b"bad", **acker_dlq),  # read again by the next owner
+        _letter(3, b"r", acker_replay_origin="src/0/1", acker_replay_spout="a", acker_replay_reason="FAILED"),
+        _letter(4, b"r", acker_replay_origin="src/0/1", acker_replay_spout="b", acker_replay_reason="FAILED"),
+        _letter(5, b"r", acker_replay_origin="src/0/1", acker_replay_spout="a", acker_replay_reason="TIMEOUT"),
+        _letter(6, b"bad"),  # written by hand: nothing says what it stands for
+        _letter(7, b"bad"),
+    ]
+    assert repeats(letters) == {2: "dlq/0/0", 5: "dlq/0/3"}

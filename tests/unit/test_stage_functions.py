@@ -86,3 +86,25 @@ def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided
     batch = spout.acker._batches[0]
     assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
     assert spout._direct == [] and list(spout.pending) == ["src/0/8"] and spout.counters["emit_errors"] == 1
+
+
+@pytest.mark.parametrize(("emits", "outcome"), [(0, "FAILED"), (1, "ACK")])
+def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothing_of_it_was_sent(
+    producer: Producer, emits: int, outcome: str
+) -> None:
+    """Failed, it is replayed and then dead-lettered rather than dropped; but a replay would send again what was sent
+    of it, and untracked mode is at-most-once downstream: a record taken in part is done."""
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        for _ in range(emits):
+            emitter.emit("out", b"part")
+        raise ValueError("cannot parse the rest")
+
+    spout: Any = Spout.__new__(Spout)
+    spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out", tracked=False), emit, IdGenerator(3)
+    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
+    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
+    spout._started_at = {}
+    spout._start(Message(topic="src", partition=0, offset=9, value=b"x"), time.monotonic())
+    assert spout._direct == [(outcome, 0, "src/0/9", 0)] and spout.counters["emit_errors"] == 1
+    assert spout.acker._batches == [None]  # untracked: nothing for the acker
