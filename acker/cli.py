@@ -281,10 +281,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
         measured = bool(status) and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
         stamp = status.get("time")
         age = time.time() - stamp if isinstance(stamp, int | float) else None
+        instance = printable(f"{status.get('instance', '-')}")
+        if status.get("released") and age is not None:  # its last, as it gave the partition up: no owner since
+            owner = f"- (released by {instance} {age:.0f}s ago)"
+        else:
+            owner = instance + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})")
         table.add_row(
             str(partition),
-            printable(f"{status.get('instance', '-')}")
-            + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})"),
+            owner,
             str(status.get("pending", "-")),
             str(counters.get("acked", "-")),  # since its instance took the partition
             str(sum(counters.get(k, 0) for k in nacks) if counters else "-"),

@@ -950,9 +950,12 @@ class AckerService:
             log.warning("commit of %s failed: %s", [(o.partition, o.offset) for o in offsets], error)
         self._committed.update((tp.partition, tp.offset) for tp in offsets)
 
-    def _publish_status(self, now: float) -> None:
+    def _publish_status(self, now: float, partitions: list[int] | None = None, *, released: bool = False) -> None:
+        """Publish the status of the partitions held (of ``partitions`` only, if given); ``released``: the last, as
+        this instance gives them up (revoked, or stopping), so that `acker status` does not show it as their owner
+        until its row goes stale."""
         with self._lock:
-            states = list(self._states.items())
+            states = [(p, s) for p, s in self._states.items() if partitions is None or p in partitions]
         # Rates over a window of a minute at least, and of two ticks: timeouts are decided at ticks, in bursts, and
         # over one status interval nacked/s read 0 in most statuses and several times the true rate in the others.
         window_s = max(RATE_WINDOW_S, 2 * self.config.tick_interval_s)
@@ -980,6 +983,7 @@ class AckerService:
                 "rate_window_s": round(now - since, 1),
                 "status_interval_s": self.config.status_interval_s,
                 "ignored_ticks": state.ignored_ticks,
+                **({"released": True} if released else {}),
             }
             self._produce(
                 self.config.status_topic,
@@ -1106,6 +1110,9 @@ class AckerService:
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit_now([tp.partition for tp in partitions])
+        now = time.time()
+        if not self._poisoned and self._status_topic_exists(now):  # delivered by the loop, or by `close`'s flush
+            self._publish_status(now, [tp.partition for tp in partitions], released=True)
         self._drop(partitions)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
 

@@ -189,14 +189,16 @@ def add_parser(sub: Any) -> None:
     run = commands.add_parser("run", help="create the topics, start every step, send requests and check the answers")
     step = commands.add_parser("step", help="run one step of the chain until stopped")
     step.add_argument("index", type=int, choices=range(CHAIN.steps), help="0 tweeters, 1 followers, 2 unique, 3 count")
-    step.add_argument("--delay-ms", type=float, default=0, help="slow every message down by this much [0]")
+    step.add_argument("--delay-ms", type=float, default=0, help="slow every message down by this much [default: 0]")
     for parser in (run, step):
         add_arguments(parser)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")
-    run.add_argument("--requests", type=int, default=20, help="URLs asked, all at once [20]")
-    run.add_argument("--tasks", type=int, default=3, help="tasks (partitions) of each step but the last [3]")
-    run.add_argument("--processes", type=int, default=1, help="processes per step (but the last) [1]")
-    run.add_argument("--deadline-s", type=float, default=60.0, help="each request's deadline, from its sending [60]")
+    run.add_argument("--requests", type=int, default=20, help="URLs asked, all at once [default: 20]")
+    run.add_argument("--tasks", type=int, default=3, help="tasks (partitions) of each step but the last [default: 3]")
+    run.add_argument("--processes", type=int, default=1, help="processes per step (but the last) [default: 1]")
+    run.add_argument(
+        "--deadline-s", type=float, default=60.0, help="each request's deadline, from its sending [default: 60]"
+    )
     run.set_defaults(run=_cmd_run)
     step.set_defaults(run=_cmd_step)
 
@@ -230,7 +232,9 @@ def add_drpc_parser(sub: Any) -> None:
     call = commands.add_parser("call", help="send each VALUE as a request (all at once) and print the answers")
     add_arguments(call)
     call.add_argument("chain_name", metavar="CHAIN", help="the chain's name (its topics are CHAIN.step<i>)")
-    call.add_argument("values", nargs="+", metavar="VALUE")
-    call.add_argument("--steps", type=int, default=CHAIN.steps, help="steps of the chain [4]")
-    call.add_argument("--deadline-s", type=float, default=30.0, help="each request's deadline, from its sending [30]")
+    call.add_argument("values", nargs="+", metavar="VALUE", help="a request's argument (a URL, for reach's chain)")
+    call.add_argument("--steps", type=int, default=CHAIN.steps, help=f"steps of the chain [default: {CHAIN.steps}]")
+    call.add_argument(
+        "--deadline-s", type=float, default=30.0, help="each request's deadline, from its sending [default: 30]"
+    )
     call.set_defaults(run=_cmd_drpc)

@@ -518,3 +518,10 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     acked_column = [line.split("│")[4].strip() for line in table.stdout.splitlines() if config.instance_id in line]
     assert sum(int(cell) for cell in acked_column) == 200  # the totals, beside the rates
     assert all(r["status"]["rate_window_s"] >= 0 for r in rows) and "rates over the last" in table.stdout
+    assert all("released" not in r["status"] for r in rows)
+    # Stopped, it says it gave its partitions up: it showed as their owner until its rows went stale.
+    stopped = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "status", *common], capture_output=True, text=True, check=True,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+    )  # fmt: skip
+    assert stopped.stdout.count(f"- (released by {config.instance_id} ") == 3
