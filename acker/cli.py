@@ -338,7 +338,7 @@ def _add_monitoring(sub: Any) -> None:
         help="per partition: owner, pending trees, rates, lag",
         description="Read the status the instances publish and the group's committed offsets.",
     )
-    add_arguments(status)
+    add_arguments(status, ("bootstrap_servers", "acker_topic", "group", "status_topic", "status_interval_s"))
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(run=_cmd_status)
 
@@ -349,7 +349,7 @@ def _add_monitoring(sub: Any) -> None:
         "commit job): the first source record of each partition not known to be fully processed, the partition's "
         "end offset, and the records between them.",
     )
-    add_arguments(watermarks)
+    add_arguments(watermarks, ("bootstrap_servers",))
     watermarks.add_argument(
         "spout_groups",
         nargs="+",
@@ -358,6 +358,11 @@ def _add_monitoring(sub: Any) -> None:
     )
     watermarks.add_argument("--json", action="store_true", help="print JSON instead of a table")
     watermarks.set_defaults(run=_cmd_watermarks)
+
+
+# What `acker topics create` reads: where, which topics, how many partitions.
+TOPIC_SETTINGS = ("bootstrap_servers", "acker_topic", "outcome_prefix", "replay_prefix", "dlq_topic",
+                  "replay_dlq_topic", "status_topic", "partitions", "replication_factor")  # fmt: skip
 
 
 def _version() -> str:
@@ -440,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create the topics the acker uses, with the configured partition counts, and a pipeline's own "
         "topics (--topic); existing topics are left as they are.",
     )
-    add_arguments(create)
+    add_arguments(create, TOPIC_SETTINGS)
     create.add_argument("--spout", action="append", default=[], help="also create this spout's outcome topic")
     create.add_argument(
         "--topic",

@@ -317,17 +317,20 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
     """The same, for a command whose description is laid out by hand."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, shown: Iterable[str] | None = None) -> None:
     """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``, in a group
-    of their own, after the command's own options (every command takes them all; most concern `acker run`). The
-    parser's usage line then shows them as one ``[settings]``: its formatter becomes the plain one, or the one for
-    descriptions laid out by hand if it was that (no command uses another)."""
+    of their own, after the command's own options (every command takes them all, so that one list of settings serves
+    every command; most concern `acker run`). ``shown``: the settings the command uses, the only ones its help lists
+    (None: all). The parser's usage line shows them as one ``[settings]``: its formatter becomes the plain one, or
+    the one for descriptions laid out by hand if it was that (no command uses another)."""
     given = parser.formatter_class
     raw = isinstance(given, type) and issubclass(given, argparse.RawDescriptionHelpFormatter)
     parser.formatter_class = _RawUsageWithoutSettings if raw else _UsageWithoutSettings
-    group = parser.add_argument_group(
-        "settings", "shared by every command, each also from --config FILE or its environment variable"
-    )
+    listed = None if shown is None else set(shown)
+    about = "shared by every command, each also from --config FILE or its environment variable"
+    if listed is not None:  # two dozen settings of the service buried the few a command such as status reads
+        about += "; those this command uses are listed (it takes the others of acker run --help too, and ignores them)"
+    group = parser.add_argument_group("settings", about)
     group.add_argument("--config", metavar="FILE", help=f"TOML configuration file [env: {ENV_PREFIX}CONFIG]")
     for f in fields(ServiceConfig):
         if f.name == "kafka":
@@ -335,6 +338,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         env = ENV_PREFIX + f.name.upper()
         text = f"{f.metadata['help']} [env: {env}; default: {f.default!r}]"
+        if listed is not None and f.name not in listed:
+            text = argparse.SUPPRESS
         if _TYPES[f.name] is bool:
             group.add_argument(flag, dest=f.name, default=None, action=argparse.BooleanOptionalAction, help=text)
         else:

@@ -168,7 +168,7 @@ def add_parser(sub: Any) -> None:
 
     def command(name: str, help_text: str, run: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
-        add_arguments(parser)
+        add_arguments(parser, ("bootstrap_servers", "replay_dlq_topic", "dlq_topic", "replay_prefix", "outcome_prefix"))
         parser.add_argument(
             "--topic",
             default=None,
