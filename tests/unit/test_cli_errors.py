@@ -337,10 +337,15 @@ def test_a_wordcount_prefix_that_cannot_name_a_topic_is_refused_in_one_line(caps
 def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsys: pytest.CaptureFixture[str]) -> None:
     """`acker status --help` listed all the service's settings (--buckets, --tracker-threads, --metrics-port, ...);
     one list of settings must still serve every command."""
-    for command, used in ((["status"], "--status-topic"), (["dlq", "list"], "--replay-dlq-topic")):
+    for command, used in (
+        (["status"], "--status-topic"),
+        (["dlq", "list"], "--replay-dlq-topic"),
+        (["spark", "commit"], "--outcome-prefix"),
+    ):
         with pytest.raises(SystemExit):
             cli.main([*command, "--help"])
         out = capsys.readouterr().out
         assert used in out and "--bootstrap-servers" in out and "--kafka" in out and "--buckets" not in out
-        args = cli.build_parser().parse_args([*command, "--buckets", "4", "--tracker-threads", "1"])
+        required = ["--checkpoint", "x"] if command[0] == "spark" else []
+        args = cli.build_parser().parse_args([*command, *required, "--buckets", "4", "--tracker-threads", "1"])
         assert (args.buckets, args.tracker_threads) == ("4", "1")
