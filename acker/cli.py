@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
@@ -163,6 +164,31 @@ def tune_gc() -> None:
     """
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+
+class TerminatedError(Exception):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (`sigterm_as_interrupt`)."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises `TerminatedError`, so that a command that starts processes (the demo, the
+    word count's runner) stops them as on Ctrl-C; the handler before is back when the block is left, before the
+    caller's cleanup, which a second signal then ends at once."""
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise TerminatedError
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted_status(stopped: BaseException) -> int:
+    """The exit status of a command stopped by Ctrl-C or SIGTERM: 128 + the signal, as a shell says it."""
+    return 128 + (signal.SIGTERM if isinstance(stopped, TerminatedError) else signal.SIGINT)
 
 
 def run_until_signalled(runnable: Runnable) -> int:

@@ -19,13 +19,11 @@ import argparse
 import json
 import random
 import shutil
-import signal
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -35,6 +33,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from acker.argtypes import at_least, positive, share
+from acker.cli import TerminatedError, interrupted_status, sigterm_as_interrupt
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from acker.examples.ledger import Ledger, Report
@@ -99,27 +98,16 @@ def check_options(options: DemoOptions) -> None:
         )
 
 
-class _TerminatedError(Exception):
-    """SIGTERM, handled like Ctrl-C: stop everything that was started."""
-
-
 def run(options: DemoOptions, bootstrap: str | None, report_path: str | None, console: Console) -> int:
     check_options(options)
-
-    def on_term(_signum: int, _frame: FrameType | None) -> None:
-        raise _TerminatedError
-
-    previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        with kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker, as documented
+        with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
             demo = Demo(options, cluster.bootstrap_servers, console)
             report = demo.run()
-    except (KeyboardInterrupt, _TerminatedError) as stopped:
+    except (KeyboardInterrupt, TerminatedError) as stopped:
         console.print("\n[yellow]interrupted: everything the demo started has been stopped[/]")  # after a live line
-        return 143 if isinstance(stopped, _TerminatedError) else 130  # 128 + the signal, as a shell says it
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return interrupted_status(stopped)
     console.print(render_report(report))
     failures = demo.failures() + report.failures
     if report_path:

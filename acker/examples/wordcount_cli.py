@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from acker.argtypes import at_least, positive, share
 from acker.bolt import Bolt
-from acker.cli import run_until_signalled
+from acker.cli import TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
 from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv, topic_name_problem
 from acker.errors import ConfigError
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
@@ -312,10 +312,6 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
     return passed
 
 
-class _TerminatedError(Exception):
-    """SIGTERM, handled as Ctrl-C is."""
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
@@ -323,60 +319,61 @@ def cmd_run(args: argparse.Namespace) -> int:
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     watermarks = SpoutSettings(SPOUT, topics.sentences, topics.split, group=group).watermark_group
     stages = Stages()
-
-    def on_term(_signum: int, _frame: object) -> None:  # as Ctrl-C: every stage stopped, said so, and the exit status
-        raise _TerminatedError
-
-    previous = signal.signal(signal.SIGTERM, on_term)
     try:  # from the first group this run makes, which the end deletes
-        passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(SPOUT)], watermarks)
-        for topic, skipped in passed.items():
-            if skipped:
-                print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
-        stages.start("acker", stage_command(config, args.prefix, "acker"))
-        untracked = ["--untracked"] if args.untracked else []
-        stages.start("spout", stage_command(config, args.prefix, "spout", "--spout-group", group, *untracked))
-        crash = stages.crash_flags("split", args.crash_split_after) if args.crash_split_after else []
-        for i in range(args.split_processes):
-            stages.start(f"split-{i}", stage_command(config, args.prefix, "split", "--fail-rate", str(args.fail_rate),
-                                                     "--seed", str(i), *crash))  # fmt: skip
-        for i in range(args.count_processes):
-            stages.start(f"count-{i}", stage_command(config, args.prefix, "count", "--drop-rate", str(args.drop_rate),
-                                                     "--seed", str(i)))  # fmt: skip
-        ids = produce(config, _topics(args).sentences, _lines(args))
-        poll = follow_outcomes(config, SPOUT)
-        deadline, shown, seen = time.monotonic() + args.max_wait_s, -1, {}
-        moved_at, waiting_said = time.monotonic(), False
-        while time.monotonic() < deadline:
-            seen = poll(1.0)
-            stages.watch()
-            done = sum(1 for m in ids if m in seen)
-            if done != shown:  # a line when it moves, not one a second while timeouts run out
-                print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
-                shown, moved_at, waiting_said = done, time.monotonic(), False
-            if done == len(ids):
-                break
-            if not waiting_said and time.monotonic() - moved_at > 5:
-                longest = config.timeout_s + config.tick_interval_s
-                print(f"{len(ids) - done} trees wait for their timeout (a message dropped or lost in a crash): "
-                      f"{config.timeout_s:.0f} to {longest:.0f} s after they opened", file=sys.stderr)  # fmt: skip
-                waiting_said = True
-        first = Counter(seen[m][0] for m in ids if m in seen)
-        print(
-            f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "
-            f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
-        )
-        if args.crash_split_after and not stages.crashed("split"):
-            print(f"no split process read {args.crash_split_after} messages: none crashed", file=sys.stderr)
-        return 0 if sum(first.values()) == len(ids) else 1
-    except (KeyboardInterrupt, _TerminatedError) as stopped:
+        with sigterm_as_interrupt():  # as Ctrl-C: every stage stopped, said so, and the exit status
+            return _run_stages(args, config, stages, group, watermarks)
+    except (KeyboardInterrupt, TerminatedError) as stopped:
         print("interrupted: every stage this run started is stopped", file=sys.stderr)
-        return 143 if isinstance(stopped, _TerminatedError) else 130
+        return interrupted_status(stopped)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         stages.stop()
         for left, why in delete_groups(config.client(), [group, watermarks]).items():  # this run's alone
             print(f"consumer group {left} is left behind ({why})", file=sys.stderr)
+
+
+def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str) -> int:
+    """`cmd_run` once its groups are named: the stages started, the sentences written, their outcomes followed."""
+    topics = _topics(args)
+    passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(SPOUT)], watermarks)
+    for topic, skipped in passed.items():
+        if skipped:
+            print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
+    stages.start("acker", stage_command(config, args.prefix, "acker"))
+    untracked = ["--untracked"] if args.untracked else []
+    stages.start("spout", stage_command(config, args.prefix, "spout", "--spout-group", group, *untracked))
+    crash = stages.crash_flags("split", args.crash_split_after) if args.crash_split_after else []
+    for i in range(args.split_processes):
+        stages.start(f"split-{i}", stage_command(config, args.prefix, "split", "--fail-rate", str(args.fail_rate),
+                                                 "--seed", str(i), *crash))  # fmt: skip
+    for i in range(args.count_processes):
+        stages.start(f"count-{i}", stage_command(config, args.prefix, "count", "--drop-rate", str(args.drop_rate),
+                                                 "--seed", str(i)))  # fmt: skip
+    ids = produce(config, topics.sentences, _lines(args))
+    poll = follow_outcomes(config, SPOUT)
+    deadline, shown, seen = time.monotonic() + args.max_wait_s, -1, {}
+    moved_at, waiting_said = time.monotonic(), False
+    while time.monotonic() < deadline:
+        seen = poll(1.0)
+        stages.watch()
+        done = sum(1 for m in ids if m in seen)
+        if done != shown:  # a line when it moves, not one a second while timeouts run out
+            print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
+            shown, moved_at, waiting_said = done, time.monotonic(), False
+        if done == len(ids):
+            break
+        if not waiting_said and time.monotonic() - moved_at > 5:
+            longest = config.timeout_s + config.tick_interval_s
+            print(f"{len(ids) - done} trees wait for their timeout (a message dropped or lost in a crash): "
+                  f"{config.timeout_s:.0f} to {longest:.0f} s after they opened", file=sys.stderr)  # fmt: skip
+            waiting_said = True
+    first = Counter(seen[m][0] for m in ids if m in seen)
+    print(
+        f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "
+        f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
+    )
+    if args.crash_split_after and not stages.crashed("split"):
+        print(f"no split process read {args.crash_split_after} messages: none crashed", file=sys.stderr)
+    return 0 if sum(first.values()) == len(ids) else 1
 
 
 def add_parser(sub: Any) -> None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
+
+import pytest
+
+from acker.cli import TerminatedError, interrupted_status, sigterm_as_interrupt
 
 PROGRAM = """
 import time
@@ -45,3 +51,13 @@ def test_a_second_signal_ends_a_process_stuck_while_stopping() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+def test_sigterm_within_a_runner_raises_as_ctrl_c_does_and_the_handler_before_comes_back() -> None:
+    """The demo and `wordcount run` stop what they started on SIGTERM as on Ctrl-C, and say which it was."""
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TerminatedError) as stopped, sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler runs in the main thread, at once
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert interrupted_status(stopped.value) == 143 and interrupted_status(KeyboardInterrupt()) == 130
