@@ -1112,7 +1112,10 @@ class AckerService:
         self._commit_now([tp.partition for tp in partitions])
         now = time.time()
         if not self._poisoned and self._status_topic_exists(now):  # delivered by the loop, or by `close`'s flush
-            self._publish_status(now, [tp.partition for tp in partitions], released=True)
+            try:  # a courtesy to `acker status`: it must not fail the revoke (a status topic deleted under it, say)
+                self._publish_status(now, [tp.partition for tp in partitions], released=True)
+            except KafkaException as error:
+                log.warning("status of the partitions released not published: %s", error)
         self._drop(partitions)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
 
