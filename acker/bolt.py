@@ -19,6 +19,8 @@ cannot be written, the source record is acked all the same.
 
 In either mode an exception from the function is counted (``errors``) and does not stop the bolt: a record that
 always raises is failed at every replay until the replay job dead-letters it, rather than crash-looping the stage.
+The fail says why (the bolt and the exception: `acker.fail_reasons`), and the dead letter shows it; an explicit
+``fail`` may give its own reason.
 A `ProtocolError` from an explicit bolt's function (acking an input twice, anchoring to a settled one) is a bug in the
 function, not in its input: it stops the bolt, as it would stop a Storm worker.
 
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message, Producer, TopicPartition
 
+from acker import fail_reasons
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
@@ -108,8 +111,10 @@ class Collector:
         self._bolt.acker.send_acks(message.tuple.ack_values())
         self._bolt.counters["acked"] += 1
 
-    def fail(self, message: BoltInput) -> None:
-        self._bolt.acker.send_all(message.tuple.fail())
+    def fail(self, message: BoltInput, reason: str | None = None) -> None:
+        """Fail the input: its trees are nacked ``FAILED`` at once. ``reason`` (optional, cut to 500 characters)
+        travels with the fail to the record's replays and dead letter (``acker.replay.detail``)."""
+        self._bolt.acker.send_all(message.tuple.fail(), fail_reasons.cut(reason) if reason else None)
         self._bolt.counters["failed"] += 1
 
     def reset_timeout(self, message: BoltInput) -> None:
@@ -240,22 +245,22 @@ class Bolt:
         if not self.basic:
             try:
                 self._function(message, self._collector)  # type: ignore[arg-type]
-            except ProtocolError:  # acking twice, anchoring to a settled input: the function's bug, not its input's.
-                if not message.tuple.finished:  # The bolt stops; its input is failed, not left to time out, and
-                    self._collector.fail(message)  # counted as processed: its tree is nacked, and replayed whole.
-                self._processed[(topic, partition)] = offset + 1
+            except ProtocolError as error:  # acking twice, anchoring to a settled input: the function's bug, not its
+                if not message.tuple.finished:  # input's. The bolt stops; its input is failed, not left to time out,
+                    self._collector.fail(message, self._reason(error))  # and counted as processed: its tree is
+                self._processed[(topic, partition)] = offset + 1  # nacked, and replayed whole.
                 raise
             except Exception as error:  # the input fails, unless it was acked or failed before the raise
                 self._raised(message, error)
                 if not message.tuple.finished:
-                    self._collector.fail(message)
+                    self._collector.fail(message, self._reason(error))
             return
         collector = BasicCollector()
         try:
             self._function(message, collector)  # type: ignore[arg-type]
         except Exception as error:
             self._raised(message, error)
-            self._collector.fail(message)
+            self._collector.fail(message, self._reason(error))
             return
         finally:
             collector.closed = True
@@ -264,9 +269,13 @@ class Bolt:
                 (self._write if out else self._produce_child)(to, value, key, child_headers, anchored([message.tuple]))
         except Exception as error:  # a child the client does not take (a value that is not bytes): as if it raised
             self._raised(message, error)
-            self._collector.fail(message)
+            self._collector.fail(message, self._reason(error))
             return
         self._collector.ack(message)
+
+    def _reason(self, error: Exception) -> str:
+        """The reason a fail caused by ``error`` gives (`acker.fail_reasons`): the stage and the exception."""
+        return fail_reasons.reason_of(error, f"bolt {self.group}")
 
     def _raised(self, message: BoltInput, error: Exception) -> None:
         self.counters["errors"] += 1

@@ -36,6 +36,7 @@ from acker.kafka.clients import (
 )
 from acker.retries import (
     ATTEMPT,
+    DETAIL,
     LAST,
     ORIGIN,
     REASON,
@@ -91,7 +92,7 @@ class DeadLetter:
             "coordinates": self.coordinates,
             "timestamp_ms": self.timestamp_ms,
             "reason": self.reason,
-            "detail": self.header(ACKER_DETAIL),
+            "detail": self.header(ACKER_DETAIL) or self.header(DETAIL),  # the acker's, or why the last nack failed
             "origin": self.origin,
             "attempts": decimal(self.header(ATTEMPT)),  # a number, as in the header (None if it is not one)
             "spout": self.header(SPOUT),

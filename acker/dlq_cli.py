@@ -93,7 +93,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(s["origin"]),
             "-" if s["attempts"] is None else str(s["attempts"]),
             str(s["spout"] or "-"),
-            preview((letter.header("acker.dlq.detail") or "").encode(), 40) or "-",
+            preview(str(s["detail"] or "").encode(), 40) or "-",
             str(s["key"] or "-"),
             str(s["value_bytes"]),
             "/".join(copy_of.rsplit("/", 2)[1:]) if copy_of else "-",  # its place: a letter of the same topic

@@ -45,6 +45,7 @@ from collections import deque
 
 import numpy as np
 
+from acker import fail_reasons
 from acker.columnar.block import Kind, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.core.tracker import TrackerConfig
@@ -80,6 +81,7 @@ class PartitionState:
         "last_tick_offset",
         "partition",
         "position",
+        "reasons",
         "stand_ins",
         "started_ms",
         "tick_in_flight",
@@ -94,6 +96,7 @@ class PartitionState:
         self.tick_interval_ms = tick_interval_ms
         self.started_ms = now_ms
         self.position: int | None = None  # next offset to read
+        self.reasons = fail_reasons.Kept()  # why trees not decided yet failed, read beside their fails
         self.last_tick_offset: int | None = None  # offset of the last tick record applied
         self.last_tick_ms: int | None = None  # its timestamp
         self.tick_in_flight = False  # a tick we produced has no delivery report yet

@@ -10,6 +10,8 @@ dead letter an operator sends back. Both carry the record's key, value and own h
     acker.replay.nack-reason  on a ``source-missing``, ``too-large``, ``no-replay-topic`` or ``unreadable-headers``
                               dead letter: the reason of the nack
     acker.replay.truncated    on a ``too-large`` dead letter: the size of the whole record (key, value, headers)
+    acker.replay.detail       why the last nack's tree failed, when the stage that failed it said (a bolt's exception:
+                              `acker.fail_reasons`)
     acker.replay.overloads    on a replay after OVERLOAD nacks: how many came in a row (the backoff grows with them)
     acker.replay.spout        the spout that read it, whose replay topic is ``<replay_prefix><spout>``
     acker.replay.not-before   on a replay: epoch ms before which the spout holds it (the backoff)
@@ -44,6 +46,7 @@ LAST = "acker.replay.last"
 REDRIVEN = "acker.replay.redriven"
 NACK_REASON = "acker.replay.nack-reason"
 OVERLOADS = "acker.replay.overloads"
+DETAIL = "acker.replay.detail"
 OVERLOAD = "OVERLOAD"  # the nack of an init the acker refused under overload
 SOURCE_MISSING = "source-missing"
 TOO_LARGE = "too-large"
@@ -111,13 +114,16 @@ def _own(headers: Sequence[tuple[str, HeaderValue]]) -> Headers:
     return [(k, v) for k, v in headers if not k.startswith("acker.")]
 
 
-def _context(origin: str, attempt: int, reason: str, spout: str) -> Headers:
-    return [
+def _context(origin: str, attempt: int, reason: str, spout: str, detail: str | None = None) -> Headers:
+    context: Headers = [
         (ATTEMPT, str(attempt).encode()),
         (ORIGIN, origin.encode()),
         (REASON, reason.encode()),
         (SPOUT, spout.encode()),
     ]
+    if detail:
+        context.append((DETAIL, detail.encode()))
+    return context
 
 
 def is_own_context(headers: AnyHeaders | None, spout: str) -> bool:
@@ -135,11 +141,13 @@ def decide(
     *,
     headers: Sequence[tuple[str, HeaderValue]] | None,
     now_ms: int,
+    detail: str | None = None,
 ) -> Decision:
     """Where the nacked record ``msg_id`` (its coordinates) goes next. ``headers`` are the record's own, or None
-    when the record no longer exists (deleted by retention): then it is dead-lettered as ``source-missing``."""
+    when the record no longer exists (deleted by retention): then it is dead-lettered as ``source-missing``.
+    ``detail``: why its tree failed, if the nack says (`DETAIL`)."""
     if headers is None:  # nothing to read the origin and the attempts from: the nacked coordinates stand for both
-        letter = [*_context(msg_id, 0, SOURCE_MISSING, spout), (NACK_REASON, reason.encode())]
+        letter = [*_context(msg_id, 0, SOURCE_MISSING, spout, detail), (NACK_REASON, reason.encode())]
         return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
     previous = text(headers, ATTEMPT)
     origin = text(headers, ORIGIN) or msg_id
@@ -154,24 +162,27 @@ def decide(
     if reason == OVERLOAD:  # not an attempt (see the module's invariant)
         overloads = (decimal(text(headers, OVERLOADS)) or 0) + 1 if previous is not None else 1
         not_before = now_ms + policy.backoff.delay_ms(overloads)
-        context = _context(origin, previous_attempt or 0, reason, spout)
+        context = _context(origin, previous_attempt or 0, reason, spout, detail)
         copy = [*kept, *context, (OVERLOADS, str(overloads).encode()), (NOT_BEFORE, str(not_before).encode())]
         return Decision(policy.replay_topic(spout), copy, REPLAYED)
     attempt = previous_attempt + 1 if previous_attempt is not None else 1
     if attempt > policy.max_attempts:
-        letter = [*kept, *_context(origin, attempt - 1, reason, spout), (LAST, msg_id.encode())]
+        letter = [*kept, *_context(origin, attempt - 1, reason, spout, detail), (LAST, msg_id.encode())]
         return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
     not_before = now_ms + policy.backoff.delay_ms(attempt)
-    replay = [*kept, *_context(origin, attempt, reason, spout), (NOT_BEFORE, str(not_before).encode())]
+    replay = [*kept, *_context(origin, attempt, reason, spout, detail), (NOT_BEFORE, str(not_before).encode())]
     return Decision(policy.replay_topic(spout), replay, REPLAYED)
 
 
-def unreadable_headers(policy: RetryPolicy, spout: str, msg_id: str, reason: str) -> Decision:
+def unreadable_headers(
+    policy: RetryPolicy, spout: str, msg_id: str, reason: str, detail: str | None = None
+) -> Decision:
     """The dead letter standing for the nacked record ``msg_id``, whose headers cannot be read (a header name that is
     not UTF-8, `acker.headers.read_headers`): a copy without them would lose them, and its attempts cannot be read.
     Reason ``unreadable-headers``, origin and attempt the nacked coordinates and 0 (as for ``source-missing``); the
     caller keeps its key and value. The nacked coordinates say where the record lies whole."""
-    letter = [*_context(msg_id, 0, UNREADABLE_HEADERS, spout), (NACK_REASON, reason.encode()), (LAST, msg_id.encode())]
+    context = _context(msg_id, 0, UNREADABLE_HEADERS, spout, detail)
+    letter = [*context, (NACK_REASON, reason.encode()), (LAST, msg_id.encode())]
     return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
 
 
@@ -245,7 +256,7 @@ def redrive(
                                  f"({UNREADABLE_HEADERS}): its origin holds it whole")  # fmt: skip
     if not spout_name_valid(spout):  # a header's: no replay topic can have the name (`--spout` is checked before)
         raise NotRedrivableError(f"{letter} names a spout whose replay topic cannot exist: {spout[:80]!r}")
-    copy = [*_own(headers), *_context(origin, 0, reason, spout), (REDRIVEN, letter.encode())]
+    copy = [*_own(headers), *_context(origin, 0, reason, spout, text(headers, DETAIL)), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 
 

@@ -15,6 +15,10 @@ invalid message are answered FAILED at once (`failing_inits`): their spouts repl
 for its topic is sent in halves (`_produce_outcome`); one that its topic refuses for good (it does not exist and
 cannot be created, or one outcome is too large) goes to the dead-letter topic too. Any other failed delivery of an
 outcome stops the service (`ServiceError`) before anything past it is committed; a restart replays and re-emits it.
+
+The reasons fails give (`acker.fail_reasons`, a header of the acker record) are kept per partition until their trees
+are decided, and go with the FAILED outcomes, by message id, in the outcome record's header; read again with the
+log, they are rebuilt by a new owner as the trees are.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from acker import avro_longs
-from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans
+from acker import avro_longs, fail_reasons
+from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans, join_msg_id
 from acker.columnar.tracker import BlockTracker
 from acker.config import ServiceConfig
 from acker.core.messages import Ack, Init
@@ -148,6 +152,7 @@ class _OutcomeRecord:
     value: bytes
     first: int
     last: int
+    reasons: bytes | None = None  # the ``acker.fail-reasons`` header of its FAILED outcomes, if any gave one
 
 
 @dataclass
@@ -187,10 +192,13 @@ def _after_both(done: Delivered) -> Delivered:
     return delivered
 
 
-def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock) -> list[_OutcomeRecord]:
+def outcome_records(
+    partition: int, records: RecordSpans, outcomes: OutcomeBlock, reasons: fail_reasons.Kept | None = None
+) -> list[_OutcomeRecord]:
     """What a group of records decided, as outcome records: one per spout (whatever its trees' sources), split to
     at most OUTCOMES_PER_RECORD outcomes and OUTCOME_RECORD_MAX_BYTES, each naming the acker records that decided
-    its first and last outcome."""
+    its first and last outcome. ``reasons``: those read for the partition's undecided trees, taken for the FAILED
+    outcomes of each record (by message id)."""
     out = []
     sources_of: dict[str, list[int]] = {}  # a spout's trees may come from many sources (topic partitions)
     for local, (spout, _) in enumerate(outcomes.sources):
@@ -209,8 +217,26 @@ def outcome_records(partition: int, records: RecordSpans, outcomes: OutcomeBlock
             if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids: halves, in order
                 chunks[:0] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
                 continue
-            out.append(_OutcomeRecord(spout, value, first, last))
+            out.append(_OutcomeRecord(spout, value, first, last, _reasons_of(outcomes, rows, reasons)))
     return out
+
+
+def _reasons_of(outcomes: OutcomeBlock, rows: np.ndarray, reasons: fail_reasons.Kept | None) -> bytes | None:
+    """The ``acker.fail-reasons`` header of the outcome record of ``rows``: the reasons kept for its FAILED trees,
+    by message id (taken from ``reasons``); None when none has one (a light check when none is kept)."""
+    if not reasons:
+        return None
+    failed = rows[outcomes.code[rows] == Code.FAILED]
+    taken = reasons.take(outcomes.anchor[failed].tolist())
+    if not taken:
+        return None
+    by_msg_id = {}
+    for row in failed.tolist():
+        reason = taken.get(int(outcomes.anchor[row]))
+        if reason is not None:
+            _, source = outcomes.sources[int(outcomes.source[row])]
+            by_msg_id[join_msg_id(source, int(outcomes.offset[row]))] = reason
+    return fail_reasons.encode(by_msg_id)
 
 
 def failing_inits(block: MessageBlock) -> MessageBlock | None:
@@ -465,6 +491,8 @@ class AckerService:
         ``decided``."""
         partition = state.partition
         rejected = decided.rejected
+        stand_ins: dict[int, str] = {}  # the reasons of the trees failed in place of rejected records, by anchor
+        stand_in_offsets: set[int] = set()
         try:
             block = MessageBlock.concat([b for _, b in parsed])
             check_block(block, partition, self._partition_count)
@@ -480,10 +508,18 @@ class AckerService:
                     if failing is not None:  # its own trees are failed at once rather than kept pending
                         good.append((record, failing))
                         state.stand_ins += len(failing)
+                        stand_in_offsets.add(record.offset() or 0)
+                        why = f"its acker record {partition}/{record.offset()} was dead-lettered ({bad.reason})"
+                        stand_ins.update(dict.fromkeys(failing.anchors[failing.kinds == Kind.INIT].tolist(), why))
             if not good:
                 return
             parsed = good
             block = MessageBlock.concat([b for _, b in parsed])
+        # The headers of a rejected record (a stand-in's) are left for its dead letter to read: a read takes the
+        # headers of a record whose header names are not UTF-8 (`read_headers`).
+        self._read_reasons(state, [r for r, _ in parsed if r.offset() not in stand_in_offsets])
+        if stand_ins:
+            state.reasons.add(stand_ins)
         now_ms = int(time.time() * 1000)
         records = RecordSpans.of(
             [len(b) for _, b in parsed],
@@ -493,7 +529,18 @@ class AckerService:
         outcomes = state.apply_records(block, records)
         if len(outcomes):
             decided.latencies_ms.append(outcomes.latency_ms[outcomes.code == Code.ACK])
-            decided.outcomes += outcome_records(partition, records, outcomes)
+            decided.outcomes += outcome_records(partition, records, outcomes, state.reasons)
+
+    @staticmethod
+    def _read_reasons(state: PartitionState, records: list[Message]) -> None:
+        """Keep the fail reasons of records about to be applied (`acker.fail_reasons`), before they decide their
+        trees."""
+        for record in records:
+            headers = read_headers(record)
+            if headers:
+                raw = next((v for k, v in headers if k == fail_reasons.HEADER), None)
+                if raw:
+                    state.reasons.add(fail_reasons.by_anchor(raw))
 
     def _send_outcomes(self, partition: int, encoded: _OutcomeRecord) -> None:
         spout, first, last = encoded.spout, encoded.first, encoded.last
@@ -514,6 +561,8 @@ class AckerService:
             if outcome_log is not None and target is not None:
                 self._cover(partition, outcome_log, topic, target)
         headers = [(DECIDED_BY, f"{partition}/{first}-{last}".encode())]
+        if encoded.reasons is not None:
+            headers.append((fail_reasons.HEADER, encoded.reasons))
         if outcome_log is not None:  # before produce: a refusal reports at once, and takes it back
             outcome_log.sent(topic)
         self._produce_outcome(encoded.value, track, _Destination(partition, topic, target, headers, last, outcome_log))

@@ -38,12 +38,13 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from acker import fail_reasons
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator, partition_of
 from acker.core.messages import Fail, Init
@@ -214,6 +215,7 @@ class Spout:
         self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
         self.counters: Counter[str] = Counter()
         self._direct: list[DirectRow] = []  # outcomes the spout decides itself
+        self._direct_reasons: dict[str, str] = {}  # msg_id -> why, for a FAILED of those (`acker.fail_reasons`)
         self._direct_rows = OUTCOMES_PER_RECORD  # a record's rows, halved when one is refused as too large
         self._init_attempts: dict[int, int] = {}
         self._paused = False
@@ -348,14 +350,14 @@ class Spout:
         self.counters["read"] += 1
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
         emitter = Emitter(self, tree)
-        raised = False
+        raised: str | None = None  # the reason of its fail, when the function raised
         try:
             if unreadable:
                 self.counters["unreadable_headers"] += 1
                 raise UnreadableHeadersError("a header name is not UTF-8: its headers cannot be read")
             self._emit(record, emitter)
         except Exception as error:
-            raised = True
+            raised = fail_reasons.reason_of(error, f"spout {self.settings.name}")
             self.counters["emit_errors"] += 1
             log.warning("%s on %s (%r): failing it", "unreadable headers" if unreadable else "the emit function raised",
                         msg_id, error)  # fmt: skip
@@ -364,12 +366,14 @@ class Spout:
         # A root whose produce raised (a value that is not bytes) counts: its edge is in the tree, and its fail was
         # sent, which only the init makes a decision of (without it, an entry that expires without one).
         if tree is None or tree.empty:
-            if not raised:
+            if raised is None:
                 self.counters["done_at_once"] += 1
             # Untracked, a record is failed (replayed, then dead-lettered) only if nothing of it was sent: a replay
             # would send again what was (at-most-once downstream), so one taken in part is done.
-            failed = raised and (tree is not None or not emitter.emitted)
+            failed = raised is not None and (tree is not None or not emitter.emitted)
             self._direct.append(("FAILED" if failed else "ACK", tree.anchor if tree else 0, msg_id, 0))
+            if failed and raised is not None:
+                self._direct_reasons[msg_id] = raised
             return
         replaced = self.pending.get(msg_id)  # a tree of the record read before (a rebalance), which no longer counts
         if replaced is not None:
@@ -381,8 +385,8 @@ class Spout:
         if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
             self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
         self.acker.send(tree.init())
-        if raised:
-            self.acker.send(Fail(tree.anchor))
+        if raised is not None:
+            self.acker.send(Fail(tree.anchor), raised)
 
     def _hold(self, record: Message, headers: HeaderList | None, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed
@@ -541,6 +545,8 @@ class Spout:
             log.error("the init of %s could not be delivered (%s): failing it", message.msg_id, error)
             self.counters["init_delivery_failures"] += 1
             self._direct.append(("FAILED", message.anchor, message.msg_id, 0))
+            why = f"spout {self.settings.name}: its init could not be delivered: {error.str()}"
+            self._direct_reasons[message.msg_id] = why
 
     def _publish_direct(self) -> None:
         """Publish the outcomes the spout decided itself, in records of at most `OUTCOMES_PER_RECORD` rows and
@@ -553,16 +559,24 @@ class Spout:
             if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids
                 self._direct_rows = len(rows) // 2
                 continue
+            why = {m: r for o, _, m, _ in rows if o == "FAILED" and (r := self._direct_reasons.get(m)) is not None}
+            reasons = fail_reasons.encode(why)
+            extra = {} if reasons is None else {"headers": [(fail_reasons.HEADER, reasons)]}
 
-            def delivered(error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows) -> None:
+            def delivered(
+                error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows, told: Iterable[str] = why
+            ) -> None:
                 if error is not None:  # published again at the next step: the watermark waits for these offsets
                     if error.code() in TOO_LARGE:
                         self._direct_rows = min(self._direct_rows, max(1, len(rows) // 2))
                     log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
                     self._direct.extend(rows)
+                    return
+                for msg_id in told:
+                    self._direct_reasons.pop(msg_id, None)
 
             try:
-                produce(self.producer, topic, value, key=b"spout", on_delivery=delivered)
+                produce(self.producer, topic, value, key=b"spout", on_delivery=delivered, **extra)
             except KafkaException as refused:  # at once: too large for the producer, say (`KafkaClientError`: fatal)
                 error = refusal(refused)
                 if error.code() in TOO_LARGE and len(rows) > 1:

@@ -115,12 +115,21 @@ class OutcomeSource:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
         return dict(self._kafka_options)
 
-    def read(self, spark: SparkSession, exclude: Iterable[str] = (), max_records: int | None = None) -> DataFrame:
+    def read(
+        self,
+        spark: SparkSession,
+        exclude: Iterable[str] = (),
+        max_records: int | None = None,
+        *,
+        headers: bool = False,
+    ) -> DataFrame:
         """The outcome records, without those of the topics in ``exclude``: a job's own dead-letter topic, which a
         pattern may match (``acker\\.outcomes\\..*`` matches ``acker.outcomes.dlq``). Read back, every malformed
         record there would be dead-lettered again, copies of copies, for ever. ``max_records``: per micro-batch, at
-        most (unless ``spark_options`` say otherwise)."""
+        most (unless ``spark_options`` say otherwise). ``headers``: with their headers (column ``headers``)."""
         limit = {"maxOffsetsPerTrigger": str(max_records)} if max_records else {}
+        if headers:
+            limit["includeHeaders"] = "true"
         options = {**self.kafka_options(), **limit, **self.spark_options}
         reader = spark.readStream.format("kafka").options(**options)
         reader = (

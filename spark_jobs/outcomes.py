@@ -1,7 +1,8 @@
 """Outcome-topic records as Spark rows: pure transforms over DataFrames with Kafka's columns.
 
 `outcome_rows` turns each outcome record (the prefix ``AKO\\x01`` then schemas/outcome_batch.avsc in Avro) into one
-row per outcome, with the message id split back into the source record's coordinates. `malformed` keeps the
+row per outcome, with the message id split back into the source record's coordinates, and the reason a failed tree
+was given, where the record's ``acker.fail-reasons`` header has one (`acker.fail_reasons`). `malformed` keeps the
 records that are not valid outcome records, with the reason, for the dead-letter topic: the jobs never stop on
 one, and never misread one.
 """
@@ -16,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
+from acker import fail_reasons
 from acker.retries import DEAD_LETTERED, OVERLOAD, REPLAYED
 from acker.wire import MAGIC, OUTCOMES, VERSION
 
@@ -61,14 +63,30 @@ def source_partition(source: Column) -> tuple[Column, Column]:
     return F.regexp_extract(source, COORDINATES, 1), F.regexp_extract(source, COORDINATES, 2).try_cast("int")
 
 
+_REASONS = "map<string,string>"
+
+
+def fail_reasons_of(raw: DataFrame) -> Column:
+    """The reasons of a record's ``acker.fail-reasons`` header, a map from message id to reason; null without the
+    header (or the ``headers`` column: a source read without them), or where it is not a JSON object of strings."""
+    if "headers" not in raw.columns:
+        return F.lit(None).cast(_REASONS)
+    found = F.filter("headers", lambda h: h.getField("key") == F.lit(fail_reasons.HEADER))
+    value = F.try_element_at(found, F.lit(1)).getField("value").cast("string")
+    return F.from_json(value, _REASONS)
+
+
 def outcome_rows(raw: DataFrame) -> DataFrame:
     """One row per outcome: ``spout, outcome, anchor, msg_id, source_topic, source_partition, source_offset,
-    latency_ms, acker_partition, timestamp, outcome_topic`` (the outcome record's timestamp and topic). ``source_*``
-    are null for a message id that is not record coordinates ``topic/partition/offset``."""
-    o = raw.select("timestamp", "topic", decoded(raw).alias("o"))  # an invalid record is null: explodes into nothing
+    latency_ms, acker_partition, timestamp, outcome_topic, detail`` (the outcome record's timestamp and topic; why the
+    tree failed, where a FAILED outcome has a reason). ``source_*`` are null for a message id that is not record
+    coordinates ``topic/partition/offset``."""
+    # an invalid record is null: explodes into nothing
+    o = raw.select("timestamp", "topic", decoded(raw).alias("o"), fail_reasons_of(raw).alias("reasons"))
     exploded = o.select(
         "timestamp",
         "topic",
+        "reasons",
         F.col("o.spout").alias("spout"),
         F.col("o.acker_partition").alias("acker_partition"),
         F.col("o.sources").alias("sources"),
@@ -83,11 +101,12 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
     offset = F.element_at("offsets", at)
     topic, partition = source_partition(source)
     is_coordinates = (offset >= 0) & source.rlike(COORDINATES) & partition.isNotNull()
+    msg_id = F.when(offset >= 0, F.concat_ws("/", source, offset.cast("string"))).otherwise(source)
     return exploded.select(
         "spout",
         "outcome",
         F.element_at("anchors", at).alias("anchor"),
-        F.when(offset >= 0, F.concat_ws("/", source, offset.cast("string"))).otherwise(source).alias("msg_id"),
+        msg_id.alias("msg_id"),
         F.when(is_coordinates, topic).alias("source_topic"),
         F.when(is_coordinates, partition).alias("source_partition"),
         F.when(is_coordinates, offset).alias("source_offset"),
@@ -95,6 +114,7 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
         "acker_partition",
         "timestamp",
         F.col("topic").alias("outcome_topic"),
+        F.when(F.col("outcome") == F.lit(FAILED), F.try_element_at("reasons", msg_id)).alias("detail"),
     )
 
 

@@ -134,8 +134,8 @@ class ReplayJobSettings:
 
 
 def nacks(outcomes: DataFrame) -> DataFrame:
-    """The nacks of records: ``spout, msg_id, reason, topic, partition, offset, timestamp, outcome_topic`` (where the
-    nack was read, and where its resolution goes)."""
+    """The nacks of records: ``spout, msg_id, reason, topic, partition, offset, timestamp, outcome_topic, detail``
+    (where the nack was read, and where its resolution goes; why the tree failed, if it was said)."""
     return outcomes.where(F.col("outcome").isin(*NACKS) & F.col("source_topic").isNotNull()).select(
         "spout",
         "msg_id",
@@ -145,6 +145,7 @@ def nacks(outcomes: DataFrame) -> DataFrame:
         F.col("source_offset").alias("offset"),
         "timestamp",
         "outcome_topic",
+        "detail",
     )
 
 
@@ -333,9 +334,12 @@ class _Publisher:
                 if record is not None and headers is None:  # a header name that is not UTF-8
                     log.warning("%s: its headers cannot be read (a header name is not UTF-8): dead-lettered as %s",
                                 row.msg_id, UNREADABLE_HEADERS)  # fmt: skip
-                    decision = unreadable_headers(self.policy, row.spout, row.msg_id, row.reason)
+                    decision = unreadable_headers(self.policy, row.spout, row.msg_id, row.reason, row.detail)
                 else:
-                    decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms)
+                    decision = decide(
+                        self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms,
+                        detail=row.detail,
+                    )  # fmt: skip
                 if decision.resolution == REPLAYED and not self.partitions(decision.topic):
                     if decision.topic not in unread_topics:
                         unread_topics.add(decision.topic)
@@ -415,7 +419,7 @@ def close_publishers() -> None:
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
     """Start the job's queries: the replays, and the dead letters of malformed outcome records when
     ``dead_letter_malformed``."""
-    raw = settings.source.read(spark, exclude=(settings.dlq_topic,), max_records=settings.max_records)
+    raw = settings.source.read(spark, exclude=(settings.dlq_topic,), max_records=settings.max_records, headers=True)
     trigger = f"{settings.trigger_s} seconds"
     # Deduplicated within a window of processing time, not of the outcome records' timestamps: those come from the
     # clocks of the acker and spout hosts, and a nack stamped far behind the others must still be replayed.

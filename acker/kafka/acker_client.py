@@ -20,6 +20,9 @@ holding one, every other tree of it replayed). Other trees see the run's tree fi
 than the last's, which matters only to the overload limit when one client sends inits between acks (the spout sends
 inits and fails, the bolts acks, fails and resets). A fan-out stage (a bolt reading every word of a sentence) then sends
 one ack per tree and batch instead of one per message: fewer messages for the acker to decode and track.
+
+A fail may carry a reason (`send`): it goes in the record's ``acker.fail-reasons`` header (`acker.fail_reasons`), by
+anchor, which the service passes on with the tree's ``FAILED`` outcome.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.fail_reasons import HEADER as REASONS_HEADER
+from acker.fail_reasons import encode as encode_reasons
 from acker.headers import Headers, with_ids
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
@@ -56,7 +61,7 @@ _ACK = int(Kind.ACK)  # an enum member's attribute lookup costs as much as the a
 class _Batch:
     """The messages waiting for one partition, already as columns."""
 
-    __slots__ = ("acked", "anchors", "first_at", "inits", "kinds", "values")
+    __slots__ = ("acked", "anchors", "first_at", "inits", "kinds", "reasons", "values")
 
     def __init__(self) -> None:
         self.kinds: list[int] = []
@@ -64,6 +69,7 @@ class _Batch:
         self.values: list[int] = []
         self.inits: list[Init] = []
         self.acked: dict[int, int] = {}  # anchor -> index of its ack, while that is the tree's last message here
+        self.reasons: dict[int, str] = {}  # anchor -> the reason of its fail here
         self.first_at = time.monotonic()
 
     def ack(self, anchor: int, value: int) -> None:
@@ -107,6 +113,10 @@ class _Batch:
         first.anchors, second.anchors = self.anchors[:mid], self.anchors[mid:]
         first.values, second.values = self.values[:mid], self.values[mid:]
         first.inits, second.inits = self.inits[:inits], self.inits[inits:]
+        if self.reasons:
+            for half in (first, second):
+                mine = set(half.anchors)
+                half.reasons = {a: r for a, r in self.reasons.items() if a in mine}
         return first, second
 
     def block(self) -> MessageBlock:
@@ -217,20 +227,27 @@ class AckerClient:
             batch = self._batches[partition] = _Batch()
         return partition, batch
 
-    def send(self, message: TreeMessage) -> None:
+    def send(self, message: TreeMessage, reason: str | None = None) -> None:
+        """Send ``message``; ``reason``: why, for a `Fail` (`acker.fail_reasons`), passed on to its ``FAILED``
+        outcome."""
         partition, batch = self._batch(message.anchor)
         batch.add(message)
+        if reason and isinstance(message, Fail):
+            batch.reasons[message.anchor] = reason
         if len(batch.kinds) >= self.max_batch:
             self._flush_partition(partition)
 
-    def _queue(self, message: TreeMessage) -> None:
+    def _queue(self, message: TreeMessage, reason: str | None = None) -> None:
         """`send` without sending a full batch: for a delivery callback, which may run inside a send (a record
         refused at once), where sending again could be refused again, and again."""
-        self._batch(message.anchor)[1].add(message)
+        batch = self._batch(message.anchor)[1]
+        batch.add(message)
+        if reason and isinstance(message, Fail):
+            batch.reasons[message.anchor] = reason
 
-    def send_all(self, messages: Iterable[TreeMessage]) -> None:
+    def send_all(self, messages: Iterable[TreeMessage], reason: str | None = None) -> None:
         for message in messages:
-            self.send(message)
+            self.send(message, reason)
 
     def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
         """Combined acks as (anchor, value) pairs: the bolt's hot path, without message objects."""
@@ -287,8 +304,9 @@ class AckerClient:
         so that the source records are replayed without waiting for the timeout."""
         trees = f"failing its {len(ids.edges)} tree(s)" if ids.tracked else "unanchored: no tree to fail"
         log.warning("a data message to %s could not be delivered (%s): %s", topic, error, trees)
+        reason = f"a message to {topic} could not be delivered: {error.str()}"
         for anchor, _ in ids.edges:
-            self.send(Fail(anchor))
+            self.send(Fail(anchor), reason)
         if on_failure is not None:
             on_failure(error)
 
@@ -370,22 +388,23 @@ class AckerClient:
             # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
             # resets are sent again (a second one changes nothing); acks are not (applied twice, an ack cancels
             # itself). Inits go back to the spout, which sends them again.
-            again: list[TreeMessage] = []
+            again: list[tuple[TreeMessage, str | None]] = []
             failed: set[int] = set()
+            lost = f"acker messages to {self.topic}[{partition}] could not be delivered: {error.str()}"
             for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
                 if kind == Kind.RESET:
-                    again.append(ResetTimeout(anchor))
+                    again.append((ResetTimeout(anchor), None))
                 elif kind != Kind.INIT and anchor not in failed:
                     failed.add(anchor)
-                    again.append(Fail(anchor))
+                    again.append((Fail(anchor), batch.reasons.get(anchor, lost)))
             self.failed_messages += len(batch.kinds)
             log.warning(
                 "a batch of %d acker messages to partition %d could not be delivered (%s): %d trees failed, "
                 "%d resets sent again, %d inits to the spout",
                 len(batch.kinds), partition, error, len(failed), len(again) - len(failed), len(inits),
             )  # fmt: skip
-            for message in again:
-                self._queue(message)
+            for message, reason in again:
+                self._queue(message, reason)
             if self._on_failure is not None:
                 self._on_failure(partition, inits, error)
             elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome
@@ -395,4 +414,6 @@ class AckerClient:
         if not len(block):  # acks that all cancelled out
             return
         # A refusal at once is reported there too (one too large is sent in halves); a fatal one raises.
-        produce_reporting(self.producer, self.topic, encode_batch(block), delivered, partition=partition)
+        reasons = encode_reasons(batch.reasons)
+        extra = {} if reasons is None else {"headers": [(REASONS_HEADER, reasons)]}
+        produce_reporting(self.producer, self.topic, encode_batch(block), delivered, partition=partition, **extra)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import confluent_kafka
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from acker import fail_reasons
 from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
 from acker.kafka.acker_client import AckerClient
@@ -154,6 +155,7 @@ class OutcomeReader:
         )
         self.consumer.subscribe([config.outcome_topic(s) for s in spouts])
         self.seen: dict[str, list[str]] = defaultdict(list)  # msg_id → outcomes, in arrival order
+        self.reasons: dict[str, list[str]] = defaultdict(list)  # msg_id → the reasons its FAILED outcomes gave
         self.latencies: list[int] = []
 
     def poll(self, seconds: float) -> None:
@@ -163,9 +165,12 @@ class OutcomeReader:
                 if record.error() is not None:
                     continue
                 decoded = decode_outcomes(record.value() or b"")
+                reasons = fail_reasons.decode(dict(record.headers() or []).get(fail_reasons.HEADER))
                 for outcome, msg_id, latency in zip(decoded.outcomes, decoded.msg_ids, decoded.latency_ms, strict=True):
                     self.seen[msg_id].append(outcome)
                     self.latencies.append(latency)
+                    if msg_id in reasons:
+                        self.reasons[msg_id].append(reasons[msg_id])
 
     def wait_for(self, msg_ids: Iterable[str], timeout_s: float = 60.0) -> None:
         wanted = set(msg_ids)

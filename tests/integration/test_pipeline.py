@@ -437,6 +437,9 @@ def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: Servic
         reader.close()
     assert {m: reader.seen[m] for m in (direct, relayed)} == {direct: ["FAILED"], relayed: ["FAILED"]}
     assert {m: reader.seen[m] for m in fine} == {m: ["ACK"] for m in fine}
+    for failed in (direct, relayed):  # the reason travels with the fail, through the acker, to the outcome
+        [reason] = reader.reasons[failed]
+        assert reason.startswith(f"a message to {small} could not be delivered: ") and "too large" in reason.lower()
     assert spout.counters["data_delivery_failures"] == 1 and relay_bolt.counters["child_delivery_failures"] == 1
 
 
@@ -511,6 +514,16 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
         reader.close()
     assert [reader.seen[m] for m in ids] == [["FAILED"], ["FAILED"], ["FAILED"], ["ACK"], ["ACK"], ["FAILED"], ["ACK"]]
     assert spout.counters["emit_errors"] == 3 and basic.counters["errors"] == 1
+    # Each FAILED says why (`acker.fail_reasons`): the stage and its exception, for the record's dead letter.
+    assert [reader.reasons.get(m) for m in ids] == [
+        [f"spout {SPOUT}: ValueError: cannot parse this record"],
+        [f"spout {SPOUT}: ValueError: cannot parse the rest of this record"],
+        [f"bolt bolt-{topics.prefix}: TypeError: a bytes-like object is required, not 'int'"],
+        None,
+        None,
+        [f"spout {SPOUT}: UnreadableHeadersError: a header name is not UTF-8: its headers cannot be read"],
+        None,
+    ]
     assert spout.counters["unreadable_headers"] == 1
 
 
@@ -540,6 +553,8 @@ def test_an_untracked_spout_fails_a_record_it_cannot_take_rather_than_drop_it(
         reader.close()
     assert [reader.seen[m] for m in ids] == [["ACK"], ["FAILED"], ["FAILED"], ["ACK"]]
     assert spout.counters["emit_errors"] == 2 and spout.counters["unreadable_headers"] == 1
+    assert reader.reasons[ids[1]] == [f"spout {SPOUT}: ValueError: cannot parse this record"]  # said by the spout
+    assert len(reader.reasons[ids[2]]) == 1 and set(reader.reasons) == {ids[1], ids[2]}
 
 
 def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(

@@ -23,7 +23,7 @@ from acker.columnar import BlockTracker, MessageBlock
 from acker.config import ServiceConfig
 from acker.core import TICK, Ack, Init, Message, ResetTimeout, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
-from acker.core.messages import Tick, TreeMessage
+from acker.core.messages import Fail, Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.decided import read_decided
@@ -689,3 +689,44 @@ def test_status_is_read_from_the_first_record_there_is(config: ServiceConfig) ->
     for future in admin.delete_records([TopicPartition(config.status_topic, 0, 1)]).values():
         future.result(30)
     assert sorted(read_status(config, timeout_s=10)) == [1, 2]
+
+
+def test_a_fails_reason_reaches_its_outcome_also_when_the_fail_came_first_and_the_service_was_killed(
+    config: ServiceConfig, tmp_path: Path
+) -> None:
+    """`acker.fail_reasons`: the reason is read beside the fail, kept until its tree is decided (a fail may come
+    before the spout's init: other producers), and rebuilt from the log by a new owner after kill -9, as the tree is."""
+    config = replace(config, timeout_s=60.0, commit_interval_s=0.2)
+    create_acker_topics(config)
+    ids = IdGenerator(41)
+    early, canary, late = (SpoutTree(SPOUT, f"src/0/{i}", ids) for i in range(3))
+    canary_input = InputTuple(canary.emit(), ids)
+    early.emit()
+    reader = OutcomeReader(config, [SPOUT])
+    first = ServiceProcess(config, str(tmp_path / "first.log"))
+    second: ServiceProcess | None = None
+    try:
+        client = acker_client(config)
+        client.send(Fail(early.anchor), "bolt split: ValueError: the early one")
+        client.send_all([canary.init(), *canary_input.fail()], "bolt split: KeyError: 'canary'")
+        assert client.flush() == 0
+        reader.wait_for([canary.msg_id], timeout_s=60)  # served: the early fail is in the first instance's state
+        reader.poll(1.0)  # several commit intervals
+        first.kill()
+        second = ServiceProcess(config, str(tmp_path / "second.log"))
+        late_fails = InputTuple(late.emit(), ids).fail()
+        send(config, [early.init(), late.init(), *late_fails])  # the last one says nothing
+        reader.wait_for([early.msg_id, late.msg_id], timeout_s=60)
+    finally:
+        first.kill()
+        if second is not None:
+            assert second.stop() == 0
+        reader.close()
+    assert {m: reader.seen[m] for m in (early.msg_id, late.msg_id)} == {
+        early.msg_id: ["FAILED"],
+        late.msg_id: ["FAILED"],
+    }
+    assert reader.reasons == {
+        canary.msg_id: ["bolt split: KeyError: 'canary'"],
+        early.msg_id: ["bolt split: ValueError: the early one"],
+    }

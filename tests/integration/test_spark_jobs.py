@@ -18,12 +18,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from acker import fail_reasons
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.cli import build_parser, main
 from acker.config import ServiceConfig, load
 from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
-from acker.retries import ATTEMPT, ORIGIN, REASON, Backoff
+from acker.retries import ATTEMPT, DETAIL, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
 from acker.topics import spark_job_topics
 from acker.wire import decode_outcomes, encode_outcome_rows
@@ -72,9 +73,18 @@ def _source(client: dict[str, str], topic: str, partitions: int, records: int) -
     assert producer.flush(30) == 0
 
 
-def _outcomes(client: dict[str, str], topic: str, rows: list[tuple[str, str]], spout: str = "sp") -> None:
+def _outcomes(
+    client: dict[str, str],
+    topic: str,
+    rows: list[tuple[str, str]],
+    spout: str = "sp",
+    reasons: dict[str, str] | None = None,
+) -> None:
+    """An outcome record of ``rows`` (outcome, message id), with the ``acker.fail-reasons`` header of ``reasons``."""
     producer = Producer(client)
-    produce(producer, topic, encode_outcome_rows(spout, [(o, 1, m, 0) for o, m in rows]))
+    header = fail_reasons.encode(reasons or {})
+    extra = {} if header is None else {"headers": [(fail_reasons.HEADER, header)]}
+    produce(producer, topic, encode_outcome_rows(spout, [(o, 1, m, 0) for o, m in rows]), **extra)
     assert producer.flush(30) == 0
 
 
@@ -291,8 +301,9 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
     replay_topic = f"rp-{uid}.sp"
     queries = start_replay(spark, settings)
     try:
-        # A nack seen twice (an acker replay re-emits it) is replayed once.
-        _outcomes(client, out, [("FAILED", f"{src}/0/1"), ("TIMEOUT", f"{src}/0/1")])
+        # A nack seen twice (an acker replay re-emits it) is replayed once. Its reason goes with it.
+        why = {f"{src}/0/1": "bolt split: ValueError: first"}
+        _outcomes(client, out, [("FAILED", f"{src}/0/1"), ("TIMEOUT", f"{src}/0/1")], reasons=why)
         garbage = Producer(client)  # the commit job's to dead-letter, unless this job is told to
         produce(garbage, out, b"not an outcome record")
         assert garbage.flush(30) == 0
@@ -303,17 +314,20 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
         headers = dict(first[0].headers())
         assert (first[0].value(), first[0].key(), headers["app"]) == (b"0-1", b"k", b"h")
         assert (headers[ATTEMPT], headers[ORIGIN], headers[REASON]) == (b"1", f"{src}/0/1".encode(), b"FAILED")
+        assert headers[DETAIL] == b"bolt split: ValueError: first"
         # The copy fails again: attempt 2; then again: dead-lettered with its context.
         copy = f"{replay_topic}/0/{first[0].offset()}"
         _outcomes(client, out, [("TIMEOUT", copy)])
         second = _eventually(lambda: read_all(client, replay_topic)[1:])
         assert dict(second[0].headers())[ATTEMPT] == b"2"
         assert dict(second[0].headers())[ORIGIN] == f"{src}/0/1".encode()
+        assert DETAIL not in dict(second[0].headers())  # a TIMEOUT says nothing more: the first one's is not kept
         second_copy = f"{replay_topic}/0/{second[0].offset()}"  # transaction markers take offsets too
-        _outcomes(client, out, [("FAILED", second_copy)])
+        _outcomes(client, out, [("FAILED", second_copy)], reasons={second_copy: "bolt count: KeyError: 'é'"})
         dead = _eventually(lambda: read_all(client, f"dead-{uid}"))
         context = dict(dead[0].headers())
         assert (dead[0].value(), context[ATTEMPT], context[ORIGIN]) == (b"0-1", b"2", f"{src}/0/1".encode())
+        assert context[DETAIL].decode() == "bolt count: KeyError: 'é'"
         # Each nacked offset was resolved for the commit job.
         resolved = [
             (o, m)
@@ -417,6 +431,21 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         (r.bucket, r.bits) for r in bitmap_rows("sp", "t", 0, offsets)
     ]  # the unit tests' rows are Spark's
     assert [(r.msg_id, r.reason) for r in nacks(outcome_rows(raw)).collect()] == [("t/0/3", "TIMEOUT")]
+    # With headers: the reasons of the FAILED outcomes, by message id; a header that is not JSON says nothing.
+    failing = encode_outcome_rows("sp", [("FAILED", 1, "t/0/1", 0), ("FAILED", 2, "t/0/2", 0), ("ACK", 3, "t/0/3", 0)])
+    why = fail_reasons.encode({"t/0/1": "bolt b: E: x", "t/0/3": "not a failure"})
+    with_headers = spark.createDataFrame(
+        [
+            (None, failing, "out", 0, 14, stamp, [(fail_reasons.HEADER, why), ("other", b"1")]),
+            (None, failing, "out", 0, 15, stamp, [(fail_reasons.HEADER, b"{not json")]),
+            (None, failing, "out", 0, 16, stamp, None),
+        ],
+        f"{columns}, headers array<struct<key string, value binary>>",
+    )
+    assert [(r.msg_id, r.detail) for r in nacks(outcome_rows(with_headers)).collect()] == [
+        ("t/0/1", "bolt b: E: x"), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None)
+    ]  # fmt: skip
+    assert [r.detail for r in outcome_rows(raw).collect()] == [None] * 6  # read without headers
     letters = malformed(raw).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
     assert reasons == [b"undecodable", b"unknown-version"]

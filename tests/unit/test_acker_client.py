@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from acker import fail_reasons
 from acker.columnar.block import Kind
 from acker.core import TICK, Message, Tick, Tracker, TrackerConfig
 from acker.core.ids import partition_of
@@ -313,3 +314,65 @@ def test_messages_are_placed_by_the_acker_topics_new_partition_count_once_it_cha
     client.send_acks((a, 1) for a in anchors)
     placed = {p: {int(a) for a in b.anchors} for p, b in enumerate(client._batches) if b is not None}
     assert placed == {p: {a for a in anchors if partition_of(a, 6) == p} for p in range(6)}
+
+
+class _Keeping:
+    """A producer that takes every record and keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, object]] = []
+
+    def produce(self, topic: str, value: bytes, **kwargs: object) -> None:
+        self.records.append({"topic": topic, "value": value, **kwargs})
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, _timeout: float = 0) -> int:
+        return 0
+
+
+def test_a_fail_with_a_reason_says_it_in_its_records_header_by_anchor() -> None:
+    """`acker.fail_reasons`: the reason goes beside the fail, in the record of its partition only; a record without
+    a reason has no header at all (the common case costs nothing)."""
+    producer = _Keeping()
+    client = AckerClient(producer, "acker", 2, linger_s=60)  # type: ignore[arg-type]
+    anchors = {partition_of(a, 2): a for a in range(1, 50)}  # an anchor of each partition
+    client.send(Fail(anchors[0]), "bolt split: ValueError: bad")
+    client.send_all([Fail(anchors[1]), Ack(anchors[1], 3)])
+    client.flush(0)
+    by_partition = {r["partition"]: r for r in producer.records}
+    assert by_partition[0]["headers"] == [
+        (fail_reasons.HEADER, f'{{"{anchors[0]}": "bolt split: ValueError: bad"}}'.encode())
+    ]
+    assert "headers" not in by_partition[1]
+
+
+def test_a_batch_that_cannot_be_delivered_fails_its_trees_saying_why() -> None:
+    """A fail sent again keeps its own reason; a tree failed because its acks were lost says so."""
+    lost: list[list[Init]] = []
+    client = AckerClient(
+        _Refusing(),  # type: ignore[arg-type]
+        "acker",
+        1,
+        linger_s=60,
+        on_failure=lambda _p, inits, _e: lost.append(inits),
+    )
+    client.send(Fail(6), "bolt b: KeyError: 'x'")
+    client.send_acks([(7, 1)])
+    client._flush_partition(0)  # refused at once: both trees failed again, queued
+    again = client._batches[0]
+    assert again is not None
+    assert again.reasons == {
+        6: "bolt b: KeyError: 'x'",
+        7: "acker messages to acker[0] could not be delivered: refused",
+    }
+
+
+def test_the_halves_of_a_batch_keep_the_reasons_of_their_own_fails() -> None:
+    client = AckerClient(_Keeping(), "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    client.send_all([Fail(1), Fail(2), Fail(3), Fail(4)], "why")
+    batch = client._batches[0]
+    assert batch is not None
+    first, second = batch.halves()
+    assert first.reasons == {1: "why", 2: "why"} and second.reasons == {3: "why", 4: "why"}

@@ -4,6 +4,7 @@ re-drive of 150,000 letters named every one of them in its error); and which let
 from __future__ import annotations
 
 from acker.dlq import DeadLetter, _listed, repeats
+from acker.retries import DETAIL, REASON
 
 
 def test_a_few_records_are_named_each() -> None:
@@ -38,3 +39,11 @@ def test_a_copy_is_the_same_bytes_of_the_same_record_for_the_same_spout() -> Non
         _letter(7, b"bad"),
     ]
     assert repeats(letters) == {2: "dlq/0/0", 5: "dlq/0/3"}
+
+
+def test_a_listing_shows_why_the_last_nack_failed_where_the_acker_gave_no_detail() -> None:
+    replayed = DeadLetter("d", 0, 1, 0, None, b"r", [(DETAIL, b"bolt split: ValueError: x"), (REASON, b"FAILED")])
+    assert replayed.summary()["detail"] == "bolt split: ValueError: x"
+    rejected = DeadLetter("d", 0, 2, 0, None, b"x", [("acker.dlq.reason", b"undecodable"), ("acker.dlq.detail", b"d")])
+    assert rejected.summary()["detail"] == "d"
+    assert DeadLetter("d", 0, 3, 0, None, b"x", []).summary()["detail"] is None

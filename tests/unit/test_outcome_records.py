@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from acker import fail_reasons
 from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
 from acker.core.messages import Ack, Fail, Init, Message
@@ -158,3 +159,20 @@ def test_a_record_too_large_for_its_topic_splits_in_halves_that_keep_its_order_a
     got = [row for d in decoded for row in zip(d.outcomes, d.anchors, d.msg_ids, d.latency_ms, strict=True)]
     assert got == rows
     assert split_outcomes(halves[0]) is None  # one outcome: nothing to split
+
+
+def test_failed_outcomes_carry_the_reasons_kept_for_their_trees_by_message_id() -> None:
+    """`acker.fail_reasons`: a reason read beside a fail goes with its tree's FAILED outcome, once, by message id;
+    other outcomes, and a record without a reason, carry none."""
+    block = MessageBlock.from_messages(
+        [Init(1, "s", "in/0/5", 1), Fail(1), Init(2, "s", "in/0/6", 2), Fail(2), Init(3, "s", "in/0/7", 3), Ack(3, 3)]
+    )
+    outcomes = BlockTracker().process(block)
+    kept = fail_reasons.Kept()
+    kept.add({1: "bolt b: ValueError: x", 3: "a fail of an acked tree"})
+    [encoded] = outcome_records(0, RecordSpans.of([len(block)], [40], [0]), outcomes, kept)
+    assert encoded.reasons is not None
+    assert fail_reasons.decode(encoded.reasons) == {"in/0/5": "bolt b: ValueError: x"}
+    assert len(kept) == 1  # tree 3 was acked: its reason is not taken
+    [again] = outcome_records(0, RecordSpans.of([len(block)], [40], [0]), outcomes, kept)
+    assert again.reasons is None

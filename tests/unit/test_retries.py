@@ -10,6 +10,7 @@ from acker.headers import HeaderList
 from acker.retries import (
     ATTEMPT,
     DEAD_LETTERED,
+    DETAIL,
     HEADER_KEPT_BYTES,
     LAST,
     NACK_REASON,
@@ -248,3 +249,20 @@ def test_a_record_whose_replay_topic_does_not_exist_is_dead_lettered_whole_and_r
     assert [k for k, _ in cut.headers].count(NACK_REASON) == 1
     copy = redrive(POLICY, "acker.replay.dlq/0/5", letter.headers)
     assert (copy.topic, dict(copy.headers)[REASON]) == ("rp.words", b"TIMEOUT")
+
+
+def test_the_reason_a_tree_was_failed_for_goes_on_its_replay_and_its_dead_letter() -> None:
+    """``acker.replay.detail``: the last nack's, never one carried over from the copy before (whose ``acker.*``
+    headers are the job's); kept by a re-drive, left out where the nack gave none."""
+    replay = decide(POLICY, "w", "src/0/1", "FAILED", headers=[("app", b"x")], now_ms=NOW, detail="bolt b: E: 1")
+    assert (DETAIL, b"bolt b: E: 1") in replay.headers
+    again = decide(POLICY, "w", "rp.w/0/3", "TIMEOUT", headers=replay.headers, now_ms=NOW)
+    assert DETAIL not in dict(again.headers)
+    copy = [(ATTEMPT, b"3"), (ORIGIN, b"src/0/1"), (SPOUT, b"w")]
+    letter = decide(POLICY, "w", "rp.w/0/9", "FAILED", headers=copy, now_ms=NOW, detail="bolt b: E: 2")
+    assert letter.resolution == DEAD_LETTERED and dict(letter.headers)[DETAIL] == b"bolt b: E: 2"
+    missing = decide(POLICY, "w", "src/0/2", "FAILED", headers=None, now_ms=NOW, detail="d")
+    assert dict(missing.headers)[DETAIL] == b"d"
+    assert dict(unreadable_headers(POLICY, "w", "src/0/3", "FAILED", "d").headers)[DETAIL] == b"d"
+    assert dict(unread(POLICY, replay, "src/0/1", "FAILED").headers)[DETAIL] == b"bolt b: E: 1"
+    assert dict(redrive(POLICY, "dlq/0/4", letter.headers).headers)[DETAIL] == b"bolt b: E: 2"

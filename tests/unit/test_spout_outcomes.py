@@ -35,7 +35,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout.pending, spout.counters, spout._init_attempts, spout.outcomes = {}, Counter(), {}, outcomes
     spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
-    spout._next_waiting_said = 0.0
+    spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
     return spout
 
 
@@ -94,6 +94,7 @@ def test_an_init_reported_undelivered_after_its_tree_was_decided_is_neither_sent
         spout._acker_delivery_failed(3, [Init(7, "s", "t/0/1", 3), Init(9, "s", "t/0/2", 4)], timed_out)
     assert [m.anchor for m in sent] == [9, 9]  # the pending tree's, twice; then failed
     assert spout._direct == [("FAILED", 9, "t/0/2", 0)]
+    assert spout._direct_reasons == {"t/0/2": "spout s: its init could not be delivered: Local: Message timed out"}
 
 
 class _SmallRecords:

@@ -3,6 +3,7 @@ afterwards (a real Producer that never connects: nothing leaves the process)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -14,11 +15,12 @@ from confluent_kafka import Message, Producer
 from acker.bolt import BasicCollector, Bolt, BoltInput, Collector
 from acker.columnar.block import Kind
 from acker.core.ids import IdGenerator
-from acker.core.tuple_tree import SpoutTree
+from acker.core.tuple_tree import InputTuple, SpoutTree
 from acker.errors import ProtocolError
 from acker.headers import with_ids
 from acker.kafka.acker_client import AckerClient
 from acker.spout import Emitter, Spout, SpoutSettings
+from acker.trouble import TroubleReport
 
 
 @pytest.fixture
@@ -81,11 +83,13 @@ def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at = {}
+    spout._started_at, spout._direct_reasons = {}, {}
     spout._start(Message(topic="src", partition=0, offset=8, value=b"x"), time.monotonic())
     batch = spout.acker._batches[0]
     assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
     assert spout._direct == [] and list(spout.pending) == ["src/0/8"] and spout.counters["emit_errors"] == 1
+    # the fail says why, in the acker record's header (`acker.fail_reasons`)
+    assert list(batch.reasons.values()) == ["spout s: TypeError: a bytes-like object is required, not 'int'"]
 
 
 @pytest.mark.parametrize(("emits", "outcome"), [(0, "FAILED"), (1, "ACK")])
@@ -104,7 +108,32 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out", tracked=False), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at = {}
+    spout._started_at, spout._direct_reasons = {}, {}
     spout._start(Message(topic="src", partition=0, offset=9, value=b"x"), time.monotonic())
     assert spout._direct == [(outcome, 0, "src/0/9", 0)] and spout.counters["emit_errors"] == 1
+    reasons = {"src/0/9": "spout s: ValueError: cannot parse the rest"} if outcome == "FAILED" else {}
+    assert spout._direct_reasons == reasons
     assert spout.acker._batches == [None]  # untracked: nothing for the acker
+
+
+@pytest.mark.parametrize("basic", [True, False])
+def test_an_input_a_bolts_function_raises_on_is_failed_saying_why(producer: Producer, basic: bool) -> None:
+    """The fail carries the stage and the exception (`acker.fail_reasons`) to the record's dead letter; an explicit
+    fail says what its caller gives."""
+
+    def parse(message: BoltInput, _collector: Any) -> None:
+        raise ValueError(f"cannot parse {message.value!r}")
+
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = basic, parse, Counter(), IdGenerator(5), {}
+    bolt.group, bolt.acker = "split", AckerClient(producer, "acker", 1, linger_s=60)
+    bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
+    root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
+    bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
+    batch = bolt.acker._batches[0]
+    assert batch is not None and batch.reasons == {root.edges[0][0]: "bolt split: ValueError: cannot parse b'a b'"}
+    assert bolt.counters["failed"] == 1 and bolt.counters["errors"] == 1
+    other = SpoutTree("s", "src/0/2", IdGenerator(7)).emit()
+    message = BoltInput(b"v", None, [], "split", 0, 5, InputTuple(other, IdGenerator(8)))
+    bolt._collector.fail(message, "x" * 1000)
+    assert len(batch.reasons[other.edges[0][0]]) == 500

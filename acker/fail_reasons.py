@@ -1,0 +1,104 @@
+"""Why a tree failed: the reason a stage gives with a fail, carried beside the protocol to the record's dead letter.
+
+A fail decides a tree ``FAILED`` at once; the XOR protocol has no room for why. The reason travels in a Kafka header
+beside it, so that an operator reading a dead letter sees the exception that failed its record rather than searching
+the logs of every process of the stage:
+
+- on an **acker record** (`acker.kafka.acker_client.AckerClient`, a bolt's or a spout's fails): ``acker.fail-reasons``,
+  a JSON object from anchor (a signed 64-bit integer, as a decimal string) to the reason of that tree's fail;
+- on an **outcome record** (the acker service, for the ``FAILED`` outcomes it decided; a spout, for those it decided
+  itself): ``acker.fail-reasons``, a JSON object from message id to reason;
+- on a **replayed copy or a dead letter** (the replay job, `acker.retries`): ``acker.replay.detail``, the reason of the
+  nack that sent it there, when it had one.
+
+JSON, so that standard Kafka tools show it and Spark reads it (``from_json``). Readers of earlier versions ignore the
+header: nothing of the protocol changes, and the header can be written before every reader knows it.
+
+Invariant: a reason never changes what is decided. A header that cannot be read is ignored (its trees fail as they
+would without it), a reason is at most `REASON_MAX_CHARS` characters, a header holds at most `PER_RECORD` of them (a
+record failing more trees says the first ones), and a service keeps at most `KEPT` reasons per partition whose
+trees are not decided yet (a fail read before its tree's init), the oldest forgotten first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+
+HEADER = "acker.fail-reasons"
+REASON_MAX_CHARS = 500
+PER_RECORD = 100
+KEPT = 4096
+
+
+def reason_of(error: BaseException, where: str = "") -> str:
+    """A reason for a fail caused by ``error``: its type and message (``where``, e.g. the stage, first), cut to
+    `REASON_MAX_CHARS`."""
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return cut(f"{where}: {text}" if where else text)
+
+
+def cut(reason: str) -> str:
+    return reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"
+
+
+def encode(reasons: Mapping[int, str] | Mapping[str, str]) -> bytes | None:
+    """The header's value for ``reasons`` (by anchor or by message id): the first `PER_RECORD`; None when empty."""
+    if not reasons:
+        return None
+    items = list(reasons.items())[:PER_RECORD]
+    return json.dumps({str(key): cut(reason) for key, reason in items}, ensure_ascii=False).encode()
+
+
+def decode(raw: bytes | str | None) -> dict[str, str]:
+    """The reasons of a header's value, by its keys as written; empty when it is not a JSON object of strings."""
+    if not raw:
+        return {}
+    try:
+        found = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: cut(v) for k, v in found.items() if isinstance(v, str)}
+
+
+def by_anchor(raw: bytes | str | None) -> dict[int, str]:
+    """An acker record's reasons, by anchor; keys that are not non-zero 64-bit integers are left out."""
+    out = {}
+    for key, reason in decode(raw).items():
+        try:
+            anchor = int(key)
+        except ValueError:
+            continue
+        if anchor and -(1 << 63) <= anchor < (1 << 63):
+            out[anchor] = reason
+    return out
+
+
+class Kept:
+    """The reasons a service has read for trees of one partition it has not decided yet, by anchor: at most `KEPT`,
+    the oldest forgotten first (a fail for a tree decided before, or whose init never comes, is never taken)."""
+
+    __slots__ = ("_reasons",)
+
+    def __init__(self) -> None:
+        self._reasons: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._reasons)
+
+    def add(self, reasons: Mapping[int, str]) -> None:
+        kept = self._reasons
+        for anchor, reason in reasons.items():
+            kept.pop(anchor, None)  # the newest reason of a tree, and its place as the newest
+            kept[anchor] = reason
+        while len(kept) > KEPT:
+            del kept[next(iter(kept))]
+
+    def take(self, anchors: Iterable[int]) -> dict[int, str]:
+        """The reasons of ``anchors`` (trees just decided), forgotten here."""
+        kept = self._reasons
+        if not kept:
+            return {}
+        return {anchor: kept.pop(anchor) for anchor in anchors if anchor in kept}
