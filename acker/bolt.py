@@ -114,7 +114,8 @@ class Collector:
     def fail(self, message: BoltInput, reason: str | None = None) -> None:
         """Fail the input: its trees are nacked ``FAILED`` at once. ``reason`` (optional, cut to 500 characters)
         travels with the fail to the record's replays and dead letter (``acker.replay.detail``)."""
-        self._bolt.acker.send_all(message.tuple.fail(), fail_reasons.cut(reason) if reason else None)
+        why = fail_reasons.cut(str(reason)) if reason else None  # before the input is settled: nothing may raise after
+        self._bolt.acker.send_all(message.tuple.fail(), why)
         self._bolt.counters["failed"] += 1
 
     def reset_timeout(self, message: BoltInput) -> None:

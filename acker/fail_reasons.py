@@ -14,10 +14,12 @@ the logs of every process of the stage:
 JSON, so that standard Kafka tools show it and Spark reads it (``from_json``). Readers of earlier versions ignore the
 header: nothing of the protocol changes, and the header can be written before every reader knows it.
 
-Invariant: a reason never changes what is decided. A header that cannot be read is ignored (its trees fail as they
-would without it), a reason is at most `REASON_MAX_CHARS` characters, a header holds at most `PER_RECORD` of them (a
-record failing more trees says the first ones), and a service keeps at most `KEPT` reasons per partition whose
-trees are not decided yet (a fail read before its tree's init), the oldest forgotten first.
+Invariant: a reason never changes what is decided, and never stops a process. A header that cannot be read (not
+JSON, nested too deep, over `READ_MAX_BYTES`) is ignored: its trees fail as they would without it. A reason is at most
+`REASON_MAX_CHARS` characters of text that encodes as UTF-8 (what does not, a lone surrogate, is escaped); a header
+holds at most `PER_RECORD` of them and `HEADER_MAX_BYTES` (a record failing more trees says the first ones); a
+service keeps at most `KEPT` reasons per partition whose trees are not decided yet (a fail read before its tree's
+init), the oldest forgotten first, and the first reason of a tree (its first fail decided it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from collections.abc import Iterable, Mapping
 HEADER = "acker.fail-reasons"
 REASON_MAX_CHARS = 500
 PER_RECORD = 100
+HEADER_MAX_BYTES = 16 * 1024  # written; a record's size limit is 1 MB by default
+READ_MAX_BYTES = 64 * 1024  # read: a larger header is not this project's
 KEPT = 4096
 
 
@@ -39,28 +43,43 @@ def reason_of(error: BaseException, where: str = "") -> str:
 
 
 def cut(reason: str) -> str:
-    return reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"
+    """``reason`` as text a header can carry: at most `REASON_MAX_CHARS` characters, what UTF-8 cannot encode (a
+    lone surrogate: an exception's message made of undecodable bytes) escaped."""
+    return _encodable(reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…")
+
+
+def _encodable(text: str) -> str:
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def encode(reasons: Mapping[int, str] | Mapping[str, str]) -> bytes | None:
-    """The header's value for ``reasons`` (by anchor or by message id): the first `PER_RECORD`; None when empty."""
+    """The header's value for ``reasons`` (by anchor or by message id): the first `PER_RECORD`, within
+    `HEADER_MAX_BYTES`; None when empty."""
     if not reasons:
         return None
-    items = list(reasons.items())[:PER_RECORD]
-    return json.dumps({str(key): cut(reason) for key, reason in items}, ensure_ascii=False).encode()
+    kept: dict[str, str] = {}
+    size = 2
+    for key, reason in list(reasons.items())[:PER_RECORD]:
+        entry = {_encodable(str(key)): cut(reason)}
+        size += len(json.dumps(entry, ensure_ascii=False).encode()) - 1  # its braces are the comma and the object's
+        if size > HEADER_MAX_BYTES:
+            break
+        kept.update(entry)
+    return json.dumps(kept, ensure_ascii=False).encode() if kept else None
 
 
 def decode(raw: bytes | str | None) -> dict[str, str]:
-    """The reasons of a header's value, by its keys as written; empty when it is not a JSON object of strings."""
-    if not raw:
+    """The reasons of a header's value, by its keys as written; empty when it is not a JSON object of strings (or is
+    over `READ_MAX_BYTES`)."""
+    if not raw or len(raw) > READ_MAX_BYTES:
         return {}
     try:
         found = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError); nested too deep
         return {}
     if not isinstance(found, dict):
         return {}
-    return {k: cut(v) for k, v in found.items() if isinstance(v, str)}
+    return {_encodable(k): cut(v) for k, v in found.items() if isinstance(v, str)}
 
 
 def by_anchor(raw: bytes | str | None) -> dict[int, str]:
@@ -91,8 +110,7 @@ class Kept:
     def add(self, reasons: Mapping[int, str]) -> None:
         kept = self._reasons
         for anchor, reason in reasons.items():
-            kept.pop(anchor, None)  # the newest reason of a tree, and its place as the newest
-            kept[anchor] = reason
+            kept.setdefault(anchor, reason)  # a tree's first fail decides it: its reason is the one given
         while len(kept) > KEPT:
             del kept[next(iter(kept))]
 

@@ -225,6 +225,12 @@ def too_large(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str,
     return Decision(letter.topic, cut, letter.resolution)
 
 
+def without_detail(decision: Decision) -> Decision:
+    """``decision`` without its `DETAIL`: for a copy that only the detail makes too large for its topic (a diagnosis
+    must not turn a replay into a ``too-large`` dead letter)."""
+    return Decision(decision.topic, [(k, v) for k, v in decision.headers if k != DETAIL], decision.resolution)
+
+
 def unread(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str) -> Decision:
     """The dead letter standing for the nacked record ``msg_id``, whose replay ``decision`` would send to a replay
     topic that does not exist: no spout reads it (the job's replay prefix is not the spouts', or the spout has not run

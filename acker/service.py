@@ -77,6 +77,7 @@ from acker.wire import (
     OUTCOMES_PER_RECORD,
     WireError,
     check_block,
+    decode_outcomes,
     encode_batch,
     encode_outcomes,
     parse_batch,
@@ -237,6 +238,18 @@ def _reasons_of(outcomes: OutcomeBlock, rows: np.ndarray, reasons: fail_reasons.
             _, source = outcomes.sources[int(outcomes.source[row])]
             by_msg_id[join_msg_id(source, int(outcomes.offset[row]))] = reason
     return fail_reasons.encode(by_msg_id)
+
+
+def _part_of(to: _Destination, part: bytes) -> _Destination:
+    """Where a part of an outcome record sent in halves goes: as the record, with only the fail reasons of its own
+    outcomes (the whole header on every half could keep a half too large down to one outcome)."""
+    raw = next((v for k, v in to.headers if k == fail_reasons.HEADER), None)
+    if raw is None:
+        return to
+    ids = set(decode_outcomes(part).msg_ids)
+    mine = fail_reasons.encode({m: r for m, r in fail_reasons.decode(raw).items() if m in ids})
+    headers = [(k, v) for k, v in to.headers if k != fail_reasons.HEADER]
+    return replace(to, headers=headers if mine is None else [*headers, (fail_reasons.HEADER, mine)])
 
 
 def failing_inits(block: MessageBlock) -> MessageBlock | None:
@@ -581,7 +594,7 @@ class AckerService:
         key = str(partition).encode()
 
         def again(part: bytes, then: Delivered) -> Callable[[], None]:
-            return lambda: self._produce_outcome(part, then, to, alone=True)
+            return lambda: self._produce_outcome(part, then, _part_of(to, part), alone=True)
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
             too_large = error is not None and error.code() in TOO_LARGE
@@ -616,7 +629,10 @@ class AckerService:
                     (DLQ_PARTITION, str(partition).encode()),
                     (DLQ_OFFSET, str(last).encode()),
                 ]
-                self._fallbacks.append(lambda: self._send_dead_letter(value, key, [*where, *headers], done))
+                # Its fail reasons as its own headers, which a dead letter too large goes without.
+                mine = [h for h in headers if h[0] != fail_reasons.HEADER]
+                reasons = [h for h in headers if h[0] == fail_reasons.HEADER]
+                self._fallbacks.append(lambda: self._send_dead_letter(value, key, [*where, *mine], done, own=reasons))
                 return
             done(error, record)
 

@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -564,7 +564,7 @@ class Spout:
             extra = {} if reasons is None else {"headers": [(fail_reasons.HEADER, reasons)]}
 
             def delivered(
-                error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows, told: Iterable[str] = why
+                error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows, told: dict[str, str] = why
             ) -> None:
                 if error is not None:  # published again at the next step: the watermark waits for these offsets
                     if error.code() in TOO_LARGE:
@@ -572,8 +572,9 @@ class Spout:
                     log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
                     self._direct.extend(rows)
                     return
-                for msg_id in told:
-                    self._direct_reasons.pop(msg_id, None)
+                for msg_id, reason in told.items():  # not one given since to a later FAILED of the same record
+                    if self._direct_reasons.get(msg_id) == reason:
+                        del self._direct_reasons[msg_id]
 
             try:
                 produce(self.producer, topic, value, key=b"spout", on_delivery=delivered, **extra)

@@ -64,6 +64,7 @@ def source_partition(source: Column) -> tuple[Column, Column]:
 
 
 _REASONS = "map<string,string>"
+_MAX_CHARS = fail_reasons.REASON_MAX_CHARS
 
 
 def fail_reasons_of(raw: DataFrame) -> Column:
@@ -114,7 +115,10 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
         "acker_partition",
         "timestamp",
         F.col("topic").alias("outcome_topic"),
-        F.when(F.col("outcome") == F.lit(FAILED), F.try_element_at("reasons", msg_id)).alias("detail"),
+        # cut as the writers cut it: a reason from another writer may be any size
+        F.when(
+            F.col("outcome") == F.lit(FAILED), F.substring(F.try_element_at("reasons", msg_id), 1, _MAX_CHARS)
+        ).alias("detail"),
     )
 
 

@@ -70,6 +70,7 @@ from acker.retries import (
     too_large,
     unread,
     unreadable_headers,
+    without_detail,
 )
 from acker.topics import PROGRESS_TOPIC_CONFIG
 from acker.watermarks import acked_group
@@ -307,6 +308,25 @@ class _Publisher:
                      "nacks handled before", len(rows) - len(undecided))  # fmt: skip
         return undecided
 
+    def _decision(self, row: Any, record: Message | None, now_ms: int, unread_topics: set[str]) -> Decision:
+        """Where the nacked ``record`` (None: it no longer exists) goes; ``unread_topics``: the replay topics found
+        missing in this part, said once."""
+        headers = None if record is None else read_headers(record)
+        if record is not None and headers is None:  # a header name that is not UTF-8
+            log.warning("%s: its headers cannot be read (a header name is not UTF-8): dead-lettered as %s",
+                        row.msg_id, UNREADABLE_HEADERS)  # fmt: skip
+            return unreadable_headers(self.policy, row.spout, row.msg_id, row.reason, row.detail)
+        decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms,
+                          detail=row.detail)  # fmt: skip
+        if decision.resolution == REPLAYED and not self.partitions(decision.topic):
+            if decision.topic not in unread_topics:
+                unread_topics.add(decision.topic)
+                log.error("replay topic %s does not exist: no spout reads it (is the replay prefix %r the spouts'?); "
+                          "its nacks are dead-lettered (%s)", decision.topic, self.policy.replay_prefix,
+                          NO_REPLAY_TOPIC)  # fmt: skip
+            decision = unread(self.policy, decision, row.msg_id, row.reason)
+        return decision
+
     def _publish_part(self, rows: list[Any], fetch: Fetch, progress: str) -> int:
         """Publish ``rows`` in one transaction, with ``progress`` as its progress record."""
         # Every nacked record is read first, outside the transaction (which a long read could outlive), a partition
@@ -330,25 +350,12 @@ class _Publisher:
         try:
             for row in rows:
                 record = found[(row.topic, int(row.partition), int(row.offset))]
-                headers = None if record is None else read_headers(record)
-                if record is not None and headers is None:  # a header name that is not UTF-8
-                    log.warning("%s: its headers cannot be read (a header name is not UTF-8): dead-lettered as %s",
-                                row.msg_id, UNREADABLE_HEADERS)  # fmt: skip
-                    decision = unreadable_headers(self.policy, row.spout, row.msg_id, row.reason, row.detail)
-                else:
-                    decision = decide(
-                        self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms,
-                        detail=row.detail,
-                    )  # fmt: skip
-                if decision.resolution == REPLAYED and not self.partitions(decision.topic):
-                    if decision.topic not in unread_topics:
-                        unread_topics.add(decision.topic)
-                        log.error("replay topic %s does not exist: no spout reads it (is the replay prefix %r the "
-                                  "spouts'?); its nacks are dead-lettered (%s)", decision.topic,
-                                  self.policy.replay_prefix, NO_REPLAY_TOPIC)  # fmt: skip
-                    decision = unread(self.policy, decision, row.msg_id, row.reason)
+                decision = self._decision(row, record, now_ms, unread_topics)
                 value, key = (None, None) if record is None else (record.value(), record.key())
                 size = _size(value, key, decision.headers)
+                if size + _FRAMING > self.limit(decision.topic) and row.detail:  # not for want of a diagnosis
+                    decision = without_detail(decision)
+                    size = _size(value, key, decision.headers)
                 if size + _FRAMING > self.limit(decision.topic):
                     # Refused, it would abort the transaction at every run of the batch: no nack would be replayed.
                     log.warning("%s is too large to publish to %s (%d bytes): dead-lettered", row.msg_id,

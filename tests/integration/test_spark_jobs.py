@@ -437,13 +437,16 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     with_headers = spark.createDataFrame(
         [
             (None, failing, "out", 0, 14, stamp, [(fail_reasons.HEADER, why), ("other", b"1")]),
-            (None, failing, "out", 0, 15, stamp, [(fail_reasons.HEADER, b"{not json")]),
-            (None, failing, "out", 0, 16, stamp, None),
+            (None, failing, "out", 0, 15, stamp, [(fail_reasons.HEADER, b"{not json"), ("x", b"[" * 5000)]),
+            (None, failing, "out", 0, 16, stamp, [(fail_reasons.HEADER, b"[" * 5000)]),  # nested past Jackson's depth
+            (None, failing, "out", 0, 17, stamp, [(fail_reasons.HEADER, b'{"t/0/1": "' + b"z" * 900 + b'\xff"}')]),
+            (None, failing, "out", 0, 18, stamp, None),
         ],
         f"{columns}, headers array<struct<key string, value binary>>",
     )
     assert [(r.msg_id, r.detail) for r in nacks(outcome_rows(with_headers)).collect()] == [
-        ("t/0/1", "bolt b: E: x"), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None)
+        ("t/0/1", "bolt b: E: x"), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None),
+        ("t/0/1", "z" * 500), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None),
     ]  # fmt: skip
     assert [r.detail for r in outcome_rows(raw).collect()] == [None] * 6  # read without headers
     letters = malformed(raw).collect()

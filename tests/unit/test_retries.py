@@ -35,6 +35,7 @@ from acker.retries import (
     too_large,
     unread,
     unreadable_headers,
+    without_detail,
 )
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(first_ms=100, factor=3.0, max_ms=500), replay_prefix="rp.")
@@ -266,3 +267,10 @@ def test_the_reason_a_tree_was_failed_for_goes_on_its_replay_and_its_dead_letter
     assert dict(unreadable_headers(POLICY, "w", "src/0/3", "FAILED", "d").headers)[DETAIL] == b"d"
     assert dict(unread(POLICY, replay, "src/0/1", "FAILED").headers)[DETAIL] == b"bolt b: E: 1"
     assert dict(redrive(POLICY, "dlq/0/4", letter.headers).headers)[DETAIL] == b"bolt b: E: 2"
+
+
+def test_a_copy_too_large_only_for_its_detail_goes_without_it() -> None:
+    replay = decide(POLICY, "w", "src/0/1", "FAILED", headers=[("app", b"x")], now_ms=NOW, detail="d" * 500)
+    lean = without_detail(replay)
+    assert DETAIL not in dict(lean.headers) and lean.headers == [h for h in replay.headers if h[0] != DETAIL]
+    assert (lean.topic, lean.resolution) == (replay.topic, replay.resolution)

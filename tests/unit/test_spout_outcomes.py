@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from acker import fail_reasons
 from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
@@ -103,11 +104,13 @@ class _SmallRecords:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.values: list[bytes] = []
+        self.kwargs: list[dict[str, Any]] = []
 
-    def produce(self, _topic: str, value: bytes, **_kwargs: Any) -> None:
+    def produce(self, _topic: str, value: bytes, **kwargs: Any) -> None:
         if len(value) > self.limit:
             raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
         self.values.append(value)
+        self.kwargs.append(kwargs)
 
 
 def test_the_spouts_own_outcomes_go_in_smaller_records_where_a_record_of_them_is_refused_as_too_large() -> None:
@@ -232,3 +235,20 @@ def test_a_rebalance_that_assigns_nothing_asks_nothing() -> None:
     spout: Any = Spout.__new__(Spout)
     spout._watermarks = _Unreachable()
     spout._on_assign(None, [])
+
+
+def test_the_spouts_own_failed_outcomes_say_why_until_delivered() -> None:
+    """The reasons of the FAILED outcomes a spout decides itself go in their record's header, by message id, and are
+    forgotten once it is delivered; kept for a record sent again."""
+    spout = _spout(_Outcomes())
+    spout.config, spout.producer, spout._direct_rows = ServiceConfig(), _SmallRecords(100_000), OUTCOMES_PER_RECORD
+    spout._direct = [("FAILED", 0, "t/0/1", 0), ("ACK", 0, "t/0/2", 0), ("FAILED", 0, "t/0/3", 0)]
+    spout._direct_reasons = {"t/0/1": "spout s: ValueError: x", "t/0/9": "another record's"}
+    spout._publish_direct()
+    [sent] = spout.producer.kwargs
+    assert sent["headers"] == [(fail_reasons.HEADER, b'{"t/0/1": "spout s: ValueError: x"}')]
+    sent["on_delivery"](KafkaError(KafkaError._MSG_TIMED_OUT), None)  # sent again at the next step, with its reason
+    assert "t/0/1" in spout._direct_reasons and len(spout._direct) == 3
+    spout._publish_direct()
+    spout.producer.kwargs[1]["on_delivery"](None, None)
+    assert spout._direct_reasons == {"t/0/9": "another record's"}

@@ -137,3 +137,10 @@ def test_an_input_a_bolts_function_raises_on_is_failed_saying_why(producer: Prod
     message = BoltInput(b"v", None, [], "split", 0, 5, InputTuple(other, IdGenerator(8)))
     bolt._collector.fail(message, "x" * 1000)
     assert len(batch.reasons[other.edges[0][0]]) == 500
+    # Whatever it is given, the fail is sent: a reason that raised after the input was settled left its tree to
+    # time out. An exception as a reason, a message of undecodable bytes (lone surrogates) in it:
+    third = SpoutTree("s", "src/0/3", IdGenerator(9)).emit()
+    bad = ValueError(b"\xff".decode("utf-8", "surrogateescape"))
+    bolt._collector.fail(BoltInput(b"v", None, [], "split", 0, 6, InputTuple(third, IdGenerator(10))), bad)
+    assert batch.reasons[third.edges[0][0]] == "\\udcff"
+    bolt.acker.flush(0)  # encoded without an error
