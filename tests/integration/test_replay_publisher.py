@@ -21,6 +21,7 @@ from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, part
 from acker.kafka.lookups import CONFIRM_S, close_all, lookups
 from acker.retries import (
     ATTEMPT,
+    DETAIL,
     HEADER_KEPT_BYTES,
     NACK_REASON,
     NO_REPLAY_TOPIC,
@@ -70,7 +71,7 @@ def _nack(settings: ReplayJobSettings, topic: str, partition: int, offset: int) 
     """A nack as the job's rows carry it, read from the job's outcome topic."""
     msg_id = f"{topic}/{partition}/{offset}"
     return SimpleNamespace(spout="sp", msg_id=msg_id, reason="FAILED", topic=topic, partition=partition, offset=offset,
-                           outcome_topic=settings.source.topics[0])  # fmt: skip
+                           outcome_topic=settings.source.topics[0], detail=None)  # fmt: skip
 
 
 def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
@@ -146,6 +147,30 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
     assert int(text(headers, TRUNCATED) or 0) > 100_000 and text(headers, "trace") is None
     assert letter.value() == b"x" * 65_536 and letter.key() == b"k"
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == smaller
+
+
+def test_a_record_only_its_detail_makes_too_large_is_replayed_without_it(bootstrap: str) -> None:
+    """`acker.replay.detail` is a diagnosis: it must not turn a replay into a ``too-large`` dead letter."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1,
+                                                           config={"max.message.bytes": "20000"})])  # fmt: skip
+    producer = Producer(client)
+    for value in (b"x" * 18_500, b"y" * 100):  # the first fits, without 500 more bytes of detail
+        produce(producer, source, value, key=b"k")
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    rows = [replace_ns(_nack(settings, source, 0, offset), detail="d" * 500) for offset in range(2)]
+    assert publisher.publish(0, rows, _fetch(client)) == 2
+    assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
+    first, second = read_all(client, settings.replay_prefix + "sp")
+    assert text(pairs(first.headers()), DETAIL) is None and first.value() == b"x" * 18_500
+    assert text(pairs(second.headers()), DETAIL) == "d" * 500
+
+
+def replace_ns(row: Any, **changes: Any) -> Any:
+    return SimpleNamespace(**{**vars(row), **changes})
 
 
 def test_a_record_whose_own_replay_header_is_too_large_is_dead_lettered_with_it_cut(bootstrap: str) -> None:
