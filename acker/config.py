@@ -317,6 +317,11 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
     """The same, for a command whose description is laid out by hand."""
 
 
+# The settings a process of a bolt, and of a spout, reads: the only ones the help of a command running one lists.
+BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms")
+SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "timeout_s", "buckets", "replication_factor")
+
+
 def add_arguments(parser: argparse.ArgumentParser, shown: Iterable[str] | None = None) -> None:
     """Add ``--config``, one flag per setting (its help names its environment variable) and ``--kafka``, in a group
     of their own, after the command's own options (every command takes them all, so that one list of settings serves

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,17 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from acker.argtypes import at_least, positive, share
 from acker.bolt import Bolt
-from acker.cli import TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
-from acker.config import ENV_PREFIX, ServiceConfig, add_arguments, load, to_argv, topic_name_problem
+from acker.cli import TOPIC_SETTINGS, TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
+from acker.config import (
+    BOLT_SETTINGS,
+    ENV_PREFIX,
+    SPOUT_SETTINGS,
+    ServiceConfig,
+    add_arguments,
+    load,
+    to_argv,
+    topic_name_problem,
+)
 from acker.errors import ConfigError
 from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
 from acker.help_text import prose
@@ -386,27 +395,36 @@ def add_parser(sub: Any) -> None:
     stages = wordcount.add_subparsers(dest="stage", required=True, metavar="STAGE")
 
     def stage(
-        name: str, help_text: str, run: Callable[[argparse.Namespace], int], *, seed: str = ""
+        name: str,
+        help_text: str,
+        run: Callable[[argparse.Namespace], int],
+        *,
+        seed: str = "",
+        shown: Iterable[str] | None = None,
     ) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = stages.add_parser(name, help=help_text)
-        add_arguments(parser)
+        add_arguments(parser, shown)  # shown None: all (the stages that run the acker)
         parser.add_argument("--prefix", default="wc", help="topic prefix of the pipeline [default: wc]")
         if seed:
             parser.add_argument("--seed", type=int, default=0, help=f"seed of {seed} [default: 0]")
         parser.set_defaults(run=run)
         return parser
 
-    topics = stage("topics", "create the pipeline's and the acker's topics", cmd_topics)
+    topics = stage("topics", "create the pipeline's and the acker's topics", cmd_topics, shown=TOPIC_SETTINGS)
     topics.add_argument(
         "--pipeline-partitions", type=at_least(1), default=4, help="partitions of each pipeline topic [default: 4]"
     )
-    produce_parser = stage("produce", "write sentences to the source topic", cmd_produce, seed="generated sentences")
+    produce_parser = stage(
+        "produce", "write sentences to the source topic", cmd_produce, seed="generated sentences",
+        shown=("bootstrap_servers",),
+    )  # fmt: skip
     for parser in (produce_parser,):
         parser.add_argument("--sentences", type=at_least(0), default=1000, help="sentences to generate [default: 1000]")
         parser.add_argument("--file", help="sentences from this file, one a line, instead of generated ones")
     for name, help_text, run_stage in (("spout", "run the spout", cmd_spout), ("split", "run a split bolt", cmd_split),
                                        ("count", "run a count bolt", cmd_count)):  # fmt: skip
-        parser = stage(name, help_text, run_stage, seed="" if name == "spout" else "injected failures")
+        shown = SPOUT_SETTINGS if name == "spout" else BOLT_SETTINGS
+        parser = stage(name, help_text, run_stage, seed="" if name == "spout" else "injected failures", shown=shown)
         parser.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         parser.add_argument(
             "--trace", action="store_true", help="tag every message with its source record (header wc.sentence)"

@@ -341,6 +341,8 @@ def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsy
         (["status"], "--status-topic"),
         (["dlq", "list"], "--replay-dlq-topic"),
         (["spark", "commit"], "--outcome-prefix"),
+        (["wordcount", "split"], "--ack-linger-ms"),
+        (["wordcount", "produce"], "--bootstrap-servers"),
     ):
         with pytest.raises(SystemExit):
             cli.main([*command, "--help"])
@@ -349,3 +351,10 @@ def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsy
         required = ["--checkpoint", "x"] if command[0] == "spark" else []
         args = cli.build_parser().parse_args([*command, *required, "--buckets", "4", "--tracker-threads", "1"])
         assert (args.buckets, args.tracker_threads) == ("4", "1")
+
+
+def test_a_spouts_help_lists_what_a_spout_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["wordcount", "spout", "--help"])
+    text = capsys.readouterr().out
+    assert "--timeout-s" in text and "--replay-prefix" in text and "--high-water" not in text
