@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -255,9 +256,15 @@ class ServiceConfig:
         which is acked in its trees when its delivery is reported (`acker.bolt`)."""
         return {**self.stage_producer(**overrides), _ONLY_ERRORS: False}
 
+    @property
+    def instance(self) -> str:
+        """The name of this instance in status and logs: ``instance_id``, or ``host:pid``."""
+        return self.instance_id or f"{socket.gethostname()}:{os.getpid()}"
+
     def redacted(self) -> dict[str, Any]:
-        """The configuration as a dict that is safe to log."""
+        """The configuration as a dict that is safe to log (with the instance's name, its default too)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "kafka"}
+        out["instance_id"] = self.instance
         out["kafka"] = {k: ("***" if _is_secret(k) else v) for k, v in self.kafka.items()}
         return out
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
 from collections import Counter as Tally
@@ -299,7 +297,7 @@ class AckerService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         compile_now()
-        self.instance = config.instance_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.instance = config.instance
         self._states: dict[int, PartitionState] = {}
         self._outcome_logs: dict[int, OutcomeLog] = {}
         self._reader: Consumer | None = None  # reads commit metadata and outcomes back at assignment

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -303,3 +305,12 @@ def test_a_configuration_file_that_is_not_utf8_is_a_one_line_error(tmp_path: Pat
     path.write_bytes(b'instance_id = "\xff"\n')
     with pytest.raises(ConfigError, match="cannot read configuration file"):
         load(_parse("--config", str(path)), environ={})
+
+
+def test_the_logged_configuration_names_the_instance_also_by_default() -> None:
+    """It said ``instance_id: ''`` where the instance went by ``host:pid`` everywhere else."""
+
+    assert (
+        ServiceConfig().redacted()["instance_id"] == f"{socket.gethostname()}:{os.getpid()}" == ServiceConfig().instance
+    )
+    assert ServiceConfig(instance_id="a-1").redacted()["instance_id"] == "a-1"
