@@ -323,10 +323,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
             str(lag if (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet
             str(committed if committed is not None else "-"),
             str(end if end is not None else "-"),
-            str(end - committed if committed is not None and end is not None else "-"),
+            _re_read(committed, end),
         )
     table_console().print(table)
     return 0
+
+
+def _re_read(committed: int | None, end: int | None) -> str:
+    """What a new owner of a partition reads again: from the committed offset to the end, or, with none committed
+    (nothing decided yet, or a new group), every record the partition still holds."""
+    if end is None:
+        return "-"
+    if committed is None:
+        return "all" if end else "0"
+    return str(end - committed)
 
 
 def _cmd_watermarks(args: argparse.Namespace) -> int:

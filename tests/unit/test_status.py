@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from acker.cli import _re_read
 from acker.status import _status, status_key
 
 
@@ -30,3 +31,7 @@ def test_the_statuses_of_two_groups_for_one_partition_have_keys_of_their_own() -
     the other's, and `acker status --group` showed nothing for the first."""
     assert status_key("a", "acker", 3) != status_key("b", "acker", 3)
     assert status_key("a", "acker", 3) != status_key("a", "acker", 4)
+
+
+def test_with_nothing_committed_a_new_owner_re_reads_all_a_partition_holds() -> None:
+    assert [_re_read(None, 40), _re_read(None, 0), _re_read(30, 40), _re_read(None, None)] == ["all", "0", "10", "-"]
