@@ -72,8 +72,8 @@ class Outputs(Protocol):
     def ack(self, message: BoltInput) -> None:
         """Ack ``message``."""
 
-    def fail(self, message: BoltInput) -> None:
-        """Fail ``message``."""
+    def fail(self, message: BoltInput, reason: str | None = None) -> None:
+        """Fail ``message``, saying why (the reason reaches its dead letter)."""
 
 
 def join_bolt(output: str, hold_s: float, remember_s: float | None = None) -> Join:
@@ -97,7 +97,8 @@ class Join:
         self._housekeeping(now_ms, collector)
         side = first(message.headers, SIDE)
         if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, self.hold_s):
-            collector.fail(message)  # not a side of an order, or too old to join: its tree may have expired
+            # not a side of an order, or too old to join: its tree may have expired
+            collector.fail(message, "join: not a side of an order, or held too long to join")
             return
         key = message.key or b""
         if key in self.joined:  # a copy of a side joined already (a re-read, a replay): joined again, same partner
@@ -105,13 +106,13 @@ class Join:
             if values[side] == message.value:
                 self._emit(key, values, [message], collector)
             else:
-                collector.fail(message)  # another record under the same order id and side
+                collector.fail(message, "join: another record under the same order id and side")
             return
         others = self._held((key, PARTNER[side]), now_ms, collector)
         if not others:
             mine = self._held((key, side), now_ms, collector)
             if mine and mine[0].value != message.value:
-                collector.fail(message)  # another record under the same order id and side
+                collector.fail(message, "join: another record under the same order id and side")
             else:
                 self.waiting.setdefault((key, side), []).append(message)  # held, with its copies, for the partner
             return
@@ -126,7 +127,7 @@ class Join:
         fresh: list[BoltInput] = []
         for copy in copies:
             if _expired(copy, now_ms, self.hold_s):
-                collector.fail(copy)
+                collector.fail(copy, "join: held too long for its partner")
             else:
                 fresh.append(copy)
         if fresh:

@@ -27,7 +27,8 @@ class Recorder:
     def ack(self, message: BoltInput) -> None:
         self.calls.append(("ack", message.offset))
 
-    def fail(self, message: BoltInput) -> None:
+    def fail(self, message: BoltInput, reason: str | None = None) -> None:
+        assert reason and reason.startswith("join: ")  # each fail says why
         self.calls.append(("fail", message.offset))
 
 
@@ -109,7 +110,7 @@ def test_each_source_record_gets_the_fate_of_its_join_when_a_held_trees_init_was
         def ack(self, m: BoltInput) -> None:
             decide(m.tuple.ack())
 
-        def fail(self, m: BoltInput) -> None:
+        def fail(self, m: BoltInput, reason: str | None = None) -> None:
             decide(m.tuple.fail())
 
     join = join_bolt("paid", hold_s=HOLD_S)
