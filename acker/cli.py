@@ -29,7 +29,7 @@ from acker.errors import AckerError, ConfigError
 if TYPE_CHECKING:
     from acker.kafka.clients import TopicSpec
 from acker.help_text import prose
-from acker.kafka.clients import NO_ANSWER, kafka_error
+from acker.kafka.clients import NO_ANSWER, REFUSED_LOGIN, kafka_error
 
 
 def _tracker_options(parser: argparse.ArgumentParser) -> None:
@@ -269,9 +269,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import printable, table_console
+    from acker.kafka.clients import answering
     from acker.status import group_lag, read_status
 
     config = _service_config(args)
+    answering(config.client())  # a login refused says so, not "did not answer"
     lags = group_lag(config)
     if lags is None:
         raise AckerError(f"acker topic {config.acker_topic} not found (or no leader yet): acker topics create makes it")
@@ -556,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cause is not None and cause.code() in NO_ANSWER:  # as `acker run` says it
             print(f"acker: Kafka did not answer ({text}): is it running, and reachable at {_servers(args)}?",
                   file=sys.stderr)  # fmt: skip
+        elif cause is not None and cause.code() in REFUSED_LOGIN:
+            print(f"acker: Kafka at {_servers(args)} refused the login ({text}): check the security settings "
+                  "(--kafka security.protocol=..., sasl.*, ssl.*)", file=sys.stderr)  # fmt: skip
         else:
             print(f"acker: Kafka client: {text}", file=sys.stderr)
         return 2

@@ -54,6 +54,8 @@ def _said(error: KafkaError | None) -> str:
 # A client's errors that say no broker answered (rather than that one answered no): the cluster is down, or not
 # where the settings say.
 NO_ANSWER = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN})
+# The broker answered, and refused the client's login: wrong SASL credentials or mechanism, a TLS handshake failed.
+REFUSED_LOGIN = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED})
 
 
 def kafka_error(error: KafkaException) -> KafkaError | None:
@@ -172,8 +174,26 @@ def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float
 
 def answering(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> None:
     """Return once the cluster answers a metadata request; `KafkaException` (`NO_ANSWER`) when it does not within
-    ``timeout_s``."""
-    AdminClient(without_consumer_settings(client_config)).list_topics(timeout=timeout_s)
+    ``timeout_s``, or with the error of a login the broker refused (`REFUSED_LOGIN`) where it did that: a wrong
+    password read as "is it running, and reachable?"."""
+    seen: list[KafkaError] = []
+    given = client_config.get("error_cb")
+
+    def error_cb(error: KafkaError) -> None:
+        seen.append(error)
+        if callable(given):
+            given(error)
+
+    settings: dict[str, Any] = {**without_consumer_settings(client_config), "error_cb": error_cb}
+    admin = AdminClient(settings)
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        admin.poll(0)  # the errors seen meanwhile, queued for the client's callback
+        refused = next((e for e in seen if e.code() in REFUSED_LOGIN), None)
+        if refused is None:
+            raise
+        raise KafkaException(refused) from None
 
 
 def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from prometheus_client import generate_latest
 
+from acker import cli
 from acker import service as service_module
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
@@ -525,3 +526,17 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
     )  # fmt: skip
     assert stopped.stdout.count(f"- (released by {config.instance_id} ") == 3
+
+
+@pytest.mark.parametrize("command", [["topics", "create"], ["status"]])
+def test_a_login_the_broker_refuses_is_said_as_such_not_as_a_broker_that_does_not_answer(
+    sasl_client: dict[str, str], command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong password read as "Kafka did not answer: is it running, and reachable?", which sent the operator to
+    the network; and the password is never shown."""
+    flags = [f"--kafka={k}={v}" for k, v in sasl_client.items() if k not in {"bootstrap.servers", "sasl.password"}]
+    args = [*command, "--bootstrap-servers", sasl_client["bootstrap.servers"], *flags, "--kafka=sasl.password=wr0ng"]
+    assert cli.main([*args, "--acker-topic", f"refused-{uuid.uuid4().hex[:6]}"]) == 2
+    err = capsys.readouterr().err
+    assert "refused the login" in err and "Authentication failed" in err and "did not answer" not in err
+    assert "wr0ng" not in err
