@@ -21,6 +21,7 @@ import random
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -44,7 +45,7 @@ from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partitions
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
-from acker.retries import MAX_HOLD_MS, ORIGIN, Backoff
+from acker.retries import DETAIL, MAX_HOLD_MS, ORIGIN, Backoff
 from acker.spout import SpoutSettings
 from acker.wire import WireError, decode_outcomes
 
@@ -357,9 +358,10 @@ class Demo:
             if origin is not None:
                 self.ledger.copy(record.topic() or "", record.partition() or 0, record.offset() or 0, origin)
         for record in _available(dead):
-            origin = text(read_headers(record), ORIGIN)
+            headers = read_headers(record)
+            origin = text(headers, ORIGIN)
             if origin is not None:
-                self.ledger.dead_letter(origin)
+                self.ledger.dead_letter(origin, text(headers, DETAIL))
         for record in _available(counts):
             self.ledger.count(record.key() or b"", text(read_headers(record), SENTENCE))
 
@@ -403,6 +405,14 @@ def _available(consumer: Consumer) -> Iterator[Message]:
             yield record
 
 
+def _details(details: dict[str, str]) -> str:
+    """How many dead letters say why their tree failed, and the most common reason."""
+    if not details:
+        return "0"
+    reason, _ = Counter(details.values()).most_common(1)[0]
+    return f"{len(details)}, e.g. {reason[:100]}"
+
+
 def render_report(report: Report) -> Table:
     table = Table(title="acker demo: report")
     table.add_column("measure")
@@ -421,6 +431,7 @@ def render_report(report: Report) -> Table:
             f"{report.failed_every_attempt_expected:.1f})",
             len(report.failed_every_attempt),
         ),
+        ("  of them saying why (acker.replay.detail)", _details(report.dead_letter_details)),
         ("lost", len(report.lost)),
         ("committed before fully processed", len(report.committed_early)),
         (

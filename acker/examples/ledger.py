@@ -60,6 +60,7 @@ class Report:
     words_expected: int
     words_counted: int
     words_lost: int
+    dead_letter_details: dict[str, str]  # origin → why its tree failed (`acker.replay.detail`), where said
 
     @property
     def unexpected_dead_letters(self) -> list[str]:
@@ -118,6 +119,7 @@ class Ledger:
     copies: dict[str, str] = field(default_factory=dict)  # replayed copy's coordinates → origin
     copy_offsets: dict[Partition, list[int]] = field(default_factory=lambda: defaultdict(list))
     dead_letters: set[str] = field(default_factory=set)  # origins
+    details: dict[str, str] = field(default_factory=dict)  # origin → why its tree failed, as its dead letter says
     counted: Counter[bytes] = field(default_factory=Counter)
     counted_in: Counter[tuple[str, bytes]] = field(default_factory=Counter)  # (sentence's origin, word), traced
     samples: list[tuple[int, dict[Partition, int]]] = field(default_factory=list)
@@ -142,8 +144,10 @@ class Ledger:
         self.copies[coordinates(topic, partition, offset)] = origin
         bisect.insort(self.copy_offsets[(topic, partition)], offset)
 
-    def dead_letter(self, origin: str) -> None:
+    def dead_letter(self, origin: str, detail: str | None = None) -> None:
         self.dead_letters.add(origin)
+        if detail is not None:
+            self.details[origin] = detail
 
     def count(self, word: bytes, sentence: str | None = None) -> None:
         """A count of ``word``, of the source record ``sentence`` (its origin) when the count says."""
@@ -256,4 +260,5 @@ class Ledger:
             words_expected=sum(expected.values()),
             words_counted=sum(self.counted.values()),
             words_lost=words_lost,
+            dead_letter_details=dict(sorted(self.details.items())),
         )

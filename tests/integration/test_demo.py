@@ -45,6 +45,11 @@ def test_the_demo_keeps_the_promise_under_failures_and_reports_it(bootstrap: str
     assert all(mark == end for mark, end in report["watermarks"].values())
     assert report["acked_first_time"] + report["acked_after_replay"] + len(report["poison"]) == 400
     assert report["replays"] > 0 and report["nacks"]["FAILED"] > 0 and report["words_lost"] == 0
+    # The poison records' dead letters say why (`acker.replay.detail`), where their last nack was a FAILED (not a
+    # TIMEOUT of a crashed bolt's input): the split bolt and its exception.
+    details = report["dead_letter_details"]
+    assert details and set(details) <= set(report["poison"])
+    assert all(re.fullmatch(r"bolt .*-split: InjectedFailureError: injected failure", d) for d in details.values())
     events = "\n".join(report["events"])
     assert "crashed (as injected): restarting it" in events and "restarted acker-0" in events
     assert _survivors(report["prefix"]) == []

@@ -21,7 +21,7 @@ def test_a_run_that_kept_the_promise() -> None:
     ledger.outcome("r/0/0", "ACK", 30, by_acker=True, at_ms=300)
     ledger.outcome("s/0/2", "FAILED", 0, by_acker=True, at_ms=102)
     ledger.outcome("s/0/2", "DEAD_LETTERED", 0, by_acker=False, at_ms=160)
-    ledger.dead_letter("s/0/2")
+    ledger.dead_letter("s/0/2", "bolt split: InjectedFailureError: injected failure")
     ledger.outcome("s/0/0", "ACK", 9_000, by_acker=True, at_ms=400)  # re-decided after a failover
     for word in (b"a", b"b", b"c", b"c"):
         ledger.count(word)
@@ -32,6 +32,7 @@ def test_a_run_that_kept_the_promise() -> None:
     assert report.failures == []
     assert (report.acked_first_time, report.acked_after_replay, report.replays) == (1, 1, 1)
     assert report.dead_lettered == report.poison == ["s/0/2"]
+    assert report.dead_letter_details == {"s/0/2": "bolt split: InjectedFailureError: injected failure"}
     assert report.nacks == {"FAILED": 2, "TIMEOUT": 0, "OVERLOAD": 0}
     assert report.duplicate_outcomes == 1
     assert (report.latency_p50_ms, report.latency_p99_ms) == (30, 30)  # first decisions only
