@@ -67,11 +67,21 @@ def _fetch(client: dict[str, Any]) -> Fetch:
     return fetch
 
 
-def _nack(settings: ReplayJobSettings, topic: str, partition: int, offset: int) -> Any:
+def _with_a_small_replay_topic(bootstrap: str) -> tuple[dict[str, Any], ReplayJobSettings, str]:
+    """The client, the job's settings and a source topic, whose spout's replay topic takes records of 20 KB at most."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1,
+                                                           config={"max.message.bytes": "20000"})])  # fmt: skip
+    return client, settings, source
+
+
+def _nack(settings: ReplayJobSettings, topic: str, partition: int, offset: int, detail: str | None = None) -> Any:
     """A nack as the job's rows carry it, read from the job's outcome topic."""
     msg_id = f"{topic}/{partition}/{offset}"
     return SimpleNamespace(spout="sp", msg_id=msg_id, reason="FAILED", topic=topic, partition=partition, offset=offset,
-                           outcome_topic=settings.source.topics[0], detail=None)  # fmt: skip
+                           outcome_topic=settings.source.topics[0], detail=detail)  # fmt: skip
 
 
 def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
@@ -125,11 +135,7 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
     """A replay topic that takes less than the source (here 20 KB), or a record larger than the producer's limit:
     publishing it would abort the transaction at every run of the batch, and no nack would be replayed again. The
     limit is of a batch of records: five that fit one by one, but not together, are replayed all the same."""
-    client = {"bootstrap.servers": bootstrap}
-    settings = _settings(client)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1,
-                                                           config={"max.message.bytes": "20000"})])  # fmt: skip
+    client, settings, source = _with_a_small_replay_topic(bootstrap)
     producer = Producer(client)
     produce(producer, source, b"x" * 100_000, key=b"k", headers=[("trace", b"t-1")])
     smaller = [bytes([i]) * 6_000 for i in range(5)]
@@ -151,26 +157,18 @@ def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others
 
 def test_a_record_only_its_detail_makes_too_large_is_replayed_without_it(bootstrap: str) -> None:
     """`acker.replay.detail` is a diagnosis: it must not turn a replay into a ``too-large`` dead letter."""
-    client = {"bootstrap.servers": bootstrap}
-    settings = _settings(client)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1,
-                                                           config={"max.message.bytes": "20000"})])  # fmt: skip
+    client, settings, source = _with_a_small_replay_topic(bootstrap)
     producer = Producer(client)
     for value in (b"x" * 18_500, b"y" * 100):  # the first fits, without 500 more bytes of detail
         produce(producer, source, value, key=b"k")
     assert producer.flush(30) == 0
     publisher = _Publisher(settings, f"{settings.name}-id")
-    rows = [replace_ns(_nack(settings, source, 0, offset), detail="d" * 500) for offset in range(2)]
+    rows = [_nack(settings, source, 0, offset, detail="d" * 500) for offset in range(2)]
     assert publisher.publish(0, rows, _fetch(client)) == 2
     assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
     first, second = read_all(client, settings.replay_prefix + "sp")
     assert text(pairs(first.headers()), DETAIL) is None and first.value() == b"x" * 18_500
     assert text(pairs(second.headers()), DETAIL) == "d" * 500
-
-
-def replace_ns(row: Any, **changes: Any) -> Any:
-    return SimpleNamespace(**{**vars(row), **changes})
 
 
 def test_a_record_whose_own_replay_header_is_too_large_is_dead_lettered_with_it_cut(bootstrap: str) -> None:
