@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 HEADER = "acker.fail-reasons"
 REASON_MAX_CHARS = 500
@@ -66,6 +67,13 @@ def encode(reasons: Mapping[int, str] | Mapping[str, str]) -> bytes | None:
             break
         kept.update(entry)
     return json.dumps(kept, ensure_ascii=False).encode() if kept else None
+
+
+def as_headers(reasons: Mapping[int, str] | Mapping[str, str]) -> dict[str, Any]:
+    """``produce`` arguments for a record with the header of ``reasons``: none at all when there are none (the
+    common case, a record without headers)."""
+    raw = encode(reasons)
+    return {} if raw is None else {"headers": [(HEADER, raw)]}
 
 
 def decode(raw: bytes | str | None) -> dict[str, str]:

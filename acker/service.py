@@ -46,6 +46,7 @@ from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
 from acker.errors import AckerError
 from acker.headers import HeaderValue, read_headers
+from acker.headers import first as first_header
 from acker.kafka.acker_client import PARTITIONS_CHECK_S
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
@@ -241,7 +242,7 @@ def _reasons_of(outcomes: OutcomeBlock, rows: np.ndarray, reasons: fail_reasons.
 def _part_of(to: _Destination, part: bytes) -> _Destination:
     """Where a part of an outcome record sent in halves goes: as the record, with only the fail reasons of its own
     outcomes (the whole header on every half could keep a half too large down to one outcome)."""
-    raw = next((v for k, v in to.headers if k == fail_reasons.HEADER), None)
+    raw = first_header(to.headers, fail_reasons.HEADER)
     if raw is None:
         return to
     ids = set(decode_outcomes(part).msg_ids)
@@ -503,7 +504,6 @@ class AckerService:
         partition = state.partition
         rejected = decided.rejected
         stand_ins: dict[int, str] = {}  # the reasons of the trees failed in place of rejected records, by anchor
-        stand_in_offsets: set[int] = set()
         try:
             block = MessageBlock.concat([b for _, b in parsed])
             check_block(block, partition, self._partition_count)
@@ -519,7 +519,6 @@ class AckerService:
                     if failing is not None:  # its own trees are failed at once rather than kept pending
                         good.append((record, failing))
                         state.stand_ins += len(failing)
-                        stand_in_offsets.add(record.offset() or 0)
                         why = f"its acker record {partition}/{record.offset()} was dead-lettered ({bad.reason})"
                         stand_ins.update(dict.fromkeys(failing.anchors[failing.kinds == Kind.INIT].tolist(), why))
             if not good:
@@ -528,7 +527,8 @@ class AckerService:
             block = MessageBlock.concat([b for _, b in parsed])
         # The headers of a rejected record (a stand-in's) are left for its dead letter to read: a read takes the
         # headers of a record whose header names are not UTF-8 (`read_headers`).
-        self._read_reasons(state, [r for r, _ in parsed if r.offset() not in stand_in_offsets])
+        rejected_now = {id(r) for r, _ in rejected} if stand_ins else set()
+        self._read_reasons(state, [r for r, _ in parsed if id(r) not in rejected_now])
         if stand_ins:
             state.reasons.add(stand_ins)
         now_ms = int(time.time() * 1000)
@@ -547,11 +547,9 @@ class AckerService:
         """Keep the fail reasons of records about to be applied (`acker.fail_reasons`), before they decide their
         trees."""
         for record in records:
-            headers = read_headers(record)
-            if headers:
-                raw = next((v for k, v in headers if k == fail_reasons.HEADER), None)
-                if raw:
-                    state.reasons.add(fail_reasons.by_anchor(raw))
+            raw = first_header(read_headers(record), fail_reasons.HEADER)
+            if raw:
+                state.reasons.add(fail_reasons.by_anchor(raw))
 
     def _send_outcomes(self, partition: int, encoded: _OutcomeRecord) -> None:
         spout, first, last = encoded.spout, encoded.first, encoded.last

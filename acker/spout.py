@@ -560,8 +560,6 @@ class Spout:
                 self._direct_rows = len(rows) // 2
                 continue
             why = {m: r for o, _, m, _ in rows if o == "FAILED" and (r := self._direct_reasons.get(m)) is not None}
-            reasons = fail_reasons.encode(why)
-            extra = {} if reasons is None else {"headers": [(fail_reasons.HEADER, reasons)]}
 
             def delivered(
                 error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows, told: dict[str, str] = why
@@ -577,7 +575,9 @@ class Spout:
                         del self._direct_reasons[msg_id]
 
             try:
-                produce(self.producer, topic, value, key=b"spout", on_delivery=delivered, **extra)
+                produce(
+                    self.producer, topic, value, key=b"spout", on_delivery=delivered, **fail_reasons.as_headers(why)
+                )
             except KafkaException as refused:  # at once: too large for the producer, say (`KafkaClientError`: fatal)
                 error = refusal(refused)
                 if error.code() in TOO_LARGE and len(rows) > 1:

@@ -40,8 +40,7 @@ from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
-from acker.fail_reasons import HEADER as REASONS_HEADER
-from acker.fail_reasons import encode as encode_reasons
+from acker.fail_reasons import as_headers
 from acker.headers import Headers, with_ids
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
@@ -82,7 +81,8 @@ class _Batch:
         else:
             self.values[index] ^= value
 
-    def add(self, message: TreeMessage) -> None:
+    def add(self, message: TreeMessage, reason: str | None = None) -> None:
+        """Add ``message``; ``reason``: why, for a `Fail`."""
         match message:
             case Init():
                 self.inits.append(message)
@@ -96,6 +96,8 @@ class _Batch:
                 kind = Kind.OK
             case Fail():
                 kind, value = Kind.FAIL, 0
+                if reason:
+                    self.reasons[message.anchor] = reason
             case ResetTimeout():
                 kind, value = Kind.RESET, 0
         if self.acked:
@@ -231,19 +233,14 @@ class AckerClient:
         """Send ``message``; ``reason``: why, for a `Fail` (`acker.fail_reasons`), passed on to its ``FAILED``
         outcome."""
         partition, batch = self._batch(message.anchor)
-        batch.add(message)
-        if reason and isinstance(message, Fail):
-            batch.reasons[message.anchor] = reason
+        batch.add(message, reason)
         if len(batch.kinds) >= self.max_batch:
             self._flush_partition(partition)
 
     def _queue(self, message: TreeMessage, reason: str | None = None) -> None:
         """`send` without sending a full batch: for a delivery callback, which may run inside a send (a record
         refused at once), where sending again could be refused again, and again."""
-        batch = self._batch(message.anchor)[1]
-        batch.add(message)
-        if reason and isinstance(message, Fail):
-            batch.reasons[message.anchor] = reason
+        self._batch(message.anchor)[1].add(message, reason)
 
     def send_all(self, messages: Iterable[TreeMessage], reason: str | None = None) -> None:
         for message in messages:
@@ -414,6 +411,6 @@ class AckerClient:
         if not len(block):  # acks that all cancelled out
             return
         # A refusal at once is reported there too (one too large is sent in halves); a fatal one raises.
-        reasons = encode_reasons(batch.reasons)
-        extra = {} if reasons is None else {"headers": [(REASONS_HEADER, reasons)]}
-        produce_reporting(self.producer, self.topic, encode_batch(block), delivered, partition=partition, **extra)
+        produce_reporting(
+            self.producer, self.topic, encode_batch(block), delivered, partition=partition, **as_headers(batch.reasons)
+        )
