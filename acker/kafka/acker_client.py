@@ -23,6 +23,11 @@ one ack per tree and batch instead of one per message: fewer messages for the ac
 
 A fail may carry a reason (`send`): it goes in the record's ``acker.fail-reasons`` header (`acker.fail_reasons`), by
 anchor, which the service passes on with the tree's ``FAILED`` outcome.
+
+Nothing is produced from inside a delivery report of this client (confluent-kafka must not be polled from one, and a
+produce waits by polling while librdkafka's queue is full): what the report sends — a fail, an init sent again by the
+spout's ``on_failure``, the acks of a record written, the halves of a record refused as too large — waits in its
+batch, full or not, or with the halves, until the next `poll` or `flush`.
 """
 
 from __future__ import annotations
@@ -182,10 +187,12 @@ def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> 
 class AckerClient:
     __slots__ = (
         "_batches",
+        "_halves",
         "_lookup",
         "_lookup_every_s",
         "_next_lookup",
         "_on_failure",
+        "_reporting",
         "failed_messages",
         "linger_s",
         "max_batch",
@@ -208,6 +215,8 @@ class AckerClient:
         self.linger_s, self.max_batch = linger_s, max_batch
         self._batches: list[_Batch | None] = [None] * partitions
         self._on_failure = on_failure
+        self._reporting = 0  # > 0 while a delivery report of this client runs: nothing is produced (module docstring)
+        self._halves: list[tuple[int, _Batch]] = []  # of records refused as too large, sent at the next poll or flush
         self.failed_messages = 0  # in batches that could not be delivered
         self._lookup: Callable[[], int] | None = None
         self._lookup_every_s = self._next_lookup = float("inf")
@@ -234,13 +243,8 @@ class AckerClient:
         outcome."""
         partition, batch = self._batch(message.anchor)
         batch.add(message, reason)
-        if len(batch.kinds) >= self.max_batch:
+        if len(batch.kinds) >= self.max_batch and not self._reporting:
             self._flush_partition(partition)
-
-    def _queue(self, message: TreeMessage, reason: str | None = None) -> None:
-        """`send` without sending a full batch: for a delivery callback, which may run inside a send (a record
-        refused at once), where sending again could be refused again, and again."""
-        self._batch(message.anchor)[1].add(message, reason)
 
     def send_all(self, messages: Iterable[TreeMessage], reason: str | None = None) -> None:
         for message in messages:
@@ -255,7 +259,7 @@ class AckerClient:
             if batch is None:
                 batch = batches[partition] = _Batch()
             batch.ack(anchor, value)
-            if len(batch.kinds) >= self.max_batch:
+            if len(batch.kinds) >= self.max_batch and not self._reporting:
                 self._flush_partition(partition)
 
     def produce_anchored(
@@ -281,17 +285,21 @@ class AckerClient:
         """
 
         def delivered(error: KafkaError | None, _record: KafkaMessage | None) -> None:
-            if error is not None:
-                self._undelivered(topic, ids, error, on_failure)
-            elif written_by is not None:
-                self.send_acks(ids.edges)
+            self._reporting += 1
+            try:
+                if error is not None:
+                    self._undelivered(topic, ids, error, on_failure)
+                elif written_by is not None:
+                    self.send_acks(ids.edges)
+            finally:
+                self._reporting -= 1
 
         producer, shown = (self.producer, ids) if written_by is None else (written_by, UNTRACKED)
         try:
             produce_reporting(producer, topic, value, delivered, key=key, headers=with_ids(headers, shown))
         except Exception:  # not a message (a value that is not bytes): the caller's error, raised to it. Its edge is
             for anchor, _ in ids.edges:  # already in its trees, and no message carries it: they could never complete
-                self._queue(Fail(anchor))
+                self.send(Fail(anchor))
             raise
 
     def _undelivered(
@@ -308,14 +316,24 @@ class AckerClient:
             on_failure(error)
 
     def poll(self) -> None:
-        """Send the batches whose linger has passed, and serve delivery reports."""
+        """Send the batches whose linger has passed, serve delivery reports, and send what they held back."""
         now = time.monotonic()
         for partition, batch in enumerate(self._batches):
             if batch is not None and now - batch.first_at >= self.linger_s:
                 self._flush_partition(partition)
         self.producer.poll(0)
+        self._send_held()
         if now >= self._next_lookup:
             self._check_partitions(now)
+
+    def _send_held(self) -> None:
+        """Send what delivery reports held back (module docstring): the halves of refused records, and the batches
+        they filled."""
+        while self._halves:
+            self._produce_batch(*self._halves.pop(0))
+        for partition, batch in enumerate(self._batches):
+            if batch is not None and len(batch.kinds) >= self.max_batch:
+                self._flush_partition(partition)
 
     def _check_partitions(self, now: float) -> None:
         assert self._lookup is not None
@@ -325,10 +343,11 @@ class AckerClient:
         # up yet with the growth (switching back and forth would misplace messages each time).
         if count <= self.partitions:
             return
+        self._send_held()
         for partition, batch in enumerate(self._batches):  # where they were placed
             if batch is not None:
                 self._flush_partition(partition)
-        if any(batch is not None for batch in self._batches):  # a fail refused at once, queued again: in a second
+        if self._halves or any(batch is not None for batch in self._batches):  # refused at once, held: in a second
             self._next_lookup = now + 1.0
             return
         log.warning("the acker topic %s has %d partitions, no longer %d: messages placed by the new count (trees in "
@@ -344,13 +363,14 @@ class AckerClient:
         """
         undelivered = 0
         for _ in range(5):
+            self._send_held()
             for partition, batch in enumerate(self._batches):
                 if batch is not None:
                     self._flush_partition(partition)
             undelivered = int(self.producer.flush(timeout_s))
-            if all(batch is None for batch in self._batches):
+            if not self._halves and all(batch is None for batch in self._batches):
                 break
-        return undelivered + sum(batch is not None for batch in self._batches)
+        return undelivered + sum(batch is not None for batch in self._batches) + len(self._halves)
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._batches[partition]
@@ -369,6 +389,13 @@ class AckerClient:
         def delivered(error: KafkaError | None, _record: KafkaMessage | None) -> None:
             if error is None:
                 return
+            self._reporting += 1
+            try:
+                undelivered(error)
+            finally:
+                self._reporting -= 1
+
+        def undelivered(error: KafkaError) -> None:
             if error.code() in TOO_LARGE and len(batch.kinds) > 1:
                 # Refused by the broker: larger than the acker topic takes (its max.message.bytes below what
                 # max_batch messages encode to). Nothing of it was written: sent again in halves, and the batches
@@ -378,8 +405,7 @@ class AckerClient:
                     log.warning("the acker topic %s refused a record of %d messages as too large: batches of %d "
                                 "from now on", self.topic, len(batch.kinds), len(batch.kinds) // 2)  # fmt: skip
                     self.max_batch = len(batch.kinds) // 2
-                for half in batch.halves():
-                    self._produce_batch(partition, half)
+                self._halves += [(partition, half) for half in batch.halves()]
                 return
             # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
             # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
@@ -401,7 +427,7 @@ class AckerClient:
                 len(batch.kinds), partition, error, len(failed), len(again) - len(failed), len(inits),
             )  # fmt: skip
             for message, reason in again:
-                self._queue(message, reason)
+                self.send(message, reason)
             if self._on_failure is not None:
                 self._on_failure(partition, inits, error)
             elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome

@@ -7,6 +7,7 @@ import itertools
 import random
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -376,3 +377,79 @@ def test_the_halves_of_a_batch_keep_the_reasons_of_their_own_fails() -> None:
     assert batch is not None
     first, second = batch.halves()
     assert first.reasons == {1: "why", 2: "why"} and second.reasons == {3: "why", 4: "why"}
+
+
+class _Reporting:
+    """A producer whose delivery reports run in `poll` and `flush`, as librdkafka's do, and which fails the test when
+    it is called from inside one (confluent-kafka must not be polled from a delivery report; a produce whose queue is
+    full polls). ``refuse``: the error of the report of the next record produced."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, Any]] = []
+        self.pending: list[tuple[KafkaError | None, Any]] = []
+        self.refuse: KafkaError | None = None
+        self.reporting = False
+
+    def _outside(self) -> None:
+        assert not self.reporting, "called from inside a delivery report"
+
+    def produce(self, _topic: str, value: bytes, on_delivery: Any = None, **_kwargs: object) -> None:
+        self._outside()
+        self.records.append((value, on_delivery))
+        if on_delivery is not None:
+            self.pending.append((self.refuse, on_delivery))
+        self.refuse = None
+
+    def poll(self, _timeout: float = 0) -> int:
+        self._outside()
+        served, self.pending = self.pending, []
+        self.reporting = True
+        try:
+            for error, on_delivery in served:
+                on_delivery(error, None)
+        finally:
+            self.reporting = False
+        return len(served)
+
+    def flush(self, _timeout: float = 0) -> int:
+        while self.pending:
+            self.poll()
+        return 0
+
+
+def test_a_record_the_broker_refuses_as_too_large_is_sent_in_halves_after_its_delivery_report() -> None:
+    """The halves are sent once the report has returned: produced from inside it, a full queue would have polled
+    there."""
+    producer = _Reporting()
+    client = AckerClient(producer, "acker", 1, linger_s=0)  # type: ignore[arg-type]
+    client.send_acks([(anchor, anchor) for anchor in range(1, 101)])
+    producer.refuse = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large")
+    client.poll()  # sent, refused in the report this poll serves, then its halves sent
+    assert len(producer.records) == 3 and client.max_batch == 50 and client.failed_messages == 0
+    assert client.flush(0) == 0 and not client._halves
+
+
+def test_what_delivery_reports_send_waits_for_the_next_poll_even_a_full_batch() -> None:
+    """A sink's reports ack what was written; a lost batch's report fails its trees and hands its inits back to a
+    spout, which sends them again: a batch those fill is sent after the reports, not from inside one."""
+    producer = _Reporting()
+    resent: list[Init] = []
+
+    def send_again(_partition: int, inits: list[Init], _error: KafkaError) -> None:
+        resent.extend(inits)
+        client.send_all(inits)
+
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=3, on_failure=send_again)  # type: ignore[arg-type]
+    for anchor in (11, 12, 13):
+        ids = TupleIds(((anchor, anchor),))
+        client.produce_anchored("out", b"x", None, None, ids, written_by=producer)  # type: ignore[arg-type]
+    producer.poll()  # three records written: their acks fill a batch, held
+    held = client._batches[0]
+    assert len(producer.records) == 3 and held is not None and len(held.kinds) == 3
+    client.poll()
+    assert len(producer.records) == 4 and client._batches == [None]
+    producer.refuse = KafkaError(KafkaError._MSG_TIMED_OUT, "lost")
+    client.send_all([Init(anchor, "s", f"t/0/{anchor}", anchor) for anchor in (21, 22, 23)])  # full: sent
+    client.poll()  # lost in the report: the spout sends its inits again, held in a full batch, then sent
+    assert [i.anchor for i in resent] == [21, 22, 23]
+    assert len(producer.records) == 6 and client._batches == [None]
