@@ -56,6 +56,7 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     read_to,
+    refresh_topic,
     topic_max_bytes,
 )
 from acker.kafka.lookups import CONFIRM_S, lookups
@@ -90,6 +91,7 @@ _FRAMING = 1024  # a record's framing in its batch, and the batch's: more than e
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
 _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
 _MISSING_RECHECK_S = 60.0  # a replay topic found missing is looked up again after this (its spout may start)
+_COUNT_RECHECK_S = 300.0  # a topic's partition count is looked up again after this (partitions may have been added)
 _LIMIT_RECHECK_S = 60.0  # a topic whose size limit the broker did not tell is asked again after this
 _TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
@@ -192,7 +194,7 @@ class _Publisher:
         self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
         _publishers.append(self)
-        self._partitions: dict[str, int] = {}
+        self._partitions: dict[str, tuple[int, float]] = {}  # topic -> its partition count, and until when kept
         self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
         self._own_max = int(client.get("message.max.bytes", PRODUCER_MAX_BYTES))  # the producer's bound on a record
         self.limit = TopicLimits(self._own_max, lambda topic: _topic_max_bytes(self.settings.source.client, topic))
@@ -230,30 +232,45 @@ class _Publisher:
         """The partitions of ``topic``, 0 when it does not exist: a replay topic is its spout's, created by the spout
         (made here, a topic no spout reads would take the copies, and their originals count as done); one found
         missing is looked up again after `_MISSING_RECHECK_S`. The job's dead-letter topic is made when missing.
+        A count is looked up again after `_COUNT_RECHECK_S`, so that partitions added to a replay topic take replays
+        (kept, the new ones stayed empty until the job restarted); while that lookup fails, the count known stands.
 
         Missing means missing twice, `CONFIRM_S` apart: a broker's metadata may lack a topic for a moment (just
         restarted, behind the controller), and on one answer every nack of the spout was dead-lettered for a minute,
         its remaining attempts unused."""
-        if topic in self._partitions:
-            return self._partitions[topic]
-        if time.monotonic() < self._missing.get(topic, 0.0):
+        now = time.monotonic()
+        known = self._partitions.get(topic)
+        if known is not None and now < known[1]:
+            return known[0]
+        if now < self._missing.get(topic, 0.0):
             return 0
         client = dict(self.settings.source.client)
         for attempt in range(2):
             if attempt:
                 time.sleep(CONFIRM_S)
             try:
-                self._partitions[topic] = partition_count(client, topic)
-                return self._partitions[topic]
+                count = partition_count(client, topic)
+                if known is not None and count > known[0]:  # this producer learns of them now, not in 5 minutes
+                    refused = refresh_topic(self.producer, topic, 10.0)
+                    if refused is not None:  # a replay there is refused, and its batch run again
+                        log.warning("the producer's lookup of %s failed: %s", topic, refused)
+                return self._known(topic, count)
             except KafkaClientError as error:
                 if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise
+                    if known is None:
+                        raise
+                    log.warning("partitions of %s not looked up again (%s): %d kept", topic, error, known[0])
+                    return self._known(topic, known[0])
                 if topic == self._dead_letters.name:  # the job's own (deleted since it started): made again
                     ensure_topics(client, [self._dead_letters], timeout_s=10.0)  # within an open transaction: short
-                    self._partitions[topic] = self._dead_letters.partitions
-                    return self._dead_letters.partitions
+                    return self._known(topic, self._dead_letters.partitions)
+        self._partitions.pop(topic, None)
         self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
         return 0
+
+    def _known(self, topic: str, count: int) -> int:
+        self._partitions[topic] = (count, time.monotonic() + _COUNT_RECHECK_S)
+        return count
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""

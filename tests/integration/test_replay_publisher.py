@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
 from acker.headers import pairs, text
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
@@ -247,6 +247,44 @@ def test_a_replay_topic_missing_from_one_metadata_answer_is_asked_again_before_i
     assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/0")]
     assert [(r.value(), r.key()) for r in read_all(client, settings.replay_prefix + "sp")] == [(b"v", b"k")]
     assert sleeps == [CONFIRM_S] and answers.count(settings.replay_prefix + "sp") == 2
+
+
+def test_partitions_added_to_a_replay_topic_take_replays_once_its_count_is_looked_up_again(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay goes to the partition of its source record's partition modulo the replay topic's count. The count was
+    looked up once, so partitions added later stayed empty (their spout instances idle) until the job restarted;
+    while a lookup fails, the count known stands."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source, replays = f"src-{uuid.uuid4().hex[:8]}", settings.replay_prefix + "sp"
+    create_topics(client, [TopicSpec(source, 2), TopicSpec(replays, 1)])
+    producer = Producer(client)
+    for partition in (0, 1, 1):
+        produce(producer, source, f"p{partition}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    now = [1000.0]
+    monkeypatch.setattr("spark_jobs.replay_job.time.monotonic", lambda: now[0])
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 1, 0)], _fetch(client)) == 1
+    admin = AdminClient(dict(client))
+    admin.create_partitions([NewPartitions(replays, 2)])[replays].result(30)
+    assert publisher.partitions(replays) == 1  # known, until it is looked up again
+    now[0] += replay_job._COUNT_RECHECK_S
+    monkeypatch.setattr(replay_job, "partition_count", _unanswered)
+    assert publisher.partitions(replays) == 1  # no answer: the count known stands
+    now[0] += replay_job._COUNT_RECHECK_S
+    monkeypatch.undo()
+    monkeypatch.setattr("spark_jobs.replay_job.time.monotonic", lambda: now[0])
+    deadline = time.monotonic() + 30
+    while partition_count(client, replays) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert publisher.publish(1, [_nack(settings, source, 1, 1)], _fetch(client)) == 1
+    assert [[r.value() for r in read_all(client, replays, p)] for p in (0, 1)] == [[b"p1"], [b"p1"]]
+
+
+def _unanswered(_config: dict[str, Any], topic: str, _timeout_s: float = 10.0) -> int:
+    raise KafkaClientError(f"partitions of {topic} not known", KafkaError(KafkaError._TRANSPORT))
 
 
 def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstrap: str) -> None:
