@@ -8,8 +8,10 @@ Two kinds of dead letters exist, and both are read the same way:
   origin, attempts, last reason and spout (`acker.retries`).
 
 Only the second kind can be re-driven: the copy goes to the spout's replay topic as attempt 0 of its origin, so the
-spout reads it again with a fresh round of replays. Re-driving is an operator's act and is not deduplicated: each
-run sends the chosen records once more (see ``--dry-run``).
+spout reads it again with a fresh round of replays. A letter is re-driven once a round: while its copy (or a replay
+of it) is in the replay topic and no later dead letter names it, its round is not over (or it was processed), and a
+second re-drive would replay the record twice; it is refused (`in_flight`) unless ``--again``. A copy gone past its
+topic's retention is not seen.
 """
 
 from __future__ import annotations
@@ -306,13 +308,54 @@ def _target_counts(config: ServiceConfig, decisions: list[Decision]) -> tuple[di
     return counts, missing
 
 
+def named_by(letters: Iterable[DeadLetter]) -> set[str]:
+    """The dead letters that ``letters`` name as re-driven before (``acker.replay.redriven``): their round is over,
+    their copy dead-lettered again."""
+    return {named for letter in letters if (named := text(letter.headers, REDRIVEN)) is not None}
+
+
+def in_flight(
+    config: ServiceConfig, letters: Sequence[DeadLetter], decisions: Sequence[Decision], ended: set[str]
+) -> dict[str, str]:
+    """Of ``letters``, those re-driven already whose round is not over, or whose copy was processed: a copy, or a
+    replay of one, names it in the replay topic its decision sends to, and no dead letter does (``ended``,
+    `named_by`). Their coordinates → the place of the first such record. Re-driven again, the record would be
+    replayed twice. Replay topics are read whole (those that do not exist hold nothing)."""
+    wanted = {letter.coordinates for letter in letters} - ended
+    found: dict[str, str] = {}
+    for topic in sorted({decision.topic for decision in decisions}) if wanted else []:
+        for record in read(config, topic):
+            named = text(record.headers, REDRIVEN)
+            if named in wanted:
+                found.setdefault(named, record.coordinates)
+    return found
+
+
+def refuse_in_flight(
+    config: ServiceConfig, topic: str, letters: Sequence[DeadLetter], decisions: Sequence[Decision]
+) -> None:
+    """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose re-driven copy
+    is still in their replay topic (`in_flight`)."""
+    flying = in_flight(config, letters, decisions, named_by(read(config, topic)))
+    if flying:
+        raise DlqError(
+            "re-driven already, their copy still in the replay topic and not dead-lettered again: "
+            f"{_listed([f'{letter} (copy at {place})' for letter, place in flying.items()])}; re-driven again, "
+            "each record would be replayed twice: --again sends them once more"
+        )
+
+
+IN_FLIGHT = "re-driven already: its copy is in its replay topic, not dead-lettered again (--again sends it once more)"
+
+
 def those_that_can_go_back(
-    config: ServiceConfig, letters: list[DeadLetter], spout: str | None = None
+    config: ServiceConfig, letters: list[DeadLetter], spout: str | None = None, *, again: bool = False
 ) -> tuple[list[DeadLetter], list[Decision], Counter[str]]:
     """For a re-drive of every dead letter: `plan` for the letters that can go back (and their decisions); the others
     are counted by why not. Left out besides those `redrive` refuses: the letters re-driven already (another
     letter, the dead letter of their re-driven copy, names them: re-driving both would replay the record twice, and
-    each round would double the copies), and those whose replay topic does not exist."""
+    each round would double the copies), those whose copy is still in their replay topic (`in_flight`; unless
+    ``again``), and those whose replay topic does not exist."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
     possible: list[tuple[DeadLetter, Decision]] = []
     refused = Counter[str]()
@@ -334,7 +377,12 @@ def those_that_can_go_back(
     for topic in missing:
         refused[f"no replay topic {topic}: {_NO_REPLAY_TOPIC}"] += sum(d.topic == topic for _, d in planned)
     kept = [(letter, decision) for letter, decision in planned if decision.topic not in missing]
-    return [letter for letter, _ in kept], [decision for _, decision in kept], refused
+    if not again:
+        chosen, decisions = [letter for letter, _ in kept], [decision for _, decision in kept]
+        flying = in_flight(config, chosen, decisions, named_by(letters))
+        refused[IN_FLIGHT] += sum(letter.coordinates in flying for letter, _ in kept)
+        kept = [(letter, decision) for letter, decision in kept if letter.coordinates not in flying]
+    return [letter for letter, _ in kept], [decision for _, decision in kept], +refused
 
 
 def send(config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]) -> list[tuple[str, int]]:

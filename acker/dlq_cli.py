@@ -23,6 +23,7 @@ from acker.dlq import (
     preview,
     read,
     read_newest,
+    refuse_in_flight,
     repeats,
     send,
     target_partitions,
@@ -138,11 +139,13 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there
         # by hand, or before a fix): left where they are, and said so. One of them must not hold back the others.
-        letters, decisions, refused = those_that_can_go_back(config, letters, args.spout)
+        letters, decisions, refused = those_that_can_go_back(config, letters, args.spout, again=args.again)
         for why, count in sorted(refused.items()):
             print(f"{count} record(s) skipped: {why}")
     else:
         decisions = plan(config, letters, args.spout)  # named: refused as a whole if one cannot go back
+        if not args.again:
+            refuse_in_flight(config, topic, letters, decisions)
     if args.dry_run:
         target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]
@@ -193,3 +196,9 @@ def add_parser(sub: Any) -> None:
     )
     redrive.add_argument("--spout", default=None, help="send them to this spout's replay topic instead")
     redrive.add_argument("--dry-run", action="store_true", help="print where each would go, send nothing")
+    redrive.add_argument(
+        "--again",
+        action="store_true",
+        help="also those whose re-driven copy is still in their replay topic (not dead-lettered again): each such "
+        "record is replayed once more",
+    )

@@ -209,6 +209,30 @@ def test_redrive_sends_the_record_back_to_its_spout_as_a_new_round(
     assert consumer_view[REDRIVEN] == f"{letters.replay_dlq_topic}/0/0".encode()
 
 
+def test_a_letter_is_re_driven_once_a_round_unless_again(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Re-driven twice (a command run again, a second operator), each record was replayed twice: its copy is in the
+    replay topic, not dead-lettered again, so its round is not over (or it was processed)."""
+    replays = [letters.replay_topic("sp")]
+    assert _dlq(letters, "redrive", "0") == 0
+    capsys.readouterr()
+    assert _dlq(letters, "redrive", "0", "1") == 2  # named: refused as a whole, nothing sent
+    error = capsys.readouterr().err
+    assert f"{letters.replay_dlq_topic}/0/0 (copy at {replays[0]}/1/0)" in error and "--again" in error
+    assert _dlq(letters, "redrive", "--all", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "1 record(s) skipped: re-driven already: its copy is in its replay topic" in out
+    assert "1 record(s) would be re-driven" in out
+    assert _dlq(letters, "redrive", "--all") == 0
+    assert "1 record(s) re-driven" in capsys.readouterr().out  # the other one, 0/1
+    assert _dlq(letters, "redrive", "--all") == 0
+    assert "2 record(s) skipped: re-driven already" in capsys.readouterr().out
+    assert _dlq(letters, "redrive", "0", "--again") == 0
+    origins = sorted(h[ORIGIN] for p in (0, 1) for h in _every_headers(letters, replays[0], p))
+    assert origins == [b"src/0/3", b"src/1/7", b"src/1/7"]
+
+
 def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -279,6 +303,7 @@ def test_a_letter_named_only_by_a_later_one_that_cannot_go_back_goes_back_itself
     cut = too_large(policy, replay, f"{letters.replay_topic('sp')}/0/0", "FAILED", 10**7)
     assert dict(cut.headers)[REDRIVEN] == f"{letters.replay_dlq_topic}/0/1".encode()
     producer = Producer(letters.client())
+    produce(producer, letters.replay_topic("sp"), b"value-1", headers=copy, partition=0)  # its round: over
     produce(producer, cut.topic, b"value-1 in part", headers=cut.headers)
     assert producer.flush(30) == 0
     assert _dlq(letters, "redrive", "--all") == 0
@@ -287,7 +312,7 @@ def test_a_letter_named_only_by_a_later_one_that_cannot_go_back_goes_back_itself
     replayed = read_partition(letters, letters.replay_topic("sp"), 0) + read_partition(
         letters, letters.replay_topic("sp"), 1
     )
-    assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1"]
+    assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1", b"value-1"]
 
 
 def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
