@@ -178,6 +178,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if wrong == 0 else 1
 
 
+# What a coordinated chain reads of the settings: no acker is involved (`acker.kafka.coordinated_stage`).
+CHAIN_SETTINGS = ("bootstrap_servers", "replication_factor", "instance_id")
+
+
 def add_parser(sub: Any) -> None:
     reach = sub.add_parser(
         "reach",
@@ -191,7 +195,7 @@ def add_parser(sub: Any) -> None:
     step.add_argument("index", type=int, choices=range(CHAIN.steps), help="0 tweeters, 1 followers, 2 unique, 3 count")
     step.add_argument("--delay-ms", type=float, default=0, help="slow every message down by this much [default: 0]")
     for parser in (run, step):
-        add_arguments(parser)
+        add_arguments(parser, CHAIN_SETTINGS)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")
     run.add_argument("--requests", type=int, default=20, help="URLs asked, all at once [default: 20]")
     run.add_argument("--tasks", type=int, default=3, help="tasks (partitions) of each step but the last [default: 3]")
@@ -230,7 +234,7 @@ def add_drpc_parser(sub: Any) -> None:
     drpc = sub.add_parser("drpc", help="send requests to a coordinated chain and wait for the answers")
     commands = drpc.add_subparsers(dest="drpc_command", required=True, metavar="COMMAND")
     call = commands.add_parser("call", help="send each VALUE as a request (all at once) and print the answers")
-    add_arguments(call)
+    add_arguments(call, ("bootstrap_servers",))
     call.add_argument("chain_name", metavar="CHAIN", help="the chain's name (its topics are CHAIN.step<i>)")
     call.add_argument("values", nargs="+", metavar="VALUE", help="a request's argument (a URL, for reach's chain)")
     call.add_argument("--steps", type=int, default=CHAIN.steps, help=f"steps of the chain [default: {CHAIN.steps}]")

@@ -343,6 +343,8 @@ def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsy
         (["spark", "commit"], "--outcome-prefix"),
         (["wordcount", "split"], "--ack-linger-ms"),
         (["wordcount", "produce"], "--bootstrap-servers"),
+        (["reach", "step", "0"], "--replication-factor"),
+        (["drpc", "call", "reach", "u"], "--bootstrap-servers"),
     ):
         with pytest.raises(SystemExit):
             cli.main([*command, "--help"])
