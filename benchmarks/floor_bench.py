@@ -50,7 +50,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.cli import tune_gc
 from acker.config import ServiceConfig
-from acker.examples.wordcount import SPOUT, Topics, sentences
+from acker.examples.wordcount import Topics, sentences
 from acker.headers import HEADER, HeaderList
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets
 from acker.kafka.provision import Cluster, kafka_cluster
@@ -82,9 +82,9 @@ class _Stage:
         self.consumer.subscribe([source[name]])
         self.outcomes: Consumer | None = None
         if name == "spout" and tracked:  # read as the project's spout reads them, from their end
-            settings = SpoutSettings(SPOUT, topics.sentences, topics.split)
+            settings = SpoutSettings(topics.spout, topics.sentences, topics.split)
             self.outcomes = Consumer(outcome_consumer(config, settings, f"{topics.prefix}-outcomes"))
-            topic = config.outcome_topic(SPOUT)
+            topic = config.outcome_topic(topics.spout)
             parts = [TopicPartition(topic, p) for p in range(config.partitions)]
             ends = end_offsets(self.outcomes, parts)
             self.outcomes.assign([TopicPartition(topic, p.partition, end) for p, end in zip(parts, ends, strict=True)])
@@ -138,7 +138,7 @@ class _Stage:
             elif record.key() == b"i":  # the acker: an outcome for every init, decided by nothing
                 outcomes = b"\2" * (len(value) // _MESSAGE * _OUTCOME)
                 partition = (record.partition() or 0) % self.config.partitions
-                self.producer.produce(self.config.outcome_topic(SPOUT), outcomes, key=b"0", partition=partition)
+                self.producer.produce(self.config.outcome_topic(topics.spout), outcomes, key=b"0", partition=partition)
         if self.outcomes is not None:
             consume_available(self.outcomes, 1000, 0)
         self.flush_acker(time.monotonic())
@@ -175,7 +175,7 @@ def _floor(
                            metrics_port=0).namespaced(prefix)  # fmt: skip
     topics = Topics(prefix)
     create_topics(config.client(), [
-        TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(SPOUT), partitions),
+        TopicSpec(config.acker_topic, partitions), TopicSpec(config.outcome_topic(topics.spout), partitions),
         *(TopicSpec(t, partitions) for t in (topics.sentences, topics.split, topics.words, topics.counts)),
     ])  # fmt: skip
     names = ["spout", "split", "count", *(["acker"] if tracked else [])]

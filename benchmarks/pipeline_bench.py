@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, to_argv
-from acker.examples.wordcount import SPOUT, Topics, sentences
+from acker.examples.wordcount import Topics, sentences
 from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.provision import Cluster, kafka_cluster
@@ -119,7 +119,8 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
         config = replace(config, ack_linger_ms=stages.ack_linger_ms)
     topics = Topics(f"wc-{run}")
     create_topics(config.client(), [
-        TopicSpec(config.acker_topic, acker_partitions), TopicSpec(config.outcome_topic(SPOUT), acker_partitions),
+        TopicSpec(config.acker_topic, acker_partitions),
+        TopicSpec(config.outcome_topic(topics.spout), acker_partitions),
         *(TopicSpec(t, partitions) for t in (topics.sentences, topics.split, topics.words, topics.counts)),
     ])  # fmt: skip
     common, _ = to_argv(config)
@@ -152,7 +153,7 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
         _wait_ready(config, groups)
         ids, rate, used = measured(config, topics, partitions, lines, pids)
         if tracked:
-            poll = follow_outcomes(config, SPOUT)
+            poll = follow_outcomes(config, topics.spout)
             deadline = time.monotonic() + 120
             seen = poll(0.5)
             while not all(m in seen for m in ids):

@@ -38,7 +38,7 @@ from acker.cli import TerminatedError, interrupted_status, sigterm_as_interrupt
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from acker.examples.ledger import Ledger, Report
-from acker.examples.wordcount import POISON, SENTENCE, SPOUT, Topics, sentences
+from acker.examples.wordcount import POISON, SENTENCE, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import read_headers, text
 from acker.help_text import prose
@@ -193,9 +193,9 @@ class Demo:
             c.client(),
             [
                 TopicSpec(c.acker_topic, n),
-                TopicSpec(c.outcome_topic(SPOUT), n),
+                TopicSpec(c.outcome_topic(self.topics.spout), n),
                 TopicSpec(c.dlq_topic, 1),
-                TopicSpec(c.replay_topic(SPOUT), n),
+                TopicSpec(c.replay_topic(self.topics.spout), n),
                 TopicSpec(c.replay_dlq_topic, 1),
                 TopicSpec(c.status_topic, 1, config={"cleanup.policy": "compact"}),
                 *(TopicSpec(t, n) for t in (self.topics.sentences, self.topics.split, self.topics.words)),
@@ -225,12 +225,12 @@ class Demo:
         from spark_jobs.session import spark_session  # noqa: PLC0415
 
         c, checkpoint = self.config, self.workdir.resolve()
-        source = commit_job.OutcomeSource(c.client(), (c.outcome_topic(SPOUT),))
+        source = commit_job.OutcomeSource(c.client(), (c.outcome_topic(self.topics.spout),))
         # Spark's own output goes to a file: Ivy's report of the connectors, its log lines, its warnings of
         # micro-batches slower than the trigger (frequent with a dozen processes on one machine) would cut through the
         # live table.
         spark = spark_session("acker-demo", jvm_output=checkpoint / "spark.log")
-        groups = {SPOUT: self.topics.spout_group}
+        groups = {self.topics.spout: self.topics.spout_group}
         commit = commit_job.CommitJobSettings(
             source, f"{checkpoint}/commit", groups=groups, dlq_topic=f"{c.dlq_topic}.out"
         )
@@ -251,7 +251,12 @@ class Demo:
     def _readers(self) -> list[Consumer]:
         c = self.config
         readers = []
-        for topic in (c.outcome_topic(SPOUT), c.replay_topic(SPOUT), c.replay_dlq_topic, self.topics.counts):
+        for topic in (
+            c.outcome_topic(self.topics.spout),
+            c.replay_topic(self.topics.spout),
+            c.replay_dlq_topic,
+            self.topics.counts,
+        ):
             # read_committed, as the spout reads: a copy in an aborted transaction was never replayed
             reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False,
                                           "isolation.level": "read_committed"}))  # fmt: skip
@@ -308,7 +313,7 @@ class Demo:
     def _watch(self, readers: list[Consumer], writer: Iterator[int]) -> None:
         outcomes, copies, dead, counts = readers
         kafka = lookups(self.config.client())
-        watermark_group = SpoutSettings(SPOUT, self.topics.sentences, self.topics.split,
+        watermark_group = SpoutSettings(self.topics.spout, self.topics.sentences, self.topics.split,
                                         group=self.topics.spout_group).watermark_group  # fmt: skip
         killed_at: float | None = None
         restarted = False
@@ -342,7 +347,7 @@ class Demo:
 
     def _watermark_partitions(self) -> list[tuple[str, int]]:
         n, c = self.options.partitions, self.config
-        return [(t, p) for t in (self.topics.sentences, c.replay_topic(SPOUT)) for p in range(n)]
+        return [(t, p) for t in (self.topics.sentences, c.replay_topic(self.topics.spout)) for p in range(n)]
 
     def _read(self, outcomes: Consumer, copies: Consumer, dead: Consumer, counts: Consumer) -> None:
         for record in _available(outcomes):

@@ -1,6 +1,6 @@
 """Storm's streaming word count over Kafka: sentences → spout → split → count, each stage its own process(es).
 
-    <prefix>.sentences  --spout "sentences"-->  <prefix>.split  --split bolt-->  <prefix>.words (key = word)
+    <prefix>.sentences  --spout "<prefix>.sentences"-->  <prefix>.split  --split bolt-->  <prefix>.words (key = word)
                         --count bolt-->  <prefix>.counts (running count per word, written out: the sink)
 
 The words topic is keyed by word, so every count of a word lands on one partition and one count-bolt process:
@@ -35,7 +35,6 @@ from acker.headers import HeaderValue, first, read_headers, text
 from acker.retries import ORIGIN
 from acker.spout import Emitter
 
-SPOUT = "sentences"
 SENTENCE = "wc.sentence"  # header: the source record a message comes from (tracing)
 POISON = b"poison"
 LOST = b"lost"
@@ -99,6 +98,13 @@ class Topics:
     @property
     def counts(self) -> str:
         return f"{self.prefix}.counts"
+
+    @property
+    def spout(self) -> str:
+        """The spout's name: its source topic's. A spout's name names its outcome and replay topics
+        (``<outcome_prefix><spout>``, ``<replay_prefix><spout>``) on the acker settings it uses, so word counts of two
+        prefixes on the same settings keep apart (one spout name for both, each processed the other's replays)."""
+        return self.sentences
 
     @property
     def spout_group(self) -> str:

@@ -41,7 +41,7 @@ from acker.config import (
     topic_name_problem,
 )
 from acker.errors import ConfigError
-from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function, traced_sentences
+from acker.examples.wordcount import Topics, count_function, sentences, split_function, traced_sentences
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, answering, create_topics, delete_groups, log_bounds, topic_partitions
 from acker.kafka.clients import produce as send
@@ -71,7 +71,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
     create_topics(
         config.client(),
         [
-            *all_topics(config, [SPOUT]),
+            *all_topics(config, [topics.spout]),
             *(
                 TopicSpec(t, args.pipeline_partitions, config.replication_factor)
                 for t in (topics.sentences, topics.split, topics.words, topics.counts)
@@ -121,9 +121,14 @@ def cmd_spout(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = args.spout_group or topics.spout_group
     mode = "untracked" if args.untracked else f"tracked, max pending {args.max_pending}"
-    config = _starting(args, f"spout {SPOUT}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
+    config = _starting(args, f"spout {topics.spout}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
     settings = SpoutSettings(
-        SPOUT, topics.sentences, topics.split, group=group, max_pending=args.max_pending, tracked=not args.untracked
+        topics.spout,
+        topics.sentences,
+        topics.split,
+        group=group,
+        max_pending=args.max_pending,
+        tracked=not args.untracked,
     )
     return run_until_signalled(Spout(config, settings, traced_sentences(topics.split) if args.trace else None))
 
@@ -326,7 +331,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd_topics(args)
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
-    watermarks = SpoutSettings(SPOUT, topics.sentences, topics.split, group=group).watermark_group
+    watermarks = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group).watermark_group
     stages = Stages()
     try:  # from the first group this run makes, which the end deletes
         with sigterm_as_interrupt():  # as Ctrl-C: every stage stopped, said so, and the exit status
@@ -343,7 +348,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str) -> int:
     """`cmd_run` once its groups are named: the stages started, the sentences written, their outcomes followed."""
     topics = _topics(args)
-    passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(SPOUT)], watermarks)
+    passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(topics.spout)], watermarks)
     for topic, skipped in passed.items():
         if skipped:
             print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
@@ -358,7 +363,7 @@ def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages,
         stages.start(f"count-{i}", stage_command(config, args.prefix, "count", "--drop-rate", str(args.drop_rate),
                                                  "--seed", str(i)))  # fmt: skip
     ids = produce(config, topics.sentences, _lines(args))
-    poll = follow_outcomes(config, SPOUT)
+    poll = follow_outcomes(config, topics.spout)
     deadline, shown, seen = time.monotonic() + args.max_wait_s, -1, {}
     moved_at, waiting_said = time.monotonic(), False
     while time.monotonic() < deadline:

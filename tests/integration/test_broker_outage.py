@@ -18,12 +18,12 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from acker.config import ServiceConfig
-from acker.examples.wordcount import SPOUT, Topics, sentences
+from acker.examples.wordcount import Topics, sentences
 from acker.kafka import lookups
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.local_broker import LocalKafkaBroker
 from tests.integration.helpers import OutcomeReader, create_acker_topics, service_config
-from tests.integration.test_pipeline import _pipeline
+from tests.integration.test_pipeline import SPOUT, _pipeline
 
 # As the session's broker: topics are not created on first use, so that every component must make again what it
 # writes to (the status topic, say) whatever the restart did.

@@ -27,7 +27,7 @@ from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig, to_argv
 from acker.errors import ProtocolError
 from acker.examples import join as join_example
-from acker.examples.wordcount import SPOUT, Topics, count_function, sentences, split_function
+from acker.examples.wordcount import Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import partition_lookup
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
@@ -42,6 +42,8 @@ from tests.integration.helpers import (
     create_acker_topics,
     produce_with_header_name,
 )
+
+SPOUT = "sentences"  # the spouts these tests make themselves (the word count's own: Topics.spout)
 
 
 @pytest.fixture
@@ -747,18 +749,21 @@ def test_wordcount_run_reads_only_the_sentences_it_writes(config: ServiceConfig)
     # A copy left in the replay topic (pipelines of the default settings share it) by an earlier pipeline's replay
     # job: a new group read it from the start, and counted it with this run's sentences.
     producer = Producer(config.client())
-    producer.produce(config.replay_topic(SPOUT), b"an old sentence", partition=0)
+    producer.produce(config.replay_topic(Topics(prefix).spout), b"an old sentence", partition=0)
     assert producer.flush(30) == 0
     runs.append(subprocess.run([*argv, "--sentences", "20"], check=False, **options))
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
     assert runs[0].stdout.startswith("sentences 30: acked 30, failed 0, timed out 0")
     assert runs[1].stdout.startswith("sentences 20: acked 20, failed 0, timed out 0")
-    reader = OutcomeReader(config, [SPOUT])
+    reader = OutcomeReader(config, [Topics(prefix).spout])
     reader.poll(3.0)
     reader.close()
     assert len(reader.seen) == 50 and all(len(seen) == 1 for seen in reader.seen.values())  # none read twice
     assert f"30 records written to {Topics(prefix).sentences} before this run are not read" in runs[1].stderr
-    assert f"1 records written to {config.replay_topic(SPOUT)} before this run are not read" in runs[1].stderr
+    assert (
+        f"1 records written to {config.replay_topic(Topics(prefix).spout)} before this run are not read"
+        in runs[1].stderr
+    )
     # The prefix's own spout group is not touched: a pipeline of that prefix may be running, its watermark behind.
     shared = Topics(prefix).spout_group + ".acked"
     marks = lookups(config.client()).committed(shared, [(Topics(prefix).sentences, p) for p in range(4)])
