@@ -61,7 +61,6 @@ from acker.kafka.clients import (
     log_bounds,
     produce,
     readable,
-    refresh_topic,
     refusal,
     topic_partitions,
 )
@@ -1077,8 +1076,9 @@ class AckerService:
         """Update what the producer knows of ``topic`` (the acker topic, which it writes ticks to, or an outcome
         topic), which exists: a producer refuses a partition it does not know yet, and looks again by itself only
         every 5 minutes (a lookup through a handle updates what the handle knows)."""
-        error = refresh_topic(self.producer, topic, timeout_s)
-        if error is not None:  # looked up again at the next tick refused, or the next assignment
+        try:
+            self.producer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as error:  # looked up again at the next tick refused, or the next assignment
             log.debug("the producer's lookup of %s failed: %s", topic, error)
 
     def _look_up_partition_count(self, timeout_s: float, *, only_up: bool = False) -> None:

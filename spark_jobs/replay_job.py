@@ -56,8 +56,8 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     read_to,
-    refresh_topic,
     topic_max_bytes,
+    topic_partitions,
 )
 from acker.kafka.lookups import CONFIRM_S, lookups
 from acker.retries import (
@@ -228,49 +228,58 @@ class _Publisher:
             written.close()
         return last[0], None if last[1] == _WHOLE else last[1]
 
-    def partitions(self, topic: str) -> int:
+    def partitions(self, topic: str, *, recheck: bool = False) -> int:
         """The partitions of ``topic``, 0 when it does not exist: a replay topic is its spout's, created by the spout
         (made here, a topic no spout reads would take the copies, and their originals count as done); one found
         missing is looked up again after `_MISSING_RECHECK_S`. The job's dead-letter topic is made when missing.
-        A count is looked up again after `_COUNT_RECHECK_S`, so that partitions added to a replay topic take replays
-        (kept, the new ones stayed empty until the job restarted); while that lookup fails, the count known stands.
 
         Missing means missing twice, `CONFIRM_S` apart: a broker's metadata may lack a topic for a moment (just
         restarted, behind the controller), and on one answer every nack of the spout was dead-lettered for a minute,
-        its remaining attempts unused."""
-        now = time.monotonic()
+        its remaining attempts unused.
+
+        A count known is kept; with ``recheck`` (before a transaction, never within one, whose timeout a lookup would
+        eat into) one older than `_COUNT_RECHECK_S` is looked up again (`_grown`): partitions added to a replay topic
+        take replays (they stayed empty until the job restarted)."""
         known = self._partitions.get(topic)
-        if known is not None and now < known[1]:
+        if known is not None:
+            if recheck and time.monotonic() >= known[1]:
+                return self._known(topic, self._grown(topic, known[0]))
             return known[0]
-        if now < self._missing.get(topic, 0.0):
+        if time.monotonic() < self._missing.get(topic, 0.0):
             return 0
         client = dict(self.settings.source.client)
         for attempt in range(2):
             if attempt:
                 time.sleep(CONFIRM_S)
             try:
-                count = partition_count(client, topic)
-                if known is not None and count > known[0]:  # this producer learns of them now, not in 5 minutes
-                    refused = refresh_topic(self.producer, topic, 10.0)
-                    if refused is not None:  # a replay there is refused, and its batch run again
-                        log.warning("the producer's lookup of %s failed: %s", topic, refused)
-                return self._known(topic, count)
+                return self._known(topic, partition_count(client, topic))
             except KafkaClientError as error:
                 if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    if known is None:
-                        raise
-                    log.warning("partitions of %s not looked up again (%s): %d kept", topic, error, known[0])
-                    return self._known(topic, known[0])
+                    raise
                 if topic == self._dead_letters.name:  # the job's own (deleted since it started): made again
                     ensure_topics(client, [self._dead_letters], timeout_s=10.0)  # within an open transaction: short
                     return self._known(topic, self._dead_letters.partitions)
-        self._partitions.pop(topic, None)
         self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
         return 0
 
     def _known(self, topic: str, count: int) -> int:
         self._partitions[topic] = (count, time.monotonic() + _COUNT_RECHECK_S)
         return count
+
+    def _grown(self, topic: str, count: int) -> int:
+        """``topic``'s partition count looked up again: more than ``count`` once a lookup and this job's producer
+        both see the partitions added (a producer refuses a partition it does not know, and by itself looks again
+        only every 5 minutes; its lookup updates what it knows), else ``count``. A lookup that fails, or finds the
+        topic missing (a broker's metadata behind), keeps ``count``: a known topic is never taken for missing again."""
+        try:
+            found = partition_count(self.settings.source.client, topic)
+            if found <= count:
+                return count
+            seen = len(topic_partitions(self.producer, topic, 10.0))  # it exists: a producer's lookup makes nothing
+        except (KafkaClientError, KafkaException) as error:
+            log.warning("partitions of %s not looked up again (%s): %d kept", topic, error, count)
+            return count
+        return max(count, min(found, seen))
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""
@@ -361,7 +370,7 @@ class _Publisher:
         unread_topics: set[str] = set()
         # The topics' sizes and limits asked before the transaction, whose timeout a slow answer would eat into.
         for topic in {self.policy.replay_topic(row.spout) for row in rows} | {self.policy.dead_letter_topic}:
-            if self.partitions(topic):
+            if self.partitions(topic, recheck=True):
                 self.limit(topic)
         self.producer.begin_transaction()
         try:

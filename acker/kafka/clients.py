@@ -172,18 +172,6 @@ def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float
     return sorted(found.partitions)
 
 
-def refresh_topic(handle: Consumer | Producer, topic: str, timeout_s: float) -> KafkaException | None:
-    """Update what ``handle`` knows of ``topic``, which exists (a producer's lookup of a missing topic lets a broker
-    that creates topics on first use create it): a producer refuses a partition it does not know yet, and looks
-    again by itself only every 5 minutes (``topic.metadata.refresh.interval.ms``). Returns the error of a lookup
-    that failed (the caller says it as it sees fit)."""
-    try:
-        handle.list_topics(topic, timeout=timeout_s)
-    except KafkaException as error:
-        return error
-    return None
-
-
 def answering(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> None:
     """Return once the cluster answers a metadata request; `KafkaException` (`NO_ANSWER`) when it does not within
     ``timeout_s``, or with the error of a login the broker refused (`REFUSED_LOGIN`) where it did that: a wrong

@@ -253,8 +253,9 @@ def test_partitions_added_to_a_replay_topic_take_replays_once_its_count_is_looke
     bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A replay goes to the partition of its source record's partition modulo the replay topic's count. The count was
-    looked up once, so partitions added later stayed empty (their spout instances idle) until the job restarted;
-    while a lookup fails, the count known stands."""
+    looked up once, so partitions added later stayed empty (their spout instances idle) until the job restarted.
+    It is looked up again before a transaction, not within one; a lookup that fails, or that finds the topic missing
+    (a broker's metadata behind), keeps the count known."""
     client = {"bootstrap.servers": bootstrap}
     settings = _settings(client)
     source, replays = f"src-{uuid.uuid4().hex[:8]}", settings.replay_prefix + "sp"
@@ -263,28 +264,33 @@ def test_partitions_added_to_a_replay_topic_take_replays_once_its_count_is_looke
     for partition in (0, 1, 1):
         produce(producer, source, f"p{partition}".encode(), partition=partition)
     assert producer.flush(30) == 0
-    now = [1000.0]
-    monkeypatch.setattr("spark_jobs.replay_job.time.monotonic", lambda: now[0])
+    now = [time.monotonic()]
+    clock = SimpleNamespace(monotonic=lambda: now[0], sleep=time.sleep, time=time.time)  # the job's clock alone
+    monkeypatch.setattr(replay_job, "time", clock)
     publisher = _Publisher(settings, f"{settings.name}-id")
     assert publisher.publish(0, [_nack(settings, source, 1, 0)], _fetch(client)) == 1
     admin = AdminClient(dict(client))
     admin.create_partitions([NewPartitions(replays, 2)])[replays].result(30)
-    assert publisher.partitions(replays) == 1  # known, until it is looked up again
-    now[0] += replay_job._COUNT_RECHECK_S
-    monkeypatch.setattr(replay_job, "partition_count", _unanswered)
-    assert publisher.partitions(replays) == 1  # no answer: the count known stands
-    now[0] += replay_job._COUNT_RECHECK_S
-    monkeypatch.undo()
-    monkeypatch.setattr("spark_jobs.replay_job.time.monotonic", lambda: now[0])
     deadline = time.monotonic() + 30
     while partition_count(client, replays) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
+    assert publisher.partitions(replays, recheck=True) == 1  # known, until it is looked up again
+    now[0] += replay_job._COUNT_RECHECK_S
+    assert publisher.partitions(replays) == 1  # within a transaction: never looked up
+    for error in (KafkaError._TRANSPORT, KafkaError.UNKNOWN_TOPIC_OR_PART):
+        with monkeypatch.context() as lookup:
+            lookup.setattr(replay_job, "partition_count", _unanswered(error))
+            assert publisher.partitions(replays, recheck=True) == 1  # the count known stands
+        now[0] += replay_job._COUNT_RECHECK_S
     assert publisher.publish(1, [_nack(settings, source, 1, 1)], _fetch(client)) == 1
     assert [[r.value() for r in read_all(client, replays, p)] for p in (0, 1)] == [[b"p1"], [b"p1"]]
 
 
-def _unanswered(_config: dict[str, Any], topic: str, _timeout_s: float = 10.0) -> int:
-    raise KafkaClientError(f"partitions of {topic} not known", KafkaError(KafkaError._TRANSPORT))
+def _unanswered(code: int) -> Callable[..., int]:
+    def lookup(_config: Any, topic: str, _timeout_s: float = 10.0) -> int:
+        raise KafkaClientError(f"partitions of {topic} not known", KafkaError(code))
+
+    return lookup
 
 
 def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstrap: str) -> None:
