@@ -26,8 +26,9 @@ anchor, which the service passes on with the tree's ``FAILED`` outcome.
 
 Nothing is produced from inside a delivery report of this client (confluent-kafka must not be polled from one, and a
 produce waits by polling while librdkafka's queue is full): what the report sends — a fail, an init sent again by the
-spout's ``on_failure``, the acks of a record written, the halves of a record refused as too large — waits in its
-batch, full or not, or with the halves, until the next `poll` or `flush`.
+spout's ``on_failure``, the acks of a record written, the halves of a record the broker refused as too large — waits
+in its batch, full or not, or with the halves, until the next `poll` or `flush`, which send the halves first. A
+record the producer refuses at once is reported outside any report: its halves are sent at once.
 """
 
 from __future__ import annotations
@@ -244,6 +245,7 @@ class AckerClient:
         partition, batch = self._batch(message.anchor)
         batch.add(message, reason)
         if len(batch.kinds) >= self.max_batch and not self._reporting:
+            self._send_halves()  # those held before it go first
             self._flush_partition(partition)
 
     def send_all(self, messages: Iterable[TreeMessage], reason: str | None = None) -> None:
@@ -260,6 +262,7 @@ class AckerClient:
                 batch = batches[partition] = _Batch()
             batch.ack(anchor, value)
             if len(batch.kinds) >= self.max_batch and not self._reporting:
+                self._send_halves()  # those held before it go first
                 self._flush_partition(partition)
 
     def produce_anchored(
@@ -299,7 +302,7 @@ class AckerClient:
             produce_reporting(producer, topic, value, delivered, key=key, headers=with_ids(headers, shown))
         except Exception:  # not a message (a value that is not bytes): the caller's error, raised to it. Its edge is
             for anchor, _ in ids.edges:  # already in its trees, and no message carries it: they could never complete
-                self.send(Fail(anchor))
+                self._batch(anchor)[1].add(Fail(anchor))  # not sent here: a refusal must not replace the caller's error
             raise
 
     def _undelivered(
@@ -318,6 +321,7 @@ class AckerClient:
     def poll(self) -> None:
         """Send the batches whose linger has passed, serve delivery reports, and send what they held back."""
         now = time.monotonic()
+        self._send_held()
         for partition, batch in enumerate(self._batches):
             if batch is not None and now - batch.first_at >= self.linger_s:
                 self._flush_partition(partition)
@@ -326,11 +330,14 @@ class AckerClient:
         if now >= self._next_lookup:
             self._check_partitions(now)
 
+    def _send_halves(self) -> None:
+        while self._halves:
+            self._produce_batch(*self._halves.pop(0))
+
     def _send_held(self) -> None:
         """Send what delivery reports held back (module docstring): the halves of refused records, and the batches
         they filled."""
-        while self._halves:
-            self._produce_batch(*self._halves.pop(0))
+        self._send_halves()
         for partition, batch in enumerate(self._batches):
             if batch is not None and len(batch.kinds) >= self.max_batch:
                 self._flush_partition(partition)
@@ -368,7 +375,10 @@ class AckerClient:
                 if batch is not None:
                     self._flush_partition(partition)
             undelivered = int(self.producer.flush(timeout_s))
-            if not self._halves and all(batch is None for batch in self._batches):
+            while self._halves:  # a record halved until it fits: log2(max_batch) levels at most, not rounds
+                self._send_held()
+                undelivered = int(self.producer.flush(timeout_s))
+            if all(batch is None for batch in self._batches):
                 break
         return undelivered + sum(batch is not None for batch in self._batches) + len(self._halves)
 
@@ -382,18 +392,21 @@ class AckerClient:
         """Send ``batch`` as one record. A record the producer refuses at once is handled as a failed delivery (an
         exception here would lose the batch without failing its trees, and stop the stage), except that a batch too
         large (for the producer's ``message.max.bytes``, at once, or for the broker, in its delivery report) is sent
-        in halves, and a fatal error (the producer takes nothing any more) raises: the stage must stop, and its trees
-        time out."""
+        in halves (at once, or after the report: module docstring), and a fatal error (the producer takes nothing any
+        more) raises: the stage must stop, and its trees time out."""
         inits = batch.inits
 
-        def delivered(error: KafkaError | None, _record: KafkaMessage | None) -> None:
+        def delivered(error: KafkaError | None, record: KafkaMessage | None) -> None:
             if error is None:
                 return
+            at_once = record is None and not self._reporting  # refused by the producer, within a send: no report
             self._reporting += 1
             try:
                 undelivered(error)
             finally:
                 self._reporting -= 1
+            if at_once:
+                self._send_halves()
 
         def undelivered(error: KafkaError) -> None:
             if error.code() in TOO_LARGE and len(batch.kinds) > 1:

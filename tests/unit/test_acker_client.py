@@ -22,7 +22,7 @@ from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import KafkaClientError
-from acker.wire import check_block
+from acker.wire import check_block, parse_batch
 from tests.strategies import Scenario, scenarios, tracker_configs
 
 
@@ -388,6 +388,7 @@ class _Reporting:
         self.records: list[tuple[bytes, Any]] = []
         self.pending: list[tuple[KafkaError | None, Any]] = []
         self.refuse: KafkaError | None = None
+        self.max_bytes: int | None = None  # a record over it is refused in its report, as the broker refuses one
         self.reporting = False
 
     def _outside(self) -> None:
@@ -395,6 +396,8 @@ class _Reporting:
 
     def produce(self, _topic: str, value: bytes, on_delivery: Any = None, **_kwargs: object) -> None:
         self._outside()
+        if self.max_bytes is not None and len(value) > self.max_bytes:
+            self.refuse = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large")
         self.records.append((value, on_delivery))
         if on_delivery is not None:
             self.pending.append((self.refuse, on_delivery))
@@ -406,7 +409,7 @@ class _Reporting:
         self.reporting = True
         try:
             for error, on_delivery in served:
-                on_delivery(error, None)
+                on_delivery(error, object())  # a report names its record (a refusal at once names none)
         finally:
             self.reporting = False
         return len(served)
@@ -453,3 +456,39 @@ def test_what_delivery_reports_send_waits_for_the_next_poll_even_a_full_batch() 
     client.poll()  # lost in the report: the spout sends its inits again, held in a full batch, then sent
     assert [i.anchor for i in resent] == [21, 22, 23]
     assert len(producer.records) == 6 and client._batches == [None]
+
+
+def test_a_record_halved_many_times_is_delivered_by_one_flush() -> None:
+    """Each halving took one of flush's five rounds: a record the broker refused down to single messages was left
+    unsent, and a bolt closing then did not commit its input."""
+    producer = _Reporting()
+    producer.max_bytes = 40  # one ack a record
+    client = AckerClient(producer, "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    client.send_acks([(anchor, anchor) for anchor in range(1, 65)])  # halved 6 times
+    assert client.flush(0) == 0 and client.failed_messages == 0
+    delivered = [parse_batch(v) for v, _ in producer.records if len(v) <= 40]
+    assert sorted(int(b.anchors[0]) for b in delivered) == list(range(1, 65))
+
+
+class _Small(_Keeping):
+    """Refuses at once a record over ``limit`` bytes, as librdkafka does one over its ``message.max.bytes``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def produce(self, topic: str, value: bytes, **kwargs: object) -> None:
+        if len(value) > self.limit:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
+        super().produce(topic, value, **kwargs)
+
+
+def test_the_halves_of_a_record_refused_at_once_keep_its_place_in_the_partition() -> None:
+    """Refused by the producer within a send (no report is running), its halves go at once, before what comes after:
+    held for the next poll, a later full batch overtook them."""
+    producer = _Small(limit=400)
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=40)  # type: ignore[arg-type]
+    client.send_acks([(anchor, anchor) for anchor in range(1, 121)])  # three full batches, each refused whole
+    client.flush(0)
+    sent = [int(a) for r in producer.records for a in parse_batch(r["value"]).anchors]  # type: ignore[arg-type]
+    assert sent == list(range(1, 121)) and len(producer.records) > 3
