@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -308,26 +308,62 @@ def _target_counts(config: ServiceConfig, decisions: list[Decision]) -> tuple[di
     return counts, missing
 
 
-def named_by(letters: Iterable[DeadLetter]) -> set[str]:
-    """The dead letters that ``letters`` name as re-driven before (``acker.replay.redriven``): their round is over,
-    their copy dead-lettered again."""
-    return {named for letter in letters if (named := text(letter.headers, REDRIVEN)) is not None}
+def named_by(headers: Iterable[HeaderList]) -> dict[str, str | None]:
+    """The dead letters that records of these ``headers`` name as re-driven (``acker.replay.redriven``), each with the
+    origin the first such record names."""
+    named: dict[str, str | None] = {}
+    for one in headers:
+        if (letter := text(one, REDRIVEN)) is not None:
+            named.setdefault(letter, text(one, ORIGIN))
+    return named
+
+
+# Copies and later dead letters are looked for from the oldest letter's timestamp less this (producers' clocks differ).
+CLOCK_SKEW_MS = 10 * 60 * 1000
+
+
+def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator[tuple[str, HeaderList]]:
+    """The coordinates and headers of the records of ``topic`` from the first written at ``since_ms`` or later, one
+    partition after another, up to its current end; none kept (a replay topic may be large). Nothing when it does
+    not exist."""
+    partitions = _partitions(config, topic)
+    if partitions is None:
+        return
+    consumer = _reader(config)
+    try:
+        asked = [TopicPartition(topic, p, max(0, since_ms)) for p in range(partitions)]
+        for start in consumer.offsets_for_times(asked, timeout=30):
+            if start.offset < 0:  # nothing written since
+                continue
+            _, high = log_bounds(consumer, TopicPartition(topic, start.partition))
+            for record in read_to(consumer, TopicPartition(topic, start.partition, start.offset), high):
+                yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
+    finally:
+        consumer.close()
 
 
 def in_flight(
-    config: ServiceConfig, letters: Sequence[DeadLetter], decisions: Sequence[Decision], ended: set[str]
+    config: ServiceConfig,
+    letters: Sequence[DeadLetter],
+    decisions: Sequence[Decision],
+    ended: Mapping[str, str | None],
 ) -> dict[str, str]:
     """Of ``letters``, those re-driven already whose round is not over, or whose copy was processed: a copy, or a
-    replay of one, names it in the replay topic its decision sends to, and no dead letter does (``ended``,
-    `named_by`). Their coordinates → the place of the first such record. Re-driven again, the record would be
-    replayed twice. Replay topics are read whole (those that do not exist hold nothing)."""
-    wanted = {letter.coordinates for letter in letters} - ended
+    replay of one, names it and its origin in the replay topic its decision sends to, and no dead letter names it
+    (``ended``, `named_by`). Their coordinates → the place of the first such record. Re-driven again, the record
+    would be replayed twice. The replay topics are read from the oldest letter's time on (less `CLOCK_SKEW_MS`):
+    a copy comes after its letter."""
+    # Names and origins both: a dead-letter topic made again numbers its letters from 0 again.
+    wanted = {letter.coordinates: letter.origin for letter in letters if ended.get(letter.coordinates) != letter.origin}
     found: dict[str, str] = {}
-    for topic in sorted({decision.topic for decision in decisions}) if wanted else []:
-        for record in read(config, topic):
-            named = text(record.headers, REDRIVEN)
-            if named in wanted:
-                found.setdefault(named, record.coordinates)
+    if not wanted:
+        return found
+    since = min(letter.timestamp_ms for letter in letters) - CLOCK_SKEW_MS
+    for topic in sorted({decision.topic for decision in decisions}):
+        for place, headers in _headers_since(config, topic, since):
+            named = text(headers, REDRIVEN)
+            if named in wanted and text(headers, ORIGIN) == wanted[named]:
+                found.setdefault(named, place)
     return found
 
 
@@ -336,7 +372,9 @@ def refuse_in_flight(
 ) -> None:
     """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose re-driven copy
     is still in their replay topic (`in_flight`)."""
-    flying = in_flight(config, letters, decisions, named_by(read(config, topic)))
+    since = min((letter.timestamp_ms for letter in letters), default=0) - CLOCK_SKEW_MS
+    ended = named_by(headers for _, headers in _headers_since(config, topic, since))
+    flying = in_flight(config, letters, decisions, ended)
     if flying:
         raise DlqError(
             "re-driven already, their copy still in the replay topic and not dead-lettered again: "
@@ -379,7 +417,7 @@ def those_that_can_go_back(
     kept = [(letter, decision) for letter, decision in planned if decision.topic not in missing]
     if not again:
         chosen, decisions = [letter for letter, _ in kept], [decision for _, decision in kept]
-        flying = in_flight(config, chosen, decisions, named_by(letters))
+        flying = in_flight(config, chosen, decisions, named_by(letter.headers for letter in letters))
         refused[IN_FLIGHT] += sum(letter.coordinates in flying for letter, _ in kept)
         kept = [(letter, decision) for letter, decision in kept if letter.coordinates not in flying]
     return [letter for letter, _ in kept], [decision for _, decision in kept], +refused

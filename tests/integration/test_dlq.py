@@ -233,6 +233,19 @@ def test_a_letter_is_re_driven_once_a_round_unless_again(
     assert origins == [b"src/0/3", b"src/1/7", b"src/1/7"]
 
 
+def test_a_copy_of_another_letter_at_the_same_place_does_not_hold_a_letter_back(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead-letter topic made again numbers its letters from 0 again: a copy still in the replay topic that names
+    this place but another origin is an older letter's."""
+    producer = Producer(letters.client())
+    older = [(ORIGIN, b"src/9/9"), (REDRIVEN, f"{letters.replay_dlq_topic}/0/1".encode())]
+    produce(producer, letters.replay_topic("sp"), b"older", headers=older, partition=0)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "1") == 0  # origin src/0/3
+    assert "1 record(s) re-driven" in capsys.readouterr().out
+
+
 def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
