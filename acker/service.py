@@ -445,6 +445,9 @@ class AckerService:
             state = self._states.get(partition)
             if state is None:  # revoked while this batch was in flight
                 continue
+            # A partition revoked and assigned again within one consume: its records of the old assignment are not in
+            # the batch (librdkafka's batch consume drops a partition's records at the barrier of its revocation,
+            # rd_kafka_purge_outdated_messages), so a new state only sees what it reads from its committed offset.
             fresh = mine
             if state.position is not None and (mine[0].offset() or 0) < state.position:
                 # The consumer went back within one assignment (an offset reset after the log was truncated under
