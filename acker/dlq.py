@@ -324,8 +324,8 @@ CLOCK_SKEW_MS = 10 * 60 * 1000
 
 def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator[tuple[str, HeaderList]]:
     """The coordinates and headers of the records of ``topic`` from the first written at ``since_ms`` or later, one
-    partition after another, up to its current end; none kept (a replay topic may be large). Nothing when it does
-    not exist."""
+    partition after another, up to its current end; no record is kept (a replay topic may be large). Nothing when it
+    does not exist; `DlqError` when where to start cannot be told (a copy there would go unseen)."""
     partitions = _partitions(config, topic)
     if partitions is None:
         return
@@ -333,6 +333,8 @@ def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator
     try:
         asked = [TopicPartition(topic, p, max(0, since_ms)) for p in range(partitions)]
         for start in consumer.offsets_for_times(asked, timeout=30):
+            if start.error is not None:
+                raise DlqError(f"cannot tell where to read {topic}[{start.partition}] from: {start.error}")
             if start.offset < 0:  # nothing written since
                 continue
             _, high = log_bounds(consumer, TopicPartition(topic, start.partition))
@@ -358,7 +360,7 @@ def in_flight(
     found: dict[str, str] = {}
     if not wanted:
         return found
-    since = min(letter.timestamp_ms for letter in letters) - CLOCK_SKEW_MS
+    since = min(letter.timestamp_ms for letter in letters if letter.coordinates in wanted) - CLOCK_SKEW_MS
     for topic in sorted({decision.topic for decision in decisions}):
         for place, headers in _headers_since(config, topic, since):
             named = text(headers, REDRIVEN)

@@ -243,7 +243,7 @@ class _Publisher:
         known = self._partitions.get(topic)
         if known is not None:
             if recheck and time.monotonic() >= known[1]:
-                return self._known(topic, self._grown(topic, known[0]))
+                return self._grown(topic, known[0])
             return known[0]
         if time.monotonic() < self._missing.get(topic, 0.0):
             return 0
@@ -267,19 +267,24 @@ class _Publisher:
         return count
 
     def _grown(self, topic: str, count: int) -> int:
-        """``topic``'s partition count looked up again: more than ``count`` once a lookup and this job's producer
-        both see the partitions added (a producer refuses a partition it does not know, and by itself looks again
-        only every 5 minutes; its lookup updates what it knows), else ``count``. A lookup that fails, or finds the
-        topic missing (a broker's metadata behind), keeps ``count``: a known topic is never taken for missing again."""
+        """``topic``'s partition count looked up again and kept: more than ``count`` once a lookup and this job's
+        producer both see the partitions added (a producer refuses a partition it does not know, and by itself looks
+        again only every 5 minutes; its lookup updates what it knows), else ``count``. A lookup that fails, or finds
+        the topic missing (a broker's metadata behind), keeps ``count``: a known topic is never taken for missing
+        again (one deleted fails its replays' transactions until its spout makes it again). Partitions the producer
+        does not see yet are asked about again after `_MISSING_RECHECK_S`."""
         try:
             found = partition_count(self.settings.source.client, topic)
             if found <= count:
-                return count
+                return self._known(topic, count)
             seen = len(topic_partitions(self.producer, topic, 10.0))  # it exists: a producer's lookup makes nothing
         except (KafkaClientError, KafkaException) as error:
             log.warning("partitions of %s not looked up again (%s): %d kept", topic, error, count)
-            return count
-        return max(count, min(found, seen))
+            return self._known(topic, count)
+        if seen < found:
+            self._partitions[topic] = (max(count, seen), time.monotonic() + _MISSING_RECHECK_S)
+            return max(count, seen)
+        return self._known(topic, found)
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""

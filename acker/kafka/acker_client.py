@@ -402,13 +402,13 @@ class AckerClient:
             at_once = record is None and not self._reporting  # refused by the producer, within a send: no report
             self._reporting += 1
             try:
-                undelivered(error)
+                undelivered(error, at_once)
             finally:
                 self._reporting -= 1
             if at_once:
                 self._send_halves()
 
-        def undelivered(error: KafkaError) -> None:
+        def undelivered(error: KafkaError, at_once: bool) -> None:
             if error.code() in TOO_LARGE and len(batch.kinds) > 1:
                 # Refused by the broker: larger than the acker topic takes (its max.message.bytes below what
                 # max_batch messages encode to). Nothing of it was written: sent again in halves, and the batches
@@ -418,7 +418,11 @@ class AckerClient:
                     log.warning("the acker topic %s refused a record of %d messages as too large: batches of %d "
                                 "from now on", self.topic, len(batch.kinds), len(batch.kinds) // 2)  # fmt: skip
                     self.max_batch = len(batch.kinds) // 2
-                self._halves += [(partition, half) for half in batch.halves()]
+                halves = [(partition, half) for half in batch.halves()]
+                if at_once:  # sent next, before the halves held after it (those of the record it is a half of)
+                    self._halves[:0] = halves
+                else:
+                    self._halves += halves
                 return
             # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
             # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and

@@ -492,3 +492,21 @@ def test_the_halves_of_a_record_refused_at_once_keep_its_place_in_the_partition(
     client.flush(0)
     sent = [int(a) for r in producer.records for a in parse_batch(r["value"]).anchors]  # type: ignore[arg-type]
     assert sent == list(range(1, 121)) and len(producer.records) > 3
+
+
+def test_a_half_refused_at_once_in_turn_keeps_its_place_before_the_other_half() -> None:
+    """Halves of unequal size (an anchor and the ok of its child, long message ids): the first half refused at once
+    again had its own halves queued after the second, which went first: an ok before the anchor it follows completes
+    a tree early."""
+    producer = _Small(limit=500)
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=40)  # type: ignore[arg-type]
+    inits = [Init(anchor, "s", f"topic-with-a-long-name/0/{anchor}", anchor) for anchor in range(1, 21)]
+    client.send_all([*inits, *(Ack(anchor, anchor) for anchor in range(1, 21))])  # the inits' half is the larger
+    client.flush(0)
+    sent = [(int(k), int(a)) for r in producer.records for k, a in zip(*_kinds_and_anchors(r["value"]), strict=True)]
+    assert sent == [(Kind.INIT, a) for a in range(1, 21)] + [(Kind.ACK, a) for a in range(1, 21)]
+
+
+def _kinds_and_anchors(value: object) -> tuple[list[int], list[int]]:
+    block = parse_batch(value)  # type: ignore[arg-type]
+    return block.kinds.tolist(), block.anchors.tolist()
