@@ -127,6 +127,14 @@ class _Batch:
                 half.reasons = {a: r for a, r in self.reasons.items() if a in mine}
         return first, second
 
+    def pieces(self, size: int) -> list[_Batch]:
+        """The batch in pieces of at most ``size`` messages, in order: halved until each fits (one that delivery
+        reports filled past it)."""
+        if len(self.kinds) <= size:
+            return [self]
+        first, second = self.halves()
+        return [*first.pieces(size), *second.pieces(size)]
+
     def block(self) -> MessageBlock:
         """The batch as one block, without the combined acks whose runs cancelled out (value 0: see the module's
         docstring); it may be empty."""
@@ -386,7 +394,8 @@ class AckerClient:
         batch = self._batches[partition]
         assert batch is not None
         self._batches[partition] = None
-        self._produce_batch(partition, batch)
+        for piece in batch.pieces(self.max_batch):
+            self._produce_batch(partition, piece)
 
     def _produce_batch(self, partition: int, batch: _Batch) -> None:
         """Send ``batch`` as one record. A record the producer refuses at once is handled as a failed delivery (an

@@ -510,3 +510,18 @@ def test_a_half_refused_at_once_in_turn_keeps_its_place_before_the_other_half() 
 def _kinds_and_anchors(value: object) -> tuple[list[int], list[int]]:
     block = parse_batch(value)  # type: ignore[arg-type]
     return block.kinds.tolist(), block.anchors.tolist()
+
+
+def test_a_batch_delivery_reports_filled_past_its_size_goes_in_records_of_at_most_that_size() -> None:
+    """Nothing is sent from inside a report, so the acks of many records written grow one batch past ``max_batch``:
+    sent as one record, it relied on being refused as too large to be cut."""
+    producer = _Reporting()
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=10)  # type: ignore[arg-type]
+    for anchor in range(1, 26):
+        ids = TupleIds(((anchor, anchor),))
+        client.produce_anchored("out", b"x", None, None, ids, written_by=producer)  # type: ignore[arg-type]
+    producer.poll()  # 25 acks held in one batch
+    client.poll()
+    acker_records = [parse_batch(v) for v, _ in producer.records[25:]]
+    assert all(len(b) <= 10 for b in acker_records) and sum(len(b) for b in acker_records) == 25
+    assert [int(a) for b in acker_records for a in b.anchors] == list(range(1, 26))
