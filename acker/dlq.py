@@ -50,6 +50,7 @@ from acker.retries import (
     origin_partition,
     redrive,
 )
+from acker.wire import spout_name_valid
 
 ACKER_REASON, ACKER_DETAIL = "acker.dlq.reason", "acker.dlq.detail"  # written by acker.service
 
@@ -361,7 +362,13 @@ def in_flight(
     if not wanted:
         return found
     since = min(letter.timestamp_ms for letter in letters if letter.coordinates in wanted) - CLOCK_SKEW_MS
-    for topic in sorted({decision.topic for decision in decisions}):
+    # Where they go now, and their own spout's replay topic: a copy sent there before, without --spout.
+    topics = {decision.topic for decision in decisions} | {
+        config.replay_topic(spout)
+        for letter in letters
+        if letter.coordinates in wanted and (spout := letter.header(SPOUT)) and spout_name_valid(spout)
+    }
+    for topic in sorted(topics):
         for place, headers in _headers_since(config, topic, since):
             named = text(headers, REDRIVEN)
             if named in wanted and text(headers, ORIGIN) == wanted[named]:

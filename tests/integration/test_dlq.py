@@ -233,6 +233,19 @@ def test_a_letter_is_re_driven_once_a_round_unless_again(
     assert origins == [b"src/0/3", b"src/1/7", b"src/1/7"]
 
 
+def test_a_letter_re_driven_to_its_spout_is_not_sent_again_to_another(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --spout, only that spout's replay topic was looked at: the copy sent before to the letter's own spout
+    went unseen, and the record was replayed by both."""
+    create_topics(letters.client(), [TopicSpec(letters.replay_topic("other"), 1)])
+    assert _dlq(letters, "redrive", "0") == 0
+    capsys.readouterr()
+    assert _dlq(letters, "redrive", "0", "--spout", "other") == 2
+    assert f"(copy at {letters.replay_topic('sp')}/1/0)" in capsys.readouterr().err
+    assert read_partition(letters, letters.replay_topic("other"), 0) == []
+
+
 def test_a_copy_of_another_letter_at_the_same_place_does_not_hold_a_letter_back(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
