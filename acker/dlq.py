@@ -413,7 +413,7 @@ def those_that_can_go_back(
             refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
     # Named only by a later letter that goes back itself: one that cannot (its copy dead-lettered as too large, say)
     # left the earlier, whole one skipped as "re-driven already", and neither went back.
-    redriven = {text(letter.headers, REDRIVEN) for letter, _ in possible} - {None}
+    redriven = named_by(letter.headers for letter, _ in possible)
     planned: list[tuple[DeadLetter, Decision]] = []
     for letter, decision in possible:
         if letter.coordinates in redriven:

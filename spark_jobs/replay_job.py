@@ -262,8 +262,8 @@ class _Publisher:
         self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
         return 0
 
-    def _known(self, topic: str, count: int) -> int:
-        self._partitions[topic] = (count, time.monotonic() + _COUNT_RECHECK_S)
+    def _known(self, topic: str, count: int, for_s: float = _COUNT_RECHECK_S) -> int:
+        self._partitions[topic] = (count, time.monotonic() + for_s)
         return count
 
     def _grown(self, topic: str, count: int) -> int:
@@ -282,8 +282,7 @@ class _Publisher:
             log.warning("partitions of %s not looked up again (%s): %d kept", topic, error, count)
             return self._known(topic, count)
         if seen < found:
-            self._partitions[topic] = (max(count, seen), time.monotonic() + _MISSING_RECHECK_S)
-            return max(count, seen)
+            return self._known(topic, max(count, seen), _MISSING_RECHECK_S)
         return self._known(topic, found)
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:

@@ -329,7 +329,7 @@ class AckerClient:
     def poll(self) -> None:
         """Send the batches whose linger has passed, serve delivery reports, and send what they held back."""
         now = time.monotonic()
-        self._send_held()
+        self._send_halves()  # before the batches that come after them
         for partition, batch in enumerate(self._batches):
             if batch is not None and now - batch.first_at >= self.linger_s:
                 self._flush_partition(partition)
@@ -358,7 +358,7 @@ class AckerClient:
         # up yet with the growth (switching back and forth would misplace messages each time).
         if count <= self.partitions:
             return
-        self._send_held()
+        self._send_halves()
         for partition, batch in enumerate(self._batches):  # where they were placed
             if batch is not None:
                 self._flush_partition(partition)
@@ -378,17 +378,17 @@ class AckerClient:
         """
         undelivered = 0
         for _ in range(5):
-            self._send_held()
+            self._send_halves()
             for partition, batch in enumerate(self._batches):
                 if batch is not None:
                     self._flush_partition(partition)
             undelivered = int(self.producer.flush(timeout_s))
             while self._halves:  # a record halved until it fits: log2(max_batch) levels at most, not rounds
-                self._send_held()
+                self._send_halves()
                 undelivered = int(self.producer.flush(timeout_s))
             if all(batch is None for batch in self._batches):
                 break
-        return undelivered + sum(batch is not None for batch in self._batches) + len(self._halves)
+        return undelivered + sum(batch is not None for batch in self._batches)
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._batches[partition]
