@@ -314,12 +314,13 @@ class Bolt:
             self._processed.pop((tp.topic, tp.partition), None)
 
     def flush(self, timeout_s: float) -> int:
-        """Deliver what was produced (records written out, acker batches, children); return how many are not.
-        Each producer is flushed whatever the one before left undelivered; the sink first, whose delivery reports
-        queue acks and fails."""
+        """Deliver what was produced (records written out, acker batches, children) within ``timeout_s``; return
+        how many are not. Each producer is flushed whatever the one before left undelivered; the sink first, whose
+        delivery reports queue acks and fails."""
+        deadline = time.monotonic() + timeout_s
         undelivered = self._sink.flush(timeout_s) if self._sink is not None else 0
-        undelivered += self.acker.flush(timeout_s)
-        return int(undelivered + self.producer.flush(timeout_s))
+        undelivered += self.acker.flush(max(0.0, deadline - time.monotonic()))
+        return int(undelivered + self.producer.flush(max(0.0, deadline - time.monotonic())))
 
     def _commit(self) -> None:
         """Commit the offsets after the processed inputs, once everything produced for them is delivered."""

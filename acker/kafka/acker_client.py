@@ -374,18 +374,19 @@ class AckerClient:
         batches still unsent.
 
         Delivery callbacks may send more (a retried init, a fail): those are sent and waited for too, five rounds at
-        the most (a broker that refuses everything would go on for ever).
+        the most (a broker that refuses everything would go on for ever), all within ``timeout_s``.
         """
+        deadline = time.monotonic() + timeout_s
         undelivered = 0
         for _ in range(5):
             self._send_halves()
             for partition, batch in enumerate(self._batches):
                 if batch is not None:
                     self._flush_partition(partition)
-            undelivered = int(self.producer.flush(timeout_s))
+            undelivered = int(self.producer.flush(max(0.0, deadline - time.monotonic())))
             while self._halves:  # a record halved until it fits: log2(max_batch) levels at most, not rounds
                 self._send_halves()
-                undelivered = int(self.producer.flush(timeout_s))
+                undelivered = int(self.producer.flush(max(0.0, deadline - time.monotonic())))
             if all(batch is None for batch in self._batches):
                 break
         return undelivered + sum(batch is not None for batch in self._batches)

@@ -7,6 +7,7 @@ import itertools
 import random
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from acker.core import TICK, Message, Tick, Tracker, TrackerConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout
 from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.kafka import acker_client
 from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import KafkaClientError
 from acker.wire import check_block, parse_batch
@@ -93,6 +95,38 @@ def test_flush_counts_what_its_delivery_failures_left_unsent() -> None:
     client.send(Fail(6))
     assert client.flush(5) == 1
     producer.purge()
+
+
+class _Losing:
+    """A producer on a clock of its own: `flush` waits ``lost_after`` seconds (at most its timeout), then reports
+    every record it holds lost, as librdkafka does when ``message.timeout.ms`` passes."""
+
+    def __init__(self, lost_after: float) -> None:
+        self.now, self.lost_after = 0.0, lost_after
+        self.held: list[Any] = []
+
+    def produce(self, _topic: str, _value: bytes, **kwargs: Any) -> None:
+        self.held.append(kwargs["on_delivery"])
+
+    def flush(self, timeout: float) -> int:
+        self.now += min(timeout, self.lost_after)
+        if timeout < self.lost_after:
+            return len(self.held)
+        reports, self.held = self.held, []
+        for report in reports:
+            report(KafkaError(KafkaError._MSG_TIMED_OUT, "lost"), object())
+        return len(self.held)
+
+
+def test_flush_gives_up_when_its_timeout_is_over_however_many_rounds_are_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of its rounds waited the whole timeout again: a bolt closing against a broker that lost every record
+    waited five times what it asked for."""
+    producer = _Losing(lost_after=4.0)
+    monkeypatch.setattr(acker_client, "time", SimpleNamespace(monotonic=lambda: producer.now))
+    client = AckerClient(producer, "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    client.send(Fail(6))
+    assert client.flush(10) == 1  # lost twice (its fail sent again each time), then waited for 2 s
+    assert producer.now == 10
 
 
 def _combined(producer: Producer, record: list[Message], i: int) -> list[Message]:
