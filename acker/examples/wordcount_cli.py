@@ -48,7 +48,7 @@ from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
-from acker.topics import all_topics
+from acker.topics import all_topics, check_spout_name
 from acker.wire import WireError, decode_outcomes
 
 log = logging.getLogger("acker.wordcount")
@@ -56,17 +56,23 @@ log = logging.getLogger("acker.wordcount")
 CRASH_EXIT = 17
 
 
-def _topics(args: argparse.Namespace) -> Topics:
+def _topics(args: argparse.Namespace, config: ServiceConfig) -> Topics:
     """The pipeline's topics, `ConfigError` when ``--prefix`` cannot begin a topic's name (Kafka answered a sentence
-    written to it with a TOPIC_EXCEPTION)."""
+    written to it with a TOPIC_EXCEPTION), or its spout's name (`Topics.spout`) cannot name its outcome and replay
+    topics: every stage refuses it, not the spout alone, once the others had started and the topics were made."""
     topics = Topics(args.prefix)
     if (problem := topic_name_problem(topics.sentences)) is not None:
         raise ConfigError(f"--prefix {args.prefix!r}: {problem}")
+    try:
+        check_spout_name(config, topics.spout)
+    except ConfigError as error:
+        raise ConfigError(f"--prefix {args.prefix!r}: {error}") from None
     return topics
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    config, topics = load(args), _topics(args)
+    config = load(args)
+    topics = _topics(args, config)
     answering(config.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
     create_topics(
         config.client(),
@@ -105,23 +111,29 @@ def _lines(args: argparse.Namespace) -> list[bytes]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    ids = produce(load(args), _topics(args).sentences, _lines(args))
-    print(f"{len(ids)} sentences written to {_topics(args).sentences}")
+    config = load(args)
+    topic = _topics(args, config).sentences
+    ids = produce(config, topic, _lines(args))
+    print(f"{len(ids)} sentences written to {topic}")
     return 0
 
 
-def _starting(args: argparse.Namespace, what: str) -> ServiceConfig:
-    """The stage's configuration, and a first line saying what it serves."""
+def _starting(args: argparse.Namespace) -> tuple[ServiceConfig, Topics]:
+    """A stage's configuration and topics."""
     config = load(args)
+    return config, _topics(args, config)
+
+
+def _serving(config: ServiceConfig, what: str) -> None:
+    """A stage's first line, saying what it serves."""
     log.info("%s; Kafka at %s, acker topic %s", what, config.bootstrap_servers, config.acker_topic)
-    return config
 
 
 def cmd_spout(args: argparse.Namespace) -> int:
-    topics = _topics(args)
+    config, topics = _starting(args)
     group = args.spout_group or topics.spout_group
     mode = "untracked" if args.untracked else f"tracked, max pending {args.max_pending}"
-    config = _starting(args, f"spout {topics.spout}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
+    _serving(config, f"spout {topics.spout}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
     settings = SpoutSettings(
         topics.spout,
         topics.sentences,
@@ -134,9 +146,9 @@ def cmd_spout(args: argparse.Namespace) -> int:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    topics = _topics(args)
+    config, topics = _starting(args)
     group = f"{args.prefix}-split"
-    config = _starting(args, f"split bolt: {topics.split} -> {topics.words} as group {group}")
+    _serving(config, f"split bolt: {topics.split} -> {topics.words} as group {group}")
     function = split_function(
         topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
     )
@@ -144,9 +156,9 @@ def cmd_split(args: argparse.Namespace) -> int:
 
 
 def cmd_count(args: argparse.Namespace) -> int:
-    topics = _topics(args)
+    config, topics = _starting(args)
     group = f"{args.prefix}-count"
-    config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
+    _serving(config, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
     function = count_function(
         topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
@@ -329,7 +341,7 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
-    topics = _topics(args)
+    topics = _topics(args, config)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     watermarks = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group).watermark_group
     stages = Stages()
@@ -347,7 +359,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str) -> int:
     """`cmd_run` once its groups are named: the stages started, the sentences written, their outcomes followed."""
-    topics = _topics(args)
+    topics = _topics(args, config)
     passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(topics.spout)], watermarks)
     for topic, skipped in passed.items():
         if skipped:

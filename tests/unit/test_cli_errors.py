@@ -334,6 +334,18 @@ def test_a_wordcount_prefix_that_cannot_name_a_topic_is_refused_in_one_line(caps
     assert "acker: --prefix 'bad topic': 'bad topic.sentences' cannot name a Kafka topic" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("stage", ["topics", "produce", "spout", "split", "count"])
+def test_a_wordcount_prefix_too_long_for_its_spouts_topics_is_refused_by_every_stage(
+    stage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The spout is named after its source topic, ``<prefix>.sentences``: a prefix that topic's name takes, but not
+    the spout's outcome topic's, was refused by the spout alone, once the topics were made and the bolts started."""
+    prefix = "p" * 225  # p....sentences is 235 characters, acker.outcomes.p....sentences 250
+    argv = ["wordcount", stage, "--prefix", prefix, "--bootstrap-servers", "127.0.0.1:1"]
+    assert cli.main(argv) == 2
+    assert f"acker: --prefix '{prefix[:80]}" in capsys.readouterr().err
+
+
 def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsys: pytest.CaptureFixture[str]) -> None:
     """`acker status --help` listed all the service's settings (--buckets, --tracker-threads, --metrics-port, ...);
     one list of settings must still serve every command."""
