@@ -323,6 +323,12 @@ def named_by(headers: Iterable[HeaderList]) -> dict[str, str | None]:
 CLOCK_SKEW_MS = 10 * 60 * 1000
 
 
+def _read_from(letters: Iterable[DeadLetter]) -> int:
+    """The time from which copies of ``letters``, and dead letters naming them, are looked for: each comes after its
+    letter, on a clock up to `CLOCK_SKEW_MS` behind."""
+    return min((letter.timestamp_ms for letter in letters), default=0) - CLOCK_SKEW_MS
+
+
 def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator[tuple[str, HeaderList]]:
     """The coordinates and headers of the records of ``topic`` from the first written at ``since_ms`` or later, one
     partition after another, up to its current end; no record is kept (a replay topic may be large). Nothing when it
@@ -354,14 +360,13 @@ def in_flight(
     """Of ``letters``, those re-driven already whose round is not over, or whose copy was processed: a copy, or a
     replay of one, names it and its origin in the replay topic its decision sends to, and no dead letter names it
     (``ended``, `named_by`). Their coordinates → the place of the first such record. Re-driven again, the record
-    would be replayed twice. The replay topics are read from the oldest letter's time on (less `CLOCK_SKEW_MS`):
-    a copy comes after its letter."""
+    would be replayed twice. The replay topics are read from the oldest letter's time on (`_read_from`)."""
     # Names and origins both: a dead-letter topic made again numbers its letters from 0 again.
     wanted = {letter.coordinates: letter.origin for letter in letters if ended.get(letter.coordinates) != letter.origin}
     found: dict[str, str] = {}
     if not wanted:
         return found
-    since = min(letter.timestamp_ms for letter in letters if letter.coordinates in wanted) - CLOCK_SKEW_MS
+    since = _read_from(letter for letter in letters if letter.coordinates in wanted)
     # Where they go now, and their own spout's replay topic: a copy sent there before, without --spout.
     topics = {decision.topic for decision in decisions} | {
         config.replay_topic(spout)
@@ -381,8 +386,7 @@ def refuse_in_flight(
 ) -> None:
     """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose re-driven copy
     is still in their replay topic (`in_flight`)."""
-    since = min((letter.timestamp_ms for letter in letters), default=0) - CLOCK_SKEW_MS
-    ended = named_by(headers for _, headers in _headers_since(config, topic, since))
+    ended = named_by(headers for _, headers in _headers_since(config, topic, _read_from(letters)))
     flying = in_flight(config, letters, decisions, ended)
     if flying:
         raise DlqError(
