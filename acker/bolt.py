@@ -24,6 +24,12 @@ The fail says why (the bolt and the exception: `acker.fail_reasons`), and the de
 A `ProtocolError` from an explicit bolt's function (acking an input twice, anchoring to a settled one) is a bug in the
 function, not in its input: it stops the bolt, as it would stop a Storm worker.
 
+Inputs an explicit bolt holds (a join's first side, an open window) belong to their input partition. When the
+partition goes to another process of the stage (a rebalance, this one closing), its later inputs go there, a held
+input's partner among them, and the held input is never settled here: its tree times out. ``on_revoke`` tells the
+function which partitions go, before their offsets are committed, so that it fails what it holds of them: their
+source records are replayed at once, to the new owner (the join example does so).
+
 Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
 partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
 and counted, never a crash; so is one whose header is malformed, and one whose headers cannot be read at all (a
@@ -146,6 +152,8 @@ class BasicCollector:
 
 BasicFunction = Callable[[BoltInput, BasicCollector], None]
 ExplicitFunction = Callable[[BoltInput, Collector], None]
+# An explicit bolt's inputs of these (topic, partition) pairs go to another process from now on (`Bolt`'s on_revoke).
+RevokeFunction = Callable[[set[tuple[str, int]], Collector], None]
 
 
 class Bolt:
@@ -159,9 +167,17 @@ class Bolt:
         basic: bool = True,
         commit_interval_s: float = 1.0,
         ids: IdGenerator | None = None,
+        on_revoke: RevokeFunction | None = None,
     ) -> None:
+        """``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
+        closing) before the bolt commits them, with the collector, so that the function settles the inputs of theirs
+        it holds. Their later inputs, a held one's partner among them, go to the new owner; failed now, the held
+        ones are replayed to it at once, where they would time out (module docstring)."""
+        if on_revoke is not None and basic:
+            raise ValueError("on_revoke is for explicit bolts (basic=False): a basic bolt holds no input")
         self.config, self.input_topic, self.group = config, input_topic, group
         self._function = function
+        self._revoked = on_revoke
         self.basic = basic
         self.commit_interval_s = commit_interval_s
         self._ids = ids or IdGenerator()
@@ -279,10 +295,12 @@ class Bolt:
         return fail_reasons.reason_of(error, f"bolt {self.group}")
 
     def _raised(self, message: BoltInput, error: Exception) -> None:
+        self._raised_in(f"{message.topic}/{message.partition}/{message.offset}", error)
+
+    def _raised_in(self, where: str, error: Exception) -> None:
         self.counters["errors"] += 1
-        where = f"{message.topic}/{message.partition}/{message.offset}"
         self._trouble.example(where, error)  # said with the next count, traceback included
-        log.debug("failing %s: %r", where, error)
+        log.debug("%s raised %r", where, error)
 
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
@@ -309,6 +327,14 @@ class Bolt:
         self.counters["child_delivery_failures"] += 1
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._revoked is not None and partitions:
+            try:
+                self._revoked({(tp.topic, tp.partition) for tp in partitions}, self._collector)
+            except ProtocolError:  # settling an input twice: the function's bug, raised out of consume; it stops
+                raise  # the bolt as the function's own would
+            except Exception as error:  # the held inputs it did not settle time out
+                where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+                self._raised_in(f"on_revoke of {where}", error)
         self._commit()
         for tp in partitions:  # whatever was not committed is its next owner's to process
             self._processed.pop((tp.topic, tp.partition), None)

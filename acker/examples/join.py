@@ -26,6 +26,10 @@ What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for
   Joined with a partner after that, the pair's fates would part: the partner acked, the held side nacked
   ``timeout`` and replayed to a join whose partner was used already, at every attempt until it is dead-lettered.
 
+- **Partitions that move.** A side belongs to its partition of the join's input. When a rebalance gives that partition
+  to another join process (or this one stops), its partner goes there: the bolt's ``on_revoke`` (`Join.revoked`)
+  fails the sides held from it, and their records are replayed at once, to the new owner, not after a timeout.
+
 Run it: ``python -m acker.examples.join`` (starts a local broker; ``--bootstrap-servers`` for a cluster). It writes a
 few orders and payments, runs the acker, both spouts and both bolts in this process, and prints every outcome.
 See docs/write-your-own-bolt.md for a walk through the code.
@@ -121,6 +125,20 @@ class Join:
         self.joined[key] = (now_ms, values)
         self._emit(key, values, [*others, message], collector)
 
+    def revoked(self, partitions: set[tuple[str, int]], collector: Outputs) -> None:
+        """The bolt's ``on_revoke``: sides held from ``partitions``, which another join process reads from now on,
+        are failed, so that their records are replayed to it at once; held here, they would wait for a partner that
+        goes to it, until their trees time out."""
+        for key, copies in list(self.waiting.items()):
+            for copy in copies:
+                if (copy.topic, copy.partition) in partitions:
+                    collector.fail(copy, "join: its input partition went to another join process")
+            kept = [copy for copy in copies if (copy.topic, copy.partition) not in partitions]
+            if kept:
+                self.waiting[key] = kept
+            else:
+                del self.waiting[key]
+
     def _held(self, key: tuple[bytes, bytes], now_ms: float, collector: Outputs) -> list[BoltInput]:
         """The copies held under ``key`` whose trees cannot have expired; the others are failed and forgotten."""
         copies = self.waiting.get(key, [])
@@ -193,11 +211,12 @@ def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[st
     def emit_payment(record: Message, emitter: Emitter) -> None:
         keyed_by_order(record, emitter, output=to_join, side=b"payment")
 
+    join = join_bolt(paid, hold_s=0.8 * timeout_s)
     parts: list[Any] = [
         AckerService(config),
         Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders"), emit_order),
         Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments"), emit_payment),
-        Bolt(config, to_join, f"{prefix}-join", join_bolt(paid, hold_s=0.8 * timeout_s), basic=False),
+        Bolt(config, to_join, f"{prefix}-join", join, basic=False, on_revoke=join.revoked),
         Bolt(config, paid, f"{prefix}-check", check),
     ]
     polls = [follow_outcomes(config, spout) for spout in ("orders", "payments")]

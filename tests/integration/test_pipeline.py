@@ -403,6 +403,52 @@ def test_the_join_example_runs_and_gives_each_record_its_fate(bootstrap: str) ->
     }
 
 
+def test_a_join_fails_the_sides_it_holds_from_a_partition_a_rebalance_takes_away(config: ServiceConfig) -> None:
+    """A second join process takes one of the two input partitions, then the first stops: the sides the first held
+    are nacked ``failed`` at once, those of the moved partition at the rebalance and the others as it stops, where
+    they waited for partners that go to the new owner until their trees timed out."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: none can come within the test
+    topics = Topics(prefix=f"move-{uuid.uuid4().hex[:8]}")
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(topics.sentences, 1), TopicSpec(topics.split, 2)])
+
+    def order_side(record: Any, emitter: Any) -> None:
+        emitter.emit(topics.split, record.value(), key=record.value(), headers=[(join_example.SIDE, b"order")])
+
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"),
+                  order_side)  # fmt: skip
+    group, hold_s = f"join-{topics.prefix}", 0.8 * config.timeout_s
+    first_join, second_join = join_example.join_bolt("paid", hold_s), join_example.join_bolt("paid", hold_s)
+    first = Running(Bolt(config, topics.split, group, first_join, basic=False, on_revoke=first_join.revoked))
+    stages: list[Running] = [ServiceThread(config), Running(spout), first]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"o%d" % i for i in range(12)])
+        deadline = time.monotonic() + 60
+        while sum(map(len, first_join.waiting.values())) < 12 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        held = {m.partition for copies in first_join.waiting.values() for m in copies}
+        assert sum(map(len, first_join.waiting.values())) == 12 and held == {0, 1}
+        stages.append(
+            Running(Bolt(config, topics.split, group, second_join, basic=False, on_revoke=second_join.revoked))
+        )
+        deadline = time.monotonic() + 60
+        while not reader.seen and time.monotonic() < deadline:  # one partition's sides, failed at the rebalance
+            reader.poll(0.2)
+        reader.poll(2)
+        moved = set(reader.seen)
+        assert 0 < len(moved) < 12 and sum(map(len, first_join.waiting.values())) == 12 - len(moved)
+        first.stop()
+        stages.remove(first)
+        reader.wait_for(ids, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in ids} == {m: ["FAILED"] for m in ids}
+    assert {reader.reasons[m][0] for m in ids} == {"join: its input partition went to another join process"}
+    assert not second_join.waiting  # every side was read once, by the first: it committed them as it let them go
+
+
 def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: ServiceConfig, topics: Topics) -> None:
     """The topic ``small`` takes messages of at most 1 KB: the broker refuses a larger one for good, whether the
     spout emits it or a bolt (as a child). Its tree is failed (a `Fail` to the acker, nacked ``FAILED``) long

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from acker.bolt import BoltInput
@@ -184,3 +185,19 @@ def test_a_stale_side_behind_a_fresh_one_is_failed_when_its_copy_arrives_not_tak
         ("ack", 2),
         ("ack", 3),
     ]
+
+
+def test_sides_held_from_a_revoked_partition_are_failed_and_the_others_kept() -> None:
+    """Its partner goes to the partition's new owner: held here, the side waited for it until its tree timed out."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    here = message(0, b"order", ORDER)
+    moving = replace(message(1, b"order", {"order": "o2", "amount": 5}), partition=1)
+    for m in (here, moving):
+        join(m, collector)
+    join.revoked({("to-join", 1), ("elsewhere", 0)}, collector)
+    assert collector.calls == [("fail", 1)]
+    join(message(2, b"payment", PAYMENT), collector)  # the side kept is joined as before
+    joined = {"order": "o1", "amount": 30, "paid": 30}
+    assert collector.calls[1:] == [("emit", (joined, [0, 2])), ("ack", 0), ("ack", 2)]
+    join(replace(message(3, b"payment", {"order": "o2", "paid": 5}), partition=1), collector)
+    assert len(collector.calls) == 4 and join.waiting[(b"o2", b"payment")][0].offset == 3  # never with the failed side
