@@ -28,7 +28,9 @@ Inputs an explicit bolt holds (a join's first side, an open window) belong to th
 partition goes to another process of the stage (a rebalance, this one closing), its later inputs go there, a held
 input's partner among them, and the held input is never settled here: its tree times out. ``on_revoke`` tells the
 function which partitions go, before their offsets are committed, so that it fails what it holds of them: their
-source records are replayed at once, to the new owner (the join example does so).
+trees are nacked at once, and their source records replayed (after the replay job's backoff) to the new owner
+rather than after the timeout (the join example does so). Partitions lost (this process was taken for dead) are
+not told: the new owner may already be settling what this one holds.
 
 Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
 partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
@@ -172,7 +174,8 @@ class Bolt:
         """``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
         closing) before the bolt commits them, with the collector, so that the function settles the inputs of theirs
         it holds. Their later inputs, a held one's partner among them, go to the new owner; failed now, the held
-        ones are replayed to it at once, where they would time out (module docstring)."""
+        ones are nacked at once and replayed to it, where they would wait for their timeout (module docstring). Not
+        called for partitions lost (`_on_lost`)."""
         if on_revoke is not None and basic:
             raise ValueError("on_revoke is for explicit bolts (basic=False): a basic bolt holds no input")
         self.config, self.input_topic, self.group = config, input_topic, group
@@ -205,7 +208,7 @@ class Bolt:
                 }
             )
         )
-        self.consumer.subscribe([input_topic], on_revoke=self._on_revoke)
+        self.consumer.subscribe([input_topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
         self.acker.watch_partitions(partition_lookup(self.producer, config.acker_topic))
         # Unanchored inputs are not trouble: an untracked pipeline's are all unanchored.
         self._trouble = TroubleReport(log, f"bolt {group}", ("invalid_anchor_headers", "unreadable_headers", "errors",
@@ -337,6 +340,15 @@ class Bolt:
                 self._raised_in(f"on_revoke of {where}", error)
         self._commit()
         for tp in partitions:  # whatever was not committed is its next owner's to process
+            self._processed.pop((tp.topic, tp.partition), None)
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Taken for dead (its session timed out, or it polled too late): the partitions may be another process's
+        already, which reads their uncommitted inputs again, held ones among them, and may settle them first. So
+        nothing is committed (it would be refused) and ``on_revoke`` is not called: a fail now could decide a tree
+        the new owner is about to complete. What the function holds of them is settled as before (the join's
+        housekeeping fails it once its tree may have expired)."""
+        for tp in partitions:
             self._processed.pop((tp.topic, tp.partition), None)
 
     def flush(self, timeout_s: float) -> int:

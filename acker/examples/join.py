@@ -28,7 +28,8 @@ What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for
 
 - **Partitions that move.** A side belongs to its partition of the join's input. When a rebalance gives that partition
   to another join process (or this one stops), its partner goes there: the bolt's ``on_revoke`` (`Join.revoked`)
-  fails the sides held from it, and their records are replayed at once, to the new owner, not after a timeout.
+  fails the sides held from it: nacked at once, their records are replayed to the new owner (after the replay job's
+  backoff), not after a timeout.
 
 Run it: ``python -m acker.examples.join`` (starts a local broker; ``--bootstrap-servers`` for a cluster). It writes a
 few orders and payments, runs the acker, both spouts and both bolts in this process, and prints every outcome.
@@ -127,17 +128,17 @@ class Join:
 
     def revoked(self, partitions: set[tuple[str, int]], collector: Outputs) -> None:
         """The bolt's ``on_revoke``: sides held from ``partitions``, which another join process reads from now on,
-        are failed, so that their records are replayed to it at once; held here, they would wait for a partner that
-        goes to it, until their trees time out."""
+        are failed, so that their records are replayed to it; held here, they would wait for a partner that goes to
+        it, until their trees time out. Forgotten before they are failed: one settled must never be held."""
         for key, copies in list(self.waiting.items()):
-            for copy in copies:
-                if (copy.topic, copy.partition) in partitions:
-                    collector.fail(copy, "join: its input partition went to another join process")
+            moving = [copy for copy in copies if (copy.topic, copy.partition) in partitions]
             kept = [copy for copy in copies if (copy.topic, copy.partition) not in partitions]
             if kept:
                 self.waiting[key] = kept
             else:
                 del self.waiting[key]
+            for copy in moving:
+                collector.fail(copy, "join: its input partition went to another join process")
 
     def _held(self, key: tuple[bytes, bytes], now_ms: float, collector: Outputs) -> list[BoltInput]:
         """The copies held under ``key`` whose trees cannot have expired; the others are failed and forgotten."""

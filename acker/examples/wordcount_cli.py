@@ -49,30 +49,32 @@ from acker.kafka.local_broker import pdeathsig_preexec
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
 from acker.topics import all_topics, check_spout_name
-from acker.wire import WireError, decode_outcomes
+from acker.wire import WireError, decode_outcomes, spout_name_valid
 
 log = logging.getLogger("acker.wordcount")
 
 CRASH_EXIT = 17
 
 
-def _topics(args: argparse.Namespace, config: ServiceConfig) -> Topics:
+def _topics(args: argparse.Namespace) -> Topics:
     """The pipeline's topics, `ConfigError` when ``--prefix`` cannot begin a topic's name (Kafka answered a sentence
-    written to it with a TOPIC_EXCEPTION), or its spout's name (`Topics.spout`) cannot name its outcome and replay
-    topics: every stage refuses it, not the spout alone, once the others had started and the topics were made."""
+    written to it with a TOPIC_EXCEPTION), or makes the spout's name (`Topics.spout`) longer than a spout's may be:
+    every stage refuses it, where the spout alone did, once the others had started and the topics were made."""
     topics = Topics(args.prefix)
     if (problem := topic_name_problem(topics.sentences)) is not None:
         raise ConfigError(f"--prefix {args.prefix!r}: {problem}")
-    try:
-        check_spout_name(config, topics.spout)
-    except ConfigError as error:
-        raise ConfigError(f"--prefix {args.prefix!r}: {error}") from None
+    if not spout_name_valid(topics.spout):
+        raise ConfigError(f"--prefix {args.prefix[:80]!r}: too long, the spout is named {topics.spout[:80]!r}... "
+                          f"({len(topics.spout)} characters) and a spout's name may have 200")  # fmt: skip
     return topics
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    config = load(args)
-    topics = _topics(args, config)
+    config, topics = load(args), _topics(args)
+    try:  # its outcome and replay topics, named by the settings (`--outcome-prefix`, ...): made here, and refused
+        check_spout_name(config, topics.spout)  # by the spout only once the other stages had started
+    except ConfigError as error:
+        raise ConfigError(f"--prefix {args.prefix[:80]!r}: {error}") from None
     answering(config.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
     create_topics(
         config.client(),
@@ -111,29 +113,23 @@ def _lines(args: argparse.Namespace) -> list[bytes]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    config = load(args)
-    topic = _topics(args, config).sentences
-    ids = produce(config, topic, _lines(args))
-    print(f"{len(ids)} sentences written to {topic}")
+    ids = produce(load(args), _topics(args).sentences, _lines(args))
+    print(f"{len(ids)} sentences written to {_topics(args).sentences}")
     return 0
 
 
-def _starting(args: argparse.Namespace) -> tuple[ServiceConfig, Topics]:
-    """A stage's configuration and topics."""
+def _starting(args: argparse.Namespace, what: str) -> ServiceConfig:
+    """The stage's configuration, and a first line saying what it serves."""
     config = load(args)
-    return config, _topics(args, config)
-
-
-def _serving(config: ServiceConfig, what: str) -> None:
-    """A stage's first line, saying what it serves."""
     log.info("%s; Kafka at %s, acker topic %s", what, config.bootstrap_servers, config.acker_topic)
+    return config
 
 
 def cmd_spout(args: argparse.Namespace) -> int:
-    config, topics = _starting(args)
+    topics = _topics(args)
     group = args.spout_group or topics.spout_group
     mode = "untracked" if args.untracked else f"tracked, max pending {args.max_pending}"
-    _serving(config, f"spout {topics.spout}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
+    config = _starting(args, f"spout {topics.spout}: {topics.sentences} -> {topics.split} as group {group} ({mode})")
     settings = SpoutSettings(
         topics.spout,
         topics.sentences,
@@ -146,9 +142,9 @@ def cmd_spout(args: argparse.Namespace) -> int:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    config, topics = _starting(args)
+    topics = _topics(args)
     group = f"{args.prefix}-split"
-    _serving(config, f"split bolt: {topics.split} -> {topics.words} as group {group}")
+    config = _starting(args, f"split bolt: {topics.split} -> {topics.words} as group {group}")
     function = split_function(
         topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
     )
@@ -156,9 +152,9 @@ def cmd_split(args: argparse.Namespace) -> int:
 
 
 def cmd_count(args: argparse.Namespace) -> int:
-    config, topics = _starting(args)
+    topics = _topics(args)
     group = f"{args.prefix}-count"
-    _serving(config, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
+    config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
     function = count_function(
         topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
@@ -341,7 +337,7 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     cmd_topics(args)
-    topics = _topics(args, config)
+    topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     watermarks = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group).watermark_group
     stages = Stages()
@@ -359,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str) -> int:
     """`cmd_run` once its groups are named: the stages started, the sentences written, their outcomes followed."""
-    topics = _topics(args, config)
+    topics = _topics(args)
     passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(topics.spout)], watermarks)
     for topic, skipped in passed.items():
         if skipped:

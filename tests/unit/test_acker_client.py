@@ -94,6 +94,7 @@ def test_flush_counts_what_its_delivery_failures_left_unsent() -> None:
     client = AckerClient(producer, "acker", 1, linger_s=60)
     client.send(Fail(6))
     assert client.flush(30) == 1  # five rounds of about a second (librdkafka's scan for timed-out records)
+    assert client._batches != [None]  # the one left is the batch unsent, not a record the timeout cut short
     producer.purge()
 
 

@@ -3,11 +3,19 @@ out of the pipeline through one producer."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
+import pytest
+from confluent_kafka import TopicPartition
+
+from acker import bolt as bolt_module
 from acker.bolt import Bolt
+from acker.config import ServiceConfig
 from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.errors import ProtocolError
+from acker.trouble import TroubleReport
 
 
 class _Flushing:
@@ -53,3 +61,95 @@ def test_once_records_are_written_through_the_sink_producer_untracked_ones_go_th
     bolt._write("counts", b"2", b"w", None, TupleIds(((5, 6),)))
     bolt._write("counts", b"3", b"w", None, UNTRACKED)
     assert bolt.acker.calls == [("stage", False), ("sink", True), ("sink", False)]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _Slow(_Flushing):
+    """Takes its whole timeout, and says what it was given."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__(left=0)
+        self.clock, self.given = clock, -1.0
+
+    def flush(self, timeout_s: float = 0) -> int:
+        self.given = timeout_s
+        self.clock.now += timeout_s
+        return super().flush(timeout_s)
+
+
+def test_a_bolts_flush_gives_its_producers_one_timeout_in_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each producer waited the whole timeout again: a bolt closing against a broker gone waited three times it."""
+    clock = _Clock()
+    monkeypatch.setattr(bolt_module, "time", clock)
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt._sink, bolt.acker, bolt.producer = _Slow(clock), _Slow(clock), _Slow(clock)
+    bolt.flush(30)
+    assert (bolt._sink.given, bolt.acker.given, bolt.producer.given) == (30, 0, 0) and clock.now == 30
+
+
+class _Committing:
+    def __init__(self) -> None:
+        self.committed: list[list[TopicPartition]] = []
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.committed.append(offsets)
+
+
+def _explicit(on_revoke: Any) -> Any:
+    bolt: Any = Bolt.__new__(Bolt)  # the edge alone: no Kafka clients
+    bolt.commit_interval_s, bolt.counters = 1.0, Counter()
+    bolt._trouble = TroubleReport(logging.getLogger("t"), "b", ("errors",))
+    bolt._processed = {("in", 0): 5, ("in", 1): 7}
+    bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
+    bolt.consumer, bolt._collector, bolt._revoked = _Committing(), object(), on_revoke
+    return bolt
+
+
+def test_on_revoke_is_told_the_partitions_that_go_before_they_are_committed() -> None:
+    told: list[tuple[set[tuple[str, int]], int]] = []
+    consumer = _Committing()
+    bolt = _explicit(lambda partitions, _collector: told.append((partitions, len(consumer.committed))))
+    bolt.consumer = consumer
+    bolt._on_revoke(None, [TopicPartition("in", 1)])
+    assert told == [({("in", 1)}, 0)]
+    assert [(tp.partition, tp.offset) for tp in bolt.consumer.committed[0]] == [(0, 5), (1, 7)]
+    assert bolt._processed == {}  # committed, all of them
+
+
+def test_an_on_revoke_that_raises_is_counted_and_the_partitions_are_committed_all_the_same() -> None:
+    """What it held and did not settle times out; the bolt goes on. A `ProtocolError` (settling an input twice) is
+    the function's bug: it stops the bolt, as one from the function itself does."""
+
+    def raising(_partitions: object, _collector: object) -> None:
+        raise RuntimeError("boom")
+
+    bolt = _explicit(raising)
+    bolt._on_revoke(None, [TopicPartition("in", 1)])
+    assert bolt.counters["errors"] == 1 and len(bolt.consumer.committed) == 1
+
+    def twice(_partitions: object, _collector: object) -> None:
+        raise ProtocolError("acked twice")
+
+    with pytest.raises(ProtocolError):
+        _explicit(twice)._on_revoke(None, [TopicPartition("in", 1)])
+
+
+def test_partitions_lost_are_neither_committed_nor_told() -> None:
+    """Another process may own them already, and settle their held inputs first: a fail from here could decide a
+    tree it is about to complete."""
+    told: list[object] = []
+    bolt = _explicit(lambda partitions, _collector: told.append(partitions))
+    bolt._on_lost(None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert told == [] and bolt.consumer.committed == [] and bolt._processed == {}
+
+
+def test_on_revoke_is_for_explicit_bolts() -> None:
+    with pytest.raises(ValueError, match="explicit bolts"):
+        Bolt(ServiceConfig(), "in", "g", lambda _m, _c: None, on_revoke=lambda _p, _c: None)

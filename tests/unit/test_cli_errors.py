@@ -334,16 +334,25 @@ def test_a_wordcount_prefix_that_cannot_name_a_topic_is_refused_in_one_line(caps
     assert "acker: --prefix 'bad topic': 'bad topic.sentences' cannot name a Kafka topic" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("stage", ["topics", "produce", "spout", "split", "count"])
-def test_a_wordcount_prefix_too_long_for_its_spouts_topics_is_refused_by_every_stage(
+@pytest.mark.parametrize("stage", ["topics", "produce", "spout", "split", "count", "run"])
+def test_a_wordcount_prefix_too_long_for_a_spouts_name_is_refused_by_every_stage(
     stage: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The spout is named after its source topic, ``<prefix>.sentences``: a prefix that topic's name takes, but not
-    the spout's outcome topic's, was refused by the spout alone, once the topics were made and the bolts started."""
-    prefix = "p" * 225  # p....sentences is 235 characters, acker.outcomes.p....sentences 250
-    argv = ["wordcount", stage, "--prefix", prefix, "--bootstrap-servers", "127.0.0.1:1"]
+    a spout's name (200 characters), was refused by the spout alone, once the topics were made and the bolts
+    started."""
+    prefix = "p" * 195  # p....sentences is 205 characters
+    assert cli.main(["wordcount", stage, "--prefix", prefix, "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert "(205 characters) and a spout's name may have 200" in capsys.readouterr().err
+
+
+def test_wordcount_topics_refuses_a_prefix_whose_spouts_outcome_topic_would_be_too_long(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A spout's name of 200 characters or less, under an outcome prefix that takes its topic past Kafka's 249."""
+    argv = ["wordcount", "topics", "--prefix", "p" * 180, "--outcome-prefix", "o" * 80, "--bootstrap-servers", "h:1"]
     assert cli.main(argv) == 2
-    assert f"acker: --prefix '{prefix[:80]}" in capsys.readouterr().err
+    assert "its topics' names would pass Kafka's 249 characters" in capsys.readouterr().err
 
 
 def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsys: pytest.CaptureFixture[str]) -> None:
