@@ -218,6 +218,56 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     spout.close()
 
 
+def test_a_spout_whose_position_retention_deleted_reads_on_from_the_first_record_left_whatever_its_reset(
+    config: ServiceConfig,
+) -> None:
+    """``reset="latest"`` is where a partition without a watermark starts. A position that falls out of range as the
+    spout goes (retention deleted the records it was to read: here while it waits at ``max_pending``) took the
+    consumer's reset policy too, to the end: the records between, still there, were never read."""
+    source = f"gone-{uuid.uuid4().hex[:8]}"
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(source, 1), TopicSpec(f"{source}.out", 1)])
+    settings = SpoutSettings(SPOUT, source, f"{source}.out", group=f"spout-{source}", max_pending=1, reset="latest")
+    spout = Spout(config, settings)
+    reader = OutcomeReader(config, [SPOUT])
+    stages: list[Running] = []
+    closed = False
+    try:
+        deadline = time.monotonic() + 60
+        while not spout.consumer.assignment() and time.monotonic() < deadline:  # at the end: no watermark, latest
+            spout.step(0.1)
+        ids = _produce(config, source, [b"record %d" % i for i in range(10)])
+        while not spout.pending and time.monotonic() < deadline:
+            spout.step(0.1)
+        for _ in range(5):  # no acker runs yet: it stops at one pending tree, its position at offset 1
+            spout.step(0.1)
+        assert list(spout.pending) == [ids[0]] and spout.counters["pauses"] == 1
+        admin = AdminClient(config.client())
+        for future in admin.delete_records([TopicPartition(source, 0, 5)]).values():
+            future.result(30)
+        stages += [ServiceThread(config), Running(Bolt(config, f"{source}.out", f"bolt-{source}", _ignore))]
+        while len(reader.seen) < 6 and time.monotonic() < deadline:
+            spout.step(0.1)
+            reader.poll(0.1)
+        spout.close()
+        closed = True
+        # Its watermark (0: no commit job runs) is below the first record now: a spout started again reads from there.
+        again = Spout(config, replace(settings, max_pending=100))
+        while again.counters["read"] < 5 and time.monotonic() < deadline:
+            again.step(0.1)
+        for _ in range(5):
+            again.step(0.1)
+        read_again = again.counters["read"]
+        again.close()
+    finally:
+        if not closed:
+            spout.close()
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen.get(m) for m in [ids[0], *ids[5:]]} == {m: ["ACK"] for m in [ids[0], *ids[5:]]}
+    assert read_again == 5
+
+
 def test_a_spout_reads_outcome_partitions_added_later_and_waits_for_an_acker_that_decides_nothing(
     config: ServiceConfig, topics: Topics
 ) -> None:
