@@ -423,11 +423,32 @@ class Marks:
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
-        crash, and the commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`)."""
+        crash, and the commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`). Then
+        the other watermarks of the spouts' groups, as they are (`_renew_unmarked`)."""
         with self._lock:
             self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
             served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
             self._commit(served, again=True)
+            self._renew_unmarked(served)
+
+    def _renew_unmarked(self, served: Mapping[Key, int]) -> None:
+        """Commit again, as they are, the watermarks of served spouts' groups that have no mark here: where a spout
+        started a partition (`acker.spout`) that has had no outcome since. Left alone, Kafka deletes them after its
+        offset retention, and the spout, started again, takes its reset policy there: with ``latest``, past the
+        records written meanwhile. The groups are those of the spouts named (``spouts``) and of the marks: with a
+        pattern, a spout none of whose records has had an outcome yet is not known."""
+        groups = set(self._by_group(served)) | {self.settings.watermark_group(s) for s in self.settings.spouts or ()}
+        marked = {(self.settings.watermark_group(spout), topic, partition) for spout, topic, partition in served}
+        for group in sorted(groups):
+            try:
+                with self._kafka.lock:
+                    offsets = self._kafka.group_offsets(group)
+            except KafkaException as error:
+                log.warning("could not read the watermarks of group %r to renew them now: %s", group, error)
+                continue
+            unmarked = {tp: offset for tp, offset in offsets.items() if (group, *tp) not in marked}
+            if unmarked:
+                commit_group(self._kafka, group, unmarked, again=True)
 
     def _load(self) -> dict[Key, PartitionMark]:
         """The marks, loaded from the store by the first call (a micro-batch's, `recommit`'s or `recheck`'s)."""

@@ -318,6 +318,11 @@ class KafkaLookups:
         result = self._admin_client().list_consumer_group_offsets([request])[group].result()
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
 
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every offset ``group`` has committed."""
+        result = self._admin_client().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
+
     def advance(
         self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False
     ) -> dict[tuple[str, int], int]:

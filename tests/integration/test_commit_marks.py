@@ -89,8 +89,16 @@ def test_a_source_topic_deleted_or_created_again_neither_stops_the_job_nor_gets_
     assert ("c", deleted, 0) not in marks.marks  # type: ignore[operator]
     publish(2, _rows("b", recreated, [0]))
     assert committed("b", recreated) == 2
-    marks.recommit()  # every served mark committed again: none of the old topic's
+    idle = f"idle-{run}"  # a partition spout a started (its starting commit) and that has had no outcome since
+    _fill(config, idle, 0)
+    with kafka.lock:
+        kafka.advance("a.acked", {(idle, 0): 0})
+        assert (deleted, 0) not in kafka.group_offsets("c.acked")  # Kafka dropped it: nothing to bring back
+    marks.recommit()  # every served mark committed again: none of the old topic's; and a's idle partition as it is
     assert committed("b", recreated) == 2
+    with kafka.lock:
+        offsets = kafka.group_offsets("a.acked")  # the group is every run's: topics of earlier runs are in it too
+    assert {tp: offsets[tp] for tp in ((kept, 0), (idle, 0))} == {(kept, 0): 3, (idle, 0): 0}
 
 
 def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_is(

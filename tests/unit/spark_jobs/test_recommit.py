@@ -33,9 +33,13 @@ class _Store:
 
 
 class _Kafka:
-    def __init__(self) -> None:
+    def __init__(self, groups: dict[str, dict[tuple[str, int], int]] | None = None) -> None:
         self.lock = threading.Lock()
         self.commits: list[tuple[str, dict[tuple[str, int], int], bool]] = []
+        self.groups = groups or {}  # every offset each group has committed
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        return self.groups.get(group, {})
 
     def advance(self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False) -> dict[Any, int]:
         self.commits.append((group, marks, again))
@@ -65,9 +69,11 @@ def _row(partition: int, offsets: list[int]) -> list[Any]:
 
 
 def _recommitted(
-    monkeypatch: pytest.MonkeyPatch, spouts: frozenset[str] | None
+    monkeypatch: pytest.MonkeyPatch,
+    spouts: frozenset[str] | None,
+    groups: dict[str, dict[tuple[str, int], int]] | None = None,
 ) -> list[tuple[str, dict[tuple[str, int], int], bool]]:
-    kafka = _Kafka()
+    kafka = _Kafka(groups)
     monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
     source = OutcomeSource({"bootstrap.servers": "127.0.0.1:9"}, topics=("acker.outcomes.a",))
     settings = CommitJobSettings(source, "unused", groups={"b": "b-group"}, spouts=spouts)
@@ -75,7 +81,7 @@ def _recommitted(
         {("a", "in", 0): PartitionMark(5), ("a", "in", 1): PartitionMark(2), ("b", "in2", 0): PartitionMark(7)}
     )
     Marks(settings, store).recommit()  # type: ignore[arg-type]
-    return sorted(kafka.commits)
+    return sorted(kafka.commits, key=lambda commit: commit[0])  # stable: the marks first, then the others
 
 
 def test_every_mark_is_committed_again_when_the_job_serves_every_spout_it_reads(
@@ -90,6 +96,30 @@ def test_every_mark_is_committed_again_when_the_job_serves_every_spout_it_reads(
 def test_a_spout_the_job_no_longer_serves_is_not_committed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its watermark group, deleted by an operator, is not recreated every hour."""
     assert _recommitted(monkeypatch, frozenset({"a"})) == [("a.acked", {("in", 0): 5, ("in", 1): 2}, True)]
+
+
+def test_the_watermarks_of_served_groups_without_a_mark_are_committed_again_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where a spout started a partition that has had no outcome since (partition 2 of a's source; every partition of
+    spout c, named but without an outcome yet): renewed only with the marks, Kafka deleted them after its offset
+    retention, and the spout, started again with reset latest, went past the records written meanwhile. Not those
+    of a group of no spout served (retired's)."""
+    groups = {
+        "a.acked": {("in", 0): 5, ("in", 1): 2, ("in", 2): 0},
+        "c.acked": {("x", 0): 4},
+        "retired.acked": {("y", 0): 9},
+    }
+    assert _recommitted(monkeypatch, frozenset({"a", "c"}), groups) == [
+        ("a.acked", {("in", 0): 5, ("in", 1): 2}, True),
+        ("a.acked", {("in", 2): 0}, True),
+        ("c.acked", {("x", 0): 4}, True),
+    ]
+    assert _recommitted(monkeypatch, None, groups)[:3] == [
+        ("a.acked", {("in", 0): 5, ("in", 1): 2}, True),
+        ("a.acked", {("in", 2): 0}, True),
+        ("b-group.acked", {("in2", 0): 7}, True),
+    ]
 
 
 def test_a_batch_rechecks_only_the_marks_of_spouts_served(monkeypatch: pytest.MonkeyPatch) -> None:
