@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
 from acker.headers import pairs, text
@@ -129,6 +129,36 @@ def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(
     assert publisher.publish(0, nacks, _fetch(client), committed) == 1
     assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/2")]
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == [b"c"]
+
+
+def test_a_nack_of_a_record_its_watermark_passed_because_retention_deleted_it_is_dead_lettered(bootstrap: str) -> None:
+    """Deleted while its tree was in flight, the record's offset became one without a record, which the watermark
+    passes: its nack was skipped as a late copy, and a record most likely never processed left no trace."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    producer = Producer(client)
+    for value in (b"a", b"b", b"c"):
+        produce(producer, source, value)
+    assert producer.flush(30) == 0
+    admin = AdminClient({**client})  # kept while its futures are waited for
+    for future in admin.delete_records([TopicPartition(source, 0, 1)]).values():
+        future.result(30)  # offset 0: deleted by retention, say
+    kafka = lookups(client)
+    with kafka.lock:
+        kafka.advance(settings.watermark_group("sp"), {(source, 0): 2})  # past 0 (gone) and 1 (decided)
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    nacks = [_nack(settings, source, 0, offset) for offset in range(3)]
+
+    def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        with kafka.lock:
+            return kafka.committed(group, partitions)
+
+    assert publisher.publish(0, nacks, _fetch(client), committed) == 2
+    assert sorted(_resolutions(client, settings)) == [("DEAD_LETTERED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/2")]
+    letters = read_all(client, settings.dead_letter_topic)
+    assert [text(pairs(r.headers()), REASON) for r in letters] == ["source-missing"]
 
 
 def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others_replayed(bootstrap: str) -> None:
