@@ -23,7 +23,9 @@ after ``max_attempts`` replays the next nack dead-letters it. An OVERLOAD nack i
 to track the record's tree (its ``high_water``), which says nothing of the record; its copy keeps the attempt of the
 copy before, and waits longer with each overload in a row (`OVERLOADS`), so that a long overload neither
 dead-letters records that never failed nor brings them back every second. A re-driven dead letter starts a new
-round (attempt 0 on the copy, so its next nack is replay attempt 1).
+round (attempt 0 on the copy, so its next nack is replay attempt 1). Only a record of the spout's replay topic is a
+copy whose context counts (`is_own_copy`): the replay headers of a source record are its producer's, and it starts a
+round of its own.
 """
 
 from __future__ import annotations
@@ -126,11 +128,13 @@ def _context(origin: str, attempt: int, reason: str, spout: str, detail: str | N
     return context
 
 
-def is_own_context(headers: AnyHeaders | None, spout: str) -> bool:
-    """Whether the replay headers of a record, if any, are ``spout``'s own: not written for another spout whose
-    output the record became (a spout forwards its records' headers). Headers without a spout are taken as own."""
+def is_own_copy(policy: RetryPolicy, spout: str, msg_id: str, headers: AnyHeaders | None) -> bool:
+    """Whether the record ``msg_id`` is a copy ``spout`` replays (or one re-driven to it), whose replay headers count:
+    it lies on the spout's replay topic, and its headers, if they name a spout, name this one. A record of the
+    source topic is never one, whatever its producer wrote (another spout's replay forwarded downstream, a dead
+    letter copied back by hand): the spout itself holds only its replay topic's records (`acker.spout`)."""
     owner = text(headers, SPOUT)
-    return owner is None or owner == spout
+    return msg_id.rsplit("/", 2)[0] == policy.replay_topic(spout) and (owner is None or owner == spout)
 
 
 def decide(
@@ -149,16 +153,13 @@ def decide(
     if headers is None:  # nothing to read the origin and the attempts from: the nacked coordinates stand for both
         letter = [*_context(msg_id, 0, SOURCE_MISSING, spout, detail), (NACK_REASON, reason.encode())]
         return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
-    previous = text(headers, ATTEMPT)
-    origin = text(headers, ORIGIN) or msg_id
-    if not is_own_context(headers, spout):
-        # Another spout's replay, forwarded downstream to this spout's source topic: its attempts and origin are of
-        # the other spout's source; here the record starts its own round.
-        previous, origin = None, msg_id
+    own = is_own_copy(policy, spout, msg_id, headers)
+    # Not a copy of this spout's: the record starts its own round here, whatever replay headers it carries.
+    previous, origin = (text(headers, ATTEMPT), text(headers, ORIGIN) or msg_id) if own else (None, msg_id)
     previous_attempt = decimal(previous)
     # The application's headers, and the dead letter a re-driven copy came from: its replays and its next dead
     # letter say so, and a re-drive of all the dead letters leaves out the one re-driven already (`acker.dlq`).
-    kept = _own(headers) + [(k, v) for k, v in headers if k == REDRIVEN and is_own_context(headers, spout)]
+    kept = _own(headers) + ([(k, v) for k, v in headers if k == REDRIVEN] if own else [])
     if reason == OVERLOAD:  # not an attempt (see the module's invariant)
         overloads = (decimal(text(headers, OVERLOADS)) or 0) + 1 if previous is not None else 1
         not_before = now_ms + policy.backoff.delay_ms(overloads)

@@ -114,13 +114,13 @@ def test_a_too_large_records_own_replay_headers_are_cut_in_its_dead_letter() -> 
 
 
 def test_a_garbled_attempt_header_counts_as_a_first_attempt() -> None:
-    decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, b"x1")], now_ms=NOW)
+    decision = decide(POLICY, "words", "rp.words/0/1", "FAILED", headers=[(ATTEMPT, b"x1")], now_ms=NOW)
     assert dict(decision.headers)[ATTEMPT] == b"1"
     # "²" is a digit to str.isdigit, and int() refuses it: still a first attempt, not a crash of the job
-    decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, "²".encode())], now_ms=NOW)
+    decision = decide(POLICY, "words", "rp.words/0/1", "FAILED", headers=[(ATTEMPT, "²".encode())], now_ms=NOW)
     assert dict(decision.headers)[ATTEMPT] == b"1"
     # 4,301 digits or more: int() raises, and the replay job's batch would fail at every retry
-    decision = decide(POLICY, "words", "src/0/1", "FAILED", headers=[(ATTEMPT, b"7" * 5000)], now_ms=NOW)
+    decision = decide(POLICY, "words", "rp.words/0/1", "FAILED", headers=[(ATTEMPT, b"7" * 5000)], now_ms=NOW)
     assert dict(decision.headers)[ATTEMPT] == b"1"
 
 
@@ -134,7 +134,7 @@ def test_the_backoff_stays_at_its_cap_for_any_attempt() -> None:
 @given(st.integers(min_value=0, max_value=10), st.sampled_from(["FAILED", "TIMEOUT", "OVERLOAD"]))
 def test_every_nack_is_either_replayed_or_dead_lettered_never_beyond_max_attempts(previous: int, reason: str) -> None:
     headers = [(ATTEMPT, str(previous).encode()), (ORIGIN, b"src/0/0")] if previous else []
-    decision = decide(POLICY, "s", "x/0/5", reason, headers=headers, now_ms=NOW)
+    decision = decide(POLICY, "s", "rp.s/0/5", reason, headers=headers, now_ms=NOW)
     attempt = int(dict(decision.headers)[ATTEMPT])  # type: ignore[arg-type]
     if reason == "OVERLOAD":  # not an attempt: the record was not tried
         assert (decision.resolution, attempt) == (REPLAYED, previous)
@@ -142,7 +142,7 @@ def test_every_nack_is_either_replayed_or_dead_lettered_never_beyond_max_attempt
         assert (decision.resolution, attempt) == (REPLAYED, previous + 1)
     else:
         assert (decision.resolution, attempt) == (DEAD_LETTERED, previous)
-    assert dict(decision.headers)[ORIGIN] == (b"src/0/0" if previous else b"x/0/5")
+    assert dict(decision.headers)[ORIGIN] == (b"src/0/0" if previous else b"rp.s/0/5")
 
 
 def test_overload_nacks_are_not_attempts_and_wait_longer_each_time_in_a_row() -> None:
@@ -274,3 +274,19 @@ def test_a_copy_too_large_only_for_its_detail_goes_without_it() -> None:
     lean = without_detail(replay)
     assert DETAIL not in dict(lean.headers) and lean.headers == [h for h in replay.headers if h[0] != DETAIL]
     assert (lean.topic, lean.resolution) == (replay.topic, replay.resolution)
+
+
+def test_replay_headers_on_a_source_record_do_not_count() -> None:
+    """Only a copy on the spout's replay topic is one: the spout holds no other by its headers. A source record whose
+    producer wrote replay headers (a dead letter copied back by hand, results written back with headers forwarded)
+    was dead-lettered at its first nack as attempt 4, under a made-up origin; and one naming this spout and a
+    re-driven letter kept that header, so that `acker dlq redrive --all` skipped the real letter as re-driven."""
+    spoofed = [("app", b"x"), (ATTEMPT, b"3"), (ORIGIN, b"elsewhere/0/1")]
+    decision = decide(POLICY, "words", "src/0/7", "FAILED", headers=spoofed, now_ms=NOW)
+    got = dict(decision.headers)
+    assert (decision.resolution, got[ATTEMPT], got[ORIGIN]) == (REPLAYED, b"1", b"src/0/7")
+    named = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/1"), (SPOUT, b"words"), (REDRIVEN, b"acker.replay.dlq/0/12")]
+    got = dict(decide(POLICY, "words", "src/0/900", "FAILED", headers=named, now_ms=NOW).headers)
+    assert (got[ATTEMPT], got[ORIGIN], REDRIVEN in got) == (b"1", b"src/0/900", False)
+    copy = dict(decide(POLICY, "words", "rp.words/0/3", "FAILED", headers=named, now_ms=NOW).headers)
+    assert (copy[ATTEMPT], copy[ORIGIN], copy[REDRIVEN]) == (b"3", b"src/0/1", b"acker.replay.dlq/0/12")
