@@ -338,9 +338,11 @@ class _Publisher:
                 marks[group] = committed(group, sorted(partitions))
             except (KafkaException, KafkaClientError) as error:
                 log.warning("the watermarks of %s are not known now (%s): its nacks are all replayed", group, error)
+        # Each row by its own spout's watermark: two spouts reading one topic pass its offsets at their own pace.
+        skip = [int(row.offset) < marks.get(group, {}).get(at, -1) for row, group, at in keyed]
         passed: dict[tuple[str, int], set[int]] = defaultdict(set)
-        for row, group, at in keyed:
-            if int(row.offset) < marks.get(group, {}).get(at, -1):
+        for (row, _, at), skipped in zip(keyed, skip, strict=True):
+            if skipped:
                 passed[at].add(int(row.offset))
         gone = {
             (topic, partition, offset)
@@ -348,15 +350,20 @@ class _Publisher:
             for offset, record in _fetch(fetch, topic, partition, sorted(offsets)).items()
             if record is None
         }
-        lost = [row for row, _, at in keyed if (*at, int(row.offset)) in gone]
-        undecided = [row for row, _, at in keyed if int(row.offset) not in passed.get(at, ()) or row in lost]
+        undecided, lost = [], 0
+        for (row, _, at), skipped in zip(keyed, skip, strict=True):
+            if not skipped:
+                undecided.append(row)
+            elif (*at, int(row.offset)) in gone:  # kept, and dead-lettered source-missing
+                undecided.append(row)
+                lost += 1
         if len(undecided) < len(rows):
             log.info("%d nack(s) of records their watermark has passed (decided before) skipped: late copies of "
                      "nacks handled before", len(rows) - len(undecided))  # fmt: skip
         if lost:
             log.warning("%d nack(s) of records their watermark has passed as offsets without a record: deleted while "
                         "their trees were in flight, most likely before they were processed (dead-lettered "
-                        "source-missing)", len(lost))  # fmt: skip
+                        "source-missing)", lost)  # fmt: skip
         return undecided
 
     def _decision(self, row: Any, record: Message | None, now_ms: int, unread_topics: set[str]) -> Decision:

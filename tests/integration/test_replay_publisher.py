@@ -131,6 +131,36 @@ def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == [b"c"]
 
 
+def test_a_nack_is_skipped_by_its_own_spouts_watermark_only(bootstrap: str) -> None:
+    """Two spouts read one source, each with its own group. A late copy of one's nack and the other's first nack of
+    the same record, in one part: the first spout's watermark, past the record, skipped the other's nack too; neither
+    replayed nor dead-lettered, it held the other's watermark for good."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    other = _nack(settings, source, 0, 1)
+    other.spout = "other"
+    create_topics(
+        client, [TopicSpec(t, 1) for t in (source, settings.replay_prefix + "sp", settings.replay_prefix + "other")]
+    )
+    producer = Producer(client)
+    for value in (b"a", b"b", b"c"):
+        produce(producer, source, value)
+    assert producer.flush(30) == 0
+    kafka = lookups(client)
+    with kafka.lock:
+        kafka.advance(settings.watermark_group("sp"), {(source, 0): 2})  # sp decided offset 1 long ago; other did not
+    publisher = _Publisher(settings, f"{settings.name}-id")
+
+    def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        with kafka.lock:
+            return kafka.committed(group, partitions)
+
+    assert publisher.publish(0, [_nack(settings, source, 0, 1), other], _fetch(client), committed) == 1
+    assert [copy.value() for copy in read_all(client, settings.replay_prefix + "other")] == [b"b"]
+    assert read_all(client, settings.replay_prefix + "sp") == []
+
+
 def test_a_nack_of_a_record_its_watermark_passed_because_retention_deleted_it_is_dead_lettered(bootstrap: str) -> None:
     """Deleted while its tree was in flight, the record's offset became one without a record, which the watermark
     passes: its nack was skipped as a late copy, and a record most likely never processed left no trace."""
