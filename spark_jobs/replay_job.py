@@ -87,7 +87,8 @@ log = logging.getLogger("spark_jobs.replay")
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, partition, offsets) → records
 # (group, [(topic, partition)]) → the group's committed offsets (negative where none)
 Committed = Callable[[str, list[tuple[str, int]]], dict[tuple[str, int], int]]
-_FRAMING = 1024  # a record's framing in its batch, and the batch's: more than enough
+_FRAMING = 1024  # a record's framing in its batch, and the batch's, its headers' apart: more than enough
+_HEADER_FRAMING = 10  # a header's name and value lengths, varints of at most 5 bytes each
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
 _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
 _MISSING_RECHECK_S = 60.0  # a replay topic found missing is looked up again after this (its spout may start)
@@ -447,9 +448,11 @@ class _Publisher:
 
 
 def _size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, HeaderValue]]) -> int:
-    """A record's bytes: value, key, and its headers' names and values."""
+    """A record's bytes: value, key, and its headers, each with the two lengths that frame it (varints of at most 5
+    bytes each, as librdkafka and the broker count them): a thousand tiny headers are kilobytes more than their
+    names and values, and a record that passed a check without them was refused inside the transaction."""
     named = sum(len(k.encode()) + len(v.encode() if isinstance(v, str) else v or b"") for k, v in headers)
-    return len(value or b"") + len(key or b"") + named
+    return len(value or b"") + len(key or b"") + named + _HEADER_FRAMING * len(headers)
 
 
 def _topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:

@@ -1,8 +1,12 @@
-"""The replay job's size limit of each topic: asked once, and not at every record where the broker does not say."""
+"""The replay job's size limit of each topic: asked once, and not at every record where the broker does not say; and
+a record's size as the producer counts it."""
 
 from __future__ import annotations
 
-from spark_jobs.replay_job import _LIMIT_RECHECK_S, TopicLimits
+import pytest
+from confluent_kafka import Producer
+
+from spark_jobs.replay_job import _FRAMING, _LIMIT_RECHECK_S, TopicLimits, _size
 
 
 class _Broker:
@@ -33,3 +37,19 @@ def test_a_topic_the_broker_does_not_say_about_is_asked_again_only_after_a_while
     broker.limits["rp.words"] = 700  # told now (a topic just created is known by then)
     assert [limits("rp.words"), limits("rp.words")] == [700, 700]
     assert broker.asked == 2
+
+
+@pytest.mark.parametrize("headers", [[("h", b"x")] * 1000, [("a-longer-name", b"v" * 200)] * 40, []])
+def test_a_record_the_size_check_passes_is_one_the_producer_takes(
+    headers: list[tuple[str, str | bytes | None]],
+) -> None:
+    """The check counted header names and values only: a record of a thousand tiny headers passed it, and librdkafka
+    refused it inside the transaction, which aborted at every run of the batch (no nack replayed again)."""
+    limit = 100_000
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.max.bytes": limit})
+    try:
+        value = b"v" * (limit - _FRAMING - _size(None, None, headers))  # the largest the check passes
+        assert _size(value, None, headers) + _FRAMING == limit
+        producer.produce("t", value, headers=headers, partition=0)  # refused: raises MSG_SIZE_TOO_LARGE
+    finally:
+        producer.purge()
