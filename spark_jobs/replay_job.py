@@ -312,21 +312,16 @@ class _Publisher:
             part = ordered[start : start + size]
             end = start + len(part)
             whole = end >= len(ordered)
-            undecided = self._undecided(part, committed, fetch)
+            undecided = self._undecided(part, committed)
             published += self._publish_part(undecided, fetch, f"{batch_id}" if whole else f"{batch_id}/{end}")
             self.last, self.last_done = batch_id, None if whole else end
         return published
 
-    def _undecided(self, rows: list[Any], committed: Committed | None, fetch: Fetch) -> list[Any]:
-        """``rows`` without the nacks of records their spout's watermark has passed. Done within a part (the parts
-        are cut from every row of the batch, the same at every run of it); a watermark Kafka does not tell now skips
-        nothing: a record replayed twice, never one lost.
-
-        But a record passed that no longer exists is kept, and dead-lettered ``source-missing`` as any nacked record
-        gone (`_decision`): retention deleted it while its tree was in flight, and the watermark passed it as an
-        offset without a record. Most likely never processed: a dead letter says so where a skip said nothing. (A late
-        copy of a nack handled before, whose record retention deleted since, is dead-lettered too: rare, as late
-        copies come within minutes.)"""
+    def _undecided(self, rows: list[Any], committed: Committed | None) -> list[Any]:
+        """``rows`` without the nacks of records their spout's watermark has passed, each by its own spout's (two
+        spouts reading one topic pass its offsets at their own pace). Done within a part (the parts are cut from
+        every row of the batch, the same at every run of it); a watermark Kafka does not tell now skips nothing: a
+        record replayed twice, never one lost."""
         if committed is None:
             return rows
         keyed = [(row, self.settings.watermark_group(row.spout), (row.topic, int(row.partition))) for row in rows]
@@ -339,32 +334,10 @@ class _Publisher:
                 marks[group] = committed(group, sorted(partitions))
             except (KafkaException, KafkaClientError) as error:
                 log.warning("the watermarks of %s are not known now (%s): its nacks are all replayed", group, error)
-        # Each row by its own spout's watermark: two spouts reading one topic pass its offsets at their own pace.
-        skip = [int(row.offset) < marks.get(group, {}).get(at, -1) for row, group, at in keyed]
-        passed: dict[tuple[str, int], set[int]] = defaultdict(set)
-        for (row, _, at), skipped in zip(keyed, skip, strict=True):
-            if skipped:
-                passed[at].add(int(row.offset))
-        gone = {
-            (topic, partition, offset)
-            for (topic, partition), offsets in passed.items()
-            for offset, record in _fetch(fetch, topic, partition, sorted(offsets)).items()
-            if record is None
-        }
-        undecided, lost = [], 0
-        for (row, _, at), skipped in zip(keyed, skip, strict=True):
-            if not skipped:
-                undecided.append(row)
-            elif (*at, int(row.offset)) in gone:  # kept, and dead-lettered source-missing
-                undecided.append(row)
-                lost += 1
+        undecided = [row for row, group, at in keyed if int(row.offset) >= marks.get(group, {}).get(at, -1)]
         if len(undecided) < len(rows):
             log.info("%d nack(s) of records their watermark has passed (decided before) skipped: late copies of "
                      "nacks handled before", len(rows) - len(undecided))  # fmt: skip
-        if lost:
-            log.warning("%d nack(s) of records their watermark has passed as offsets without a record: deleted while "
-                        "their trees were in flight, most likely before they were processed (dead-lettered "
-                        "source-missing)", lost)  # fmt: skip
         return undecided
 
     def _decision(self, row: Any, record: Message | None, now_ms: int, unread_topics: set[str]) -> Decision:

@@ -168,27 +168,7 @@ def test_a_nack_is_skipped_by_its_own_spouts_watermark_only(bootstrap: str) -> N
     assert read_all(client, settings.replay_prefix + "sp") == []
 
 
-def test_a_nack_of_a_record_its_watermark_passed_because_retention_deleted_it_is_dead_lettered(bootstrap: str) -> None:
-    """Deleted while its tree was in flight, the record's offset became one without a record, which the watermark
-    passes: its nack was skipped as a late copy, and a record most likely never processed left no trace."""
-    client = {"bootstrap.servers": bootstrap}
-    settings = _settings(client)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
-    producer = Producer(client)
-    for value in (b"a", b"b", b"c"):
-        produce(producer, source, value)
-    assert producer.flush(30) == 0
-    admin = AdminClient({**client})  # kept while its futures are waited for
-    for future in admin.delete_records([TopicPartition(source, 0, 1)]).values():
-        future.result(30)  # offset 0: deleted by retention, say
-    kafka = lookups(client)
-    with kafka.lock:
-        kafka.advance(settings.watermark_group("sp"), {(source, 0): 2})  # past 0 (gone) and 1 (decided)
-    publisher = _Publisher(settings, f"{settings.name}-id")
-    nacks = [_nack(settings, source, 0, offset) for offset in range(3)]
-
-    def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         with kafka.lock:
             return kafka.committed(group, partitions)
 
