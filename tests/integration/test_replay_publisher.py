@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -166,16 +166,6 @@ def test_a_nack_is_skipped_by_its_own_spouts_watermark_only(bootstrap: str) -> N
     assert publisher.publish(0, [_nack(settings, source, 0, 1), other], _fetch(client), committed) == 1
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "other")] == [b"b"]
     assert read_all(client, settings.replay_prefix + "sp") == []
-
-
-def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        with kafka.lock:
-            return kafka.committed(group, partitions)
-
-    assert publisher.publish(0, nacks, _fetch(client), committed) == 2
-    assert sorted(_resolutions(client, settings)) == [("DEAD_LETTERED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/2")]
-    letters = read_all(client, settings.dead_letter_topic)
-    assert [text(pairs(r.headers()), REASON) for r in letters] == ["source-missing"]
 
 
 def test_a_nacked_record_too_large_to_replay_is_dead_lettered_cut_and_the_others_replayed(bootstrap: str) -> None:
