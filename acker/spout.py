@@ -232,10 +232,10 @@ class Spout:
         # (a spout process joining) took every partition away and gave it back, and the spout read the records of its
         # pending trees again on the partitions it kept. The pass-through settings may choose another assignor, or
         # the new group protocol; with either incremental one an assignment only adds partitions.
-        # The reset policy is applied in `_on_assign`, where a partition has no watermark. The consumer's own only
-        # moves a position that falls out of range as the spout goes (retention deleted the records it was to read,
-        # while it lagged or waited at max_pending): to the first record left, never to the end, past records that
-        # are still there and would never be read.
+        # The reset policy is applied in `_on_assign`, where a partition has no watermark (or one beyond its end).
+        # The consumer's own reset moves a position that falls out of range as the spout goes (retention deleted the
+        # records it was to read, while it lagged or waited at max_pending): to the first record left, never to the
+        # end, past records that are still there and would never be read.
         source = config.stream_consumer(
             {"partition.assignment.strategy": "cooperative-sticky"},
             **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": "earliest"},
@@ -606,6 +606,11 @@ class Spout:
                 raise KafkaClientError(f"reading the watermark of {tp.topic}/{tp.partition}", mark.error)
             if mark.offset >= 0:  # below the first record (retention deleted what it waited on): the consumer's
                 tp.offset = mark.offset  # reset moves it there, whatever the spout's policy (`__init__`)
+                if self.settings.reset != "earliest":
+                    # Beyond the end (a log truncated by an unclean leader election, an operator's reset): at the
+                    # end, as the policy says, where the consumer's reset would read the partition again from its
+                    # first record.
+                    tp.offset = min(mark.offset, log_bounds(self._watermarks, tp)[1])
             else:  # no watermark yet: it starts where the reset policy starts reading
                 low, high = log_bounds(self._watermarks, tp)
                 # Except on the replay topic, from its first record: every copy there stands for a record whose

@@ -268,6 +268,35 @@ def test_a_spout_whose_position_retention_deleted_reads_on_from_the_first_record
     assert read_again == 5
 
 
+@pytest.mark.parametrize(("reset", "read"), [("latest", 2), ("earliest", 22)])
+def test_a_watermark_beyond_the_end_starts_where_the_reset_policy_says(
+    config: ServiceConfig, reset: str, read: int
+) -> None:
+    """A log truncated below its watermark (an unclean leader election, an operator's reset): ``latest`` starts at
+    the end, and reads only what comes after; ``earliest`` reads the partition again (at-least-once)."""
+    source = f"beyond-{uuid.uuid4().hex[:8]}"
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(source, 1), TopicSpec(f"{source}.out", 1)])
+    _produce(config, source, [b"before %d" % i for i in range(20)])
+    settings = SpoutSettings(SPOUT, source, f"{source}.out", group=f"spout-{source}", reset=reset)
+    kafka = lookups(config.client())
+    with kafka.lock:
+        kafka.advance(settings.watermark_group, {(source, 0): 1000})
+    spout = Spout(config, settings)
+    try:
+        deadline = time.monotonic() + 60
+        while not spout.consumer.assignment() and time.monotonic() < deadline:
+            spout.step(0.1)
+        _produce(config, source, [b"after 0", b"after 1"])
+        while spout.counters["read"] < read and time.monotonic() < deadline:
+            spout.step(0.1)
+        for _ in range(10):
+            spout.step(0.1)
+    finally:
+        spout.close()
+    assert spout.counters["read"] == read
+
+
 def test_a_spout_reads_outcome_partitions_added_later_and_waits_for_an_acker_that_decides_nothing(
     config: ServiceConfig, topics: Topics
 ) -> None:
