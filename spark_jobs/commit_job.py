@@ -428,17 +428,19 @@ class Marks:
         with self._lock:
             self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
             served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
-            self._commit(served, again=True)
-            self._renew_unmarked(served)
+            committed = self._commit(served, again=True)
+        # Outside the lock (micro-batches wait for it): a renewal commits an offset only while it is the group's.
+        self._renew_others(served, committed)
 
-    def _renew_unmarked(self, served: Mapping[Key, int]) -> None:
-        """Commit again, as they are, the watermarks of served spouts' groups that have no mark here: where a spout
-        started a partition (`acker.spout`) that has had no outcome since. Left alone, Kafka deletes them after its
-        offset retention, and the spout, started again, takes its reset policy there: with ``latest``, past the
-        records written meanwhile. The groups are those of the spouts named (``spouts``) and of the marks: with a
-        pattern, a spout none of whose records has had an outcome yet is not known."""
+    def _renew_others(self, served: Mapping[Key, int], committed: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
+        """Commit again, as they are, the other offsets of served spouts' groups: where a spout started a partition
+        (`acker.spout`) that has had no outcome since (no mark here), and where the group is ahead of its mark (an
+        operator moved it on, on a partition idle since). Left alone, Kafka deletes them after its offset
+        retention, and the spout, started again, takes its reset policy there: with ``latest``, past the records
+        written meanwhile. The groups are those of the spouts named (``spouts``) and of the marks: with a pattern, a
+        spout none of whose records has had an outcome yet is not known. One group that cannot be renewed now (Kafka
+        not answering, a member consuming with it) does not keep the others from it."""
         groups = set(self._by_group(served)) | {self.settings.watermark_group(s) for s in self.settings.spouts or ()}
-        marked = {(self.settings.watermark_group(spout), topic, partition) for spout, topic, partition in served}
         for group in sorted(groups):
             try:
                 with self._kafka.lock:
@@ -446,9 +448,12 @@ class Marks:
             except KafkaException as error:
                 log.warning("could not read the watermarks of group %r to renew them now: %s", group, error)
                 continue
-            unmarked = {tp: offset for tp, offset in offsets.items() if (group, *tp) not in marked}
-            if unmarked:
-                commit_group(self._kafka, group, unmarked, again=True)
+            others = {tp: offset for tp, offset in offsets.items() if tp not in committed.get(group, {})}
+            try:
+                if others:
+                    commit_group(self._kafka, group, others, again=True)
+            except WatermarkCommitError as error:  # members: said here, and raised by the next commit of the group
+                log.warning("%s", error)
 
     def _load(self) -> dict[Key, PartitionMark]:
         """The marks, loaded from the store by the first call (a micro-batch's, `recommit`'s or `recheck`'s)."""
