@@ -40,7 +40,7 @@ from acker.retries import (
 from acker.wire import decode_outcomes
 from spark_jobs import replay_job
 from spark_jobs.commit_job import OutcomeSource
-from spark_jobs.replay_job import ReplayJobSettings, _Publisher, close_publishers
+from spark_jobs.replay_job import Committed, ReplayJobSettings, _Publisher, close_publishers
 from tests.integration.helpers import read_all
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]
@@ -111,14 +111,11 @@ def test_a_nack_of_a_topic_or_partition_that_does_not_exist_is_dead_lettered_as_
     assert [text(pairs(r.headers()), REASON) for r in letters] == ["source-missing", "source-missing"]
 
 
-def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(bootstrap: str) -> None:
-    """An acker back after a long outage nacks the trees its spout timed out itself meanwhile: those records were
-    replayed then (their watermark has passed them since), and the deduplication window had forgotten the first
-    nack, so each was replayed a second time. Nacks above the watermark are replayed as ever."""
-    client = {"bootstrap.servers": bootstrap}
-    settings = _settings(client)
+def _sp_passed_two_of_three(client: dict[str, Any], settings: ReplayJobSettings, *spouts: str) -> tuple[str, Committed]:
+    """A source topic of three records, a, b and c, whose first two spout sp's watermark has passed; the replay topics
+    of sp and ``spouts``; and how the job asks for watermarks."""
     source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    create_topics(client, [TopicSpec(t, 1) for t in (source, *(settings.replay_prefix + s for s in ("sp", *spouts)))])
     producer = Producer(client)
     for value in (b"a", b"b", b"c"):
         produce(producer, source, value)
@@ -126,13 +123,23 @@ def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(
     kafka = lookups(client)
     with kafka.lock:
         kafka.advance(settings.watermark_group("sp"), {(source, 0): 2})  # offsets 0 and 1 decided
-    publisher = _Publisher(settings, f"{settings.name}-id")
-    nacks = [_nack(settings, source, 0, offset) for offset in range(3)]
 
     def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         with kafka.lock:
             return kafka.committed(group, partitions)
 
+    return source, committed
+
+
+def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(bootstrap: str) -> None:
+    """An acker back after a long outage nacks the trees its spout timed out itself meanwhile: those records were
+    replayed then (their watermark has passed them since), and the deduplication window had forgotten the first
+    nack, so each was replayed a second time. Nacks above the watermark are replayed as ever."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source, committed = _sp_passed_two_of_three(client, settings)
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    nacks = [_nack(settings, source, 0, offset) for offset in range(3)]
     assert publisher.publish(0, nacks, _fetch(client), committed) == 1
     assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/2")]
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "sp")] == [b"c"]
@@ -140,29 +147,14 @@ def test_a_nack_of_a_record_its_watermark_has_passed_is_a_late_copy_and_skipped(
 
 def test_a_nack_is_skipped_by_its_own_spouts_watermark_only(bootstrap: str) -> None:
     """Two spouts read one source, each with its own group. A late copy of one's nack and the other's first nack of
-    the same record, in one part: the first spout's watermark, past the record, skipped the other's nack too; neither
-    replayed nor dead-lettered, it held the other's watermark for good."""
+    the same record, in one part: the first spout's watermark is past the record, the other's is not. Skipped too,
+    the other's nack would be neither replayed nor dead-lettered, and hold its watermark for good."""
     client = {"bootstrap.servers": bootstrap}
     settings = _settings(client)
-    source = f"src-{uuid.uuid4().hex[:8]}"
+    source, committed = _sp_passed_two_of_three(client, settings, "other")
     other = _nack(settings, source, 0, 1)
     other.spout = "other"
-    create_topics(
-        client, [TopicSpec(t, 1) for t in (source, settings.replay_prefix + "sp", settings.replay_prefix + "other")]
-    )
-    producer = Producer(client)
-    for value in (b"a", b"b", b"c"):
-        produce(producer, source, value)
-    assert producer.flush(30) == 0
-    kafka = lookups(client)
-    with kafka.lock:
-        kafka.advance(settings.watermark_group("sp"), {(source, 0): 2})  # sp decided offset 1 long ago; other did not
     publisher = _Publisher(settings, f"{settings.name}-id")
-
-    def committed(group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        with kafka.lock:
-            return kafka.committed(group, partitions)
-
     assert publisher.publish(0, [_nack(settings, source, 0, 1), other], _fetch(client), committed) == 1
     assert [copy.value() for copy in read_all(client, settings.replay_prefix + "other")] == [b"b"]
     assert read_all(client, settings.replay_prefix + "sp") == []
