@@ -424,7 +424,7 @@ class Marks:
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
         crash, and the commits Kafka would delete after its offset retention (`CommitJobSettings.refresh_s`). Then
-        the other watermarks of the spouts' groups, as they are (`_renew_unmarked`)."""
+        the other watermarks of the spouts' groups, as they are (`_renew_others`)."""
         with self._lock:
             self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
             served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
