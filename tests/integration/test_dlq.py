@@ -272,7 +272,7 @@ def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
     )
     for spout in ("gone", "sen tences"):
         tried = [(ATTEMPT, b"1"), (ORIGIN, b"src/0/5")]
-        letter = decide(policy, spout, f"{letters.replay_prefix}x/0/1", "FAILED", headers=tried, now_ms=0)
+        letter = decide(policy, spout, f"{policy.replay_topic(spout)}/0/1", "FAILED", headers=tried, now_ms=0)
         produce(producer, letter.topic, b"elsewhere", headers=letter.headers)
     assert producer.flush(30) == 0
     assert _dlq(letters, "redrive", "--all") == 0
