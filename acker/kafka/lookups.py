@@ -314,14 +314,17 @@ class KafkaLookups:
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The committed offsets of ``group`` (negative where none)."""
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])
-        result = self._admin_client().list_consumer_group_offsets([request])[group].result()
-        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
+        return self._listed(group, [TopicPartition(t, p) for t, p in partitions])
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every offset ``group`` has committed."""
-        result = self._admin_client().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
-        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
+        return {tp: offset for tp, offset in self._listed(group, None).items() if offset >= 0}
+
+    def _listed(self, group: str, partitions: list[TopicPartition] | None) -> dict[tuple[str, int], int]:
+        """The offsets of ``group`` Kafka lists for ``partitions`` (None: all it has)."""
+        request = ConsumerGroupTopicPartitions(group, partitions)
+        result = self._admin_client().list_consumer_group_offsets([request])[group].result()
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
 
     def advance(
         self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False
