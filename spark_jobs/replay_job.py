@@ -26,12 +26,16 @@ A micro-batch of more nacks than ``nacks_per_transaction`` is published in parts
 nacks after an outage must not need one transaction longer than ``transaction.timeout.ms``, which would abort at
 every run of the batch): its nacks sorted by spout and message id (unique in a batch, and the same rows at every run
 of it: Spark restores the batch's offsets and its deduplication state), each part's progress record
-``<batch>/<n>`` with the number of the batch's nacks published so far, the last one's ``<batch>``. A run of the batch
-after a crash publishes the nacks after the first ``n``, whatever the size of its parts.
+``<batch>/<n>/<spout>/<msg_id>`` with the number of the batch's nacks published so far and the last of them, the last
+part's ``<batch>``. A run of the batch after a crash publishes the nacks after that last one, whatever the size of its
+parts: by key, not by position, as the run may have fewer rows (outcome records retention deleted meanwhile, which the
+source skips: ``failOnDataLoss`` is false), and the first ``n`` of those would pass over nacks never published. (A
+progress record of the older ``<batch>/<n>`` form is gone on by position.)
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 import uuid
@@ -201,12 +205,13 @@ class _Publisher:
         self.limit = TopicLimits(self._own_max, lambda topic: _topic_max_bytes(self.settings.source.client, topic))
         self._batch_max = min(int(client.get("batch.size", PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         # Then kept here: this instance is the only one publishing for it.
-        self.last, self.last_done = self._last_published()
+        self.last, self.last_done, self.last_key = self._last_published()
 
-    def _last_published(self) -> tuple[int, int | None]:
-        """The id of the last micro-batch published (committed) by this job, -1 if none, and how many of its nacks
-        were, None when all of them: the progress topic read to its end (`read_to` raises rather than take a slow
-        read for the end).
+    def _last_published(self) -> tuple[int, int | None, tuple[str, str] | None]:
+        """The id of the last micro-batch published (committed) by this job, -1 if none, how many of its nacks were,
+        None when all of them, and the (spout, message id) of the last one published (None: all of them, or a
+        progress record that does not say): the progress topic read to its end (`read_to` raises rather than take a
+        slow read for the end).
 
         Its end as written, not as a read_committed consumer sees it now: another job's transaction open on the
         topic (its driver died mid-batch) holds that view below this job's last record until the broker aborts it,
@@ -216,18 +221,18 @@ class _Publisher:
         settings = {"group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
         consumer = Consumer({**client, **settings, "isolation.level": "read_committed"})
         written = Consumer({**client, **settings, "isolation.level": "read_uncommitted"})
-        key, last = self.identity.encode(), (-1, _WHOLE)
+        key = self.identity.encode()
+        last: tuple[int, int, tuple[str, str] | None] = (-1, _WHOLE, None)
         try:
             low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
             open_for = int(client.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
             for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
                 if record.key() == key:
-                    batch, _, done = (record.value() or b"-1").decode().partition("/")
-                    last = max(last, (int(batch), int(done) if done else _WHOLE))
+                    last = max(last, _progress(record.value() or b"-1"), key=lambda p: p[:2])
         finally:
             consumer.close()
             written.close()
-        return last[0], None if last[1] == _WHOLE else last[1]
+        return last[0], None if last[1] == _WHOLE else last[1], None if last[1] == _WHOLE else last[2]
 
     def partitions(self, topic: str, *, recheck: bool = False) -> int:
         """The partitions of ``topic``, 0 when it does not exist: a replay topic is its spout's, created by the spout
@@ -301,21 +306,36 @@ class _Publisher:
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
         size = max(1, self.settings.nacks_per_transaction)
-        ordered = sorted(rows, key=lambda row: (row.spout, row.msg_id))
-        done = self.last_done if batch_id == self.last and self.last_done is not None else 0
-        if done > len(ordered):  # cannot be, with the same rows: said, and the batch marked published
-            log.error("batch %d: %d nacks recorded as published, but it has %d", batch_id, done, len(ordered))
-        elif done:
-            log.info("batch %d: its first %d nacks were published before a restart", batch_id, done)
+        ordered = sorted(rows, key=_key)
+        done = self._published_before(batch_id, ordered)
         published = 0
         for start in range(done, len(ordered), size) if done < len(ordered) else [done]:
             part = ordered[start : start + size]
             end = start + len(part)
             whole = end >= len(ordered)
             undecided = self._undecided(part, committed)
-            published += self._publish_part(undecided, fetch, f"{batch_id}" if whole else f"{batch_id}/{end}")
-            self.last, self.last_done = batch_id, None if whole else end
+            last = None if whole else _key(part[-1])
+            progress = f"{batch_id}" if last is None else f"{batch_id}/{end}/{last[0]}/{last[1]}"
+            published += self._publish_part(undecided, fetch, progress)
+            self.last, self.last_done, self.last_key = batch_id, None if whole else end, last
         return published
+
+    def _published_before(self, batch_id: int, ordered: list[Any]) -> int:
+        """How many of the batch's ``ordered`` nacks were published by an earlier run of it: those up to the last one
+        its progress names, or (a progress record of the older form) its first ``last_done``."""
+        if batch_id != self.last or self.last_done is None:
+            return 0
+        if self.last_key is None:
+            done = min(self.last_done, len(ordered))
+        else:
+            done = bisect.bisect_right([_key(row) for row in ordered], self.last_key)
+        if done != self.last_done:  # rows the source no longer finds: their outcome records deleted by retention
+            log.warning("batch %d: %d of its nacks were published before a restart, %d of the %d it has now (the "
+                        "others' outcome records deleted since)", batch_id, self.last_done, done,
+                        len(ordered))  # fmt: skip
+        elif done:
+            log.info("batch %d: its first %d nacks were published before a restart", batch_id, done)
+        return done
 
     def _undecided(self, rows: list[Any], committed: Committed | None) -> list[Any]:
         """``rows`` without the nacks of records their spout's watermark has passed, each by its own spout's (two
@@ -418,6 +438,20 @@ class _Publisher:
             self.producer.abort_transaction(30)
             raise
         return len(rows)
+
+
+def _key(row: Any) -> tuple[str, str]:
+    """A nack's place in its micro-batch: its spout and message id, unique in a batch (deduplicated)."""
+    return (row.spout, row.msg_id)
+
+
+def _progress(value: bytes) -> tuple[int, int, tuple[str, str] | None]:
+    """A progress record's micro-batch, how many of its nacks were published (`_WHOLE`: all) and the last of them
+    (None when not said): ``<batch>``, ``<batch>/<n>`` or ``<batch>/<n>/<spout>/<msg_id>`` (a spout's name has no
+    ``/``; a message id may)."""
+    fields = value.decode().split("/", 3)
+    done = int(fields[1]) if len(fields) > 1 else _WHOLE
+    return int(fields[0]), done, (fields[2], fields[3]) if len(fields) == 4 else None
 
 
 def _size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, HeaderValue]]) -> int:
