@@ -53,6 +53,20 @@ from acker.retries import (
 from acker.wire import spout_name_valid
 
 ACKER_REASON, ACKER_DETAIL = "acker.dlq.reason", "acker.dlq.detail"  # written by acker.service
+DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut: the whole value's length
+DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
+DLQ_KEPT_BYTES = 64 * 1024  # of a value and of a key, in a dead letter cut to fit its topic
+
+
+def cut_copy(value: bytes | None, key: bytes | None, kept: int) -> tuple[bytes | None, bytes | None, HeaderList]:
+    """A dead letter's copy of a record too large for its topic: at most ``kept`` bytes of its value and of its key,
+    and the headers that give the whole length of each one cut (its coordinates say where the whole record lies)."""
+    said: HeaderList = []
+    if value is not None and len(value) > kept:
+        said.append((DLQ_TRUNCATED, str(len(value)).encode()))
+    if key is not None and len(key) > kept:
+        said.append((DLQ_KEY_TRUNCATED, str(len(key)).encode()))
+    return value[:kept] if value else value, key[:kept] if key else key, said
 
 
 class DlqError(AckerError):

@@ -44,6 +44,7 @@ from acker.config import ServiceConfig
 from acker.core.messages import Ack, Init
 from acker.core.tracker import Counters
 from acker.delivery import DeliveryTracker
+from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
 from acker.headers import HeaderValue, read_headers
 from acker.headers import first as first_header
@@ -105,9 +106,6 @@ DLQ_TOPIC = "acker.dlq.topic"
 DLQ_PARTITION = "acker.dlq.partition"
 DLQ_OFFSET = "acker.dlq.offset"
 DLQ_TIMESTAMP = "acker.dlq.timestamp"
-DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut (to DLQ_KEPT_BYTES or 0): its whole length
-DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
-DLQ_KEPT_BYTES = 64 * 1024
 _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what was produced before it, and for itself
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 # After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
@@ -863,12 +861,8 @@ class AckerService:
         if kept is None:
             sent: tuple[bytes | None, bytes | None, DlqHeaders] = (value, key, [*headers, *own])
         else:
-            cut = list(headers)
-            if value is not None and len(value) > kept:
-                cut.append((DLQ_TRUNCATED, str(len(value)).encode()))
-            if key is not None and len(key) > kept:
-                cut.append((DLQ_KEY_TRUNCATED, str(len(key)).encode()))
-            sent = (value[:kept] if value else value, key[:kept] if key else key, cut)
+            short_value, short_key, said = cut_copy(value, key, kept)
+            sent = (short_value, short_key, [*headers, *said])
 
         def delivered(error: KafkaError | None, record: Message | None) -> None:
             itself = alone or record is None  # refused for itself (a refusal at once is of the record alone)

@@ -40,7 +40,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
-from acker.headers import HeaderValue, read_headers
+from acker.headers import read_headers, record_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     KafkaClientError,
@@ -92,7 +92,6 @@ Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]  # (topic, pa
 # (group, [(topic, partition)]) → the group's committed offsets (negative where none)
 Committed = Callable[[str, list[tuple[str, int]]], dict[tuple[str, int], int]]
 _FRAMING = 1024  # a record's framing in its batch, and the batch's, its headers' apart: more than enough
-_HEADER_FRAMING = 10  # a header's name and value lengths, varints of at most 5 bytes each
 _KEPT_BYTES = 64 * 1024  # of a too-large record's value and key, in its dead letter (as the acker's own keep)
 _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch (after every part of it)
 _MISSING_RECHECK_S = 60.0  # a replay topic found missing is looked up again after this (its spout may start)
@@ -293,7 +292,7 @@ class _Publisher:
 
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""
-        room = self.limit(letter.topic) - _size(None, None, letter.headers) - _FRAMING
+        room = self.limit(letter.topic) - record_size(None, None, letter.headers) - _FRAMING
         value = value[: max(0, min(_KEPT_BYTES, room))] if value else value
         key = key[: max(0, min(_KEPT_BYTES, room - len(value or b"")))] if key else key
         return value, key
@@ -404,17 +403,17 @@ class _Publisher:
                 record = found[(row.topic, int(row.partition), int(row.offset))]
                 decision = self._decision(row, record, now_ms, unread_topics)
                 value, key = (None, None) if record is None else (record.value(), record.key())
-                size = _size(value, key, decision.headers)
+                size = record_size(value, key, decision.headers)
                 if size + _FRAMING > self.limit(decision.topic) and row.detail:  # not for want of a diagnosis
                     decision = without_detail(decision)
-                    size = _size(value, key, decision.headers)
+                    size = record_size(value, key, decision.headers)
                 if size + _FRAMING > self.limit(decision.topic):
                     # Refused, it would abort the transaction at every run of the batch: no nack would be replayed.
                     log.warning("%s is too large to publish to %s (%d bytes): dead-lettered", row.msg_id,
                                 decision.topic, size)  # fmt: skip
                     decision = too_large(self.policy, decision, row.msg_id, row.reason, size)
                     value, key = self._cut(value, key, decision)
-                    size = _size(value, key, decision.headers)
+                    size = record_size(value, key, decision.headers)
                 partition = int(row.partition) % self.partitions(decision.topic)
                 # A topic's limit is of a whole batch of records, which the broker refuses whole. Where it is below
                 # the producer's own bound on a batch, a batch that would pass it is sent first (in the transaction).
@@ -452,14 +451,6 @@ def _progress(value: bytes) -> tuple[int, int, tuple[str, str] | None]:
     fields = value.decode().split("/", 3)
     done = int(fields[1]) if len(fields) > 1 else _WHOLE
     return int(fields[0]), done, (fields[2], fields[3]) if len(fields) == 4 else None
-
-
-def _size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, HeaderValue]]) -> int:
-    """A record's bytes: value, key, and its headers, each with the two lengths that frame it (varints of at most 5
-    bytes each, as librdkafka and the broker count them): a thousand tiny headers are kilobytes more than their
-    names and values, and a record that passed a check without them was refused inside the transaction."""
-    named = sum(len(k.encode()) + len(v.encode() if isinstance(v, str) else v or b"") for k, v in headers)
-    return len(value or b"") + len(key or b"") + named + _HEADER_FRAMING * len(headers)
 
 
 def _topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:

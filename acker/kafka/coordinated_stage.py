@@ -37,8 +37,9 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
+from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
-from acker.headers import HeaderList, decimal, read_headers, text
+from acker.headers import HeaderList, decimal, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
@@ -64,8 +65,13 @@ _COUNT_CHECK_S = 5.0  # how often a process checks that its step's partition cou
 TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a dead process's is aborted after this
 RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
 ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and ids, as JSON
+_CUT_HEADER_BYTES = 64  # a header that says a cut value's or key's whole length, framed
 FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
 COMMIT_ATTEMPTS = 3  # a transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again
+# Bytes of a request id, at most: it is in every record of its request and keys its state. A longer one is
+# dead-lettered: its done marker, which must be saved, could be too large for the changelog (the batch aborted at
+# every restart), and its records' headers would eat the margin left for them.
+REQUEST_ID_MAX = 1024
 
 
 class CoordinationError(AckerError):
@@ -196,7 +202,8 @@ class CoordinatedStage:
         if self._broken:
             raise CoordinationError(f"step {self.index}: a batch's transaction was aborted: restart the process")
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
-        if self.index >= 2 and any(_is_report(r) for r in records):  # before the transaction: an answer may be slow
+        headers = [read_headers(r) for r in records]  # once each (`read_headers`): None where they cannot be read
+        if self.index >= 2 and any(_is_report(h) for h in headers):  # before the transaction: an answer may be slow
             self._ask_upstream()
         if time.monotonic() >= self._next_count_check:  # before the records: an assignment in that consume asks
             self._check_counts()
@@ -218,7 +225,7 @@ class CoordinatedStage:
                     self._rewind(records[i:])
                     records = records[:i]
                     break
-                self._handle(record, now_ms)
+                self._handle(record, headers[i], now_ms)
             # After the records: one of them may have finished a request that is also past its deadline.
             for partition, task in self.tasks.items():
                 late, forgotten = task.expired(now_ms)
@@ -256,18 +263,22 @@ class CoordinatedStage:
                     raise
                 log.warning("step %d: committing the batch failed (%s): trying again", self.index, code)
 
-    def _handle(self, record: Message, now_ms: int) -> None:
+    def _handle(self, record: Message, headers: HeaderList | None, now_ms: int) -> None:
+        """Process ``record``, whose ``headers`` were read once (`read_headers`: None when they cannot be)."""
         partition = record.partition() or 0
         task = self.tasks.get(partition)
         if task is None:  # revoked while in flight
             return
-        headers = read_headers(record)
         if headers is None:
-            self._dead_letter(record, "its headers cannot be read (a header name is not UTF-8)")
+            self._dead_letter(record, [], "its headers cannot be read (a header name is not UTF-8)")
             return
         request, deadline, report = text(headers, REQUEST), decimal(text(headers, DEADLINE)), text(headers, REPORT)
         if request is None or deadline is None:
-            self._dead_letter(record, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
+            self._dead_letter(record, headers, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
+            return
+        if len(request.encode()) > REQUEST_ID_MAX:
+            reason = f"a {REQUEST} of {len(request.encode())} bytes: {REQUEST_ID_MAX} at most"
+            self._dead_letter(record, headers, reason)
             return
         fields: dict[str, Any] | None = None
         if report is not None:
@@ -277,11 +288,12 @@ class CoordinatedStage:
                 sender = fields["from"]
                 # Exactly as written (`reports`): "false" is not False, nor 1.9 a count.
                 if any(type(n) is not int for n in (count, reporters, sender)) or type(failed) is not bool:
-                    raise TypeError(f"from, count, reporters, failed of types {[type(v) for v in fields.values()]}")
+                    types = [type(v).__name__ for v in (sender, count, reporters, failed)]
+                    raise TypeError(f"from, count, reporters, failed of types {types}")
                 if count < 0 or reporters < 0 or sender < 0:
                     raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
             except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
-                self._dead_letter(record, f"unreadable report: {error}")
+                self._dead_letter(record, headers, f"unreadable report: {error}")
                 return
         state = task.request(request, deadline, now_ms, failure=fields is not None and failed)
         if state is None:  # of a request finished here already, or past its deadline: nothing to do
@@ -334,9 +346,9 @@ class CoordinatedStage:
         headers = _request_headers(state)
 
         def emit(value: bytes | None, key: bytes | None = None) -> None:
-            size = len(value or b"") + len(key or b"")
+            size = record_size(value, key, headers)
             if self.last:  # an answer is kept in the request's state too, in base64, until it is written
-                size = 4 * -(-size // 3) + len(state.request) + ANSWER_STATE_MARGIN
+                size = 4 * -(-(len(value or b"") + len(key or b"")) // 3) + len(state.request) + ANSWER_STATE_MARGIN
             if size > self.max_record:  # raised in the step's code: the request fails, not the batch
                 where = f"{self.changelog}, which keeps it until it is written," if self.last else self.output
                 raise ValueError(f"a record of {size} bytes: {where} takes {self.max_record} at most")
@@ -354,16 +366,18 @@ class CoordinatedStage:
 
         return emit
 
-    def _dead_letter(self, record: Message, reason: str) -> None:
+    def _dead_letter(self, record: Message, own: HeaderList, reason: str) -> None:
+        """Copy ``record`` (its ``own`` headers) to the step's dead-letter topic with ``reason``, whole, or cut to fit
+        (`max_record`): a copy the producer or the topic refused would abort the batch at every restart on it."""
         self.counters["dead_letters"] += 1
         log.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), reason)
         origin = f"{record.topic()}/{record.partition()}/{record.offset()}"
-        headers = [
-            *(read_headers(record) or []),
-            ("acker.dlq.reason", reason.encode()),
-            ("acker.dlq.origin", origin.encode()),
-        ]
-        produce(self.producer, self.dlq, record.value(), key=record.key(), headers=headers)
+        said: HeaderList = [("acker.dlq.reason", reason.encode()), ("acker.dlq.origin", origin.encode())]
+        value, key = record.value(), record.key()
+        if record_size(value, key, [*said, *own]) > self.max_record:  # its own headers dropped, value and key cut
+            room = self.max_record - record_size(None, None, said) - 2 * _CUT_HEADER_BYTES
+            value, key, own = cut_copy(value, key, max(0, min(DLQ_KEPT_BYTES, room // 2)))
+        produce(self.producer, self.dlq, value, key=key, headers=[*said, *own])
 
     # -- state ------------------------------------------------------------------------------------------------------
 
@@ -392,10 +406,10 @@ class CoordinatedStage:
             return json.dumps(state.to_json()).encode()
 
     def _max_record(self) -> int:
-        """The largest record this step writes, key and value: below the producer's ``message.max.bytes`` and the
-        ``max.message.bytes`` of the topics it writes (those it cannot look up are taken as the producer's)."""
+        """The largest record this step writes, key, value and headers: below the producer's ``message.max.bytes``
+        and the ``max.message.bytes`` of the topics it writes (those it cannot look up are taken as the producer's)."""
         limit = int(self.config.client().get("message.max.bytes", PRODUCER_MAX_BYTES))
-        smallest = smallest_max_bytes(self.config.client(), (self.output, self.changelog))
+        smallest = smallest_max_bytes(self.config.client(), (self.output, self.changelog, self.dlq))
         return max(1, min(limit, smallest[1] if smallest else limit) - RECORD_MARGIN)
 
     def _joining_count(self, tasks: int, next_tasks: int) -> str | None:
@@ -538,8 +552,10 @@ class CoordinatedStage:
         return task
 
 
-def _is_report(record: Message) -> bool:
-    return any(header[0] == REPORT for header in record.headers() or ())
+def _is_report(headers: HeaderList | None) -> bool:
+    """Whether a record of these headers is a report; not one when they cannot be read (None: `read_headers`), which
+    `CoordinatedStage._handle` dead-letters."""
+    return headers is not None and any(name == REPORT for name, _ in headers)
 
 
 def _request_headers(state: RequestState) -> HeaderList:

@@ -24,12 +24,13 @@ from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
 from acker.core import Ack, Init
 from acker.core.ids import IdGenerator, partition_of
+from acker.dlq import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_TRUNCATED
 from acker.headers import pairs
 from acker.kafka.acker_client import AckerClient, fitted_batch_size
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, delete_groups, topic_partitions
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
-from acker.service import DLQ_DETAIL, DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_OFFSET, DLQ_REASON, DLQ_TRUNCATED
+from acker.service import DLQ_DETAIL, DLQ_OFFSET, DLQ_REASON
 from acker.wire import decode_batch, decode_outcomes, encode_batch
 from tests.integration.helpers import (
     OutcomeReader,

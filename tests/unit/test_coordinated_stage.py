@@ -11,11 +11,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from acker.coordinated import RequestState, TaskState
-from acker.dlq import DeadLetter
+from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
+from acker.headers import read_headers, record_size
 from acker.kafka.coordinated_stage import (
     DEADLINE,
     REPORT,
     REQUEST,
+    REQUEST_ID_MAX,
     STATUS,
     Chain,
     CoordinatedStage,
@@ -47,6 +49,11 @@ def _last_step(step: Any) -> CoordinatedStage:
     return stage
 
 
+def _handle(stage: CoordinatedStage, record: Message, now_ms: int) -> None:
+    """``record`` processed as `CoordinatedStage.poll` does, its headers read once."""
+    stage._handle(record, read_headers(record), now_ms)
+
+
 def _report(request: str, deadline: bytes | None = None, *, failed: bool = False, body: bytes | None = None) -> Message:
     deadline = deadline or str(int(time.time() * 1000) + 60_000).encode()
     body = body or json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": failed}).encode()
@@ -76,7 +83,7 @@ def test_a_binary_answer_arrives_exactly_and_its_done_marker_keeps_none_of_it() 
     changelog state, before the request finishes, round-trips exactly: `test_the_state_round_trips_through_json`)."""
     answer = bytes([0, 0xFF, 0x80, 0x41])
     stage = _last_step(_Answer(answer))
-    stage._handle(_report("r1"), int(time.time() * 1000))
+    _handle(stage, _report("r1"), int(time.time() * 1000))
     assert [r["value"] for r in _out(stage, "c.results")] == [answer]
     marker = RequestState.from_json(json.loads(stage._encode(0, stage.tasks[0].requests["r1"])))
     assert marker.done and marker.answer is None
@@ -96,7 +103,7 @@ def test_step_state_too_large_for_the_changelog_fails_the_request_instead_of_eve
 
 def test_step_state_that_json_would_change_fails_the_request_instead_of_changing_after_a_restart() -> None:
     stage = _last_step(_Answer(b"x"))
-    stage._handle(_report("r1"), int(time.time() * 1000))
+    _handle(stage, _report("r1"), int(time.time() * 1000))
     state = stage.tasks[0].requests["r1"]
     state.done, state.user = False, {3: 1}  # type: ignore[dict-item]  # keyed by an int: "3" after a restore
     stage._encode(0, state)
@@ -105,7 +112,7 @@ def test_step_state_that_json_would_change_fails_the_request_instead_of_changing
 
 def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None:
     stage = _last_step(_Answer(b"x"))
-    stage._handle(_report("r1", deadline=b"9" * 5000), int(time.time() * 1000))
+    _handle(stage, _report("r1", deadline=b"9" * 5000), int(time.time() * 1000))
     letters = _out(stage, stage.dlq)
     assert len(letters) == 1 and stage.counters["dead_letters"] == 1
     origin = dict(letters[0]["headers"])["acker.dlq.origin"]
@@ -129,7 +136,7 @@ def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None
 )
 def test_a_report_that_cannot_be_counted_is_dead_lettered_not_a_crash(body: bytes) -> None:
     stage = _last_step(_Answer(b"x"))
-    stage._handle(_report("r1", body=body), int(time.time() * 1000))
+    _handle(stage, _report("r1", body=body), int(time.time() * 1000))
     assert len(_out(stage, stage.dlq)) == 1 and stage.counters["dead_letters"] == 1
     assert _out(stage, "c.results") == [] and "r1" not in stage.tasks[0].requests
 
@@ -138,10 +145,10 @@ def test_the_last_step_answers_failed_for_a_failure_found_upstream_at_the_deadli
     stage = _last_step(_Answer(b"x"))
     now = int(time.time() * 1000)
     past = str(now - 1_000).encode()
-    stage._handle(_report("r1", deadline=past), now)  # an ok report past the deadline: late
+    _handle(stage, _report("r1", deadline=past), now)  # an ok report past the deadline: late
     assert _out(stage, "c.results") == [] and stage.counters["late"] == 1
-    stage._handle(_report("r1", deadline=past, failed=True), now)
-    stage._handle(_report("r1", deadline=past, failed=True), now)  # another upstream task's: answered once
+    _handle(stage, _report("r1", deadline=past, failed=True), now)
+    _handle(stage, _report("r1", deadline=past, failed=True), now)  # another upstream task's: answered once
     answers = _out(stage, "c.results")
     assert len(answers) == 1 and dict(answers[0]["headers"])[STATUS] == b"failed"
 
@@ -237,8 +244,70 @@ def test_an_answer_is_held_to_what_the_changelog_takes_of_it_in_base64() -> None
     fits, over = _last_step(_Answer(b"a" * 300)), _last_step(_Answer(b"a" * 400))
     for stage in (fits, over):
         stage.max_record = 1000
-        stage._handle(_report("r1"), int(time.time() * 1000))
+        _handle(stage, _report("r1"), int(time.time() * 1000))
     assert [r["headers"][-1] for r in _out(fits, "c.results")] == [(STATUS, b"ok")]
     assert [r["headers"][-1] for r in _out(over, "c.results")] == [(STATUS, b"failed")]
     state = RequestState("r2", int(time.time() * 1000) + 60_000, answer=b"a" * 300)
     assert len(fits._encode(0, state)) <= 1000 and not state.failed  # what emit let through, saved
+
+
+class _Unreadable(Message):
+    """A record whose header name is not UTF-8: ``headers()`` raises, as confluent-kafka does (`read_headers`)."""
+
+    def headers(self) -> Any:
+        raise SystemError("<method 'headers'> returned a result with an exception set")
+
+
+class _Reading(_Consumer):
+    """Reads ``records`` once, at position 8 of partition 0."""
+
+    def __init__(self, records: list[Message]) -> None:
+        super().__init__(8)
+        self.records = records
+
+    def consume(self, *_: Any, **__: Any) -> list[Message]:
+        records, self.records = self.records, []
+        return records
+
+
+def test_a_record_whose_headers_cannot_be_read_is_dead_lettered_by_a_step_behind_the_second() -> None:
+    """From the third step on, the batch is looked through for reports before its transaction, and that look read
+    the headers itself: the client's error escaped `poll`, and every restart died on the same record."""
+    producer = _Transactions()
+    stage = _expiring(producer)
+    stage.chain, stage.index = Chain("c", 3), 2
+    stage.input, stage.dlq = stage.chain.topic(2), f"{stage.chain.topic(2)}.dlq"
+    stage.tasks[0].requests.clear()
+    stage.consumer = _Reading([_Unreadable(topic=stage.input, partition=0, offset=7, value=b"x")])  # type: ignore[assignment]
+    assert stage.poll(0) == 1
+    letters = _out(stage, stage.dlq)
+    assert len(letters) == 1 and stage.counters["dead_letters"] == 1
+    assert b"cannot be read" in dict(letters[0]["headers"])["acker.dlq.reason"]
+    assert producer.calls == ["begin", "offsets [(0, 8)]", "commit"]
+
+
+def test_a_record_too_large_to_copy_whole_is_dead_lettered_cut_to_fit() -> None:
+    """A record just below its topic's limit, with the reason headers added, was more than the dead-letter topic
+    (or the producer) takes: the refusal aborted the batch at every restart on it."""
+    stage = _last_step(_Answer(b"x"))
+    stage.max_record = 10_000
+    big = Message(topic="c.step1", partition=0, offset=7, value=b"v" * 50_000, key=b"k" * 20_000,
+                  headers=[("own", b"h" * 5_000)])  # fmt: skip
+    small = Message(topic="c.step1", partition=0, offset=8, value=b"v" * 100, headers=[("own", b"h")])
+    for record in (big, small):
+        _handle(stage, record, int(time.time() * 1000))
+    cut, whole = _out(stage, stage.dlq)
+    assert record_size(cut["value"], cut["key"], cut["headers"]) <= stage.max_record
+    said = dict(cut["headers"])
+    assert (said[DLQ_TRUNCATED], said[DLQ_KEY_TRUNCATED]) == (b"50000", b"20000") and "own" not in said
+    assert cut["value"] == b"v" * len(cut["value"]) and len(cut["value"]) > 1_000
+    assert whole["value"] == b"v" * 100 and dict(whole["headers"])["own"] == b"h"
+
+
+def test_a_request_id_over_its_limit_is_dead_lettered() -> None:
+    """A request id is in every record of its request and keys its state: one of 600 KB made a done marker the
+    changelog could not take, and the batch aborted at every restart until the deadline."""
+    stage = _last_step(_Answer(b"x"))
+    _handle(stage, _report("r" * (REQUEST_ID_MAX + 1)), int(time.time() * 1000))
+    _handle(stage, _report("r" * REQUEST_ID_MAX), int(time.time() * 1000))
+    assert stage.counters["dead_letters"] == 1 and list(stage.tasks[0].requests) == ["r" * REQUEST_ID_MAX]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from spark_jobs.replay_job import _FRAMING, _LIMIT_RECHECK_S, TopicLimits, _size
+from acker.headers import record_size
+from spark_jobs.replay_job import _FRAMING, _LIMIT_RECHECK_S, TopicLimits
 
 
 class _Broker:
@@ -48,8 +49,8 @@ def test_a_record_the_size_check_passes_is_one_the_producer_takes(
     limit = 100_000
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.max.bytes": limit})
     try:
-        value = b"v" * (limit - _FRAMING - _size(None, None, headers))  # the largest the check passes
-        assert _size(value, None, headers) + _FRAMING == limit
+        value = b"v" * (limit - _FRAMING - record_size(None, None, headers))  # the largest the check passes
+        assert record_size(value, None, headers) + _FRAMING == limit
         producer.produce("t", value, headers=headers, partition=0)  # refused: raises MSG_SIZE_TOO_LARGE
     finally:
         producer.purge()
