@@ -135,10 +135,7 @@ class PartitionState:
         from one call to the next."""
         if not len(records.offsets):
             return self.tracker.process_records(block, records)
-        if self.position is None and self._decided_since is not None:  # this replay's first record
-            # Never held below where this replay starts: outcome records of another acker topic's partition of the
-            # same number may share an outcome topic (same spout name), naming any offset.
-            self._decided_since = max(self._decided_since, int(records.offsets[0]))
+        self._read_from(int(records.offsets[0]))
         ticks = np.flatnonzero(block.kinds == Kind.TICK)
         kept = None  # positions in the block as given of the messages applied, when ignored ticks were taken out
         if len(ticks):
@@ -164,7 +161,7 @@ class PartitionState:
             if not keep.all():
                 kept = np.flatnonzero(keep)
                 block, records = _without(block, records, keep)
-        self.skip(int(records.offsets[-1]))
+        self._passed(int(records.offsets[-1]))
         outcomes = self.tracker.process_records(block, records)
         if kept is not None:
             outcomes.index = kept[outcomes.index]
@@ -179,6 +176,19 @@ class PartitionState:
 
     def skip(self, offset: int) -> None:
         """A record that was not applied (dead-lettered); reading goes on after it."""
+        self._read_from(offset)
+        self._passed(offset)
+
+    def _read_from(self, offset: int) -> None:
+        """``offset`` read (applied or skipped): if it is this replay's first, the trees told of by `recover` hold
+        the recovery offset no lower than it. Outcome records of another acker topic's partition of the same number
+        may share an outcome topic (same spout name), naming any offset; held below this replay's start, a commit
+        would go back before it (also when the first record is dead-lettered: `skip`)."""
+        if self.position is None and self._decided_since is not None:
+            self._decided_since = max(self._decided_since, offset)
+
+    def _passed(self, offset: int) -> None:
+        """Reading goes on after ``offset``."""
         self.position = offset + 1 if self.position is None else max(self.position, offset + 1)
         if self.unread_tick_offset is not None and offset >= self.unread_tick_offset:
             self.unread_tick_offset = None

@@ -107,6 +107,16 @@ def test_the_recovery_offset_is_not_held_below_where_the_replay_started() -> Non
     assert state.recovery_offset() == 1000
 
 
+def test_the_recovery_offset_is_not_held_below_the_replays_start_when_its_first_record_is_dead_lettered() -> None:
+    """The hold was moved to the replay's start only by a record applied: a first record dead-lettered (`skip`)
+    left it at the lowest offset read back, and the next owner replayed from there, before any tick."""
+    state = _state()
+    state.recover(np.array([77, 88], np.int64), until=1001, since=3)
+    state.skip(100)
+    state.apply(101, 0, _tick(NO_TICK))
+    assert state.recovery_offset() == 100
+
+
 def test_a_clock_stepped_back_does_not_stop_the_ticks_until_it_passes_this_instances_own_times_again() -> None:
     """Stepped back ten minutes soon after the partition was assigned (or a tick was written): the next tick is
     due an interval later by the new clock, not ten minutes later."""
