@@ -223,8 +223,10 @@ class Bolt:
             self.close()
 
     def close(self) -> None:
-        self._commit()
-        self.consumer.close()
+        try:
+            self._commit()
+        finally:  # a producer failed for good (the commit's flush raises) still leaves the group now, not at its
+            self.consumer.close()  # session's timeout, and an explicit bolt's on_revoke is told
         log.info("bolt %s stopped: %s", self.group, dict(sorted(self.counters.items())))
 
     def step(self, timeout_s: float) -> int:
@@ -330,17 +332,22 @@ class Bolt:
         self.counters["child_delivery_failures"] += 1
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        bug: ProtocolError | None = None
         if self._revoked is not None and partitions:
             try:
                 self._revoked({(tp.topic, tp.partition) for tp in partitions}, self._collector)
-            except ProtocolError:  # settling an input twice: the function's bug, raised out of consume; it stops
-                raise  # the bolt as the function's own would
+            except ProtocolError as error:  # settling an input twice: the function's bug, raised out of consume
+                bug = error  # once the partitions are committed: it stops the bolt as the function's own would
             except Exception as error:  # the held inputs it did not settle time out
                 where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
                 self._raised_in(f"on_revoke of {where}", error)
-        self._commit()
-        for tp in partitions:  # whatever was not committed is its next owner's to process
-            self._processed.pop((tp.topic, tp.partition), None)
+        try:
+            self._commit()
+        finally:  # whatever was not committed is its next owner's: never committed from here later (`close`)
+            for tp in partitions:
+                self._processed.pop((tp.topic, tp.partition), None)
+        if bug is not None:
+            raise bug
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Taken for dead (its session timed out, or it polled too late): the partitions may be another process's

@@ -8,13 +8,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from acker import bolt as bolt_module
 from acker.bolt import Bolt
 from acker.config import ServiceConfig
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.errors import ProtocolError
+from acker.kafka.clients import KafkaClientError
 from acker.trouble import TroubleReport
 
 
@@ -125,7 +126,7 @@ def test_on_revoke_is_told_the_partitions_that_go_before_they_are_committed() ->
 
 def test_an_on_revoke_that_raises_is_counted_and_the_partitions_are_committed_all_the_same() -> None:
     """What it held and did not settle times out; the bolt goes on. A `ProtocolError` (settling an input twice) is
-    the function's bug: it stops the bolt, as one from the function itself does."""
+    the function's bug: it stops the bolt, as one from the function itself does, once the partitions are committed."""
 
     def raising(_partitions: object, _collector: object) -> None:
         raise RuntimeError("boom")
@@ -137,8 +138,35 @@ def test_an_on_revoke_that_raises_is_counted_and_the_partitions_are_committed_al
     def twice(_partitions: object, _collector: object) -> None:
         raise ProtocolError("acked twice")
 
+    stopped = _explicit(twice)
     with pytest.raises(ProtocolError):
-        _explicit(twice)._on_revoke(None, [TopicPartition("in", 1)])
+        stopped._on_revoke(None, [TopicPartition("in", 1)])
+    # Committed first, and forgotten: the bolt's close must not commit a partition another process owns now.
+    assert len(stopped.consumer.committed) == 1 and stopped._processed == {}
+
+
+class _Closing(_Committing):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_bolt_whose_last_commit_fails_still_leaves_its_group() -> None:
+    """A producer failed for good made the commit's flush raise: the consumer was never closed, and the group waited
+    for its session to time out before another process took its partitions."""
+    bolt = _explicit(None)
+    bolt.consumer = _Closing()
+
+    def broken(_timeout_s: float) -> int:
+        raise KafkaClientError("flush", KafkaError(KafkaError._FATAL))
+
+    bolt.flush = broken
+    with pytest.raises(KafkaClientError):
+        bolt.close()
+    assert bolt.consumer.closed and bolt.consumer.committed == []
 
 
 def test_partitions_lost_are_neither_committed_nor_told() -> None:
