@@ -67,7 +67,7 @@ from acker.kafka.clients import (
 )
 from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
-from acker.outcome_log import OutcomeLog, parse_metadata
+from acker.outcome_log import OutcomeLog, Starts, parse_metadata
 from acker.partition import PartitionState, encode_tick
 from acker.retries import Backoff
 from acker.status import status_key
@@ -110,6 +110,10 @@ _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what 
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
 # After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
 _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
+# A partition just assigned whose outcomes could not be read back waits, tried again after these delays, this long at
+# most; then it is replayed without what could not be read (`AckerService._recover`).
+READ_BACK_PATIENCE_S = 120.0
+_READ_BACK_AGAIN = Backoff(first_ms=1_000, max_ms=15_000)
 CREATION_WINDOW_S = 3600.0  # `outcome_topics_per_hour` counts the outcome topics created within this window
 TICK_REFUSED_AGAIN_MS = 5000  # a tick the producer refused at once (a partition it does not know yet) waits this
 RATE_WINDOW_S = 60.0  # the shortest window of a status's rates (two ticks when they are further apart)
@@ -161,6 +165,16 @@ class _Decided:
     outcomes: list[_OutcomeRecord]
     latencies_ms: list[np.ndarray]
     rejected: list[tuple[Message, WireError]]
+
+
+@dataclass
+class _ReadBack:
+    """An assigned partition whose outcomes are still to be read back (`AckerService._recover`): tried next at
+    ``at`` (monotonic; 0: at once), after ``tries`` that failed, the first at ``since``."""
+
+    at: float = 0.0
+    tries: int = 0
+    since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +338,8 @@ class AckerService:
         self._committed: dict[int, int] = {}
         self._partition_counts: dict[str, int] = {}  # of the topics written to: created here, or looked up
         self._lookup_failed_at: dict[str, float] = {}  # outcome topics whose partitions could not be looked up
-        self._to_recover: list[int] = []  # assigned partitions whose outcomes are still to be read back
+        self._to_recover: dict[int, _ReadBack] = {}  # assigned partitions whose outcomes are still to be read back
+        self._paused: set[int] = set()  # partitions paused while they wait for their read-back (`_held_back`)
         self._lock = threading.Lock()  # guards _states against the metrics thread
         self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
         self._next_commit = 0.0
@@ -402,6 +417,7 @@ class AckerService:
         records = consume_available(self.consumer, 1000, timeout_s)
         if self._to_recover:
             self._recover()
+            records = self._held_back(records)
         self._handle(records)
         now = time.time()
         self._tick(int(now * 1000))
@@ -1110,28 +1126,108 @@ class AckerService:
                 self._outcome_logs[tp.partition] = OutcomeLog()
         self._partition_counts.clear()  # looked up again: partitions may have been added to a topic
         # Read back in the loop, before the first record is applied, not here: a rebalance callback should be quick.
-        self._to_recover += [tp.partition for tp in partitions]
+        for tp in partitions:
+            self._to_recover[tp.partition] = _ReadBack()
         log.info("assigned %s", sorted(tp.partition for tp in partitions))
 
     def _recover(self) -> None:
         """Read back what previous owners decided after the committed offsets of the partitions just assigned
-        (`acker.outcome_log`), before any of their records is applied."""
-        partitions = [p for p in self._to_recover if p in self._states]
-        self._to_recover = []
-        starts = self._read_back_starts(partitions)
-        for partition in partitions:
-            state = self._states.get(partition)
-            if not starts.get(partition) or state is None or state.position is not None:
+        (`acker.outcome_log`), before any of their records is applied.
+
+        A partition whose read-back fails (its committed offset, or an outcome topic, not read: a broker restarting,
+        a leader moving) waits, paused, its records held back (`_held_back`), and is tried again after the delays of
+        `_READ_BACK_AGAIN`. Replayed without those outcomes, a tree the committed offset cuts in two would be decided
+        again, maybe otherwise (its ack published, then a timeout: a record done replayed), and the trees decided
+        after the offset published again. After `READ_BACK_PATIENCE_S` it is replayed without what was not read."""
+        now = time.monotonic()
+        due = [p for p, waiting in self._to_recover.items() if waiting.at <= now and p in self._states]
+        if not due:
+            return
+        starts = self._read_back_starts(due)
+        for partition in due:
+            waiting = self._to_recover[partition]
+            final = waiting.since is not None and now - waiting.since >= READ_BACK_PATIENCE_S
+            failure = self._read_back(partition, starts, final=final)
+            if failure is not None and not final:
+                waiting.since = now if waiting.since is None else waiting.since
+                waiting.tries += 1
+                delay_s = _READ_BACK_AGAIN.delay_ms(waiting.tries) / 1000
+                waiting.at = now + delay_s
+                log.warning("partition %d: %s: its records wait, read back again in %.0f s", partition, failure,
+                            delay_s)  # fmt: skip
                 continue
+            if failure is not None:
+                log.warning("partition %d: %s for %.0f s: replayed without them (trees decided after the committed "
+                            "offset may be decided again)", partition, failure,
+                            now - (waiting.since or now))  # fmt: skip
+            del self._to_recover[partition]
+            self._resume(partition)
+
+    def _read_back(self, partition: int, starts: dict[int, Starts] | None, *, final: bool) -> str | None:
+        """Read the partition's outcomes back from ``starts`` (None: the committed offsets were not read) and tell
+        its state; what failed, None if nothing did. With ``final``, what was read is told even when a topic was
+        not, and that is not a failure."""
+        if starts is None:
+            return "committed offset not read"
+        state = self._states[partition]
+        if not starts.get(partition) or state.position is not None:
+            return None
+        try:
+            reader = self._reading_consumer()
+            decided = read_decided(reader, TopicPartition(self.config.acker_topic, partition), starts[partition])
+        except Exception as error:  # any failure waits, then replays without them as before
+            return f"outcomes not read back ({error})"
+        if decided.unread and not final:
+            return f"outcomes of {', '.join(decided.unread)} not read back"
+        state.recover(decided.anchors, decided.until, decided.since)
+        with self._lock:
+            self._outcome_logs[partition] = decided.log
+        log.info("partition %d: %d trees decided after the committed offset", partition, len(decided.anchors))
+        if decided.unread:
+            log.warning("partition %d: outcomes of %s not read back: replayed without them", partition,
+                        ", ".join(decided.unread))  # fmt: skip
+        return None
+
+    def _held_back(self, records: list[Message]) -> list[Message]:
+        """``records`` without those of partitions still waiting for their read-back (`_recover`): each such
+        partition's position goes back to its first record here, and it is paused until its read-back is done (or
+        given up). A position that cannot be set back leaves its records here: applied without the read-back."""
+        if not self._to_recover:
+            return records
+        kept: list[Message] = []
+        held: dict[int, list[Message]] = {}
+        for record in records:
+            partition = record.partition()
+            if partition in self._to_recover and record.error() is None:
+                held.setdefault(partition, []).append(record)
+            else:
+                kept.append(record)
+        waiting = [p for p in self._to_recover if p not in self._paused]
+        if waiting:
             try:
-                reader = self._reading_consumer()
-                decided = read_decided(reader, TopicPartition(self.config.acker_topic, partition), starts[partition])
-                state.recover(decided.anchors, decided.until, decided.since)
-                with self._lock:
-                    self._outcome_logs[partition] = decided.log
-                log.info("partition %d: %d trees decided after the committed offset", partition, len(decided.anchors))
-            except Exception as error:  # replaying without them can only decide some trees twice
-                log.warning("partition %d: outcomes not read back: %s", partition, error)
+                self.consumer.pause([TopicPartition(self.config.acker_topic, p) for p in waiting])
+                self._paused.update(waiting)
+            except KafkaException as error:  # its records are held back at each consume instead
+                log.warning("partitions %s not paused: %s", waiting, error)
+        for partition, mine in held.items():
+            try:
+                self.consumer.seek(TopicPartition(self.config.acker_topic, partition, mine[0].offset() or 0))
+            except KafkaException as error:
+                log.warning("partition %d: its records cannot wait for the read-back (%s): applied without it",
+                            partition, error)  # fmt: skip
+                self._to_recover.pop(partition, None)
+                self._resume(partition)
+                kept += mine
+        return kept
+
+    def _resume(self, partition: int) -> None:
+        if partition not in self._paused:
+            return
+        self._paused.discard(partition)
+        try:
+            self.consumer.resume([TopicPartition(self.config.acker_topic, partition)])
+        except KafkaException as error:  # not assigned any more: a later assignment starts unpaused
+            log.debug("partition %d not resumed: %s", partition, error)
 
     def _reading_consumer(self) -> Consumer:
         """A consumer of this group that never joins it: it reads committed offsets and outcome topics."""
@@ -1152,15 +1248,16 @@ class AckerService:
             )
         return self._reader
 
-    def _read_back_starts(self, partitions: list[int]) -> dict[int, dict[str, tuple[int, int]]]:
-        """Per assigned partition, where the outcomes to read back start, from the commit's metadata."""
+    def _read_back_starts(self, partitions: list[int]) -> dict[int, Starts] | None:
+        """Per assigned partition, where the outcomes to read back start, from the commit's metadata; None when the
+        committed offsets could not be read."""
         try:
             committed = self._reading_consumer().committed(
                 [TopicPartition(self.config.acker_topic, p) for p in partitions], timeout=30
             )
-        except Exception as error:  # e.g. a timeout: replay without reading back
+        except Exception as error:  # e.g. a timeout: the partitions wait (`_recover`)
             log.warning("committed offsets of %s not read: %s", sorted(partitions), error)
-            return {}
+            return None
         for tp in committed:
             if tp.partition in self._states:
                 self._committed.setdefault(tp.partition, tp.offset)  # not over one committed since (`_cover`)
@@ -1183,6 +1280,8 @@ class AckerService:
 
     def _drop(self, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}
+        for partition in gone:  # a later assignment reads back anew (a partition paused stays so until `_resume`)
+            self._to_recover.pop(partition, None)
         # Planned commits of these partitions are stale: a later owner (maybe this instance again) decides anew.
         self._commits = [
             (barrier, [tp for tp in offsets if tp.partition not in gone]) for barrier, offsets in self._commits

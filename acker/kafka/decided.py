@@ -24,6 +24,7 @@ class Decided:
     since: int
     until: int
     log: OutcomeLog  # the records read, as the new owner's own log: its commits must cover them too
+    unread: tuple[str, ...] = ()  # the outcome topics that could not be read (not at all, or not to their end)
 
 
 def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
@@ -53,10 +54,11 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
     decoded are passed over. So are records decided at or past the acker partition's end, taken once the outcomes
     are read (a previous owner still deciding during a handover decides only records before it): those are another
     acker topic's, whose outcomes share a topic (same spout name), and kept they would hold the new owner's log at
-    them for good. A topic that cannot be read is logged and passed over too: the trees found in the others are
-    still decided (only the trees of that topic may be decided again by the replay).
+    them for good. A topic that cannot be read is logged and passed over too, and named in ``unread``: the trees
+    found in the others are still decided (only the trees of that topic may be decided again by the replay).
     """
     kept: list[_Found] = []
+    unread: list[str] = []
     for topic, (partition, offset) in starts.items():
         try:
             low, end = _bounds(consumer, topic, partition)
@@ -73,6 +75,7 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
                     kept.append(_Found(topic, partition, record.offset() or 0, acker_offset, found))
         except (KafkaClientError, KafkaException) as error:  # what was read, here and in the others, still counts
             log.warning("%s[%d]: outcomes not (all) read back: %s", topic, partition, error)
+            unread.append(topic)
     _, acker_end = log_bounds(consumer, acker)
     kept = [k for k in kept if k.acker_offset < acker_end]
     outcome_log = OutcomeLog()
@@ -80,4 +83,4 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
         outcome_log.delivered(k.topic, k.partition, k.offset, k.acker_offset)
     found = np.concatenate([k.anchors for k in kept]) if kept else np.zeros(0, np.int64)
     offsets = [k.acker_offset for k in kept]
-    return Decided(found, min(offsets, default=-1), max(offsets, default=-1), outcome_log)
+    return Decided(found, min(offsets, default=-1), max(offsets, default=-1), outcome_log, tuple(unread))

@@ -15,17 +15,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions  # type: ignore[attr-defined]
 
+from acker import service as service_module
 from acker.columnar import BlockTracker, MessageBlock
 from acker.config import ServiceConfig
 from acker.core import TICK, Ack, Init, Message, ResetTimeout, Tracker, TrackerConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Fail, Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
-from acker.kafka.clients import TopicSpec, create_topics, partition_count
+from acker.kafka import clients as clients_module
+from acker.kafka import decided as decided_module
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
 from acker.kafka.decided import read_decided
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.replay import format_message, replay
@@ -310,6 +313,72 @@ def test_a_topic_first_written_after_the_last_commit_is_read_back_after_a_crash(
         first.close()  # never subscribed: closing commits nothing
     seen = _next_owner_outcomes(config, [SPOUT, "other"], ids)
     assert seen["T"] == ["ACK"] and seen["U"] == ["ACK"]  # read back, both: not published again
+
+
+def _decided_then_crashed(config: ServiceConfig, ids: IdGenerator) -> None:
+    """An owner decides T and publishes its ack (after a commit naming the outcome topic: `_cover`), then crashes."""
+    first = AckerService(config)
+    first._on_assign(first.consumer, [TopicPartition(config.acker_topic, 0)])
+    feed = Consumer(config.client(**{"group.id": f"feed-{config.group}", "enable.auto.commit": False}))
+    try:
+        feed.assign([TopicPartition(config.acker_topic, 0, 0)])
+        anchor, value = ids(), ids()
+        send(config, [Init(anchor, SPOUT, "T", value), Ack(anchor, value)])
+        records: list[KafkaMessage] = []
+        while not records:
+            records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
+        first._recover()
+        first._handle(records)
+        assert first.producer.flush(10) == 0
+        _wait_committed(config, first)
+    finally:
+        feed.close()
+        first.close()  # never subscribed: closing commits nothing
+
+
+def _failing_reads(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
+    """The first ``failures`` reads of outcome topics back fail (a leader moving, say); returns the topics read."""
+    reads: list[str] = []
+    real_read_to = clients_module.read_to
+
+    def failing(consumer: Consumer, start: TopicPartition, *args: Any, **kwargs: Any) -> Iterator[KafkaMessage]:
+        reads.append(start.topic)
+        if len(reads) <= failures:
+            raise KafkaClientError("read", KafkaError(KafkaError._TIMED_OUT))
+        return real_read_to(consumer, start, *args, **kwargs)
+
+    monkeypatch.setattr(decided_module, "read_to", failing)
+    return reads
+
+
+def test_a_read_back_that_fails_is_tried_again_before_the_partition_is_replayed(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next owner's first read of the outcome topic fails: it replayed the partition without it, and published
+    T's outcome again (a tree the committed offset cuts in two could be decided otherwise: a record done replayed).
+    The partition waits, paused, and its read-back is tried again."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    ids = IdGenerator(10)
+    _decided_then_crashed(config, ids)
+    reads = _failing_reads(monkeypatch, 1)
+    assert _next_owner_outcomes(config, [SPOUT], ids)["T"] == ["ACK"]  # read back at the second try
+    assert reads == [config.outcome_topic(SPOUT)] * 2
+
+
+def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `READ_BACK_PATIENCE_S` (none here) the partition is replayed without what could not be read, as it
+    was at once before: T is decided again, and the partition does not wait for good."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    ids = IdGenerator(11)
+    _decided_then_crashed(config, ids)
+    reads = _failing_reads(monkeypatch, 1_000)
+    monkeypatch.setattr(service_module, "READ_BACK_PATIENCE_S", 0.0)
+    assert _next_owner_outcomes(config, [SPOUT], ids)["T"] == ["ACK", "ACK"]
+    assert reads == [config.outcome_topic(SPOUT)] * 2  # the first try, and the last
 
 
 def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_read_back(config: ServiceConfig) -> None:
