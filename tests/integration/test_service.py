@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -287,53 +288,50 @@ def test_a_topic_first_written_after_the_last_commit_is_read_back_after_a_crash(
     config = replace(config, partitions=1)
     create_acker_topics(config, spouts=(SPOUT, "other"))
     ids = IdGenerator(8)
-    first = AckerService(config)
-    first._on_assign(first.consumer, [TopicPartition(config.acker_topic, 0)])
-    feed = Consumer(config.client(**{"group.id": f"feed-{config.group}", "enable.auto.commit": False}))
-
-    def handle(anchor: int, spout: str, msg_id: str) -> None:
-        value = ids()
-        send(config, [Init(anchor, spout, msg_id, value), Ack(anchor, value)])
-        records: list[KafkaMessage] = []
-        while not records:
-            records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
-        first._recover()
-        first._handle(records)
-        assert first.producer.flush(10) == 0
-
-    try:
-        feed.assign([TopicPartition(config.acker_topic, 0, 0)])
-        handle(ids(), SPOUT, "T")
+    with _fed_owner(config) as (first, feed):
+        _decide_one(config, first, feed, ids, spout=SPOUT, msg_id="T")
         first._plan_commit()
         first._commit_passed()
         _wait_committed(config, first)
-        handle(ids(), "other", "U")  # a topic the commit does not name; then a crash, before the next commit
-    finally:
-        feed.close()
-        first.close()  # never subscribed: closing commits nothing
+        _decide_one(config, first, feed, ids, spout="other", msg_id="U")  # a topic the commit does not name; a crash
     seen = _next_owner_outcomes(config, [SPOUT, "other"], ids)
     assert seen["T"] == ["ACK"] and seen["U"] == ["ACK"]  # read back, both: not published again
 
 
-def _decided_then_crashed(config: ServiceConfig, ids: IdGenerator) -> None:
-    """An owner decides T and publishes its ack (after a commit naming the outcome topic: `_cover`), then crashes."""
-    first = AckerService(config)
-    first._on_assign(first.consumer, [TopicPartition(config.acker_topic, 0)])
+@contextmanager
+def _fed_owner(config: ServiceConfig) -> Iterator[tuple[AckerService, Consumer]]:
+    """The owner of acker partition 0, not subscribed, and a consumer that reads the partition for it; closed after
+    (a crash: closing a service that never subscribed commits nothing)."""
+    owner = AckerService(config)
+    owner._on_assign(owner.consumer, [TopicPartition(config.acker_topic, 0)])
     feed = Consumer(config.client(**{"group.id": f"feed-{config.group}", "enable.auto.commit": False}))
     try:
         feed.assign([TopicPartition(config.acker_topic, 0, 0)])
-        anchor, value = ids(), ids()
-        send(config, [Init(anchor, SPOUT, "T", value), Ack(anchor, value)])
-        records: list[KafkaMessage] = []
-        while not records:
-            records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
-        first._recover()
-        first._handle(records)
-        assert first.producer.flush(10) == 0
-        _wait_committed(config, first)
+        yield owner, feed
     finally:
         feed.close()
-        first.close()  # never subscribed: closing commits nothing
+        owner.close()
+
+
+def _decide_one(
+    config: ServiceConfig, owner: AckerService, feed: Consumer, ids: IdGenerator, *, spout: str, msg_id: str
+) -> None:
+    """``owner``, fed by ``feed`` (not subscribed), decides a tree of an init and its ack and delivers its outcome."""
+    anchor, value = ids(), ids()
+    send(config, [Init(anchor, spout, msg_id, value), Ack(anchor, value)])
+    records: list[KafkaMessage] = []
+    while not records:
+        records = [r for r in feed.consume(10, timeout=1) if r.error() is None]
+    owner._recover()
+    owner._handle(records)
+    assert owner.producer.flush(10) == 0
+
+
+def _decided_then_crashed(config: ServiceConfig, ids: IdGenerator) -> None:
+    """An owner decides T and publishes its ack (after a commit naming the outcome topic: `_cover`), then crashes."""
+    with _fed_owner(config) as (first, feed):
+        _decide_one(config, first, feed, ids, spout=SPOUT, msg_id="T")
+        _wait_committed(config, first)
 
 
 def _failing_reads(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
