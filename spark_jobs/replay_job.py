@@ -226,8 +226,9 @@ class _Publisher:
             low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
             open_for = int(client.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
             for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
-                if record.key() == key:
-                    last = max(last, _progress(record.value() or b"-1"), key=lambda p: p[:2])
+                found = _progress(record.value() or b"-1") if record.key() == key else None
+                if found is not None and found[0] >= last[0]:  # a batch's latest record: a run after a crash may
+                    last = found  # record fewer nacks than the one before it did (rows deleted by retention)
         finally:
             consumer.close()
             written.close()

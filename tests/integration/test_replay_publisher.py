@@ -413,6 +413,19 @@ def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after
     assert [r.value() for r in read_all(client, settings.progress_topic)] == parts
 
 
+def test_a_restart_goes_on_after_its_batchs_latest_progress_record_not_the_one_of_most_nacks(bootstrap: str) -> None:
+    """A run after a crash records fewer nacks published than the run before it when rows were deleted meanwhile:
+    the record with the larger count, older, sent a third run back to nacks the second had published."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    producer = Producer(client)
+    for value in (b"4", b"5/6/sp/src/0/5", b"5/5/sp/src/0/9"):
+        produce(producer, settings.progress_topic, value, key=f"{settings.name}-id".encode())
+    assert producer.flush(30) == 0
+    restarted = _Publisher(settings, f"{settings.name}-id")
+    assert (restarted.last, restarted.last_done, restarted.last_key) == (5, 5, ("sp", "src/0/9"))
+
+
 def test_a_batch_run_again_with_fewer_rows_goes_on_after_the_last_nack_published_not_its_count(bootstrap: str) -> None:
     """A run of a batch after a crash may have fewer rows than the first: outcome records retention deleted meanwhile
     (the source skips them). The nacks after the last one published are published, not those after the first ``n``
