@@ -1152,7 +1152,7 @@ class AckerService:
                 waiting.since = now if waiting.since is None else waiting.since
                 waiting.tries += 1
                 delay_s = _READ_BACK_AGAIN.delay_ms(waiting.tries) / 1000
-                waiting.at = now + delay_s
+                waiting.at = time.monotonic() + delay_s  # after the attempt, which may have waited 30 s
                 log.warning("partition %d: %s: its records wait, read back again in %.0f s", partition, failure,
                             delay_s)  # fmt: skip
                 continue
@@ -1226,7 +1226,7 @@ class AckerService:
         self._paused.discard(partition)
         try:
             self.consumer.resume([TopicPartition(self.config.acker_topic, partition)])
-        except KafkaException as error:  # not assigned any more: a later assignment starts unpaused
+        except KafkaException as error:
             log.debug("partition %d not resumed: %s", partition, error)
 
     def _reading_consumer(self) -> Consumer:
@@ -1280,7 +1280,9 @@ class AckerService:
 
     def _drop(self, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}
-        for partition in gone:  # a later assignment reads back anew (a partition paused stays so until `_resume`)
+        # A later assignment reads back anew. ``_paused`` is kept: librdkafka keeps a partition paused across a revoke
+        # and a new assignment (cooperative), so the partition is resumed when that read-back is done.
+        for partition in gone:
             self._to_recover.pop(partition, None)
         # Planned commits of these partitions are stale: a later owner (maybe this instance again) decides anew.
         self._commits = [

@@ -1,0 +1,35 @@
+"""A partition waiting for its read-back (`AckerService._recover`), at its edge: no Kafka, a clock of the test's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acker import service as service_module
+from acker.service import AckerService, _ReadBack
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_read_back_that_failed_slowly_waits_its_delay_after_the_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delay was counted from before the attempt: one that failed after 30 s (the committed offsets' timeout,
+    a coordinator moving) was due again at once, and the loop spent the whole patience in back-to-back waits."""
+    clock = _Clock()
+    monkeypatch.setattr(service_module, "time", clock)
+    service: Any = AckerService.__new__(AckerService)  # the edge alone: no Kafka clients
+    service._to_recover, service._states, service._paused = {0: _ReadBack()}, {0: object()}, set()
+
+    def timed_out(_partitions: list[int]) -> None:
+        clock.now += 30.0
+
+    service._read_back_starts = timed_out
+    service._recover()
+    waiting = service._to_recover[0]
+    assert waiting.tries == 1 and waiting.at == clock.now + 1.0 and waiting.since == 1000.0
