@@ -175,7 +175,8 @@ class CoordinatedStage:
         transactional_id = f"{self.group}-{config.instance_id or uuid.uuid4().hex}"
         # The broker refuses a whole transaction for one record (or record batch) over a topic's max.message.bytes,
         # again at every restart on the same input: records are held to what every topic written takes.
-        self.max_record = self._max_record()
+        self.max_record = self._max_record(self.output, self.changelog)
+        self.max_dead_letter = self._max_record(self.dlq)  # a dead letter is cut to fit its own topic alone
         self.producer = Producer(config.producer(**{"transactional.id": transactional_id, "linger.ms": 5,
                                                   "transaction.timeout.ms": transaction_timeout_ms,
                                                   **fitted_batch_size(config.client(), self.output, self.changelog,
@@ -368,14 +369,14 @@ class CoordinatedStage:
 
     def _dead_letter(self, record: Message, own: HeaderList, reason: str) -> None:
         """Copy ``record`` (its ``own`` headers) to the step's dead-letter topic with ``reason``, whole, or cut to fit
-        (`max_record`): a copy the producer or the topic refused would abort the batch at every restart on it."""
+        (`max_dead_letter`): a copy the producer or the topic refused would abort the batch at every restart on it."""
         self.counters["dead_letters"] += 1
         log.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), reason)
         origin = f"{record.topic()}/{record.partition()}/{record.offset()}"
         said: HeaderList = [("acker.dlq.reason", reason.encode()), ("acker.dlq.origin", origin.encode())]
         value, key = record.value(), record.key()
-        if record_size(value, key, [*said, *own]) > self.max_record:  # its own headers dropped, value and key cut
-            room = self.max_record - record_size(None, None, said) - 2 * _CUT_HEADER_BYTES
+        if record_size(value, key, [*said, *own]) > self.max_dead_letter:  # its own headers dropped, value and key cut
+            room = self.max_dead_letter - record_size(None, None, said) - 2 * _CUT_HEADER_BYTES
             value, key, own = cut_copy(value, key, max(0, min(DLQ_KEPT_BYTES, room // 2)))
         produce(self.producer, self.dlq, value, key=key, headers=[*said, *own])
 
@@ -405,11 +406,12 @@ class CoordinatedStage:
             self._finish(partition, state)
             return json.dumps(state.to_json()).encode()
 
-    def _max_record(self) -> int:
-        """The largest record this step writes, key, value and headers: below the producer's ``message.max.bytes``
-        and the ``max.message.bytes`` of the topics it writes (those it cannot look up are taken as the producer's)."""
+    def _max_record(self, *topics: str) -> int:
+        """The largest record this step writes to ``topics``, key, value and headers: below the producer's
+        ``message.max.bytes`` and the topics' ``max.message.bytes`` (those it cannot look up are taken as the
+        producer's)."""
         limit = int(self.config.client().get("message.max.bytes", PRODUCER_MAX_BYTES))
-        smallest = smallest_max_bytes(self.config.client(), (self.output, self.changelog, self.dlq))
+        smallest = smallest_max_bytes(self.config.client(), topics)
         return max(1, min(limit, smallest[1] if smallest else limit) - RECORD_MARGIN)
 
     def _joining_count(self, tasks: int, next_tasks: int) -> str | None:

@@ -44,7 +44,7 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
     stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
     stage._touched, stage.producer = {}, _Producer()  # type: ignore[assignment]
-    stage.max_record = 1_000_000 - 1024
+    stage.max_record = stage.max_dead_letter = 1_000_000 - 1024
     stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
     return stage
 
@@ -290,14 +290,14 @@ def test_a_record_too_large_to_copy_whole_is_dead_lettered_cut_to_fit() -> None:
     """A record just below its topic's limit, with the reason headers added, was more than the dead-letter topic
     (or the producer) takes: the refusal aborted the batch at every restart on it."""
     stage = _last_step(_Answer(b"x"))
-    stage.max_record = 10_000
+    stage.max_dead_letter = 10_000
     big = Message(topic="c.step1", partition=0, offset=7, value=b"v" * 50_000, key=b"k" * 20_000,
                   headers=[("own", b"h" * 5_000)])  # fmt: skip
     small = Message(topic="c.step1", partition=0, offset=8, value=b"v" * 100, headers=[("own", b"h")])
     for record in (big, small):
         _handle(stage, record, int(time.time() * 1000))
     cut, whole = _out(stage, stage.dlq)
-    assert record_size(cut["value"], cut["key"], cut["headers"]) <= stage.max_record
+    assert record_size(cut["value"], cut["key"], cut["headers"]) <= stage.max_dead_letter
     said = dict(cut["headers"])
     assert (said[DLQ_TRUNCATED], said[DLQ_KEY_TRUNCATED]) == (b"50000", b"20000") and "own" not in said
     assert cut["value"] == b"v" * len(cut["value"]) and len(cut["value"]) > 1_000
