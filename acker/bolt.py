@@ -343,6 +343,10 @@ class Bolt:
                 self._raised_in(f"on_revoke of {where}", error)
         try:
             self._commit()
+        except Exception:
+            if bug is not None:  # the cause of the stop, the commit's failure its context
+                raise bug  # noqa: B904
+            raise
         finally:  # whatever was not committed is its next owner's: never committed from here later (`close`)
             for tp in partitions:
                 self._processed.pop((tp.topic, tp.partition), None)

@@ -144,6 +144,15 @@ def test_an_on_revoke_that_raises_is_counted_and_the_partitions_are_committed_al
     # Committed first, and forgotten: the bolt's close must not commit a partition another process owns now.
     assert len(stopped.consumer.committed) == 1 and stopped._processed == {}
 
+    def refused(_timeout_s: float) -> int:
+        raise KafkaClientError("flush", KafkaError(KafkaError._FATAL))
+
+    failing = _explicit(twice)
+    failing.flush = refused
+    with pytest.raises(ProtocolError) as raised:  # the cause of the stop, not the commit's failure after it
+        failing._on_revoke(None, [TopicPartition("in", 1)])
+    assert isinstance(raised.value.__context__, KafkaClientError) and failing._processed == {("in", 0): 5}
+
 
 class _Closing(_Committing):
     def __init__(self) -> None:
