@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.console import printable
@@ -37,6 +37,7 @@ from acker.kafka.clients import (
     read_to,
 )
 from acker.retries import (
+    ACKER_DLQ_REASON,
     ATTEMPT,
     DETAIL,
     LAST,
@@ -52,7 +53,7 @@ from acker.retries import (
 )
 from acker.wire import spout_name_valid
 
-ACKER_REASON, ACKER_DETAIL = "acker.dlq.reason", "acker.dlq.detail"  # written by acker.service
+ACKER_REASON, ACKER_DETAIL = ACKER_DLQ_REASON, "acker.dlq.detail"  # written by acker.service
 DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut: the whole value's length
 DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
 DLQ_KEPT_BYTES = 64 * 1024  # of a value and of a key, in a dead letter cut to fit its topic
@@ -91,13 +92,21 @@ class DeadLetter:
         return text(self.headers, name)
 
     @property
+    def acker_kind(self) -> bool:
+        """Dead-lettered by the acker service or a coordinated step (``acker.dlq.reason``), not by the replay job:
+        the record's own headers, which it keeps, may hold a replay copy's (the replay job's letters hold none)."""
+        return self.header(ACKER_REASON) is not None
+
+    @property
     def reason(self) -> str:
-        return self.header(REASON) or self.header(ACKER_REASON) or "?"
+        if self.acker_kind:
+            return self.header(ACKER_REASON) or "?"
+        return self.header(REASON) or "?"
 
     @property
     def origin(self) -> str:
         """The record it stands for: the replay origin, where a coordinated step read it, or where the acker read it."""
-        for name in (ORIGIN, "acker.dlq.origin"):
+        for name in ("acker.dlq.origin",) if self.acker_kind else (ORIGIN, "acker.dlq.origin"):
             if (origin := self.header(name)) is not None:
                 return origin
         parts = [self.header(f"acker.dlq.{n}") for n in ("topic", "partition", "offset")]
@@ -381,12 +390,14 @@ def in_flight(
     if not wanted:
         return found
     since = _read_from(letter for letter in letters if letter.coordinates in wanted)
-    # Where they go now, and their own spout's replay topic: a copy sent there before, without --spout.
+    # Where they go now, their own spout's replay topic (a copy sent there before, without --spout), and every other
+    # replay topic (one sent with --spout to another spout's).
     topics = {decision.topic for decision in decisions} | {
         config.replay_topic(spout)
         for letter in letters
         if letter.coordinates in wanted and (spout := letter.header(SPOUT)) and spout_name_valid(spout)
     }
+    topics |= _replay_topics(config)
     for topic in sorted(topics):
         for place, headers in _headers_since(config, topic, since):
             named = text(headers, REDRIVEN)
@@ -395,12 +406,37 @@ def in_flight(
     return found
 
 
+def _replay_topics(config: ServiceConfig) -> set[str]:
+    """The topics named with the replay prefix: the spouts' replay topics, besides the dead-letter topics that may
+    share the prefix (whose letters name re-driven letters too, but are no copies)."""
+    reader = _reader(config)
+    try:
+        topics = reader.list_topics(timeout=30).topics
+    except KafkaException as error:
+        raise DlqError(f"cannot list the replay topics: {error}") from None
+    finally:
+        reader.close()
+    return {t for t in topics if t.startswith(config.replay_prefix)} - {config.replay_dlq_topic, config.dlq_topic}
+
+
 def refuse_in_flight(
     config: ServiceConfig, topic: str, letters: Sequence[DeadLetter], decisions: Sequence[Decision]
 ) -> None:
     """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose re-driven copy
-    is still in their replay topic (`in_flight`)."""
-    ended = named_by(headers for _, headers in _headers_since(config, topic, _read_from(letters)))
+    is still in their replay topic (`in_flight`), or was dead-lettered again since: the later letter goes back in
+    their stead (`those_that_can_go_back` leaves them out too)."""
+    ended: dict[str, str | None] = {}
+    later: dict[str, str] = {}  # a letter re-driven → the place of the first later letter naming it
+    for place, headers in _headers_since(config, topic, _read_from(letters)):
+        if (named := text(headers, REDRIVEN)) is not None and named not in ended:
+            ended[named], later[named] = text(headers, ORIGIN), place
+    replaced = [f"{letter.coordinates} (dead-lettered again as {later[letter.coordinates]})" for letter in letters
+                if letter.coordinates in later and ended[letter.coordinates] == letter.origin]  # fmt: skip
+    if replaced:
+        raise DlqError(
+            f"re-driven already and dead-lettered again: {_listed(replaced)}; re-drive the later letter instead (both "
+            "re-driven, the record would be replayed twice): --again sends them once more"
+        )
     flying = in_flight(config, letters, decisions, ended)
     if flying:
         raise DlqError(
@@ -434,7 +470,7 @@ def those_that_can_go_back(
     redriven = named_by(letter.headers for letter, _ in possible)
     planned: list[tuple[DeadLetter, Decision]] = []
     for letter, decision in possible:
-        if letter.coordinates in redriven:
+        if letter.coordinates in redriven and redriven[letter.coordinates] == letter.origin:  # not a number reused
             refused["re-driven already, and dead-lettered again (the later dead letter is re-driven)"] += 1
         else:
             planned.append((letter, decision))

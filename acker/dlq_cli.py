@@ -14,7 +14,7 @@ from rich.table import Table
 import acker.dlq
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
-from acker.console import table_console
+from acker.console import printable, table_console
 from acker.dlq import (
     DeadLetter,
     DlqError,
@@ -90,10 +90,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_row(
             f"{letter.partition}/{letter.offset}",
             _when(letter.timestamp_ms),
-            str(s["reason"]),
-            str(s["origin"]),
+            printable(str(s["reason"])),  # a header's: anybody's bytes
+            printable(str(s["origin"])),
             "-" if s["attempts"] is None else str(s["attempts"]),
-            str(s["spout"] or "-"),
+            printable(str(s["spout"] or "-")),
             preview(str(s["detail"] or "").encode(), 40) or "-",
             str(s["key"] or "-"),
             str(s["value_bytes"]),
@@ -119,7 +119,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"== {letter.coordinates}  written {_when(letter.timestamp_ms)} UTC")
         for key, value in letter.headers:
             text = preview(value.encode() if isinstance(value, str) else value, 0 if args.full else 200)
-            print(f"   header {key}: {text}")
+            print(f"   header {printable(key)}: {text}")
         print(f"   key:   {preview(letter.key, 0 if args.full else 200)}")
         print(f"   value: {preview(letter.value, 0 if args.full else 200)}  ({len(letter.value or b'')} bytes)")
     return 0
@@ -152,7 +152,8 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     else:
         targets = [f"{topic}[{partition}]" for topic, partition in send(config, letters, decisions)]
     for letter, target in zip(letters, targets, strict=True):
-        print(f"{letter.coordinates} -> {target}  origin {letter.origin}, last reason {letter.reason}")
+        print(f"{letter.coordinates} -> {target}  origin {printable(letter.origin)}, last reason "
+              f"{printable(letter.reason)}")  # fmt: skip
     print(f"{len(letters)} record(s) {'would be ' if args.dry_run else ''}re-driven")
     return 0
 

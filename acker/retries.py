@@ -54,6 +54,9 @@ SOURCE_MISSING = "source-missing"
 TOO_LARGE = "too-large"
 NO_REPLAY_TOPIC = "no-replay-topic"
 UNREADABLE_HEADERS = "unreadable-headers"
+# On the acker's dead letters (`acker.service`, `acker.kafka.coordinated_stage`), never on the replay job's: they keep
+# the record's own headers, a replay copy's among them, and cannot be re-driven.
+ACKER_DLQ_REASON = "acker.dlq.reason"
 TRUNCATED = "acker.replay.truncated"  # on a too-large dead letter: the record's size (key, value, headers), in bytes
 # Dead letters without the record's whole data: they cannot be re-driven.
 NO_DATA = (SOURCE_MISSING, TOO_LARGE, UNREADABLE_HEADERS)
@@ -249,6 +252,9 @@ def redrive(
     spout = spout or text(headers, SPOUT)
     if origin is None:
         raise NotRedrivableError(f"{letter} has no {ORIGIN} header: it was not dead-lettered by the replay job")
+    if text(headers, ACKER_DLQ_REASON) is not None:  # its replay headers are the record's own, which it keeps
+        raise NotRedrivableError(f"{letter} is the acker's dead letter ({ACKER_DLQ_REASON}), not the replay job's: "
+                                 "the record it copies is at its place in the acker's input")  # fmt: skip
     if not spout:
         raise NotRedrivableError(f"{letter} does not say which spout read it ({SPOUT}): name one with --spout")
     reason = text(headers, REASON) or ""

@@ -91,7 +91,7 @@ def test_what_a_record_holds_is_shown_as_text_never_as_markup_or_terminal_codes(
     """A key ``[/oops]`` made `dlq list` fail with rich's MarkupError (a traceback, no table) for as long as the record
     was listed; escape sequences in a key, value or header were printed raw (clearing the screen, retitling the
     terminal)."""
-    tried = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/9"), ("h", b"\x1b[31mX")]
+    tried = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/9\x1b]0;pwned\x07"), ("h", b"\x1b[31mX"), ("n\x1b[2J", b"x")]
     policy = RetryPolicy(2, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic)
     letter = decide(policy, "sp", f"{letters.replay_prefix}sp/0/9", "FAILED", headers=tried, now_ms=0)
     producer = Producer(letters.client())
@@ -103,6 +103,9 @@ def test_what_a_record_holds_is_shown_as_text_never_as_markup_or_terminal_codes(
     assert _dlq(letters, "show", "0/2") == 0
     shown = capsys.readouterr().out
     assert "value: \\x1b[2Jclear" in shown and "header h: \\x1b[31mX" in shown and "\x1b" not in shown
+    assert "header n\\x1b[2J: x" in shown
+    assert _dlq(letters, "redrive", "2", "--dry-run") == 0
+    assert "origin src/0/9\\x1b]0;pwned\\x07" in (said := capsys.readouterr().out) and "\x1b" not in said
 
 
 def test_list_limit_shows_the_newest_across_partitions(
@@ -246,6 +249,69 @@ def test_a_letter_re_driven_to_its_spout_is_not_sent_again_to_another(
     assert read_partition(letters, letters.replay_topic("other"), 0) == []
 
 
+def test_a_letter_re_driven_to_another_spout_is_not_sent_again_to_its_own(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the topic a re-drive sends to and the letter's own spout's were looked at: a copy sent before with
+    --spout to another spout's went unseen, and the record was replayed by both."""
+    create_topics(letters.client(), [TopicSpec(letters.replay_topic("other"), 1)])
+    assert _dlq(letters, "redrive", "0", "--spout", "other") == 0
+    capsys.readouterr()
+    assert _dlq(letters, "redrive", "0") == 2
+    assert f"(copy at {letters.replay_topic('other')}/0/0)" in capsys.readouterr().err
+    assert _dlq(letters, "redrive", "--all") == 0
+    assert "1 record(s) skipped: re-driven already" in capsys.readouterr().out  # 0/1 went back
+    origins = [h[ORIGIN] for p in (0, 1) for h in _every_headers(letters, letters.replay_topic("sp"), p)]
+    assert origins == [b"src/0/3"]
+
+
+def _dead_lettered_again(letters: ServiceConfig) -> None:
+    """The copy of letter 0/0 re-driven failed every replay: dead-lettered again, as 0/2, which names 0/0."""
+    [copy] = _every_headers(letters, letters.replay_topic("sp"), 1)
+    policy = RetryPolicy(
+        max_attempts=0, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    again = decide(policy, "sp", f"{letters.replay_topic('sp')}/1/0", "FAILED", headers=list(copy.items()), now_ms=0)
+    producer = Producer(letters.client())
+    produce(producer, again.topic, b"value-0", headers=again.headers)
+    assert producer.flush(30) == 0
+
+
+def test_a_letter_dead_lettered_again_is_not_re_driven_by_name_beside_the_later_letter(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--all` left such a letter out, but named it went back: the later letter's copy and its own both replayed."""
+    assert _dlq(letters, "redrive", "0") == 0
+    _dead_lettered_again(letters)
+    capsys.readouterr()
+    assert _dlq(letters, "redrive", "0", "2") == 2  # both at once
+    assert f"{letters.replay_dlq_topic}/0/0 (dead-lettered again as {letters.replay_dlq_topic}/0/2)" in (
+        capsys.readouterr().err
+    )
+    assert _dlq(letters, "redrive", "2") == 0
+    assert _dlq(letters, "redrive", "0") == 2  # after it
+    origins = [h[ORIGIN] for p in (0, 1) for h in _every_headers(letters, letters.replay_topic("sp"), p)]
+    assert origins == [b"src/1/7", b"src/1/7"]  # the first re-drive's copy, and the later letter's
+
+
+def test_a_letter_at_a_place_an_older_letter_had_is_re_driven_by_all(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead-letter topic made again numbers its letters from 0 again: a later letter naming this place, of another
+    origin, stands for an older letter's copy, and left this one out of every `--all` for good."""
+    policy = RetryPolicy(
+        max_attempts=0, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    older = [(ATTEMPT, b"0"), (ORIGIN, b"src/9/9"), (SPOUT, b"sp"),
+             (REDRIVEN, f"{letters.replay_dlq_topic}/0/0".encode())]  # fmt: skip
+    again = decide(policy, "sp", f"{letters.replay_topic('sp')}/0/0", "FAILED", headers=older, now_ms=0)
+    producer = Producer(letters.client())
+    produce(producer, again.topic, b"older", headers=again.headers)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "--all") == 0
+    assert "3 record(s) re-driven" in capsys.readouterr().out
+
+
 def test_a_copy_of_another_letter_at_the_same_place_does_not_hold_a_letter_back(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -344,10 +410,13 @@ def test_a_letter_named_only_by_a_later_one_that_cannot_go_back_goes_back_itself
 def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     config: ServiceConfig, letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A dead letter of the acker service itself (an unreadable acker record) lists, but cannot be re-driven.
+    # A dead letter of the acker service itself (an unreadable acker record) lists, but cannot be re-driven: also
+    # one of a spout's replay copy written there by mistake, whose replay headers the letter keeps as its own (it
+    # was listed with their reason and origin, and re-driven).
     create_acker_topics(config)
     producer = Producer(config.client())
-    produce(producer, config.acker_topic, b"garbage", partition=0)
+    copy = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/1"), (REASON, b"FAILED"), (SPOUT, b"sp")]
+    produce(producer, config.acker_topic, b"garbage", partition=0, headers=copy)
     assert producer.flush(30) == 0
     service = ServiceThread(config)
     try:
@@ -358,10 +427,10 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     row = json.loads(capsys.readouterr().out.splitlines()[0])
     assert (row["reason"], row["origin"]) == ("bad-magic", f"{config.acker_topic}/0/0")
     assert _dlq(config, "redrive", "0/0", "--topic", config.dlq_topic) == 2  # named: refused
-    assert "no acker.replay.origin header" in capsys.readouterr().err
+    assert "is the acker's dead letter (acker.dlq.reason), not the replay job's" in capsys.readouterr().err
     assert _dlq(config, "redrive", "--all", "--topic", config.dlq_topic) == 0  # all: skipped, and said so
     out = capsys.readouterr().out
-    assert "1 record(s) skipped: has no acker.replay.origin header" in out and "0 record(s) re-driven" in out
+    assert "1 record(s) skipped: is the acker's dead letter" in out and "0 record(s) re-driven" in out
     assert _dlq(letters, "show", "0/99") == 2
     assert f"no record at {letters.replay_dlq_topic}/0/99" in capsys.readouterr().err
     assert _dlq(letters, "list", "--json", "--topic", "no-such-topic") == 0  # none yet, as on a fresh install
