@@ -83,6 +83,7 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     headers: HeaderList
+    headers_unreadable: bool = False  # a header name is not UTF-8: the client read none (`headers` is empty)
 
     @property
     def coordinates(self) -> str:
@@ -182,6 +183,7 @@ def parse_coordinates(text: str, topic: str | None = None) -> tuple[int, int]:
 
 
 def _letter(record: Message) -> DeadLetter:
+    headers = read_headers(record)  # None when they cannot be read (`acker.headers.read_headers`)
     return DeadLetter(
         record.topic() or "",
         record.partition() or 0,
@@ -189,7 +191,8 @@ def _letter(record: Message) -> DeadLetter:
         record.timestamp()[1],
         record.key(),
         record.value(),
-        read_headers(record) or [],  # none when they cannot be read (`acker.headers.read_headers`)
+        headers or [],
+        headers_unreadable=headers is None,
     )
 
 
@@ -302,7 +305,16 @@ def _listed(items: list[str], whole_up_to: int = 20) -> str:
 def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None) -> list[Decision]:
     """Where each letter would go (`acker.retries.redrive`); `NotRedrivableError` for a letter that cannot."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
-    return [redrive(policy, letter.coordinates, letter.headers, spout) for letter in letters]
+    return [_redrive(policy, letter, spout) for letter in letters]
+
+
+def _redrive(policy: RetryPolicy, letter: DeadLetter, spout: str | None) -> Decision:
+    """`acker.retries.redrive` of ``letter``; `NotRedrivableError` when its headers cannot be read (which say what it
+    is, where it comes from, and its attempts)."""
+    if letter.headers_unreadable:
+        raise NotRedrivableError(f"{letter.coordinates} has headers that cannot be read (a header name is not UTF-8): "
+                                 "where it comes from and its attempts are not known")  # fmt: skip
+    return redrive(policy, letter.coordinates, letter.headers, spout)
 
 
 def target_partitions(config: ServiceConfig, decisions: list[Decision]) -> dict[str, int]:
@@ -462,7 +474,7 @@ def those_that_can_go_back(
     refused = Counter[str]()
     for letter in letters:
         try:
-            possible.append((letter, redrive(policy, letter.coordinates, letter.headers, spout)))
+            possible.append((letter, _redrive(policy, letter, spout)))
         except NotRedrivableError as error:
             refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
     # Named only by a later letter that goes back itself: one that cannot (its copy dead-lettered as too large, say)

@@ -117,6 +117,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     config = load(args)
     for letter in _chosen(args, config):
         print(f"== {letter.coordinates}  written {_when(letter.timestamp_ms)} UTC")
+        if letter.headers_unreadable:
+            print("   headers: cannot be read (a header name is not UTF-8)")
         for key, value in letter.headers:
             text = preview(value.encode() if isinstance(value, str) else value, 0 if args.full else 200)
             print(f"   header {printable(key)}: {text}")

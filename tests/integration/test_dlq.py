@@ -15,7 +15,13 @@ from acker.config import ServiceConfig, to_argv
 from acker.core.ids import IdGenerator
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
 from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, too_large
-from tests.integration.helpers import ServiceThread, create_acker_topics, read_partition, send
+from tests.integration.helpers import (
+    ServiceThread,
+    create_acker_topics,
+    produce_with_header_name,
+    read_partition,
+    send,
+)
 from tests.integration.test_bad_input_and_operations import _dead_letters
 from tests.integration.test_service import _tree_messages
 
@@ -106,6 +112,21 @@ def test_what_a_record_holds_is_shown_as_text_never_as_markup_or_terminal_codes(
     assert "header n\\x1b[2J: x" in shown
     assert _dlq(letters, "redrive", "2", "--dry-run") == 0
     assert "origin src/0/9\\x1b]0;pwned\\x07" in (said := capsys.readouterr().out) and "\x1b" not in said
+
+
+def test_a_letter_whose_headers_cannot_be_read_says_so_and_is_not_re_driven(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A header name that is not UTF-8 (a C or Go producer's): `show` printed the letter without a header line and
+    without a word, and `redrive` refused it as "not dead-lettered by the replay job"."""
+    at = produce_with_header_name(letters.client(), letters.replay_dlq_topic, 0, name=b"\xff", value=b"v")
+    assert at == f"{letters.replay_dlq_topic}/0/2"
+    assert _dlq(letters, "show", "2") == 0
+    assert "headers: cannot be read (a header name is not UTF-8)" in capsys.readouterr().out
+    assert _dlq(letters, "redrive", "2") == 2
+    assert "has headers that cannot be read" in capsys.readouterr().err
+    assert _dlq(letters, "redrive", "--all", "--dry-run") == 0
+    assert "1 record(s) skipped: has headers that cannot be read" in capsys.readouterr().out
 
 
 def test_list_limit_shows_the_newest_across_partitions(
