@@ -50,7 +50,7 @@ from acker.core.ids import IdGenerator, partition_of
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError, UnreadableHeadersError
-from acker.headers import HeaderList, Headers, decimal, read_headers
+from acker.headers import HeaderList, Headers, decimal, first, read_headers
 from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
@@ -405,8 +405,8 @@ class Spout:
         # replay context, forwarded by that spout downstream to this one's source.
         if key[0] != self._replay_topic:
             return False
-        named = dict(headers)
-        origin = named.get(ORIGIN)
+        # The first of a header given twice, as `acker.retries` reads it (which counts the attempts by the same one).
+        origin = first(headers, ORIGIN)
         if isinstance(origin, bytes) and not origin.startswith(self._replay_of):
             # A replay of another source's record: another pipeline's spout has this one's name (`SpoutSettings`).
             # It is processed all the same (it cannot be told whose it is to hand back), and said once.
@@ -415,7 +415,7 @@ class Spout:
                 log.warning("%s/%d/%d replays %s, not a record of %s: does another pipeline's spout have this one's "
                             "name, %r? Each needs its own.", *key, record.offset(), origin.decode(errors="replace"),
                             self.settings.source_topic, self.settings.name)  # fmt: skip
-        not_before = decimal(named.get(NOT_BEFORE))
+        not_before = decimal(first(headers, NOT_BEFORE))
         if not_before is None or not_before <= now_ms:
             return False
         if not_before > now_ms + MAX_HOLD_MS:  # no backoff is this long: a corrupt header must not stop the partition
