@@ -36,7 +36,7 @@ def _tracker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--buckets", type=int, default=3, help="ticks after which a pending tree expires (>= 2)")
     parser.add_argument(
         "--high-water",
-        type=at_least(0),
+        type=at_least(0, below=2**63),
         default=None,
         help="pending trees at which new inits are nacked 'overload' (0: off)",
     )

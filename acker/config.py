@@ -150,6 +150,9 @@ class ServiceConfig:
             raise ConfigError(f"{', '.join(callables)}: confluent-kafka takes a Python function there, not a setting")
         if "bootstrap.servers" in self.kafka:  # `client` would put `bootstrap_servers` over it, silently
             raise ConfigError("give the bootstrap servers as bootstrap_servers, not as the librdkafka setting")
+        if "transactional.id" in self.kafka:  # every other producer would fail its first write ("Erroneous state")
+            raise ConfigError("transactional.id: the producers that write in transactions (the replay job, coordinated "
+                              "steps) set their own, one each; the others must not have one")  # fmt: skip
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be a port number (0 to 65535, 0 = off), got {self.metrics_port}")
         for name in ("timeout_s", "commit_interval_s", "status_interval_s"):

@@ -238,8 +238,10 @@ class Spout:
         # end, past records that are still there and would never be read.
         source = config.stream_consumer(
             {"partition.assignment.strategy": "cooperative-sticky"},
-            **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": "earliest"},
-        )
+            **{"group.id": settings.consumer_group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+               # The replay job writes the replay topic in transactions: an aborted one's copies are not replays.
+               "isolation.level": "read_committed"},
+        )  # fmt: skip
         self._incremental = config.incremental_assignment(source)
         self.consumer = Consumer(source)
         self._watermarks = Consumer(

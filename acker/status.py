@@ -22,6 +22,11 @@ from acker.kafka.clients import kafka_error, topic_partitions
 log = logging.getLogger("acker.status")
 
 
+# A look that changes nothing: a topic looked up must not be created (with the broker's defaults) by a pass-through
+# ``allow.auto.create.topics=true``, nor the group's offsets committed.
+_LOOKING = {"enable.auto.commit": False, "allow.auto.create.topics": False}
+
+
 def status_key(group: str, acker_topic: str, partition: int) -> bytes:
     """The key of a partition's status records. With the group in it, two groups publishing for one acker topic
     (each deciding its trees: a misconfiguration `acker status` points out) do not replace each other's statuses
@@ -31,7 +36,7 @@ def status_key(group: str, acker_topic: str, partition: int) -> bytes:
 
 def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
     """The newest status of every partition of the acker topic (empty when none was published)."""
-    consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", "enable.auto.commit": False}))
+    consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", **_LOOKING}))
     latest: dict[int, dict[str, Any]] = {}
     other_groups: set[str] = set()
     try:
@@ -102,7 +107,7 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
 def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int | None]] | None:
     """Per acker partition: (committed recovery offset, end offset), each None when there is none or Kafka cannot
     tell now; None when there is no acker topic."""
-    consumer = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
+    consumer = Consumer(config.client(**{"group.id": config.group, **_LOOKING}))
     try:
         parts = [
             TopicPartition(config.acker_topic, p) for p in topic_partitions(consumer, config.acker_topic, timeout_s)

@@ -140,6 +140,7 @@ def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
         ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "-1"],
         ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "nan"],
         ["spark", "replay", "--checkpoint", "/x", "--backoff-ms", "86400000"],  # a spout would not believe it
+        ["replay", "--engine", "columnar", "--high-water", str(2**64), "x.jsonl"],  # numba's TypingError before
     ],
 )
 def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

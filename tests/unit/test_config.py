@@ -88,6 +88,7 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--replication-factor", "99999999999"), {}, "replication_factor 1 to 10000"),
         (("--replication-factor", "20000"), {}, "replication_factor 1 to 10000"),
         (("--kafka", "error_cb=x"), {}, "error_cb: confluent-kafka takes a Python function"),
+        (("--kafka", "transactional.id=t"), {}, "transactional.id: the producers that write in transactions"),
     ],
 )
 def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:

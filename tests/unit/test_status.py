@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from acker import status as status_module
 from acker.cli import _re_read
+from acker.config import ServiceConfig
 from acker.status import _status, status_key
 
 
@@ -35,3 +43,26 @@ def test_the_statuses_of_two_groups_for_one_partition_have_keys_of_their_own() -
 
 def test_with_nothing_committed_a_new_owner_re_reads_all_a_partition_holds() -> None:
     assert [_re_read(None, 40), _re_read(None, 0), _re_read(30, 40), _re_read(None, None)] == ["all", "0", "10", "-"]
+
+
+def test_status_looks_topics_up_without_creating_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``allow.auto.create.topics=true`` passed through, a misspelt acker or status topic looked up by `acker
+    status` was created, with the broker's defaults (one partition, not compacted)."""
+    given: list[dict[str, Any]] = []
+
+    class _Consumer:
+        def __init__(self, settings: dict[str, Any]) -> None:
+            given.append(settings)
+
+        def list_topics(self, *_: Any, **__: Any) -> Any:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(status_module, "Consumer", _Consumer)
+    config = ServiceConfig(kafka={"allow.auto.create.topics": "true"})
+    for look in (status_module.read_status, status_module.group_lag):
+        with contextlib.suppress(KafkaException):
+            look(config, 0.1)
+    assert [settings["allow.auto.create.topics"] for settings in given] == [False, False]
