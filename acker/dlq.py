@@ -428,7 +428,8 @@ def _replay_topics(config: ServiceConfig) -> set[str]:
         raise DlqError(f"cannot list the replay topics: {error}") from None
     finally:
         reader.close()
-    return {t for t in topics if t.startswith(config.replay_prefix)} - {config.replay_dlq_topic, config.dlq_topic}
+    own = {config.replay_dlq_topic, config.dlq_topic, config.replay_topic("progress")}  # the replay job's progress
+    return {t for t in topics if t.startswith(config.replay_prefix)} - own
 
 
 def refuse_in_flight(

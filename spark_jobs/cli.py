@@ -98,7 +98,8 @@ def add_parser(sub: Any) -> None:
             default="earliest",
             help="where a new checkpoint starts reading outcomes [default: earliest]; latest skips those already "
             "written: the watermarks then wait at their offsets (and their nacks are not replayed) until the spouts "
-            "are started again and decide them again",
+            "are started again and decide them again; or JSON of offsets ({\"TOPIC\": {\"0\": 23, \"1\": -2}}, -2 "
+            "earliest, -1 latest) naming every partition of every topic read",
         )
         default_records = 100_000 if name == "commit" else 1_000
         job.add_argument(
@@ -146,8 +147,9 @@ def add_parser(sub: Any) -> None:
 def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, dict[str, str]]:
     """The settings, the outcome source and the spouts' groups, checked before Spark starts (a JVM, seconds): a
     mistake here is a one-line error, not a stack trace. The jobs' own topics are made if missing."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaException, Producer
 
+    from acker.config import without_consumer_settings
     from acker.kafka.clients import KafkaClientError, ensure_topics
     from acker.topics import check_spout_name, spark_job_topics
     from spark_jobs.commit_job import OutcomeSource
@@ -165,6 +167,8 @@ def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, di
     # Made before Spark starts: it refuses the settings Spark's Java Kafka client cannot be given.
     source = OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
     source.check_topics()
+    if args.spark_job == "replay":  # a setting its transactional producer refuses: here, not at its first micro-batch
+        Producer({**without_consumer_settings(config.client()), "transactional.id": "acker-check"})  # made, dropped
     own = spark_job_topics(config)
     try:
         ensure_topics(config.client(), own, timeout_s=10.0)  # a Kafka that does not answer: 10 s, not 3 x 30

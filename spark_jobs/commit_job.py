@@ -16,6 +16,7 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -96,12 +97,16 @@ class OutcomeSource:
         object.__setattr__(self, "_kafka_options", {f"kafka.{k}": v for k, v in java.items()})
 
     def check_topics(self) -> None:
-        """`ConfigError` naming a named outcome topic that does not exist: Spark's query would fail on it with pages
-        of Java traces that never name it. Anything else (Kafka not answering yet, a login only Spark's Java client
-        can make, e.g. Kerberos) is left for Spark to meet."""
+        """`ConfigError` naming a named outcome topic that does not exist, or starting offsets (JSON) that do not name
+        every partition of the topics read, or name others: Spark's query would fail on either with pages of Java
+        traces. Anything else (Kafka not answering yet, a login only Spark's Java client can make, e.g. Kerberos) is
+        left for Spark to meet."""
+        given = None if self.starting_offsets in ("earliest", "latest") else json.loads(self.starting_offsets)
+        if given is not None and self.topics and (others := sorted(set(given) - set(self.topics))):
+            raise ConfigError(f"--starting-offsets names {', '.join(others)}, which the job does not read")
         for topic in self.topics:
             try:
-                partition_count(self.client, topic)
+                count = partition_count(self.client, topic)
             except (KafkaClientError, KafkaException) as error:
                 if not isinstance(error, KafkaClientError) or error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     log.warning("could not check that outcome topic %s exists: %s", topic, error)
@@ -110,6 +115,12 @@ class OutcomeSource:
                     f"outcome topic {topic} does not exist: create it (acker topics create --spout S) or start its "
                     "spout first"
                 ) from None
+            unnamed = [p for p in range(count) if given is not None and str(p) not in given.get(topic, {})]
+            if unnamed:
+                raise ConfigError(
+                    f"--starting-offsets names no offset for {topic} partition(s) {', '.join(map(str, unnamed))}: "
+                    "Spark needs one for every partition of every topic read (-2: the earliest, -1: the latest)"
+                )
 
     def kafka_options(self) -> dict[str, str]:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""

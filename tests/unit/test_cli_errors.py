@@ -22,6 +22,7 @@ from acker.examples import wordcount_cli
 from acker.help_text import prose
 from acker.kafka import clients
 from acker.metrics import serve
+from spark_jobs import commit_job
 from spark_jobs.cli import starting_offsets
 
 
@@ -289,6 +290,33 @@ def test_spark_starting_offsets_are_checked_before_spark_starts(value: str, caps
             cli.main(["spark", "commit", "--checkpoint", "/x", "--starting-offsets", wrong])
         assert exit_.value.code == 2
         assert "earliest, latest, or JSON" in capsys.readouterr().err
+
+
+def test_spark_starting_offsets_must_name_every_partition_read_and_no_other_topic(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Spark's query stopped at its start with a Java assertion and the query's plan (80 lines, exit status 1)."""
+    monkeypatch.setattr(commit_job, "partition_count", lambda _client, _topic: 2)  # every outcome topic: 2
+    argv = ["spark", "commit", "--checkpoint", "/x", "--spout", "s", "--starting-offsets"]
+    for offsets, said in (
+        ('{"acker.outcomes.s": {"0": 5}}', "names no offset for acker.outcomes.s partition(s) 1: Spark needs one"),
+        ('{"acker.outcomes.s": {"0": 5, "1": -2}, "other": {"0": 0}}', "names other, which the job does not read"),
+    ):
+        assert cli.main([*argv, offsets]) == 2
+        assert said in capsys.readouterr().err
+    source = commit_job.OutcomeSource({"bootstrap.servers": "h:1"}, ("acker.outcomes.s",), starting_offsets=(
+        '{"acker.outcomes.s": {"0": 5, "1": -2}}'))  # fmt: skip
+    source.check_topics()  # every partition named
+
+
+def test_settings_the_replay_jobs_transactional_producer_refuses_are_refused_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job made its producer at its first micro-batch: Python's traceback twice and the query's plan (exit 1)."""
+    monkeypatch.setattr(commit_job, "partition_count", lambda _client, _topic: 1)
+    argv = ["spark", "replay", "--checkpoint", "/x", "--spout", "s", "--bootstrap-servers", "127.0.0.1:1"]
+    assert cli.main([*argv, "--kafka", "acks=1"]) == 2
+    assert "`acks` must be set to `all`" in capsys.readouterr().err
 
 
 def test_output_cut_short_by_its_reader_is_no_error_message(tmp_path: Path) -> None:
