@@ -314,6 +314,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             owner = f"- (released by {instance} {age:.0f}s ago)"
         else:
             owner = instance + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})")
+            if status.get("reading_back"):  # its records wait for it (`AckerService._recover`)
+                owner += ", reading back"
         table.add_row(
             str(partition),
             owner,

@@ -1058,6 +1058,8 @@ class AckerService:
                 "status_interval_s": self.config.status_interval_s,
                 "ignored_ticks": state.ignored_ticks,
                 **({"released": True} if released else {}),
+                # Its records wait (paused) until what the previous owners decided is read back (`_recover`).
+                **({"reading_back": True} if partition in self._to_recover and not released else {}),
             }
             self._produce(
                 self.config.status_topic,

@@ -364,6 +364,24 @@ def test_a_read_back_that_fails_is_tried_again_before_the_partition_is_replayed(
     assert reads == [config.outcome_topic(SPOUT)] * 2
 
 
+def test_a_partition_waiting_for_its_read_back_says_so_in_its_status(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its records wait, paused: without a word, its row in `acker status` read as an idle partition."""
+    config = replace(config, partitions=1, status_interval_s=0.5)
+    create_acker_topics(config)
+    _decided_then_crashed(config, IdGenerator(12))
+    _failing_reads(monkeypatch, 1_000)
+    service = ServiceThread(config)
+    try:
+        deadline = time.monotonic() + 30
+        while not read_status(config, 5.0).get(0, {}).get("reading_back"):
+            assert time.monotonic() < deadline, "no status said the partition is reading back"
+            time.sleep(0.5)
+    finally:
+        service.stop()
+
+
 def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(
     config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
