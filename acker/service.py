@@ -49,7 +49,7 @@ from acker.errors import AckerError
 from acker.headers import HeaderValue, read_headers
 from acker.headers import first as first_header
 from acker.kafka.acker_client import PARTITIONS_CHECK_S
-from acker.kafka.client_log import serve_log_lines
+from acker.kafka.client_log import RepeatFilter, serve_log_lines
 from acker.kafka.clients import (
     NO_ANSWER,
     READ_TO_SETTINGS,
@@ -88,6 +88,18 @@ from acker.wire import (
 FIRST_CONTACT_S = 30.0  # how long `AckerService.run` waits for Kafka's first answer before it gives up
 
 log = logging.getLogger("acker.service")
+# One line per reason every 30 s, with the number held back: a burst of foreign records (a producer pointed at the
+# acker topic) logged a line each, thousands a second. Each is counted (`acker_dead_letters_total`).
+_dead_letter_log = logging.getLogger("acker.service.dead_letters")
+
+
+def dead_letter_kind(record: logging.LogRecord) -> tuple[int, str]:
+    """A dead-lettering line's kind (`RepeatFilter`): its level and its reason, the fourth argument."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return record.levelno, str(args[3]) if len(args) > 3 else record.getMessage()
+
+
+_dead_letter_log.addFilter(RepeatFilter(kind=dead_letter_kind))
 
 # On outcome records: "<acker partition>/<first>-<last>", the offsets of the acker records that decided the first and
 # the last outcome of the record (the service applies many acker records at once).
@@ -841,7 +853,7 @@ class AckerService:
         if own is None:  # a header name that is not UTF-8: the letter goes without the record's headers, and says so
             detail, own = f"{detail}; its headers could not be read (a header name is not UTF-8)", []
         self._dead_letters[reason] += 1
-        log.warning(
+        _dead_letter_log.warning(
             "dead-lettering %s[%d]@%d: %s: %s", record.topic(), record.partition(), record.offset(), reason, detail
         )
         headers = [

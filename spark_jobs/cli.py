@@ -98,7 +98,7 @@ def add_parser(sub: Any) -> None:
             default="earliest",
             help="where a new checkpoint starts reading outcomes [default: earliest]; latest skips those already "
             "written: the watermarks then wait at their offsets (and their nacks are not replayed) until the spouts "
-            "are started again and decide them again; or JSON of offsets ({\"TOPIC\": {\"0\": 23, \"1\": -2}}, -2 "
+            'are started again and decide them again; or JSON of offsets ({"TOPIC": {"0": 23, "1": -2}}, -2 '
             "earliest, -1 latest) naming every partition of every topic read",
         )
         default_records = 100_000 if name == "commit" else 1_000

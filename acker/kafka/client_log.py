@@ -62,11 +62,14 @@ class RepeatFilter(logging.Filter):
         interval_s: float = REPEAT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         min_level: int = logging.WARNING,
+        kind: Callable[[logging.LogRecord], tuple[int, str]] | None = None,
     ) -> None:
+        """``kind``: what makes two lines one kind, instead of `_kind` (their level and text)."""
         super().__init__()
         self.interval_s = interval_s
         self.min_level = min_level
         self._clock = clock
+        self._kind_of = kind or self._kind
         self._kinds: dict[tuple[int, str], _Kind] = {}
         self._lock = threading.Lock()
 
@@ -88,7 +91,7 @@ class RepeatFilter(logging.Filter):
         return self._pass(record)
 
     def _pass(self, record: logging.LogRecord) -> bool:
-        kind = self._kind(record)
+        kind = self._kind_of(record)
         now = self._clock()
         with self._lock:
             seen = self._kinds.get(kind)

@@ -24,6 +24,28 @@ def _line(text: str, client: str = "rdkafka#consumer-1", level: int = logging.ER
 REFUSED = "[thrd:b:1/bootstrap]: b:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after {}ms)"
 
 
+def test_the_service_says_one_dead_letter_of_a_reason_per_interval_whatever_its_offset() -> None:
+    """A burst of foreign records on the acker topic logged a line each: 500 lines in 25 ms."""
+    now = [0.0]
+    kept = RepeatFilter(interval_s=30, clock=lambda: now[0], kind=service.dead_letter_kind)
+
+    def line(offset: int, reason: str) -> logging.LogRecord:
+        args = ("acker", 0, offset, reason, "detail")
+        return logging.LogRecord("acker.service.dead_letters", logging.WARNING, "", 0, "dead-lettering %s[%d]@%d: "
+                                 "%s: %s", args, None)  # fmt: skip
+
+    assert kept.filter(line(1, "bad-magic"))
+    assert not kept.filter(line(2, "bad-magic")) and not kept.filter(line(3, "bad-magic"))
+    assert kept.filter(line(4, "wrong-partition"))
+    now[0] = 31.0
+    shown = line(5, "bad-magic")
+    assert kept.filter(shown)
+    assert shown.getMessage() == (
+        "dead-lettering acker[0]@5: bad-magic: detail (2 more like this in the last 31 s, not shown)"
+    )
+    assert service._dead_letter_log.filters and isinstance(service._dead_letter_log.filters[0], RepeatFilter)
+
+
 def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:
     now = [0.0]
     kept = RepeatFilter(interval_s=30, clock=lambda: now[0])
