@@ -1,7 +1,8 @@
-"""Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine), and an
-environment without the shell's acker settings."""
+"""Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine), an
+environment without the shell's acker settings, and Ctrl-C that the commands the tests start can receive."""
 
 import os
+import signal
 
 from hypothesis import HealthCheck, settings
 
@@ -11,6 +12,12 @@ from hypothesis import HealthCheck, settings
 # tests' own (`ACKER_TEST_*`) and where the jars are cached (`ACKER_CACHE_DIR`).
 for _name in [n for n in os.environ if n.startswith("ACKER_") and not n.startswith(("ACKER_TEST_", "ACKER_CACHE_DIR"))]:
     del os.environ[_name]
+
+# A suite started in the background by a shell without job control (`cmd &` in a script) has SIGINT ignored, and
+# every process it starts inherits that: the tests that send Ctrl-C to a command (`acker demo`, `acker replay -`)
+# saw it carry on. Handled here, not ignored, the signal is the default again in those processes.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
