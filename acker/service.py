@@ -1235,6 +1235,7 @@ class AckerService:
         return kept
 
     def _resume(self, partition: int) -> None:
+        """Let ``partition``'s records come again, if `_held_back` paused it."""
         if partition not in self._paused:
             return
         self._paused.discard(partition)

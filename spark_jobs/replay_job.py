@@ -30,7 +30,7 @@ of it: Spark restores the batch's offsets and its deduplication state), each par
 part's ``<batch>``. A run of the batch after a crash publishes the nacks after that last one, whatever the size of its
 parts: by key, not by position, as the run may have fewer rows (outcome records retention deleted meanwhile, which the
 source skips: ``failOnDataLoss`` is false), and the first ``n`` of those would pass over nacks never published. (A
-progress record of the older ``<batch>/<n>`` form is gone on by position.)
+batch whose progress record has the older form, ``<batch>/<n>``, is resumed by position.)
 """
 
 from __future__ import annotations
