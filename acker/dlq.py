@@ -53,7 +53,7 @@ from acker.retries import (
 )
 from acker.wire import spout_name_valid
 
-ACKER_REASON, ACKER_DETAIL = ACKER_DLQ_REASON, "acker.dlq.detail"  # written by acker.service
+ACKER_DETAIL = "acker.dlq.detail"  # written by acker.service
 DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut: the whole value's length
 DLQ_KEY_TRUNCATED = "acker.dlq.key-truncated"  # the same for its key
 DLQ_KEPT_BYTES = 64 * 1024  # of a value and of a key, in a dead letter cut to fit its topic
@@ -96,12 +96,12 @@ class DeadLetter:
     def acker_kind(self) -> bool:
         """Dead-lettered by the acker service or a coordinated step (``acker.dlq.reason``), not by the replay job:
         the record's own headers, which it keeps, may hold a replay copy's (the replay job's letters hold none)."""
-        return self.header(ACKER_REASON) is not None
+        return self.header(ACKER_DLQ_REASON) is not None
 
     @property
     def reason(self) -> str:
         if self.acker_kind:
-            return self.header(ACKER_REASON) or "?"
+            return self.header(ACKER_DLQ_REASON) or "?"
         return self.header(REASON) or "?"
 
     @property

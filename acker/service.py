@@ -69,7 +69,7 @@ from acker.kafka.decided import read_decided
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, Starts, parse_metadata
 from acker.partition import PartitionState, encode_tick
-from acker.retries import Backoff
+from acker.retries import ACKER_DLQ_REASON, Backoff
 from acker.status import status_key
 from acker.topics import outcome_topic, service_topics
 from acker.wire import (
@@ -112,7 +112,7 @@ ACKER_TOPIC_RECHECK_S = 60.0  # how often a missing acker topic is looked for ag
 # hold the loop, and how long a failed lookup of a topic's partitions is not tried again (its records go by key).
 _LOOKUP_TIMEOUT_S = 5.0
 _LOOKUP_BACKOFF_S = 30.0
-DLQ_REASON = "acker.dlq.reason"
+DLQ_REASON = ACKER_DLQ_REASON
 DLQ_DETAIL = "acker.dlq.detail"
 DLQ_TOPIC = "acker.dlq.topic"
 DLQ_PARTITION = "acker.dlq.partition"

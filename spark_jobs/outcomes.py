@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from acker import fail_reasons
-from acker.retries import DEAD_LETTERED, OVERLOAD, REPLAYED
+from acker.retries import ACKER_DLQ_REASON, DEAD_LETTERED, OVERLOAD, REPLAYED
 from acker.wire import MAGIC, OUTCOMES, VERSION
 
 OUTCOME_SCHEMA = files("acker.schemas").joinpath("outcome_batch.avsc").read_text("utf-8")
@@ -142,7 +142,7 @@ def malformed(raw: DataFrame) -> DataFrame:
         "key",
         "value",
         F.array(
-            header("acker.dlq.reason", F.when(F.col("value").isNull(), F.lit("empty")).otherwise(reason)),
+            header(ACKER_DLQ_REASON, F.when(F.col("value").isNull(), F.lit("empty")).otherwise(reason)),
             header("acker.dlq.topic", F.col("topic")),
             header("acker.dlq.partition", F.col("partition").cast("string")),
             header("acker.dlq.offset", F.col("offset").cast("string")),

@@ -54,6 +54,7 @@ from acker.kafka.clients import (
     smallest_max_bytes,
     topic_partitions,
 )
+from acker.retries import ACKER_DLQ_REASON
 
 log = logging.getLogger("acker.coordinated")
 
@@ -373,7 +374,7 @@ class CoordinatedStage:
         self.counters["dead_letters"] += 1
         log.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), reason)
         origin = f"{record.topic()}/{record.partition()}/{record.offset()}"
-        said: HeaderList = [("acker.dlq.reason", reason.encode()), ("acker.dlq.origin", origin.encode())]
+        said: HeaderList = [(ACKER_DLQ_REASON, reason.encode()), ("acker.dlq.origin", origin.encode())]
         value, key = record.value(), record.key()
         if record_size(value, key, [*said, *own]) > self.max_dead_letter:  # its own headers dropped, value and key cut
             room = self.max_dead_letter - record_size(None, None, said) - 2 * _CUT_HEADER_BYTES
