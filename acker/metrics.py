@@ -52,7 +52,7 @@ class Snapshot:
     counters: Counters
     pending: dict[int, int]
     lag: dict[int, int]
-    dead_letters: dict[str, int]
+    dead_letters: dict[str, int]  # every reason the service can give, 0 until its first
     ignored_ticks: int
     latency: LatencyHistogram
 

@@ -49,7 +49,7 @@ from acker.errors import AckerError
 from acker.headers import HeaderValue, read_headers
 from acker.headers import first as first_header
 from acker.kafka.acker_client import PARTITIONS_CHECK_S
-from acker.kafka.client_log import RepeatFilter, serve_log_lines
+from acker.kafka.client_log import RepeatFilter, reason_kind, serve_log_lines
 from acker.kafka.clients import (
     NO_ANSWER,
     READ_TO_SETTINGS,
@@ -75,6 +75,7 @@ from acker.topics import outcome_topic, service_topics
 from acker.wire import (
     OUTCOME_RECORD_MAX_BYTES,
     OUTCOMES_PER_RECORD,
+    WIRE_REASONS,
     WireError,
     check_block,
     decode_outcomes,
@@ -91,15 +92,7 @@ log = logging.getLogger("acker.service")
 # One line per reason every 30 s, with the number held back: a burst of foreign records (a producer pointed at the
 # acker topic) logged a line each, thousands a second. Each is counted (`acker_dead_letters_total`).
 _dead_letter_log = logging.getLogger("acker.service.dead_letters")
-
-
-def dead_letter_kind(record: logging.LogRecord) -> tuple[int, str]:
-    """A dead-lettering line's kind (`RepeatFilter`): its level and its reason, the fourth argument."""
-    args = record.args if isinstance(record.args, tuple) else ()
-    return record.levelno, str(args[3]) if len(args) > 3 else record.getMessage()
-
-
-_dead_letter_log.addFilter(RepeatFilter(kind=dead_letter_kind))
+_dead_letter_log.addFilter(RepeatFilter(kind=reason_kind))
 
 # On outcome records: "<acker partition>/<first>-<last>", the offsets of the acker records that decided the first and
 # the last outcome of the record (the service applies many acker records at once).
@@ -120,6 +113,7 @@ DLQ_OFFSET = "acker.dlq.offset"
 DLQ_TIMESTAMP = "acker.dlq.timestamp"
 _FALLBACK_FLUSH_S = 30.0  # how long a dead letter sent alone may wait for what was produced before it, and for itself
 _OUTCOME_REFUSED = "outcome-refused"  # dead-letter reason of an outcome record its topic will not take
+DEAD_LETTER_REASONS = (*WIRE_REASONS, _OUTCOME_REFUSED)  # every reason the service dead-letters a record for
 # After a failed creation an outcome topic is looked up (and created) again: 30 s later, doubling up to 10 min.
 _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
 # A partition just assigned whose outcomes could not be read back waits, tried again after these delays, this long at
@@ -1327,7 +1321,8 @@ class AckerService:
             counters=Counters(*totals.tolist()),
             pending={p: s.tracker.pending for p, s in states},
             lag={p: lag for p, s in states if (lag := self._lag(p, s)) is not None},
-            dead_letters=dict(self._dead_letters),
+            # Every reason, 0 until its first: a series that begins at 1 shows no increase to an alert.
+            dead_letters={**dict.fromkeys(DEAD_LETTER_REASONS, 0), **self._dead_letters},
             ignored_ticks=retired_ticks + sum(s.ignored_ticks for _, s in states),
             latency=self.latency,
         )

@@ -55,10 +55,29 @@ ACKER_BATCH_SCHEMA = _load("acker_batch.avsc")
 OUTCOME_BATCH_SCHEMA = _load("outcome_batch.avsc")
 
 
+# Every reason a `WireError` gives: each is a dead-letter reason of the service, exported at 0 from its start
+# (`acker_dead_letters_total`), so that an alert on its increase sees the first one.
+WIRE_REASONS = (
+    "bad-avro",
+    "bad-column",
+    "bad-magic",
+    "bad-spout",
+    "inconsistent-columns",
+    "undecodable",
+    "unknown-message-type",
+    "unknown-version",
+    "wrong-partition",
+    "wrong-record-kind",
+    "zero-id",
+)
+
+
 class WireError(AckerError):
-    """A record that is not a valid acker or outcome record; ``reason`` is a short machine-readable word."""
+    """A record that is not a valid acker or outcome record; ``reason`` is a short machine-readable word, one of
+    `WIRE_REASONS`."""
 
     def __init__(self, reason: str, detail: str) -> None:
+        assert reason in WIRE_REASONS, reason
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

@@ -109,6 +109,19 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+def reason_kind(record: logging.LogRecord) -> tuple[int, str]:
+    """A dead-lettering line's kind (``kind`` of `RepeatFilter`): its level and its reason, the fourth argument of
+    ``"dead-lettering %s[%s]@%s: %s: %s"`` (topic, partition, offset, reason, detail): one line per reason."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return record.levelno, str(args[3]) if len(args) > 3 else record.getMessage()
+
+
+def template_kind(record: logging.LogRecord) -> tuple[int, str]:
+    """A line's kind (``kind`` of `RepeatFilter`): its level and its format, whatever its arguments (a request's id,
+    a record's offset)."""
+    return record.levelno, str(record.msg)
+
+
 def serve_log_lines(client: Any) -> None:
     """Hand over the log lines ``client`` has queued (an `AdminClient`, a `Producer`, or a `Consumer` that is not
     assigned anything: polling one that is would take a record from its owner)."""

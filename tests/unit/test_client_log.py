@@ -13,7 +13,7 @@ from confluent_kafka import Consumer
 
 from acker import service
 from acker.config import ServiceConfig
-from acker.kafka.client_log import LOGGER_NAME, RepeatFilter
+from acker.kafka.client_log import LOGGER_NAME, RepeatFilter, reason_kind
 
 
 def _line(text: str, client: str = "rdkafka#consumer-1", level: int = logging.ERROR) -> logging.LogRecord:
@@ -27,7 +27,7 @@ REFUSED = "[thrd:b:1/bootstrap]: b:1/bootstrap: Connect to ipv4#127.0.0.1:1 fail
 def test_the_service_says_one_dead_letter_of_a_reason_per_interval_whatever_its_offset() -> None:
     """A burst of foreign records on the acker topic logged a line each: 500 lines in 25 ms."""
     now = [0.0]
-    kept = RepeatFilter(interval_s=30, clock=lambda: now[0], kind=service.dead_letter_kind)
+    kept = RepeatFilter(interval_s=30, clock=lambda: now[0], kind=reason_kind)
 
     def line(offset: int, reason: str) -> logging.LogRecord:
         args = ("acker", 0, offset, reason, "detail")

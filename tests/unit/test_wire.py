@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import io
 
 import fastavro
@@ -10,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from acker import wire
 from acker.columnar import BlockTracker, MessageBlock
 from acker.columnar.block import Kind
 from acker.core import Ack, Anchor, Init, Message
@@ -18,6 +21,7 @@ from acker.wire import (
     _PREFIX_OUTCOMES,
     ACKER_BATCH_SCHEMA,
     OUTCOME_BATCH_SCHEMA,
+    WIRE_REASONS,
     WireError,
     _write,
     check_block,
@@ -264,3 +268,15 @@ def test_a_huge_length_in_an_outcome_record_is_a_wire_error_not_a_read_past_the_
             decode_outcome_anchors(_PREFIX_OUTCOMES + b"\x00\x00\x00" + _zigzag(size) + rest)
         with pytest.raises(WireError):  # the count -2⁶³
             decode_outcome_anchors(_PREFIX_OUTCOMES + b"\x00\x00\x00" + _zigzag(-(1 << 63)) + rest)
+
+
+def test_every_reason_the_reader_gives_is_one_of_the_wire_reasons() -> None:
+    """The service exports each of `WIRE_REASONS` at 0 from its start (an alert on an increase sees the first dead
+    letter): a reason given and not listed would begin at 1, unseen."""
+    source = ast.parse(inspect.getsource(wire))
+    calls = [node for node in ast.walk(source) if isinstance(node, ast.Call) and ast.unparse(node.func) == "WireError"]
+    reasons = [call.args[0] for call in calls]
+    assert all(isinstance(reason, ast.Constant) for reason in reasons)
+    assert {reason.value for reason in reasons if isinstance(reason, ast.Constant)} == set(WIRE_REASONS)
+    with pytest.raises(AssertionError):
+        WireError("not-a-reason", "")
