@@ -34,8 +34,10 @@ class DrpcClient:
         self.chain = chain
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
-        self.consumer = Consumer(config.stream_consumer(**{"group.id": f"{chain.name}.client-{uuid.uuid4().hex[:8]}",
-                                                  "enable.auto.commit": False}))  # fmt: skip
+        group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"
+        # Told when it has read a partition to its end (`_read_to_ends`).
+        self.consumer = Consumer(config.stream_consumer(**{"group.id": group, "enable.auto.commit": False,
+                                                  "enable.partition.eof": True}))  # fmt: skip
         results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
         # From the ends as they are now: an answer to a request sent after this cannot be missed.
         ends = end_offsets(self.consumer, results)
@@ -44,6 +46,7 @@ class DrpcClient:
         )
         self._answers: dict[str, tuple[str, bytes | None]] = {}
         self._deadlines: dict[str, float] = {}
+        self._at_end: set[int] = set()  # results partitions read to their end, nothing read of them since
 
     def send(self, args: bytes, timeout_s: float = 30.0) -> str:
         """Send a request; return its id (see `wait`). `DrpcError` when it could not be written: the chain would
@@ -85,21 +88,45 @@ class DrpcClient:
                             "or past its deadline")  # fmt: skip
         while request not in self._answers:
             if time.monotonic() > deadline:
+                self._read_to_ends(request)
+                if request in self._answers:
+                    break
                 del self._deadlines[request]
                 raise DrpcError(f"request {request} got no answer before its deadline (is every step of chain "
                                 f"{self.chain.name} running? its first reads {self.chain.topic(0)})")  # fmt: skip
-            for record in consume_available(self.consumer, 500, 0.1):
-                if record.error() is None:
-                    headers = read_headers(record)
-                    answered = text(headers, REQUEST)
-                    # Only answers to this client's requests still waited for: the results topic is shared.
-                    if answered in self._deadlines and answered not in self._answers:
-                        self._answers[answered] = (text(headers, STATUS) or "failed", record.value())
+            self._read_answers(0.1)
         status, value = self._answers.pop(request)
         del self._deadlines[request]
         if status != "ok":
             raise DrpcError(f"request {request} failed in the chain")
         return value
+
+    def _read_answers(self, timeout_s: float) -> None:
+        """Read what the results topic has (or wait ``timeout_s`` for it) and keep the answers waited for."""
+        for record in consume_available(self.consumer, 500, timeout_s):
+            error = record.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self._at_end.add(record.partition() or 0)
+                continue
+            self._at_end.discard(record.partition() or 0)
+            headers = read_headers(record)
+            answered = text(headers, REQUEST)
+            # Only answers to this client's requests still waited for: the results topic is shared.
+            if answered in self._deadlines and answered not in self._answers:
+                self._answers[answered] = (text(headers, STATUS) or "failed", record.value())
+
+    def _read_to_ends(self, request: str) -> None:
+        """Read the results topic to its ends, until ``request`` is answered (`GRACE_S` at most): an answer written in
+        time may not have been read yet (a wait begun after the deadline, a client behind on a busy results topic),
+        and a request answered is not reported as unanswered. Ends as the consumer is told of them (partition EOF
+        events): an end offset, looked up, is not a position the consumer reaches when a transaction's marker is last.
+        What is already fetched is read first, which may not have been told yet."""
+        partitions = {tp.partition for tp in self.consumer.assignment()}
+        give_up = time.monotonic() + GRACE_S
+        self._read_answers(0)
+        while request not in self._answers and not partitions <= self._at_end and time.monotonic() < give_up:
+            self._read_answers(0.1)
 
     def call(self, args: bytes, timeout_s: float = 30.0) -> bytes | None:
         """Send a request and wait for its answer."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
+from acker.console import printable
 from acker.drpc import DrpcClient, DrpcError
 from acker.help_text import prose
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
@@ -207,17 +208,17 @@ def add_parser(sub: Any) -> None:
     step.set_defaults(run=_cmd_step)
 
 
-def ask(config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: float) -> dict[str, str]:
-    """`acker drpc call`: send every value at once, return each answer (or the error)."""
+def ask(config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: float) -> dict[str, bytes | DrpcError]:
+    """`acker drpc call`: send every value at once, return each answer (bytes, as the chain gave it) or its error."""
     client = DrpcClient(config, chain)
     try:
         sent = {value: client.send(value.encode(), timeout_s) for value in values}
-        out = {}
+        out: dict[str, bytes | DrpcError] = {}
         for value, request in sent.items():
             try:
-                out[value] = (client.wait(request) or b"").decode()
+                out[value] = client.wait(request) or b""
             except DrpcError as error:
-                out[value] = f"error: {error}"
+                out[value] = error
         return out
     finally:
         client.close()
@@ -226,8 +227,11 @@ def ask(config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: f
 def _cmd_drpc(args: argparse.Namespace) -> int:
     answers = ask(load(args), Chain(args.chain_name, args.steps), args.values, args.deadline_s)
     for value, answer in answers.items():
-        print(f"{value}\t{answer}")
-    return 1 if any(a.startswith("error:") for a in answers.values()) else 0
+        # Any chain's answers: bytes, not always text, shown with what is not (and what a terminal would act on)
+        # escaped.
+        said = f"error: {answer}" if isinstance(answer, DrpcError) else answer.decode(errors="backslashreplace")
+        print(f"{printable(value)}\t{printable(said)}")
+    return 1 if any(isinstance(a, DrpcError) for a in answers.values()) else 0
 
 
 def add_drpc_parser(sub: Any) -> None:

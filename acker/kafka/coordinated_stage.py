@@ -2,7 +2,7 @@
 
 A chain named N has steps 0..k−1; step i reads ``N.step<i>`` (its tasks are that topic's partitions), and the last
 step, which joins the partial results, reads a one-partition topic and writes one answer per request to
-``N.results``. Records:
+``N.results`` (to its partition 0, should partitions be added to it). Records:
 
 - data: any value and key, headers ``acker.request`` (the request id) and ``acker.request.deadline`` (epoch ms);
 - report: an empty record with those headers and ``acker.request.report`` = JSON
@@ -41,6 +41,7 @@ from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
+from acker.kafka.client_log import RepeatFilter, reason_kind, template_kind
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     TopicSpec,
@@ -57,6 +58,13 @@ from acker.kafka.clients import (
 from acker.retries import ACKER_DLQ_REASON
 
 log = logging.getLogger("acker.coordinated")
+# Lines said per record or per request, one of a kind every 30 s with the number held back (`RepeatFilter`): a
+# producer pointed at a step's topic logged a line per record it dead-lettered, and a step failing every request a
+# line per request. Dead letters are one kind per reason, the others one per line (whatever the request).
+_dead_letter_log = logging.getLogger("acker.coordinated.dead_letters")
+_dead_letter_log.addFilter(RepeatFilter(kind=reason_kind))
+_request_log = logging.getLogger("acker.coordinated.requests")
+_request_log.addFilter(RepeatFilter(kind=template_kind, min_level=logging.INFO))
 
 REQUEST = "acker.request"
 DEADLINE = "acker.request.deadline"
@@ -196,6 +204,7 @@ class CoordinatedStage:
         finally:
             self.consumer.close()
             self.producer.flush(10)
+            log.info("step %d stopped: %s", self.index, ", ".join(f"{n} {name}" for name, n in self.counters.items()))
 
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline.
@@ -232,7 +241,8 @@ class CoordinatedStage:
             for partition, task in self.tasks.items():
                 late, forgotten = task.expired(now_ms)
                 for state in late:
-                    log.warning("request %s is past its deadline at task %d: failing it", state.request, partition)
+                    _request_log.warning("request %s is past its deadline at task %d: failing it", state.request,
+                                         partition)  # fmt: skip
                     self._finish(partition, state)
                 for request in forgotten:
                     self._touched[(partition, request)] = None
@@ -272,15 +282,15 @@ class CoordinatedStage:
         if task is None:  # revoked while in flight
             return
         if headers is None:
-            self._dead_letter(record, [], "its headers cannot be read (a header name is not UTF-8)")
+            self._dead_letter(record, [], "unreadable headers", "a header name is not UTF-8")
             return
         request, deadline, report = text(headers, REQUEST), decimal(text(headers, DEADLINE)), text(headers, REPORT)
         if request is None or deadline is None:
-            self._dead_letter(record, headers, f"no {REQUEST} and {DEADLINE} headers: not a message of a request")
+            self._dead_letter(record, headers, "not a message of a request", f"no {REQUEST} and {DEADLINE} headers")
             return
         if len(request.encode()) > REQUEST_ID_MAX:
-            reason = f"a {REQUEST} of {len(request.encode())} bytes: {REQUEST_ID_MAX} at most"
-            self._dead_letter(record, headers, reason)
+            detail = f"{len(request.encode())} bytes, {REQUEST_ID_MAX} at most"
+            self._dead_letter(record, headers, f"{REQUEST} too long", detail)
             return
         fields: dict[str, Any] | None = None
         if report is not None:
@@ -295,11 +305,13 @@ class CoordinatedStage:
                 if count < 0 or reporters < 0 or sender < 0:
                     raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
             except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
-                self._dead_letter(record, headers, f"unreadable report: {error}")
+                self._dead_letter(record, headers, "unreadable report", str(error))
                 return
         state = task.request(request, deadline, now_ms, failure=fields is not None and failed)
         if state is None:  # of a request finished here already, or past its deadline: nothing to do
             self.counters["late"] += 1
+            _request_log.info("request %s at task %d is finished here already, or past its deadline: dropped "
+                              "(counted late)", request, partition)  # fmt: skip
             return
         if fields is not None:
             if not task.reported(state, count, reporters, failed=failed, sender=sender):
@@ -310,7 +322,7 @@ class CoordinatedStage:
             try:
                 self.step.execute(self._request(partition, state), record.value(), record.key(), self._emit(state))
             except Exception as error:
-                log.warning("request %s failed at task %d: %r", request, partition, error)
+                _request_log.warning("request %s failed at task %d: %r", request, partition, error)
                 ok = False
             task.processed(state, ok=ok)
             self.counters["processed"] += 1
@@ -324,14 +336,17 @@ class CoordinatedStage:
             try:
                 self.step.finished(self._request(partition, state), self._emit(state))
             except Exception as error:
-                log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
+                _request_log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
                 state.failed = True
         headers = _request_headers(state)
         value = None if state.failed else state.answer  # before `reports`, which leaves a marker without it
         reports = self.tasks[partition].reports(state)
         if self.last:  # the answer, once: ok with the step's result, or failed
             status = (STATUS, b"failed" if state.failed else b"ok")
-            produce(self.producer, self.output, value, key=state.request.encode(), headers=[*headers, status])
+            # On partition 0, whatever the topic's count: a client assigns the partitions there are when it starts,
+            # and answers spread by key over partitions added since were never read (every call timed out).
+            produce(self.producer, self.output, value, key=state.request.encode(), partition=0,
+                    headers=[*headers, status])  # fmt: skip
         else:
             for report in reports:
                 body = {"from": partition, "count": report.count, "reporters": report.reporters,
@@ -368,13 +383,15 @@ class CoordinatedStage:
 
         return emit
 
-    def _dead_letter(self, record: Message, own: HeaderList, reason: str) -> None:
-        """Copy ``record`` (its ``own`` headers) to the step's dead-letter topic with ``reason``, whole, or cut to fit
-        (`max_dead_letter`): a copy the producer or the topic refused would abort the batch at every restart on it."""
+    def _dead_letter(self, record: Message, own: HeaderList, reason: str, detail: str) -> None:
+        """Copy ``record`` (its ``own`` headers) to the step's dead-letter topic with ``reason: detail``, whole, or
+        cut to fit (`max_dead_letter`): a copy the producer or the topic refused would abort the batch at every
+        restart on it."""
         self.counters["dead_letters"] += 1
-        log.warning("dead-lettering %s[%s]@%s: %s", record.topic(), record.partition(), record.offset(), reason)
+        _dead_letter_log.warning("dead-lettering %s[%s]@%s: %s: %s", record.topic(), record.partition(),
+                                 record.offset(), reason, detail)  # fmt: skip
         origin = f"{record.topic()}/{record.partition()}/{record.offset()}"
-        said: HeaderList = [(ACKER_DLQ_REASON, reason.encode()), ("acker.dlq.origin", origin.encode())]
+        said: HeaderList = [(ACKER_DLQ_REASON, f"{reason}: {detail}".encode()), ("acker.dlq.origin", origin.encode())]
         value, key = record.value(), record.key()
         if record_size(value, key, [*said, *own]) > self.max_dead_letter:  # its own headers dropped, value and key cut
             room = self.max_dead_letter - record_size(None, None, said) - 2 * _CUT_HEADER_BYTES
@@ -402,7 +419,7 @@ class CoordinatedStage:
         except (TypeError, ValueError) as error:
             if state.done:  # a done marker holds nothing of the step's
                 raise
-            log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
+            _request_log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
             state.failed = True
             self._finish(partition, state)
             return json.dumps(state.to_json()).encode()

@@ -316,6 +316,53 @@ def test_a_batch_longer_than_the_transaction_timeout_is_committed_in_parts(confi
             stage.stop()
 
 
+def test_a_client_gets_its_answers_after_partitions_are_added_to_the_results_topic(config: ServiceConfig) -> None:
+    """The joining step wrote its answers spread by key over the results topic's partitions, and a client reads those
+    there were when it started: after partitions were added, most of its calls timed out, answered on the new ones."""
+    config = replace(config, kafka={**config.kafka, "topic.metadata.refresh.interval.ms": "500"})
+    chain = _small_chain(config, 2)
+    client = DrpcClient(config, chain)
+    stages = [Running(CoordinatedStage(config, chain, 0, _FanOut(1))),
+              Running(CoordinatedStage(config, chain, 1, _Count()))]  # fmt: skip
+    try:
+        assert client.call(b"before", timeout_s=30) == b"1"
+        admin = AdminClient(config.client())
+        for future in admin.create_partitions([NewPartitions(chain.results, 4)]).values():
+            future.result(30)
+        time.sleep(3)  # the joining step's producer has seen the new partitions
+        sent = [client.send(f"r{i}".encode(), timeout_s=10) for i in range(12)]
+        answers = []
+        for request in sent:
+            try:
+                answers.append(client.wait(request))
+            except DrpcError as error:
+                answers.append(str(error).encode())
+    finally:
+        client.close()
+        for stage in stages:
+            stage.stop()
+    assert answers == [b"1"] * 12
+
+
+def test_an_answer_written_in_time_and_waited_for_late_is_taken(config: ServiceConfig) -> None:
+    """A wait begun after the request's deadline (or a client behind on a busy results topic) gave up before
+    reading the answer it had: "no answer before its deadline", of a request answered in well under a second."""
+    chain = _small_chain(config, 2)
+    client = DrpcClient(config, chain)
+    stages = [Running(CoordinatedStage(config, chain, 0, _FanOut(1))),
+              Running(CoordinatedStage(config, chain, 1, _Count()))]  # fmt: skip
+    try:
+        request = client.send(b"go", timeout_s=30)
+        answered = [r for r in _read(config, chain.results) if dict(r.headers()).get(REQUEST) == request.encode()]
+        assert len(answered) == 1
+        client._deadlines[request] = time.monotonic() - 1  # its time ran out before the wait began
+        assert client.wait(request) == b"1"
+    finally:
+        client.close()
+        for stage in stages:
+            stage.stop()
+
+
 def test_partitions_added_to_a_running_step_never_give_an_early_answer(config: ServiceConfig) -> None:
     """Step 1 grows from 1 to 3 partitions while a process of it runs. That process reported with its old task count
     (1), so the joining step finished on its report and answered without the other tasks' messages. It now stops at

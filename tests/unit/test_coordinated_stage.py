@@ -4,6 +4,7 @@ kept exact, state that would change across a restart refused, crafted headers de
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -282,7 +283,7 @@ def test_a_record_whose_headers_cannot_be_read_is_dead_lettered_by_a_step_behind
     assert stage.poll(0) == 1
     letters = _out(stage, stage.dlq)
     assert len(letters) == 1 and stage.counters["dead_letters"] == 1
-    assert b"cannot be read" in dict(letters[0]["headers"])["acker.dlq.reason"]
+    assert b"unreadable headers" in dict(letters[0]["headers"])["acker.dlq.reason"]
     assert producer.calls == ["begin", "offsets [(0, 8)]", "commit"]
 
 
@@ -311,3 +312,23 @@ def test_a_request_id_over_its_limit_is_dead_lettered() -> None:
     _handle(stage, _report("r" * (REQUEST_ID_MAX + 1)), int(time.time() * 1000))
     _handle(stage, _report("r" * REQUEST_ID_MAX), int(time.time() * 1000))
     assert stage.counters["dead_letters"] == 1 and list(stage.tasks[0].requests) == ["r" * REQUEST_ID_MAX]
+
+
+def test_a_burst_of_bad_or_late_records_logs_a_line_a_kind_not_a_line_each(caplog: pytest.LogCaptureFixture) -> None:
+    """A producer pointed at a step's topic logged a warning per record dead-lettered, and records of requests past
+    their deadline were dropped without a word: each is counted, and said once per kind every 30 s."""
+    stage = _last_step(_Answer(b"x"))
+    now_ms = int(time.time() * 1000)
+    past = str(now_ms - 60_000).encode()
+    with caplog.at_level(logging.INFO, logger="acker.coordinated"):
+        for offset in range(200):
+            _handle(stage, Message(topic="c.step1", partition=0, offset=offset, value=b"stray"), now_ms)
+        for offset in range(200, 250):
+            late: list[tuple[str, str | bytes | None]] = [(REQUEST, f"r{offset}".encode()), (DEADLINE, past)]
+            _handle(stage, Message(topic="c.step1", partition=0, offset=offset, value=b"v", headers=late), now_ms)
+    assert (stage.counters["dead_letters"], stage.counters["late"]) == (200, 50)
+    assert len(_out(stage, stage.dlq)) == 200
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("dead-lettering" in line for line in lines) <= 1  # none if another test said it in the last 30 s
+    assert sum("counted late" in line for line in lines) <= 1
+    assert lines, "neither kind was said"

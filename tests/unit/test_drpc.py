@@ -3,6 +3,7 @@ the bookkeeping of requests sent and not waited for."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from acker.drpc import ANSWER_KEPT_S, DrpcClient, DrpcError
+from acker.examples import reach
 from acker.kafka.coordinated_stage import Chain
 
 
@@ -68,3 +70,19 @@ def test_requests_never_waited_for_are_forgotten_once_their_time_is_out() -> Non
 def test_waiting_for_a_request_this_client_does_not_know_is_a_clear_error() -> None:
     with pytest.raises(DrpcError, match="is not waited for here: not sent by this client"):
         _client(_Producer()).wait("nope")
+
+
+def test_drpc_call_prints_any_answer_and_fails_only_on_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An answer that was not UTF-8 raised out of `acker drpc call` with a traceback, every other answer lost; an
+    answer that began with "error:" made it exit 1; and control characters reached the terminal."""
+    answers = {"u\x1b[2J": b"\xff\xfe", "v": b"error: a real answer", "w": b"42"}
+    monkeypatch.setattr(reach, "load", lambda _args: None)
+    monkeypatch.setattr(reach, "ask", lambda *_: answers)
+    args = argparse.Namespace(chain_name="c", steps=2, values=list(answers), deadline_s=1.0)
+    assert reach._cmd_drpc(args) == 0
+    assert capsys.readouterr().out.splitlines() == ["u\\x1b[2J\t\\xff\\xfe", "v\terror: a real answer", "w\t42"]
+    monkeypatch.setattr(reach, "ask", lambda *_: {**answers, "x": DrpcError("request r failed in the chain")})
+    assert reach._cmd_drpc(argparse.Namespace(**{**vars(args), "values": [*answers, "x"]})) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "x\terror: request r failed in the chain"
