@@ -24,16 +24,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.errors import ConfigError
-from acker.kafka.clients import KafkaClientError, kafka_error, partition_count
+from acker.kafka.clients import KafkaClientError, kafka_error, partition_count, topic_max_bytes
 from acker.kafka.lookups import CONFIRM_S, KafkaLookups, WatermarkCommitError, lookups
 from acker.watermarks import acked_group
 from spark_jobs.java_client import java_client_settings
@@ -605,6 +606,68 @@ def _refresh(marks: Marks, main: StreamingQuery, settings: CommitJobSettings) ->
         time.sleep(min(5.0, settings.refresh_s, settings.recheck_s))
 
 
+class DeadLetterCounter(StreamingQueryListener):
+    """Counts the malformed outcome records each dead-letter query of a session copies (its sink's rows, per
+    micro-batch) and says so in the log, a line per micro-batch that had any, with the count since the job started:
+    the dead-letter topic alone did not tell an operator that one came."""
+
+    _of_session: ClassVar[dict[int, DeadLetterCounter]] = {}
+
+    def __init__(self) -> None:
+        self.topics: dict[str, str] = {}  # query name: its dead-letter topic
+        self.counts: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> DeadLetterCounter:
+        """The session's counter, listening from its first call."""
+        if id(spark) not in cls._of_session:
+            cls._of_session[id(spark)] = counter = cls()
+            spark.streams.addListener(counter)
+        return cls._of_session[id(spark)]
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (pyspark's names)
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        progress = event.progress
+        topic, written = self.topics.get(progress.name), progress.sink.numOutputRows
+        if topic is None or written <= 0:
+            return
+        self.counts[progress.name] = total = self.counts.get(progress.name, 0) + written
+        log.warning("%d malformed outcome records dead-lettered to %s (%d since the job started)", written, topic,
+                    total)  # fmt: skip
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        pass
+
+
+# Java's producer takes records of 1 MB at most (max.request.size), a broker's topic 1 MB and 12 bytes
+# (max.message.bytes); a dead letter's headers and its framing take less than the margin.
+_JAVA_MAX_REQUEST = 1_048_576
+_TOPIC_MAX_DEFAULT = 1_048_588
+_DEAD_LETTER_MARGIN = 1024
+
+
+def dead_letter_max_bytes(source: OutcomeSource, topic: str) -> int:
+    """The most bytes a malformed record's value and key may hold together for its copy to go to ``topic`` whole:
+    below Spark's producer's ``max.request.size`` and the topic's ``max.message.bytes``, headers and framing left
+    room."""
+    producer = int(source.kafka_options().get("kafka.max.request.size", _JAVA_MAX_REQUEST))
+    return min(producer, known_topic_max_bytes(source.client, topic) or _TOPIC_MAX_DEFAULT) - _DEAD_LETTER_MARGIN
+
+
+def known_topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:
+    """The topic's ``max.message.bytes``; None if the broker does not say."""
+    try:
+        return topic_max_bytes(client, topic)
+    except KafkaClientError as error:
+        log.warning("could not read max.message.bytes of %s (%s): the producer's limit alone is used", topic, error)
+        return None
+
+
 def _active(query: StreamingQuery) -> bool:
     try:
         return bool(query.isActive)
@@ -615,10 +678,14 @@ def _active(query: StreamingQuery) -> bool:
 def start_dead_letters(
     raw: DataFrame, source: OutcomeSource, topic: str, checkpoint: str, trigger_s: float
 ) -> StreamingQuery:
-    """A query copying malformed outcome records to ``topic`` with the reason (shared by both jobs)."""
+    """A query copying malformed outcome records to ``topic`` with the reason (shared by both jobs), whole when they fit
+    what Spark's producer and the topic take (`dead_letter_max_bytes`), else cut; counted in the log
+    (`DeadLetterCounter`)."""
+    name = f"acker-dead-letters-{checkpoint.rstrip('/').rsplit('/', 1)[-1]}"
+    DeadLetterCounter.of(raw.sparkSession).topics[name] = topic
     return (
-        malformed(raw)
-        .writeStream.queryName(f"acker-dead-letters-{checkpoint.rstrip('/').rsplit('/', 1)[-1]}")
+        malformed(raw, dead_letter_max_bytes(source, topic))
+        .writeStream.queryName(name)
         .format("kafka")
         .options(**source.kafka_options())
         .option("topic", topic)

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from acker import fail_reasons
+from acker.dlq import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_TRUNCATED
 from acker.retries import ACKER_DLQ_REASON, DEAD_LETTERED, OVERLOAD, REPLAYED
 from acker.wire import MAGIC, OUTCOMES, VERSION
 
@@ -122,9 +123,12 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
     )
 
 
-def malformed(raw: DataFrame) -> DataFrame:
+def malformed(raw: DataFrame, whole_max: int, kept: int = DLQ_KEPT_BYTES) -> DataFrame:
     """The records that are not valid outcome records, ready for Spark's Kafka sink (``key``, ``value``,
-    ``headers``): the bytes as they were, with ``acker.dlq.reason`` and the record's coordinates."""
+    ``headers``): the bytes as they were, with ``acker.dlq.reason`` and the record's coordinates. One whose value
+    and key are more than ``whole_max`` bytes together is cut to ``kept`` bytes of each, as `acker.dlq.cut_copy` cuts
+    (``acker.dlq.truncated``, ``acker.dlq.key-truncated`` give the whole lengths; the coordinates say where the whole
+    record lies): the sink's producer refused a copy over its limit, which stopped the job at every restart on it."""
     # The reasons the acker's own reader gives (`acker.wire`): an outcome record of a schema version this job does not
     # know is not a stranger's record, and says which side to upgrade.
     prefix = F.substring("value", 1, 4)
@@ -138,13 +142,20 @@ def malformed(raw: DataFrame) -> DataFrame:
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
 
+    value_bytes, key_bytes = F.coalesce(F.length("value"), F.lit(0)), F.coalesce(F.length("key"), F.lit(0))
+    too_large = value_bytes + key_bytes > F.lit(whole_max)
+    cut_value, cut_key = too_large & (value_bytes > F.lit(kept)), too_large & (key_bytes > F.lit(kept))
     return bad.select(
-        "key",
-        "value",
-        F.array(
-            header(ACKER_DLQ_REASON, F.when(F.col("value").isNull(), F.lit("empty")).otherwise(reason)),
-            header("acker.dlq.topic", F.col("topic")),
-            header("acker.dlq.partition", F.col("partition").cast("string")),
-            header("acker.dlq.offset", F.col("offset").cast("string")),
+        F.when(cut_key, F.substring("key", 1, kept)).otherwise(F.col("key")).alias("key"),
+        F.when(cut_value, F.substring("value", 1, kept)).otherwise(F.col("value")).alias("value"),
+        F.array_compact(
+            F.array(
+                header(ACKER_DLQ_REASON, F.when(F.col("value").isNull(), F.lit("empty")).otherwise(reason)),
+                header("acker.dlq.topic", F.col("topic")),
+                header("acker.dlq.partition", F.col("partition").cast("string")),
+                header("acker.dlq.offset", F.col("offset").cast("string")),
+                F.when(cut_value, header(DLQ_TRUNCATED, value_bytes.cast("string"))),
+                F.when(cut_key, header(DLQ_KEY_TRUNCATED, key_bytes.cast("string"))),
+            )
         ).alias("headers"),
     )

@@ -60,7 +60,6 @@ from acker.kafka.clients import (
     partition_count,
     produce,
     read_to,
-    topic_max_bytes,
     topic_partitions,
 )
 from acker.kafka.lookups import CONFIRM_S, lookups
@@ -81,7 +80,7 @@ from acker.topics import PROGRESS_TOPIC_CONFIG
 from acker.watermarks import acked_group
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
-from spark_jobs.commit_job import OutcomeSource, start_dead_letters
+from spark_jobs.commit_job import OutcomeSource, known_topic_max_bytes, start_dead_letters
 from spark_jobs.outcomes import NACKS, outcome_rows
 from spark_jobs.stopping import batch_function
 
@@ -201,7 +200,7 @@ class _Publisher:
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> its partition count, and until when kept
         self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
         self._own_max = int(client.get("message.max.bytes", PRODUCER_MAX_BYTES))  # the producer's bound on a record
-        self.limit = TopicLimits(self._own_max, lambda topic: _topic_max_bytes(self.settings.source.client, topic))
+        self.limit = TopicLimits(self._own_max, lambda topic: known_topic_max_bytes(self.settings.source.client, topic))
         self._batch_max = min(int(client.get("batch.size", PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         # Then kept here: this instance is the only one publishing for it.
         self.last, self.last_done, self.last_key = self._last_published()
@@ -452,15 +451,6 @@ def _progress(value: bytes) -> tuple[int, int, tuple[str, str] | None]:
     fields = value.decode().split("/", 3)
     done = int(fields[1]) if len(fields) > 1 else _WHOLE
     return int(fields[0]), done, (fields[2], fields[3]) if len(fields) == 4 else None
-
-
-def _topic_max_bytes(client: Mapping[str, Any], topic: str) -> int | None:
-    """The topic's ``max.message.bytes``; None if the broker does not say."""
-    try:
-        return topic_max_bytes(client, topic)
-    except KafkaClientError as error:
-        log.warning("could not read max.message.bytes of %s (%s): the producer's limit alone is used", topic, error)
-        return None
 
 
 def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: int = 3) -> dict[int, Message | None]:

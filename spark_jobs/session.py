@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 
 from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
+from acker.wire import OUTCOMES_PER_RECORD
 from spark_jobs.replay_job import close_publishers
 from spark_jobs.stopping import stopping
 
@@ -69,6 +70,24 @@ def _ivy_settings(ivy: Path) -> str:
     return settings.as_uri()
 
 
+# Avro's Java reader allocates what a record claims (an array's item count, a string's length) before it reads it:
+# one malformed outcome record of 12 bytes claiming 2 billion items ran Spark's JVM out of memory, which kills it
+# (PERMISSIVE mode turns exceptions into nulls, not errors), at every restart on the same record, every spout's
+# watermark stopped. Avro's own limits bound those claims: a record over them is malformed, dead-lettered. The arrays
+# of an outcome record hold `OUTCOMES_PER_RECORD` items at most, and a string is at most a Kafka record.
+AVRO_LIMITS = {
+    "org.apache.avro.limits.collectionItems.maxLength": str(64 * OUTCOMES_PER_RECORD),
+    "org.apache.avro.limits.string.maxLength": str(64 << 20),
+    "org.apache.avro.limits.bytes.maxLength": str(64 << 20),
+}
+
+
+def _with_avro_limits(options: str) -> str:
+    """JVM options ``options`` with `AVRO_LIMITS` added (those it sets already are kept)."""
+    added = [f"-D{name}={value}" for name, value in AVRO_LIMITS.items() if f"-D{name}=" not in options]
+    return " ".join([options, *added]).strip()
+
+
 def under_spark_submit() -> bool:
     """Whether this process was started by spark-submit, which starts the JVM first and hands its gateway over."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -106,6 +125,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     elif master is not None:
         settings["spark.master"] = master
     conf = SparkConf().setAll(list(settings.items()))
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):  # a user's own are kept
+        conf.set(key, _with_avro_limits(conf.get(key, "") or ""))
     # pyspark's context replaces the SIGINT handler with one that cancels every running job before it raises
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
@@ -121,10 +142,21 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")
+    _avro_limits_in_driver(session)
     # "Current batch is falling behind", at every micro-batch longer than the trigger (the first ones of a job, any
     # on a busy host): the jobs log each micro-batch's work themselves.
     set_log_level(session, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
     return session
+
+
+def _avro_limits_in_driver(session: SparkSession) -> None:
+    """`AVRO_LIMITS` in the driver's JVM, which spark-submit started before this process could give it options (local
+    mode decodes there): Avro reads them when its first record is read, after this."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a driver's context
+    for name, value in AVRO_LIMITS.items():
+        if jvm.java.lang.System.getProperty(name) is None:
+            jvm.java.lang.System.setProperty(name, value)
 
 
 def set_log_level(session: SparkSession, logger: str, level: str) -> None:

@@ -22,6 +22,7 @@ from acker import fail_reasons
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.cli import build_parser, main
 from acker.config import ServiceConfig, load
+from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED
 from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
 from acker.retries import ATTEMPT, DETAIL, ORIGIN, REASON, Backoff
@@ -29,7 +30,14 @@ from acker.spout import Spout, SpoutSettings
 from acker.topics import spark_job_topics
 from acker.wire import decode_outcomes, encode_outcome_rows
 from spark_jobs.checkpoint import RUN_ID, run_id
-from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, bitmap_runs, done_bitmaps, done_offsets
+from spark_jobs.commit_job import (
+    CommitJobSettings,
+    DeadLetterCounter,
+    OutcomeSource,
+    bitmap_runs,
+    done_bitmaps,
+    done_offsets,
+)
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
@@ -230,16 +238,24 @@ def test_a_pattern_never_reads_the_jobs_dead_letters_and_a_watermark_moved_ahead
 
     try:
         _outcomes(client, out, [("ACK", f"{src}/0/{o}") for o in (0, 1, 5)])
-        garbage = Producer(client)
+        garbage = Producer({**client, "message.max.bytes": 2_000_000})
         produce(garbage, out, b"not an outcome record")
+        # As large as the topic takes: with the dead letter's headers, more than Spark's producer takes (1 MB), which
+        # refused it, and the job stopped at every restart on it. It is cut.
+        produce(garbage, out, b"x" * 1_048_400)
         assert garbage.flush(30) == 0
-        _eventually(lambda: mark() == 2 and read_all(client, dlq))
+        _eventually(lambda: mark() == 2 and len(read_all(client, dlq)) == 2)
         with kafka.lock:
             kafka.advance("sp.acked", {(src, 0): 4})  # an operator gives up offsets 2 and 3
         _outcomes(client, out, [("ACK", f"{src}/0/4")])
         _eventually(lambda: mark() == 6)  # 4, then 5, done before
         time.sleep(3)  # six dead-letter triggers
-        assert len(read_all(client, dlq)) == 1
+        small, cut = read_all(client, dlq)
+        assert small.value() == b"not an outcome record" and len(cut.value() or b"") == 64 * 1024
+        assert dict(cut.headers() or [])[DLQ_TRUNCATED] == b"1048400"
+        assert all(query.isActive for query in queries)
+        query = f"acker-dead-letters-{Path(names['ckpt']).name}"
+        assert _eventually(lambda: DeadLetterCounter.of(spark).counts.get(query) == 2)  # said in the log too
     finally:
         stop_queries(spark, queries)
 
@@ -385,6 +401,10 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
             (None, good, "out", 0, 10, stamp),
             (None, b"AKO\x09" + good[4:], "out", 0, 11, stamp),  # an unknown version
             (None, good[:-3], "out", 0, 12, stamp),  # truncated
+            # Claims of 2 billion outcomes, of a spout name of 2 GB, in 12 bytes: Avro's reader allocated them and
+            # Spark's JVM ran out of memory, killed, at every restart on the record.
+            (None, b"AKO\x01\x04sp\x00\x00\x80\xd0\xac\xf3\x0e", "out", 0, 13, stamp),
+            (None, b"AKO\x01\x80\xd0\xac\xf3\x0esp", "out", 0, 14, stamp),
         ],
         columns,
     )
@@ -449,9 +469,18 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         ("t/0/1", "z" * 500), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None),
     ]  # fmt: skip
     assert [r.detail for r in outcome_rows(raw).collect()] == [None] * 6  # read without headers
-    letters = malformed(raw).collect()
+    letters = malformed(raw, whole_max=10**6).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
-    assert reasons == [b"undecodable", b"unknown-version"]
+    assert reasons == [b"undecodable"] * 3 + [b"unknown-version"]
+    assert all(DLQ_TRUNCATED not in {h.key for h in r.headers} for r in letters)
+    # Over what the sink's producer takes, cut (a copy refused stopped the job at every restart on it).
+    keyed = spark.createDataFrame([(b"k" * 30, b"v" * 40, "out", 0, 20, stamp), (b"k", b"v" * 5, "out", 0, 21, stamp)],
+                                  columns)  # fmt: skip
+    small, cut = sorted(malformed(keyed, whole_max=20, kept=8).collect(), key=lambda r: len(r.key))
+    said = {h.key: h.value for h in cut.headers}
+    assert (cut.key, cut.value) == (b"k" * 8, b"v" * 8)
+    assert (said[DLQ_TRUNCATED], said[DLQ_KEY_TRUNCATED], said["acker.dlq.offset"]) == (b"40", b"30", b"20")
+    assert (small.key, small.value) == (b"k", b"v" * 5) and DLQ_TRUNCATED not in {h.key for h in small.headers}
 
 
 def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
