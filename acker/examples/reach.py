@@ -32,11 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from acker.cli import run_until_signalled
+from acker.argtypes import at_least, non_negative, positive
+from acker.cli import TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.console import printable
 from acker.drpc import DrpcClient, DrpcError
 from acker.help_text import prose
+from acker.kafka.clients import partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
 from acker.kafka.local_broker import pdeathsig_preexec
 
@@ -143,6 +145,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = load(args)
     chain = Chain(args.chain, CHAIN.steps)
     create_chain_topics(config, chain, args.tasks)
+    if (tasks := partition_count(config.client(), chain.topic(0))) != args.tasks:
+        print(f"chain {chain.name} exists with {tasks} tasks a step: it keeps them (--tasks is for a chain made now)",
+              file=sys.stderr)  # fmt: skip
     preexec = pdeathsig_preexec()  # the steps die with this process; in the child it only calls prctl and getppid
     processes = []
     for i in range(chain.steps):
@@ -152,25 +157,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
             own = f"{config.instance_id}-{i}.{k}" if config.instance_id else ""
             flags, env = to_argv(replace(config, metrics_port=0, instance_id=own))
             argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags]
-            processes.append(subprocess.Popen(argv, env={**os.environ, **env}, preexec_fn=preexec))  # noqa: PLW1509
+            # Its own process group: a Ctrl-C in the terminal reaches this process alone, which stops each step with
+            # one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time out, and the
+            # next run waited for them).
+            processes.append(subprocess.Popen(argv, env={**os.environ, **env}, preexec_fn=preexec,  # noqa: PLW1509
+                                              start_new_session=True))  # fmt: skip
     graph = Graph.generate()
     urls = sorted(graph.tweeted_by)[: args.requests]
-    client = DrpcClient(config, chain)
     wrong = 0
     try:
-        sent = {url: client.send(url.encode(), args.deadline_s) for url in urls}  # all at once: concurrent
-        for url, request in sent.items():
+        with sigterm_as_interrupt():  # as Ctrl-C: every step stopped, and the exit status says so
+            client = DrpcClient(config, chain)
             try:
-                answer = int(client.wait(request) or b"-1")
-            except DrpcError as error:
-                print(f"{url:12} {error}")
-                wrong += 1
-                continue
-            expected = graph.reach(url)
-            wrong += answer != expected
-            print(f"{url:12} reach {answer:5}  {'ok' if answer == expected else f'WRONG, expected {expected}'}")
+                sent = {url: client.send(url.encode(), args.deadline_s) for url in urls}  # all at once: concurrent
+                for url, request in sent.items():
+                    try:
+                        answer = int(client.wait(request) or b"-1")
+                    except DrpcError as error:
+                        print(f"{url:12} {error}")
+                        wrong += 1
+                        continue
+                    expected = graph.reach(url)
+                    wrong += answer != expected
+                    print(f"{url:12} reach {answer:5}  {'ok' if answer == expected else f'WRONG, expected {expected}'}")
+            finally:
+                client.close()
+    except (KeyboardInterrupt, TerminatedError) as stopped:
+        print("interrupted: every step this run started is stopped", file=sys.stderr)
+        return interrupted_status(stopped)
     finally:
-        client.close()
         for process in processes:
             process.send_signal(signal.SIGTERM)
         for process in processes:
@@ -194,15 +209,20 @@ def add_parser(sub: Any) -> None:
     run = commands.add_parser("run", help="create the topics, start every step, send requests and check the answers")
     step = commands.add_parser("step", help="run one step of the chain until stopped")
     step.add_argument("index", type=int, choices=range(CHAIN.steps), help="0 tweeters, 1 followers, 2 unique, 3 count")
-    step.add_argument("--delay-ms", type=float, default=0, help="slow every message down by this much [default: 0]")
+    step.add_argument(
+        "--delay-ms", type=non_negative, default=0, help="slow every message down by this much [default: 0]"
+    )
     for parser in (run, step):
         add_arguments(parser, CHAIN_SETTINGS)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")
-    run.add_argument("--requests", type=int, default=20, help="URLs asked, all at once [default: 20]")
-    run.add_argument("--tasks", type=int, default=3, help="tasks (partitions) of each step but the last [default: 3]")
-    run.add_argument("--processes", type=int, default=1, help="processes per step (but the last) [default: 1]")
+    run.add_argument("--requests", type=at_least(1), default=20, help="URLs asked, all at once [default: 20]")
     run.add_argument(
-        "--deadline-s", type=float, default=60.0, help="each request's deadline, from its sending [default: 60]"
+        "--tasks", type=at_least(1), default=3, help="tasks (partitions) of each step but the last, for a chain made "
+        "now (one that exists keeps its own) [default: 3]"
+    )  # fmt: skip
+    run.add_argument("--processes", type=at_least(1), default=1, help="processes per step (but the last) [default: 1]")
+    run.add_argument(
+        "--deadline-s", type=positive, default=60.0, help="each request's deadline, from its sending [default: 60]"
     )
     run.set_defaults(run=_cmd_run)
     step.set_defaults(run=_cmd_step)
@@ -241,8 +261,10 @@ def add_drpc_parser(sub: Any) -> None:
     add_arguments(call, ("bootstrap_servers",))
     call.add_argument("chain_name", metavar="CHAIN", help="the chain's name (its topics are CHAIN.step<i>)")
     call.add_argument("values", nargs="+", metavar="VALUE", help="a request's argument (a URL, for reach's chain)")
-    call.add_argument("--steps", type=int, default=CHAIN.steps, help=f"steps of the chain [default: {CHAIN.steps}]")
     call.add_argument(
-        "--deadline-s", type=float, default=30.0, help="each request's deadline, from its sending [default: 30]"
+        "--steps", type=at_least(1), default=CHAIN.steps, help=f"steps of the chain [default: {CHAIN.steps}]"
+    )
+    call.add_argument(
+        "--deadline-s", type=positive, default=30.0, help="each request's deadline, from its sending [default: 30]"
     )
     call.set_defaults(run=_cmd_drpc)

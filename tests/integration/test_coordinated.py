@@ -479,6 +479,40 @@ def test_reach_run_with_an_instance_id_starts_processes_that_do_not_fence_each_o
     assert "fenced" not in done.stderr.lower()
 
 
+def test_ctrl_c_on_reach_run_stops_every_step_cleanly(config: ServiceConfig) -> None:
+    """Ctrl-C in a terminal reached the steps too (one process group), and the runner's SIGTERM after it, a second
+    signal, ended each at once: their group members and transactions were left to time out, and the next run on the
+    chain waited for them (55 s, or every request past its deadline)."""
+    flags, env = to_argv(replace(config, metrics_port=0))
+    chain = f"reach-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "acker.cli", "reach", "run", "--chain", chain, "--requests", "20", *flags]
+    runner = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    admin = AdminClient(config.client())
+    groups = [f"{chain}.step{i}" for i in range(CHAIN.steps)]
+
+    def members() -> list[int]:
+        try:
+            described = admin.describe_consumer_groups(groups, request_timeout=10)
+            return [len(future.result().members) for future in described.values()]
+        except KafkaException:  # not there yet
+            return [0] * len(groups)
+
+    try:
+        deadline = time.monotonic() + 120
+        while not all(members()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(members()), "the steps did not join their groups"
+        os.killpg(runner.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the foreground process group
+        _, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 128 + signal.SIGINT, err[-2000:]
+    assert "interrupted: every step this run started is stopped" in err
+    assert members() == [0] * len(groups)  # each left its group as it stopped
+
+
 class _Forward:
     """The first step: the request's value, once, to the joining step."""
 
