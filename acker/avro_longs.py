@@ -5,12 +5,13 @@ numpy array in a compiled loop, and reads back the head and the anchors of an ou
 which a new owner of an acker partition does for every outcome decided after its committed offset. Avro encodes an
 int or a long as its zigzag form ``(n << 1) ^ (n >> 63)`` in little-endian base-128 varint bytes, and an array as
 blocks: an item count (negative when the block's byte size follows it), the items, and a 0 count to end it (this
-writes one block). Tests check every output against fastavro.
+writes one block). Tests check every output against fastavro, and the reader against fastavro's reading of the same
+fields (`acker.wire.decode_outcomes`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -76,7 +77,11 @@ _BAD = -1  # position returned by the readers below for bytes that are not what 
 
 @_compile
 def _read_long(buf: Any, pos: int) -> tuple[int, int]:
-    """The int or long at ``pos`` and the position after it (``_BAD`` when truncated or over 10 bytes)."""
+    """The int or long at ``pos`` and the position after it (``_BAD`` when truncated or over 10 bytes).
+
+    10 bytes is the most a long takes (the Avro specification; Java's reader refuses more). fastavro is more lenient:
+    it reads a varint of any length (bits past the 64th wrap around), so a record with a longer one, which no writer
+    writes, is one that fastavro reads and this does not."""
     z = np.uint64(0)
     shift = 0
     while True:
@@ -117,32 +122,61 @@ def _read_array(buf: Any, pos: int, out: Any) -> tuple[int, int]:
 
 
 @_compile
-def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int]:
-    """(acker_partition, acker_offset, anchors read, position after them) of the OutcomeBatch at ``pos``."""
+def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int, int, int, int, int]:
+    """(spout's first byte, its end, acker_partition, acker_offset, lowest and highest outcome symbol index, anchors
+    read, position after them) of the OutcomeBatch at ``pos``; the position is ``_BAD`` when the bytes cannot be one,
+    or when it has not as many outcomes as anchors."""
     size, pos = _read_long(buf, pos)  # spout
     if pos == _BAD or size < 0 or size > buf.shape[0] - pos:  # not pos + size: a huge size would overflow
-        return 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, _BAD
+    spout = pos
     pos += size
     partition, pos = _read_long(buf, pos)
     if pos == _BAD:
-        return 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, _BAD
     offset, pos = _read_long(buf, pos)
     if pos == _BAD:
-        return 0, 0, 0, _BAD
-    _, pos = _read_array(buf, pos, anchors)  # outcomes: skipped (read into the room of the anchors)
+        return 0, 0, 0, 0, 0, 0, 0, _BAD
+    outcomes, pos = _read_array(buf, pos, anchors)  # read into the room of the anchors, for their range
     if pos == _BAD:
-        return 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, _BAD
+    lowest, highest = 0, -1  # an empty range when there are none
+    if outcomes:
+        lowest = highest = anchors[0]
+        for i in range(1, outcomes):
+            lowest = min(lowest, anchors[i])
+            highest = max(highest, anchors[i])
     n, pos = _read_array(buf, pos, anchors)
-    return partition, offset, n, pos
+    if n != outcomes:
+        return 0, 0, 0, 0, 0, 0, 0, _BAD
+    return spout, spout + size, partition, offset, lowest, highest, n, pos
 
 
-def outcome_anchors(data: bytes, start: int) -> tuple[int, int, npt.NDArray[np.int64]] | None:
-    """(acker_partition, acker_offset, anchors) of the Avro OutcomeBatch at ``start`` in ``data``, reading no
-    further than its anchors; None when the bytes cannot be such a record."""
+class OutcomeHead(NamedTuple):
+    acker_partition: int
+    acker_offset: int
+    anchors: npt.NDArray[np.int64]
+    # The lowest and highest index of an outcome's enum symbol (0 and -1 when there are none), for the caller to hold
+    # against the symbols of its schema: a reader of the record (fastavro, Java's) refuses an index outside them.
+    lowest_outcome: int
+    highest_outcome: int
+
+
+def outcome_anchors(data: bytes, start: int) -> OutcomeHead | None:
+    """The acker partition, acker offset, anchors and range of outcome symbol indices of the Avro OutcomeBatch at
+    ``start`` in ``data``, reading no further than its anchors; None when the bytes cannot be such a record: malformed
+    or truncated, a varint over 10 bytes (`_read_long`), a spout name that is not UTF-8, not as many outcomes as
+    anchors."""
     buf = np.frombuffer(data, np.uint8)
     anchors = np.empty(max(0, len(data) - start), np.int64)
-    partition, offset, n, pos = _outcome_head(buf, start, anchors)
-    return None if pos == _BAD else (int(partition), int(offset), anchors[:n].copy())
+    spout, spout_end, partition, offset, lowest, highest, n, pos = _outcome_head(buf, start, anchors)
+    if pos == _BAD:
+        return None
+    try:
+        data[spout:spout_end].decode("utf-8")  # a name, short: as strict as fastavro's reading of it (Python's)
+    except UnicodeDecodeError:
+        return None
+    return OutcomeHead(int(partition), int(offset), anchors[:n].copy(), int(lowest), int(highest))
 
 
 @_compile

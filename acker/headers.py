@@ -43,7 +43,7 @@ def decode(raw: bytes | None) -> TupleIds | None:
     pairs = tuple(_ONE.iter_unpack(raw))
     if any(anchor == 0 or edge == 0 for anchor, edge in pairs) or len({anchor for anchor, _ in pairs}) < len(pairs):
         return None
-    return TupleIds(pairs)
+    return trusted_ids(pairs)  # checked above: non-zero, distinct roots
 
 
 HeaderValue = str | bytes | None

@@ -47,12 +47,25 @@ OUTCOMES_PER_RECORD = 1 << 14
 OUTCOME_RECORD_MAX_BYTES = 1 << 19
 
 
-def _load(name: str) -> Any:
-    return fastavro.parse_schema(json.loads(files("acker.schemas").joinpath(name).read_text("utf-8")))
+def _json(name: str) -> Any:
+    return json.loads(files("acker.schemas").joinpath(name).read_text("utf-8"))
 
 
-ACKER_BATCH_SCHEMA = _load("acker_batch.avsc")
-OUTCOME_BATCH_SCHEMA = _load("outcome_batch.avsc")
+ACKER_BATCH_SCHEMA = fastavro.parse_schema(_json("acker_batch.avsc"))
+OUTCOME_BATCH_SCHEMA = fastavro.parse_schema(_json("outcome_batch.avsc"))
+
+
+def _with_outcome_codes(schema: dict[str, Any]) -> tuple[tuple[str, ...], Any]:
+    """The Outcome enum's symbols, and the OutcomeBatch ``schema`` with its outcomes read as the ints that encode them
+    (Avro writes an enum as its symbol's index). Read as symbols, fastavro takes a negative index as Python does, from
+    the end of the symbols (-1 is the last); Java's reader (Spark's) refuses it, and so does `decode_outcomes`."""
+    (field,) = [field for field in schema["fields"] if field["name"] == "outcomes"]
+    symbols = tuple(field["type"]["items"]["symbols"])
+    field["type"]["items"] = "int"
+    return symbols, fastavro.parse_schema(schema)
+
+
+OUTCOME_SYMBOLS, _OUTCOME_CODES_SCHEMA = _with_outcome_codes(_json("outcome_batch.avsc"))
 
 
 # Every reason a `WireError` gives: each is a dead-letter reason of the service, exported at 0 from its start
@@ -293,28 +306,40 @@ def encode_outcomes(
 
 
 def decode_outcomes(data: bytes) -> OutcomeRecord:
+    """The outcome-topic record ``data``; `WireError` if it is not a valid one: not Avro of the schema (a varint of
+    more than 10 bytes is read, as fastavro reads it), an outcome that is not a symbol of the enum, columns of different
+    lengths, a source index outside the sources, an offset below -1."""
     _check_prefix(data, OUTCOMES)
-    r = _read(OUTCOME_BATCH_SCHEMA, data)
-    sources, index = r["sources"], r["source_index"]
+    r = _read(_OUTCOME_CODES_SCHEMA, data)
+    sources, index, offsets, codes = r["sources"], r["source_index"], r["offsets"], r["outcomes"]
     columns = ("outcomes", "anchors", "source_index", "offsets", "latency_ms")
     if len({len(r[name]) for name in columns}) != 1:
         raise WireError("inconsistent-columns", "outcome columns of different lengths")
+    if codes and not 0 <= min(codes) <= max(codes) < len(OUTCOME_SYMBOLS):
+        raise WireError("undecodable", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
     if any(not 0 <= i < len(sources) for i in index):
         raise WireError("inconsistent-columns", "a source index outside the record's sources")
-    msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, r["offsets"], strict=True)]
+    if offsets and min(offsets) < -1:  # -1 is "no offset": below it, a message id would be misread as its source
+        raise WireError("bad-column", f"an outcome's offset is {min(offsets)}: an offset is -1 (none) or more")
+    msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, offsets, strict=True)]
+    outcomes = list(map(OUTCOME_SYMBOLS.__getitem__, codes))
     return OutcomeRecord(
-        r["spout"], r["acker_partition"], r["acker_offset"], r["outcomes"], r["anchors"], msg_ids, r["latency_ms"]
+        r["spout"], r["acker_partition"], r["acker_offset"], outcomes, r["anchors"], msg_ids, r["latency_ms"]
     )
 
 
 def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
     """(acker_partition, acker_offset, anchors) of an outcome-topic record, read no further than its anchors: what
-    a new owner reads back (`acker.kafka.decided`), 30× faster than `decode_outcomes`. `WireError` as it."""
+    a new owner reads back (`acker.kafka.decided`), 30× faster than `decode_outcomes`. `WireError` when
+    `decode_outcomes` would find the fields read invalid (a spout name not UTF-8, an outcome outside the enum, not as
+    many outcomes as anchors), but for a varint of more than 10 bytes, which only `decode_outcomes` reads."""
     _check_prefix(data, OUTCOMES)
     head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES))
     if head is None:
         raise WireError("bad-avro", "not an outcome record: truncated or malformed")
-    return head
+    if head.lowest_outcome < 0 or head.highest_outcome >= len(OUTCOME_SYMBOLS):
+        raise WireError("bad-avro", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
+    return head.acker_partition, head.acker_offset, head.anchors
 
 
 def split_outcomes(data: bytes) -> tuple[bytes, bytes] | None:

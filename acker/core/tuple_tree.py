@@ -32,14 +32,22 @@ P = TypeVar("P")
 
 @dataclass(frozen=True, slots=True)
 class TupleIds:
-    """Per root: (anchor, this message's edge id in that root's tree). Empty = untracked."""
+    """Per root: (anchor, this message's edge id in that root's tree). Empty = untracked.
+
+    Invariant: each anchor is non-zero and named once. A root named twice gets each child's one edge in it twice
+    (`anchored`), which cancels: the child's edge in that root would be 0, invisible to the XOR ledger, and the input's
+    ack would carry it twice, so the tree could complete while the child is still being processed. Merge the ids of
+    several inputs with `anchored`, never by concatenating their ``edges``: `ProtocolError`."""
 
     edges: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        for anchor, _ in self.edges:
+        edges = self.edges
+        for anchor, _ in edges:
             if not anchor:  # ids come from IdGenerator or a decoded header, both checked; zero is the one trap
                 check_id(anchor, "anchor")
+        if len(edges) > 1 and len({anchor for anchor, _ in edges}) < len(edges):  # one root, the common case: no set
+            raise ProtocolError(f"a message names a root twice (its edges in it would cancel): {edges!r}")
 
     @property
     def tracked(self) -> bool:
@@ -55,9 +63,10 @@ _new, _set = object.__new__, object.__setattr__
 
 
 def trusted_ids(edges: tuple[tuple[int, int], ...]) -> TupleIds:
-    """`TupleIds` of ``edges`` whose anchors are known to be non-zero (drawn by `IdGenerator`, taken from another
-    `TupleIds`, or checked by the caller), without the check and the frozen dataclass's ``__init__``: the hot paths
-    build one per message, and this costs about half."""
+    """`TupleIds` of ``edges`` whose anchors are known to be non-zero and distinct (drawn by `IdGenerator`, taken
+    from another `TupleIds`, or checked by the caller), without the checks and the frozen dataclass's ``__init__``: the
+    hot paths build one per message, and this costs about half. Every caller gives one root, or the distinct keys of a
+    dict (`anchored`); build ids of several roots from elsewhere with `TupleIds`, which checks them."""
     ids = _new(TupleIds)
     _set(ids, "edges", edges)
     return ids
@@ -158,7 +167,11 @@ class InputTuple:
 
 
 def anchored(inputs: Iterable[InputTuple]) -> TupleIds:
-    """Ids for a child anchored to every input given (multi-anchoring: it joins every root of every input)."""
+    """Ids for a child anchored to every input given (multi-anchoring: it joins every root of every input).
+
+    Invariant: the child's edge in each root is never 0. It is the XOR of one fresh edge per input in that root, each
+    input naming the root once (`TupleIds`); fresh random edges cancel with probability 2⁻⁶⁴ (as a false zero), and
+    when they do (or ``next_id`` repeats itself) no edge is kept and `ProtocolError` is raised."""
     if isinstance(inputs, list | tuple) and len(inputs) == 1 and len(inputs[0].ids.edges) == 1:
         source = inputs[0]  # the common case: one input in one tree
         edge = source._child_edge()
@@ -166,12 +179,16 @@ def anchored(inputs: Iterable[InputTuple]) -> TupleIds:
     sources = [source for source in inputs if source.ids.tracked]
     if any(source._finished for source in sources):  # before drawing any edge: a child is anchored to all or none
         raise ProtocolError("cannot anchor a new message to an input that was already acked or failed")
+    drawn = [(source, source._child_edge()) for source in sources]
     edges: dict[int, int] = {}
-    for source in sources:
-        edge = source._child_edge()
+    for source, edge in drawn:
         for anchor, _ in source.ids.edges:
             edges[anchor] = edges.get(anchor, 0) ^ edge
-    return TupleIds(tuple(edges.items()))
+    if 0 in edges.values():  # two inputs of one root drew the same edge: the child would be invisible in it
+        for source, edge in drawn:  # anchored to none: the inputs' acks as if it had never been asked for
+            source._ack_val ^= edge
+        raise ProtocolError("a child's edge in a root cancelled to 0 (two inputs of that root drew the same edge)")
+    return trusted_ids(tuple(edges.items()))  # the keys of a dict: distinct roots, each from a `TupleIds`
 
 
 @dataclass(slots=True)

@@ -206,6 +206,21 @@ def test_an_outcome_record_with_inconsistent_columns_is_a_wire_error(
         decode_outcomes(value)
 
 
+def test_an_outcome_offset_below_minus_one_is_a_wire_error() -> None:
+    """-1 is "no offset": an offset below it was read as none, and the message id as the source alone ('t/0'), which
+    names no record; an init's offset below -1 is refused the same way (`parse_batch`)."""
+
+    def at(offset: int) -> bytes:
+        return _write(OUTCOME_BATCH_SCHEMA, _PREFIX_OUTCOMES, {
+            "spout": "s", "acker_partition": 0, "acker_offset": 0, "outcomes": ["ACK", "ACK"], "anchors": [1, 2],
+            "sources": ["t/0"], "source_index": [0, 0], "offsets": [7, offset], "latency_ms": [0, 0]})  # fmt: skip
+
+    assert decode_outcomes(at(-1)).msg_ids == ["t/0/7", "t/0"]
+    for offset in (-2, -5, -(1 << 63)):
+        with pytest.raises(WireError, match=f"bad-column: an outcome's offset is {offset}"):
+            decode_outcomes(at(offset))
+
+
 _LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
 
 

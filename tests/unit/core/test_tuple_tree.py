@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from acker.core import Acked, Fail, IdGenerator, Nacked, NackReason, Tracker, partition_of
 from acker.core.ids import INT64_MAX, INT64_MIN
-from acker.core.tuple_tree import UNTRACKED, InputTuple, SpoutTree, anchored, run_basic
+from acker.core.tuple_tree import UNTRACKED, InputTuple, SpoutTree, TupleIds, anchored, run_basic
 from acker.errors import ProtocolError
 from tests.strategies import ids64
 
@@ -94,6 +94,39 @@ def test_anchoring_to_a_finished_input_changes_no_other_input() -> None:
         anchored([still_open, done])
     tracker = Tracker()
     assert tracker.handle_all([tree.init(), *done_acks, *still_open.ack()]) == [Acked(tree.anchor, "s", "m", 0)]
+
+
+def test_ids_naming_a_root_twice_are_refused() -> None:
+    """A bolt merging two inputs of one tree by concatenating their ids (not `anchored`) named the root twice: a child
+    got that root's edge twice (edge 0, invisible) and the input's ack carried it twice, so the tree was acked while the
+    child was still pending."""
+    gen = IdGenerator(5)
+    tree = SpoutTree("s", "t/0/1", gen)
+    first, second = tree.emit(), tree.emit()
+    with pytest.raises(ProtocolError, match="names a root twice"):
+        TupleIds(first.edges + second.edges)
+    with pytest.raises(ProtocolError, match="names a root twice"):
+        TupleIds(((5, 7), (6, 8), (5, 9)))
+    assert TupleIds(((5, 7), (6, 8))).roots == (5, 6)
+    # The merge done right: the child has one non-zero edge, and the tree waits for it.
+    tracker = Tracker()
+    sources = [InputTuple(first, gen), InputTuple(second, gen)]
+    child = anchored(sources)
+    assert child.roots == (tree.anchor,) and child.edges[0][1] != 0
+    assert tracker.handle_all([tree.init(), *sources[0].ack(), *sources[1].ack()]) == []
+    assert tracker.handle_all(InputTuple(child, gen).ack()) == [Acked(tree.anchor, "s", "t/0/1", 0)]
+
+
+def test_a_child_edge_that_cancels_to_zero_is_refused_and_leaves_the_inputs_as_they_were() -> None:
+    """Two inputs of one root drawing the same edge (2⁻⁶⁴, or a generator that repeats itself) would give the child
+    edge 0 in that root: invisible, so its tree could complete while it is being processed."""
+    gen = IdGenerator(6)
+    tree = SpoutTree("s", "m", gen)
+    left, right = InputTuple(tree.emit(), lambda: 42), InputTuple(tree.emit(), lambda: 42)
+    with pytest.raises(ProtocolError, match="cancelled to 0"):
+        anchored([left, right])
+    tracker = Tracker()  # no edge of the refused child stayed in the inputs' acks
+    assert tracker.handle_all([tree.init(), *left.ack(), *right.ack()]) == [Acked(tree.anchor, "s", "m", 0)]
 
 
 def test_unanchored_and_untracked_send_nothing() -> None:

@@ -1,0 +1,172 @@
+"""The two readers of an outcome record agree on the fields they both read.
+
+`decode_outcome_anchors` (compiled, reads no further than the anchors) is what a new owner of an acker partition
+trusts on failover read-back to count trees as decided; `decode_outcomes` (fastavro) is what spouts read, and Spark's
+Avro reader refuses what it refuses. A record the first accepted and the second refused had its trees counted as
+decided though no spout could read their outcomes. One difference is by design: a varint of more than 10 bytes
+(never written; the Avro specification's limit) is read by fastavro only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from importlib.resources import files
+from typing import Any
+
+import fastavro
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acker.wire import _PREFIX_OUTCOMES, OUTCOME_SYMBOLS, WireError, decode_outcome_anchors, decode_outcomes
+
+
+def _raw_schema() -> Any:
+    """The OutcomeBatch schema with the same encoding and no checks: the spout as bytes, the ints as longs, the
+    outcomes as their enum indices. It writes what no writer of ours would."""
+    schema = json.loads(files("acker.schemas").joinpath("outcome_batch.avsc").read_text("utf-8"))
+    raw = {"spout": "bytes", "acker_partition": "long", "outcomes": {"type": "array", "items": "long"},
+           "source_index": {"type": "array", "items": "long"}}  # fmt: skip
+    for field in schema["fields"]:
+        field["type"] = raw.get(field["name"], field["type"])
+    return fastavro.parse_schema(schema)
+
+
+RAW = _raw_schema()
+HEAD = fastavro.parse_schema({**RAW, "fields": RAW["fields"][:5]})  # spout … anchors: what both readers read
+LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def _write(schema: Any, record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema, record)
+    return out.getvalue()
+
+
+def _tail(rows: int) -> bytes:
+    """The columns after the anchors, valid for ``rows`` outcomes."""
+    tail = RAW["fields"][5:]
+    return _write({**RAW, "fields": tail}, {"sources": ["t/0"], "source_index": [0] * rows, "offsets": [1] * rows,
+                                            "latency_ms": [0] * rows})  # fmt: skip
+
+
+@st.composite
+def heads(draw: st.DrawFn) -> dict[str, Any]:
+    """The fields both readers read, valid: a spout name, the acker partition and offset, outcomes and anchors."""
+    rows = draw(st.lists(st.tuples(st.integers(0, len(OUTCOME_SYMBOLS) - 1), LONGS), max_size=8))
+    return {
+        "spout": draw(st.from_regex(r"[a-z0-9._-]{1,12}", fullmatch=True)).encode(),
+        "acker_partition": draw(st.integers(-1, 1 << 20)),
+        "acker_offset": draw(st.integers(-1, 1 << 62)),
+        "outcomes": [code for code, _ in rows],
+        "anchors": [anchor for _, anchor in rows],
+    }
+
+
+def _read_both(value: bytes) -> tuple[object, object]:
+    """What each reader makes of ``value``: (acker_partition, acker_offset, anchors), or None when refused."""
+    try:
+        record = decode_outcomes(value)
+        full: object = (record.acker_partition, record.acker_offset, record.anchors)
+    except WireError:
+        full = None
+    try:
+        partition, offset, anchors = decode_outcome_anchors(value)
+        fast: object = (partition, offset, anchors.tolist())
+    except WireError:
+        fast = None
+    return full, fast
+
+
+def _record(head: bytes) -> bytes:
+    """An outcome record of the Avro ``head`` (spout … anchors, maybe malformed) and a tail valid for as many rows as
+    fastavro reads outcomes in it: whether it is refused depends on the head alone."""
+    stream = io.BytesIO(head)
+    try:
+        read: Any = fastavro.schemaless_reader(stream, HEAD, None)
+    except Exception:  # fastavro raises many types on malformed input: any tail is as good
+        return _PREFIX_OUTCOMES + head + _tail(0)
+    return _PREFIX_OUTCOMES + head[: stream.tell()] + _tail(len(read["outcomes"]))
+
+
+@given(
+    heads(),
+    st.one_of(st.none(), st.binary(max_size=8)),
+    st.lists(st.tuples(st.integers(0, 7), st.one_of(st.integers(-8, 8), LONGS)), max_size=2),
+    st.lists(st.integers(0, 7), max_size=1),
+    st.one_of(st.none(), LONGS),
+)
+def test_a_record_with_any_value_in_the_fields_read_is_accepted_by_both_readers_or_by_neither(
+    head: dict[str, Any],
+    spout: bytes | None,
+    codes: list[tuple[int, int]],
+    dropped: list[int],
+    partition: int | None,
+) -> None:
+    """Fields set to values no writer of ours writes: a spout name that is not UTF-8, enum indices outside the
+    symbols (negative ones included: fastavro reads -1 as the last symbol), an anchor more or less than outcomes, an
+    acker partition past an int."""
+    if spout is not None:
+        head["spout"] = spout
+    for i, code in codes:
+        if i < len(head["outcomes"]):
+            head["outcomes"][i] = code
+    for i in dropped:
+        del head["anchors"][i : i + 1]
+    if partition is not None:
+        head["acker_partition"] = partition
+    full, fast = _read_both(_record(_write(HEAD, head)))
+    assert full == fast
+    valid = len(head["outcomes"]) == len(head["anchors"]) and all(
+        0 <= c < len(OUTCOME_SYMBOLS) for c in head["outcomes"]
+    )
+    try:
+        head["spout"].decode("utf-8")
+    except UnicodeDecodeError:
+        valid = False
+    assert (full is not None) == valid
+
+
+@given(
+    heads(), st.lists(st.tuples(st.integers(0, 200), st.binary(max_size=3), st.integers(0, 3)), min_size=1, max_size=4)
+)
+def test_a_mutated_record_is_accepted_by_both_readers_or_by_neither(
+    head: dict[str, Any], edits: list[tuple[int, bytes, int]]
+) -> None:
+    """Bytes of a valid head replaced, inserted or deleted (each edit: at a position, put some bytes in place of some),
+    then a valid tail: but for an overlong varint (10 bytes with the high bit, in a row), both readers accept the
+    record or both refuse it, and when both accept they read the same values."""
+    raw = bytearray(_write(HEAD, head))
+    for at, put, remove in edits:
+        raw[at : at + remove] = put  # past the end: appended
+    full, fast = _read_both(_record(bytes(raw)))
+    if full is not None and fast is None and re.search(rb"[\x80-\xff]{10}", raw):
+        return  # the documented difference: fastavro reads a varint of any length
+    assert full == fast
+
+
+@pytest.mark.parametrize(
+    ("spout", "code"),
+    [(b"s", len(OUTCOME_SYMBOLS)), (b"s", 100), (b"s", -1), (b"s", -len(OUTCOME_SYMBOLS) - 1), (b"\xff", 0),
+     (b"\xed\xa0\x80", 0), (b"s\xc0\xaf", 0)],  # a surrogate, an overlong '/'
+)  # fmt: skip
+def test_what_a_spout_cannot_read_is_not_counted_as_decided(spout: bytes, code: int) -> None:
+    value = _record(_write(HEAD, {"spout": spout, "acker_partition": 0, "acker_offset": 0, "outcomes": [0, code],
+                                  "anchors": [5, 6]}))  # fmt: skip
+    with pytest.raises(WireError):
+        decode_outcomes(value)
+    with pytest.raises(WireError):
+        decode_outcome_anchors(value)
+
+
+def test_a_varint_of_more_than_10_bytes_is_read_by_fastavro_only() -> None:
+    """The one difference, documented (`acker.avro_longs._read_long`): the Avro specification's limit is 10 bytes."""
+    valid = _write(HEAD, {"spout": b"s", "acker_partition": 0, "acker_offset": 0, "outcomes": [], "anchors": []})
+    overlong = valid[:2] + b"\x80" * 10 + b"\x00" + valid[3:]  # the acker partition, 0 in 11 bytes
+    assert decode_outcomes(_record(overlong)).acker_partition == 0
+    with pytest.raises(WireError):
+        decode_outcome_anchors(_record(overlong))
+    assert decode_outcome_anchors(_record(valid))[2].dtype == np.int64
