@@ -5,12 +5,13 @@ What runs: a local single-node Kafka broker (unless ``--bootstrap-servers`` name
 in one group; Storm's word count as processes (a spout, split bolts, count bolts); the Spark commit and replay jobs
 on local Spark, in this process. What goes wrong, on purpose: the split bolts fail a share of the sentences and
 every poison sentence; the count bolts silently drop a share of the words (their trees time out); one split process
-crashes and is restarted; one acker instance is killed with SIGKILL and restarted.
+crashes and is restarted; the last count process joins late, so that words partitions move to it while words are
+counted; one acker instance is killed with SIGKILL and restarted.
 
 What is checked (`acker.examples.ledger`): every sentence is acked, directly or after replays, or dead-lettered (the
 poison ones, and a good one only if each of its attempts was nacked); the watermark reaches the end of every source
-partition and never passed a record before it was done; no word of an acked sentence goes uncounted. The exit
-status is 1 if any of that fails.
+partition and never passed a record before it was done; no word of an acked sentence goes uncounted, and no word's
+last count is below the times it was counted. The exit status is 1 if any of that fails.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class DemoOptions:
 # How long a crashed process's or a killed acker's partitions take to move to a live one: the 6 s group session of
 # `ServiceConfig.failing_over_fast`, the rebalance, the new owner's replay.
 FAILOVER_S = 8.0
+
+# The share of the sentences written when the last count process joins (with two or more): partitions of the words
+# topic move to it while they are counted, and its counts must go on from the last ones written.
+LATE_COUNT_AT = 0.2
 
 # Runs whose directories (Spark's checkpoints and log, each process's log) a new run keeps; older ones are removed.
 RUNS_KEPT = 5
@@ -145,6 +150,7 @@ class Demo:
         self.ledger = Ledger(options.max_attempts, options.fail_rate, options.drop_rate)
         self.events: list[str] = []
         self.gave_up = False  # the run ended at --max-wait-s, not with every record resolved
+        self.late_count: int | None = None  # the count process that joins at LATE_COUNT_AT, until it has
         self.started = time.monotonic()
         self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log, each stage's log
         self.stages = Stages(log=self.event, settings_given_only=True, output_dir=self.workdir)
@@ -214,11 +220,17 @@ class Demo:
         for i in range(o.split_processes):
             extra = ["--fail-rate", str(o.fail_rate), "--seed", str(o.seed + i), "--trace", *crash]
             self.stages.start(f"split-{i}", stage_command(c, prefix, "split", *extra))
+        self.late_count = o.count_processes - 1 if o.count_processes > 1 else None
         for i in range(o.count_processes):
-            extra = ["--drop-rate", str(o.drop_rate), "--seed", str(o.seed + i), "--trace"]
-            self.stages.start(f"count-{i}", stage_command(c, prefix, "count", *extra))
-        self.event(f"started 2 acker instances, a spout, {o.split_processes} split and {o.count_processes} count bolts "
-                   f"(their output: {self.workdir}/<name>.log)")  # fmt: skip
+            if i != self.late_count:
+                self._start_count(i)
+        late = f"; count-{self.late_count} joins later" if self.late_count is not None else ""
+        self.event(f"started 2 acker instances, a spout, {o.split_processes} split and {o.count_processes} count bolts"
+                   f"{late} (their output: {self.workdir}/<name>.log)")  # fmt: skip
+
+    def _start_count(self, i: int) -> None:
+        extra = ["--drop-rate", str(self.options.drop_rate), "--seed", str(self.options.seed + i), "--trace"]
+        self.stages.start(f"count-{i}", stage_command(self.config, self.prefix, "count", *extra))
 
     def _start_spark(self) -> tuple[Any, list[Any]]:
         from spark_jobs import commit_job, replay_job  # noqa: PLC0415 - pyspark loads when the demo runs
@@ -328,6 +340,11 @@ class Demo:
                 self._read(outcomes, copies, dead, counts)
                 killed = killed_at is not None and not restarted  # down on purpose; after its restart, a crash is one
                 self.stages.watch(expected_down=frozenset({"acker-0"}) if killed else frozenset())
+                if self.late_count is not None and written >= self.options.sentences * LATE_COUNT_AT:
+                    self._start_count(self.late_count)
+                    self.event(f"count-{self.late_count} joined (words partitions move to it, whose counts go on "
+                               "from the last ones written)")  # fmt: skip
+                    self.late_count = None
                 if self.options.kill_acker and killed_at is None and written >= self.options.sentences * 0.4:
                     self.stages.kill("acker-0")
                     killed_at = time.monotonic()
@@ -368,7 +385,9 @@ class Demo:
             if origin is not None:
                 self.ledger.dead_letter(origin, text(headers, DETAIL))
         for record in _available(counts):
-            self.ledger.count(record.key() or b"", text(read_headers(record), SENTENCE))
+            value = record.value()
+            count = int(value) if value is not None and value.isdigit() else None
+            self.ledger.count(record.key() or b"", text(read_headers(record), SENTENCE), count)
 
     def _finished(self) -> bool:
         ledger = self.ledger
@@ -448,6 +467,7 @@ def render_report(report: Report) -> Table:
         ("words of good sentences / counted", f"{report.words_expected} / {report.words_counted}"),
         ("duplicate words counted (at-least-once)", report.duplicate_words),
         ("words never counted", report.words_lost),
+        ("words whose last count is below the times counted", len(report.counts_below)),
     ]
     rows += [(f"watermark {p} / end", f"{m} / {e}") for p, (m, e) in report.watermarks.items()]
     for name, value in rows:

@@ -20,6 +20,9 @@ then answers:
   duplicates (at-least-once processing: a replayed sentence is counted again). Counts that name their sentence
   (the word count's tracing) are checked sentence by sentence; without it, word by word over all sentences, where
   a word counted twice for one sentence hides the same word missing from another.
+- **counts below**: words whose last published count (the last record of the word in the counts topic) is below the
+  number of times the word was counted (its count records): a count process that started a word again at 1 (a
+  partition moved to it) lost counts, however many words it counted. Must be none.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Report:
     words_expected: int
     words_counted: int
     words_lost: int
+    counts_below: dict[str, tuple[int, int]]  # word → (its last published count, the times it was counted)
     dead_letter_details: dict[str, str]  # origin → why its tree failed (`acker.replay.detail`), where said
 
     @property
@@ -101,6 +105,10 @@ class Report:
             out.append(f"poison records not dead-lettered: {self.poison_not_dead_lettered[:3]}")
         if self.words_lost:
             out.append(f"{self.words_lost} word(s) of good sentences never counted")
+        if self.counts_below:
+            shown = dict(list(self.counts_below.items())[:3])
+            out.append(f"{len(self.counts_below)} word(s) whose last count is below the times they were counted "
+                       f"(last count, times counted): {shown}")  # fmt: skip
         return out
 
 
@@ -122,6 +130,7 @@ class Ledger:
     details: dict[str, str] = field(default_factory=dict)  # origin → why its tree failed, as its dead letter says
     counted: Counter[bytes] = field(default_factory=Counter)
     counted_in: Counter[tuple[str, bytes]] = field(default_factory=Counter)  # (sentence's origin, word), traced
+    last_count: dict[bytes, int] = field(default_factory=dict)  # word → the count its last count record says
     samples: list[tuple[int, dict[Partition, int]]] = field(default_factory=list)
 
     def written(self, topic: str, partition: int, offset: int, sentence: bytes, *, poison: bool) -> None:
@@ -149,11 +158,15 @@ class Ledger:
         if detail is not None:
             self.details[origin] = detail
 
-    def count(self, word: bytes, sentence: str | None = None) -> None:
-        """A count of ``word``, of the source record ``sentence`` (its origin) when the count says."""
+    def count(self, word: bytes, sentence: str | None = None, value: int | None = None) -> None:
+        """A count of ``word``, of the source record ``sentence`` (its origin) when the count says; ``value``: the
+        count the record says (None when it says none). Given in the order of the counts topic's partition (a word's
+        records are all in one: keyed by word)."""
         self.counted[word] += 1
         if sentence is not None:
             self.counted_in[(sentence, word)] += 1
+        if value is not None:
+            self.last_count[word] = value
 
     def watermarks(self, at_ms: int, marks: dict[Partition, int]) -> None:
         self.samples.append((at_ms, dict(marks)))
@@ -260,5 +273,10 @@ class Ledger:
             words_expected=sum(expected.values()),
             words_counted=sum(self.counted.values()),
             words_lost=words_lost,
+            counts_below={
+                w.decode(errors="replace"): (last, self.counted[w])
+                for w, last in sorted(self.last_count.items())
+                if last < self.counted[w]
+            },
             dead_letter_details=dict(sorted(self.details.items())),
         )

@@ -4,7 +4,10 @@
                         --count bolt-->  <prefix>.counts (running count per word, written out: the sink)
 
 The words topic is keyed by word, so every count of a word lands on one partition and one count-bolt process:
-Storm's fields grouping. Failure injection, for demos and tests:
+Storm's fields grouping. When a partition moves to another count process, that one goes on from the last count
+written for each of its words (`WordCount`): counts may come out too high (a replayed sentence is counted again),
+never too low. The counts topic is compacted (`COUNTS_TOPIC_CONFIG`): the last count of each word is what is read.
+Failure injection, for demos and tests:
 
 - ``fail_rate``: the split bolt fails a sentence (raises) with this probability; a sentence containing the word
   ``poison`` always fails (a poison record: every replay fails again).
@@ -25,17 +28,21 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
-from acker.bolt import BasicCollector, BasicFunction, BoltInput, Collector, ExplicitFunction
+from acker.bolt import BasicCollector, BasicFunction, BoltInput, Collector
+from acker.config import ServiceConfig
 from acker.headers import HeaderValue, first, read_headers, text
+from acker.kafka.clients import READ_TO_SETTINGS, log_bounds, read_to, topic_partitions
 from acker.retries import ORIGIN
 from acker.spout import Emitter
 
 SENTENCE = "wc.sentence"  # header: the source record a message comes from (tracing)
+# The counts topic's settings: compacted, so that reading the last count of every word (`published_counts`) stays short.
+COUNTS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
 POISON = b"poison"
 LOST = b"lost"
 VOCABULARY = [
@@ -187,19 +194,102 @@ def count_function(
     *,
     trace: bool = False,
     crash_marker: str | None = None,
-) -> ExplicitFunction:
-    rng = random.Random(seed)
-    crash = _crasher(crash_after, crash_marker)
+    published: Callable[[], Mapping[bytes, int]] | None = None,
+) -> WordCount:
+    """The count bolt's function (explicit: ``Bolt(..., basic=False, on_revoke=function.revoked)``), counting into
+    ``counts``; ``published`` reads the last count written for each word (`published_counts`), None for a counts
+    topic that no other process has written (a test's lone count bolt)."""
+    return WordCount(
+        topics, counts, published or dict, random.Random(seed), _crasher(crash_after, crash_marker), trace=trace,
+        drop_rate=drop_rate,
+    )  # fmt: skip
 
-    def count(message: BoltInput, collector: Collector) -> None:
-        next(crash)
+
+class WordCount:
+    """The count bolt: a running count per word, each count written to ``<prefix>.counts`` (key = word, value = the
+    count in decimal), the word's tree completed once it is written.
+
+    A word's count goes on from the last one written for it, by whichever process of the stage. Its `words`
+    partition moves between them (the second process joining at start-up, a crash, a restart), and a new owner that
+    started its words at 1 wrote counts below the true ones, where at-least-once allows them too high (a replayed
+    sentence is counted again), never too low. So before it counts an input that does not follow the last one it
+    counted of that partition (the partition's first since it came here, or, a partition lost and given back, one
+    past offsets another process may have counted), it reads the last count written for every word
+    (``published``: the compacted counts topic, read to its end) and keeps, for each, the larger of that and its
+    own. The larger, because one process at a time owns a word's partition and goes on from the last count written:
+    the last count written is the highest, unless this process has counted the word since (its own count is then
+    ahead: not delivered yet). A partition's previous owner writes its counts out before it gives the partition up
+    (`acker.bolt`: the revoke commits only after a flush); a crashed one's undelivered counts were of inputs it had
+    not committed, which the new owner counts again.
+
+    `revoked` forgets a revoked partition: where it read to, and its words (those no partition still here counted).
+    A partition lost is not told (`acker.bolt`), and needs not be: its next input here does not follow.
+    """
+
+    def __init__(
+        self,
+        topics: Topics,
+        counts: Counter[bytes],
+        published: Callable[[], Mapping[bytes, int]],
+        rng: random.Random,
+        crash: Iterator[None],
+        *,
+        trace: bool,
+        drop_rate: float,
+    ) -> None:
+        self.topics, self.counts = topics, counts
+        self._published, self._rng, self._crash = published, rng, crash
+        self._trace, self._drop_rate = trace, drop_rate
+        self._next: dict[tuple[str, int], int] = {}  # input partition -> the offset after the last input counted
+        self._words: dict[tuple[str, int], set[bytes]] = {}  # input partition -> the words counted from it
+        self.rebuilds = 0  # reads of the published counts
+
+    def __call__(self, message: BoltInput, collector: Collector) -> None:
+        next(self._crash)
+        partition = (message.topic, message.partition)
+        if self._next.get(partition) != message.offset:  # another process may have counted its words meanwhile
+            self._go_on_from_published()
+        self._next[partition] = message.offset + 1
         word = message.value or b""
-        if word == LOST or rng.random() < drop_rate:
+        if word == LOST or self._rng.random() < self._drop_rate:
             return  # dropped silently: never acked, the tree times out
-        counts[word] += 1
-        headers = _trace(message) if trace else None
+        self._words.setdefault(partition, set()).add(word)
+        self.counts[word] += 1
+        headers = _trace(message) if self._trace else None
         # The sink: the word's tree completes once its count is written (a count that cannot be written fails it).
-        collector.write(topics.counts, str(counts[word]).encode(), key=word, headers=headers, anchors=[message])
+        collector.write(
+            self.topics.counts, str(self.counts[word]).encode(), key=word, headers=headers, anchors=[message]
+        )
         collector.ack(message)
 
-    return count
+    def revoked(self, partitions: set[tuple[str, int]], _collector: Collector) -> None:
+        """`acker.bolt.RevokeFunction`: these partitions' words are another process's to count from now on."""
+        for partition in partitions:
+            self._next.pop(partition, None)
+            gone = self._words.pop(partition, set())
+            for word in gone.difference(*self._words.values()):
+                del self.counts[word]
+
+    def _go_on_from_published(self) -> None:
+        self.rebuilds += 1
+        for word, count in self._published().items():
+            self.counts[word] = max(self.counts[word], count)
+
+
+def published_counts(config: ServiceConfig, topic: str) -> Callable[[], dict[bytes, int]]:
+    """A reader of the last count written for each word in ``topic`` (the counts topic), read from its first offset
+    to its end at each call (`WordCount`); a record whose value is not a count is passed over."""
+    reader = Consumer(config.client(**{"group.id": f"{topic}.reader", "enable.auto.commit": False,
+                                       **READ_TO_SETTINGS}))  # fmt: skip
+
+    def read() -> dict[bytes, int]:
+        latest: dict[bytes, int] = {}
+        for partition in topic_partitions(reader, topic):
+            first_offset, end = log_bounds(reader, TopicPartition(topic, partition))
+            for record in read_to(reader, TopicPartition(topic, partition, first_offset), end):
+                key, value = record.key(), record.value()
+                if key is not None and value is not None and value.isdigit():
+                    latest[key] = int(value)
+        return latest
+
+    return read

@@ -41,9 +41,25 @@ from acker.config import (
     topic_name_problem,
 )
 from acker.errors import ConfigError
-from acker.examples.wordcount import Topics, count_function, sentences, split_function, traced_sentences
+from acker.examples.wordcount import (
+    COUNTS_TOPIC_CONFIG,
+    Topics,
+    count_function,
+    published_counts,
+    sentences,
+    split_function,
+    traced_sentences,
+)
 from acker.help_text import prose
-from acker.kafka.clients import TopicSpec, answering, create_topics, delete_groups, log_bounds, topic_partitions
+from acker.kafka.clients import (
+    TopicSpec,
+    answering,
+    create_topics,
+    delete_groups,
+    end_offsets,
+    log_bounds,
+    topic_partitions,
+)
 from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.kafka.lookups import lookups
@@ -82,8 +98,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
             *all_topics(config, [topics.spout]),
             *(
                 TopicSpec(t, args.pipeline_partitions, config.replication_factor)
-                for t in (topics.sentences, topics.split, topics.words, topics.counts)
+                for t in (topics.sentences, topics.split, topics.words)
             ),
+            # Compacted: the last count of each word is what a count process reads when a partition comes to it.
+            TopicSpec(topics.counts, args.pipeline_partitions, config.replication_factor, COUNTS_TOPIC_CONFIG),
         ],
     )
     return 0
@@ -107,8 +125,14 @@ def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
 
 
 def _lines(args: argparse.Namespace) -> list[bytes]:
+    """The sentences to write: the lines of ``--file`` that are not blank, as they are (bytes: a sentence is bytes,
+    UTF-8 or not), or generated ones. `ConfigError` when the file cannot be read."""
     if args.file:
-        return [line.encode() for line in Path(args.file).read_text("utf-8").splitlines() if line.strip()]
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as error:
+            raise ConfigError(f"--file {args.file}: {error.strerror or error}") from None
+        return [line for line in data.splitlines() if line.strip()]
     return list(sentences(args.sentences, args.seed))
 
 
@@ -157,9 +181,10 @@ def cmd_count(args: argparse.Namespace) -> int:
     config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
     function = count_function(
-        topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
-    )
-    return run_until_signalled(Bolt(config, topics.words, group, function, basic=False))
+        topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker,
+        published=published_counts(config, topics.counts),
+    )  # fmt: skip
+    return run_until_signalled(Bolt(config, topics.words, group, function, basic=False, on_revoke=function.revoked))
 
 
 def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
@@ -275,14 +300,23 @@ class Stages:
         shutil.rmtree(self._crash_dir, ignore_errors=True)
 
 
-def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict[str, list[str]]]:
+def follow_outcomes(
+    config: ServiceConfig, spout: str, *, from_now: bool = False
+) -> Callable[[float], dict[str, list[str]]]:
     """A poller of the spout's outcome topic: each call reads for up to ``seconds`` and returns all seen so far.
 
-    It assigns itself every partition from the beginning once the topic exists (the spout creates it) and commits
+    It assigns itself every partition once the topic exists (the spout creates it), from the beginning, or with
+    ``from_now`` from the ends it has when this is called (as a spout does: `acker.spout.Spout`), so that only
+    outcomes written after are seen: a source topic deleted and made again numbers its records from 0 again, and
+    the outcomes of an earlier run's records would pass for those of this run's at the same coordinates. It commits
     nothing: a group it joined would be left behind on the cluster by every run."""
     consumer = Consumer(config.client(**{"group.id": "acker-follow", "enable.auto.commit": False}))
     topic = config.outcome_topic(spout)
     seen: dict[str, list[str]] = {}
+    starts: dict[int, int] = {}  # partition -> where to read from; none: the beginning (made after this call)
+    if from_now:
+        partitions = [TopicPartition(topic, p) for p in topic_partitions(consumer, topic)]
+        starts = dict(zip((tp.partition for tp in partitions), end_offsets(consumer, partitions), strict=True))
 
     def poll(seconds: float) -> dict[str, list[str]]:
         deadline = time.monotonic() + seconds
@@ -291,7 +325,7 @@ def follow_outcomes(config: ServiceConfig, spout: str) -> Callable[[float], dict
             if not partitions:  # not created yet
                 time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
                 return seen
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+            consumer.assign([TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in partitions])
         while time.monotonic() < deadline:
             for record in consumer.consume(500, timeout=0.1):
                 if record.error() is not None:
@@ -336,6 +370,7 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
+    lines = _lines(args)  # first: a file that cannot be read is said before anything is made or started
     cmd_topics(args)
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
@@ -343,7 +378,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stages = Stages()
     try:  # from the first group this run makes, which the end deletes
         with sigterm_as_interrupt():  # as Ctrl-C: every stage stopped, said so, and the exit status
-            return _run_stages(args, config, stages, group, watermarks)
+            return _run_stages(args, config, stages, group, watermarks, lines=lines)
     except (KeyboardInterrupt, TerminatedError) as stopped:
         print("interrupted: every stage this run started is stopped", file=sys.stderr)
         return interrupted_status(stopped)
@@ -353,8 +388,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"consumer group {left} is left behind ({why})", file=sys.stderr)
 
 
-def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str) -> int:
-    """`cmd_run` once its groups are named: the stages started, the sentences written, their outcomes followed."""
+def _run_stages(
+    args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str, *, lines: list[bytes]
+) -> int:
+    """`cmd_run` once its groups are named: the stages started, ``lines`` written, their outcomes followed."""
     topics = _topics(args)
     passed = _after_what_is_there(config, [topics.sentences, config.replay_topic(topics.spout)], watermarks)
     for topic, skipped in passed.items():
@@ -370,8 +407,8 @@ def _run_stages(args: argparse.Namespace, config: ServiceConfig, stages: Stages,
     for i in range(args.count_processes):
         stages.start(f"count-{i}", stage_command(config, args.prefix, "count", "--drop-rate", str(args.drop_rate),
                                                  "--seed", str(i)))  # fmt: skip
-    ids = produce(config, topics.sentences, _lines(args))
-    poll = follow_outcomes(config, topics.spout)
+    poll = follow_outcomes(config, topics.spout, from_now=True)  # before the sentences: only their outcomes
+    ids = produce(config, topics.sentences, lines)
     deadline, shown, seen = time.monotonic() + args.max_wait_s, -1, {}
     moved_at, waiting_said = time.monotonic(), False
     while time.monotonic() < deadline:

@@ -157,3 +157,26 @@ def test_more_good_records_failed_at_every_attempt_than_the_injected_rates_expla
 
     assert any("nacked at every attempt" in f for f in run(drop_rate=0.002))  # a fault, not the rates
     assert run(drop_rate=1.0) == []  # every word dropped, as asked: each sentence dead-lettered
+
+
+def test_a_last_count_below_the_times_a_word_was_counted_is_a_loss() -> None:
+    """A count process that took a partition over started its words at 1: every word was counted (each sentence's
+    words have their count record), yet the last count of "the" in the counts topic says 2 of its 4."""
+    ledger = _ledger(b"the cow", b"the moon", b"the day", b"the end")
+    for offset in range(4):
+        ledger.outcome(f"s/0/{offset}", "ACK", 1, by_acker=True, at_ms=1)
+    for offset, (the_count, other) in enumerate(((1, b"cow"), (2, b"moon"), (1, b"day"), (2, b"end"))):
+        ledger.count(b"the", f"s/0/{offset}", the_count)
+        ledger.count(other, f"s/0/{offset}", 1)
+    ledger.watermarks(5, {("s", 0): 4})
+    report = ledger.report()
+    assert report.words_lost == 0 and report.counts_below == {"the": (2, 4)}
+    assert report.failures == ["1 word(s) whose last count is below the times they were counted (last count, times "
+                               "counted): {'the': (2, 4)}"]  # fmt: skip
+    going_on = _ledger(b"the cow", b"the cow")  # a replay counted again: too high is at-least-once, not a loss
+    for offset in range(2):
+        going_on.outcome(f"s/0/{offset}", "ACK", 1, by_acker=True, at_ms=1)
+    for word, value in ((b"the", 1), (b"cow", 1), (b"the", 2), (b"the", 3), (b"cow", 2), (b"cow", 3)):
+        going_on.count(word, None, value)
+    going_on.watermarks(5, {("s", 0): 2})
+    assert going_on.report().counts_below == {} and going_on.report().failures == []
