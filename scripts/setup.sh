@@ -17,7 +17,8 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if command -v sha256sum >/dev/null 2>&1; then digest=sha256sum; else digest="shasum -a 256"; fi  # macOS: shasum
+stamp=.venv/.installed-$($digest pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: creating .venv and installing the package with its test and development tools" >&2
   # A .venv left half-made (e.g. python3-venv was missing, so ensurepip failed) is made again.

@@ -8,12 +8,16 @@ scripts/setup.sh
 # Tools from the system's packages, installed when missing and this is a root shell with apt (a CI container):
 # Java and Maven for the local Kafka broker the integration tests start, and Debian's docker-compose to validate
 # docker/compose.yaml with a real compose tool (no Docker engine needed). Elsewhere, install them yourself.
+export DEBIAN_FRONTEND=noninteractive  # no package may ask a question: CI has no standard input
 need() {  # need TOOL "PACKAGE [ANOTHER...]" WHAT: the first package the system has is installed
   command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     for package in $2; do
       echo "test: installing $package ($3)" >&2
-      if { apt-get install -y -q "$package" || { apt-get update -q && apt-get install -y -q "$package"; }; } \
+      # Without the packages they recommend: docker-compose's is a Docker engine, which, running, would have the
+      # integration tests use containers from Docker Hub instead of the local broker.
+      if { apt-get install -y -q --no-install-recommends "$package" \
+            || { apt-get update -q && apt-get install -y -q --no-install-recommends "$package"; }; } \
           >"/tmp/acker-install-$package.log" 2>&1; then
         return 0
       fi
