@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import IO, Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -240,6 +240,26 @@ def kafka_tool_command(main_class: str, *args: str, cache_dir: Path | None = Non
 # Broker
 
 
+_DUMP_KEPT_S = 60.0  # a dump whose owner is gone may still be being written this long by its JVM, which outlives it
+
+
+def _sweep_dead_dumps(archive: Path) -> list[Path]:
+    """Remove (and return) the class-data dumps next to ``archive`` (``<archive>.<owner pid>-<id>.tmp``) whose owner
+    is gone and that were last written more than `_DUMP_KEPT_S` ago: an owner killed (SIGKILL, a CI timeout) cannot
+    rename or remove its JVM's dump, which the JVM still writes as it stops (its parent's death stops it), and each
+    such dump (about 50 MB) stayed in the cache for good. An archive is only a faster start: one lost costs nothing."""
+    removed = []
+    for dump in archive.parent.glob(f"{archive.name}.*.tmp"):
+        owner = dump.name.removeprefix(f"{archive.name}.").partition("-")[0]
+        try:
+            if owner.isdigit() and not _alive(int(owner)) and time.time() - dump.stat().st_mtime > _DUMP_KEPT_S:
+                dump.unlink()
+                removed.append(dump)
+        except OSError:  # removed meanwhile, by another broker's sweep
+            continue
+    return removed
+
+
 def _class_data_archive(lib_dir: Path, java: str) -> Path:
     """Where the broker's AppCDS archive for these jars and this JVM lives (it may not exist yet)."""
     real = os.path.realpath(java)
@@ -377,6 +397,7 @@ class LocalKafkaBroker:
         self._lock = threading.RLock()
         self._process: subprocess.Popen[bytes] | None = None
         self._data_dir: Path | None = None
+        self._dir_lock: IO[str] | None = None  # held while a broker of this object uses its data dir
         self._port: int | None = None
         self._controller_port: int | None = None
 
@@ -482,6 +503,23 @@ class LocalKafkaBroker:
         data_dir.mkdir(parents=True, exist_ok=True)
         return data_dir, (data_dir / _LOG_DIR_NAME / "meta.properties").is_file()
 
+    def _hold_data_dir(self, data_dir: Path) -> None:
+        """Lock ``data_dir`` for this broker's life (`_DIR_LOCK_FILE`), or `KafkaBrokerError` when another broker
+        holds it: a second start on a directory in use wrote its ports and properties before Kafka's own lock
+        refused its JVM, and the running broker's restart then came up on other ports."""
+        handle = open(data_dir / _DIR_LOCK_FILE, "a+")  # noqa: SIM115 - held open until `_cleanup`
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise KafkaBrokerError(f"data dir {data_dir} is in use by another broker (started by {holder})") from None
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._dir_lock = handle
+
     def _pick_ports(self, data_dir: Path, formatted: bool) -> tuple[int, int]:
         ports_file = data_dir / _PORTS_FILE
         if formatted and ports_file.is_file():
@@ -544,6 +582,7 @@ class LocalKafkaBroker:
         if archive is not None and archive.is_file():
             cds = [f"-XX:SharedArchiveFile={archive}"]
         elif archive is not None and dump_classes:
+            _sweep_dead_dumps(archive)
             self._cds_dump = archive.with_name(f"{archive.name}.{os.getpid()}-{id(self):x}.tmp")
             cds = [f"-XX:ArchiveClassesAtExit={self._cds_dump}"]
         return [
@@ -561,6 +600,7 @@ class LocalKafkaBroker:
     def _start_once(self, java: str, lib_dir: Path) -> None:
         data_dir, formatted = self._prepare_data_dir()
         self._data_dir = data_dir
+        self._hold_data_dir(data_dir)
         port, cport = self._pick_ports(data_dir, formatted)
         props_path = data_dir / _PROPERTIES_FILE
         self._write_properties(props_path, self._properties(data_dir, port, cport))
@@ -694,6 +734,9 @@ class LocalKafkaBroker:
                 os.replace(dump, self._cds_archive)
             dump.unlink(missing_ok=True)
         self._ready = False
+        if self._dir_lock is not None:
+            self._dir_lock.close()  # the lock goes with it
+            self._dir_lock = None
         data_dir = self._data_dir
         if data_dir is not None and self._given_data_dir is None and not self.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -706,6 +749,7 @@ class _PortTakenError(KafkaBrokerError):
 
 
 _TEMP_PREFIX = "acker-kafka-"
+_DIR_LOCK_FILE = ".launcher.lock"  # in a data dir: locked by the process whose broker uses it (`_hold_data_dir`)
 # In a temporary data dir: the PID namespace, then the ids of the process that made it and of its JVM
 # (`sweep_orphaned_data_dirs`).
 _OWNERS_FILE = ".owners"

@@ -170,6 +170,23 @@ def test_restart_on_a_kept_data_dir_keeps_records_and_port(tmp_path: Path) -> No
     assert broker_jvms(data_dir) == []
 
 
+def test_a_second_start_on_a_data_dir_in_use_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """It wrote its own ports and properties into the running broker's directory before Kafka's lock refused its JVM:
+    the running broker's next start on the directory came up on the second one's ports."""
+    data_dir = tmp_path / "broker"
+    with LocalKafkaBroker(data_dir=data_dir) as first:
+        bootstrap = first.bootstrap_servers
+        ports = (data_dir / "ports").read_text()
+        properties = (data_dir / "server.properties").read_text()
+        with pytest.raises(KafkaBrokerError, match=f"data dir {data_dir} is in use by another broker"):
+            LocalKafkaBroker(data_dir=data_dir).start()
+        assert (data_dir / "ports").read_text() == ports
+        assert (data_dir / "server.properties").read_text() == properties
+        produce_and_consume(bootstrap, "still", count=1, partitions=1)
+    with LocalKafkaBroker(data_dir=data_dir) as again:  # the lock went with the first, its ports are kept
+        assert again.bootstrap_servers == bootstrap
+
+
 def test_a_broker_that_cannot_start_raises_with_its_log_and_leaves_nothing(tmp_path: Path) -> None:
     data_dir = tmp_path / "bad"
     broker = LocalKafkaBroker(data_dir=data_dir, server_properties={"num.io.threads": "not-a-number"})

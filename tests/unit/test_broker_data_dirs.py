@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from acker.kafka.local_broker import _pid_namespace, sweep_orphaned_data_dirs
+from acker.kafka.local_broker import _pid_namespace, _sweep_dead_dumps, sweep_orphaned_data_dirs
 
 
 def _dead_pid() -> int:
@@ -33,3 +34,20 @@ def test_only_directories_whose_owner_and_jvm_are_both_gone_are_swept(tmp_path: 
     assert sweep_orphaned_data_dirs(tmp_path) == [dirs["orphan"]]
     assert not dirs["orphan"].exists()
     assert all(dirs[name].exists() for name in ("owner-alive", "jvm-alive", "kept", "container"))
+
+
+def test_class_data_dumps_of_owners_gone_are_swept_once_no_jvm_can_still_write_them(tmp_path: Path) -> None:
+    """A killed owner's JVM writes its dump (50 MB) as it stops, and nothing removed it: each stayed in the jar
+    cache for good."""
+    archive = tmp_path / "broker-classes-0123456789abcdef.jsa"
+    orphan = tmp_path / f"{archive.name}.{_dead_pid()}-7f00.tmp"
+    fresh = tmp_path / f"{archive.name}.{_dead_pid()}-7f01.tmp"  # its JVM may still be writing it
+    mine = tmp_path / f"{archive.name}.{os.getpid()}-7f02.tmp"
+    other = tmp_path / "broker-classes-fedcba9876543210.jsa.1-7f03.tmp"  # another archive's
+    for dump in (orphan, fresh, mine, other):
+        dump.write_bytes(b"x")
+    old = time.time() - 3600
+    for dump in (orphan, mine, other):
+        os.utime(dump, (old, old))
+    assert _sweep_dead_dumps(archive) == [orphan]
+    assert [d.exists() for d in (orphan, fresh, mine, other)] == [False, True, True, True]
