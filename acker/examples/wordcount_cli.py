@@ -213,8 +213,10 @@ class Stages:
         nowhere), appended to by its restarts."""
         self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
         self.restarts = 0
-        # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes.
-        self._crash_dir = tempfile.mkdtemp(prefix="acker-crash-")
+        # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes. Made by the
+        # first `crash_flags`, removed by `stop`: stages never stopped (a run that failed before it started them)
+        # left one in /tmp each.
+        self._crash_dir: str | None = None
         self._crashed: set[str] = set()  # stages whose crash came, kept past `stop`
         self.env: dict[str, str] = {}
         self._log = log or (lambda line: print(line, file=sys.stderr))
@@ -225,11 +227,14 @@ class Stages:
     def crash_flags(self, stage: str, after: int) -> list[str]:
         """Flags of the processes of ``stage`` of which one crashes after ``after`` messages: the first to get
         there, however the group spread the partitions (a fixed one may get none, or a share smaller than that)."""
+        if self._crash_dir is None:
+            self._crash_dir = tempfile.mkdtemp(prefix="acker-crash-")
         return [f"--crash-after={after}", f"--crash-marker={os.path.join(self._crash_dir, stage)}"]
 
     def crashed(self, stage: str) -> bool:
         """Whether a process given `crash_flags` of ``stage`` got there and crashed (before `stop` too)."""
-        return stage in self._crashed or os.path.exists(os.path.join(self._crash_dir, stage))
+        crash_dir = self._crash_dir
+        return stage in self._crashed or (crash_dir is not None and os.path.exists(os.path.join(crash_dir, stage)))
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
@@ -296,8 +301,10 @@ class Stages:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self._crashed.update(os.listdir(self._crash_dir) if os.path.isdir(self._crash_dir) else ())
-        shutil.rmtree(self._crash_dir, ignore_errors=True)
+        if self._crash_dir is not None:
+            self._crashed.update(os.listdir(self._crash_dir) if os.path.isdir(self._crash_dir) else ())
+            shutil.rmtree(self._crash_dir, ignore_errors=True)
+            self._crash_dir = None
 
 
 def follow_outcomes(

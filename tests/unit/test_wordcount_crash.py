@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-from acker.examples import wordcount
+from acker.examples import wordcount, wordcount_cli
 
 
 class _CrashedError(Exception):
@@ -38,3 +39,19 @@ def test_of_the_processes_given_one_marker_only_the_first_to_get_there_crashes(
     next(alone)
     with pytest.raises(_CrashedError):
         next(alone)
+
+
+def test_the_crash_markers_directory_is_made_when_needed_and_removed_at_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `Stages` made a directory in /tmp at once, removed only by its `stop`: each run that failed before it
+    started its stages (a demo whose broker could not be reached) and each test that never stopped one left one."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    wordcount_cli.Stages(log=lambda _line: None)
+    assert list(tmp_path.iterdir()) == []
+    stages = wordcount_cli.Stages(log=lambda _line: None)
+    marker = stages.crash_flags("split", 5)[1].removeprefix("--crash-marker=")
+    Path(marker).touch()  # a split process crashed
+    assert stages.crashed("split") and len(list(tmp_path.iterdir())) == 1
+    stages.stop()
+    assert list(tmp_path.iterdir()) == [] and stages.crashed("split")
