@@ -3,8 +3,8 @@
 A request is a record on the chain's first topic (``N.step0``) with a fresh request id (``acker.request``, which is
 also the correlation id) and its deadline (``acker.request.deadline``, epoch ms); the chain answers on ``N.results``
 with the request id as key and ``acker.request.status`` ``ok`` or ``failed`` (`acker.kafka.coordinated_stage`).
-A request that is not answered by its deadline (plus a grace period for the failure to reach the answer) is
-reported as timed out: a call never waits forever.
+A request that is not answered by its deadline (plus a grace period for the failure to reach the answer, and the
+time to read the answers written by then) is reported as timed out: a call never waits forever.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import uuid
 import zlib
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.errors import AckerError
@@ -22,6 +22,7 @@ from acker.kafka.clients import consume_available, end_offsets, partition_count,
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
 GRACE_S = 5.0  # after the deadline, how long to wait for the chain's "failed" answer before giving up
+READ_TO_END_S = 5.0  # then, how long at most to read the answers written by then (`DrpcClient._read_to_ends`)
 ANSWER_KEPT_S = 600.0  # an answer read for a request not waited for yet is kept this long past that request's time
 
 
@@ -35,7 +36,7 @@ class DrpcClient:
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"
-        # Told when it has read a partition to its end (`_read_to_ends`).
+        # Told where a partition's end is when it has read it (`_read_to_ends`).
         self.consumer = Consumer(config.stream_consumer(**{"group.id": group, "enable.auto.commit": False,
                                                   "enable.partition.eof": True}))  # fmt: skip
         results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
@@ -46,7 +47,9 @@ class DrpcClient:
         )
         self._answers: dict[str, tuple[str, bytes | None]] = {}
         self._deadlines: dict[str, float] = {}
-        self._at_end: set[int] = set()  # results partitions read to their end, nothing read of them since
+        # Per results partition, the offset up to which it has been read: past the last record read, or where the
+        # consumer said the partition ended (past a transaction's marker, which no record shows).
+        self._read_up_to = {tp.partition: end for tp, end in zip(results, ends, strict=True)}
 
     def send(self, args: bytes, timeout_s: float = 30.0) -> str:
         """Send a request; return its id (see `wait`). `DrpcError` when it could not be written: the chain would
@@ -104,12 +107,12 @@ class DrpcClient:
     def _read_answers(self, timeout_s: float) -> None:
         """Read what the results topic has (or wait ``timeout_s`` for it) and keep the answers waited for."""
         for record in consume_available(self.consumer, 500, timeout_s):
-            error = record.error()
+            error, partition, offset = record.error(), record.partition() or 0, record.offset() or 0
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    self._at_end.add(record.partition() or 0)
+                if error.code() == KafkaError._PARTITION_EOF:  # its offset: the end
+                    self._read_up_to[partition] = max(self._read_up_to.get(partition, 0), offset)
                 continue
-            self._at_end.discard(record.partition() or 0)
+            self._read_up_to[partition] = max(self._read_up_to.get(partition, 0), offset + 1)
             headers = read_headers(record)
             answered = text(headers, REQUEST)
             # Only answers to this client's requests still waited for: the results topic is shared.
@@ -117,15 +120,24 @@ class DrpcClient:
                 self._answers[answered] = (text(headers, STATUS) or "failed", record.value())
 
     def _read_to_ends(self, request: str) -> None:
-        """Read the results topic to its ends, until ``request`` is answered (`GRACE_S` at most): an answer written in
-        time may not have been read yet (a wait begun after the deadline, a client behind on a busy results topic),
-        and a request answered is not reported as unanswered. Ends as the consumer is told of them (partition EOF
-        events): an end offset, looked up, is not a position the consumer reaches when a transaction's marker is last.
-        What is already fetched is read first, which may not have been told yet."""
-        partitions = {tp.partition for tp in self.consumer.assignment()}
-        give_up = time.monotonic() + GRACE_S
-        self._read_answers(0)
-        while request not in self._answers and not partitions <= self._at_end and time.monotonic() < give_up:
+        """Read the results topic up to its ends as they are now, until ``request`` is answered (`READ_TO_END_S` at
+        most): an answer written in time may not have been read yet (a wait begun after the deadline, a client behind
+        on a busy results topic, one written a moment ago), and a request answered is not reported as unanswered. The
+        ends are asked of the broker now; the consumer's own word that it reached an end may be older than an answer
+        written since. An end behind a transaction still open is waited for (the answer may be in it)."""
+        give_up = time.monotonic() + READ_TO_END_S
+        ends = {}
+        try:
+            for tp in self.consumer.assignment():
+                ends[tp.partition] = self.consumer.get_watermark_offsets(tp, READ_TO_END_S, cached=False)[1]
+        except KafkaException:  # the broker does not answer: what was read is all there is to go by
+            return
+        self._read_answers(0)  # what is fetched already
+        while (
+            request not in self._answers
+            and any(self._read_up_to.get(p, 0) < end for p, end in ends.items())
+            and time.monotonic() < give_up
+        ):
             self._read_answers(0.1)
 
     def call(self, args: bytes, timeout_s: float = 30.0) -> bytes | None:

@@ -189,7 +189,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for process in processes:
             process.send_signal(signal.SIGTERM)
         for process in processes:
-            process.wait(60)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:  # a step that does not stop: ended, so that none outlives the run
+                process.kill()
+                process.wait()
     print(f"{len(urls) - wrong} of {len(urls)} answers exact")
     return 0 if wrong == 0 else 1
 
