@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
+from acker.dlq import DLQ_KEPT_BYTES
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count, topic_max_bytes
 from acker.kafka.lookups import CONFIRM_S, KafkaLookups, WatermarkCommitError, lookups
@@ -683,8 +684,10 @@ def start_dead_letters(
     (`DeadLetterCounter`)."""
     name = f"acker-dead-letters-{checkpoint.rstrip('/').rsplit('/', 1)[-1]}"
     DeadLetterCounter.of(raw.sparkSession).topics[name] = topic
+    whole_max = dead_letter_max_bytes(source, topic)
+    kept = max(0, min(DLQ_KEPT_BYTES, whole_max // 2))  # a value and a key cut fit together
     return (
-        malformed(raw, dead_letter_max_bytes(source, topic))
+        malformed(raw, whole_max, kept)
         .writeStream.queryName(name)
         .format("kafka")
         .options(**source.kafka_options())

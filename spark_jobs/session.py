@@ -88,6 +88,24 @@ def _with_avro_limits(options: str) -> str:
     return " ".join([options, *added]).strip()
 
 
+def _spark_default(key: str) -> str:
+    """``key``'s value in the ``spark-defaults.conf`` of Spark's configuration directory (``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, else pyspark's own), "" when it has none: a setting given when pyspark starts the JVM
+    replaces the file's, which this process's SparkConf does not see."""
+    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+    path = Path(os.environ.get("SPARK_CONF_DIR") or Path(home) / "conf") / "spark-defaults.conf"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return ""
+    value = ""
+    for line in lines:
+        name, _, rest = line.strip().replace("=", " ", 1).partition(" ")
+        if name == key:
+            value = rest.strip()
+    return value
+
+
 def under_spark_submit() -> bool:
     """Whether this process was started by spark-submit, which starts the JVM first and hands its gateway over."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -125,8 +143,13 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     elif master is not None:
         settings["spark.master"] = master
     conf = SparkConf().setAll(list(settings.items()))
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):  # a user's own are kept
-        conf.set(key, _with_avro_limits(conf.get(key, "") or ""))
+    if master is not None and not master.startswith("local"):
+        # Executors of their own (local mode decodes in the driver, given the limits by `_avro_limits_in_driver`):
+        # given the limits, beside the options of spark-defaults.conf, which the setting given here would replace.
+        # Under spark-submit (no master given here) this process cannot see what spark-submit was given: its
+        # --conf spark.executor.extraJavaOptions takes the limits (README).
+        key = "spark.executor.extraJavaOptions"
+        conf.set(key, _with_avro_limits(conf.get(key, "") or _spark_default(key)))
     # pyspark's context replaces the SIGINT handler with one that cancels every running job before it raises
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
@@ -150,8 +173,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
 
 
 def _avro_limits_in_driver(session: SparkSession) -> None:
-    """`AVRO_LIMITS` in the driver's JVM, which spark-submit started before this process could give it options (local
-    mode decodes there): Avro reads them when its first record is read, after this."""
+    """`AVRO_LIMITS` in the driver's JVM (local mode decodes there), which was started before (by spark-submit, or by
+    pyspark with the user's own options): Avro reads them when its first record is read, after this."""
     jvm = session.sparkContext._jvm
     assert jvm is not None  # a driver's context
     for name, value in AVRO_LIMITS.items():
