@@ -156,6 +156,9 @@ BasicFunction = Callable[[BoltInput, BasicCollector], None]
 ExplicitFunction = Callable[[BoltInput, Collector], None]
 # An explicit bolt's inputs of these (topic, partition) pairs go to another process from now on (`Bolt`'s on_revoke).
 RevokeFunction = Callable[[set[tuple[str, int]], Collector], None]
+# These (topic, partition) pairs may be another process's already (`Bolt`'s on_lost): for the function to forget
+# what it knows of them, not to settle anything.
+LostFunction = Callable[[set[tuple[str, int]]], None]
 
 
 class Bolt:
@@ -170,17 +173,20 @@ class Bolt:
         commit_interval_s: float = 1.0,
         ids: IdGenerator | None = None,
         on_revoke: RevokeFunction | None = None,
+        on_lost: LostFunction | None = None,
     ) -> None:
         """``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
         closing) before the bolt commits them, with the collector, so that the function settles the inputs of theirs
         it holds. Their later inputs, a held one's partner among them, go to the new owner; failed now, the held
         ones are nacked at once and replayed to it, where they would wait for their timeout (module docstring). Not
-        called for partitions lost (`_on_lost`)."""
+        called for partitions lost (`_on_lost`), which ``on_lost`` is told of (without a collector: nothing may be
+        settled of them), for a function that keeps what it knows per partition."""
         if on_revoke is not None and basic:
             raise ValueError("on_revoke is for explicit bolts (basic=False): a basic bolt holds no input")
         self.config, self.input_topic, self.group = config, input_topic, group
         self._function = function
         self._revoked = on_revoke
+        self._lost = on_lost
         self.basic = basic
         self.commit_interval_s = commit_interval_s
         self._ids = ids or IdGenerator()
@@ -361,6 +367,12 @@ class Bolt:
         housekeeping fails it once its tree may have expired)."""
         for tp in partitions:
             self._processed.pop((tp.topic, tp.partition), None)
+        if self._lost is not None and partitions:
+            try:
+                self._lost({(tp.topic, tp.partition) for tp in partitions})
+            except Exception as error:
+                where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+                self._raised_in(f"on_lost of {where}", error)
 
     def flush(self, timeout_s: float) -> int:
         """Deliver what was produced (records written out, acker batches, children) within ``timeout_s``; return

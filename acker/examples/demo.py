@@ -39,7 +39,7 @@ from acker.cli import TerminatedError, interrupted_status, sigterm_as_interrupt
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from acker.examples.ledger import Ledger, Report
-from acker.examples.wordcount import POISON, SENTENCE, Topics, sentences
+from acker.examples.wordcount import COUNTS_TOPIC_CONFIG, POISON, SENTENCE, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import read_headers, text
 from acker.help_text import prose
@@ -205,7 +205,7 @@ class Demo:
                 TopicSpec(c.replay_dlq_topic, 1),
                 TopicSpec(c.status_topic, 1, config={"cleanup.policy": "compact"}),
                 *(TopicSpec(t, n) for t in (self.topics.sentences, self.topics.split, self.topics.words)),
-                TopicSpec(self.topics.counts, n),
+                TopicSpec(self.topics.counts, n, config=COUNTS_TOPIC_CONFIG),
             ],
         )
 

@@ -223,7 +223,7 @@ class WordCount:
     not committed, which the new owner counts again.
 
     `revoked` forgets a revoked partition: where it read to, and its words (those no partition still here counted).
-    A partition lost is not told (`acker.bolt`), and needs not be: its next input here does not follow.
+    `lost` forgets where a lost partition was read to: given back, its next input reads the published counts first.
     """
 
     def __init__(
@@ -261,6 +261,13 @@ class WordCount:
             self.topics.counts, str(self.counts[word]).encode(), key=word, headers=headers, anchors=[message]
         )
         collector.ack(message)
+
+    def lost(self, partitions: set[tuple[str, int]]) -> None:
+        """`acker.bolt.LostFunction`: another process may be counting these partitions' words already. Given back,
+        one may come back at the very offset this process would read next (its new owner counted only inputs below
+        it that were not committed), with counts published since: its next input reads them first."""
+        for partition in partitions:
+            self._next.pop(partition, None)
 
     def revoked(self, partitions: set[tuple[str, int]], _collector: Collector) -> None:
         """`acker.bolt.RevokeFunction`: these partitions' words are another process's to count from now on."""

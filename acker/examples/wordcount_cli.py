@@ -184,7 +184,8 @@ def cmd_count(args: argparse.Namespace) -> int:
         topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker,
         published=published_counts(config, topics.counts),
     )  # fmt: skip
-    return run_until_signalled(Bolt(config, topics.words, group, function, basic=False, on_revoke=function.revoked))
+    bolt = Bolt(config, topics.words, group, function, basic=False, on_revoke=function.revoked, on_lost=function.lost)
+    return run_until_signalled(bolt)
 
 
 def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:

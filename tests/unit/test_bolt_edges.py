@@ -103,13 +103,13 @@ class _Committing:
         self.committed.append(offsets)
 
 
-def _explicit(on_revoke: Any) -> Any:
+def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt: Any = Bolt.__new__(Bolt)  # the edge alone: no Kafka clients
     bolt.commit_interval_s, bolt.counters = 1.0, Counter()
     bolt._trouble = TroubleReport(logging.getLogger("t"), "b", ("errors",))
     bolt._processed = {("in", 0): 5, ("in", 1): 7}
     bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
-    bolt.consumer, bolt._collector, bolt._revoked = _Committing(), object(), on_revoke
+    bolt.consumer, bolt._collector, bolt._revoked, bolt._lost = _Committing(), object(), on_revoke, on_lost
     return bolt
 
 
@@ -178,13 +178,23 @@ def test_a_bolt_whose_last_commit_fails_still_leaves_its_group() -> None:
     assert bolt.consumer.closed and bolt.consumer.committed == []
 
 
-def test_partitions_lost_are_neither_committed_nor_told() -> None:
+def test_partitions_lost_are_neither_committed_nor_told_to_on_revoke() -> None:
     """Another process may own them already, and settle their held inputs first: a fail from here could decide a
-    tree it is about to complete."""
+    tree it is about to complete. ``on_lost`` is told, without a collector (to forget, not to settle: the word
+    count's counts, given back, must be read again)."""
     told: list[object] = []
-    bolt = _explicit(lambda partitions, _collector: told.append(partitions))
+    lost: list[set[tuple[str, int]]] = []
+    bolt = _explicit(lambda partitions, _collector: told.append(partitions), lost.append)
     bolt._on_lost(None, [TopicPartition("in", 0), TopicPartition("in", 1)])
     assert told == [] and bolt.consumer.committed == [] and bolt._processed == {}
+    assert lost == [{("in", 0), ("in", 1)}]
+
+    def raising(_partitions: object) -> None:
+        raise RuntimeError("boom")
+
+    failing = _explicit(None, raising)
+    failing._on_lost(None, [TopicPartition("in", 0)])  # counted, and the bolt goes on
+    assert failing.counters["errors"] == 1
 
 
 def test_on_revoke_is_for_explicit_bolts() -> None:

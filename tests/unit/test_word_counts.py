@@ -99,3 +99,20 @@ def test_a_word_counted_from_a_partition_still_here_is_kept_when_another_is_revo
     counts(_word(b"a", 1, 0), topic)
     counts.revoked({(WORDS, 0)}, topic)
     assert counts.counts == Counter({b"a": 2})
+
+
+def test_a_partition_lost_and_given_back_where_it_was_read_to_reads_the_counts_published_meanwhile() -> None:
+    """Lost (taken for dead), the partition's new owner counted inputs below this process's next offset that were
+    not committed, then it came back at that very offset: without being told of the loss, this process went on
+    from its own counts, below those published meanwhile, and a word's last count went down."""
+    topic = CountsTopic()
+    first = count_function(Topics("t"), Counter(), published=topic.published)
+    second = count_function(Topics("t"), Counter(), published=topic.published)
+    for offset in range(3):
+        first(_word(b"the", 0, offset), topic)
+    first.lost({(WORDS, 0)})  # its session timed out; offsets 1 and 2 were not committed
+    for offset in (1, 2):
+        second(_word(b"the", 0, offset), topic)  # counted again: 5 now, too high (at-least-once), never too low
+    second.revoked({(WORDS, 0)}, topic)
+    first(_word(b"the", 0, 3), topic)  # given back at the offset it would have read next
+    assert topic.records[-1] == (b"the", 6)
