@@ -1,4 +1,5 @@
-"""The two readers of an outcome record agree on the fields they both read.
+"""The two readers of an outcome record agree on the fields they both read (the compiled one reads no further than
+the anchors: a record broken after them is its reader's alone to refuse).
 
 `decode_outcome_anchors` (compiled, reads no further than the anchors) is what a new owner of an acker partition
 trusts on failover read-back to count trees as decided; `decode_outcomes` (fastavro) is what spouts read, and Spark's
