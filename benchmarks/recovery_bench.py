@@ -218,6 +218,9 @@ def main() -> None:
             runs.append(_run(cluster.bootstrap_servers, trees, decided, rng))
             print(f"run {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[-1].items()))
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    # Correctness counts are not figures to take a median of: one run with duplicates is a failure.
+    for k in ("spurious", "undecided", "duplicates"):
+        med[k] = max(r[k] for r in runs)
     print(f"\nworkload: {trees:,} pending trees on one acker partition, then {decided:,} trees decided after them "
           f"({2 * trees + 7 * decided:,} acker messages to replay); session.timeout.ms 6000; "
           f"median of {repeat} run(s)\n")  # fmt: skip
@@ -229,8 +232,10 @@ def main() -> None:
     print(f"| reading back the outcomes decided after the committed offset ({med['read_back']:,.0f} trees), alone; "
           f"the new owner does it on assignment | {med['read_back_s'] * 1000:.0f} ms |")  # fmt: skip
     print(f"| new process started → state rebuilt | {med['rebuilt_s']:.2f} s |")
-    print(f"| spurious replays (trees not acked after the crash) | {med['spurious']:.0f} of {trees:,} |")
-    print(f"| trees without an outcome / duplicate outcomes | {med['undecided']:.0f} / {med['duplicates']:.0f} "
+    print(f"| spurious replays (trees not acked after the crash), the most of any run | {med['spurious']:.0f} of "
+          f"{trees:,} |")  # fmt: skip
+    print(f"| trees without an outcome / duplicate outcomes, the most of any run | {med['undecided']:.0f} / "
+          f"{med['duplicates']:.0f} "
           f"(without the read-back, the replay would decide and publish again each of the {decided:,}) |")  # fmt: skip
     print(f"| Storm, for reference: an acker's pending trees when it dies | all {trees:,} time out and are replayed |")
 
