@@ -196,9 +196,9 @@ def count_function(
     crash_marker: str | None = None,
     published: Callable[[], Mapping[bytes, int]] | None = None,
 ) -> WordCount:
-    """The count bolt's function (explicit: ``Bolt(..., basic=False, on_revoke=function.revoked)``), counting into
-    ``counts``; ``published`` reads the last count written for each word (`published_counts`), None for a counts
-    topic that no other process has written (a test's lone count bolt)."""
+    """The count bolt's function, counting into ``counts`` (explicit: ``Bolt(..., basic=False,
+    on_revoke=function.revoked, on_lost=function.lost)``); ``published`` reads the last count written for each word
+    (`published_counts`), None for a counts topic that no other process has written (a test's lone count bolt)."""
     return WordCount(
         topics, counts, published or dict, random.Random(seed), _crasher(crash_after, crash_marker), trace=trace,
         drop_rate=drop_rate,
