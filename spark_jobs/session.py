@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -99,10 +100,10 @@ def _spark_default(key: str) -> str:
     except OSError:
         return ""
     value = ""
-    for line in lines:
-        name, _, rest = line.strip().replace("=", " ", 1).partition(" ")
-        if name == key:
-            value = rest.strip()
+    for line in lines:  # Java's properties format: a key, then "=", ":" or white space, then the value
+        found = re.match(r"([^\s=:]+)\s*[=:\s]\s*(.*)", line.strip())
+        if found is not None and found[1] == key:
+            value = found[2].strip()
     return value
 
 

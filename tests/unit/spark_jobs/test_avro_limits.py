@@ -22,5 +22,7 @@ def test_the_limits_are_added_to_the_options_of_spark_defaults(tmp_path: Path, m
     assert options.startswith("-Dmy.exec=1 -Dx=2 ") and all(f"-D{name}=" in options for name in AVRO_LIMITS)
     own = "-Dorg.apache.avro.limits.string.maxLength=5"
     assert _with_avro_limits(own).count("string.maxLength") == 1  # a user's own limit is kept
+    (tmp_path / "spark-defaults.conf").write_text("spark.executor.extraJavaOptions   -Dmy.krb=1 -Dy=2\n")
+    assert _spark_default("spark.executor.extraJavaOptions") == "-Dmy.krb=1 -Dy=2"  # its "=" is the value's
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
     assert _spark_default("spark.executor.extraJavaOptions") == ""
