@@ -638,9 +638,6 @@ class DeadLetterCounter(StreamingQueryListener):
         log.warning("%d malformed outcome records dead-lettered to %s (%d since the job started)", written, topic,
                     total)  # fmt: skip
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-        pass
-
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         pass
 
