@@ -12,8 +12,9 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
    started at once. Kafka moves the partition after the dead member's session times out (``session.timeout.ms``,
    6 s here); the new owner then replays the partition from the committed offset.
 3. Measured, from the new process's start: when it owns the partition (its first status record), and when its
-   status shows every tree pending again with nothing left to read (state rebuilt). The replay itself is the
-   difference (status records come every 100 ms, which bounds its resolution). Baseline in the same run: a plain
+   status shows every tree pending again with nothing left to read (state rebuilt), each dated by the time the
+   instance wrote in that status (`_StatusWatch`). The replay itself is the difference (statuses come every 20 ms,
+   which bounds its resolution). Baseline in the same run: a plain
    consumer reading the same records from the same offset. The new owner first reads back the outcomes published
    after the committed offset (the commit's metadata says where they start): timed alone, with the same code, in
    this process.
@@ -27,6 +28,7 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -35,6 +37,7 @@ import sys
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -47,11 +50,12 @@ from acker.kafka.decided import read_decided
 from acker.kafka.provision import kafka_cluster
 from acker.outcome_log import parse_metadata
 from acker.service import compile_now
-from acker.status import group_lag, read_status
+from acker.status import group_lag
 from acker.wire import decode_outcomes, encode_batch
 
 SPOUT = "sentences"
 WORDS = 5
+STATUS_INTERVAL_S = 0.02  # the resolution of the spans timed from statuses
 
 
 def _trees(n: int, rng: np.random.Generator, first: int = 0) -> tuple[list[bytes], list[bytes]]:
@@ -89,17 +93,38 @@ def _start(config: ServiceConfig, name: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, env={**os.environ, **env})
 
 
-def _wait_status(config: ServiceConfig, instance: str, trees: int | None, timeout_s: float) -> float:
-    """When partition 0's status is published by ``instance`` (with ``trees`` pending and no lag, if given)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = read_status(config, timeout_s=2).get(0, {})
-        if status.get("instance") == instance and (
-            trees is None or (status.get("pending") == trees and status.get("lag") == 0)
-        ):
-            return time.perf_counter()
-        time.sleep(0.05)
-    raise SystemExit(f"recovery_bench: {instance} did not reach the expected state in {timeout_s:.0f} s")
+class _StatusWatch:
+    """Every status record of the run, read as the instances publish them, each with the time the instance wrote in
+    it (its wall clock, when it published): a state is dated when the service reached it, not when this script
+    noticed, so the spans are not rounded up to this script's polls. Their resolution is the status interval."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        group = f"watch-{uuid.uuid4().hex}"
+        self._consumer = Consumer(config.client(**{"group.id": group, "enable.auto.commit": False}))
+        self._consumer.assign([TopicPartition(config.status_topic, 0, 0)])
+        self._topic = config.acker_topic
+        self._seen: list[dict[str, Any]] = []
+
+    def first(self, instance: str, trees: int | None, timeout_s: float) -> float:
+        """The time of ``instance``'s first status of partition 0 (with ``trees`` pending and no lag, if given)."""
+        deadline = time.monotonic() + timeout_s
+        looked = 0
+        while time.monotonic() < deadline:
+            for status in self._seen[looked:]:
+                if status.get("instance") == instance and (
+                    trees is None or (status.get("pending") == trees and status.get("lag") == 0)
+                ):
+                    return float(status["time"])
+            looked = len(self._seen)
+            for record in self._consumer.consume(100, timeout=0.05):
+                if record.error() is None:
+                    status = json.loads(record.value() or b"{}")
+                    if status.get("topic") == self._topic and status.get("partition") == 0:
+                        self._seen.append(status)
+        raise SystemExit(f"recovery_bench: {instance} did not reach the expected state in {timeout_s:.0f} s")
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def _plain_read(config: ServiceConfig, start: int) -> float:
@@ -154,17 +179,19 @@ def _run(bootstrap: str, trees: int, decided: int, rng: np.random.Generator) -> 
     run = uuid.uuid4().hex[:8]
     session = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
     config = ServiceConfig(bootstrap_servers=bootstrap, partitions=1, timeout_s=600, commit_interval_s=0.5,
-                           status_interval_s=0.1, metrics_port=0, kafka=session).namespaced(f"rec-{run}")  # fmt: skip
+                           status_interval_s=STATUS_INTERVAL_S, metrics_port=0,
+                           kafka=session).namespaced(f"rec-{run}")  # fmt: skip
     create_topics(config.client(), [TopicSpec(config.acker_topic, 1), TopicSpec(config.outcome_topic(SPOUT), 1),
                                     TopicSpec(config.status_topic, 1)])  # fmt: skip
     heads, tails = _trees(trees, rng)
     done_heads, done_tails = _trees(decided, rng, first=trees)
+    watch = _StatusWatch(config)
     first = _start(config, "first")
     second = None
     try:
-        _wait_status(config, "first", None, 120)
+        watch.first("first", None, 120)
         _send(config, heads)
-        _wait_status(config, "first", trees, 120)
+        watch.first("first", trees, 120)
         _send(config, done_heads + done_tails)
         assert len(_outcomes(config, decided, 120)) == decided, "the first process did not decide every whole tree"
         time.sleep(2 * config.commit_interval_s)
@@ -174,14 +201,15 @@ def _run(bootstrap: str, trees: int, decided: int, rng: np.random.Generator) -> 
         read_back_s, read_back = _read_back(config)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-        started = time.perf_counter()
+        started = time.time()  # the instances' clock: the statuses' times are theirs, on this machine
         second = _start(config, "second")
-        owned = _wait_status(config, "second", None, 120)
-        rebuilt = _wait_status(config, "second", trees, 120)
+        owned = watch.first("second", None, 120)
+        rebuilt = watch.first("second", trees, 120)
         baseline = _plain_read(config, committed)
         _send(config, tails)
         outcomes = _outcomes(config, trees + decided, 120)
     finally:
+        watch.close()
         for process in (first, second):
             if process is not None and process.poll() is None:
                 process.send_signal(signal.SIGTERM)

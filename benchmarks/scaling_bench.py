@@ -30,7 +30,7 @@ from acker.config import ServiceConfig, to_argv
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, produce
 from acker.kafka.provision import kafka_cluster
 from acker.status import read_status
-from acker.wire import decode_outcomes
+from acker.wire import decode_outcome_anchors
 from benchmarks.service_bench import _records
 
 SPOUT = "sentences"
@@ -54,7 +54,9 @@ def _outcome_counter(config: ServiceConfig, partitions: int) -> Consumer:
 
 
 def _count(consumer: Consumer) -> int:
-    return sum(len(decode_outcomes(r.value() or b"").outcomes) for r in consume_available(consumer, 1000, 0.05)
+    """Outcomes newly read. Counted from the anchors alone (`decode_outcome_anchors`, ~30x faster than decoding every
+    column): the reader shares the cores with the instances it times, so its own work must stay small."""
+    return sum(len(decode_outcome_anchors(r.value() or b"")[2]) for r in consume_available(consumer, 1000, 0.05)
                if r.error() is None)  # fmt: skip
 
 

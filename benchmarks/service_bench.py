@@ -17,7 +17,8 @@ Run: ``.venv/bin/python -m benchmarks.service_bench [--quick]`` (starts a local 
    producer, the broker's write path and the service share the 2 cores, as they do in the latency runs.
 5. Latency at 10%, 25% and 50% of the backlog maximum and at 50% of the live maximum: records are produced at that
    rate to a fresh topic, an ``acker run`` process decides them, and a reader takes each outcome record; latency is
-   from producing a record to reading the outcome record it decided, found by its ``acker.decided-by`` header,
+   from when a record was due at that rate (not when it was produced: no coordinated omission) to reading the
+   outcome record it decided, found by its ``acker.decided-by`` header,
    which names a range of records (end to end: broker, acker, outcome producer, broker, reader; the reader does not
    decode outcomes). The service runs with a 2 s timeout, and the first 1.5 timeouts are not measured: until then
    the trackers' tables grow (finished trees stay one timeout as tombstones) and each growth rehashes a table in
@@ -98,11 +99,15 @@ def _produce_all(bootstrap: str, topic: str, records: list[list[bytes]]) -> None
     assert producer.flush(60) == 0
 
 
-def _plain_consumer(bootstrap: str, topic: str, records: int, pids: dict[str, int]) -> tuple[float, float]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"plain-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+def _plain_consumer(config: ServiceConfig, records: int, pids: dict[str, int]) -> tuple[float, float]:
+    # The service's consumer settings (`ServiceConfig.stream_consumer`), but for its group and assignor.
+    consumer = Consumer(
+        config.stream_consumer(
+            **{"group.id": f"plain-{uuid.uuid4().hex}", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        )
+    )
     assigned = threading.Event()
-    consumer.subscribe([topic], on_assign=lambda c, parts: assigned.set())
+    consumer.subscribe([config.acker_topic], on_assign=lambda c, parts: assigned.set())
     seen, size = 0, 0
     while not assigned.is_set():
         seen += len(consumer.consume(1, timeout=0.1))  # joins the group
@@ -158,8 +163,9 @@ def _service_run(config: ServiceConfig, trees: int, pids: dict[str, int]) -> tup
 class Stream:
     """One run of records produced live to an `acker run` process."""
 
-    latencies_ms: list[float]  # of the records measured (after the warm-up)
+    latencies_ms: list[float]  # of the records measured (after the warm-up), each from when it was due
     elapsed_s: float  # from the first record produced to the last outcome read
+    achieved_records: float  # records/s produced in the measured part (below the rate asked when the producer lags)
     cores: dict[str, float]  # CPU used by each process, in cores, while the records were produced
 
 
@@ -191,6 +197,34 @@ def _outcome_reader(config: ServiceConfig) -> Consumer:
     return reader
 
 
+class _Latencies:
+    """Each acker record's latency, from when it was due to when an outcome record deciding it was read, whichever
+    of its delivery report (which gives its offset) and that outcome comes first."""
+
+    def __init__(self) -> None:
+        self.sent: dict[tuple[int, int], float | None] = {}  # (partition, offset) → when due; None: not measured
+        self.early: dict[tuple[int, int], float] = {}  # decided before its delivery report: when read
+        self.latencies_ms: list[float] = []
+
+    def delivered(self, due: float | None, error: object, record: Any) -> None:
+        if error is None:
+            key = (record.partition(), record.offset())
+            read = self.early.pop(key, None)
+            if read is None:
+                self.sent[key] = due
+            elif due is not None:
+                self.latencies_ms.append((read - due) * 1000)
+
+    def read(self, partition: int, offsets: range, now: float) -> None:
+        for offset in offsets:  # the service applies many records at once
+            key = (partition, offset)
+            if key in self.sent:
+                if (due := self.sent.pop(key)) is not None:
+                    self.latencies_ms.append((now - due) * 1000)
+            else:  # its delivery report is still to come (or a tick: the service's own record)
+                self.early[key] = now
+
+
 def _interleaved(records: list[list[bytes]]) -> list[tuple[int, bytes]]:
     """(partition, value) of every record, the partitions taking turns."""
     return [(p, values[i]) for i in range(max(map(len, records))) for p, values in enumerate(records)
@@ -201,14 +235,15 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
     """Produce ``records`` at ``rate_records``/s (``math.inf``: as fast as the producer goes, nothing left out as
     warm-up) to an `acker run` process; return end-to-end latencies and the CPU each process used.
 
+    A record's latency runs from when it was due (``begin + i / rate``), not from when it was produced: when the load
+    generator falls behind, the time a record waits to be sent is part of what a source producing at that rate would
+    see (no coordinated omission). Records due in the warm-up are not measured, even when their outcomes come after.
     The service runs in its own process, as in production, so that the load generator does not share its GIL.
     """
     with _acker_run(config) as service_pid:
         reader = _outcome_reader(config)
         producer = Producer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 0})
-        sent: dict[tuple[int, int], float] = {}  # (partition, offset) of an acker record → when it was produced
-        early: dict[tuple[int, int], float] = {}  # outcome read before the record's delivery report: when
-        latencies: list[float] = []
+        book = _Latencies()
         last_read = 0.0
 
         def drain(timeout: float) -> None:
@@ -219,50 +254,42 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
                     decided_by = dict(record.headers() or [])[DECIDED_BY]
                     partition, span = decided_by.decode().split("/")  # type: ignore[union-attr]
                     first, last = map(int, span.split("-"))
-                    now = time.perf_counter()
-                    for offset in range(first, last + 1):  # the service applies many records at once
-                        t0 = sent.pop((int(partition), offset), None)
-                        if t0 is not None:
-                            latencies.append((now - t0) * 1000)
-                        else:  # its delivery report is still to come (or a tick: the service's own record)
-                            early[int(partition), offset] = now
-                    last_read = now
+                    last_read = time.perf_counter()
+                    book.read(int(partition), range(first, last + 1), last_read)
 
         flat = _interleaved(records)
         # Not measured: the first 1.5 timeouts, while the trackers' tables grow to their steady size (finished trees
         # stay as tombstones for one timeout; after that, tables stop growing and no longer rehash).
-        warm_up = int(rate_records * config.timeout_s * 1.5) if math.isfinite(rate_records) else -1
+        paced = math.isfinite(rate_records)
+        warm_up = int(rate_records * config.timeout_s * 1.5) if paced else 0
         pids = {"acker service": service_pid, "load generator and reader": os.getpid(), "broker": broker_pid or 0}
         pids = {name: pid for name, pid in pids.items() if pid}  # no broker pid: an existing cluster
         usage = _Usage(pids, broker_pid)
         begin = time.perf_counter()
+        first_measured = last_produced = begin
         for i, (p, value) in enumerate(flat):
-            if i == warm_up:
-                latencies.clear()
-                usage = _Usage(pids, broker_pid)
             drain(0)  # also when behind schedule
-            while (wait := begin + i / rate_records - time.perf_counter()) > 0:
+            due = begin + i / rate_records if paced else time.perf_counter()
+            while (wait := due - time.perf_counter()) > 0:
                 drain(min(wait, 0.002))
-            t0 = time.perf_counter()
-
-            def delivered(error: object, record: Any, t0: float = t0) -> None:
-                if error is None:
-                    key = (record.partition(), record.offset())
-                    if key in early:
-                        latencies.append((early.pop(key) - t0) * 1000)
-                    else:
-                        sent[key] = t0
+            last_produced = time.perf_counter()
+            if i == warm_up:
+                usage, first_measured = _Usage(pids, broker_pid), last_produced
 
             # Polled by drain; when librdkafka's 1 GB queue is full (the live maximum), waits for the broker.
-            produce(producer, config.acker_topic, value, partition=p, on_delivery=delivered)
+            on_delivery = functools.partial(book.delivered, due if i >= warm_up else None)
+            produce(producer, config.acker_topic, value, partition=p, on_delivery=on_delivery)
+        # Records produced a second from the first measured to the last: the rate asked, unless the generator lagged.
+        measured = len(flat) - warm_up
+        achieved = (measured - 1) / (last_produced - first_measured) if measured > 1 else math.nan
         producer.flush(30)
         cores = usage.cores()
         deadline = time.monotonic() + 30
-        while sent and time.monotonic() < deadline:
+        while book.sent and time.monotonic() < deadline:
             drain(0.05)
-        assert not sent, f"{len(sent)} records got no outcome"
+        assert not book.sent, f"{len(book.sent)} records got no outcome"
         reader.close()
-        return Stream(latencies, last_read - begin, cores)
+        return Stream(book.latencies_ms, last_read - begin, achieved, cores)
 
 
 def main() -> None:
@@ -314,7 +341,8 @@ def main() -> None:
             paced = _stream(_fresh(streaming), lat_records, rate_records, cluster.pid)
             p50, p99 = np.percentile(paced.latencies_ms, [50, 99])
             cores = _cores(paced.cores)
-            rows.append((f"{fraction:.0%} of the {basis} maximum", maximum * fraction, rate_records,
+            reached = maximum * fraction * paced.achieved_records / rate_records
+            rows.append((f"{fraction:.0%} of the {basis} maximum", maximum * fraction, reached, rate_records,
                          len(paced.latencies_ms), p50, p99, cores))  # fmt: skip
             print(f"{rows[-1][0]}: p50 {p50:.1f} ms, p99 {p99:.1f} ms, CPU in cores: {cores}")
     rates, cpu_ns = (plain_rate, acker_rate, alone_rate), (plain_cpu, acker_cpu, alone_cpu)
@@ -333,7 +361,7 @@ def _throughput(
     for run in range(repeat):
         config = _fresh(base)
         _produce_all(base.bootstrap_servers, config.acker_topic, records)
-        plain.append(_plain_consumer(base.bootstrap_servers, config.acker_topic, n_records, pids))
+        plain.append(_plain_consumer(config, n_records, pids))
         acker.append(_service_run(config, trees, pids))
         alone.append(_tracker_only(config, records, {"benchmark": pids["benchmark"]}))  # no broker: no Kafka
         print(f"run {run + 1}: plain {messages / plain[-1][0]:,.0f} msg/s, acker {messages / acker[-1][0]:,.0f} "
@@ -384,10 +412,16 @@ def _print_tables(args: argparse.Namespace, n_records: int, f: Figures) -> None:
           f"{budget:.1f} ns of CPU a message at most (the plain read's {f.cpu_ns[0]:.1f} ns left out); its trackers "
           f"alone take {f.cpu_ns[2]:.1f}.")  # fmt: skip
     print(f"\nCPU in cores during the live maximum: {_cores(f.live.cores)}")
-    print("\n| load | acker messages/s | records/s | records measured | p50 ms | p99 ms | CPU in cores |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for load, msgs, recs, count, p50, p99, cores in f.rows:
-        print(f"| {load} | {msgs:,.0f} | {recs:,.1f} | {count:,} | {p50:.1f} | {p99:.1f} | {cores} |")
+    print(
+        "\nLatency from when each record was due at the rate asked to when its outcome was read; reached: the rate "
+        "the load generator produced at, in the measured part."
+    )
+    print("\n| load | acker messages/s asked | reached | records/s asked | records measured | p50 ms | p99 ms "
+          "| CPU in cores |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for load, msgs, reached, recs, count, p50, p99, cores in f.rows:
+        print(f"| {load} | {msgs:,.0f} | {reached:,.0f} | {recs:,.1f} | {count:,} | {p50:.1f} | {p99:.1f} "
+              f"| {cores} |")  # fmt: skip
 
 
 def _fresh(config: ServiceConfig) -> ServiceConfig:
