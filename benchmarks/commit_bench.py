@@ -74,6 +74,13 @@ def _wait(done: Callable[[], bool], timeout_s: float, what: str, poll_s: float =
     return time.perf_counter()
 
 
+def _alive(query: Any) -> bool:
+    """True while ``query`` runs; its error, if it stopped on one, ends the benchmark at once (not at a timeout)."""
+    if (error := query.exception()) is not None:
+        raise SystemExit(f"commit_bench: the query failed: {error}")
+    return True
+
+
 def _topics(client: dict[str, Any], partitions: int) -> tuple[str, str]:
     run = uuid.uuid4().hex[:8]
     source, outcomes = f"src-{run}", f"out-{run}.{SPOUT}"
@@ -88,9 +95,10 @@ def _baseline(
     lock = threading.Lock()
 
     def count(batch: Any, _batch_id: int) -> None:
-        # Every column computed (a hash of each row): a bare count() lets Spark prune the columns it needs not, and
-        # skip most of the decoding (message ids, source coordinates, fail reasons).
-        n, _ = batch.agg(F.count(F.lit(1)), F.sum(F.xxhash64(*batch.columns))).first()
+        # Every column computed (a hash of each row, XORed: a sum would overflow, which ANSI SQL refuses): a bare
+        # count() lets Spark prune the columns it needs not, and skip most of the decoding (message ids, source
+        # coordinates, fail reasons).
+        n, _ = batch.agg(F.count(F.lit(1)), F.bit_xor(F.xxhash64(*batch.columns))).first()
         with lock:
             seen[0] += n
 
@@ -104,10 +112,10 @@ def _baseline(
     try:
         warm = len(records[0]) and acks // len(records)
         _produce(client, topic, records[:1])
-        _wait(lambda: seen[0] >= warm, 300, "the baseline's warm-up")
+        _wait(lambda: _alive(query) and seen[0] >= warm, 300, "the baseline's warm-up")
         started = time.perf_counter()
         _produce(client, topic, records[1:])
-        ended = _wait(lambda: seen[0] >= acks, 600, "the baseline")
+        ended = _wait(lambda: _alive(query) and seen[0] >= acks, 600, "the baseline")
     finally:
         query.stop()
     return (acks - warm) / (ended - started)

@@ -222,7 +222,7 @@ class _Latencies:
                 if (due := self.sent.pop(key)) is not None:
                     self.latencies_ms.append((now - due) * 1000)
             else:  # its delivery report is still to come (or a tick: the service's own record)
-                self.early[key] = now
+                self.early.setdefault(key, now)  # the first outcome read that decided it
 
 
 def _interleaved(records: list[list[bytes]]) -> list[tuple[int, bytes]]:
@@ -261,7 +261,7 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
         # Not measured: the first 1.5 timeouts, while the trackers' tables grow to their steady size (finished trees
         # stay as tombstones for one timeout; after that, tables stop growing and no longer rehash).
         paced = math.isfinite(rate_records)
-        warm_up = int(rate_records * config.timeout_s * 1.5) if paced else 0
+        warm_up = math.ceil(rate_records * config.timeout_s * 1.5) if paced else 0
         pids = {"acker service": service_pid, "load generator and reader": os.getpid(), "broker": broker_pid or 0}
         pids = {name: pid for name, pid in pids.items() if pid}  # no broker pid: an existing cluster
         usage = _Usage(pids, broker_pid)
@@ -280,8 +280,11 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
             on_delivery = functools.partial(book.delivered, due if i >= warm_up else None)
             produce(producer, config.acker_topic, value, partition=p, on_delivery=on_delivery)
         # Records produced a second from the first measured to the last: the rate asked, unless the generator lagged.
+        # From when the first measured record was due: a generator behind then and caught up later does not read
+        # as faster than asked.
         measured = len(flat) - warm_up
-        achieved = (measured - 1) / (last_produced - first_measured) if measured > 1 else math.nan
+        first_due = begin + warm_up / rate_records if paced else first_measured
+        achieved = (measured - 1) / (last_produced - first_due) if measured > 1 else math.nan
         producer.flush(30)
         cores = usage.cores()
         deadline = time.monotonic() + 30
