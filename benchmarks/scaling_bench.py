@@ -113,7 +113,10 @@ def main() -> None:
     rows = []
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for n in (1, 2, 4):
-            runs = [_run(cluster.bootstrap_servers, n, trees) for _ in range(repeat)]
+            runs = []
+            for i in range(repeat):
+                runs.append(_run(cluster.bootstrap_servers, n, trees))
+                print(f"  run {i + 1}: {runs[-1][0]:,.0f} acker messages/s (producer alone {runs[-1][1]:,.0f}/s)")
             acker, producer = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
             rows.append((n, acker, producer))
             print(f"{n} partition(s)/instance(s): {acker:,.0f} acker messages/s (producer alone {producer:,.0f}/s)")
