@@ -232,7 +232,7 @@ def main() -> None:
     print(f"| tracked (acker service, every sentence acked) | {with_acker:,.0f} | {with_acker / untracked:.2f} |")
     # Each tracked run follows its untracked run: their ratio cancels the machine's drift between rounds.
     paired = statistics.median(t / u for t, u in zip(rates[True], rates[False], strict=True))
-    print(f"\nmedian of the ratios of each round (tracked run / the untracked run just before it): {paired:.2f}")
+    print(f"\nmedian of the ratios of each round (tracked run / the untracked run of the same round): {paired:.2f}")
     names = list(cpus[True][0])
     median = {mode: {name: statistics.median(run.get(name, 0.0) for run in cpus[mode]) for name in names}
               for mode in (False, True)}  # fmt: skip
