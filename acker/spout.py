@@ -68,7 +68,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
-from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN
+from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
 from acker.watermarks import acked_group
@@ -408,29 +408,36 @@ class Spout:
         if key[0] != self._replay_topic:
             return False
         # The first of a header given twice, as `acker.retries` reads it (which counts the attempts by the same one).
-        origin = first(headers, ORIGIN)
-        if isinstance(origin, bytes) and not origin.startswith(self._replay_of):
-            # A replay of another source's record: another pipeline's spout has this one's name (`SpoutSettings`).
-            # It is processed all the same (it cannot be told whose it is to hand back), and said once.
-            self.counters["foreign_replays"] += 1
-            if self.counters["foreign_replays"] == 1:
-                log.warning("%s/%d/%d replays %s, not a record of %s: does another pipeline's spout have this one's "
-                            "name, %r? Each needs its own.", *key, record.offset(), origin.decode(errors="replace"),
-                            self.settings.source_topic, self.settings.name)  # fmt: skip
         not_before = decimal(first(headers, NOT_BEFORE))
-        if not_before is None or not_before <= now_ms:
-            return False
-        if not_before > now_ms + MAX_HOLD_MS:  # no backoff is this long: a corrupt header must not stop the partition
+        if not_before is not None and not_before > now_ms + MAX_HOLD_MS:  # a corrupt header must not stop it
             self.counters["implausible_not_before"] += 1
             log.warning("%s/%d/%d: not-before %d is more than %d ms away: read now", *key, record.offset(), not_before,
                         MAX_HOLD_MS)  # fmt: skip
-            return False
-        tp = TopicPartition(key[0], key[1], record.offset() or 0)
-        self.consumer.pause([tp])
-        self.consumer.seek(tp)
-        self._held[key] = not_before
-        self.counters["held"] += 1
-        return True
+        elif not_before is not None and not_before > now_ms:
+            tp = TopicPartition(key[0], key[1], record.offset() or 0)
+            self.consumer.pause([tp])
+            self.consumer.seek(tp)
+            self._held[key] = not_before
+            self.counters["held"] += 1
+            return True
+        # Said when it is processed, not when it is held (it is read again then).
+        origin = first(headers, ORIGIN)
+        if isinstance(origin, bytes) and not origin.startswith(self._replay_of):
+            self._foreign(key, record, origin, headers)
+        return False
+
+    def _foreign(self, key: tuple[str, int], record: Message, origin: bytes, headers: HeaderList) -> None:
+        """A replay of another source's record, processed all the same (it cannot be told whose it is to hand back).
+        Re-driven (``acker dlq redrive --spout``: an operator sent it here), it is counted; otherwise another
+        pipeline's spout has this one's name (`SpoutSettings`), which is counted and said once."""
+        if first(headers, REDRIVEN) is not None:
+            self.counters["redriven_from_other_sources"] += 1
+            return
+        self.counters["foreign_replays"] += 1
+        if self.counters["foreign_replays"] == 1:
+            log.warning("%s/%d/%d replays %s, not a record of %s: does another pipeline's spout have this one's "
+                        "name, %r? Each needs its own.", *key, record.offset(), origin.decode(errors="replace"),
+                        self.settings.source_topic, self.settings.name)  # fmt: skip
 
     def _release_held(self) -> None:
         now_ms = int(time.time() * 1000)

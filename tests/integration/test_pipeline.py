@@ -32,7 +32,7 @@ from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import partition_lookup
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.lookups import lookups
-from acker.retries import NOT_BEFORE, ORIGIN
+from acker.retries import NOT_BEFORE, ORIGIN, REDRIVEN
 from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import (
@@ -688,8 +688,10 @@ def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
     config: ServiceConfig, topics: Topics
 ) -> None:
     """Copies in the spout's replay topic: one due in 8 s is held until then (its partition paused); one whose
-    not-before is 10 days away (no backoff is that long: a corrupt header) is read at once and counted. The second
-    replays a record of another source topic (another pipeline's spout of the same name): counted too."""
+    not-before is 10 days away (no backoff is that long: a corrupt header) is read at once and counted. Both replay
+    records of another source topic (another pipeline's spout of the same name): each counted once, the held one
+    when it is processed, not also when it was held. A third, of another source too, was re-driven here (``acker
+    dlq redrive --spout``): counted apart, not taken for their kind."""
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
     replays = config.replay_topic(SPOUT)
     read_at: dict[str, float] = {}
@@ -700,22 +702,23 @@ def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
             spout.step(0.1)
         now_ms = int(time.time() * 1000)
         producer = Producer(config.client())
-        for partition, not_before, origin in (
-            (0, now_ms + 8_000, f"{topics.sentences}/0/3"),
-            (1, now_ms + 10 * 86_400_000, "other.sentences/0/3"),
+        for partition, not_before, origin, redriven in (
+            (0, now_ms + 8_000, "other.sentences/0/2", []),
+            (1, now_ms + 10 * 86_400_000, "other.sentences/0/3", []),
+            (1, now_ms, "other.sentences/0/4", [(REDRIVEN, b"other.replay.dlq/0/7")]),
         ):
-            headers: HeaderList = [(NOT_BEFORE, str(not_before).encode()), (ORIGIN, origin.encode())]
+            headers: HeaderList = [(NOT_BEFORE, str(not_before).encode()), (ORIGIN, origin.encode()), *redriven]
             producer.produce(replays, b"copy", partition=partition, headers=headers)
         assert producer.flush(30) == 0
-        while len(read_at) < 2 and time.monotonic() < deadline:
+        while len(read_at) < 3 and time.monotonic() < deadline:
             spout.step(0.1)
             read_at.update({m: time.time() for m in spout.pending if m not in read_at})
     finally:
         spout.close()
-    assert read_at.keys() == {f"{replays}/0/0", f"{replays}/1/0"}
+    assert read_at.keys() == {f"{replays}/0/0", f"{replays}/1/0", f"{replays}/1/1"}
     assert read_at[f"{replays}/0/0"] * 1000 >= now_ms + 8_000 > read_at[f"{replays}/1/0"] * 1000
     assert spout.counters["held"] == 1 and spout.counters["implausible_not_before"] == 1
-    assert spout.counters["foreign_replays"] == 1
+    assert spout.counters["foreign_replays"] == 2 and spout.counters["redriven_from_other_sources"] == 1
 
 
 def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_spout(
