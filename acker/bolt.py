@@ -65,7 +65,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, read_headers, split
 from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
-from acker.kafka.clients import consume_available, partition_count, readable
+from acker.kafka.clients import KafkaClientError, consume_available, partition_count, readable
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -236,16 +236,24 @@ class Bolt:
         log.info("bolt %s stopped: %s", self.group, dict(sorted(self.counters.items())))
 
     def step(self, timeout_s: float) -> int:
+        # Not waiting longer for input than acks (or records written out, whose delivery acks them) linger.
+        if self.acker.lingering() or (self._sink is not None and len(self._sink)):
+            timeout_s = min(timeout_s, self.acker.linger_s)
         records = consume_available(self.consumer, 500, timeout_s)
         for record in records:
             if readable(record, log, "consumer"):
                 self._process(record)
-        if self._sink is not None:
-            self._sink.poll(0)  # its delivery reports ack what was written
+            if self.acker.poll_due():  # a slow function: acks go out at their linger, not after the whole batch
+                self._poll_sink()
+        self._poll_sink()
         self.acker.poll()
         if time.monotonic() >= self._next_commit:
             self._commit()
         return len(records)
+
+    def _poll_sink(self) -> None:
+        if self._sink is not None:
+            self._sink.poll(0)  # its delivery reports ack what was written
 
     def _process(self, record: Message) -> None:
         topic, partition, offset = record.topic() or "", record.partition() or 0, record.offset() or 0
@@ -278,6 +286,8 @@ class Bolt:
                     self._collector.fail(message, self._reason(error))  # and counted as processed: its tree is
                 self._processed[(topic, partition)] = offset + 1  # nacked, and replayed whole.
                 raise
+            except KafkaClientError:  # a producer that takes no more records (fatal): no input's fault, the bolt stops
+                raise
             except Exception as error:  # the input fails, unless it was acked or failed before the raise
                 self._raised(message, error)
                 if not message.tuple.finished:
@@ -295,6 +305,8 @@ class Bolt:
         try:
             for to, value, key, child_headers, out in collector.children:
                 (self._write if out else self._produce_child)(to, value, key, child_headers, anchored([message.tuple]))
+        except KafkaClientError:  # a producer that takes no more records (fatal): no input's fault, the bolt stops
+            raise
         except Exception as error:  # a child the client does not take (a value that is not bytes): as if it raised
             self._raised(message, error)
             self._collector.fail(message, self._reason(error))
@@ -328,6 +340,9 @@ class Bolt:
         # Once there is a sink producer, every record written goes through it, untracked ones too (an input without
         # valid anchors): one producer keeps a key's records in the order written (a word's counts).
         if self._sink is None:
+            # Untracked records written before went through the stage's producer: delivered first, they cannot land
+            # after the records of their keys written through the sink's from now on.
+            self.producer.flush(30)
             self._sink = Producer(self.config.sink_producer())
         self.acker.produce_anchored(
             topic, value, key, headers, ids, on_failure=self._child_failed, written_by=self._sink

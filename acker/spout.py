@@ -309,6 +309,8 @@ class Spout:
 
     def step(self, timeout_s: float) -> int:
         """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
+        if self.acker.lingering():  # not waiting longer for input than inits and acks linger
+            timeout_s = min(timeout_s, self.acker.linger_s)
         self._read_outcomes()
         now = time.monotonic()
         self._expire_pending(now)
@@ -339,6 +341,7 @@ class Spout:
             if self._hold(record, headers, now_ms):  # whether its headers can be read or not
                 continue
             self._start(record, now, unreadable=headers is None)
+            self.acker.poll_due()  # a slow emit function: inits go out at their linger, not after the whole batch
 
     def _start(self, record: Message, now: float, *, unreadable: bool = False) -> None:
         """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is

@@ -196,6 +196,7 @@ def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> 
 class AckerClient:
     __slots__ = (
         "_batches",
+        "_due_at",
         "_halves",
         "_lookup",
         "_lookup_every_s",
@@ -229,6 +230,7 @@ class AckerClient:
         self.failed_messages = 0  # in batches that could not be delivered
         self._lookup: Callable[[], int] | None = None
         self._lookup_every_s = self._next_lookup = float("inf")
+        self._due_at = float("inf")  # when the oldest batch's linger passes (`poll_due`); inf: no batch
 
     def watch_partitions(self, lookup: Callable[[], int], every_s: float = PARTITIONS_CHECK_S) -> None:
         """Ask ``lookup`` for the acker topic's partition count every ``every_s`` (in `poll`), and place messages by
@@ -245,6 +247,7 @@ class AckerClient:
         batch = self._batches[partition]
         if batch is None:
             batch = self._batches[partition] = _Batch()
+            self._due_at = min(self._due_at, batch.first_at + self.linger_s)
         return partition, batch
 
     def send(self, message: TreeMessage, reason: str | None = None) -> None:
@@ -326,6 +329,19 @@ class AckerClient:
         if on_failure is not None:
             on_failure(error)
 
+    def lingering(self) -> bool:
+        """Whether messages wait to be sent (a batch lingering, or halves of a refused record): a caller about to
+        wait for input waits at most ``linger_s`` then, so that they go out at their linger, not after the wait."""
+        return bool(self._halves) or any(batch is not None for batch in self._batches)
+
+    def poll_due(self) -> bool:
+        """`poll`, if a batch's linger has passed: for a loop that calls a user's function on many records between
+        polls (a slow function's acks go out at their linger, not once the whole batch is done). True if it polled."""
+        if time.monotonic() < self._due_at:
+            return False
+        self.poll()
+        return True
+
     def poll(self) -> None:
         """Send the batches whose linger has passed, serve delivery reports, and send what they held back."""
         now = time.monotonic()
@@ -337,6 +353,8 @@ class AckerClient:
         self._send_held()
         if now >= self._next_lookup:
             self._check_partitions(now)
+        lingering = [batch.first_at for batch in self._batches if batch is not None]
+        self._due_at = min(lingering) + self.linger_s if lingering else float("inf")
 
     def _send_halves(self) -> None:
         while self._halves:

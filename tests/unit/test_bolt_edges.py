@@ -1,20 +1,26 @@
 """A bolt at its edges: every producer flushed at a commit, whatever the one before left undelivered; records written
-out of the pipeline through one producer."""
+out of the pipeline through one producer, in order; acks sent at their linger however long a batch takes; a producer
+failed for good stops it."""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from acker import bolt as bolt_module
 from acker.bolt import Bolt
 from acker.config import ServiceConfig
+from acker.core.ids import IdGenerator
+from acker.core.messages import Ack
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.errors import ProtocolError
+from acker.kafka import acker_client
+from acker.kafka.acker_client import AckerClient
 from acker.kafka.clients import KafkaClientError
 from acker.trouble import TroubleReport
 
@@ -200,3 +206,115 @@ def test_partitions_lost_are_neither_committed_nor_told_to_on_revoke() -> None:
 def test_on_revoke_is_for_explicit_bolts() -> None:
     with pytest.raises(ValueError, match="explicit bolts"):
         Bolt(ServiceConfig(), "in", "g", lambda _m, _c: None, on_revoke=lambda _p, _c: None)
+
+
+class _Records:
+    """A consumer holding ``n`` records, handed over in one batch; says the timeout each wait was given."""
+
+    def __init__(self, n: int) -> None:
+        self.left, self.waits = n, []  # type: ignore[var-annotated]
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        if timeout:
+            self.waits.append(timeout)
+        taken, self.left = min(num_messages, self.left), self.left - min(num_messages, self.left)
+        return [SimpleNamespace(error=lambda: None) for _ in range(taken)]
+
+
+class _Counting(Producer):
+    """A producer that never connects, counting the records it is given."""
+
+    produced = 0
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.produced += 1
+        super().produce(*args, **kwargs)
+
+
+def test_a_bolt_sends_its_acks_at_their_linger_while_it_works_through_a_batch_of_slow_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The acks of a batch's inputs went out once the whole batch was processed: at 10 ms an input, 500 inputs held
+    the first one's ack 5 s (against a linger of 20 ms), and a backlog's oldest inputs timed out. Waiting for input
+    with an ack lingering, the bolt waited its whole timeout (100 ms), not the linger."""
+    clock = _Clock()
+    monkeypatch.setattr(bolt_module, "time", clock)
+    monkeypatch.setattr(acker_client, "time", clock)
+    producer = _Counting({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.consumer, bolt._sink, bolt._next_commit = _Records(10), None, float("inf")
+    bolt.acker = AckerClient(producer, "acker", 1, linger_s=0.015)
+    queued: list[int] = []
+
+    def process(_record: object) -> None:  # a slow function that acks its input
+        clock.now += 0.01
+        bolt.acker.send(Ack(len(queued) + 1, 7))
+        queued.append(producer.produced)  # acker records produced so far
+
+    bolt._process = process
+    try:
+        bolt.step(0.1)
+        assert queued == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]  # a record as each batch's 15 ms linger passes
+        bolt.acker.send(Ack(99, 7))
+        bolt.step(0.1)  # nothing to read: waits for the linger, not the whole timeout
+        assert bolt.consumer.waits == [0.015]
+    finally:
+        producer.purge()
+
+
+def test_the_first_record_written_through_the_sink_producer_comes_after_those_written_through_the_stages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Untracked records written before the sink producer existed went through the stage's, lingering there: the
+    next of a key's records, through the new sink producer, could land first (a stale count last)."""
+    events: list[str] = []
+
+    def sink_made(_settings: object) -> object:
+        events.append("sink made")
+        return object()
+
+    def stage_flushed(_timeout_s: float) -> int:
+        events.append("stage flushed")
+        return 0
+
+    monkeypatch.setattr(bolt_module, "Producer", sink_made)
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.counters, bolt._sink, bolt.acker = Counter(), None, _Recording()
+    bolt.config = SimpleNamespace(sink_producer=dict)
+    bolt.producer = SimpleNamespace(flush=stage_flushed)
+    bolt._write("counts", b"1", b"w", None, UNTRACKED)
+    assert events == []
+    bolt._write("counts", b"2", b"w", None, TupleIds(((5, 6),)))
+    assert events == ["stage flushed", "sink made"] and bolt.acker.calls == [("stage", False), ("sink", True)]
+
+
+class _Failing:
+    def __init__(self) -> None:
+        self.failed: list[object] = []
+
+    def fail(self, message: object, _reason: str) -> None:
+        self.failed.append(message)
+
+
+@pytest.mark.parametrize("basic", [False, True])
+def test_a_producer_that_takes_no_more_records_stops_the_bolt_instead_of_failing_the_input(basic: bool) -> None:
+    """A fatal producer error, raised by an emit, was taken for the input's fault: the input failed (a fail that
+    could not be delivered either), the bolt going on to the next, counted as an error of the function."""
+    refused = KafkaClientError("the producer takes no more records", KafkaError(KafkaError._FATAL))
+
+    def emitting(_message: object, collector: Any) -> None:
+        if basic:
+            collector.emit("out", b"child")  # produced after the function returns
+        else:
+            raise refused  # raised by collector.emit within the function
+
+    def producing(*_args: object, **_kwargs: object) -> None:
+        raise refused
+
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.basic, bolt._function, bolt._collector = basic, emitting, _Failing()
+    bolt.counters, bolt._ids, bolt._produce_child = Counter(), IdGenerator(), producing
+    record = SimpleNamespace(headers=lambda: None, value=lambda: b"v", key=lambda: None, timestamp=lambda: (0, 0))
+    with pytest.raises(KafkaClientError):
+        bolt._handle(record, "in", 0, 3)
+    assert bolt._collector.failed == [] and bolt.counters["errors"] == 0

@@ -1,8 +1,10 @@
-"""A spout's hold of a replay whose backoff has not passed (`Spout._hold`), at its edge: a consumer that records."""
+"""A spout's hold of a replay whose backoff has not passed (`Spout._hold`), at its edge: a consumer that records; and
+its inits sent at their linger however long its emit function takes over a batch."""
 
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import Message, TopicPartition
@@ -41,3 +43,15 @@ def test_a_header_given_twice_holds_by_its_first_value_as_the_retries_count_it()
     free = _spout()
     assert not free._hold(record, [(ORIGIN, b"src/0/1"), (NOT_BEFORE, sooner), (NOT_BEFORE, later)], now_ms)
     assert free._held == {} and free.consumer.calls == []
+
+
+def test_a_spout_sends_its_inits_at_their_linger_while_it_works_through_a_batch() -> None:
+    """The inits of a batch's records went out once the whole batch was emitted: a slow emit function held the
+    first record's init for the whole batch."""
+    events: list[str] = []
+    spout: Any = Spout.__new__(Spout)
+    spout._hold = lambda _record, _headers, _now_ms: False
+    spout._start = lambda record, _now, unreadable: events.append(f"start {record.offset()}")
+    spout.acker = SimpleNamespace(poll_due=lambda: events.append("poll if due"))
+    spout._take([Message(topic="src", partition=0, offset=o) for o in (0, 1)], 0.0, 0)
+    assert events == ["start 0", "poll if due", "start 1", "poll if due"]

@@ -218,6 +218,7 @@ def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read()
     spout._held, spout._replay_topic = {("s.replay", 0): 10**13}, "s.replay"
     started: list[tuple[int, bool]] = []
     spout._start = lambda record, _now, unreadable=False: started.append((record.partition(), unreadable))
+    spout.acker = SimpleNamespace(poll_due=lambda: False)
     behind = _Unreadable(topic="s.replay", partition=0, offset=11, value=b"x")
     elsewhere = _Unreadable(topic="s.replay", partition=1, offset=3, value=b"x")
     spout._take([behind, elsewhere], 0.0, 0)
