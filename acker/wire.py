@@ -38,7 +38,8 @@ OUTCOMES = b"O"
 VERSION = 1
 _PREFIX_BATCH = MAGIC + BATCH + bytes([VERSION])
 _PREFIX_OUTCOMES = MAGIC + OUTCOMES + bytes([VERSION])
-_SPOUT_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # it names the outcome topic: Kafka's legal characters
+SPOUT_NAME = r"[A-Za-z0-9._-]{1,200}"  # it names the outcome topic: Kafka's legal characters
+_SPOUT_NAME = re.compile(SPOUT_NAME)
 # Outcomes per outcome record, at most: ~19 bytes each, so that a record stays far below the broker's 1 MB default
 # (message.max.bytes) however many trees one tick expires or one burst overloads. Writers split above it.
 OUTCOMES_PER_RECORD = 1 << 14

@@ -20,7 +20,7 @@ from pyspark.sql.avro.functions import from_avro
 from acker import fail_reasons
 from acker.dlq import DLQ_KEPT_BYTES, DLQ_KEY_TRUNCATED, DLQ_TRUNCATED
 from acker.retries import ACKER_DLQ_REASON, DEAD_LETTERED, OVERLOAD, REPLAYED
-from acker.wire import MAGIC, OUTCOMES, VERSION
+from acker.wire import MAGIC, OUTCOMES, SPOUT_NAME, VERSION
 
 OUTCOME_SCHEMA = files("acker.schemas").joinpath("outcome_batch.avsc").read_text("utf-8")
 PREFIX = MAGIC + OUTCOMES + bytes([VERSION])
@@ -32,7 +32,8 @@ DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: p
 def decoded(raw: DataFrame) -> Column:
     """The decoded record, or null when it is not a valid one (wrong prefix, undecodable, truncated into columns of
     different lengths: Spark's Avro reader can decode a cut record into shorter arrays, or a source index outside
-    its sources, which would fail every run of the batch or, negative, name another source).
+    its sources, which would fail every run of the batch or, negative, name another source; a spout name that cannot
+    name a topic, `valid_spout`: the replay job would ask Kafka about its replay topic, refused, at every run).
 
     The record is decoded once: the decoder appears once in the expression (the checks run in a lambda over a
     one-element array), so the optimizer has no copies of it to evaluate when it pushes a filter down."""
@@ -44,10 +45,16 @@ def decoded(raw: DataFrame) -> Column:
         n = F.size(o.getField("outcomes"))
         sources = F.size(o.getField("sources"))
         in_range = F.forall(o.getField("source_index"), lambda i: (i >= 0) & (i < sources))
-        return reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns)) & in_range
+        return reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns)) & in_range & valid_spout(o)
 
     decoded = from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
     return F.when(right_prefix, F.try_element_at(F.filter(F.array(decoded), consistent), F.lit(1)))
+
+
+def valid_spout(o: Column) -> Column:
+    """Whether a decoded record's spout can name its topics, as `acker.wire.spout_name_valid` says (\\z: Java's $ also
+    matches before a last line break)."""
+    return F.coalesce(o.getField("spout").rlike(f"^{SPOUT_NAME}\\z"), F.lit(False))
 
 
 # A message id's source ``<topic>/<partition>`` (its offset apart): the source of a record's coordinates, with a
@@ -132,9 +139,11 @@ def malformed(raw: DataFrame, whole_max: int, kept: int = DLQ_KEPT_BYTES) -> Dat
     # The reasons the acker's own reader gives (`acker.wire`): an outcome record of a schema version this job does not
     # know is not a stranger's record, and says which side to upgrade.
     prefix = F.substring("value", 1, 4)
+    body = from_avro(F.expr("substring(value, 5, length(value) - 4)"), OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
     reason = (
         F.when((F.substring("value", 1, 3) == F.lit(PREFIX[:3])) & (prefix != F.lit(PREFIX)), F.lit("unknown-version"))
         .when(prefix != F.lit(PREFIX), F.lit("bad-prefix"))
+        .when(body.getField("spout").isNotNull() & ~valid_spout(body), F.lit("bad-spout"))  # as the acker says it
         .otherwise(F.lit("undecodable"))
     )
     bad = raw.where(F.col("value").isNull() | decoded(raw).isNull())

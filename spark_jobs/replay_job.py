@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
-from acker.headers import read_headers, record_size
+from acker.headers import HeaderList, read_headers, record_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     KafkaClientError,
@@ -397,6 +397,8 @@ class _Publisher:
         for topic in {self.policy.replay_topic(row.spout) for row in rows} | {self.policy.dead_letter_topic}:
             if self.partitions(topic, recheck=True):
                 self.limit(topic)
+        for topic in {row.outcome_topic for row in rows}:  # the resolutions' (it was read: it exists)
+            self.limit(topic)
         self.producer.begin_transaction()
         try:
             for row in rows:
@@ -415,28 +417,59 @@ class _Publisher:
                     value, key = self._cut(value, key, decision)
                     size = record_size(value, key, decision.headers)
                 partition = int(row.partition) % self.partitions(decision.topic)
-                # A topic's limit is of a whole batch of records, which the broker refuses whole. Where it is below
-                # the producer's own bound on a batch, a batch that would pass it is sent first (in the transaction).
-                if self.limit(decision.topic) < self._batch_max:
-                    batched = queued.get((decision.topic, partition), 0) + size + _FRAMING
-                    if batched > self.limit(decision.topic):
-                        self.producer.flush(60)
-                        queued.clear()
-                        batched = size + _FRAMING
-                    queued[(decision.topic, partition)] = batched
-                produce(self.producer, decision.topic, value, key=key, partition=partition, headers=decision.headers)
+                self._send(queued, decision.topic, partition, value, key=key, headers=decision.headers, size=size)
                 resolutions[(row.outcome_topic, row.spout)].append((decision.resolution, 0, row.msg_id, 0))
             for (outcome_topic, spout), outcome_rows_ in resolutions.items():
-                # Outcome records of at most OUTCOMES_PER_RECORD rows, as the acker writes them.
-                for start in range(0, len(outcome_rows_), OUTCOMES_PER_RECORD):
-                    value = encode_outcome_rows(spout, outcome_rows_[start : start + OUTCOMES_PER_RECORD])
-                    produce(self.producer, outcome_topic, value, key=b"replay")
-            produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode())
+                for value in self._resolution_records(spout, outcome_rows_, self.limit(outcome_topic)):
+                    # All on partition 0 (the key "replay" put them on one partition too), to be counted in `queued`.
+                    self._send(queued, outcome_topic, 0, value, key=b"replay", headers=None, size=len(value) + 6)
+            # Partition 0, where it is read (`_last_published`), whatever the topic's partitions.
+            produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode(),
+                    partition=0)  # fmt: skip
             self.producer.commit_transaction(60)
         except BaseException:
             self.producer.abort_transaction(30)
             raise
         return len(rows)
+
+    def _send(
+        self,
+        queued: dict[tuple[str, int], int],
+        topic: str,
+        partition: int,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        headers: HeaderList | None,
+        size: int,
+    ) -> None:
+        """Produce a record of ``size`` bytes in the open transaction. A topic's limit is of a whole batch of
+        records, which the broker refuses whole, aborting the transaction at every run of the micro-batch. Where the
+        limit is below the producer's own bound on a batch, a batch that would pass it is sent first (``queued``: the
+        bytes produced to each partition since the last flush)."""
+        if self.limit(topic) < self._batch_max:
+            batched = queued.get((topic, partition), 0) + size + _FRAMING
+            if batched > self.limit(topic):
+                self.producer.flush(60)
+                queued.clear()
+                batched = size + _FRAMING
+            queued[(topic, partition)] = batched
+        produce(self.producer, topic, value, key=key, partition=partition, headers=headers)
+
+    @staticmethod
+    def _resolution_records(spout: str, rows: list[tuple[str, int, str, int]], limit: int) -> list[bytes]:
+        """Outcome records of ``rows`` (``REPLAYED``, ``DEAD_LETTERED``) of at most `OUTCOMES_PER_RECORD` rows, as the
+        acker writes them, each halved until it fits ``limit`` (the outcome topic's) with its framing."""
+        parts = [rows[start : start + OUTCOMES_PER_RECORD] for start in range(0, len(rows), OUTCOMES_PER_RECORD)]
+        records: list[bytes] = []
+        while parts:
+            part = parts.pop(0)
+            value = encode_outcome_rows(spout, part)
+            if len(value) + _FRAMING > limit and len(part) > 1:
+                parts[:0] = [part[: len(part) // 2], part[len(part) // 2 :]]
+            else:
+                records.append(value)
+        return records
 
 
 def _key(row: Any) -> tuple[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import SimpleNamespace
@@ -454,3 +455,46 @@ def test_a_batch_run_again_with_fewer_rows_goes_on_after_the_last_nack_published
     assert restarted.publish(0, fewer, fetch) == 3
     copies = sorted(copy.value() or b"" for copy in read_all(client, settings.replay_prefix + "sp"))
     assert copies == [b"record %d" % i for i in range(7)]
+
+
+def test_the_resolutions_of_a_burst_of_nacks_fit_an_outcome_topic_of_small_records(bootstrap: str) -> None:
+    """Resolutions were written 16,384 rows a record (115 KB) whatever the outcome topic takes: on one that takes
+    40 KB (as the acker's own records, which it halves to fit), a burst of nacks aborted the transaction at every run
+    of the batch, and nothing was replayed again."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = replace(_settings(client), nacks_per_transaction=20_000)
+    limit = ConfigEntry("max.message.bytes", "40000", incremental_operation=AlterConfigOpType.SET)
+    small = ConfigResource("topic", settings.source.topics[0], incremental_configs=[limit])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([small])[small].result(30)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])  # as its spout does
+    producer = Producer(client)
+    for _ in range(10_000):
+        produce(producer, source, b"v")
+    assert producer.flush(30) == 0
+    nacks = [_nack(settings, source, 0, offset) for offset in range(10_000)]
+    assert _Publisher(settings, f"{settings.name}-id").publish(0, nacks, _fetch(client)) == 10_000
+    resolved = _resolutions(client, settings)
+    assert sorted(m for _, m in resolved) == sorted(n.msg_id for n in nacks) and len(resolved) == 10_000
+    assert all(len(r.value() or b"") <= 40_000 for r in read_all(client, settings.source.topics[0]))
+
+
+def test_a_restart_finds_its_last_batch_in_a_progress_topic_made_with_several_partitions(bootstrap: str) -> None:
+    """Progress was written by key, and read from partition 0 alone: in a progress topic made beforehand with a
+    cluster's default of 3 partitions, a restart most often missed its last batch and published it again (each nack
+    replayed twice)."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1),
+                           TopicSpec(settings.progress_topic, 3)])  # fmt: skip
+    producer = Producer(client)
+    produce(producer, source, b"v")
+    assert producer.flush(30) == 0
+    # A job whose key librdkafka's default partitioner (CRC32 of the key) places past partition 0.
+    identity = next(i for n in range(100) if zlib.crc32((i := f"{settings.name}-id-{n}").encode()) % 3)
+    nack = _nack(settings, source, 0, 0)
+    assert _Publisher(settings, identity).publish(7, [nack], _fetch(client)) == 1
+    close_publishers()
+    assert _Publisher(settings, identity).publish(7, [nack], _fetch(client)) == 0, "batch 7 published twice"

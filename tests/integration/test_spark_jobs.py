@@ -405,6 +405,12 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
             # Spark's JVM ran out of memory, killed, at every restart on the record.
             (None, b"AKO\x01\x04sp\x00\x00\x80\xd0\xac\xf3\x0e", "out", 0, 13, stamp),
             (None, b"AKO\x01\x80\xd0\xac\xf3\x0esp", "out", 0, 14, stamp),
+            # Spouts no topic can be named after: the replay job asked Kafka about their replay topics, refused, and
+            # stopped at every run; the commit job took them in.
+            *(
+                (None, encode_outcome_rows(spout, [("TIMEOUT", 4, "t/0/9", 1)]), "out", 0, 15 + i, stamp)
+                for i, spout in enumerate(("a/b", "x" * 201, "new\nline", ""))
+            ),
         ],
         columns,
     )
@@ -471,7 +477,7 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     assert [r.detail for r in outcome_rows(raw).collect()] == [None] * 6  # read without headers
     letters = malformed(raw, whole_max=10**6).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
-    assert reasons == [b"undecodable"] * 3 + [b"unknown-version"]
+    assert reasons == [b"bad-spout"] * 4 + [b"undecodable"] * 3 + [b"unknown-version"]
     assert all(DLQ_TRUNCATED not in {h.key for h in r.headers} for r in letters)
     # Over what the sink's producer takes, cut (a copy refused stopped the job at every restart on it).
     keyed = spark.createDataFrame([(b"k" * 30, b"v" * 40, "out", 0, 20, stamp), (b"k", b"v" * 5, "out", 0, 21, stamp)],
