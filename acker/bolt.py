@@ -193,6 +193,9 @@ class Bolt:
         self.counters: Counter[str] = Counter()
         self._next_commit = time.monotonic() + commit_interval_s
         self._processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> the offset after the last processed
+        # (topic, partition) lost -> the offset after the last processed here, and until when inputs below it, read
+        # again if it comes back, are passed over (`_read_again`)
+        self._lost_at: dict[tuple[str, int], tuple[int, float]] = {}
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer(**fitted_batch_size(config.client(), config.acker_topic)))
         self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)
@@ -257,8 +260,25 @@ class Bolt:
 
     def _process(self, record: Message) -> None:
         topic, partition, offset = record.topic() or "", record.partition() or 0, record.offset() or 0
-        self._handle(record, topic, partition, offset)
+        if not self._read_again(topic, partition, offset):
+            self._handle(record, topic, partition, offset)
         self._processed[(topic, partition)] = offset + 1
+
+    def _read_again(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether the input at ``offset`` was processed here before its partition was lost, and comes again now
+        that it is back (from the offset committed before: a session that timed out for a moment, the partition given
+        back by the sticky assignor). Its acks went out once; processed again, its edge would be acked twice, the
+        XOR would never reach zero, and its tree would time out and be replayed. Passed over for one message timeout
+        from the loss: after that its tree is decided anyway, and a topic made again (its offsets from 0) is read."""
+        lost = self._lost_at.get((topic, partition))
+        if lost is None:
+            return False
+        below, until = lost
+        if offset >= below or time.monotonic() >= until:
+            del self._lost_at[(topic, partition)]
+            return False
+        self.counters["read_again"] += 1
+        return True
 
     def _handle(self, record: Message, topic: str, partition: int, offset: int) -> None:
         raw = read_headers(record)
@@ -380,8 +400,11 @@ class Bolt:
         nothing is committed (it would be refused) and ``on_revoke`` is not called: a fail now could decide a tree
         the new owner is about to complete. What the function holds of them is settled as before (the join's
         housekeeping fails it once its tree may have expired)."""
+        until = time.monotonic() + self.config.timeout_s
         for tp in partitions:
-            self._processed.pop((tp.topic, tp.partition), None)
+            done = self._processed.pop((tp.topic, tp.partition), None)
+            if done is not None:
+                self._lost_at[(tp.topic, tp.partition)] = (done, until)
         if self._lost is not None and partitions:
             try:
                 self._lost({(tp.topic, tp.partition) for tp in partitions})

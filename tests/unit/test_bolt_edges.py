@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from acker import bolt as bolt_module
 from acker.bolt import Bolt
@@ -116,6 +116,7 @@ def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt._processed = {("in", 0): 5, ("in", 1): 7}
     bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
     bolt.consumer, bolt._collector, bolt._revoked, bolt._lost = _Committing(), object(), on_revoke, on_lost
+    bolt.config, bolt._lost_at = SimpleNamespace(timeout_s=30.0), {}
     return bolt
 
 
@@ -318,3 +319,23 @@ def test_a_producer_that_takes_no_more_records_stops_the_bolt_instead_of_failing
     with pytest.raises(KafkaClientError):
         bolt._handle(record, "in", 0, 3)
     assert bolt._collector.failed == [] and bolt.counters["errors"] == 0
+
+
+def test_inputs_processed_before_their_partition_was_lost_are_passed_over_when_it_comes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session that timed out for a moment: the partitions are lost, then given back (the sticky assignor), read
+    again from the offset committed before. The inputs processed since were processed again, each edge acked twice:
+    every such tree timed out and was replayed. For one message timeout they are passed over (and committed)."""
+    clock = _Clock()
+    monkeypatch.setattr(bolt_module, "time", clock)
+    handled: list[int] = []
+    bolt = _explicit(None)
+    bolt._handle = lambda _record, _topic, _partition, offset: handled.append(offset)
+    bolt._on_lost(None, [TopicPartition("in", 0), TopicPartition("in", 1)])  # processed up to 4 and 6 (_explicit)
+    for offset in (2, 3, 4, 5):  # partition 0 back, from its commit at 2
+        bolt._process(Message(topic="in", partition=0, offset=offset))
+    assert handled == [5] and bolt.counters["read_again"] == 3 and bolt._processed == {("in", 0): 6}
+    clock.now += 30  # a message timeout later: partition 1's trees are decided; a topic made again is read whole
+    bolt._process(Message(topic="in", partition=1, offset=0))
+    assert handled == [5, 0] and bolt._lost_at == {}

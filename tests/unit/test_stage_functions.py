@@ -62,6 +62,7 @@ def test_a_basic_collector_kept_after_its_function_returned_refuses_to_emit(prod
 
     bolt: Any = Bolt.__new__(Bolt)  # only what processing one input needs
     bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
+    bolt._lost_at = {}
     bolt.acker = AckerClient(producer, "acker", 4, linger_s=60)
     bolt._collector = Collector(bolt)
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
@@ -126,6 +127,7 @@ def test_an_input_a_bolts_function_raises_on_is_failed_saying_why(producer: Prod
 
     bolt: Any = Bolt.__new__(Bolt)
     bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = basic, parse, Counter(), IdGenerator(5), {}
+    bolt._lost_at = {}
     bolt.group, bolt.acker = "split", AckerClient(producer, "acker", 1, linger_s=60)
     bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
