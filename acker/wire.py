@@ -307,9 +307,12 @@ def encode_outcomes(
 
 
 def decode_outcomes(data: bytes) -> OutcomeRecord:
-    """The outcome-topic record ``data``; `WireError` if it is not a valid one: not Avro of the schema (a varint of
-    more than 10 bytes is read, as fastavro reads it), an outcome that is not a symbol of the enum, columns of different
-    lengths, a source index outside the sources, an offset below -1."""
+    """The outcome-topic record ``data``; `WireError` if it is not a valid one: not Avro of the schema, an outcome that
+    is not a symbol of the enum, columns of different lengths, a source index outside the sources, an offset below -1.
+    Up to the anchors it refuses whatever `decode_outcome_anchors` refuses, which reads Avro as Java's reader does
+    where fastavro is lenient (a varint of more than 10 bytes; an array block of -2⁶³ items, read by fastavro as
+    empty): a record the failover read-back refuses is not one a spout reads (after the anchors, fastavro reads
+    overlong varints still)."""
     _check_prefix(data, OUTCOMES)
     r = _read(_OUTCOME_CODES_SCHEMA, data)
     sources, index, offsets, codes = r["sources"], r["source_index"], r["offsets"], r["outcomes"]
@@ -322,6 +325,8 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
         raise WireError("inconsistent-columns", "a source index outside the record's sources")
     if offsets and min(offsets) < -1:  # -1 is "no offset": below it, a message id would be misread as its source
         raise WireError("bad-column", f"an outcome's offset is {min(offsets)}: an offset is -1 (none) or more")
+    if avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES)) is None:
+        raise WireError("undecodable", "Avro that only fastavro reads (a varint over 10 bytes, a block of -2⁶³ items)")
     msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, offsets, strict=True)]
     outcomes = list(map(OUTCOME_SYMBOLS.__getitem__, codes))
     return OutcomeRecord(
@@ -333,7 +338,7 @@ def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
     """(acker_partition, acker_offset, anchors) of an outcome-topic record, read no further than its anchors: what
     a new owner reads back (`acker.kafka.decided`), 30× faster than `decode_outcomes`. `WireError` when
     `decode_outcomes` would find the fields read invalid (a spout name not UTF-8, an outcome outside the enum, not as
-    many outcomes as anchors), but for a varint of more than 10 bytes, which only `decode_outcomes` reads."""
+    many outcomes as anchors), which refuses whatever this refuses."""
     _check_prefix(data, OUTCOMES)
     head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES))
     if head is None:
