@@ -65,7 +65,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, read_headers, split
 from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
-from acker.kafka.clients import KafkaClientError, consume_available, partition_count, readable
+from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -157,7 +157,8 @@ ExplicitFunction = Callable[[BoltInput, Collector], None]
 # An explicit bolt's inputs of these (topic, partition) pairs go to another process from now on (`Bolt`'s on_revoke).
 RevokeFunction = Callable[[set[tuple[str, int]], Collector], None]
 # These (topic, partition) pairs may be another process's already (`Bolt`'s on_lost): for the function to forget
-# what it knows of them, not to settle anything.
+# what it knows of them, not to settle anything. Not what it holds: given back within a message timeout, a partition's
+# inputs processed before are not handed to it again (`Bolt._read_again`).
 LostFunction = Callable[[set[tuple[str, int]]], None]
 
 
@@ -240,8 +241,7 @@ class Bolt:
 
     def step(self, timeout_s: float) -> int:
         # Not waiting longer for input than acks (or records written out, whose delivery acks them) linger.
-        if self.acker.lingering() or (self._sink is not None and len(self._sink)):
-            timeout_s = min(timeout_s, self.acker.linger_s)
+        timeout_s = self.acker.input_wait(timeout_s, waiting=self._sink is not None and len(self._sink) > 0)
         records = consume_available(self.consumer, 500, timeout_s)
         for record in records:
             if readable(record, log, "consumer"):
@@ -265,11 +265,12 @@ class Bolt:
         self._processed[(topic, partition)] = offset + 1
 
     def _read_again(self, topic: str, partition: int, offset: int) -> bool:
-        """Whether the input at ``offset`` was processed here before its partition was lost, and comes again now
-        that it is back (from the offset committed before: a session that timed out for a moment, the partition given
-        back by the sticky assignor). Its acks went out once; processed again, its edge would be acked twice, the
-        XOR would never reach zero, and its tree would time out and be replayed. Passed over for one message timeout
-        from the loss: after that its tree is decided anyway, and a topic made again (its offsets from 0) is read."""
+        """Whether the input at ``offset`` was processed here before its partition was lost (or revoked before its
+        offsets could be committed), and comes again now that it is back (from the offset committed before: a session
+        that timed out for a moment, the partition given back by the sticky assignor). Its acks went out once (or an
+        explicit function holds it still); processed again, its edge would be acked twice, the XOR would never reach
+        zero, and its tree would time out and be replayed. Passed over for twice the longest a tree lives from the
+        loss (`_pass_over_s`): after that its tree is decided anyway, and a topic made again (from offset 0) is read."""
         lost = self._lost_at.get((topic, partition))
         if lost is None:
             return False
@@ -306,7 +307,7 @@ class Bolt:
                     self._collector.fail(message, self._reason(error))  # and counted as processed: its tree is
                 self._processed[(topic, partition)] = offset + 1  # nacked, and replayed whole.
                 raise
-            except KafkaClientError:  # a producer that takes no more records (fatal): no input's fault, the bolt stops
+            except ProducerFailedError:  # a producer that takes no more records: no input's fault, the bolt stops
                 raise
             except Exception as error:  # the input fails, unless it was acked or failed before the raise
                 self._raised(message, error)
@@ -325,7 +326,7 @@ class Bolt:
         try:
             for to, value, key, child_headers, out in collector.children:
                 (self._write if out else self._produce_child)(to, value, key, child_headers, anchored([message.tuple]))
-        except KafkaClientError:  # a producer that takes no more records (fatal): no input's fault, the bolt stops
+        except ProducerFailedError:  # a producer that takes no more records: no input's fault, the bolt stops
             raise
         except Exception as error:  # a child the client does not take (a value that is not bytes): as if it raised
             self._raised(message, error)
@@ -362,7 +363,9 @@ class Bolt:
         if self._sink is None:
             # Untracked records written before went through the stage's producer: delivered first, they cannot land
             # after the records of their keys written through the sink's from now on.
-            self.producer.flush(30)
+            if left := self.producer.flush(30):
+                log.warning("%d records written before the sink producer was made are not delivered after 30 s: a "
+                            "key's records may land out of the order written", left)  # fmt: skip
             self._sink = Producer(self.config.sink_producer())
         self.acker.produce_anchored(
             topic, value, key, headers, ids, on_failure=self._child_failed, written_by=self._sink
@@ -389,8 +392,7 @@ class Bolt:
                 raise bug  # noqa: B904
             raise
         finally:  # whatever was not committed is its next owner's: never committed from here later (`close`)
-            for tp in partitions:
-                self._processed.pop((tp.topic, tp.partition), None)
+            self._mark_read(partitions)
         if bug is not None:
             raise bug
 
@@ -400,17 +402,28 @@ class Bolt:
         nothing is committed (it would be refused) and ``on_revoke`` is not called: a fail now could decide a tree
         the new owner is about to complete. What the function holds of them is settled as before (the join's
         housekeeping fails it once its tree may have expired)."""
-        until = time.monotonic() + self.config.timeout_s
-        for tp in partitions:
-            done = self._processed.pop((tp.topic, tp.partition), None)
-            if done is not None:
-                self._lost_at[(tp.topic, tp.partition)] = (done, until)
+        self._mark_read(partitions)
         if self._lost is not None and partitions:
             try:
                 self._lost({(tp.topic, tp.partition) for tp in partitions})
             except Exception as error:
                 where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
                 self._raised_in(f"on_lost of {where}", error)
+
+    def _mark_read(self, partitions: list[TopicPartition]) -> None:
+        """Forget the offsets processed in ``partitions`` and not committed (lost, or a commit that could not be
+        made), keeping where they end: given back, inputs below it are passed over (`_read_again`)."""
+        until = time.monotonic() + self._pass_over_s()
+        for tp in partitions:
+            done = self._processed.pop((tp.topic, tp.partition), None)
+            if done is not None:  # a mark of an earlier loss still in force may be further on
+                before = self._lost_at.get((tp.topic, tp.partition), (done, until))[0]
+                self._lost_at[(tp.topic, tp.partition)] = (max(done, before), until)
+
+    def _pass_over_s(self) -> float:
+        """Twice the longest a tree lives (a timeout and a tick: `ServiceConfig.tick_interval_s`), for an acker that
+        lags behind its ticks."""
+        return 2 * (self.config.timeout_s + self.config.tick_interval_s)
 
     def flush(self, timeout_s: float) -> int:
         """Deliver what was produced (records written out, acker batches, children) within ``timeout_s``; return

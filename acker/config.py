@@ -328,8 +328,8 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
 
 
 # The settings a process of a bolt, and of a spout, reads: the only ones the help of a command running one lists.
-BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms")
-SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "timeout_s", "buckets", "replication_factor")
+BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms", "timeout_s", "buckets")
+SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "replication_factor")
 
 
 def add_arguments(parser: argparse.ArgumentParser, shown: Iterable[str] | None = None) -> None:

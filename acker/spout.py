@@ -309,8 +309,7 @@ class Spout:
 
     def step(self, timeout_s: float) -> int:
         """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
-        if self.acker.lingering():  # not waiting longer for input than inits and acks linger
-            timeout_s = min(timeout_s, self.acker.linger_s)
+        timeout_s = self.acker.input_wait(timeout_s)  # not waiting longer for input than inits and acks linger
         self._read_outcomes()
         now = time.monotonic()
         self._expire_pending(now)
@@ -431,8 +430,9 @@ class Spout:
 
     def _foreign(self, key: tuple[str, int], record: Message, origin: bytes, headers: HeaderList) -> None:
         """A replay of another source's record, processed all the same (it cannot be told whose it is to hand back).
-        Re-driven (``acker dlq redrive --spout``: an operator sent it here), it is counted; otherwise another
-        pipeline's spout has this one's name (`SpoutSettings`), which is counted and said once."""
+        Re-driven (``acker dlq redrive``, which with ``--spout`` sends a record to any spout on purpose), it is
+        counted; otherwise another pipeline's spout has this one's name (`SpoutSettings`), which is counted and said
+        once (that pipeline's re-driven records alone would not say it)."""
         if first(headers, REDRIVEN) is not None:
             self.counters["redriven_from_other_sources"] += 1
             return

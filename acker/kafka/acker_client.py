@@ -34,6 +34,7 @@ record the producer refuses at once is reported outside any report: its halves a
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -230,7 +231,9 @@ class AckerClient:
         self.failed_messages = 0  # in batches that could not be delivered
         self._lookup: Callable[[], int] | None = None
         self._lookup_every_s = self._next_lookup = float("inf")
-        self._due_at = float("inf")  # when the oldest batch's linger passes (`poll_due`); inf: no batch
+        # When the oldest batch's linger passes (`poll_due`), kept by every batch made (`_new_batch`) and every poll;
+        # inf: no batch; -inf: halves of a refused record to send.
+        self._due_at = math.inf
 
     def watch_partitions(self, lookup: Callable[[], int], every_s: float = PARTITIONS_CHECK_S) -> None:
         """Ask ``lookup`` for the acker topic's partition count every ``every_s`` (in `poll`), and place messages by
@@ -246,9 +249,14 @@ class AckerClient:
         partition = partition_of(anchor, self.partitions)
         batch = self._batches[partition]
         if batch is None:
-            batch = self._batches[partition] = _Batch()
-            self._due_at = min(self._due_at, batch.first_at + self.linger_s)
+            batch = self._new_batch(partition)
         return partition, batch
+
+    def _new_batch(self, partition: int) -> _Batch:
+        """An empty batch for ``partition``, sent once its linger has passed (`poll`, `poll_due`)."""
+        batch = self._batches[partition] = _Batch()
+        self._due_at = min(self._due_at, batch.first_at + self.linger_s)
+        return batch
 
     def send(self, message: TreeMessage, reason: str | None = None) -> None:
         """Send ``message``; ``reason``: why, for a `Fail` (`acker.fail_reasons`), passed on to its ``FAILED``
@@ -270,7 +278,7 @@ class AckerClient:
             partition = partition_of(anchor, partitions)
             batch = batches[partition]
             if batch is None:
-                batch = batches[partition] = _Batch()
+                batch = self._new_batch(partition)
             batch.ack(anchor, value)
             if len(batch.kinds) >= self.max_batch and not self._reporting:
                 self._send_halves()  # those held before it go first
@@ -334,6 +342,12 @@ class AckerClient:
         wait for input waits at most ``linger_s`` then, so that they go out at their linger, not after the wait."""
         return bool(self._halves) or any(batch is not None for batch in self._batches)
 
+    def input_wait(self, timeout_s: float, *, waiting: bool = False) -> float:
+        """How long a stage waits for input: ``timeout_s``, or, while messages wait to be sent (`lingering`, or
+        ``waiting``: others whose deliveries send some, a sink's), their linger, 5 ms at least (a linger of 0 must
+        not make the stage spin)."""
+        return min(timeout_s, max(self.linger_s, 0.005)) if waiting or self.lingering() else timeout_s
+
     def poll_due(self) -> bool:
         """`poll`, if a batch's linger has passed: for a loop that calls a user's function on many records between
         polls (a slow function's acks go out at their linger, not once the whole batch is done). True if it polled."""
@@ -354,7 +368,9 @@ class AckerClient:
         if now >= self._next_lookup:
             self._check_partitions(now)
         lingering = [batch.first_at for batch in self._batches if batch is not None]
-        self._due_at = min(lingering) + self.linger_s if lingering else float("inf")
+        self._due_at = min(lingering) + self.linger_s if lingering else math.inf
+        if self._halves:  # held back by a delivery report of this poll
+            self._due_at = -math.inf
 
     def _send_halves(self) -> None:
         while self._halves:
@@ -451,6 +467,7 @@ class AckerClient:
                     self._halves[:0] = halves
                 else:
                     self._halves += halves
+                self._due_at = -math.inf  # sent at the next poll
                 return
             # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
             # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and

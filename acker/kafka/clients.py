@@ -35,6 +35,10 @@ class KafkaClientError(AckerError):
         super().__init__(f"{what}: {self.name}: {error.str() if error is not None else 'no detail'}{more}")
 
 
+class ProducerFailedError(KafkaClientError):
+    """A producer that takes no more records (a fatal error, `fatal`): the process must stop, and be started again."""
+
+
 class TopicsNotCreatedError(KafkaClientError):
     """Topics that could not be created (each with its error; None: no answer in time), and those that were: the
     request for all of them was sent, and one topic's failure does not undo the others'."""
@@ -287,11 +291,11 @@ def fatal(error: KafkaError) -> bool:
 def refusal(refused: KafkaException) -> KafkaError:
     """A record the producer refused at once (too large, an invalid topic, ...), as the error of a failed delivery:
     callers treat it as they treat the broker's refusals, instead of letting it raise. `KafkaClientError` when the
-    producer takes nothing any more (`fatal`): handled as a failed delivery, every record would fail, and be sent
-    again, for ever, by a process that goes on reading without doing anything."""
+    producer takes nothing any more (`fatal`, `ProducerFailedError`): handled as a failed delivery, every record would
+    fail, and be sent again, for ever, by a process that goes on reading without doing anything."""
     error = kafka_error(refused) or KafkaError(KafkaError._INVALID_ARG, str(refused))
     if fatal(error):
-        raise KafkaClientError("the producer takes no more records (a fatal error: restart the process)", error)
+        raise ProducerFailedError("the producer takes no more records (a fatal error: restart the process)", error)
     return error
 
 

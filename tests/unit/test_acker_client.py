@@ -251,6 +251,49 @@ def test_a_batch_too_large_for_the_producer_is_sent_in_halves(producer: Producer
     assert len(producer) >= 4 and client.failed_messages == 0 and client._batches == [None]
 
 
+class _RefusingLarge:
+    """A producer whose broker refuses records of more than one message as too large, in their delivery reports
+    (served by `serve`, as another user of the stage's producer serves them: a child's produce waiting for room, a
+    flush); it keeps the records it takes."""
+
+    def __init__(self) -> None:
+        self.reports: list[Any] = []
+        self.taken: list[bytes] = []
+
+    def produce(self, _topic: str, value: bytes, **kwargs: Any) -> None:
+        if len(parse_batch(value)) > 1:
+            self.reports.append(kwargs["on_delivery"])
+        else:
+            self.taken.append(value)
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def serve(self) -> int:
+        reports, self.reports = self.reports, []
+        for report in reports:
+            report(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), SimpleNamespace())
+        return len(reports)
+
+
+def test_the_halves_of_a_refused_record_go_out_at_the_next_poll_due_whatever_the_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`poll_due` went by the batches' lingers alone: the halves of a record the broker refused, in a report served
+    outside the client while a bolt worked through a batch of inputs, waited for a batch's linger."""
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(acker_client, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    producer = _RefusingLarge()
+    client = AckerClient(producer, "acker", 1, linger_s=0.02)  # type: ignore[arg-type]
+    client.send_acks([(1, 1), (2, 2)])
+    clock.now = 0.02
+    assert client.poll_due() and producer.taken == []  # sent as one record
+    assert producer.serve() == 1  # its report: refused, halved
+    client.send_acks([(3, 3)])  # a new batch, lingering until 0.04
+    # The halves at once, and the new batch with them: full at the halved size (1 message)
+    assert client.poll_due() and [parse_batch(v).anchors.tolist() for v in producer.taken] == [[1], [2], [3]]
+
+
 class _Refusing:
     """A producer that refuses every record at once, as librdkafka does an unknown partition."""
 

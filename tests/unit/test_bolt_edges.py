@@ -21,7 +21,7 @@ from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.errors import ProtocolError
 from acker.kafka import acker_client
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import KafkaClientError
+from acker.kafka.clients import KafkaClientError, ProducerFailedError
 from acker.trouble import TroubleReport
 
 
@@ -116,7 +116,7 @@ def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt._processed = {("in", 0): 5, ("in", 1): 7}
     bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
     bolt.consumer, bolt._collector, bolt._revoked, bolt._lost = _Committing(), object(), on_revoke, on_lost
-    bolt.config, bolt._lost_at = SimpleNamespace(timeout_s=30.0), {}
+    bolt.config, bolt._lost_at = ServiceConfig(timeout_s=30.0, buckets=3), {}  # trees live up to 45 s
     return bolt
 
 
@@ -247,9 +247,9 @@ def test_a_bolt_sends_its_acks_at_their_linger_while_it_works_through_a_batch_of
     bolt.acker = AckerClient(producer, "acker", 1, linger_s=0.015)
     queued: list[int] = []
 
-    def process(_record: object) -> None:  # a slow function that acks its input
+    def process(_record: object) -> None:  # a slow function that acks its input, as the collector does
         clock.now += 0.01
-        bolt.acker.send(Ack(len(queued) + 1, 7))
+        bolt.acker.send_acks([(len(queued) + 1, 7)])
         queued.append(producer.produced)  # acker records produced so far
 
     bolt._process = process
@@ -301,7 +301,7 @@ class _Failing:
 def test_a_producer_that_takes_no_more_records_stops_the_bolt_instead_of_failing_the_input(basic: bool) -> None:
     """A fatal producer error, raised by an emit, was taken for the input's fault: the input failed (a fail that
     could not be delivered either), the bolt going on to the next, counted as an error of the function."""
-    refused = KafkaClientError("the producer takes no more records", KafkaError(KafkaError._FATAL))
+    refused = ProducerFailedError("the producer takes no more records", KafkaError(KafkaError._FATAL))
 
     def emitting(_message: object, collector: Any) -> None:
         if basic:
@@ -336,6 +336,21 @@ def test_inputs_processed_before_their_partition_was_lost_are_passed_over_when_i
     for offset in (2, 3, 4, 5):  # partition 0 back, from its commit at 2
         bolt._process(Message(topic="in", partition=0, offset=offset))
     assert handled == [5] and bolt.counters["read_again"] == 3 and bolt._processed == {("in", 0): 6}
-    clock.now += 30  # a message timeout later: partition 1's trees are decided; a topic made again is read whole
+    clock.now += 89.9  # twice the longest a tree lives, less a moment: passed over still
+    bolt._process(Message(topic="in", partition=1, offset=5))
+    assert handled == [5] and bolt.counters["read_again"] == 4
+    clock.now += 0.1  # then partition 1's trees are decided; a topic made again is read whole
     bolt._process(Message(topic="in", partition=1, offset=0))
     assert handled == [5, 0] and bolt._lost_at == {}
+
+
+def test_inputs_of_a_partition_revoked_before_they_could_be_committed_are_passed_over_if_it_comes_back() -> None:
+    """Revoked with something undelivered, the bolt cannot commit: given back, the partition is read again from the
+    offset committed before, and its inputs were processed a second time (each edge acked twice). A loss after an
+    earlier one does not move the mark back."""
+    bolt = _explicit(None)
+    bolt.flush = lambda _timeout_s: 1  # one record undelivered: no commit
+    bolt._lost_at[("in", 0)] = (9, float("inf"))  # lost before at 9, read again up to 5 since
+    bolt._on_revoke(None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert bolt.consumer.committed == [] and bolt._processed == {}
+    assert {tp: mark for tp, (mark, _) in bolt._lost_at.items()} == {("in", 0): 9, ("in", 1): 7}
