@@ -157,8 +157,8 @@ ExplicitFunction = Callable[[BoltInput, Collector], None]
 # An explicit bolt's inputs of these (topic, partition) pairs go to another process from now on (`Bolt`'s on_revoke).
 RevokeFunction = Callable[[set[tuple[str, int]], Collector], None]
 # These (topic, partition) pairs may be another process's already (`Bolt`'s on_lost): for the function to forget
-# what it knows of them, not to settle anything. Not what it holds: given back within a message timeout, a partition's
-# inputs processed before are not handed to it again (`Bolt._read_again`).
+# what it knows of them, not to settle anything. Not what it holds: given back soon, a partition's inputs processed
+# before are not handed to it again (`Bolt._read_again`).
 LostFunction = Callable[[set[tuple[str, int]]], None]
 
 

@@ -422,7 +422,8 @@ class _Publisher:
             for (outcome_topic, spout), outcome_rows_ in resolutions.items():
                 for value in self._resolution_records(spout, outcome_rows_, self.limit(outcome_topic)):
                     # All on partition 0 (the key "replay" put them on one partition too), to be counted in `queued`.
-                    self._send(queued, outcome_topic, 0, value, key=b"replay", headers=None, size=len(value) + 6)
+                    size = record_size(value, b"replay", [])
+                    self._send(queued, outcome_topic, 0, value, key=b"replay", headers=None, size=size)
             # Partition 0, where it is read (`_last_published`), whatever the topic's partitions.
             produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode(),
                     partition=0)  # fmt: skip
