@@ -110,9 +110,9 @@ class DrpcClient:
             error, partition, offset = record.error(), record.partition() or 0, record.offset() or 0
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:  # its offset: the end
-                    self._read_up_to[partition] = max(self._read_up_to.get(partition, 0), offset)
+                    self._read_up_to[partition] = max(self._read_up_to[partition], offset)
                 continue
-            self._read_up_to[partition] = max(self._read_up_to.get(partition, 0), offset + 1)
+            self._read_up_to[partition] = max(self._read_up_to[partition], offset + 1)
             headers = read_headers(record)
             answered = text(headers, REQUEST)
             # Only answers to this client's requests still waited for: the results topic is shared.
@@ -135,7 +135,7 @@ class DrpcClient:
         self._read_answers(0)  # what is fetched already
         while (
             request not in self._answers
-            and any(self._read_up_to.get(p, 0) < end for p, end in ends.items())
+            and any(self._read_up_to[p] < end for p, end in ends.items())
             and time.monotonic() < give_up
         ):
             self._read_answers(0.1)
