@@ -160,6 +160,9 @@ RevokeFunction = Callable[[set[tuple[str, int]], Collector], None]
 # what it knows of them, not to settle anything. Not what it holds: given back soon, a partition's inputs processed
 # before are not handed to it again (`Bolt._read_again`).
 LostFunction = Callable[[set[tuple[str, int]]], None]
+# These (topic, partition) pairs came to this process (`Bolt`'s on_assign), called inside the consumer's callback,
+# before any of their inputs: for bookkeeping only (no Kafka call on the bolt's consumer from there).
+AssignFunction = Callable[[set[tuple[str, int]]], None]
 
 
 class Bolt:
@@ -175,19 +178,23 @@ class Bolt:
         ids: IdGenerator | None = None,
         on_revoke: RevokeFunction | None = None,
         on_lost: LostFunction | None = None,
+        on_assign: AssignFunction | None = None,
     ) -> None:
         """``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
         closing) before the bolt commits them, with the collector, so that the function settles the inputs of theirs
         it holds. Their later inputs, a held one's partner among them, go to the new owner; failed now, the held
         ones are nacked at once and replayed to it, where they would wait for their timeout (module docstring). Not
         called for partitions lost (`_on_lost`), which ``on_lost`` is told of (without a collector: nothing may be
-        settled of them), for a function that keeps what it knows per partition."""
+        settled of them), for a function that keeps what it knows per partition. ``on_assign`` is told which input
+        partitions came here, before their first input (the word count reads the counts its new partitions' words
+        were last written with once for all of them, not once per partition)."""
         if on_revoke is not None and basic:
             raise ValueError("on_revoke is for explicit bolts (basic=False): a basic bolt holds no input")
         self.config, self.input_topic, self.group = config, input_topic, group
         self._function = function
         self._revoked = on_revoke
         self._lost = on_lost
+        self._assigned = on_assign
         self.basic = basic
         self.commit_interval_s = commit_interval_s
         self._ids = ids or IdGenerator()
@@ -218,7 +225,9 @@ class Bolt:
                 }
             )
         )
-        self.consumer.subscribe([input_topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self.consumer.subscribe(
+            [input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
         self.acker.watch_partitions(partition_lookup(self.producer, config.acker_topic))
         # Unanchored inputs are not trouble: an untracked pipeline's are all unanchored.
         self._trouble = TroubleReport(log, f"bolt {group}", ("invalid_anchor_headers", "unreadable_headers", "errors",
@@ -374,6 +383,15 @@ class Bolt:
 
     def _child_failed(self, _error: KafkaError) -> None:
         self.counters["child_delivery_failures"] += 1
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions came here (the consumer assigns them itself after this returns)."""
+        if self._assigned is not None and partitions:
+            try:
+                self._assigned({(tp.topic, tp.partition) for tp in partitions})
+            except Exception as error:
+                where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+                self._raised_in(f"on_assign of {where}", error)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         bug: ProtocolError | None = None

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from acker.bolt import BasicCollector, BasicFunction, BoltInput, Collector
+from acker.bolt import BasicCollector, BasicFunction, Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.headers import HeaderValue, first, read_headers, text
 from acker.kafka.clients import READ_TO_SETTINGS, log_bounds, read_to, topic_partitions
@@ -196,9 +196,9 @@ def count_function(
     crash_marker: str | None = None,
     published: Callable[[], Mapping[bytes, int]] | None = None,
 ) -> WordCount:
-    """The count bolt's function, counting into ``counts`` (explicit: ``Bolt(..., basic=False,
-    on_revoke=function.revoked, on_lost=function.lost)``); ``published`` reads the last count written for each word
-    (`published_counts`), None for a counts topic that no other process has written (a test's lone count bolt)."""
+    """The count bolt's function, counting into ``counts`` (its bolt: `count_bolt`); ``published`` reads the last
+    count written for each word (`published_counts`), None for a counts topic that no other process has written (a
+    test's lone count bolt)."""
     return WordCount(
         topics, counts, published or dict, random.Random(seed), _crasher(crash_after, crash_marker), trace=trace,
         drop_rate=drop_rate,
@@ -222,6 +222,9 @@ class WordCount:
     (`acker.bolt`: the revoke commits only after a flush); a crashed one's undelivered counts were of inputs it had
     not committed, which the new owner counts again.
 
+    `assigned` notes partitions that came here: one read of the published counts, made after they came, serves them
+    all (a process taking over 8 partitions reads the counts topic once, not 8 times). A partition it was not told
+    of (a bolt without ``on_assign``) reads them at its first input.
     `revoked` forgets a revoked partition: where it read to, and its words (those no partition still here counted).
     `lost` forgets where a lost partition was read to: given back, its next input reads the published counts first.
     """
@@ -241,14 +244,19 @@ class WordCount:
         self._published, self._rng, self._crash = published, rng, crash
         self._trace, self._drop_rate = trace, drop_rate
         self._next: dict[tuple[str, int], int] = {}  # input partition -> the offset after the last input counted
+        # Invariant: a partition is in `_current` only if the published counts were read after it last came here
+        # (and it was not lost or revoked since); `_arrived` are those that came after the last read.
+        self._current: set[tuple[str, int]] = set()
+        self._arrived: set[tuple[str, int]] = set()
         self._words: dict[tuple[str, int], set[bytes]] = {}  # input partition -> the words counted from it
         self.rebuilds = 0  # reads of the published counts
 
     def __call__(self, message: BoltInput, collector: Collector) -> None:
         next(self._crash)
         partition = (message.topic, message.partition)
-        if self._next.get(partition) != message.offset:  # another process may have counted its words meanwhile
-            self._go_on_from_published()
+        expected = self._next.get(partition, message.offset)
+        if partition not in self._current or expected != message.offset:  # another process may have counted its
+            self._go_on_from_published(partition)  # words meanwhile (a gap: given back at another offset)
         self._next[partition] = message.offset + 1
         word = message.value or b""
         if word == LOST or self._rng.random() < self._drop_rate:
@@ -262,25 +270,44 @@ class WordCount:
         )
         collector.ack(message)
 
+    def assigned(self, partitions: set[tuple[str, int]]) -> None:
+        """`acker.bolt.AssignFunction`: these partitions came here; the next read of the published counts is theirs."""
+        self._current -= partitions
+        self._arrived |= partitions
+
     def lost(self, partitions: set[tuple[str, int]]) -> None:
         """`acker.bolt.LostFunction`: another process may be counting these partitions' words already. Given back,
         one may come back at the very offset this process would read next (its new owner counted only inputs below
         it that were not committed), with counts published since: its next input reads them first."""
-        for partition in partitions:
-            self._next.pop(partition, None)
+        self._forget(partitions)
 
     def revoked(self, partitions: set[tuple[str, int]], _collector: Collector) -> None:
         """`acker.bolt.RevokeFunction`: these partitions' words are another process's to count from now on."""
+        self._forget(partitions)
         for partition in partitions:
-            self._next.pop(partition, None)
             gone = self._words.pop(partition, set())
             for word in gone.difference(*self._words.values()):
                 del self.counts[word]
 
-    def _go_on_from_published(self) -> None:
+    def _forget(self, partitions: set[tuple[str, int]]) -> None:
+        for partition in partitions:
+            self._next.pop(partition, None)
+        self._current -= partitions
+        self._arrived -= partitions
+
+    def _go_on_from_published(self, partition: tuple[str, int]) -> None:
         self.rebuilds += 1
+        self._current |= self._arrived  # all came before this read
+        self._current.add(partition)
+        self._arrived.clear()
         for word, count in self._published().items():
             self.counts[word] = max(self.counts[word], count)
+
+
+def count_bolt(config: ServiceConfig, function: WordCount, group: str) -> Bolt:
+    """The count stage's bolt: explicit, and telling ``function`` of its input partitions' comings and goings."""
+    return Bolt(config, function.topics.words, group, function, basic=False, on_revoke=function.revoked,
+                on_lost=function.lost, on_assign=function.assigned)  # fmt: skip
 
 
 def published_counts(config: ServiceConfig, topic: str) -> Callable[[], dict[bytes, int]]:

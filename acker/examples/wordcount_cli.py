@@ -44,6 +44,7 @@ from acker.errors import ConfigError
 from acker.examples.wordcount import (
     COUNTS_TOPIC_CONFIG,
     Topics,
+    count_bolt,
     count_function,
     published_counts,
     sentences,
@@ -184,8 +185,7 @@ def cmd_count(args: argparse.Namespace) -> int:
         topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker,
         published=published_counts(config, topics.counts),
     )  # fmt: skip
-    bolt = Bolt(config, topics.words, group, function, basic=False, on_revoke=function.revoked, on_lost=function.lost)
-    return run_until_signalled(bolt)
+    return run_until_signalled(count_bolt(config, function, group))
 
 
 def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:

@@ -116,3 +116,41 @@ def test_a_partition_lost_and_given_back_where_it_was_read_to_reads_the_counts_p
     second.revoked({(WORDS, 0)}, topic)
     first(_word(b"the", 0, 3), topic)  # given back at the offset it would have read next
     assert topic.records[-1] == (b"the", 6)
+
+
+def test_partitions_that_came_together_read_the_published_counts_once() -> None:
+    """A process taking over many partitions read the whole counts topic at each one's first input; one read made
+    after they all came serves them all. One that comes after that read, or is lost and given back, reads again."""
+    topic = CountsTopic()
+    reads = Counter[str]()
+
+    def published() -> dict[bytes, int]:
+        reads["reads"] += 1
+        return topic.published()
+
+    counts = count_function(Topics("t"), Counter(), published=published)
+    counts.assigned({(WORDS, p) for p in range(8)})
+    for partition in range(8):
+        counts(_word(b"over", partition, 5), topic)
+    assert counts.rebuilds == 1 and reads["reads"] == 1
+    counts.assigned({(WORDS, 8)})
+    counts(_word(b"over", 8, 0), topic)
+    counts(_word(b"over", 0, 6), topic)
+    assert counts.rebuilds == 2
+    counts.lost({(WORDS, 3)})
+    counts.assigned({(WORDS, 3)})
+    topic.records.append((b"over", 40))  # counted by the process that had partition 3 meanwhile
+    counts(_word(b"over", 3, 6), topic)  # given back at the offset it would have read next
+    assert counts.rebuilds == 3 and topic.records[-1] == (b"over", 41)
+
+
+def test_a_partition_that_came_after_the_read_reads_the_counts_published_since() -> None:
+    """Told of a partition between two inputs of others: the read before it came does not serve it."""
+    topic = CountsTopic()
+    counts = count_function(Topics("t"), Counter(), published=topic.published)
+    counts.assigned({(WORDS, 0)})
+    counts(_word(b"moon", 0, 0), topic)
+    topic.records.append((b"moon", 9))  # partition 1's previous owner wrote its last count
+    counts.assigned({(WORDS, 1)})
+    counts(_word(b"moon", 1, 3), topic)
+    assert topic.records[-1] == (b"moon", 10)
