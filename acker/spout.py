@@ -326,20 +326,22 @@ class Spout:
             self.consumer.poll(0)
             records = []
             self._read_outcomes(timeout_s)
-        self._take(records, time.monotonic(), int(time.time() * 1000))
+        self._take(records, int(time.time() * 1000))
         self._publish_direct()
         self.acker.poll()
         return len(records)
 
-    def _take(self, records: list[Message], now: float, now_ms: int) -> None:
-        """Start the trees of ``records``, but those held (`_hold`), whose partitions are read again from them."""
+    def _take(self, records: list[Message], now_ms: int) -> None:
+        """Start the trees of ``records``, but those held (`_hold`), whose partitions are read again from them. Each
+        tree's wait for its outcome starts when its own record is started, not when the batch was read: a slow emit
+        function would otherwise take the time of the records before from the last ones' wait."""
         for record in records:
             if not readable(record, log, "source consumer"):
                 continue
             headers = read_headers(record)
             if self._hold(record, headers, now_ms):  # whether its headers can be read or not
                 continue
-            self._start(record, now, unreadable=headers is None)
+            self._start(record, time.monotonic(), unreadable=headers is None)
             self.acker.poll_due()  # a slow emit function: inits go out at their linger, not after the whole batch
 
     def _start(self, record: Message, now: float, *, unreadable: bool = False) -> None:

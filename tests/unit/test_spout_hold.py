@@ -3,6 +3,7 @@ its inits sent at their linger however long its emit function takes over a batch
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -53,5 +54,22 @@ def test_a_spout_sends_its_inits_at_their_linger_while_it_works_through_a_batch(
     spout._hold = lambda _record, _headers, _now_ms: False
     spout._start = lambda record, _now, unreadable: events.append(f"start {record.offset()}")
     spout.acker = SimpleNamespace(poll_due=lambda: events.append("poll if due"))
-    spout._take([Message(topic="src", partition=0, offset=o) for o in (0, 1)], 0.0, 0)
+    spout._take([Message(topic="src", partition=0, offset=o) for o in (0, 1)], 0)
     assert events == ["start 0", "poll if due", "start 1", "poll if due"]
+
+
+def test_each_tree_waits_for_its_outcome_from_when_its_own_record_was_started() -> None:
+    """Every tree of a batch waited from the time the batch was read: behind a slow emit function, the last records'
+    trees had the time the ones before took cut from their wait, and the spout could time them out early."""
+    started: list[float] = []
+    spout: Any = Spout.__new__(Spout)
+    spout._hold = lambda _record, _headers, _now_ms: False
+
+    def start(_record: Message, now: float, unreadable: bool) -> None:
+        started.append(now)
+        time.sleep(0.05)  # the emit function
+
+    spout._start = start
+    spout.acker = SimpleNamespace(poll_due=lambda: False)
+    spout._take([Message(topic="src", partition=0, offset=o) for o in range(3)], 0)
+    assert started[1] - started[0] >= 0.05 and started[2] - started[1] >= 0.05

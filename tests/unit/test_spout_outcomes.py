@@ -221,7 +221,7 @@ def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read()
     spout.acker = SimpleNamespace(poll_due=lambda: False)
     behind = _Unreadable(topic="s.replay", partition=0, offset=11, value=b"x")
     elsewhere = _Unreadable(topic="s.replay", partition=1, offset=3, value=b"x")
-    spout._take([behind, elsewhere], 0.0, 0)
+    spout._take([behind, elsewhere], 0)
     assert started == [(1, True)]  # the held partition's waits; the other is started as unreadable, as before
 
 
