@@ -459,18 +459,36 @@ def refuse_in_flight(
         )
 
 
+def refuse_copies(letters: Sequence[DeadLetter]) -> None:
+    """`DlqError` naming those of ``letters`` (named for a re-drive, in the order written) that copy another of them
+    (`repeats`): both re-driven, the record would be replayed twice."""
+    copies = repeats(letters)
+    if copies:
+        named = [f"{letters[i].coordinates} (a copy of {first})" for i, first in sorted(copies.items())]
+        raise DlqError(f"the same record named twice: {_listed(named)}; re-drive one letter of each record (both "
+                       "re-driven, it would be replayed twice)")  # fmt: skip
+
+
 IN_FLIGHT = "re-driven already: its copy is in its replay topic, not dead-lettered again (--again sends it once more)"
+
+
+COPY = "a copy of an earlier letter (the record dead-lettered again when read again): the first stands for it"
 
 
 def those_that_can_go_back(
     config: ServiceConfig, letters: list[DeadLetter], spout: str | None = None, *, again: bool = False
 ) -> tuple[list[DeadLetter], list[Decision], Counter[str]]:
-    """For a re-drive of every dead letter: `plan` for the letters that can go back (and their decisions); the others
-    are counted by why not. Left out besides those `redrive` refuses: the letters re-driven already (another
-    letter, the dead letter of their re-driven copy, names them: re-driving both would replay the record twice, and
-    each round would double the copies), those whose copy is still in their replay topic (`in_flight`; unless
-    ``again``), and those whose replay topic does not exist."""
+    """For a re-drive of every dead letter (``letters`` in the order written): `plan` for the letters that can go
+    back (and their decisions); the others are counted by why not. Left out besides those `redrive` refuses: the
+    copies of an earlier letter (`repeats`: one record, each letter re-driven, would be replayed as often), and the
+    records re-driven already through any of their letters: one named by another letter, the dead letter of its
+    re-driven copy (re-driving both would replay the record twice, and each round would double the copies), or
+    whose copy is still in its replay topic (`in_flight`; unless ``again``); and those whose replay topic does not
+    exist."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
+    copies = repeats(letters)
+    # Invariant: the letters of one record share their first letter's coordinates here, and only that one may go.
+    first_of = {letter.coordinates: copies.get(i, letter.coordinates) for i, letter in enumerate(letters)}
     possible: list[tuple[DeadLetter, Decision]] = []
     refused = Counter[str]()
     for letter in letters:
@@ -481,9 +499,16 @@ def those_that_can_go_back(
     # Named only by a later letter that goes back itself: one that cannot (its copy dead-lettered as too large, say)
     # left the earlier, whole one skipped as "re-driven already", and neither went back.
     redriven = named_by(letter.headers for letter, _ in possible)
+    gone_back = {  # the origin compared too: a number reused by a dead-letter topic made again names another
+        first_of[letter.coordinates]
+        for letter, _ in possible
+        if letter.coordinates in redriven and redriven[letter.coordinates] == letter.origin
+    }
     planned: list[tuple[DeadLetter, Decision]] = []
     for letter, decision in possible:
-        if letter.coordinates in redriven and redriven[letter.coordinates] == letter.origin:  # not a number reused
+        if first_of[letter.coordinates] != letter.coordinates:
+            refused[COPY] += 1
+        elif letter.coordinates in gone_back:
             refused["re-driven already, and dead-lettered again (the later dead letter is re-driven)"] += 1
         else:
             planned.append((letter, decision))
@@ -492,10 +517,13 @@ def those_that_can_go_back(
         refused[f"no replay topic {topic}: {_NO_REPLAY_TOPIC}"] += sum(d.topic == topic for _, d in planned)
     kept = [(letter, decision) for letter, decision in planned if decision.topic not in missing]
     if not again:
-        chosen, decisions = [letter for letter, _ in kept], [decision for _, decision in kept]
-        flying = in_flight(config, chosen, decisions, named_by(letter.headers for letter in letters))
-        refused[IN_FLIGHT] += sum(letter.coordinates in flying for letter, _ in kept)
-        kept = [(letter, decision) for letter, decision in kept if letter.coordinates not in flying]
+        going = {letter.coordinates for letter, _ in kept}
+        record = [(letter, decision) for letter, decision in possible if first_of[letter.coordinates] in going]
+        flying = in_flight(config, [letter for letter, _ in record], [decision for _, decision in record],
+                           named_by(letter.headers for letter in letters))  # fmt: skip
+        flown = {first_of[coordinates] for coordinates in flying}  # a copy of any of a record's letters
+        refused[IN_FLIGHT] += sum(letter.coordinates in flown for letter, _ in kept)
+        kept = [(letter, decision) for letter, decision in kept if letter.coordinates not in flown]
     return [letter for letter, _ in kept], [decision for _, decision in kept], +refused
 
 

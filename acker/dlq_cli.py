@@ -23,6 +23,7 @@ from acker.dlq import (
     preview,
     read,
     read_newest,
+    refuse_copies,
     refuse_in_flight,
     repeats,
     send,
@@ -146,6 +147,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
             print(f"{count} record(s) skipped: {why}")
     else:
         decisions = plan(config, letters, args.spout)  # named: refused as a whole if one cannot go back
+        refuse_copies(letters)  # read in (partition, offset) order
         if not args.again:
             refuse_in_flight(config, topic, letters, decisions)
     if args.dry_run:
