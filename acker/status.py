@@ -49,7 +49,8 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
             log.warning("status topic %s not found: no acker instance publishes there (is it the services' "
                         "--status-topic?)", config.status_topic)  # fmt: skip
             return latest
-        ends = {p: end for p in found if (end := end_offset(consumer, config.status_topic, p, timeout_s)) is not None}
+        ends = {p: end for p, end in end_offsets(consumer, config.status_topic, found, timeout_s).items()
+                if end is not None}  # fmt: skip
         # From the first record there is, not offset 0: retention or a deletion may have moved it past 0, and a
         # position out of range would be reset to the end (every status unread, every row shown as "-").
         parts = [TopicPartition(config.status_topic, p, OFFSET_BEGINNING) for p in ends]
@@ -79,14 +80,30 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
     return latest
 
 
-def end_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
-    """The end offset of a partition; None, said once, when Kafka cannot tell (no leader now): the other partitions
-    are still shown."""
+def end_offsets(consumer: Consumer, topic: str, partitions: list[int], timeout_s: float) -> dict[int, int | None]:
+    """The end offset of each of ``partitions``, all asked within ``timeout_s``: None, said, for one Kafka cannot
+    tell now (no leader: not asked), or did not tell in the time left; the other partitions are still shown. One
+    timeout for all: asked one by one with a timeout each, a broker down that led 24 partitions kept the command
+    silent for 24 timeouts."""
+    deadline = time.monotonic() + timeout_s
     try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1])
-    except KafkaException as error:
-        log.warning("%s[%d]: no end offset (%s)", topic, partition, _text(error))
-        return None
+        found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        leaders = {p: meta.leader for p, meta in found.partitions.items()} if found is not None else {}
+    except KafkaException:  # each asked, then, in the time left
+        leaders = dict.fromkeys(partitions, 0)
+    ends: dict[int, int | None] = {}
+    for partition in partitions:
+        ends[partition] = None
+        left = deadline - time.monotonic()
+        if leaders.get(partition, -1) < 0 or left <= 0:
+            log.warning("%s[%d]: no end offset (%s)", topic, partition,
+                        "no leader now" if left > 0 else f"no answer within {timeout_s:g} s")  # fmt: skip
+            continue
+        try:
+            ends[partition] = int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left)[1])
+        except KafkaException as error:
+            log.warning("%s[%d]: no end offset (%s)", topic, partition, _text(error))
+    return ends
 
 
 def _status(value: bytes | None) -> dict[str, Any] | None:
@@ -115,11 +132,9 @@ def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple
         if not parts:
             return None
         committed = consumer.committed(parts, timeout=timeout_s)
-        out: dict[int, tuple[int | None, int | None]] = {}
-        for tp in committed:
-            end = end_offset(consumer, config.acker_topic, tp.partition, timeout_s)
-            out[tp.partition] = (tp.offset if tp.offset >= 0 and tp.error is None else None, end)
-        return out
+        ends = end_offsets(consumer, config.acker_topic, [tp.partition for tp in committed], timeout_s)
+        return {tp.partition: (tp.offset if tp.offset >= 0 and tp.error is None else None, ends[tp.partition])
+                for tp in committed}  # fmt: skip
     finally:
         consumer.close()
 

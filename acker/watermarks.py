@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, without_consumer_settings
 from acker.kafka.clients import READ_TO_SETTINGS, KafkaClientError, read_to, topic_partitions
-from acker.status import end_offset
+from acker.status import end_offsets
 
 ACKED = ".acked"
 COUNTED_UP_TO = 10_000  # offsets between a watermark and the end whose records `read_watermarks` counts
@@ -72,8 +72,9 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                     partitions = set(topic_partitions(consumer, topic, timeout_s)) | {p for t, p in marks if t == topic}
                 except KafkaException:  # those known, then
                     partitions = {p for t, p in marks if t == topic}
-                for partition in sorted(partitions):
-                    end, mark = end_offset(consumer, topic, partition, timeout_s), marks.get((topic, partition))
+                ends = end_offsets(consumer, topic, sorted(partitions), timeout_s)
+                for partition, end in ends.items():
+                    mark = marks.get((topic, partition))
                     counted = _records(consumer, topic, partition, mark, end)
                     out.append(Watermark(group, topic, partition, mark, end, counted))
     finally:
