@@ -273,7 +273,8 @@ def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[
                 window *= 2
             kept = found if newest is None else found[-newest:]
             letters.extend(kept)
-            unread += (kept[0].offset if kept else high) - low
+            # The letters read and left out, and the offsets not read (markers and aborted records among them).
+            unread += len(found) - len(kept) + start - low
     finally:
         consumer.close()
     return letters, unread

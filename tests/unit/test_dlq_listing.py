@@ -3,6 +3,13 @@ re-drive of 150,000 letters named every one of them in its error); and which let
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from acker import dlq
+from acker.config import ServiceConfig
 from acker.dlq import DeadLetter, _listed, repeats
 from acker.retries import DETAIL, REASON
 
@@ -47,3 +54,23 @@ def test_a_listing_shows_why_the_last_nack_failed_where_the_acker_gave_no_detail
     rejected = DeadLetter("d", 0, 2, 0, None, b"x", [("acker.dlq.reason", b"undecodable"), ("acker.dlq.detail", b"d")])
     assert rejected.summary()["detail"] == "d"
     assert DeadLetter("d", 0, 3, 0, None, b"x", []).summary()["detail"] is None
+
+
+def _stored(offset: int) -> Any:
+    return SimpleNamespace(topic=lambda: "d", partition=lambda: 0, offset=lambda: offset, timestamp=lambda: (1, 5),
+                           key=lambda: None, value=lambda: b"v", headers=lambda: [])  # fmt: skip
+
+
+@pytest.mark.parametrize(("newest", "shown", "unread"), [(None, 6, 0), (10, 6, 0), (4, 4, 2 + 2), (2, 2, 1 + 6)])
+def test_a_listing_counts_the_letters_it_left_out_and_the_offsets_it_did_not_read(
+    monkeypatch: pytest.MonkeyPatch, newest: int | None, shown: int, unread: int
+) -> None:
+    """Offsets before the first letter (an aborted transaction and its marker, which a committed read passes over)
+    were counted as letters not shown: `dlq list --limit 0` said "up to 3 older record(s) not shown" after all.
+    Read back to the first offset, the count is exact; else it counts the offsets not read, at most letters."""
+    monkeypatch.setattr(dlq, "_partitions", lambda _c, _t: 1)
+    monkeypatch.setattr(dlq, "_reader", lambda _c: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(dlq, "log_bounds", lambda _c, _tp: (0, 10))  # letters at 3..8, a marker at 9
+    monkeypatch.setattr(dlq, "read_to", lambda _c, tp, end: (_stored(o) for o in range(max(3, tp.offset), min(9, end))))
+    found = dlq.read_newest(ServiceConfig(), "d", newest)
+    assert found is not None and (len(found[0]), found[1]) == (shown, unread)
