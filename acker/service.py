@@ -346,7 +346,7 @@ class AckerService:
         self._lookup_failed_at: dict[str, float] = {}  # outcome topics whose partitions could not be looked up
         self._to_recover: dict[int, _ReadBack] = {}  # assigned partitions whose outcomes are still to be read back
         self._paused: set[int] = set()  # partitions paused while they wait for their read-back (`_held_back`)
-        self._lock = threading.Lock()  # guards _states against the metrics thread
+        self._lock = threading.Lock()  # guards _states (and stand-ins applied: `_apply`) against the metrics thread
         self._pool: ThreadPoolExecutor | None = None  # deciding threads, started when first needed
         self._next_commit = 0.0
         self._next_status = 0.0
@@ -527,6 +527,7 @@ class AckerService:
         partition = state.partition
         rejected = decided.rejected
         stand_ins: dict[int, str] = {}  # the reasons of the trees failed in place of rejected records, by anchor
+        standing = 0  # the messages applied in their place
         try:
             block = MessageBlock.concat([b for _, b in parsed])
             check_block(block, partition, self._partition_count)
@@ -541,7 +542,7 @@ class AckerService:
                     failing = failing_inits(b)
                     if failing is not None:  # its own trees are failed at once rather than kept pending
                         good.append((record, failing))
-                        state.stand_ins += len(failing)
+                        standing += len(failing)
                         why = f"its acker record {partition}/{record.offset()} was dead-lettered ({bad.reason})"
                         stand_ins.update(dict.fromkeys(failing.anchors[failing.kinds == Kind.INIT].tolist(), why))
             if not good:
@@ -560,7 +561,12 @@ class AckerService:
             [r.offset() for r, _ in parsed],  # type: ignore[misc]
             [t if (t := r.timestamp()[1]) > 0 else now_ms for r, _ in parsed],
         )
-        outcomes = state.apply_records(block, records)
+        if standing:  # counted with the messages the kernel counts, at once for a scrape: acker_messages never dips
+            with self._lock:
+                outcomes = state.apply_records(block, records)
+                state.stand_ins += standing
+        else:
+            outcomes = state.apply_records(block, records)
         if len(outcomes):
             decided.latencies_ms.append(outcomes.latency_ms[outcomes.code == Code.ACK])
             decided.outcomes += outcome_records(partition, records, outcomes, state.reasons)
@@ -1315,8 +1321,8 @@ class AckerService:
             states = list(self._states.items())
             totals = self._retired.counters.copy()
             retired_ticks = self._retired.ignored_ticks
-        for _, state in states:
-            totals += self._counter_array(state)
+            for _, state in states:  # not while stand-ins are applied (`_apply`)
+                totals += self._counter_array(state)
         return Snapshot(
             counters=Counters(*totals.tolist()),
             pending={p: s.tracker.pending for p, s in states},

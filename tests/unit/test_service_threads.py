@@ -6,6 +6,7 @@ tests/integration run the service whole, with either number of threads."""
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -142,4 +143,36 @@ def test_the_messages_counted_are_those_read_not_the_stand_ins_that_fail_a_rejec
     assert [why.reason for _, why in decided.rejected] == ["wrong-partition"]
     assert service._counter_array(state)[[f.name for f in fields(Counters)].index("messages")] == 1
     assert state.tracker.counters.nacked_failed == 1  # the rejected record's tree: failed by the stand-ins
+    service.close()
+
+
+def test_a_scrape_while_stand_ins_are_applied_sees_the_messages_read_never_fewer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stand-ins were subtracted from the messages counted before the kernel had counted them: a scrape in
+    between saw acker_messages go down (below 0 here), which Prometheus takes for a counter reset."""
+    service = AckerService(ServiceConfig(metrics_port=0, kafka={"log_level": "0"}))
+    service._partition_count = PARTITIONS
+    mine = next(a for a in range(1, 1000) if partition_of(a, PARTITIONS) == 0)
+    other = next(a for a in range(1, 1000) if partition_of(a, PARTITIONS) == 1)
+    state = PartitionState(0, TrackerConfig(), 1000, 0)
+    service._states[0] = state
+    scrapes: list[int] = []
+    scraping: list[threading.Thread] = []
+    apply = PartitionState.apply_records
+
+    def applying(self: PartitionState, *args: Any) -> Any:  # a scrape comes while the kernel runs
+        scrape = threading.Thread(target=lambda: scrapes.append(service.snapshot().counters.messages))
+        scrape.start()
+        scrape.join(0.2)
+        scraping.append(scrape)
+        return apply(self, *args)
+
+    monkeypatch.setattr(PartitionState, "apply_records", applying)
+    good = encode_batch(MessageBlock.from_messages([Init(mine + 1000 * PARTITIONS, "s0", "t/0/1", 3)]))
+    bad = encode_batch(MessageBlock.from_messages([Init(mine, "s0", "t/0/2", 3), Ack(other, 5)]))
+    service._decide((state, [_Record(0, 0, good), _Record(0, 1, bad)]))  # type: ignore[list-item]
+    for scrape in scraping:
+        scrape.join(5)
+    assert scrapes == [1]  # after the apply: the one message read
     service.close()
