@@ -260,6 +260,14 @@ class Marks:
         with self._lock:
             return self._apply(rows, batch_id)
 
+    def apply_batch(
+        self, rows: Iterable[Any], batch_id: int
+    ) -> tuple[dict[str, dict[tuple[str, int], int]], dict[str, str]]:
+        """`apply`, with the topic ids its marks were checked against, taken at once (a recheck meanwhile may learn a
+        topic's new id): `commit_group` commits none to a topic created again since."""
+        with self._lock:
+            return self._apply(rows, batch_id), dict(self._topic_ids)
+
     def _apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         marks = self._load()
         kafka = self._kafka
@@ -410,9 +418,10 @@ class Marks:
                     marks[key] = looked
             self._unchanged = {key: _copy(mark) for key, mark in marks.items()}
             # Every mark looked at, moved or not: one whose commit failed at the last recheck is committed now.
-            looked_marks = {key: marks[key].mark for key in looked_at}
+            looked_marks = {key: marks[key].mark for key in looked_at if key in marks}
             self._say_stuck(marks, time.monotonic())
-        return self._commit(looked_marks)
+            topic_ids = dict(self._topic_ids)  # those the marks were checked against, before Kafka was asked
+        return self._commit(looked_marks, topic_ids)
 
     def _say_stuck(self, marks: Mapping[Key, PartitionMark], now: float) -> None:
         """Warn, once per mark and offset, of a mark that has waited at one offset for `STUCK_S` with offsets done
@@ -441,7 +450,7 @@ class Marks:
         with self._lock:
             self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
             served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
-            committed = self._commit(served, again=True)
+            committed = self._commit(served, dict(self._topic_ids), again=True)
         # Outside the lock (micro-batches wait for it): a renewal commits an offset only while it is the group's.
         self._renew_others(served, committed)
 
@@ -475,13 +484,16 @@ class Marks:
             self._topic_ids = dict(self._store.topic_ids)  # saved with them
         return self.marks
 
-    def _commit(self, marks: Mapping[Key, int], *, again: bool = False) -> dict[str, dict[tuple[str, int], int]]:
+    def _commit(
+        self, marks: Mapping[Key, int], topic_ids: Mapping[str, str], *, again: bool = False
+    ) -> dict[str, dict[tuple[str, int], int]]:
         """Commit ``marks`` to their watermark groups where they are ahead (``again``: also where they equal what
-        the group has, `lookups.advance`); return what was committed, by group."""
+        the group has, `lookups.advance`), and their topics still have the ids they were checked against; return what
+        was committed, by group."""
         committed = {}
         for group, keys in self._by_group(marks).items():
             group_marks = {(topic, partition): marks[(spout, topic, partition)] for spout, topic, partition in keys}
-            committed[group] = commit_group(self._kafka, group, group_marks, again=again)
+            committed[group] = commit_group(self._kafka, group, group_marks, again=again, topic_ids=topic_ids)
         return committed
 
     def _by_group(self, keys: Iterable[Key]) -> dict[str, list[Key]]:
@@ -531,15 +543,26 @@ def _copy(mark: PartitionMark) -> PartitionMark:
 
 
 def commit_group(
-    kafka: KafkaLookups, group: str, marks: dict[tuple[str, int], int], *, again: bool = False
+    kafka: KafkaLookups,
+    group: str,
+    marks: dict[tuple[str, int], int],
+    *,
+    again: bool = False,
+    topic_ids: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, int], int]:
     """`KafkaLookups.advance` for one watermark group; a failure is logged and left to the next commit of the group
     (a later batch's, the recheck's, the hourly refresh's), so that one group (or partition) Kafka refuses now does
     not stop the watermarks of every other. But a group with live members raises: something consumes with it, and
-    every commit would be refused, for good."""
+    every commit would be refused, for good.
+
+    With ``topic_ids`` (those the marks were checked against), a mark is committed only while its topic still has
+    that id, asked just before: a topic deleted and created again after the check (its commit's name is the new
+    topic's) must not get the old topic's watermark, from which its spout would start, past records never read."""
     try:
         with kafka.lock:
-            return kafka.advance(group, marks, again=again)
+            if topic_ids is not None:
+                marks = _same_topics(kafka, marks, topic_ids)
+            return kafka.advance(group, marks, again=again) if marks else {}
     except WatermarkCommitError as error:
         if error.members:
             raise
@@ -549,13 +572,26 @@ def commit_group(
     return {}
 
 
+def _same_topics(
+    kafka: KafkaLookups, marks: dict[tuple[str, int], int], topic_ids: Mapping[str, str]
+) -> dict[tuple[str, int], int]:
+    """The ``marks`` whose topics have, now, the ids they were checked against (`commit_group`); the others said."""
+    found = kafka.topic_ids(sorted({topic for topic, _ in marks}))
+    same = {t for t, described in found.items() if described is not None and described[0] == topic_ids.get(t)}
+    for topic in sorted(found.keys() - same):
+        log.warning("%s was deleted or created again since its watermarks were checked: they are not committed",
+                    topic)  # fmt: skip
+    return {tp: mark for tp, mark in marks.items() if tp[0] in same}
+
+
 def publish(settings: CommitJobSettings, marks: Marks) -> Callable[[DataFrame, int], None]:
     """The foreachBatch sink: move the marks, save them, then commit each spout group's (only where ahead)."""
     kafka = lookups(dict(settings.source.client))
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        for group, group_marks in marks.apply(done_bitmaps(batch).collect(), batch_id).items():
-            committed = commit_group(kafka, group, group_marks)
+        touched, topic_ids = marks.apply_batch(done_bitmaps(batch).collect(), batch_id)
+        for group, group_marks in touched.items():
+            committed = commit_group(kafka, group, group_marks, topic_ids=topic_ids)
             if committed:
                 log.info("batch %d: %s advanced to %s", batch_id, group, committed)
 
