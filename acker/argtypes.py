@@ -35,6 +35,18 @@ def positive(text: str) -> float:
     return value
 
 
+def up_to(high: float) -> Callable[[str], float]:
+    """A number above 0 and at most ``high`` (seconds)."""
+
+    def parse(text: str) -> float:
+        value = positive(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be {high:g} at most, got {text}")
+        return value
+
+    return parse
+
+
 def non_negative(text: str) -> float:
     """A number, 0 or more (seconds)."""
     value = _number(text)

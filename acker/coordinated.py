@@ -75,6 +75,10 @@ class RequestState:
     answer: bytes | None = None  # the last step's result for the request
     done: bool = False  # finished here: kept only as a marker until the deadline
     senders: set[int] = field(default_factory=set)  # the upstream tasks whose report arrived
+    # The next step's task count its keyed messages were routed by (0: none sent yet). Invariant: one count per
+    # request, so that a key goes to one task: a process that took the task over with another count (partitions
+    # added to the next step's topic) fails the request rather than send a key to a second task.
+    routed: int = 0
 
     def count_sent(self, partition: int) -> None:
         """The step emitted one message of the request to next-step task ``partition``."""
@@ -94,6 +98,7 @@ class RequestState:
             "answer64": None if self.answer is None else base64.b64encode(self.answer).decode("ascii"),
             "done": self.done,
             "senders": sorted(self.senders),
+            **({"routed": self.routed} if self.routed else {}),  # a done marker stays small
         }
 
     @classmethod
@@ -111,10 +116,16 @@ class RequestState:
             _answer(data),
             bool(data.get("done", False)),
             {int(t) for t in data.get("senders", ())},  # none in states saved by earlier versions
+            int(data.get("routed", 0)),  # nor this
         )
 
 
 FAILURE_GRACE_MS = 10_000  # longer than a DRPC client waits after the deadline for the "failed" answer
+# A request's deadline is at most this far from its sending (Storm bounds a request by the topology's message
+# timeout): a task keeps a request's state, then its done marker, until the deadline, in memory and in its changelog.
+DEADLINE_MAX_S = 24 * 3600
+# A step takes deadlines up to this far past its own clock: the horizon, and clocks that differ between hosts.
+DEADLINE_TAKEN_MS = (DEADLINE_MAX_S + 600) * 1000
 
 
 class TaskState:

@@ -16,6 +16,7 @@ import zlib
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
+from acker.coordinated import DEADLINE_MAX_S
 from acker.errors import AckerError
 from acker.headers import read_headers, text
 from acker.kafka.clients import consume_available, end_offsets, partition_count, produce
@@ -37,8 +38,11 @@ class DrpcClient:
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"
         # Told where a partition's end is when it has read it (`_read_to_ends`).
+        # Answers of committed transactions only, whatever the shared settings say: a joining step's batch that was
+        # aborted (its process died, or was fenced) may have written an answer the chain later gives otherwise.
         self.consumer = Consumer(config.stream_consumer(**{"group.id": group, "enable.auto.commit": False,
-                                                  "enable.partition.eof": True}))  # fmt: skip
+                                                  "enable.partition.eof": True,
+                                                  "isolation.level": "read_committed"}))  # fmt: skip
         results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
         # From the ends as they are now: an answer to a request sent after this cannot be missed.
         ends = end_offsets(self.consumer, results)
@@ -54,6 +58,8 @@ class DrpcClient:
     def send(self, args: bytes, timeout_s: float = 30.0) -> str:
         """Send a request; return its id (see `wait`). `DrpcError` when it could not be written: the chain would
         never see it, and a wait would end only at its deadline."""
+        if not 0 < timeout_s <= DEADLINE_MAX_S:  # the steps dead-letter a request whose deadline is further
+            raise ValueError(f"a request's timeout is more than 0 s and {DEADLINE_MAX_S} s at most, not {timeout_s}")
         self._forget_past()
         request = uuid.uuid4().hex
         deadline_ms = int((time.time() + timeout_s) * 1000)

@@ -32,10 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from acker.argtypes import at_least, non_negative, positive
+from acker.argtypes import at_least, non_negative, up_to
 from acker.cli import TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
 from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.console import printable
+from acker.coordinated import DEADLINE_MAX_S
 from acker.drpc import DrpcClient, DrpcError
 from acker.help_text import prose
 from acker.kafka.clients import partition_count
@@ -226,7 +227,10 @@ def add_parser(sub: Any) -> None:
     )  # fmt: skip
     run.add_argument("--processes", type=at_least(1), default=1, help="processes per step (but the last) [default: 1]")
     run.add_argument(
-        "--deadline-s", type=positive, default=60.0, help="each request's deadline, from its sending [default: 60]"
+        "--deadline-s",
+        type=up_to(DEADLINE_MAX_S),
+        default=60.0,
+        help=f"each request's deadline, from its sending ({DEADLINE_MAX_S} s at most) [default: 60]",
     )
     run.set_defaults(run=_cmd_run)
     step.set_defaults(run=_cmd_step)
@@ -269,6 +273,9 @@ def add_drpc_parser(sub: Any) -> None:
         "--steps", type=at_least(1), default=CHAIN.steps, help=f"steps of the chain [default: {CHAIN.steps}]"
     )
     call.add_argument(
-        "--deadline-s", type=positive, default=30.0, help="each request's deadline, from its sending [default: 30]"
+        "--deadline-s",
+        type=up_to(DEADLINE_MAX_S),
+        default=30.0,
+        help=f"each request's deadline, from its sending ({DEADLINE_MAX_S} s at most) [default: 30]",
     )
     call.set_defaults(run=_cmd_drpc)

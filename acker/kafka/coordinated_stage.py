@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.coordinated import RequestState, TaskState
+from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState
 from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, read_headers, record_size, text
@@ -288,6 +288,10 @@ class CoordinatedStage:
         if request is None or deadline is None:
             self._dead_letter(record, headers, "not a message of a request", f"no {REQUEST} and {DEADLINE} headers")
             return
+        if deadline > now_ms + DEADLINE_TAKEN_MS:  # its state would be kept until then
+            detail = f"{(deadline - now_ms) / 1000:.0f} s from now, {DEADLINE_MAX_S} s at most"
+            self._dead_letter(record, headers, "deadline too far", detail)
+            return
         if len(request.encode()) > REQUEST_ID_MAX:
             detail = f"{len(request.encode())} bytes, {REQUEST_ID_MAX} at most"
             self._dead_letter(record, headers, f"{REQUEST} too long", detail)
@@ -375,6 +379,11 @@ class CoordinatedStage:
                 state.answer = value
                 return
             if key is not None:
+                if state.routed not in (0, self.next_count):  # the request fails (`RequestState.routed`), also
+                    state.failed = True  # for a step whose code goes on past the error
+                    raise CoordinationError(f"request {state.request}: its keys went to {state.routed} tasks of "
+                                            f"{self.output}, which has {self.next_count} now")  # fmt: skip
+                state.routed = self.next_count
                 partition = zlib.crc32(key) % self.next_count
             else:
                 partition, self._round_robin = self._round_robin % self.next_count, self._round_robin + 1

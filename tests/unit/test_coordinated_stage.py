@@ -3,9 +3,11 @@ kept exact, state that would change across a restart refused, crafted headers de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+import zlib
 from typing import Any
 
 import pytest
@@ -336,3 +338,52 @@ def test_a_burst_of_bad_or_late_records_logs_a_line_a_kind_not_a_line_each(caplo
     lines = [r.getMessage() for r in caplog.records]
     assert sum("dead-lettering" in line for line in lines) == 1
     assert sum("counted late" in line for line in lines) == 1
+
+
+class _Follower:
+    """A middle step: each message's value is a follower, sent on by key (fields grouping)."""
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        with contextlib.suppress(CoordinationError):  # a step that goes on past the error: the request fails all
+            emit(value, key=value)  # the same
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        pass
+
+
+def _data(request: str, value: bytes, offset: int) -> Message:
+    deadline = str(int(time.time() * 1000) + 60_000).encode()
+    return Message(topic="c.step1", partition=0, offset=offset, value=value,
+                   headers=[(REQUEST, request.encode()), (DEADLINE, deadline)])  # fmt: skip
+
+
+def test_a_request_whose_keys_went_by_another_task_count_fails_rather_than_send_a_key_to_a_second_task() -> None:
+    """Partitions were added to the next step's topic (3 → 4): a process that started before sent follower f of the
+    request to crc32(f) % 3, stopped, and its successor, restoring the request, sent f again to crc32(f) % 4. Both
+    tasks counted f, and the chain answered ok with the follower counted twice."""
+    stage = _last_step(_Follower())
+    stage.chain, stage.last, stage.output = Chain("c", 3), False, "c.step2"
+    stage.next_count = 3
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
+    saved = json.loads(stage._encode(0, stage.tasks[0].requests["r"]))
+    assert saved["routed"] == 3 and not saved["failed"]
+    stage.next_count = 4  # its successor, started with the new count, restores the task
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=4)}
+    stage.tasks[0].requests["r"] = RequestState.from_json(saved)
+    _handle(stage, _data("r", b"f", 2), int(time.time() * 1000))
+    assert stage.tasks[0].requests["r"].failed
+    sent = [r["partition"] for r in _out(stage, "c.step2") if REPORT not in dict(r["headers"])]
+    assert sent == [zlib.crc32(b"f") % 3]  # not sent a second time
+
+
+def test_a_deadline_further_than_a_request_may_live_is_dead_lettered() -> None:
+    """A request whose deadline is years away kept its state, then its done marker, that long at every task."""
+    stage = _last_step(_Answer(b"x"))
+    now_ms = int(time.time() * 1000)
+    _handle(stage, _report("far", deadline=str(now_ms + 10**9 * 1000).encode()), now_ms)
+    letters = _out(stage, stage.dlq)
+    assert len(letters) == 1 and dict(letters[0]["headers"])["acker.dlq.reason"].startswith(b"deadline too far")
+    assert "far" not in stage.tasks[0].requests
+    _handle(stage, _report("day", deadline=str(now_ms + 86_400_000).encode()), now_ms)
+    assert [r["value"] for r in _out(stage, "c.results")] == [b"x"]

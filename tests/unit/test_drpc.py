@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+from acker.config import ServiceConfig
 from acker.drpc import ANSWER_KEPT_S, DrpcClient, DrpcError
 from acker.examples import reach
 from acker.kafka.coordinated_stage import Chain
@@ -86,3 +87,33 @@ def test_drpc_call_prints_any_answer_and_fails_only_on_errors(
     monkeypatch.setattr(reach, "ask", lambda *_: {**answers, "x": DrpcError("request r failed in the chain")})
     assert reach._cmd_drpc(argparse.Namespace(**{**vars(args), "values": [*answers, "x"]})) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "x\terror: request r failed in the chain"
+
+
+def test_a_request_is_sent_with_a_deadline_the_steps_take() -> None:
+    """A timeout of 1e9 s left a done marker at every task of every step, in memory and in its changelog, for 31
+    years; the steps now dead-letter such a request, so the client refuses it first."""
+    client = _client(_Producer())
+    with pytest.raises(ValueError, match="86400 s at most"):
+        client.send(b"url0", timeout_s=1e9)
+    assert client.producer.sent == 0  # type: ignore[attr-defined]
+    client.send(b"url0", timeout_s=86_400)
+
+
+def test_the_client_reads_committed_answers_whatever_the_shared_settings_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``isolation.level=read_uncommitted`` among the shared settings, the client took the answer of a joining
+    step's batch that was aborted (its process died before it committed), which the chain then gave otherwise."""
+    given: list[dict[str, Any]] = []
+
+    class _Consumer:
+        def __init__(self, settings: dict[str, Any]) -> None:
+            given.append(settings)
+
+        def assign(self, _partitions: Any) -> None:
+            pass
+
+    monkeypatch.setattr("acker.drpc.Consumer", _Consumer)
+    monkeypatch.setattr("acker.drpc.Producer", lambda _settings: _Producer())
+    monkeypatch.setattr("acker.drpc.partition_count", lambda _client, _topic: 1)
+    monkeypatch.setattr("acker.drpc.end_offsets", lambda _consumer, partitions: [0 for _ in partitions])
+    DrpcClient(ServiceConfig(kafka={"isolation.level": "read_uncommitted"}), Chain("c", 2))
+    assert given[0]["isolation.level"] == "read_committed"
