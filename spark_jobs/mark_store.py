@@ -2,7 +2,7 @@
 
 One small JSON file per micro-batch, ``<checkpoint>/marks-state/<batch id>.json``, written through Hadoop's file
 system API (so the checkpoint may be local, HDFS, S3, ... like Spark's own) before the batch's watermarks are
-published; the newest ``KEEP`` files are kept. On start the job loads the newest one.
+published; the newest ``KEEP`` files are kept. On start the job loads the newest one it can read.
 
 Why this is exact without Spark's state store: applying a micro-batch is idempotent (done offsets are a set, a mark
 only moves forward), and the file of batch ``n`` is written before Spark commits batch ``n``. So the newest file
@@ -14,12 +14,15 @@ micro-batch here even with a function that does nothing: most of the delay from 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from spark_jobs.checkpoint import CheckpointFiles
 from spark_jobs.watermark import PartitionMark
+
+log = logging.getLogger("spark_jobs.mark_store")
 
 Key = tuple[str, str, int]  # spout, source topic, source partition
 KEEP = 10
@@ -35,18 +38,31 @@ class MarkStore:
         return sorted(int(n.removesuffix(".json")) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def load(self) -> dict[Key, PartitionMark]:
-        """The marks of the newest micro-batch saved (none before the first)."""
+        """The marks of the newest micro-batch saved (none before the first). A file that cannot be read (cut short
+        by a power loss on a file system that renamed it before its bytes were on disk) is passed over, said, for
+        the one before: the job fails at no start for it. What the older file lacks is not lost: offsets done since
+        and not committed wait (their marks are held there, never moved past them), and those committed already are
+        caught up from the watermark groups (`Marks._skip_to_committed`)."""
         batches = self._batches()
-        if not batches:
-            return {}
-        document = json.loads(self._files.read(f"{batches[-1]}.json"))
-        self.topic_ids = dict(document.get("topic_ids", {}))  # none in the files of earlier versions
-        return {
+        for batch in reversed(batches):
+            try:
+                return self._read(batch)
+            except (ValueError, KeyError, TypeError) as error:
+                if batch == batches[0]:  # none left to fall back on
+                    raise ValueError(f"no marks file of {self._files.dir} can be read: {error!r}") from error
+                log.warning("marks of batch %d cannot be read (%r): the older file is loaded", batch, error)
+        return {}
+
+    def _read(self, batch: int) -> dict[Key, PartitionMark]:
+        document = json.loads(self._files.read(f"{batch}.json"))
+        marks = {
             (m["spout"], m["topic"], int(m["partition"])): PartitionMark(
                 int(m["mark"]), [(int(s), int(e)) for s, e in m["runs"]], int(m["verified"])
             )
             for m in document["marks"]
         }
+        self.topic_ids = dict(document.get("topic_ids", {}))  # none in the files of earlier versions
+        return marks
 
     def save(self, batch_id: int, marks: dict[Key, PartitionMark], topic_ids: dict[str, str] | None = None) -> None:
         """Write the marks as of ``batch_id`` (atomically; a batch that Spark runs again replaces its file), and drop

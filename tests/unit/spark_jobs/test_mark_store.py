@@ -1,0 +1,46 @@
+"""The commit job's marks file (`spark_jobs.mark_store.MarkStore`) at its file-system edge (files in a dict): a
+newest file that cannot be read stopped the job at every start, with older ones there to load."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from spark_jobs.mark_store import MarkStore
+from spark_jobs.watermark import PartitionMark
+
+
+class _Files:
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files, self.dir = files, "cp/marks-state"
+
+    def names(self) -> list[str]:
+        return list(self.files)
+
+    def read(self, name: str) -> bytes:
+        return self.files[name]
+
+
+def _store(files: dict[str, bytes]) -> MarkStore:
+    store: Any = MarkStore.__new__(MarkStore)
+    store._files, store.topic_ids = _Files(files), {}
+    return store  # type: ignore[no-any-return]
+
+
+def _saved(mark: int) -> bytes:
+    marks = [{"spout": "a", "topic": "in", "partition": 0, "mark": mark, "runs": [[mark + 2, mark + 5]], "verified": 0}]
+    return json.dumps({"batch": 1, "marks": marks, "topic_ids": {"in": "id-1"}}).encode()
+
+
+def test_the_newest_file_that_can_be_read_is_loaded() -> None:
+    store = _store({"7.json": _saved(10), "8.json": _saved(20), "9.json": b"", "10.json": b'{"marks": [{"spout'})
+    assert store.load() == {("a", "in", 0): PartitionMark(20, [(22, 25)], 0)}
+    assert store.topic_ids == {"in": "id-1"}
+
+
+def test_with_no_file_that_can_be_read_the_job_stops_and_says_where() -> None:
+    with pytest.raises(ValueError, match="no marks file of cp/marks-state can be read"):
+        _store({"3.json": b"", "4.json": b"{}"}).load()
+    assert _store({}).load() == {}
