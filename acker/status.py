@@ -82,9 +82,10 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
 
 def end_offsets(consumer: Consumer, topic: str, partitions: list[int], timeout_s: float) -> dict[int, int | None]:
     """The end offset of each of ``partitions``, all asked within ``timeout_s``: None, said, for one Kafka cannot
-    tell now (no leader: not asked), or did not tell in the time left; the other partitions are still shown. One
-    timeout for all: asked one by one with a timeout each, a broker down that led 24 partitions kept the command
-    silent for 24 timeouts."""
+    tell now (no leader: not asked), or did not tell in its share of the time; the other partitions are still shown.
+    One timeout for all: asked one by one with a timeout each, a broker down that led 24 partitions kept the command
+    silent for 24 timeouts. Each partition waits at most its share of the time left (a tenth of the whole, at
+    least): one whose leader does not answer does not leave the partitions after it no time."""
     deadline = time.monotonic() + timeout_s
     try:
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -92,15 +93,16 @@ def end_offsets(consumer: Consumer, topic: str, partitions: list[int], timeout_s
     except KafkaException:  # each asked, then, in the time left
         leaders = dict.fromkeys(partitions, 0)
     ends: dict[int, int | None] = {}
-    for partition in partitions:
+    for i, partition in enumerate(partitions):
         ends[partition] = None
         left = deadline - time.monotonic()
         if leaders.get(partition, -1) < 0 or left <= 0:
             log.warning("%s[%d]: no end offset (%s)", topic, partition,
                         "no leader now" if left > 0 else f"no answer within {timeout_s:g} s")  # fmt: skip
             continue
+        share = min(left, max(left / (len(partitions) - i), timeout_s / 10))
         try:
-            ends[partition] = int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left)[1])
+            ends[partition] = int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=share)[1])
         except KafkaException as error:
             log.warning("%s[%d]: no end offset (%s)", topic, partition, _text(error))
     return ends

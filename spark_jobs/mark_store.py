@@ -7,7 +7,9 @@ published; the newest ``KEEP`` files are kept. On start the job loads the newest
 Why this is exact without Spark's state store: applying a micro-batch is idempotent (done offsets are a set, a mark
 only moves forward), and the file of batch ``n`` is written before Spark commits batch ``n``. So the newest file
 holds every batch Spark has committed, and perhaps the batch Spark runs again after a crash, which then changes
-nothing. (Spark's own stateful operator for Python functions, ``applyInPandasWithState``, cost about 0.3 s per
+nothing. (Unless the newest file cannot be read, cut short by a power loss: `MarkStore.load` then loads the one
+before, and what a batch Spark committed since added is not read again; no watermark goes past it, see there.)
+(Spark's own stateful operator for Python functions, ``applyInPandasWithState``, cost about 0.3 s per
 micro-batch here even with a function that does nothing: most of the delay from an ack to its watermark.)
 """
 
@@ -40,9 +42,11 @@ class MarkStore:
     def load(self) -> dict[Key, PartitionMark]:
         """The marks of the newest micro-batch saved (none before the first). A file that cannot be read (cut short
         by a power loss on a file system that renamed it before its bytes were on disk) is passed over, said, for
-        the one before: the job fails at no start for it. What the older file lacks is not lost: offsets done since
-        and not committed wait (their marks are held there, never moved past them), and those committed already are
-        caught up from the watermark groups (`Marks._skip_to_committed`)."""
+        the one before: the job fails at no start for it. What the older file lacks is safe, not always recovered:
+        the offsets its batch committed to the watermark groups are caught up from there (`Marks._skip_to_committed`),
+        but offsets it found done above its watermark are not read again, and the watermark waits below them (said
+        after `STUCK_S`) until their records are decided again: a restart of their spout reads them again from the
+        watermark."""
         batches = self._batches()
         for batch in reversed(batches):
             try:
@@ -50,7 +54,9 @@ class MarkStore:
             except (ValueError, KeyError, TypeError) as error:
                 if batch == batches[0]:  # none left to fall back on
                     raise ValueError(f"no marks file of {self._files.dir} can be read: {error!r}") from error
-                log.warning("marks of batch %d cannot be read (%r): the older file is loaded", batch, error)
+                log.warning("marks of batch %d cannot be read (%r): the older file is loaded; a watermark that then "
+                            "waits on offsets done in that batch moves on once their spout is restarted", batch,
+                            error)  # fmt: skip
         return {}
 
     def _read(self, batch: int) -> dict[Key, PartitionMark]:

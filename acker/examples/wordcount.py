@@ -297,11 +297,12 @@ class WordCount:
 
     def _go_on_from_published(self, partition: tuple[str, int]) -> None:
         self.rebuilds += 1
-        self._current |= self._arrived  # all came before this read
-        self._current.add(partition)
-        self._arrived.clear()
-        for word, count in self._published().items():
+        arrived = self._arrived | {partition}  # all came before this read
+        published = self._published()  # may raise (Kafka not answering): then none of them is current
+        for word, count in published.items():
             self.counts[word] = max(self.counts[word], count)
+        self._current |= arrived
+        self._arrived -= arrived
 
 
 def count_bolt(config: ServiceConfig, function: WordCount, group: str) -> Bolt:

@@ -220,6 +220,7 @@ def test_a_wordcount_stage_says_what_it_serves_when_it_starts(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(wordcount_cli, "Bolt", lambda *args, **kwargs: args)  # no Kafka: the first line only
+    monkeypatch.setattr(wordcount_cli, "count_bolt", lambda *args, **kwargs: args)
     monkeypatch.setattr(wordcount_cli, "run_until_signalled", lambda stage: 0)
     with caplog.at_level("INFO", logger="acker.wordcount"):
         assert cli.main(["wordcount", "count", "--bootstrap-servers", "b:9092", "--prefix", "p"]) == 0

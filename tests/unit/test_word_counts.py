@@ -3,6 +3,7 @@ goes on from the last count written for its words, never from 1 (counts may be t
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 from acker.bolt import BoltInput, Collector
@@ -154,3 +155,23 @@ def test_a_partition_that_came_after_the_read_reads_the_counts_published_since()
     counts.assigned({(WORDS, 1)})
     counts(_word(b"moon", 1, 3), topic)
     assert topic.records[-1] == (b"moon", 10)
+
+
+def test_a_read_of_the_published_counts_that_failed_is_made_again_at_the_next_input() -> None:
+    """The partitions were taken as read before the read was made: when it raised (Kafka not answering), the
+    input failed, and the next one counted from 1, below the count the previous owner had written."""
+    topic = CountsTopic()
+    topic.records.append((b"moon", 40))
+    failing = [True]
+
+    def published() -> dict[bytes, int]:
+        if failing.pop(0) if failing else False:
+            raise TimeoutError("the counts topic could not be read")
+        return topic.published()
+
+    counts = count_function(Topics("t"), Counter(), published=published)
+    counts.assigned({(WORDS, 0), (WORDS, 1)})
+    with contextlib.suppress(TimeoutError):  # the bolt fails the input; it is replayed
+        counts(_word(b"moon", 0, 5), topic)
+    counts(_word(b"moon", 1, 3), topic)
+    assert topic.records[-1] == (b"moon", 41)
