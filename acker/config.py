@@ -140,6 +140,9 @@ class ServiceConfig:
             topic = getattr(self, name) + ("s" if name.endswith("_prefix") else "")  # a prefix: with a spout's name
             if (problem := topic_name_problem(topic)) is not None:
                 raise ConfigError(f"{name}: {problem}")
+        self._check_topics_apart()
+        if not self.group.strip():  # librdkafka aborts the process on an empty group.id
+            raise ConfigError("group is empty: name the acker instances' consumer group")
         if not 0 <= self.high_water < 2**63:  # before the tracker's check, which speaks of its own None
             raise ConfigError(f"high_water must be 0 (off) or more, below 2**63, got {self.high_water}")
         if not self.bootstrap_servers.strip():
@@ -150,6 +153,9 @@ class ServiceConfig:
             raise ConfigError(f"{', '.join(callables)}: confluent-kafka takes a Python function there, not a setting")
         if "bootstrap.servers" in self.kafka:  # `client` would put `bootstrap_servers` over it, silently
             raise ConfigError("give the bootstrap servers as bootstrap_servers, not as the librdkafka setting")
+        if "group.id" in self.kafka:  # every consumer sets its own (the service's is `group`): it would be ignored
+            raise ConfigError("group.id: give the acker instances' group as group; every other consumer (spouts, "
+                              "bolts, the jobs) names its own")  # fmt: skip
         if "transactional.id" in self.kafka:  # every other producer would fail its first write ("Erroneous state")
             raise ConfigError("transactional.id: the producers that write in transactions (the replay job, coordinated "
                               "steps) set their own, one each; the others must not have one")  # fmt: skip
@@ -177,6 +183,20 @@ class ServiceConfig:
             classic_only = sorted(set(self.kafka) & set(_CLASSIC_GROUP_SETTINGS))
             if classic_only:  # else every client built from these settings is refused, one by one
                 raise ConfigError(f"group.protocol=consumer leaves {', '.join(classic_only)} to the broker: remove it")
+
+    def _check_topics_apart(self) -> None:
+        """Every topic of its own: the dead letters written into the acker topic (or the status topic) were read
+        back as bad input and dead-lettered again, without end; one prefix for outcomes and replays made a spout
+        read its outcomes as replays; and two names of one topic in one request crash the admin client. (A spout
+        whose topics would meet these is refused by name: `acker.topics.check_spout_name`.)"""
+        names = {name: getattr(self, name) for name in ("acker_topic", "dlq_topic", "replay_dlq_topic", "status_topic")}
+        for i, (name, topic) in enumerate(names.items()):
+            for other, same in list(names.items())[i + 1 :]:
+                if topic == same:
+                    raise ConfigError(f"{name} and {other} are both {topic!r}: each must be a topic of its own")
+        if self.outcome_prefix == self.replay_prefix:  # overlapping ones reserve spout names (`check_spout_name`)
+            raise ConfigError(f"outcome_prefix and replay_prefix are both {self.outcome_prefix!r}: a spout's outcome "
+                              "topic would be its replay topic")  # fmt: skip
 
     @property
     def tick_interval_s(self) -> float:

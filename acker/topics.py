@@ -40,6 +40,12 @@ def check_spout_name(config: ServiceConfig, name: str) -> None:
     taken = {config.acker_topic, config.dlq_topic, config.replay_dlq_topic, config.status_topic}
     if name in RESERVED_NAMES or own & taken:
         raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} would meet the acker's own")
+    # Prefixes where one begins the other ("acker." and "acker.replay."): spout "replay.x"'s outcome topic would be
+    # spout "x"'s replay topic, each read as the other. The name that holds the rest of the longer prefix is refused.
+    shorter, longer = sorted((config.outcome_prefix, config.replay_prefix), key=len)
+    if len(shorter) < len(longer) and (shorter + name).startswith(longer):
+        raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} are named like another spout's "
+                          "(outcome_prefix and replay_prefix overlap)")  # fmt: skip
     if max(len(topic) for topic in own) > _TOPIC_NAME_MAX:
         raise ConfigError(f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters")
 
@@ -78,7 +84,9 @@ def spark_job_topics(config: ServiceConfig) -> list[TopicSpec]:
 
 
 def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
-    """Every topic of the deployment, for the spouts named (`ConfigError` for a name a spout would refuse)."""
+    """Every topic of the deployment, for the spouts named (`ConfigError` for a name a spout would refuse), each
+    once."""
+    spouts = list(dict.fromkeys(spouts))
     for spout in spouts:
         check_spout_name(config, spout)
     return [

@@ -81,8 +81,13 @@ class TopicSpec:
 
 
 def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet; return the names created. Existing ones are left as they are."""
-    specs = list(specs)
+    """Create the topics that do not exist yet; return the names created. Existing ones are left as they are. A name
+    given twice is asked for once, as first given: twice in one request, the admin client crashes the process
+    (confluent-kafka 2.16, reading the broker's refusal of the second)."""
+    unique: dict[str, TopicSpec] = {}
+    for spec in specs:
+        unique.setdefault(spec.name, spec)
+    specs = list(unique.values())
     if not specs:
         return []
     admin = AdminClient(without_consumer_settings(client_config))

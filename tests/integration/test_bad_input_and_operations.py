@@ -418,6 +418,26 @@ def test_topics_create_says_which_topics_it_made_when_one_is_refused(config: Ser
     assert create_topics(config.client(), [TopicSpec(config.acker_topic, 2), TopicSpec(config.dlq_topic, 1)]) == []
 
 
+def test_topics_create_with_a_spout_named_twice_makes_its_topic_once(config: ServiceConfig) -> None:
+    """Its outcome topic was asked for twice in one request, and the admin client crashed the process (a segfault,
+    nothing said)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "topics", "create", "--bootstrap-servers", config.bootstrap_servers,
+         "--acker-topic", config.acker_topic, "--outcome-prefix", config.outcome_prefix, "--dlq-topic",
+         config.dlq_topic, "--status-topic", config.status_topic, "--replay-prefix", config.replay_prefix,
+         "--replay-dlq-topic", config.replay_dlq_topic, "--spout", "twice", "--spout", "twice"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count(f"{config.outcome_topic('twice')}\t") == 1, run.stdout
+    twice = f"{config.acker_topic}.twice"  # and any caller's: asked once (in a process of its own, should it crash)
+    code = ("import sys; from acker.kafka.clients import TopicSpec, create_topics; "
+            f"print(create_topics({{'bootstrap.servers': sys.argv[1]}}, [TopicSpec({twice!r}, 1)] * 2))")  # fmt: skip
+    made = subprocess.run([sys.executable, "-c", code, config.bootstrap_servers], capture_output=True, text=True,
+                          check=False, timeout=120)  # fmt: skip
+    assert (made.returncode, made.stdout.strip()) == (0, str([twice])), made.stderr
+
+
 def test_delete_groups_deletes_empty_groups_and_says_why_it_kept_one_with_members(config: ServiceConfig) -> None:
     topic, name = f"{config.acker_topic}.g", uuid.uuid4().hex
     create_topics(config.client(), [TopicSpec(topic, 1)])

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import socket
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -289,7 +291,7 @@ def _producer_warnings(settings: dict[str, str]) -> list[str]:
     return [line for line in seen if "is a consumer property" in line]
 
 
-@pytest.mark.parametrize("key", sorted(CONSUMER_ONLY))
+@pytest.mark.parametrize("key", sorted(set(CONSUMER_ONLY) - {"group.id"}))  # refused: `test_topics_and_group...`
 def test_producers_leave_out_exactly_the_settings_librdkafka_ignores_in_them(key: str) -> None:
     assert _producer_warnings({key: _CONSUMER_VALUES.get(key, "1000")})  # librdkafka: a consumer's only
     config = ServiceConfig(bootstrap_servers="b:9092", kafka={key: _CONSUMER_VALUES.get(key, "1000"), "linger.ms": "7"})
@@ -315,3 +317,18 @@ def test_the_logged_configuration_names_the_instance_also_by_default() -> None:
         ServiceConfig().redacted()["instance_id"] == f"{socket.gethostname()}:{os.getpid()}" == ServiceConfig().instance
     )
     assert ServiceConfig(instance_id="a-1").redacted()["instance_id"] == "a-1"
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"dlq_topic": "acker"}, "acker_topic and dlq_topic are both 'acker'"),  # its dead letters read back: no end
+        ({"status_topic": "acker.dlq"}, "dlq_topic and status_topic are both"),
+        ({"replay_prefix": "acker.outcomes."}, "are both 'acker.outcomes.'"),  # outcomes read as replays
+        ({"group": " "}, "group is empty"),  # librdkafka aborted the process
+        ({"kafka": {"group.id": "g"}}, "group.id: give the acker instances' group as group"),  # ignored, silently
+    ],
+)
+def test_topics_and_group_that_would_collide_or_abort_are_refused(settings: dict[str, Any], said: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        ServiceConfig(**settings)

@@ -161,6 +161,10 @@ def test_a_spout_name_must_name_topics_of_its_own() -> None:
         check_spout_name(replace(config, replay_prefix="acker.", dlq_topic="acker.x"), "x")
     with pytest.raises(ConfigError, match="too long"):  # valid, but with the prefix past Kafka's 249 characters
         check_spout_name(replace(config, outcome_prefix="p" * 60 + "."), "x" * 190)
+    overlapping = replace(config, outcome_prefix="acker.")  # spout "replay.x"'s outcomes: spout "x"'s replays
+    check_spout_name(overlapping, "orders")
+    with pytest.raises(ConfigError, match="prefix and replay_prefix overlap"):
+        check_spout_name(overlapping, "replay.x")
     with pytest.raises(ConfigError, match="reserved"):  # nor does `acker topics create --spout` make its topics
         all_topics(config, ["sentences", "dlq"])
 
