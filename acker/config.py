@@ -476,7 +476,8 @@ def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:
     """Flags and environment that `load` turns back into ``config``, for starting a child process.
 
     librdkafka settings go to the environment (``ACKER_KAFKA_*``), not the command line, where other users of the
-    machine could read secrets in the process list.
+    machine could read secrets in the process list. The child must not read a configuration file besides
+    (``ACKER_CONFIG``): these say everything (`acker.examples.wordcount_cli.Stages` leaves it out).
     """
     argv: list[str] = []
     for f in fields(ServiceConfig):
@@ -486,6 +487,6 @@ def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
         else:
-            argv += [flag, str(value)]
+            argv.append(f"{flag}={value}")  # one word: a value that begins with "-" (a topic "-x") is not a flag
     env = {KAFKA_ENV_PREFIX + key.upper().replace(".", "_"): value for key, value in config.kafka.items()}
     return argv, env

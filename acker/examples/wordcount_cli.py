@@ -239,8 +239,12 @@ class Stages:
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
+        # Never the configuration file named in the environment: the command's settings are all the runner's
+        # (`to_argv`), which may have been read from another (``--config``), and the file would add its own.
         inherited = {
-            k: v for k, v in os.environ.items() if not (self._settings_given_only and k.startswith(ENV_PREFIX))
+            k: v
+            for k, v in os.environ.items()
+            if not (self._settings_given_only and k.startswith(ENV_PREFIX)) and k != f"{ENV_PREFIX}CONFIG"
         }
         self.env = {**inherited, **env}
         self._spawn(name, argv)

@@ -273,7 +273,9 @@ def test_the_demo_stages_take_the_demo_settings_not_the_environment(monkeypatch:
     plain = wordcount_cli.Stages(log=lambda _line: None)
     plain.start("t", (["true"], {}))
     plain.running["t"][1].wait()
-    assert plain.env["ACKER_CONFIG"] == "/etc/acker/prod.toml"  # `wordcount run` takes the environment's
+    # `wordcount run` takes the environment's settings, but not its file: the runner read the settings (from that
+    # file, or from its --config, which comes first) and gives them to each stage itself (`to_argv`).
+    assert plain.env["ACKER_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and "ACKER_CONFIG" not in plain.env
 
 
 @pytest.mark.parametrize("place", ["0/99999999999999999999", "-1/3", "2/-5", "x", "3/"])

@@ -207,6 +207,8 @@ def test_to_argv_round_trips_and_keeps_librdkafka_settings_off_the_command_line(
     assert "s3cret" not in " ".join(argv)
     assert load(_parse(*argv), environ=env) == config
     assert load(_parse(*to_argv(ServiceConfig())[0]), environ={}) == ServiceConfig()
+    dashed = ServiceConfig(acker_topic="-x", instance_id="-i")  # names Kafka takes: not taken for flags
+    assert load(_parse(*to_argv(dashed)[0]), environ={}) == dashed
 
 
 def test_a_librdkafka_setting_it_cannot_take_is_a_clear_error_not_a_traceback(
