@@ -111,7 +111,7 @@ class ServiceConfig:
         "acker.replay.dlq", "dead-letter topic of records that failed every replay (written by the replay job)"
     )
     status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
-    partitions: int = _setting(8, "partitions of the acker topic (for `topics create`)")
+    partitions: int = _setting(8, "partitions of the acker topic and of the outcome topics created")
     replication_factor: int = _setting(1, "replication factor of the topics created")
     buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after its opening (2 to 32767)")
     timeout_s: float = _setting(30.0, "message timeout T: trees expire between T and T*(1+1/(buckets-1))")
@@ -349,7 +349,7 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
 
 # The settings a process of a bolt, and of a spout, reads: the only ones the help of a command running one lists.
 BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms", "timeout_s", "buckets")
-SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "replication_factor")
+SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "partitions", "replication_factor")
 
 
 def add_arguments(parser: argparse.ArgumentParser, shown: Iterable[str] | None = None) -> None:

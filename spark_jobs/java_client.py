@@ -28,7 +28,8 @@ translated ones: what librdkafka's names cannot say, such as a Kerberos or OAuth
 What cannot be translated is a `ConfigError` naming what to do instead, raised before Spark starts, never a TLS
 handshake failing later on an executor: a client key in a file of its own (Java's client reads a PEM key with its
 certificate chain from one file), a key that is not PKCS#8 (Java reads no other PEM key), an encrypted key without
-its password, a key given inline (``ssl.key.pem``: Spark would show it among the source's options), a key encrypted
+its password, a key given inline (``ssl.key.pem``, or Java's ``ssl.keystore.key``: Spark would show it among the
+source's options), a key encrypted
 with PBES2 (Java's client decrypts only the older PBES1 schemes), a CA directory, both ``ssl.ca.pem`` and
 ``ssl.ca.location``, verification turned off, a revocation list or an OpenSSL engine (Java's client has neither),
 OpenSSL's cipher list unless Java's is given, and Java settings Spark sets itself (`_SPARK_REFUSES`). A SASL login
@@ -95,6 +96,9 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
     ``java`` over them: settings of the Java client given as they are, for what librdkafka's names cannot say (a
     Kerberos or OAuth login line, Java's cipher suite names, ...)."""
     given = dict(java or {})
+    if "ssl.keystore.key" in given:  # Spark's redaction (password, secret, token, ...) does not cover its name
+        raise ConfigError("ssl.keystore.key would reach Spark as a source option, which Spark shows: give the key in "
+                          "a file, ssl.keystore.location (ssl.keystore.type PEM or PKCS12)")  # fmt: skip
     if refused := sorted(set(given) & _SPARK_REFUSES):
         raise ConfigError(f"Spark's Kafka source and sink set these themselves and refuse them: {', '.join(refused)}")
     for name, (instead, why) in _UNTRANSLATED.items():

@@ -156,6 +156,8 @@ def test_what_javas_client_cannot_be_given_is_refused_with_what_to_do(ca: trustm
     for message, client in cases.items():
         with pytest.raises(ConfigError, match=message):
             java_client_settings(client)
+    with pytest.raises(ConfigError, match=r"ssl\.keystore\.key would reach Spark as a source option"):
+        java_client_settings({}, {"ssl.keystore.key": "-----BEGIN PRIVATE KEY-----", "ssl.keystore.type": "PEM"})
     with pytest.raises(ConfigError, match=r"set these themselves and refuse them: auto\.offset\.reset, key\.deser"):
         java_client_settings({}, {"key.deserializer": "x", "auto.offset.reset": "latest", "client.id": "c"})
 
