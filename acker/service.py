@@ -1108,20 +1108,23 @@ class AckerService:
         except KafkaException as error:  # looked up again at the next tick refused, or the next assignment
             log.debug("the producer's lookup of %s failed: %s", topic, error)
 
-    def _look_up_partition_count(self, timeout_s: float, *, only_up: bool = False) -> None:
+    def _look_up_partition_count(self, timeout_s: float, *, only_up: bool = False, owned: int = 0) -> None:
         """Read the acker topic's partition count, which each record is checked against (``wrong-partition``): at
         each assignment, and every `PARTITIONS_CHECK_S` from the loop. Not only at assignments: under the consumer
         group protocol (KIP-848) an instance given no new partition when partitions are added gets no callback,
         and kept checking by the old count, dead-lettering records placed rightly by the new one (their inits
         failed, their acks dropped), for as long as its assignment did not change. ``only_up``: a smaller count is
-        a broker's metadata not caught up yet (partitions are never taken away), kept for the next assignment."""
+        a broker's metadata not caught up yet (partitions are never taken away), kept for the next assignment.
+        ``owned``: the highest partition assigned here, plus one: a count below it is such stale metadata too (it
+        checked the rightly placed records of a partition just added, and of every partition past its count, as
+        ``wrong-partition``)."""
         self._next_count_check = time.monotonic() + PARTITIONS_CHECK_S
         try:
             # Not on the consumer whose callback this is: a call on a handle inside its own callback clears the
             # state of the consume() that runs it (confluent-kafka 2.16), and a log line of librdkafka served
             # later in that consume() then aborts the process (with `debug` set, at every assignment).
             existing = topic_partitions(self._reading_consumer(), self.config.acker_topic, timeout_s=timeout_s)
-            if existing and (len(existing) > self._partition_count or not only_up):
+            if existing and (len(existing) > self._partition_count or (not only_up and len(existing) >= owned)):
                 grown, self._partition_count = len(existing) != self._partition_count, len(existing)
                 if grown:  # the producer too (`_refresh_producer`)
                     self._refresh_producer(self.config.acker_topic, 10.0)
@@ -1129,7 +1132,8 @@ class AckerService:
             log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._look_up_partition_count(30.0)
+        owned = max([tp.partition for tp in partitions] + list(self._states), default=-1) + 1
+        self._look_up_partition_count(30.0, owned=owned)
         now_ms = int(time.time() * 1000)
         interval_ms = int(self.config.tick_interval_s * 1000)
         with self._lock:

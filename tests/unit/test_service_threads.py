@@ -176,3 +176,21 @@ def test_a_scrape_while_stand_ins_are_applied_sees_the_messages_read_never_fewer
         scrape.join(5)
     assert scrapes == [1]  # after the apply: the one message read
     service.close()
+
+
+def test_an_assignment_takes_no_partition_count_below_the_partitions_it_was_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After partitions were added (8), a broker whose metadata had not caught up answered 4 at the assignment that
+    gave this instance partition 5: its rightly placed records were dead-lettered as wrong-partition, its inits
+    failed, until the next check. A smaller count that covers what is assigned is taken (a topic made again)."""
+    service: Any = AckerService.__new__(AckerService)
+    service._partition_count, service._next_count_check = 8, 0.0
+    service._reading_consumer = lambda: None
+    service.config = ServiceConfig()
+    service._refresh_producer = lambda *_: None
+    monkeypatch.setattr(acker.service, "topic_partitions", lambda *_a, **_k: list(range(4)))
+    service._look_up_partition_count(30.0, owned=6)  # partition 5 assigned
+    assert service._partition_count == 8
+    service._look_up_partition_count(30.0, owned=4)
+    assert service._partition_count == 4
