@@ -393,29 +393,36 @@ def in_flight(
     decisions: Sequence[Decision],
     ended: Mapping[str, str | None],
 ) -> dict[str, str]:
-    """Of ``letters``, those re-driven already whose round is not over, or whose copy was processed: a copy, or a
-    replay of one, names it and its origin in the replay topic its decision sends to, and no dead letter names it
-    (``ended``, `named_by`). Their coordinates → the place of the first such record. Re-driven again, the record
-    would be replayed twice. The replay topics are read from the oldest letter's time on (`_read_from`)."""
-    # Names and origins both: a dead-letter topic made again numbers its letters from 0 again.
-    wanted = {letter.coordinates: letter.origin for letter in letters if ended.get(letter.coordinates) != letter.origin}
+    """Of ``letters``, those whose record was re-driven already, through any of its letters, and its round is not
+    over, or its copy was processed: a copy, or a replay of one, in a replay topic names the letter it was re-driven
+    from and the record's origin, and no dead letter names that letter (``ended``, `named_by`). By origin, not by
+    letter: a record dead-lettered twice (`repeats`) has two letters, and one re-driven (by ``--all``) left the
+    other, named later, free to start a second round. Their coordinates → the place of the first such record.
+    Re-driven again, the record would be replayed twice. The replay topics are read from the oldest letter's time on
+    (`_read_from`)."""
+    wanted: dict[str, list[str]] = {}  # origin → the letters of it asked about
+    for letter in letters:
+        if ended.get(letter.coordinates) != letter.origin:
+            wanted.setdefault(letter.origin, []).append(letter.coordinates)
     found: dict[str, str] = {}
     if not wanted:
         return found
-    since = _read_from(letter for letter in letters if letter.coordinates in wanted)
+    asked = [letter for letter in letters if letter.coordinates in wanted.get(letter.origin, ())]
+    since = _read_from(asked)
     # Where they go now, their own spout's replay topic (a copy sent there before, without --spout), and every other
     # replay topic (one sent with --spout to another spout's).
     topics = {decision.topic for decision in decisions} | {
-        config.replay_topic(spout)
-        for letter in letters
-        if letter.coordinates in wanted and (spout := letter.header(SPOUT)) and spout_name_valid(spout)
+        config.replay_topic(spout) for letter in asked if (spout := letter.header(SPOUT)) and spout_name_valid(spout)
     }
     topics |= _replay_topics(config)
     for topic in sorted(topics):
         for place, headers in _headers_since(config, topic, since):
-            named = text(headers, REDRIVEN)
-            if named in wanted and text(headers, ORIGIN) == wanted[named]:
-                found.setdefault(named, place)
+            named, origin = text(headers, REDRIVEN), text(headers, ORIGIN)
+            # Its round over: the letter it came from named by a later dead letter (the origin compared too: a
+            # dead-letter topic made again numbers its letters from 0 again).
+            if named is not None and origin in wanted and ended.get(named) != origin:
+                for coordinates in wanted[origin]:
+                    found.setdefault(coordinates, place)
     return found
 
 

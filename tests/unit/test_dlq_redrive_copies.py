@@ -61,3 +61,16 @@ def test_naming_two_letters_of_one_record_is_refused() -> None:
     refuse_copies([_letter(10), _letter(12, last="acker.replay.src/1/8")])  # two rounds: both may go
     with pytest.raises(DlqError, match=r"acker.replay.dlq/0/11 \(a copy of acker.replay.dlq/0/10\)"):
         refuse_copies([_letter(10), _letter(11)])
+
+
+def test_a_letter_named_after_its_copy_went_back_is_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--all` sent the record's first letter; its copy, named later, was not found in flight (the copy in the
+    replay topic names the first letter), and the record started a second round."""
+    copy: HeaderList = [(ORIGIN, b"src/1/42"), (REDRIVEN, b"acker.replay.dlq/0/10")]
+    monkeypatch.setattr(dlq, "_replay_topics", lambda _config: {"acker.replay.src"})
+    monkeypatch.setattr(dlq, "_headers_since", lambda _c, topic, _since: iter([(f"{topic}/1/99", copy)]))
+    named = _letter(11)
+    decisions = dlq.plan(ServiceConfig(), [named])
+    assert dlq.in_flight(ServiceConfig(), [named], decisions, {}) == {named.coordinates: "acker.replay.src/1/99"}
+    over = {"acker.replay.dlq/0/10": "src/1/42"}  # that round ended: a later dead letter names the first letter
+    assert dlq.in_flight(ServiceConfig(), [named], decisions, over) == {}
