@@ -37,9 +37,9 @@ class DrpcClient:
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"
-        # Told where a partition's end is when it has read it (`_read_to_ends`).
-        # Answers of committed transactions only, whatever the shared settings say: a joining step's batch that was
-        # aborted (its process died, or was fenced) may have written an answer the chain later gives otherwise.
+        # Told where a partition's end is when it has read it (`_read_to_ends`). Answers of committed transactions
+        # only, whatever the shared settings say: a joining step's batch that was aborted (its process died, or was
+        # fenced) may have written an answer the chain later gives otherwise.
         self.consumer = Consumer(config.stream_consumer(**{"group.id": group, "enable.auto.commit": False,
                                                   "enable.partition.eof": True,
                                                   "isolation.level": "read_committed"}))  # fmt: skip
