@@ -432,7 +432,7 @@ class AckerService:
             self._next_commit = now + self.config.commit_interval_s
         self._commit_passed()
         if self._states and time.monotonic() >= self._next_count_check:
-            self._look_up_partition_count(_LOOKUP_TIMEOUT_S, only_up=True)
+            self._look_up_partition_count(_LOOKUP_TIMEOUT_S, only_up=True, owned=max(self._states) + 1)
         if self._acker_topic_said_at is not None and now - self._acker_topic_said_at >= ACKER_TOPIC_RECHECK_S:
             if self._states or self._topic_exists(self.config.acker_topic, timeout_s=0.5):
                 self._acker_topic_said_at = None
@@ -1117,14 +1117,17 @@ class AckerService:
         a broker's metadata not caught up yet (partitions are never taken away), kept for the next assignment.
         ``owned``: the highest partition assigned here, plus one: a count below it is such stale metadata too (it
         checked the rightly placed records of a partition just added, and of every partition past its count, as
-        ``wrong-partition``)."""
+        ``wrong-partition``); the count is then unknown (nothing checked) until it is asked again, a second later."""
         self._next_count_check = time.monotonic() + PARTITIONS_CHECK_S
         try:
             # Not on the consumer whose callback this is: a call on a handle inside its own callback clears the
             # state of the consume() that runs it (confluent-kafka 2.16), and a log line of librdkafka served
             # later in that consume() then aborts the process (with `debug` set, at every assignment).
             existing = topic_partitions(self._reading_consumer(), self.config.acker_topic, timeout_s=timeout_s)
-            if existing and (len(existing) > self._partition_count or (not only_up and len(existing) >= owned)):
+            if existing and len(existing) < owned:  # stale: unknown until asked again soon (0: nothing checked)
+                self._partition_count, self._next_count_check = 0, time.monotonic() + 1.0
+                log.info("acker topic: %d partition(s) said, %d or more assigned: asked again", len(existing), owned)
+            elif existing and (len(existing) > self._partition_count or not only_up):
                 grown, self._partition_count = len(existing) != self._partition_count, len(existing)
                 if grown:  # the producer too (`_refresh_producer`)
                     self._refresh_producer(self.config.acker_topic, 10.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -190,7 +191,9 @@ def test_an_assignment_takes_no_partition_count_below_the_partitions_it_was_give
     service.config = ServiceConfig()
     service._refresh_producer = lambda *_: None
     monkeypatch.setattr(acker.service, "topic_partitions", lambda *_a, **_k: list(range(4)))
-    service._look_up_partition_count(30.0, owned=6)  # partition 5 assigned
-    assert service._partition_count == 8
+    for before in (8, 4, 0):  # raised already; still the old count (partitions just added); at start
+        service._partition_count = before
+        service._look_up_partition_count(30.0, owned=6)  # partition 5 assigned
+        assert service._partition_count == 0 and service._next_count_check - time.monotonic() <= 1.0  # unchecked
     service._look_up_partition_count(30.0, owned=4)
     assert service._partition_count == 4
