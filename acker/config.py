@@ -185,15 +185,18 @@ class ServiceConfig:
                 raise ConfigError(f"group.protocol=consumer leaves {', '.join(classic_only)} to the broker: remove it")
 
     def _check_topics_apart(self) -> None:
-        """Every topic of its own: the dead letters written into the acker topic (or the status topic) were read
-        back as bad input and dead-lettered again, without end; one prefix for outcomes and replays made a spout
-        read its outcomes as replays; and two names of one topic in one request crash the admin client. (A spout
-        whose topics would meet these is refused by name: `acker.topics.check_spout_name`.)"""
-        names = {name: getattr(self, name) for name in ("acker_topic", "dlq_topic", "replay_dlq_topic", "status_topic")}
+        """The topics read back each of its own: the dead letters written into the acker topic (or the status
+        topic) were read back as bad input and dead-lettered again, without end; one prefix for outcomes and replays
+        made a spout read its outcomes as replays. Dead letters of every kind may share a topic. (A spout whose topics
+        would meet these is refused by name: `acker.topics.check_spout_name`.)"""
+        names = {name: getattr(self, name) for name in ("acker_topic", "status_topic", "dlq_topic", "replay_dlq_topic")}
+        names |= {"the replay job's progress topic": self.replay_topic("progress"),
+                  "the Spark jobs' dead-letter topic": self.outcome_topic("dlq")}  # fmt: skip
+        read = {"acker_topic", "status_topic", "the replay job's progress topic"}  # read back: of their own
         for i, (name, topic) in enumerate(names.items()):
             for other, same in list(names.items())[i + 1 :]:
-                if topic == same:
-                    raise ConfigError(f"{name} and {other} are both {topic!r}: each must be a topic of its own")
+                if topic == same and read & {name, other}:  # dead letters may share a topic
+                    raise ConfigError(f"{name} and {other} are both {topic!r}: the first must be a topic of its own")
         if self.outcome_prefix == self.replay_prefix:  # overlapping ones reserve spout names (`check_spout_name`)
             raise ConfigError(f"outcome_prefix and replay_prefix are both {self.outcome_prefix!r}: a spout's outcome "
                               "topic would be its replay topic")  # fmt: skip
@@ -472,12 +475,24 @@ def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def child_environment(own: Mapping[str, str], *, settings_given_only: bool = False) -> dict[str, str]:
+    """This process's environment for a child given `to_argv`'s flags, with ``own`` (`to_argv`'s environment) over
+    it: never ``ACKER_CONFIG``, since the flags say every setting, read perhaps from another file (``--config``),
+    and that file would add its own; with ``settings_given_only``, none of the ``ACKER_*`` variables at all."""
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if k != f"{ENV_PREFIX}CONFIG" and not (settings_given_only and k.startswith(ENV_PREFIX))
+    }
+    return {**inherited, **own}
+
+
 def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:
     """Flags and environment that `load` turns back into ``config``, for starting a child process.
 
     librdkafka settings go to the environment (``ACKER_KAFKA_*``), not the command line, where other users of the
     machine could read secrets in the process list. The child must not read a configuration file besides
-    (``ACKER_CONFIG``): these say everything (`acker.examples.wordcount_cli.Stages` leaves it out).
+    (``ACKER_CONFIG``): these say everything (`child_environment` leaves it out).
     """
     argv: list[str] = []
     for f in fields(ServiceConfig):

@@ -392,37 +392,39 @@ def in_flight(
     letters: Sequence[DeadLetter],
     decisions: Sequence[Decision],
     ended: Mapping[str, str | None],
+    copies: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Of ``letters``, those whose record was re-driven already, through any of its letters, and its round is not
-    over, or its copy was processed: a copy, or a replay of one, in a replay topic names the letter it was re-driven
-    from and the record's origin, and no dead letter names that letter (``ended``, `named_by`). By origin, not by
-    letter: a record dead-lettered twice (`repeats`) has two letters, and one re-driven (by ``--all``) left the
-    other, named later, free to start a second round. Their coordinates → the place of the first such record.
-    Re-driven again, the record would be replayed twice. The replay topics are read from the oldest letter's time on
-    (`_read_from`)."""
-    wanted: dict[str, list[str]] = {}  # origin → the letters of it asked about
-    for letter in letters:
-        if ended.get(letter.coordinates) != letter.origin:
-            wanted.setdefault(letter.origin, []).append(letter.coordinates)
+    """Of ``letters``, those re-driven already whose round is not over, or whose copy was processed: a copy, or a
+    replay of one, names it and its origin in the replay topic its decision sends to, and no dead letter names it
+    (``ended``, `named_by`). ``copies``: other letters of the same records (`repeats`) → the letter of ``letters``
+    each copies: a copy re-driven from one of them counts for that letter (re-driven by ``--all``, the first letter
+    of a record left its copy, named later, free to start a second round). Their coordinates → the place of the first
+    such record. Re-driven again, the record would be replayed twice. The replay topics are read from the oldest
+    letter's time on (`_read_from`)."""
+    # Names and origins both: a dead-letter topic made again numbers its letters from 0 again.
+    wanted = {letter.coordinates: letter.origin for letter in letters if ended.get(letter.coordinates) != letter.origin}
     found: dict[str, str] = {}
     if not wanted:
         return found
-    asked = [letter for letter in letters if letter.coordinates in wanted.get(letter.origin, ())]
-    since = _read_from(asked)
+    copies = {other: letter for other, letter in (copies or {}).items() if letter in wanted}
+    since = _read_from(letter for letter in letters if letter.coordinates in wanted)
     # Where they go now, their own spout's replay topic (a copy sent there before, without --spout), and every other
     # replay topic (one sent with --spout to another spout's).
     topics = {decision.topic for decision in decisions} | {
-        config.replay_topic(spout) for letter in asked if (spout := letter.header(SPOUT)) and spout_name_valid(spout)
+        config.replay_topic(spout)
+        for letter in letters
+        if letter.coordinates in wanted and (spout := letter.header(SPOUT)) and spout_name_valid(spout)
     }
     topics |= _replay_topics(config)
     for topic in sorted(topics):
         for place, headers in _headers_since(config, topic, since):
             named, origin = text(headers, REDRIVEN), text(headers, ORIGIN)
-            # Its round over: the letter it came from named by a later dead letter (the origin compared too: a
-            # dead-letter topic made again numbers its letters from 0 again).
-            if named is not None and origin in wanted and ended.get(named) != origin:
-                for coordinates in wanted[origin]:
-                    found.setdefault(coordinates, place)
+            if named is None:  # a replay of the replay job's own round
+                continue
+            letter = named if named in wanted else copies.get(named)
+            # A copy's: not once its round is over (a later dead letter names it).
+            if letter is not None and origin == wanted[letter] and (letter == named or ended.get(named) != origin):
+                found.setdefault(letter, place)
     return found
 
 
@@ -448,9 +450,15 @@ def refuse_in_flight(
     their stead (`those_that_can_go_back` leaves them out too)."""
     ended: dict[str, str | None] = {}
     later: dict[str, str] = {}  # a letter re-driven → the place of the first later letter naming it
+    # The letters of the same record and round as a named one (`repeats`, told by their headers alone): their
+    # re-driven copies count as its own (`in_flight`).
+    rounds = {_round(letter.headers): letter.coordinates for letter in letters if letter.header(LAST) is not None}
+    copies: dict[str, str] = {}
     for place, headers in _headers_since(config, topic, _read_from(letters)):
         if (named := text(headers, REDRIVEN)) is not None and named not in ended:
             ended[named], later[named] = text(headers, ORIGIN), place
+        if text(headers, LAST) is not None and (letter := rounds.get(_round(headers))) not in (None, place):
+            copies[place] = letter
     replaced = [f"{letter.coordinates} (dead-lettered again as {later[letter.coordinates]})" for letter in letters
                 if letter.coordinates in later and ended[letter.coordinates] == letter.origin]  # fmt: skip
     if replaced:
@@ -458,7 +466,7 @@ def refuse_in_flight(
             f"re-driven already and dead-lettered again: {_listed(replaced)}; re-drive the later letter instead (both "
             "re-driven, the record would be replayed twice): --again sends them once more"
         )
-    flying = in_flight(config, letters, decisions, ended)
+    flying = in_flight(config, letters, decisions, ended, copies)
     if flying:
         raise DlqError(
             "re-driven already, their copy still in the replay topic and not dead-lettered again: "
@@ -475,6 +483,12 @@ def refuse_copies(letters: Sequence[DeadLetter]) -> None:
         named = [f"{letters[i].coordinates} (a copy of {first})" for i, first in sorted(copies.items())]
         raise DlqError(f"the same record named twice: {_listed(named)}; re-drive one letter of each record (both "
                        "re-driven, it would be replayed twice)")  # fmt: skip
+
+
+def _round(headers: HeaderList) -> tuple[str | None, ...]:
+    """What a replay job's dead letter says of its record and round: its origin, spout, and the place of the record's
+    last copy (`repeats` compares the bytes too, which a letter's headers alone do not show)."""
+    return tuple(text(headers, name) for name in (ORIGIN, SPOUT, LAST))
 
 
 IN_FLIGHT = "re-driven already: its copy is in its replay topic, not dead-lettered again (--again sends it once more)"

@@ -22,7 +22,6 @@ steps 1 or 2 and still finish).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import signal
 import subprocess
@@ -34,7 +33,7 @@ from typing import Any
 
 from acker.argtypes import at_least, non_negative, up_to
 from acker.cli import TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
-from acker.config import ServiceConfig, add_arguments, load, to_argv
+from acker.config import ServiceConfig, add_arguments, child_environment, load, to_argv
 from acker.console import printable
 from acker.coordinated import DEADLINE_MAX_S
 from acker.drpc import DrpcClient, DrpcError
@@ -161,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # Its own process group: a Ctrl-C in the terminal reaches this process alone, which stops each step with
             # one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time out, and the
             # next run waited for them).
-            processes.append(subprocess.Popen(argv, env={**os.environ, **env}, preexec_fn=preexec,  # noqa: PLW1509
+            processes.append(subprocess.Popen(argv, env=child_environment(env), preexec_fn=preexec,  # noqa: PLW1509
                                               start_new_session=True))  # fmt: skip
     graph = Graph.generate()
     urls = sorted(graph.tweeted_by)[: args.requests]

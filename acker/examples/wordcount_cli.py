@@ -32,10 +32,10 @@ from acker.bolt import Bolt
 from acker.cli import TOPIC_SETTINGS, TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
 from acker.config import (
     BOLT_SETTINGS,
-    ENV_PREFIX,
     SPOUT_SETTINGS,
     ServiceConfig,
     add_arguments,
+    child_environment,
     load,
     to_argv,
     topic_name_problem,
@@ -239,14 +239,7 @@ class Stages:
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         argv, env = command
-        # Never the configuration file named in the environment: the command's settings are all the runner's
-        # (`to_argv`), which may have been read from another (``--config``), and the file would add its own.
-        inherited = {
-            k: v
-            for k, v in os.environ.items()
-            if not (self._settings_given_only and k.startswith(ENV_PREFIX)) and k != f"{ENV_PREFIX}CONFIG"
-        }
-        self.env = {**inherited, **env}
+        self.env = child_environment(env, settings_given_only=self._settings_given_only)
         self._spawn(name, argv)
 
     def _spawn(self, name: str, argv: list[str]) -> None:

@@ -325,7 +325,9 @@ def test_the_logged_configuration_names_the_instance_also_by_default() -> None:
     ("settings", "said"),
     [
         ({"dlq_topic": "acker"}, "acker_topic and dlq_topic are both 'acker'"),  # its dead letters read back: no end
-        ({"status_topic": "acker.dlq"}, "dlq_topic and status_topic are both"),
+        ({"status_topic": "acker.dlq"}, "status_topic and dlq_topic are both"),
+        ({"replay_dlq_topic": "acker.replay.progress"}, "replay_dlq_topic and the replay job's progress topic are"),
+        ({"status_topic": "acker.outcomes.dlq"}, "status_topic and the Spark jobs' dead-letter topic are both"),
         ({"replay_prefix": "acker.outcomes."}, "are both 'acker.outcomes.'"),  # outcomes read as replays
         ({"group": " "}, "group is empty"),  # librdkafka aborted the process
         ({"kafka": {"group.id": "g"}}, "group.id: give the acker instances' group as group"),  # ignored, silently
@@ -334,3 +336,4 @@ def test_the_logged_configuration_names_the_instance_also_by_default() -> None:
 def test_topics_and_group_that_would_collide_or_abort_are_refused(settings: dict[str, Any], said: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(said)):
         ServiceConfig(**settings)
+    ServiceConfig(dlq_topic="acker.replay.dlq")  # dead letters of both kinds in one topic: nothing reads it back

@@ -65,12 +65,23 @@ def test_naming_two_letters_of_one_record_is_refused() -> None:
 
 def test_a_letter_named_after_its_copy_went_back_is_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--all` sent the record's first letter; its copy, named later, was not found in flight (the copy in the
-    replay topic names the first letter), and the record started a second round."""
-    copy: HeaderList = [(ORIGIN, b"src/1/42"), (REDRIVEN, b"acker.replay.dlq/0/10")]
-    monkeypatch.setattr(dlq, "_replay_topics", lambda _config: {"acker.replay.src"})
-    monkeypatch.setattr(dlq, "_headers_since", lambda _c, topic, _since: iter([(f"{topic}/1/99", copy)]))
-    named = _letter(11)
-    decisions = dlq.plan(ServiceConfig(), [named])
-    assert dlq.in_flight(ServiceConfig(), [named], decisions, {}) == {named.coordinates: "acker.replay.src/1/99"}
-    over = {"acker.replay.dlq/0/10": "src/1/42"}  # that round ended: a later dead letter names the first letter
-    assert dlq.in_flight(ServiceConfig(), [named], decisions, over) == {}
+    replay topic names the first letter), and the record started a second round. Another spout's letter of the same
+    source record is another record: it goes back."""
+    first, named, other_spout = _letter(10), _letter(11), _letter(12)
+    other_spout.headers[3] = (SPOUT, b"other")
+    copy: HeaderList = [(ORIGIN, b"src/1/42"), (SPOUT, b"src"), (REDRIVEN, first.coordinates.encode())]
+
+    def headers_since(_config: Any, topic: str, _since: int) -> Any:
+        if topic == "acker.replay.dlq":  # the dead letters, headers alone
+            return iter([(letter.coordinates, letter.headers) for letter in (first, named, other_spout)])
+        return iter([(f"{topic}/1/99", copy)])
+
+    monkeypatch.setattr(dlq, "_replay_topics", lambda _config: {"acker.replay.src", "acker.replay.other"})
+    monkeypatch.setattr(dlq, "_headers_since", headers_since)
+    config = ServiceConfig()
+    with pytest.raises(DlqError, match=r"acker\.replay\.dlq/0/11 \(copy at acker\.replay\.\w+/1/99\)"):
+        dlq.refuse_in_flight(config, "acker.replay.dlq", [named], dlq.plan(config, [named]))
+    dlq.refuse_in_flight(config, "acker.replay.dlq", [other_spout], dlq.plan(config, [other_spout]))
+    ended = {first.coordinates: "src/1/42"}  # that round over: a later dead letter names the first letter
+    copies = {first.coordinates: named.coordinates}
+    assert dlq.in_flight(config, [named], dlq.plan(config, [named]), ended, copies) == {}
