@@ -165,6 +165,10 @@ LostFunction = Callable[[set[tuple[str, int]]], None]
 AssignFunction = Callable[[set[tuple[str, int]]], None]
 
 
+def _where(partitions: list[TopicPartition]) -> str:
+    return ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+
 class Bolt:
     def __init__(
         self,
@@ -386,12 +390,16 @@ class Bolt:
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions came here (the consumer assigns them itself after this returns)."""
-        if self._assigned is not None and partitions:
+        self._tell("assign", self._assigned, partitions)
+
+    def _tell(self, hook: str, function: AssignFunction | None, partitions: list[TopicPartition]) -> None:
+        """Tell ``function`` (the bolt's ``on_<hook>``) which partitions came or went; what it raises is counted as
+        the function's error, never raised out of the consumer's callback."""
+        if function is not None and partitions:
             try:
-                self._assigned({(tp.topic, tp.partition) for tp in partitions})
+                function({(tp.topic, tp.partition) for tp in partitions})
             except Exception as error:
-                where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
-                self._raised_in(f"on_assign of {where}", error)
+                self._raised_in(f"on_{hook} of {_where(partitions)}", error)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         bug: ProtocolError | None = None
@@ -401,8 +409,7 @@ class Bolt:
             except ProtocolError as error:  # settling an input twice: the function's bug, raised out of consume
                 bug = error  # once the partitions are committed: it stops the bolt as the function's own would
             except Exception as error:  # the held inputs it did not settle time out
-                where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
-                self._raised_in(f"on_revoke of {where}", error)
+                self._raised_in(f"on_revoke of {_where(partitions)}", error)
         try:
             self._commit()
         except Exception:
@@ -421,12 +428,7 @@ class Bolt:
         the new owner is about to complete. What the function holds of them is settled as before (the join's
         housekeeping fails it once its tree may have expired)."""
         self._mark_read(partitions)
-        if self._lost is not None and partitions:
-            try:
-                self._lost({(tp.topic, tp.partition) for tp in partitions})
-            except Exception as error:
-                where = ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
-                self._raised_in(f"on_lost of {where}", error)
+        self._tell("lost", self._lost, partitions)
 
     def _mark_read(self, partitions: list[TopicPartition]) -> None:
         """Forget the offsets processed in ``partitions`` and not committed (lost, or a commit that could not be
