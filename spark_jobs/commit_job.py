@@ -257,8 +257,7 @@ class Marks:
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
         """Add the done offsets of a micro-batch, advance the marks it touched, save them; return the touched marks
         by watermark group. ``rows`` have ``spout, topic, partition, bucket, bits`` (`done_bitmaps`)."""
-        with self._lock:
-            return self._apply(rows, batch_id)
+        return self.apply_batch(rows, batch_id)[0]
 
     def apply_batch(
         self, rows: Iterable[Any], batch_id: int
