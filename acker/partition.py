@@ -125,14 +125,15 @@ class PartitionState:
             self.tracker.set_decided(decided)
             self._decided_until, self._decided_since = until, since
 
-    def apply(self, offset: int, timestamp_ms: int, block: MessageBlock) -> OutcomeBlock:
+    def apply(self, offset: int, timestamp_ms: int, block: MessageBlock, read_ms: int | None = None) -> OutcomeBlock:
         """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
-        return self.apply_records(block, RecordSpans.single(len(block), offset, timestamp_ms))
+        return self.apply_records(block, RecordSpans.single(len(block), offset, timestamp_ms), read_ms)
 
-    def apply_records(self, block: MessageBlock, records: RecordSpans) -> OutcomeBlock:
+    def apply_records(self, block: MessageBlock, records: RecordSpans, read_ms: int | None = None) -> OutcomeBlock:
         """Apply the messages of several records at once (``records`` says which came from where); return what
         they decided (``index`` into ``block``, ignored ticks included). Records must come in offset order, here and
-        from one call to the next."""
+        from one call to the next. ``read_ms``: when they were read, by this instance's clock (the earliest moment
+        the next tick may count from after another writer's tick)."""
         if not len(records.offsets):
             return self.tracker.process_records(block, records)
         self._read_from(int(records.offsets[0]))
@@ -153,6 +154,10 @@ class PartitionState:
                     # Another writer's read while ours is in flight is only delayed the more: late is safe.
                     if self.tick_in_flight or offset == self.unread_tick_offset:
                         timestamp_ms = max(timestamp_ms, self._tick_written_at)
+                    elif read_ms is not None:
+                        # Another writer's, stamped by a clock that may be behind ours: not before we read it. (A
+                        # previous owner still writing after it lost the partition appends ticks the chain takes.)
+                        timestamp_ms = max(timestamp_ms, read_ms)
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
                     self.applied_ticks.append(offset)
                 else:
@@ -208,12 +213,12 @@ class PartitionState:
             if now_ms - self._tick_written_at < 3 * self.tick_interval_ms:
                 return None
             self.unread_tick_offset = None  # never read back (truncated?): ticking must not stop for good
-        # From the last tick applied, by its timestamp (a new owner keeps the log's cadence), but never from before
-        # this instance took the partition or wrote that tick, by its own clock: a timestamp from a clock behind this
-        # one (a previous owner's, or the broker's under LogAppendTime) would bring the next tick, and expiries, early.
-        # Late is safe: trees live a little longer. A timestamp from a clock ahead of this one is taken as now, the
-        # first time it is seen here (read a moment ago): kept as it is, no tick would be due until that time, and
-        # no tree would expire meanwhile.
+        # From the last tick applied, by its timestamp, but never from before this instance took the partition, nor
+        # from before it wrote that tick (its own) or read it (another writer's), by its own clock: a timestamp from a
+        # clock behind this one (a previous owner's, or the broker's under LogAppendTime) would bring the next tick,
+        # and expiries, early. Late is safe: trees live a little longer. A timestamp from a clock ahead of this one is
+        # taken as now, the first time it is seen here (read a moment ago): kept as it is, no tick would be due until
+        # that time, and no tree would expire meanwhile.
         if self.last_tick_ms is not None and self.last_tick_ms > now_ms:
             self.last_tick_ms = now_ms
         since = max(self.started_ms, self.last_tick_ms or 0)

@@ -563,10 +563,10 @@ class AckerService:
         )
         if standing:  # counted with the messages the kernel counts, at once for a scrape: acker_messages never dips
             with self._lock:
-                outcomes = state.apply_records(block, records)
+                outcomes = state.apply_records(block, records, now_ms)
                 state.stand_ins += standing
         else:
-            outcomes = state.apply_records(block, records)
+            outcomes = state.apply_records(block, records, now_ms)
         if len(outcomes):
             decided.latencies_ms.append(outcomes.latency_ms[outcomes.code == Code.ACK])
             decided.outcomes += outcome_records(partition, records, outcomes, state.reasons)

@@ -89,6 +89,20 @@ def test_a_tick_stamped_by_a_clock_behind_this_one_does_not_bring_the_next_tick_
     assert state.tick_due(5500) == 6
 
 
+def test_another_writers_tick_read_after_this_owner_took_the_partition_counts_from_when_it_was_read() -> None:
+    """A previous owner still writing after it lost the partition (its session timed out unnoticed), its clock 800 ms
+    behind: its tick, stamped 2700, is read here at 3500, after this owner took the partition at 2500. The next tick
+    is due an interval after it was read, not after its stamp (800 ms early: trees expired before `T`)."""
+    state = PartitionState(0, TrackerConfig(buckets=2), tick_interval_ms=1000, now_ms=2500)
+    state.apply(4, 2700, _tick(NO_TICK), read_ms=3500)
+    assert state.tick_due(3700) is None and state.tick_due(4499) is None
+    assert state.tick_due(4500) == 4
+    state.tick_sent(4500)  # ours, read back: from when it was written, not when it was read
+    state.apply(5, 4400, _tick(4), read_ms=4700)
+    state.tick_delivered(5)
+    assert state.tick_due(5499) is None and state.tick_due(5500) == 5
+
+
 def test_a_tick_stamped_by_a_clock_ahead_of_this_one_does_not_stop_the_ticks_until_that_time() -> None:
     """A previous owner's clock an hour ahead: its last tick's timestamp is taken as the moment it was seen here."""
     state = _state()
