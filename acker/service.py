@@ -1080,15 +1080,21 @@ class AckerService:
             )
 
     def _lag(self, partition: int, state: PartitionState) -> int | None:
+        """The records of ``partition`` not read yet: from its position, or before its first record was read (its
+        read-back still going on, say: minutes, a broker away) from its committed offset, where it starts."""
         try:
             _low, high = self.consumer.get_watermark_offsets(
                 TopicPartition(self.config.acker_topic, partition), cached=True
             )
         except Exception:
             return None
-        if high < 0 or state.position is None:
+        position = state.position
+        if position is None:
+            committed = self._committed.get(partition)
+            position = committed if committed is not None and committed >= 0 else None
+        if high < 0 or position is None:
             return None
-        return max(0, high - state.position)
+        return max(0, high - position)
 
     @staticmethod
     def _counter_array(state: PartitionState) -> np.ndarray:

@@ -367,7 +367,8 @@ def test_a_read_back_that_fails_is_tried_again_before_the_partition_is_replayed(
 def test_a_partition_waiting_for_its_read_back_says_so_in_its_status(
     config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its records wait, paused: without a word, its row in `acker status` read as an idle partition."""
+    """Its records wait, paused: without a word, its row in `acker status` read as an idle partition. Its lag, the
+    records from its committed offset on, is in its status and its metrics (missing until the read-back was done)."""
     config = replace(config, partitions=1, status_interval_s=0.5)
     create_acker_topics(config)
     _decided_then_crashed(config, IdGenerator(12))
@@ -375,11 +376,13 @@ def test_a_partition_waiting_for_its_read_back_says_so_in_its_status(
     service = ServiceThread(config)
     try:
         deadline = time.monotonic() + 30
-        while not read_status(config, 5.0).get(0, {}).get("reading_back"):
-            assert time.monotonic() < deadline, "no status said the partition is reading back"
+        while not (status := read_status(config, 5.0).get(0, {})).get("reading_back") or status["lag"] is None:
+            assert time.monotonic() < deadline, f"no status said the partition is reading back, with its lag: {status}"
             time.sleep(0.5)
+        lag = service.service.snapshot().lag
     finally:
         service.stop()
+    assert status["lag"] > 0 and lag.get(0, 0) > 0
 
 
 def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(
