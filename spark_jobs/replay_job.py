@@ -53,6 +53,7 @@ from acker.config import without_consumer_settings
 from acker.headers import HeaderList, read_headers, record_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
+    READ_TO_SETTINGS,
     KafkaClientError,
     TopicSpec,
     ensure_topics,
@@ -217,7 +218,7 @@ class _Publisher:
         all settled (`init_transactions`); the read waits for the others', up to their timeout."""
         client = dict(self.settings.source.client)
         settings = {"group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
-        consumer = Consumer({**client, **settings, "isolation.level": "read_committed"})
+        consumer = Consumer({**client, **settings, "isolation.level": "read_committed", **READ_TO_SETTINGS})
         written = Consumer({**client, **settings, "isolation.level": "read_uncommitted"})
         key = self.identity.encode()
         last: tuple[int, int, tuple[str, str] | None] = (-1, _WHOLE, None)

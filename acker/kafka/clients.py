@@ -357,10 +357,12 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
     return consumer.consume(max_records, timeout=0) or consumer.consume(1, timeout=timeout_s)
 
 
-# For a consumer that reads partitions to their end with `read_to` and then asks the broker something else: a fetch
+# For a consumer that reads partitions to their end with `read_to`. It may then ask the broker something else: a fetch
 # left waiting at the end of what it read holds the broker connection, and the next request (an offset lookup, say)
-# waited behind it for the whole wait, 500 ms by default.
-READ_TO_SETTINGS = {"fetch.wait.max.ms": 10}
+# waited behind it for the whole wait, 500 ms by default. A start below the partition's first record (deleted by
+# retention, maybe since its bounds were looked up) reads from that record: librdkafka's default went to the end, and
+# the read returned nothing, or what came after its end, as all that was there.
+READ_TO_SETTINGS = {"fetch.wait.max.ms": 10, "auto.offset.reset": "earliest"}
 
 
 def read_to(consumer: Consumer, start: TopicPartition, end: int, timeout_s: float = 30.0) -> Iterator[Message]:

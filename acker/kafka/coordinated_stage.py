@@ -44,6 +44,7 @@ from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.client_log import RepeatFilter, reason_kind, template_kind
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
+    READ_TO_SETTINGS,
     TopicSpec,
     consume_available,
     create_topics,
@@ -561,7 +562,7 @@ class CoordinatedStage:
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
         # The step's own group, to look its committed offsets up; it never joins the group, nor commits.
         reader = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
-                                                "isolation.level": "read_committed"}))  # fmt: skip
+                                                "isolation.level": "read_committed", **READ_TO_SETTINGS}))  # fmt: skip
         ends = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
                                               "isolation.level": "read_uncommitted"}))  # fmt: skip
         try:

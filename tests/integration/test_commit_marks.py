@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from acker import cli
@@ -157,3 +157,26 @@ def test_acker_watermarks_counts_records_behind_not_the_transaction_markers(
         assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
         [row] = json.loads(capsys.readouterr().out)
         assert (row["watermark"], row["end"], row["behind"]) == (mark, 6, records)
+
+
+def test_acker_watermarks_counts_from_the_first_record_when_retention_deleted_those_at_the_watermark(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A watermark left below the partition's first record (the commit job stopped, retention went on): the count
+    read from the watermark went to the partition's end, and found nothing (said "0 behind" on a busy partition) or
+    timed out and showed the offsets between them."""
+    topic, group = f"src-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    producer = Producer(config.client())
+    for i in range(100):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    admin = AdminClient(config.client())
+    gone = TopicPartition(topic, 0, 60)
+    admin.delete_records([gone])[gone].result()  # retention: offsets 0-59
+    kafka = lookups(config.client())
+    with kafka.lock:
+        kafka.advance(f"{group}.acked", {(topic, 0): 10})
+    assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["watermark"], row["end"], row["behind"]) == (10, 100, 40)
