@@ -22,7 +22,7 @@ from acker.errors import ConfigError
 from acker.kafka.clients import TopicSpec
 from acker.wire import spout_name_valid
 
-_TOPIC_NAME_MAX = 249  # Kafka's limit
+TOPIC_NAME_MAX = 249  # Kafka's limit
 
 
 # Spout names whose outcome or replay topic would be one of the Spark jobs' own, under their default names
@@ -46,7 +46,7 @@ def check_spout_name(config: ServiceConfig, name: str) -> None:
     if len(shorter) < len(longer) and (shorter + name).startswith(longer):
         raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} are named like another spout's "
                           "(outcome_prefix and replay_prefix overlap)")  # fmt: skip
-    if max(len(topic) for topic in own) > _TOPIC_NAME_MAX:
+    if max(len(topic) for topic in own) > TOPIC_NAME_MAX:
         raise ConfigError(f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters")
 
 

@@ -77,7 +77,7 @@ from acker.retries import (
     unreadable_headers,
     without_detail,
 )
-from acker.topics import PROGRESS_TOPIC_CONFIG
+from acker.topics import PROGRESS_TOPIC_CONFIG, TOPIC_NAME_MAX
 from acker.watermarks import acked_group
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
@@ -360,17 +360,33 @@ class _Publisher:
                      "nacks handled before", len(rows) - len(undecided))  # fmt: skip
         return undecided
 
-    def _decision(self, row: Any, record: Message | None, now_ms: int, unread_topics: set[str]) -> Decision:
-        """Where the nacked ``record`` (None: it no longer exists) goes; ``unread_topics``: the replay topics found
-        missing in this part, said once."""
-        headers = None if record is None else read_headers(record)
+    def _may_replay_to(self, topic: str) -> bool:
+        """Whether ``topic`` can be a spout's replay topic: a name Kafka takes, and none of this job's own. A spout
+        refuses a name that would give it another (`acker.topics.check_spout_name`), but an outcome record may name
+        any spout: its copies went to the progress topic (refused there, a record without a key: the batch failed at
+        every run), or to the dead-letter topic as replays, or a name too long failed the batch's lookups."""
+        own = {self.settings.progress_topic, self.policy.dead_letter_topic, self.settings.dlq_topic}
+        return len(topic) <= TOPIC_NAME_MAX and topic not in own
+
+    def _decision(
+        self, row: Any, record: Message | None, headers: HeaderList | None, now_ms: int, unread_topics: set[str]
+    ) -> Decision:
+        """Where the nacked ``record`` (None: it no longer exists) goes, given its ``headers`` (None: not readable,
+        `read_headers`); ``unread_topics``: the replay topics found missing in this part, said once."""
         if record is not None and headers is None:  # a header name that is not UTF-8
             log.warning("%s: its headers cannot be read (a header name is not UTF-8): dead-lettered as %s",
                         row.msg_id, UNREADABLE_HEADERS)  # fmt: skip
             return unreadable_headers(self.policy, row.spout, row.msg_id, row.reason, row.detail)
         decision = decide(self.policy, row.spout, row.msg_id, row.reason, headers=headers, now_ms=now_ms,
                           detail=row.detail)  # fmt: skip
-        if decision.resolution == REPLAYED and not self.partitions(decision.topic):
+        if decision.resolution == REPLAYED and not self._may_replay_to(decision.topic):
+            if decision.topic not in unread_topics:
+                unread_topics.add(decision.topic)
+                log.error("spout %.80r cannot have a replay topic (%.80s... is too long, or one of this job's own): "
+                          "no spout reads it; its nacks are dead-lettered (%s)", row.spout, decision.topic,
+                          NO_REPLAY_TOPIC)  # fmt: skip
+            decision = unread(self.policy, decision, row.msg_id, row.reason)
+        elif decision.resolution == REPLAYED and not self.partitions(decision.topic):
             if decision.topic not in unread_topics:
                 unread_topics.add(decision.topic)
                 log.error("replay topic %s does not exist: no spout reads it (is the replay prefix %r the spouts'?); "
@@ -388,6 +404,9 @@ class _Publisher:
         for row in rows:
             wanted[(row.topic, int(row.partition))].append(int(row.offset))
         found = {(t, p, o): r for (t, p), offsets in wanted.items() for o, r in _fetch(fetch, t, p, offsets).items()}
+        # Read once for all the nacks of a record (several spouts may read its topic): a second read of headers that
+        # could not be read finds none (`read_headers`), and the record was replayed without them.
+        headers_of = {at: read_headers(record) for at, record in found.items() if record is not None}
         now_ms = int(time.time() * 1000)
         # By the topic the nack was read from (not a prefix and its spout field: a job reading a pattern of topics of
         # another prefix must resolve the nacks where the commit job reads them).
@@ -395,7 +414,8 @@ class _Publisher:
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         unread_topics: set[str] = set()
         # The topics' sizes and limits asked before the transaction, whose timeout a slow answer would eat into.
-        for topic in {self.policy.replay_topic(row.spout) for row in rows} | {self.policy.dead_letter_topic}:
+        replay_topics = {t for row in rows if self._may_replay_to(t := self.policy.replay_topic(row.spout))}
+        for topic in replay_topics | {self.policy.dead_letter_topic}:
             if self.partitions(topic, recheck=True):
                 self.limit(topic)
         for topic in {row.outcome_topic for row in rows}:  # the resolutions' (it was read: it exists)
@@ -403,13 +423,16 @@ class _Publisher:
         self.producer.begin_transaction()
         try:
             for row in rows:
-                record = found[(row.topic, int(row.partition), int(row.offset))]
-                decision = self._decision(row, record, now_ms, unread_topics)
+                at = (row.topic, int(row.partition), int(row.offset))
+                record = found[at]
+                decision = self._decision(row, record, headers_of.get(at), now_ms, unread_topics)
                 value, key = (None, None) if record is None else (record.value(), record.key())
                 size = record_size(value, key, decision.headers)
                 if size + _FRAMING > self.limit(decision.topic) and row.detail:  # not for want of a diagnosis
-                    decision = without_detail(decision)
-                    size = record_size(value, key, decision.headers)
+                    lighter = without_detail(decision)
+                    lighter_size = record_size(value, key, lighter.headers)
+                    if lighter_size + _FRAMING <= self.limit(lighter.topic):  # else its dead letter keeps the detail
+                        decision, size = lighter, lighter_size
                 if size + _FRAMING > self.limit(decision.topic):
                     # Refused, it would abort the transaction at every run of the batch: no nack would be replayed.
                     log.warning("%s is too large to publish to %s (%d bytes): dead-lettered", row.msg_id,

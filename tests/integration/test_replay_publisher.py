@@ -37,12 +37,13 @@ from acker.retries import (
     SPOUT,
     TOO_LARGE,
     TRUNCATED,
+    UNREADABLE_HEADERS,
 )
 from acker.wire import decode_outcomes
 from spark_jobs import replay_job
 from spark_jobs.commit_job import OutcomeSource
 from spark_jobs.replay_job import Committed, ReplayJobSettings, _Publisher, close_publishers
-from tests.integration.helpers import read_all
+from tests.integration.helpers import produce_with_header_name, read_all
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]
 
@@ -199,6 +200,20 @@ def test_a_record_only_its_detail_makes_too_large_is_replayed_without_it(bootstr
     first, second = read_all(client, settings.replay_prefix + "sp")
     assert text(pairs(first.headers()), DETAIL) is None and first.value() == b"x" * 18_500
     assert text(pairs(second.headers()), DETAIL) == "d" * 500
+
+
+def test_a_record_too_large_even_without_its_detail_is_dead_lettered_with_the_detail(bootstrap: str) -> None:
+    """The detail was taken off before the record was found too large all the same: its dead letter, which holds a
+    cut of the record and has room for the detail, lost why its tree failed."""
+    client, settings, source = _with_a_small_replay_topic(bootstrap)
+    producer = Producer(client)
+    produce(producer, source, b"x" * 100_000, key=b"k")
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 0, 0, detail="bolt split: ValueError: boom")], _fetch(client))
+    [letter] = read_all(client, settings.dead_letter_topic)
+    headers = pairs(letter.headers())
+    assert (text(headers, REASON), text(headers, DETAIL)) == (TOO_LARGE, "bolt split: ValueError: boom")
 
 
 def test_a_copy_whose_own_replay_header_is_too_large_is_dead_lettered_with_it_cut(bootstrap: str) -> None:
@@ -498,3 +513,47 @@ def test_a_restart_finds_its_last_batch_in_a_progress_topic_made_with_several_pa
     assert _Publisher(settings, identity).publish(7, [nack], _fetch(client)) == 1
     close_publishers()
     assert _Publisher(settings, identity).publish(7, [nack], _fetch(client)) == 0, "batch 7 published twice"
+
+
+def test_a_record_whose_headers_cannot_be_read_nacked_by_two_spouts_is_dead_lettered_for_both(bootstrap: str) -> None:
+    """Two spouts read one source: their nacks of one record share the record fetched. The second read of headers
+    that could not be read found none, and the second spout's nack was replayed without them."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(
+        client, [TopicSpec(t, 1) for t in (source, settings.replay_prefix + "sp", settings.replay_prefix + "sp2")]
+    )
+    produce_with_header_name(client, source, 0, name=b"\xff\xfe", value=b"v")
+    first = _nack(settings, source, 0, 0)
+    second = SimpleNamespace(**{**vars(first), "spout": "sp2"})
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [first, second], _fetch(client)) == 2
+    assert [o for o, _ in _resolutions(client, settings)] == ["DEAD_LETTERED", "DEAD_LETTERED"]
+    letters = read_all(client, settings.dead_letter_topic)
+    assert [text(pairs(r.headers()), REASON) for r in letters] == [UNREADABLE_HEADERS] * 2
+    assert read_all(client, settings.replay_prefix + "sp2") == []
+
+
+@pytest.mark.parametrize("spout", ["progress", "dlq", "s" * 200])
+def test_a_nack_of_a_spout_that_cannot_have_a_replay_topic_is_dead_lettered_whole(bootstrap: str, spout: str) -> None:
+    """An outcome record may name any spout. Its replay topic was the job's progress topic (a copy refused there,
+    without a key: the batch failed at every run), its dead-letter topic (taken as a replay), or a name past Kafka's
+    249 characters (the lookup failed the batch at every run). Dead-lettered whole, for `acker dlq redrive`."""
+    client = {"bootstrap.servers": bootstrap}
+    uid = uuid.uuid4().hex[:8]
+    settings = replace(_settings(client), replay_prefix=f"rp-{uid}-" + "p" * 40 + ".",
+                       progress_topic=f"rp-{uid}-" + "p" * 40 + ".progress",
+                       dead_letter_topic=f"rp-{uid}-" + "p" * 40 + ".dlq")  # fmt: skip
+    source = f"src-{uid}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.progress_topic, 1),
+                           TopicSpec(settings.dead_letter_topic, 1)])  # fmt: skip
+    producer = Producer(client)
+    produce(producer, source, b"v")  # no key
+    assert producer.flush(30) == 0
+    row = SimpleNamespace(**{**vars(_nack(settings, source, 0, 0)), "spout": spout})
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [row], _fetch(client)) == 1
+    assert _resolutions(client, settings) == [("DEAD_LETTERED", f"{source}/0/0")]
+    [letter] = read_all(client, settings.dead_letter_topic)
+    assert (text(pairs(letter.headers()), REASON), letter.value()) == (NO_REPLAY_TOPIC, b"v")
