@@ -46,6 +46,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from confluent_kafka import Message, Producer
@@ -100,6 +101,11 @@ class Join:
     def __call__(self, message: BoltInput, collector: Outputs) -> None:
         now_ms = time.time() * 1000
         self._housekeeping(now_ms, collector)
+        if message.timestamp_ms is None or message.timestamp_ms > now_ms:
+            # Written by a clock ahead of this one (or not stamped): taken as written now. Kept, it would be held
+            # fresh for as long as that clock is ahead, and, first in arrival order, keep `_housekeeping` from
+            # failing every other side held meanwhile.
+            message = replace(message, timestamp_ms=int(now_ms))
         side = first(message.headers, SIDE)
         if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, self.hold_s):
             # not a side of an order, or too old to join: its tree may have expired
@@ -109,7 +115,7 @@ class Join:
         if key in self.joined:  # a copy of a side joined already (a re-read, a replay): joined again, same partner
             values = self.joined[key][1]
             if values[side] == message.value:
-                self._emit(key, values, [message], collector)
+                self._emit(key, _merged(values), [message], collector)
             else:
                 collector.fail(message, "join: another record under the same order id and side")
             return
@@ -121,10 +127,13 @@ class Join:
             else:
                 self.waiting.setdefault((key, side), []).append(message)  # held, with its copies, for the partner
             return
-        del self.waiting[(key, PARTNER[side])]
         values = {PARTNER[side]: others[0].value, side: message.value}
+        # Before anything changes: a side that cannot be merged (not a JSON object) fails this input only (the bolt
+        # fails an input its function raises on); its partner stays held, and no pair is remembered.
+        merged = _merged(values)
+        del self.waiting[(key, PARTNER[side])]
         self.joined[key] = (now_ms, values)
-        self._emit(key, values, [*others, message], collector)
+        self._emit(key, merged, [*others, message], collector)
 
     def revoked(self, partitions: set[tuple[str, int]], collector: Outputs) -> None:
         """The bolt's ``on_revoke``: sides held from ``partitions``, which another join process reads from now on,
@@ -168,17 +177,21 @@ class Join:
         while self.joined and now_ms - next(iter(self.joined.values()))[0] >= self.remember_ms:
             self.joined.popitem(last=False)
 
-    def _emit(self, key: bytes, values: dict[bytes, bytes | None], anchors: list[BoltInput], c: Outputs) -> None:
+    def _emit(self, key: bytes, merged: bytes, anchors: list[BoltInput], c: Outputs) -> None:
         """The joined message, anchored to every tree of every copy, then each copy acked."""
-        merged = {**json.loads(values[b"order"] or b"{}"), **json.loads(values[b"payment"] or b"{}")}
-        c.emit(self.output, json.dumps(merged).encode(), key=key, anchors=anchors)
+        c.emit(self.output, merged, key=key, anchors=anchors)
         for message in anchors:
             c.ack(message)
 
 
+def _merged(values: dict[bytes, bytes | None]) -> bytes:
+    """The joined message's value: the order's fields and the payment's (each side a JSON object)."""
+    return json.dumps({**json.loads(values[b"order"] or b"{}"), **json.loads(values[b"payment"] or b"{}")}).encode()
+
+
 def _expired(message: BoltInput, now_ms: float, hold_s: float) -> bool:
-    """Whether the message's tree may have expired: written by its spout ``hold_s`` ago or more (a record without a
-    timestamp is taken as fresh)."""
+    """Whether the message's tree may have expired: written by its spout ``hold_s`` ago or more (a timestamp ahead
+    of this clock, or none, was taken as the time the join read it)."""
     return message.timestamp_ms is not None and now_ms - message.timestamp_ms >= hold_s * 1000
 
 

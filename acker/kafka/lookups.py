@@ -323,7 +323,9 @@ class KafkaLookups:
     def _listed(self, group: str, partitions: list[TopicPartition] | None) -> dict[tuple[str, int], int]:
         """The offsets of ``group`` Kafka lists for ``partitions`` (None: all it has)."""
         request = ConsumerGroupTopicPartitions(group, partitions)
-        result = self._admin_client().list_consumer_group_offsets([request])[group].result()
+        # Within the lookups' timeout, as every other lookup here: librdkafka's own is 60 s, and the lock is held.
+        listed = self._admin_client().list_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
+        result = listed[group].result()
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
 
     def advance(
@@ -343,7 +345,8 @@ class KafkaLookups:
             return {}
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])
         try:
-            result = self._admin_client().alter_consumer_group_offsets([request])[group].result()
+            altered = self._admin_client().alter_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
+            result = altered[group].result()
         except KafkaException as error:
             raise WatermarkCommitError(group, {tp: str(error) for tp in ahead}) from error
         failures = {}

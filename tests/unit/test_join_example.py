@@ -7,12 +7,16 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from acker.bolt import BoltInput
 from acker.core.ids import IdGenerator
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.core.tuple_tree import InputTuple, SpoutTree, TupleIds, anchored, trusted_ids
+from acker.examples import join as join_module
 from acker.examples.join import SIDE, join_bolt
 
 HOLD_S = 10.0
@@ -201,3 +205,33 @@ def test_sides_held_from_a_revoked_partition_are_failed_and_the_others_kept() ->
     assert collector.calls[1:] == [("emit", (joined, [0, 2])), ("ack", 0), ("ack", 2)]
     join(replace(message(3, b"payment", {"order": "o2", "paid": 5}), partition=1), collector)
     assert len(collector.calls) == 4 and join.waiting[(b"o2", b"payment")][0].offset == 3  # never with the failed side
+
+
+def test_a_side_stamped_by_a_clock_ahead_does_not_keep_the_others_from_being_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """First in arrival order, a side stamped an hour ahead was fresh for that hour, and the housekeeping, which stops
+    at the first side still fresh, failed no other side held meanwhile (their trees timed out instead)."""
+    clock = [1_000.0]
+    monkeypatch.setattr(join_module, "time", SimpleNamespace(time=lambda: clock[0]))
+    ahead = replace(message(0, b"order", ORDER), timestamp_ms=int((clock[0] + 3600) * 1000))
+    other = replace(message(1, b"order", {"order": "o2", "amount": 5}), timestamp_ms=int(clock[0] * 1000))
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    join(ahead, collector)
+    join(other, collector)
+    clock[0] += HOLD_S + 1
+    join(replace(message(2, b"order", {"order": "o3", "amount": 5}), timestamp_ms=int(clock[0] * 1000)), collector)
+    assert collector.calls == [("fail", 0), ("fail", 1)]
+
+
+def test_a_side_that_cannot_be_merged_fails_its_input_only_and_its_partner_stays_held() -> None:
+    """A payment that is JSON but not an object (written by another producer than the example's spouts): the order
+    was taken off the held sides and the pair remembered before the merge raised. The order was settled by nobody
+    (its tree timed out) and every later copy of the payment failed as another record under the same order id."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    join(message(0, b"order", ORDER), collector)
+    with pytest.raises(TypeError):  # the bolt fails the input its function raises on
+        join(replace(message(1, b"payment", PAYMENT), value=b'["o1", 30]'), collector)
+    assert (b"o1", b"order") in join.waiting and b"o1" not in join.joined
+    join(message(2, b"payment", PAYMENT), collector)
+    assert collector.calls == [("emit", ({"order": "o1", "amount": 30, "paid": 30}, [0, 2])), ("ack", 0), ("ack", 2)]

@@ -152,3 +152,17 @@ def test_a_partition_is_taken_as_gone_only_when_the_metadata_lacks_it_twice(monk
     finally:
         kafka._consumer = real
         kafka.close()
+
+
+def test_a_groups_offsets_are_asked_within_the_lookups_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing a group's offsets (also the first step of committing them) waited librdkafka's 60 s for a broker that
+    does not answer, holding the lookups' lock, where every other lookup waits `_LOOKUP_TIMEOUT_S`."""
+    monkeypatch.setattr(lookups, "_LOOKUP_TIMEOUT_S", 1.0)
+    kafka = lookups.lookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    began = time.monotonic()
+    try:
+        with pytest.raises(KafkaException), kafka.lock:
+            kafka.committed("g", [("t", 0)])
+    finally:
+        lookups.close_all()
+    assert time.monotonic() - began < 30  # not librdkafka's 60 s
