@@ -159,8 +159,13 @@ def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str)
         "fetch.wait.max.ms": OUTCOME_FETCH_WAIT_MS,
     }
     # Assigned, never subscribed, and never committing: a fresh group each start, which would keep its offsets
-    # (and show in the group listings) for the broker's offset retention.
-    return config.stream_consumer(fetch, **{"group.id": group, "enable.auto.commit": False})
+    # (and show in the group listings) for the broker's offset retention. Read uncommitted: the acker's outcomes are
+    # not written in transactions; the replay job's resolutions are (rows the spout passes over, anchor 0), and one
+    # left open (a driver dead mid-batch) hid every later outcome from a read_committed spout until the broker
+    # aborted it: no room freed, the spout stopped at max_pending.
+    return config.stream_consumer(
+        fetch, **{"group.id": group, "enable.auto.commit": False, "isolation.level": "read_uncommitted"}
+    )
 
 
 class Emitter:

@@ -218,6 +218,37 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     spout.close()
 
 
+def test_a_spout_reads_the_ackers_outcomes_past_a_transaction_left_open_on_its_outcome_topic(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """The replay job writes its resolutions to the outcome topics in transactions. One left open (its driver died
+    mid-batch) hid every later outcome from a read_committed spout until the broker aborted it (a minute by
+    default, more if the job asks): no room freed, the spout stopped at max_pending. The acker's outcomes are not
+    transactional, and the spout ignores the job's rows: it reads what is written."""
+    outcome_topic = config.outcome_topic(SPOUT)
+    stuck = Producer(
+        config.client(**{"transactional.id": f"stuck-{uuid.uuid4().hex}", "transaction.timeout.ms": 600_000})
+    )
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    for partition in range(partition_count(config.client(), outcome_topic)):
+        stuck.produce(outcome_topic, encode_outcome_rows(SPOUT, [("REPLAYED", 0, "x/0/0", 0)]), partition=partition)
+    assert stuck.flush(30) == 0  # written, in a transaction that stays open
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}",
+                                        max_pending=10))  # fmt: skip
+    stages = [ServiceThread(config), Running(spout),
+              Running(Bolt(config, topics.split, f"split-{topics.prefix}", lambda _m, _c: None))]  # fmt: skip
+    try:
+        _produce(config, topics.sentences, list(sentences(30, seed=4)))
+        deadline = time.monotonic() + 60
+        while spout.counters["acked"] < 30:
+            assert time.monotonic() < deadline, f"acked {spout.counters['acked']} of 30: outcomes hidden"
+            time.sleep(0.2)
+    finally:
+        _stop(stages)
+        stuck.abort_transaction(30)
+
+
 def test_a_spout_whose_position_retention_deleted_reads_on_from_the_first_record_left_whatever_its_reset(
     config: ServiceConfig,
 ) -> None:
