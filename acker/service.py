@@ -1271,6 +1271,10 @@ class AckerService:
                         # here because the pass-through settings may say otherwise.
                         "allow.auto.create.topics": False,
                         **READ_TO_SETTINGS,  # it reads outcome topics back, then looks up offsets
+                        # What is written: the acker's outcomes are not in transactions, the replay job's resolutions
+                        # are (passed over here). One left open (a driver dead mid-batch) held a read_committed
+                        # read-back, and its end, where it began: trees decided after it were decided again.
+                        "isolation.level": "read_uncommitted",
                     }
                 )
             )

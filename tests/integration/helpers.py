@@ -143,13 +143,14 @@ def send(config: ServiceConfig, messages: Iterable[TreeMessage], client: AckerCl
 class OutcomeReader:
     """Reads the outcome topics of the given spouts from the beginning; accumulates every outcome seen."""
 
-    def __init__(self, config: ServiceConfig, spouts: Iterable[str]) -> None:
+    def __init__(self, config: ServiceConfig, spouts: Iterable[str], isolation: str = "read_committed") -> None:
         self.consumer = Consumer(
             config.client(
                 **{
                     "group.id": f"reader-{uuid.uuid4().hex}",
                     "auto.offset.reset": "earliest",
                     "topic.metadata.refresh.interval.ms": 1000,
+                    "isolation.level": isolation,
                 }
             )
         )

@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -35,7 +36,7 @@ from acker.kafka.provision import Cluster, kafka_cluster
 from acker.replay import format_message, replay
 from acker.service import AckerService
 from acker.status import group_lag, read_status, status_key
-from acker.wire import decode_batch, encode_outcomes
+from acker.wire import decode_batch, encode_outcome_rows, encode_outcomes
 from acker.workload import WorkloadSpec, generate
 from tests.integration.helpers import (
     OutcomeReader,
@@ -264,10 +265,12 @@ def _wait_committed(config: ServiceConfig, service: AckerService) -> None:
         service.consumer.poll(0.1)
 
 
-def _next_owner_outcomes(config: ServiceConfig, spouts: list[str], ids: IdGenerator) -> dict[str, list[str]]:
+def _next_owner_outcomes(
+    config: ServiceConfig, spouts: list[str], ids: IdGenerator, isolation: str = "read_committed"
+) -> dict[str, list[str]]:
     """Every outcome of ``spouts``' topics once a next owner (as after a crash of the first) has decided a tree sent
     after everything else, so has read back and replayed all that came before."""
-    reader = OutcomeReader(config, spouts)
+    reader = OutcomeReader(config, spouts, isolation)
     second = ServiceThread(config)
     try:
         after, after_value = ids(), ids()
@@ -398,6 +401,28 @@ def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(
     monkeypatch.setattr(service_module, "READ_BACK_PATIENCE_S", 0.0)
     assert _next_owner_outcomes(config, [SPOUT], ids)["T"] == ["ACK", "ACK"]
     assert reads == [config.outcome_topic(SPOUT)] * 2  # the first try, and the last
+
+
+def test_outcomes_published_after_a_transaction_left_open_on_the_outcome_topic_are_read_back(
+    config: ServiceConfig,
+) -> None:
+    """The replay job writes its resolutions to the outcome topics in transactions. With one left open (its driver
+    died mid-batch), a read_committed read-back ended where it began: T's ack, published after it, was not found,
+    and the next owner decided T and published it again (or otherwise: a tree the committed offset cuts in two)."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    stuck = Producer(config.client(**{"transactional.id": f"stuck-{uuid.uuid4().hex}",
+                                      "transaction.timeout.ms": 600_000}))  # fmt: skip
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(config.outcome_topic(SPOUT), encode_outcome_rows(SPOUT, [("REPLAYED", 0, "x/0/0", 0)]), partition=0)
+    assert stuck.flush(30) == 0
+    ids = IdGenerator(13)
+    try:
+        _decided_then_crashed(config, ids)
+        assert _next_owner_outcomes(config, [SPOUT], ids, "read_uncommitted")["T"] == ["ACK"]
+    finally:
+        stuck.abort_transaction(30)
 
 
 def test_a_deleted_outcome_topic_is_passed_over_at_once_and_the_others_still_read_back(config: ServiceConfig) -> None:
