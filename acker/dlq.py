@@ -32,6 +32,7 @@ from acker.kafka.clients import (
     READ_TO_SETTINGS,
     KafkaClientError,
     log_bounds,
+    open_transaction_wait_s,
     partition_count,
     produce_reporting,
     read_to,
@@ -212,10 +213,18 @@ def _partitions(config: ServiceConfig, topic: str) -> int | None:
         return None
 
 
-def _reader(config: ServiceConfig) -> Consumer:
+def _reader(config: ServiceConfig, isolation: str = "read_committed") -> Consumer:
+    """A consumer of committed records, whatever the shared settings say: the replay job writes its dead letters and
+    replays in transactions, and one aborted (its batch ran again, and may have resolved its nacks otherwise) is no
+    letter, nor a copy. ``read_uncommitted``: for the ends of partitions as written (`_headers_since`)."""
     return Consumer(
         config.client(
-            **{"group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, **READ_TO_SETTINGS}
+            **{
+                "group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+                **READ_TO_SETTINGS,
+            }
         )
     )
 
@@ -368,23 +377,34 @@ def _read_from(letters: Iterable[DeadLetter]) -> int:
 def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator[tuple[str, HeaderList]]:
     """The coordinates and headers of the records of ``topic`` from the first written at ``since_ms`` or later, one
     partition after another, up to its current end; no record is kept (a replay topic may be large). Nothing when it
-    does not exist; `DlqError` when where to start cannot be told (a copy there would go unseen)."""
+    does not exist; `DlqError` when where to start cannot be told (a copy there would go unseen).
+
+    Up to the end as written, not the last stable offset: a transaction left open (a replay job's driver dead
+    mid-batch) hid the copies written after it, and a letter re-driven already was re-driven again. Its end waits for
+    the broker to abort it (`open_transaction_wait_s`), or the read fails (`DlqError`) rather than miss a copy."""
     partitions = _partitions(config, topic)
     if partitions is None:
         return
-    consumer = _reader(config)
+    consumer, written = _reader(config), _reader(config, "read_uncommitted")
     try:
         asked = [TopicPartition(topic, p, max(0, since_ms)) for p in range(partitions)]
-        for start in consumer.offsets_for_times(asked, timeout=30):
+        for start in written.offsets_for_times(asked, timeout=30):  # read_committed: none past the open one
             if start.error is not None:
                 raise DlqError(f"cannot tell where to read {topic}[{start.partition}] from: {start.error}")
             if start.offset < 0:  # nothing written since
                 continue
-            _, high = log_bounds(consumer, TopicPartition(topic, start.partition))
-            for record in read_to(consumer, TopicPartition(topic, start.partition, start.offset), high):
-                yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
+            _, high = log_bounds(written, TopicPartition(topic, start.partition))
+            at = TopicPartition(topic, start.partition, start.offset)
+            try:
+                for record in read_to(consumer, at, high, open_transaction_wait_s(config.kafka)):
+                    yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
+            except KafkaClientError as error:
+                raise DlqError(f"{topic}[{start.partition}] not read to its end ({error}): a transaction left open "
+                               "there (a replay job stopped mid-batch?) hides what comes after it until the broker "
+                               "aborts it; try again then") from None  # fmt: skip
     finally:
         consumer.close()
+        written.close()
 
 
 def in_flight(

@@ -33,7 +33,7 @@ class DrpcError(AckerError):
 
 class DrpcClient:
     def __init__(self, config: ServiceConfig, chain: Chain) -> None:
-        self.chain = chain
+        self.chain, self._config = chain, config
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"
@@ -133,11 +133,18 @@ class DrpcClient:
         written since. An end behind a transaction still open is waited for (the answer may be in it)."""
         give_up = time.monotonic() + READ_TO_END_S
         ends = {}
+        # The ends as written: this read_committed consumer would say the last stable offset, where a transaction
+        # still open begins, and the answer in it was not waited for.
+        written = Consumer(self._config.client(**{"group.id": f"{self.chain.name}.client-ends",
+                                                  "enable.auto.commit": False,
+                                                  "isolation.level": "read_uncommitted"}))  # fmt: skip
         try:
             for tp in self.consumer.assignment():
-                ends[tp.partition] = self.consumer.get_watermark_offsets(tp, READ_TO_END_S, cached=False)[1]
+                ends[tp.partition] = written.get_watermark_offsets(tp, READ_TO_END_S, cached=False)[1]
         except KafkaException:  # the broker does not answer: what was read is all there is to go by
             return
+        finally:
+            written.close()
         self._read_answers(0)  # what is fetched already
         while (
             request not in self._answers

@@ -58,6 +58,7 @@ from acker.kafka.clients import (
     TopicSpec,
     ensure_topics,
     log_bounds,
+    open_transaction_wait_s,
     partition_count,
     produce,
     read_to,
@@ -97,7 +98,6 @@ _WHOLE = 1 << 62  # the part of a progress record that says a whole micro-batch 
 _MISSING_RECHECK_S = 60.0  # a replay topic found missing is looked up again after this (its spout may start)
 _COUNT_RECHECK_S = 300.0  # a topic's partition count is looked up again after this (partitions may have been added)
 _LIMIT_RECHECK_S = 60.0  # a topic whose size limit the broker did not tell is asked again after this
-_TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms: how long another job's may stay open
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class _Publisher:
         last: tuple[int, int, tuple[str, str] | None] = (-1, _WHOLE, None)
         try:
             low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
-            open_for = int(client.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
+            open_for = open_transaction_wait_s(client)
             for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
                 found = _progress(record.value() or b"-1") if record.key() == key else None
                 if found is not None and found[0] >= last[0]:  # a batch's latest record: a run after a crash may

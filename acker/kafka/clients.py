@@ -322,6 +322,17 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             time.sleep(0.2)
 
 
+TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms
+
+
+def open_transaction_wait_s(client: Mapping[str, Any]) -> float:
+    """How long a read_committed read up to a partition's end as written (its high watermark, read by a
+    read_uncommitted handle: a read_committed one says the last stable offset, where the first open transaction
+    begins) may wait: until the broker aborts a transaction left open (a writer dead mid-transaction), after the
+    ``transaction.timeout.ms`` these settings give (librdkafka's default if none), and a margin."""
+    return int(client.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)) / 1000 + 30.0
+
+
 def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 30.0) -> list[int]:
     """The current end offset of each partition (see `log_bounds`)."""
     return [log_bounds(consumer, tp, timeout_s)[1] for tp in partitions]

@@ -383,6 +383,31 @@ def test_an_answer_written_just_before_a_wait_gives_up_is_taken(config: ServiceC
         client.close()
 
 
+def test_an_answer_in_a_transaction_committed_after_the_deadline_is_waited_for(config: ServiceConfig) -> None:
+    """The joining step wrote the answer in time, in a batch whose transaction commits a moment later. The client
+    took the end of the results topic from its read_committed consumer, which says the last stable offset (where that
+    transaction begins), and gave up at once: "no answer before its deadline"."""
+    chain = _small_chain(config, 2)
+    client = DrpcClient(config, chain)
+    step = Producer(config.client(**{"transactional.id": f"{chain.name}-step-{uuid.uuid4().hex[:8]}"}))
+    step.init_transactions(30)
+    try:
+        request = client.send(b"go", timeout_s=60)  # no step runs: only this test answers
+        step.begin_transaction()
+        produce(step, chain.results, b"42", key=request.encode(), partition=0,
+                headers=[(REQUEST, request.encode()), (STATUS, b"ok")])  # fmt: skip
+        assert step.flush(10) == 0
+        committing = threading.Timer(1.0, step.commit_transaction, args=(30,))
+        committing.start()
+        client._deadlines[request] = time.monotonic() - 1  # its time ran out: the answer is still uncommitted
+        try:
+            assert client.wait(request) == b"42"
+        finally:
+            committing.join()
+    finally:
+        client.close()
+
+
 def test_partitions_added_to_a_running_step_never_give_an_early_answer(config: ServiceConfig) -> None:
     """Step 1 grows from 1 to 3 partitions while a process of it runs. That process reported with its old task count
     (1), so the joining step finished on its report and answered without the other tasks' messages. It now stops at

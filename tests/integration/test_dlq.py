@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 
@@ -14,7 +15,7 @@ from acker.cli import main
 from acker.config import ServiceConfig, to_argv
 from acker.core.ids import IdGenerator
 from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
-from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, too_large
+from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, redrive, too_large
 from tests.integration.helpers import (
     ServiceThread,
     create_acker_topics,
@@ -503,3 +504,59 @@ def _headers_of(config: ServiceConfig, topic: str, partition: int) -> dict[str, 
         raise AssertionError("no record")
     finally:
         consumer.close()
+
+
+def test_a_letter_re_driven_behind_a_transaction_left_open_is_not_re_driven_again(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay job's transaction left open on the replay topic (its driver died mid-batch) hid the copy re-driven
+    after it from a read up to the last stable offset: the letter was re-driven a second time. The read now goes to
+    the end as written, waiting for the broker to abort the transaction (here it is aborted after 3 s)."""
+    replay_topic = letters.replay_topic("sp")
+    stuck = Producer(
+        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
+    )
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(replay_topic, b"a replay in a transaction", partition=1)
+    assert stuck.flush(30) == 0
+    letter = f"{letters.replay_dlq_topic}/0/0"
+    [dead] = [h for h in _every_headers(letters, letters.replay_dlq_topic, 0) if h[ORIGIN] == b"src/1/7"]
+    copy = redrive(RetryPolicy(replay_prefix=letters.replay_prefix), letter, list(dead.items()))
+    producer = Producer(letters.client())  # re-driven (as `redrive` writes it): after the open transaction
+    produce(producer, copy.topic, b"value-0", key=b"key-0", partition=1, headers=copy.headers)
+    assert producer.flush(30) == 0
+    aborting = threading.Timer(3.0, stuck.abort_transaction, args=(30,))
+    aborting.start()
+    try:
+        assert _dlq(letters, "redrive", "0") == 2
+    finally:
+        aborting.join()
+    assert f"{letter} (copy at {replay_topic}/1/1)" in capsys.readouterr().err
+
+
+def test_a_letter_of_an_aborted_transaction_is_no_letter_whatever_the_shared_settings(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay job's batch whose transaction was aborted ran again, and may have resolved its nacks otherwise (a
+    watermark passed, another --max-attempts): its dead letter is none. With ``isolation.level`` read_uncommitted
+    among the shared settings, the tools listed it, and re-drove a record already done."""
+    aborted = Producer(letters.client(**{"transactional.id": f"aborted-{letters.group}"}))
+    aborted.init_transactions(30)
+    aborted.begin_transaction()
+    policy = RetryPolicy(
+        max_attempts=2, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    tried = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/9")]
+    letter = decide(policy, "sp", f"{letters.replay_prefix}sp/0/5", "FAILED", headers=tried, now_ms=0)
+    produce(aborted, letter.topic, b"aborted", headers=letter.headers)
+    assert aborted.flush(30) == 0
+    aborted.abort_transaction(30)
+    shared = replace(letters, kafka={**letters.kafka, "isolation.level": "read_uncommitted"})
+    for name, value in to_argv(shared)[1].items():  # the shared settings, as a child process gets them
+        monkeypatch.setenv(name, value)
+    assert _dlq(shared, "list", "--json") == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["origin"] for r in rows] == ["src/1/7", "src/0/3"]
+    assert _dlq(shared, "redrive", "--all") == 0
+    assert "2 record(s) re-driven" in capsys.readouterr().out
