@@ -193,6 +193,10 @@ class Demo:
                 reader.close()
         return self.ledger.report()
 
+    @property
+    def spark_dlq_topic(self) -> str:
+        return f"{self.config.dlq_topic}.out"
+
     def _create_topics(self) -> None:
         c, n = self.config, self.options.partitions
         create_topics(
@@ -203,6 +207,7 @@ class Demo:
                 TopicSpec(c.dlq_topic, 1),
                 TopicSpec(c.replay_topic(self.topics.spout), n),
                 TopicSpec(c.replay_dlq_topic, 1),
+                TopicSpec(self.spark_dlq_topic, 1),  # where the Spark jobs put malformed outcome records
                 TopicSpec(c.status_topic, 1, config={"cleanup.policy": "compact"}),
                 *(TopicSpec(t, n) for t in (self.topics.sentences, self.topics.split, self.topics.words)),
                 TopicSpec(self.topics.counts, n, config=COUNTS_TOPIC_CONFIG),
@@ -244,7 +249,7 @@ class Demo:
         spark = spark_session("acker-demo", jvm_output=checkpoint / "spark.log")
         groups = {self.topics.spout: self.topics.spout_group}
         commit = commit_job.CommitJobSettings(
-            source, f"{checkpoint}/commit", groups=groups, dlq_topic=f"{c.dlq_topic}.out"
+            source, f"{checkpoint}/commit", groups=groups, dlq_topic=self.spark_dlq_topic
         )
         replay = replay_job.ReplayJobSettings(
             source,
@@ -256,7 +261,7 @@ class Demo:
             dead_letter_topic=c.replay_dlq_topic,
             groups=groups,  # the spout's watermark group: late nacks of records past it are not replayed
             progress_topic=f"{self.prefix}.replay.progress",
-            dlq_topic=f"{c.dlq_topic}.out",
+            dlq_topic=self.spark_dlq_topic,
         )
         return spark, [*commit_job.start(spark, commit), *replay_job.start(spark, replay)]
 
