@@ -119,6 +119,10 @@ _ENSURE_AGAIN = Backoff(first_ms=30_000, max_ms=600_000)
 # A partition just assigned whose outcomes could not be read back waits, tried again after these delays, this long at
 # most; then it is replayed without what could not be read (`AckerService._recover`).
 READ_BACK_PATIENCE_S = 120.0
+# The read-backs of one turn of the loop stop being started after this; the others wait for the next turn, after a
+# poll. Many partitions assigned at once while a broker does not answer (each read waiting out its timeouts) kept the
+# loop from polling past max.poll.interval.ms (5 minutes by default): the instance left its group.
+READ_BACK_TURN_S = 60.0
 _READ_BACK_AGAIN = Backoff(first_ms=1_000, max_ms=15_000)
 CREATION_WINDOW_S = 3600.0  # `outcome_topics_per_hour` counts the outcome topics created within this window
 TICK_REFUSED_AGAIN_MS = 5000  # a tick the producer refused at once (a partition it does not know yet) waits this
@@ -1172,6 +1176,8 @@ class AckerService:
             return
         starts = self._read_back_starts(due)
         for partition in due:
+            if time.monotonic() - now >= READ_BACK_TURN_S:
+                break  # the others at the next turn: still due, their records held back meanwhile
             waiting = self._to_recover[partition]
             final = waiting.since is not None and now - waiting.since >= READ_BACK_PATIENCE_S
             failure = self._read_back(partition, starts, final=final)

@@ -33,3 +33,25 @@ def test_a_read_back_that_failed_slowly_waits_its_delay_after_the_failure(monkey
     service._recover()
     waiting = service._to_recover[0]
     assert waiting.tries == 1 and waiting.at == clock.now + 1.0 and waiting.since == 1000.0
+
+
+def test_the_read_backs_of_one_turn_of_the_loop_stop_after_a_while_and_the_others_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twelve partitions assigned at once, each read back slowly (a broker that does not answer): the loop did not
+    poll again until all were done, past max.poll.interval.ms, and the instance left its group."""
+    clock = _Clock()
+    monkeypatch.setattr(service_module, "time", clock)
+    service: Any = AckerService.__new__(AckerService)  # the edge alone: no Kafka clients
+    service._to_recover = {p: _ReadBack() for p in range(12)}
+    service._states, service._paused = dict.fromkeys(range(12), object()), set()
+    service._read_back_starts = lambda _partitions: {}
+
+    def slow(_partition: int, _starts: object, *, final: bool) -> None:
+        clock.now += 25.0
+
+    service._read_back = slow
+    service._recover()
+    assert sorted(service._to_recover) == list(range(3, 12))  # three started within the turn's 60 s
+    service._recover()  # the next turn goes on with them
+    assert sorted(service._to_recover) == list(range(6, 12))
