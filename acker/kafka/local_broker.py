@@ -171,6 +171,7 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
 
     java_executable()  # fail early and clearly: the jars are useless without Java
     if done():
+        _sweep_stale_fetches(version_dir)
         return lib_dir
     mvn = _executable("mvn", "MAVEN_HOME")
     if mvn is None:
@@ -202,6 +203,8 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
                 result = subprocess.run(
                     cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, text=True, timeout=_MAVEN_TIMEOUT_S, check=False,
+                    # Dies with this process (prctl only, prepared here): a fetch killed midway left Maven running.
+                    preexec_fn=pdeathsig_preexec(),
                 )  # fmt: skip
             except subprocess.TimeoutExpired as exc:
                 output = _tail(exc.output if isinstance(exc.output, str) else "")
@@ -222,6 +225,21 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return lib_dir
+
+
+def _sweep_stale_fetches(version_dir: Path) -> None:
+    """Remove the work dirs of fetches that were killed midway (tens of MB each), unless a fetch holds the lock
+    now: once the jars are there no fetch runs again, and the sweep before each fetch would never come."""
+    stale = list(version_dir.glob("fetch-*"))
+    if not stale:
+        return
+    with open(version_dir / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a fetch is running: its own work dir is among them
+            return
+        for work in stale:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def kafka_tool_command(main_class: str, *args: str, cache_dir: Path | None = None) -> list[str]:
@@ -709,10 +727,16 @@ class LocalKafkaBroker:
                 admin = AdminClient(config)
             try:
                 if not listed:
-                    if not admin.list_topics(timeout=request_timeout).brokers:
+                    metadata = admin.list_topics(timeout=request_timeout)
+                    if not metadata.brokers:
                         last_error = "metadata listed no broker"
                         time.sleep(0.05)
                         continue
+                    if metadata.cluster_id != self._formatted_cluster_id():
+                        # Another process's broker took the port between its pick and this JVM's bind (which fails):
+                        # taken for ours, its clients would have talked to a broker of other settings, or to none.
+                        raise _PortTakenError(f"another Kafka cluster ({metadata.cluster_id}) answers on "
+                                              f"127.0.0.1:{port}")  # fmt: skip
                     listed = True
                 # Succeeds (group state DEAD) once the coordinator is loaded; creates __consumer_offsets.
                 futures = admin.describe_consumer_groups([_WARMUP_GROUP], request_timeout=request_timeout)
@@ -721,6 +745,15 @@ class LocalKafkaBroker:
             except (KafkaException, TimeoutError) as exc:
                 last_error = f"{'group coordinator' if listed else 'metadata request'}: {exc!r}"
                 time.sleep(0.05)
+
+    def _formatted_cluster_id(self) -> str | None:
+        """The cluster id this broker's storage was formatted with (None if it cannot be read)."""
+        path = (self._data_dir or Path("/nonexistent")) / _LOG_DIR_NAME / "meta.properties"
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return None
+        return next((line.split("=", 1)[1].strip() for line in lines if line.startswith("cluster.id=")), None)
 
     def _cleanup(self) -> None:
         proc, self._process = self._process, None

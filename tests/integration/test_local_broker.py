@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # where the type stubs export it (confluent_kafka.admin does not)
 
+from acker.kafka import local_broker as local_broker_module
 from acker.kafka.local_broker import (
     KAFKA_VERSION,
     POM_PATH,
@@ -148,6 +149,31 @@ def test_serves_admin_producer_and_consumer_then_stops_without_a_trace(broker: L
     broker.stop()  # idempotent
     with pytest.raises(KafkaBrokerError):
         _ = broker.bootstrap_servers
+
+
+def test_a_port_another_broker_answers_on_is_given_up_for_new_ones(
+    broker: LocalKafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's broker took the picked port before this one's JVM bound it: the other answered, was taken
+    for this one (`start` returned at once), and this one died of the port in use."""
+    taken = int(broker.bootstrap_servers.rsplit(":", 1)[1])
+    picks: list[int] = []
+    real = local_broker_module._free_ports
+
+    def first_taken(count: int) -> list[int]:
+        picks.append(count)
+        ports = real(count)
+        return [taken, *ports[1:]] if len(picks) == 1 else ports
+
+    monkeypatch.setattr(local_broker_module, "_free_ports", first_taken)
+    second = LocalKafkaBroker()
+    try:
+        second.start()
+        assert second.bootstrap_servers != broker.bootstrap_servers and len(picks) == 2
+        cluster = AdminClient({"bootstrap.servers": second.bootstrap_servers}).list_topics(timeout=10).cluster_id
+        assert cluster == second._formatted_cluster_id() and second.is_running()
+    finally:
+        second.stop()
 
 
 def test_pom_and_module_agree_on_the_kafka_version() -> None:

@@ -3,13 +3,22 @@ the next broker started, once its processes are gone; others are left alone."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from acker.kafka.local_broker import _pid_namespace, _sweep_dead_dumps, sweep_orphaned_data_dirs
+from acker.kafka.local_broker import (
+    KAFKA_VERSION,
+    POM_PATH,
+    _pid_namespace,
+    _sweep_dead_dumps,
+    fetch_jars,
+    sweep_orphaned_data_dirs,
+)
 
 
 def _dead_pid() -> int:
@@ -51,3 +60,19 @@ def test_class_data_dumps_of_owners_gone_are_swept_once_no_jvm_can_still_write_t
         os.utime(dump, (old, old))
     assert _sweep_dead_dumps(archive) == [orphan]
     assert [d.exists() for d in (orphan, fresh, mine, other)] == [False, True, True, True]
+
+
+def test_the_work_dir_of_a_fetch_killed_midway_is_swept_once_the_jars_are_there_unless_a_fetch_runs(
+    tmp_path: Path,
+) -> None:
+    """A fetch killed midway left its work dir (tens of MB); the sweep ran only before a fetch, and once another fetch
+    had put the jars there none ran again."""
+    version_dir = tmp_path / f"kafka-{KAFKA_VERSION}"
+    (version_dir / "lib").mkdir(parents=True)
+    (version_dir / ".complete").write_text(hashlib.sha256(POM_PATH.read_bytes()).hexdigest() + "\n")
+    stale = version_dir / "fetch-killed"
+    (stale / "lib").mkdir(parents=True)
+    with open(version_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a fetch of another process is running: its work dir may be this one
+        assert fetch_jars(tmp_path) == version_dir / "lib" and stale.is_dir()
+    assert fetch_jars(tmp_path) == version_dir / "lib" and not stale.exists()
