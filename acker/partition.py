@@ -167,17 +167,45 @@ class PartitionState:
                 kept = np.flatnonzero(keep)
                 block, records = _without(block, records, keep)
         self._passed(int(records.offsets[-1]))
-        outcomes = self.tracker.process_records(block, records)
+        if self._decided_until is None and self._decided_expiry is None:
+            outcomes = self.tracker.process_records(block, records)
+        else:
+            outcomes = self._counting_down(block, records)
         if kept is not None:
             outcomes.index = kept[outcomes.index]
-        if self._decided_until is not None and self.position is not None and self.position > self._decided_until:
-            # Past where they were decided: remembered as long as tombstones made now.
-            self._decided_expiry = self.tracker.tick_count + self.tracker.config.buckets
-            self._decided_until = None
-        if self._decided_expiry is not None and self.tracker.tick_count >= self._decided_expiry:
-            self.tracker.clear_decided()
-            self._decided_expiry = self._decided_since = None
         return outcomes
+
+    def _counting_down(self, block: MessageBlock, records: RecordSpans) -> OutcomeBlock:
+        """Apply the records while the trees told of by `recover` are known: that knowledge begins its countdown
+        after the record that passes the last one deciding them, and ends after the tick that completes it, each at
+        that record, not at the end of the call. Counted per call, how long they were known depended on how many
+        records a poll returned: an init sent again was late (ignored) or opened a tree (timed out, replayed), as
+        the same log was read in more or fewer calls."""
+        parts: list[OutcomeBlock] = []
+        starts: list[int] = []
+        first, count = 0, len(records.offsets)
+        while first < count:
+            end = count
+            if self._decided_until is not None:  # up to the first record at or past it
+                past = np.flatnonzero(records.offsets[first:] >= self._decided_until)
+                end = first + int(past[0]) + 1 if len(past) else count
+            elif self._decided_expiry is not None:  # up to the record of the tick that completes the countdown
+                ticks = np.flatnonzero(block.kinds[records.start_of(first) :] == Kind.TICK) + records.start_of(first)
+                due = self._decided_expiry - self.tracker.tick_count
+                end = records.record_of(int(ticks[due - 1])) + 1 if 0 < due <= len(ticks) else count
+            start = records.start_of(first)
+            part = block.slice(start, records.start_of(end) if end < count else len(block))
+            parts.append(self.tracker.process_records(part, records.slice(first, end)))
+            starts.append(start)
+            if self._decided_until is not None and int(records.offsets[end - 1]) >= self._decided_until:
+                # Past where they were decided: remembered as long as tombstones made now.
+                self._decided_expiry = self.tracker.tick_count + self.tracker.config.buckets
+                self._decided_until = None
+            if self._decided_expiry is not None and self.tracker.tick_count >= self._decided_expiry:
+                self.tracker.clear_decided()
+                self._decided_expiry = self._decided_since = None
+            first = end
+        return parts[0] if len(parts) == 1 and starts[0] == 0 else OutcomeBlock.concat(parts, starts)
 
     def skip(self, offset: int) -> None:
         """A record that was not applied (dead-lettered); reading goes on after it."""

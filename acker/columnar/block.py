@@ -128,6 +128,20 @@ class MessageBlock:
             kinds, anchors, values, np.array(init_source, np.int32), np.array(init_offset, np.int64), list(sources)
         )
 
+    def slice(self, start: int, end: int) -> MessageBlock:
+        """Messages ``start`` up to ``end`` of the block (the inits' columns with them; the same sources)."""
+        is_init = self.kinds == Kind.INIT
+        first = int(np.count_nonzero(is_init[:start]))
+        last = first + int(np.count_nonzero(is_init[start:end]))
+        return MessageBlock(
+            self.kinds[start:end],
+            self.anchors[start:end],
+            self.values[start:end],
+            self.init_source[first:last],
+            self.init_offset[first:last],
+            self.sources,
+        )
+
     def to_messages(self) -> list[Message]:
         """Decode the block (the inverse of `from_messages`)."""
         out: list[Message] = []
@@ -177,6 +191,15 @@ class RecordSpans:
         """The index of the record that carried message ``message`` of the block."""
         return int(np.searchsorted(self.ends, message, side="right"))
 
+    def start_of(self, record: int) -> int:
+        """The position in the block of record ``record``'s first message."""
+        return int(self.ends[record - 1]) if record else 0
+
+    def slice(self, first: int, end: int) -> RecordSpans:
+        """Records ``first`` up to ``end``, spanning messages from `start_of` ``first`` (as position 0)."""
+        return RecordSpans(self.ends[first:end] - self.start_of(first), self.offsets[first:end],
+                           self.timestamps_ms[first:end])  # fmt: skip
+
 
 @dataclass(slots=True)
 class OutcomeBlock:
@@ -193,6 +216,22 @@ class OutcomeBlock:
 
     def __len__(self) -> int:
         return len(self.code)
+
+    @classmethod
+    def concat(cls, blocks: list[OutcomeBlock], starts: list[int]) -> OutcomeBlock:
+        """The outcomes of ``blocks`` in order, as one block; the messages of block ``i`` began at ``starts[i]``."""
+        names: dict[Source, int] = {}
+        local = [np.array([names.setdefault(n, len(names)) for n in b.sources], np.int32) for b in blocks]
+        return cls(
+            np.concatenate([b.index + start for b, start in zip(blocks, starts, strict=True)]).astype(np.int64),
+            np.concatenate([b.code for b in blocks]).astype(np.uint8),
+            np.concatenate([b.anchor for b in blocks]).astype(np.int64),
+            np.concatenate([m[b.source] for b, m in zip(blocks, local, strict=True)]).astype(np.int32),
+            np.concatenate([b.offset for b in blocks]).astype(np.int64),
+            np.concatenate([b.latency_ticks for b in blocks]).astype(np.int64),
+            np.concatenate([b.latency_ms for b in blocks]).astype(np.int64),
+            list(names),
+        )
 
     def to_outcomes(self) -> list[Outcome]:
         out: list[Outcome] = []

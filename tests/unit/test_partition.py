@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import numpy as np
 from hypothesis import assume, given
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from acker.columnar import MessageBlock
 from acker.columnar.block import Kind, RecordSpans
-from acker.core import TICK, Ack, Acked, Init, Message, Nacked, ResetTimeout, TrackerConfig
+from acker.core import TICK, Ack, Acked, Init, Message, Nacked, NackReason, ResetTimeout, TrackerConfig
 from acker.partition import NO_TICK, PartitionState, encode_tick
 from acker.wire import decode_batch
 from tests.strategies import Scenario, raw_messages, scenarios, tracker_configs
@@ -200,11 +201,15 @@ def test_ignored_ticks_are_removed_without_disturbing_inits() -> None:
     messages=raw_messages,
     cuts=st.lists(st.integers(0, 60), max_size=8),
     links=st.lists(st.sampled_from([NO_TICK, 10, 12, 14, 16]), min_size=60, max_size=60),
+    told=st.lists(st.integers(0, 59), max_size=3),
+    until=st.integers(0, 130),
 )
 def test_records_applied_together_decide_as_records_applied_one_by_one(
-    messages: list[Message], cuts: list[int], links: list[int]
+    messages: list[Message], cuts: list[int], links: list[int], told: list[int], until: int
 ) -> None:
-    """The service applies many records per call; nothing it decides, counts or commits may depend on that."""
+    """The service applies many records per call; nothing it decides, counts or commits may depend on that. Also
+    while the trees a previous owner decided are known (`recover`: some of the log's anchors, decided up to
+    ``until``): how long they were known was counted per call."""
     assume(messages)
     bounds = sorted({0, len(messages), *(c for c in cuts if c <= len(messages))})
     records = []
@@ -214,6 +219,10 @@ def test_records_applied_together_decide_as_records_applied_one_by_one(
         block.values[block.kinds == Kind.TICK] = links[r]
         records.append((10 + 2 * r, 1000 * r, block))
     one_by_one, together = _state(), _state()
+    anchors = [m.anchor for m in messages if hasattr(m, "anchor")]
+    decided = np.array(sorted({anchors[i % len(anchors)] for i in told} if anchors else set()), np.int64)
+    for state in (one_by_one, together):
+        state.recover(decided, until=until, since=min(until, 10))
     single = [one_by_one.apply(offset, stamp, block) for offset, stamp, block in records]
     spans = RecordSpans.of([len(b) for *_, b in records], [o for o, *_ in records], [t for _, t, _ in records])
     grouped = together.apply_records(MessageBlock.concat([b for *_, b in records]), spans)
@@ -226,6 +235,27 @@ def test_records_applied_together_decide_as_records_applied_one_by_one(
     assert one_by_one.ignored_ticks == together.ignored_ticks
     assert one_by_one.recovery_offset() == together.recovery_offset()
     assert one_by_one.position == together.position
+
+
+def test_the_trees_told_of_are_known_as_long_whatever_the_records_applied_together() -> None:
+    """Tree 42, decided by the previous owner up to offset 10 (buckets = 3), is known for three ticks after that
+    record. Applied one record a call, its init sent again after those ticks opened a tree (timed out); applied in
+    one call, the countdown started at the call's end and the init was ignored as late."""
+    log = [(10, MessageBlock.from_messages([Ack(7, 1)])), (11, _tick(NO_TICK)), (12, _tick(11)), (13, _tick(12)),
+           (14, MessageBlock.from_messages([Init(42, "s", "t/0/99", 5)])), (15, _tick(13)), (16, _tick(15)),
+           (17, _tick(16))]  # fmt: skip
+
+    def run(together: bool) -> tuple[list[Any], Any]:
+        state = PartitionState(0, TrackerConfig(buckets=3), tick_interval_ms=1000, now_ms=0)
+        state.recover(np.array([42], np.int64), until=10, since=10)
+        if together:
+            spans = RecordSpans.of([len(b) for _, b in log], [o for o, _ in log], [0] * len(log))
+            return state.apply_records(MessageBlock.concat([b for _, b in log]), spans).to_outcomes(), state.tracker
+        return [o for offset, b in log for o in state.apply(offset, 0, b).to_outcomes()], state.tracker
+
+    (single, one), (grouped, other) = run(False), run(True)
+    assert single == grouped == [Nacked(42, "s", "t/0/99", NackReason.TIMEOUT, 3)]
+    assert one.counters == other.counters
 
 
 def _straddling_log() -> list[tuple[int, MessageBlock]]:
