@@ -1174,6 +1174,9 @@ class AckerService:
         due = [p for p, waiting in self._to_recover.items() if waiting.at <= now and p in self._states]
         if not due:
             return
+        # Those tried least first: partitions whose read-back fails slowly, due again within seconds, took every turn
+        # (`READ_BACK_TURN_S`) and kept the others, maybe quick to read back, paused until the slow ones gave up.
+        due.sort(key=lambda p: self._to_recover[p].tries)
         starts = self._read_back_starts(due)
         for partition in due:
             if time.monotonic() - now >= READ_BACK_TURN_S:

@@ -20,7 +20,8 @@ fi
 
 # A .venv made for another checkout (copied or moved with it: its scripts would run the other checkout's code, or
 # nothing) or by a Python that is gone (upgraded) is made again.
-if [ -d .venv ] && { [ "$(cat .venv/.checkout 2>/dev/null)" != "$PWD" ] || ! .venv/bin/python -c '' 2>/dev/null; }; then
+here=$(pwd -P)  # the checkout however it is reached (a symlink, macOS's /var for /private/var)
+if [ -d .venv ] && { [ "$(cat .venv/.checkout 2>/dev/null)" != "$here" ] || ! .venv/bin/python -c '' 2>/dev/null; }; then
   echo "setup: .venv was made for another checkout or by another Python: making it again" >&2
   rm -rf .venv
 fi
@@ -53,7 +54,7 @@ if [ ! -f "$stamp" ]; then
     exit 1
   fi
   rm -f .venv/.installed-*
-  echo "$PWD" >.venv/.checkout
+  echo "$here" >.venv/.checkout
   touch "$stamp"
 fi
 

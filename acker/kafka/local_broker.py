@@ -732,7 +732,8 @@ class LocalKafkaBroker:
                         last_error = "metadata listed no broker"
                         time.sleep(0.05)
                         continue
-                    if metadata.cluster_id != self._formatted_cluster_id():
+                    own = self._formatted_cluster_id()
+                    if own is not None and metadata.cluster_id != own:
                         # Another process's broker took the port between its pick and this JVM's bind (which fails):
                         # taken for ours, its clients would have talked to a broker of other settings, or to none.
                         raise _PortTakenError(f"another Kafka cluster ({metadata.cluster_id}) answers on "
@@ -747,13 +748,15 @@ class LocalKafkaBroker:
                 time.sleep(0.05)
 
     def _formatted_cluster_id(self) -> str | None:
-        """The cluster id this broker's storage was formatted with (None if it cannot be read)."""
-        path = (self._data_dir or Path("/nonexistent")) / _LOG_DIR_NAME / "meta.properties"
+        """The cluster id this broker's storage was formatted with, in its first log dir (``log.dirs`` as its
+        properties file says: the caller's server properties may name another); None if it cannot be read."""
+        data_dir = self._data_dir or Path("/nonexistent")
         try:
-            lines = path.read_text().splitlines()
+            props = _read_properties(data_dir / _PROPERTIES_FILE)
+            log_dir = Path(props.get("log.dirs", str(data_dir / _LOG_DIR_NAME)).split(",")[0].strip())
+            return _read_properties(log_dir / "meta.properties").get("cluster.id")
         except OSError:
             return None
-        return next((line.split("=", 1)[1].strip() for line in lines if line.startswith("cluster.id=")), None)
 
     def _cleanup(self) -> None:
         proc, self._process = self._process, None
@@ -775,6 +778,13 @@ class LocalKafkaBroker:
             shutil.rmtree(data_dir, ignore_errors=True)
             self._data_dir = None
         self._port = self._controller_port = None
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    """A Java properties file's ``key=value`` lines (comments and blank lines left out; no escapes: the files read
+    here are written by Kafka's tools or by this module)."""
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[:1] not in "#!")
+    return {key.strip(): value.strip() for key, value in pairs}
 
 
 class _PortTakenError(KafkaBrokerError):

@@ -176,6 +176,13 @@ def test_a_port_another_broker_answers_on_is_given_up_for_new_ones(
         second.stop()
 
 
+def test_a_broker_whose_log_dirs_are_given_starts_there(tmp_path: Path) -> None:
+    """Its own cluster id was read from the default log dir only: with ``log.dirs`` given, the broker took itself
+    for another cluster on its port, and the retry failed to format the dir again."""
+    with LocalKafkaBroker(server_properties={"log.dirs": str(tmp_path / "logs")}) as broker:
+        assert broker.is_running() and (tmp_path / "logs" / "meta.properties").is_file()
+
+
 def test_pom_and_module_agree_on_the_kafka_version() -> None:
     assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in POM_PATH.read_text()
 

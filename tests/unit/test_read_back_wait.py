@@ -55,3 +55,29 @@ def test_the_read_backs_of_one_turn_of_the_loop_stop_after_a_while_and_the_other
     assert sorted(service._to_recover) == list(range(3, 12))  # three started within the turn's 60 s
     service._recover()  # the next turn goes on with them
     assert sorted(service._to_recover) == list(range(6, 12))
+
+
+def test_partitions_whose_read_back_fails_slowly_do_not_keep_the_others_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ten partitions whose read-back fails after 30 s, due again within seconds, came first at every turn and took
+    its minute: an eleventh, read back at once, waited 11 turns (till the others gave up), paused."""
+    clock = _Clock()
+    monkeypatch.setattr(service_module, "time", clock)
+    service: Any = AckerService.__new__(AckerService)  # the edge alone: no Kafka clients
+    service._to_recover = {p: _ReadBack() for p in range(11)}
+    service._states, service._paused = dict.fromkeys(range(11), object()), set()
+    service._read_back_starts = lambda _partitions: {}
+
+    def read_back(partition: int, _starts: object, *, final: bool) -> str | None:
+        if partition == 10:
+            return None
+        clock.now += 30.0
+        return None if final else "outcomes not read back (timed out)"
+
+    service._read_back = read_back
+    turns = 0
+    while 10 in service._to_recover:
+        service._recover()
+        turns += 1
+    assert turns <= 6  # ten slow ones, two a turn, then it: tried least first

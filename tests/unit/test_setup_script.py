@@ -62,3 +62,12 @@ def test_a_venv_made_for_another_checkout_or_by_a_python_gone_is_made_again(tmp_
         (checkout / ".venv" / "bin" / "python").unlink()
     assert _setup(tmp_path, checkout) == 1
     assert (checkout / ".venv" / ".checkout").read_text().strip() == str(checkout)
+
+
+def test_a_checkout_reached_through_a_symlink_keeps_its_venv(tmp_path: Path) -> None:
+    """Compared by the path it was reached by, a checkout reached by turns through a symlink and its real path (or
+    macOS's /var and /private/var) had its .venv made again at every turn."""
+    checkout = _checkout(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(checkout)
+    assert [_setup(tmp_path, where) for where in (checkout, link, checkout, link)] == [1, 0, 0, 0]
