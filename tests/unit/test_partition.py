@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -201,15 +202,11 @@ def test_ignored_ticks_are_removed_without_disturbing_inits() -> None:
     messages=raw_messages,
     cuts=st.lists(st.integers(0, 60), max_size=8),
     links=st.lists(st.sampled_from([NO_TICK, 10, 12, 14, 16]), min_size=60, max_size=60),
-    told=st.lists(st.integers(0, 59), max_size=3),
-    until=st.integers(0, 130),
 )
 def test_records_applied_together_decide_as_records_applied_one_by_one(
-    messages: list[Message], cuts: list[int], links: list[int], told: list[int], until: int
+    messages: list[Message], cuts: list[int], links: list[int]
 ) -> None:
-    """The service applies many records per call; nothing it decides, counts or commits may depend on that. Also
-    while the trees a previous owner decided are known (`recover`: some of the log's anchors, decided up to
-    ``until``): how long they were known was counted per call."""
+    """The service applies many records per call; nothing it decides, counts or commits may depend on that."""
     assume(messages)
     bounds = sorted({0, len(messages), *(c for c in cuts if c <= len(messages))})
     records = []
@@ -219,10 +216,6 @@ def test_records_applied_together_decide_as_records_applied_one_by_one(
         block.values[block.kinds == Kind.TICK] = links[r]
         records.append((10 + 2 * r, 1000 * r, block))
     one_by_one, together = _state(), _state()
-    anchors = [m.anchor for m in messages if hasattr(m, "anchor")]
-    decided = np.array(sorted({anchors[i % len(anchors)] for i in told} if anchors else set()), np.int64)
-    for state in (one_by_one, together):
-        state.recover(decided, until=until, since=min(until, 10))
     single = [one_by_one.apply(offset, stamp, block) for offset, stamp, block in records]
     spans = RecordSpans.of([len(b) for *_, b in records], [o for o, *_ in records], [t for _, t, _ in records])
     grouped = together.apply_records(MessageBlock.concat([b for *_, b in records]), spans)
@@ -235,6 +228,66 @@ def test_records_applied_together_decide_as_records_applied_one_by_one(
     assert one_by_one.ignored_ticks == together.ignored_ticks
     assert one_by_one.recovery_offset() == together.recovery_offset()
     assert one_by_one.position == together.position
+
+
+@dataclass(frozen=True)
+class _FailoverLog:
+    """A log of records for `recover`: messages in records of ``lengths``, each followed by a tick record (continuing
+    the chain) where ``ticks`` says; trees ``told`` (indices into the anchors seen) decided up to record ``until``."""
+
+    lengths: list[int]
+    ticks: list[bool]
+    told: list[int]
+    until: int
+
+
+failover_logs = st.builds(
+    _FailoverLog,
+    st.lists(st.integers(0, 3), max_size=40),
+    st.lists(st.booleans(), min_size=41, max_size=41),
+    st.lists(st.integers(0, 59), min_size=1, max_size=4),
+    st.integers(0, 6),  # early in the log: ticks and messages after it
+)
+
+
+@given(config=tracker_configs, messages=raw_messages, log=failover_logs, groups=st.lists(st.integers(1, 8), min_size=1))
+def test_after_a_failover_records_applied_in_any_groups_decide_as_records_applied_one_by_one(
+    config: TrackerConfig, messages: list[Message], log: _FailoverLog, groups: list[int]
+) -> None:
+    """While the trees a previous owner decided are known (`recover`), nothing may depend on how many records a
+    call applies either: that knowledge was counted down per call, and an init sent again was late or opened a
+    tree as the log was read in more or fewer calls."""
+    bounds = [b for b in itertools.accumulate(log.lengths, initial=0) if b < len(messages)] + [len(messages)]
+    blocks: list[MessageBlock] = []
+    last = NO_TICK
+    for r, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        blocks.append(MessageBlock.from_messages(messages[lo:hi]))
+        blocks[-1].values[blocks[-1].kinds == Kind.TICK] = 10**6  # ticks among the messages: ignored
+        if log.ticks[r]:
+            blocks.append(_tick(last))
+            last = 10 + 2 * (len(blocks) - 1)
+    records = [(10 + 2 * r, block) for r, block in enumerate(blocks)]
+    anchors = [m.anchor for m in messages if hasattr(m, "anchor")]
+    assume(records and anchors)
+    decided = np.array(sorted({anchors[i % len(anchors)] for i in log.told}), np.int64)
+
+    def run(sizes: list[int]) -> tuple[list[tuple[int, Any]], Any, int | None]:
+        state = PartitionState(0, config, tick_interval_ms=1000, now_ms=0)
+        state.recover(decided, until=records[min(log.until, len(records) - 1)][0], since=10)
+        decided_by: list[tuple[int, Any]] = []
+        done = 0
+        for size in itertools.cycle(sizes):
+            part = records[done : done + size]
+            spans = RecordSpans.of([len(b) for _, b in part], [o for o, _ in part], [0] * len(part))
+            out = state.apply_records(MessageBlock.concat([b for _, b in part]), spans)
+            decided_by += [(int(spans.offsets[spans.record_of(i)]), o)
+                           for i, o in zip(out.index.tolist(), out.to_outcomes(), strict=True)]  # fmt: skip
+            done += len(part)
+            if done == len(records):
+                return decided_by, state.tracker.counters, state.recovery_offset()
+        raise AssertionError("unreachable")
+
+    assert run(groups) == run([1])
 
 
 def test_the_trees_told_of_are_known_as_long_whatever_the_records_applied_together() -> None:
