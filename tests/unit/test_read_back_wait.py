@@ -18,13 +18,22 @@ class _Clock:
         return self.now
 
 
+def _waiting(monkeypatch: pytest.MonkeyPatch, partitions: int) -> tuple[Any, _Clock]:
+    """A service (the edge alone: no Kafka clients) whose ``partitions`` wait for their read-back, on a clock of the
+    test's; its committed offsets read at once (none)."""
+    clock = _Clock()
+    monkeypatch.setattr(service_module, "time", clock)
+    service: Any = AckerService.__new__(AckerService)
+    service._to_recover = {p: _ReadBack() for p in range(partitions)}
+    service._states, service._paused = dict.fromkeys(range(partitions), object()), set()
+    service._read_back_starts = lambda _partitions: {}
+    return service, clock
+
+
 def test_a_read_back_that_failed_slowly_waits_its_delay_after_the_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     """The delay was counted from before the attempt: one that failed after 30 s (the committed offsets' timeout,
     a coordinator moving) was due again at once, and the loop spent the whole patience in back-to-back waits."""
-    clock = _Clock()
-    monkeypatch.setattr(service_module, "time", clock)
-    service: Any = AckerService.__new__(AckerService)  # the edge alone: no Kafka clients
-    service._to_recover, service._states, service._paused = {0: _ReadBack()}, {0: object()}, set()
+    service, clock = _waiting(monkeypatch, 1)
 
     def timed_out(_partitions: list[int]) -> None:
         clock.now += 30.0
@@ -40,12 +49,7 @@ def test_the_read_backs_of_one_turn_of_the_loop_stop_after_a_while_and_the_other
 ) -> None:
     """Twelve partitions assigned at once, each read back slowly (a broker that does not answer): the loop did not
     poll again until all were done, past max.poll.interval.ms, and the instance left its group."""
-    clock = _Clock()
-    monkeypatch.setattr(service_module, "time", clock)
-    service: Any = AckerService.__new__(AckerService)  # the edge alone: no Kafka clients
-    service._to_recover = {p: _ReadBack() for p in range(12)}
-    service._states, service._paused = dict.fromkeys(range(12), object()), set()
-    service._read_back_starts = lambda _partitions: {}
+    service, clock = _waiting(monkeypatch, 12)
 
     def slow(_partition: int, _starts: object, *, final: bool) -> None:
         clock.now += 25.0
@@ -62,12 +66,7 @@ def test_partitions_whose_read_back_fails_slowly_do_not_keep_the_others_waiting(
 ) -> None:
     """Ten partitions whose read-back fails after 30 s, due again within seconds, came first at every turn and took
     its minute: an eleventh, read back at once, waited 11 turns (till the others gave up), paused."""
-    clock = _Clock()
-    monkeypatch.setattr(service_module, "time", clock)
-    service: Any = AckerService.__new__(AckerService)  # the edge alone: no Kafka clients
-    service._to_recover = {p: _ReadBack() for p in range(11)}
-    service._states, service._paused = dict.fromkeys(range(11), object()), set()
-    service._read_back_starts = lambda _partitions: {}
+    service, clock = _waiting(monkeypatch, 11)
 
     def read_back(partition: int, _starts: object, *, final: bool) -> str | None:
         if partition == 10:
