@@ -30,7 +30,7 @@ from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
 from acker.wire import OUTCOMES_PER_RECORD
 from spark_jobs.replay_job import close_publishers
-from spark_jobs.stopping import stopping
+from spark_jobs.stopping import GATEWAY_GONE, stopping
 
 log = logging.getLogger("spark_jobs.session")
 
@@ -120,6 +120,7 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     appended to, for a caller whose terminal shows something else (the demo's live table); by default the JVM prints
     to this process's terminal, as spark-submit does. It applies only to the JVM this call starts.
     """
+    logging.getLogger().removeFilter(GATEWAY_GONE)  # a JVM again: its failures are said (`stop`)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter's packages
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Its own directory: a cache that Spark's default chain filled names resolvers these settings do not have, and Ivy
@@ -224,6 +225,10 @@ def stop(session: SparkSession | None) -> None:
     pyspark's JVM exits when this process's end of its stdin closes, but one still starting up (an interrupt during
     ``getOrCreate``) may not get there: it is terminated here, found among this process's children.
     """
+    # From here on the JVM is stopping, then gone: a call to it from another thread (a callback, a query's) a moment
+    # after the session stopped logged its failure with a traceback, after a failed start's one line. Kept until
+    # another session starts (`spark_session`): a command ends with its session.
+    logging.getLogger().addFilter(GATEWAY_GONE)
     if session is not None:
         try:
             with stopping():

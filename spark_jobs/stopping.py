@@ -40,6 +40,9 @@ class _GatewayGone(logging.Filter):
         return not record.pathname.replace("\\", "/").endswith("py4j/java_gateway.py")
 
 
+GATEWAY_GONE = _GatewayGone()  # on the root logger for good once the session is stopped (`spark_jobs.session.stop`)
+
+
 @contextmanager
 def stopping() -> Iterator[None]:
     """While this process stops its queries and its session (`spark_jobs.session.stop_queries`, `.stop`): the

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.stopping import batch_function, stopping
+from spark_jobs.session import stop
+from spark_jobs.stopping import GATEWAY_GONE, batch_function, stopping
 
 
 def _failing(_batch: Any, _batch_id: int) -> None:
@@ -27,18 +28,33 @@ def test_a_batch_failing_while_its_query_is_stopped_still_fails_with_a_short_err
         batch_function(_failing)(None, 8)  # type: ignore[arg-type]
 
 
+def _gateway_error() -> logging.LogRecord:
+    path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+    return logging.LogRecord("root", logging.ERROR, path, 1060, "Exception while sending command.", None, None)
+
+
 def test_py4j_calls_to_a_jvm_gone_are_not_logged_while_stopping(caplog: pytest.LogCaptureFixture) -> None:
     """SIGTERM to the job's process group stops Spark's JVM with it: "job stopped", then py4j's "Exception while
     sending command." with a traceback, logged on the root logger, as the session was stopped."""
-
-    def gateway_error() -> logging.LogRecord:
-        path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
-        return logging.LogRecord("root", logging.ERROR, path, 1060, "Exception while sending command.", None, None)
-
     root = logging.getLogger()
+    root.removeFilter(GATEWAY_GONE)  # as while a session runs (a session stopped earlier in this process kept it)
     with caplog.at_level(logging.INFO):
         with stopping():
-            root.handle(gateway_error())
+            root.handle(_gateway_error())
             root.handle(logging.LogRecord("root", logging.ERROR, __file__, 1, "ours", None, None))
-        root.handle(gateway_error())  # at any other time, said
+        root.handle(_gateway_error())  # at any other time, said
     assert caplog.messages == ["ours", "Exception while sending command."]
+
+
+def test_py4j_calls_to_a_jvm_gone_are_not_logged_after_the_session_stopped(caplog: pytest.LogCaptureFixture) -> None:
+    """A call to the JVM from another thread a moment after the session stopped (the JVM killed with it) logged its
+    failure with a traceback, after a failed start's one line ("says why in one line")."""
+    root = logging.getLogger()
+    try:
+        with caplog.at_level(logging.INFO):
+            stop(None)
+            root.handle(_gateway_error())
+            root.handle(logging.LogRecord("root", logging.ERROR, __file__, 1, "ours", None, None))
+        assert caplog.messages == ["ours"]
+    finally:
+        root.removeFilter(GATEWAY_GONE)
