@@ -185,16 +185,15 @@ class PartitionState:
         starts: list[int] = []
         first, count = 0, len(records.offsets)
         while first < count:
-            end = count
+            start, end = records.start_of(first), count
             if self._decided_until is not None:  # up to the first record at or past it
                 past = np.flatnonzero(records.offsets[first:] >= self._decided_until)
                 end = first + int(past[0]) + 1 if len(past) else count
             elif self._decided_expiry is not None:  # up to the record of the tick that completes the countdown
-                ticks = np.flatnonzero(block.kinds[records.start_of(first) :] == Kind.TICK) + records.start_of(first)
+                ticks = np.flatnonzero(block.kinds[start:] == Kind.TICK) + start
                 due = self._decided_expiry - self.tracker.tick_count
                 end = records.record_of(int(ticks[due - 1])) + 1 if 0 < due <= len(ticks) else count
-            start = records.start_of(first)
-            part = block.slice(start, records.start_of(end) if end < count else len(block))
+            part = block.slice(start, records.start_of(end))  # the last record ends where the block does
             parts.append(self.tracker.process_records(part, records.slice(first, end)))
             starts.append(start)
             if self._decided_until is not None and int(records.offsets[end - 1]) >= self._decided_until:
