@@ -30,9 +30,9 @@ from acker.headers import HeaderList, decimal, read_headers, text
 from acker.kafka.clients import (
     NO_ANSWER,
     READ_TO_SETTINGS,
+    AsWritten,
     KafkaClientError,
     log_bounds,
-    open_transaction_wait_s,
     partition_count,
     produce_reporting,
     read_to,
@@ -213,16 +213,16 @@ def _partitions(config: ServiceConfig, topic: str) -> int | None:
         return None
 
 
-def _reader(config: ServiceConfig, isolation: str = "read_committed") -> Consumer:
+def _reader(config: ServiceConfig) -> Consumer:
     """A consumer of committed records, whatever the shared settings say: the replay job writes its dead letters and
     replays in transactions, and one aborted (its batch ran again, and may have resolved its nacks otherwise) is no
-    letter, nor a copy. ``read_uncommitted``: for the ends of partitions as written (`_headers_since`)."""
+    letter, nor a copy."""
     return Consumer(
         config.client(
             **{
                 "group.id": f"acker-dlq-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
-                "isolation.level": isolation,
+                "isolation.level": "read_committed",
                 **READ_TO_SETTINGS,
             }
         )
@@ -385,26 +385,20 @@ def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator
     partitions = _partitions(config, topic)
     if partitions is None:
         return
-    consumer, written = _reader(config), _reader(config, "read_uncommitted")
-    try:
+    with AsWritten(config.client(), f"acker-dlq-{uuid.uuid4().hex[:8]}") as reading:
         asked = [TopicPartition(topic, p, max(0, since_ms)) for p in range(partitions)]
-        for start in written.offsets_for_times(asked, timeout=30):  # read_committed: none past the open one
+        for start in reading.written.offsets_for_times(asked, timeout=30):  # read_committed: none past the open one
             if start.error is not None:
                 raise DlqError(f"cannot tell where to read {topic}[{start.partition}] from: {start.error}")
             if start.offset < 0:  # nothing written since
                 continue
-            _, high = log_bounds(written, TopicPartition(topic, start.partition))
-            at = TopicPartition(topic, start.partition, start.offset)
             try:
-                for record in read_to(consumer, at, high, open_transaction_wait_s(config.kafka)):
+                for record in reading.read(TopicPartition(topic, start.partition, start.offset)):
                     yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
             except KafkaClientError as error:
                 raise DlqError(f"{topic}[{start.partition}] not read to its end ({error}): a transaction left open "
                                "there (a replay job stopped mid-batch?) hides what comes after it until the broker "
                                "aborts it; try again then") from None  # fmt: skip
-    finally:
-        consumer.close()
-        written.close()
 
 
 def in_flight(

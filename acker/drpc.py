@@ -13,13 +13,13 @@ import time
 import uuid
 import zlib
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S
 from acker.errors import AckerError
 from acker.headers import read_headers, text
-from acker.kafka.clients import consume_available, end_offsets, partition_count, produce
+from acker.kafka.clients import AsWritten, KafkaClientError, consume_available, end_offsets, partition_count, produce
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
 GRACE_S = 5.0  # after the deadline, how long to wait for the chain's "failed" answer before giving up
@@ -132,19 +132,13 @@ class DrpcClient:
         ends are asked of the broker now; the consumer's own word that it reached an end may be older than an answer
         written since. An end behind a transaction still open is waited for (the answer may be in it)."""
         give_up = time.monotonic() + READ_TO_END_S
-        ends = {}
         # The ends as written: this read_committed consumer would say the last stable offset, where a transaction
         # still open begins, and the answer in it was not waited for.
-        written = Consumer(self._config.client(**{"group.id": f"{self.chain.name}.client-ends",
-                                                  "enable.auto.commit": False,
-                                                  "isolation.level": "read_uncommitted"}))  # fmt: skip
-        try:
-            for tp in self.consumer.assignment():
-                ends[tp.partition] = written.get_watermark_offsets(tp, READ_TO_END_S, cached=False)[1]
-        except KafkaException:  # the broker does not answer: what was read is all there is to go by
-            return
-        finally:
-            written.close()
+        with AsWritten(self._config.client(), f"{self.chain.name}.client-ends") as reading:
+            try:
+                ends = {tp.partition: reading.bounds(tp, READ_TO_END_S)[1] for tp in self.consumer.assignment()}
+            except KafkaClientError:  # the broker does not answer: what was read is all there is to go by
+                return
         self._read_answers(0)  # what is fetched already
         while (
             request not in self._answers

@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -53,15 +53,12 @@ from acker.config import without_consumer_settings
 from acker.headers import HeaderList, read_headers, record_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
-    READ_TO_SETTINGS,
+    AsWritten,
     KafkaClientError,
     TopicSpec,
     ensure_topics,
-    log_bounds,
-    open_transaction_wait_s,
     partition_count,
     produce,
-    read_to,
     topic_partitions,
 )
 from acker.kafka.lookups import CONFIRM_S, lookups
@@ -209,29 +206,21 @@ class _Publisher:
     def _last_published(self) -> tuple[int, int | None, tuple[str, str] | None]:
         """The id of the last micro-batch published (committed) by this job, -1 if none, how many of its nacks were,
         None when all of them, and the (spout, message id) of the last one published (None: all of them, or a
-        progress record that does not say): the progress topic read to its end (`read_to` raises rather than take a
-        slow read for the end).
+        progress record that does not say): the progress topic read to its end as written (`AsWritten`, which raises
+        rather than take a slow read for the end).
 
-        Its end as written, not as a read_committed consumer sees it now: another job's transaction open on the
-        topic (its driver died mid-batch) holds that view below this job's last record until the broker aborts it,
-        and a restart that missed its last batch would publish that batch again. This job's own transactions are
-        all settled (`init_transactions`); the read waits for the others', up to their timeout."""
-        client = dict(self.settings.source.client)
-        settings = {"group.id": f"{self.settings.name}-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
-        consumer = Consumer({**client, **settings, "isolation.level": "read_committed", **READ_TO_SETTINGS})
-        written = Consumer({**client, **settings, "isolation.level": "read_uncommitted"})
+        Not to its end as a read_committed consumer sees it now: another job's transaction open on the topic (its
+        driver died mid-batch) holds that view below this job's last record until the broker aborts it, and a restart
+        that missed its last batch would publish that batch again. This job's own transactions are all settled
+        (`init_transactions`); the read waits for the others', up to their timeout."""
         key = self.identity.encode()
         last: tuple[int, int, tuple[str, str] | None] = (-1, _WHOLE, None)
-        try:
-            low, high = log_bounds(written, TopicPartition(self.settings.progress_topic, 0))
-            open_for = open_transaction_wait_s(client)
-            for record in read_to(consumer, TopicPartition(self.settings.progress_topic, 0, low), high, open_for):
+        with AsWritten(self.settings.source.client, f"{self.settings.name}-{uuid.uuid4().hex[:8]}") as reading:
+            low, _ = reading.bounds(TopicPartition(self.settings.progress_topic, 0))
+            for record in reading.read(TopicPartition(self.settings.progress_topic, 0, low)):
                 found = _progress(record.value() or b"-1") if record.key() == key else None
                 if found is not None and found[0] >= last[0]:  # a batch's latest record: a run after a crash may
                     last = found  # record fewer nacks than the one before it did (rows deleted by retention)
-        finally:
-            consumer.close()
-            written.close()
         return last[0], None if last[1] == _WHOLE else last[1], None if last[1] == _WHOLE else last[2]
 
     def partitions(self, topic: str, *, recheck: bool = False) -> int:

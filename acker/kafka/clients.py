@@ -406,3 +406,40 @@ def read_to(consumer: Consumer, start: TopicPartition, end: int, timeout_s: floa
                 raise KafkaClientError(f"{where}: no progress past offset {position} towards {end}", None)
     finally:
         consumer.unassign()
+
+
+class AsWritten:
+    """Reads partitions up to their ends as written, their committed records only.
+
+    The ends are the high watermarks, asked of a read_uncommitted handle (`written`): a read_committed consumer says
+    the last stable offset instead, where the first transaction still open begins (its writer died mid-transaction),
+    and a read up to it misses every record committed after it. The records are read by a read_committed consumer
+    (`committed`), whatever ``client`` says: an aborted record is none. Past a transaction still open the read waits
+    until the broker aborts it (`open_transaction_wait_s`), then raises `KafkaClientError` rather than return less.
+    Close it (or use it in a ``with``) when done."""
+
+    def __init__(self, client: Mapping[str, Any], group_id: str) -> None:
+        """``group_id``: the group whose offsets `committed` may look up; neither consumer joins it, nor commits."""
+        settings = {**client, "group.id": group_id, "enable.auto.commit": False, **READ_TO_SETTINGS}
+        self.written = Consumer({**settings, "isolation.level": "read_uncommitted"})
+        self.committed = Consumer({**settings, "isolation.level": "read_committed"})
+        self.wait_s = open_transaction_wait_s(client)
+
+    def bounds(self, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+        """The first offset of the partition and its end as written (`log_bounds`)."""
+        return log_bounds(self.written, tp, timeout_s)
+
+    def read(self, start: TopicPartition, end: int | None = None) -> Iterator[Message]:
+        """The committed records of ``start``'s partition from its offset up to ``end``, or to its end as written
+        now (`read_to`)."""
+        yield from read_to(self.committed, start, self.bounds(start)[1] if end is None else end, self.wait_s)
+
+    def close(self) -> None:
+        self.committed.close()
+        self.written.close()
+
+    def __enter__(self) -> AsWritten:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

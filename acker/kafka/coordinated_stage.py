@@ -44,14 +44,12 @@ from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.client_log import RepeatFilter, reason_kind, template_kind
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
-    READ_TO_SETTINGS,
+    AsWritten,
     TopicSpec,
     consume_available,
     create_topics,
     kafka_error,
-    log_bounds,
     produce,
-    read_to,
     readable,
     smallest_max_bytes,
     topic_partitions,
@@ -561,24 +559,15 @@ class CoordinatedStage:
         task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count,
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
         # The step's own group, to look its committed offsets up; it never joins the group, nor commits.
-        reader = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
-                                                "isolation.level": "read_committed", **READ_TO_SETTINGS}))  # fmt: skip
-        ends = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
-                                              "isolation.level": "read_uncommitted"}))  # fmt: skip
-        try:
-            reader.committed([TopicPartition(self.input, partition)], timeout=30)
-            low, high = log_bounds(ends, TopicPartition(self.changelog, partition))
-            if high <= low:
-                return task
-            for record in read_to(reader, TopicPartition(self.changelog, partition, low), high):
+        with AsWritten(self.config.client(), self.group) as reading:
+            reading.committed.committed([TopicPartition(self.input, partition)], timeout=30)
+            low, high = reading.bounds(TopicPartition(self.changelog, partition))
+            for record in reading.read(TopicPartition(self.changelog, partition, low), high):
                 key = (record.key() or b"").decode()
                 if record.value() is None:
                     task.requests.pop(key, None)
                 else:
                     task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
-        finally:
-            reader.close()
-            ends.close()
         return task
 
 
