@@ -53,7 +53,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message, Producer, TopicPartition
@@ -65,7 +65,14 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, read_headers, split
 from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
-from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable
+from acker.kafka.clients import (
+    PRODUCER_MAX_BYTES,
+    ProducerFailedError,
+    consume_available,
+    partition_count,
+    readable,
+    smallest_max_bytes,
+)
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -183,8 +190,15 @@ class Bolt:
         on_revoke: RevokeFunction | None = None,
         on_lost: LostFunction | None = None,
         on_assign: AssignFunction | None = None,
+        output_topics: Iterable[str] = (),
     ) -> None:
-        """``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
+        """``output_topics``: the topics the function emits or writes to, so that the producers' record batches fit
+        the smallest ``max.message.bytes`` among them (`fitted_batch_size`): the broker refuses a batch larger than
+        its topic takes whole, and every child in it failed its trees, at every replay. A topic written and not
+        named is checked at its first record, and one that takes smaller batches is said in an error line
+        (`_check_output`).
+
+        ``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
         closing) before the bolt commits them, with the collector, so that the function settles the inputs of theirs
         it holds. Their later inputs, a held one's partner among them, go to the new owner; failed now, the held
         ones are nacked at once and replayed to it, where they would wait for their timeout (module docstring). Not
@@ -208,8 +222,11 @@ class Bolt:
         # (topic, partition) lost -> the offset after the last processed here, and until when inputs below it, read
         # again if it comes back, are passed over (`_read_again`)
         self._lost_at: dict[tuple[str, int], tuple[int, float]] = {}
+        # The topics the producers' batches fit (`_check_output`), and the settings that fit them.
+        self._outputs = {config.acker_topic, *output_topics}
+        self._fitted = fitted_batch_size(config.client(), *sorted(self._outputs))
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
-        self.producer = Producer(config.stage_producer(**fitted_batch_size(config.client(), config.acker_topic)))
+        self.producer = Producer(config.stage_producer(**self._fitted))
         self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)
         self.acker = AckerClient(
             self.producer,
@@ -362,12 +379,30 @@ class Bolt:
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
+        if topic not in self._outputs:
+            self._check_output(topic)
         self.acker.produce_anchored(topic, value, key, headers, ids, on_failure=self._child_failed)
         self.counters["emitted"] += 1
+
+    def _check_output(self, topic: str) -> None:
+        """Say, once, a topic written that takes smaller record batches than the producers make: named in
+        ``output_topics``, it would have been fitted. Not fitted here: a producer's batch size is set when it is made,
+        and the acker client's records and the children written before go through this one."""
+        self._outputs.add(topic)
+        batch = int(self.config.client(**self._fitted).get("batch.size", PRODUCER_MAX_BYTES))
+        found = smallest_max_bytes(self.config.client(), [topic])  # None when the broker does not say
+        if found is not None and found[1] < batch:
+            log.error("bolt %s writes to %s, which takes record batches of %d bytes at most, and its producers make "
+                      "batches of up to %d bytes: one larger is refused whole, and the trees of every record in it "
+                      "failed, at every replay; name the topic in Bolt(..., output_topics=...)",
+                      self.group, topic, found[1], batch)  # fmt: skip
+            self.counters["unfitted_output_topics"] += 1
 
     def _write(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
+        if topic not in self._outputs:
+            self._check_output(topic)
         if not ids.tracked and self._sink is None:  # nothing to ack: the stage's own producer (an untracked bolt's)
             self._produce_child(topic, value, key, headers, ids)
             return
@@ -379,7 +414,7 @@ class Bolt:
             if left := self.producer.flush(30):
                 log.warning("%d records written before the sink producer was made are not delivered after 30 s: a "
                             "key's records may land out of the order written", left)  # fmt: skip
-            self._sink = Producer(self.config.sink_producer())
+            self._sink = Producer(self.config.sink_producer(**self._fitted))
         self.acker.produce_anchored(
             topic, value, key, headers, ids, on_failure=self._child_failed, written_by=self._sink
         )

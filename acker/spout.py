@@ -224,8 +224,10 @@ class Spout:
         self._direct_rows = OUTCOMES_PER_RECORD  # a record's rows, halved when one is refused as too large
         self._init_attempts: dict[int, int] = {}
         self._paused = False
-        # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
-        self.producer = Producer(config.stage_producer(**fitted_batch_size(config.client(), config.acker_topic)))
+        # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`). Its record batches fit
+        # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
+        written = (config.acker_topic, settings.output_topic, config.outcome_topic(settings.name))
+        self.producer = Producer(config.stage_producer(**fitted_batch_size(config.client(), *written)))
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,

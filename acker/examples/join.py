@@ -230,7 +230,7 @@ def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[st
         AckerService(config),
         Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders"), emit_order),
         Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments"), emit_payment),
-        Bolt(config, to_join, f"{prefix}-join", join, basic=False, on_revoke=join.revoked),
+        Bolt(config, to_join, f"{prefix}-join", join, basic=False, on_revoke=join.revoked, output_topics=[paid]),
         Bolt(config, paid, f"{prefix}-check", check),
     ]
     polls = [follow_outcomes(config, spout) for spout in ("orders", "payments")]

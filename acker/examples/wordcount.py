@@ -308,7 +308,7 @@ class WordCount:
 def count_bolt(config: ServiceConfig, function: WordCount, group: str) -> Bolt:
     """The count stage's bolt: explicit, and telling ``function`` of its input partitions' comings and goings."""
     return Bolt(config, function.topics.words, group, function, basic=False, on_revoke=function.revoked,
-                on_lost=function.lost, on_assign=function.assigned)  # fmt: skip
+                on_lost=function.lost, on_assign=function.assigned, output_topics=[function.topics.counts])  # fmt: skip
 
 
 def published_counts(config: ServiceConfig, topic: str) -> Callable[[], dict[bytes, int]]:

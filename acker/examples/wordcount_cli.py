@@ -173,7 +173,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     function = split_function(
         topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
     )
-    return run_until_signalled(Bolt(config, topics.split, group, function))
+    return run_until_signalled(Bolt(config, topics.split, group, function, output_topics=[topics.words]))
 
 
 def cmd_count(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -599,6 +600,54 @@ def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: Servic
         [reason] = reader.reasons[failed]
         assert reason.startswith(f"a message to {small} could not be delivered: ") and "too large" in reason.lower()
     assert spout.counters["data_delivery_failures"] == 1 and relay_bolt.counters["child_delivery_failures"] == 1
+
+
+def test_spouts_and_bolts_fit_their_batches_to_the_topics_they_write(
+    config: ServiceConfig, topics: Topics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Topics that take record batches of 20 KB, and many records of 500 bytes written to them: batched by the
+    producers up to their 1 MB, they were refused whole (`MSG_SIZE_TOO_LARGE`), every tree in a batch failed, at
+    every replay. The spout fits its output topic; a bolt the topics named in ``output_topics``; a topic written
+    and not named is said in an error line, once."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
+    small_in, small_out = f"{topics.prefix}.small-in", f"{topics.prefix}.small-out"
+    create_topics(
+        config.client(), [TopicSpec(t, 1, config={"max.message.bytes": "20000"}) for t in (small_in, small_out)]
+    )
+
+    def fan_out(message: BoltInput, collector: Collector) -> None:
+        for i in range(5):
+            collector.emit(small_out, (message.value or b"") + bytes([i]))
+
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, small_in, group=f"spout-{topics.prefix}"))
+    relay = Bolt(config, small_in, f"relay-{topics.prefix}", fan_out, output_topics=[small_out])
+    stages = [
+        ServiceThread(config),
+        Running(spout),
+        Running(relay),
+        Running(Bolt(config, small_out, f"sink-{topics.prefix}", _ignore)),
+    ]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"%03d" % i + b"x" * 500 for i in range(300)])
+        reader.wait_for(ids, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in ids} == {m: ["ACK"] for m in ids}
+    assert spout.counters["data_delivery_failures"] == 0 and relay.counters["child_delivery_failures"] == 0
+    assert relay.counters["unfitted_output_topics"] == 0
+
+    unnamed = Bolt(config, topics.words, f"unnamed-{topics.prefix}", _ignore)
+    try:
+        with caplog.at_level(logging.ERROR, logger="acker.bolt"):
+            for _ in range(2):
+                unnamed._collector.emit(small_out, b"unanchored")
+    finally:
+        unnamed.close()
+    assert unnamed.counters["unfitted_output_topics"] == 1
+    [said] = [r.getMessage() for r in caplog.records if "output_topics" in r.getMessage()]
+    assert f"writes to {small_out}, which takes record batches of 20000 bytes at most" in said
 
 
 def test_a_count_the_sink_cannot_write_fails_its_sentence(config: ServiceConfig) -> None:
