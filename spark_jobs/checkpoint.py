@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from py4j.java_gateway import is_instance_of
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 
@@ -15,7 +17,7 @@ class CheckpointFiles:
     def __init__(self, spark: SparkSession, directory: str) -> None:
         jvm = spark.sparkContext._jvm
         assert jvm is not None  # a driver's context
-        self._jvm = jvm
+        self._jvm, self._gateway = jvm, spark.sparkContext._gateway
         self.dir = jvm.org.apache.hadoop.fs.Path(directory.rstrip("/"))
         self._fs = self.dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
@@ -32,11 +34,18 @@ class CheckpointFiles:
         return bool(self._fs.exists(self.path(name)))
 
     def read(self, name: str) -> bytes:
-        stream = self._fs.open(self.path(name))
+        """The file's bytes; `OSError` when the file system cannot give them (a local file whose checksum file says
+        it was cut short: Hadoop's local file system checks each file against its ``.<name>.crc``)."""
         try:
-            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
-        finally:
-            stream.close()
+            stream = self._fs.open(self.path(name))
+            try:
+                return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+            finally:
+                stream.close()
+        except Py4JJavaError as error:
+            if not is_instance_of(self._gateway, error.java_exception, "java.io.IOException"):
+                raise
+            raise OSError(f"reading {self.path(name)}: {error.java_exception.toString()}") from None
 
     def write(self, name: str, data: bytes, *, replace: bool = True) -> bool:
         """Write ``name`` whole or not at all (a temporary file renamed); False when it exists and not ``replace``."""

@@ -41,7 +41,8 @@ class MarkStore:
 
     def load(self) -> dict[Key, PartitionMark]:
         """The marks of the newest micro-batch saved (none before the first). A file that cannot be read (cut short
-        by a power loss on a file system that renamed it before its bytes were on disk) is passed over, said, for
+        by a power loss on a file system that renamed it before its bytes were on disk: not JSON, or failing its
+        checksum on Hadoop's local file system, `OSError`) is passed over, said, for
         the one before: the job fails at no start for it. What the older file lacks is safe, not always recovered:
         the offsets its batch committed to the watermark groups are caught up from there (`Marks._skip_to_committed`),
         but offsets it found done above its watermark are not read again, and the watermark waits below them (said
@@ -51,7 +52,7 @@ class MarkStore:
         for batch in reversed(batches):
             try:
                 return self._read(batch)
-            except (ValueError, KeyError, TypeError) as error:
+            except (OSError, ValueError, KeyError, TypeError) as error:
                 if batch == batches[0]:  # none left to fall back on
                     raise ValueError(f"no marks file of {self._files.dir} can be read: {error!r}") from error
                 log.warning("marks of batch %d cannot be read (%r): the older file is loaded; a watermark that then "
