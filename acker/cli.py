@@ -305,7 +305,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         status = statuses.get(partition, {})
         committed, end = lags.get(partition, (None, None))
         rates, counters = status.get("rates", {}), status.get("counters", {})
-        nacked = sum(rates.get(k, 0) for k in nacks)
+        nacked = round(sum(rates.get(k, 0) for k in nacks), 1)  # rates are rounded to 0.1: so is their sum
         measured = bool(status) and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
         stamp = status.get("time")
         age = time.time() - stamp if isinstance(stamp, int | float) else None

@@ -35,7 +35,9 @@ def status_key(group: str, acker_topic: str, partition: int) -> bytes:
 
 
 def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
-    """The newest status of every partition of the acker topic (empty when none was published)."""
+    """The newest status of every partition of the acker topic (empty when none was published): the status topic
+    read to its end, for as long as the read goes on (a topic not compacted holds millions of records), and given
+    up, said, after ``timeout_s`` without a record (the statuses shown may then be older than the newest)."""
     consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", **_LOOKING}))
     latest: dict[int, dict[str, Any]] = {}
     other_groups: set[str] = set()
@@ -59,6 +61,7 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         deadline = time.monotonic() + timeout_s
         while remaining and time.monotonic() < deadline:
             for record in consumer.consume(500, timeout=0.2):
+                deadline = time.monotonic() + timeout_s  # still reading
                 if record.error() is not None:
                     continue
                 offset = record.offset()
@@ -72,6 +75,10 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
                     latest[status["partition"]] = status
                 else:
                     other_groups.add(str(group))
+        if remaining:
+            log.warning("status topic %s not read to its end (partitions %s: nothing more came within %g s): the "
+                        "statuses shown may be older than the newest", config.status_topic,
+                        ", ".join(map(str, sorted(remaining))), timeout_s)  # fmt: skip
     finally:
         consumer.close()
     if other_groups and not latest:  # shown as this group's, they would sit beside its committed offsets

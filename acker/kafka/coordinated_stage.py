@@ -15,10 +15,11 @@ round-robin per request (shuffle grouping). Reports and answers are never shown 
 
 Exactly once per step: each batch of input records is processed in one Kafka transaction that holds the step's
 outputs, its reports, the new state of every request it touched (a compacted changelog topic ``N.step<i>.state``,
-partitioned like the input: key = request id, value = the request's `RequestState` as JSON, a tombstone once
-finished) and the input offsets. A process that dies mid-batch leaves nothing visible; the partition's next owner
-reloads the changelog and goes on from the committed offsets, so a task restarted mid-request changes nothing in the
-answer. Records without a request header are copied to ``N.step<i>.dlq`` with the reason, in the same transaction.
+partitioned like the input: key = request id, value = the request's `RequestState` as JSON, its done marker once
+finished, a tombstone once that is forgotten: `acker.coordinated`) and the input offsets. A process that dies
+mid-batch leaves nothing visible; the partition's next owner reloads the changelog and goes on from the committed
+offsets, so a task restarted mid-request changes nothing in the answer. Records without a request header are copied
+to ``N.step<i>.dlq`` with the reason, in the same transaction.
 """
 
 from __future__ import annotations
@@ -424,7 +425,7 @@ class CoordinatedStage:
             if len(saved) + len(state.request) > self.max_record:
                 raise ValueError(f"{len(saved)} bytes of state: {self.changelog} takes {self.max_record} at most")
             return saved
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, RecursionError) as error:  # RecursionError: state nested too deep
             if state.done:  # a done marker holds nothing of the step's
                 raise
             _request_log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)

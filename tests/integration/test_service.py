@@ -685,6 +685,25 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
         service.stop(timeout_s=20)
 
 
+def test_status_reads_a_long_status_topic_to_its_end_however_long_that_takes(config: ServiceConfig) -> None:
+    """A status topic not compacted (auto-created by an earlier version) holds millions of records: the read stopped
+    at its deadline wherever it was, and showed an old status as the newest, without a word."""
+    create_topics(config.client(), [TopicSpec(config.status_topic, 1)])
+    producer = Producer(config.client(**{"linger.ms": 50}))
+    old = json.dumps({"topic": f"{config.acker_topic}.other", "partition": 0, "group": config.group}).encode()
+    for _ in range(300_000):  # another acker topic's: read past, not shown
+        try:
+            producer.produce(config.status_topic, old, key=b"other")
+        except BufferError:
+            producer.poll(0.1)
+            producer.produce(config.status_topic, old, key=b"other")
+    newest = {"topic": config.acker_topic, "partition": 0, "group": config.group, "pending": 7}
+    producer.produce(config.status_topic, json.dumps(newest).encode(), key=b"newest")
+    assert producer.flush(60) == 0
+    # A second without a record gives up; reading it all takes longer than that.
+    assert read_status(config, timeout_s=1.0).get(0, {}).get("pending") == 7
+
+
 def test_a_service_started_before_its_acker_topic_says_so_and_serves_it_once_made(
     config: ServiceConfig, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -114,6 +114,20 @@ def test_step_state_that_json_would_change_fails_the_request_instead_of_changing
     assert state.failed
 
 
+def test_step_state_nested_too_deep_to_save_fails_the_request_instead_of_every_batch() -> None:
+    """JSON raised `RecursionError`, not taken for state that cannot be saved: the batch's transaction was aborted,
+    and the restart failed on the same records again, until the request's deadline."""
+    stage = _last_step(_Answer(b"x"))
+    _handle(stage, _report("r1"), int(time.time() * 1000))
+    state = stage.tasks[0].requests["r1"]
+    nested: list[object] = []
+    for _ in range(100_000):
+        nested = [nested]
+    state.done, state.user = False, {"deep": nested}
+    stage._encode(0, state)
+    assert state.failed
+
+
 def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None:
     stage = _last_step(_Answer(b"x"))
     _handle(stage, _report("r1", deadline=b"9" * 5000), int(time.time() * 1000))

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from acker import status as status_module
-from acker.cli import _re_read
+from acker.cli import _re_read, main
 from acker.config import ServiceConfig
 from acker.status import _status, status_key
 
@@ -103,3 +103,18 @@ def test_the_end_offsets_of_all_partitions_are_asked_within_one_timeout(monkeypa
     assert time.monotonic() - began < 1.5
     assert lags == {p: (5, 100 + p if 6 <= p < 18 else None) for p in range(24)}
     assert asked == list(range(18))
+
+
+def test_the_nacked_rate_is_the_sum_of_the_rates_shown_rounded_as_they_are(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Summed as floats, 0.1 + 0.2 showed as 0.30000000000000004 nacked/s."""
+    rates = {"acked": 3.0, "nacked_failed": 0.1, "nacked_timeout": 0.2}
+    status = {"topic": "acker", "partition": 0, "pending": 1, "rate_window_s": 5.0, "time": time.time(),
+              "rates": rates, "counters": {"acked": 1}}  # fmt: skip
+    monkeypatch.setattr("acker.kafka.clients.answering", lambda *_: None)
+    monkeypatch.setattr(status_module, "group_lag", lambda _config: {0: (1, 2)})
+    monkeypatch.setattr(status_module, "read_status", lambda _config: {0: status})
+    assert main(["status", "--bootstrap-servers", "127.0.0.1:1"]) == 0
+    shown = capsys.readouterr().out
+    assert " 0.3 " in shown and "0.3000" not in shown
