@@ -44,6 +44,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 # half or more, and the untracked pipeline ran a third faster (docs/benchmarks.md), for at most 15 ms more latency
 # per stage.
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
+TIMEOUT_MAX_S = 30 * 86_400  # the longest timeout_s: a tree that lives longer is better failed and replayed
+INTERVAL_MIN_S = 0.01  # the shortest commit_interval_s and status_interval_s
 # delivery.report.only.error, not a pass-through setting: the stages act on failed deliveries only, and report only
 # those (the Python client still frees every message's state in poll, but calls Python for failures alone); every
 # other producer of the project acts on successful ones too (the service commits its recovery offsets once its
@@ -165,10 +167,16 @@ class ServiceConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value}")
+        if self.timeout_s > TIMEOUT_MAX_S:  # times are kept in milliseconds, in 64 bits
+            raise ConfigError(f"timeout_s must be {TIMEOUT_MAX_S} s (30 days) at most, got {self.timeout_s}")
         if self.tick_interval_s < 0.001:
             raise ConfigError(f"timeout_s {self.timeout_s} leaves less than 1 ms between ticks")
-        if self.ack_linger_ms < 0:
-            raise ConfigError(f"ack_linger_ms must not be negative, got {self.ack_linger_ms}")
+        for name in ("commit_interval_s", "status_interval_s"):  # each a Kafka request, per turn of the loop
+            if getattr(self, name) < INTERVAL_MIN_S:
+                raise ConfigError(f"{name} must be {INTERVAL_MIN_S} s or more, got {getattr(self, name)}")
+        if not 0 <= self.ack_linger_ms < self.timeout_s * 1000:  # held longer, every tree would time out
+            raise ConfigError(f"ack_linger_ms must be 0 or more and below timeout_s ({self.timeout_s * 1000:g} ms), "
+                              f"got {self.ack_linger_ms}")  # fmt: skip
         # librdkafka's NewTopic refuses more, with a traceback: partitions 1 to 100,000, replicas 1 to 10,000.
         if not 1 <= self.partitions <= 100_000 or not 1 <= self.replication_factor <= 10_000:
             raise ConfigError(

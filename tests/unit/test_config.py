@@ -74,6 +74,11 @@ def test_booleans_and_the_tracker_config() -> None:
         ((), {"ACKER_TIMEOUT_S": "nan"}, "timeout_s must be a positive number"),
         (("--timeout-s", "inf"), {}, "timeout_s must be a positive number"),
         (("--timeout-s", "0.001"), {}, "less than 1 ms between ticks"),
+        (("--timeout-s", "1e306"), {}, r"timeout_s must be 2592000 s \(30 days\) at most"),  # OverflowError before
+        ((), {"ACKER_COMMIT_INTERVAL_S": "1e-9"}, "commit_interval_s must be 0.01 s or more"),  # a commit per turn
+        ((), {"ACKER_STATUS_INTERVAL_S": "0.001"}, "status_interval_s must be 0.01 s or more"),
+        ((), {"ACKER_ACK_LINGER_MS": "-1"}, "ack_linger_ms must be 0 or more and below timeout_s"),
+        ((), {"ACKER_ACK_LINGER_MS": "30000"}, r"below timeout_s \(30000 ms\), got 30000"),  # every tree timed out
         (("--kafka", "no-equals-sign"), {}, "KEY=VALUE"),
         (("--config", "/nonexistent.toml"), {}, "cannot read configuration file"),
         (("--metrics-port", "70000"), {}, "metrics_port must be a port number"),

@@ -62,7 +62,7 @@ def test_a_basic_collector_kept_after_its_function_returned_refuses_to_emit(prod
 
     bolt: Any = Bolt.__new__(Bolt)  # only what processing one input needs
     bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
-    bolt._lost_at = {}
+    bolt._lost_at, bolt._outputs = {}, {"words"}
     bolt.acker = AckerClient(producer, "acker", 4, linger_s=60)
     bolt._collector = Collector(bolt)
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
