@@ -104,11 +104,24 @@ class Chain:
         specs = []
         for i in range(self.steps):
             n = 1 if i == self.steps - 1 else partitions
-            compacted = {"cleanup.policy": "compact"}
             specs += [TopicSpec(self.topic(i), n, config.replication_factor),
-                      TopicSpec(f"{self.topic(i)}.state", n, config.replication_factor, compacted),
+                      TopicSpec(f"{self.topic(i)}.state", n, config.replication_factor, CHANGELOG_CONFIG),
                       TopicSpec(f"{self.topic(i)}.dlq", 1, config.replication_factor)]  # fmt: skip
         return [*specs, TopicSpec(self.results, 1, config.replication_factor)]
+
+
+# A changelog's settings: compacted, and in segments small enough to be compacted soon. A task's state is read whole
+# from the changelog at every assignment (`CoordinatedStage._restore`), and Kafka never compacts the segment still
+# written to (by default until it holds 1 GiB or a week): the restore read every request of the last week, done
+# markers and tombstones included, a minute or more per partition at each rebalance. Tombstones are kept an hour
+# after compaction, longer than a restore takes (a restore that read a request's state and missed its tombstone
+# would keep a request that ended).
+CHANGELOG_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(10 * 60_000),
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": str(3_600_000),
+}
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
 from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
@@ -401,3 +402,12 @@ def test_a_deadline_further_than_a_request_may_live_is_dead_lettered() -> None:
     assert "far" not in stage.tasks[0].requests
     _handle(stage, _report("day", deadline=str(now_ms + 86_400_000).encode()), now_ms)
     assert [r["value"] for r in _out(stage, "c.results")] == [b"x"]
+
+
+def test_a_chains_changelogs_roll_segments_that_compaction_can_shrink() -> None:
+    """Compacted only, a changelog's active segment held a week of requests (Kafka never compacts it), and each
+    restore read them all, at every rebalance."""
+    changelogs = [spec for spec in Chain("c", 3).topics(ServiceConfig(), 2) if spec.name.endswith(".state")]
+    assert [spec.name for spec in changelogs] == ["c.step0.state", "c.step1.state", "c.step2.state"]
+    for spec in changelogs:
+        assert spec.config["cleanup.policy"] == "compact" and int(spec.config["segment.ms"]) <= 3_600_000
