@@ -40,7 +40,7 @@ from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState
 from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
-from acker.headers import HeaderList, decimal, read_headers, record_size, text
+from acker.headers import HeaderList, decimal, first, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.client_log import RepeatFilter, reason_kind, template_kind
 from acker.kafka.clients import (
@@ -301,13 +301,9 @@ class CoordinatedStage:
         if request is None or deadline is None:
             self._dead_letter(record, headers, "not a message of a request", f"no {REQUEST} and {DEADLINE} headers")
             return
-        if deadline > now_ms + DEADLINE_TAKEN_MS:  # its state would be kept until then
-            detail = f"{(deadline - now_ms) / 1000:.0f} s from now, {DEADLINE_MAX_S} s at most"
-            self._dead_letter(record, headers, "deadline too far", detail)
-            return
-        if len(request.encode()) > REQUEST_ID_MAX:
-            detail = f"{len(request.encode())} bytes, {REQUEST_ID_MAX} at most"
-            self._dead_letter(record, headers, f"{REQUEST} too long", detail)
+        refused = _refused(headers, request, deadline, report, now_ms)
+        if refused is not None:
+            self._dead_letter(record, headers, *refused)
             return
         fields: dict[str, Any] | None = None
         if report is not None:
@@ -583,6 +579,31 @@ class CoordinatedStage:
                 else:
                     task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
         return task
+
+
+def _refused(
+    headers: HeaderList, request: str, deadline: int, report: str | None, now_ms: int
+) -> tuple[str, str] | None:
+    """Why a message of a request is dead-lettered (reason, detail), None when it is taken."""
+    if deadline > now_ms + DEADLINE_TAKEN_MS:  # its state would be kept until then
+        return "deadline too far", f"{(deadline - now_ms) / 1000:.0f} s from now, {DEADLINE_MAX_S} s at most"
+    if len(request.encode()) > REQUEST_ID_MAX:
+        return f"{REQUEST} too long", f"{len(request.encode())} bytes, {REQUEST_ID_MAX} at most"
+    if "\ufffd" in request and not _utf8(first(headers, REQUEST)):  # read as text, two ids would be one
+        return f"{REQUEST} not UTF-8", "a request id is text"
+    if report is None and _is_report(headers):  # else user code would see it as data
+        return "unreadable report", f"{REPORT} without a value"
+    return None
+
+
+def _utf8(value: bytes | str | None) -> bool:
+    """Whether a header value is text as it is: `text` reads bytes that are not UTF-8 with replacement characters."""
+    if isinstance(value, bytes):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
 
 
 def _is_report(headers: HeaderList | None) -> bool:

@@ -139,6 +139,42 @@ def test_a_deadline_too_long_to_be_a_time_is_dead_lettered_not_a_crash() -> None
     assert letter.origin == origin.decode() == "c.step1/0/7"
 
 
+class _Executing(_Answer):
+    def __init__(self) -> None:
+        super().__init__(b"x")
+        self.seen: list[bytes | None] = []
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        self.seen.append(value)
+
+
+def test_a_report_header_without_a_value_is_dead_lettered_not_handed_to_the_step() -> None:
+    """Read as no report (a header without a value is none to `text`), it was data to the step's code, which never
+    sees reports."""
+    step = _Executing()
+    stage = _last_step(step)
+    deadline = str(int(time.time() * 1000) + 60_000).encode()
+    headers: list[tuple[str, str | bytes | None]] = [(REQUEST, b"r1"), (DEADLINE, deadline), (REPORT, None)]
+    _handle(stage, Message(topic="c.step1", partition=0, offset=7, headers=headers), int(time.time() * 1000))
+    assert step.seen == [] and stage.counters["dead_letters"] == 1
+    assert dict(_out(stage, stage.dlq)[0]["headers"])["acker.dlq.reason"].startswith(b"unreadable report")
+
+
+def test_request_ids_that_are_not_utf8_are_dead_lettered_not_taken_for_one_another() -> None:
+    """Read with replacement characters, b"req-\\xff" and b"req-\\xfe" were one request, and its answer went out
+    under an id neither sender used."""
+    stage = _last_step(_Answer(b"x"))
+    deadline = str(int(time.time() * 1000) + 60_000).encode()
+    body = json.dumps({"from": 0, "count": 0, "reporters": 1, "failed": False}).encode()
+    for raw in (b"req-\xff", b"req-\xfe"):
+        headers: list[tuple[str, str | bytes | None]] = [(REQUEST, raw), (DEADLINE, deadline), (REPORT, body)]
+        _handle(stage, Message(topic="c.step1", partition=0, offset=7, headers=headers), int(time.time() * 1000))
+    assert stage.counters["dead_letters"] == 2 and stage.tasks[0].requests == {}
+    assert _out(stage, "c.results") == []
+    _handle(stage, _report("req-\ufffd"), int(time.time() * 1000))  # the character itself, written as UTF-8: an id
+    assert stage.counters["dead_letters"] == 2 and len(_out(stage, "c.results")) == 1
+
+
 @pytest.mark.parametrize(
     "body",
     [
