@@ -150,8 +150,11 @@ class TaskState:
         is done here, or past its deadline already (``failure``: a failed report for a request never seen here,
         taken until ``FAILURE_GRACE_MS`` after the deadline). A request seen here and past its deadline is not
         worked on any more: `expired` fails it (a restarted task whose step raised on it at every try, say, or whose
-        answer could not be written, gets past it that way)."""
+        answer could not be written, gets past it that way). A done marker past its time to be forgotten is forgotten
+        here already (restored after a stop, before `expired` ran): a request id used again since is a new request."""
         state = self.requests.get(request)
+        if state is not None and state.done and state.deadline_ms + FAILURE_GRACE_MS <= now_ms:
+            state = None
         if state is None:
             if deadline_ms + (FAILURE_GRACE_MS if failure else 0) <= now_ms:
                 return None

@@ -109,6 +109,19 @@ def test_a_finished_request_is_never_opened_or_finished_again() -> None:
     assert task.request("r", 1_000, now_ms=gone, failure=True) is None  # and after it, its deadline says it is late
 
 
+def test_a_request_id_used_again_after_its_marker_is_due_to_go_is_a_new_request() -> None:
+    """A task restored after a stop holds done markers long past their time, and `expired` runs after the first
+    records: the first message of a request that used the id again was taken for late, and no answer ever came."""
+    task = TaskState(first=True, tasks=1, next_tasks=1)
+    state = _open(task, "r", 1_000)
+    task.processed(state, ok=True)
+    task.reports(state)
+    assert state.done and task.request("r", 1_000, now_ms=500) is None  # the same request: late
+    again = task.request("r", 900_000, now_ms=1_000 + FAILURE_GRACE_MS)
+    assert again is not None and not again.done and task.requests == {"r": again}
+    assert task.expired(now_ms=1_000 + FAILURE_GRACE_MS) == ([], [])  # the new one is not forgotten in its place
+
+
 def test_a_failure_found_at_the_deadline_still_reaches_the_end_of_the_chain() -> None:
     """The failed reports of a request failed at its deadline carry that deadline, past when they arrive: taken
     anyway (failed ones only) for FAILURE_GRACE_MS, so the last step answers "failed" instead of nothing."""
