@@ -472,7 +472,7 @@ class Marks:
             others = {tp: offset for tp, offset in offsets.items() if tp not in committed.get(group, {})}
             try:
                 if others:
-                    commit_group(self._kafka, group, others, again=True)
+                    commit_group(self._kafka, group, others, only_again=True)
             except WatermarkCommitError as error:  # members: said here, and raised by the next commit of the group
                 log.warning("%s", error)
 
@@ -547,6 +547,7 @@ def commit_group(
     marks: dict[tuple[str, int], int],
     *,
     again: bool = False,
+    only_again: bool = False,
     topic_ids: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, int], int]:
     """`KafkaLookups.advance` for one watermark group; a failure is logged and left to the next commit of the group
@@ -561,7 +562,7 @@ def commit_group(
         with kafka.lock:
             if topic_ids is not None:
                 marks = _same_topics(kafka, marks, topic_ids)
-            return kafka.advance(group, marks, again=again) if marks else {}
+            return kafka.advance(group, marks, again=again, only_again=only_again) if marks else {}
     except WatermarkCommitError as error:
         if error.members:
             raise

@@ -329,10 +329,12 @@ class KafkaLookups:
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
 
     def advance(
-        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False
+        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
     ) -> dict[tuple[str, int], int]:
         """Commit ``marks`` to ``group`` where they are ahead of what it has (``again``: also where they equal it,
-        which renews the commit before Kafka's offset retention deletes it); return what was committed.
+        which renews the commit before Kafka's offset retention deletes it; ``only_again``: only there, offsets read
+        from the group renewed as they are, and none where it has none now: its topic deleted since, maybe created
+        again, which must not get the old topic's offset); return what was committed.
 
         A watermark never goes back: a replayed micro-batch or a late job commits nothing older. Every
         partition's error is checked (the admin call reports them per partition without raising), and any
@@ -340,7 +342,11 @@ class KafkaLookups:
         watermark has nowhere to be, which is said once.
         """
         current = self.committed(group, list(marks))
-        ahead = {tp: m for tp, m in marks.items() if m > current.get(tp, -1) or (again and m == current.get(tp))}
+        ahead = {
+            tp: m
+            for tp, m in marks.items()
+            if (m > current.get(tp, -1) and not only_again) or ((again or only_again) and m == current.get(tp))
+        }
         if not ahead:
             return {}
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])

@@ -41,8 +41,10 @@ class _Kafka:
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return self.groups.get(group, {})
 
-    def advance(self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False) -> dict[Any, int]:
-        self.commits.append((group, marks, again))
+    def advance(
+        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+    ) -> dict[Any, int]:
+        self.commits.append((group, marks, again or only_again))
         return marks
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -335,12 +337,18 @@ class _Groups(_Kafka):
         super().__init__(groups)
         self.busy = busy
 
-    def advance(self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False) -> dict[Any, int]:
+    def advance(
+        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+    ) -> dict[Any, int]:
         if group == self.busy:
             raise WatermarkCommitError(group, dict.fromkeys(marks, "UNKNOWN_MEMBER_ID"))
         current = self.groups.get(group, {})
-        ahead = {tp: m for tp, m in marks.items() if m > current.get(tp, -1) or (again and m == current.get(tp))}
-        self.commits.append((group, ahead, again))
+        ahead = {
+            tp: m
+            for tp, m in marks.items()
+            if (m > current.get(tp, -1) and not only_again) or ((again or only_again) and m == current.get(tp))
+        }
+        self.commits.append((group, ahead, again or only_again))
         return ahead
 
 

@@ -61,7 +61,9 @@ class _Kafka:
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return dict(self.groups.get(group, {}))
 
-    def advance(self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False) -> dict[Any, int]:
+    def advance(
+        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+    ) -> dict[Any, int]:
         offsets = self.groups.setdefault(group, {})
         ahead = {tp: m for tp, m in marks.items() if m > offsets.get(tp, -1) or (again and m == offsets.get(tp))}
         offsets.update(ahead)
