@@ -5,7 +5,8 @@ Storm's reliability API over Kafka. Each input message carries its tree ids in t
 
 - **Basic** (the default, Storm's BasicBolt): ``emit`` anchors each child to the input; the input is acked when the
   function returns and failed if it raises. Children are sent only after the function returned, so a failed input
-  leaves no orphan children behind.
+  leaves no orphan children behind (a child of a type the producer refuses raises at its ``emit``; one the broker
+  refuses later, too large for its topic say, fails the input's trees once those before it are sent).
 - **Explicit** (``basic=False``, for joins and aggregations): ``emit(..., anchors=[in1, in2])`` anchors a child to
   any inputs (multi-anchoring: it joins every root of every input) or to none (unanchored); ``ack``, ``fail`` and
   ``reset_timeout`` may be called later, from later calls of the function. If the function raises, the input is
@@ -63,7 +64,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
-from acker.headers import HeaderList, Headers, read_headers, split
+from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
@@ -150,13 +151,30 @@ class BasicCollector:
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         if self.closed:
             raise ProtocolError("a basic bolt emits while its function runs: the input was acked when it returned")
-        self.children.append((topic, value, key, headers, False))
+        self.children.append((topic, value, key, _taken(topic, value, key, headers), False))
 
     def write(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         """`Collector.write`: a record out of the pipeline; the input's trees complete once it is written."""
         if self.closed:
             raise ProtocolError("a basic bolt writes while its function runs: the input was acked when it returned")
-        self.children.append((topic, value, key, headers, True))
+        self.children.append((topic, value, key, _taken(topic, value, key, headers), True))
+
+
+def _taken(topic: object, value: object, key: object, headers: Headers | None) -> HeaderList:
+    """The headers of a child, as a list; `TypeError` for a child the producer would refuse for its types, raised
+    while the function runs: its children are sent after it returns, and one refused then left those before it sent
+    (orphans of a failed input, processed downstream and again at its replay)."""
+    if not isinstance(topic, str) or not topic:
+        raise TypeError(f"a child's topic must be a topic's name, not {topic!r}")
+    for name, part in (("value", value), ("key", key)):
+        if part is not None and not isinstance(part, bytes | str):
+            raise TypeError(f"a child's {name} must be bytes, str or None, not {type(part).__name__}")
+    taken = pairs(headers)
+    for pair in taken:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and (pair[1] is None or isinstance(pair[1], bytes | str))):  # fmt: skip
+            raise TypeError(f"a child's headers must be (str, bytes | str | None) pairs, not {pair!r}")
+    return taken
 
 
 BasicFunction = Callable[[BoltInput, BasicCollector], None]

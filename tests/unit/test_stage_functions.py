@@ -146,3 +146,34 @@ def test_an_input_a_bolts_function_raises_on_is_failed_saying_why(producer: Prod
     bolt._collector.fail(BoltInput(b"v", None, [], "split", 0, 6, InputTuple(third, IdGenerator(10))), bad)
     assert batch.reasons[third.edges[0][0]] == "\\udcff"
     bolt.acker.flush(0)  # encoded without an error
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"value": 123},
+        {"key": ["k"]},
+        {"topic": ""},
+        {"headers": [("h", 5)]},
+        {"headers": "h=v"},
+    ],
+)
+def test_a_child_of_a_type_the_producer_refuses_fails_its_input_before_any_child_is_sent(
+    producer: Producer, bad: dict[str, Any]
+) -> None:
+    """Children are sent once the function returns: one refused then, the children before it were sent already,
+    orphans of a failed input (processed downstream, and again at its replay). Refused at its emit, it is the
+    function's exception."""
+
+    def split(message: BoltInput, collector: BasicCollector) -> None:
+        collector.emit("words", b"first")
+        collector.emit(**{"topic": "words", "value": b"second", **bad})
+
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
+    bolt._lost_at, bolt._outputs = {}, {"words"}
+    bolt.group, bolt.acker = "split", AckerClient(producer, "acker", 1, linger_s=60)
+    bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
+    root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
+    bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
+    assert (bolt.counters["emitted"], bolt.counters["failed"], bolt.counters["errors"]) == (0, 1, 1)  # no child
