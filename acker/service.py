@@ -360,6 +360,9 @@ class AckerService:
         self._tick_refused: dict[int, int] = {}  # partition → when its tick, refused at once, is written again (ms)
         # Per partition, its counters at each status since the rate window began (`_publish_status`).
         self._last_status: dict[int, deque[tuple[float, np.ndarray]]] = {}
+        # Per partition, when the last of its records read so far was applied (a status's ``read_at``: its ``time``
+        # is when it was published, up to a status interval and a wait for records later).
+        self._read_at: dict[int, float] = {}
         self.consumer = Consumer(
             config.stream_consumer(
                 # Partitions added to the acker topic are seen, and taken, within 30 s rather than librdkafka's 5
@@ -501,7 +504,10 @@ class AckerService:
             decisions = [task.result() for task in tasks]
         else:
             decisions = [self._decide(item) for item in work]
-        for (state, _), decided in zip(work, decisions, strict=True):
+        applied_at = time.time()
+        for (state, fresh), decided in zip(work, decisions, strict=True):
+            if fresh:
+                self._read_at[state.partition] = applied_at
             for latencies_ms in decided.latencies_ms:
                 self.latency.observe(latencies_ms)
             for outcome_record in decided.outcomes:
@@ -1064,6 +1070,7 @@ class AckerService:
                 "group": self.config.group,
                 "instance": self.instance,
                 "time": now,
+                "read_at": self._read_at.get(partition),
                 "pending": state.tracker.pending,
                 "position": state.position,
                 "recovery_offset": state.recovery_offset(),
@@ -1339,6 +1346,7 @@ class AckerService:
                     self._retired.counters += self._counter_array(state)
                     self._retired.ignored_ticks += state.ignored_ticks
                     self._last_status.pop(tp.partition, None)
+                    self._read_at.pop(tp.partition, None)
 
     # -- metrics --------------------------------------------------------------------------------------------
 

@@ -13,8 +13,9 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
    6 s here); the new owner then replays the partition from the committed offset.
 3. Measured, from the new process's start: when it owns the partition (its first status record), and when its
    status shows every tree pending again with nothing left to read (state rebuilt), each dated by the time the
-   instance wrote in that status (`_StatusWatch`). The replay itself is the difference (statuses come every 20 ms,
-   which bounds its resolution). Baseline in the same run: a plain
+   instance wrote in that status (`_StatusWatch`): when it was published, and for the state rebuilt when the last
+   record was applied (``read_at``; the status that says so comes up to a status interval and the loop's wait for
+   records later). The replay itself is the difference. Baseline in the same run: a plain
    consumer reading the same records from the same offset. The new owner first reads back the outcomes published
    after the committed offset (the commit's metadata says where they start): timed alone, with the same code, in
    this process.
@@ -106,7 +107,9 @@ class _StatusWatch:
         self._seen: list[dict[str, Any]] = []
 
     def first(self, instance: str, trees: int | None, timeout_s: float) -> float:
-        """The time of ``instance``'s first status of partition 0 (with ``trees`` pending and no lag, if given)."""
+        """The time of ``instance``'s first status of partition 0; with ``trees`` pending and no lag, if given, and
+        then the time it applied the last record read (its ``read_at``): the status comes up to a status interval
+        and a wait for records (0.1 s, the partition idle) later."""
         deadline = time.monotonic() + timeout_s
         looked = 0
         while time.monotonic() < deadline:
@@ -114,7 +117,7 @@ class _StatusWatch:
                 if status.get("instance") == instance and (
                     trees is None or (status.get("pending") == trees and status.get("lag") == 0)
                 ):
-                    return float(status["time"])
+                    return float(status["time"] if trees is None else status["read_at"])
             looked = len(self._seen)
             for record in self._consumer.consume(100, timeout=0.05):
                 if record.error() is None:

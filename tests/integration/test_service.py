@@ -386,6 +386,7 @@ def test_a_partition_waiting_for_its_read_back_says_so_in_its_status(
     finally:
         service.stop()
     assert status["lag"] > 0 and lag.get(0, 0) > 0
+    assert status["read_at"] is None  # no record of the partition applied yet
 
 
 def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(
