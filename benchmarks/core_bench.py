@@ -27,7 +27,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from acker.columnar import BlockTracker, MessageBlock
-from acker.core import Init, Tracker
+from acker.core import Acked, Init, Tracker
 from acker.core.ids import IdGenerator
 from acker.core.messages import Ack, Message
 from acker.workload import WorkloadSpec, generate
@@ -61,6 +61,19 @@ def _columnar(blocks: list[MessageBlock], latencies: list[float] | None, materia
             result.to_outcomes()
         if latencies is not None:
             latencies.append(time.perf_counter() - started)
+
+
+def _check(expected: dict[str, str], messages: list[Message], blocks: list[MessageBlock]) -> None:
+    """Both trackers decide the workload as it was made to be decided (one untimed pass each): a figure of a tracker
+    that decides otherwise is no figure."""
+    acked = sum(1 for outcome in expected.values() if outcome == "ack")
+    columnar = BlockTracker()
+    for block in blocks:
+        columnar.process(block)
+    reference = sum(isinstance(o, Acked) for o in Tracker().handle_all(messages))
+    if not columnar.counters.acked == reference == acked:
+        raise SystemExit(f"core_bench: trees acked: columnar {columnar.counters.acked:,}, reference {reference:,}, "
+                         f"expected {acked:,}")  # fmt: skip
 
 
 def _memory_per_tree(trees: int, columnar: bool) -> float:
@@ -105,6 +118,7 @@ def main() -> None:
     pairs = [(m.anchor, m.value) if isinstance(m, Ack | Init) else (getattr(m, "anchor", 0), 0) for m in messages]
     blocks = [MessageBlock.from_messages(messages[i : i + BLOCK]) for i in range(0, n, BLOCK)]
     _columnar(blocks[:2], None, True)  # compile (or load the cached machine code) before timing
+    _check(workload.expected, messages, blocks)
 
     base_rate, _ = _median_rate(n, args.repeat, lambda: _baseline(pairs))
     ref_rate, _ = _median_rate(n, args.repeat, lambda: Tracker().handle_all(messages))

@@ -125,24 +125,31 @@ def _plain_consumer(config: ServiceConfig, records: int, pids: dict[str, int]) -
     return timed
 
 
-def _tracker_only(config: ServiceConfig, records: list[list[bytes]], pids: dict[str, int]) -> tuple[float, float]:
+def _tracker_only(
+    config: ServiceConfig, records: list[list[bytes]], trees: int, pids: dict[str, int]
+) -> tuple[float, float]:
     """Seconds for fresh trackers (one per partition, as the service keeps) to parse and decide every record in this
     process, in groups of whole records as the service applies them, partitions on ``tracker_threads`` threads as
-    the service decides them: the service's own work without Kafka."""
+    the service decides them: the service's own work without Kafka. Every tree must be acked."""
     BlockTracker.warm_up()
     window = cpu.Window(pids)
     with ThreadPoolExecutor(config.tracker_threads) as pool:
-        list(pool.map(functools.partial(_decide_partition, config), records))
-    return window.close()
+        acked = sum(pool.map(functools.partial(_decide_partition, config), records))
+    timed = window.close()
+    if acked != trees:
+        raise SystemExit(f"service_bench: the trackers alone acked {acked:,} of {trees:,} trees")
+    return timed
 
 
-def _decide_partition(config: ServiceConfig, values: list[bytes]) -> None:
+def _decide_partition(config: ServiceConfig, values: list[bytes]) -> int:
+    """The trees one partition's tracker acks."""
     tracker = BlockTracker(config.tracker_config())
     blocks = [parse_batch(value) for value in values]
     for start, end in record_groups([len(b) for b in blocks]):
         group = blocks[start:end]
         spans = RecordSpans.of([len(b) for b in group], list(range(start, end)), [1] * len(group))
         tracker.process_records(MessageBlock.concat(group), spans)
+    return tracker.counters.acked
 
 
 def _service_run(config: ServiceConfig, trees: int, pids: dict[str, int]) -> tuple[float, float]:
@@ -152,8 +159,14 @@ def _service_run(config: ServiceConfig, trees: int, pids: dict[str, int]) -> tup
         service.step(timeout_s=0.1)  # joins the group
     window = cpu.Window(pids)
     states = list(service._states.values())
-    while sum(state.tracker.counters.acked for state in states) < trees:  # cheaper than a metrics snapshot
+    acked, stalled_at = 0, time.monotonic() + 60
+    while acked < trees:
         service.step(timeout_s=0.2)
+        now_acked = sum(state.tracker.counters.acked for state in states)  # cheaper than a metrics snapshot
+        if now_acked > acked:
+            acked, stalled_at = now_acked, time.monotonic() + 60
+        elif time.monotonic() > stalled_at:  # a tree the service does not ack: no figure, rather than no end
+            raise SystemExit(f"service_bench: the service acked {acked:,} of {trees:,} trees, and none for 60 s")
     timed = window.close()
     service.close()
     return timed
@@ -366,7 +379,7 @@ def _throughput(
         _produce_all(base.bootstrap_servers, config.acker_topic, records)
         plain.append(_plain_consumer(config, n_records, pids))
         acker.append(_service_run(config, trees, pids))
-        alone.append(_tracker_only(config, records, {"benchmark": pids["benchmark"]}))  # no broker: no Kafka
+        alone.append(_tracker_only(config, records, trees, {"benchmark": pids["benchmark"]}))  # no broker: no Kafka
         print(f"run {run + 1}: plain {messages / plain[-1][0]:,.0f} msg/s, acker {messages / acker[-1][0]:,.0f} "
               f"msg/s, trackers alone {messages / alone[-1][0]:,.0f} msg/s")  # fmt: skip
     return [_medians(runs, messages) for runs in (plain, acker, alone)]

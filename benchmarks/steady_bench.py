@@ -62,15 +62,20 @@ def _blocks(trees: int, window: int, tick_every: int, rng: np.random.Generator) 
     return blocks
 
 
-def _run(blocks: list[MessageBlock], ahead: int, block_s: list[float]) -> tuple[float, BlockTracker]:
-    """CPU seconds of this thread to apply every block with a fresh tracker; appends each block's wall time."""
+def _run(blocks: list[MessageBlock], ahead: int, block_s: list[float], trees: int) -> tuple[float, BlockTracker]:
+    """CPU seconds of this thread to apply every block with a fresh tracker; appends each block's wall time. Every
+    tree must be acked (the workload's acks come within its window, which its ticks must leave the time for)."""
     tracker = BlockTracker(TrackerConfig(buckets=BUCKETS), prefetch_ahead=ahead)
     started = time.thread_time()
     for block in blocks:
         t0 = time.perf_counter()
         tracker.process_records(block, RecordSpans.single(len(block), 0, 0))
         block_s.append(time.perf_counter() - t0)
-    return time.thread_time() - started, tracker
+    seconds = time.thread_time() - started
+    if tracker.counters.acked != trees or tracker.pending:
+        raise SystemExit(f"steady_bench: {tracker.counters.acked:,} of {trees:,} trees acked, {tracker.pending:,} "
+                         f"pending ({tracker.counters}): are the ticks too close for the window?")  # fmt: skip
+    return seconds, tracker
 
 
 def main() -> None:
@@ -78,11 +83,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smaller workload, for a smoke run")
     parser.add_argument("--trees", type=int, default=None, help="tuple trees per run (default 2M, quick 200k)")
     parser.add_argument("--window", type=int, nargs="+", default=[1, 2_000, 50_000], help="trees in flight")
-    parser.add_argument("--tick-every", type=int, default=None, help="messages between ticks (default 1M)")
+    parser.add_argument("--tick-every", type=int, default=None, help="messages between ticks (default 1M, quick 500k)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     trees = args.trees or (200_000 if args.quick else 2_000_000)
-    tick_every = args.tick_every or (100_000 if args.quick else 1_000_000)
+    tick_every = args.tick_every or (500_000 if args.quick else 1_000_000)  # the widest window's acks between 2 ticks
     repeat = 2 if args.quick else args.repeat
     BlockTracker.warm_up()
     print(f"workload: {trees:,} word-count trees ({trees * WORD_COUNT_MESSAGES:,} messages), a tick every "
@@ -99,7 +104,7 @@ def main() -> None:
         memory: dict[int, tuple[float, float]] = {}
         for run in range(repeat):
             for ahead in (0, AHEAD) if run % 2 == 0 else (AHEAD, 0):  # ABBA: the machine's drift falls on both
-                seconds, tracker = _run(blocks, ahead, block_s[ahead])
+                seconds, tracker = _run(blocks, ahead, block_s[ahead], trees)
                 cpu[ahead].append(seconds)
                 memory[ahead] = (tracker._tombs.nbytes / 1e6, sum(a.nbytes for a in tracker._table) / 1e6)
         base = messages / statistics.median(cpu[0])
