@@ -150,7 +150,10 @@ def _outcomes(config: ServiceConfig, expected: int, timeout_s: float) -> dict[st
     consumer.subscribe([config.outcome_topic(SPOUT)])
     seen: dict[str, list[str]] = {}
     deadline = time.monotonic() + timeout_s
-    while len(seen) < expected and time.monotonic() < deadline:
+    settled: float | None = None  # once every tree has one, read on a while: a second outcome comes after the first
+    while time.monotonic() < (deadline if settled is None else settled):
+        if settled is None and len(seen) >= expected:
+            settled = time.monotonic() + 2.0
         for record in consumer.consume(500, timeout=0.2):
             if record.error() is None:
                 decoded = decode_outcomes(record.value() or b"")
