@@ -700,7 +700,7 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
 
     def bolt(message: BoltInput, collector: Any) -> None:
         if message.value == b"wrong child":
-            collector.emit(topics.words, 42)  # a number where bytes belong: refused when the bolt produces it
+            collector.emit(topics.words, 42)  # a number where bytes belong: refused at the emit
 
     spout = Spout(
         config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"), spout_emit
@@ -725,7 +725,7 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
     assert [reader.reasons.get(m) for m in ids] == [
         [f"spout {SPOUT}: ValueError: cannot parse this record"],
         [f"spout {SPOUT}: ValueError: cannot parse the rest of this record"],
-        [f"bolt bolt-{topics.prefix}: TypeError: a bytes-like object is required, not 'int'"],
+        [f"bolt bolt-{topics.prefix}: TypeError: a child's value must be bytes, str or None, not int"],
         None,
         None,
         [f"spout {SPOUT}: UnreadableHeadersError: a header name is not UTF-8: its headers cannot be read"],
