@@ -38,7 +38,7 @@ from acker.console import printable
 from acker.coordinated import DEADLINE_MAX_S
 from acker.drpc import DrpcClient, DrpcError
 from acker.help_text import prose
-from acker.kafka.clients import partition_count
+from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
 from acker.kafka.local_broker import pdeathsig_preexec
 
@@ -144,6 +144,7 @@ def _cmd_step(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load(args)
     chain = Chain(args.chain, CHAIN.steps)
+    answering(config.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
     create_chain_topics(config, chain, args.tasks)
     if (tasks := partition_count(config.client(), chain.topic(0))) != args.tasks:
         print(f"chain {chain.name} exists with {tasks} tasks a step: it keeps them (--tasks is for a chain made now)",

@@ -166,12 +166,20 @@ def cmd_spout(args: argparse.Namespace) -> int:
     return run_until_signalled(Spout(config, settings, traced_sentences(topics.split) if args.trace else None))
 
 
+def _crash_marker(args: argparse.Namespace) -> str | None:
+    """``--crash-marker``, whose directory must exist: a marker that cannot be made is no crash (said once)."""
+    marker: str | None = args.crash_marker
+    if marker is not None and not os.path.isdir(os.path.dirname(marker) or "."):
+        raise ConfigError(f"--crash-marker {marker!r}: no directory {os.path.dirname(marker)!r}")
+    return marker
+
+
 def cmd_split(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = f"{args.prefix}-split"
     config = _starting(args, f"split bolt: {topics.split} -> {topics.words} as group {group}")
     function = split_function(
-        topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker
+        topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=_crash_marker(args)
     )
     return run_until_signalled(Bolt(config, topics.split, group, function, output_topics=[topics.words]))
 
@@ -182,7 +190,7 @@ def cmd_count(args: argparse.Namespace) -> int:
     config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
     counts: Counter[bytes] = Counter()
     function = count_function(
-        topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=args.crash_marker,
+        topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=_crash_marker(args),
         published=published_counts(config, topics.counts),
     )  # fmt: skip
     return run_until_signalled(count_bolt(config, function, group))
@@ -193,7 +201,7 @@ def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -
     flags, env = to_argv(replace(config, metrics_port=0))
     if stage == "acker":
         return [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING", *extra], env
-    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, "--prefix", prefix,
+    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, f"--prefix={prefix}",
             "--log-level", "WARNING", *extra], env  # fmt: skip
 
 
@@ -404,7 +412,7 @@ def _run_stages(
             print(f"{skipped} records written to {topic} before this run are not read", file=sys.stderr)
     stages.start("acker", stage_command(config, args.prefix, "acker"))
     untracked = ["--untracked"] if args.untracked else []
-    stages.start("spout", stage_command(config, args.prefix, "spout", "--spout-group", group, *untracked))
+    stages.start("spout", stage_command(config, args.prefix, "spout", f"--spout-group={group}", *untracked))
     crash = stages.crash_flags("split", args.crash_split_after) if args.crash_split_after else []
     for i in range(args.split_processes):
         stages.start(f"split-{i}", stage_command(config, args.prefix, "split", "--fail-rate", str(args.fail_rate),

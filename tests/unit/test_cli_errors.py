@@ -17,8 +17,10 @@ import pytest
 from confluent_kafka import KafkaError
 
 from acker import cli, dlq, logs
+from acker.config import ServiceConfig
 from acker.errors import ConfigError
-from acker.examples import wordcount_cli
+from acker.examples import reach, wordcount_cli
+from acker.examples.wordcount import _crasher
 from acker.help_text import prose
 from acker.kafka import clients
 from acker.metrics import serve
@@ -415,3 +417,36 @@ def test_a_spouts_help_lists_what_a_spout_reads(capsys: pytest.CaptureFixture[st
         cli.main(["wordcount", "spout", "--help"])
     text = capsys.readouterr().out
     assert "--timeout-s" in text and "--replay-prefix" in text and "--high-water" not in text
+
+
+def test_wordcount_run_passes_a_prefix_that_begins_with_a_dash_to_its_stages() -> None:
+    """Passed as a separate argument, ``-a`` was taken by each stage for an option: every stage exited with 2, once
+    the topics were made and the sentences written."""
+    command, _ = wordcount_cli.stage_command(ServiceConfig(), "-a", "split")
+    args = cli.build_parser().parse_args(command[command.index("wordcount") :])
+    assert args.prefix == "-a"
+
+
+def test_a_crash_marker_in_no_directory_is_refused_and_never_fails_every_input(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The marker that could not be made raised in the crash generator, which ended it: every later input raised
+    StopIteration, and was failed, replayed, and dead-lettered."""
+    assert cli.main(["wordcount", "split", "--bootstrap-servers", "127.0.0.1:1", "--crash-marker", "/no/such/x"]) == 2
+    assert "--crash-marker '/no/such/x': no directory '/no/such'" in capsys.readouterr().err
+    crash = _crasher(0, "/no/such/x")
+    for _ in range(3):  # no crash, and no end
+        next(crash)
+
+
+def test_reach_run_asks_whether_kafka_answers_before_making_its_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unanswered, each topic's creation failed after 30 s "waiting for controller", said for 13 topics at once."""
+    made: list[object] = []
+
+    def no_answer(_client: object) -> None:
+        raise clients.KafkaClientError("asking for metadata", None, " (no answer)")
+
+    monkeypatch.setattr(reach, "answering", no_answer)
+    monkeypatch.setattr(reach, "create_chain_topics", lambda *args: made.append(args))
+    assert cli.main(["reach", "run", "--bootstrap-servers", "127.0.0.1:1"]) != 0
+    assert made == []
