@@ -16,7 +16,8 @@ tuning, since the pending limit moves Storm's throughput with acking on.
 
 The Java side (benchmarks/storm_wordcount/, built with ``mvn -q package``) starts one LocalCluster in its JVM (heap
 2 GB) and, after one warm-up run per mode (over all the sentences unless ``--warmup`` says fewer), runs ``--repeat``
-rounds, each running every mode in turn (alternating, so that drift of a noisy machine hits every mode), each a
+rounds, each running every mode in turn, in the reverse order every other round (so that drift of a noisy machine,
+and whatever the mode run first in a round pays for, falls on every mode), each a
 fresh topology over the same sentences, killed once every word is counted (and, with acking on, every sentence
 acked: any failed tuple fails the benchmark). Throughput is words counted per second, measured in the count bolt
 from the first counted word to the last, so topology start-up (about 6 s a run) and tear-down are excluded. The
