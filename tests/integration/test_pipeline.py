@@ -576,12 +576,7 @@ def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: Servic
 
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, small, group=f"spout-{topics.prefix}"), spout_emit)
     relay_bolt = Bolt(config, topics.split, f"relay-{topics.prefix}", relay)
-    stages = [
-        ServiceThread(config),
-        Running(spout),
-        Running(relay_bolt),
-        Running(Bolt(config, small, f"sink-{topics.prefix}", _ignore)),
-    ]
+    stages = _relaying(config, spout, relay_bolt, small, topics.prefix)
     reader = OutcomeReader(config, [SPOUT])
     try:
         # One at a time: the broker refuses a whole batch, and small messages batched with a large one would fail too.
@@ -621,12 +616,7 @@ def test_spouts_and_bolts_fit_their_batches_to_the_topics_they_write(
 
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, small_in, group=f"spout-{topics.prefix}"))
     relay = Bolt(config, small_in, f"relay-{topics.prefix}", fan_out, output_topics=[small_out])
-    stages = [
-        ServiceThread(config),
-        Running(spout),
-        Running(relay),
-        Running(Bolt(config, small_out, f"sink-{topics.prefix}", _ignore)),
-    ]
+    stages = _relaying(config, spout, relay, small_out, topics.prefix)
     reader = OutcomeReader(config, [SPOUT])
     try:
         ids = _produce(config, topics.sentences, [b"%03d" % i + b"x" * 500 for i in range(300)])
@@ -830,6 +820,12 @@ def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_s
 
 def _ignore(_message: BoltInput, _collector: Collector) -> None:
     """A bolt that processes its input by doing nothing (basic mode: acked when it returns)."""
+
+
+def _relaying(config: ServiceConfig, spout: Spout, relay: Bolt, out: str, prefix: str) -> list[Running]:
+    """An acker service, ``spout``, ``relay`` and a bolt that takes what ``relay`` writes to ``out``, running."""
+    sink = Bolt(config, out, f"sink-{prefix}", _ignore)
+    return [ServiceThread(config), Running(spout), Running(relay), Running(sink)]
 
 
 def test_stages_and_the_service_follow_partitions_added_to_the_acker_topic(
