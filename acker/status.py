@@ -36,8 +36,9 @@ def status_key(group: str, acker_topic: str, partition: int) -> bytes:
 
 def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dict[str, Any]]:
     """The newest status of every partition of the acker topic (empty when none was published): the status topic
-    read to its end, for as long as the read goes on (a topic not compacted holds millions of records), and given
-    up, said, after ``timeout_s`` without a record (the statuses shown may then be older than the newest)."""
+    read to its end (as it was when the read began), for as long as the read goes on (a topic not compacted holds
+    millions of records), and given up, said, after ``timeout_s`` without progress (the statuses shown may then be
+    older than the newest)."""
     consumer = Consumer(config.client(**{"group.id": f"acker-status-{uuid.uuid4()}", **_LOOKING}))
     latest: dict[int, dict[str, Any]] = {}
     other_groups: set[str] = set()
@@ -59,9 +60,9 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         consumer.assign(parts)
         remaining = {p for p, end in ends.items() if end > 0}
         deadline = time.monotonic() + timeout_s
+        moved_to: dict[int, int] = {}  # partition -> its position when it last moved
         while remaining and time.monotonic() < deadline:
             for record in consumer.consume(500, timeout=0.2):
-                deadline = time.monotonic() + timeout_s  # still reading
                 if record.error() is not None:
                     continue
                 offset = record.offset()
@@ -75,6 +76,17 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
                     latest[status["partition"]] = status
                 else:
                     other_groups.add(str(group))
+            # Progress is a position still short of its end that moves: records of other partitions do not count
+            # (another instance's statuses come every few seconds), and a position reaches an end that no record
+            # does (one ending with a transaction marker). A partition emptied by retention has no position: its
+            # first offset, as its last fetch said, is its end.
+            for tp in consumer.position([TopicPartition(config.status_topic, p) for p in remaining]):
+                if tp.offset < 0:
+                    tp.offset = consumer.get_watermark_offsets(tp, cached=True)[0]
+                if tp.offset >= ends[tp.partition]:
+                    remaining.discard(tp.partition)
+                elif tp.offset > moved_to.get(tp.partition, -1):
+                    moved_to[tp.partition], deadline = tp.offset, time.monotonic() + timeout_s
         if remaining:
             log.warning("status topic %s not read to its end (partitions %s: nothing more came within %g s): the "
                         "statuses shown may be older than the newest", config.status_topic,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import io
 import json
@@ -703,6 +704,41 @@ def test_status_reads_a_long_status_topic_to_its_end_however_long_that_takes(con
     assert producer.flush(60) == 0
     # A second without a record gives up; reading it all takes longer than that.
     assert read_status(config, timeout_s=1.0).get(0, {}).get("pending") == 7
+
+
+def test_status_ends_its_read_at_a_partition_emptied_by_retention_while_another_is_written(
+    config: ServiceConfig,
+) -> None:
+    """Its end reached by no record (retention deleted them all), partition 1 kept the read going for as long as any
+    record came, and statuses come every few seconds: `acker status` never returned."""
+    create_topics(config.client(), [TopicSpec(config.status_topic, 2)])
+    producer = Producer(config.client())
+    status = json.dumps({"topic": config.acker_topic, "partition": 0, "group": config.group, "pending": 1}).encode()
+    for partition in (0, 1):
+        producer.produce(config.status_topic, status, partition=partition)
+    assert producer.flush(30) == 0
+    admin = AdminClient(config.client())  # kept until its result: a client dropped at once never gives it
+    [deleted] = admin.delete_records([TopicPartition(config.status_topic, 1, 1)]).values()
+    deleted.result(30)
+    stop = threading.Event()
+
+    def publish() -> None:  # another instance's statuses, every 0.2 s
+        while not stop.wait(0.2):
+            producer.produce(config.status_topic, status, partition=0)
+            producer.poll(0)
+
+    writer = threading.Thread(target=publish, daemon=True)
+    writer.start()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    read = pool.submit(read_status, config, 1.0)
+    try:
+        statuses = read.result(timeout=20)  # a read that does not end raises here, and ends once the writer stops
+    finally:
+        stop.set()
+        writer.join()
+        pool.shutdown()
+        producer.flush(10)
+    assert statuses.get(0, {}).get("pending") == 1
 
 
 def test_a_service_started_before_its_acker_topic_says_so_and_serves_it_once_made(
