@@ -169,11 +169,12 @@ def _taken(topic: object, value: object, key: object, headers: Headers | None) -
     for name, part in (("value", value), ("key", key)):
         if part is not None and not isinstance(part, bytes | str):
             raise TypeError(f"a child's {name} must be bytes, str or None, not {type(part).__name__}")
-    taken = pairs(headers)
-    for pair in taken:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
-                and (pair[1] is None or isinstance(pair[1], bytes | str))):  # fmt: skip
+    taken: HeaderList = []
+    for pair in pairs(headers):  # any pair: a list too (headers read from JSON), as the producer takes them
+        if not (isinstance(pair, Sequence) and not isinstance(pair, str | bytes) and len(pair) == 2
+                and isinstance(pair[0], str) and (pair[1] is None or isinstance(pair[1], bytes | str))):  # fmt: skip
             raise TypeError(f"a child's headers must be (str, bytes | str | None) pairs, not {pair!r}")
+        taken.append((pair[0], pair[1]))
     return taken
 
 

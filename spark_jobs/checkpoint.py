@@ -34,8 +34,10 @@ class CheckpointFiles:
         return bool(self._fs.exists(self.path(name)))
 
     def read(self, name: str) -> bytes:
-        """The file's bytes; `OSError` when the file system cannot give them (a local file whose checksum file says
-        it was cut short: Hadoop's local file system checks each file against its ``.<name>.crc``)."""
+        """The file's bytes; `OSError` when they are not all there (a local file whose checksum file says it was cut
+        short: Hadoop's local file system checks each file against its ``.<name>.crc``; a file shorter than its
+        length said). Any other failure of the file system (a store not answering for a moment) raises as it is:
+        the job fails, and its restart reads the file, rather than take an older one."""
         try:
             stream = self._fs.open(self.path(name))
             try:
@@ -43,7 +45,8 @@ class CheckpointFiles:
             finally:
                 stream.close()
         except Py4JJavaError as error:
-            if not is_instance_of(self._gateway, error.java_exception, "java.io.IOException"):
+            cut_short = ("org.apache.hadoop.fs.ChecksumException", "java.io.EOFException")
+            if not any(is_instance_of(self._gateway, error.java_exception, kind) for kind in cut_short):
                 raise
             raise OSError(f"reading {self.path(name)}: {error.java_exception.toString()}") from None
 

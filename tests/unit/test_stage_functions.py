@@ -177,3 +177,12 @@ def test_a_child_of_a_type_the_producer_refuses_fails_its_input_before_any_child
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
     bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
     assert (bolt.counters["emitted"], bolt.counters["failed"], bolt.counters["errors"]) == (0, 1, 1)  # no child
+
+
+def test_a_basic_bolt_takes_every_child_the_producer_takes() -> None:
+    """Headers as lists of pairs (read from JSON), as a mapping, str values and keys: the producer takes them, and
+    so does a basic bolt's emit."""
+    collector = BasicCollector()
+    collector.emit("words", "a", "k", [["trace", "abc"], ("n", None)])  # type: ignore[arg-type, list-item]
+    collector.write("counts", b"1", None, {"trace": b"abc"})
+    assert [child[3] for child in collector.children] == [[("trace", "abc"), ("n", None)], [("trace", b"abc")]]
