@@ -65,15 +65,8 @@ from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
-from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup
-from acker.kafka.clients import (
-    PRODUCER_MAX_BYTES,
-    ProducerFailedError,
-    consume_available,
-    partition_count,
-    readable,
-    smallest_max_bytes,
-)
+from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup, unfitted
+from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -404,17 +397,11 @@ class Bolt:
         self.counters["emitted"] += 1
 
     def _check_output(self, topic: str) -> None:
-        """Say, once, a topic written that takes smaller record batches than the producers make: named in
-        ``output_topics``, it would have been fitted. Not fitted here: a producer's batch size is set when it is made,
-        and the acker client's records and the children written before go through this one."""
+        """Say, once, a topic written that takes smaller record batches than the producers make (`unfitted`): named
+        in ``output_topics``, it would have been fitted."""
         self._outputs.add(topic)
-        batch = int(self.config.client(**self._fitted).get("batch.size", PRODUCER_MAX_BYTES))
-        found = smallest_max_bytes(self.config.client(), [topic])  # None when the broker does not say
-        if found is not None and found[1] < batch:
-            log.error("bolt %s writes to %s, which takes record batches of %d bytes at most, and its producers make "
-                      "batches of up to %d bytes: one larger is refused whole, and the trees of every record in it "
-                      "failed, at every replay; name the topic in Bolt(..., output_topics=...)",
-                      self.group, topic, found[1], batch)  # fmt: skip
+        fix = "name the topic in Bolt(..., output_topics=...)"
+        if unfitted(self.config.client(), self._fitted, f"bolt {self.group}", topic, fix):
             self.counters["unfitted_output_topics"] += 1
 
     def _write(

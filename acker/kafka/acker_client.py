@@ -178,6 +178,21 @@ def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]
     return {"batch.size": fitted}
 
 
+def unfitted(client: Mapping[str, Any], fitted: Mapping[str, Any], stage: str, topic: str, fix: str) -> bool:
+    """Whether ``topic`` takes smaller record batches than producers made with ``fitted`` (`fitted_batch_size` of
+    other topics) make, said in an error line (``fix``: how to fit it): a larger batch is refused whole, and the
+    trees of every record in it failed, at every replay. A producer's batch size is set when it is made, and what it
+    wrote before goes through it: not fitted here. False when the broker does not say (a topic not there yet)."""
+    batch = int({**client, **fitted}.get("batch.size", PRODUCER_MAX_BYTES))
+    found = smallest_max_bytes(client, [topic])
+    if found is None or found[1] >= batch:
+        return False
+    log.error("%s writes to %s, which takes record batches of %d bytes at most, and its producers make batches of up "
+              "to %d bytes: one larger is refused whole, and the trees of every record in it failed, at every "
+              "replay; %s", stage, topic, found[1], batch, fix)  # fmt: skip
+    return True
+
+
 def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> Callable[[], int]:
     """For `AckerClient.watch_partitions`: the partition count of ``topic`` (short enough for a stage's thread), 0
     when it does not answer. Asked through the client's own producer: a lookup through a handle updates what the

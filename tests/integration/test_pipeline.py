@@ -34,7 +34,7 @@ from acker.kafka.acker_client import partition_lookup
 from acker.kafka.clients import TopicSpec, create_topics, partition_count
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN, REDRIVEN
-from acker.spout import INIT_ATTEMPTS, Spout, SpoutSettings
+from acker.spout import INIT_ATTEMPTS, Emitter, Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import (
     OutcomeReader,
@@ -629,15 +629,18 @@ def test_spouts_and_bolts_fit_their_batches_to_the_topics_they_write(
     assert relay.counters["unfitted_output_topics"] == 0
 
     unnamed = Bolt(config, topics.words, f"unnamed-{topics.prefix}", _ignore)
+    other = Spout(config, SpoutSettings(f"{SPOUT}-other", topics.sentences, topics.split, group=f"o-{topics.prefix}"))
     try:
-        with caplog.at_level(logging.ERROR, logger="acker.bolt"):
+        with caplog.at_level(logging.ERROR, logger="acker.client"):
             for _ in range(2):
                 unnamed._collector.emit(small_out, b"unanchored")
+                Emitter(other, None).emit(small_out, b"untracked")
     finally:
         unnamed.close()
-    assert unnamed.counters["unfitted_output_topics"] == 1
-    [said] = [r.getMessage() for r in caplog.records if "output_topics" in r.getMessage()]
-    assert f"writes to {small_out}, which takes record batches of 20000 bytes at most" in said
+        other.close()
+    assert unnamed.counters["unfitted_output_topics"] == other.counters["unfitted_output_topics"] == 1
+    said = [r.getMessage() for r in caplog.records if "output_topics" in r.getMessage()]
+    assert len(said) == 2 and all(f"{small_out}, which takes record batches of 20000 bytes at most" in s for s in said)
 
 
 def test_a_count_the_sink_cannot_write_fails_its_sentence(config: ServiceConfig) -> None:

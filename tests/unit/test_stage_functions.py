@@ -43,7 +43,7 @@ def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: P
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 4, linger_s=60)
-    spout._started_at = {}
+    spout._started_at, spout._outputs = {}, {"out"}
     spout._start(Message(topic="src", partition=0, offset=7, value=b"first part"), time.monotonic())
     assert spout.counters["emitted"] == 1 and list(spout.pending) == ["src/0/7"]
     with pytest.raises(ProtocolError):
@@ -84,7 +84,7 @@ def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at, spout._direct_reasons = {}, {}
+    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, {"out"}
     spout._start(Message(topic="src", partition=0, offset=8, value=b"x"), time.monotonic())
     batch = spout.acker._batches[0]
     assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
@@ -109,7 +109,7 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out", tracked=False), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at, spout._direct_reasons = {}, {}
+    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, {"out"}
     spout._start(Message(topic="src", partition=0, offset=9, value=b"x"), time.monotonic())
     assert spout._direct == [(outcome, 0, "src/0/9", 0)] and spout.counters["emit_errors"] == 1
     reasons = {"src/0/9": "spout s: ValueError: cannot parse the rest"} if outcome == "FAILED" else {}
