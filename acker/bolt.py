@@ -65,7 +65,7 @@ from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
-from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup, unfitted
+from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
 from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable
 from acker.trouble import TroubleReport
 
@@ -208,7 +208,7 @@ class Bolt:
         the smallest ``max.message.bytes`` among them (`fitted_batch_size`): the broker refuses a batch larger than
         its topic takes whole, and every child in it failed its trees, at every replay. A topic written and not
         named is checked at its first record, and one that takes smaller batches is said in an error line
-        (`_check_output`).
+        (`OutputTopics.check`).
 
         ``on_revoke`` (explicit bolts): told which input partitions go to another process (a rebalance, this bolt
         closing) before the bolt commits them, with the collector, so that the function settles the inputs of theirs
@@ -234,11 +234,10 @@ class Bolt:
         # (topic, partition) lost -> the offset after the last processed here, and until when inputs below it, read
         # again if it comes back, are passed over (`_read_again`)
         self._lost_at: dict[tuple[str, int], tuple[int, float]] = {}
-        # The topics the producers' batches fit (`_check_output`), and the settings that fit them.
-        self._outputs = {config.acker_topic, *output_topics}
-        self._fitted = fitted_batch_size(config.client(), *sorted(self._outputs))
+        fix = "name the topic in Bolt(..., output_topics=...)"
+        self._outputs = OutputTopics(config.client(), f"bolt {group}", fix, [config.acker_topic, *output_topics], None)
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
-        self.producer = Producer(config.stage_producer(**self._fitted))
+        self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)
         self.acker = AckerClient(
             self.producer,
@@ -391,24 +390,16 @@ class Bolt:
     def _produce_child(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
-        if topic not in self._outputs:
-            self._check_output(topic)
+        if topic not in self._outputs.seen:
+            self._outputs.check(topic, self.counters)
         self.acker.produce_anchored(topic, value, key, headers, ids, on_failure=self._child_failed)
         self.counters["emitted"] += 1
-
-    def _check_output(self, topic: str) -> None:
-        """Say, once, a topic written that takes smaller record batches than the producers make (`unfitted`): named
-        in ``output_topics``, it would have been fitted."""
-        self._outputs.add(topic)
-        fix = "name the topic in Bolt(..., output_topics=...)"
-        if unfitted(self.config.client(), self._fitted, f"bolt {self.group}", topic, fix):
-            self.counters["unfitted_output_topics"] += 1
 
     def _write(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, ids: TupleIds
     ) -> None:
-        if topic not in self._outputs:
-            self._check_output(topic)
+        if topic not in self._outputs.seen:
+            self._outputs.check(topic, self.counters)
         if not ids.tracked and self._sink is None:  # nothing to ack: the stage's own producer (an untracked bolt's)
             self._produce_child(topic, value, key, headers, ids)
             return
@@ -420,7 +411,7 @@ class Bolt:
             if left := self.producer.flush(30):
                 log.warning("%d records written before the sink producer was made are not delivered after 30 s: a "
                             "key's records may land out of the order written", left)  # fmt: skip
-            self._sink = Producer(self.config.sink_producer(**self._fitted))
+            self._sink = Producer(self.config.sink_producer(**self._outputs.fitted))
         self.acker.produce_anchored(
             topic, value, key, headers, ids, on_failure=self._child_failed, written_by=self._sink
         )

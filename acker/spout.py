@@ -51,7 +51,7 @@ from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError, UnreadableHeadersError
 from acker.headers import HeaderList, Headers, decimal, first, read_headers
-from acker.kafka.acker_client import AckerClient, fitted_batch_size, partition_lookup, unfitted
+from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     TOO_LARGE,
@@ -100,7 +100,7 @@ class SpoutSettings:
     # included (a bolt's `reset_timeout`).
     pending_timeout_s: float | None = None
     # Topics an emit function writes besides ``output_topic``: the producer's record batches fit them too (a topic
-    # written and not named here is checked at its first record, `Spout._check_output`).
+    # written and not named here is checked at its first record, `OutputTopics.check`).
     other_output_topics: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -186,8 +186,8 @@ class Emitter:
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         if self.closed:
             raise ProtocolError("emit is only for the record being emitted: its emit function has returned")
-        if topic not in self._spout._outputs:
-            self._spout._check_output(topic)
+        if topic not in self._spout._outputs.seen:
+            self._spout._outputs.check(topic, self._spout.counters)
         ids = self._tree.emit() if self._tree is not None else UNTRACKED
         counters = self._spout.counters
         self._spout.acker.produce_anchored(
@@ -231,10 +231,11 @@ class Spout:
         self._paused = False
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`). Its record batches fit
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
-        self._outputs = {config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
-                         *settings.other_output_topics}  # fmt: skip
-        self._fitted = fitted_batch_size(config.client(), *sorted(self._outputs))
-        self.producer = Producer(config.stage_producer(**self._fitted))
+        written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
+                   *settings.other_output_topics]  # fmt: skip
+        fix = "name the topic in SpoutSettings(..., other_output_topics=...)"
+        self._outputs = OutputTopics(config.client(), f"spout {settings.name}", fix, written, None)
+        self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,
@@ -295,14 +296,6 @@ class Spout:
             log.info("created outcome topic %s (%d partitions)", spec.name, spec.partitions)
             return spec.partitions
         return partition_count(self.config.client(), spec.name)
-
-    def _check_output(self, topic: str) -> None:
-        """Say, once, a topic an emit function writes that takes smaller record batches than the producer makes
-        (`unfitted`): named in ``other_output_topics``, it would have been fitted."""
-        self._outputs.add(topic)
-        fix = "name the topic in SpoutSettings(..., other_output_topics=...)"
-        if unfitted(self.config.client(), self._fitted, f"spout {self.settings.name}", topic, fix):
-            self.counters["unfitted_output_topics"] += 1
 
     # -- the loop -------------------------------------------------------------------------------------------
 

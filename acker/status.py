@@ -65,9 +65,6 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
             for record in consumer.consume(500, timeout=0.2):
                 if record.error() is not None:
                     continue
-                offset = record.offset()
-                if offset is not None and offset + 1 >= ends[record.partition() or 0]:
-                    remaining.discard(record.partition() or 0)
                 status = _status(record.value())
                 if status is None or status.get("topic") != config.acker_topic:
                     continue

@@ -216,8 +216,8 @@ class _Publisher:
         key = self.identity.encode()
         last: tuple[int, int, tuple[str, str] | None] = (-1, _WHOLE, None)
         with AsWritten(self.settings.source.client, f"{self.settings.name}-{uuid.uuid4().hex[:8]}") as reading:
-            low, _ = reading.bounds(TopicPartition(self.settings.progress_topic, 0))
-            for record in reading.read(TopicPartition(self.settings.progress_topic, 0, low)):
+            low, high = reading.bounds(TopicPartition(self.settings.progress_topic, 0))
+            for record in reading.read(TopicPartition(self.settings.progress_topic, 0, low), high):
                 found = _progress(record.value() or b"-1") if record.key() == key else None
                 if found is not None and found[0] >= last[0]:  # a batch's latest record: a run after a crash may
                     last = found  # record fewer nacks than the one before it did (rows deleted by retention)

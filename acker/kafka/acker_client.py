@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -178,19 +179,31 @@ def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]
     return {"batch.size": fitted}
 
 
-def unfitted(client: Mapping[str, Any], fitted: Mapping[str, Any], stage: str, topic: str, fix: str) -> bool:
-    """Whether ``topic`` takes smaller record batches than producers made with ``fitted`` (`fitted_batch_size` of
-    other topics) make, said in an error line (``fix``: how to fit it): a larger batch is refused whole, and the
-    trees of every record in it failed, at every replay. A producer's batch size is set when it is made, and what it
-    wrote before goes through it: not fitted here. False when the broker does not say (a topic not there yet)."""
-    batch = int({**client, **fitted}.get("batch.size", PRODUCER_MAX_BYTES))
-    found = smallest_max_bytes(client, [topic])
-    if found is None or found[1] >= batch:
-        return False
-    log.error("%s writes to %s, which takes record batches of %d bytes at most, and its producers make batches of up "
-              "to %d bytes: one larger is refused whole, and the trees of every record in it failed, at every "
-              "replay; %s", stage, topic, found[1], batch, fix)  # fmt: skip
-    return True
+class OutputTopics:
+    """The topics a stage's producers write: their record batches fit those named when it starts (``fitted``, the
+    producers' settings: `fitted_batch_size`), and any other is checked at its first record (`check`)."""
+
+    def __init__(
+        self, client: Mapping[str, Any], stage: str, fix: str, named: Iterable[str], fitted: Mapping[str, Any] | None
+    ) -> None:
+        """``fix``: how to name a topic; ``fitted``: None to fit the producers to ``named``."""
+        self._client, self._stage, self._fix = client, stage, fix
+        self.seen = set(named)  # the callers look a topic up here first: a record's cost on the hot path
+        self.fitted = fitted_batch_size(client, *sorted(self.seen)) if fitted is None else dict(fitted)
+
+    def check(self, topic: str, counters: Counter[str]) -> None:
+        """For a topic not seen before: one that takes smaller record batches than the producers make is said in an
+        error line and counted (``unfitted_output_topics``): a larger batch is refused whole, and the trees of every
+        record in it failed, at every replay. Not fitted here: a producer's batch size is set when it is made, and
+        what it wrote before goes through it. Nothing when the broker does not say (a topic not there yet)."""
+        self.seen.add(topic)
+        batch = int({**self._client, **self.fitted}.get("batch.size", PRODUCER_MAX_BYTES))
+        found = smallest_max_bytes(self._client, [topic])
+        if found is not None and found[1] < batch:
+            log.error("%s writes to %s, which takes record batches of %d bytes at most, and its producers make "
+                      "batches of up to %d bytes: one larger is refused whole, and the trees of every record in it "
+                      "failed, at every replay; %s", self._stage, topic, found[1], batch, self._fix)  # fmt: skip
+            counters["unfitted_output_topics"] += 1
 
 
 def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> Callable[[], int]:

@@ -6,6 +6,7 @@ Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkaf
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -420,10 +421,14 @@ class AsWritten:
 
     def __init__(self, client: Mapping[str, Any], group_id: str) -> None:
         """``group_id``: the group whose offsets `committed` may look up; neither consumer joins it, nor commits."""
-        settings = {**client, "group.id": group_id, "enable.auto.commit": False, **READ_TO_SETTINGS}
-        self.written = Consumer({**settings, "isolation.level": "read_uncommitted"})
-        self.committed = Consumer({**settings, "isolation.level": "read_committed"})
+        self._settings = {**client, "group.id": group_id, "enable.auto.commit": False, **READ_TO_SETTINGS}
+        self.written = Consumer({**self._settings, "isolation.level": "read_uncommitted"})
         self.wait_s = open_transaction_wait_s(client)
+
+    @functools.cached_property
+    def committed(self) -> Consumer:
+        """Made when first used: a caller that asks for ends only (`bounds`) reads no record."""
+        return Consumer({**self._settings, "isolation.level": "read_committed"})
 
     def bounds(self, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
         """The first offset of the partition and its end as written (`log_bounds`)."""
@@ -435,7 +440,8 @@ class AsWritten:
         yield from read_to(self.committed, start, self.bounds(start)[1] if end is None else end, self.wait_s)
 
     def close(self) -> None:
-        self.committed.close()
+        if "committed" in self.__dict__:  # made (`committed`)
+            self.committed.close()
         self.written.close()
 
     def __enter__(self) -> AsWritten:

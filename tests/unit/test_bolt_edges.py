@@ -20,7 +20,7 @@ from acker.core.messages import Ack
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.errors import ProtocolError
 from acker.kafka import acker_client
-from acker.kafka.acker_client import AckerClient
+from acker.kafka.acker_client import AckerClient, OutputTopics
 from acker.kafka.clients import KafkaClientError, ProducerFailedError
 from acker.trouble import TroubleReport
 
@@ -63,7 +63,7 @@ def test_once_records_are_written_through_the_sink_producer_untracked_ones_go_th
     sink's: two producers, and a key's records could land out of the order written (a stale count last)."""
     bolt: Any = Bolt.__new__(Bolt)
     bolt.counters, bolt._sink, bolt.acker = Counter(), None, _Recording()
-    bolt._outputs, bolt._fitted = {"counts"}, {}
+    bolt._outputs = OutputTopics({}, "bolt", "", ["counts"], fitted={})
     bolt._write("counts", b"1", b"w", None, UNTRACKED)  # an untracked bolt: its own producer, no success reports
     bolt._sink = object()  # made by the first tracked write
     bolt._write("counts", b"2", b"w", None, TupleIds(((5, 6),)))
@@ -282,7 +282,7 @@ def test_the_first_record_written_through_the_sink_producer_comes_after_those_wr
     monkeypatch.setattr(bolt_module, "Producer", sink_made)
     bolt: Any = Bolt.__new__(Bolt)
     bolt.counters, bolt._sink, bolt.acker = Counter(), None, _Recording()
-    bolt._outputs, bolt._fitted = {"counts"}, {}
+    bolt._outputs = OutputTopics({}, "bolt", "", ["counts"], fitted={})
     bolt.config = SimpleNamespace(sink_producer=dict)
     bolt.producer = SimpleNamespace(flush=stage_flushed)
     bolt._write("counts", b"1", b"w", None, UNTRACKED)

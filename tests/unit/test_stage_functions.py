@@ -18,9 +18,14 @@ from acker.core.ids import IdGenerator
 from acker.core.tuple_tree import InputTuple, SpoutTree
 from acker.errors import ProtocolError
 from acker.headers import with_ids
-from acker.kafka.acker_client import AckerClient
+from acker.kafka.acker_client import AckerClient, OutputTopics
 from acker.spout import Emitter, Spout, SpoutSettings
 from acker.trouble import TroubleReport
+
+
+def _named(topic: str) -> OutputTopics:
+    """The topics of a stage made without its constructor: ``topic`` named, nothing looked up."""
+    return OutputTopics({}, "stage", "", [topic], fitted={})
 
 
 @pytest.fixture
@@ -43,7 +48,7 @@ def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: P
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 4, linger_s=60)
-    spout._started_at, spout._outputs = {}, {"out"}
+    spout._started_at, spout._outputs = {}, _named("out")
     spout._start(Message(topic="src", partition=0, offset=7, value=b"first part"), time.monotonic())
     assert spout.counters["emitted"] == 1 and list(spout.pending) == ["src/0/7"]
     with pytest.raises(ProtocolError):
@@ -62,7 +67,7 @@ def test_a_basic_collector_kept_after_its_function_returned_refuses_to_emit(prod
 
     bolt: Any = Bolt.__new__(Bolt)  # only what processing one input needs
     bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
-    bolt._lost_at, bolt._outputs = {}, {"words"}
+    bolt._lost_at, bolt._outputs = {}, _named("words")
     bolt.acker = AckerClient(producer, "acker", 4, linger_s=60)
     bolt._collector = Collector(bolt)
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
@@ -84,7 +89,7 @@ def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, {"out"}
+    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
     spout._start(Message(topic="src", partition=0, offset=8, value=b"x"), time.monotonic())
     batch = spout.acker._batches[0]
     assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
@@ -109,7 +114,7 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
     spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out", tracked=False), emit, IdGenerator(3)
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, {"out"}
+    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
     spout._start(Message(topic="src", partition=0, offset=9, value=b"x"), time.monotonic())
     assert spout._direct == [(outcome, 0, "src/0/9", 0)] and spout.counters["emit_errors"] == 1
     reasons = {"src/0/9": "spout s: ValueError: cannot parse the rest"} if outcome == "FAILED" else {}
@@ -171,7 +176,7 @@ def test_a_child_of_a_type_the_producer_refuses_fails_its_input_before_any_child
 
     bolt: Any = Bolt.__new__(Bolt)
     bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
-    bolt._lost_at, bolt._outputs = {}, {"words"}
+    bolt._lost_at, bolt._outputs = {}, _named("words")
     bolt.group, bolt.acker = "split", AckerClient(producer, "acker", 1, linger_s=60)
     bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
