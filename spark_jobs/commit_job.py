@@ -36,7 +36,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from acker.dlq import DLQ_KEPT_BYTES
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count, topic_max_bytes
-from acker.kafka.lookups import CONFIRM_S, KafkaLookups, WatermarkCommitError, lookups
+from acker.kafka.lookups import CONFIRM_S, Commits, KafkaLookups, WatermarkCommitError, lookups
 from acker.watermarks import acked_group
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
@@ -449,7 +449,7 @@ class Marks:
         with self._lock:
             self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
             served = {key: mark.mark for key, mark in self._load().items() if self.settings.serves(key[0])}
-            committed = self._commit(served, dict(self._topic_ids), again=True)
+            committed = self._commit(served, dict(self._topic_ids), Commits.AHEAD_OR_SAME)
         # Outside the lock (micro-batches wait for it): a renewal commits an offset only while it is the group's.
         self._renew_others(served, committed)
 
@@ -472,7 +472,7 @@ class Marks:
             others = {tp: offset for tp, offset in offsets.items() if tp not in committed.get(group, {})}
             try:
                 if others:
-                    commit_group(self._kafka, group, others, only_again=True)
+                    commit_group(self._kafka, group, others, Commits.SAME)
             except WatermarkCommitError as error:  # members: said here, and raised by the next commit of the group
                 log.warning("%s", error)
 
@@ -484,15 +484,14 @@ class Marks:
         return self.marks
 
     def _commit(
-        self, marks: Mapping[Key, int], topic_ids: Mapping[str, str], *, again: bool = False
+        self, marks: Mapping[Key, int], topic_ids: Mapping[str, str], commits: Commits = Commits.AHEAD
     ) -> dict[str, dict[tuple[str, int], int]]:
-        """Commit ``marks`` to their watermark groups where they are ahead (``again``: also where they equal what
-        the group has, `lookups.advance`), and their topics still have the ids they were checked against; return what
-        was committed, by group."""
+        """Commit ``marks`` to their watermark groups where ``commits`` wants them (`KafkaLookups.advance`), and their
+        topics still have the ids they were checked against; return what was committed, by group."""
         committed = {}
         for group, keys in self._by_group(marks).items():
             group_marks = {(topic, partition): marks[(spout, topic, partition)] for spout, topic, partition in keys}
-            committed[group] = commit_group(self._kafka, group, group_marks, again=again, topic_ids=topic_ids)
+            committed[group] = commit_group(self._kafka, group, group_marks, commits, topic_ids=topic_ids)
         return committed
 
     def _by_group(self, keys: Iterable[Key]) -> dict[str, list[Key]]:
@@ -545,9 +544,8 @@ def commit_group(
     kafka: KafkaLookups,
     group: str,
     marks: dict[tuple[str, int], int],
+    commits: Commits = Commits.AHEAD,
     *,
-    again: bool = False,
-    only_again: bool = False,
     topic_ids: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, int], int]:
     """`KafkaLookups.advance` for one watermark group; a failure is logged and left to the next commit of the group
@@ -562,7 +560,7 @@ def commit_group(
         with kafka.lock:
             if topic_ids is not None:
                 marks = _same_topics(kafka, marks, topic_ids)
-            return kafka.advance(group, marks, again=again, only_again=only_again) if marks else {}
+            return kafka.advance(group, marks, commits) if marks else {}
     except WatermarkCommitError as error:
         if error.members:
             raise

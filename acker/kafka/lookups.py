@@ -7,6 +7,7 @@ Clients are created once per Python process (driver or Spark worker) and per con
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 import threading
 import time
@@ -55,6 +56,22 @@ class WatermarkCommitError(AckerError):
         )
         super().__init__(f"could not commit the watermarks of group {group!r}: {failures}{hint}")
         self.group, self.failures = group, failures
+
+
+class Commits(enum.Enum):
+    """Which watermarks `KafkaLookups.advance` commits, against the offset the group has for the partition."""
+
+    AHEAD = "ahead"  # only ahead of it: a watermark never goes back (a replayed micro-batch, a late job)
+    AHEAD_OR_SAME = "ahead or same"  # also equal to it: the commit renewed before Kafka's offset retention deletes it
+    # Only equal to it: offsets read from the group, renewed as they are, and none where the group has none now (its
+    # topic deleted since, maybe created again, which must not get the old topic's offset).
+    SAME = "same"
+
+    def wanted(self, mark: int, current: int | None) -> bool:
+        """Whether ``mark`` is committed where the group has ``current`` (None: nothing)."""
+        if self is Commits.SAME:
+            return mark == current
+        return mark > (-1 if current is None else current) or (self is Commits.AHEAD_OR_SAME and mark == current)
 
 
 class _Seen(NamedTuple):
@@ -329,12 +346,10 @@ class KafkaLookups:
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
 
     def advance(
-        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+        self, group: str, marks: dict[tuple[str, int], int], commits: Commits = Commits.AHEAD
     ) -> dict[tuple[str, int], int]:
-        """Commit ``marks`` to ``group`` where they are ahead of what it has (``again``: also where they equal it,
-        which renews the commit before Kafka's offset retention deletes it; ``only_again``: only there, offsets read
-        from the group renewed as they are, and none where it has none now: its topic deleted since, maybe created
-        again, which must not get the old topic's offset); return what was committed.
+        """Commit those of ``marks`` to ``group`` that ``commits`` wants against what it has (by default, where they
+        are ahead); return what was committed.
 
         A watermark never goes back: a replayed micro-batch or a late job commits nothing older. Every
         partition's error is checked (the admin call reports them per partition without raising), and any
@@ -342,11 +357,7 @@ class KafkaLookups:
         watermark has nowhere to be, which is said once.
         """
         current = self.committed(group, list(marks))
-        ahead = {
-            tp: m
-            for tp, m in marks.items()
-            if (m > current.get(tp, -1) and not only_again) or ((again or only_again) and m == current.get(tp))
-        }
+        ahead = {tp: m for tp, m in marks.items() if commits.wanted(m, current.get(tp))}
         if not ahead:
             return {}
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])

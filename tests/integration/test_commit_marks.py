@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from acker import cli
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics
-from acker.kafka.lookups import lookups
+from acker.kafka.lookups import Commits, lookups
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.mark_store import Key
 from spark_jobs.watermark import PartitionMark
@@ -84,7 +84,7 @@ def test_a_source_topic_deleted_or_created_again_neither_stops_the_job_nor_gets_
     _delete(config, deleted)  # its mark waits above offset 1: touched at every batch, and never committable again
     _fill(config, recreated, 3)  # offsets 0, 1, 2 again: other records
     with kafka.lock:  # the group's offset read before, renewed as it was: none, where Kafka dropped it since
-        assert kafka.advance("b.acked", {(recreated, 0): 10}, only_again=True) == {}
+        assert kafka.advance("b.acked", {(recreated, 0): 10}, Commits.SAME) == {}
     publish(1, _rows("a", kept, [2]) + _rows("b", recreated, [1]))
     assert committed("a", kept) == 3  # the batch went through
     assert committed("b", recreated) <= 0  # not the old topic's 10: record 0 of the new one is not done
@@ -99,8 +99,8 @@ def test_a_source_topic_deleted_or_created_again_neither_stops_the_job_nor_gets_
     renewed: list[tuple[str, dict[tuple[str, int], int]]] = []
     advance = kafka.advance
 
-    def recording(group: str, group_marks: dict[tuple[str, int], int], **how: bool) -> dict[Any, int]:
-        done = advance(group, group_marks, **how)
+    def recording(group: str, group_marks: dict[tuple[str, int], int], commits: Commits) -> dict[Any, int]:
+        done = advance(group, group_marks, commits)
         renewed.append((group, done))
         return done
 

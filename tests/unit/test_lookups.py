@@ -166,3 +166,18 @@ def test_a_groups_offsets_are_asked_within_the_lookups_timeout(monkeypatch: pyte
     finally:
         lookups.close_all()
     assert time.monotonic() - began < 30  # not librdkafka's 60 s
+
+
+@pytest.mark.parametrize(
+    ("commits", "wanted"),
+    [
+        # where the group has:       nothing, 4 (behind), 5 (the same), 6 (ahead)
+        (lookups.Commits.AHEAD, [True, True, False, False]),
+        (lookups.Commits.AHEAD_OR_SAME, [True, True, True, False]),
+        (lookups.Commits.SAME, [False, False, True, False]),
+    ],
+)
+def test_which_watermarks_each_commit_mode_commits(commits: lookups.Commits, wanted: list[bool]) -> None:
+    """A watermark of 5: never committed behind what the group has; renewed where it equals it only when asked; and,
+    renewing as they are offsets read from the group, none where the group has none now (a topic deleted since)."""
+    assert [commits.wanted(5, current) for current in (None, 4, 5, 6)] == wanted

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from acker.kafka.lookups import CONFIRM_S, WatermarkCommitError
+from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
@@ -42,9 +42,9 @@ class _Kafka:
         return self.groups.get(group, {})
 
     def advance(
-        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+        self, group: str, marks: dict[tuple[str, int], int], commits: Commits = Commits.AHEAD
     ) -> dict[Any, int]:
-        self.commits.append((group, marks, again or only_again))
+        self.commits.append((group, marks, commits is not Commits.AHEAD))
         return marks
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -338,17 +338,13 @@ class _Groups(_Kafka):
         self.busy = busy
 
     def advance(
-        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+        self, group: str, marks: dict[tuple[str, int], int], commits: Commits = Commits.AHEAD
     ) -> dict[Any, int]:
         if group == self.busy:
             raise WatermarkCommitError(group, dict.fromkeys(marks, "UNKNOWN_MEMBER_ID"))
         current = self.groups.get(group, {})
-        ahead = {
-            tp: m
-            for tp, m in marks.items()
-            if (m > current.get(tp, -1) and not only_again) or ((again or only_again) and m == current.get(tp))
-        }
-        self.commits.append((group, ahead, again or only_again))
+        ahead = {tp: m for tp, m in marks.items() if commits.wanted(m, current.get(tp))}
+        self.commits.append((group, ahead, commits is not Commits.AHEAD))
         return ahead
 
 

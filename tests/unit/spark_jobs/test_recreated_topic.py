@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from acker.kafka.lookups import Commits
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
@@ -62,10 +63,10 @@ class _Kafka:
         return dict(self.groups.get(group, {}))
 
     def advance(
-        self, group: str, marks: dict[tuple[str, int], int], *, again: bool = False, only_again: bool = False
+        self, group: str, marks: dict[tuple[str, int], int], commits: Commits = Commits.AHEAD
     ) -> dict[Any, int]:
         offsets = self.groups.setdefault(group, {})
-        ahead = {tp: m for tp, m in marks.items() if m > offsets.get(tp, -1) or (again and m == offsets.get(tp))}
+        ahead = {tp: m for tp, m in marks.items() if commits.wanted(m, offsets.get(tp))}
         offsets.update(ahead)
         return ahead
 
