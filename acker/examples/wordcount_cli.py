@@ -22,10 +22,11 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from acker.argtypes import at_least, positive, share
 from acker.bolt import Bolt
@@ -381,6 +382,60 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
     return passed
 
 
+STALL_S = 5.0  # `wordcount run` looks into a count of decided sentences that has not moved for this long
+
+
+def _answers(client: dict[str, Any]) -> bool:
+    """Whether the cluster answers a metadata request within a few seconds (`answering`)."""
+    try:
+        answering(client, timeout_s=3.0)
+    except KafkaException:
+        return False
+    return True
+
+
+class Waiting:
+    """What `wordcount run` says while it waits for its sentences' outcomes: a line when their count moves, not one a
+    second while timeouts run out. Once it has stood still for `STALL_S`, whether the broker answers is asked (again
+    every `STALL_S` while it stands still): a broker gone holds every stage, and no tree times out meanwhile (the
+    acker's ticks are read from its log), so "trees wait for their timeout" would blame dropped messages for it.
+    Said once each: the broker gone, the broker back, the trees waiting for their timeout."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        total: int,
+        answers: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config, self.total, self.answers, self.clock = config, total, answers, clock
+        self.shown, self.moved_at, self.asked_at = -1, clock(), float("-inf")
+        self.down = self.waiting_said = False
+
+    def lines(self, done: int) -> list[str]:
+        """The lines to say now that ``done`` sentences are decided."""
+        now, said = self.clock(), []
+        if done != self.shown:
+            said.append(f"{done}/{self.total} sentences decided")
+            self.shown, self.moved_at, self.waiting_said = done, now, False
+        if done == self.total or now - self.moved_at <= STALL_S:
+            return said
+        if now - self.asked_at >= STALL_S:
+            self.asked_at, down = now, not self.answers()
+            if down != self.down:
+                servers = self.config.bootstrap_servers
+                said.append(f"the broker at {servers} does not answer: every stage waits for it, and no tree times "
+                            "out for the outage" if down else f"the broker at {servers} answers again")  # fmt: skip
+            self.down = down
+        if not self.down and not self.waiting_said:
+            config = self.config
+            said.append(f"{self.total - done} trees wait for their timeout (a message dropped or lost in a crash): "
+                        f"{config.timeout_s:.0f} to {config.timeout_s + config.tick_interval_s:.0f} s after they "
+                        "opened")  # fmt: skip
+            self.waiting_said = True
+        return said
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     lines = _lines(args)  # first: a file that cannot be read is said before anything is made or started
@@ -422,27 +477,24 @@ def _run_stages(
                                                  "--seed", str(i)))  # fmt: skip
     poll = follow_outcomes(config, topics.spout, from_now=True)  # before the sentences: only their outcomes
     ids = produce(config, topics.sentences, lines)
-    deadline, shown, seen = time.monotonic() + args.max_wait_s, -1, {}
-    moved_at, waiting_said = time.monotonic(), False
+    deadline, seen = time.monotonic() + args.max_wait_s, {}
+    waiting = Waiting(config, len(ids), partial(_answers, config.client()))
     while time.monotonic() < deadline:
         seen = poll(1.0)
         stages.watch()
         done = sum(1 for m in ids if m in seen)
-        if done != shown:  # a line when it moves, not one a second while timeouts run out
-            print(f"{done}/{len(ids)} sentences decided", file=sys.stderr)
-            shown, moved_at, waiting_said = done, time.monotonic(), False
+        for line in waiting.lines(done):
+            print(line, file=sys.stderr)
         if done == len(ids):
             break
-        if not waiting_said and time.monotonic() - moved_at > 5:
-            longest = config.timeout_s + config.tick_interval_s
-            print(f"{len(ids) - done} trees wait for their timeout (a message dropped or lost in a crash): "
-                  f"{config.timeout_s:.0f} to {longest:.0f} s after they opened", file=sys.stderr)  # fmt: skip
-            waiting_said = True
     first = Counter(seen[m][0] for m in ids if m in seen)
     print(
         f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "
         f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
     )
+    if waiting.down:
+        print(f"the broker at {config.bootstrap_servers} did not answer at the end: the undecided trees wait for it",
+              file=sys.stderr)  # fmt: skip
     if args.crash_split_after and not stages.crashed("split"):
         print(f"no split process read {args.crash_split_after} messages: none crashed", file=sys.stderr)
     return 0 if sum(first.values()) == len(ids) else 1

@@ -1,0 +1,60 @@
+"""What `acker wordcount run` says while it waits for outcomes (`Waiting`), on a clock and a broker of the test's."""
+
+from __future__ import annotations
+
+from acker.config import ServiceConfig
+from acker.examples.wordcount_cli import STALL_S, Waiting
+
+
+class _Broker:
+    def __init__(self) -> None:
+        self.up, self.asked = True, 0
+
+    def answers(self) -> bool:
+        self.asked += 1
+        return self.up
+
+
+def test_a_broker_gone_is_said_instead_of_blaming_timeouts_and_its_return_too() -> None:
+    """The broker went away with 7 of 10 sentences decided: the run said the 3 trees waited for their timeout (a
+    message dropped or lost in a crash) and waited out --max-wait-s, when every stage was waiting for the broker."""
+    now = [0.0]
+    broker = _Broker()
+    config = ServiceConfig(timeout_s=30.0)
+    waiting = Waiting(config, 10, broker.answers, clock=lambda: now[0])
+    assert waiting.lines(7) == ["7/10 sentences decided"]
+    broker.up = False
+    now[0] = STALL_S / 2
+    assert waiting.lines(7) == [] and broker.asked == 0  # still moving, as far as anyone can tell
+    now[0] = STALL_S + 1
+    assert waiting.lines(7) == [f"the broker at {config.bootstrap_servers} does not answer: every stage waits for it, "
+                                "and no tree times out for the outage"]  # fmt: skip
+    assert [waiting.down] == [True]  # a list: mypy would take it as True from here on
+    now[0] += 1
+    assert waiting.lines(7) == [] and broker.asked == 1  # asked again only every STALL_S
+    now[0] += STALL_S
+    assert waiting.lines(7) == [] and broker.asked == 2  # said once
+    broker.up = True
+    now[0] += STALL_S
+    [back, timeouts] = waiting.lines(7)
+    assert back == f"the broker at {config.bootstrap_servers} answers again" and not waiting.down
+    assert timeouts.startswith("3 trees wait for their timeout")
+    now[0] += STALL_S
+    assert waiting.lines(7) == []  # each said once
+    assert waiting.lines(10) == ["10/10 sentences decided"]
+
+
+def test_trees_waiting_with_the_broker_there_are_said_to_wait_for_their_timeout_once_per_stall() -> None:
+    now = [0.0]
+    broker = _Broker()
+    waiting = Waiting(ServiceConfig(timeout_s=30.0, buckets=3), 4, broker.answers, clock=lambda: now[0])
+    assert waiting.lines(0) == ["0/4 sentences decided"]
+    now[0] = STALL_S + 1
+    assert waiting.lines(0) == ["4 trees wait for their timeout (a message dropped or lost in a crash): 30 to 45 s "
+                                "after they opened"]  # fmt: skip
+    now[0] += STALL_S
+    assert waiting.lines(0) == []
+    assert waiting.lines(1) == ["1/4 sentences decided"]  # moved: a new stall is said again
+    now[0] += STALL_S + 1
+    assert waiting.lines(1)[0].startswith("3 trees wait for their timeout")
+    assert broker.asked == 3
