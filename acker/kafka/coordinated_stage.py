@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState
@@ -77,6 +77,13 @@ ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and id
 _CUT_HEADER_BYTES = 64  # a header that says a cut value's or key's whole length, framed
 FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
 COMMIT_ATTEMPTS = 3  # a transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again
+# The broker's refusals of a batch's offsets because the group moved on while the batch ran (a rebalance completed in
+# the background: with incremental rebalancing, one that leaves this process its partitions too): the batch is
+# aborted and its tasks start again from their last commit, in the process (`CoordinatedStage._start_over`).
+GROUP_MOVED = frozenset({
+    KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH,
+})  # fmt: skip
 # Bytes of a request id, at most: it is in every record of its request and keys its state. A longer one is
 # dead-lettered: its done marker, which must be saved, could be too large for the changelog (the batch aborted at
 # every restart), and its records' headers would eat the margin left for them.
@@ -111,9 +118,9 @@ class Chain:
 
 
 # A changelog's settings: compacted, and in segments small enough to be compacted soon. A task's state is read whole
-# from the changelog at every assignment (`CoordinatedStage._restore`), and Kafka never compacts the segment still
-# written to (by default until it holds 1 GiB or a week): the restore read every request of the last week, done
-# markers and tombstones included, a minute or more per partition at each rebalance. Tombstones are kept an hour
+# from the changelog when its partition is assigned (`CoordinatedStage._restore`), and Kafka never compacts the
+# segment still written to (by default until it holds 1 GiB or a week): the restore read every request of the last
+# week, done markers and tombstones included, a minute or more per partition assigned. Tombstones are kept an hour
 # after compaction, longer than a restore takes (a restore that read a request's state and missed its tombstone
 # would keep a request that ended).
 CHANGELOG_CONFIG = {
@@ -166,12 +173,18 @@ class CoordinatedStage:
         self._next_count_check = time.monotonic() + _COUNT_CHECK_S
         self.group = f"{chain.name}.step{index}"
         self.tasks: dict[int, TaskState] = {}
-        self.counters: dict[str, int] = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
+        self.counters: dict[str, int] = {
+            "processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0,
+            "assigned": 0, "started_over": 0,  # tasks restored when assigned; batches aborted as the group moved on
+        }  # fmt: skip
         self._touched: dict[tuple[int, str], RequestState | None] = {}
         self._round_robin = 0
+        # Cooperative rebalancing: a process joining or leaving the step moves only the partitions that change owner;
+        # the others keep their tasks (in memory, as committed: every batch's transaction is committed before the
+        # next consume, or its tasks start again from their last commit) instead of reading their changelogs again.
         self.consumer = Consumer(config.stream_consumer(**{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed"}))  # fmt: skip
+            "isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}))  # fmt: skip
         self.tasks_count, self.next_count = self._counts()
         # Behind the second step: the upstream step's partition count, asked again for each batch with reports in it
         # (`_ask_upstream`). Known from the start: without it, reports agreeing on a stale count would finish a
@@ -222,7 +235,8 @@ class CoordinatedStage:
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline.
         `CoordinationError` after a batch's transaction was aborted: the process must start again (its state, in
-        memory, is the aborted batch's)."""
+        memory, is the aborted batch's); but for a batch the group moved on under (`GROUP_MOVED`), whose tasks start
+        again from their last commit here."""
         if self._broken:
             raise CoordinationError(f"step {self.index}: a batch's transaction was aborted: restart the process")
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
@@ -242,6 +256,7 @@ class CoordinatedStage:
         if not owned_first and not fencing:
             return 0  # nothing of this process's to process, and expiries wait for offsets to check them with
         started = time.monotonic()
+        changed = {record.partition() or 0 for record in records}  # the tasks the batch may change (a superset)
         self.producer.begin_transaction()
         try:
             for i, record in enumerate(records):
@@ -252,6 +267,8 @@ class CoordinatedStage:
                 self._handle(record, headers[i], now_ms)
             # After the records: one of them may have finished a request that is also past its deadline.
             for partition, task in self.tasks.items():
+                if task.has_expired(now_ms):
+                    changed.add(partition)
                 late, forgotten = task.expired(now_ms)
                 for state in late:
                     _request_log.warning("request %s is past its deadline at task %d: failing it", state.request,
@@ -273,8 +290,30 @@ class CoordinatedStage:
                 self.producer.abort_transaction(30)
             except KafkaException as error:  # e.g. a fatal producer error: the batch's failure says more
                 log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
-            raise
+                raise failure from None
+            cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
+            if cause is None or cause.code() not in GROUP_MOVED:
+                raise
+            log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
+                        "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
+            self._start_over(changed)
+            self.counters["started_over"] += 1
+            self._broken = False
+            return 0
         return len(records)
+
+    def _start_over(self, partitions: set[int]) -> None:
+        """After an aborted batch: the tasks it may have changed (``partitions``) as last committed, and the consumer
+        back to their committed offsets. The others are as committed: every batch before was; a task revoked is
+        dropped by the next consume's callback. Raises what Kafka raises (the process stops, as before)."""
+        self._touched.clear()
+        owned = [TopicPartition(self.input, p) for p in sorted(partitions) if p in self.tasks]
+        if not owned:
+            return
+        for tp in self.consumer.committed(owned, 30):
+            self.tasks[tp.partition] = self._restore(tp.partition)
+            self.consumer.seek(TopicPartition(self.input, tp.partition, tp.offset if tp.offset >= 0 else
+                                              OFFSET_BEGINNING))  # fmt: skip
 
     def _commit_transaction(self) -> None:
         """Commit the batch's transaction, again where the failure says it may be tried again."""
@@ -552,6 +591,7 @@ class CoordinatedStage:
         self._next_count_check = 0.0
         for tp in partitions:
             self.tasks[tp.partition] = self._restore(tp.partition)
+            self.counters["assigned"] += 1
         log.info("step %d: tasks %s", self.index, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:

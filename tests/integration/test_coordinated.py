@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined] # documented location
 
 from acker.config import ServiceConfig, to_argv
@@ -109,6 +109,80 @@ def test_concurrent_requests_are_exact_and_each_task_finishes_each_request_once(
         tasks_per_step = [sorted(t for i, t, r in finished if r == request and i == step) for step in range(4)]
         # One task of the first step has the request; every task of the middle steps hears of it; one joins.
         assert [len(t) for t in tasks_per_step] == [1, 3, 3, 1]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_process_joining_a_step_moves_only_the_tasks_that_change_owner(
+    config: ServiceConfig, chain: Chain, protocol: str
+) -> None:
+    """Step 1's first process keeps the tasks it keeps when a second joins, as they are in memory: restored once
+    each. Eager rebalancing revoked all of them, and every one was read again from its changelog (restored 3 + the
+    tasks kept). The answers asked meanwhile are exact."""
+    if protocol == "consumer":
+        config = replace(config, kafka={"group.protocol": "consumer"})
+    stages = [CoordinatedStage(config, chain, i, step) for i, step in enumerate(steps(GRAPH))]
+    running = [Running(stage) for stage in stages]
+    first = stages[1]
+    urls = sorted(GRAPH.tweeted_by)
+    try:
+        assert _ask(config, chain, urls[:10]) == {url: GRAPH.reach(url) for url in urls[:10]}
+        assert sorted(first.tasks) == [0, 1, 2] and first.counters["assigned"] == 3
+        second = CoordinatedStage(replace(config, instance_id="second"), chain, 1, steps(GRAPH)[1])  # its own txn id
+        running.append(Running(second))
+        answers: dict[str, Any] = {}
+        asking = threading.Thread(target=lambda: answers.update(_ask(config, chain, urls[10:], deadline_s=90)))
+        asking.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (second.tasks and len(first.tasks) + len(second.tasks) == 3):
+            time.sleep(0.1)
+        asking.join(150)
+        assert not asking.is_alive()
+        kept = sorted(first.tasks)
+        assert 0 < len(kept) < 3 and sorted(kept + sorted(second.tasks)) == [0, 1, 2]
+        assert (first.counters["assigned"], second.counters["assigned"]) == (3, 3 - len(kept))
+    finally:
+        for stage in reversed(running):
+            stage.stop()
+    assert answers == {url: GRAPH.reach(url) for url in urls[10:]}
+
+
+class _RefusedOnce:
+    """A stage's producer whose first offsets sent to a transaction are refused as the broker refuses those of a
+    batch the group moved on under (a rebalance completed in the background while it ran): ILLEGAL_GENERATION."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer, self.refused = producer, 0
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise KafkaException(
+                KafkaError(KafkaError.ILLEGAL_GENERATION, "Specified group generation id is not valid")
+            )
+        self.producer.send_offsets_to_transaction(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+
+def test_a_batch_the_group_moved_on_under_starts_its_tasks_again_and_the_step_goes_on(
+    config: ServiceConfig, chain: Chain
+) -> None:
+    """Step 2's first batch is refused its offsets as a rebalance's would be (its tasks' distinct followers already
+    counted in memory): the process stopped (`CoordinationError`), where the tasks it has may start again from their
+    last commit. Every answer is exact: nothing of the aborted batch is counted twice."""
+    stages = [CoordinatedStage(config, chain, i, step) for i, step in enumerate(steps(GRAPH))]
+    refusing = _RefusedOnce(stages[2].producer)
+    stages[2].producer = refusing  # type: ignore[assignment]
+    running = [Running(stage) for stage in stages]
+    urls = sorted(GRAPH.tweeted_by)
+    try:
+        answers = _ask(config, chain, urls)
+    finally:
+        for stage in reversed(running):
+            stage.stop()
+    assert refusing.refused == 1 and stages[2].counters["started_over"] == 1
+    assert answers == {url: GRAPH.reach(url) for url in urls}
 
 
 def _read(config: ServiceConfig, topic: str, wait_s: float = 30) -> list[Any]:
