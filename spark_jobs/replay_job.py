@@ -35,12 +35,12 @@ batch whose progress record has the older form, ``<batch>/<n>``, is resumed by p
 
 from __future__ import annotations
 
-import bisect
+import itertools
 import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,21 +287,19 @@ class _Publisher:
         key = key[: max(0, min(_KEPT_BYTES, room - len(value or b"")))] if key else key
         return value, key
 
-    def publish(self, batch_id: int, rows: list[Any], fetch: Fetch, committed: Committed | None = None) -> int:
-        """Publish a micro-batch's nacks, in parts of at most ``nacks_per_transaction``; return how many were
-        published now (not those of the parts published before a restart, nor those skipped: `_undecided`).
-        ``committed``: the spouts' watermarks, asked of Kafka (None: nothing is skipped)."""
+    def publish(self, batch_id: int, rows: Iterable[Any], fetch: Fetch, committed: Committed | None = None) -> int:
+        """Publish a micro-batch's nacks, in parts of at most ``nacks_per_transaction``, in `_key` order; return how
+        many were published now (not those of the parts published before a restart, nor those skipped:
+        `_undecided`). ``rows``: a list (sorted here), or an iterable already in that order (`in_order`; checked),
+        read a part at a time. ``committed``: the spouts' watermarks, asked of Kafka (None: nothing is skipped)."""
         if batch_id < self.last or (batch_id == self.last and self.last_done is None):
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
         size = max(1, self.settings.nacks_per_transaction)
-        ordered = sorted(rows, key=_key)
-        done = self._published_before(batch_id, ordered)
+        ordered = iter(sorted(rows, key=_key)) if isinstance(rows, list) else _checked_order(rows)
+        done, ordered = self._published_before(batch_id, ordered)
         published = 0
-        for start in range(done, len(ordered), size) if done < len(ordered) else [done]:
-            part = ordered[start : start + size]
-            end = start + len(part)
-            whole = end >= len(ordered)
+        for part, end, whole in _parts(ordered, size, done):
             undecided = self._undecided(part, committed)
             last = None if whole else _key(part[-1])
             progress = f"{batch_id}" if last is None else f"{batch_id}/{end}/{last[0]}/{last[1]}"
@@ -309,22 +307,24 @@ class _Publisher:
             self.last, self.last_done, self.last_key = batch_id, None if whole else end, last
         return published
 
-    def _published_before(self, batch_id: int, ordered: list[Any]) -> int:
-        """How many of the batch's ``ordered`` nacks were published by an earlier run of it: those up to the last one
-        its progress names, or (a progress record of the older form) its first ``last_done``."""
+    def _published_before(self, batch_id: int, ordered: Iterator[Any]) -> tuple[int, Iterator[Any]]:
+        """How many of the batch's ``ordered`` nacks were published by an earlier run of it (those up to the last one
+        its progress names, or, a progress record of the older form, its first ``last_done``), read past; and the
+        others."""
         if batch_id != self.last or self.last_done is None:
-            return 0
-        if self.last_key is None:
-            done = min(self.last_done, len(ordered))
-        else:
-            done = bisect.bisect_right([_key(row) for row in ordered], self.last_key)
+            return 0, ordered
+        done = 0
+        for row in ordered:
+            if (done >= self.last_done) if self.last_key is None else (_key(row) > self.last_key):
+                ordered = itertools.chain([row], ordered)
+                break
+            done += 1
         if done != self.last_done:  # rows the source no longer finds: their outcome records deleted by retention
-            log.warning("batch %d: %d of its nacks were published before a restart, %d of the %d it has now (the "
-                        "others' outcome records deleted since)", batch_id, self.last_done, done,
-                        len(ordered))  # fmt: skip
+            log.warning("batch %d: %d of its nacks were published before a restart, %d of those it has now (the "
+                        "others' outcome records deleted since)", batch_id, self.last_done, done)  # fmt: skip
         elif done:
             log.info("batch %d: its first %d nacks were published before a restart", batch_id, done)
-        return done
+        return done, ordered
 
     def _undecided(self, rows: list[Any], committed: Committed | None) -> list[Any]:
         """``rows`` without the nacks of records their spout's watermark has passed, each by its own spout's (two
@@ -491,6 +491,45 @@ def _key(row: Any) -> tuple[str, str]:
     return (row.spout, row.msg_id)
 
 
+def _checked_order(rows: Iterable[Any]) -> Iterator[Any]:
+    """``rows``, which must come in `_key` order (a part's progress names its last key: the parts of a batch must be
+    cut the same at every run of it); `ValueError` at the first that does not."""
+    before: tuple[str, str] | None = None
+    for row in rows:
+        key = _key(row)
+        if before is not None and key <= before:
+            raise ValueError(f"nacks out of order: {key} after {before}")
+        before = key
+        yield row
+
+
+def _parts(rows: Iterator[Any], size: int, start: int) -> Iterator[tuple[list[Any], int, bool]]:
+    """``rows`` in lists of ``size`` (the last shorter), each with the count of rows up to its end (from ``start``)
+    and whether it is the last; one empty part when there are none: it still ends the batch."""
+    part = list(itertools.islice(rows, size))
+    end = start
+    while True:
+        following = list(itertools.islice(rows, size))
+        end += len(part)
+        yield part, end, not following
+        if not following:
+            return
+        part = following
+
+
+def in_order(batch: DataFrame, size: int) -> Iterator[Any]:
+    """A micro-batch's nacks in `_key` order, on the driver a part (``size`` nacks) at a time or so: an outcome record
+    holds up to 16,384 nacks (a mass timeout writes them full), and ``max_records`` of them collected at once, as
+    Python rows, ran the driver out of memory, again at every run of the batch. A batch of one part is collected
+    whole; a larger one is sorted by the executors in ranges of about a part, brought in one range at a time.
+    ``batch`` is read several times: persist it."""
+    head = batch.limit(size + 1).collect()
+    if len(head) <= size:
+        return iter(sorted(head, key=_key))
+    ranges = max(1, -(-batch.count() // size))
+    return batch.repartitionByRange(ranges, "spout", "msg_id").sortWithinPartitions("spout", "msg_id").toLocalIterator()
+
+
 def _progress(value: bytes) -> tuple[int, int, tuple[str, str] | None]:
     """A progress record's micro-batch, how many of its nacks were published (`_WHOLE`: all) and the last of them
     (None when not said): ``<batch>``, ``<batch>/<n>`` or ``<batch>/<n>/<spout>/<msg_id>`` (a spout's name has no
@@ -550,10 +589,15 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
             with kafka.lock:
                 return kafka.committed(group, partitions)
 
-        rows = batch.collect()
-        if rows:
-            count = publisher[0].publish(batch_id, rows, fetch, committed)
-            log.info("batch %d: %d nack(s) handled", batch_id, count)
+        batch.persist()  # read more than once (`in_order`)
+        try:
+            rows = in_order(batch, max(1, settings.nacks_per_transaction))
+            first = next(rows, None)
+            if first is not None:
+                count = publisher[0].publish(batch_id, itertools.chain([first], rows), fetch, committed)
+                log.info("batch %d: %d nack(s) handled", batch_id, count)
+        finally:
+            batch.unpersist()
 
     main = (
         deduplicated.writeStream.queryName("acker-replay")

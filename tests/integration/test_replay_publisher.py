@@ -292,7 +292,15 @@ def test_a_replay_topic_missing_from_one_metadata_answer_is_asked_again_before_i
         return partition_count(config, topic, timeout_s)
 
     monkeypatch.setattr(replay_job, "partition_count", lagging)
-    monkeypatch.setattr("spark_jobs.replay_job.time.sleep", sleeps.append)
+    asking, sleep = threading.current_thread(), time.sleep
+
+    def sleeping(seconds: float) -> None:  # the time module's: other threads of the process (Spark's) sleep on
+        if threading.current_thread() is asking:
+            sleeps.append(seconds)
+        else:
+            sleep(seconds)
+
+    monkeypatch.setattr("spark_jobs.replay_job.time.sleep", sleeping)
     publisher = _Publisher(settings, f"{settings.name}-id")
     assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
     assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/0")]

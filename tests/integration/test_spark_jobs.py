@@ -41,7 +41,7 @@ from spark_jobs.commit_job import (
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import malformed, outcome_rows
-from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, nacks
+from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, in_order, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session, stop, stop_queries
 from spark_jobs.watermark import PartitionMark
@@ -384,6 +384,26 @@ def test_nacked_records_are_replayed_with_context_then_dead_lettered(
     finally:
         for query in queries:
             query.stop()
+
+
+def test_a_batch_of_many_parts_comes_to_the_driver_in_key_order_a_range_at_a_time(spark: Any) -> None:
+    """The replay job's nacks in key order, as `publish` reads them: collected whole when they fit in one part, else
+    sorted by the executors in ranges of about a part, brought in one range at a time (Spark jobs run one per range
+    as the driver reads on: not all of them before the first rows come)."""
+    rows = [(f"sp{i % 3}", f"src/{i % 4}/{i}") for i in range(200)]
+    batch = spark.createDataFrame(rows, "spout string, msg_id string").repartition(5).persist()
+    try:
+        expected = sorted(rows)
+        assert [(r.spout, r.msg_id) for r in in_order(batch, 500)] == expected  # one part: collected
+        tracker = spark.sparkContext.statusTracker()
+        jobs_before = len(tracker.getJobIdsForGroup())
+        ranged = in_order(batch, 30)
+        first = next(ranged)
+        jobs_at_first = len(tracker.getJobIdsForGroup()) - jobs_before
+        assert [(first.spout, first.msg_id), *((r.spout, r.msg_id) for r in ranged)] == expected
+        assert jobs_at_first < len(tracker.getJobIdsForGroup()) - jobs_before  # more ranges read after the first
+    finally:
+        batch.unpersist()
 
 
 def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) -> None:
