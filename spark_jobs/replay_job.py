@@ -345,8 +345,9 @@ class _Publisher:
                 log.warning("the watermarks of %s are not known now (%s): its nacks are all replayed", group, error)
         undecided = [row for row, group, at in keyed if int(row.offset) >= marks.get(group, {}).get(at, -1)]
         if len(undecided) < len(rows):
-            log.info("%d nack(s) of records their watermark has passed (decided before) skipped: late copies of "
-                     "nacks handled before", len(rows) - len(undecided))  # fmt: skip
+            log.info("%d nack(s) of records their watermark has passed skipped: late copies of nacks handled before, "
+                     "or of records deleted before they were done (the commit job says so)",
+                     len(rows) - len(undecided))  # fmt: skip
         return undecided
 
     def _may_replay_to(self, topic: str) -> bool:

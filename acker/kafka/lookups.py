@@ -142,8 +142,12 @@ class KafkaLookups:
             self._say_gone(topic, partition, f"its watermark stays below offset {offset}")
             return None
         low, high = ends
-        if offset < low:
-            return low  # deleted: nobody can process those records any more
+        if offset < low:  # deleted: nobody can process those records any more
+            log.warning("%s[%d]: offsets %d to %d were deleted (retention, or records deleted by hand) before their "
+                        "outcomes were all in: the watermark passes them, and a record of theirs not done is lost (the "
+                        "replay job skips a nack of it, as decided before)",
+                        topic, partition, offset, low - 1)  # fmt: skip
+            return low
         if offset >= high:
             return None
         try:

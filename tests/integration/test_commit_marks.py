@@ -5,6 +5,7 @@ deleted and created again, under a running job (the mark store, a file system ed
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any
@@ -182,3 +183,26 @@ def test_acker_watermarks_counts_from_the_first_record_when_retention_deleted_th
     assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["watermark"], row["end"], row["behind"]) == (10, 100, 40)
+
+
+def test_a_watermark_passing_records_deleted_before_they_were_done_says_so(
+    config: ServiceConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention deleted offsets 0-59 while the record at the watermark (10) had no outcome: the watermark passed
+    them without a word, and a nack of one that came after was skipped as decided before (the replay job's log said
+    so): a record lost, with nothing said of it anywhere."""
+    topic = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    producer = Producer(config.client())
+    for i in range(100):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    admin = AdminClient(config.client())
+    gone = TopicPartition(topic, 0, 60)
+    admin.delete_records([gone])[gone].result()
+    kafka = lookups(config.client())
+    with caplog.at_level(logging.WARNING, logger="acker.kafka.lookups"), kafka.lock:
+        assert kafka.next_existing(topic, 0, 10) == 60
+        assert kafka.next_existing(topic, 0, 60) == 60  # a record there: nothing more said
+    [said] = [r.getMessage() for r in caplog.records if topic in r.getMessage()]
+    assert said.startswith(f"{topic}[0]: offsets 10 to 59 were deleted") and "is lost" in said
