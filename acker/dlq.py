@@ -32,10 +32,8 @@ from acker.kafka.clients import (
     READ_TO_SETTINGS,
     AsWritten,
     KafkaClientError,
-    log_bounds,
     partition_count,
     produce_reporting,
-    read_to,
 )
 from acker.retries import (
     ACKER_DLQ_REASON,
@@ -239,18 +237,15 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
             return []
         raise DlqError(f"no dead-letter topic {topic!r}")
     wanted = None if wanted is None else set(wanted)
-    consumer = _reader(config)
     letters: list[DeadLetter] = []
-    try:
+    with _as_written(config) as reading:
         for p in range(partitions):
-            low, high = log_bounds(consumer, TopicPartition(topic, p))
+            low, high = reading.bounds(TopicPartition(topic, p))
             chosen = None if wanted is None else {o for q, o in wanted if q == p}
             first, end = (low, high) if chosen is None else (min(chosen, default=high), max(chosen, default=-1) + 1)
-            for record in read_to(consumer, TopicPartition(topic, p, max(first, low)), min(end, high)):
+            for record in _past_open_transactions(reading, TopicPartition(topic, p, max(first, low)), min(end, high)):
                 if chosen is None or record.offset() in chosen:
                     letters.append(_letter(record))
-    finally:
-        consumer.close()
     missing = (wanted or set()) - {(d.partition, d.offset) for d in letters}
     if missing:
         raise DlqError(f"no record at {', '.join(f'{topic}/{p}/{o}' for p, o in sorted(missing))}")
@@ -267,16 +262,15 @@ def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[
     partitions = _partitions(config, topic)
     if partitions is None:
         return None
-    consumer = _reader(config)
     letters: list[DeadLetter] = []
     unread = 0
-    try:
+    with _as_written(config) as reading:
         for p in range(partitions):
-            low, high = log_bounds(consumer, TopicPartition(topic, p))
+            low, high = reading.bounds(TopicPartition(topic, p))
             window = high - low if newest is None else newest
             while True:
                 start = max(low, high - window)
-                found = [_letter(r) for r in read_to(consumer, TopicPartition(topic, p, start), high)]
+                found = [_letter(r) for r in _past_open_transactions(reading, TopicPartition(topic, p, start), high)]
                 if newest is None or len(found) >= newest or start == low:
                     break
                 window *= 2
@@ -284,9 +278,24 @@ def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[
             letters.extend(kept)
             # The letters read and left out, and the offsets not read (markers and aborted records among them).
             unread += len(found) - len(kept) + start - low
-    finally:
-        consumer.close()
     return letters, unread
+
+
+def _as_written(config: ServiceConfig) -> AsWritten:
+    """A reader of dead letters up to their topic's end as written, committed ones only (`_reader`): a read_committed
+    consumer's end is where the first transaction still open begins, and the letters committed after it (a replay
+    job's driver dead mid-batch) were left out of a list without a word, and a show of one said "no record"."""
+    return AsWritten(config.client(), f"acker-dlq-{uuid.uuid4().hex[:8]}")
+
+
+def _past_open_transactions(reading: AsWritten, start: TopicPartition, end: int) -> Iterator[Message]:
+    """`AsWritten.read`, its failure to read past a transaction left open said as `DlqError`."""
+    try:
+        yield from reading.read(start, end)
+    except KafkaClientError as error:
+        raise DlqError(f"{start.topic}[{start.partition}] not read to its end ({error}): a transaction left open "
+                       "there (a replay job stopped mid-batch?) hides what comes after it until the broker aborts it; "
+                       "try again then") from None  # fmt: skip
 
 
 def _listed(items: list[str], whole_up_to: int = 20) -> str:
@@ -385,20 +394,16 @@ def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator
     partitions = _partitions(config, topic)
     if partitions is None:
         return
-    with AsWritten(config.client(), f"acker-dlq-{uuid.uuid4().hex[:8]}") as reading:
+    with _as_written(config) as reading:
         asked = [TopicPartition(topic, p, max(0, since_ms)) for p in range(partitions)]
         for start in reading.written.offsets_for_times(asked, timeout=30):  # read_committed: none past the open one
             if start.error is not None:
                 raise DlqError(f"cannot tell where to read {topic}[{start.partition}] from: {start.error}")
             if start.offset < 0:  # nothing written since
                 continue
-            try:
-                for record in reading.read(TopicPartition(topic, start.partition, start.offset)):
-                    yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
-            except KafkaClientError as error:
-                raise DlqError(f"{topic}[{start.partition}] not read to its end ({error}): a transaction left open "
-                               "there (a replay job stopped mid-batch?) hides what comes after it until the broker "
-                               "aborts it; try again then") from None  # fmt: skip
+            at = TopicPartition(topic, start.partition, start.offset)
+            for record in _past_open_transactions(reading, at, reading.bounds(at)[1]):
+                yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
 
 
 def in_flight(
@@ -459,26 +464,39 @@ def _replay_topics(config: ServiceConfig) -> set[str]:
 def refuse_in_flight(
     config: ServiceConfig, topic: str, letters: Sequence[DeadLetter], decisions: Sequence[Decision]
 ) -> None:
-    """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose re-driven copy
-    is still in their replay topic (`in_flight`), or was dead-lettered again since: the later letter goes back in
-    their stead (`those_that_can_go_back` leaves them out too)."""
+    """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose record was
+    re-driven already, through them or another letter of the same record and round, and whose copy is still in its
+    replay topic (`in_flight`), or was dead-lettered again since by a letter that can go back: that later letter goes
+    back in their stead (`those_that_can_go_back` leaves them out too). A later letter that cannot go back (its copy
+    too large, say) leaves them free, as ``--all`` does."""
+    policy = RetryPolicy(replay_prefix=config.replay_prefix)
     ended: dict[str, str | None] = {}
-    later: dict[str, str] = {}  # a letter re-driven → the place of the first later letter naming it
-    # The letters of the same record and round as a named one (`repeats`, told by their headers alone): their
-    # re-driven copies count as its own (`in_flight`).
+    later: dict[str, tuple[str, str | None]] = {}  # a letter re-driven → the first later letter naming it that can go
+    # back, and the origin it names. The letters of the same record and round as a named one (`repeats`, told by
+    # their headers alone): their re-driven copies count as its own (`in_flight`), their later letters too.
     rounds = {_round(letter.headers): letter.coordinates for letter in letters if letter.header(LAST) is not None}
     copies: dict[str, str] = {}
     for place, headers in _headers_since(config, topic, _read_from(letters)):
-        if (named := text(headers, REDRIVEN)) is not None and named not in ended:
-            ended[named], later[named] = text(headers, ORIGIN), place
+        if (named := text(headers, REDRIVEN)) is not None:
+            ended.setdefault(named, text(headers, ORIGIN))
+            if named not in later and _can_go_back(policy, place, headers):
+                later[named] = (place, text(headers, ORIGIN))
         if text(headers, LAST) is not None and (letter := rounds.get(_round(headers))) not in (None, place):
             copies[place] = letter
-    replaced = [f"{letter.coordinates} (dead-lettered again as {later[letter.coordinates]})" for letter in letters
-                if letter.coordinates in later and ended[letter.coordinates] == letter.origin]  # fmt: skip
+    origins = {letter.coordinates: letter.origin for letter in letters}
+    replaced = {
+        letter: f"{letter} (dead-lettered again as {later[letter][0]})"
+        for letter, origin in origins.items()
+        if letter in later and later[letter][1] == origin
+    }
+    for place, letter in copies.items():  # another letter of its record and round was re-driven
+        if place in later and later[place][1] == origins[letter]:
+            replaced.setdefault(letter, f"{letter} (its record re-driven as {place}, dead-lettered again as "
+                                        f"{later[place][0]})")  # fmt: skip
     if replaced:
         raise DlqError(
-            f"re-driven already and dead-lettered again: {_listed(replaced)}; re-drive the later letter instead (both "
-            "re-driven, the record would be replayed twice): --again sends them once more"
+            f"re-driven already and dead-lettered again: {_listed(list(replaced.values()))}; re-drive the later letter "
+            "instead (both re-driven, the record would be replayed twice): --again sends them once more"
         )
     flying = in_flight(config, letters, decisions, ended, copies)
     if flying:
@@ -497,6 +515,15 @@ def refuse_copies(letters: Sequence[DeadLetter]) -> None:
         named = [f"{letters[i].coordinates} (a copy of {first})" for i, first in sorted(copies.items())]
         raise DlqError(f"the same record named twice: {_listed(named)}; re-drive one letter of each record (both "
                        "re-driven, it would be replayed twice)")  # fmt: skip
+
+
+def _can_go_back(policy: RetryPolicy, place: str, headers: HeaderList) -> bool:
+    """Whether the dead letter at ``place`` can be re-driven, as its headers tell (`acker.retries.redrive`)."""
+    try:
+        redrive(policy, place, headers)
+    except NotRedrivableError:
+        return False
+    return True
 
 
 def _round(headers: HeaderList) -> tuple[str | None, ...]:

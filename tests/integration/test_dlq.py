@@ -429,6 +429,56 @@ def test_a_letter_named_only_by_a_later_one_that_cannot_go_back_goes_back_itself
     assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1", b"value-1"]
 
 
+def test_a_letter_named_by_a_later_one_that_cannot_go_back_goes_back_by_name_too(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Letter 0/1 re-driven, its copy dead-lettered as too large (0/2, only part of it kept): named, 0/1 was refused
+    ("re-drive the later letter instead"), and the later letter was refused as too large: only --again sent it, which
+    the message said would replay the record twice. `--all` sends it."""
+    policy = RetryPolicy(
+        max_attempts=3, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    assert _dlq(letters, "redrive", "1") == 0
+    [copy] = _every_headers(letters, letters.replay_topic("sp"), 0)
+    replay = decide(policy, "sp", f"{letters.replay_topic('sp')}/0/0", "FAILED", headers=list(copy.items()), now_ms=0)
+    cut = too_large(policy, replay, f"{letters.replay_topic('sp')}/0/0", "FAILED", 10**7)
+    producer = Producer(letters.client())
+    produce(producer, cut.topic, b"part", headers=cut.headers)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "2") == 2  # the later letter: too large
+    assert _dlq(letters, "redrive", "1") == 0
+    origins = [h[ORIGIN] for h in _every_headers(letters, letters.replay_topic("sp"), 0)]
+    assert origins == [b"src/0/3", b"src/0/3"]
+
+
+def test_a_copy_letter_of_a_record_re_driven_through_another_is_not_re_driven_beside_the_later_letter(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0/2 is a copy of letter 0/0 (the same record and round, dead-lettered again when read again). 0/0 re-driven,
+    its copy failed again (0/3 names 0/0): 0/0 was refused by name, but 0/2 went back, and 0/3 after it: the record in
+    two rounds at once."""
+    [first] = _every_headers(letters, letters.replay_dlq_topic, 0)[:1]
+    producer = Producer(letters.client())
+    produce(producer, letters.replay_dlq_topic, b"value-0", key=b"key-0", headers=list(first.items()))
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "0") == 0
+    [copy] = _every_headers(letters, letters.replay_topic("sp"), 1)
+    failing = RetryPolicy(
+        max_attempts=0, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    again = decide(failing, "sp", f"{letters.replay_topic('sp')}/1/0", "FAILED", headers=list(copy.items()), now_ms=0)
+    produce(producer, again.topic, b"value-0", headers=again.headers)  # 0/3, naming 0/0
+    assert producer.flush(30) == 0
+    capsys.readouterr()
+    topic = letters.replay_dlq_topic
+    assert _dlq(letters, "redrive", "2") == 2
+    said = capsys.readouterr().err
+    assert f"{topic}/0/2 (its record re-driven as {topic}/0/0, dead-lettered again as {topic}/0/3)" in said
+    assert _dlq(letters, "redrive", "3") == 0  # the later letter goes back
+    origins = [h[ORIGIN] for p in (0, 1) for h in _every_headers(letters, letters.replay_topic("sp"), p)]
+    assert origins == [b"src/1/7", b"src/1/7"]  # 0/0's copy, and 0/3's
+
+
 def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     config: ServiceConfig, letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -533,6 +583,36 @@ def test_a_letter_re_driven_behind_a_transaction_left_open_is_not_re_driven_agai
     finally:
         aborting.join()
     assert f"{letter} (copy at {replay_topic}/1/1)" in capsys.readouterr().err
+
+
+def test_letters_behind_a_transaction_left_open_are_listed_and_shown(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transaction left open on the dead-letter topic (a replay job's driver dead mid-batch) ended `dlq list` at
+    the letters before it, without a word, and `dlq show` of a letter after it said there was no record there. They
+    read to the end as written now, waiting for the broker to abort it (here it is aborted after 3 s)."""
+    topic = letters.replay_dlq_topic
+    stuck = Producer(
+        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
+    )
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(topic, b"a letter in a transaction", partition=0)
+    assert stuck.flush(30) == 0  # offset 2
+    [dead] = _every_headers(letters, topic, 0)[:1]
+    producer = Producer(letters.client())
+    produce(producer, topic, b"after", key=b"k", partition=0, headers=list(dead.items()))  # offset 3
+    assert producer.flush(30) == 0
+    aborting = threading.Timer(3.0, stuck.abort_transaction, args=(30,))
+    aborting.start()
+    try:
+        assert _dlq(letters, "list", "--json", "--limit", "0") == 0
+        listed = sorted(json.loads(line)["coordinates"] for line in capsys.readouterr().out.splitlines())
+    finally:
+        aborting.join()
+    assert listed == [f"{topic}/0/0", f"{topic}/0/1", f"{topic}/0/3"]  # the aborted one is no letter
+    assert _dlq(letters, "show", "0/3") == 0
+    assert "after" in capsys.readouterr().out
 
 
 def test_a_letter_of_an_aborted_transaction_is_no_letter_whatever_the_shared_settings(

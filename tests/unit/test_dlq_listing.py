@@ -61,6 +61,22 @@ def _stored(offset: int) -> Any:
                            key=lambda: None, value=lambda: b"v", headers=lambda: [])  # fmt: skip
 
 
+class _Partition:
+    """A dead-letter partition as `AsWritten` reads it: letters at offsets 3..8, a marker at 9, its end 10."""
+
+    def __enter__(self) -> _Partition:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def bounds(self, _tp: Any) -> tuple[int, int]:
+        return 0, 10
+
+    def read(self, start: Any, end: int) -> Any:
+        return (_stored(o) for o in range(max(3, start.offset), min(9, end)))
+
+
 @pytest.mark.parametrize(("newest", "shown", "unread"), [(None, 6, 0), (10, 6, 0), (4, 4, 2 + 2), (2, 2, 1 + 6)])
 def test_a_listing_counts_the_letters_it_left_out_and_the_offsets_it_did_not_read(
     monkeypatch: pytest.MonkeyPatch, newest: int | None, shown: int, unread: int
@@ -69,8 +85,6 @@ def test_a_listing_counts_the_letters_it_left_out_and_the_offsets_it_did_not_rea
     were counted as letters not shown: `dlq list --limit 0` said "up to 3 older record(s) not shown" after all.
     Read back to the first offset, the count is exact; else it counts the offsets not read, at most letters."""
     monkeypatch.setattr(dlq, "_partitions", lambda _c, _t: 1)
-    monkeypatch.setattr(dlq, "_reader", lambda _c: SimpleNamespace(close=lambda: None))
-    monkeypatch.setattr(dlq, "log_bounds", lambda _c, _tp: (0, 10))  # letters at 3..8, a marker at 9
-    monkeypatch.setattr(dlq, "read_to", lambda _c, tp, end: (_stored(o) for o in range(max(3, tp.offset), min(9, end))))
+    monkeypatch.setattr(dlq, "_as_written", lambda _c: _Partition())
     found = dlq.read_newest(ServiceConfig(), "d", newest)
     assert found is not None and (len(found[0]), found[1]) == (shown, unread)
