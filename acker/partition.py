@@ -37,6 +37,10 @@ silently, straddling the offset, counts towards ``high_water`` for a different w
 timeout before their init) also leaves no tombstone and holds the offset back for nothing: the replay may join acks
 the old owner had let expire with the init in one entry, as old as those acks, and time the tree out up to
 ``buckets - 1`` ticks early (or ack it where the old owner timed it out). Only a tree whose init came that late.
+And a message of a tree decided before the offset, read after it while the tree's tombstone lived (an init sent
+again): late at the old owner, but the new owner, not told of trees decided before the offset, opens an entry with it
+(an init: timed out, a spurious replay). Reading back the outcomes of ``buckets`` ticks before the offset would tell
+it of them.
 """
 
 from __future__ import annotations
