@@ -5,8 +5,9 @@ after that offset (`acker.partition` says why). The outcome records of acker par
 each outcome topic (``p mod n``, or where they went already: `AckerService._send_outcomes`), so in each outcome topic
 they all lie in one partition, in the order they were decided. The owner keeps,
 per outcome topic, the offset of each record it delivered next to the acker offset of the record that decided its
-last outcome; each commit carries in its metadata where the records deciding at or after the committed offset
-start (`metadata`), and the next owner reads them back from there (`acker.kafka.decided`).
+last outcome; each commit carries in its metadata where the records deciding at or after an offset start
+(`metadata`): the committed offset less ``buckets`` ticks (`acker.partition.PartitionState.readback_from`), and the
+next owner reads them back from there (`acker.kafka.decided`).
 
 Records still in flight land after every record delivered to the same partition, so the metadata may be taken at
 any moment, except while a topic has records in flight and none delivered yet: its partition is not known then

@@ -23,8 +23,10 @@ because an older tree still holds the offset back. Its records before the offset
 came before its init (an ack racing the spout's init across a tick), the replay alone would see the init without it
 and time the tree out, or ack what was failed: a second, contradictory outcome. Holding the offset back for such
 trees cannot work (at any rate some tree straddles every tick, and the offset would never advance). Instead the new
-owner learns what was decided: the service reads back the outcomes published for this partition after the offset
-(where they start is kept in the commit's metadata) and hands their anchors to `recover`. Their messages are late
+owner learns what was decided: the service reads back the outcomes published for this partition from ``buckets``
+ticks before the offset (`readback_from`; where they start is kept in the commit's metadata: a tree decided before
+the offset may have had a tombstone at a record after it, where an init sent again was late) and hands their anchors
+to `recover`. Their messages are late
 until ``buckets`` ticks after the replay has passed the last record that decided one of them, as if tombstones of
 that tick. No outcome depends on that end being exact: a tree's messages after its tombstone expired open an entry
 without an init, which expires silently.
@@ -37,14 +39,11 @@ silently, straddling the offset, counts towards ``high_water`` for a different w
 timeout before their init) also leaves no tombstone and holds the offset back for nothing: the replay may join acks
 the old owner had let expire with the init in one entry, as old as those acks, and time the tree out up to
 ``buckets - 1`` ticks early (or ack it where the old owner timed it out). Only a tree whose init came that late.
-And a message of a tree decided before the offset, read after it while the tree's tombstone lived (an init sent
-again): late at the old owner, but the new owner, not told of trees decided before the offset, opens an entry with it
-(an init: timed out, a spurious replay). Reading back the outcomes of ``buckets`` ticks before the offset would tell
-it of them.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 import numpy as np
@@ -75,10 +74,12 @@ class PartitionState:
     """Not thread-safe; the service calls it from its poll loop only."""
 
     __slots__ = (
+        "_began",
         "_decided_expiry",
         "_decided_since",
         "_decided_until",
         "_tick_written_at",
+        "_told_from",
         "applied_ticks",
         "ignored_ticks",
         "last_tick_ms",
@@ -108,10 +109,13 @@ class PartitionState:
         self._tick_written_at = 0
         self.ignored_ticks = 0
         self.stand_ins = 0  # messages applied in place of records rejected (`acker.service.failing_inits`): not read
-        self.applied_ticks: deque[int] = deque()  # offsets of the ticks applied, back to the recovery offset
+        # Offsets of the ticks applied, back to ``buckets`` ticks before the one the recovery offset goes back to.
+        self.applied_ticks: deque[int] = deque()
         self._decided_until: int | None = None  # offset of the last record that decided a tree given to `recover`
         self._decided_since: int | None = None  # the lowest; while those trees are known, not passed (`recover`)
         self._decided_expiry: int | None = None  # the tick count at which those trees are forgotten
+        self._told_from: int | None = None  # ``since`` as `recover` was given it: what it was told of starts there
+        self._began: int | None = None  # the first offset this owner read
 
     def recover(self, decided: np.ndarray, until: int, since: int) -> None:
         """Before the first record: the anchors of the trees a previous owner decided (and published) after the
@@ -120,14 +124,14 @@ class PartitionState:
 
         They hold no tombstone here, so nothing else holds the recovery offset at or before ``since`` while their
         messages are late: it is held there (never below this replay's start) until they are forgotten, so that the
-        next owner is told of them too (it reads back the outcome records naming its replay's start or later).
+        next owner is told of them too (it reads back the outcome records from `readback_from` on).
         Otherwise a message of theirs that the previous owner would have taken as late, after the offset committed
         here (an init sent again by a spout whose delivery report said failed, though the record was written), would
         open a new tree there: timed out, a spurious replay."""
         assert self.position is None, "recover before replaying"
         if len(decided):
             self.tracker.set_decided(decided)
-            self._decided_until, self._decided_since = until, since
+            self._decided_until, self._decided_since, self._told_from = until, since, since
 
     def apply(self, offset: int, timestamp_ms: int, block: MessageBlock, read_ms: int | None = None) -> OutcomeBlock:
         """Apply the record at ``offset``; return what it decided. Records must come in offset order."""
@@ -220,8 +224,10 @@ class PartitionState:
         the recovery offset no lower than it. Outcome records of another acker topic's partition of the same number
         may share an outcome topic (same spout name), naming any offset; held below this replay's start, a commit
         would go back before it (also when the first record is dead-lettered: `skip`)."""
-        if self.position is None and self._decided_since is not None:
-            self._decided_since = max(self._decided_since, offset)
+        if self.position is None:
+            self._began = offset if self._began is None else self._began
+            if self._decided_since is not None:
+                self._decided_since = max(self._decided_since, offset)
 
     def _passed(self, offset: int) -> None:
         """Reading goes on after ``offset``."""
@@ -274,10 +280,26 @@ class PartitionState:
         needed = self.tracker.oldest_needed(self.position)
         if self._decided_since is not None:
             needed = min(needed, self._decided_since)
+        ticks, kept = self.applied_ticks, self.tracker.config.buckets + 1
+        while len(ticks) > kept and ticks[kept] <= needed:
+            ticks.popleft()  # older ticks can no longer anchor a replay, nor start a read-back (`readback_from`)
+        at = bisect.bisect_right(ticks, needed) - 1
+        return ticks[at] if at >= 0 else needed
+
+    def readback_from(self, recovery: int) -> int:
+        """Where the outcomes a new owner replaying from ``recovery`` (`recovery_offset`) is told of must start: the
+        acker offset of the tick applied ``buckets`` ticks before it. A tree decided after that tick may have had a
+        tombstone at some record at or after ``recovery``, where a message of it (an init sent again) was late; told
+        only of the trees decided after ``recovery``, the new owner opened a tree with that message and timed it
+        out. Until this owner has applied that many ticks from where its own replay began, what it was told of
+        itself decided (from the first record it read) and was told of (`recover`)."""
         ticks = self.applied_ticks
-        while len(ticks) > 1 and ticks[1] <= needed:
-            ticks.popleft()  # older ticks can no longer anchor a replay
-        return ticks[0] if ticks and ticks[0] <= needed else needed
+        at = bisect.bisect_right(ticks, recovery) - 1
+        buckets = self.tracker.config.buckets
+        if at >= buckets:
+            return ticks[at - buckets]
+        began = recovery if self._began is None else min(self._began, recovery)
+        return began if self._told_from is None else min(began, self._told_from)
 
 
 def _without(block: MessageBlock, records: RecordSpans, keep: np.ndarray) -> tuple[MessageBlock, RecordSpans]:

@@ -722,7 +722,7 @@ class AckerService:
             if committed < 0:  # nothing committed yet: where a replay starts anyway
                 acker = TopicPartition(self.config.acker_topic, partition)
                 committed = log_bounds(reader, acker, timeout_s=_LOOKUP_TIMEOUT_S)[0]
-            metadata = outcome_log.metadata(committed)
+            metadata = outcome_log.metadata(self._readback_from(partition, committed))
             if metadata is not None:
                 offsets = [TopicPartition(self.config.acker_topic, partition, committed, metadata)]
                 self.consumer.commit(offsets=offsets, asynchronous=False)
@@ -1001,10 +1001,16 @@ class AckerService:
             outcome_log = self._outcome_logs.get(tp.partition)
             if outcome_log is None:
                 continue
-            metadata = outcome_log.metadata(tp.offset)
+            metadata = outcome_log.metadata(self._readback_from(tp.partition, tp.offset))
             if metadata is not None:
                 ready.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata))
         return ready
+
+    def _readback_from(self, partition: int, offset: int) -> int:
+        """Where the outcomes a new owner replaying ``partition`` from ``offset`` reads back start, by the acker offsets
+        that decided them (`PartitionState.readback_from`)."""
+        state = self._states.get(partition)
+        return offset if state is None else state.readback_from(offset)
 
     def _plan_commit(self) -> None:
         """Take the recovery offsets now; they are committed once what was produced before them is delivered."""

@@ -899,3 +899,52 @@ def test_a_fails_reason_reaches_its_outcome_also_when_the_fail_came_first_and_th
         canary.msg_id: ["bolt split: KeyError: 'canary'"],
         early.msg_id: ["bolt split: ValueError: the early one"],
     }
+
+
+def test_an_init_sent_again_while_its_tombstone_lived_gets_no_second_outcome_after_kill_9(
+    config: ServiceConfig, tmp_path: Path
+) -> None:
+    """Tree T acked, its init sent again (its delivery reported failed) while T's tombstone lived: late. Tree O holds
+    the committed offset past T's decision but before the copy once the tombstone is gone; the service is killed. The
+    new owner, told only of the trees decided after the committed offset, opened a tree with the copy and timed it
+    out (ACK, then TIMEOUT: a record replayed though done). It reads back the outcomes of `buckets` ticks before."""
+    config = replace(config, partitions=1, timeout_s=3.0, buckets=6)  # a tick every 0.6 s, tombstones 3.6 s
+    create_acker_topics(config)
+    ids = IdGenerator(34)
+    t, o, value = ids(), ids(), ids()
+    reader = OutcomeReader(config, [SPOUT])
+    first = ServiceProcess(config, str(tmp_path / "first.log"))
+    second: ServiceProcess | None = None
+    try:
+        send(config, [Init(ids(), SPOUT, "canary", 1), Ack(ids(), 1)])
+        reader.wait_for(["canary"], timeout_s=60)  # serving
+        send(config, [Init(t, SPOUT, "T", value), Ack(t, value)])
+        reader.wait_for(["T"], timeout_s=10)  # ACK
+        time.sleep(1.0)  # a tick or more after T's decision
+        send(config, [Init(o, SPOUT, "O", ids())])  # O: kept alive by resets, holds the committed offset
+        send(config, [Init(t, SPOUT, "T", value)])  # T's init sent again (its delivery reported failed): late here
+        records = list(read_partition(config, config.acker_topic, 0))
+        t_offsets = [off for off, _, v in records if t in decode_batch(v or b"").anchors.tolist()]
+        decided_at, copy_at = t_offsets[0], t_offsets[-1]
+        deadline = time.monotonic() + 30
+        while _committed(config, 0) <= decided_at:  # T's tombstone dropped; O holds the offset before the copy
+            assert time.monotonic() < deadline, "the committed offset never passed T's decision"
+            send(config, [ResetTimeout(o)])
+            time.sleep(0.3)
+        committed = _committed(config, 0)
+        assert decided_at < committed <= copy_at
+        first.kill()
+        second = ServiceProcess(config, str(tmp_path / "second.log"))
+        send(config, [Init(ids(), SPOUT, "canary-2", 1)])
+        deadline = time.monotonic() + 120
+        while "canary-2" not in reader.seen:
+            assert time.monotonic() < deadline, "the new owner never decided the second canary"
+            send(config, [ResetTimeout(o)])
+            reader.poll(0.3)
+        reader.poll(0.5)
+        assert reader.seen["T"] == ["ACK"], f"T's outcomes: {reader.seen['T']}"
+    finally:
+        first.kill()
+        if second is not None:
+            assert second.stop() == 0
+        reader.close()

@@ -528,3 +528,61 @@ def test_a_second_failover_still_knows_the_trees_the_first_one_was_told_of() -> 
     assert again == []
     _, after = owner(second.recovery_offset() or 0, len(log))
     assert [o for o in after if o.anchor == 10] == []
+
+
+def test_a_copy_of_an_init_read_while_its_tombstone_lived_stays_late_for_a_new_owner() -> None:
+    """Tree 10 is acked (offset 2); its init comes again (offset 5: a delivery reported failed though the record was
+    written) while its tombstone lives, and tree 20 holds the recovery offset at the tick before it (3) once the
+    tombstone is gone. Told only of the trees decided from offset 3 on, a new owner opened a tree with the copy and
+    timed it out: acked, then timed out, a record replayed though done. The outcomes read back start ``buckets``
+    ticks before the committed offset (`readback_from`)."""
+    log = list(
+        enumerate(
+            [
+                _tick(NO_TICK),
+                MessageBlock.from_messages([Init(10, "s", "t/0/1", 7)]),
+                MessageBlock.from_messages([Ack(10, 7)]),  # tree 10 acked by the record at offset 2
+                _tick(0),
+                MessageBlock.from_messages([Init(20, "s", "t/0/2", 5)]),  # tree 20, pending: holds the offset
+                MessageBlock.from_messages([Init(10, "s", "t/0/1", 7)]),  # the copy: late here
+                _tick(3),  # tree 10's tombstone dropped
+                _tick(6),
+                _tick(7),
+                _tick(8),  # tree 20 times out
+            ]
+        )
+    )
+    original = _state()
+    decided: list[tuple[int, Acked | Nacked]] = []
+    committed = readback = -1
+    for offset, block in log:
+        decided += [(offset, o) for o in original.apply(offset, 0, block).to_outcomes()]
+        if offset == 6:  # a commit here: every outcome so far delivered
+            committed = original.recovery_offset() or 0
+            readback = original.readback_from(committed)
+    assert (committed, readback) == (3, 0)
+    assert [o.anchor for _, o in decided] == [10, 20]
+
+    def replayed(told_from: int) -> list[Acked | Nacked]:
+        told = [(at, o.anchor) for at, o in decided if told_from <= at <= 6]
+        state = _state()
+        if told:
+            anchors = np.array([a for _, a in told], np.int64)
+            state.recover(anchors, until=max(at for at, _ in told), since=min(at for at, _ in told))
+        return [o for offset, block in log[committed:] for o in state.apply(offset, 0, block).to_outcomes()]
+
+    assert [o.anchor for o in replayed(committed)] == [10, 20]  # told from the committed offset: a second outcome
+    assert [o.anchor for o in replayed(readback)] == [20]  # told from `buckets` ticks before it: none
+
+
+def test_the_outcomes_read_back_start_buckets_ticks_back_or_where_this_owner_knows_from() -> None:
+    state = _state()  # buckets = 2
+    state.apply(5, 0, MessageBlock.from_messages([Init(1, "s", "t/0/1", 3)]))
+    assert state.readback_from(5) == 5  # nothing before this owner's first record
+    for offset in (6, 7, 8, 9):
+        state.apply(offset, 0, _tick(NO_TICK if offset == 6 else offset - 1))
+    assert [state.readback_from(at) for at in (6, 7, 8, 9)] == [5, 5, 6, 7]
+    told = _state()
+    told.recover(np.array([42], np.int64), until=12, since=2)  # decided by records from offset 2 on
+    told.apply(10, 0, _tick(NO_TICK))
+    assert told.readback_from(10) == 2  # what it was told of, read back again by the next owner
