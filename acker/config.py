@@ -46,6 +46,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
 TIMEOUT_MAX_S = 30 * 86_400  # the longest timeout_s: a tree that lives longer is better failed and replayed
 INTERVAL_MIN_S = 0.01  # the shortest commit_interval_s and status_interval_s
+# The most buckets: every new tree is looked for among the tombstones of each bucket, one cache miss each, and every
+# bucket's set is as large as the fullest (docs/benchmarks.md, "Buckets"); 32 makes expiry exact within 3.2 %.
+BUCKETS_MAX = 32
 # delivery.report.only.error, not a pass-through setting: the stages act on failed deliveries only, and report only
 # those (the Python client still frees every message's state in poll, but calls Python for failures alone); every
 # other producer of the project acts on successful ones too (the service commits its recovery offsets once its
@@ -115,7 +118,7 @@ class ServiceConfig:
     status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
     partitions: int = _setting(8, "partitions of the acker topic and of the outcome topics created")
     replication_factor: int = _setting(1, "replication factor of the topics created")
-    buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after its opening (2 to 32767)")
+    buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after its opening (2 to 32)")
     timeout_s: float = _setting(30.0, "message timeout T: trees expire between T and T*(1+1/(buckets-1))")
     high_water: int = _setting(0, "pending trees per partition at which new inits are nacked 'overload' (0 = off)")
     relocate_on_update: bool = _setting(False, "every update restarts a tree's timeout, not only reset-timeout")
@@ -150,6 +153,10 @@ class ServiceConfig:
         if not self.bootstrap_servers.strip():
             raise ConfigError("bootstrap_servers is empty: name at least one broker, host:port")
         self.tracker_config()  # validates buckets
+        if self.buckets > BUCKETS_MAX:
+            raise ConfigError(f"buckets must be between 2 and {BUCKETS_MAX}, got {self.buckets}: each bucket slows "
+                              "every new tree down (its tombstones are looked through), and 32 make expiry exact "
+                              "within 3.2 %")  # fmt: skip
         callables = sorted(set(self.kafka) & set(_PYTHON_CALLABLES))
         if callables:
             raise ConfigError(f"{', '.join(callables)}: confluent-kafka takes a Python function there, not a setting")

@@ -462,13 +462,18 @@ def _replay_topics(config: ServiceConfig) -> set[str]:
 
 
 def refuse_in_flight(
-    config: ServiceConfig, topic: str, letters: Sequence[DeadLetter], decisions: Sequence[Decision]
+    config: ServiceConfig,
+    topic: str,
+    letters: Sequence[DeadLetter],
+    decisions: Sequence[Decision],
+    spout: str | None = None,
 ) -> None:
     """`DlqError` naming those of ``letters`` (chosen by place in dead-letter topic ``topic``) whose record was
     re-driven already, through them or another letter of the same record and round, and whose copy is still in its
     replay topic (`in_flight`), or was dead-lettered again since by a letter that can go back: that later letter goes
     back in their stead (`those_that_can_go_back` leaves them out too). A later letter that cannot go back (its copy
-    too large, say) leaves them free, as ``--all`` does."""
+    too large, say) leaves them free, as ``--all`` does. ``spout``: the one named to send them to, which a later
+    letter that does not say its own would go to as well."""
     policy = RetryPolicy(replay_prefix=config.replay_prefix)
     ended: dict[str, str | None] = {}
     later: dict[str, tuple[str, str | None]] = {}  # a letter re-driven → the first later letter naming it that can go
@@ -479,7 +484,7 @@ def refuse_in_flight(
     for place, headers in _headers_since(config, topic, _read_from(letters)):
         if (named := text(headers, REDRIVEN)) is not None:
             ended.setdefault(named, text(headers, ORIGIN))
-            if named not in later and _can_go_back(policy, place, headers):
+            if named not in later and _can_go_back(policy, place, headers, spout):
                 later[named] = (place, text(headers, ORIGIN))
         if text(headers, LAST) is not None and (letter := rounds.get(_round(headers))) not in (None, place):
             copies[place] = letter
@@ -517,10 +522,11 @@ def refuse_copies(letters: Sequence[DeadLetter]) -> None:
                        "re-driven, it would be replayed twice)")  # fmt: skip
 
 
-def _can_go_back(policy: RetryPolicy, place: str, headers: HeaderList) -> bool:
-    """Whether the dead letter at ``place`` can be re-driven, as its headers tell (`acker.retries.redrive`)."""
+def _can_go_back(policy: RetryPolicy, place: str, headers: HeaderList, spout: str | None) -> bool:
+    """Whether the dead letter at ``place`` can be re-driven (to ``spout``'s replay topic if named), as its headers
+    tell (`acker.retries.redrive`)."""
     try:
-        redrive(policy, place, headers)
+        redrive(policy, place, headers, spout)
     except NotRedrivableError:
         return False
     return True

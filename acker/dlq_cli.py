@@ -149,7 +149,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         decisions = plan(config, letters, args.spout)  # named: refused as a whole if one cannot go back
         refuse_copies(letters)  # read in (partition, offset) order
         if not args.again:
-            refuse_in_flight(config, topic, letters, decisions)
+            refuse_in_flight(config, topic, letters, decisions, args.spout)
     if args.dry_run:
         target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]

@@ -80,6 +80,7 @@ class PartitionState:
         "_decided_until",
         "_tick_written_at",
         "_told_from",
+        "_told_until",
         "applied_ticks",
         "ignored_ticks",
         "last_tick_ms",
@@ -115,6 +116,7 @@ class PartitionState:
         self._decided_since: int | None = None  # the lowest; while those trees are known, not passed (`recover`)
         self._decided_expiry: int | None = None  # the tick count at which those trees are forgotten
         self._told_from: int | None = None  # ``since`` as `recover` was given it: what it was told of starts there
+        self._told_until: int | None = None  # the offset of the record at which those trees were forgotten
         self._began: int | None = None  # the first offset this owner read
 
     def recover(self, decided: np.ndarray, until: int, since: int) -> None:
@@ -211,6 +213,7 @@ class PartitionState:
             if self._decided_expiry is not None and self.tracker.tick_count >= self._decided_expiry:
                 self.tracker.clear_decided()
                 self._decided_expiry = self._decided_since = None
+                self._told_until = int(records.offsets[end - 1])
             first = end
         return parts[0] if len(parts) == 1 and starts[0] == 0 else OutcomeBlock.concat(parts, starts)
 
@@ -291,15 +294,19 @@ class PartitionState:
         acker offset of the tick applied ``buckets`` ticks before it. A tree decided after that tick may have had a
         tombstone at some record at or after ``recovery``, where a message of it (an init sent again) was late; told
         only of the trees decided after ``recovery``, the new owner opened a tree with that message and timed it
-        out. Until this owner has applied that many ticks from where its own replay began, what it was told of
-        itself decided (from the first record it read) and was told of (`recover`)."""
+        out. Until this owner has applied that many ticks from where its own replay began, from where what it itself
+        decided begins (the first record it read). And while a record at or after ``recovery`` was read while it knew
+        the trees it was told of (`recover`), from where those begin: a message of theirs there was late."""
         ticks = self.applied_ticks
         at = bisect.bisect_right(ticks, recovery) - 1
         buckets = self.tracker.config.buckets
         if at >= buckets:
-            return ticks[at - buckets]
-        began = recovery if self._began is None else min(self._began, recovery)
-        return began if self._told_from is None else min(began, self._told_from)
+            start = ticks[at - buckets]
+        else:
+            start = recovery if self._began is None else min(self._began, recovery)
+        if self._told_from is not None and (self._told_until is None or recovery <= self._told_until):
+            return min(start, self._told_from)
+        return start
 
 
 def _without(block: MessageBlock, records: RecordSpans, keep: np.ndarray) -> tuple[MessageBlock, RecordSpans]:

@@ -24,6 +24,7 @@ SUITE = [  # name, module, what it compares
     ("core", "benchmarks.core_bench", "tracker core: reference vs columnar, memory per pending tree"),
     ("storm-acker", "benchmarks.storm_bench", "tracker core vs Storm's own acker (Java), same messages"),
     ("steady", "benchmarks.steady_bench", "tracker with tombstone sets beyond the caches, prefetch on vs off"),
+    ("buckets", "benchmarks.buckets_bench", "tracker: messages/s and tombstone memory by bucket count"),
     ("service", "benchmarks.service_bench", "acker service vs a plain consumer; complete latency"),
     ("scaling", "benchmarks.scaling_bench", "acker throughput with 1, 2 and 4 partitions/instances"),
     ("recovery", "benchmarks.recovery_bench", "rebuilding 100k pending trees after kill -9; spurious replays"),
@@ -32,6 +33,7 @@ SUITE = [  # name, module, what it compares
     ("floor", "benchmarks.floor_bench", "the word count's Kafka traffic alone, tracked vs untracked: the bound"),
     ("storm-wordcount", "benchmarks.storm_wordcount_bench", "Storm's word count, acking on vs off, LocalCluster"),
     ("commit", "benchmarks.commit_bench", "Spark commit job: acks/s and ack-to-watermark delay"),
+    ("replay-batch", "benchmarks.replay_batch_bench", "replay job: a batch of nacks on the driver, whole vs parts"),
 ]
 
 

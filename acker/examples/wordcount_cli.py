@@ -421,12 +421,16 @@ class Waiting:
         if done == self.total or now - self.moved_at <= STALL_S:
             return said
         if now - self.asked_at >= STALL_S:
-            self.asked_at, down = now, not self.answers()
-            if down != self.down:
-                servers = self.config.bootstrap_servers
-                said.append(f"the broker at {servers} does not answer: every stage waits for it, and no tree times "
-                            "out for the outage" if down else f"the broker at {servers} answers again")  # fmt: skip
+            self.asked_at, down, was_down = now, not self.answers(), self.down
             self.down = down
+            servers = self.config.bootstrap_servers
+            if down and not was_down:
+                said.append(f"the broker at {servers} does not answer: every stage waits for it, and no tree times "
+                            "out for the outage")  # fmt: skip
+            elif was_down and not down:  # the stages get their time to go on before anything is blamed
+                said.append(f"the broker at {servers} answers again")
+                self.moved_at, self.waiting_said = now, False
+                return said
         if not self.down and not self.waiting_said:
             config = self.config
             said.append(f"{self.total - done} trees wait for their timeout (a message dropped or lost in a crash): "

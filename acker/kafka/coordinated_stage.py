@@ -256,7 +256,9 @@ class CoordinatedStage:
         if not owned_first and not fencing:
             return 0  # nothing of this process's to process, and expiries wait for offsets to check them with
         started = time.monotonic()
-        changed = {record.partition() or 0 for record in records}  # the tasks the batch may change (a superset)
+        read = {record.partition() or 0 for record in records}
+        changed = set(read)  # the tasks the batch may change (a superset)
+        counted = dict(self.counters)  # as they were: a batch aborted and read again is counted once
         self.producer.begin_transaction()
         try:
             for i, record in enumerate(records):
@@ -296,22 +298,23 @@ class CoordinatedStage:
                 raise
             log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
                         "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
-            self._start_over(changed)
-            self.counters["started_over"] += 1
+            self._start_over(changed, read)
+            self.counters.update(counted, started_over=counted["started_over"] + 1)
             self._broken = False
             return 0
         return len(records)
 
-    def _start_over(self, partitions: set[int]) -> None:
-        """After an aborted batch: the tasks it may have changed (``partitions``) as last committed, and the consumer
-        back to their committed offsets. The others are as committed: every batch before was; a task revoked is
-        dropped by the next consume's callback. Raises what Kafka raises (the process stops, as before)."""
+    def _start_over(self, changed: set[int], read: set[int]) -> None:
+        """After an aborted batch: the tasks it may have changed (``changed``) as last committed, and the consumer
+        back to the committed offsets of those it read records of (``read``; the others' positions are their
+        committed offsets already, and one just assigned may not be fetching yet: a seek there is refused). The
+        other tasks are as committed: every batch before was; a task revoked is dropped by the next consume's
+        callback. Raises what Kafka raises (the process stops, as before)."""
         self._touched.clear()
-        owned = [TopicPartition(self.input, p) for p in sorted(partitions) if p in self.tasks]
-        if not owned:
-            return
-        for tp in self.consumer.committed(owned, 30):
-            self.tasks[tp.partition] = self._restore(tp.partition)
+        for partition in sorted(p for p in changed if p in self.tasks):
+            self.tasks[partition] = self._restore(partition)
+        owned = [TopicPartition(self.input, p) for p in sorted(read) if p in self.tasks]
+        for tp in self.consumer.committed(owned, 30) if owned else []:
             self.consumer.seek(TopicPartition(self.input, tp.partition, tp.offset if tp.offset >= 0 else
                                               OFFSET_BEGINNING))  # fmt: skip
 

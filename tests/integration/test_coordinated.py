@@ -183,6 +183,23 @@ def test_a_batch_the_group_moved_on_under_starts_its_tasks_again_and_the_step_go
             stage.stop()
     assert refusing.refused == 1 and stages[2].counters["started_over"] == 1
     assert answers == {url: GRAPH.reach(url) for url in urls}
+    # The aborted batch's records, read again, are counted once: as many as the step's input holds.
+    assert stages[2].counters["processed"] == _data_messages(config, chain, 2)
+
+
+def _data_messages(config: ServiceConfig, chain: Chain, index: int) -> int:
+    """The committed records of step ``index``'s input that are not reports."""
+    reader = Consumer(config.client(**{"group.id": f"count-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                                       "isolation.level": "read_committed"}))  # fmt: skip
+    try:
+        return sum(
+            1
+            for p, end in enumerate(_ends(config, chain, index))
+            for record in read_to(reader, TopicPartition(chain.topic(index), p, 0), end)
+            if REPORT not in dict(record.headers() or [])
+        )
+    finally:
+        reader.close()
 
 
 def _read(config: ServiceConfig, topic: str, wait_s: float = 30) -> list[Any]:

@@ -68,6 +68,7 @@ def test_booleans_and_the_tracker_config() -> None:
     ("argv", "environ", "message"),
     [
         (("--buckets", "1"), {}, "buckets must be between 2 and"),
+        (("--buckets", "33"), {}, "buckets must be between 2 and 32, got 33: each bucket slows"),
         (("--buckets", "three"), {}, "cannot read 'three' as int"),
         ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, "cannot read"),
         (("--timeout-s", "0"), {}, "timeout_s must be a positive number"),

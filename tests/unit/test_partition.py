@@ -584,5 +584,8 @@ def test_the_outcomes_read_back_start_buckets_ticks_back_or_where_this_owner_kno
     assert [state.readback_from(at) for at in (6, 7, 8, 9)] == [5, 5, 6, 7]
     told = _state()
     told.recover(np.array([42], np.int64), until=12, since=2)  # decided by records from offset 2 on
-    told.apply(10, 0, _tick(NO_TICK))
-    assert told.readback_from(10) == 2  # what it was told of, read back again by the next owner
+    for offset in range(10, 16):
+        told.apply(offset, 0, _tick(NO_TICK if offset == 10 else offset - 1))
+    # Known until the record at 14 (two ticks after passing 12): read back again by the next owner while a record it
+    # replays was read while they were known (a message of theirs there was late), not after.
+    assert [told.readback_from(at) for at in (10, 13, 14, 15)] == [2, 2, 2, 13]
