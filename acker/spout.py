@@ -338,8 +338,10 @@ class Spout:
         if room > 0:
             records = consume_available(self.consumer, room, timeout_s)
         else:  # paused: serve the consumer's callbacks (rebalances), read nothing, wait a little for outcomes
-            self.consumer.poll(0)
-            records = []
+            # An event all the same, taken as a record is (`readable`): a fatal error (a static member fenced by its
+            # successor) is reported once, and dropped here the spout ran on, reading nothing, for good.
+            event = self.consumer.poll(0)
+            records = [] if event is None else [event]
             self._read_outcomes(timeout_s)
         self._take(records, int(time.time() * 1000))
         self._publish_direct()
@@ -514,7 +516,7 @@ class Spout:
         still being processed, the room given back filled with trees timed out in turn, and records replayed until
         dead-lettered for the length of the outage; kept, the spout stops at ``max_pending`` until the acker is back
         (Storm's backpressure, without its replays)."""
-        deadlines, given_up, waiting = self._pending_deadlines, [], 0
+        deadlines, given_up, waiting, overdue_count = self._pending_deadlines, [], 0, 0
         timeout_ms = int(min(self._pending_timeout_s, 2**31) * 1000)
         for _ in range(len(deadlines)):  # those there now: one re-armed is not looked at again in this pass
             if deadlines[0][0] > now:
@@ -531,12 +533,19 @@ class Spout:
             del self.pending[msg_id]
             self._started_at.pop(anchor, None)
             given_up.append(msg_id)
+            overdue_count += overdue
             self._direct.append(("TIMEOUT", anchor, msg_id, timeout_ms))
         if given_up:
             self.counters["pending_given_up"] += len(given_up)
-            log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s), while their acker partitions decided later "
-                        "trees: timed out by the spout, to be replayed", len(given_up), self._pending_timeout_s,
-                        given_up[0])  # fmt: skip
+            if len(given_up) > overdue_count:
+                log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s), while their acker partitions decided "
+                            "later trees: timed out by the spout, to be replayed", len(given_up) - overdue_count,
+                            self._pending_timeout_s, given_up[0])  # fmt: skip
+            if overdue_count:  # an acker down, or far behind, for that long: said as it is
+                log.warning("no outcome for %d tree(s) after %d timeouts (%.0f s; e.g. %s), waited on while their "
+                            "acker partitions decided no later tree (the acker behind or down): timed out by the "
+                            "spout, to be replayed", overdue_count, WAIT_TIMEOUTS,
+                            WAIT_TIMEOUTS * self._pending_timeout_s, given_up[-1])  # fmt: skip
         if waiting:
             self.counters["pending_waiting_on_acker"] += waiting
             if now >= self._next_waiting_said:  # an outage re-arms trees at every step: said once a minute
@@ -597,15 +606,14 @@ class Spout:
             def delivered(
                 error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows, told: dict[str, str] = why
             ) -> None:
+                # Called for a failure only (the stage producer reports no success: `ServiceConfig.stage_producer`).
                 if error is not None:  # published again at the next step: the watermark waits for these offsets
                     if error.code() in TOO_LARGE:
                         self._direct_rows = min(self._direct_rows, max(1, len(rows) // 2))
                     log.warning("outcomes the spout decided could not be delivered (%s): sending them again", error)
                     self._direct.extend(rows)
-                    return
-                for msg_id, reason in told.items():  # not one given since to a later FAILED of the same record
-                    if self._direct_reasons.get(msg_id) == reason:
-                        del self._direct_reasons[msg_id]
+                    for msg_id, reason in told.items():  # with their reasons, but a later FAILED's of the record
+                        self._direct_reasons.setdefault(msg_id, reason)
 
             try:
                 produce(
@@ -618,6 +626,11 @@ class Spout:
                     continue
                 raise  # another refusal stops the spout, as before (its records are read again at its restart)
             del self._direct[: len(rows)]  # only once produce took them
+            # Their reasons too: the record holds them, and a failed delivery gives them back (`delivered`). Kept until
+            # a delivery report said so, they were never forgotten: the producer reports failures only.
+            for msg_id, reason in why.items():  # not one given since to a later FAILED of the same record
+                if self._direct_reasons.get(msg_id) == reason:
+                    del self._direct_reasons[msg_id]
 
     # -- assignment -----------------------------------------------------------------------------------------
 

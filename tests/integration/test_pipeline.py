@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -31,7 +32,7 @@ from acker.examples import join as join_example
 from acker.examples.wordcount import Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import partition_lookup
-from acker.kafka.clients import TopicSpec, create_topics, partition_count
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN, REDRIVEN
 from acker.spout import INIT_ATTEMPTS, Emitter, Spout, SpoutSettings
@@ -975,3 +976,40 @@ def test_wordcount_run_reads_only_the_sentences_it_writes(config: ServiceConfig)
     shared = Topics(prefix).spout_group + ".acked"
     marks = lookups(config.client()).committed(shared, [(Topics(prefix).sentences, p) for p in range(4)])
     assert all(mark < 0 for mark in marks.values())  # none
+
+
+def test_a_spout_fenced_while_it_waits_at_max_pending_stops(config: ServiceConfig) -> None:
+    """A static member (`group.instance.id`) fenced by its successor is told so once, by one fatal event. A spout
+    paused at max_pending threw that event away: it went on stepping, reading nothing, for good, and its supervisor
+    never started it again."""
+    config = replace(config, kafka={**config.kafka, "group.instance.id": f"sp-{uuid.uuid4().hex[:6]}"})
+    source = f"fenced-{uuid.uuid4().hex[:8]}"
+    create_acker_topics(config, ["s"])
+    create_topics(config.client(), [TopicSpec(source, 1), TopicSpec(f"{source}.out", 1)])
+    producer = Producer(config.client())
+    for i in range(10):
+        producer.produce(source, b"record %d" % i)
+    assert producer.flush(30) == 0
+    settings = SpoutSettings("s", source, f"{source}.out", group=f"g-{source}", max_pending=1)
+    spout = Spout(config, settings)  # no acker runs: one tree pending, and it waits
+    successor: Consumer | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not spout._paused:
+            assert time.monotonic() < deadline, "the spout never reached max_pending"
+            spout.step(0.1)
+        successor = Consumer(config.stream_consumer({"partition.assignment.strategy": "cooperative-sticky"},
+                                                    **{"group.id": settings.consumer_group}))  # fmt: skip
+        successor.subscribe([source, config.replay_topic("s")])
+        deadline = time.monotonic() + 60
+        while not successor.assignment():
+            assert time.monotonic() < deadline, "the successor was never given the partitions"
+            successor.poll(0.1)
+        with pytest.raises(KafkaClientError, match="fenced"):
+            for _ in range(300):
+                spout.step(0.1)
+    finally:
+        if successor is not None:
+            successor.close()
+        with contextlib.suppress(Exception):  # its consumer is fenced: closing it may complain
+            spout.close()

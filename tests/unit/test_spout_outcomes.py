@@ -3,6 +3,7 @@ outcome consumer's settings."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from dataclasses import replace
 from types import SimpleNamespace
@@ -193,10 +194,13 @@ def test_spout_settings_that_cannot_work_are_refused(change: dict[str, Any], mes
         SpoutSettings("s", "in", "out", **change)
 
 
-def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts_at_most() -> None:
+def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts_at_most(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A FAILED the spout published itself (an init it could not deliver: the acker partition may be down) says
     nothing of the acker. And a tree whose partition never decides a later one (its outcomes lost for good) is timed
-    out after `WAIT_TIMEOUTS` timeouts all the same: else the spout would stop at max_pending for good."""
+    out after `WAIT_TIMEOUTS` timeouts all the same: else the spout would stop at max_pending for good. Said as it is:
+    the warning said one timeout, and that its partition decided later trees."""
     p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:2]
     spout = _spout(_Outcomes(encode_outcome_rows("s", [("FAILED", p0[1], "t/0/2", 0)])))  # acker_partition -1
     _pending(spout, "t/0/1", p0[0], 0.0)
@@ -206,8 +210,12 @@ def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts
     for now in range(10, 40):  # three timeouts: waiting
         spout._expire_pending(float(now))
     assert spout._direct == [] and spout.counters["pending_waiting_on_acker"] == 3
-    spout._expire_pending(WAIT_TIMEOUTS * 10.0)
+    with caplog.at_level(logging.WARNING, logger="acker.spout"):
+        spout._expire_pending(WAIT_TIMEOUTS * 10.0)
     assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)] and not spout.pending
+    [said] = [r.getMessage() for r in caplog.records if "timed out by the spout" in r.getMessage()]
+    assert said.startswith(f"no outcome for 1 tree(s) after {WAIT_TIMEOUTS} timeouts (40 s; e.g. t/0/1)")
+    assert "decided no later tree" in said
 
 
 def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read() -> None:
@@ -242,9 +250,11 @@ def test_a_rebalance_that_assigns_nothing_asks_nothing() -> None:
     spout._on_assign(None, [])
 
 
-def test_the_spouts_own_failed_outcomes_say_why_until_delivered() -> None:
+def test_the_spouts_own_failed_outcomes_say_why_and_their_reasons_are_kept_only_while_undelivered() -> None:
     """The reasons of the FAILED outcomes a spout decides itself go in their record's header, by message id, and are
-    forgotten once it is delivered; kept for a record sent again."""
+    forgotten once the producer takes it; given back with a record sent again. They were forgotten when a delivery
+    report said it was delivered, which the spout's producer never sends (it reports failures only): one reason a
+    failed record, kept for the life of the process."""
     spout = _spout(_Outcomes())
     spout.config, spout.producer, spout._direct_rows = ServiceConfig(), _SmallRecords(100_000), OUTCOMES_PER_RECORD
     spout._direct = [("FAILED", 0, "t/0/1", 0), ("ACK", 0, "t/0/2", 0), ("FAILED", 0, "t/0/3", 0)]
@@ -252,8 +262,9 @@ def test_the_spouts_own_failed_outcomes_say_why_until_delivered() -> None:
     spout._publish_direct()
     [sent] = spout.producer.kwargs
     assert sent["headers"] == [(fail_reasons.HEADER, b'{"t/0/1": "spout s: ValueError: x"}')]
+    assert spout._direct_reasons == {"t/0/9": "another record's"}  # taken by the producer: held by the record
     sent["on_delivery"](KafkaError(KafkaError._MSG_TIMED_OUT), None)  # sent again at the next step, with its reason
     assert "t/0/1" in spout._direct_reasons and len(spout._direct) == 3
     spout._publish_direct()
-    spout.producer.kwargs[1]["on_delivery"](None, None)
+    assert spout.producer.kwargs[1]["headers"] == [(fail_reasons.HEADER, b'{"t/0/1": "spout s: ValueError: x"}')]
     assert spout._direct_reasons == {"t/0/9": "another record's"}
