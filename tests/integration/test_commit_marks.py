@@ -162,13 +162,9 @@ def test_acker_watermarks_counts_records_behind_not_the_transaction_markers(
         assert (row["watermark"], row["end"], row["behind"]) == (mark, 6, records)
 
 
-def test_acker_watermarks_counts_from_the_first_record_when_retention_deleted_those_at_the_watermark(
-    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A watermark left below the partition's first record (the commit job stopped, retention went on): the count
-    read from the watermark went to the partition's end, and found nothing (said "0 behind" on a busy partition) or
-    timed out and showed the offsets between them."""
-    topic, group = f"src-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
+def _sixty_of_a_hundred_deleted(config: ServiceConfig) -> str:
+    """A new topic of one partition, 100 records written, offsets 0-59 deleted since (as retention does)."""
+    topic = f"src-{uuid.uuid4().hex[:8]}"
     create_topics(config.client(), [TopicSpec(topic, 1)])
     producer = Producer(config.client())
     for i in range(100):
@@ -176,7 +172,17 @@ def test_acker_watermarks_counts_from_the_first_record_when_retention_deleted_th
     assert producer.flush(30) == 0
     admin = AdminClient(config.client())
     gone = TopicPartition(topic, 0, 60)
-    admin.delete_records([gone])[gone].result()  # retention: offsets 0-59
+    admin.delete_records([gone])[gone].result()
+    return topic
+
+
+def test_acker_watermarks_counts_from_the_first_record_when_retention_deleted_those_at_the_watermark(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A watermark left below the partition's first record (the commit job stopped, retention went on): the count
+    read from the watermark went to the partition's end, and found nothing (said "0 behind" on a busy partition) or
+    timed out and showed the offsets between them."""
+    topic, group = _sixty_of_a_hundred_deleted(config), f"spout-{uuid.uuid4().hex[:8]}"
     kafka = lookups(config.client())
     with kafka.lock:
         kafka.advance(f"{group}.acked", {(topic, 0): 10})
@@ -191,15 +197,7 @@ def test_a_watermark_passing_records_deleted_before_they_were_done_says_so(
     """Retention deleted offsets 0-59 while the record at the watermark (10) had no outcome: the watermark passed
     them without a word, and a nack of one that came after was skipped as decided before (the replay job's log said
     so): a record lost, with nothing said of it anywhere."""
-    topic = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(config.client(), [TopicSpec(topic, 1)])
-    producer = Producer(config.client())
-    for i in range(100):
-        producer.produce(topic, b"%d" % i, partition=0)
-    assert producer.flush(30) == 0
-    admin = AdminClient(config.client())
-    gone = TopicPartition(topic, 0, 60)
-    admin.delete_records([gone])[gone].result()
+    topic = _sixty_of_a_hundred_deleted(config)
     kafka = lookups(config.client())
     with caplog.at_level(logging.WARNING, logger="acker.kafka.lookups"), kafka.lock:
         assert kafka.next_existing(topic, 0, 10) == 60

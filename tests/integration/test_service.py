@@ -181,6 +181,28 @@ def _committed(config: ServiceConfig, partition: int) -> int:
     return -1 if committed is None else committed
 
 
+def _committed_past(config: ServiceConfig, offset: int, alive: int) -> int:
+    """Partition 0's committed offset once it has passed ``offset`` (within 30 s), tree ``alive`` kept alive."""
+    deadline = time.monotonic() + 30
+    while (committed := _committed(config, 0)) <= offset:
+        assert time.monotonic() < deadline, f"the committed offset never passed {offset}"
+        send(config, [ResetTimeout(alive)])
+        time.sleep(0.3)
+    return committed
+
+
+def _second_canary(config: ServiceConfig, ids: IdGenerator, reader: OutcomeReader, alive: int) -> None:
+    """A tree that times out (message id canary-2), sent now, and waited for (within 120 s), tree ``alive`` kept
+    alive meanwhile; then the outcomes that follow it for 0.5 s."""
+    send(config, [Init(ids(), SPOUT, "canary-2", 1)])
+    deadline = time.monotonic() + 120
+    while "canary-2" not in reader.seen:
+        assert time.monotonic() < deadline, "the new owner never decided the second canary"
+        send(config, [ResetTimeout(alive)])
+        reader.poll(0.3)
+    reader.poll(0.5)
+
+
 def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_kill_9(
     config: ServiceConfig, tmp_path: Path
 ) -> None:
@@ -203,22 +225,12 @@ def test_a_tree_cut_in_two_by_the_committed_offset_gets_no_second_outcome_after_
         reader.wait_for(["T"], timeout_s=10)
         ack_offset = next(off for off, _, v in read_partition(config, config.acker_topic, 0)
                           if t in decode_batch(v or b"").anchors.tolist())  # fmt: skip
-        deadline = time.monotonic() + 30
-        while _committed(config, 0) <= ack_offset:  # T's tombstone dropped, O holds the offset after T's ack
-            assert time.monotonic() < deadline, "the committed offset never passed T's ack"
-            send(config, [ResetTimeout(o)])
-            time.sleep(0.3)
+        _committed_past(config, ack_offset, o)  # T's tombstone dropped, O holds the offset after T's ack
         first.kill()
         second = ServiceProcess(config, str(tmp_path / "second.log"))
         # A second canary, after T's init in the log: once the new owner has timed it out, it has replayed T's init
         # and ticked past the time T's init alone would have expired.
-        send(config, [Init(ids(), SPOUT, "canary-2", 1)])
-        deadline = time.monotonic() + 120
-        while "canary-2" not in reader.seen:
-            assert time.monotonic() < deadline, "the new owner never decided the second canary"
-            send(config, [ResetTimeout(o)])
-            reader.poll(0.3)
-        reader.poll(0.5)
+        _second_canary(config, ids, reader, o)
         assert reader.seen["canary-2"] == ["TIMEOUT"]
         assert reader.seen["T"] == ["ACK"], f"T's outcomes: {reader.seen['T']}"
         assert "O" not in reader.seen  # kept alive throughout
@@ -926,22 +938,11 @@ def test_an_init_sent_again_while_its_tombstone_lived_gets_no_second_outcome_aft
         records = list(read_partition(config, config.acker_topic, 0))
         t_offsets = [off for off, _, v in records if t in decode_batch(v or b"").anchors.tolist()]
         decided_at, copy_at = t_offsets[0], t_offsets[-1]
-        deadline = time.monotonic() + 30
-        while _committed(config, 0) <= decided_at:  # T's tombstone dropped; O holds the offset before the copy
-            assert time.monotonic() < deadline, "the committed offset never passed T's decision"
-            send(config, [ResetTimeout(o)])
-            time.sleep(0.3)
-        committed = _committed(config, 0)
-        assert decided_at < committed <= copy_at
+        committed = _committed_past(config, decided_at, o)  # T's tombstone dropped; O holds it before the copy
+        assert committed <= copy_at
         first.kill()
         second = ServiceProcess(config, str(tmp_path / "second.log"))
-        send(config, [Init(ids(), SPOUT, "canary-2", 1)])
-        deadline = time.monotonic() + 120
-        while "canary-2" not in reader.seen:
-            assert time.monotonic() < deadline, "the new owner never decided the second canary"
-            send(config, [ResetTimeout(o)])
-            reader.poll(0.3)
-        reader.poll(0.5)
+        _second_canary(config, ids, reader, o)
         assert reader.seen["T"] == ["ACK"], f"T's outcomes: {reader.seen['T']}"
     finally:
         first.kill()
