@@ -290,13 +290,13 @@ class PartitionState:
         return ticks[at] if at >= 0 else needed
 
     def readback_from(self, recovery: int) -> int:
-        """Where the outcomes a new owner replaying from ``recovery`` (`recovery_offset`) is told of must start: the
-        acker offset of the tick applied ``buckets`` ticks before it. A tree decided after that tick may have had a
-        tombstone at some record at or after ``recovery``, where a message of it (an init sent again) was late; told
-        only of the trees decided after ``recovery``, the new owner opened a tree with that message and timed it
-        out. Until this owner has applied that many ticks from where its own replay began, from where what it itself
-        decided begins (the first record it read). And while a record at or after ``recovery`` was read while it knew
-        the trees it was told of (`recover`), from where those begin: a message of theirs there was late."""
+        """The acker offset from which the trees decided must be told to a new owner replaying from ``recovery``
+        (`recovery_offset`): the tick applied ``buckets`` ticks before it. A tree decided after that tick may have had
+        a tombstone at a record at or after ``recovery``, where a message of it (an init sent again) was late; told
+        only of the trees decided after ``recovery``, the new owner opened a tree with that message and timed it out.
+        While this owner has applied fewer ticks than that since it began, the first record it read; and while a
+        record at or after ``recovery`` was read with the trees it was told of (`recover`) known, no later than where
+        those begin: a message of theirs there was late too."""
         ticks = self.applied_ticks
         at = bisect.bisect_right(ticks, recovery) - 1
         buckets = self.tracker.config.buckets

@@ -309,7 +309,7 @@ class CoordinatedStage:
         back to the committed offsets of those it read records of (``read``; the others' positions are their
         committed offsets already, and one just assigned may not be fetching yet: a seek there is refused). The
         other tasks are as committed: every batch before was; a task revoked is dropped by the next consume's
-        callback. Raises what Kafka raises (the process stops, as before)."""
+        callback. Raises what Kafka raises (the process stops, as after any other aborted batch)."""
         self._touched.clear()
         for partition in sorted(p for p in changed if p in self.tasks):
             self.tasks[partition] = self._restore(partition)
