@@ -288,8 +288,9 @@ def _as_written(config: ServiceConfig) -> AsWritten:
     return AsWritten(config.client(), f"acker-dlq-{uuid.uuid4().hex[:8]}")
 
 
-def _past_open_transactions(reading: AsWritten, start: TopicPartition, end: int) -> Iterator[Message]:
-    """`AsWritten.read`, its failure to read past a transaction left open said as `DlqError`."""
+def _past_open_transactions(reading: AsWritten, start: TopicPartition, end: int | None = None) -> Iterator[Message]:
+    """`AsWritten.read` (to ``end``, or to the partition's end as written), its failure to read past a transaction
+    left open said as `DlqError`."""
     try:
         yield from reading.read(start, end)
     except KafkaClientError as error:
@@ -401,8 +402,7 @@ def _headers_since(config: ServiceConfig, topic: str, since_ms: int) -> Iterator
                 raise DlqError(f"cannot tell where to read {topic}[{start.partition}] from: {start.error}")
             if start.offset < 0:  # nothing written since
                 continue
-            at = TopicPartition(topic, start.partition, start.offset)
-            for record in _past_open_transactions(reading, at, reading.bounds(at)[1]):
+            for record in _past_open_transactions(reading, TopicPartition(topic, start.partition, start.offset)):
                 yield f"{topic}/{record.partition()}/{record.offset()}", read_headers(record) or []
 
 
