@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar, TypeVar
@@ -274,13 +275,20 @@ class Marks:
         done: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
         for row in rows:
             done.setdefault((row.spout, row.topic, int(row.partition)), []).append(bitmap_runs(row.bucket, row.bits))
+        checked = done.keys() | marks.keys()
+        gone: set[Key] | None
         try:
-            gone: set[Key] | None = self._check_topics(done.keys() | marks.keys())
-        except KafkaException as error:  # Kafka not answering now: the batch is kept, and committed by a later one
-            log.warning(
-                "batch %d: the source topics could not be looked at (%s): nothing committed now", batch_id, error
-            )
-            gone = None
+            gone = self._check_topics(checked)
+        except KafkaException as error:
+            if done.keys() - marks.keys():
+                # A mark to start: Kafka is asked where it starts, which it cannot say of a deleted topic's partition
+                # (the batch failed, and the job stopped): whether its topic is there is waited for as that answer is.
+                gone = _answered(partial(self._check_topics, checked), nullcontext(), "the source topics")
+            else:  # Kafka not answering now: the batch is kept, and committed by a later one
+                log.warning(
+                    "batch %d: the source topics could not be looked at (%s): nothing committed now", batch_id, error
+                )
+                gone = None
         for key in [key for key in done if gone and key in gone]:  # outcomes of a deleted partition: nothing to mark
             del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}
@@ -519,7 +527,9 @@ STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done abo
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 
 
-def _answered(ask: Callable[[], T], lock: threading.Lock, what: str, wait_s: float = ANSWER_WAIT_S) -> T:
+def _answered(
+    ask: Callable[[], T], lock: AbstractContextManager[object], what: str, wait_s: float = ANSWER_WAIT_S
+) -> T:
     """``ask()`` (under ``lock``), asked again for up to ``wait_s`` while Kafka does not answer: a group coordinator
     loading, a partition without a leader for a moment. Raised at once, a micro-batch failed, and its query stopped
     the job, on what the next second would have answered. Still no answer: the last error is raised (the batch

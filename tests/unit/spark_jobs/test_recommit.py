@@ -152,6 +152,32 @@ def test_a_batch_whose_topics_kafka_cannot_look_at_now_is_kept_and_commits_nothi
     assert store.marks[("a", "in", 0)].mark == 7
 
 
+def test_outcomes_of_a_deleted_topic_without_a_mark_wait_for_kafka_to_say_the_topic_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka not answering about the source topics for a moment, in the batch bringing the first outcomes of a topic
+    deleted since (the replay job's resolutions of its nacks): asked where their watermark starts, Kafka refused (as
+    for any partition that no longer exists), the batch failed and the job stopped. A mark to start waits for the
+    topics' answer, as the answer of where it starts is waited for."""
+
+    class _SilentThenGone(_Kafka):
+        looks = 0
+
+        def topic_ids(self, topics: list[str]) -> dict[str, tuple[str, int] | None]:
+            self.looks += 1
+            if self.looks == 1:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+            return dict.fromkeys(topics)  # deleted
+
+        def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+            raise AssertionError(f"asked where the watermark of a deleted topic starts: {partitions}")
+
+    monkeypatch.setattr("spark_jobs.commit_job.time.sleep", lambda _s: None)
+    kafka, store = _SilentThenGone(), _Store({})
+    assert _marks(monkeypatch, kafka, store).apply(_row(0, [5, 6]), batch_id=1) == {}
+    assert store.marks == {} and kafka.looks == 3  # silent, then missing, confirmed missing
+
+
 def test_outcomes_of_a_partition_that_no_longer_exists_have_nothing_to_mark(monkeypatch: pytest.MonkeyPatch) -> None:
     """A source topic created again with fewer partitions, or an outcome naming a partition it never had (the replay
     job dead-letters its nack as source-missing, and the DEAD_LETTERED comes here): asked where its watermark starts,
