@@ -50,9 +50,11 @@ from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeM
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.fail_reasons import as_headers
 from acker.headers import Headers, with_ids
+from acker.kafka.client_log import RepeatFilter
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     TOO_LARGE,
+    ProducerFailedError,
     produce_reporting,
     smallest_max_bytes,
     topic_partitions,
@@ -60,6 +62,18 @@ from acker.kafka.clients import (
 from acker.wire import encode_batch
 
 log = logging.getLogger("acker.client")
+
+
+def _topic_and_error(record: logging.LogRecord) -> tuple[int, str]:
+    """An undelivered data message's line's kind (`RepeatFilter`): its topic and its error, the first two arguments."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return record.levelno, " ".join(map(str, args[:2]))
+
+
+# A line per data message not delivered flooded the log when a broker went away with thousands in flight: one per
+# topic and error at most every REPEAT_INTERVAL_S, saying how many more (the stage's counters count every one).
+_undelivered_log = logging.getLogger("acker.client.undelivered")
+_undelivered_log.addFilter(RepeatFilter(kind=_topic_and_error))
 
 DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
 _ACK = int(Kind.ACK)  # an enum member's attribute lookup costs as much as the append, on the bolts' hot path
@@ -104,8 +118,8 @@ class _Batch:
                 kind = Kind.OK
             case Fail():
                 kind, value = Kind.FAIL, 0
-                if reason:
-                    self.reasons[message.anchor] = reason
+                if reason:  # the first fail's: the one the acker decides the tree on
+                    self.reasons.setdefault(message.anchor, reason)
             case ResetTimeout():
                 kind, value = Kind.RESET, 0
         if self.acked:
@@ -358,7 +372,7 @@ class AckerClient:
         """A message of the trees ``ids`` that could not be delivered (librdkafka has retried it): they fail at once,
         so that the source records are replayed without waiting for the timeout."""
         trees = f"failing its {len(ids.edges)} tree(s)" if ids.tracked else "unanchored: no tree to fail"
-        log.warning("a data message to %s could not be delivered (%s): %s", topic, error, trees)
+        _undelivered_log.warning("a data message to %s could not be delivered (%s): %s", topic, error, trees)
         reason = f"a message to {topic} could not be delivered: {error.str()}"
         for anchor, _ in ids.edges:
             self.send(Fail(anchor), reason)
@@ -402,7 +416,12 @@ class AckerClient:
 
     def _send_halves(self) -> None:
         while self._halves:
-            self._produce_batch(*self._halves.pop(0))
+            half = self._halves.pop(0)
+            try:
+                self._produce_batch(*half)
+            except ProducerFailedError:  # left unsent, as a batch is (`_flush_partition`)
+                self._halves.insert(0, half)
+                raise
 
     def _send_held(self) -> None:
         """Send what delivery reports held back (module docstring): the halves of refused records, and the batches
@@ -457,8 +476,14 @@ class AckerClient:
         batch = self._batches[partition]
         assert batch is not None
         self._batches[partition] = None
-        for piece in batch.pieces(self.max_batch):
-            self._produce_batch(partition, piece)
+        try:
+            for piece in batch.pieces(self.max_batch):
+                self._produce_batch(partition, piece)
+        except ProducerFailedError:
+            # The producer takes nothing any more: the batch stays unsent (or what its refusals queued meanwhile), so
+            # that `flush` counts it, and no input offset is committed past acks that never left the process.
+            self._batches[partition] = self._batches[partition] or batch
+            raise
 
     def _produce_batch(self, partition: int, batch: _Batch) -> None:
         """Send ``batch`` as one record. A record the producer refuses at once is handled as a failed delivery (an

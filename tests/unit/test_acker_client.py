@@ -330,6 +330,18 @@ def test_a_batch_refused_at_once_fails_its_trees_instead_of_raising() -> None:
     assert client.failed_messages == 5
 
 
+def test_data_messages_not_delivered_are_said_once_per_topic_and_error_not_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker gone with thousands in flight logged a line each; the stage's counters count every one."""
+    client = AckerClient(_Refusing(), "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    failures: list[KafkaError] = []
+    for edge in range(1, 301):
+        client.produce_anchored("out-once", b"x", None, None, TupleIds(((11, edge),)), on_failure=failures.append)
+    said = [r for r in caplog.records if r.name == "acker.client.undelivered"]
+    assert len(failures) == 300 and len(said) == 1 and "out-once" in said[0].getMessage()
+
+
 def test_a_child_that_is_not_a_message_fails_its_trees_and_raises(producer: Producer) -> None:
     """Its edge is already in its trees and no message carries it: they could never complete."""
     client = AckerClient(producer, "acker", 4, linger_s=60)
@@ -359,6 +371,28 @@ def test_a_producer_that_takes_nothing_any_more_stops_the_stage() -> None:
         client.poll()
     with pytest.raises(KafkaClientError, match="takes no more records"):
         client.produce_anchored("out", b"x", None, None, TupleIds(((11, 22),)))
+
+
+def test_a_batch_a_failed_producer_refused_stays_unsent_for_flush_to_count() -> None:
+    """Taken out, and lost when its produce raised: ``flush`` found nothing left, and a bolt stopping on the error
+    committed the offsets of inputs whose acks never left the process (an ack's tree then timed out; a fail's
+    record waited for its timeout too). So is a half of a refused record."""
+    refusing = _Refusing()
+    refusing.code = KafkaError._FATAL
+    client = AckerClient(refusing, "acker", 1, linger_s=0)  # type: ignore[arg-type]
+    client.send(Ack(6, 3))
+    with pytest.raises(KafkaClientError, match="takes no more records"):
+        client.poll()
+    assert client.lingering()
+    with pytest.raises(KafkaClientError, match="takes no more records"):
+        client.flush(0)
+    batch = client._batches[0]
+    assert batch is not None and list(zip(batch.kinds, batch.anchors, strict=True)) == [(Kind.ACK, 6)]
+    half = client._batches[0]
+    client._batches[0], client._halves = None, [(0, half)]  # type: ignore[list-item]
+    with pytest.raises(KafkaClientError, match="takes no more records"):
+        client.flush(0)
+    assert client._halves == [(0, half)]
 
 
 class _Recording:
@@ -425,6 +459,16 @@ def test_a_fail_with_a_reason_says_it_in_its_records_header_by_anchor() -> None:
         (fail_reasons.HEADER, f'{{"{anchors[0]}": "bolt split: ValueError: bad"}}'.encode())
     ]
     assert "headers" not in by_partition[1]
+
+
+def test_a_trees_reason_is_that_of_its_first_fail() -> None:
+    """The fail the acker decides the tree on: two inputs of one sentence failed in one batch said the second's."""
+    producer = _Keeping()
+    client = AckerClient(producer, "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    client.send(Fail(7), "bolt count: KeyError: 'first'")
+    client.send(Fail(7), "bolt count: KeyError: 'second'")
+    client.flush(0)
+    assert producer.records[0]["headers"] == [(fail_reasons.HEADER, b'{"7": "bolt count: KeyError: \'first\'"}')]
 
 
 def test_a_batch_that_cannot_be_delivered_fails_its_trees_saying_why() -> None:
