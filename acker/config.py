@@ -117,7 +117,9 @@ class ServiceConfig:
     )
     status_topic: str = _setting("acker.status", "compacted topic where instances publish per-partition status")
     partitions: int = _setting(8, "partitions of the acker topic and of the outcome topics created")
-    replication_factor: int = _setting(1, "replication factor of the topics created")
+    replication_factor: int = _setting(
+        -1, "replication factor of the topics created (-1: the broker's default.replication.factor)"
+    )
     buckets: int = _setting(3, "timeout buckets: a tree expires on the buckets-th tick after its opening (2 to 32)")
     timeout_s: float = _setting(30.0, "message timeout T: trees expire between T and T*(1+1/(buckets-1))")
     high_water: int = _setting(0, "pending trees per partition at which new inits are nacked 'overload' (0 = off)")
@@ -184,11 +186,14 @@ class ServiceConfig:
         if not 0 <= self.ack_linger_ms < self.timeout_s * 1000:  # held longer, every tree would time out
             raise ConfigError(f"ack_linger_ms must be 0 or more and below timeout_s ({self.timeout_s * 1000:g} ms), "
                               f"got {self.ack_linger_ms}")  # fmt: skip
-        # librdkafka's NewTopic refuses more, with a traceback: partitions 1 to 100,000, replicas 1 to 10,000.
-        if not 1 <= self.partitions <= 100_000 or not 1 <= self.replication_factor <= 10_000:
+        # librdkafka's NewTopic refuses more, with a traceback: partitions 1 to 100,000, replicas 1 to 10,000 (or -1:
+        # the broker's default.replication.factor, KIP-464; 1, the default before, left a production cluster's acker,
+        # outcome and dead-letter topics on one disk each).
+        if not 1 <= self.partitions <= 100_000 or not (self.replication_factor == -1 or
+                                                        1 <= self.replication_factor <= 10_000):  # fmt: skip
             raise ConfigError(
-                f"partitions must be 1 to 100000 and replication_factor 1 to 10000, got {self.partitions} and "
-                f"{self.replication_factor}"
+                f"partitions must be 1 to 100000 and replication_factor -1 (the broker's default) or 1 to 10000, got "
+                f"{self.partitions} and {self.replication_factor}"
             )
         if self.outcome_topics_per_hour < 0:
             raise ConfigError(f"outcome_topics_per_hour must be 0 (none) or more, got {self.outcome_topics_per_hour}")

@@ -120,7 +120,8 @@ class ReplayJobSettings:
     # outage would otherwise be one batch, too large for it, failing at every run).
     max_records: int = 1_000
     nacks_per_transaction: int = 20_000  # a part of a micro-batch: fetched, then published in one transaction
-    replication_factor: int = 1  # of the topics the job creates when missing (`acker.topics.spark_job_topics`)
+    # Of the topics the job creates when missing (`acker.topics.spark_job_topics`); -1: the broker's default.
+    replication_factor: int = -1
 
     def identity(self, run_id: str) -> str:
         """The job's transactional id and the key of its progress records: its name and the id of its checkpoint

@@ -77,7 +77,7 @@ def raise_for(error: KafkaError | None, what: str) -> None:
 class TopicSpec:
     name: str
     partitions: int
-    replication_factor: int = 1
+    replication_factor: int = -1  # the broker's default.replication.factor (KIP-464)
     config: Mapping[str, str] = field(default_factory=dict)
 
 
