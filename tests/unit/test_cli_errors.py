@@ -22,7 +22,7 @@ from acker.errors import ConfigError
 from acker.examples import reach, wordcount_cli
 from acker.examples.wordcount import _crasher
 from acker.help_text import prose
-from acker.kafka import clients
+from acker.kafka import clients, local_broker
 from acker.metrics import serve
 from spark_jobs import commit_job
 from spark_jobs.cli import starting_offsets
@@ -450,3 +450,16 @@ def test_reach_run_asks_whether_kafka_answers_before_making_its_topics(monkeypat
     monkeypatch.setattr(reach, "create_chain_topics", lambda *args: made.append(args))
     assert cli.main(["reach", "run", "--bootstrap-servers", "127.0.0.1:1"]) != 0
     assert made == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [(["--port", "70000"], "--port: must be below 65536"), (["--partitions", "0"], "--partitions: must be at least 1")],
+)
+def test_the_local_brokers_numbers_out_of_range_are_a_usage_error(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A traceback before (an OverflowError from bind, a ValueError from the properties)."""
+    with pytest.raises(SystemExit) as stopped:
+        local_broker.main(argv)
+    assert stopped.value.code == 2 and said in capsys.readouterr().err
