@@ -143,6 +143,23 @@ def _wait_until_ready(bootstrap: str, timeout_s: float, status: Callable[[], str
         time.sleep(0.2)
 
 
+def creates_topics_on_first_use(bootstrap: str, timeout_s: float = 30.0) -> bool:
+    """Whether the brokers at ``bootstrap`` create a topic a client asks about (``auto.create.topics.enable``, asked
+    of one of them: a cluster's brokers share it)."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined] # noqa: PLC0415 # documented location
+        AdminClient,
+        ConfigResource,
+        ResourceType,
+    )
+
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log}
+    admin = AdminClient(settings)
+    broker = min(admin.list_topics(timeout=timeout_s).brokers)
+    resource = ConfigResource(ResourceType.BROKER, str(broker))
+    configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+    return str(configs["auto.create.topics.enable"].value).lower() == "true"
+
+
 @contextlib.contextmanager
 def kafka_cluster(
     existing: str | None = None, *, use_docker: bool = True, partitions: int = 1, auto_create_topics: bool = True
@@ -151,8 +168,14 @@ def kafka_cluster(
 
     ``auto_create_topics``: whether a started broker creates a topic on first use (Kafka's default). The integration
     tests turn it off, as many production clusters do: whatever a component writes to, it or its setup must create.
-    An existing cluster is used as it is."""
+    An existing cluster is used as it is, but one that creates topics on first use is refused when
+    ``auto_create_topics`` is off (`RuntimeError`): it would hide a component that writes to a topic nobody created."""
     if existing:
+        if not auto_create_topics and creates_topics_on_first_use(existing):
+            raise RuntimeError(
+                f"the Kafka cluster at {existing} creates topics on first use (auto.create.topics.enable): the tests "
+                "need one that does not (e.g. python -m acker.kafka.local_broker -p auto.create.topics.enable=false)"
+            )
         yield Cluster(existing, "existing")
         return
     if use_docker and docker_available():

@@ -26,6 +26,7 @@ from acker.kafka.local_broker import (
     LocalKafkaBroker,
     kafka_tool_command,
 )
+from acker.kafka.provision import kafka_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -181,6 +182,23 @@ def test_a_broker_whose_log_dirs_are_given_starts_there(tmp_path: Path) -> None:
     for another cluster on its port, and the retry failed to format the dir again."""
     with LocalKafkaBroker(server_properties={"log.dirs": str(tmp_path / "logs")}) as broker:
         assert broker.is_running() and (tmp_path / "logs" / "meta.properties").is_file()
+
+
+def test_an_existing_cluster_that_creates_topics_on_first_use_is_refused_for_the_tests(
+    broker: LocalKafkaBroker, bootstrap: str
+) -> None:
+    """The tests' premise is a cluster that does not (a component that never created what it writes to is caught):
+    the local broker's own default, and Kafka's, is to create them, which hid such a test's failure on a cluster
+    named by ACKER_TEST_BOOTSTRAP_SERVERS."""
+    with (
+        pytest.raises(RuntimeError, match="creates topics on first use"),
+        kafka_cluster(broker.bootstrap_servers, auto_create_topics=False),
+    ):
+        pass
+    with kafka_cluster(broker.bootstrap_servers) as used:  # used as it is where creating them is fine
+        assert used.bootstrap_servers == broker.bootstrap_servers
+    with kafka_cluster(bootstrap, auto_create_topics=False) as used:  # the tests' own
+        assert used.bootstrap_servers == bootstrap
 
 
 def test_pom_and_module_agree_on_the_kafka_version() -> None:
