@@ -9,6 +9,7 @@ time to read the answers written by then) is reported as timed out: a call never
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 import zlib
@@ -22,6 +23,9 @@ from acker.headers import read_headers, text
 from acker.kafka.clients import AsWritten, KafkaClientError, consume_available, end_offsets, partition_count, produce
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
+log = logging.getLogger(__name__)
+
+SEND_WAIT_S = 30.0  # how long `send` waits for a request's delivery, at most
 GRACE_S = 5.0  # after the deadline, how long to wait for the chain's "failed" answer before giving up
 READ_TO_END_S = 5.0  # then, how long at most to read the answers written by then (`DrpcClient._read_to_ends`)
 ANSWER_KEPT_S = 600.0  # an answer read for a request not waited for yet is kept this long past that request's time
@@ -56,8 +60,10 @@ class DrpcClient:
         self._read_up_to = {tp.partition: end for tp, end in zip(results, ends, strict=True)}
 
     def send(self, args: bytes, timeout_s: float = 30.0) -> str:
-        """Send a request; return its id (see `wait`). `DrpcError` when it could not be written: the chain would
-        never see it, and a wait would end only at its deadline."""
+        """Send a request; return its id (see `wait`). `DrpcError` when it could not be written (the chain never sees
+        it, and a wait would end only at its deadline), or was not within its deadline (written later, the steps
+        drop it). Not written within 30 s, with its deadline further, it stays in the producer and is waited for: it
+        may still reach the chain in time (said "not sent", a caller that sent it again had it run twice)."""
         if not 0 < timeout_s <= DEADLINE_MAX_S:  # the steps dead-letter a request whose deadline is further
             raise ValueError(f"a request's timeout is more than 0 s and {DEADLINE_MAX_S} s at most, not {timeout_s}")
         self._forget_past()
@@ -73,9 +79,14 @@ class DrpcClient:
 
         produce(self.producer, self.chain.topic(0), args, key=request.encode(), partition=partition, headers=headers,
                 on_delivery=delivered)  # fmt: skip
-        if self.producer.flush(min(30.0, timeout_s + GRACE_S)) or failed:
-            reason = failed[0].str() if failed else "not delivered in time"
+        flush_s = min(SEND_WAIT_S, timeout_s + GRACE_S)
+        unsent = self.producer.flush(flush_s)
+        if failed or (unsent and flush_s >= timeout_s + GRACE_S):
+            reason = failed[0].str() if failed else "not delivered before its deadline"
             raise DrpcError(f"request {request} could not be sent to {self.chain.topic(0)}: {reason}")
+        if unsent:
+            log.warning("request %s is not delivered to %s after %.0f s: it may still be before its deadline, and is "
+                        "waited for", request, self.chain.topic(0), flush_s)  # fmt: skip
         self._deadlines[request] = time.monotonic() + timeout_s + GRACE_S
         return request
 

@@ -37,19 +37,29 @@ def _client(producer: _Producer) -> DrpcClient:
 
 
 @pytest.mark.parametrize(
-    ("producer", "reason"),
+    ("producer", "timeout_s", "reason"),
     [
-        (_Producer(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)), "could not be sent to c.step0: Broker: Topic"),
-        (_Producer(left=1), "could not be sent to c.step0: not delivered in time"),
+        (_Producer(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)), 30, "to c.step0: Broker: Topic"),
+        (_Producer(left=1), 25, "to c.step0: not delivered before its deadline"),
     ],
 )
-def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, reason: str) -> None:
+def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, timeout_s: float, reason: str) -> None:
     """Its delivery was never looked at: the chain never saw the request, and the caller waited out its deadline
     and 5 s more for an answer that could not come, told only "no answer before its deadline"."""
     client = _client(producer)
-    with pytest.raises(DrpcError, match=reason):
-        client.send(b"url0", timeout_s=30)
+    with pytest.raises(DrpcError, match=f"could not be sent {reason}"):
+        client.send(b"url0", timeout_s=timeout_s)
     assert client._deadlines == {}
+
+
+def test_a_request_not_delivered_yet_while_its_deadline_is_ahead_is_waited_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Said "could not be sent", it was still in the producer, and written a moment later, before its deadline: the
+    chain ran it, and a caller that sent it again had it run twice."""
+    client = _client(_Producer(left=1))
+    request = client.send(b"url0", timeout_s=60)
+    assert request in client._deadlines and "may still be before its deadline" in caplog.text
 
 
 def test_requests_never_waited_for_are_forgotten_once_their_time_is_out() -> None:
