@@ -347,9 +347,13 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import table_console
-    from acker.watermarks import read_watermarks
+    from acker.watermarks import read_watermarks, watermark_group
 
     marks = read_watermarks(_service_config(args), args.spout_groups)
+    found = {m.group for m in marks}
+    missing = [group for group in dict.fromkeys(map(watermark_group, args.spout_groups)) if group not in found]
+    if missing and (marks or args.json):  # left out of the rows: silence read as "nothing behind" (a typo, say)
+        print(f"no watermarks committed in {', '.join(missing)}", file=sys.stderr)
     if args.json:
         import json
 
@@ -364,7 +368,7 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column in ("group", "topic") else "right")
     for m in marks:
         end = "-" if m.end is None else str(m.end)
-        behind = "-" if m.behind is None else str(m.behind)
+        behind = "-" if m.behind is None else f"{m.behind}{' (from its first record)' if m.watermark is None else ''}"
         watermark = "none yet" if m.watermark is None else str(m.watermark)
         table.add_row(m.group, m.topic, str(m.partition), watermark, end, behind)
     table_console().print(table)

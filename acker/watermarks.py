@@ -2,7 +2,8 @@
 
 The watermarks are the committed offsets of the spouts' ``<group>.acked`` groups (`acker.spout`, written by the
 Spark commit job): the offset of the first source record not known to be fully processed. Behind = the records
-between the watermark and the partition's end: those read or waiting whose trees are not all decided and resolved.
+between the watermark and the partition's end: those read or waiting whose trees are not all decided and resolved;
+every record of a partition without a watermark (no spout has started it).
 Counted where there are at most `COUNTED_UP_TO` offsets between them (a transactional topic, as a replay topic, has
 offsets that are no record: its transactions' markers); beyond that, or while a transaction is open there, the
 offsets between them, at most that many records.
@@ -34,13 +35,18 @@ class Watermark:
     watermark: int | None
     end: int | None  # None when Kafka cannot tell now (no leader)
     counted: int | None = None  # the records between the watermark and the end, where they were counted
+    # Without a watermark: the partition's first offset, where `behind` counts from (none of its records is known to
+    # be processed: "-" there hid every record of a partition no spout had taken)
+    first: int | None = None
 
     @property
     def behind(self) -> int | None:
-        """The records between the watermark and the end: counted, or else the offsets between them."""
+        """The records between the watermark (or, without one, the partition's first offset) and the end: counted,
+        or else the offsets between them."""
         if self.counted is not None:
             return self.counted
-        return None if self.end is None or self.watermark is None else max(0, self.end - self.watermark)
+        start = self.first if self.watermark is None else self.watermark
+        return None if self.end is None or start is None else max(0, self.end - start)
 
 
 def acked_group(consumer_group: str) -> str:
@@ -75,11 +81,20 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 ends = end_offsets(consumer, topic, sorted(partitions), timeout_s)
                 for partition, end in ends.items():
                     mark = marks.get((topic, partition))
-                    counted = _records(consumer, topic, partition, mark, end)
-                    out.append(Watermark(group, topic, partition, mark, end, counted))
+                    first = _first_offset(consumer, topic, partition, timeout_s) if mark is None else None
+                    counted = _records(consumer, topic, partition, first if mark is None else mark, end)
+                    out.append(Watermark(group, topic, partition, mark, end, counted, first))
     finally:
         consumer.close()
     return out
+
+
+def _first_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
+    """The partition's first offset (its low watermark); None when Kafka cannot tell now."""
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[0])
+    except KafkaException:
+        return None
 
 
 def _records(consumer: Consumer, topic: str, partition: int, start: int | None, end: int | None) -> int | None:

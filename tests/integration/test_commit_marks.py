@@ -130,13 +130,18 @@ def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_
     assert [(r["group"], r["topic"], r["partition"], r["watermark"], r["end"], r["behind"]) for r in rows] == [
         (f"{group}.acked", topic, 0, 5, 5, 0),
         (f"{group}.acked", topic, 1, 2, 5, 3),
-        (f"{group}.acked", topic, 2, None, 5, None),
+        (f"{group}.acked", topic, 2, None, 5, 5),  # no spout started it: every record of it ("-" hid them)
     ]
     assert cli.main(["watermarks", f"{group}.acked", "--bootstrap-servers", config.bootstrap_servers]) == 0
     table = capsys.readouterr().out
     assert "fully-processed watermarks" in table and topic in table and "none yet" in table
+    assert "5 (from its first record)" in table
     assert cli.main(["watermarks", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
     assert "no watermarks committed in nobody" in capsys.readouterr().out
+    # A group mistyped beside one that has watermarks: said, not silently left out of the rows.
+    assert cli.main(["watermarks", group, "nobody", "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    said = capsys.readouterr()
+    assert len(json.loads(said.out)) == 3 and "no watermarks committed in nobody.acked" in said.err
 
 
 def test_acker_watermarks_counts_records_behind_not_the_transaction_markers(
