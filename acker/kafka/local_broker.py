@@ -21,7 +21,8 @@ What it guarantees:
 * No process is left behind: the JVM runs in its own process group, which ``stop()`` ends (SIGTERM, then
   SIGKILL after a grace period). ``stop()`` is idempotent; brokers still running when the interpreter exits
   are stopped by an ``atexit`` hook; on Linux the JVM also gets SIGTERM if the Python process dies without
-  running it (e.g. SIGKILL), via PR_SET_PDEATHSIG.
+  running it (e.g. SIGKILL), via PR_SET_PDEATHSIG (whichever thread starts it: the JVM is forked by one that
+  lives as long as the process).
 * The data directory is a fresh temporary directory removed by ``stop()``, unless ``keep_data=True`` or the
   caller passed ``data_dir`` (a caller's directory is never removed; starting again on it reuses the data). One
   whose owner died without stopping it is removed by the next broker started on the host, once its JVM is gone
@@ -35,12 +36,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import concurrent.futures
 import contextlib
 import ctypes
 import fcntl
 import hashlib
 import logging
 import os
+import queue
 import re
 import shutil
 import signal
@@ -53,12 +56,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from acker.argtypes import at_least
+
+_T = TypeVar("_T")
 
 __all__ = [
     "DEFAULT_JVM_OPTIONS",
@@ -202,12 +207,12 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
             ]  # fmt: skip
             _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, lib_dir)
             try:
-                result = subprocess.run(
+                result = _forked_lastingly(lambda: subprocess.run(
                     cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, text=True, timeout=_MAVEN_TIMEOUT_S, check=False,
                     # Dies with this process (prctl only, prepared here): a fetch killed midway left Maven running.
                     preexec_fn=pdeathsig_preexec(),
-                )  # fmt: skip
+                ))  # fmt: skip
             except subprocess.TimeoutExpired as exc:
                 output = _tail(exc.output if isinstance(exc.output, str) else "")
                 what = f"mvn timed out after {_MAVEN_TIMEOUT_S:.0f} s fetching the Kafka broker's jars"
@@ -330,8 +335,9 @@ def _property_value(value: object) -> str:
 
 def pdeathsig_preexec() -> Callable[[], None] | None:
     """On Linux, a child-side hook asking the kernel to SIGTERM the child when its parent thread dies."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None  # PR_SET_PDEATHSIG fires when the *thread* that forked exits: main thread only
+    lasting = (threading.main_thread(), _spawner_thread)
+    if not sys.platform.startswith("linux") or threading.current_thread() not in lasting:
+        return None  # PR_SET_PDEATHSIG fires when the *thread* that forked exits: one that lives as the process does
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -344,6 +350,37 @@ def pdeathsig_preexec() -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+_spawns: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()
+_spawner_thread: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _forked_lastingly(start: Callable[[], _T]) -> _T:
+    """``start()``, which forks a child given `pdeathsig_preexec`, on a thread that lives as long as the process:
+    this one if it is the main thread, else a daemon thread of this module's. Started from another thread, the
+    broker got no PR_SET_PDEATHSIG (it would fire when that thread ended), and outlived an owner killed with
+    SIGKILL, its heap and ports with it."""
+    global _spawner_thread  # noqa: PLW0603
+    if threading.current_thread() in (threading.main_thread(), _spawner_thread):
+        return start()
+    with _spawner_lock:
+        if _spawner_thread is None:
+            _spawner_thread = threading.Thread(target=_spawn_forever, name="acker-broker-spawner", daemon=True)
+            _spawner_thread.start()
+    done: concurrent.futures.Future[_T] = concurrent.futures.Future()
+    _spawns.put((start, done))
+    return done.result()
+
+
+def _spawn_forever() -> None:
+    while True:
+        start, done = _spawns.get()
+        try:
+            done.set_result(start())
+        except BaseException as error:  # the caller's to raise
+            done.set_exception(error)
 
 
 _live_brokers: set[LocalKafkaBroker] = set()
@@ -631,11 +668,11 @@ class LocalKafkaBroker:
         cmd = self._java_command(java, lib_dir, "kafka.Kafka", str(props_path), dump_classes=True)
         t0 = time.monotonic()
         with open(stdout_path, "ab") as out:
-            self._process = subprocess.Popen(
+            self._process = _forked_lastingly(lambda: subprocess.Popen(
                 cmd, cwd=data_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 # preexec_fn only calls prctl (prepared in the parent) and getppid: fork-safe with threads.
                 start_new_session=True, preexec_fn=pdeathsig_preexec(),  # noqa: PLW1509
-            )  # fmt: skip
+            ))  # fmt: skip
         self._port, self._controller_port = port, cport
         if (data_dir / _OWNERS_FILE).is_file():  # a temporary dir, to be swept if its processes die
             _write_owners(data_dir, os.getpid(), self._process.pid)

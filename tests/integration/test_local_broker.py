@@ -261,9 +261,17 @@ def python(*args: str) -> subprocess.Popen[str]:
 
 
 OWNER = """
-    import sys, time
+    import sys, threading, time
     from acker.kafka.local_broker import LocalKafkaBroker
-    broker = LocalKafkaBroker().start()
+    started = []
+    start = lambda: started.append(LocalKafkaBroker().start())
+    if "{thread}" == "thread":  # a worker thread that ends once the broker is up
+        worker = threading.Thread(target=start)
+        worker.start()
+        worker.join()
+    else:
+        start()
+    broker = started[0]
     print(broker.pid, broker.data_dir, flush=True)
     if "{mode}" == "hang":
         time.sleep(600)
@@ -279,7 +287,7 @@ def owner_broker(proc: subprocess.Popen[str]) -> tuple[int, Path]:
 
 
 def test_atexit_stops_a_broker_its_owner_forgot() -> None:
-    proc = python("-c", textwrap.dedent(OWNER.format(mode="exit")))
+    proc = python("-c", textwrap.dedent(OWNER.format(mode="exit", thread="main")))
     pid, data_dir = owner_broker(proc)
     assert proc.wait(timeout=60) == 0
     assert not group_alive(pid)
@@ -287,8 +295,11 @@ def test_atexit_stops_a_broker_its_owner_forgot() -> None:
     assert not data_dir.exists()
 
 
-def test_broker_dies_with_a_killed_owner() -> None:
-    proc = python("-c", textwrap.dedent(OWNER.format(mode="hang")))
+@pytest.mark.parametrize("thread", ["main", "thread"])
+def test_broker_dies_with_a_killed_owner(thread: str) -> None:
+    """Started from a worker thread too: it got no PR_SET_PDEATHSIG (it fires when the thread that forked ends), and
+    outlived its owner, heap and ports with it. Nor does the worker thread's end stop it."""
+    proc = python("-c", textwrap.dedent(OWNER.format(mode="hang", thread=thread)))
     pid, data_dir = owner_broker(proc)
     try:
         assert broker_jvms(data_dir) == [pid]
