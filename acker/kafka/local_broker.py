@@ -454,6 +454,7 @@ class LocalKafkaBroker:
         self._lock = threading.RLock()
         self._process: subprocess.Popen[bytes] | None = None
         self._data_dir: Path | None = None
+        self._log_starts: dict[str, int] = {}  # the size of each log file when the broker last started
         self._dir_lock: IO[str] | None = None  # held while a broker of this object uses its data dir
         self._port: int | None = None
         self._controller_port: int | None = None
@@ -555,10 +556,17 @@ class LocalKafkaBroker:
             data_dir = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX))
             if not self.keep_data:  # a directory kept on purpose is never swept
                 _write_owners(data_dir, os.getpid())
-            return data_dir, False
+            # Formatted only where the caller's log.dirs names a dir of its own, which is never removed.
+            return data_dir, (self._first_log_dir(data_dir) / "meta.properties").is_file()
         data_dir = self._given_data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        return data_dir, (data_dir / _LOG_DIR_NAME / "meta.properties").is_file()
+        return data_dir, (self._first_log_dir(data_dir) / "meta.properties").is_file()
+
+    def _first_log_dir(self, data_dir: Path) -> Path:
+        """Where the broker's storage is formatted: its first log dir, as the caller's ``log.dirs`` may name it (a
+        restart took storage formatted there for none, formatted it again, and Kafka refused the new cluster id)."""
+        given = self.server_properties.get("log.dirs")
+        return Path(str(given).split(",")[0].strip()) if given is not None else data_dir / _LOG_DIR_NAME
 
     def _hold_data_dir(self, data_dir: Path) -> None:
         """Lock ``data_dir`` for this broker's life (`_DIR_LOCK_FILE`), or `KafkaBrokerError` when another broker
@@ -665,6 +673,7 @@ class LocalKafkaBroker:
         if not formatted:
             self._format_storage(java, lib_dir, props_path)
         stdout_path = data_dir / _STDOUT_LOG
+        self._log_starts = {name: _size(data_dir / name) for name in (_STDOUT_LOG, _SERVER_LOG)}
         cmd = self._java_command(java, lib_dir, "kafka.Kafka", str(props_path), dump_classes=True)
         t0 = time.monotonic()
         with open(stdout_path, "ab") as out:
@@ -709,12 +718,17 @@ class LocalKafkaBroker:
             archive.unlink(missing_ok=True)
 
     def log_tail(self) -> str:
-        """The last lines of the broker's console output and server.log (while its data dir exists)."""
+        """The last lines of the broker's console output and server.log (while its data dir exists) written since
+        it was last started: on a kept data dir they follow earlier runs' (whose "Address already in use", say, was
+        taken for this start's failure)."""
         parts = []
         for name in (_STDOUT_LOG, _SERVER_LOG):
             path = (self._data_dir or Path("/nonexistent")) / name
             try:
-                text = path.read_text(errors="replace")
+                with open(path, "rb") as log_file:
+                    start = self._log_starts.get(name, 0)
+                    log_file.seek(start if start <= os.fstat(log_file.fileno()).st_size else 0)  # rolled: all of it
+                    text = log_file.read().decode(errors="replace")
             except OSError:
                 continue
             if text.strip():
@@ -787,13 +801,11 @@ class LocalKafkaBroker:
                 time.sleep(0.05)
 
     def _formatted_cluster_id(self) -> str | None:
-        """The cluster id this broker's storage was formatted with, in its first log dir (``log.dirs`` as its
-        properties file says: the caller's server properties may name another); None if it cannot be read."""
+        """The cluster id this broker's storage was formatted with, in its first log dir (`_first_log_dir`); None if
+        it cannot be read."""
         data_dir = self._data_dir or Path("/nonexistent")
         try:
-            props = _read_properties(data_dir / _PROPERTIES_FILE)
-            log_dir = Path(props.get("log.dirs", str(data_dir / _LOG_DIR_NAME)).split(",")[0].strip())
-            return _read_properties(log_dir / "meta.properties").get("cluster.id")
+            return _read_properties(self._first_log_dir(data_dir) / "meta.properties").get("cluster.id")
         except OSError:
             return None
 
@@ -817,6 +829,13 @@ class LocalKafkaBroker:
             shutil.rmtree(data_dir, ignore_errors=True)
             self._data_dir = None
         self._port = self._controller_port = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _read_properties(path: Path) -> dict[str, str]:

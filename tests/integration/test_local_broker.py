@@ -180,8 +180,17 @@ def test_a_port_another_broker_answers_on_is_given_up_for_new_ones(
 def test_a_broker_whose_log_dirs_are_given_starts_there(tmp_path: Path) -> None:
     """Its own cluster id was read from the default log dir only: with ``log.dirs`` given, the broker took itself
     for another cluster on its port, and the retry failed to format the dir again."""
-    with LocalKafkaBroker(server_properties={"log.dirs": str(tmp_path / "logs")}) as broker:
+    logs = {"log.dirs": str(tmp_path / "logs")}
+    with LocalKafkaBroker(server_properties=logs) as broker:
         assert broker.is_running() and (tmp_path / "logs" / "meta.properties").is_file()
+        produce_and_consume(broker.bootstrap_servers, "kept", count=1, partitions=1)
+    # Started again there (a temporary data dir, or one given, twice): formatted already, not again (Kafka refused
+    # the new cluster id: "Invalid cluster.id"), and its records are there.
+    with LocalKafkaBroker(server_properties=logs) as again:
+        assert [v for _, v in consume(again.bootstrap_servers, "kept", 1)] == [b"record-0"]
+    for _ in range(2):
+        with LocalKafkaBroker(data_dir=tmp_path / "given", server_properties=logs) as given:
+            assert [v for _, v in consume(given.bootstrap_servers, "kept", 1)] == [b"record-0"]
 
 
 def test_an_existing_cluster_that_creates_topics_on_first_use_is_refused_for_the_tests(
@@ -245,6 +254,20 @@ def test_a_broker_that_cannot_start_raises_with_its_log_and_leaves_nothing(tmp_p
         broker.start()
     assert not broker.is_running()
     assert broker_jvms(data_dir) == []
+
+
+def test_a_failed_start_on_a_kept_data_dir_is_told_by_its_own_log_not_an_earlier_runs(tmp_path: Path) -> None:
+    """The logs of a kept data dir follow earlier runs': an old "Address already in use" made any failure a port
+    taken, said so, and started the JVM three times."""
+    data_dir = tmp_path / "kept"
+    with LocalKafkaBroker(data_dir=data_dir):
+        pass
+    with open(data_dir / "server.log", "a") as server_log:
+        server_log.write("java.net.BindException: Address already in use\n")
+    broker = LocalKafkaBroker(data_dir=data_dir, server_properties={"num.io.threads": "not-a-number"})
+    with pytest.raises(KafkaBrokerError, match=r"num\.io\.threads") as raised:
+        broker.start()
+    assert "a port was taken" not in str(raised.value) and "Address already in use" not in str(raised.value)
 
 
 def python(*args: str) -> subprocess.Popen[str]:
