@@ -157,7 +157,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # share (the second would fence the first).
             own = f"{config.instance_id}-{i}.{k}" if config.instance_id else ""
             flags, env = to_argv(replace(config, metrics_port=0, instance_id=own))
-            argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags]
+            argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags,
+                    "--log-level", "WARNING"]  # fmt: skip
             # Its own process group: a Ctrl-C in the terminal reaches this process alone, which stops each step with
             # one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time out, and the
             # next run waited for them).
@@ -217,6 +218,8 @@ def add_parser(sub: Any) -> None:
     step.add_argument(
         "--delay-ms", type=non_negative, default=0, help="slow every message down by this much [default: 0]"
     )
+    # Its counts when it stops, and its late drops, are said at INFO (warnings only, it said nothing of them).
+    step.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
     for parser in (run, step):
         add_arguments(parser, CHAIN_SETTINGS)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")

@@ -463,3 +463,29 @@ def test_the_local_brokers_numbers_out_of_range_are_a_usage_error(
     with pytest.raises(SystemExit) as stopped:
         local_broker.main(argv)
     assert stopped.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_reach_step_says_its_counts_at_info_unless_run_by_reach_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its counts when it stops and its late drops are INFO lines: a step run alone (warnings only) said neither;
+    `reach run` keeps its steps to warnings, in the terminal it shares with them."""
+    assert cli.build_parser().parse_args(["reach", "step", "0"]).log_level == "INFO"
+    started: list[list[str]] = []
+
+    class _Started:
+        def __init__(self, argv: list[str], **_kwargs: Any) -> None:
+            started.append(argv)
+
+        def send_signal(self, _signal: int) -> None:
+            pass
+
+        def wait(self, _timeout_s: float) -> int:
+            return 0
+
+    monkeypatch.setattr(reach, "answering", lambda _client: None)
+    monkeypatch.setattr(reach, "create_chain_topics", lambda *_args: None)
+    monkeypatch.setattr(reach, "partition_count", lambda *_args: 3)
+    monkeypatch.setattr(reach.subprocess, "Popen", _Started)
+    monkeypatch.setattr(reach, "DrpcClient", None)  # stops the run once the steps are started
+    with pytest.raises(TypeError):
+        reach._cmd_run(cli.build_parser().parse_args(["reach", "run"]))
+    assert started and all(argv[-2:] == ["--log-level", "WARNING"] for argv in started)
