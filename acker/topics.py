@@ -20,14 +20,9 @@ from collections.abc import Sequence
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from acker.kafka.clients import TopicSpec
-from acker.wire import spout_name_valid
+from acker.wire import RESERVED_NAMES, spout_name_valid
 
 TOPIC_NAME_MAX = 249  # Kafka's limit
-
-
-# Spout names whose outcome or replay topic would be one of the Spark jobs' own, under their default names
-# (``acker.outcomes.dlq``, ``acker.replay.dlq``, ``acker.replay.progress``).
-RESERVED_NAMES = frozenset({"dlq", "progress"})
 
 
 def check_spout_name(config: ServiceConfig, name: str) -> None:

@@ -210,6 +210,10 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
     return highest, zero_anchor, zero_id, wrong, first_wrong
 
 
+# Spout names whose outcome or replay topic would be one of the Spark jobs' own, under their default names
+# (``acker.outcomes.dlq``, ``acker.replay.dlq``, ``acker.replay.progress``): refused by every spout, and in an acker
+# record (a client of its own naming one had its outcomes published among the commit job's dead letters).
+RESERVED_NAMES = frozenset({"dlq", "progress"})
 _valid_spouts: set[str] = set()  # names found valid, so that a name is checked once, not in every record
 _VALID_SPOUTS_KEPT = 4096
 
@@ -234,6 +238,8 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
         for spout in names - _valid_spouts:
             if not spout_name_valid(spout):
                 raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
+            if spout in RESERVED_NAMES:
+                raise WireError("bad-spout", f"spout {spout!r} is reserved: its outcome topic is a Spark job's own")
         if len(_valid_spouts) > _VALID_SPOUTS_KEPT:
             _valid_spouts.clear()
         _valid_spouts.update(names)

@@ -131,6 +131,16 @@ def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
         assert raised.value.reason == "bad-spout"
 
 
+def test_a_spout_name_whose_outcome_topic_is_a_spark_jobs_own_is_refused() -> None:
+    """Every spout refused it; a client of its own naming one had its outcomes published among the commit job's dead
+    letters (``acker.outcomes.dlq``), where nothing reads them as outcomes."""
+    for spout in ("dlq", "progress"):
+        with pytest.raises(WireError, match="reserved") as raised:
+            decode_batch(encode_batch(MessageBlock.from_messages([Init(1, spout, "t/0/1", 1)])))
+        assert raised.value.reason == "bad-spout"
+    decode_batch(encode_batch(MessageBlock.from_messages([Init(1, "dlq2", "t/0/1", 1)])))
+
+
 def test_messages_must_be_on_the_partition_of_their_anchor() -> None:
     block = MessageBlock.from_messages([Ack(-1, 3), Ack(4, 1)])  # partition_of: 1 and 0 of 2
     check_block(MessageBlock.from_messages([Ack(-1, 3), Ack(3, 1)]), 1, 2)
