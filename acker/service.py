@@ -1090,11 +1090,18 @@ class AckerService:
                 # Its records wait (paused) until what the previous owners decided is read back (`_recover`).
                 **({"reading_back": True} if partition in self._to_recover and not released else {}),
             }
-            self._produce(
-                self.config.status_topic,
-                json.dumps(status).encode(),
-                key=status_key(self.config.group, self.config.acker_topic, partition),
-            )
+            try:
+                self._produce(
+                    self.config.status_topic,
+                    json.dumps(status).encode(),
+                    key=status_key(self.config.group, self.config.acker_topic, partition),
+                )
+            except KafkaException as refused:  # deleted under it, say: a courtesy to `acker status`, it stopped the
+                error = refusal(refused)  # service (raises when fatal); it is looked for again, as one missing at start
+                log.warning("status topic %s refuses status records (%s): looked for again every %d status intervals",
+                            self.config.status_topic, error.str(), _STATUS_RECHECK_INTERVALS)  # fmt: skip
+                self._status_recheck_at = now + _STATUS_RECHECK_INTERVALS * self.config.status_interval_s
+                return
 
     def _lag(self, partition: int, state: PartitionState) -> int | None:
         """The records of ``partition`` not read yet: from its position, or before its first record was read (its

@@ -699,6 +699,37 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
         service.stop(timeout_s=20)
 
 
+def test_a_status_topic_deleted_under_the_service_stops_the_status_not_the_service(config: ServiceConfig) -> None:
+    """Once the producer learnt the topic was gone, the next status record raised out of the loop and stopped every
+    instance: the status is a courtesy to `acker status`. It is looked for again, as one missing at start is, and
+    published again once an operator creates it."""
+    fast = {"topic.metadata.refresh.interval.ms": "500", "topic.metadata.propagation.max.ms": "1000"}
+    config = replace(config, kafka={**config.kafka, **fast})
+    create_acker_topics(config)
+    ids = IdGenerator(21)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        deadline = time.monotonic() + 30
+        while not read_status(config, timeout_s=2) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        admin = AdminClient(config.client())
+        admin.delete_topics([config.status_topic])[config.status_topic].result(30)
+        time.sleep(4)  # the producer learns it is gone, and statuses are due meanwhile (every 0.5 s)
+        inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(10)]
+        send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
+        reader.wait_for([i.msg_id for i in inits])
+        assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
+        create_topics(config.client(), [TopicSpec(config.status_topic, 1)])
+        deadline = time.monotonic() + 30  # looked for again every 10 status intervals
+        while not read_status(config, timeout_s=2) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert read_status(config, timeout_s=2), "the status topic was created again, and no status came"
+    finally:
+        reader.close()
+        service.stop(timeout_s=40)
+
+
 def test_status_reads_a_long_status_topic_to_its_end_however_long_that_takes(config: ServiceConfig) -> None:
     """A status topic not compacted (auto-created by an earlier version) holds millions of records: the read stopped
     at its deadline wherever it was, and showed an old status as the newest, without a word."""
