@@ -71,7 +71,13 @@ def encode_tick(after: int) -> bytes:
 
 
 class PartitionState:
-    """Not thread-safe; the service calls it from its poll loop only."""
+    """Not thread-safe; the service calls it from its poll loop only.
+
+    The tick schedule's times (``now_ms`` here, in `tick_due` and `tick_sent`, and ``read_ms``) are this instance's
+    own steady clock (the service's: monotonic), and a tick applied counts from when it was written (ours) or read
+    (another writer's), by that clock, never from its record's timestamp: a wall clock stepped forward brought the
+    next tick at once, and a tree opened just before the last one timed out after one interval, not `timeout`. Only
+    without ``read_ms`` (a replay of a log, offline) are the records' timestamps the clock."""
 
     __slots__ = (
         "_began",
@@ -160,14 +166,15 @@ class PartitionState:
                 # and timed out every pending tree at once.
                 linked = after < offset
                 if linked and (self.last_tick_offset is None or after == self.last_tick_offset):
-                    # Ours (read back before or after its delivery report): not before we wrote it, by our clock.
+                    # Ours (read back before or after its delivery report): from when we wrote it, by our clock.
                     # Another writer's read while ours is in flight is only delayed the more: late is safe.
                     if self.tick_in_flight or offset == self.unread_tick_offset:
-                        timestamp_ms = max(timestamp_ms, self._tick_written_at)
+                        written = self._tick_written_at
+                        timestamp_ms = written if read_ms is not None else max(timestamp_ms, written)
                     elif read_ms is not None:
-                        # Another writer's, stamped by a clock that may be behind ours: not before we read it. (A
+                        # Another writer's, stamped by a clock that may be behind ours: from when we read it. (A
                         # previous owner still writing after it lost the partition appends ticks the chain takes.)
-                        timestamp_ms = max(timestamp_ms, read_ms)
+                        timestamp_ms = read_ms
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
                     self.applied_ticks.append(offset)
                 else:

@@ -132,6 +132,14 @@ _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (th
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
 _TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_EXCEPTION})
 Delivered = Callable[[KafkaError | None, Message | None], None]
+
+
+def _steady_ms() -> int:
+    """The tick schedule's clock (`PartitionState`): monotonic, so that a wall clock stepped brings no tick early
+    (nor stops them, nor a tick refused from being written again)."""
+    return int(time.monotonic() * 1000)
+
+
 DlqHeaders = Sequence[tuple[str, HeaderValue]]
 
 
@@ -433,7 +441,7 @@ class AckerService:
             records = self._held_back(records)
         self._handle(records)
         now = time.time()
-        self._tick(int(now * 1000))
+        self._tick(_steady_ms())
         if now >= self._next_commit:
             self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
@@ -573,10 +581,10 @@ class AckerService:
         )
         if standing:  # counted with the messages the kernel counts, at once for a scrape: acker_messages never dips
             with self._lock:
-                outcomes = state.apply_records(block, records, now_ms)
+                outcomes = state.apply_records(block, records, _steady_ms())
                 state.stand_ins += standing
         else:
-            outcomes = state.apply_records(block, records, now_ms)
+            outcomes = state.apply_records(block, records, _steady_ms())
         if len(outcomes):
             decided.latencies_ms.append(outcomes.latency_ms[outcomes.code == Code.ACK])
             decided.outcomes += outcome_records(partition, records, outcomes, state.reasons)
@@ -959,6 +967,7 @@ class AckerService:
     # -- ticks, commits, status -----------------------------------------------------------------------------
 
     def _tick(self, now_ms: int) -> None:
+        """Write the ticks due; ``now_ms``: `_steady_ms`."""
         for partition, state in list(self._states.items()):
             if now_ms < self._tick_refused.get(partition, 0):
                 continue
@@ -1167,7 +1176,7 @@ class AckerService:
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         owned = max([tp.partition for tp in partitions] + list(self._states), default=-1) + 1
         self._look_up_partition_count(30.0, owned=owned)
-        now_ms = int(time.time() * 1000)
+        now_ms = _steady_ms()  # the tick schedule's clock (`PartitionState`)
         interval_ms = int(self.config.tick_interval_s * 1000)
         with self._lock:
             for tp in partitions:

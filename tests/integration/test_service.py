@@ -834,6 +834,47 @@ def test_acker_run_serves_a_secured_broker_and_never_writes_its_secret(
     assert client[secret] not in output
 
 
+def test_a_wall_clock_stepped_forward_brings_no_tick_early(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An NTP step, a VM's clock mended: the next tick was due at once, and a tree opened just before the tick then
+    timed out one interval after its opening, not `timeout_s` (a spurious replay). The schedule runs on a steady
+    clock. Here T = 2 s, B = 3 (a tick a second): a tree opened just before a tick expires 2-3 s later."""
+    config = replace(config, timeout_s=2.0, buckets=3, partitions=1)
+    create_acker_topics(config)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+
+    def state_of() -> Any:
+        return service.service._states.get(0)
+
+    def next_tick(timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        state = state_of()
+        seen = state.last_tick_offset if state is not None else None
+        while (state := state_of()) is None or state.last_tick_offset == seen:
+            assert time.monotonic() < deadline, "no tick"
+            time.sleep(0.005)
+
+    client = acker_client(config)
+    try:
+        send(config, [Init(76, SPOUT, "src/0/76", 5), Ack(76, 5)], client)  # the client connected beforehand
+        next_tick()
+        time.sleep(0.5)  # the tree opens a moment before the next tick
+        sent = time.monotonic()
+        send(config, [Init(77, SPOUT, "src/0/77", 5)], client)
+        next_tick()
+        real = time.time
+        monkeypatch.setattr("acker.service.time.time", lambda: real() + 3600)  # an hour forward, now
+        reader.wait_for(["src/0/77"], timeout_s=30)
+        waited = time.monotonic() - sent
+        assert reader.seen["src/0/77"] == ["TIMEOUT"] and waited >= config.timeout_s, f"timed out after {waited:.2f} s"
+    finally:
+        monkeypatch.undo()
+        reader.close()
+        service.stop()
+
+
 def test_a_tick_that_expires_more_trees_than_one_record_holds_splits_its_outcomes(config: ServiceConfig) -> None:
     """150,000 trees of one partition expire on one or two ticks: their outcomes (~19 bytes each) in one record would
     pass the broker's 1 MB limit, and the service would stop on it, again at every restart. They go out in several."""
