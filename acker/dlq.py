@@ -506,9 +506,9 @@ def refuse_in_flight(
     flying = in_flight(config, letters, decisions, ended, copies)
     if flying:
         raise DlqError(
-            "re-driven already, their copy still in the replay topic and not dead-lettered again: "
-            f"{_listed([f'{letter} (copy at {place})' for letter, place in flying.items()])}; re-driven again, "
-            "each record would be replayed twice: --again sends them once more"
+            "re-driven already, their copy in the replay topic and not dead-lettered again (being replayed, or "
+            f"processed): {_listed([f'{letter} (copy at {place})' for letter, place in flying.items()])}; re-driven "
+            "again, each record would be replayed twice: --again sends them once more"
         )
 
 
@@ -538,7 +538,10 @@ def _round(headers: HeaderList) -> tuple[str | None, ...]:
     return tuple(text(headers, name) for name in (ORIGIN, SPOUT, LAST))
 
 
-IN_FLIGHT = "re-driven already: its copy is in its replay topic, not dead-lettered again (--again sends it once more)"
+IN_FLIGHT = (
+    "re-driven already: its copy is in its replay topic, not dead-lettered again (being replayed, or processed; "
+    "--again sends it once more)"
+)
 
 
 COPY = "a copy of an earlier letter (the record dead-lettered again when read again): the first stands for it"

@@ -673,7 +673,7 @@ class Spout:
         # max_pending, or held for a replay's backoff) would otherwise stay paused for good if the spout resumed
         # while it was away. Gained partitions start as the spout is now: paused while too many trees are pending.
         (consumer.pause if self._paused else consumer.resume)(partitions)
-        log.info("assigned %s", [(tp.partition, tp.offset) for tp in partitions])
+        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
