@@ -131,6 +131,8 @@ _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (th
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
 _TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_EXCEPTION})
+# A topic written to and gone since (deleted): its partition, or the topic itself, unknown to the producer now.
+_GONE = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
 Delivered = Callable[[KafkaError | None, Message | None], None]
 
 
@@ -657,6 +659,15 @@ class AckerService:
                     outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
                 else:
                     outcome_log.failed(topic)
+            if error is not None and error.code() in _GONE and topic in self._known_topics:
+                # Found or made here, and gone since: deleted while the service ran, most likely. Dead-lettered,
+                # every outcome of its spout would be until a restart, which makes it again (and decides again what
+                # was not delivered): said so, and stopped, as on any outcome not delivered.
+                error = KafkaError(error.code(), f"{topic} is gone, deleted while the service ran? ({error.str()}): "
+                                   "start the service again: it creates the topic, and decides again what was not "
+                                   "delivered")  # fmt: skip
+                done(error, record)
+                return
             if error is not None and (error.code() in _TOPIC_REFUSES or too_large):
                 # A topic that will not take it (missing and not creatable, e.g. a spout name that collides with an
                 # existing topic's), or one outcome too large for it: kept in the dead-letter topic, whose delivery

@@ -730,6 +730,37 @@ def test_a_status_topic_deleted_under_the_service_stops_the_status_not_the_servi
         service.stop(timeout_s=40)
 
 
+def test_an_outcome_topic_deleted_under_the_service_stops_it_saying_so_and_a_restart_makes_it_again(
+    config: ServiceConfig,
+) -> None:
+    """It stopped on "an outcome could not be delivered: _UNKNOWN_PARTITION", which said nothing of why; on another
+    instance, by key, every outcome of the spout was dead-lettered until it was started again."""
+    fast = {"topic.metadata.refresh.interval.ms": "500", "topic.metadata.propagation.max.ms": "1000"}
+    config = replace(config, partitions=1, kafka={**config.kafka, **fast})
+    create_acker_topics(config)
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        send(config, [Init(7, SPOUT, "src/0/1", 5), Ack(7, 5)])
+        reader.wait_for(["src/0/1"])
+    finally:
+        reader.close()
+    admin = AdminClient(config.client())
+    admin.delete_topics([config.outcome_topic(SPOUT)])[config.outcome_topic(SPOUT)].result(30)
+    time.sleep(2)
+    send(config, [Init(9, SPOUT, "src/0/2", 3), Ack(9, 3)])
+    service.thread.join(60)
+    assert not service.thread.is_alive(), "the service went on, its outcomes going nowhere"
+    assert "is gone, deleted while the service ran?" in str(service.error)
+    again = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        reader.wait_for(["src/0/2"])  # decided again, into the topic made again
+    finally:
+        reader.close()
+        again.stop()
+
+
 def test_status_reads_a_long_status_topic_to_its_end_however_long_that_takes(config: ServiceConfig) -> None:
     """A status topic not compacted (auto-created by an earlier version) holds millions of records: the read stopped
     at its deadline wherever it was, and showed an old status as the newest, without a word."""
