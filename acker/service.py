@@ -83,7 +83,7 @@ from acker.wire import (
     encode_outcomes,
     parse_batch,
     split_outcomes,
-    spout_name_valid,
+    spout_answerable,
 )
 
 FIRST_CONTACT_S = 30.0  # how long `AckerService.run` waits for Kafka's first answer before it gives up
@@ -289,9 +289,9 @@ def failing_inits(block: MessageBlock) -> MessageBlock | None:
     pending (and the watermark would stop at it) until the spout restarts. Applied by the tracker like any record,
     these are decided once: a tree decided before (read back after a restart, or a tombstone) is not decided again,
     and the tree's later messages are late. Inits with anchor 0 name no tree, and an init of a spout whose name cannot
-    name a topic has no outcome topic; None when no init is left."""
+    name a topic, or is reserved, has no outcome topic; None when no init is left."""
     inits = np.flatnonzero(block.kinds == Kind.INIT)  # the k-th init's source and offset are init_*[k]
-    answerable = np.array([spout_name_valid(spout) for spout, _ in block.sources] or [False])
+    answerable = np.array([spout_answerable(spout) for spout, _ in block.sources] or [False])
     named = np.flatnonzero((block.anchors[inits] != 0) & answerable[block.init_source])
     if not len(named):
         return None

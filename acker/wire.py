@@ -223,6 +223,11 @@ def spout_name_valid(spout: str) -> bool:
     return _SPOUT_NAME.fullmatch(spout) is not None
 
 
+def spout_answerable(spout: str) -> bool:
+    """Whether the service publishes outcomes for ``spout``: a name that can name its outcome topic, not reserved."""
+    return spout_name_valid(spout) and spout not in RESERVED_NAMES
+
+
 def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
     """`WireError` unless every spout it names can name a topic and every message of ``block`` is one the tracker may
     apply (`check_messages`) and belongs on ``partition`` of ``partitions`` (``partition_of`` of its anchor; not

@@ -140,13 +140,14 @@ def test_the_inits_of_a_rejected_record_are_failed_once_where_they_name_a_tree()
 def test_a_record_rejected_for_a_spout_name_still_fails_the_inits_of_its_valid_spouts() -> None:
     """A spout name that cannot name a topic rejects the record, found when it is checked (not parsed), so that the
     trees of the record's other spouts get their FAILED outcome; the bad spout's have no topic to get one on."""
-    messages: list[Message] = [Init(5, "good", "src/0/1", 3), Init(7, "bad spout!", "x/0/1", 1)]
-    block = parse_batch(encode_batch(MessageBlock.from_messages(messages)))
-    with pytest.raises(WireError) as raised:
-        check_block(block, 0, 0)
-    assert raised.value.reason == "bad-spout"
-    failing = failing_inits(block)
-    assert failing is not None and failing.to_messages() == [Init(5, "good", "src/0/1", 3), Fail(5)]
+    for bad in ("bad spout!", "dlq"):  # nor a reserved one's: its outcome topic is a Spark job's own
+        messages: list[Message] = [Init(5, "good", "src/0/1", 3), Init(7, bad, "x/0/1", 1)]
+        block = parse_batch(encode_batch(MessageBlock.from_messages(messages)))
+        with pytest.raises(WireError) as raised:
+            check_block(block, 0, 0)
+        assert raised.value.reason == "bad-spout"
+        failing = failing_inits(block)
+        assert failing is not None and failing.to_messages() == [Init(5, "good", "src/0/1", 3), Fail(5)]
 
 
 def test_a_record_too_large_for_its_topic_splits_in_halves_that_keep_its_order_and_its_acker_coordinates() -> None:
