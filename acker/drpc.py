@@ -71,16 +71,21 @@ class DrpcClient:
         deadline_ms = int((time.time() + timeout_s) * 1000)
         headers = [(REQUEST, request.encode()), (DEADLINE, str(deadline_ms).encode())]
         partition = zlib.crc32(request.encode()) % self.partitions
-        failed: list[KafkaError] = []
+        reported: list[KafkaError | None] = []  # this request's delivery report, once it comes
 
         def delivered(error: KafkaError | None, _record: Message | None) -> None:
-            if error is not None:
-                failed.append(error)
+            reported.append(error)
 
         produce(self.producer, self.chain.topic(0), args, key=request.encode(), partition=partition, headers=headers,
                 on_delivery=delivered)  # fmt: skip
+        # Its own report, not the producer's queue (`flush`): an earlier request left in it (waited for, below) made
+        # one delivered at once "not sent", and a caller that sent it again had it run twice.
         flush_s = min(SEND_WAIT_S, timeout_s + GRACE_S)
-        unsent = self.producer.flush(flush_s)
+        until = time.monotonic() + flush_s
+        while not reported and (left := until - time.monotonic()) > 0:
+            self.producer.poll(min(left, 0.1))
+        failed = [error for error in reported if error is not None]
+        unsent = not reported
         if failed or (unsent and flush_s >= timeout_s + GRACE_S):
             reason = failed[0].str() if failed else "not delivered before its deadline"
             raise DrpcError(f"request {request} could not be sent to {self.chain.topic(0)}: {reason}")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+from acker import drpc
 from acker.config import ServiceConfig
 from acker.drpc import ANSWER_KEPT_S, DrpcClient, DrpcError
 from acker.examples import reach
@@ -17,16 +18,30 @@ from acker.kafka.coordinated_stage import Chain
 
 
 class _Producer:
-    def __init__(self, error: KafkaError | None = None, left: int = 0) -> None:
-        self.error, self.left, self.sent = error, left, 0
+    """Reports each record's delivery (``error``) at once, or, with ``left``, never; ``queued`` more records of
+    earlier sends wait in it (what its ``flush`` counts)."""
+
+    def __init__(self, error: KafkaError | None = None, left: int = 0, queued: int = 0) -> None:
+        self.error, self.left, self.queued, self.sent = error, left, queued, 0
 
     def produce(self, *_: Any, on_delivery: Any, **__: Any) -> None:
         self.sent += 1
         if self.left == 0:
             on_delivery(self.error, None)
 
+    def poll(self, timeout: float) -> int:
+        time.sleep(timeout)
+        return 0
+
     def flush(self, _timeout: float) -> int:
-        return self.left
+        return self.left + self.queued
+
+
+@pytest.fixture(autouse=True)
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send waits 0.2 s for its delivery here, not 30 s; a deadline's grace is none."""
+    monkeypatch.setattr(drpc, "SEND_WAIT_S", 0.2)
+    monkeypatch.setattr(drpc, "GRACE_S", 0.0)
 
 
 def _client(producer: _Producer) -> DrpcClient:
@@ -40,7 +55,7 @@ def _client(producer: _Producer) -> DrpcClient:
     ("producer", "timeout_s", "reason"),
     [
         (_Producer(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)), 30, "to c.step0: Broker: Topic"),
-        (_Producer(left=1), 25, "to c.step0: not delivered before its deadline"),
+        (_Producer(left=1), 0.1, "to c.step0: not delivered before its deadline"),
     ],
 )
 def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, timeout_s: float, reason: str) -> None:
@@ -50,6 +65,13 @@ def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, tim
     with pytest.raises(DrpcError, match=f"could not be sent {reason}"):
         client.send(b"url0", timeout_s=timeout_s)
     assert client._deadlines == {}
+
+
+def test_a_request_delivered_is_sent_whatever_else_waits_in_the_producer() -> None:
+    """Judged by the producer's queue (its ``flush``), a request delivered at once was "not sent" while an earlier
+    one, not delivered yet and waited for, was still in it: a caller that sent it again had it run twice."""
+    client = _client(_Producer(queued=1))
+    assert client.send(b"url0", timeout_s=0.1) in client._deadlines
 
 
 def test_a_request_not_delivered_yet_while_its_deadline_is_ahead_is_waited_for(
