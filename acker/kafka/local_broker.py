@@ -374,6 +374,16 @@ def _forked_lastingly(start: Callable[[], _T]) -> _T:
     return done.result()
 
 
+def _forget_spawner() -> None:
+    """In a child forked from a process whose spawner ran: that thread is not in it (a job put on the queue would wait
+    for ever), and the lock may have been held at the fork."""
+    global _spawns, _spawner_thread, _spawner_lock
+    _spawns, _spawner_thread, _spawner_lock = queue.SimpleQueue(), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
+
+
 def _spawn_forever() -> None:
     while True:
         start, done = _spawns.get()
