@@ -659,12 +659,12 @@ class AckerService:
                     outcome_log.delivered(topic, record.partition() or 0, record.offset() or 0, last)
                 else:
                     outcome_log.failed(topic)
-            if error is not None and error.code() in _GONE and topic in self._known_topics:
-                # Found or made here, and gone since: deleted while the service ran, most likely. Dead-lettered,
-                # every outcome of its spout would be until a restart, which makes it again (and decides again what
-                # was not delivered): said so, and stopped, as on any outcome not delivered.
-                error = KafkaError(error.code(), f"{topic} is gone, deleted while the service ran? ({error.str()}): "
-                                   "start the service again: it creates the topic, and decides again what was not "
+            if error is not None and error.code() in _GONE and topic in self._known_topics and self._gone(topic):
+                # Found or made here, and missing now: deleted while the service ran. Dead-lettered, every outcome of
+                # its spout would be until a restart, which makes it again (and decides again what was not
+                # delivered): said so, and stopped, as on any outcome not delivered.
+                error = KafkaError(error.code(), f"{topic} was deleted while the service ran ({error.str()}): start "
+                                   "the service again: it creates the topic, and decides again what was not "
                                    "delivered")  # fmt: skip
                 done(error, record)
                 return
@@ -838,6 +838,11 @@ class AckerService:
     def _topic_exists(self, topic: str, timeout_s: float) -> bool:
         """Whether ``topic`` exists (`_topic_lookup`); a lookup that fails or times out counts as missing."""
         return bool(self._topic_lookup(topic, timeout_s))
+
+    def _gone(self, topic: str) -> bool:
+        """Whether ``topic``, which the producer does not know (or not the partition written to), is missing: not a
+        producer's metadata behind partitions another instance added."""
+        return self._topic_lookup(topic, _LOOKUP_TIMEOUT_S) is False
 
     def _topic_lookup(self, topic: str, timeout_s: float) -> bool | None:
         """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); None
