@@ -3,7 +3,8 @@
 The watermarks are the committed offsets of the spouts' ``<group>.acked`` groups (`acker.spout`, written by the
 Spark commit job): the offset of the first source record not known to be fully processed. Behind = the records
 between the watermark and the partition's end: those read or waiting whose trees are not all decided and resolved;
-every record of a partition without a watermark (no spout has started it).
+every record of a partition without a watermark (no spout has started it; one with reset latest will start it at
+its end, leaving those unread).
 Counted where there are at most `COUNTED_UP_TO` offsets between them (a transactional topic, as a replay topic, has
 offsets that are no record: its transactions' markers); beyond that, or while a transaction is open there, the
 offsets between them, at most that many records.
