@@ -134,15 +134,13 @@ _TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_
 # A topic written to and gone since (deleted): its partition, or the topic itself, unknown to the producer now.
 _GONE = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
 Delivered = Callable[[KafkaError | None, Message | None], None]
+DlqHeaders = Sequence[tuple[str, HeaderValue]]
 
 
 def _steady_ms() -> int:
     """The tick schedule's clock (`PartitionState`): monotonic, so that a wall clock stepped brings no tick early
     (nor stops them, nor a tick refused from being written again)."""
     return int(time.monotonic() * 1000)
-
-
-DlqHeaders = Sequence[tuple[str, HeaderValue]]
 
 
 class ServiceError(AckerError):
@@ -338,6 +336,7 @@ class AckerService:
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
         self._known_topics: set[str] = set()  # found or created (`_ensure_topics`)
+        self._deleted: set[str] = set()  # of those, found missing since (`_gone`)
         self._ensure_again_at: dict[str, tuple[float, int]] = {}  # could not be created: (when again, failures)
         self._not_created: dict[str, str] = {}  # topic → why it was not created, while it is not known
         self._capped: set[str] = set()  # of those, the topics `outcome_topics_per_hour` kept from being created
@@ -841,8 +840,11 @@ class AckerService:
 
     def _gone(self, topic: str) -> bool:
         """Whether ``topic``, which the producer does not know (or not the partition written to), is missing: not a
-        producer's metadata behind partitions another instance added."""
-        return self._topic_lookup(topic, _LOOKUP_TIMEOUT_S) is False
+        producer's metadata behind partitions another instance added. Looked up once: the records in flight to a
+        topic deleted fail together, and the first stops the service."""
+        if topic not in self._deleted and self._topic_lookup(topic, _LOOKUP_TIMEOUT_S) is False:
+            self._deleted.add(topic)
+        return topic in self._deleted
 
     def _topic_lookup(self, topic: str, timeout_s: float) -> bool | None:
         """Whether ``topic`` exists, asked on the reading consumer's connection (whose lookups create nothing); None
