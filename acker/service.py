@@ -1354,11 +1354,10 @@ class AckerService:
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit_now([tp.partition for tp in partitions])
         now = time.time()
-        if not self._poisoned and self._status_topic_exists(now):  # delivered by the loop, or by `close`'s flush
-            try:  # a courtesy to `acker status`: it must not fail the revoke (a status topic deleted under it, say)
-                self._publish_status(now, [tp.partition for tp in partitions], released=True)
-            except KafkaException as error:
-                log.warning("status of the partitions released not published: %s", error)
+        # Delivered by the loop, or by `close`'s flush; a status topic refusing it (deleted under it, say) does not fail
+        # the revoke (`_publish_status`).
+        if not self._poisoned and self._status_topic_exists(now):
+            self._publish_status(now, [tp.partition for tp in partitions], released=True)
         self._drop(partitions)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
 

@@ -335,8 +335,7 @@ def _property_value(value: object) -> str:
 
 def pdeathsig_preexec() -> Callable[[], None] | None:
     """On Linux, a child-side hook asking the kernel to SIGTERM the child when its parent thread dies."""
-    lasting = (threading.main_thread(), _spawner_thread)
-    if not sys.platform.startswith("linux") or threading.current_thread() not in lasting:
+    if not sys.platform.startswith("linux") or not _on_a_lasting_thread():
         return None  # PR_SET_PDEATHSIG fires when the *thread* that forked exits: one that lives as the process does
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -363,7 +362,7 @@ def _forked_lastingly(start: Callable[[], _T]) -> _T:
     broker got no PR_SET_PDEATHSIG (it would fire when that thread ended), and outlived an owner killed with
     SIGKILL, its heap and ports with it."""
     global _spawner_thread  # noqa: PLW0603
-    if threading.current_thread() in (threading.main_thread(), _spawner_thread):
+    if _on_a_lasting_thread():
         return start()
     with _spawner_lock:
         if _spawner_thread is None:
@@ -372,6 +371,11 @@ def _forked_lastingly(start: Callable[[], _T]) -> _T:
     done: concurrent.futures.Future[_T] = concurrent.futures.Future()
     _spawns.put((start, done))
     return done.result()
+
+
+def _on_a_lasting_thread() -> bool:
+    """Whether this thread lives as long as the process: the main thread, or the spawner."""
+    return threading.current_thread() in (threading.main_thread(), _spawner_thread)
 
 
 def _forget_spawner() -> None:
