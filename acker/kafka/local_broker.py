@@ -327,6 +327,17 @@ def _random_cluster_id() -> str:
             return text
 
 
+def _absolute_log_dirs(props: dict[str, object]) -> dict[str, object]:
+    """``props`` with each ``log.dirs`` entry made absolute against this process's directory: the JVM runs in the
+    data dir, where a relative entry named another directory than the one looked in for the broker's formatted
+    storage (`LocalKafkaBroker._first_log_dir`), and a restart formatted it again."""
+    given = props.get("log.dirs")
+    if given is not None:
+        entries = (entry.strip() for entry in str(given).split(","))
+        props["log.dirs"] = ",".join(str(Path(entry).absolute()) for entry in entries if entry)
+    return props
+
+
 def _property_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -452,7 +463,7 @@ class LocalKafkaBroker:
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, not {num_partitions}")
         self.num_partitions = num_partitions
-        self.server_properties = dict(server_properties or {})
+        self.server_properties = _absolute_log_dirs(dict(server_properties or {}))
         self._given_data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self.keep_data = keep_data
         self._requested_port = port

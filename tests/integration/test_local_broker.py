@@ -193,6 +193,21 @@ def test_a_broker_whose_log_dirs_are_given_starts_there(tmp_path: Path) -> None:
             assert [v for _, v in consume(given.bootstrap_servers, "kept", 1)] == [b"record-0"]
 
 
+def test_a_broker_given_relative_log_dirs_keeps_them_where_its_caller_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative ``log.dirs`` named one directory for the JVM (run in the broker's data dir) and another for the
+    check of formatted storage (this process's directory): the storage went into each start's temporary data dir,
+    and with it the records."""
+    monkeypatch.chdir(tmp_path)
+    logs = {"log.dirs": "logs"}
+    with LocalKafkaBroker(server_properties=logs) as broker:
+        assert (tmp_path / "logs" / "meta.properties").is_file()
+        produce_and_consume(broker.bootstrap_servers, "kept", count=1, partitions=1)
+    with LocalKafkaBroker(server_properties=logs) as again:
+        assert [v for _, v in consume(again.bootstrap_servers, "kept", 1)] == [b"record-0"]
+
+
 def test_an_existing_cluster_that_creates_topics_on_first_use_is_refused_for_the_tests(
     broker: LocalKafkaBroker, bootstrap: str
 ) -> None:
