@@ -189,6 +189,20 @@ def _spark_said(error: Exception) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+def query_said(error: object) -> str:
+    """What stopped a query, in a line: the error its batch function raised, where it raised one (the last line of
+    the Python traceback Spark's error carries; one of the project's own, its text alone), else the first line of
+    Spark's error. Printed whole, it was the traceback, then the query's plans and the outcome schema: pages."""
+    said = str(error).split("=== Streaming Query ===")[0]
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if "Traceback (most recent call last):" not in said:
+        return lines[0]
+    last = lines[-1]  # e.g. "acker.errors.AckerError: topic ... was deleted", said as the project's own errors are
+    return last.split(": ", 1)[1] if last.startswith("acker.") and ": " in last else last
+
+
 def _run(args: argparse.Namespace) -> int:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
@@ -255,7 +269,7 @@ def _run(args: argparse.Namespace) -> int:
                         stopping.set()
                     break
                 if not active:
-                    print(f"acker: query {query.name} stopped: {query.exception()}", file=sys.stderr)
+                    print(f"acker: query {query.name} stopped: {query_said(query.exception())}", file=sys.stderr)
                     failed = True
                     stopping.set()
         stop_queries(spark, queries)

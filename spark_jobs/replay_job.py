@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
+from acker.errors import AckerError
 from acker.headers import HeaderList, read_headers, record_size
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
@@ -57,6 +58,7 @@ from acker.kafka.clients import (
     KafkaClientError,
     TopicSpec,
     ensure_topics,
+    kafka_error,
     partition_count,
     produce,
     topic_partitions,
@@ -267,8 +269,8 @@ class _Publisher:
         producer both see the partitions added (a producer refuses a partition it does not know, and by itself looks
         again only every 5 minutes; its lookup updates what it knows), else ``count``. A lookup that fails, or finds
         the topic missing (a broker's metadata behind), keeps ``count``: a known topic is never taken for missing
-        again (one deleted fails its replays' transactions until its spout makes it again). Partitions the producer
-        does not see yet are asked about again after `_MISSING_RECHECK_S`."""
+        again (one deleted fails the transaction that replays to it, and the job stops saying so: `_raise_if_deleted`).
+        Partitions the producer does not see yet are asked about again after `_MISSING_RECHECK_S`."""
         try:
             found = partition_count(self.settings.source.client, topic)
             if found <= count:
@@ -443,10 +445,42 @@ class _Publisher:
             produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode(),
                     partition=0)  # fmt: skip
             self.producer.commit_transaction(60)
-        except BaseException:
-            self.producer.abort_transaction(30)
+        except BaseException as error:
+            self._abort()
+            if isinstance(error, KafkaException):
+                self._raise_if_deleted(replay_topics | {row.outcome_topic for row in rows})
             raise
         return len(rows)
+
+    def _abort(self) -> None:
+        """Abort the open transaction. An abort that fails too (the producer failed for good) is logged, not raised:
+        raised, it took the place of the error that failed the transaction, and the job stopped saying only "Failed
+        to end transaction: ... invalid state"."""
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException as error:
+            cause = kafka_error(error)
+            log.warning("the failed transaction could not be aborted either (%s)", cause.str() if cause else error)
+
+    def _raise_if_deleted(self, topics: Iterable[str]) -> None:
+        """`AckerError` naming the topics of a failed transaction that no longer exist, as twice `CONFIRM_S` apart:
+        deleted while the job ran (their partitions known, the transaction was refused "unknown topic or partition",
+        which librdkafka logs without the topic's name)."""
+        client = dict(self.settings.source.client)
+        gone = sorted(topic for topic in topics if topic in self._partitions)
+        for attempt in range(2):
+            if attempt and gone:
+                time.sleep(CONFIRM_S)
+            gone = [topic for topic in gone if _missing(client, topic)]
+        for topic in gone:  # looked up again, should this publisher be used again
+            del self._partitions[topic]
+        if gone:
+            spouts = [topic for topic in gone if topic.startswith(self.policy.replay_prefix)]
+            then = (f"a spout makes its replay topic again when it starts, and a job restarted before that "
+                    f"dead-letters the spout's nacks ({NO_REPLAY_TOPIC}: `acker dlq redrive` sends them again)"
+                    if spouts else "restart the job once it is back")  # fmt: skip
+            raise AckerError(f"topic {', '.join(gone)} was deleted while the replay job ran (its transaction was "
+                             f"refused, and the job stops): {then}")  # fmt: skip
 
     def _send(
         self,
@@ -541,6 +575,15 @@ def _progress(value: bytes) -> tuple[int, int, tuple[str, str] | None]:
     return int(fields[0]), done, (fields[2], fields[3]) if len(fields) == 4 else None
 
 
+def _missing(client: Mapping[str, Any], topic: str) -> bool:
+    """Whether Kafka says ``topic`` does not exist (a lookup it does not answer says nothing of it)."""
+    try:
+        partition_count(client, topic)
+    except KafkaClientError as error:
+        return error.code == KafkaError.UNKNOWN_TOPIC_OR_PART
+    return False
+
+
 def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: int = 3) -> dict[int, Message | None]:
     """``fetch``, tried again while Kafka does not answer (`LookupError`); the last try's error propagates."""
     for attempt in range(1, tries):
@@ -556,9 +599,14 @@ _publishers: list[_Publisher] = []  # of this process's jobs, for `close_publish
 
 
 def close_publishers() -> None:
-    """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`)."""
+    """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`). A producer
+    that failed for good (its transaction refused, `_Publisher._abort`) raises its error again on closing: logged."""
     while _publishers:
-        _publishers.pop().producer.close()
+        try:
+            _publishers.pop().producer.close()
+        except KafkaException as error:
+            cause = kafka_error(error)
+            log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
 
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewPartitions,
 )
 
+from acker.errors import AckerError
 from acker.headers import pairs, text
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import CONFIRM_S, close_all, lookups
@@ -370,6 +371,34 @@ def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstra
     nack = _nack(settings, f"gone-{uuid.uuid4().hex[:8]}", 0, 7)  # source-missing: a dead letter
     assert publisher.publish(0, [nack], _fetch(client)) == 1
     assert len(read_all(client, settings.dead_letter_topic)) == 1
+
+
+def test_a_replay_topic_deleted_while_the_job_runs_stops_it_saying_which_and_nothing_is_lost(bootstrap: str) -> None:
+    """The transaction was refused ("unknown topic or partition", the topic unnamed), and the abort that followed
+    failed too and raised in its place: the job stopped saying only "Failed to end transaction: ... invalid state"."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source, replays = f"src-{uuid.uuid4().hex[:8]}", settings.replay_prefix + "sp"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(replays, 1)])
+    producer = Producer(client)
+    for value in (b"v0", b"v1"):
+        produce(producer, source, value)
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
+    admin = AdminClient(dict(client))
+    admin.delete_topics([replays], operation_timeout=30)[replays].result(30)
+    with pytest.raises(AckerError, match=f"topic {replays} was deleted while the replay job ran"):
+        publisher.publish(1, [_nack(settings, source, 0, 1)], _fetch(client))
+    assert _resolutions(client, settings) == [("REPLAYED", f"{source}/0/0")]  # the second nack's: aborted
+    close_publishers()
+    # Restarted before its spout makes the topic again: the nack is dead-lettered whole, for `acker dlq redrive`.
+    again = _Publisher(settings, f"{settings.name}-id")
+    assert again.last == 0
+    assert again.publish(1, [_nack(settings, source, 0, 1)], _fetch(client)) == 1
+    assert _resolutions(client, settings)[1:] == [("DEAD_LETTERED", f"{source}/0/1")]
+    [letter] = read_all(client, settings.dead_letter_topic)
+    assert (text(pairs(letter.headers()), REASON), letter.value()) == (NO_REPLAY_TOPIC, b"v1")
 
 
 def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:

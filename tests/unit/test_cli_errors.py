@@ -25,7 +25,7 @@ from acker.help_text import prose
 from acker.kafka import clients, local_broker
 from acker.metrics import serve
 from spark_jobs import commit_job
-from spark_jobs.cli import starting_offsets
+from spark_jobs.cli import query_said, starting_offsets
 
 
 def test_kafka_not_answering_names_the_bootstrap_servers(
@@ -489,3 +489,21 @@ def test_a_reach_step_says_its_counts_at_info_unless_run_by_reach_run(monkeypatc
     with pytest.raises(TypeError):
         reach._cmd_run(cli.build_parser().parse_args(["reach", "run"]))
     assert started and all(argv[-2:] == ["--log-level", "WARNING"] for argv in started)
+
+
+def test_a_query_stopped_by_its_batch_function_is_said_in_the_line_that_function_raised() -> None:
+    """Printed whole, Spark's error was the Python traceback, then the query's state, plans and the outcome schema."""
+    stopped = (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "spark_jobs/replay_job.py", line 447, in _publish_part\n'
+        "cimpl.KafkaException: KafkaError{code=UNKNOWN_TOPIC_OR_PART}\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "spark_jobs/replay_job.py", line 482, in _raise_if_deleted\n'
+        "acker.errors.AckerError: topic rp.sp was deleted while the replay job ran\n\n"
+        "=== Streaming Query ===\nIdentifier: acker-replay\n\nLogical Plan:\n~WriteToMicroBatchDataSourceV1\n"
+    )
+    assert query_said(stopped) == "topic rp.sp was deleted while the replay job ran"
+    assert query_said(stopped.replace("acker.errors.AckerError", "ValueError")).startswith("ValueError: topic")
+    assert query_said("[STREAM_FAILED] Kafka went away\n\tat org.apache...\n") == "[STREAM_FAILED] Kafka went away"
+    assert query_said("") == "str"
