@@ -1,5 +1,5 @@
 """Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine), an
-environment without the shell's acker settings, and Ctrl-C that the commands the tests start can receive."""
+environment without the shell's acker settings or a terminal's size, and Ctrl-C that the commands the tests start can receive."""
 
 import os
 import signal
@@ -12,6 +12,11 @@ from hypothesis import HealthCheck, settings
 # tests' own (`ACKER_TEST_*`) and where the jars are cached (`ACKER_CACHE_DIR`).
 for _name in [n for n in os.environ if n.startswith("ACKER_") and not n.startswith(("ACKER_TEST_", "ACKER_CACHE_DIR"))]:
     del os.environ[_name]
+
+# A table is as wide as ``COLUMNS`` says when it is set (`acker.console`): pytest-xdist's workers have COLUMNS=80 and
+# LINES=24, which cut the rows that tests read whole. A test that wants a width sets it.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 # A suite started in the background by a shell without job control (`cmd &` in a script) has SIGINT ignored, and
 # every process it starts inherits that: the tests that send Ctrl-C to a command (`acker demo`, `acker replay -`)
