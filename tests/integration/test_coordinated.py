@@ -250,8 +250,14 @@ def test_a_task_killed_mid_request_changes_nothing_in_the_answers(config: Servic
     try:
         asking = threading.Thread(target=lambda: answers.update(_ask(config, chain, urls, deadline_s=90)))
         asking.start()
-        time.sleep(8)  # the steps have started and step 2 is busy with the first requests
-        written = _ends(config, chain, 2)
+        deadline = time.monotonic() + 90
+        while True:  # until step 2 has committed some of its input and has more of it to do (8 s were too few, loaded)
+            written = _ends(config, chain, 2)
+            done, waiting = _progress(config, chain, 2, written)
+            if done > 0 and waiting >= 10:
+                break
+            assert time.monotonic() < deadline and asking.is_alive(), (done, waiting)
+            time.sleep(0.2)
         processes[2].send_signal(signal.SIGKILL)
         processes[2].wait(30)
         done, waiting = _progress(config, chain, 2, written)
