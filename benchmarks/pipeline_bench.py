@@ -196,7 +196,7 @@ def arguments(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=None, help="measured rounds [3; quick 1]")
     parser.add_argument("--warm-up", type=int, default=2, help="uncounted rounds first (not with --quick)")
     parser.add_argument("--ack-linger-ms", type=int, default=None, help="the stages' acker batches (default: 20)")
     return parser
@@ -210,7 +210,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
-    repeat = 1 if args.quick else args.repeat
+    repeat = args.repeat or (1 if args.quick else 3)
     lines = list(sentences(n, seed=1))
     words = sum(len(line.split()) for line in lines)
     rates: dict[bool, list[float]] = {True: [], False: []}

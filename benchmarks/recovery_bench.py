@@ -238,13 +238,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--trees", type=int, default=100_000, help="pending trees at the kill [100,000]")
-    parser.add_argument("--decided", type=int, default=100_000, help="trees decided after the offset [100,000]")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--trees", type=int, default=None, help="pending trees at the kill [100,000; quick 20,000]")
+    parser.add_argument(
+        "--decided", type=int, default=None, help="trees decided after the offset [100,000; quick 20,000]"
+    )
+    parser.add_argument("--repeat", type=int, default=None, help="kills [3; quick 1]")
     args = parser.parse_args()
-    trees = 20_000 if args.quick else args.trees
-    decided = 20_000 if args.quick else args.decided
-    repeat = 1 if args.quick else args.repeat
+    trees = args.trees or (20_000 if args.quick else 100_000)
+    decided = args.decided or (20_000 if args.quick else 100_000)
+    repeat = args.repeat or (1 if args.quick else 3)
     rng = np.random.default_rng(1)
     runs = []
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:

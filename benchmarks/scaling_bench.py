@@ -105,11 +105,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--trees", type=int, default=300_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--trees", type=int, default=None, help="trees a run [300,000; quick 50,000]")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per instance count [3; quick 1]")
     args = parser.parse_args()
-    trees = 50_000 if args.quick else args.trees
-    repeat = 1 if args.quick else args.repeat
+    trees = args.trees or (50_000 if args.quick else 300_000)
+    repeat = args.repeat or (1 if args.quick else 3)
     rows = []
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for n in (1, 2, 4):

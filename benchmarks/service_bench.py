@@ -323,10 +323,10 @@ def main() -> None:
     parser.add_argument(
         "--tracker-threads", type=int, default=ServiceConfig.tracker_threads, help="the service's deciding threads"
     )
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=None, help="runs of each measure [3; quick 1]")
     args = parser.parse_args()
     trees = args.trees or (50_000 if args.quick else 1_000_000)
-    repeat = 1 if args.quick else args.repeat
+    repeat = args.repeat = args.repeat or (1 if args.quick else 3)
     rng = np.random.default_rng(1)
     records = _records(trees, args.batch, args.partitions, rng)
     n_records = sum(len(r) for r in records)
@@ -404,7 +404,7 @@ class Figures:
 
 
 def _print_tables(args: argparse.Namespace, n_records: int, f: Figures) -> None:
-    repeat = 1 if args.quick else args.repeat
+    repeat = args.repeat
     print(f"\nworkload: {f.messages // 7:,} word-count trees = {f.messages:,} acker messages in {n_records:,} records "
           f"of ~{args.batch:,}; {args.partitions} partitions, {args.tracker_threads} tracker thread(s); "
           f"median of {repeat} run(s)\n")  # fmt: skip

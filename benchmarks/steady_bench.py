@@ -84,11 +84,11 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=None, help="tuple trees per run (default 2M, quick 200k)")
     parser.add_argument("--window", type=int, nargs="+", default=[1, 2_000, 50_000], help="trees in flight")
     parser.add_argument("--tick-every", type=int, default=None, help="messages between ticks (default 1M, quick 500k)")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=None, help="runs of each layout (default 5, quick 2)")
     args = parser.parse_args()
     trees = args.trees or (200_000 if args.quick else 2_000_000)
     tick_every = args.tick_every or (500_000 if args.quick else 1_000_000)  # the widest window's acks between 2 ticks
-    repeat = 2 if args.quick else args.repeat
+    repeat = args.repeat or (2 if args.quick else 5)
     BlockTracker.warm_up()
     print(f"workload: {trees:,} word-count trees ({trees * WORD_COUNT_MESSAGES:,} messages), a tick every "
           f"{tick_every:,} messages, {BUCKETS} buckets; prefetch {AHEAD} messages ahead; {repeat} runs each"
