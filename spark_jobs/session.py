@@ -199,11 +199,14 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     short and quiet). What a batch did is safe either way (it runs again after a restart); waiting for its end only
     spares it the interruption.
     Stopping one also cancels its job group, and Spark 4 warns "Failed to cancel job group" whenever the group has
-    no job running, as between micro-batches (apache/spark#45722): that warning is turned off first."""
+    no job running, as between micro-batches (apache/spark#45722): that warning is turned off first. So is the query's
+    own "terminated with error" and its Java trace (80 lines) for a batch that started after the wait and was
+    interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves)."""
     try:
         set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+        set_log_level(session, "org.apache.spark.sql.execution.streaming.MicroBatchExecution", "OFF")
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
-        log.debug("could not quiet the DAG scheduler: %s", error)
+        log.debug("could not quiet the DAG scheduler and the queries: %s", error)
     with stopping():
         for query in queries:
             deadline = time.monotonic() + between_batches_s

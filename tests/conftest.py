@@ -1,5 +1,6 @@
 """Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine), an
-environment without the shell's acker settings or a terminal's size, and Ctrl-C that the commands the tests start can receive."""
+environment without the shell's acker settings or a terminal's size, and Ctrl-C that the commands the tests start
+can receive."""
 
 import os
 import signal

@@ -726,3 +726,32 @@ def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tm
     [said] = [line for line in run.stderr.splitlines() if line.startswith("acker: ")]
     assert said.startswith("acker: Spark could not start the commit job: ") and str(blocked) in said
     assert "Traceback" not in run.stderr
+
+
+_STOPPED_MID_BATCH = """
+import sys, time
+from pathlib import Path
+from spark_jobs.session import spark_session, stop, stop_queries
+from spark_jobs.stopping import batch_function
+spark = spark_session("stopped-mid-batch", jvm_output=Path(sys.argv[1]))
+def slow(batch, _):  # a Spark job of its own, running when the query is stopped
+    batch.rdd.map(lambda _: time.sleep(5) or 1).count()
+rate = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+query = rate.writeStream.foreachBatch(batch_function(slow)).trigger(processingTime="0.1 seconds").start()
+while not query.status["isTriggerActive"] or not query.recentProgress:
+    time.sleep(0.1)
+time.sleep(1)
+stop_queries(spark, [query], between_batches_s=0)
+stop(spark)
+"""
+
+
+def test_a_query_stopped_mid_batch_is_not_logged_as_terminated_with_error(tmp_path: Path) -> None:
+    """The batch it interrupts fails (`spark_jobs.stopping`), and Spark logged the query's "terminated with error"
+    with the Java trace: 40 lines and more after a Ctrl-C, when a trigger (one every ``trigger_s``, data or not)
+    came between the wait for the end of a batch and the stop."""
+    output = tmp_path / "spark.log"
+    subprocess.run([sys.executable, "-c", _STOPPED_MID_BATCH, str(output)], check=True, timeout=240)
+    said = output.read_text()
+    assert "log4j" in said  # the JVM's output is here
+    assert "terminated with error" not in said and not re.search(r"^\s+at ", said, re.MULTILINE), said[-3000:]
