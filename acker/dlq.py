@@ -4,10 +4,13 @@ Two kinds of dead letters exist, and both are read the same way:
 
 - the acker's (``dlq_topic``): acker records it could not read, with ``acker.dlq.reason``, ``acker.dlq.detail`` and
   the record's coordinates (`acker.service`);
-- the replay job's (``replay_dlq_topic``): source records that failed every replay, or no longer exist, with their
-  origin, attempts, last reason and spout (`acker.retries`).
+- the replay job's (``replay_dlq_topic``): source records that failed every replay, with their origin, attempts,
+  last reason and spout (`acker.retries`); and those it could not replay: no longer there (``source-missing``, no
+  data), too large to publish (``too-large``, cut), with headers it cannot read (``unreadable-headers``, kept
+  without them), or whose spout's replay topic is missing (``no-replay-topic``, whole).
 
-Only the second kind can be re-driven: the copy goes to the spout's replay topic as attempt 0 of its origin, so the
+Only the second kind can be re-driven, and of it only a letter that holds its record whole (not ``source-missing``,
+``too-large`` or ``unreadable-headers``): the copy goes to the spout's replay topic as attempt 0 of its origin, so the
 spout reads it again with a fresh round of replays. A letter is re-driven once a round: while its copy (or a replay
 of it) is in the replay topic and no later dead letter names it, its round is not over (or it was processed), and a
 second re-drive would replay the record twice; it is refused (`in_flight`) unless ``--again``. A copy gone past its

@@ -39,7 +39,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +51,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
-from acker.headers import HeaderList, read_headers, record_size
+from acker.headers import HeaderList, read_headers, record_size, text
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     AsWritten,
@@ -66,6 +66,7 @@ from acker.kafka.clients import (
 from acker.kafka.lookups import CONFIRM_S, lookups
 from acker.retries import (
     NO_REPLAY_TOPIC,
+    REASON,
     REPLAYED,
     UNREADABLE_HEADERS,
     Backoff,
@@ -205,6 +206,7 @@ class _Publisher:
         self._batch_max = min(int(client.get("batch.size", PRODUCER_MAX_BYTES)), self._own_max)  # and on a batch
         # Then kept here: this instance is the only one publishing for it.
         self.last, self.last_done, self.last_key = self._last_published()
+        self.handled: Counter[str] = Counter()  # the last batch's nacks published: REPLAYED, or a dead letter's reason
 
     def _last_published(self) -> tuple[int, int | None, tuple[str, str] | None]:
         """The id of the last micro-batch published (committed) by this job, -1 if none, how many of its nacks were,
@@ -298,6 +300,7 @@ class _Publisher:
         if batch_id < self.last or (batch_id == self.last and self.last_done is None):
             log.info("batch %d was published before a restart: skipped", batch_id)
             return 0
+        self.handled.clear()
         size = max(1, self.settings.nacks_per_transaction)
         ordered = iter(sorted(rows, key=_key)) if isinstance(rows, list) else _checked_order(rows)
         done, ordered = self._published_before(batch_id, ordered)
@@ -404,6 +407,7 @@ class _Publisher:
         # By the topic the nack was read from (not a prefix and its spout field: a job reading a pattern of topics of
         # another prefix must resolve the nacks where the commit job reads them).
         resolutions: dict[tuple[str, str], list[tuple[str, int, str, int]]] = defaultdict(list)
+        handled: Counter[str] = Counter()
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         unread_topics: set[str] = set()
         # The topics' sizes and limits asked before the transaction, whose timeout a slow answer would eat into.
@@ -436,6 +440,7 @@ class _Publisher:
                 partition = int(row.partition) % self.partitions(decision.topic)
                 self._send(queued, decision.topic, partition, value, key=key, headers=decision.headers, size=size)
                 resolutions[(row.outcome_topic, row.spout)].append((decision.resolution, 0, row.msg_id, 0))
+                handled[decision.resolution if decision.resolution == REPLAYED else _reason(decision)] += 1
             for (outcome_topic, spout), outcome_rows_ in resolutions.items():
                 for value in self._resolution_records(spout, outcome_rows_, self.limit(outcome_topic)):
                     # All on partition 0 (the key "replay" put them on one partition too), to be counted in `queued`.
@@ -450,6 +455,7 @@ class _Publisher:
             if isinstance(error, KafkaException):
                 self._raise_if_deleted(replay_topics | {row.outcome_topic for row in rows})
             raise
+        self.handled.update(handled)
         return len(rows)
 
     def _abort(self) -> None:
@@ -575,6 +581,18 @@ def _progress(value: bytes) -> tuple[int, int, tuple[str, str] | None]:
     return int(fields[0]), done, (fields[2], fields[3]) if len(fields) == 4 else None
 
 
+def _reason(decision: Decision) -> str:
+    """A dead letter's reason (`acker.retries.REASON`)."""
+    return text(decision.headers, REASON) or "unknown"
+
+
+def handled_said(handled: Mapping[str, int]) -> str:
+    """``handled`` (`_Publisher.handled`) in words: "3 replayed, 4 dead-lettered (source-missing 3, ...)"."""
+    letters = {reason: n for reason, n in sorted(handled.items()) if reason != REPLAYED}
+    said = f"{handled.get(REPLAYED, 0)} replayed, {sum(letters.values())} dead-lettered"
+    return said + f" ({', '.join(f'{reason} {n}' for reason, n in letters.items())})" if letters else said
+
+
 def _missing(client: Mapping[str, Any], topic: str) -> bool:
     """Whether Kafka says ``topic`` does not exist (a lookup it does not answer says nothing of it)."""
     try:
@@ -645,7 +663,7 @@ def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQue
             first = next(rows, None)
             if first is not None:
                 count = publisher[0].publish(batch_id, itertools.chain([first], rows), fetch, committed)
-                log.info("batch %d: %d nack(s) handled", batch_id, count)
+                log.info("batch %d: %d nack(s) handled: %s", batch_id, count, handled_said(publisher[0].handled))
         finally:
             batch.unpersist()
 

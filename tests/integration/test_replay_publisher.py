@@ -43,7 +43,7 @@ from acker.retries import (
 from acker.wire import decode_outcomes
 from spark_jobs import replay_job
 from spark_jobs.commit_job import OutcomeSource
-from spark_jobs.replay_job import Committed, ReplayJobSettings, _Publisher, close_publishers
+from spark_jobs.replay_job import Committed, ReplayJobSettings, _Publisher, close_publishers, handled_said
 from tests.integration.helpers import produce_with_header_name, read_all
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]
@@ -386,6 +386,7 @@ def test_a_replay_topic_deleted_while_the_job_runs_stops_it_saying_which_and_not
     assert producer.flush(30) == 0
     publisher = _Publisher(settings, f"{settings.name}-id")
     assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
+    assert handled_said(publisher.handled) == "1 replayed, 0 dead-lettered"
     admin = AdminClient(dict(client))
     admin.delete_topics([replays], operation_timeout=30)[replays].result(30)
     with pytest.raises(AckerError, match=f"topic {replays} was deleted while the replay job ran"):
@@ -396,6 +397,7 @@ def test_a_replay_topic_deleted_while_the_job_runs_stops_it_saying_which_and_not
     again = _Publisher(settings, f"{settings.name}-id")
     assert again.last == 0
     assert again.publish(1, [_nack(settings, source, 0, 1)], _fetch(client)) == 1
+    assert handled_said(again.handled) == f"0 replayed, 1 dead-lettered ({NO_REPLAY_TOPIC} 1)"
     assert _resolutions(client, settings)[1:] == [("DEAD_LETTERED", f"{source}/0/1")]
     [letter] = read_all(client, settings.dead_letter_topic)
     assert (text(pairs(letter.headers()), REASON), letter.value()) == (NO_REPLAY_TOPIC, b"v1")
