@@ -43,6 +43,9 @@ the step's outputs and its input offsets, in one transaction.
 from __future__ import annotations
 
 import base64
+import heapq
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +131,24 @@ DEADLINE_MAX_S = 24 * 3600
 DEADLINE_TAKEN_MS = (DEADLINE_MAX_S + 600) * 1000
 
 
+class _Requests(dict[str, RequestState]):
+    """A task's requests by id. Each state put here (opened, or restored from the changelog) is put on its task's
+    schedule of expiries too (`TaskState._schedule`)."""
+
+    def __init__(self, scheduled: Callable[[RequestState], None]) -> None:
+        super().__init__()
+        self._scheduled = scheduled
+
+    def __setitem__(self, request: str, state: RequestState) -> None:
+        super().__setitem__(request, state)
+        self._scheduled(state)
+
+
+def _due_ms(state: RequestState) -> int:
+    """When ``state`` expires: its deadline, or a done marker's ``FAILURE_GRACE_MS`` later."""
+    return state.deadline_ms + (FAILURE_GRACE_MS if state.done else 0)
+
+
 class TaskState:
     """The requests one task (one partition of a step's input topic) is working on.
 
@@ -143,7 +164,21 @@ class TaskState:
     ) -> None:
         self.first, self.tasks, self.next_tasks = first, tasks, next_tasks
         self.after_first, self.upstream_tasks = after_first, upstream_tasks
-        self.requests: dict[str, RequestState] = {}
+        # When requests expire, earliest first: (due, a tie-breaker, state). Invariant: every state in `requests`
+        # has an entry with its due time (`_due_ms`; a state's deadline never changes, and it is scheduled again
+        # when it becomes done); an entry whose state has left `requests`, or whose due time is no longer its
+        # state's, is stale and dropped when it comes up. A step polls for expiries several times a second: it was
+        # a scan of every request and done marker held (up to a day's, 60 ms at a million), at each poll and batch.
+        self._schedule_heap: list[tuple[int, int, RequestState]] = []
+        self._ties = itertools.count()
+        self.requests: dict[str, RequestState] = _Requests(self._schedule)
+
+    def _schedule(self, state: RequestState) -> None:
+        heapq.heappush(self._schedule_heap, (_due_ms(state), next(self._ties), state))
+
+    def _current(self, entry: tuple[int, int, RequestState]) -> bool:
+        due, _, state = entry
+        return self.requests.get(state.request) is state and _due_ms(state) == due
 
     def request(self, request: str, deadline_ms: int, now_ms: int, *, failure: bool = False) -> RequestState | None:
         """The request's state, opened by its first message or report; None when the message is late: the request
@@ -212,25 +247,36 @@ class TaskState:
         reports = [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
         state.done = True
         state.sent, state.user, state.answer = {}, {}, None  # the marker keeps nothing else of the request's work
+        self._schedule(state)  # due later now, a marker
         return reports
 
     def expired(self, now_ms: int) -> tuple[list[RequestState], list[str]]:
         """At ``now_ms``: (requests past their deadline and not finished, marked failed: the caller finishes them;
         done markers ``FAILURE_GRACE_MS`` past the deadline, forgotten: the caller deletes them from the changelog)."""
-        late: list[RequestState] = []
+        late: dict[str, RequestState] = {}
         forgotten: list[str] = []
-        for state in [s for s in self.requests.values() if s.deadline_ms <= now_ms]:
+        heap = self._schedule_heap
+        while heap and heap[0][0] <= now_ms:
+            entry = heapq.heappop(heap)
+            if not self._current(entry):
+                continue
+            state = entry[2]
             if state.done:
-                if state.deadline_ms + FAILURE_GRACE_MS <= now_ms:
-                    del self.requests[state.request]
-                    forgotten.append(state.request)
+                del self.requests[state.request]
+                forgotten.append(state.request)
             else:
                 state.failed = True
-                late.append(state)
-        return late, forgotten
+                late[state.request] = state
+        for state in late.values():  # until the caller finishes them (done), they are late at every call
+            self._schedule(state)
+        return list(late.values()), forgotten
 
     def has_expired(self, now_ms: int) -> bool:
-        return any(s.deadline_ms + (FAILURE_GRACE_MS if s.done else 0) <= now_ms for s in self.requests.values())
+        """Whether `expired` has anything to return at ``now_ms``."""
+        heap = self._schedule_heap
+        while heap and not self._current(heap[0]):
+            heapq.heappop(heap)
+        return bool(heap) and heap[0][0] <= now_ms
 
 
 def _answer(data: dict[str, Any]) -> bytes | None:

@@ -216,3 +216,52 @@ def test_behind_the_second_step_a_report_of_one_task_comes_from_task_0() -> None
     state = _open(third, "r", 10**12)
     third.reported(state, count=0, reporters=1, failed=False, sender=3)
     assert state.failed
+
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("open"), st.integers(0, 2), st.integers(0, 20_000)),  # a request id, its deadline
+        st.tuples(st.just("finish"), st.integers(0, 2), st.just(0)),
+        st.tuples(st.just("restore"), st.integers(0, 2), st.integers(0, 20_000)),  # as from the changelog
+        st.tuples(st.just("drop"), st.integers(0, 2), st.just(0)),  # a tombstone in the changelog
+        st.tuples(st.just("expire"), st.just(0), st.integers(0, 12_000)),  # time goes on by this much
+        st.tuples(st.just("late"), st.just(0), st.integers(0, 12_000)),  # the same, its late requests left unfinished
+    ),
+    max_size=60,
+)
+
+
+@given(_STEPS)
+def test_expiries_from_the_schedule_are_those_a_scan_of_every_request_finds(steps: list[tuple[str, int, int]]) -> None:
+    """`expired` and `has_expired` take the requests due from a schedule (a heap) instead of scanning every request
+    held at each poll: the same requests, whatever was opened, finished, restored or dropped meanwhile."""
+    task = TaskState(first=True, tasks=1, next_tasks=1)
+    now = 0
+
+    def scanned() -> tuple[set[str], set[str]]:
+        due = [(s, s.deadline_ms + (FAILURE_GRACE_MS if s.done else 0)) for s in task.requests.values()]
+        return {s.request for s, at in due if at <= now and not s.done}, {
+            s.request for s, at in due if at <= now and s.done
+        }
+
+    for kind, number, value in steps:
+        request = f"r{number}"
+        if kind == "open":
+            task.request(request, now + value, now_ms=now)
+        elif kind == "finish" and request in task.requests and not task.requests[request].done:
+            task.reports(task.requests[request])
+        elif kind == "restore":
+            task.requests[request] = RequestState(request, now + value, done=value % 2 == 0)
+        elif kind == "drop":
+            task.requests.pop(request, None)
+        elif kind in ("expire", "late"):
+            now += value
+            late, forgotten = scanned()
+            assert task.has_expired(now) == bool(late or forgotten)
+            found = task.expired(now)
+            assert ({s.request for s in found[0]}, set(found[1])) == (late, forgotten)
+            assert len(found[0]) == len(late) and len(found[1]) == len(forgotten)
+            assert all(s.failed for s in found[0]) and not forgotten & set(task.requests)
+            if kind == "expire":
+                for state in found[0]:
+                    task.reports(state)  # as the step finishes them
