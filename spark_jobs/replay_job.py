@@ -453,6 +453,10 @@ class _Publisher:
         except BaseException as error:
             self._abort()
             if isinstance(error, KafkaException):
+                # Something in the Kafka client (confluent-kafka 2.16) keeps a refused commit's exception alive for
+                # good, no Python object referring to it, and through its traceback this frame and the producer,
+                # which logged at a broker gone: raised again, it has a traceback from here on only.
+                error.__traceback__ = None
                 self._raise_if_deleted(replay_topics | {row.outcome_topic for row in rows})
             raise
         self.handled.update(handled)
