@@ -39,6 +39,7 @@ import itertools
 import logging
 import time
 import uuid
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -622,13 +623,18 @@ _publishers: list[_Publisher] = []  # of this process's jobs, for `close_publish
 
 def close_publishers() -> None:
     """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`). A producer
-    that failed for good (its transaction refused, `_Publisher._abort`) raises its error again on closing: logged."""
+    that failed for good (its transaction refused, `_Publisher._abort`) raises its error again on closing, or warns
+    (a `RuntimeWarning`, its transaction not aborted): logged, either."""
     while _publishers:
-        try:
-            _publishers.pop().producer.close()
-        except KafkaException as error:
-            cause = kafka_error(error)
-            log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            try:
+                _publishers.pop().producer.close()
+            except KafkaException as error:
+                cause = kafka_error(error)
+                log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
+        for warning in warned:
+            log.warning("a replay producer closed: %s", warning.message)
 
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
