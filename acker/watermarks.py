@@ -66,7 +66,11 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
     """The committed watermarks of ``groups`` (spout consumer groups, or their ``.acked`` groups), by group, topic,
     partition, with the other partitions of their topics (watermark None); a group without any is left out."""
     admin = AdminClient(without_consumer_settings(config.client()))
-    consumer = Consumer(config.client(**{"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}", **READ_TO_SETTINGS}))
+    reader = {"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}", **READ_TO_SETTINGS}
+    consumer = Consumer(config.client(**reader))  # counts the records as a spout reads them: read_committed
+    # The ends as written: read_committed, a consumer is told the last stable offset instead, and a transaction open
+    # on the partition hid every record written after it from the count of those behind.
+    ends_of = Consumer(config.client(**reader, **{"isolation.level": "read_uncommitted"}))
     out: list[Watermark] = []
     try:
         for group in dict.fromkeys(watermark_group(g) for g in groups):
@@ -79,7 +83,7 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                     partitions = set(topic_partitions(consumer, topic, timeout_s)) | {p for t, p in marks if t == topic}
                 except KafkaException:  # those known, then
                     partitions = {p for t, p in marks if t == topic}
-                ends = end_offsets(consumer, topic, sorted(partitions), timeout_s)
+                ends = end_offsets(ends_of, topic, sorted(partitions), timeout_s)
                 for partition, end in ends.items():
                     mark = marks.get((topic, partition))
                     first = _first_offset(consumer, topic, partition, timeout_s) if mark is None else None
@@ -87,6 +91,7 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                     out.append(Watermark(group, topic, partition, mark, end, counted, first))
     finally:
         consumer.close()
+        ends_of.close()
     return out
 
 

@@ -167,6 +167,37 @@ def test_acker_watermarks_counts_records_behind_not_the_transaction_markers(
         assert (row["watermark"], row["end"], row["behind"]) == (mark, 6, records)
 
 
+def test_acker_watermarks_counts_what_lies_past_an_open_transaction(
+    config: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The end was asked as a read_committed consumer is told it, the last stable offset: with a transaction open on
+    the partition (a replay job's, a producer hung in one), the records written after it were not behind."""
+    topic, group = f"src-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    plain = Producer(config.client())
+    for _ in range(5):
+        plain.produce(topic, b"before", partition=0)
+    assert plain.flush(30) == 0
+    open_one = Producer(config.client(**{"transactional.id": f"t-{uuid.uuid4().hex}"}))
+    open_one.init_transactions(30)
+    open_one.begin_transaction()
+    for _ in range(3):
+        open_one.produce(topic, b"open", partition=0)
+    assert open_one.flush(30) == 0
+    for _ in range(4):
+        plain.produce(topic, b"after", partition=0)
+    assert plain.flush(30) == 0
+    kafka = lookups(config.client())
+    with kafka.lock:
+        kafka.advance(f"{group}.acked", {(topic, 0): 0})
+    try:
+        assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+        [row] = json.loads(capsys.readouterr().out)
+        assert (row["watermark"], row["end"], row["behind"]) == (0, 12, 12)  # not counted: the offsets between
+    finally:
+        open_one.abort_transaction(30)
+
+
 def _sixty_of_a_hundred_deleted(config: ServiceConfig) -> str:
     """A new topic of one partition, 100 records written, offsets 0-59 deleted since (as retention does)."""
     topic = f"src-{uuid.uuid4().hex[:8]}"
