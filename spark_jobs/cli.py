@@ -229,6 +229,7 @@ def _run(args: argparse.Namespace) -> int:
                     spouts=spouts,
                     max_records=args.max_records,
                     dlq_topic=dlq_topic,
+                    stuck_s=commit_job.stuck_after_s(config),
                 )
                 queries = commit_job.start(spark, settings)
             else:

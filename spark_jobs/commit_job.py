@@ -34,10 +34,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
+from acker.config import ServiceConfig
 from acker.dlq import DLQ_KEPT_BYTES
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count, topic_max_bytes
 from acker.kafka.lookups import CONFIRM_S, Commits, KafkaLookups, WatermarkCommitError, lookups
+from acker.spout import pending_timeout_s
 from acker.watermarks import acked_group
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
@@ -71,6 +73,15 @@ SPARK_KAFKA_DEFAULTS = {
 # records, 16,384 outcomes each, is 1.6 billion offsets, 200 MB), at most 4 KB per offset where they are sparse.
 COMMIT_MAX_RECORDS = 100_000
 BUCKET_BITS = 32_768  # offsets per bitmap: Spark's bitmap_construct_agg makes bitmaps of 4,096 bytes
+STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
+
+
+def stuck_after_s(config: ServiceConfig) -> float:
+    """How long a mark waits at one offset, with offsets done above it, before it is said, for an acker configured as
+    ``config``: `STUCK_S`, or twice the time a spout waits for an outcome (`acker.spout.pending_timeout_s`) where that
+    is longer: a tree may be pending so long (an acker timeout of hours), then be timed out by its spout and replayed.
+    """
+    return max(STUCK_S, 2 * pending_timeout_s(config))
 
 
 @dataclass(frozen=True)
@@ -175,6 +186,9 @@ class CommitJobSettings:
     # committed again: a spout left out stays out, and its watermark group, once deleted, is not recreated.
     spouts: frozenset[str] | None = None
     max_records: int = COMMIT_MAX_RECORDS  # outcome records per micro-batch, at most
+    # A mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`): at least `STUCK_S`,
+    # or longer for an acker's long timeout (`stuck_after_s`, which `acker spark commit` gives).
+    stuck_s: float = STUCK_S
 
     def watermark_group(self, spout: str) -> str:
         return acked_group(self.groups.get(spout, spout))
@@ -431,11 +445,12 @@ class Marks:
         return self._commit(looked_marks, topic_ids)
 
     def _say_stuck(self, marks: Mapping[Key, PartitionMark], now: float) -> None:
-        """Warn, once per mark and offset, of a mark that has waited at one offset for `STUCK_S` with offsets done
-        above it: the outcome of the record there may be lost (an outcome record nobody could read, outcomes deleted
-        by retention while the job was stopped). Its spout times out a tree it still counts as pending and decides it
-        again; a spout that has forgotten it (it saw an outcome, or restarted) reads it again only when started again.
-        Nothing else said where a watermark stood still, or why."""
+        """Warn, once per mark and offset, of a mark that has waited at one offset for ``stuck_s`` with offsets done
+        above it: the record there was nacked and not replayed (no replay job running), or its outcome may be lost (an
+        outcome record nobody could read, outcomes deleted by retention while the job was stopped). Its spout times
+        out a tree it still counts as pending and decides it again; a spout that has forgotten it (it saw an outcome,
+        or restarted) reads it again only when started again. Nothing else said where a watermark stood still, or
+        why."""
         stuck = self._stuck
         for key in [key for key in stuck if key not in marks or marks[key].mark != stuck[key][0]]:
             del stuck[key]
@@ -443,12 +458,13 @@ class Marks:
             if not mark.runs or not self.settings.serves(key[0]):
                 continue
             at, since, said = stuck.setdefault(key, (mark.mark, now, False))
-            if not said and now - since >= STUCK_S:
+            if not said and now - since >= self.settings.stuck_s:
                 stuck[key] = (at, since, True)
                 above = sum(end - start for start, end in mark.runs)
                 log.warning("%s[%d]: the watermark of spout %s has waited at offset %d for %.0f min, with %d offsets "
-                            "done above it: the outcome of that record may be lost; its spout decides it again when "
-                            "started again", key[1], key[2], key[0], at, (now - since) / 60, above)  # fmt: skip
+                            "done above it: that record was nacked and not replayed (is the replay job running?), or "
+                            "its outcome may be lost (its spout decides it again when started again)", key[1], key[2],
+                            key[0], at, (now - since) / 60, above)  # fmt: skip
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
@@ -523,7 +539,6 @@ class Marks:
 
 
 MISSING_TRUSTED_S = 60.0  # a topic found missing twice is taken as missing, without a second look, for this long
-STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 
 

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from acker.config import ServiceConfig
 from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
+from acker.spout import pending_timeout_s
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
@@ -353,6 +355,15 @@ def test_a_mark_waiting_long_at_one_offset_with_offsets_done_above_it_is_said_on
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1
     assert said[0].startswith("in[0]: the watermark of spout a has waited at offset 5 for 15 min, with 2 offsets done")
+    assert "is the replay job running?" in said[0]
+
+
+def test_a_mark_is_said_stuck_only_after_a_tree_could_have_been_pending_and_replayed() -> None:
+    """A fixed 15 minutes: with an acker timeout of an hour, a slow tree's record was said to have lost its outcome
+    while it was pending as it may be."""
+    assert commit_job.stuck_after_s(ServiceConfig()) == commit_job.STUCK_S  # a spout waits 2.5 minutes
+    hour = ServiceConfig(timeout_s=3600)
+    assert commit_job.stuck_after_s(hour) == 2 * pending_timeout_s(hour) > 4 * 3600
 
 
 class _Groups(_Kafka):
