@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -180,6 +181,7 @@ class Stream:
     elapsed_s: float  # from the first record produced to the last outcome read
     achieved_records: float  # records/s produced in the measured part (below the rate asked when the producer lags)
     cores: dict[str, float]  # CPU used by each process, in cores, while the records were produced
+    peak_mib: float  # the `acker run` process's peak resident memory (VmHWM)
 
 
 @contextlib.contextmanager
@@ -197,6 +199,15 @@ def _acker_run(config: ServiceConfig) -> Iterator[int]:
     finally:
         service.send_signal(signal.SIGTERM)
         service.wait(60)
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """The peak resident memory of process ``pid`` so far (Linux's VmHWM), in MiB; NaN where it cannot be read."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        return next(int(line.split()[1]) for line in lines if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return float("nan")
 
 
 def _outcome_reader(config: ServiceConfig) -> Consumer:
@@ -305,7 +316,7 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
             drain(0.05)
         assert not book.sent, f"{len(book.sent)} records got no outcome"
         reader.close()
-        return Stream(book.latencies_ms, last_read - begin, achieved, cores)
+        return Stream(book.latencies_ms, last_read - begin, achieved, cores, _peak_rss_mib(service_pid))
 
 
 def main() -> None:
@@ -343,7 +354,8 @@ def main() -> None:
         live_trees = int(acker_rate * seconds / 7)
         live = _stream(_fresh(streaming), _records(live_trees, batch, args.partitions, rng), math.inf, cluster.pid)
         live_rate = live_trees * 7 / live.elapsed_s
-        print(f"live: {live_rate:,.0f} msg/s, CPU in cores: {_cores(live.cores)}")
+        print(f"live: {live_rate:,.0f} msg/s, CPU in cores: {_cores(live.cores)}, acker run's peak memory "
+              f"{live.peak_mib:,.0f} MiB")  # fmt: skip
         for done in range(1, (0 if args.quick else args.warm_up) + 1):  # the broker's JIT, before the latency runs
             warm = _records(int(acker_rate * 0.25 * seconds / 7), batch, args.partitions, rng, first=trees)
             warming = _stream(_fresh(streaming), warm, sum(map(len, warm)) / seconds, cluster.pid)
@@ -360,7 +372,8 @@ def main() -> None:
             reached = maximum * fraction * paced.achieved_records / rate_records
             rows.append((f"{fraction:.0%} of the {basis} maximum", maximum * fraction, reached, rate_records,
                          len(paced.latencies_ms), p50, p99, cores))  # fmt: skip
-            print(f"{rows[-1][0]}: p50 {p50:.1f} ms, p99 {p99:.1f} ms, CPU in cores: {cores}")
+            print(f"{rows[-1][0]}: p50 {p50:.1f} ms, p99 {p99:.1f} ms, CPU in cores: {cores}, acker run's peak "
+                  f"memory {paced.peak_mib:,.0f} MiB")  # fmt: skip
     rates, cpu_ns = (plain_rate, acker_rate, alone_rate), (plain_cpu, acker_cpu, alone_cpu)
     _print_tables(args, n_records, Figures(trees * 7, *rates, cpu_ns, live, live_rate, rows))
 
