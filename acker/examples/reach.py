@@ -40,7 +40,7 @@ from acker.drpc import DrpcClient, DrpcError
 from acker.help_text import prose
 from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
-from acker.kafka.local_broker import pdeathsig_preexec
+from acker.kafka.local_broker import spawn
 
 CHAIN = Chain("reach", 4)
 
@@ -149,8 +149,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if (tasks := partition_count(config.client(), chain.topic(0))) != args.tasks:
         print(f"chain {chain.name} exists with {tasks} tasks a step: it keeps them (--tasks is for a chain made now)",
               file=sys.stderr)  # fmt: skip
-    preexec = pdeathsig_preexec()  # the steps die with this process; in the child it only calls prctl and getppid
-    processes = []
+    processes: list[subprocess.Popen[Any]] = []  # they die with this process (`spawn`)
     for i in range(chain.steps):
         for k in range(args.processes if i < chain.steps - 1 else 1):
             # An --instance-id names each process apart: it makes its transactional id, which two processes must not
@@ -162,8 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # Its own process group: a Ctrl-C in the terminal reaches this process alone, which stops each step with
             # one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time out, and the
             # next run waited for them).
-            processes.append(subprocess.Popen(argv, env=child_environment(env), preexec_fn=preexec,  # noqa: PLW1509
-                                              start_new_session=True))  # fmt: skip
+            spawn(argv, env=child_environment(env), start_new_session=True, started=processes.append)
     graph = Graph.generate()
     urls = sorted(graph.tweeted_by)[: args.requests]
     wrong = 0

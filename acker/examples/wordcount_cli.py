@@ -63,7 +63,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.clients import produce as send
-from acker.kafka.local_broker import pdeathsig_preexec
+from acker.kafka.local_broker import spawn
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
 from acker.topics import all_topics, check_spout_name
@@ -252,27 +252,27 @@ class Stages:
         self._spawn(name, argv)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        # The kernel stops a stage whose parent dies, however it dies: no stage outlives the runner.
-        preexec = pdeathsig_preexec()  # in the child it only calls prctl and getppid: fork-safe with threads
         output: Any = None
         if self._quiet and self._output_dir is not None:
             self._output_dir.mkdir(parents=True, exist_ok=True)
             output = (self._output_dir / f"{name}.log").open("ab")  # the child holds it; closed here after the spawn
         elif self._quiet:
             output = subprocess.DEVNULL
-        process = subprocess.Popen(
-            argv,
-            env=self.env,
-            stdout=output,
-            stderr=output,
-            preexec_fn=preexec,  # noqa: PLW1509
-            # Its own process group: a Ctrl-C in the terminal reaches the runner alone, which stops each stage with
-            # one SIGTERM (a second signal would end a stage at once, without its clean stop).
-            start_new_session=True,
-        )
-        if hasattr(output, "close"):
-            output.close()
-        self.running[name] = (argv, process)
+        # The kernel stops a stage whose parent dies, however it dies: no stage outlives the runner (`spawn`).
+        try:
+            spawn(
+                argv,
+                env=self.env,
+                stdout=output,
+                stderr=output,
+                started=lambda process: self.running.__setitem__(name, (argv, process)),  # before a stop held is raised
+                # Its own process group: a Ctrl-C in the terminal reaches the runner alone, which stops each stage
+                # with one SIGTERM (a second signal would end a stage at once, without its clean stop).
+                start_new_session=True,
+            )
+        finally:
+            if hasattr(output, "close"):
+                output.close()
 
     def kill(self, name: str) -> None:
         """SIGKILL: no clean shutdown, nothing flushed or committed."""

@@ -207,12 +207,11 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
             ]  # fmt: skip
             _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, lib_dir)
             try:
-                result = _forked_lastingly(lambda: subprocess.run(
-                    cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT, text=True, timeout=_MAVEN_TIMEOUT_S, check=False,
-                    # Dies with this process (prctl only, prepared here): a fetch killed midway left Maven running.
-                    preexec_fn=pdeathsig_preexec(),
-                ))  # fmt: skip
+                # Dies with this process (`spawn`): a fetch killed midway left Maven running.
+                result = _forked_lastingly(lambda: _completed(spawn(
+                    cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    text=True,
+                ), _MAVEN_TIMEOUT_S))  # fmt: skip
             except subprocess.TimeoutExpired as exc:
                 output = _tail(exc.output if isinstance(exc.output, str) else "")
                 what = f"mvn timed out after {_MAVEN_TIMEOUT_S:.0f} s fetching the Kafka broker's jars"
@@ -338,6 +337,22 @@ def _absolute_log_dirs(props: dict[str, object]) -> dict[str, object]:
     return props
 
 
+def _completed(process: subprocess.Popen[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``process`` waited for, as `subprocess.run` waits (killed, and `subprocess.TimeoutExpired` with what it wrote,
+    after ``timeout_s``)."""
+    try:
+        stdout, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as expired:
+        process.kill()
+        expired.output, _ = process.communicate()
+        raise
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout)
+
+
 def _property_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -360,6 +375,37 @@ def pdeathsig_preexec() -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)  # held while `spawn` forks on the main thread
+
+
+def spawn(
+    args: Sequence[str], *, started: Callable[[subprocess.Popen[Any]], object] | None = None, **popen: Any
+) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(args, **popen)`` of a child the kernel stops when this process dies (`pdeathsig_preexec`);
+    ``started`` is given it before any signal held meanwhile is raised (the caller's record of what to stop).
+
+    A child forked with a ``preexec_fn`` has Python run its at-fork hooks in this process, logging's among them (it
+    holds logging's lock across the fork). A SIGINT or SIGTERM whose handler raises (KeyboardInterrupt, the CLI's
+    `TerminatedError`) and that came then was handled inside a hook, where Python drops the exception: the stop was
+    lost, logging's lock stayed held, and every other thread that logged hung (a demo's Spark batches, its Ctrl-C).
+    On the main thread, where handlers run, the two signals are held until the child is forked, then raised."""
+    preexec = pdeathsig_preexec()
+    held: list[int] = []
+    handlers = {}
+    if preexec is not None and threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in _HELD}
+    try:
+        process = subprocess.Popen(args, preexec_fn=preexec, **popen)  # noqa: PLW1509 - prctl and getppid only
+        if started is not None:
+            started(process)
+        return process
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 _spawns: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()
@@ -702,10 +748,9 @@ class LocalKafkaBroker:
         cmd = self._java_command(java, lib_dir, "kafka.Kafka", str(props_path), dump_classes=True)
         t0 = time.monotonic()
         with open(stdout_path, "ab") as out:
-            self._process = _forked_lastingly(lambda: subprocess.Popen(
+            self._process = _forked_lastingly(lambda: spawn(
                 cmd, cwd=data_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                # preexec_fn only calls prctl (prepared in the parent) and getppid: fork-safe with threads.
-                start_new_session=True, preexec_fn=pdeathsig_preexec(),  # noqa: PLW1509
+                start_new_session=True, started=self._started,
             ))  # fmt: skip
         self._port, self._controller_port = port, cport
         if (data_dir / _OWNERS_FILE).is_file():  # a temporary dir, to be swept if its processes die
@@ -833,6 +878,10 @@ class LocalKafkaBroker:
             return _read_properties(self._first_log_dir(data_dir) / "meta.properties").get("cluster.id")
         except OSError:
             return None
+
+    def _started(self, process: subprocess.Popen[Any]) -> None:
+        """The JVM is known as soon as it is forked: a stop raised just after (`spawn`) stops it too."""
+        self._process = process
 
     def _cleanup(self) -> None:
         proc, self._process = self._process, None
