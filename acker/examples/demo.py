@@ -273,6 +273,8 @@ class Demo:
             c.replay_topic(self.topics.spout),
             c.replay_dlq_topic,
             self.topics.counts,
+            c.dlq_topic,  # records the acker could not read: the demo writes none
+            self.spark_dlq_topic,  # outcome records the Spark jobs could not read: none either
         ):
             # read_committed, as the spout reads: a copy in an aborted transaction was never replayed
             reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False,
@@ -328,7 +330,7 @@ class Demo:
     # -- watching -------------------------------------------------------------------------------------------------
 
     def _watch(self, readers: list[Consumer], writer: Iterator[int]) -> None:
-        outcomes, copies, dead, counts = readers
+        outcomes, copies, dead, counts, *unreadable = readers
         kafka = lookups(self.config.client())
         watermark_group = SpoutSettings(self.topics.spout, self.topics.sentences, self.topics.split,
                                         group=self.topics.spout_group).watermark_group  # fmt: skip
@@ -342,7 +344,7 @@ class Demo:
                     marks = kafka.committed(watermark_group, self._watermark_partitions())
                 at_ms = int(time.time() * 1000)  # after: committed by now (before, an ack read meanwhile looked late)
                 self.ledger.watermarks(at_ms, {tp: m for tp, m in marks.items() if m >= 0})
-                self._read(outcomes, copies, dead, counts)
+                self._read(outcomes, copies, dead, counts, unreadable)
                 killed = killed_at is not None and not restarted  # down on purpose; after its restart, a crash is one
                 self.stages.watch(expected_down=frozenset({"acker-0"}) if killed else frozenset())
                 if self.late_count is not None and written >= self.options.sentences * LATE_COUNT_AT:
@@ -371,7 +373,9 @@ class Demo:
         n, c = self.options.partitions, self.config
         return [(t, p) for t in (self.topics.sentences, c.replay_topic(self.topics.spout)) for p in range(n)]
 
-    def _read(self, outcomes: Consumer, copies: Consumer, dead: Consumer, counts: Consumer) -> None:
+    def _read(
+        self, outcomes: Consumer, copies: Consumer, dead: Consumer, counts: Consumer, unreadable: list[Consumer]
+    ) -> None:
         for record in _available(outcomes):
             try:
                 decoded = decode_outcomes(record.value() or b"")
@@ -392,7 +396,10 @@ class Demo:
         for record in _available(counts):
             value = record.value()
             count = int(value) if value is not None and value.isdigit() else None
-            self.ledger.count(record.key() or b"", text(read_headers(record), SENTENCE), count)
+            self.ledger.count(record.key() or b"", text(read_headers(record), SENTENCE), count, record.timestamp()[1])
+        for reader in unreadable:
+            for record in _available(reader):
+                self.ledger.unreadable_letter(record.topic() or "")
 
     def _finished(self) -> bool:
         ledger = self.ledger
@@ -461,7 +468,10 @@ def render_report(report: Report) -> Table:
             len(report.failed_every_attempt),
         ),
         ("  of them saying why (acker.replay.detail)", _details(report.dead_letter_details)),
+        ("  of them poison dead-lettered before their replays", len(report.poison_not_replayed)),
+        ("dead letters of records nobody could read (acker, Spark jobs)", sum(report.other_dead_letters.values())),
         ("lost", len(report.lost)),
+        ("acked before every word was counted", len(report.acked_early)),
         ("committed before fully processed", len(report.committed_early)),
         (
             "nacks failed / timeout / overload",

@@ -10,16 +10,22 @@ then answers:
   whose first "done" outcome (ACK, REPLAYED or DEAD_LETTERED) was written after t. Must be none. The check is sound
   (no false alarm: the watermark was published before it was read at t) and misses only a commit that preceded
   the outcome by less than the sampling interval.
-- **dead letters**: the poison records (they fail at every attempt), and any other only if each of its attempts (the
-  record and its ``max_attempts`` replayed copies) was nacked: injected failures are random, and a good sentence
-  can draw them at every attempt. Any other dead letter is reported, and so are more such good ones than the
-  injected rates make plausible (a fault that fails trees, whatever their sentence, is not bad luck): about
-  ``p ** (max_attempts + 1)`` a sentence, ``p`` the chance that one attempt draws a fail or a drop of one of its
-  words, with room for the few trees a crash or a failover times out.
+- **acked early**: a good sentence acked (itself or a replayed copy) before each of its words had a count record
+  written for it (traced counts, with their timestamps): its tree completed while a word of it was still to count,
+  the bug the acker exists to rule out (a watermark committed on that ack passes a record not fully processed). Must
+  be none. Sound: a count record is written before its word is acked, its tree decided, and the outcome written.
+- **dead letters**: the poison records (they fail at every attempt) once each of their attempts (the record and its
+  ``max_attempts`` replayed copies) was nacked, and any other only if each of its attempts was nacked too: injected
+  failures are random, and a good sentence can draw them at every attempt. Any other dead letter is reported, and so
+  are more such good ones than the injected rates make plausible (a fault that fails trees, whatever their
+  sentence, is not bad luck): about ``p ** (max_attempts + 1)`` a sentence, ``p`` the chance that one attempt draws
+  a fail or a drop of one of its words, with room for the few trees a crash or a failover times out.
 - **words**: every word of every good sentence not dead-lettered is counted at least once; counts beyond that are
   duplicates (at-least-once processing: a replayed sentence is counted again). Counts that name their sentence
   (the word count's tracing) are checked sentence by sentence; without it, word by word over all sentences, where
   a word counted twice for one sentence hides the same word missing from another.
+- **other dead letters**: records the acker could not read (its dead-letter topic) and outcome records the Spark
+  jobs could not (theirs): the demo writes none. Must be none.
 - **counts below**: words whose last published count (the last record of the word in the counts topic) is below the
   number of times the word was counted (its count records): a count process that started a word again at 1 (a
   partition moved to it) lost counts, however many words it counted. Must be none.
@@ -53,6 +59,9 @@ class Report:
     failed_every_attempt: list[str]  # good records dead-lettered after a nack at each attempt: bad luck, not a break
     failed_every_attempt_expected: float  # how many the injected rates make likely
     lost: list[str]
+    acked_early: list[str]  # good records acked before every word of theirs was counted (traced counts)
+    poison_not_replayed: list[str]  # poison records dead-lettered before a nack at each of their attempts
+    other_dead_letters: dict[str, int]  # the acker's and the Spark jobs' dead-letter topics → records there
     committed_early: list[str]
     watermarks: dict[str, tuple[int, int]]  # "topic/partition" → (watermark, end)
     copies_behind: dict[str, tuple[int, int]]  # replay-topic "topic/partition" → (watermark, past its last copy)
@@ -88,6 +97,8 @@ class Report:
         out = []
         if self.lost:
             out.append(f"{len(self.lost)} source record(s) lost, e.g. {self.lost[:3]}")
+        if self.acked_early:
+            out.append(f"acked before every word was counted: {self.acked_early[:3]}")
         if self.committed_early:
             out.append(f"committed before fully processed: {self.committed_early[:3]}")
         if not self.watermarks_at_end:
@@ -103,6 +114,10 @@ class Report:
             out.append(f"dead-lettered but not poison: {self.unexpected_dead_letters[:3]}")
         if self.poison_not_dead_lettered:
             out.append(f"poison records not dead-lettered: {self.poison_not_dead_lettered[:3]}")
+        if self.poison_not_replayed:
+            out.append(f"poison records dead-lettered before their replays: {self.poison_not_replayed[:3]}")
+        if any(self.other_dead_letters.values()):
+            out.append(f"dead letters of records nobody could read: {self.other_dead_letters}")
         if self.words_lost:
             out.append(f"{self.words_lost} word(s) of good sentences never counted")
         if self.counts_below:
@@ -121,6 +136,7 @@ class Ledger:
     poison: set[str] = field(default_factory=set)
     ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
     done_at: dict[str, int] = field(default_factory=dict)  # msg_id → ms of its first done outcome
+    acked_at: dict[str, int] = field(default_factory=dict)  # msg_id → ms of its first ACK
     acked: set[str] = field(default_factory=set)
     outcome_events: Counter[tuple[str, str]] = field(default_factory=Counter)
     latencies: list[int] = field(default_factory=list)
@@ -131,6 +147,8 @@ class Ledger:
     counted: Counter[bytes] = field(default_factory=Counter)
     counted_in: Counter[tuple[str, bytes]] = field(default_factory=Counter)  # (sentence's origin, word), traced
     last_count: dict[bytes, int] = field(default_factory=dict)  # word → the count its last count record says
+    counted_at: dict[tuple[str, bytes], list[int]] = field(default_factory=lambda: defaultdict(list))  # traced, ms
+    unreadable: Counter[str] = field(default_factory=Counter)  # dead-letter topic → records of nobody could read
     samples: list[tuple[int, dict[Partition, int]]] = field(default_factory=list)
 
     def written(self, topic: str, partition: int, offset: int, sentence: bytes, *, poison: bool) -> None:
@@ -144,6 +162,8 @@ class Ledger:
         self.outcome_events[(msg_id, outcome)] += 1
         if outcome in DONE and (msg_id not in self.done_at or at_ms < self.done_at[msg_id]):
             self.done_at[msg_id] = at_ms
+        if outcome == "ACK" and (msg_id not in self.acked_at or at_ms < self.acked_at[msg_id]):
+            self.acked_at[msg_id] = at_ms
         if outcome == "ACK" and msg_id not in self.acked:
             self.acked.add(msg_id)
             if by_acker:  # the first decision only: one re-made by a new owner after a failover is not a latency
@@ -158,15 +178,23 @@ class Ledger:
         if detail is not None:
             self.details[origin] = detail
 
-    def count(self, word: bytes, sentence: str | None = None, value: int | None = None) -> None:
+    def count(
+        self, word: bytes, sentence: str | None = None, value: int | None = None, at_ms: int | None = None
+    ) -> None:
         """A count of ``word``, of the source record ``sentence`` (its origin) when the count says; ``value``: the
-        count the record says (None when it says none). Given in the order of the counts topic's partition (a word's
-        records are all in one: keyed by word)."""
+        count the record says (None when it says none); ``at_ms``: when its record was written. Given in the order of
+        the counts topic's partition (a word's records are all in one: keyed by word)."""
         self.counted[word] += 1
         if sentence is not None:
             self.counted_in[(sentence, word)] += 1
+            if at_ms is not None:
+                self.counted_at[(sentence, word)].append(at_ms)
         if value is not None:
             self.last_count[word] = value
+
+    def unreadable_letter(self, topic: str) -> None:
+        """A record in ``topic``, the acker's or the Spark jobs' dead-letter topic: one nobody could read."""
+        self.unreadable[topic] += 1
 
     def watermarks(self, at_ms: int, marks: dict[Partition, int]) -> None:
         self.samples.append((at_ms, dict(marks)))
@@ -185,18 +213,49 @@ class Ledger:
         resolved = self.acked | self.dead_letters | self.origins_acked()
         return sorted(m for m in self.sources if m not in resolved)
 
-    def failed_every_attempt(self) -> list[str]:
-        """Dead-lettered good records that were nacked at every attempt and never acked."""
+    def _nacked_attempts(self) -> tuple[Counter[str], set[str]]:
+        """Of each dead-lettered record: how many of its attempts (itself, its copies) were nacked; and those of them
+        with an attempt acked."""
         nacked: Counter[str] = Counter()
         acked: set[str] = set()
         for copy, origin in [*((m, m) for m in self.dead_letters), *self.copies.items()]:
-            if origin not in self.dead_letters or origin in self.poison:
+            if origin not in self.dead_letters:
                 continue
             if any(self.outcome_events[(copy, reason)] for reason in NACKS):
                 nacked[origin] += 1
             if copy in self.acked:
                 acked.add(origin)
-        return sorted(m for m, n in nacked.items() if n > self.max_attempts and m not in acked)
+        return nacked, acked
+
+    def failed_every_attempt(self) -> list[str]:
+        """Dead-lettered good records that were nacked at every attempt and never acked."""
+        nacked, acked = self._nacked_attempts()
+        return sorted(m for m, n in nacked.items() if n > self.max_attempts and m not in acked and m not in self.poison)
+
+    def poison_not_replayed(self) -> list[str]:
+        """Poison records dead-lettered without a nack at each of their attempts (a replay job that gave up early)."""
+        nacked, _ = self._nacked_attempts()
+        return sorted(m for m in self.poison & self.dead_letters if nacked[m] <= self.max_attempts)
+
+    def acked_early(self, good: dict[str, bytes]) -> list[str]:
+        """Of the ``good`` records (coordinates → sentence), those acked (themselves or through a copy) before each of
+        their words had a count record written for them; only where counts are traced and dated."""
+        if not self.counted_at:
+            return []
+        first_ack: dict[str, int] = {}
+        for msg_id, origin in [*((m, m) for m in good), *self.copies.items()]:
+            at = self.acked_at.get(msg_id)
+            if origin in good and at is not None and at < first_ack.get(origin, at + 1):
+                first_ack[origin] = at
+        early = []
+        for origin, at in sorted(first_ack.items()):
+            for word, times in Counter(good[origin].split()).items():
+                written = sum(1 for when in self.counted_at.get((origin, word), ()) if when <= at)
+                if written < times:
+                    early.append(f"{origin} (acked at {at}; {word.decode(errors='replace')!r} counted {written} of "
+                                 f"{times} time(s) by then)")  # fmt: skip
+                    break
+        return early
 
     def expected_failed_every_attempt(self) -> float:
         """How many good records the injected rates fail at every attempt, on average."""
@@ -259,6 +318,9 @@ class Ledger:
             failed_every_attempt=failed_every_attempt,
             failed_every_attempt_expected=self.expected_failed_every_attempt(),
             lost=self.unresolved(),
+            acked_early=self.acked_early(good),
+            poison_not_replayed=self.poison_not_replayed(),
+            other_dead_letters=dict(self.unreadable),
             committed_early=self.committed_early(),
             watermarks={f"{t}/{p}": (marks.get((t, p), -1), end) for (t, p), end in sorted(self.ends.items())},
             copies_behind={

@@ -14,6 +14,7 @@ def _ledger(*sentences: bytes, poison: int | None = None) -> Ledger:
 
 def test_a_run_that_kept_the_promise() -> None:
     ledger = _ledger(b"a b", b"c", b"poison d", poison=2)
+    ledger.max_attempts = 0  # the poison record is dead-lettered at its first nack
     ledger.outcome("s/0/0", "ACK", 12, by_acker=True, at_ms=100)
     ledger.outcome("s/0/1", "FAILED", 0, by_acker=True, at_ms=101)
     ledger.outcome("s/0/1", "REPLAYED", 0, by_acker=False, at_ms=150)
@@ -180,3 +181,37 @@ def test_a_last_count_below_the_times_a_word_was_counted_is_a_loss() -> None:
         going_on.count(word, None, value)
     going_on.watermarks(5, {("s", 0): 2})
     assert going_on.report().counts_below == {} and going_on.report().failures == []
+
+
+def test_a_sentence_acked_before_each_of_its_words_was_counted_is_acked_early() -> None:
+    """A tree completed before its words were counted (the bug the acker rules out) passed: it was compared with the
+    watermark only, which an ack lets through, and the words were counted in the end."""
+    ledger = _ledger(b"the cow", b"a moon")
+    ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=100)
+    ledger.outcome("s/0/1", "FAILED", 1, by_acker=True, at_ms=100)
+    ledger.copy("r", 0, 0, "s/0/1")
+    ledger.outcome("r/0/0", "ACK", 1, by_acker=True, at_ms=300)
+    for word, sentence, at in ((b"the", "s/0/0", 90), (b"cow", "s/0/0", 900), (b"a", "s/0/1", 50)):
+        ledger.count(word, sentence, at_ms=at)
+    ledger.count(b"moon", "s/0/1", at_ms=250)  # counted in the replay, before the copy's ack
+    report = ledger.report()
+    assert report.acked_early == ["s/0/0 (acked at 100; 'cow' counted 0 of 1 time(s) by then)"]
+    assert report.words_lost == 0 and "acked before every word was counted" in report.failures[0]
+
+
+def test_poison_dead_lettered_before_its_replays_and_letters_nobody_could_read_are_failures() -> None:
+    ledger = _ledger(b"poison a", b"poison b", poison=0)
+    ledger.poison.add("s/0/1")
+    ledger.max_attempts = 1
+    for origin, copy in (("s/0/0", 0), ("s/0/1", None)):
+        ledger.outcome(origin, "FAILED", 0, by_acker=True, at_ms=1)
+        if copy is not None:
+            ledger.copy("r", 0, copy, origin)
+            ledger.outcome(f"r/0/{copy}", "FAILED", 0, by_acker=True, at_ms=2)
+        ledger.dead_letter(origin)
+    ledger.unreadable_letter("acker.dlq")
+    report = ledger.report()
+    assert report.poison_not_replayed == ["s/0/1"]  # nacked once, dead-lettered without its one replay
+    assert report.other_dead_letters == {"acker.dlq": 1}
+    assert any("before their replays" in f for f in report.failures)
+    assert any("nobody could read: {'acker.dlq': 1}" in f for f in report.failures)
