@@ -430,9 +430,11 @@ class Demo:
         ):
             table.add_row(name, str(value))
         marks = ledger.latest_watermarks()
-        for (topic, partition), end in sorted(ledger.ends.items()):
-            table.add_row(f"watermark {topic}[{partition}]", f"{marks.get((topic, partition), '-')} / {end}")
-        return Group(table, Panel("\n".join(self.events[-8:]) or "starting", title="events"))
+        shown = [f"{marks.get((t, p), '-')}/{end}" for (t, p), end in sorted(ledger.ends.items())]
+        table.add_row(f"watermark / end of {self.topics.sentences}[0..]", "  ".join(shown) or "-")
+        # The newest events first, above the table: a terminal too short for the whole view has its bottom lines cut,
+        # and the newest events, last, were the ones never seen.
+        return Group(Panel("\n".join(reversed(self.events[-6:])) or "starting", title="events, newest first"), table)
 
 
 def _available(consumer: Consumer) -> Iterator[Message]:
@@ -480,7 +482,7 @@ def render_report(report: Report) -> Table:
         ("duplicate outcomes (acker failover)", report.duplicate_outcomes),
         ("complete latency p50 / p99 ms", latency),
         ("words of good sentences / counted", f"{report.words_expected} / {report.words_counted}"),
-        ("duplicate words counted (at-least-once)", report.duplicate_words),
+        ("words counted again (at-least-once: replays, attempts of dead-lettered sentences)", report.duplicate_words),
         ("words never counted", report.words_lost),
         ("words whose last count is below the times counted", len(report.counts_below)),
     ]
@@ -516,7 +518,11 @@ def add_parser(sub: Any) -> None:
         ("drop_rate", share, "share of words the count bolts drop silently (their trees time out)"),
         ("split_processes", at_least(1), "split bolt processes"),
         ("count_processes", at_least(1), "count bolt processes"),
-        ("partitions", at_least(1), "partitions of every topic"),
+        (
+            "partitions",
+            at_least(1),
+            "partitions of the pipeline's topics and the acker's (dead-letter, status and progress topics have one)",
+        ),
         ("timeout_s", positive, "the acker's message timeout"),
         ("max_attempts", at_least(1), "replays before a record is dead-lettered"),
         ("backoff_ms", at_least(0, below=MAX_HOLD_MS), "delay of the first replay"),
