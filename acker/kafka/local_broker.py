@@ -395,7 +395,9 @@ def spawn(
     held: list[int] = []
     handlers = {}
     if preexec is not None and threading.current_thread() is threading.main_thread():
-        handlers = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in _HELD}
+        # Not one installed outside Python (getsignal says None): it could not be put back.
+        handlers = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+                    for sig in _HELD if signal.getsignal(sig) is not None}  # fmt: skip
     try:
         process = subprocess.Popen(args, preexec_fn=preexec, **popen)  # noqa: PLW1509 - prctl and getppid only
         if started is not None:
