@@ -208,10 +208,7 @@ def fetch_jars(cache_dir: Path | None = None) -> Path:
             _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, lib_dir)
             try:
                 # Dies with this process (`spawn`): a fetch killed midway left Maven running.
-                result = _forked_lastingly(lambda: _completed(spawn(
-                    cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    text=True,
-                ), _MAVEN_TIMEOUT_S))  # fmt: skip
+                result = _forked_lastingly(lambda: _fetched(cmd, work))
             except subprocess.TimeoutExpired as exc:
                 output = _tail(exc.output if isinstance(exc.output, str) else "")
                 what = f"mvn timed out after {_MAVEN_TIMEOUT_S:.0f} s fetching the Kafka broker's jars"
@@ -337,6 +334,21 @@ def _absolute_log_dirs(props: dict[str, object]) -> dict[str, object]:
     return props
 
 
+def _fetched(cmd: list[str], work: Path) -> subprocess.CompletedProcess[str]:
+    """Maven run as ``cmd`` in ``work``, waited for (`_completed`); stopped if this process is (a Ctrl-C held while
+    it was forked and raised then, `spawn`)."""
+    started: list[subprocess.Popen[str]] = []
+    try:
+        process = spawn(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, started=started.append)  # fmt: skip
+    except BaseException:
+        for child in started:
+            child.kill()
+            child.wait()
+        raise
+    return _completed(process, _MAVEN_TIMEOUT_S)
+
+
 def _completed(process: subprocess.Popen[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     """``process`` waited for, as `subprocess.run` waits (killed, and `subprocess.TimeoutExpired` with what it wrote,
     after ``timeout_s``)."""
@@ -393,21 +405,38 @@ def spawn(
     On the main thread, where handlers run, the two signals are held until the child is forked, then raised."""
     preexec = pdeathsig_preexec()
     held: list[int] = []
-    handlers = {}
-    if preexec is not None and threading.current_thread() is threading.main_thread():
-        # Not one installed outside Python (getsignal says None): it could not be put back.
-        handlers = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
-                    for sig in _HELD if signal.getsignal(sig) is not None}  # fmt: skip
+    handlers: dict[int, Any] = {}  # those put in place of a signal's handler, as they were
     try:
+        if preexec is not None and threading.current_thread() is threading.main_thread():
+            for sig in _HELD:
+                if signal.getsignal(sig) is not None:  # not one installed outside Python: it could not be put back
+                    # One at a time, each recorded once swapped: a handler of a signal pending (which signal.signal
+                    # runs first) may raise before the next is.
+                    handlers[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
         process = subprocess.Popen(args, preexec_fn=preexec, **popen)  # noqa: PLW1509 - prctl and getppid only
         if started is not None:
             started(process)
         return process
     finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)
+        _put_back(handlers, held)
+
+
+def _put_back(handlers: dict[int, Any], held: list[int]) -> None:
+    """The ``handlers`` in place again, then the signals ``held`` meanwhile raised. A handler put back may run (and
+    raise) for a signal pending as the next is put back: each is put back all the same, and the first error raised
+    once all are."""
+    raised: BaseException | None = None
+    for sig, handler in handlers.items():
+        while True:
+            try:
+                signal.signal(sig, handler)
+                break
+            except BaseException as error:  # a signal's handler: the stop it says is raised below
+                raised = raised or error
+    if raised is not None:
+        raise raised
+    for signum in dict.fromkeys(held):
+        signal.raise_signal(signum)
 
 
 _spawns: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()

@@ -4,9 +4,12 @@ thread starts them, and a forked child that starts one of its own."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+
+import pytest
 
 from acker.kafka import local_broker
 
@@ -33,15 +36,12 @@ def test_a_child_forked_after_the_spawner_ran_spawns_with_a_spawner_of_its_own()
 _UNDER_FIRE = """
 import logging, os, signal, subprocess, sys, threading, time
 from acker.cli import TerminatedError
-from acker.kafka.local_broker import pdeathsig_preexec, spawn
+from acker.kafka.local_broker import spawn
 
 ballast = bytearray(200 * 1024 * 1024)  # a process the size of a demo's: each fork takes a while
 main = threading.main_thread().ident
 children = []  # kept, as a caller keeps what it started (`spawn`'s ``started``), and waited for at the end
-if sys.argv[1] == "spawn":
-    start = lambda argv: spawn(argv, started=children.append)
-else:
-    start = lambda argv: children.append(subprocess.Popen(argv, preexec_fn=pdeathsig_preexec())) or children[-1]
+start = lambda argv: spawn(argv, started=children.append)  # subprocess.Popen(argv, preexec_fn=...) hung here
 spawned = raised = 0
 deadline = time.monotonic() + 4
 
@@ -91,8 +91,29 @@ def test_a_sigterm_while_a_child_is_forked_stops_the_parent_and_leaves_loggings_
     """Forked with a ``preexec_fn``, a child has Python run its at-fork hooks in the parent, logging's among them: a
     SIGTERM handled in one raised where Python drops the exception. The demo carried on, its stop lost, and logging's
     lock stayed held: its Spark batches, and its next stop, hung for good."""
-    ran = subprocess.run([sys.executable, "-c", _UNDER_FIRE, "spawn"], capture_output=True, text=True, timeout=60,
+    ran = subprocess.run([sys.executable, "-c", _UNDER_FIRE], capture_output=True, text=True, timeout=60,
                          check=False)  # fmt: skip
     _, raised, free = ran.stdout.split()  # each SIGTERM raised once the child is forked, outside Python's hooks
     assert int(raised) > 0 and free == "True", ran.stdout + ran.stderr
     assert "_releaseLock" not in ran.stderr, ran.stderr  # "Exception ignored in: <function _releaseLock ...>"
+
+
+def test_handlers_put_back_after_a_spawn_are_all_put_back_when_a_signal_pending_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Putting SIGINT's back first ran a pending SIGINT's handler (KeyboardInterrupt) before SIGTERM's was: SIGTERM
+    kept the recorder for good, and every later SIGTERM was swallowed."""
+    put: dict[int, object] = {}
+    calls = iter([KeyboardInterrupt(), None, None])
+
+    def fake_signal(sig: int, handler: object) -> object:
+        pending = next(calls, None)
+        if pending is not None:
+            raise pending  # as signal.signal runs a pending signal's handler before it installs the new one
+        put[sig] = handler
+        return None
+
+    monkeypatch.setattr(signal, "signal", fake_signal)  # the module local_broker calls it through
+    with pytest.raises(KeyboardInterrupt):
+        local_broker._put_back({signal.SIGINT: "int handler", signal.SIGTERM: "term handler"}, [signal.SIGTERM])
+    assert put == {signal.SIGINT: "int handler", signal.SIGTERM: "term handler"}
