@@ -458,7 +458,8 @@ class _Publisher:
                 # good, no Python object referring to it, and through its traceback this frame and the producer,
                 # which logged at a broker gone: raised again, it has a traceback from here on only.
                 error.__traceback__ = None
-                self._raise_if_deleted(replay_topics | {row.outcome_topic for row in rows})
+                written = {t for t in replay_topics if t in self._partitions} | {row.outcome_topic for row in rows}
+                self._raise_if_deleted(written | {self.policy.dead_letter_topic, self.settings.progress_topic})
             raise
         self.handled.update(handled)
         return len(rows)
@@ -474,17 +475,17 @@ class _Publisher:
             log.warning("the failed transaction could not be aborted either (%s)", cause.str() if cause else error)
 
     def _raise_if_deleted(self, topics: Iterable[str]) -> None:
-        """`AckerError` naming the topics of a failed transaction that no longer exist, as twice `CONFIRM_S` apart:
-        deleted while the job ran (their partitions known, the transaction was refused "unknown topic or partition",
-        which librdkafka logs without the topic's name)."""
+        """`AckerError` naming the ``topics`` a failed transaction wrote to that no longer exist, as twice `CONFIRM_S`
+        apart: deleted while the job ran (the transaction was refused "unknown topic or partition", which librdkafka
+        logs without the topic's name)."""
         client = dict(self.settings.source.client)
-        gone = sorted(topic for topic in topics if topic in self._partitions)
+        gone = sorted(topics)
         for attempt in range(2):
             if attempt and gone:
                 time.sleep(CONFIRM_S)
             gone = [topic for topic in gone if _missing(client, topic)]
         for topic in gone:  # looked up again, should this publisher be used again
-            del self._partitions[topic]
+            self._partitions.pop(topic, None)
         if gone:
             spouts = [topic for topic in gone if topic.startswith(self.policy.replay_prefix)]
             then = (f"a spout makes its replay topic again when it starts, and a job restarted before that "

@@ -403,6 +403,22 @@ def test_a_replay_topic_deleted_while_the_job_runs_stops_it_saying_which_and_not
     assert (text(pairs(letter.headers()), REASON), letter.value()) == (NO_REPLAY_TOPIC, b"v1")
 
 
+def test_an_outcome_topic_deleted_while_the_job_runs_stops_it_saying_which(bootstrap: str) -> None:
+    """Its resolutions' topic is written without a lookup of its partitions: it was never named."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    source, outcomes = f"src-{uuid.uuid4().hex[:8]}", settings.source.topics[0]
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    producer = Producer(client)
+    produce(producer, source, b"v0")
+    assert producer.flush(30) == 0
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    admin = AdminClient(dict(client))
+    admin.delete_topics([outcomes], operation_timeout=30)[outcomes].result(30)
+    with pytest.raises(AckerError, match=f"topic {outcomes} was deleted .*restart the job once it is back"):
+        publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client))
+
+
 def test_a_restart_finds_its_last_batch_while_another_job_holds_a_transaction_open(bootstrap: str) -> None:
     """Two replay jobs share the progress topic. The other's driver died in a transaction after writing its progress
     record; this job publishes batch 3 and restarts before Spark logs the batch done. A read_committed read stopped
