@@ -173,6 +173,12 @@ class TaskState:
         self._ties = itertools.count()
         self.requests: dict[str, RequestState] = _Requests(self._schedule)
 
+    def reschedule(self) -> None:
+        """The schedule made again from the requests held, its stale entries gone: after a restore, which put the
+        state of each changelog record on it, and a state a later record replaced stayed held until its due time."""
+        self._schedule_heap = [(_due_ms(state), next(self._ties), state) for state in self.requests.values()]
+        heapq.heapify(self._schedule_heap)
+
     def _schedule(self, state: RequestState) -> None:
         heapq.heappush(self._schedule_heap, (_due_ms(state), next(self._ties), state))
 

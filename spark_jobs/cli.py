@@ -63,10 +63,10 @@ def add_parser(sub: Any) -> None:
         ("replay", "re-publish nacked records for their spout (retries with backoff, then a dead-letter topic)"),
     ):
         job = jobs.add_parser(name, help=help_text, description=help_text)
-        # Where, which outcome and replay topics, and the factor of the topics they make: none of the service's own.
-        add_arguments(
-            job, ("bootstrap_servers", "outcome_prefix", "replay_prefix", "replay_dlq_topic", "replication_factor")
-        )
+        # Where, which outcome and replay topics, and the factor of the topics they make; the commit job, the acker's
+        # timeout and buckets (when a watermark waiting at one offset is said stuck: `commit_job.stuck_after_s`).
+        shown = ("bootstrap_servers", "outcome_prefix", "replay_prefix", "replay_dlq_topic", "replication_factor")
+        add_arguments(job, (*shown, "timeout_s", "buckets") if name == "commit" else shown)
         job.add_argument("--spout", action="append", default=[], help="read this spout's outcome topic (repeatable)")
         job.add_argument(
             "--spout-group",

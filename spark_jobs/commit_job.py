@@ -39,7 +39,7 @@ from acker.dlq import DLQ_KEPT_BYTES
 from acker.errors import ConfigError
 from acker.kafka.clients import KafkaClientError, kafka_error, partition_count, topic_max_bytes
 from acker.kafka.lookups import CONFIRM_S, Commits, KafkaLookups, WatermarkCommitError, lookups
-from acker.spout import pending_timeout_s
+from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
 from acker.watermarks import acked_group
 from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
@@ -78,10 +78,11 @@ STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done abo
 
 def stuck_after_s(config: ServiceConfig) -> float:
     """How long a mark waits at one offset, with offsets done above it, before it is said, for an acker configured as
-    ``config``: `STUCK_S`, or twice the time a spout waits for an outcome (`acker.spout.pending_timeout_s`) where that
-    is longer: a tree may be pending so long (an acker timeout of hours), then be timed out by its spout and replayed.
-    """
-    return max(STUCK_S, 2 * pending_timeout_s(config))
+    ``config``: `STUCK_S`, or longer than a spout may wait for an outcome where that is longer: `WAIT_TIMEOUTS`
+    times its wait (`acker.spout.pending_timeout_s`) while the tree's acker partition decides nothing (an acker
+    timeout of hours, an acker down), then a wait more for the replay. A spout given a wait of its own
+    (`SpoutSettings.pending_timeout_s`) is not known here."""
+    return max(STUCK_S, (WAIT_TIMEOUTS + 1) * pending_timeout_s(config))
 
 
 @dataclass(frozen=True)

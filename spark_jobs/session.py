@@ -202,11 +202,31 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     no job running, as between micro-batches (apache/spark#45722): that warning is turned off first. So is the query's
     own "terminated with error" and its Java trace (80 lines) for a batch that started after the wait and was
     interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves)."""
+    queries_logger, was = "org.apache.spark.sql.execution.streaming.MicroBatchExecution", None
     try:
         set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
-        set_log_level(session, "org.apache.spark.sql.execution.streaming.MicroBatchExecution", "OFF")
+        was = _log_level(session, queries_logger)
+        set_log_level(session, queries_logger, "OFF")
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
         log.debug("could not quiet the DAG scheduler and the queries: %s", error)
+    try:
+        _stop_each(queries, between_batches_s)
+    finally:
+        if was is not None:  # for the queries a session started later has (a test's)
+            try:
+                set_log_level(session, queries_logger, was)
+            except Exception as error:  # the JVM gone meanwhile
+                log.debug("could not put the queries' log level back: %s", error)
+
+
+def _log_level(session: SparkSession, logger: str) -> str:
+    """The level ``logger`` logs at now (its own, or the one it takes from its parents)."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a driver's context
+    return str(jvm.org.apache.logging.log4j.LogManager.getLogger(logger).getLevel().name())
+
+
+def _stop_each(queries: Iterable[Any], between_batches_s: float) -> None:
     with stopping():
         for query in queries:
             deadline = time.monotonic() + between_batches_s

@@ -621,6 +621,7 @@ class CoordinatedStage:
                     task.requests.pop(key, None)
                 else:
                     task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
+        task.reschedule()
         return task
 
 

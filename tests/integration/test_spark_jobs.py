@@ -731,7 +731,7 @@ def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tm
 _STOPPED_MID_BATCH = """
 import sys, time
 from pathlib import Path
-from spark_jobs.session import spark_session, stop, stop_queries
+from spark_jobs.session import _log_level, spark_session, stop, stop_queries
 from spark_jobs.stopping import batch_function
 spark = spark_session("stopped-mid-batch", jvm_output=Path(sys.argv[1]))
 def slow(batch, _):  # a Spark job of its own, running when the query is stopped
@@ -741,7 +741,10 @@ query = rate.writeStream.foreachBatch(batch_function(slow)).trigger(processingTi
 while not query.status["isTriggerActive"] or not query.recentProgress:
     time.sleep(0.1)
 time.sleep(1)
+queries = "org.apache.spark.sql.execution.streaming.MicroBatchExecution"
+before = _log_level(spark, queries)
 stop_queries(spark, [query], between_batches_s=0)
+assert _log_level(spark, queries) == before, "the queries' log level is not put back"
 stop(spark)
 """
 

@@ -405,8 +405,9 @@ def test_a_reading_command_lists_the_settings_it_uses_and_takes_the_others(capsy
             cli.main([*command, "--help"])
         out = capsys.readouterr().out
         assert used in out and "--bootstrap-servers" in out and "--kafka" in out and "--tracker-threads" not in out
-        # A bolt reads the message timeout (how long it passes over inputs read again after a partition was lost).
-        assert ("--buckets" in out) == (command[:2] == ["wordcount", "split"])
+        # A bolt reads the message timeout (how long it passes over inputs read again after a partition was lost),
+        # the commit job too (how long a watermark waits at one offset before it is said stuck).
+        assert ("--buckets" in out) == (command[:2] in (["wordcount", "split"], ["spark", "commit"]))
         required = ["--checkpoint", "x"] if command[0] == "spark" else []
         args = cli.build_parser().parse_args([*command, *required, "--buckets", "4", "--tracker-threads", "1"])
         assert (args.buckets, args.tracker_threads) == ("4", "1")

@@ -265,3 +265,14 @@ def test_expiries_from_the_schedule_are_those_a_scan_of_every_request_finds(step
             if kind == "expire":
                 for state in found[0]:
                     task.reports(state)  # as the step finishes them
+
+
+def test_a_task_restored_from_its_changelog_keeps_on_its_schedule_only_the_states_it_holds() -> None:
+    """Each changelog record of a request put its state on the schedule, and a state a later record replaced (with
+    its step's data and answer) was held there until its due time, up to a day."""
+    task = TaskState(first=True, tasks=1, next_tasks=1)
+    for received in range(3):  # three records of one request, as a changelog not yet compacted holds them
+        task.requests["r"] = RequestState("r", 5_000, received=received, user={"big": "x" * 1000})
+    task.reschedule()
+    assert [entry[2] for entry in task._schedule_heap] == [task.requests["r"]]
+    assert task.expired(5_000)[0] == [task.requests["r"]]

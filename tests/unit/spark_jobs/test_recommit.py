@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from acker.config import ServiceConfig
 from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
-from acker.spout import pending_timeout_s
+from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
 from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
@@ -363,7 +363,7 @@ def test_a_mark_is_said_stuck_only_after_a_tree_could_have_been_pending_and_repl
     while it was pending as it may be."""
     assert commit_job.stuck_after_s(ServiceConfig()) == commit_job.STUCK_S  # a spout waits 2.5 minutes
     hour = ServiceConfig(timeout_s=3600)
-    assert commit_job.stuck_after_s(hour) == 2 * pending_timeout_s(hour) > 4 * 3600
+    assert commit_job.stuck_after_s(hour) == (WAIT_TIMEOUTS + 1) * pending_timeout_s(hour) > 10 * 3600
 
 
 class _Groups(_Kafka):
