@@ -475,15 +475,12 @@ class _Publisher:
             log.warning("the failed transaction could not be aborted either (%s)", cause.str() if cause else error)
 
     def _raise_if_deleted(self, topics: Iterable[str]) -> None:
-        """`AckerError` naming the ``topics`` a failed transaction wrote to that no longer exist, as twice `CONFIRM_S`
-        apart: deleted while the job ran (the transaction was refused "unknown topic or partition", which librdkafka
-        logs without the topic's name)."""
-        client = dict(self.settings.source.client)
-        gone = sorted(topics)
-        for attempt in range(2):
-            if attempt and gone:
-                time.sleep(CONFIRM_S)
-            gone = [topic for topic in gone if _missing(client, topic)]
+        """`AckerError` naming the ``topics`` a failed transaction wrote to that no longer exist, as the lookups confirm
+        it (`KafkaLookups.missing`): deleted while the job ran (the transaction was refused "unknown topic or
+        partition", which librdkafka logs without the topic's name)."""
+        kafka = lookups(self.settings.source.client)
+        with kafka.lock:
+            gone = [topic for topic in sorted(topics) if kafka.missing(topic)]
         for topic in gone:  # looked up again, should this publisher be used again
             self._partitions.pop(topic, None)
         if gone:
@@ -597,15 +594,6 @@ def handled_said(handled: Mapping[str, int]) -> str:
     letters = {reason: n for reason, n in sorted(handled.items()) if reason != REPLAYED}
     said = f"{handled.get(REPLAYED, 0)} replayed, {sum(letters.values())} dead-lettered"
     return said + f" ({', '.join(f'{reason} {n}' for reason, n in letters.items())})" if letters else said
-
-
-def _missing(client: Mapping[str, Any], topic: str) -> bool:
-    """Whether Kafka says ``topic`` does not exist (a lookup it does not answer says nothing of it)."""
-    try:
-        partition_count(client, topic)
-    except KafkaClientError as error:
-        return error.code == KafkaError.UNKNOWN_TOPIC_OR_PART
-    return False
 
 
 def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: int = 3) -> dict[int, Message | None]:

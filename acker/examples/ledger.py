@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter, defaultdict
+from collections.abc import KeysView
 from dataclasses import dataclass, field
 
 DONE = ("ACK", "REPLAYED", "DEAD_LETTERED")
@@ -136,8 +137,7 @@ class Ledger:
     poison: set[str] = field(default_factory=set)
     ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
     done_at: dict[str, int] = field(default_factory=dict)  # msg_id → ms of its first done outcome
-    acked_at: dict[str, int] = field(default_factory=dict)  # msg_id → ms of its first ACK
-    acked: set[str] = field(default_factory=set)
+    acked_at: dict[str, int] = field(default_factory=dict)  # msg_id → ms of its first ACK (those acked)
     outcome_events: Counter[tuple[str, str]] = field(default_factory=Counter)
     latencies: list[int] = field(default_factory=list)
     copies: dict[str, str] = field(default_factory=dict)  # replayed copy's coordinates → origin
@@ -162,12 +162,16 @@ class Ledger:
         self.outcome_events[(msg_id, outcome)] += 1
         if outcome in DONE and (msg_id not in self.done_at or at_ms < self.done_at[msg_id]):
             self.done_at[msg_id] = at_ms
-        if outcome == "ACK" and (msg_id not in self.acked_at or at_ms < self.acked_at[msg_id]):
+        # The first decision only: one re-made by a new owner after a failover is not a latency.
+        if outcome == "ACK" and by_acker and msg_id not in self.acked_at:
+            self.latencies.append(latency_ms)
+        if outcome == "ACK" and at_ms < self.acked_at.get(msg_id, at_ms + 1):
             self.acked_at[msg_id] = at_ms
-        if outcome == "ACK" and msg_id not in self.acked:
-            self.acked.add(msg_id)
-            if by_acker:  # the first decision only: one re-made by a new owner after a failover is not a latency
-                self.latencies.append(latency_ms)
+
+    @property
+    def acked(self) -> KeysView[str]:
+        """The message ids acked."""
+        return self.acked_at.keys()
 
     def copy(self, topic: str, partition: int, offset: int, origin: str) -> None:
         self.copies[coordinates(topic, partition, offset)] = origin

@@ -335,34 +335,24 @@ def _absolute_log_dirs(props: dict[str, object]) -> dict[str, object]:
 
 
 def _fetched(cmd: list[str], work: Path) -> subprocess.CompletedProcess[str]:
-    """Maven run as ``cmd`` in ``work``, waited for (`_completed`); stopped if this process is (a Ctrl-C held while
-    it was forked and raised then, `spawn`)."""
+    """Maven run as ``cmd`` in ``work`` and waited for, as `subprocess.run` waits, but spawned to die with this
+    process (`spawn`): killed, and `subprocess.TimeoutExpired` with what it wrote, after `_MAVEN_TIMEOUT_S`; killed
+    too when this process is stopped meanwhile, also by a Ctrl-C held while it was forked and raised then."""
     started: list[subprocess.Popen[str]] = []
     try:
-        process = spawn(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, started=started.append)  # fmt: skip
-    except BaseException:
-        for child in started:
-            child.kill()
-            child.wait()
-        raise
-    return _completed(process, _MAVEN_TIMEOUT_S)
-
-
-def _completed(process: subprocess.Popen[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """``process`` waited for, as `subprocess.run` waits (killed, and `subprocess.TimeoutExpired` with what it wrote,
-    after ``timeout_s``)."""
-    try:
-        stdout, _ = process.communicate(timeout=timeout_s)
+        spawn(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+              started=started.append)  # fmt: skip
+        stdout, _ = started[0].communicate(timeout=_MAVEN_TIMEOUT_S)
     except subprocess.TimeoutExpired as expired:
-        process.kill()
-        expired.output, _ = process.communicate()
+        started[0].kill()
+        expired.output, _ = started[0].communicate()
         raise
     except BaseException:
-        process.kill()
-        process.wait()
+        for process in started:
+            process.kill()
+            process.wait()
         raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout)
+    return subprocess.CompletedProcess(cmd, started[0].returncode, stdout)
 
 
 def _property_value(value: object) -> str:

@@ -256,6 +256,14 @@ class KafkaLookups:
             return None
         return int(low), int(high)
 
+    def missing(self, topic: str, partition: int = 0) -> bool:
+        """Whether the cluster's metadata lacks the topic or the partition, confirmed as `_missing` confirms it; False
+        when Kafka does not answer (that says nothing of it)."""
+        try:
+            return self._missing(topic, partition)
+        except KafkaException:
+            return False
+
     def _missing(self, topic: str, partition: int) -> bool:
         """Whether the cluster's metadata lacks the topic or the partition, asked now and again `CONFIRM_S` later.
         What a caller does with the answer cannot be undone (a nacked record dead-lettered ``source-missing``, a
