@@ -1,4 +1,5 @@
-"""CPU seconds used by processes (user + system, all threads), read from /proc: where a run's time went."""
+"""What processes used, read from /proc: CPU seconds (user + system, all threads), where a run's time went, and
+peak resident memory."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ def cpu_seconds(pid: int) -> float:
     """CPU seconds used so far by process ``pid`` (Linux): in clock ticks (10 ms) from /proc, to the nanosecond for
     this process itself (its CPU clock, every thread)."""
     return time.process_time() if pid == os.getpid() else _stat_seconds(f"/proc/{pid}/stat")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory of process ``pid`` so far (Linux's VmHWM), in MiB; NaN where it cannot be read (the
+    process ended, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return float("nan")
 
 
 JVM_COMPILER = "CompilerThre"

@@ -37,14 +37,12 @@ import functools
 import signal
 import statistics
 import struct
-import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -55,7 +53,7 @@ from acker.headers import HEADER, HeaderList
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.spout import SpoutSettings, outcome_consumer
-from benchmarks.pipeline_bench import Stages, _run, _wait_ready, arguments, measured
+from benchmarks.pipeline_bench import Round, Stages, _run, _wait_ready, arguments, measured, peak_mib, running
 
 _MESSAGE = 25  # bytes an acker message takes in a columnar record (kind, anchor, value; an init's offset too)
 _OUTCOME = 16  # bytes an outcome takes in an outcome record (anchor, offset; its code and latency about nothing)
@@ -159,15 +157,9 @@ def serve(argv: list[str]) -> None:
     stage.producer.flush(30)
 
 
-@dataclass(frozen=True)
-class Result:
-    words_per_s: float
-    cpu: dict[str, float]  # CPU seconds per 1,000 words, by process (and the broker)
-
-
 def _floor(
     cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages, pads: dict[str, int] | None = None
-) -> Result:
+) -> Round:
     partitions = stages.partitions
     linger_ms = ServiceConfig.ack_linger_ms if stages.ack_linger_ms is None else stages.ack_linger_ms
     prefix = f"floor-{uuid.uuid4().hex[:8]}"
@@ -181,25 +173,12 @@ def _floor(
     names = ["spout", "split", "count", *(["acker"] if tracked else [])]
     common = [prefix, cluster.bootstrap_servers, str(partitions), str(linger_ms), "1" if tracked else "0"]
     pads = pads or {}
-    processes = {name: subprocess.Popen([sys.executable, "-m", "benchmarks.floor_bench", "serve", name, *common,
-                                         str(pads.get(name, 0))]) for name in names}  # fmt: skip
-    pids = {name: process.pid for name, process in processes.items()}
-    if cluster.pid is not None:
-        pids["broker"] = cluster.pid
-    try:
+    argvs = {name: [sys.executable, "-m", "benchmarks.floor_bench", "serve", name, *common, str(pads.get(name, 0))]
+             for name in names}  # fmt: skip
+    with running(cluster, argvs) as pids:
         _wait_ready(config, {f"{prefix}-{name}": partitions for name in names})
         _, rate, used = measured(config, topics, partitions, lines, pids)
-        return Result(rate, used)
-    finally:
-        for process in processes.values():
-            process.terminate()
-        for process in processes.values():
-            process.wait(60)
-
-
-def _project(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> Result:
-    rate, used = _run(cluster, lines, tracked, stages)
-    return Result(rate, used)
+        return Round(rate, used, peak_mib(pids))
 
 
 def main() -> None:
@@ -212,18 +191,18 @@ def main() -> None:
     stages = Stages(args.partitions, ack_linger_ms=args.ack_linger_ms)
     runs: list[tuple[str, Run, bool]] = [
         ("floor, untracked", _floor, False), ("floor, tracked", _floor, True),
-        ("project, untracked", _project, False), ("project, tracked", _project, True),
+        ("project, untracked", _run, False), ("project, tracked", _run, True),
     ]  # fmt: skip
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for done in range(0 if args.quick else args.warm_up):  # the broker's JIT compiler, mostly
             for _, run, tracked in runs:
                 run(cluster, lines[: max(1, n // 2)], tracked, stages)
             print(f"warm-up round {done + 1} done", flush=True)
-        pads = _pads(lines, _floor(cluster, lines, False, stages), _project(cluster, lines, False, stages))
+        pads = _pads(lines, _floor(cluster, lines, False, stages), _run(cluster, lines, False, stages))
         print(f"padding the floor's stages, CPU ns an input message: {pads}", flush=True)
         padded = functools.partial(_floor, pads=pads)
         runs[2:2] = [("padded floor, untracked", padded, False), ("padded floor, tracked", padded, True)]
-        results: dict[str, list[Result]] = {label: [] for label, _, _ in runs}
+        results: dict[str, list[Round]] = {label: [] for label, _, _ in runs}
         for done in range(args.repeat or (1 if args.quick else 3)):
             for label, run, tracked in runs if done % 2 == 0 else runs[::-1]:  # the machine drifts: both ways round
                 results[label].append(run(cluster, lines, tracked, stages))
@@ -231,10 +210,10 @@ def main() -> None:
     _report(n, results)
 
 
-Run = Callable[[Cluster, list[bytes], bool, Stages], Result]
+Run = Callable[[Cluster, list[bytes], bool, Stages], Round]
 
 
-def _pads(lines: list[bytes], floor: Result, project: Result) -> dict[str, int]:
+def _pads(lines: list[bytes], floor: Round, project: Round) -> dict[str, int]:
     """CPU ns an input message that brings each floor stage to the project's, untracked (the same run's): what
     the project's stages do beyond moving the messages, as a spin, with no tracking logic."""
     words = sum(len(line.split()) for line in lines)
@@ -243,7 +222,7 @@ def _pads(lines: list[bytes], floor: Result, project: Result) -> dict[str, int]:
             for name, count in inputs.items()}  # fmt: skip
 
 
-def _report(n: int, results: dict[str, list[Result]]) -> None:
+def _report(n: int, results: dict[str, list[Round]]) -> None:
     names = ["spout", "split", "count", "acker", "broker"]
     rates = {label: statistics.median(r.words_per_s for r in runs) for label, runs in results.items()}
     used = {label: {name: statistics.median(r.cpu.get(name, 0.0) for r in runs) for name in names}

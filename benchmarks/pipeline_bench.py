@@ -16,29 +16,75 @@ Storm reports 5 to 8 × lower throughput with acking on; the target here is trac
 
 It also prints where the CPU went: the CPU seconds of each process (and of the local broker) per 1,000 words, from
 the moment the sentences are written until the sink holds every count. On a machine with fewer cores than busy
-processes, the throughput ratio is close to the ratio of the total CPU per word of the two modes.
+processes, the throughput ratio is close to the ratio of the total CPU per word of the two modes. And the peak
+resident memory of each process (Linux's VmHWM, read when the sink holds every count and, tracked, every sentence is
+acked).
+
+Then latency, below saturation: a fresh pipeline of each mode is given sentences at one steady rate, half the
+tracked mode's measured throughput, each with a marker word of its own (``~<n>``) as its last word. The delay of a
+sentence is from its record's timestamp to that of its marker word's count in the sink (one clock: every process runs
+here), and, tracked, the acker's complete latency of its tree (from the spout's init to the last ack). The first
+5 s of sentences are a warm-up, not counted. With ``--quick`` the tracked throughput is that of a burst smaller than
+the spout's max pending, which never waits for an ack: half of it may be more than the tracked mode sustains, and
+the delays then grow through the round.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+import numpy as np
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, to_argv
 from acker.examples.wordcount import Topics, sentences
 from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import produce as send
 from acker.kafka.provision import Cluster, kafka_cluster
+from acker.wire import decode_outcomes
 from benchmarks import cpu
+
+
+def _read_from_start(
+    config: ServiceConfig,
+    topic: str,
+    partitions: int,
+    *,
+    take: Callable[[Message], None],
+    done: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+) -> None:
+    """Every record of ``topic`` from its beginning to ``take`` until ``done()``; fails after ``timeout_s``."""
+    consumer = Consumer(config.client(**{"group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not done():
+            assert time.monotonic() < deadline, f"{what} in {timeout_s:.0f} s"
+            for record in consumer.consume(1000, timeout=0.5):
+                if record.error() is None:
+                    take(record)
+    finally:
+        consumer.close()
 
 
 def _sink_span(
@@ -52,19 +98,13 @@ def _sink_span(
     while sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts) < expected:
         assert time.monotonic() < deadline, "the pipeline did not count every word in time"
         time.sleep(0.1)
-    full()
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    first, last, seen = None, None, 0
-    while seen < expected:
-        for record in consumer.consume(1000, timeout=1):
-            if record.error() is None:
-                ts = record.timestamp()[1]
-                first = ts if first is None else min(first, ts)
-                last = ts if last is None else max(last, ts)
-                seen += 1
     consumer.close()
-    assert first is not None and last is not None
-    return (last - first) / 1000
+    full()
+    stamps: list[int] = []
+    _read_from_start(config, topic, partitions, take=lambda record: stamps.append(record.timestamp()[1]),
+                     done=lambda: len(stamps) >= expected, timeout_s=timeout_s,
+                     what="the sink's records were not all read")  # fmt: skip
+    return (max(stamps) - min(stamps)) / 1000
 
 
 def measured(
@@ -108,8 +148,50 @@ class Stages:
     acker_partitions: int | None = None  # of the acker and outcome topics; None: ``partitions``
 
 
-def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> tuple[float, dict[str, float]]:
-    """Words counted per second, and the CPU seconds per 1,000 words of each process."""
+@dataclass(frozen=True)
+class Round:
+    """What one round of one mode measured."""
+
+    words_per_s: float
+    cpu: dict[str, float]  # CPU seconds per 1,000 words, by process (and the broker)
+    peak_mib: dict[str, float]  # peak resident memory of each stage process (not the broker's), MiB
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A running word count: its settings, its topics, the pid of each process (and the local broker's)."""
+
+    config: ServiceConfig
+    topics: Topics
+    partitions: int
+    pids: dict[str, int]
+
+
+def peak_mib(pids: dict[str, int]) -> dict[str, float]:
+    """The peak resident memory so far of each process of ``pids`` but the broker, MiB."""
+    return {name: cpu.peak_rss_mib(pid) for name, pid in pids.items() if name != "broker"}
+
+
+@contextlib.contextmanager
+def running(cluster: Cluster, argvs: dict[str, list[str]]) -> Iterator[dict[str, int]]:
+    """The processes ``argvs`` (by name) started; yields their pids, and the local broker's as ``broker``; ends them."""
+    processes = [subprocess.Popen(argv) for argv in argvs.values()]
+    pids = {name: process.pid for name, process in zip(argvs, processes, strict=True)}
+    if cluster.pid is not None:
+        pids["broker"] = cluster.pid
+    try:
+        yield pids
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(60)
+
+
+@contextlib.contextmanager
+def _pipeline(cluster: Cluster, tracked: bool, stages: Stages) -> Iterator[Pipeline]:
+    """A word count on fresh topics, one process per stage (and `acker run` when tracked), each in its group with
+    all its partitions assigned."""
     bootstrap, partitions, max_pending = cluster.bootstrap_servers, stages.partitions, stages.max_pending
     acker_partitions = stages.acker_partitions or partitions
     run = uuid.uuid4().hex[:8]
@@ -140,18 +222,21 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
     }
     if tracked:
         argvs["acker"] = [sys.executable, "-m", "acker.cli", "run", *common, "--log-level", "WARNING"]
-    processes = [subprocess.Popen(argv) for argv in argvs.values()]
-    pids = {name: process.pid for name, process in zip(argvs, processes, strict=True)}
-    if cluster.pid is not None:
-        pids["broker"] = cluster.pid
-    try:
+    with running(cluster, argvs) as pids:
         # The spout reads its source and its replay topic.
         groups = {f"{topics.prefix}-spout": 2 * partitions, f"{topics.prefix}-split": partitions,
                   f"{topics.prefix}-count": partitions}  # fmt: skip
         if tracked:
             groups[config.group] = acker_partitions
         _wait_ready(config, groups)
-        ids, rate, used = measured(config, topics, partitions, lines, pids)
+        yield Pipeline(config, topics, partitions, pids)
+
+
+def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) -> Round:
+    """Words counted per second, the CPU seconds per 1,000 words of each process, and the stages' peak memory."""
+    with _pipeline(cluster, tracked, stages) as pipeline:
+        config, topics = pipeline.config, pipeline.topics
+        ids, rate, used = measured(config, topics, pipeline.partitions, lines, pipeline.pids)
         if tracked:
             poll = follow_outcomes(config, topics.spout)
             deadline = time.monotonic() + 120
@@ -165,12 +250,88 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
             assert all(seen[m][0] == "ACK" for m in ids), "a sentence was not acked"
             # A replay (the spout's timeout) would count its words twice and inflate the rate: none may have come.
             assert all(len(seen[m]) == 1 for m in ids), "a sentence got more than one outcome"
-        return rate, used
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(60)
+        return Round(rate, used, peak_mib(pipeline.pids))
+
+
+MARKER = b"~"
+"""The marker words of the latency round begin with it (``~0``, ``~1``, ...): no generated word does."""
+
+LATENCY_WARM_UP_S = 5.0
+"""The latency round's first seconds of sentences, left out of its figures: just started, the stages and the
+broker fall behind (one run at 4,000 sentences/s: a second at first, caught up after three)."""
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """What one latency round measured: each sentence's delays in ms, in the order they were written (warm-up
+    left out)."""
+
+    rate: float  # sentences written a second
+    counted_ms: np.ndarray  # a sentence written → its marker word's count written (the sink record's timestamp)
+    complete_ms: np.ndarray  # tracked: the acker's complete latency (the spout's init → the tree's last ack); or empty
+
+
+def _paced_write(
+    config: ServiceConfig, topic: str, lines: list[bytes], per_s: float
+) -> tuple[dict[bytes, tuple[int, str]], float]:
+    """Write ``lines`` at ``per_s`` a second, each with a marker word of its own last (``~<index>``): by marker, the
+    time each was written (ms, the record's timestamp) and its message id (coordinates); and the rate achieved."""
+    producer = Producer(config.producer(**{"enable.idempotence": True}))
+    written: dict[bytes, tuple[int, str]] = {}
+    failed: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, record: Message) -> None:
+        if error is not None:
+            failed.append(error)
+        else:
+            msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
+            written[(record.value() or b"").rsplit(b" ", 1)[1]] = record.timestamp()[1], msg_id
+
+    begin = time.perf_counter()
+    for i, line in enumerate(lines):
+        due = begin + i / per_s
+        while (wait := due - time.perf_counter()) > 0:
+            producer.poll(wait)  # returns early when a delivery report is served
+        send(producer, topic, line + b" " + MARKER + b"%d" % i, on_delivery=delivered)
+        producer.poll(0)
+    achieved = len(lines) / (time.perf_counter() - begin)
+    assert producer.flush(60) == 0 and not failed, f"sentences not written: {failed[:3]}"
+    return written, achieved
+
+
+def _latency(
+    cluster: Cluster, lines: list[bytes], per_s: float, tracked: bool, stages: Stages, *, skip: int
+) -> Latencies:
+    """``lines`` written at ``per_s`` a second to a fresh pipeline: the delays of each (`Latencies`) but the first
+    ``skip``."""
+    with _pipeline(cluster, tracked, stages) as pipeline:
+        config, topics, partitions = pipeline.config, pipeline.topics, pipeline.partitions
+        written, rate = _paced_write(config, topics.sentences, lines, per_s)
+        counted: dict[bytes, int] = {}
+
+        def count(record: Message) -> None:
+            if (word := record.key() or b"").startswith(MARKER):
+                counted.setdefault(word, record.timestamp()[1])
+
+        _read_from_start(config, topics.counts, partitions, take=count, done=lambda: len(counted) >= len(written),
+                         timeout_s=120, what="not every sentence's marker word was counted")  # fmt: skip
+        complete: dict[str, int] = {}
+
+        def outcome(record: Message) -> None:
+            decoded = decode_outcomes(record.value() or b"")
+            assert all(o == "ACK" for o in decoded.outcomes), "a sentence was not acked"
+            for msg_id, ms in zip(decoded.msg_ids, decoded.latency_ms, strict=True):
+                complete.setdefault(msg_id, ms)
+
+        if tracked:
+            outcomes = config.outcome_topic(topics.spout)
+            _read_from_start(config, outcomes, config.partitions, take=outcome,
+                             done=lambda: len(complete) >= len(lines), timeout_s=120,
+                             what="not every sentence got an outcome")  # fmt: skip
+    markers = [MARKER + b"%d" % i for i in range(skip, len(lines))]
+    counted_ms = np.array([counted[m] - written[m][0] for m in markers], dtype=float)
+    complete_ms = np.array([complete[written[m][1]] for m in markers] if tracked else [], dtype=float)
+    return Latencies(rate, counted_ms, complete_ms)
 
 
 def _warm_up(cluster: Cluster, lines: list[bytes], stages: Stages, rounds: int) -> None:
@@ -208,14 +369,21 @@ def main() -> None:
     parser.add_argument(
         "--acker-partitions", type=int, default=None, help="of the acker and outcome topics (default: --partitions)"
     )
+    parser.add_argument(
+        "--latency-s",
+        type=float,
+        default=None,
+        help="measured seconds of each mode's latency round, after 5 s of warm-up [10; quick 5; 0: none]",
+    )
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
     repeat = args.repeat or (1 if args.quick else 3)
+    latency_s = args.latency_s if args.latency_s is not None else (5.0 if args.quick else 10.0)
     lines = list(sentences(n, seed=1))
     words = sum(len(line.split()) for line in lines)
-    rates: dict[bool, list[float]] = {True: [], False: []}
-    cpus: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    rounds: dict[bool, list[Round]] = {True: [], False: []}
     stages = Stages(args.partitions, args.max_pending, args.ack_linger_ms, args.acker_partitions)
+    latencies: dict[bool, Latencies] = {}
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         if not args.quick:
             _warm_up(cluster, lines[: max(1, n // 2)], stages, args.warm_up)
@@ -223,10 +391,26 @@ def main() -> None:
             # Alternate, so that drift of a noisy machine hits both, and neither mode always runs second (the
             # broker's JIT load falls more on the mode that runs second, and in the first rounds).
             for tracked in (False, True) if run % 2 == 0 else (True, False):
-                rate, used = _run(cluster, lines, tracked, stages)
-                rates[tracked].append(rate)
-                cpus[tracked].append(used)
-                print(f"run {run + 1} {'tracked' if tracked else 'untracked'}: {rate:,.0f} words/s")
+                rounds[tracked].append(_run(cluster, lines, tracked, stages))
+                print(f"run {run + 1} {_mode(tracked)}: {rounds[tracked][-1].words_per_s:,.0f} words/s", flush=True)
+        # Both modes at one rate, half the tracked mode's (in sentences: its words a second over words a sentence).
+        per_s = statistics.median(r.words_per_s for r in rounds[True]) / (words / n) / 2
+        skip = round(per_s * LATENCY_WARM_UP_S)
+        paced = list(sentences(skip + max(10, round(per_s * latency_s)), seed=2)) if latency_s > 0 else []
+        for tracked in (False, True) if paced else ():
+            latencies[tracked] = _latency(cluster, paced, per_s, tracked, stages, skip=skip)
+            print(f"latency round {_mode(tracked)}: {latencies[tracked].rate:,.0f} sentences/s", flush=True)
+    _report(n, words, repeat, rounds)
+    if latencies:
+        _report_latency(per_s, len(paced) - skip, latencies)
+
+
+def _mode(tracked: bool) -> str:
+    return "tracked" if tracked else "untracked"
+
+
+def _report(n: int, words: int, repeat: int, rounds: dict[bool, list[Round]]) -> None:
+    rates = {mode: [r.words_per_s for r in rounds[mode]] for mode in rounds}
     untracked, with_acker = statistics.median(rates[False]), statistics.median(rates[True])
     print(f"\nworkload: {n:,} sentences, {words:,} words; one process per stage; median of {repeat} run(s)\n")
     print("| mode | words counted/s | ratio |")
@@ -236,14 +420,36 @@ def main() -> None:
     # Each tracked run follows its untracked run: their ratio cancels the machine's drift between rounds.
     paired = statistics.median(t / u for t, u in zip(rates[True], rates[False], strict=True))
     print(f"\nmedian of the ratios of each round (tracked run / the untracked run of the same round): {paired:.2f}")
-    names = list(cpus[True][0])
-    median = {mode: {name: statistics.median(run.get(name, 0.0) for run in cpus[mode]) for name in names}
-              for mode in (False, True)}  # fmt: skip
-    print("\n| CPU seconds per 1,000 words | " + " | ".join(names) + " | total |")
-    print("|---|" + "---:|" * (len(names) + 1))
-    for mode, label in ((False, "untracked"), (True, "tracked")):
-        row = median[mode]
-        print(f"| {label} | " + " | ".join(f"{row[name]:.3f}" for name in names) + f" | {sum(row.values()):.3f} |")
+    for title, field, digits in (
+        ("CPU seconds per 1,000 words", "cpu", 3),
+        ("peak resident memory, MiB", "peak_mib", 0),
+    ):
+        table: dict[bool, list[dict[str, float]]] = {mode: [getattr(r, field) for r in rounds[mode]] for mode in rounds}
+        names = list(table[True][0])
+        print(f"\n| {title} | " + " | ".join(names) + " | total |")
+        print("|---|" + "---:|" * (len(names) + 1))
+        for mode in (False, True):  # a process the mode does not run (the acker, untracked): a dash
+            row = {
+                name: statistics.median(run[name] for run in table[mode]) for name in names if name in table[mode][0]
+            }
+            cells = " | ".join(f"{row[name]:,.{digits}f}" if name in row else "-" for name in names)
+            print(f"| {_mode(mode)} | {cells} | {sum(row.values()):,.{digits}f} |")
+
+
+def _report_latency(per_s: float, measured: int, latencies: dict[bool, Latencies]) -> None:
+    print(f"\nlatency: sentences written at {per_s:,.0f} a second (half the tracked mode's rate), each with a marker "
+          f"word of its own, to a pipeline of each mode: {LATENCY_WARM_UP_S:.0f} s of them not counted (warm-up), "
+          f"then {measured:,} measured\n")  # fmt: skip
+    print("| delay, ms | sentences/s written | p50 | p99 | max | p99 ratio to untracked |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base = float(np.percentile(latencies[False].counted_ms, 99))
+    rows = [(f"{_mode(mode)}: a sentence written → its marker word counted", latencies[mode].rate,
+             latencies[mode].counted_ms) for mode in (False, True)]  # fmt: skip
+    rows.append(("tracked: complete latency (the spout's init → the tree's last ack, at the acker)",
+                 latencies[True].rate, latencies[True].complete_ms))  # fmt: skip
+    for label, rate, ms in rows:
+        p50, p99 = np.percentile(ms, [50, 99])
+        print(f"| {label} | {rate:,.0f} | {p50:,.0f} | {p99:,.0f} | {ms.max():,.0f} | {p99 / base:.2f} |")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -201,15 +200,6 @@ def _acker_run(config: ServiceConfig) -> Iterator[int]:
         service.wait(60)
 
 
-def _peak_rss_mib(pid: int) -> float:
-    """The peak resident memory of process ``pid`` so far (Linux's VmHWM), in MiB; NaN where it cannot be read."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-        return next(int(line.split()[1]) for line in lines if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration, ValueError, IndexError):
-        return float("nan")
-
-
 def _outcome_reader(config: ServiceConfig) -> Consumer:
     # The default fetch.wait.max.ms (500): the broker answers a waiting fetch as soon as a record arrives, and a
     # short wait only makes an idle reader ask again and again (at 5 ms, 0.4 of the broker's cores here).
@@ -316,7 +306,7 @@ def _stream(config: ServiceConfig, records: list[list[bytes]], rate_records: flo
             drain(0.05)
         assert not book.sent, f"{len(book.sent)} records got no outcome"
         reader.close()
-        return Stream(book.latencies_ms, last_read - begin, achieved, cores, _peak_rss_mib(service_pid))
+        return Stream(book.latencies_ms, last_read - begin, achieved, cores, cpu.peak_rss_mib(service_pid))
 
 
 def main() -> None:
