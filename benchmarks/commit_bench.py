@@ -17,6 +17,9 @@ names one; Spark on ``local[2]``, the connectors resolved as for the jobs). Prin
    group is polled every 20 ms; the delay of a record is from producing it to the first poll that shows a
    watermark past its last offset on every partition (waiting for the next trigger, the micro-batch, the commit).
    p50/p99. With a trigger of T seconds and micro-batches of d seconds, the delay lies between d and about T + d.
+3. Memory: the peak resident memory (VmHWM) of this process, the jobs' driver (their marks and bitmaps live here),
+   and of Spark's JVM, after the baseline and after the commit job's throughput run (a peak only grows: the second
+   is of both runs).
 
 The source topic exists but holds no records: the job only reads it where a gap must be explained.
 """
@@ -24,6 +27,7 @@ The source topic exists but holds no records: the job only reads it where a gap 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import threading
 import time
@@ -39,6 +43,7 @@ from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
 from acker.wire import encode_outcome_rows
+from benchmarks import cpu
 from spark_jobs.commit_job import CommitJobSettings, OutcomeSource, done_offsets, start
 from spark_jobs.session import spark_session, stop
 
@@ -139,6 +144,7 @@ class _Job:
             groups={SPOUT: f"g-{self.outcomes}"},
             dlq_topic=f"dlq-{self.outcomes}",
         )
+        create_topics(client, [TopicSpec(settings.dlq_topic, 1)])  # as `acker topics create` makes it for a job
         self.group = settings.watermark_group(SPOUT)
         self.partitions = [(self.source, p) for p in range(partitions)]
         self.kafka = lookups(client)
@@ -158,15 +164,24 @@ class _Job:
             query.stop()
 
 
+def _peak_mib(spark: Any) -> dict[str, float]:
+    """The peak resident memory so far of this process (the jobs' driver: marks, bitmaps) and of Spark's JVM, MiB."""
+    return {
+        "Python driver": cpu.peak_rss_mib(os.getpid()),
+        "Spark JVM": cpu.peak_rss_mib(spark.sparkContext._gateway.proc.pid),
+    }
+
+
 def _throughput(
     spark: Any, client: dict[str, Any], acks: int, *, partitions: int, per_record: int, trigger_s: float
-) -> tuple[float, float]:
-    """(baseline acks/s, commit job acks/s)."""
+) -> tuple[float, float, dict[str, dict[str, float]]]:
+    """(baseline acks/s, commit job acks/s, the peak memory after each (`_peak_mib`))."""
     topics = _topics(client, partitions)
     records = _ack_records(topics[0], partitions, acks, per_record, np.random.default_rng(1))
     acks = acks // partitions * partitions
     # The baseline first, the job's queries not started yet: idle, they would still take the cores' time.
     baseline = _baseline(spark, client, records, acks, _topics(client, partitions)[1], trigger_s=trigger_s)
+    memory = {"after the baseline": _peak_mib(spark)}
     job = _Job(spark, client, partitions, trigger_s, topics)
     try:
         _produce(client, job.outcomes, records[:1])
@@ -175,10 +190,11 @@ def _throughput(
         _produce(client, job.outcomes, records[1:])
         end = acks // partitions
         ended = _wait(lambda: job.marks() == [end] * partitions, 600, "the commit job", poll_s=0.05)
+        memory["after the commit job (peak of both runs)"] = _peak_mib(spark)
     finally:
         job.stop()
     warm = acks // len(records)
-    return baseline, (acks - warm) / (ended - started)
+    return baseline, (acks - warm) / (ended - started), memory
 
 
 def _latency(
@@ -257,7 +273,7 @@ def main() -> None:
         client = {"bootstrap.servers": cluster.bootstrap_servers}
         spark = spark_session("acker-commit-bench", args.master)
         try:
-            baseline, rate = _throughput(
+            baseline, rate, memory = _throughput(
                 spark, client, acks, partitions=args.partitions, per_record=args.per_record, trigger_s=args.trigger_s
             )
             print(f"throughput: baseline {baseline:,.0f} acks/s, commit job {rate:,.0f} acks/s")
@@ -278,6 +294,10 @@ def main() -> None:
     print("|---|---:|---:|")
     print(f"| Spark's Kafka source + the job's decoding, every column (baseline) | {baseline:,.0f} | 1.00 |")
     print(f"| commit job (marks kept, watermark published) | {rate:,.0f} | {rate / baseline:.2f} |")
+    print("\n| peak resident memory, MiB | " + " | ".join(memory["after the baseline"]) + " |")
+    print("|---|" + "---:|" * len(memory["after the baseline"]))
+    for when, peaks in memory.items():
+        print(f"| {when} | " + " | ".join(f"{mib:,.0f}" for mib in peaks.values()) + " |")
     print("\n| load acks/s | share of the job's rate | records measured | p50 ms | p99 ms | max ms |")
     print("|---:|---:|---:|---:|---:|---:|")
     for load, ms in latencies.items():
