@@ -12,6 +12,9 @@ What is checked (`acker.examples.ledger`): every sentence is acked, directly or 
 poison ones, and a good one only if each of its attempts was nacked); the watermark reaches the end of every source
 partition and never passed a record before it was done; no word of an acked sentence goes uncounted, and no word's
 last count is below the times it was counted. The exit status is 1 if any of that fails.
+
+On a cluster named by ``--bootstrap-servers``, the run's topics and consumer groups (all named under its prefix,
+``demo-<6 hex digits>``) are deleted at its end, unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,15 @@ from acker.examples.wordcount import COUNTS_TOPIC_CONFIG, POISON, SENTENCE, Topi
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import read_headers, text
 from acker.help_text import prose
-from acker.kafka.clients import TopicSpec, create_topics, produce, topic_partitions
+from acker.kafka.clients import (
+    TopicSpec,
+    create_topics,
+    delete_groups,
+    delete_topics,
+    named_under,
+    produce,
+    topic_partitions,
+)
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
 from acker.retries import DETAIL, MAX_HOLD_MS, ORIGIN, Backoff
@@ -78,6 +89,9 @@ FAILOVER_S = 8.0
 # topic move to it while they are counted, and its counts must go on from the last ones written.
 LATE_COUNT_AT = 0.2
 
+# How long the end of a run on a cluster named asks again to delete a group the broker says still has members.
+LEAVE_WAIT_S = 15.0
+
 # Runs whose directories (Spark's checkpoints and log, each process's log) a new run keeps; older ones are removed.
 RUNS_KEPT = 5
 
@@ -104,13 +118,21 @@ def check_options(options: DemoOptions) -> None:
         )
 
 
-def run(options: DemoOptions, bootstrap: str | None, report_path: str | None, console: Console) -> int:
+def run(
+    options: DemoOptions, bootstrap: str | None, report_path: str | None, console: Console, *, keep: bool = False
+) -> int:
+    """The demo, on the cluster ``bootstrap`` names or on a local broker; on a cluster named, this run's topics and
+    consumer groups are deleted at its end unless ``keep`` (the local broker's go with it)."""
     check_options(options)
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
             demo = Demo(options, cluster.bootstrap_servers, console)
-            report = demo.run()
+            try:
+                report = demo.run()
+            finally:
+                if bootstrap is not None:
+                    demo.leave(keep)
     except (KeyboardInterrupt, TerminatedError) as stopped:
         console.print("\n[yellow]interrupted: everything the demo started has been stopped[/]")  # after a live line
         return interrupted_status(stopped)
@@ -192,6 +214,27 @@ class Demo:
             for reader in readers:
                 reader.close()
         return self.ledger.report()
+
+    def leave(self, keep: bool) -> None:
+        """Delete this run's topics and consumer groups (every one named under its prefix), unless ``keep``; say
+        what was done, and what is left behind and why. A group whose last member has just gone may still be refused
+        for a moment (``NON_EMPTY_GROUP``, a killed member until its session expires): asked again for a while."""
+        if keep:
+            self.console.print(f"this run's topics and consumer groups are kept on the cluster: {self.prefix}*")
+            return
+        client = self.config.client()
+        topics, groups = named_under(client, self.prefix)
+        topics_left = delete_topics(client, topics)
+        groups_left = delete_groups(client, groups)
+        deadline = time.monotonic() + LEAVE_WAIT_S
+        while groups_left and time.monotonic() < deadline:
+            time.sleep(1.0)
+            groups_left = delete_groups(client, groups_left)
+        self.console.print(f"deleted this run's {len(topics) - len(topics_left)} topics and "
+                           f"{len(groups) - len(groups_left)} consumer groups from the cluster ({self.prefix}*; "
+                           "--keep keeps them)")  # fmt: skip
+        for name, why in sorted({**topics_left, **groups_left}.items()):
+            self.console.print(f"[yellow]left behind: {name} ({why})[/]")
 
     @property
     def spark_dlq_topic(self) -> str:
@@ -498,7 +541,7 @@ def options_from(args: argparse.Namespace) -> DemoOptions:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run(options_from(args), args.bootstrap_servers, args.report, Console())
+    return run(options_from(args), args.bootstrap_servers, args.report, Console(), keep=args.keep)
 
 
 def add_parser(sub: Any) -> None:
@@ -536,5 +579,8 @@ def add_parser(sub: Any) -> None:
                       help="do not crash a split process")  # fmt: skip
     demo.add_argument("--no-kill-acker", dest="kill_acker", action="store_false", default=None,
                       help="do not kill an acker instance")  # fmt: skip
+    demo.add_argument("--keep", action="store_true",
+                      help="on a cluster named by --bootstrap-servers, keep this run's topics and consumer groups "
+                      "[default: deleted at the end]")  # fmt: skip
     demo.add_argument("--report", metavar="FILE", default=None, help="also write the report as JSON to FILE")
     demo.set_defaults(run=_cmd_demo)

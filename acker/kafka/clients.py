@@ -140,17 +140,51 @@ def delete_groups(client_config: Mapping[str, Any], groups: Iterable[str], timeo
         return {}
     admin = AdminClient(without_consumer_settings(client_config))
     futures = admin.delete_consumer_groups(groups, request_timeout=timeout_s)
+    return _refused(futures, KafkaError.GROUP_ID_NOT_FOUND, timeout_s)
+
+
+def delete_topics(client_config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
+    """Delete topics (their records); return why each one not deleted was not (``UNKNOWN_TOPIC_OR_PART`` counts as
+    deleted)."""
+    topics = list(topics)
+    if not topics:
+        return {}
+    admin = AdminClient(without_consumer_settings(client_config))
+    futures = admin.delete_topics(topics, operation_timeout=timeout_s, request_timeout=timeout_s)
+    return _refused(futures, KafkaError.UNKNOWN_TOPIC_OR_PART, timeout_s)
+
+
+def _refused(futures: Mapping[str, concurrent.futures.Future[Any]], gone: int, timeout_s: float) -> dict[str, str]:
+    """Why each of an admin request's ``futures`` failed, by name; the error ``gone`` (already deleted) is none."""
     refused: dict[str, str] = {}
-    for group, future in futures.items():
+    for name, future in futures.items():
         try:
             future.result(timeout=timeout_s)
         except KafkaException as error:
             cause = kafka_error(error)
-            if cause is None or cause.code() != KafkaError.GROUP_ID_NOT_FOUND:
-                refused[group] = _said(cause)
+            if cause is None or cause.code() != gone:
+                refused[name] = _said(cause)
         except concurrent.futures.TimeoutError:
-            refused[group] = _said(None)
+            refused[name] = _said(None)
     return refused
+
+
+def named_under(client_config: Mapping[str, Any], prefix: str, timeout_s: float = 30.0) -> tuple[list[str], list[str]]:
+    """The topics and the consumer groups of the cluster named ``prefix`` or ``prefix`` then ``.`` or ``-`` and more
+    (a run's, named by `acker.config.ServiceConfig.namespaced` and its stages): sorted. Topics are listed through a
+    consumer handle, which creates none (`topic_partitions`)."""
+
+    def under(name: str) -> bool:
+        return name == prefix or (name.startswith(prefix) and name[len(prefix)] in ".-")
+
+    consumer = Consumer({**client_config, "group.id": "acker-list", "enable.auto.commit": False})
+    try:
+        topics = sorted(t for t in consumer.list_topics(timeout=timeout_s).topics if under(t))
+    finally:
+        consumer.close()
+    admin = AdminClient(without_consumer_settings(client_config))
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
+    return topics, sorted(g.group_id for g in listed.valid if under(g.group_id))
 
 
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.

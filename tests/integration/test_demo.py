@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from acker.kafka.clients import delete_groups, delete_topics, named_under
+
 
 def _demo(bootstrap: str, output: Path, *args: str) -> subprocess.Popen[bytes]:
     """The demo as its own process, its output to a file (a pipe nobody reads would block it)."""
@@ -62,6 +64,9 @@ def test_the_demo_keeps_the_promise_under_failures_and_reports_it(bootstrap: str
     # Every topic made before it is used: the Spark jobs' dead-letter topic of malformed outcome records was not (a
     # warning on a broker that creates topics on first use; on one that does not, a malformed record stopped a job).
     assert "UNKNOWN_TOPIC_OR_PART" not in output.read_text(errors="replace")
+    # On a cluster it was given, it leaves nothing of its own behind: its topics and consumer groups are deleted.
+    assert named_under({"bootstrap.servers": bootstrap}, report["prefix"]) == ([], [])
+    assert re.search(r"deleted this run's \d+ topics and \d+ consumer groups", output.read_text(errors="replace"))
 
 
 def _spark_jvms() -> set[str]:
@@ -85,3 +90,19 @@ def test_an_interrupted_demo_stops_everything_it_started(bootstrap: str, tmp_pat
     assert demo.wait(120) == 130
     assert _survivors(prefix) == []
     assert _spark_jvms() <= jvms_before  # its Spark JVM too
+    assert named_under({"bootstrap.servers": bootstrap}, prefix) == ([], [])  # and its topics and groups
+
+
+def test_a_demo_told_to_keep_its_topics_keeps_them(bootstrap: str, tmp_path: Path) -> None:
+    output = tmp_path / "demo.out"
+    demo = _demo(bootstrap, output, "--sentences", "20", "--rate", "100", "--poison", "0", "--no-crash-split",
+                 "--no-kill-acker", "--keep")  # fmt: skip
+    assert demo.wait(600) == 0, output.read_text(errors="replace")[-3000:]
+    found = re.search(r"named (demo-[0-9a-f]+)\*", output.read_text(errors="replace"))
+    assert found is not None
+    topics, groups = named_under({"bootstrap.servers": bootstrap}, found.group(1))
+    try:
+        assert f"{found.group(1)}.sentences" in topics and f"{found.group(1)}.acker" in groups
+    finally:
+        delete_topics({"bootstrap.servers": bootstrap}, topics)
+        delete_groups({"bootstrap.servers": bootstrap}, groups)
