@@ -97,7 +97,7 @@ class SpoutSettings:
     reset: str = "earliest"
     # How long a tree waits for its outcome before the spout times it out (`Spout._expire_pending`): None =
     # `pending_timeout_s` of the acker's settings; 0 = for ever. Set it above the longest a tree lives, resets
-    # included (a bolt's `reset_timeout`).
+    # included (a bolt's `reset_timeout`, and every update of a tree with the acker's `relocate_on_update`).
     pending_timeout_s: float | None = None
     # Topics an emit function writes besides ``output_topic``: the producer's record batches fit them too (a topic
     # written and not named here is checked at its first record, `OutputTopics.check`).
@@ -150,8 +150,9 @@ def pending_timeout_s(config: ServiceConfig) -> float:
     (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that, once its acker partition has decided
     a later tree, its outcome was most likely lost (an unreadable outcome record), and the spout times the tree out
     itself, as Storm's spout times out its pending tuples (`Spout._expire_pending`). Unlike Storm's, this spout does
-    not see a bolt's `reset_timeout`: a tree kept alive by resets for longer is timed out too (its record replayed
-    while it is still being processed), and its outcome, when it comes, is not counted."""
+    not see a bolt's `reset_timeout`, nor the restart of a tree's timeout at each of its updates (an acker run with
+    ``relocate_on_update``): a tree kept alive so for longer is timed out too (its record replayed while it is still
+    being processed), and its outcome, when it comes, is not counted."""
     return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
 
 
@@ -314,9 +315,10 @@ class Spout:
             if not self._direct:
                 break
         unsent = self.acker.flush(0)  # what is left: in the producer, or batches it refused
-        if unsent or self._direct:  # nothing lost: the watermark waits for their records, read again at the next start
-            log.warning("stopped with %d record(s) undelivered and %d outcome(s) unpublished: their source records "
-                        "are read again at the next start", unsent, len(self._direct))  # fmt: skip
+        if unsent or self._direct:  # nothing lost: the watermark waits for their trees' source records
+            log.warning("stopped with %d acker record(s) undelivered and %d outcome(s) unpublished: nothing is lost, "
+                        "their trees' source records are replayed (those failed already) or read again at the next "
+                        "start", unsent, len(self._direct))  # fmt: skip
         log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
         self.consumer.close()
         self.outcomes.close()

@@ -76,13 +76,20 @@ _undelivered_log = logging.getLogger("acker.client.undelivered")
 _undelivered_log.addFilter(RepeatFilter(kind=_topic_and_error))
 
 DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
+
+# How many times a fail or a reset is sent again after deliveries that failed; then it is given up. Sending it again
+# helps when Kafka was away for a while; a refusal for good (the acker topic's max.message.bytes below one message,
+# no right to write to it, the topic deleted) refused it again and again, several times a second for the life of the
+# process. Given up loses nothing: a tree that was not failed times out at the acker (or, its init not delivered
+# either, at the spout's own timeout) and is replayed, as a tree whose fail was lost in a crash is.
+RESENDS = 3
 _ACK = int(Kind.ACK)  # an enum member's attribute lookup costs as much as the append, on the bolts' hot path
 
 
 class _Batch:
     """The messages waiting for one partition, already as columns."""
 
-    __slots__ = ("acked", "anchors", "first_at", "inits", "kinds", "reasons", "values")
+    __slots__ = ("acked", "anchors", "first_at", "inits", "kinds", "reasons", "resent", "values")
 
     def __init__(self) -> None:
         self.kinds: list[int] = []
@@ -91,6 +98,7 @@ class _Batch:
         self.inits: list[Init] = []
         self.acked: dict[int, int] = {}  # anchor -> index of its ack, while that is the tree's last message here
         self.reasons: dict[int, str] = {}  # anchor -> the reason of its fail here
+        self.resent: dict[int, int] = {}  # anchor -> times its fail or reset here was sent again (`RESENDS`)
         self.first_at = time.monotonic()
 
     def ack(self, anchor: int, value: int) -> None:
@@ -103,8 +111,11 @@ class _Batch:
         else:
             self.values[index] ^= value
 
-    def add(self, message: TreeMessage, reason: str | None = None) -> None:
-        """Add ``message``; ``reason``: why, for a `Fail`."""
+    def add(self, message: TreeMessage, reason: str | None = None, resent: int = 0) -> None:
+        """Add ``message``; ``reason``: why, for a `Fail`; ``resent``: how many times a fail or reset was sent again
+        (after deliveries that failed)."""
+        if resent:
+            self.resent[message.anchor] = max(resent, self.resent.get(message.anchor, 0))
         match message:
             case Init():
                 self.inits.append(message)
@@ -137,10 +148,11 @@ class _Batch:
         first.anchors, second.anchors = self.anchors[:mid], self.anchors[mid:]
         first.values, second.values = self.values[:mid], self.values[mid:]
         first.inits, second.inits = self.inits[:inits], self.inits[inits:]
-        if self.reasons:
+        if self.reasons or self.resent:
             for half in (first, second):
                 mine = set(half.anchors)
                 half.reasons = {a: r for a, r in self.reasons.items() if a in mine}
+                half.resent = {a: n for a, n in self.resent.items() if a in mine}
         return first, second
 
     def pieces(self, size: int) -> list[_Batch]:
@@ -300,11 +312,11 @@ class AckerClient:
         self._due_at = min(self._due_at, batch.first_at + self.linger_s)
         return batch
 
-    def send(self, message: TreeMessage, reason: str | None = None) -> None:
+    def send(self, message: TreeMessage, reason: str | None = None, *, resent: int = 0) -> None:
         """Send ``message``; ``reason``: why, for a `Fail` (`acker.fail_reasons`), passed on to its ``FAILED``
-        outcome."""
+        outcome; ``resent``: how many times this fail or reset has been sent again after failed deliveries."""
         partition, batch = self._batch(message.anchor)
-        batch.add(message, reason)
+        batch.add(message, reason, resent)
         if len(batch.kinds) >= self.max_batch and not self._reporting:
             self._send_halves()  # those held before it go first
             self._flush_partition(partition)
@@ -525,24 +537,33 @@ class AckerClient:
             # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
             # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
             # resets are sent again (a second one changes nothing); acks are not (applied twice, an ack cancels
-            # itself). Inits go back to the spout, which sends them again.
-            again: list[tuple[TreeMessage, str | None]] = []
+            # itself), `RESENDS` times at the most. Inits go back to the spout, which sends them again.
+            again: list[tuple[TreeMessage, str | None, int]] = []
             failed: set[int] = set()
+            given_up: set[int] = set()
             lost = f"acker messages to {self.topic}[{partition}] could not be delivered: {error.str()}"
             for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
-                if kind == Kind.RESET:
-                    again.append((ResetTimeout(anchor), None))
-                elif kind != Kind.INIT and anchor not in failed:
+                if kind == Kind.INIT or anchor in failed or anchor in given_up:
+                    continue
+                resent = batch.resent.get(anchor, 0) + 1
+                if resent > RESENDS:
+                    given_up.add(anchor)
+                elif kind == Kind.RESET:
+                    again.append((ResetTimeout(anchor), None, resent))
+                else:
                     failed.add(anchor)
-                    again.append((Fail(anchor), batch.reasons.get(anchor, lost)))
+                    again.append((Fail(anchor), batch.reasons.get(anchor, lost), resent))
             self.failed_messages += len(batch.kinds)
+            resets = sum(isinstance(message, ResetTimeout) for message, _, _ in again)
             log.warning(
                 "a batch of %d acker messages to partition %d could not be delivered (%s): %d trees failed, "
-                "%d resets sent again, %d inits to the spout",
-                len(batch.kinds), partition, error, len(failed), len(again) - len(failed), len(inits),
+                "%d resets sent again, %d inits to the spout%s",
+                len(batch.kinds), partition, error, len(failed), resets, len(inits),
+                f"; {len(given_up)} fails or resets given up after {RESENDS} sends again (their trees time out, and"
+                " are replayed)" if given_up else "",
             )  # fmt: skip
-            for message, reason in again:
-                self.send(message, reason)
+            for message, reason, resent in again:
+                self.send(message, reason, resent=resent)
             if self._on_failure is not None:
                 self._on_failure(partition, inits, error)
             elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -31,7 +31,7 @@ from acker.errors import ProtocolError
 from acker.examples import join as join_example
 from acker.examples.wordcount import Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
-from acker.kafka.acker_client import partition_lookup
+from acker.kafka.acker_client import RESENDS, partition_lookup
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN, REDRIVEN
@@ -820,6 +820,47 @@ def test_an_init_the_broker_refuses_is_tried_again_then_its_tree_failed_by_the_s
     assert {m: reader.seen[m] for m in ids} == {m: ["FAILED"] for m in ids}
     assert spout.counters["init_delivery_failures"] == 3 and not spout.pending
     assert spout.acker.failed_messages == 3 * INIT_ATTEMPTS  # each init refused that many times
+
+
+def test_a_fail_the_broker_refuses_for_good_is_sent_again_a_few_times_then_given_up(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """The acker topic takes no record at all, and the spout's emit function emits a tuple and raises: the tree's
+    init and its fail are refused. The init is tried `INIT_ATTEMPTS` times, then the spout fails the tree itself; the
+    fail is sent again `RESENDS` times, then given up, instead of for as long as the process lives (a few times a
+    second, a warning each)."""
+    admin = AdminClient(config.client())
+    resource = ConfigResource("topic", config.acker_topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "16", incremental_operation=AlterConfigOpType.SET)
+    ])  # fmt: skip
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+    def emit_then_raise(record: Message, emitter: Emitter) -> None:
+        emitter.emit(topics.split, record.value())
+        raise ValueError("a bad record")
+
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"),
+                  emit_then_raise)  # fmt: skip
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"one"])
+        deadline = time.monotonic() + 60
+        while not all(m in reader.seen for m in ids):
+            assert time.monotonic() < deadline, "the tree was never failed"
+            spout.step(0.1)
+            reader.poll(0.1)
+        settled = time.monotonic() + 5  # every send again is made within a few polls of the last refusal
+        while time.monotonic() < settled:
+            spout.step(0.1)
+        refused = spout.acker.failed_messages
+        settled = time.monotonic() + 3
+        while time.monotonic() < settled:
+            spout.step(0.1)
+    finally:
+        spout.close()
+        reader.close()
+    assert reader.seen[ids[0]] == ["FAILED"] and not spout.pending
+    assert spout.acker.failed_messages == refused <= INIT_ATTEMPTS + 1 + RESENDS  # then nothing more was sent
 
 
 def _ignore(_message: BoltInput, _collector: Collector) -> None:
