@@ -22,7 +22,7 @@ from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.kafka import acker_client
-from acker.kafka.acker_client import AckerClient
+from acker.kafka.acker_client import RESENDS, AckerClient
 from acker.kafka.clients import KafkaClientError
 from acker.wire import check_block, parse_batch
 from tests.strategies import Scenario, scenarios, tracker_configs
@@ -87,14 +87,24 @@ def test_a_batch_that_cannot_be_delivered_fails_its_trees_and_hands_back_its_ini
     producer.purge()
 
 
-def test_flush_counts_what_its_delivery_failures_left_unsent() -> None:
-    """Each failed delivery sends its fail again, in a new batch; after the last round that batch is unsent, and a
-    bolt that took 0 for "all delivered" would commit its input past the fail."""
+def test_flush_sends_a_fail_again_after_each_failed_delivery_then_gives_it_up() -> None:
+    """Each failed delivery sends the fail again, in a new batch, `RESENDS` times; then it is given up (its tree
+    times out at the acker and is replayed), and nothing is left unsent. Sent again without end, an acker topic that
+    refuses for good kept the process sending it for as long as it lived."""
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.timeout.ms": 100})
     client = AckerClient(producer, "acker", 1, linger_s=60)
     client.send(Fail(6))
-    assert client.flush(30) == 1  # five rounds of about a second (librdkafka's scan for timed-out records)
-    assert client._batches != [None]  # the one left is the batch unsent, not a record the timeout cut short
+    assert client.flush(30) == 0  # rounds of about a second (librdkafka's scan for timed-out records)
+    assert client._batches == [None] and client.failed_messages == 1 + RESENDS
+    producer.purge()
+
+
+def test_flush_counts_what_is_still_unsent_when_its_time_is_up() -> None:
+    """A bolt that took 0 for "all delivered" would commit its input past a fail still on its way."""
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.timeout.ms": 60_000})
+    client = AckerClient(producer, "acker", 1, linger_s=60)
+    client.send(Fail(6))
+    assert client.flush(0.2) == 1
     producer.purge()
 
 
