@@ -85,7 +85,11 @@ class ServiceCollector(Collector):
             ("acker_ignored_ticks", "Tick records ignored because they did not continue the chain", s.ignored_ticks),
         ):
             yield CounterMetricFamily(name, doc, value=value)
-        pending = GaugeMetricFamily("acker_pending_trees", "Pending trees per owned partition", labels=["partition"])
+        pending = GaugeMetricFamily(
+            "acker_pending_trees",
+            "Pending trees per owned partition, with entries whose messages came before their init",
+            labels=["partition"],
+        )
         for partition, value in sorted(s.pending.items()):
             pending.add_metric([str(partition)], value)
         yield pending

@@ -372,6 +372,11 @@ class AckerService:
         # Per partition, when the last of its records read so far was applied (a status's ``read_at``: its ``time``
         # is when it was published, up to a status interval and a wait for records later).
         self._read_at: dict[int, float] = {}
+        # Per owned partition, its lag as of the last status interval, for the metrics (`snapshot`): replaced whole by
+        # the loop's thread, never changed in place. The metrics thread must not ask the consumer: a call on its
+        # handle waits while the loop is inside `consume`, and the loop is nearly always there (scrapes of an idle
+        # instance of 8 partitions took up to 23 s, past Prometheus's 10 s timeout).
+        self._lags: dict[int, int] = {}
         self.consumer = Consumer(
             config.stream_consumer(
                 # Partitions added to the acker topic are seen, and taken, within 30 s rather than librdkafka's 5
@@ -455,6 +460,7 @@ class AckerService:
             else:
                 self._say_acker_topic_missing(now)
         if now >= self._next_status:
+            self._lags = {p: lag for p, state in self._states.items() if (lag := self._lag(p, state)) is not None}
             if self._status_topic_exists(now):
                 self._publish_status(now)
             self._next_status = now + self.config.status_interval_s
@@ -1396,10 +1402,11 @@ class AckerService:
             retired_ticks = self._retired.ignored_ticks
             for _, state in states:  # not while stand-ins are applied (`_apply`)
                 totals += self._counter_array(state)
+        owned = {p for p, _ in states}
         return Snapshot(
             counters=Counters(*totals.tolist()),
             pending={p: s.tracker.pending for p, s in states},
-            lag={p: lag for p, s in states if (lag := self._lag(p, s)) is not None},
+            lag={p: lag for p, lag in self._lags.items() if p in owned},  # as of the last status interval
             # Every reason, 0 until its first: a series that begins at 1 shows no increase to an alert.
             dead_letters={**dict.fromkeys(DEAD_LETTER_REASONS, 0), **self._dead_letters},
             ignored_ticks=retired_ticks + sum(s.ignored_ticks for _, s in states),

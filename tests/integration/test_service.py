@@ -402,6 +402,34 @@ def test_a_partition_waiting_for_its_read_back_says_so_in_its_status(
     assert status["read_at"] is None  # no record of the partition applied yet
 
 
+def test_the_metrics_never_ask_the_consumer_from_their_thread(
+    config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call on the consumer's handle from another thread waits while the loop is inside ``consume``, where it
+    nearly always is: a scrape asking it each partition's lag took up to 23 s (Prometheus gives up at 10). The
+    metrics read the lags the loop's thread took at its last status interval."""
+    callers: set[str] = set()
+
+    class Watched(Consumer):
+        def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> Any:
+            callers.add(threading.current_thread().name)
+            return super().get_watermark_offsets(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "Consumer", Watched)
+    config = replace(config, partitions=4, status_interval_s=0.2)
+    create_acker_topics(config)
+    service = ServiceThread(config)
+    try:
+        deadline = time.monotonic() + 30
+        while len(lag := service.service.snapshot().lag) < 4:  # every partition owned, and a status round since
+            assert time.monotonic() < deadline, f"no lag of every partition in the metrics: {lag}"
+            time.sleep(0.1)
+    finally:
+        service.stop()
+    assert set(lag) == set(range(4)) and all(n >= 0 for n in lag.values())
+    assert callers and threading.current_thread().name not in callers
+
+
 def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(
     config: ServiceConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
