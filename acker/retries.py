@@ -155,6 +155,7 @@ def decide(
     ``detail``: why its tree failed, if the nack says (`DETAIL`)."""
     if headers is None:  # nothing to read the origin and the attempts from: the nacked coordinates stand for both
         letter = [*_context(msg_id, 0, SOURCE_MISSING, spout, detail), (NACK_REASON, reason.encode())]
+        letter.append((LAST, msg_id.encode()))
         return Decision(policy.dead_letter_topic, letter, DEAD_LETTERED)
     own = is_own_copy(policy, spout, msg_id, headers)
     # Not a copy of this spout's: the record starts its own round here, whatever replay headers it carries.
@@ -267,6 +268,9 @@ def redrive(
     if reason == UNREADABLE_HEADERS:
         raise NotRedrivableError(f"{letter} holds a record without its headers, which could not be read "
                                  f"({UNREADABLE_HEADERS}): its origin holds it whole")  # fmt: skip
+    if text(headers, LAST) is None:  # every dead letter of the replay job's says which copy was nacked last
+        raise NotRedrivableError(f"{letter} has no {LAST} header: a replayed copy (a stage's input keeps its spout's "
+                                 "replay headers), not a dead letter")  # fmt: skip
     if not spout_name_valid(spout):  # a header's: no replay topic can have the name (`--spout` is checked before)
         raise NotRedrivableError(f"{letter} names a spout whose replay topic cannot exist: {spout[:80]!r}")
     copy = [*_own(headers), *_context(origin, 0, reason, spout, text(headers, DETAIL)), (REDRIVEN, letter.encode())]

@@ -198,7 +198,12 @@ def test_only_dead_letters_of_the_replay_job_can_be_redriven() -> None:
     with pytest.raises(NotRedrivableError, match=r"no acker\.replay\.origin"):
         redrive(POLICY, "acker.dlq/0/3", [("acker.dlq.reason", b"undecodable")])
     with pytest.raises(NotRedrivableError, match="--spout"):
-        redrive(POLICY, "d/0/3", [(ORIGIN, b"s/0/1")])
+        redrive(POLICY, "d/0/3", [(ORIGIN, b"s/0/1"), (LAST, b"rp.words/0/2")])
+    # A replayed copy read where its spout emitted it (a stage's input keeps the replay headers): not a dead letter.
+    copy = decide(POLICY, "words", "rp.words/0/3", "FAILED", headers=[(ORIGIN, b"s/1/4")], now_ms=NOW)
+    assert copy.resolution == REPLAYED
+    with pytest.raises(NotRedrivableError, match="a replayed copy"):
+        redrive(POLICY, "words.split/0/7", copy.headers)
     # A record gone before it could be replayed has no data to send back.
     missing = decide(POLICY, "words", "src/0/9", "TIMEOUT", headers=None, now_ms=NOW)
     with pytest.raises(NotRedrivableError, match=SOURCE_MISSING):
