@@ -30,7 +30,7 @@ from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
 from acker.wire import OUTCOMES_PER_RECORD
 from spark_jobs.replay_job import close_publishers
-from spark_jobs.stopping import GATEWAY_GONE, stopping
+from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, stopping
 
 log = logging.getLogger("spark_jobs.session")
 
@@ -121,6 +121,7 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     to this process's terminal, as spark-submit does. It applies only to the JVM this call starts.
     """
     logging.getLogger().removeFilter(GATEWAY_GONE)  # a JVM again: its failures are said (`stop`)
+    logging.getLogger().addFilter(INTERRUPTED)  # a Ctrl-C is said by the command, without py4j's traceback
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this interpreter's packages
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Its own directory: a cache that Spark's default chain filled names resolvers these settings do not have, and Ivy

@@ -43,6 +43,18 @@ class _GatewayGone(logging.Filter):
 GATEWAY_GONE = _GatewayGone()  # on the root logger for good once the session is stopped (`spark_jobs.session.stop`)
 
 
+class _Interrupted(_GatewayGone):
+    """Drops py4j's "KeyboardInterrupt while sending command." (on the root logger, with a traceback): a Ctrl-C while
+    a call to the JVM waits (Spark starting, say) printed that traceback before the command's own "interrupted"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        interrupted = record.exc_info is not None and record.exc_info[0] is KeyboardInterrupt
+        return not interrupted or super().filter(record)
+
+
+INTERRUPTED = _Interrupted()  # on the root logger from the first session on (`spark_jobs.session.spark_session`)
+
+
 @contextmanager
 def stopping() -> Iterator[None]:
     """While this process stops its queries and its session (`spark_jobs.session.stop_queries`, `.stop`): the

@@ -4,12 +4,13 @@ error goes to Spark as it is."""
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import pytest
 
 from spark_jobs.session import stop
-from spark_jobs.stopping import GATEWAY_GONE, batch_function, stopping
+from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, batch_function, stopping
 
 
 def _failing(_batch: Any, _batch_id: int) -> None:
@@ -58,3 +59,23 @@ def test_py4j_calls_to_a_jvm_gone_are_not_logged_after_the_session_stopped(caplo
         assert caplog.messages == ["ours"]
     finally:
         root.removeFilter(GATEWAY_GONE)
+
+
+def test_a_ctrl_c_while_a_call_to_the_jvm_waits_is_not_logged_by_py4j(caplog: pytest.LogCaptureFixture) -> None:
+    """A Ctrl-C while Spark starts: py4j logged "KeyboardInterrupt while sending command." with its traceback on the
+    root logger, before the command said "interrupted". Its other errors are still said."""
+    root = logging.getLogger()
+    path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        interrupted = sys.exc_info()
+    root.addFilter(INTERRUPTED)
+    try:
+        with caplog.at_level(logging.INFO):
+            root.handle(logging.LogRecord("root", logging.ERROR, path, 1070, "KeyboardInterrupt while sending command.",
+                                          None, interrupted))  # fmt: skip
+            root.handle(_gateway_error())
+    finally:
+        root.removeFilter(INTERRUPTED)
+    assert caplog.messages == ["Exception while sending command."]
