@@ -7,8 +7,9 @@ For each n: a fresh acker topic with n partitions and n ``acker run`` processes 
 is owned (each instance's status), the same word-count trees (whole trees per record of ~8,192 messages, as in
 service_bench) are produced as fast as the producer goes, and the time runs until a reader of the outcome topic has
 seen every tree decided. Reference in the same run: the producer alone (how fast the records reach the broker),
-which bounds every figure from above. On this machine the broker, the producer and the n processes share 2 cores,
-so the curve flattens at once; see docs/benchmarks.md for what limits it beyond.
+which bounds every figure from above. Also the peak resident memory (VmHWM) of the largest instance. On this
+machine the broker, the producer and the n processes share 2 cores, so the curve flattens at once; see
+docs/benchmarks.md for what limits it beyond.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from acker.kafka.clients import TopicSpec, consume_available, create_topics, pro
 from acker.kafka.provision import kafka_cluster
 from acker.status import read_status
 from acker.wire import decode_outcome_anchors
+from benchmarks import cpu
 from benchmarks.service_bench import _records
 
 SPOUT = "sentences"
@@ -61,8 +63,9 @@ def _count(consumer: Consumer) -> int:
                if r.error() is None)  # fmt: skip
 
 
-def _run(bootstrap: str, n: int, trees: int) -> tuple[float, float]:
-    """(acker messages/s through n instances, producer-only messages/s) for one run."""
+def _run(bootstrap: str, n: int, trees: int) -> tuple[float, float, float]:
+    """(acker messages/s through n instances, producer-only messages/s, the largest peak resident memory of an
+    instance, MiB) for one run."""
     run = uuid.uuid4().hex[:8]
     config = ServiceConfig(bootstrap_servers=bootstrap, partitions=n, timeout_s=300, status_interval_s=0.2,
                            metrics_port=0).namespaced(f"scale-{run}")  # fmt: skip
@@ -90,6 +93,7 @@ def _run(bootstrap: str, n: int, trees: int) -> tuple[float, float]:
             decided += _count(counter)
         elapsed = time.perf_counter() - began
         counter.close()
+        peak = max(cpu.peak_rss_mib(process.pid) for process in processes)
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -98,7 +102,7 @@ def _run(bootstrap: str, n: int, trees: int) -> tuple[float, float]:
     # The producer alone, on a fresh topic: the ceiling of every figure above.
     alone = replace(config, acker_topic=f"scale-{run}-alone")
     create_topics(config.client(), [TopicSpec(alone.acker_topic, n)])
-    return messages / elapsed, messages / _produce(alone, records)
+    return messages / elapsed, messages / _produce(alone, records), peak
 
 
 def main() -> None:
@@ -117,16 +121,17 @@ def main() -> None:
             for i in range(repeat):
                 runs.append(_run(cluster.bootstrap_servers, n, trees))
                 print(f"  run {i + 1}: {runs[-1][0]:,.0f} acker messages/s (producer alone {runs[-1][1]:,.0f}/s)")
-            acker, producer = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
-            rows.append((n, acker, producer))
+            acker, producer, peak = (statistics.median(r[k] for r in runs) for k in range(3))
+            rows.append((n, acker, producer, peak))
             print(f"{n} partition(s)/instance(s): {acker:,.0f} acker messages/s (producer alone {producer:,.0f}/s)")
     print(f"\nworkload: {trees:,} word-count trees = {trees * 7:,} acker messages in records of ~8,192; "
           f"{os.cpu_count()} cores shared by the broker, the producer and the instances; "
           f"median of {repeat}\n")  # fmt: skip
-    print("| partitions = instances | acker messages/s | × one instance | producer alone, messages/s |")
-    print("|---:|---:|---:|---:|")
-    for n, acker, producer in rows:
-        print(f"| {n} | {acker:,.0f} | {acker / rows[0][1]:.2f} | {producer:,.0f} |")
+    print("| partitions = instances | acker messages/s | × one instance | producer alone, messages/s "
+          "| peak memory of an instance, MiB |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|")
+    for n, acker, producer, peak in rows:
+        print(f"| {n} | {acker:,.0f} | {acker / rows[0][1]:.2f} | {producer:,.0f} | {peak:,.0f} |")
 
 
 if __name__ == "__main__":
