@@ -81,7 +81,8 @@ DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
 # helps when Kafka was away for a while; a refusal for good (the acker topic's max.message.bytes below one message,
 # no right to write to it, the topic deleted) refused it again and again, several times a second for the life of the
 # process. Given up loses nothing: a tree that was not failed times out at the acker (or, its init not delivered
-# either, at the spout's own timeout) and is replayed, as a tree whose fail was lost in a crash is.
+# either, at the spout's own timeout) and is replayed, as a tree whose fail was lost in a crash is; a tree whose reset
+# was given up may time out while its bolt still works on it, and is replayed too (at-least-once).
 RESENDS = 3
 _ACK = int(Kind.ACK)  # an enum member's attribute lookup costs as much as the append, on the bolts' hot path
 
