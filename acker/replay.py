@@ -27,6 +27,7 @@ from acker.core.messages import TICK, Ack, Anchor, Fail, Init, Message, Ok, Rese
 from acker.core.outcomes import Acked, Nacked, Outcome
 from acker.core.tracker import Tracker
 from acker.errors import AckerError, ReplayInputError
+from acker.wire import spout_answerable
 
 
 def _int(obj: dict[str, Any], key: str) -> int:
@@ -52,8 +53,17 @@ def _ack(obj: dict[str, Any]) -> Ack:
     return Ack(_int(obj, "anchor"), value)
 
 
+def _init(obj: dict[str, Any]) -> Init:
+    """An init, refused with a spout the service cannot answer (a name that cannot name its outcome topic, or a
+    reserved one), as the service dead-letters its record (`acker.wire.check_block`, ``bad-spout``)."""
+    spout = _str(obj, "spout")
+    if not spout_answerable(spout):
+        raise ReplayInputError(f"an init's spout {spout[:80]!r} cannot name an outcome topic, or is reserved")
+    return Init(_int(obj, "anchor"), spout, _str(obj, "msg_id"), _int(obj, "value"))
+
+
 _PARSERS: dict[str, Callable[[dict[str, Any]], Message]] = {
-    "init": lambda o: Init(_int(o, "anchor"), _str(o, "spout"), _str(o, "msg_id"), _int(o, "value")),
+    "init": _init,
     "ack": _ack,
     "anchor": lambda o: Anchor(_int(o, "anchor"), _int(o, "tuple")),
     "ok": lambda o: Ok(_int(o, "anchor"), _int(o, "tuple")),
