@@ -102,3 +102,13 @@ def test_the_tests_container_can_run_transactions_on_its_one_node() -> None:
     assert advertised.startswith("export KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://localhost:32768,")
     assert f"{inter_broker}://" in advertised and f"{inter_broker}://" in settings["KAFKA_LISTENERS"]
     assert "/etc/kafka/docker/run" in provision.CONTAINER_COMMAND
+
+
+def test_the_images_build_steps_import_the_installed_package() -> None:
+    """The image's working directory holds a copy of the sources, and ``python -c`` puts it first on the path:
+    imported from there, `acker.schemas` (mapped from schemas/ only when installed) is missing and the build failed,
+    and numba's cache went beside the copy. Every Python step of the build runs with ``-P``."""
+    steps = [
+        line for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines() if line.startswith("RUN python")
+    ]
+    assert steps and all(shlex.split(line)[1:3] == ["python", "-P"] for line in steps)
