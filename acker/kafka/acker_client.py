@@ -99,7 +99,9 @@ class _Batch:
         self.inits: list[Init] = []
         self.acked: dict[int, int] = {}  # anchor -> index of its ack, while that is the tree's last message here
         self.reasons: dict[int, str] = {}  # anchor -> the reason of its fail here
-        self.resent: dict[int, int] = {}  # anchor -> times its fail or reset here was sent again (`RESENDS`)
+        # (anchor, FAIL or RESET) -> times that message here was sent again (`RESENDS`); by kind, so that a tree's
+        # fail made for a lost ack does not take its reset's count, and the other way round.
+        self.resent: dict[tuple[int, int], int] = {}
         self.first_at = time.monotonic()
 
     def ack(self, anchor: int, value: int) -> None:
@@ -116,7 +118,8 @@ class _Batch:
         """Add ``message``; ``reason``: why, for a `Fail`; ``resent``: how many times a fail or reset was sent again
         (after deliveries that failed)."""
         if resent:
-            self.resent[message.anchor] = max(resent, self.resent.get(message.anchor, 0))
+            key = (message.anchor, Kind.FAIL if isinstance(message, Fail) else Kind.RESET)
+            self.resent[key] = max(resent, self.resent.get(key, 0))
         match message:
             case Init():
                 self.inits.append(message)
@@ -153,7 +156,7 @@ class _Batch:
             for half in (first, second):
                 mine = set(half.anchors)
                 half.reasons = {a: r for a, r in self.reasons.items() if a in mine}
-                half.resent = {a: n for a, n in self.resent.items() if a in mine}
+                half.resent = {key: n for key, n in self.resent.items() if key[0] in mine}
         return first, second
 
     def pieces(self, size: int) -> list[_Batch]:
@@ -541,14 +544,15 @@ class AckerClient:
             # itself), `RESENDS` times at the most. Inits go back to the spout, which sends them again.
             again: list[tuple[TreeMessage, str | None, int]] = []
             failed: set[int] = set()
-            given_up: set[int] = set()
+            given_up: set[tuple[int, int]] = set()
             lost = f"acker messages to {self.topic}[{partition}] could not be delivered: {error.str()}"
             for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
-                if kind == Kind.INIT or anchor in failed or anchor in given_up:
+                if kind == Kind.INIT or anchor in failed:
                     continue
-                resent = batch.resent.get(anchor, 0) + 1
+                # A fail or reset counts its own sends; a lost ack, anchor or ok makes a fail sent for the first time.
+                resent = batch.resent.get((anchor, kind), 0) + 1 if kind in {Kind.FAIL, Kind.RESET} else 1
                 if resent > RESENDS:
-                    given_up.add(anchor)
+                    given_up.add((anchor, kind))
                 elif kind == Kind.RESET:
                     again.append((ResetTimeout(anchor), None, resent))
                 else:

@@ -99,6 +99,19 @@ def test_flush_sends_a_fail_again_after_each_failed_delivery_then_gives_it_up() 
     producer.purge()
 
 
+def test_an_ack_lost_beside_a_reset_given_up_still_fails_its_tree() -> None:
+    """The reset of a tree has been sent again `RESENDS` times; an ack of the same tree is lost in the same batch.
+    The reset is given up, the ack's loss still fails the tree at once (a fail of its own count, sent again in its
+    turn): counted by tree, the ack took the reset's count and its loss was given up too, the tree left to time out."""
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.timeout.ms": 100})
+    client = AckerClient(producer, "acker", 1, linger_s=60)
+    client.send(ResetTimeout(6), resent=RESENDS)
+    client.send_acks([(6, 5)])
+    assert client.flush(30) == 0
+    assert client.failed_messages == 2 + RESENDS  # the reset and the ack, then the fail at each of its sends
+    producer.purge()
+
+
 def test_flush_counts_what_is_still_unsent_when_its_time_is_up() -> None:
     """A bolt that took 0 for "all delivered" would commit its input past a fail still on its way."""
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0, "message.timeout.ms": 60_000})
