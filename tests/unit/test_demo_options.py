@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 
 from acker.errors import ConfigError
@@ -57,3 +58,19 @@ def test_a_run_keeps_the_newest_run_directories_and_removes_the_rest(tmp_path: P
         "demo-000006",
         "other",
     ]
+
+
+def test_a_cleanup_kafka_refuses_is_said_and_leaves_the_runs_outcome_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a run on a named cluster deletes its topics and groups; a failure there (the cluster not
+    answering) replaced the run's report, or its "interrupted" and exit status 130, with a traceback."""
+
+    def refused(*_args: object, **_kwargs: object) -> tuple[list[str], list[str]]:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "the cluster does not answer"))
+
+    monkeypatch.setattr("acker.examples.demo.named_under", refused)
+    out = io.StringIO()
+    demo = Demo(DemoOptions(), "127.0.0.1:1", Console(file=out, width=200))
+    demo.leave(keep=False)
+    demo.stages.stop()
+    assert f"left behind: this run's topics and groups, {demo.prefix}*" in out.getvalue()
+    assert "the cluster does not answer" in out.getvalue()
