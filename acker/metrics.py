@@ -93,7 +93,11 @@ class ServiceCollector(Collector):
         for partition, value in sorted(s.pending.items()):
             pending.add_metric([str(partition)], value)
         yield pending
-        lag = GaugeMetricFamily("acker_consumer_lag", "Records not yet read per owned partition", labels=["partition"])
+        lag = GaugeMetricFamily(
+            "acker_consumer_lag",
+            "Records not yet read per owned partition, as of the last status interval",
+            labels=["partition"],
+        )
         for partition, value in sorted(s.lag.items()):
             lag.add_metric([str(partition)], value)
         yield lag

@@ -1392,6 +1392,8 @@ class AckerService:
                     self._retired.ignored_ticks += state.ignored_ticks
                     self._last_status.pop(tp.partition, None)
                     self._read_at.pop(tp.partition, None)
+            # Taken back before the next status interval, a partition showed its lag from before it left.
+            self._lags = {p: lag for p, lag in self._lags.items() if p not in gone}
 
     # -- metrics --------------------------------------------------------------------------------------------
 
