@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import subprocess
 import sys
@@ -256,6 +257,12 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
 MARKER = b"~"
 """The marker words of the latency round begin with it (``~0``, ``~1``, ...): no generated word does."""
 
+
+def _marker(index: int) -> bytes:
+    """The marker word of the latency round's sentence ``index``."""
+    return MARKER + b"%d" % index
+
+
 LATENCY_WARM_UP_S = 10.0
 """The latency round's first seconds of sentences, left out of its figures: just started, a tracked pipeline falls
 behind by up to a second and takes seconds to catch up (at 4,116 sentences/s on 2 cores, the stages, the acker and
@@ -281,19 +288,19 @@ def _paced_write(
     written: dict[bytes, tuple[int, str]] = {}
     failed: list[KafkaError] = []
 
-    def delivered(error: KafkaError | None, record: Message) -> None:
+    def delivered(marker: bytes, error: KafkaError | None, record: Message) -> None:
         if error is not None:
             failed.append(error)
         else:
-            msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
-            written[(record.value() or b"").rsplit(b" ", 1)[1]] = record.timestamp()[1], msg_id
+            written[marker] = record.timestamp()[1], f"{record.topic()}/{record.partition()}/{record.offset()}"
 
     begin = time.perf_counter()
     for i, line in enumerate(lines):
         due = begin + i / per_s
         while (wait := due - time.perf_counter()) > 0:
             producer.poll(wait)  # returns early when a delivery report is served
-        send(producer, topic, line + b" " + MARKER + b"%d" % i, on_delivery=delivered)
+        marker = _marker(i)
+        send(producer, topic, line + b" " + marker, on_delivery=functools.partial(delivered, marker))
         producer.poll(0)
     achieved = len(lines) / (time.perf_counter() - begin)
     assert producer.flush(60) == 0 and not failed, f"sentences not written: {failed[:3]}"
@@ -329,7 +336,7 @@ def _latency(
             _read_from_start(config, outcomes, config.partitions, take=outcome,
                              done=lambda: len(complete) >= len(lines), timeout_s=120,
                              what="not every sentence got an outcome")  # fmt: skip
-    markers = [MARKER + b"%d" % i for i in range(skip, len(lines))]
+    markers = [_marker(i) for i in range(skip, len(lines))]
     counted_ms = np.array([counted[m] - written[m][0] for m in markers], dtype=float)
     complete_ms = np.array([complete[written[m][1]] for m in markers] if tracked else [], dtype=float)
     return Latencies(rate, counted_ms, complete_ms)

@@ -177,7 +177,7 @@ def named_under(client_config: Mapping[str, Any], prefix: str, timeout_s: float 
     def under(name: str) -> bool:
         return name == prefix or (name.startswith(prefix) and name[len(prefix)] in ".-")
 
-    consumer = Consumer({**client_config, "group.id": "acker-list", "enable.auto.commit": False})
+    consumer = _metadata_consumer(client_config)
     try:
         topics = sorted(t for t in consumer.list_topics(timeout=timeout_s).topics if under(t))
     finally:
@@ -240,9 +240,14 @@ def answering(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> None
         raise KafkaException(refused) from None
 
 
+def _metadata_consumer(client_config: Mapping[str, Any]) -> Consumer:
+    """A consumer handle for metadata lookups only: it joins no group, commits nothing and creates no topic."""
+    return Consumer({**client_config, "group.id": "acker-metadata", "allow.auto.create.topics": False})
+
+
 def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
     """Partitions of ``topic``; `KafkaClientError` when it does not exist (`topic_partitions`)."""
-    consumer = Consumer({**client_config, "group.id": "acker-metadata", "allow.auto.create.topics": False})
+    consumer = _metadata_consumer(client_config)
     try:
         partitions = topic_partitions(consumer, topic, timeout_s)
     except KafkaException as error:
