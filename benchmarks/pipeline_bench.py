@@ -57,7 +57,7 @@ from confluent_kafka.admin import AdminClient
 from acker.config import ServiceConfig, to_argv
 from acker.examples.wordcount import Topics, sentences
 from acker.examples.wordcount_cli import follow_outcomes, produce
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import TopicSpec, create_topics, end_offsets
 from acker.kafka.clients import produce as send
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.wire import decode_outcomes
@@ -96,7 +96,7 @@ def _sink_span(
     consumer = Consumer(config.client(**{"group.id": f"sink-{uuid.uuid4().hex}", "enable.auto.commit": False}))
     parts = [TopicPartition(topic, p) for p in range(partitions)]
     deadline = time.monotonic() + timeout_s
-    while sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts) < expected:
+    while sum(end_offsets(consumer, parts)) < expected:
         assert time.monotonic() < deadline, "the pipeline did not count every word in time"
         time.sleep(0.1)
     consumer.close()

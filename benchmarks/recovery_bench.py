@@ -133,7 +133,7 @@ class _StatusWatch:
 def _plain_read(config: ServiceConfig, start: int) -> float:
     """Seconds for a plain consumer to read partition 0 from ``start`` to its end (the baseline)."""
     consumer = Consumer(config.client(**{"group.id": f"plain-{uuid.uuid4().hex}", "enable.auto.commit": False}))
-    end = consumer.get_watermark_offsets(TopicPartition(config.acker_topic, 0), timeout=10)[1]
+    end = log_bounds(consumer, TopicPartition(config.acker_topic, 0))[1]
     consumer.assign([TopicPartition(config.acker_topic, 0, start)])
     began, position = time.perf_counter(), start
     while position < end:

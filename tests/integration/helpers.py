@@ -24,7 +24,7 @@ from acker import fail_reasons
 from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import TopicSpec, create_topics, log_bounds
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.service import AckerService
 from acker.wire import decode_outcomes
@@ -189,7 +189,7 @@ def read_partition(config: ServiceConfig, topic: str, partition: int) -> list[tu
     """Every record (offset, timestamp, value) of one partition, from the beginning to its current end."""
     consumer = Consumer(config.client(**{"group.id": f"dump-{uuid.uuid4().hex}", "enable.auto.commit": False}))
     try:
-        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        end = log_bounds(consumer, TopicPartition(topic, partition))[1]
         consumer.assign([TopicPartition(topic, partition, 0)])
         out: list[tuple[int, int, bytes | None]] = []
         deadline = time.monotonic() + 60
@@ -291,7 +291,7 @@ def produce_with_header_name(
         lib.rd_kafka_destroy(producer)
     consumer = Consumer({**client, "group.id": f"end-{uuid.uuid4().hex}"})
     try:
-        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        end = log_bounds(consumer, TopicPartition(topic, partition))[1]
     finally:
         consumer.close()
     return f"{topic}/{partition}/{end - 1}"

@@ -23,7 +23,7 @@ from acker.coordinated import RequestState
 from acker.drpc import DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.kafka import coordinated_stage
-from acker.kafka.clients import produce, read_to
+from acker.kafka.clients import end_offsets, produce, read_to
 from acker.kafka.coordinated_stage import (
     DEADLINE,
     REPORT,
@@ -277,7 +277,7 @@ def _ends(config: ServiceConfig, chain: Chain, index: int) -> list[int]:
     """The end offset of each partition of step ``index``'s input."""
     reader = Consumer(config.client(**{"group.id": f"ends-{uuid.uuid4().hex[:8]}"}))
     try:
-        return [reader.get_watermark_offsets(TopicPartition(chain.topic(index), p), timeout=30)[1] for p in range(3)]
+        return end_offsets(reader, [TopicPartition(chain.topic(index), p) for p in range(3)])
     finally:
         reader.close()
 

@@ -31,7 +31,7 @@ from acker.core.messages import Fail, Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 from acker.kafka import clients as clients_module
 from acker.kafka import decided as decided_module
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, log_bounds, partition_count
 from acker.kafka.decided import read_decided
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.replay import format_message, replay
@@ -681,7 +681,7 @@ def _records(config: ServiceConfig, topic: str) -> list[KafkaMessage]:
     """Every record of partition 0 of ``topic`` up to its end now."""
     consumer = Consumer(config.client(**{"group.id": f"read-{time.time_ns()}", "enable.auto.commit": False}))
     try:
-        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        end = log_bounds(consumer, TopicPartition(topic, 0))[1]
         consumer.assign([TopicPartition(topic, 0, 0)])
         records: list[KafkaMessage] = []
         deadline = time.monotonic() + 30
