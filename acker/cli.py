@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaException
@@ -69,6 +69,26 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if bad:
         print(f"{bad} malformed line(s) skipped", file=sys.stderr)
         return 1
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from acker.export import export_partition
+
+    config = _service_config(args)
+    to_file = args.output != "-"
+    with open(args.output, "w", encoding="utf-8") if to_file else nullcontext(sys.stdout) as out:
+        start, end, done = export_partition(config, args.partition, out, sys.stderr, start=args.from_offset,
+                                            end=args.to_offset)  # fmt: skip
+    said = [f"{config.acker_topic}[{args.partition}] offsets {start}-{end}: {done.records} record(s) read, "
+            f"{done.messages} message(s) written"]  # fmt: skip
+    if done.refused:
+        said.append(f"{done.refused} record(s) refused by the service, written as the fails of their inits")
+    if done.ignored_ticks:
+        said.append(f"{done.ignored_ticks} tick(s) off the tick chain left out")
+    if done.undecodable:
+        said.append(f"{done.undecodable} record(s) that are not acker records left out")
+    print("; ".join(said), file=sys.stderr)
     return 0
 
 
@@ -409,6 +429,30 @@ def _add_monitoring(sub: Any) -> None:
     watermarks.set_defaults(run=_cmd_watermarks)
 
 
+def _add_export(sub: Any) -> None:
+    """`acker export`."""
+    export = sub.add_parser(
+        "export",
+        help="write one acker partition's messages as the JSON lines acker replay reads, as the service applies them",
+        description="Read one partition of the acker topic (from its first record, or --from-offset, to its end now, "
+        "or --to-offset) and write its messages as JSON lines for acker replay: the ticks the service applies only "
+        "(those that continue the partition's tick chain), and each record the service refuses as a whole written "
+        "as what it applies instead (each of its inits, then a fail). acker export ... | acker replay - decides "
+        "each tree as the service did, exported from the partition's first record. What is left out or replaced is "
+        "said on stderr, with its offset.",
+    )
+    export.add_argument("partition", type=at_least(0), help="the acker topic's partition")
+    export.add_argument("--from-offset", type=at_least(0), metavar="OFFSET", help="first offset [default: the first]")
+    export.add_argument(
+        "--to-offset", type=at_least(0), metavar="OFFSET", help="end offset, excluded [default: the end]"
+    )
+    export.add_argument(
+        "-o", "--output", metavar="FILE", default="-", help="file to write [default: - for standard output]"
+    )
+    add_arguments(export, ("bootstrap_servers", "acker_topic"))
+    export.set_defaults(run=_cmd_export)
+
+
 # What `acker topics create` reads: where, which topics, how many partitions.
 TOPIC_SETTINGS = ("bootstrap_servers", "acker_topic", "outcome_prefix", "replay_prefix", "dlq_topic",
                   "replay_dlq_topic", "status_topic", "partitions", "replication_factor")  # fmt: skip
@@ -446,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _tracker_options(replay)
     replay.set_defaults(run=_cmd_replay)
+
+    _add_export(sub)
 
     simulate = sub.add_parser(
         "simulate",

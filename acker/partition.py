@@ -57,6 +57,16 @@ from acker.wire import encode_batch
 NO_TICK = -1
 
 
+def continues_chain(after: int, offset: int, last_tick_offset: int | None) -> bool:
+    """Whether a tick in the record at ``offset`` whose link is ``after`` is applied, the last tick applied being
+    the one at ``last_tick_offset`` (None: none yet, as at the start of a replay).
+
+    One tick a record at most, linked to an earlier record: the service writes each alone. A record of many ticks,
+    each linked to the one before (or to its own offset), moved the clock as many steps and timed out every pending
+    tree at once."""
+    return after < offset and (last_tick_offset is None or after == last_tick_offset)
+
+
 def encode_tick(after: int) -> bytes:
     """The value of a tick record that continues the chain after the tick record at offset ``after``."""
     return encode_batch(
@@ -161,11 +171,7 @@ class PartitionState:
                 r = records.record_of(i)
                 offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
-                # One tick a record at most, linked to an earlier record: the service writes each alone. A record of
-                # many ticks, each linked to the one before (or to its own offset), moved the clock as many steps
-                # and timed out every pending tree at once.
-                linked = after < offset
-                if linked and (self.last_tick_offset is None or after == self.last_tick_offset):
+                if continues_chain(after, offset, self.last_tick_offset):
                     # Ours (read back before or after its delivery report): from when we wrote it, by our clock.
                     # Another writer's read while ours is in flight is only delayed the more: late is safe.
                     if self.tick_in_flight or offset == self.unread_tick_offset:

@@ -29,12 +29,13 @@ from acker.core import TICK, Ack, Init, Message, ResetTimeout, Tracker, TrackerC
 from acker.core.ids import IdGenerator
 from acker.core.messages import Fail, Tick, TreeMessage
 from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
+from acker.export import export_records
 from acker.kafka import clients as clients_module
 from acker.kafka import decided as decided_module
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, log_bounds, partition_count
 from acker.kafka.decided import read_decided
 from acker.kafka.provision import Cluster, kafka_cluster
-from acker.replay import format_message, replay
+from acker.replay import replay
 from acker.service import AckerService
 from acker.status import group_lag, read_status, status_key
 from acker.wire import decode_batch, encode_outcome_rows, encode_outcomes
@@ -67,18 +68,11 @@ def _replayed(config: ServiceConfig) -> dict[str, str]:
     """Outcomes of `acker replay` (the reference tracker) on every partition of the acker topic as it is now."""
     outcomes: dict[str, str] = {}
     for partition in range(config.partitions):
-        lines: list[str] = []
-        last_tick: int | None = None
-        for offset, _ts, value in read_partition(config, config.acker_topic, partition):
-            block = decode_batch(value or b"")
-            for message, link in zip(block.to_messages(), block.values.tolist(), strict=True):
-                if isinstance(message, Tick):  # the tick chain: only ticks that continue it count
-                    if last_tick is not None and link != last_tick:
-                        continue
-                    last_tick = offset
-                lines.append(format_message(message))
+        lines = io.StringIO()
+        records = [(offset, value) for offset, _ts, value in read_partition(config, config.acker_topic, partition)]
+        export_records(records, partition, config.partitions, lines, io.StringIO())
         out = io.StringIO()
-        assert replay(Tracker(TrackerConfig(config.buckets)), lines, out, io.StringIO()) == 0
+        assert replay(Tracker(TrackerConfig(config.buckets)), lines.getvalue().splitlines(), out, io.StringIO()) == 0
         for line in out.getvalue().splitlines():
             obj = json.loads(line)
             outcomes.setdefault(obj["msg_id"], "ACK" if obj["outcome"] == "ack" else obj["reason"].upper())

@@ -1,0 +1,84 @@
+"""`acker export P | acker replay -` decides every tree of a partition as the service did, on a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
+
+from confluent_kafka import Producer
+
+from acker.columnar import MessageBlock
+from acker.config import ServiceConfig, to_argv
+from acker.core import Ack, Init, Message, Tick
+from acker.core.ids import partition_of
+from acker.partition import NO_TICK, encode_tick
+from acker.wire import encode_batch
+from acker.workload import WorkloadSpec, generate
+from tests.integration.helpers import OutcomeReader, ServiceThread, create_acker_topics, send
+from tests.integration.test_service import _NAMES, SPOUT
+
+
+def _acker(config: ServiceConfig, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    flags, env = to_argv(config)
+    command = [sys.executable, "-m", "acker.cli", *argv]
+    if argv[0] == "export":
+        command += flags
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env}, check=False)  # fmt: skip
+
+
+def test_an_exported_partition_replays_to_the_services_outcomes(config: ServiceConfig) -> None:
+    """Partition 0 holds, before the trees: a record that is no acker record, a record with a message of partition
+    1 and one with a spout that cannot name a topic (each refused as a whole, the inits in them failed), and two ticks
+    of which the second does not continue the chain. The export leaves out or replaces each as the service did."""
+    config = replace(config, partitions=2, timeout_s=2.0)
+    create_acker_topics(config)
+    assert partition_of(2, 2) == 0 and partition_of(-1, 2) == 1 and partition_of(4, 2) == 0
+    producer = Producer(config.client())
+    for value in (
+        b"not an acker record",
+        _encoded([Init(2, "other", "odd/0/1", 5), Ack(-1, 3)]),  # wrong partition: odd/0/1 FAILED
+        _encoded([Init(4, "bad spout!", "odd/0/2", 1), Init(6, "other", "odd/0/3", 1)]),  # odd/0/3 FAILED
+        encode_tick(NO_TICK),
+        encode_tick(NO_TICK),  # a second writer's: off the chain
+    ):
+        producer.produce(config.acker_topic, value, partition=0)
+    assert producer.flush(30) == 0
+    workload = generate(WorkloadSpec(trees=1000, fail_rate=0.03, drop_rate=0.03, tick_every=10**9, spout=SPOUT))
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT, "other"])
+    try:
+        send(config, [m for m in workload.messages if not isinstance(m, Tick)])
+        reader.wait_for([*workload.expected, "odd/0/1", "odd/0/3"], timeout_s=90)
+        ignored = service.service.snapshot().ignored_ticks
+    finally:
+        service.stop()
+        reader.close()
+    assert {m: reader.seen[m][0] for m in workload.expected} == {m: _NAMES[e] for m, e in workload.expected.items()}
+    assert reader.seen["odd/0/1"] == reader.seen["odd/0/3"] == ["FAILED"]
+
+    replayed: dict[str, str] = {}
+    said = []
+    for partition in (0, 1):
+        exported = _acker(config, "export", str(partition))
+        assert exported.returncode == 0, exported.stderr
+        said.append(exported.stderr)
+        replay = _acker(config, "replay", "-", "--buckets", str(config.buckets), stdin=exported.stdout)
+        assert replay.returncode == 0, replay.stderr
+        for line in replay.stdout.splitlines():
+            obj = json.loads(line)
+            replayed.setdefault(obj["msg_id"], "ACK" if obj["outcome"] == "ack" else obj["reason"].upper())
+    assert replayed == {m: seen[0] for m, seen in reader.seen.items()}
+    assert "offset 0: left out, not an acker record (bad-magic" in said[0]
+    assert "offset 1: refused by the service (wrong-partition" in said[0]
+    assert "offset 2: refused by the service (bad-spout" in said[0]
+    off_chain = [int(m.group(1)) if (m := re.search(r"(\d+) tick\(s\) off the tick chain", s)) else 0 for s in said]
+    assert off_chain[0] >= 1 and sum(off_chain) == ignored  # the second writer's tick, as the service counted
+
+
+def _encoded(messages: list[Message]) -> bytes:
+    return encode_batch(MessageBlock.from_messages(messages))
