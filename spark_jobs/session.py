@@ -34,6 +34,14 @@ from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, stopping
 
 log = logging.getLogger("spark_jobs.session")
 
+# How long stopping a query waits for its micro-batch to end after interrupting it. Spark's default (0) waits for ever,
+# and a batch inside Python code (the jobs' foreachBatch functions: a Kafka flush, a commit, a broker away) does not
+# end when interrupted: a stopping job hung as long as the batch did, past a supervisor's patience (Kubernetes kills
+# after 30 s). A batch left running is safe: it runs again when the job starts again (its offsets are in the
+# checkpoint, its end is not). Set only when neither --conf nor spark-defaults.conf gives it.
+STOP_TIMEOUT = "spark.sql.streaming.stopTimeout"
+STOP_TIMEOUT_DEFAULT = "20s"
+
 SPARK_VERSION = pyspark.__version__
 
 SCALA = "2.13"  # pyspark 4 is built for Scala 2.13 only
@@ -169,6 +177,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
         signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")
     _avro_limits_in_driver(session)
+    if not session.sparkContext.getConf().contains(STOP_TIMEOUT):  # given by --conf or spark-defaults.conf: theirs
+        session.conf.set(STOP_TIMEOUT, STOP_TIMEOUT_DEFAULT)
     # "Current batch is falling behind", at every micro-batch longer than the trigger (the first ones of a job, any
     # on a busy host): the jobs log each micro-batch's work themselves.
     set_log_level(session, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
@@ -202,16 +212,18 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     Stopping one also cancels its job group, and Spark 4 warns "Failed to cancel job group" whenever the group has
     no job running, as between micro-batches (apache/spark#45722): that warning is turned off first. So is the query's
     own "terminated with error" and its Java trace (80 lines) for a batch that started after the wait and was
-    interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves)."""
-    queries_logger, was = "org.apache.spark.sql.execution.streaming.MicroBatchExecution", None
+    interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves).
+    A batch that has not ended `STOP_TIMEOUT` after its interruption is left running, with a warning."""
+    queries_logger, was, patience = "org.apache.spark.sql.execution.streaming.MicroBatchExecution", None, "?"
     try:
+        patience = str(session.conf.get(STOP_TIMEOUT))
         set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
         was = _log_level(session, queries_logger)
         set_log_level(session, queries_logger, "OFF")
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
         log.debug("could not quiet the DAG scheduler and the queries: %s", error)
     try:
-        _stop_each(queries, between_batches_s)
+        _stop_each(queries, between_batches_s, patience)
     finally:
         if was is not None:  # for the queries a session started later has (a test's)
             try:
@@ -227,7 +239,7 @@ def _log_level(session: SparkSession, logger: str) -> str:
     return str(jvm.org.apache.logging.log4j.LogManager.getLogger(logger).getLevel().name())
 
 
-def _stop_each(queries: Iterable[Any], between_batches_s: float) -> None:
+def _stop_each(queries: Iterable[Any], between_batches_s: float, patience: str) -> None:
     with stopping():
         for query in queries:
             deadline = time.monotonic() + between_batches_s
@@ -238,8 +250,20 @@ def _stop_each(queries: Iterable[Any], between_batches_s: float) -> None:
                 log.debug("could not wait for the end of a micro-batch: %s", error)
             try:
                 query.stop()
-            except Exception as error:  # the JVM got the signal too (a whole process group stopped, as systemd does)
-                log.info("a query could not be stopped: Spark's JVM has gone already (%s)", type(error).__name__)
+            except Exception as error:
+                if _java_class(error) == "java.util.concurrent.TimeoutException":  # `STOP_TIMEOUT` passed
+                    log.warning("a query's micro-batch did not end within %s of its stop (%s): left running, it runs "
+                                "again when the job starts again", patience, STOP_TIMEOUT)  # fmt: skip
+                else:  # the JVM got the signal too (a whole process group stopped, as systemd does)
+                    log.info("a query could not be stopped: Spark's JVM has gone already (%s)", type(error).__name__)
+
+
+def _java_class(error: Exception) -> str | None:
+    """The class of the Java exception that ``error`` (a py4j one) carries; None for any other error."""
+    try:
+        return str(error.java_exception.getClass().getName())  # type: ignore[attr-defined]
+    except Exception:
+        return None
 
 
 def stop(session: SparkSession | None) -> None:

@@ -758,3 +758,36 @@ def test_a_query_stopped_mid_batch_is_not_logged_as_terminated_with_error(tmp_pa
     said = output.read_text()
     assert "log4j" in said  # the JVM's output is here
     assert "terminated with error" not in said and not re.search(r"^\s+at ", said, re.MULTILINE), said[-3000:]
+
+
+_STUCK_IN_A_BATCH = """
+import logging, sys, threading, time
+from pathlib import Path
+from spark_jobs.session import STOP_TIMEOUT, STOP_TIMEOUT_DEFAULT, spark_session, stop, stop_queries
+logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
+spark = spark_session("stuck-in-a-batch", jvm_output=Path(sys.argv[1]))
+assert spark.conf.get(STOP_TIMEOUT) == STOP_TIMEOUT_DEFAULT
+spark.conf.set(STOP_TIMEOUT, "2s")
+started, ended = threading.Event(), threading.Event()
+def stuck(batch, _):  # Python code, which Spark's interruption does not stop (a Kafka flush, a broker away)
+    started.set()
+    time.sleep(600)
+    ended.set()
+rate = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+query = rate.writeStream.foreachBatch(stuck).start()
+assert started.wait(120)
+stop_queries(spark, [query], between_batches_s=0)
+print("stopped; the batch ended:", ended.is_set(), flush=True)
+stop(spark)
+"""
+
+
+def test_a_job_whose_batch_does_not_end_stops_all_the_same(tmp_path: Path) -> None:
+    """A micro-batch stuck in Python code held `stop_queries` until it ended (Spark waits for ever by default):
+    a job told to stop hung as long, past a supervisor's patience. Now the stop gives up after
+    ``spark.sql.streaming.stopTimeout`` and says so; the batch runs again when the job starts again."""
+    run = subprocess.run([sys.executable, "-c", _STUCK_IN_A_BATCH, str(tmp_path / "spark.log")],
+                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "stopped; the batch ended: False" in run.stdout
+    assert "WARNING a query's micro-batch did not end within 2s of its stop" in run.stdout
