@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acker.argtypes import at_least, non_negative
+from acker.argtypes import at_least, non_negative, positive
 from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import AckerError, ConfigError
 from acker.retries import MAX_HOLD_MS
@@ -109,6 +109,15 @@ def add_parser(sub: Any) -> None:
             help="outcome records per micro-batch, at most (Spark's maxOffsetsPerTrigger): a backlog is read in "
             f"micro-batches of this size [default: {default_records}]",
         )
+        if name == "commit":
+            job.add_argument(
+                "--stuck-after-s",
+                type=positive,
+                default=None,
+                help="warn of a watermark that has waited this long at one offset with offsets done above it "
+                "[default: 900, or longer than a spout waits for an outcome with the acker's --timeout-s and "
+                "--buckets; give it for spouts with a pending_timeout_s of their own]",
+            )
         if name == "replay":
             job.add_argument(
                 "--max-attempts", type=at_least(0), default=5, help="replays before dead-lettering [default: 5]"
@@ -229,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
                     spouts=spouts,
                     max_records=args.max_records,
                     dlq_topic=dlq_topic,
-                    stuck_s=commit_job.stuck_after_s(config),
+                    stuck_s=args.stuck_after_s or commit_job.stuck_after_s(config),
                 )
                 queries = commit_job.start(spark, settings)
             else:

@@ -81,7 +81,7 @@ def stuck_after_s(config: ServiceConfig) -> float:
     ``config``: `STUCK_S`, or longer than a spout may wait for an outcome where that is longer: `WAIT_TIMEOUTS`
     times its wait (`acker.spout.pending_timeout_s`) while the tree's acker partition decides nothing (an acker
     timeout of hours, an acker down), then a wait more for the replay. A spout given a wait of its own
-    (`SpoutSettings.pending_timeout_s`) is not known here."""
+    (`SpoutSettings.pending_timeout_s`) is not known here: `acker spark commit --stuck-after-s` says it."""
     return max(STUCK_S, (WAIT_TIMEOUTS + 1) * pending_timeout_s(config))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from acker.cli import main
 from acker.config import ServiceConfig
 from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
 from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
@@ -364,6 +365,35 @@ def test_a_mark_is_said_stuck_only_after_a_tree_could_have_been_pending_and_repl
     assert commit_job.stuck_after_s(ServiceConfig()) == commit_job.STUCK_S  # a spout waits 2.5 minutes
     hour = ServiceConfig(timeout_s=3600)
     assert commit_job.stuck_after_s(hour) == (WAIT_TIMEOUTS + 1) * pending_timeout_s(hour) > 10 * 3600
+
+
+@pytest.mark.parametrize(
+    ("extra", "stuck_s"),
+    [([], commit_job.STUCK_S), (["--timeout-s", "3600"], commit_job.stuck_after_s(ServiceConfig(timeout_s=3600))),
+     (["--timeout-s", "3600", "--stuck-after-s", "120"], 120.0)],
+)  # fmt: skip
+def test_the_commit_command_says_a_mark_stuck_after_the_acker_timeout_or_the_time_it_is_given(
+    monkeypatch: pytest.MonkeyPatch, extra: list[str], stuck_s: float
+) -> None:
+    """A spout given a wait of its own (`SpoutSettings.pending_timeout_s`) waits longer than the acker's settings
+    say: ``--stuck-after-s`` tells the job."""
+    started: list[CommitJobSettings] = []
+
+    class StartedError(Exception):
+        pass
+
+    def start(_spark: object, settings: CommitJobSettings) -> None:
+        started.append(settings)
+        raise StartedError
+
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
+    monkeypatch.setattr("spark_jobs.session.stop", lambda *_: None)
+    monkeypatch.setattr("spark_jobs.commit_job.start", start)
+    monkeypatch.setattr(OutcomeSource, "check_topics", lambda _: None)  # no Kafka here
+    monkeypatch.setattr("acker.kafka.clients.ensure_topics", lambda *_, **__: None)
+    with pytest.raises(StartedError):
+        main(["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere", *extra])
+    assert started[0].stuck_s == stuck_s
 
 
 class _Groups(_Kafka):
