@@ -47,6 +47,7 @@ from spark_jobs.session import spark_session, stop, stop_queries
 from spark_jobs.watermark import PartitionMark
 from tests.bitmaps import bitmap_rows
 from tests.integration.helpers import Running, ServiceThread, create_acker_topics, produce_with_header_name, read_all
+from tests.unit.spark_jobs.starts import started_with
 
 
 @pytest.fixture(scope="session")
@@ -676,35 +677,26 @@ def test_a_spark_job_makes_its_own_topics_before_spark_starts(
     """Its dead-letter topics and the replay job's progress, where a cluster does not create topics on first use: the
     first malformed outcome record stopped the job (no topic for its dead letter), and every start after."""
 
-    class StartedError(Exception):
+    class SparkStartedError(Exception):
         pass
 
-    def started(*_args: object, **_kwargs: object) -> None:
-        raise StartedError
+    def spark_started(*_args: object, **_kwargs: object) -> None:
+        raise SparkStartedError
 
-    monkeypatch.setattr("spark_jobs.session.spark_session", started)
+    monkeypatch.setattr("spark_jobs.session.spark_session", spark_started)
     uid = names["uid"]
     flags = ["--bootstrap-servers", bootstrap, "--outcome-prefix", names["outcomes"], "--replay-prefix", f"rp-{uid}.",
              "--replay-dlq-topic", f"dead-{uid}"]  # fmt: skip
     config = load(build_parser().parse_args(["spark", "replay", *flags, "--spout", "sp", "--checkpoint", "x"]))
     create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
-    with pytest.raises(StartedError):
-        main(["spark", "replay", *flags, "--spout", "sp", "--checkpoint", names["ckpt"]])
+    argv = ["spark", "replay", *flags, "--spout", "sp", "--checkpoint", names["ckpt"]]
+    with pytest.raises(SparkStartedError):
+        main(argv)
     own = spark_job_topics(config)
     assert {spec.name for spec in own} == {f"{names['outcomes']}dlq", f"dead-{uid}", f"rp-{uid}.progress"}
     assert [partition_count(config.client(), spec.name) for spec in own] == [1, 1, 1]
     # And the replay job is given what its flags say: malformed outcome records are the commit job's unless told.
-    given: list[ReplayJobSettings] = []
-
-    def replay(_spark: object, settings: ReplayJobSettings) -> None:
-        given.append(settings)
-        raise StartedError
-
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
-    monkeypatch.setattr("spark_jobs.replay_job.start", replay)
-    for extra in ([], ["--dead-letter-malformed"]):
-        with pytest.raises(StartedError):
-            main(["spark", "replay", *flags, "--spout", "sp", "--checkpoint", names["ckpt"], *extra])
+    given = [started_with(monkeypatch, argv + extra) for extra in ([], ["--dead-letter-malformed"])]
     assert [s.dead_letter_malformed for s in given] == [False, True]
 
 

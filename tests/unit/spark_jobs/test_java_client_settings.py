@@ -5,7 +5,6 @@ and refuses what Java's client cannot be given before Spark starts."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trustme
@@ -21,6 +20,7 @@ from acker.cli import main
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from spark_jobs.java_client import java_client_settings
+from tests.unit.spark_jobs.starts import started_with
 
 
 def test_a_user_name_and_password_become_the_java_clients_login_module_line() -> None:
@@ -198,28 +198,15 @@ def test_the_spark_command_refuses_them_before_spark_starts(
 def test_the_spark_command_takes_javas_own_settings_from_the_environment_and_flags(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    started: list[Any] = []
-
-    class StartedError(Exception):
-        pass
-
-    def start(spark: object, settings: Any) -> None:
-        started.append(settings)
-        raise StartedError
-
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
-    monkeypatch.setattr("spark_jobs.session.stop", lambda *_: None)
-    monkeypatch.setattr("spark_jobs.commit_job.start", start)
     monkeypatch.setenv("ACKER_JAVA_KAFKA_SASL_JAAS_CONFIG", "com.sun.security.auth.module.Krb5LoginModule required;")
     argv = ["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere", "--kafka", "security.protocol=SASL_SSL",
             "--kafka", "sasl.mechanism=GSSAPI", "--java-kafka", " ssl.endpoint.identification.algorithm="]  # fmt: skip
-    with pytest.raises(StartedError):
-        main(argv)
-    assert started[0].source.java_kafka == {
+    settings = started_with(monkeypatch, argv)
+    assert settings.source.java_kafka == {
         "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;",
         "ssl.endpoint.identification.algorithm": "",
     }
-    assert started[0].source.kafka_options()["kafka.sasl.jaas.config"].startswith("com.sun.security")
+    assert settings.source.kafka_options()["kafka.sasl.jaas.config"].startswith("com.sun.security")
 
 
 def test_the_python_logger_of_the_projects_clients_stays_behind() -> None:

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from acker.cli import main
 from acker.config import ServiceConfig
 from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
 from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
@@ -19,6 +18,7 @@ from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
 from tests.bitmaps import bitmap_rows
+from tests.unit.spark_jobs.starts import started_with
 
 
 class _Store:
@@ -377,23 +377,8 @@ def test_the_commit_command_says_a_mark_stuck_after_the_acker_timeout_or_the_tim
 ) -> None:
     """A spout given a wait of its own (`SpoutSettings.pending_timeout_s`) waits longer than the acker's settings
     say: ``--stuck-after-s`` tells the job."""
-    started: list[CommitJobSettings] = []
-
-    class StartedError(Exception):
-        pass
-
-    def start(_spark: object, settings: CommitJobSettings) -> None:
-        started.append(settings)
-        raise StartedError
-
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
-    monkeypatch.setattr("spark_jobs.session.stop", lambda *_: None)
-    monkeypatch.setattr("spark_jobs.commit_job.start", start)
-    monkeypatch.setattr(OutcomeSource, "check_topics", lambda _: None)  # no Kafka here
-    monkeypatch.setattr("acker.kafka.clients.ensure_topics", lambda *_, **__: None)
-    with pytest.raises(StartedError):
-        main(["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere", *extra])
-    assert started[0].stuck_s == stuck_s
+    argv = ["spark", "commit", "--spout", "s", "--checkpoint", "/nowhere", *extra]
+    assert started_with(monkeypatch, argv, kafka=False).stuck_s == stuck_s
 
 
 class _Groups(_Kafka):
