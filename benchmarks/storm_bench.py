@@ -22,7 +22,9 @@ The messages are written to a file (kind, anchor, value per message) and replaye
 Each throughput figure is the median of ``--repeat`` passes, all three single-threaded and run one after another:
 by CPU time of the thread doing the work (for Storm's acker, plus the time spent in collections during the pass,
 which the serial collector runs in another thread), which on a shared machine leaves out waiting for a core, and by
-wall clock. Memory: bytes per pending tree with ``--pending`` trees open (inits of trees that never complete, ids
+wall clock. Latency: the wall time through each 8,192 messages of the timed passes (a block of the columnar tracker;
+Storm's acker and the reference tracker take them one at a time, timed at every 8,192th), p50/p99/max, the p99's
+ratio to Storm's. Memory: bytes per pending tree with ``--pending`` trees open (inits of trees that never complete, ids
 from the same generator). Storm: heap used after a full GC minus heap used before, in a second JVM. This project:
 tracemalloc, as in the core benchmark. What each figure holds differs: Storm's acker keeps a tree's XOR value, spout
 task, start time and failed flag (the message id stays with the spout executor, which also keeps a pending entry per
@@ -117,9 +119,29 @@ def run_storm(
         workload_file, pending_file = Path(tmp) / "workload.bin", Path(tmp) / "pending.bin"
         write_messages(workload_file, MessageBlock.concat(blocks))
         write_pending_inits(pending_file, pending)
-        throughput_cmd = java_command("throughput", str(workload_file), str(warmup), str(repeat))
+        throughput_cmd = java_command("throughput", str(workload_file), str(warmup), str(repeat), str(BLOCK))
         memory_cmd = java_command("memory", str(pending_file))
         return run_java(throughput_cmd), run_java(memory_cmd), [throughput_cmd, memory_cmd]
+
+
+def _reference(messages: list[Message], latencies: list[float]) -> None:
+    """The reference tracker through every message, the wall time of each `BLOCK` of them added to ``latencies``."""
+    tracker = Tracker()
+    for start in range(0, len(messages), BLOCK):
+        began = time.perf_counter()
+        tracker.handle_all(messages[start : start + BLOCK])
+        latencies.append(time.perf_counter() - began)
+
+
+def print_latencies(names: list[str], block_seconds: list[list[float]]) -> None:
+    """The table of the wall time through `BLOCK` messages, per tracker, the first one's p99 the baseline."""
+    print(f"\n| tracker | time through {BLOCK:,} messages (wall), p50 ms | p99 ms | max ms | p99 ratio to Storm's |")
+    print("|---|---:|---:|---:|---:|")
+    base_ms = float(np.percentile(block_seconds[0], 99)) * 1e3
+    for name, seconds in zip(names, block_seconds, strict=True):
+        ms = np.array(seconds) * 1e3
+        p50, p99 = np.percentile(ms, [50, 99])
+        print(f"| {name} | {p50:.3f} | {p99:.3f} | {ms.max():.3f} | {p99 / base_ms:.2f} |")
 
 
 def count_acked(messages: list[Message], blocks: list[MessageBlock]) -> tuple[int, int]:
@@ -154,8 +176,10 @@ def main() -> None:
     if not storm["acked"] == col_acked == ref_acked == trees or storm["pending_after"] != 0:
         raise SystemExit(f"the replays disagree: storm {storm}, columnar acked {col_acked}, reference {ref_acked}")
     _columnar(blocks[:2], None, True)  # compile (or load the cached machine code) before timing
-    col_cpu, col_wall = median_rates(n, repeat, lambda: _columnar(blocks, None, False))
-    ref_cpu, ref_wall = median_rates(n, repeat, lambda: Tracker().handle_all(messages))
+    col_blocks: list[float] = []
+    col_cpu, col_wall = median_rates(n, repeat, lambda: _columnar(blocks, col_blocks, False))
+    ref_blocks: list[float] = []
+    ref_cpu, ref_wall = median_rates(n, repeat, lambda: _reference(messages, ref_blocks))
     ref_mem = _memory_per_tree(pending, columnar=False)
     col_mem = _memory_per_tree(pending, columnar=True)
     elapsed = time.perf_counter() - started
@@ -178,6 +202,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, cpu, wall in rows:
         print(f"| {name} | {cpu:,.0f} | {cpu / storm_cpu:.2f} | {wall:,.0f} | {wall / storm_wall:.2f} |")
+    print_latencies([name for name, _, _ in rows], [storm["block_seconds"], col_blocks, ref_blocks])
     print(f"\n| memory per pending tree at {pending:,} pending | bytes | ratio to Storm's acker |")
     print("|---|---:|---:|")
     print(f"| Storm's acker (JVM heap, compressed oops) | {storm_bytes:.0f} | 1.00 |")

@@ -35,11 +35,13 @@ import org.apache.storm.utils.VersionInfo;
  * [anchor]; reset to {@code __ack_reset_timeout} [anchor]; tick to a system tick tuple (one rotation).
  *
  * <ul>
- *   <li>{@code throughput FILE [WARMUP_MESSAGES] [PASSES]}: every tuple is built before timing (each with its own
- *       boxed values, as deserialisation gives them); passes of the whole sequence through a fresh acker, on this
- *       thread, first untimed until at least WARMUP_MESSAGES messages have run (JIT), then PASSES timed ones, each
- *       after a full GC. Reports the median rate by wall clock and by CPU time: this thread's, plus the time spent
- *       in collections during the pass (on a shared machine, the figure that does not count waiting for a core).</li>
+ *   <li>{@code throughput FILE [WARMUP_MESSAGES] [PASSES] [BLOCK]}: every tuple is built before timing (each with
+ *       its own boxed values, as deserialisation gives them); passes of the whole sequence through a fresh acker, on
+ *       this thread, first untimed until at least WARMUP_MESSAGES messages have run (JIT), then PASSES timed ones,
+ *       each after a full GC. Reports the median rate by wall clock and by CPU time: this thread's, plus the time
+ *       spent in collections during the pass (on a shared machine, the figure that does not count waiting for a
+ *       core); and the wall time of every BLOCK messages of the timed passes (the project's columnar tracker takes
+ *       its messages in blocks of that many), for their percentiles.</li>
  *   <li>{@code memory FILE}: the file holds only inits of trees that never complete; heap used after a full GC
  *       with all of them pending, minus heap used before (the acker's classes already loaded and initialised),
  *       divided by the number of trees. Tuples are built one at a time and dropped, so the key the acker keeps
@@ -59,13 +61,14 @@ public final class AckerBench {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: AckerBench throughput FILE [WARMUP_MESSAGES] [PASSES] | memory FILE");
+            System.err.println("usage: AckerBench throughput FILE [WARMUP_MESSAGES] [PASSES] [BLOCK] | memory FILE");
             System.exit(2);
         }
         Map<String, Object> out = switch (args[0]) {
             case "throughput" -> throughput(read(Path.of(args[1])),
                     args.length > 2 ? Long.parseLong(args[2]) : 3_000_000L,
-                    args.length > 3 ? Integer.parseInt(args[3]) : 5);
+                    args.length > 3 ? Integer.parseInt(args[3]) : 5,
+                    args.length > 4 ? Integer.parseInt(args[4]) : 8192);
             case "memory" -> memory(read(Path.of(args[1])));
             default -> throw new IllegalArgumentException("unknown mode " + args[0]);
         };
@@ -128,7 +131,7 @@ public final class AckerBench {
         return ((RotatingMap<?, ?>) field.get(acker)).size();
     }
 
-    static Map<String, Object> throughput(Messages m, long warmupMessages, int passes) throws Exception {
+    static Map<String, Object> throughput(Messages m, long warmupMessages, int passes, int block) throws Exception {
         int n = m.size();
         Tuple[] tuples = new Tuple[n];
         for (int i = 0; i < n; i++) {
@@ -138,13 +141,15 @@ public final class AckerBench {
         long warmed = 0;
         int warmupPasses = 0;
         while (warmed < warmupMessages || warmupPasses < 1) {
-            run(tuples, new CountingCollector());
+            run(tuples, new CountingCollector(), block, null);
             warmed += n;
             warmupPasses++;
         }
         double[] seconds = new double[passes];
         double[] cpuSeconds = new double[passes];
         double[] gcSeconds = new double[passes];
+        int blocks = (n + block - 1) / block;
+        double[] blockSeconds = new double[passes * blocks];
         CountingCollector last = null;
         int lastPending = 0;
         for (int p = 0; p < passes; p++) {
@@ -153,11 +158,15 @@ public final class AckerBench {
             long gc = gcMillis();
             long cpu = threads.getCurrentThreadCpuTime();
             long started = System.nanoTime();
-            Acker acker = run(tuples, last);
+            long[] ends = new long[blocks];
+            Acker acker = run(tuples, last, block, ends);
             seconds[p] = (System.nanoTime() - started) / 1e9;
             cpuSeconds[p] = (threads.getCurrentThreadCpuTime() - cpu) / 1e9;
             gcSeconds[p] = (gcMillis() - gc) / 1e3;
             lastPending = pending(acker);
+            for (int b = 0; b < blocks; b++) {
+                blockSeconds[p * blocks + b] = (ends[b] - (b == 0 ? started : ends[b - 1])) / 1e9;
+            }
         }
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("mode", "throughput");
@@ -166,6 +175,8 @@ public final class AckerBench {
         out.put("seconds", seconds);
         out.put("thread_cpu_seconds", cpuSeconds);
         out.put("gc_seconds", gcSeconds);
+        out.put("block", block);
+        out.put("block_seconds", blockSeconds);
         double[] cpuAndGc = new double[passes];
         for (int p = 0; p < passes; p++) {
             cpuAndGc[p] = cpuSeconds[p] + gcSeconds[p];
@@ -196,10 +207,17 @@ public final class AckerBench {
         return sorted.length % 2 == 1 ? sorted[k] : (sorted[k - 1] + sorted[k]) / 2;
     }
 
-    static Acker run(Tuple[] tuples, CountingCollector collector) {
+    /** Every tuple through a fresh acker; with {@code ends}, the time at the end of every {@code block} tuples. */
+    static Acker run(Tuple[] tuples, CountingCollector collector, int block, long[] ends) {
         Acker acker = newAcker(collector);
-        for (Tuple t : tuples) {
-            acker.execute(t);
+        for (int start = 0, b = 0; start < tuples.length; start += block, b++) {
+            int end = Math.min(tuples.length, start + block);
+            for (int i = start; i < end; i++) {
+                acker.execute(tuples[i]);
+            }
+            if (ends != null) {
+                ends[b] = System.nanoTime();
+            }
         }
         return acker;
     }
