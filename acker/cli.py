@@ -73,15 +73,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from acker.export import export_partition
+    from acker.export import export_partition, span
 
     config = _service_config(args)
-    to_file = args.output != "-"
-    with open(args.output, "w", encoding="utf-8") if to_file else nullcontext(sys.stdout) as out:
-        start, end, done = export_partition(config, args.partition, out, sys.stderr, start=args.from_offset,
-                                            end=args.to_offset)  # fmt: skip
-    said = [f"{config.acker_topic}[{args.partition}] offsets {start}-{end}: {done.records} record(s) read, "
-            f"{done.messages} message(s) written"]  # fmt: skip
+    where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
+    with open(args.output, "w", encoding="utf-8") if args.output != "-" else nullcontext(sys.stdout) as out:
+        done = export_partition(config, where, out, sys.stderr)
+    said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
+            + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"
+               if where.written_end > where.end and args.to_offset is None else "")
+            + f": {done.records} record(s) read, {done.messages} message(s) written"]  # fmt: skip
     if done.refused:
         said.append(f"{done.refused} record(s) refused by the service, written as the fails of their inits")
     if done.ignored_ticks:
@@ -436,10 +437,12 @@ def _add_export(sub: Any) -> None:
         help="write one acker partition's messages as the JSON lines acker replay reads, as the service applies them",
         description="Read one partition of the acker topic (from its first record, or --from-offset, to its end now, "
         "or --to-offset) and write its messages as JSON lines for acker replay: the ticks the service applies only "
-        "(those that continue the partition's tick chain), and each record the service refuses as a whole written "
-        "as what it applies instead (each of its inits, then a fail). acker export ... | acker replay - decides "
-        "each tree as the service did, exported from the partition's first record. What is left out or replaced is "
-        "said on stderr, with its offset.",
+        "(those that continue the partition's tick chain, followed from the service group's committed offset), and "
+        "each record the service refused as a whole written as what it applies instead (each of its inits, then a "
+        "fail; a record with a message of another partition where the service dead-lettered it). acker export ... | "
+        "acker replay - with the service's --buckets, --high-water and --relocate-on-update decides each tree as the "
+        "service did, exported from the partition's first record. What is left out or replaced is said on stderr, "
+        "with its offset.",
     )
     export.add_argument("partition", type=at_least(0), help="the acker topic's partition")
     export.add_argument("--from-offset", type=at_least(0), metavar="OFFSET", help="first offset [default: the first]")
@@ -449,7 +452,7 @@ def _add_export(sub: Any) -> None:
     export.add_argument(
         "-o", "--output", metavar="FILE", default="-", help="file to write [default: - for standard output]"
     )
-    add_arguments(export, ("bootstrap_servers", "acker_topic"))
+    add_arguments(export, ("bootstrap_servers", "acker_topic", "group", "dlq_topic"))
     export.set_defaults(run=_cmd_export)
 
 

@@ -9,7 +9,7 @@ import concurrent.futures
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -416,7 +416,9 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
 READ_TO_SETTINGS = {"fetch.wait.max.ms": 10, "auto.offset.reset": "earliest"}
 
 
-def read_to(consumer: Consumer, start: TopicPartition, end: int, timeout_s: float = 30.0) -> Iterator[Message]:
+def read_to(
+    consumer: Consumer, start: TopicPartition, end: int, timeout_s: float = 30.0
+) -> Generator[Message, None, None]:
     """The records of one partition from ``start`` up to (not including) offset ``end``, read through ``consumer``
     (assigned here, unassigned after; give it `READ_TO_SETTINGS` if it asks for more afterwards).
 

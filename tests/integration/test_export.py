@@ -8,8 +8,10 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined] # documented location
 
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig, to_argv
@@ -61,23 +63,55 @@ def test_an_exported_partition_replays_to_the_services_outcomes(config: ServiceC
     assert {m: reader.seen[m][0] for m in workload.expected} == {m: _NAMES[e] for m, e in workload.expected.items()}
     assert reader.seen["odd/0/1"] == reader.seen["odd/0/3"] == ["FAILED"]
 
-    replayed: dict[str, str] = {}
-    said = []
-    for partition in (0, 1):
-        exported = _acker(config, "export", str(partition))
-        assert exported.returncode == 0, exported.stderr
-        said.append(exported.stderr)
-        replay = _acker(config, "replay", "-", "--buckets", str(config.buckets), stdin=exported.stdout)
-        assert replay.returncode == 0, replay.stderr
-        for line in replay.stdout.splitlines():
-            obj = json.loads(line)
-            replayed.setdefault(obj["msg_id"], "ACK" if obj["outcome"] == "ack" else obj["reason"].upper())
+    # The topic grows after the run: a record the service applied is not refused now for being elsewhere by the new
+    # count (the service's dead letters say which it refused).
+    admin = AdminClient(config.producer())
+    admin.create_partitions([NewPartitions(config.acker_topic, 4)])[config.acker_topic].result(30)
+    [(first, said_0), (second, said_1)] = [_exported_and_replayed(config, partition) for partition in (0, 1)]
+    said, replayed = [said_0, said_1], first | second
     assert replayed == {m: seen[0] for m, seen in reader.seen.items()}
     assert "offset 0: left out, not an acker record (bad-magic" in said[0]
     assert "offset 1: refused by the service (wrong-partition" in said[0]
     assert "offset 2: refused by the service (bad-spout" in said[0]
+    assert "offset 4: a tick left out, off the tick chain (it begins a chain; the chain is at 3)" in said[0]
     off_chain = [int(m.group(1)) if (m := re.search(r"(\d+) tick\(s\) off the tick chain", s)) else 0 for s in said]
     assert off_chain[0] >= 1 and sum(off_chain) == ignored  # the second writer's tick, as the service counted
+
+    # From the tick the service ignored: the chain is the one before it, and the trees after it are decided alike.
+    later, stderr = _exported_and_replayed(config, 0, "--from-offset", "4")
+    assert later == {m: o for m, o in first.items() if not m.startswith("odd/")} and later
+    assert "from offset 4 up to " in stderr and "offset 4: a tick left out" in stderr
+
+
+def test_an_export_of_what_the_partition_does_not_hold_is_refused_before_its_file_is_written(
+    config: ServiceConfig, tmp_path: Path
+) -> None:
+    config = replace(config, partitions=2)
+    create_acker_topics(config)
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("what was there\n")
+    for argv, said in (
+        (["5"], "has partitions 0-1, not 5"),
+        (["0", "--from-offset", "3"], "[0] holds no record (its end is 0) now: nothing to export from 3"),
+        (["0", "--from-offset", "3", "--to-offset", "2"], "--from-offset 3 is past --to-offset 2"),
+    ):
+        run = _acker(config, "export", *argv, "-o", str(kept))
+        assert run.returncode == 2 and said in run.stderr, run.stderr
+    assert kept.read_text() == "what was there\n"
+
+
+def _exported_and_replayed(config: ServiceConfig, partition: int, *flags: str) -> tuple[dict[str, str], str]:
+    """The first outcome of each tree `acker replay` gives on `acker export` of ``partition``, and the export's
+    stderr."""
+    exported = _acker(config, "export", str(partition), *flags)
+    assert exported.returncode == 0, exported.stderr
+    replay = _acker(config, "replay", "-", "--buckets", str(config.buckets), stdin=exported.stdout)
+    assert replay.returncode == 0, replay.stderr
+    outcomes: dict[str, str] = {}
+    for line in replay.stdout.splitlines():
+        obj = json.loads(line)
+        outcomes.setdefault(obj["msg_id"], "ACK" if obj["outcome"] == "ack" else obj["reason"].upper())
+    return outcomes, exported.stderr
 
 
 def _encoded(messages: list[Message]) -> bytes:

@@ -70,7 +70,7 @@ def _replayed(config: ServiceConfig) -> dict[str, str]:
     for partition in range(config.partitions):
         lines = io.StringIO()
         records = [(offset, value) for offset, _ts, value in read_partition(config, config.acker_topic, partition)]
-        export_records(records, partition, config.partitions, lines, io.StringIO())
+        export_records(records, lines, io.StringIO())
         out = io.StringIO()
         assert replay(Tracker(TrackerConfig(config.buckets)), lines.getvalue().splitlines(), out, io.StringIO()) == 0
         for line in out.getvalue().splitlines():
