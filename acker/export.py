@@ -142,13 +142,12 @@ def span(config: ServiceConfig, partition: int, start: int | None = None, end: i
     finally:
         written.close()
         consumer.close()
-    if start is not None and end is not None and start > end:
-        raise AckerError(f"--from-offset {start} is past --to-offset {end}")
     start = first if start is None else max(start, first)
-    end = last if end is None else end
-    if start > last:
+    if start > last or (end is not None and end < start):
         holds = f"holds offsets {first}-{last - 1}" if last > first else f"holds no record (its end is {last})"
-        raise AckerError(f"{config.acker_topic}[{partition}] {holds} now: nothing to export from {start}")
+        asked = f"from {start}" + ("" if end is None else f" to {end}")
+        raise AckerError(f"{config.acker_topic}[{partition}] {holds} now: nothing to export {asked}")
+    end = last if end is None else end
     # The group's committed offset is a tick the service applied (or a record before any): the chain follows from it
     # as it did in the service. From the start instead, the first tick read would begin it, though it may be one the
     # service ignored (a stale owner's), and every later tick would be left out.
@@ -166,7 +165,7 @@ def _misplaced(config: ServiceConfig, partition: int) -> dict[int, str]:
             and letter.reason == "wrong-partition"
             and (offset := decimal(letter.header(DLQ_OFFSET))) is not None
         ):
-            out.setdefault(offset, letter.header(DLQ_DETAIL) or "")  # fmt: skip
+            out.setdefault(offset, letter.header(DLQ_DETAIL) or "")
     return out
 
 
