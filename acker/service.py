@@ -1202,12 +1202,15 @@ class AckerService:
         self._look_up_partition_count(30.0, owned=owned)
         now_ms = _steady_ms()  # the tick schedule's clock (`PartitionState`)
         interval_ms = int(self.config.tick_interval_s * 1000)
+        taken_at = time.time()  # the status clock (`_publish_status`)
         with self._lock:
             for tp in partitions:
-                self._states[tp.partition] = PartitionState(
-                    tp.partition, self.config.tracker_config(), interval_ms, now_ms
-                )
+                state = PartitionState(tp.partition, self.config.tracker_config(), interval_ms, now_ms)
+                self._states[tp.partition] = state
                 self._outcome_logs[tp.partition] = OutcomeLog()
+                # Rates from the takeover: the trees decided from the committed offset before the first status are in
+                # its counters, and were left out of its rates (hundreds acked, at 0.4/s, just after a failover).
+                self._last_status[tp.partition] = deque([(taken_at, self._counter_array(state))])
         self._partition_counts.clear()  # looked up again: partitions may have been added to a topic
         # Read back in the loop, before the first record is applied, not here: a rebalance callback should be quick.
         for tp in partitions:

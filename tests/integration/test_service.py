@@ -7,6 +7,7 @@ import gc
 import io
 import json
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -633,6 +634,41 @@ def _wait_for_status(config: ServiceConfig, partitions: int, timeout_s: float = 
     while len(statuses := read_status(config, timeout_s=2)) < partitions and time.monotonic() < deadline:
         time.sleep(0.2)
     return statuses
+
+
+def test_the_rates_a_new_owner_publishes_count_what_it_decided_before_its_first_status(
+    config: ServiceConfig, tmp_path: Path
+) -> None:
+    """The backlog a new owner decides at its takeover was in its counters and not in its rates, when its first
+    status with the partition came after it: `acker status` showed hundreds of trees acked at 0.4/s just after a
+    failover. Here the owner is frozen (SIGSTOP) with a backlog behind it, and the new owner gets the partition when
+    the frozen one's session times out, some time between two of its statuses."""
+    config = replace(config, partitions=1, status_interval_s=3.0)
+    create_acker_topics(config)
+    frozen = ServiceProcess(config, str(tmp_path / "frozen.log"))
+    service = None
+    try:
+        deadline = time.monotonic() + 60
+        while not read_status(config, timeout_s=2):
+            assert time.monotonic() < deadline, "the first instance did not take the partition"
+            time.sleep(0.2)
+        frozen.process.send_signal(signal.SIGSTOP)
+        ids = IdGenerator(6)
+        trees = [_tree_messages(f"src/0/{i}", ids) for i in range(300)]
+        send(config, [m for _, head, tail in trees for m in (*head, *tail)])
+        service = ServiceThread(replace(config, instance_id="new-owner"))
+        deadline, status = time.monotonic() + 90, dict[str, Any]()
+        while (
+            status.get("instance") != "new-owner" or status["counters"]["acked"] != 300 or status["rate_window_s"] < 2
+        ):
+            assert time.monotonic() < deadline, status
+            status = read_status(config, timeout_s=2).get(0, {})
+            time.sleep(0.2)
+    finally:
+        if service is not None:
+            service.stop()
+        frozen.kill()
+    assert status["rates"]["acked"] * status["rate_window_s"] == pytest.approx(300, rel=0.1)
 
 
 @pytest.mark.parametrize("auto_create", [False, True])
