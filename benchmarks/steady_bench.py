@@ -65,7 +65,7 @@ def _blocks(trees: int, window: int, tick_every: int, rng: np.random.Generator) 
 def _run(blocks: list[MessageBlock], ahead: int, block_s: list[float], trees: int) -> tuple[float, BlockTracker]:
     """CPU seconds of this thread to apply every block with a fresh tracker; appends each block's wall time. Every
     tree must be acked (the workload's acks come within its window, which its ticks must leave the time for)."""
-    tracker = BlockTracker(TrackerConfig(buckets=BUCKETS), prefetch_ahead=ahead)
+    tracker = BlockTracker(TrackerConfig(buckets=BUCKETS), prefetch_ahead=ahead, prefetch_from_bytes=0)
     started = time.thread_time()
     for block in blocks:
         t0 = time.perf_counter()

@@ -366,15 +366,19 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     keys, vals, gens, borns, srcs, offs, _, stamps = t
     start, k_init, r, n = cursor[0], cursor[1], cursor[2], cursor[3]
     stop = kinds.shape[0]
+    record_end = record_ends[r]
+    record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
+    gen = state[S_GENERATION]  # kept here, and in ``state`` at each tick
     for m in range(start, kinds.shape[0]):
-        while m >= record_ends[r]:
-            r += 1
-        record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
+        if m >= record_end:  # the next record (the loads once a record, not once a message)
+            while m >= record_ends[r]:
+                r += 1
+            record_end = record_ends[r]
+            record_offset, timestamp_ms = record_offsets[r], record_stamps[r]
         later = m + ahead
         if ahead and later < stop:
             _prefetch_slots(keys, tombs, tomb_counts, anchors[later], kinds[later] == K_INIT)
         kind = kinds[m]
-        gen = state[S_GENERATION]
         if kind == K_TICK:
             counters[C_TICKS] += 1
             gen += 1

@@ -29,7 +29,7 @@ def _reference(config: TrackerConfig, messages: list[Message]) -> tuple[list[lis
 def _columnar(
     config: TrackerConfig, messages: list[Message], cuts: list[int], ahead: int = k.AHEAD
 ) -> tuple[list[list[Outcome]], BlockTracker]:
-    tracker = BlockTracker(config, prefetch_ahead=ahead)
+    tracker = BlockTracker(config, prefetch_ahead=ahead, prefetch_from_bytes=0)
     per_message: list[list[Outcome]] = [[] for _ in messages]
     bounds = [0, *sorted(c for c in cuts if 0 < c < len(messages)), len(messages)]
     for start, end in itertools.pairwise(bounds):

@@ -1,4 +1,5 @@
-"""The prefetch intrinsic: compiles for the index shapes the tracker uses, emits a prefetch, changes nothing."""
+"""The prefetch intrinsic: compiles for the index shapes the tracker uses, emits a prefetch, changes nothing; and
+when the tracker prefetches."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 from numba import njit
 
-from acker.columnar import BlockTracker
+from acker.columnar import BlockTracker, MessageBlock
+from acker.columnar import _kernels as k
 from acker.columnar._prefetch import prefetch
+from acker.core import Ack, Init, Message
 
 
 @njit(cache=False)
@@ -52,3 +55,21 @@ def test_the_prefetch_distance_is_a_bounded_count_of_messages() -> None:
     for wrong in (-1, 1 << 20):
         with pytest.raises(ValueError, match="prefetch_ahead"):
             BlockTracker(prefetch_ahead=wrong)
+
+
+def test_the_loop_prefetches_once_the_table_and_the_sets_outgrow_the_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below `PREFETCH_FROM_BYTES` (here: what a fresh tracker holds, and one byte) the prefetch only costs."""
+    given: list[int] = []
+    loop = k.process
+
+    def spy(*args: Any) -> int:
+        given.append(args[10])  # ahead
+        return int(loop(*args))
+
+    monkeypatch.setattr(k, "process", spy)
+    tracker = BlockTracker(prefetch_from_bytes=BlockTracker().table_bytes() + 1)
+    inits: list[Message] = [Init(i, "s", f"t/0/{i}", i) for i in range(1, 5001)]
+    tracker.process(MessageBlock.from_messages(inits[:1]))
+    tracker.process(MessageBlock.from_messages(inits[1:]))  # the table grown
+    tracker.process(MessageBlock.from_messages([Ack(1, 1)]))
+    assert given[0] == 0 and given[-1] == k.AHEAD
