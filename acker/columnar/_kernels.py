@@ -367,7 +367,7 @@ def process(  # noqa: PLR0915 - one loop, one branch per message kind, as in the
     start, k_init, r, n = cursor[0], cursor[1], cursor[2], cursor[3]
     stop = kinds.shape[0]
     # The record's fields are read at its first message (an empty block may come with no record at all).
-    record_end, record_offset, timestamp_ms = np.int64(-1), np.int64(0), np.int64(0)
+    record_end, record_offset, timestamp_ms = -1, 0, 0
     gen = state[S_GENERATION]  # kept here, and in ``state`` at each tick
     for m in range(start, kinds.shape[0]):
         if m >= record_end:  # the next record (the loads once a record, not once a message)
