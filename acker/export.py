@@ -119,7 +119,7 @@ class Span:
     partition: int
     start: int  # the first offset written
     end: int  # the end offset, excluded: the end asked for, or the partition's last stable offset
-    written_end: int  # the partition's end as written (past ``end`` while a transaction is open there)
+    written_end: int  # the partition's end as written, read before ``end``: past it while a transaction is open
     chain_from: int  # where the tick chain is read from: a tick the service applied, or the partition's first record
     misplaced: Mapping[int, str]  # offsets the service dead-lettered as wrong-partition → its detail
 
@@ -136,8 +136,10 @@ def span(config: ServiceConfig, partition: int, start: int | None = None, end: i
     consumer = _consumer(config)
     written = Consumer(config.client(**{"group.id": config.group, "isolation.level": "read_uncommitted"}))
     try:
-        first, last = log_bounds(consumer, tp)
+        # The end as written first: read after the end as committed, it was past it whenever a record came between
+        # the two reads (ticks come all the time), and an open transaction was said where there was none.
         written_end = log_bounds(written, tp)[1]
+        first, last = log_bounds(consumer, tp)
         [committed] = consumer.committed([tp], timeout=30)
     finally:
         written.close()

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -240,22 +241,29 @@ def _log_level(session: SparkSession, logger: str) -> str:
 
 
 def _stop_each(queries: Iterable[Any], between_batches_s: float, patience: str) -> None:
-    with stopping():
-        for query in queries:
-            deadline = time.monotonic() + between_batches_s
-            try:
-                while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-                    time.sleep(0.02)
-            except Exception as error:  # a JVM gone already
-                log.debug("could not wait for the end of a micro-batch: %s", error)
-            try:
-                query.stop()
-            except Exception as error:
-                if _java_class(error) == "java.util.concurrent.TimeoutException":  # `STOP_TIMEOUT` passed
-                    log.warning("a query's micro-batch did not end within %s of its stop (%s): left running, it runs "
-                                "again when the job starts again", patience, STOP_TIMEOUT)  # fmt: skip
-                else:  # the JVM got the signal too (a whole process group stopped, as systemd does)
-                    log.info("a query could not be stopped: Spark's JVM has gone already (%s)", type(error).__name__)
+    """Stop the queries all at once, each in a thread: one after another, the waits of the queries whose batches do
+    not end (``between_batches_s``, then `STOP_TIMEOUT`) added up."""
+    queries = list(queries)
+    with stopping(), ThreadPoolExecutor(max(1, len(queries)), thread_name_prefix="stop-query") as pool:
+        for stopped in [pool.submit(_stop_one, query, between_batches_s, patience) for query in queries]:
+            stopped.result()
+
+
+def _stop_one(query: Any, between_batches_s: float, patience: str) -> None:
+    deadline = time.monotonic() + between_batches_s
+    try:
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.02)
+    except Exception as error:  # a JVM gone already
+        log.debug("could not wait for the end of a micro-batch: %s", error)
+    try:
+        query.stop()
+    except Exception as error:
+        if _java_class(error) == "java.util.concurrent.TimeoutException":  # `STOP_TIMEOUT` passed
+            log.warning("a query's micro-batch did not end within %s of its stop (%s): left running, it runs again "
+                        "when the job starts again", patience, STOP_TIMEOUT)  # fmt: skip
+        else:  # the JVM got the signal too (a whole process group stopped, as systemd does)
+            log.info("a query could not be stopped: Spark's JVM has gone already (%s)", type(error).__name__)
 
 
 def _java_class(error: Exception) -> str | None:

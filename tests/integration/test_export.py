@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from acker.columnar import MessageBlock
 from acker.config import ServiceConfig, to_argv
 from acker.core import Ack, Init, Message, Tick
 from acker.core.ids import partition_of
+from acker.export import span
 from acker.partition import NO_TICK, encode_tick
 from acker.wire import encode_batch
 from acker.workload import WorkloadSpec, generate
@@ -116,3 +118,31 @@ def _exported_and_replayed(config: ServiceConfig, partition: int, *flags: str) -
 
 def _encoded(messages: list[Message]) -> bytes:
     return encode_batch(MessageBlock.from_messages(messages))
+
+
+def test_a_partition_written_to_during_the_export_is_not_said_to_have_an_open_transaction(
+    config: ServiceConfig,
+) -> None:
+    """Its end as written was read after its end as committed: a tick appended between the two reads made the summary
+    say a transaction was open, on every live partition."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    writing = threading.Event()
+
+    def ticks() -> None:
+        producer = Producer(config.client(**{"linger.ms": 0}))
+        link = NO_TICK
+        while not writing.is_set():
+            producer.produce(config.acker_topic, encode_tick(link), partition=0)
+            producer.poll(0.002)
+            link += 1
+        producer.flush(30)
+
+    writer = threading.Thread(target=ticks)
+    writer.start()
+    try:
+        spans = [span(config, 0) for _ in range(10)]
+    finally:
+        writing.set()
+        writer.join(60)
+    assert spans[-1].end > 0 and all(s.written_end <= s.end for s in spans)
