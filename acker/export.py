@@ -28,6 +28,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import TextIO
 
+import numpy as np
 from confluent_kafka import Consumer, TopicPartition
 
 from acker import dlq
@@ -94,19 +95,20 @@ def export_records(
             if failing is None:
                 continue
             block = failing
-        lines = []
-        for message, kind, link in zip(block.to_messages(), block.kinds.tolist(), block.values.tolist(), strict=True):
-            if kind == Kind.TICK:
-                if not continues_chain(link, offset, last_tick):
-                    if writing:
-                        done.ignored_ticks += 1
-                        follows = "begins a chain" if link == NO_TICK else f"follows offset {link}"
-                        print(f"offset {offset}: a tick left out, off the tick chain (it {follows}; the chain is at "
-                              f"{last_tick})", file=err)  # fmt: skip
-                    continue
+        keep = np.ones(len(block), bool)  # the ticks off the chain left out
+        for i in np.flatnonzero(block.kinds == Kind.TICK).tolist():
+            link = int(block.values[i])
+            if continues_chain(link, offset, last_tick):
                 last_tick = offset
-            lines.append(format_message(message))
-        if writing and lines:
+                continue
+            keep[i] = False
+            if writing:
+                done.ignored_ticks += 1
+                follows = "begins a chain" if link == NO_TICK else f"follows offset {link}"
+                print(f"offset {offset}: a tick left out, off the tick chain (it {follows}; the chain is at "
+                      f"{last_tick})", file=err)  # fmt: skip
+        if writing and keep.any():  # before ``write_from``, only the ticks are looked at
+            lines = [format_message(m) for m, kept in zip(block.to_messages(), keep.tolist(), strict=True) if kept]
             done.messages += len(lines)
             out.write("\n".join(lines) + "\n")
     return done
