@@ -11,7 +11,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined] # documented location
 
 from acker.columnar import MessageBlock
@@ -146,3 +146,33 @@ def test_a_partition_written_to_during_the_export_is_not_said_to_have_an_open_tr
         writing.set()
         writer.join(60)
     assert spans[-1].end > 0 and all(s.written_end <= s.end for s in spans)
+
+
+def test_an_export_follows_the_tick_chain_from_where_the_service_group_restarted(config: ServiceConfig) -> None:
+    """Ticks at offsets 0, 1 and 2: two writers' chains (0; then 1 and 2, linked). Read from the first record, 1 and
+    2 are off the chain. A service that restarted at the group's committed offset 1 began its chain there and
+    applied 2: an export from offset 2 follows the chain from the committed offset when it lies at or before the
+    start, and from the partition's first record when it lies past it."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    producer = Producer(config.client())
+    for link in (NO_TICK, NO_TICK, 1):
+        producer.produce(config.acker_topic, encode_tick(link), partition=0)
+    producer.produce(config.acker_topic, _encoded([Init(2, SPOUT, "late/0/1", 1)]), partition=0)
+    assert producer.flush(30) == 0
+
+    def exported_from_2_after_commit(committed: int) -> tuple[int, list[str], str]:
+        group = Consumer(config.client(**{"group.id": config.group, "enable.auto.commit": False}))
+        try:
+            group.commit(offsets=[TopicPartition(config.acker_topic, 0, committed)], asynchronous=False)
+        finally:
+            group.close()
+        run = _acker(config, "export", "0", "--from-offset", "2")
+        assert run.returncode == 0, run.stderr
+        return span(config, 0, 2).chain_from, [json.loads(line)["type"] for line in run.stdout.splitlines()], run.stderr
+
+    chain_from, types, stderr = exported_from_2_after_commit(1)
+    assert (chain_from, types) == (1, ["tick", "init"]) and "left out" not in stderr, stderr
+    chain_from, types, stderr = exported_from_2_after_commit(3)
+    assert (chain_from, types) == (0, ["init"]), stderr
+    assert "offset 2: a tick left out, off the tick chain (it follows offset 1; the chain is at 0)" in stderr
