@@ -71,6 +71,7 @@ from acker.kafka.lookups import lookups
 from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
+from acker.trouble import TroubleReport
 from acker.watermarks import acked_group
 from acker.wire import OUTCOME_RECORD_MAX_BYTES, OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
@@ -230,6 +231,9 @@ class Spout:
         self._direct_rows = OUTCOMES_PER_RECORD  # a record's rows, halved when one is refused as too large
         self._init_attempts: dict[int, int] = {}
         self._paused = False
+        # An outcome record it cannot read: counted and said at most once a report interval, where it lies (one line a
+        # record flooded the log of a spout whose outcome topic another producer wrote to, and said not where).
+        self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes",))
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`). Its record batches fit
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
         written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
@@ -489,7 +493,8 @@ class Spout:
             try:
                 decoded = decode_outcomes(record.value() or b"")
             except WireError as error:
-                log.warning("unreadable outcome record: %s", error)
+                self.counters["unreadable_outcomes"] += 1
+                self._trouble.example(f"outcome record {record.topic()}/{record.partition()}/{record.offset()}", error)
                 continue
             by_acker = decoded.acker_partition >= 0  # an acker's record: not the spout's own rows (inits it failed)
             for outcome, msg_id, tree in zip(decoded.outcomes, decoded.msg_ids, decoded.anchors, strict=True):
@@ -504,6 +509,7 @@ class Spout:
                         part = decoded.acker_partition
                         self._decided_upto[part] = max(started, self._decided_upto.get(part, started))
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
+        self._trouble.check(self.counters)
 
     def _expire_pending(self, now: float) -> None:
         """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has

@@ -19,6 +19,7 @@ from acker.core.messages import Init
 from acker.errors import ConfigError
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
 from acker.topics import all_topics, check_spout_name
+from acker.trouble import TroubleReport
 from acker.wire import OUTCOMES_PER_RECORD, decode_outcomes, encode_outcome_rows
 
 
@@ -38,6 +39,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
     spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
+    spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
     return spout
 
 
@@ -127,11 +129,18 @@ def test_the_spouts_own_outcomes_go_in_smaller_records_where_a_record_of_them_is
     assert published == [f"topic/0/{offset}" for offset in range(OUTCOMES_PER_RECORD)]  # each once, in order
 
 
-def test_an_unreadable_outcome_record_is_skipped() -> None:
-    spout = _spout(_Outcomes(b"AK?junk", encode_outcome_rows("s", [("ACK", 22, "t/0/5", 0)])))
+def test_unreadable_outcome_records_are_skipped_counted_and_said_once_with_where_the_first_lies(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another producer writing to the outcome topic: one warning line a record, unsaid where, flooded the log."""
+    junk = [b"AK?junk"] * 500
+    spout = _spout(_Outcomes(*junk[:3], encode_outcome_rows("s", [("ACK", 22, "t/0/5", 0)]), *junk[3:]))
     spout.pending["t/0/5"] = 22
-    spout._read_outcomes()
-    assert spout.pending == {}
+    with caplog.at_level(logging.WARNING, logger="acker.spout"):
+        spout._read_outcomes()
+    assert spout.pending == {} and spout.counters["unreadable_outcomes"] == 500
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "unreadable outcomes 500" in said and "on outcome record o/0/0" in said and "wrong-record-kind" in said, said
 
 
 def test_the_outcome_consumer_waits_for_about_half_a_window_of_outcomes_unless_told_otherwise() -> None:
