@@ -75,17 +75,17 @@ def strings(texts: list[str]) -> bytes:
 _BAD = -1  # position returned by the readers below for bytes that are not what they expect
 
 
-@_compile
-def _read_long(buf: Any, pos: int) -> tuple[int, int]:
-    """The int or long at ``pos`` and the position after it (``_BAD`` when truncated or over 10 bytes).
+_LONG_LAST_SHIFT = 63  # the shift of a long's 10th byte, its last
+_INT_LAST_SHIFT = 28  # the shift of an int's 5th byte, its last
 
-    10 bytes is the most a long takes (the Avro specification; Java's reader refuses more). fastavro is more lenient:
-    it reads a varint of any length (bits past the 64th wrap around), so a record with a longer one, which no writer
-    writes, is one that fastavro reads and this does not."""
+
+@_compile
+def _read_varint(buf: Any, pos: int, last_shift: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it (``_BAD`` when truncated or longer than its type takes)."""
     z = np.uint64(0)
     shift = 0
     while True:
-        if pos >= buf.shape[0] or shift > 63:
+        if pos >= buf.shape[0] or shift > last_shift:
             return 0, _BAD
         b = buf[pos]
         pos += 1
@@ -97,9 +97,30 @@ def _read_long(buf: Any, pos: int) -> tuple[int, int]:
 
 
 @_compile
-def _read_array(buf: Any, pos: int, out: Any) -> tuple[int, int]:
-    """The array of ints or longs at ``pos`` into ``out`` (room for one item per remaining byte): (items, position
-    after it). Blocks with a negative count carry their byte size, which is read and not needed."""
+def _read_long(buf: Any, pos: int) -> tuple[int, int]:
+    """The long at ``pos`` and the position after it (``_BAD`` when truncated or over 10 bytes).
+
+    10 bytes is the most a long takes (the Avro specification; Java's reader refuses more). fastavro is more lenient:
+    it reads a varint of any length (bits past the 64th wrap around), so a record with a longer one, which no writer
+    writes, is one that fastavro reads and this does not. Avro's block counts and string lengths are longs."""
+    value, after = _read_varint(buf, pos, _LONG_LAST_SHIFT)
+    return value, after
+
+
+@_compile
+def _read_int(buf: Any, pos: int) -> tuple[int, int]:
+    """The int (or enum symbol index) at ``pos`` and the position after it (``_BAD`` when truncated or over 5 bytes,
+    which Java's reader, Spark's, refuses: "Invalid int encoding"; fastavro reads it). A value past 32 bits in 5
+    bytes is read whole here, where Java's reader wraps it: both accept it."""
+    value, after = _read_varint(buf, pos, _INT_LAST_SHIFT)
+    return value, after
+
+
+@_compile
+def _read_array(buf: Any, pos: int, out: Any, ints: bool) -> tuple[int, int]:
+    """The array of longs, or of ints (``ints``: `_read_int`), at ``pos`` into ``out`` (room for one item per
+    remaining byte): (items, position after it). Blocks with a negative count carry their byte size, which is read
+    and not needed."""
     n = 0
     while True:
         count, pos = _read_long(buf, pos)
@@ -115,7 +136,7 @@ def _read_array(buf: Any, pos: int, out: Any) -> tuple[int, int]:
         if count < 0 or count > out.shape[0] - n:  # count < 0: it was -2⁶³
             return 0, _BAD
         for _ in range(count):
-            out[n], pos = _read_long(buf, pos)
+            out[n], pos = _read_int(buf, pos) if ints else _read_long(buf, pos)
             if pos == _BAD:
                 return 0, _BAD
             n += 1
@@ -131,13 +152,13 @@ def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int,
         return 0, 0, 0, 0, 0, 0, 0, _BAD
     spout = pos
     pos += size
-    partition, pos = _read_long(buf, pos)
+    partition, pos = _read_int(buf, pos)
     if pos == _BAD:
         return 0, 0, 0, 0, 0, 0, 0, _BAD
     offset, pos = _read_long(buf, pos)
     if pos == _BAD:
         return 0, 0, 0, 0, 0, 0, 0, _BAD
-    outcomes, pos = _read_array(buf, pos, anchors)  # read into the room of the anchors, for their range
+    outcomes, pos = _read_array(buf, pos, anchors, True)  # read into the room of the anchors, for their range
     if pos == _BAD:
         return 0, 0, 0, 0, 0, 0, 0, _BAD
     lowest, highest = 0, -1  # an empty range when there are none
@@ -146,13 +167,45 @@ def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int,
         for i in range(1, outcomes):
             lowest = min(lowest, anchors[i])
             highest = max(highest, anchors[i])
-    n, pos = _read_array(buf, pos, anchors)
+    n, pos = _read_array(buf, pos, anchors, False)
     if n != outcomes:
         return 0, 0, 0, 0, 0, 0, 0, _BAD
     return spout, spout + size, partition, offset, lowest, highest, n, pos
 
 
+@_compile
+def _outcome_tail(buf: Any, pos: int, room: Any) -> int:
+    """The position after the columns that follow an OutcomeBatch's anchors at ``pos`` (sources, source_index,
+    offsets, latency_ms), read as Java's reader reads them, into ``room`` (one item per remaining byte); ``_BAD``
+    when it refuses them. Their values are fastavro's to read and check."""
+    while True:  # sources: blocks of strings
+        count, pos = _read_long(buf, pos)
+        if pos == _BAD:
+            return _BAD
+        if count == 0:
+            break
+        if count < 0:
+            count = -count
+            _, pos = _read_long(buf, pos)
+            if pos == _BAD or count < 0:
+                return _BAD
+        for _ in range(count):
+            size, pos = _read_long(buf, pos)
+            if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
+                return _BAD
+            pos += size
+    _, pos = _read_array(buf, pos, room, True)  # source_index
+    if pos == _BAD:
+        return _BAD
+    _, pos = _read_array(buf, pos, room, False)  # offsets
+    if pos == _BAD:
+        return _BAD
+    _, pos = _read_array(buf, pos, room, False)  # latency_ms
+    return pos
+
+
 class OutcomeHead(NamedTuple):
+    spout: str
     acker_partition: int
     acker_offset: int
     anchors: npt.NDArray[np.int64]
@@ -162,21 +215,24 @@ class OutcomeHead(NamedTuple):
     highest_outcome: int
 
 
-def outcome_anchors(data: bytes, start: int) -> OutcomeHead | None:
-    """The acker partition, acker offset, anchors and range of outcome symbol indices of the Avro OutcomeBatch at
-    ``start`` in ``data``, reading no further than its anchors; None when the bytes cannot be such a record: malformed
-    or truncated, a varint over 10 bytes (`_read_long`), a spout name that is not UTF-8, not as many outcomes as
-    anchors."""
+def outcome_anchors(data: bytes, start: int, *, whole: bool = False) -> OutcomeHead | None:
+    """The spout, acker partition, acker offset, anchors and range of outcome symbol indices of the Avro OutcomeBatch
+    at ``start`` in ``data``, reading no further than its anchors unless ``whole``; None when the bytes cannot be such
+    a record, or Java's reader (Spark's) refuses them: malformed or truncated, a long over 10 bytes (`_read_long`) or
+    an int or enum index over 5 (`_read_int`), a spout name that is not UTF-8, not as many outcomes as anchors."""
     buf = np.frombuffer(data, np.uint8)
     anchors = np.empty(max(0, len(data) - start), np.int64)
-    spout, spout_end, partition, offset, lowest, highest, n, pos = _outcome_head(buf, start, anchors)
+    spout_at, spout_end, partition, offset, lowest, highest, n, pos = _outcome_head(buf, start, anchors)
     if pos == _BAD:
         return None
     try:
-        data[spout:spout_end].decode("utf-8")  # a name, short: as strict as fastavro's reading of it (Python's)
+        spout = data[spout_at:spout_end].decode("utf-8")  # a name, short: as strict as fastavro's reading of it
     except UnicodeDecodeError:
         return None
-    return OutcomeHead(int(partition), int(offset), anchors[:n].copy(), int(lowest), int(highest))
+    read = anchors[:n].copy()
+    if whole and _outcome_tail(buf, pos, anchors) == _BAD:
+        return None
+    return OutcomeHead(spout, int(partition), int(offset), read, int(lowest), int(highest))
 
 
 @_compile

@@ -76,6 +76,7 @@ WIRE_REASONS = (
     "bad-column",
     "bad-magic",
     "bad-spout",
+    "empty",
     "inconsistent-columns",
     "undecodable",
     "unknown-message-type",
@@ -98,6 +99,8 @@ class WireError(AckerError):
 
 
 def _check_prefix(data: bytes, kind: bytes) -> None:
+    if not data:  # a null value (a tombstone) as well: callers read it as b""
+        raise WireError("empty", "the record has no value (null or empty)")
     if len(data) < 4 or data[:2] != MAGIC:
         raise WireError("bad-magic", "the value does not start with the kafka-acker prefix 'AK'")
     if data[2:3] != kind:
@@ -319,11 +322,15 @@ def encode_outcomes(
 
 def decode_outcomes(data: bytes) -> OutcomeRecord:
     """The outcome-topic record ``data``; `WireError` if it is not a valid one: not Avro of the schema, an outcome that
-    is not a symbol of the enum, columns of different lengths, a source index outside the sources, an offset below -1.
-    Up to the anchors it refuses whatever `decode_outcome_anchors` refuses, which reads Avro as Java's reader does
-    where fastavro is lenient (a varint of more than 10 bytes; an array block of -2⁶³ items, read by fastavro as
-    empty): a record the failover read-back refuses is not one a spout reads (after the anchors, fastavro reads
-    overlong varints still)."""
+    is not a symbol of the enum, columns of different lengths, a source index outside the sources, an offset below -1,
+    a spout name that cannot name a topic.
+
+    It refuses whatever `decode_outcome_anchors` refuses (a record the failover read-back refuses is not one a spout
+    reads), and whatever the Spark jobs refuse but for a spout name that is not a spout's (a record they dead-letter,
+    and whose trees a spout that took it would never time out: the watermark would wait at them until the spout
+    restarted). The fields are read as Java's reader (Spark's) reads them where fastavro is lenient: a long of more
+    than 10 bytes or an int (an enum index) of more than 5; an array block of -2⁶³ items, read by fastavro as
+    empty."""
     _check_prefix(data, OUTCOMES)
     r = _read(_OUTCOME_CODES_SCHEMA, data)
     sources, index, offsets, codes = r["sources"], r["source_index"], r["offsets"], r["outcomes"]
@@ -336,8 +343,11 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
         raise WireError("inconsistent-columns", "a source index outside the record's sources")
     if offsets and min(offsets) < -1:  # -1 is "no offset": below it, a message id would be misread as its source
         raise WireError("bad-column", f"an outcome's offset is {min(offsets)}: an offset is -1 (none) or more")
-    if avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES)) is None:
-        raise WireError("undecodable", "Avro that only fastavro reads (a varint over 10 bytes, a block of -2⁶³ items)")
+    head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES), whole=True)
+    if head is None:
+        raise WireError("undecodable", "Avro that only fastavro reads (a long over 10 bytes, an int over 5, a block "
+                        "of -2⁶³ items)")  # fmt: skip
+    _check_outcome_spout(head.spout)
     msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, offsets, strict=True)]
     outcomes = list(map(OUTCOME_SYMBOLS.__getitem__, codes))
     return OutcomeRecord(
@@ -349,14 +359,21 @@ def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
     """(acker_partition, acker_offset, anchors) of an outcome-topic record, read no further than its anchors: what
     a new owner reads back (`acker.kafka.decided`), 30× faster than `decode_outcomes`. `WireError` when
     `decode_outcomes` would find the fields read invalid (a spout name not UTF-8, an outcome outside the enum, not as
-    many outcomes as anchors), which refuses whatever this refuses."""
+    many outcomes as anchors, a spout name that cannot name a topic), which refuses whatever this refuses."""
     _check_prefix(data, OUTCOMES)
     head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES))
     if head is None:
         raise WireError("bad-avro", "not an outcome record: truncated or malformed")
     if head.lowest_outcome < 0 or head.highest_outcome >= len(OUTCOME_SYMBOLS):
         raise WireError("bad-avro", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
+    _check_outcome_spout(head.spout)
     return head.acker_partition, head.acker_offset, head.anchors
+
+
+def _check_outcome_spout(spout: str) -> None:
+    """`WireError` for an outcome record's spout name that cannot name a topic: the Spark jobs dead-letter it."""
+    if not spout_name_valid(spout):
+        raise WireError("bad-spout", f"spout name {spout[:200]!r} cannot name a topic")
 
 
 def split_outcomes(data: bytes) -> tuple[bytes, bytes] | None:

@@ -75,7 +75,7 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
         (b"AKB\x09" + good[4:], "unknown-version"),
         (bytes(zero_anchor), "zero-id"),
         (b"AKB\x01" + b"\x02\x09" + good[6:], "unknown-message-type"),
-        (None, "bad-magic"),
+        (None, "empty"),
         (encode_batch(MessageBlock.from_messages([Init(7, "bad spout!", "t/0/1", 1)])), "bad-spout"),
     ]
     producer = Producer(config.client())

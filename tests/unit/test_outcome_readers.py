@@ -5,8 +5,9 @@ the anchors: a record broken after them is its reader's alone to refuse).
 trusts on failover read-back to count trees as decided; `decode_outcomes` (fastavro) is what spouts read, and Spark's
 Avro reader refuses what it refuses. A record the first accepted and the second refused had its trees counted as
 decided though no spout could read their outcomes. Where fastavro is more lenient than the Avro specification and
-Java's reader (a varint of more than 10 bytes; an array block of -2⁶³ items, which it reads as empty), the spouts'
-reader refuses what the compiled one refuses, up to the anchors.
+Java's reader (a long of more than 10 bytes, an int of more than 5; an array block of -2⁶³ items, which it reads as
+empty), the spouts' reader refuses what the compiled one refuses, up to the anchors, and what Java's refuses after
+them: a record a spout took and Spark refused had its trees taken off the spout's pending, never timed out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from acker.wire import _PREFIX_OUTCOMES, OUTCOME_SYMBOLS, WireError, decode_outcome_anchors, decode_outcomes
+from acker.wire import (
+    _PREFIX_OUTCOMES,
+    OUTCOME_SYMBOLS,
+    WireError,
+    decode_outcome_anchors,
+    decode_outcomes,
+    spout_name_valid,
+)
 
 
 def _raw_schema() -> Any:
@@ -107,9 +115,9 @@ def test_a_record_with_any_value_in_the_fields_read_is_accepted_by_both_readers_
     dropped: list[int],
     partition: int | None,
 ) -> None:
-    """Fields set to values no writer of ours writes: a spout name that is not UTF-8, enum indices outside the
-    symbols (negative ones included: fastavro reads -1 as the last symbol), an anchor more or less than outcomes, an
-    acker partition past an int."""
+    """Fields set to values no writer of ours writes: a spout name that is not UTF-8 or cannot name a topic, enum
+    indices outside the symbols (negative ones included: fastavro reads -1 as the last symbol), an anchor more or less
+    than outcomes, an acker partition past an int (Java's reader takes one of 5 bytes, wrapped, and refuses more)."""
     if spout is not None:
         head["spout"] = spout
     for i, code in codes:
@@ -125,9 +133,11 @@ def test_a_record_with_any_value_in_the_fields_read_is_accepted_by_both_readers_
         0 <= c < len(OUTCOME_SYMBOLS) for c in head["outcomes"]
     )
     try:
-        head["spout"].decode("utf-8")
+        valid = valid and spout_name_valid(head["spout"].decode("utf-8"))
     except UnicodeDecodeError:
         valid = False
+    p = head["acker_partition"]
+    valid = valid and (p << 1 if p >= 0 else (-p << 1) - 1) < 1 << 35  # its zigzag form in 5 bytes at most
     assert (full is not None) == valid
 
 
@@ -163,6 +173,32 @@ def test_what_a_spout_cannot_read_is_not_counted_as_decided(spout: bytes, code: 
         decode_outcomes(value)
     with pytest.raises(WireError):
         decode_outcome_anchors(value)
+
+
+def test_ints_of_more_than_5_bytes_which_javas_reader_refuses_are_refused() -> None:
+    """An enum index or an int of 6 bytes: Spark dead-letters the record ("Invalid int encoding"). The spouts'
+    reader refuses it wherever it is; the read-back, up to its anchors."""
+    valid = _write(HEAD, {"spout": b"s", "acker_partition": 0, "acker_offset": 0, "outcomes": [0], "anchors": [7]})
+    assert decode_outcome_anchors(_record(valid))[2].tolist() == [7]
+    six = b"\x80" * 5 + b"\x00"  # 0 in 6 bytes
+    partition = valid[:2] + six + valid[3:]
+    outcome = valid[:-5] + six + valid[-4:]  # the head ends: [1 item] [the enum index] [0]; [1] [the anchor] [0]
+    assert fastavro.schemaless_reader(io.BytesIO(outcome), HEAD, None)["outcomes"] == [0]  # type: ignore[index,call-overload]
+    for value in (partition, outcome):
+        with pytest.raises(WireError):
+            decode_outcomes(_record(value))
+        with pytest.raises(WireError):
+            decode_outcome_anchors(_record(value))
+    tail = _write({**RAW, "fields": RAW["fields"][5:]}, {"sources": ["t/0"], "source_index": [0], "offsets": [1],
+                                                        "latency_ms": [0]})  # fmt: skip
+    assert decode_outcomes(_PREFIX_OUTCOMES + valid + tail).msg_ids == ["t/0/1"]
+    at = tail.index(b"t/0") + 3  # sources end; source_index: [1 item] [0] [0]
+    assert tail[at : at + 4] == b"\x00\x02\x00\x00"
+    index, latency = tail[: at + 2] + six + tail[at + 3 :], tail[:-2] + b"\x80" * 10 + tail[-2:]  # 0 in 6 and 11 bytes
+    for overlong in (index, latency):
+        with pytest.raises(WireError, match="undecodable"):
+            decode_outcomes(_PREFIX_OUTCOMES + valid + overlong)
+        assert decode_outcome_anchors(_PREFIX_OUTCOMES + valid + overlong)[2].tolist() == [7]  # read to its anchors
 
 
 def test_avro_only_fastavro_reads_is_refused_by_both_readers() -> None:

@@ -21,6 +21,7 @@ from acker.wire import (
     _PREFIX_OUTCOMES,
     ACKER_BATCH_SCHEMA,
     OUTCOME_BATCH_SCHEMA,
+    SPOUT_NAME,
     WIRE_REASONS,
     WireError,
     _write,
@@ -85,7 +86,7 @@ def test_a_hand_built_record_decodes() -> None:
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (b"", "bad-magic"),
+        (b"", "empty"),
         (b"garbage that is not ours", "bad-magic"),
         (b"AKO\x01" + _raw()[4:], "wrong-record-kind"),
         (b"AKB\x02" + _raw()[4:], "unknown-version"),
@@ -235,7 +236,7 @@ _LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
 @given(
-    st.text(max_size=20),
+    st.from_regex(SPOUT_NAME, fullmatch=True),
     st.integers(-(1 << 31), (1 << 31) - 1),
     _LONGS,
     st.lists(st.tuples(st.sampled_from(["ACK", "FAILED", "REPLAYED"]), _LONGS), max_size=40),
