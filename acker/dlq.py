@@ -108,10 +108,19 @@ class DeadLetter:
 
     @property
     def origin(self) -> str:
-        """The record it stands for: the replay origin, where a coordinated step read it, or where the acker read it."""
-        for name in ("acker.dlq.origin",) if self.acker_kind else (ORIGIN, "acker.dlq.origin"):
-            if (origin := self.header(name)) is not None:
+        """The record it stands for: the replay origin, where a coordinated step read it, or where the acker read it.
+
+        An acker-kind letter's own headers (``acker.dlq.topic``… from the service, ``acker.dlq.origin`` from a
+        coordinated step) come before the record's, which it keeps and which may be a dead letter's too: the first
+        of them says which writer's they are."""
+        if self.acker_kind:
+            writer = next((n for n, v in self.headers if n in ("acker.dlq.origin", "acker.dlq.topic") and v), None)
+            if writer == "acker.dlq.origin" and (origin := self.header(writer)) is not None:
                 return origin
+        else:
+            for name in (ORIGIN, "acker.dlq.origin"):
+                if (origin := self.header(name)) is not None:
+                    return origin
         parts = [self.header(f"acker.dlq.{n}") for n in ("topic", "partition", "offset")]
         return "/".join(parts) if all(p is not None for p in parts) else "?"  # type: ignore[arg-type]
 
