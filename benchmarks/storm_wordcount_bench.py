@@ -23,6 +23,12 @@ acked: any failed tuple fails the benchmark). Throughput is words counted per se
 from the first counted word to the last, so topology start-up (about 6 s a run) and tear-down are excluded. The
 table gives the median of the runs of each mode; the ratio is that median over the median with acking off.
 
+Latency: with acking on, the spout times each sentence from its emit to its ack (Storm's complete latency). At full
+speed that is mostly time queued behind the sentences emitted before it (without ``max.spout.pending``, the whole
+input); so after the rounds, ``--repeat`` more runs of the last acking mode emit at ``--paced`` × its median rate
+(half by default), as `pipeline_bench`'s latency round writes at half the tracked rate. Memory: the JVM's peak
+resident memory, one figure for the whole run (every mode runs in the one LocalCluster).
+
 Not like for like with ``pipeline_bench``: a LocalCluster runs spout, bolts and acker as threads of one JVM, and
 tuples go between them through in-memory queues (no serialisation within a worker, no network, no broker), while the
 project's stages are separate Python processes that write every tuple to a Kafka broker and read it back.
@@ -48,8 +54,9 @@ from acker.examples.wordcount import sentences
 
 PROJECT = Path(__file__).resolve().parent / "storm_wordcount"
 MAIN_CLASS = "acker.bench.StormWordCountBench"
-RUN_LINE = re.compile(r"^RUN mode=(?P<mode>\S+) rep=(?P<rep>\d+) .*words_per_s=(?P<rate>\d+) acked=(?P<acked>\d+) "
-                      r"failed=(?P<failed>\d+)")  # fmt: skip
+RUN_LINE = re.compile(r"^(?P<kind>RUN|PACED) mode=(?P<mode>\S+) rep=(?P<rep>\d+) .*words_per_s=(?P<rate>\d+) "
+                      r"acked=(?P<acked>\d+) failed=(?P<failed>\d+).* p50_ms=(?P<p50>\S+) p99_ms=(?P<p99>\S+) "
+                      r"max_ms=(?P<max>\S+)")  # fmt: skip
 
 
 @dataclass
@@ -59,6 +66,11 @@ class Results:
     sentences: int = 0
     words: int = 0
     rates: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    latencies_ms: dict[str, list[tuple[float, float, float]]] = field(default_factory=lambda: defaultdict(list))
+    paced_mode: str = ""
+    paced_per_s: float = 0.0
+    paced_ms: list[tuple[float, float, float]] = field(default_factory=list)
+    peak_rss_kib: int = -1
 
 
 def _label(mode: str) -> str:
@@ -101,12 +113,23 @@ def _run_java(java: str, argv: list[str], results: Results, log: Path, timeout_s
                 print(f"LocalCluster up ({value})")
             elif key == "WARMUP":
                 print(f"warm-up {value}")
+            elif key == "MEMORY":
+                results.peak_rss_kib = int(value.partition("=")[2])
             elif match := RUN_LINE.match(line):
                 mode, rate = match["mode"], float(match["rate"])
+                latency = (float(match["p50"]), float(match["p99"]), float(match["max"]))
                 if mode != "off":
                     acked, failed = int(match["acked"]), int(match["failed"])
                     assert failed == 0 and acked == results.sentences, f"{line}: not every sentence was acked"
+                if match["kind"] == "PACED":
+                    results.paced_mode, results.paced_per_s = mode, float(line.split("per_s=")[1].split()[0])
+                    results.paced_ms.append(latency)
+                    print(f"paced run {match['rep']} {_label(mode)}, {results.paced_per_s:,.0f} sentences/s: complete "
+                          f"latency p50 {latency[0]:.2f} ms, p99 {latency[1]:.2f} ms")  # fmt: skip
+                    continue
                 results.rates[mode].append(rate)
+                if mode != "off":
+                    results.latencies_ms[mode].append(latency)
                 print(f"run {match['rep']} {_label(mode)}: {rate:,.0f} words/s")
         status = java_.wait()
         watchdog.cancel()
@@ -121,6 +144,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None, help="rounds of all modes; default 5 (quick: 1)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up sentences per mode; default all")
     parser.add_argument("--max-spout-pending", type=int, default=1000, help="third mode; 0 to leave it out")
+    parser.add_argument("--paced", type=float, default=0.5,
+                        help="latency rounds: the last acking mode's spout paced at this fraction of its median "
+                             "rate [0.5; 0: none]")  # fmt: skip
     parser.add_argument("--timeout-s", type=float, default=300, help="per topology run")
     parser.add_argument("--no-build", action="store_true", help="use the classes already in target/")
     args = parser.parse_args()
@@ -141,8 +167,8 @@ def main() -> None:
         path = Path(tmp) / "sentences.txt"
         path.write_bytes(b"".join(line + b"\n" for line in sentences(n, seed=1)))
         argv = ["--sentences", str(path), "--repeat", str(repeat), "--warmup", str(warmup),
-                "--timeout-s", str(args.timeout_s), "--modes", ",".join(modes)]  # fmt: skip
-        budget = args.timeout_s * len(modes) * (repeat + 1) + 180
+                "--timeout-s", str(args.timeout_s), "--modes", ",".join(modes), "--paced", str(args.paced)]  # fmt: skip
+        budget = args.timeout_s * (len(modes) * (repeat + 1) + (repeat if args.paced > 0 else 0)) + 180
         _run_java(java, argv, results, PROJECT / "target" / "bench-stderr.log", budget)
     elapsed = time.monotonic() - started
 
@@ -158,6 +184,28 @@ def main() -> None:
     print("|---|---:|---:|")
     for mode in modes:
         print(f"| {_label(mode)} | {median[mode]:,.0f} | {median[mode] / median['off']:.2f} |")
+    _report_latency(results, median)
+    if results.peak_rss_kib >= 0:
+        print(f"\npeak resident memory of the JVM (the LocalCluster and every run in it; heap -Xms2g -Xmx2g): "
+              f"{results.peak_rss_kib / 1024:,.0f} MiB")  # fmt: skip
+
+
+def _report_latency(results: Results, median: dict[str, float]) -> None:
+    """Storm's complete latency (a sentence's emit → its ack at the spout), the median of the runs' p50 and p99 and
+    the largest maximum: at full speed in each acking mode, and paced."""
+    rows = [(f"{_label(mode)}, full speed", median[mode] * results.sentences / results.words, runs)
+            for mode, runs in results.latencies_ms.items()]  # fmt: skip
+    if results.paced_ms:
+        rows.append((f"{_label(results.paced_mode)}, the spout paced", results.paced_per_s, results.paced_ms))
+    if not rows:
+        return
+    print("\ncomplete latency, ms (a sentence's emit → its ack at the spout; medians of the runs' p50 and p99, the "
+          "largest max)\n")  # fmt: skip
+    print("| mode | sentences/s | p50 | p99 | max |")
+    print("|---|---:|---:|---:|---:|")
+    for label, per_s, runs in rows:
+        p50, p99 = (statistics.median(run[i] for run in runs) for i in (0, 1))
+        print(f"| {label} | {per_s:,.0f} | {p50:,.2f} | {p99:,.2f} | {max(run[2] for run in runs):,.2f} |")
 
 
 if __name__ == "__main__":

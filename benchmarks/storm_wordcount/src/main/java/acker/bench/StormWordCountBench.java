@@ -5,6 +5,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
@@ -31,15 +32,18 @@ import org.apache.storm.utils.VersionInfo;
  * Storm's streaming word count in a LocalCluster, acking on vs off: sentences → spout → split → count.
  *
  * <p>Usage: {@code StormWordCountBench --sentences FILE [--repeat N] [--warmup SENTENCES] [--timeout-s S]
- * [--modes off,on,on:N]}. One LocalCluster (in this JVM) for the whole run. Modes: {@code off} (no message ids,
+ * [--modes off,on,on:N] [--paced FRACTION]}. One LocalCluster (in this JVM) for the whole run. Modes: {@code off} (no message ids,
  * topology.acker.executors = 0), {@code on} (message ids, one acker, Storm's default topology.max.spout.pending:
  * unset) and {@code on:N} (the same with topology.max.spout.pending = N). Each repetition runs every mode in turn
  * (alternating), each a fresh topology over the same sentences, killed once every word is counted (and, with acking
  * on, every sentence acked). Before the measured runs, each mode runs once on the first SENTENCES sentences (JIT
  * warm-up, not reported). Parallelism 1 for every component, one worker. Output lines (stdout):
  * {@code STORM_VERSION v}, {@code JAVA_VERSION v}, {@code WORKLOAD sentences=n words=w}, {@code WARMUP ...} and
- * {@code RUN ...} lines, {@code DONE}. Words counted per second are measured in the count bolt, from the first
- * counted word to the last: topology start-up and tear-down are excluded.
+ * {@code RUN ...} lines, then with {@code --paced F} > 0 one {@code PACED ...} line a round (the last acking mode
+ * given, its spout emitting at F × that mode's median sentences/s), {@code MEMORY vmhwm_kib=k} (this JVM's peak
+ * resident memory, over every run), {@code DONE}. Words counted per second are measured in the count bolt, from the
+ * first counted word to the last: topology start-up and tear-down are excluded. With acking on, each sentence's
+ * complete latency is Storm's: from its emit to its ack at the spout.
  */
 public final class StormWordCountBench {
     static final String SPOUT = "sentences";
@@ -53,35 +57,47 @@ public final class StormWordCountBench {
         static final AtomicLong FAILED = new AtomicLong();
         static volatile long firstNs;
         static volatile long lastNs;
+        /** Each sentence's complete latency (its emit → its ack at the spout), ns; written by the spout's thread. */
+        static volatile long[] completeNs = new long[0];
 
-        static void reset() {
+        static void reset(int sentences) {
             COUNTED.set(0);
             ACKED.set(0);
             FAILED.set(0);
             firstNs = 0;
             lastNs = 0;
+            completeNs = new long[sentences];
         }
     }
 
-    /** Emits each sentence of the file once; with a message id (tracked by the acker) when acking is on. */
+    /**
+     * Emits each sentence of the file once; with a message id (tracked by the acker) when acking is on. Paced
+     * ({@code perS} > 0), sentence i is emitted once {@code i / perS} seconds have passed since the first, or as soon
+     * after as the spout's thread comes back to it; else as fast as Storm takes them.
+     */
     public static final class SentenceSpout extends BaseRichSpout {
         private final String path;
         private final int limit;
         private final boolean acking;
+        private final double perS;
         private transient String[] sentences;
+        private transient long[] emittedNs;
         private transient int next;
+        private transient long beginNs;
         private transient SpoutOutputCollector collector;
 
-        public SentenceSpout(String path, int limit, boolean acking) {
+        public SentenceSpout(String path, int limit, boolean acking, double perS) {
             this.path = path;
             this.limit = limit;
             this.acking = acking;
+            this.perS = perS;
         }
 
         @Override
         public void open(Map<String, Object> conf, TopologyContext context, SpoutOutputCollector collector) {
             this.collector = collector;
             this.sentences = readSentences(path, limit).toArray(new String[0]);
+            this.emittedNs = new long[sentences.length];
             this.next = 0;
         }
 
@@ -90,8 +106,15 @@ public final class StormWordCountBench {
             if (next >= sentences.length) {
                 return; // all emitted: the spout wait strategy idles the executor
             }
+            long now = System.nanoTime();
+            if (next == 0) {
+                beginNs = now;
+            } else if (perS > 0 && now < beginNs + (long) (next * 1e9 / perS)) {
+                return; // not due yet
+            }
             int i = next++;
             if (acking) {
+                emittedNs[i] = now;
                 collector.emit(new Values(sentences[i]), i);
             } else {
                 collector.emit(new Values(sentences[i]));
@@ -100,7 +123,9 @@ public final class StormWordCountBench {
 
         @Override
         public void ack(Object msgId) {
-            Probe.ACKED.incrementAndGet();
+            int i = (Integer) msgId;
+            Probe.completeNs[i] = System.nanoTime() - emittedNs[i];
+            Probe.ACKED.incrementAndGet(); // after the write: the benchmark thread reads the latencies once all acked
         }
 
         @Override
@@ -200,9 +225,9 @@ public final class StormWordCountBench {
         return words;
     }
 
-    static StormTopology topology(String path, int limit, boolean acking) {
+    static StormTopology topology(String path, int limit, boolean acking, double perS) {
         TopologyBuilder builder = new TopologyBuilder();
-        builder.setSpout(SPOUT, new SentenceSpout(path, limit, acking), 1);
+        builder.setSpout(SPOUT, new SentenceSpout(path, limit, acking, perS), 1);
         builder.setBolt(SPLIT, new SplitBolt(acking), 1).shuffleGrouping(SPOUT);
         builder.setBolt(COUNT, new CountBolt(), 1).fieldsGrouping(SPLIT, new Fields("word"));
         return builder.createTopology();
@@ -226,11 +251,13 @@ public final class StormWordCountBench {
     }
 
     /**
-     * Runs one topology to completion; returns {words/s, seconds from the first counted word to the last, seconds
-     * from submission to the first counted word, seconds from kill until the topology is gone}; throws on timeout.
+     * Runs one topology to completion, its spout paced at {@code perS} sentences a second if positive; returns
+     * {words/s, seconds from the first counted word to the last, seconds from submission to the first counted word,
+     * seconds from kill until the topology is gone, and with acking on the complete latency's p50, p99 and maximum
+     * in ms (else NaN)}; throws on timeout.
      */
     static double[] runOnce(LocalCluster cluster, String name, String path, int limit, long sentences, long words,
-                            Mode mode, double timeoutS) throws Exception {
+                            Mode mode, double timeoutS, double perS) throws Exception {
         Config conf = new Config();
         conf.setNumWorkers(1);
         conf.setNumAckers(mode.acking() ? 1 : 0);
@@ -238,9 +265,9 @@ public final class StormWordCountBench {
         if (mode.maxSpoutPending() != null) {
             conf.setMaxSpoutPending(mode.maxSpoutPending());
         }
-        Probe.reset();
+        Probe.reset(limit);
         long start = System.nanoTime();
-        cluster.submitTopology(name, conf, topology(path, limit, mode.acking()));
+        cluster.submitTopology(name, conf, topology(path, limit, mode.acking(), perS));
         long deadline = start + (long) (timeoutS * 1e9);
         long killed = 0;
         try {
@@ -266,7 +293,32 @@ public final class StormWordCountBench {
         double seconds = (Probe.lastNs - Probe.firstNs) / 1e9;
         double startupS = (Probe.firstNs - start) / 1e9;
         double teardownS = (System.nanoTime() - killed) / 1e9;
-        return new double[] {words / seconds, seconds, startupS, teardownS};
+        double[] latency = mode.acking() ? percentilesMs(Probe.completeNs) : new double[] {Double.NaN, Double.NaN,
+            Double.NaN};
+        return new double[] {words / seconds, seconds, startupS, teardownS, latency[0], latency[1], latency[2]};
+    }
+
+    /** p50, p99 and the maximum of {@code ns}, in ms (nearest rank). */
+    static double[] percentilesMs(long[] ns) {
+        long[] sorted = ns.clone();
+        Arrays.sort(sorted);
+        int n = sorted.length;
+        return new double[] {sorted[(int) Math.ceil(0.50 * n) - 1] / 1e6, sorted[(int) Math.ceil(0.99 * n) - 1] / 1e6,
+            sorted[n - 1] / 1e6};
+    }
+
+    /** This process's peak resident memory (VmHWM, Linux), in KiB; -1 where /proc does not say. */
+    static long peakRssKiB() {
+        try {
+            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", ""));
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            // not Linux
+        }
+        return -1;
     }
 
     /** Until the killed topology is no longer known to the cluster, so that runs do not overlap. */
@@ -282,7 +334,7 @@ public final class StormWordCountBench {
 
     static Map<String, String> options(String[] args) {
         Map<String, String> options = new HashMap<>(Map.of(
-            "--repeat", "3", "--warmup", "0", "--timeout-s", "300", "--modes", "off,on"));
+            "--repeat", "3", "--warmup", "0", "--timeout-s", "300", "--modes", "off,on", "--paced", "0"));
         for (int i = 0; i + 1 < args.length; i += 2) {
             if (!args[i].startsWith("--")) {
                 throw new IllegalArgumentException("expected an option, got " + args[i]);
@@ -291,7 +343,7 @@ public final class StormWordCountBench {
         }
         if (args.length % 2 != 0 || !options.containsKey("--sentences")) {
             throw new IllegalArgumentException("usage: StormWordCountBench --sentences FILE [--repeat N]"
-                + " [--warmup SENTENCES] [--timeout-s S] [--modes off,on,on:N]");
+                + " [--warmup SENTENCES] [--timeout-s S] [--modes off,on,on:N] [--paced FRACTION]");
         }
         return options;
     }
@@ -302,6 +354,7 @@ public final class StormWordCountBench {
         int repeat = Integer.parseInt(options.get("--repeat"));
         int warmup = Integer.parseInt(options.get("--warmup"));
         double timeoutS = Double.parseDouble(options.get("--timeout-s"));
+        double paced = Double.parseDouble(options.get("--paced"));
         List<Mode> modes = new ArrayList<>();
         for (String spec : options.get("--modes").split(",")) {
             modes.add(Mode.parse(spec.trim()));
@@ -317,7 +370,7 @@ public final class StormWordCountBench {
         System.out.flush();
 
         // close() of a LocalCluster can linger on ZooKeeper/Curator threads: never let it hold the process.
-        long budgetS = (long) (timeoutS * modes.size() * (repeat + 1) + 120);
+        long budgetS = (long) (timeoutS * (modes.size() * (repeat + 1) + (paced > 0 ? repeat : 0)) + 120);
         Thread watchdog = new Thread(() -> {
             try {
                 Thread.sleep(budgetS * 1000);
@@ -341,12 +394,13 @@ public final class StormWordCountBench {
                 for (Mode mode : modes) {
                     String name = "wc-warmup-" + (++run);
                     double[] r = runOnce(cluster, name, path, head.size(), head.size(), countWords(head), mode,
-                        timeoutS);
+                        timeoutS, 0);
                     System.out.printf("WARMUP mode=%s sentences=%d words_per_s=%.0f startup_s=%.1f teardown_s=%.1f%n",
                         mode.name(), head.size(), r[0], r[2], r[3]);
                     System.out.flush();
                 }
             }
+            Map<Mode, List<Double>> rates = new HashMap<>();
             for (int rep = 1; rep <= repeat; rep++) {
                 // The modes in turn, in the reverse order every other round: the drift of a noisy machine, and
                 // whatever the mode run first in a round pays for (a collection of the one before), fall on each.
@@ -356,13 +410,31 @@ public final class StormWordCountBench {
                 }
                 for (Mode mode : order) {
                     String name = "wc-" + (++run);
-                    double[] r = runOnce(cluster, name, path, (int) sentences, sentences, words, mode, timeoutS);
+                    double[] r = runOnce(cluster, name, path, (int) sentences, sentences, words, mode, timeoutS, 0);
+                    rates.computeIfAbsent(mode, m -> new ArrayList<>()).add(r[0] * sentences / words);
                     System.out.printf("RUN mode=%s rep=%d words=%d seconds=%.4f words_per_s=%.0f acked=%d failed=%d"
-                        + " startup_s=%.1f teardown_s=%.1f%n", mode.name(), rep, words, r[1], r[0],
-                        Probe.ACKED.get(), Probe.FAILED.get(), r[2], r[3]);
+                        + " startup_s=%.1f teardown_s=%.1f p50_ms=%.3f p99_ms=%.3f max_ms=%.3f%n", mode.name(), rep,
+                        words, r[1], r[0], Probe.ACKED.get(), Probe.FAILED.get(), r[2], r[3], r[4], r[5], r[6]);
                     System.out.flush();
                 }
             }
+            // Latency at a steady rate: the last acking mode given, its spout paced at a fraction of that mode's
+            // median sentences/s above, one run a round.
+            Mode last = modes.stream().filter(Mode::acking).reduce((a, b) -> b).orElse(null);
+            if (paced > 0 && last != null) {
+                List<Double> measured = new ArrayList<>(rates.get(last));
+                Collections.sort(measured);
+                double perS = paced * measured.get(measured.size() / 2);
+                for (int rep = 1; rep <= repeat; rep++) {
+                    String name = "wc-" + (++run);
+                    double[] r = runOnce(cluster, name, path, (int) sentences, sentences, words, last, timeoutS, perS);
+                    System.out.printf("PACED mode=%s rep=%d per_s=%.0f words_per_s=%.0f acked=%d failed=%d"
+                        + " p50_ms=%.3f p99_ms=%.3f max_ms=%.3f%n", last.name(), rep, perS, r[0], Probe.ACKED.get(),
+                        Probe.FAILED.get(), r[4], r[5], r[6]);
+                    System.out.flush();
+                }
+            }
+            System.out.println("MEMORY vmhwm_kib=" + peakRssKiB());
             System.out.println("CLOSING");
             System.out.flush();
         } catch (Exception e) {
