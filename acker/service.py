@@ -321,7 +321,7 @@ def compile_now() -> None:
     outcomes = BlockTracker().process(block)
     encode_outcomes("s", outcomes, np.arange(len(outcomes)), acker_partition=0, acker_offset=0)
     avro_longs.long(0)
-    avro_longs.outcome_anchors(bytes(5), 0)  # an empty outcome record's head: compiled before any read-back
+    avro_longs.outcome_anchors(bytes(9), 0, whole=True)  # an empty outcome record: compiled before any read-back
 
 
 class AckerService:

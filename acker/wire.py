@@ -46,6 +46,11 @@ OUTCOMES_PER_RECORD = 1 << 14
 # And bytes per outcome record, at most (but for one outcome whose message id alone is larger): message ids that are
 # not record coordinates are written whole, each its own source, and 16,384 ids of 60 bytes pass 1 MB.
 OUTCOME_RECORD_MAX_BYTES = 1 << 19
+# What Avro's Java reader takes of an outcome record as the Spark jobs start it (`spark_jobs.session.AVRO_LIMITS`):
+# items in an array, bytes in a string. Far above what a writer writes (`OUTCOMES_PER_RECORD` items; a string is at
+# most a record); a record past them is one the jobs dead-letter, which the spouts' reader refuses too.
+AVRO_ARRAY_MAX_ITEMS = 64 * OUTCOMES_PER_RECORD
+AVRO_STRING_MAX_BYTES = 64 << 20
 
 
 def _json(name: str) -> Any:
@@ -323,7 +328,7 @@ def encode_outcomes(
 def decode_outcomes(data: bytes) -> OutcomeRecord:
     """The outcome-topic record ``data``; `WireError` if it is not a valid one: not Avro of the schema, an outcome that
     is not a symbol of the enum, columns of different lengths, a source index outside the sources, an offset below -1,
-    a spout name that cannot name a topic.
+    a spout name that cannot name a topic, an array or a string longer than the Spark jobs' Avro reader takes.
 
     It refuses whatever `decode_outcome_anchors` refuses (a record the failover read-back refuses is not one a spout
     reads), and whatever the Spark jobs refuse but for a spout name that is not a spout's (a record they dead-letter,
@@ -337,6 +342,10 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
     columns = ("outcomes", "anchors", "source_index", "offsets", "latency_ms")
     if len({len(r[name]) for name in columns}) != 1:
         raise WireError("inconsistent-columns", "outcome columns of different lengths")
+    if max(len(codes), len(sources)) > AVRO_ARRAY_MAX_ITEMS:
+        raise WireError("undecodable", f"an array of more than {AVRO_ARRAY_MAX_ITEMS} items (the Spark jobs' limit)")
+    if any(len(s) > AVRO_STRING_MAX_BYTES // 4 and len(s.encode()) > AVRO_STRING_MAX_BYTES for s in sources):
+        raise WireError("undecodable", f"a string of more than {AVRO_STRING_MAX_BYTES} bytes (the Spark jobs' limit)")
     if codes and not 0 <= min(codes) <= max(codes) < len(OUTCOME_SYMBOLS):
         raise WireError("undecodable", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
     if any(not 0 <= i < len(sources) for i in index):
@@ -359,13 +368,16 @@ def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
     """(acker_partition, acker_offset, anchors) of an outcome-topic record, read no further than its anchors: what
     a new owner reads back (`acker.kafka.decided`), 30× faster than `decode_outcomes`. `WireError` when
     `decode_outcomes` would find the fields read invalid (a spout name not UTF-8, an outcome outside the enum, not as
-    many outcomes as anchors, a spout name that cannot name a topic), which refuses whatever this refuses."""
+    many outcomes as anchors, more than the Spark jobs take, a spout name that cannot name a topic), which refuses
+    whatever this refuses."""
     _check_prefix(data, OUTCOMES)
     head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES))
     if head is None:
         raise WireError("bad-avro", "not an outcome record: truncated or malformed")
     if head.lowest_outcome < 0 or head.highest_outcome >= len(OUTCOME_SYMBOLS):
         raise WireError("bad-avro", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
+    if len(head.anchors) > AVRO_ARRAY_MAX_ITEMS:
+        raise WireError("bad-avro", f"more than {AVRO_ARRAY_MAX_ITEMS} outcomes (the Spark jobs' limit)")
     _check_outcome_spout(head.spout)
     return head.acker_partition, head.acker_offset, head.anchors
 

@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
-from acker.wire import OUTCOMES_PER_RECORD
+from acker.wire import AVRO_ARRAY_MAX_ITEMS, AVRO_STRING_MAX_BYTES
 from spark_jobs.replay_job import close_publishers
 from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, stopping
 
@@ -83,12 +83,13 @@ def _ivy_settings(ivy: Path) -> str:
 # Avro's Java reader allocates what a record claims (an array's item count, a string's length) before it reads it:
 # one malformed outcome record of 12 bytes claiming 2 billion items ran Spark's JVM out of memory, which kills it
 # (PERMISSIVE mode turns exceptions into nulls, not errors), at every restart on the same record, every spout's
-# watermark stopped. Avro's own limits bound those claims: a record over them is malformed, dead-lettered. The arrays
-# of an outcome record hold `OUTCOMES_PER_RECORD` items at most, and a string is at most a Kafka record.
+# watermark stopped. Avro's own limits bound those claims: a record over them is malformed, dead-lettered (and refused
+# by the spouts' reader, `acker.wire.decode_outcomes`). The arrays of an outcome record hold `OUTCOMES_PER_RECORD`
+# items at most, and a string is at most a Kafka record.
 AVRO_LIMITS = {
-    "org.apache.avro.limits.collectionItems.maxLength": str(64 * OUTCOMES_PER_RECORD),
-    "org.apache.avro.limits.string.maxLength": str(64 << 20),
-    "org.apache.avro.limits.bytes.maxLength": str(64 << 20),
+    "org.apache.avro.limits.collectionItems.maxLength": str(AVRO_ARRAY_MAX_ITEMS),
+    "org.apache.avro.limits.string.maxLength": str(AVRO_STRING_MAX_BYTES),
+    "org.apache.avro.limits.bytes.maxLength": str(AVRO_STRING_MAX_BYTES),
 }
 
 

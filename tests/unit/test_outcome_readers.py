@@ -23,14 +23,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from acker import wire
 from acker.wire import (
     _PREFIX_OUTCOMES,
     OUTCOME_SYMBOLS,
     WireError,
     decode_outcome_anchors,
     decode_outcomes,
+    encode_outcome_rows,
     spout_name_valid,
 )
+from spark_jobs import session as spark_session
 
 
 def _raw_schema() -> Any:
@@ -215,3 +218,21 @@ def test_avro_only_fastavro_reads_is_refused_by_both_readers() -> None:
         with pytest.raises(WireError):
             decode_outcome_anchors(_record(value))
     assert decode_outcome_anchors(_record(valid))[2].dtype == np.int64
+
+
+def test_an_array_or_a_string_longer_than_the_spark_jobs_take_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jobs start Avro's Java reader with limits (`spark_jobs.session.AVRO_LIMITS`, from `acker.wire`): a record
+    past them is dead-lettered there, and a spout that took its trees off its pending list never timed them out.
+    (Lowered here: a record past the real ones takes megabytes.)"""
+    monkeypatch.setattr(wire, "AVRO_ARRAY_MAX_ITEMS", 3)
+    monkeypatch.setattr(wire, "AVRO_STRING_MAX_BYTES", 40)
+    rows = [("ACK", anchor, f"t/0/{anchor}", 0) for anchor in (1, 2, 3)]
+    assert decode_outcomes(encode_outcome_rows("s", rows)).anchors == [1, 2, 3]
+    too_many = encode_outcome_rows("s", [*rows, ("ACK", 4, "t/0/4", 0)])
+    too_long = encode_outcome_rows("s", [("ACK", 1, "t" * 50, 0)])  # not coordinates: the id is its own source
+    for value in (too_many, too_long):
+        with pytest.raises(WireError, match="the Spark jobs' limit"):
+            decode_outcomes(value)
+    with pytest.raises(WireError, match="the Spark jobs' limit"):
+        decode_outcome_anchors(too_many)
+    assert spark_session.AVRO_LIMITS["org.apache.avro.limits.collectionItems.maxLength"] == str(1 << 20)
