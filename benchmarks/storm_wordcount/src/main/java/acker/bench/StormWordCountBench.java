@@ -9,6 +9,7 @@ import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -31,19 +32,20 @@ import org.apache.storm.utils.VersionInfo;
 /**
  * Storm's streaming word count in a LocalCluster, acking on vs off: sentences → spout → split → count.
  *
- * <p>Usage: {@code StormWordCountBench --sentences FILE [--repeat N] [--warmup SENTENCES] [--timeout-s S]
- * [--modes off,on,on:N] [--paced FRACTION]}. One LocalCluster (in this JVM) for the whole run. Modes: {@code off} (no message ids,
- * topology.acker.executors = 0), {@code on} (message ids, one acker, Storm's default topology.max.spout.pending:
- * unset) and {@code on:N} (the same with topology.max.spout.pending = N). Each repetition runs every mode in turn
- * (alternating), each a fresh topology over the same sentences, killed once every word is counted (and, with acking
- * on, every sentence acked). Before the measured runs, each mode runs once on the first SENTENCES sentences (JIT
- * warm-up, not reported). Parallelism 1 for every component, one worker. Output lines (stdout):
- * {@code STORM_VERSION v}, {@code JAVA_VERSION v}, {@code WORKLOAD sentences=n words=w}, {@code WARMUP ...} and
- * {@code RUN ...} lines, then with {@code --paced F} > 0 one {@code PACED ...} line a round (the last acking mode
- * given, its spout emitting at F × that mode's median sentences/s), {@code MEMORY vmhwm_kib=k} (this JVM's peak
- * resident memory, over every run), {@code DONE}. Words counted per second are measured in the count bolt, from the
- * first counted word to the last: topology start-up and tear-down are excluded. With acking on, each sentence's
- * complete latency is Storm's: from its emit to its ack at the spout.
+ * <p>Usage: {@code StormWordCountBench --sentences FILE [--repeat N] [--warmup SENTENCES] [--timeout-s S]}
+ * {@code [--modes off,on,on:N] [--paced FRACTION]}.
+ * One LocalCluster (in this JVM) for the whole run. Modes: {@code off} (no message ids, topology.acker.executors = 0),
+ * {@code on} (message ids, one acker, Storm's default topology.max.spout.pending: unset) and {@code on:N} (the same
+ * with topology.max.spout.pending = N). Each repetition runs every mode in turn (alternating), each a fresh topology
+ * over the same sentences, killed once every word is counted (and, with acking on, every sentence acked). Before the
+ * measured runs, each mode runs once on the first SENTENCES sentences (JIT warm-up, not reported). Parallelism 1 for
+ * every component, one worker. Output lines (stdout): {@code STORM_VERSION v}, {@code JAVA_VERSION v},
+ * {@code WORKLOAD sentences=n words=w}, {@code WARMUP ...} and {@code RUN ...} lines, then with {@code --paced F} > 0
+ * one {@code PACED ...} line a round (the last acking mode given, its spout emitting at F × that mode's median
+ * sentences/s), {@code MEMORY vmhwm_kib=k} (this JVM's peak resident memory, over every run), {@code DONE}. Words
+ * counted per second are measured in the count bolt, from the first counted word to the last: topology start-up and
+ * tear-down are excluded. With acking on, each sentence's complete latency is Storm's: from its emit to its ack at the
+ * spout.
  */
 public final class StormWordCountBench {
     static final String SPOUT = "sentences";
@@ -386,7 +388,7 @@ public final class StormWordCountBench {
         int status = 0;
         long t0 = System.nanoTime();
         try (LocalCluster cluster = new LocalCluster()) {
-            System.out.printf("STARTED cluster_s=%.1f%n", (System.nanoTime() - t0) / 1e9);
+            System.out.printf(Locale.ROOT, "STARTED cluster_s=%.1f%n", (System.nanoTime() - t0) / 1e9);
             System.out.flush();
             int run = 0;
             if (warmup > 0) { // JIT warm-up of every code path, not reported as a result
@@ -395,7 +397,9 @@ public final class StormWordCountBench {
                     String name = "wc-warmup-" + (++run);
                     double[] r = runOnce(cluster, name, path, head.size(), head.size(), countWords(head), mode,
                         timeoutS, 0);
-                    System.out.printf("WARMUP mode=%s sentences=%d words_per_s=%.0f startup_s=%.1f teardown_s=%.1f%n",
+                    // Locale.ROOT in every printf: a decimal point whatever the locale, for the Python side to parse
+                    System.out.printf(Locale.ROOT,
+                        "WARMUP mode=%s sentences=%d words_per_s=%.0f startup_s=%.1f teardown_s=%.1f%n",
                         mode.name(), head.size(), r[0], r[2], r[3]);
                     System.out.flush();
                 }
@@ -412,7 +416,8 @@ public final class StormWordCountBench {
                     String name = "wc-" + (++run);
                     double[] r = runOnce(cluster, name, path, (int) sentences, sentences, words, mode, timeoutS, 0);
                     rates.computeIfAbsent(mode, m -> new ArrayList<>()).add(r[0] * sentences / words);
-                    System.out.printf("RUN mode=%s rep=%d words=%d seconds=%.4f words_per_s=%.0f acked=%d failed=%d"
+                    System.out.printf(Locale.ROOT,
+                        "RUN mode=%s rep=%d words=%d seconds=%.4f words_per_s=%.0f acked=%d failed=%d"
                         + " startup_s=%.1f teardown_s=%.1f p50_ms=%.3f p99_ms=%.3f max_ms=%.3f%n", mode.name(), rep,
                         words, r[1], r[0], Probe.ACKED.get(), Probe.FAILED.get(), r[2], r[3], r[4], r[5], r[6]);
                     System.out.flush();
@@ -428,7 +433,8 @@ public final class StormWordCountBench {
                 for (int rep = 1; rep <= repeat; rep++) {
                     String name = "wc-" + (++run);
                     double[] r = runOnce(cluster, name, path, (int) sentences, sentences, words, last, timeoutS, perS);
-                    System.out.printf("PACED mode=%s rep=%d per_s=%.0f words_per_s=%.0f acked=%d failed=%d"
+                    System.out.printf(Locale.ROOT,
+                        "PACED mode=%s rep=%d per_s=%.0f words_per_s=%.0f acked=%d failed=%d"
                         + " p50_ms=%.3f p99_ms=%.3f max_ms=%.3f%n", last.name(), rep, perS, r[0], Probe.ACKED.get(),
                         Probe.FAILED.get(), r[4], r[5], r[6]);
                     System.out.flush();
