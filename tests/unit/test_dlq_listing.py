@@ -11,6 +11,7 @@ import pytest
 from acker import dlq
 from acker.config import ServiceConfig
 from acker.dlq import DeadLetter, _listed, repeats
+from acker.headers import HeaderList
 from acker.retries import DETAIL, REASON
 
 
@@ -51,11 +52,11 @@ def test_a_copy_is_the_same_bytes_of_the_same_record_for_the_same_spout() -> Non
 def test_a_letters_origin_is_its_writers_not_one_in_the_record_it_keeps() -> None:
     """The acker's and a coordinated step's headers come first, then the record's own, which may be a dead letter's
     (one copied back by hand): its ``acker.dlq.origin`` was shown as the acker's letter's origin."""
-    service = [("acker.dlq.reason", b"bad-magic"), ("acker.dlq.topic", b"acker"), ("acker.dlq.partition", b"3"),
-               ("acker.dlq.offset", b"120")]  # fmt: skip
-    step = [("acker.dlq.reason", b"raised: x"), ("acker.dlq.origin", b"words/1/9")]
-    kept = [("acker.dlq.origin", b"orders/0/5"), ("acker.dlq.topic", b"other"), ("acker.dlq.partition", b"0"),
-            ("acker.dlq.offset", b"1")]  # fmt: skip
+    service: HeaderList = [("acker.dlq.reason", b"bad-magic"), ("acker.dlq.topic", b"acker"),
+                           ("acker.dlq.partition", b"3"), ("acker.dlq.offset", b"120")]  # fmt: skip
+    step: HeaderList = [("acker.dlq.reason", b"raised: x"), ("acker.dlq.origin", b"words/1/9")]
+    kept: HeaderList = [("acker.dlq.origin", b"orders/0/5"), ("acker.dlq.topic", b"other"),
+                        ("acker.dlq.partition", b"0"), ("acker.dlq.offset", b"1")]  # fmt: skip
     assert DeadLetter("d", 0, 1, 0, None, b"x", [*service, *kept]).origin == "acker/3/120"
     assert DeadLetter("d", 0, 2, 0, None, b"x", [*step, *kept]).origin == "words/1/9"
     assert DeadLetter("d", 0, 3, 0, None, b"x", service).origin == "acker/3/120"
