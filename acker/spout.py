@@ -328,6 +328,11 @@ class Spout:
         self.outcomes.close()
         self._watermarks.close()
 
+    @property
+    def paused(self) -> bool:
+        """Waiting at ``max_pending``: its partitions paused until outcomes give room back."""
+        return self._paused
+
     def step(self, timeout_s: float) -> int:
         """Read outcomes, then (unless too many trees are pending) source records. Returns the records read."""
         timeout_s = self.acker.input_wait(timeout_s)  # not waiting longer for input than inits and acks linger

@@ -66,6 +66,7 @@ from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import spawn
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
+from acker.stage_metrics import serve_stages
 from acker.topics import all_topics, check_spout_name
 from acker.wire import WireError, decode_outcomes, spout_name_valid
 
@@ -164,7 +165,9 @@ def cmd_spout(args: argparse.Namespace) -> int:
         max_pending=args.max_pending,
         tracked=not args.untracked,
     )
-    return run_until_signalled(Spout(config, settings, traced_sentences(topics.split) if args.trace else None))
+    spout = Spout(config, settings, traced_sentences(topics.split) if args.trace else None)
+    serve_stages(args.stage_metrics_port, spout)
+    return run_until_signalled(spout)
 
 
 def _crash_marker(args: argparse.Namespace) -> str | None:
@@ -182,7 +185,9 @@ def cmd_split(args: argparse.Namespace) -> int:
     function = split_function(
         topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=_crash_marker(args)
     )
-    return run_until_signalled(Bolt(config, topics.split, group, function, output_topics=[topics.words]))
+    bolt = Bolt(config, topics.split, group, function, output_topics=[topics.words])
+    serve_stages(args.stage_metrics_port, bolt)
+    return run_until_signalled(bolt)
 
 
 def cmd_count(args: argparse.Namespace) -> int:
@@ -194,7 +199,9 @@ def cmd_count(args: argparse.Namespace) -> int:
         topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=_crash_marker(args),
         published=published_counts(config, topics.counts),
     )  # fmt: skip
-    return run_until_signalled(count_bolt(config, function, group))
+    bolt = count_bolt(config, function, group)
+    serve_stages(args.stage_metrics_port, bolt)
+    return run_until_signalled(bolt)
 
 
 def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -> tuple[list[str], dict[str, str]]:
@@ -547,6 +554,13 @@ def add_parser(sub: Any) -> None:
         parser.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         parser.add_argument(
             "--trace", action="store_true", help="tag every message with its source record (header wc.sentence)"
+        )
+        parser.add_argument(
+            "--stage-metrics-port",
+            type=at_least(0, 65536),
+            default=0,
+            metavar="PORT",
+            help="serve the stage's counts for Prometheus on PORT (acker.stage_metrics) [default: 0, none]",
         )
     spout = stages.choices["spout"]
     spout.add_argument(

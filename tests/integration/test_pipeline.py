@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     NewPartitions,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig, to_argv
@@ -36,6 +39,7 @@ from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, part
 from acker.kafka.lookups import lookups
 from acker.retries import NOT_BEFORE, ORIGIN, REDRIVEN
 from acker.spout import INIT_ATTEMPTS, Emitter, Spout, SpoutSettings
+from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, serve_stages
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import (
     OutcomeReader,
@@ -726,6 +730,58 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
         None,
     ]
     assert spout.counters["unreadable_headers"] == 1
+
+
+def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceConfig, topics: Topics) -> None:
+    """A spout and two threads of one bolt group in one process, scraped over HTTP: what each counted (the bolt
+    group's threads summed), the trouble counts at 0 from the start, and the spout's pending trees and pause."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def split(message: BoltInput, collector: Any) -> None:
+        if message.value == b"raise":
+            raise ValueError("not a sentence")
+        for word in (message.value or b"").split():
+            collector.write(topics.words, word)
+
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    bolts = [Bolt(config, topics.split, f"split-{topics.prefix}", split) for _ in range(2)]
+    serve_stages(port, spout, *bolts)
+    scrape = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(scrape, timeout=10) as before:
+        assert (
+            f'acker_stage_events_total{{event="emit_errors",kind="spout",stage="{SPOUT}"}} 0.0'
+            in before.read().decode()
+        )
+    stages = [ServiceThread(config), Running(spout), *map(Running, bolts)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"a b c", b"raise", b"d e"])
+        reader.wait_for(ids, timeout_s=60)
+        deadline = time.monotonic() + 30  # the spout reads the outcomes too, maybe after the test's reader
+        while spout.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with urllib.request.urlopen(scrape, timeout=10) as response:
+            families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    finally:
+        _stop(stages)
+        reader.close()
+    events = {(s.labels["kind"], s.labels["stage"], s.labels["event"]): s.value
+              for s in families["acker_stage_events"].samples if s.name.endswith("_total")}  # fmt: skip
+    spout_events = {e: v for (kind, _, e), v in events.items() if kind == "spout"}
+    bolt_events = {
+        e: v for (kind, stage, e), v in events.items() if kind == "bolt" and stage == f"split-{topics.prefix}"
+    }
+    assert {e: spout_events[e] for e in ("read", "emitted", "acked", "nacked_failed", "emit_errors")} == {
+        "read": 3, "emitted": 3, "acked": 2, "nacked_failed": 1, "emit_errors": 0}  # fmt: skip
+    assert {e: bolt_events[e] for e in ("processed", "written", "acked", "failed", "errors", "emitted")} == {
+        "processed": 3, "written": 5, "acked": 2, "failed": 1, "errors": 1, "emitted": 0}  # fmt: skip
+    assert {e for (kind, _, e) in events if kind == "spout"} >= set(SPOUT_EVENTS)
+    assert {e for (kind, _, e) in events if kind == "bolt"} >= set(BOLT_EVENTS)
+    gauges = {f: {s.labels["stage"]: s.value for s in families[f].samples}
+              for f in ("acker_spout_pending_trees", "acker_spout_paused")}  # fmt: skip
+    assert gauges == {"acker_spout_pending_trees": {SPOUT: 0}, "acker_spout_paused": {SPOUT: 0}}
 
 
 def test_an_untracked_spout_fails_a_record_it_cannot_take_rather_than_drop_it(

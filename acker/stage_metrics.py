@@ -1,0 +1,100 @@
+"""Prometheus metrics of a pipeline's own processes: what its spouts and bolts count, read at scrape time.
+
+What Storm's UI shows per spout and bolt (emitted, acked, failed, errors), for the stages of one process:
+``serve_stages(port, spout, bolt, ...)`` once they exist. Each stage keeps its counts in its ``counters`` (the same
+ones its stop line logs); a scrape copies them, so the stages' loops count as they did. Exported:
+
+- ``acker_stage_events_total{kind, stage, event}``: each count of each stage, ``kind`` ``spout`` or ``bolt``,
+  ``stage`` the spout's name or the bolt's group (stages of one kind and name in one process are summed: a bolt
+  group run in several threads). The events of `SPOUT_EVENTS` and `BOLT_EVENTS` are there from the start, at 0, so
+  that an alert on an increase sees the first; the others once they are counted.
+- ``acker_spout_pending_trees{stage}``: trees started and not yet decided (at most ``max_pending``).
+- ``acker_spout_paused{stage}``: 1 while the spout waits at ``max_pending`` (Storm's backpressure), else 0 (summed
+  too: the spouts of that name waiting).
+
+The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml alerts on both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from acker.bolt import Bolt
+from acker.metrics import serve
+from acker.spout import Spout
+
+# Exported at 0 from the start (each a count the stage keeps: tests/unit/test_stage_metrics.py checks the names).
+SPOUT_EVENTS: tuple[str, ...] = (
+    "read",  # source records read (replays included)
+    "emitted",  # data messages sent downstream
+    "acked",
+    "nacked_failed",
+    "nacked_timeout",
+    "nacked_overload",
+    "emit_errors",  # the emit function raised: the record fails, to be replayed
+    "unreadable_headers",
+    "unreadable_outcomes",  # outcome records it could not read
+    "pending_given_up",  # trees without an outcome, timed out by the spout
+    "init_delivery_failures",
+)
+BOLT_EVENTS: tuple[str, ...] = (
+    "processed",  # inputs read
+    "emitted",  # children sent downstream
+    "written",  # records that leave the pipeline (`collector.write`)
+    "acked",  # inputs acked (the basic API's on return too)
+    "failed",  # inputs failed (those the function raised on too)
+    "errors",  # the function raised: the input fails
+    "invalid_anchor_headers",
+    "unreadable_headers",
+    "child_delivery_failures",
+)
+
+
+class StageCollector(Collector):
+    """The counts of ``stages`` at each scrape (`acker_stage_events_total` and the spouts' gauges)."""
+
+    def __init__(self, stages: Sequence[Spout | Bolt]) -> None:
+        self._stages = tuple(stages)
+
+    def collect(self) -> Iterator[Metric]:
+        counted: dict[tuple[str, str], Counter[str]] = {}
+        pending: Counter[str] = Counter()
+        paused: Counter[str] = Counter()
+        for stage in self._stages:
+            if isinstance(stage, Spout):
+                kind, name, always = "spout", stage.settings.name, SPOUT_EVENTS
+                pending[name] += len(stage.pending)
+                paused[name] += stage.paused
+            else:
+                kind, name, always = "bolt", stage.group, BOLT_EVENTS
+            events = counted.setdefault((kind, name), Counter(dict.fromkeys(always, 0)))
+            events.update(dict(stage.counters))  # a copy first: the stage's thread counts on meanwhile
+        family = CounterMetricFamily(
+            "acker_stage_events", "What a spout or bolt counted, by event", labels=["kind", "stage", "event"]
+        )
+        for (kind, name), events in sorted(counted.items()):
+            for event, count in sorted(events.items()):
+                family.add_metric([kind, name, event], count)
+        yield family
+        gauges = (
+            ("acker_spout_pending_trees", "Trees the spout started and has no outcome of yet", pending),
+            ("acker_spout_paused", "1 while the spout waits at max_pending, else 0", paused),
+        )
+        for metric, doc, values in gauges:
+            gauge = GaugeMetricFamily(metric, doc, labels=["stage"])
+            for name, value in sorted(values.items()):
+                gauge.add_metric([name], value)
+            yield gauge
+
+
+def serve_stages(port: int, *stages: Spout | Bolt) -> CollectorRegistry:
+    """Serve the metrics of ``stages`` on ``port`` (0: not at all), from a daemon thread; `ConfigError` for a port in
+    use."""
+    registry = serve(port)
+    registry.register(StageCollector(stages))
+    return registry

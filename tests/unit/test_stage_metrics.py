@@ -1,0 +1,93 @@
+"""The stages' Prometheus metrics (`acker.stage_metrics`), from stand-in stages, and the alerting rules shipped in
+docs/prometheus-alerts.yml against what the project exports."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import acker.bolt
+import acker.spout
+from acker.bolt import Bolt
+from acker.core.tracker import Counters
+from acker.metrics import LatencyHistogram, ServiceCollector, Snapshot
+from acker.spout import Spout
+from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, StageCollector
+from acker.wire import OUTCOME_SYMBOLS, WIRE_REASONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spout(name: str, counters: dict[str, int], pending: int, paused: bool) -> Spout:
+    spout: Any = Spout.__new__(Spout)  # only what the collector reads
+    spout.settings, spout.counters = SimpleNamespace(name=name), Counter(counters)
+    spout.pending, spout._paused = {f"t/0/{i}": i + 1 for i in range(pending)}, paused
+    return spout  # type: ignore[no-any-return]
+
+
+def _bolt(group: str, counters: dict[str, int]) -> Bolt:
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.group, bolt.counters = group, Counter(counters)
+    return bolt  # type: ignore[no-any-return]
+
+
+def _scraped(*collectors: Any) -> dict[str, list[Any]]:
+    registry = CollectorRegistry()
+    for collector in collectors:
+        registry.register(collector)
+    text = generate_latest(registry).decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trouble_from_zero() -> None:
+    stages: list[Spout | Bolt] = [
+        _spout("orders", {"read": 5, "acked": 4, "held": 1}, pending=1, paused=True),
+        _bolt("split", {"processed": 3, "errors": 1}),
+        _bolt("split", {"processed": 4}),
+        _bolt("count", {}),
+    ]
+    samples = _scraped(StageCollector(stages))
+    events = {tuple(s.labels[k] for k in ("kind", "stage", "event")): s.value for s in samples["acker_stage_events"]}
+    assert events[("spout", "orders", "read")] == 5 and events[("spout", "orders", "held")] == 1
+    assert events[("bolt", "split", "processed")] == 7 and events[("bolt", "split", "errors")] == 1
+    assert {e for k, _, e in events if k == "spout"} == {*SPOUT_EVENTS, "held"}
+    assert {e for k, s, e in events if k == "bolt" and s == "count"} == set(BOLT_EVENTS)
+    assert all(events[("bolt", "count", e)] == 0 for e in BOLT_EVENTS)
+    assert [(s.labels, s.value) for s in samples["acker_spout_pending_trees"]] == [({"stage": "orders"}, 1)]
+    assert [(s.labels, s.value) for s in samples["acker_spout_paused"]] == [({"stage": "orders"}, 1)]
+
+
+def test_the_events_exported_from_the_start_are_counts_the_stages_keep() -> None:
+    """A name no stage counts would sit at 0 for ever, and an alert on it never fire."""
+    for module, names in ((acker.spout, SPOUT_EVENTS), (acker.bolt, BOLT_EVENTS)):
+        source = Path(module.__file__ or "").read_text()
+        for name in names:
+            if name.startswith("nacked_"):  # counted as f"nacked_{outcome.lower()}"
+                assert (
+                    'f"nacked_{outcome.lower()}"' in source and name.removeprefix("nacked_").upper() in OUTCOME_SYMBOLS
+                )
+            else:
+                assert f'counters["{name}"]' in source or f'"{name}" if' in source, (module.__name__, name)
+
+
+def test_every_alerting_rule_names_metrics_the_project_exports() -> None:
+    rules = yaml.safe_load((ROOT / "docs" / "prometheus-alerts.yml").read_text())
+    service = ServiceCollector(
+        lambda: Snapshot(Counters(), {0: 1}, {0: 1}, dict.fromkeys(WIRE_REASONS, 0), 0, LatencyHistogram())
+    )
+    stages = StageCollector([_spout("s", {}, pending=0, paused=False), _bolt("b", {})])
+    exported = {sample.name for samples in _scraped(service, stages).values() for sample in samples}
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    assert len(alerts) >= 10
+    for rule in alerts:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+        assert rule["labels"]["severity"] and rule["annotations"]["summary"] and rule["annotations"]["description"]
+        named = set(re.findall(r"\backer_[a-z_]+", rule["expr"]))
+        assert named and named <= exported, (rule["alert"], named - exported)
