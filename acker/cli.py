@@ -220,7 +220,11 @@ def interrupted_status(stopped: BaseException) -> int:
 def run_until_signalled(runnable: Runnable) -> int:
     """Run a service, spout or bolt until SIGINT or SIGTERM asks it to stop (it then stops cleanly: flushes what it
     produced and commits, which can take a while when the broker is gone). A second signal ends it at once; nothing
-    is lost by that either, only replayed: what it had not flushed or committed times out and is replayed."""
+    is lost by that either, only replayed: what it had not flushed or committed times out and is replayed.
+
+    It runs in a thread of its own, the main thread waiting for it: Python runs a signal's handler in the main thread
+    only, once the call it is in returns, and a stop stuck in a call into librdkafka (a consumer's close that never
+    returns, librdkafka#4041) left the second signal unanswered. What it raises is raised here."""
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -231,7 +235,20 @@ def run_until_signalled(runnable: Runnable) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     tune_gc()
-    runnable.run(stop)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runnable.run(stop)
+        except BaseException as error:
+            raised.append(error)
+
+    worker = threading.Thread(target=run, name=type(runnable).__name__.lower())
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)  # returns to Python now and then: the handlers run
+    if raised:
+        raise raised[0]
     return 0
 
 
