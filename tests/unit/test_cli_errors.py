@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -341,10 +340,14 @@ def test_ctrl_c_is_one_line_and_the_process_dies_of_sigint(tmp_path: Path) -> No
         [sys.executable, "-m", "acker.cli", "replay", "-"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert process.stdin is not None
-    process.stdin.write('{"type":"tick"}\n')  # read: the command is past its start-up, reading its input
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(
+        '{"type":"init","anchor":5,"spout":"s","msg_id":"m","value":3}\n{"type":"ack","anchor":5,"value":3}\n'
+    )
     process.stdin.flush()
-    time.sleep(3)
+    # Its outcome printed: the command is past its start-up, reading its input (3 s of sleep were not always enough:
+    # a loaded machine still imported, and the signal's traceback came from the import).
+    assert process.stdout.readline().startswith('{"outcome":"ack"')
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGINT, err
