@@ -118,17 +118,18 @@ class ServiceCollector(Collector):
         )
 
 
-def serve(port: int) -> CollectorRegistry:
+def serve(port: int, *, flag: str = "--metrics-port", others: str = "another acker instance") -> CollectorRegistry:
     """Listen on ``port`` (0: not at all) for scrapes of the registry returned, from a daemon thread. Bound before
     the service starts, so that a port in use stops it before it joins its group; register the service's
-    `ServiceCollector` once it exists (a scrape before then finds nothing)."""
+    `ServiceCollector` once it exists (a scrape before then finds nothing). ``flag`` and ``others``: the option that
+    gives the port and what else takes one, for the error of a port in use."""
     registry = CollectorRegistry()
     if port:
         try:
             start_http_server(port, addr="0.0.0.0", registry=registry)
         except OSError as error:
             raise ConfigError(
-                f"metrics port {port}: {error.strerror or error} (another acker instance on this host? give each its "
-                "own --metrics-port, or 0 for none)"
+                f"metrics port {port}: {error.strerror or error} ({others} on this host? give each its own {flag}, "
+                "or 0 for none)"
             ) from None
     return registry

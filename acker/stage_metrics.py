@@ -1,8 +1,9 @@
 """Prometheus metrics of a pipeline's own processes: what its spouts and bolts count, read at scrape time.
 
 What Storm's UI shows per spout and bolt (emitted, acked, failed, errors), for the stages of one process:
-``serve_stages(port, spout, bolt, ...)`` once they exist. Each stage keeps its counts in its ``counters`` (the same
-ones its stop line logs); a scrape copies them, so the stages' loops count as they did. Exported:
+``metrics = serve_stages(port)`` before the stages are built, then ``metrics.add(spout, bolt, ...)``. Each stage
+keeps its counts in its ``counters`` (the same ones its stop line logs); a scrape copies them, so the stages' loops
+count as they did. Exported:
 
 - ``acker_stage_events_total{kind, stage, event}``: each count of each stage, ``kind`` ``spout`` or ``bolt``,
   ``stage`` the spout's name or the bolt's group (stages of one kind and name in one process are summed: a bolt
@@ -20,7 +21,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -41,6 +41,7 @@ SPOUT_EVENTS: tuple[str, ...] = (
     "unreadable_outcomes",  # outcome records it could not read
     "pending_given_up",  # trees without an outcome, timed out by the spout
     "init_delivery_failures",
+    "data_delivery_failures",  # a data message the broker refused: its tree failed
 )
 BOLT_EVENTS: tuple[str, ...] = (
     "processed",  # inputs read
@@ -56,10 +57,14 @@ BOLT_EVENTS: tuple[str, ...] = (
 
 
 class StageCollector(Collector):
-    """The counts of ``stages`` at each scrape (`acker_stage_events_total` and the spouts' gauges)."""
+    """The counts of its stages at each scrape (`acker_stage_events_total` and the spouts' gauges)."""
 
-    def __init__(self, stages: Sequence[Spout | Bolt]) -> None:
+    def __init__(self, stages: Sequence[Spout | Bolt] = ()) -> None:
         self._stages = tuple(stages)
+
+    def add(self, *stages: Spout | Bolt) -> None:
+        """Count ``stages`` too from the next scrape on."""
+        self._stages += stages  # a new tuple: a scrape meanwhile reads the one before
 
     def collect(self) -> Iterator[Metric]:
         counted: dict[tuple[str, str], Counter[str]] = {}
@@ -92,9 +97,14 @@ class StageCollector(Collector):
             yield gauge
 
 
-def serve_stages(port: int, *stages: Spout | Bolt) -> CollectorRegistry:
-    """Serve the metrics of ``stages`` on ``port`` (0: not at all), from a daemon thread; `ConfigError` for a port in
-    use."""
-    registry = serve(port)
-    registry.register(StageCollector(stages))
-    return registry
+def serve_stages(port: int, *stages: Spout | Bolt) -> StageCollector:
+    """Serve the metrics of ``stages``, and of those `StageCollector.add` adds, on ``port`` (0: not at all), from a
+    daemon thread; `ConfigError` for a port in use.
+
+    Call it before the stages are built: a stage built joins its consumer group, and one left unclosed when the port
+    was refused kept its process from exiting (librdkafka's destroy without a close, spinning a core) while it held
+    partitions of the group."""
+    registry = serve(port, flag="--stage-metrics-port", others="another stage")
+    collector = StageCollector(stages)
+    registry.register(collector)
+    return collector

@@ -165,8 +165,9 @@ def cmd_spout(args: argparse.Namespace) -> int:
         max_pending=args.max_pending,
         tracked=not args.untracked,
     )
+    metrics = serve_stages(args.stage_metrics_port)  # first: a port in use stops it before it joins its group
     spout = Spout(config, settings, traced_sentences(topics.split) if args.trace else None)
-    serve_stages(args.stage_metrics_port, spout)
+    metrics.add(spout)
     return run_until_signalled(spout)
 
 
@@ -185,8 +186,9 @@ def cmd_split(args: argparse.Namespace) -> int:
     function = split_function(
         topics, args.fail_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=_crash_marker(args)
     )
+    metrics = serve_stages(args.stage_metrics_port)
     bolt = Bolt(config, topics.split, group, function, output_topics=[topics.words])
-    serve_stages(args.stage_metrics_port, bolt)
+    metrics.add(bolt)
     return run_until_signalled(bolt)
 
 
@@ -194,13 +196,14 @@ def cmd_count(args: argparse.Namespace) -> int:
     topics = _topics(args)
     group = f"{args.prefix}-count"
     config = _starting(args, f"count bolt: {topics.words} -> {topics.counts} as group {group}")
+    metrics = serve_stages(args.stage_metrics_port)  # before any client: a port in use stops it at once
     counts: Counter[bytes] = Counter()
     function = count_function(
         topics, counts, args.drop_rate, args.seed, args.crash_after, trace=args.trace, crash_marker=_crash_marker(args),
         published=published_counts(config, topics.counts),
     )  # fmt: skip
     bolt = count_bolt(config, function, group)
-    serve_stages(args.stage_metrics_port, bolt)
+    metrics.add(bolt)
     return run_until_signalled(bolt)
 
 

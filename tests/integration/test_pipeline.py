@@ -745,9 +745,10 @@ def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceCon
         for word in (message.value or b"").split():
             collector.write(topics.words, word)
 
+    metrics = serve_stages(port)
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
     bolts = [Bolt(config, topics.split, f"split-{topics.prefix}", split) for _ in range(2)]
-    serve_stages(port, spout, *bolts)
+    metrics.add(spout, *bolts)
     scrape = f"http://127.0.0.1:{port}/metrics"
     with urllib.request.urlopen(scrape, timeout=10) as before:
         assert (
