@@ -1,14 +1,17 @@
-"""Prometheus metrics of a pipeline's own processes: what its spouts and bolts count, read at scrape time.
+"""Prometheus metrics of a pipeline's own processes: what its spouts, bolts and coordinated steps count, read at
+scrape time.
 
 What Storm's UI shows per spout and bolt (emitted, acked, failed, errors), for the stages of one process:
 ``metrics = serve_stages(port)`` before the stages are built, then ``metrics.add(spout, bolt, ...)``. Each stage
 keeps its counts in its ``counters`` (the same ones its stop line logs); a scrape copies them, so the stages' loops
 count as they did. Exported:
 
-- ``acker_stage_events_total{kind, stage, event}``: each count of each stage, ``kind`` ``spout`` or ``bolt``,
-  ``stage`` the spout's name or the bolt's group (stages of one kind and name in one process are summed: a bolt
-  group run in several threads). The events of `SPOUT_EVENTS` and `BOLT_EVENTS` are there from the start, at 0, so
-  that an alert on an increase sees the first; the others once they are counted.
+- ``acker_stage_events_total{kind, stage, event}``: each count of each stage, ``kind`` ``spout``, ``bolt`` or
+  ``step`` (a coordinated step, `acker.kafka.coordinated_stage`: DRPC's servers), ``stage`` the spout's name, the
+  bolt's group or the step's (stages of one kind and name in one process are summed: a bolt group run in several
+  threads). The events of `SPOUT_EVENTS`, `BOLT_EVENTS` and `STEP_EVENTS` are there from the start, at 0, so that an
+  alert on an increase sees the first; the others once they are counted. A count never goes down: a step whose
+  batch aborts sets its counts back to where they were, and counts the batch again when it runs it again.
 - ``acker_spout_pending_trees{stage}``: trees started and not yet decided (at most ``max_pending``).
 - ``acker_spout_paused{stage}``: 1 while the spout waits at ``max_pending`` (Storm's backpressure), else 0 (summed
   too: the spouts of that name waiting).
@@ -18,6 +21,7 @@ The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml 
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
@@ -25,8 +29,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from acker.bolt import Bolt
+from acker.kafka.coordinated_stage import CoordinatedStage
 from acker.metrics import serve
 from acker.spout import Spout
+
+Stage = Spout | Bolt | CoordinatedStage
 
 # Exported at 0 from the start (each a count the stage keeps: tests/unit/test_stage_metrics.py checks the names).
 SPOUT_EVENTS: tuple[str, ...] = (
@@ -54,15 +61,27 @@ BOLT_EVENTS: tuple[str, ...] = (
     "unreadable_headers",
     "child_delivery_failures",
 )
+STEP_EVENTS: tuple[str, ...] = (
+    "processed",  # requests' records read
+    "finished",  # requests answered
+    "failed",  # requests failed (a task's report of a failure, or past their deadline)
+    "dead_letters",
+    "late",  # reports for requests already decided
+    "assigned",  # tasks taken over
+    "started_over",  # batches aborted as the group moved on, their tasks restored
+)
 
 
 class StageCollector(Collector):
     """The counts of its stages at each scrape (`acker_stage_events_total` and the spouts' gauges)."""
 
-    def __init__(self, stages: Sequence[Spout | Bolt] = ()) -> None:
+    def __init__(self, stages: Sequence[Stage] = ()) -> None:
         self._stages = tuple(stages)
+        self._lock = threading.Lock()  # scrapes may come together
+        # Invariant: what each (kind, stage, event) was exported at, at the most; none is exported lower.
+        self._exported: dict[tuple[str, str, str], int] = {}
 
-    def add(self, *stages: Spout | Bolt) -> None:
+    def add(self, *stages: Stage) -> None:
         """Count ``stages`` too from the next scrape on."""
         self._stages += stages  # a new tuple: a scrape meanwhile reads the one before
 
@@ -75,16 +94,22 @@ class StageCollector(Collector):
                 kind, name, always = "spout", stage.settings.name, SPOUT_EVENTS
                 pending[name] += len(stage.pending)
                 paused[name] += stage.paused
-            else:
+            elif isinstance(stage, Bolt):
                 kind, name, always = "bolt", stage.group, BOLT_EVENTS
+            else:
+                kind, name, always = "step", stage.group, STEP_EVENTS
             events = counted.setdefault((kind, name), Counter(dict.fromkeys(always, 0)))
             events.update(dict(stage.counters))  # a copy first: the stage's thread counts on meanwhile
         family = CounterMetricFamily(
-            "acker_stage_events", "What a spout or bolt counted, by event", labels=["kind", "stage", "event"]
-        )
-        for (kind, name), events in sorted(counted.items()):
-            for event, count in sorted(events.items()):
-                family.add_metric([kind, name, event], count)
+            "acker_stage_events", "What a spout, bolt or coordinated step counted, by event",
+            labels=["kind", "stage", "event"],
+        )  # fmt: skip
+        with self._lock:
+            for (kind, name), events in sorted(counted.items()):
+                for event, count in sorted(events.items()):
+                    key = (kind, name, event)
+                    self._exported[key] = max(count, self._exported.get(key, 0))
+                    family.add_metric(list(key), self._exported[key])
         yield family
         gauges = (
             ("acker_spout_pending_trees", "Trees the spout started and has no outcome of yet", pending),
@@ -97,7 +122,7 @@ class StageCollector(Collector):
             yield gauge
 
 
-def serve_stages(port: int, *stages: Spout | Bolt) -> StageCollector:
+def serve_stages(port: int, *stages: Stage) -> StageCollector:
     """Serve the metrics of ``stages``, and of those `StageCollector.add` adds, on ``port`` (0: not at all), from a
     daemon thread; `ConfigError` for a port in use.
 

@@ -41,6 +41,7 @@ from acker.help_text import prose
 from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
 from acker.kafka.local_broker import spawn
+from acker.stage_metrics import serve_stages
 
 CHAIN = Chain("reach", 4)
 
@@ -138,7 +139,11 @@ def _cmd_step(args: argparse.Namespace) -> int:
     step = steps(Graph.generate())[args.index]
     if args.delay_ms:
         step = Slowed(step, args.delay_ms / 1000)
-    return run_until_signalled(CoordinatedStage(load(args), Chain(args.chain, CHAIN.steps), args.index, step))
+    config = load(args)
+    metrics = serve_stages(args.stage_metrics_port)  # before the step joins its group: a port in use stops it first
+    stage = CoordinatedStage(config, Chain(args.chain, CHAIN.steps), args.index, step)
+    metrics.add(stage)
+    return run_until_signalled(stage)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -218,6 +223,13 @@ def add_parser(sub: Any) -> None:
     )
     # Its counts when it stops, and its late drops, are said at INFO (warnings only, it said nothing of them).
     step.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
+    step.add_argument(
+        "--stage-metrics-port",
+        type=at_least(0, 65536),
+        default=0,
+        metavar="PORT",
+        help="serve the step's counts for Prometheus on PORT (acker.stage_metrics) [default: 0, none]",
+    )
     for parser in (run, step):
         add_arguments(parser, CHAIN_SETTINGS)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")

@@ -96,20 +96,22 @@ def test_a_metrics_port_in_use_says_which_and_what_to_do() -> None:
             serve(port)
 
 
-@pytest.mark.parametrize("stage", ["spout", "split", "count"])
+@pytest.mark.parametrize("stage", [["wordcount", "spout"], ["wordcount", "split"], ["wordcount", "count"],
+                                   ["reach", "step", "1"]])  # fmt: skip
 def test_a_stage_metrics_port_in_use_stops_the_stage_before_it_makes_a_client(
-    stage: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    stage: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Bound after the stage was built, a refused port left a consumer in its group unclosed, and the process spun in
     librdkafka's destroy instead of exiting."""
     monkeypatch.setattr("acker.spout.Spout.__init__", lambda *_, **__: pytest.fail("a spout built"))
     monkeypatch.setattr("acker.bolt.Bolt.__init__", lambda *_, **__: pytest.fail("a bolt built"))
     monkeypatch.setattr("acker.examples.wordcount_cli.published_counts", lambda *_: pytest.fail("a client made"))
+    monkeypatch.setattr("acker.kafka.coordinated_stage.CoordinatedStage.__init__", lambda *_: pytest.fail("a step"))
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        argv = ["wordcount", stage, "--stage-metrics-port", str(port), "--bootstrap-servers", "kafka.example:9092"]
+        argv = [*stage, "--stage-metrics-port", str(port), "--bootstrap-servers", "kafka.example:9092"]
         assert cli.main(argv) == 2
     assert f"metrics port {port}: " in (error := capsys.readouterr().err) and "--stage-metrics-port" in error
 

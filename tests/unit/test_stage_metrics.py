@@ -14,19 +14,21 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import acker.bolt
+import acker.kafka.coordinated_stage
 import acker.spout
 from acker.bolt import Bolt
 from acker.core.tracker import Counters
+from acker.kafka.coordinated_stage import CoordinatedStage
 from acker.metrics import LatencyHistogram, ServiceCollector, Snapshot
 from acker.spout import Spout
-from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, StageCollector
+from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, STEP_EVENTS, Stage, StageCollector
 from acker.wire import OUTCOME_SYMBOLS, WIRE_REASONS
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL_VALUES = {
     "outcome": {"ack", "failed", "timeout", "overload"},
-    "kind": {"spout", "bolt"},
-    "event": {*SPOUT_EVENTS, *BOLT_EVENTS},
+    "kind": {"spout", "bolt", "step"},
+    "event": {*SPOUT_EVENTS, *BOLT_EVENTS, *STEP_EVENTS},
 }
 
 
@@ -43,6 +45,12 @@ def _bolt(group: str, counters: dict[str, int]) -> Bolt:
     return bolt  # type: ignore[no-any-return]
 
 
+def _step(group: str, counters: dict[str, int]) -> CoordinatedStage:
+    step: Any = CoordinatedStage.__new__(CoordinatedStage)
+    step.group, step.counters = group, counters
+    return step  # type: ignore[no-any-return]
+
+
 def _scraped(*collectors: Any) -> dict[str, list[Any]]:
     registry = CollectorRegistry()
     for collector in collectors:
@@ -52,7 +60,7 @@ def _scraped(*collectors: Any) -> dict[str, list[Any]]:
 
 
 def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trouble_from_zero() -> None:
-    stages: list[Spout | Bolt] = [
+    stages: list[Stage] = [
         _spout("orders", {"read": 5, "acked": 4, "held": 1}, pending=1, paused=True),
         _bolt("split", {"processed": 3, "errors": 1}),
         _bolt("split", {"processed": 4}),
@@ -69,9 +77,33 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
     assert [(s.labels, s.value) for s in samples["acker_spout_paused"]] == [({"stage": "orders"}, 1)]
 
 
+def test_a_steps_counts_are_exported_and_never_go_down() -> None:
+    """A coordinated step whose batch aborts sets its counts back, and counts the batch again when it runs it again:
+    exported as they were, the drop read as a counter reset, and every count counted again (`increase`)."""
+    counters = dict.fromkeys(STEP_EVENTS, 0) | {"processed": 10}
+    collector = StageCollector([_step("reach.step1", counters)])
+
+    def processed() -> float:
+        [sample] = [s for s in _scraped(collector)["acker_stage_events"] if s.labels["event"] == "processed"]
+        assert sample.labels["kind"] == "step" and sample.labels["stage"] == "reach.step1"
+        return float(sample.value)
+
+    assert processed() == 10
+    counters["processed"] = 15  # a batch, scraped while it runs
+    assert processed() == 15
+    counters["processed"] = 10  # aborted: set back
+    assert processed() == 15
+    counters["processed"] = 17  # run again, further
+    assert processed() == 17
+
+
 def test_the_events_exported_from_the_start_are_counts_the_stages_keep() -> None:
     """A name no stage counts would sit at 0 for ever, and an alert on it never fire."""
-    for module, names in ((acker.spout, SPOUT_EVENTS), (acker.bolt, BOLT_EVENTS)):
+    for module, names in (
+        (acker.spout, SPOUT_EVENTS),
+        (acker.bolt, BOLT_EVENTS),
+        (acker.kafka.coordinated_stage, STEP_EVENTS),
+    ):
         source = Path(module.__file__ or "").read_text()
         for name in names:
             if name.startswith("nacked_"):  # counted as f"nacked_{outcome.lower()}"
