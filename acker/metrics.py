@@ -36,6 +36,26 @@ class LatencyHistogram:
             )
             self.total_ms += int(latencies_ms.sum())
 
+    def observed(self, latencies_ms: np.ndarray) -> LatencyHistogram:
+        """A new histogram: this one and ``latencies_ms``. A reader in another thread takes one or the other whole,
+        where `observe` changes the counts it may be reading."""
+        new = LatencyHistogram(self.counts.copy(), self.total_ms)
+        new.observe(latencies_ms)
+        return new
+
+    def plus(self, other: LatencyHistogram) -> LatencyHistogram:
+        return LatencyHistogram(self.counts + other.counts, self.total_ms + other.total_ms)
+
+    def prometheus_buckets(self) -> tuple[list[tuple[str, int]], float]:
+        """(the cumulative buckets, upper bounds in seconds as Prometheus names them, then ``+Inf``; the sum in
+        seconds)."""
+        cumulative = np.cumsum(self.counts)
+        buckets = [
+            (str(b / 1000), int(n)) for b, n in zip(LATENCY_BUCKETS_MS.tolist(), cumulative[:-1].tolist(), strict=True)
+        ]
+        buckets.append(("+Inf", int(cumulative[-1])))
+        return buckets, self.total_ms / 1000
+
     def quantile(self, q: float) -> float:
         """Upper bound of the bucket holding quantile ``q`` (ms); inf beyond the last bucket, nan when empty."""
         total = int(self.counts.sum())
@@ -105,16 +125,12 @@ class ServiceCollector(Collector):
         for reason, value in sorted(s.dead_letters.items()):
             dead.add_metric([reason], value)
         yield dead
-        cumulative = np.cumsum(s.latency.counts)
-        buckets = [
-            (str(b / 1000), int(n)) for b, n in zip(LATENCY_BUCKETS_MS.tolist(), cumulative[:-1].tolist(), strict=True)
-        ]
-        buckets.append(("+Inf", int(cumulative[-1])))
+        buckets, sum_s = s.latency.prometheus_buckets()
         yield HistogramMetricFamily(
             "acker_complete_latency_seconds",
             "From the init's record to the record that completed the tree (acked trees)",
             buckets=buckets,
-            sum_value=s.latency.total_ms / 1000,
+            sum_value=sum_s,
         )
 
 

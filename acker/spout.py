@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker import fail_reasons
@@ -68,6 +69,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
+from acker.metrics import LatencyHistogram
 from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
@@ -234,6 +236,9 @@ class Spout:
         # An outcome record it cannot read: counted and said at most once a report interval, where it lies (one line a
         # record flooded the log of a spout whose outcome topic another producer wrote to, and said not where).
         self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes",))
+        # Storm's complete latency of the trees it saw acked: from starting a tree to reading its ACK. Replaced, not
+        # changed, at each outcome record: a scrape in another thread reads one whole (`acker.stage_metrics`).
+        self.complete_latency = LatencyHistogram()
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`). Its record batches fit
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
         written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
@@ -502,6 +507,7 @@ class Spout:
                 self._trouble.example(f"outcome record {record.topic()}/{record.partition()}/{record.offset()}", error)
                 continue
             by_acker = decoded.acker_partition >= 0  # an acker's record: not the spout's own rows (inits it failed)
+            read_at, acked_after = time.monotonic(), []
             for outcome, msg_id, tree in zip(decoded.outcomes, decoded.msg_ids, decoded.anchors, strict=True):
                 self._init_attempts.pop(tree, None)  # decided: an init sent again was delivered after all
                 # Only the outcome of the tree pending now frees room: after a rebalance a record is read again as a
@@ -513,7 +519,11 @@ class Spout:
                     if started is not None and by_acker:  # evidence that this acker partition has moved on
                         part = decoded.acker_partition
                         self._decided_upto[part] = max(started, self._decided_upto.get(part, started))
+                    if started is not None and outcome == "ACK":
+                        acked_after.append(read_at - started)
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
+            if acked_after:
+                self.complete_latency = self.complete_latency.observed(np.array(acked_after) * 1000)
         self._trouble.check(self.counters)
 
     def _expire_pending(self, now: float) -> None:

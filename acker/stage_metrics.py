@@ -15,6 +15,9 @@ count as they did. Exported:
 - ``acker_spout_pending_trees{stage}``: trees started and not yet decided (at most ``max_pending``).
 - ``acker_spout_paused{stage}``: 1 while the spout waits at ``max_pending`` (Storm's backpressure), else 0 (summed
   too: the spouts of that name waiting).
+- ``acker_spout_complete_latency_seconds{stage}``: Storm's complete latency, as the spout sees it: from starting a
+  tree to reading its ``ACK`` (the acker's ``acker_complete_latency_seconds`` ends where the tree completed, before
+  its outcome is written and read).
 
 The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml alerts on both.
 """
@@ -25,12 +28,12 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from acker.bolt import Bolt
 from acker.kafka.coordinated_stage import CoordinatedStage
-from acker.metrics import serve
+from acker.metrics import LatencyHistogram, serve
 from acker.spout import Spout
 
 Stage = Spout | Bolt | CoordinatedStage
@@ -89,11 +92,13 @@ class StageCollector(Collector):
         counted: dict[tuple[str, str], Counter[str]] = {}
         pending: Counter[str] = Counter()
         paused: Counter[str] = Counter()
+        latency: dict[str, LatencyHistogram] = {}
         for stage in self._stages:
             if isinstance(stage, Spout):
                 kind, name, always = "spout", stage.settings.name, SPOUT_EVENTS
                 pending[name] += len(stage.pending)
                 paused[name] += stage.paused
+                latency[name] = latency.get(name, LatencyHistogram()).plus(stage.complete_latency)
             elif isinstance(stage, Bolt):
                 kind, name, always = "bolt", stage.group, BOLT_EVENTS
             else:
@@ -120,6 +125,15 @@ class StageCollector(Collector):
             for name, value in sorted(values.items()):
                 gauge.add_metric([name], value)
             yield gauge
+        histogram = HistogramMetricFamily(
+            "acker_spout_complete_latency_seconds",
+            "From the spout starting a tree to its reading the tree's ACK (acked trees)",
+            labels=["stage"],
+        )
+        for name, seen in sorted(latency.items()):
+            buckets, sum_s = seen.prometheus_buckets()
+            histogram.add_metric([name], buckets, sum_s)
+        yield histogram
 
 
 def serve_stages(port: int, *stages: Stage) -> StageCollector:

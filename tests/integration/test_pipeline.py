@@ -783,6 +783,11 @@ def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceCon
     gauges = {f: {s.labels["stage"]: s.value for s in families[f].samples}
               for f in ("acker_spout_pending_trees", "acker_spout_paused")}  # fmt: skip
     assert gauges == {"acker_spout_pending_trees": {SPOUT: 0}, "acker_spout_paused": {SPOUT: 0}}
+    latency = {
+        s.name: s.value for s in families["acker_spout_complete_latency_seconds"].samples if "le" not in s.labels
+    }
+    assert latency["acker_spout_complete_latency_seconds_count"] == 2  # the trees it saw acked
+    assert 0 < latency["acker_spout_complete_latency_seconds_sum"] < 60
 
 
 def test_an_untracked_spout_fails_a_record_it_cannot_take_rather_than_drop_it(

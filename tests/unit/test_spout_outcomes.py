@@ -17,6 +17,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
 from acker.errors import ConfigError
+from acker.metrics import LatencyHistogram
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
 from acker.topics import all_topics, check_spout_name
 from acker.trouble import TroubleReport
@@ -40,6 +41,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
     spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
     spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
+    spout.complete_latency = LatencyHistogram()
     return spout
 
 
@@ -139,6 +141,7 @@ def test_unreadable_outcome_records_are_skipped_counted_and_said_once_with_where
     with caplog.at_level(logging.WARNING, logger="acker.spout"):
         spout._read_outcomes()
     assert spout.pending == {} and spout.counters["unreadable_outcomes"] == 500
+    assert int(spout.complete_latency.counts.sum()) == 0  # no start time known for the tree: no latency
     [said] = [r.getMessage() for r in caplog.records]
     assert "unreadable outcomes 500" in said and "on outcome record o/0/0" in said and "wrong-record-kind" in said, said
 

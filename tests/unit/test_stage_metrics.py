@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,6 +37,7 @@ def _spout(name: str, counters: dict[str, int], pending: int, paused: bool) -> S
     spout: Any = Spout.__new__(Spout)  # only what the collector reads
     spout.settings, spout.counters = SimpleNamespace(name=name), Counter(counters)
     spout.pending, spout._paused = {f"t/0/{i}": i + 1 for i in range(pending)}, paused
+    spout.complete_latency = LatencyHistogram().observed(np.array([3.0] * pending))
     return spout  # type: ignore[no-any-return]
 
 
@@ -75,6 +77,10 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
     assert all(events[("bolt", "count", e)] == 0 for e in BOLT_EVENTS)
     assert [(s.labels, s.value) for s in samples["acker_spout_pending_trees"]] == [({"stage": "orders"}, 1)]
     assert [(s.labels, s.value) for s in samples["acker_spout_paused"]] == [({"stage": "orders"}, 1)]
+    latency = {(s.name.rsplit("_", 1)[1], s.labels.get("le")): s.value
+               for s in samples["acker_spout_complete_latency_seconds"]}  # fmt: skip
+    assert (latency[("bucket", "0.002")], latency[("bucket", "0.005")]) == (0, 1)  # one tree acked after 3 ms
+    assert (latency[("count", None)], latency[("sum", None)]) == (1, 0.003)
 
 
 def test_a_steps_counts_are_exported_and_never_go_down() -> None:
