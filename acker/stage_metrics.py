@@ -24,6 +24,7 @@ The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml 
 
 from __future__ import annotations
 
+import argparse
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from acker.argtypes import at_least
 from acker.bolt import Bolt
 from acker.kafka.coordinated_stage import CoordinatedStage
 from acker.metrics import LatencyHistogram, serve
@@ -134,6 +136,17 @@ class StageCollector(Collector):
             buckets, sum_s = seen.prometheus_buckets()
             histogram.add_metric([name], buckets, sum_s)
         yield histogram
+
+
+def add_port_argument(parser: argparse.ArgumentParser) -> None:
+    """``--stage-metrics-port``, the port of a stage command's `serve_stages` (0, the default: none)."""
+    parser.add_argument(
+        "--stage-metrics-port",
+        type=at_least(0, 65536),
+        default=0,
+        metavar="PORT",
+        help="serve the stage's counts for Prometheus on PORT (acker.stage_metrics) [default: 0, none]",
+    )
 
 
 def serve_stages(port: int, *stages: Stage) -> StageCollector:

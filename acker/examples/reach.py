@@ -41,7 +41,7 @@ from acker.help_text import prose
 from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
 from acker.kafka.local_broker import spawn
-from acker.stage_metrics import serve_stages
+from acker.stage_metrics import add_port_argument, serve_stages
 
 CHAIN = Chain("reach", 4)
 
@@ -223,13 +223,7 @@ def add_parser(sub: Any) -> None:
     )
     # Its counts when it stops, and its late drops, are said at INFO (warnings only, it said nothing of them).
     step.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
-    step.add_argument(
-        "--stage-metrics-port",
-        type=at_least(0, 65536),
-        default=0,
-        metavar="PORT",
-        help="serve the step's counts for Prometheus on PORT (acker.stage_metrics) [default: 0, none]",
-    )
+    add_port_argument(step)
     for parser in (run, step):
         add_arguments(parser, CHAIN_SETTINGS)
         parser.add_argument("--chain", default=CHAIN.name, help=f"topic prefix of the chain [default: {CHAIN.name}]")

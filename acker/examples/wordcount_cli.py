@@ -66,7 +66,7 @@ from acker.kafka.clients import produce as send
 from acker.kafka.local_broker import spawn
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
-from acker.stage_metrics import serve_stages
+from acker.stage_metrics import add_port_argument, serve_stages
 from acker.topics import all_topics, check_spout_name
 from acker.wire import WireError, decode_outcomes, spout_name_valid
 
@@ -558,13 +558,7 @@ def add_parser(sub: Any) -> None:
         parser.add_argument(
             "--trace", action="store_true", help="tag every message with its source record (header wc.sentence)"
         )
-        parser.add_argument(
-            "--stage-metrics-port",
-            type=at_least(0, 65536),
-            default=0,
-            metavar="PORT",
-            help="serve the stage's counts for Prometheus on PORT (acker.stage_metrics) [default: 0, none]",
-        )
+        add_port_argument(parser)
     spout = stages.choices["spout"]
     spout.add_argument(
         "--max-pending", type=at_least(1), default=10_000, help="unfinished trees at most [default: 10000]"
