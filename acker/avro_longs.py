@@ -117,23 +117,32 @@ def _read_int(buf: Any, pos: int) -> tuple[int, int]:
 
 
 @_compile
+def _read_block_count(buf: Any, pos: int) -> tuple[int, int]:
+    """The item count of an array's block at ``pos`` (0: the array ends) and the position of its first item. A block
+    with a negative count carries its byte size, which is read and not needed; ``_BAD`` for a count of -2⁶³, which
+    cannot be negated (fastavro read it as an empty block, Java's reader refuses it)."""
+    count, pos = _read_long(buf, pos)
+    if pos == _BAD or count >= 0:
+        return count, pos
+    count = -count
+    _, pos = _read_long(buf, pos)
+    if pos == _BAD or count < 0:
+        return 0, _BAD
+    return count, pos
+
+
+@_compile
 def _read_array(buf: Any, pos: int, out: Any, ints: bool) -> tuple[int, int]:
     """The array of longs, or of ints (``ints``: `_read_int`), at ``pos`` into ``out`` (room for one item per
-    remaining byte): (items, position after it). Blocks with a negative count carry their byte size, which is read
-    and not needed."""
+    remaining byte): (items, position after it)."""
     n = 0
     while True:
-        count, pos = _read_long(buf, pos)
+        count, pos = _read_block_count(buf, pos)
         if pos == _BAD:
             return 0, _BAD
         if count == 0:
             return n, pos
-        if count < 0:
-            count = -count
-            _, pos = _read_long(buf, pos)
-            if pos == _BAD:
-                return 0, _BAD
-        if count < 0 or count > out.shape[0] - n:  # count < 0: it was -2⁶³
+        if count > out.shape[0] - n:
             return 0, _BAD
         for _ in range(count):
             out[n], pos = _read_int(buf, pos) if ints else _read_long(buf, pos)
@@ -179,16 +188,11 @@ def _outcome_tail(buf: Any, pos: int, room: Any) -> int:
     offsets, latency_ms), read as Java's reader reads them, into ``room`` (one item per remaining byte); ``_BAD``
     when it refuses them. Their values are fastavro's to read and check."""
     while True:  # sources: blocks of strings
-        count, pos = _read_long(buf, pos)
+        count, pos = _read_block_count(buf, pos)
         if pos == _BAD:
             return _BAD
         if count == 0:
             break
-        if count < 0:
-            count = -count
-            _, pos = _read_long(buf, pos)
-            if pos == _BAD or count < 0:
-                return _BAD
         for _ in range(count):
             size, pos = _read_long(buf, pos)
             if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
