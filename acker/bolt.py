@@ -229,6 +229,11 @@ class Bolt:
         self.commit_interval_s = commit_interval_s
         self._ids = ids or IdGenerator()
         self.counters: Counter[str] = Counter()
+        # Seconds spent on the inputs counted ``processed``, summed (Storm's execute latency and capacity, exported by
+        # `acker.stage_metrics`): from reading an input's headers to its function's return, and for a basic bolt
+        # on to its children sent to the producer and its ack to the acker client. Not the waits for input, nor the
+        # commits and flushes between batches.
+        self.execute_s = 0.0
         self._next_commit = time.monotonic() + commit_interval_s
         self._processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> the offset after the last processed
         # (topic, partition) lost -> the offset after the last processed here, and until when inputs below it, read
@@ -278,7 +283,9 @@ class Bolt:
             self._commit()
         finally:  # a producer failed for good (the commit's flush raises) still leaves the group now, not at its
             self.consumer.close()  # session's timeout, and an explicit bolt's on_revoke is told
-        log.info("bolt %s stopped: %s", self.group, dict(sorted(self.counters.items())))
+        log.info(
+            "bolt %s stopped: %s, %.1f s executing", self.group, dict(sorted(self.counters.items())), self.execute_s
+        )
 
     def step(self, timeout_s: float) -> int:
         # Not waiting longer for input than acks (or records written out, whose delivery acks them) linger.
@@ -302,7 +309,11 @@ class Bolt:
     def _process(self, record: Message) -> None:
         topic, partition, offset = record.topic() or "", record.partition() or 0, record.offset() or 0
         if not self._read_again(topic, partition, offset):
-            self._handle(record, topic, partition, offset)
+            started = time.perf_counter()
+            try:
+                self._handle(record, topic, partition, offset)
+            finally:
+                self.execute_s += time.perf_counter() - started
         self._processed[(topic, partition)] = offset + 1
 
     def _read_again(self, topic: str, partition: int, offset: int) -> bool:

@@ -18,6 +18,10 @@ count as they did. Exported:
 - ``acker_spout_complete_latency_seconds{stage}``: Storm's complete latency, as the spout sees it: from starting a
   tree to reading its ``ACK`` (the acker's ``acker_complete_latency_seconds`` ends where the tree completed, before
   its outcome is written and read).
+- ``acker_bolt_execute_seconds{stage}``: a summary (``_count``, ``_sum``) of the time the bolts spent on each input
+  (`Bolt.execute_s`): ``rate(_sum) / rate(_count)`` is Storm's execute latency, and ``rate(_sum)`` divided by
+  ``acker_bolt_instances{stage}`` (the bolts of that group in the process, each its own thread) is Storm's capacity:
+  the share of the time a bolt is busy. Near 1, that bolt is what holds the pipeline back.
 
 The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml alerts on both.
 """
@@ -29,7 +33,13 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 from acker.argtypes import at_least
@@ -95,7 +105,10 @@ class StageCollector(Collector):
         pending: Counter[str] = Counter()
         paused: Counter[str] = Counter()
         latency: dict[str, LatencyHistogram] = {}
+        executing: dict[str, tuple[int, float]] = {}  # bolt group -> (inputs, seconds on them)
+        bolts: Counter[str] = Counter()
         for stage in self._stages:
+            counts = dict(stage.counters)  # a copy first: the stage's thread counts on meanwhile
             if isinstance(stage, Spout):
                 kind, name, always = "spout", stage.settings.name, SPOUT_EVENTS
                 pending[name] += len(stage.pending)
@@ -103,10 +116,13 @@ class StageCollector(Collector):
                 latency[name] = latency.get(name, LatencyHistogram()).plus(stage.complete_latency)
             elif isinstance(stage, Bolt):
                 kind, name, always = "bolt", stage.group, BOLT_EVENTS
+                inputs, seconds = executing.get(name, (0, 0.0))
+                executing[name] = (inputs + counts.get("processed", 0), seconds + stage.execute_s)
+                bolts[name] += 1
             else:
                 kind, name, always = "step", stage.group, STEP_EVENTS
             events = counted.setdefault((kind, name), Counter(dict.fromkeys(always, 0)))
-            events.update(dict(stage.counters))  # a copy first: the stage's thread counts on meanwhile
+            events.update(counts)
         family = CounterMetricFamily(
             "acker_stage_events", "What a spout, bolt or coordinated step counted, by event",
             labels=["kind", "stage", "event"],
@@ -121,6 +137,7 @@ class StageCollector(Collector):
         gauges = (
             ("acker_spout_pending_trees", "Trees the spout started and has no outcome of yet", pending),
             ("acker_spout_paused", "1 while the spout waits at max_pending, else 0", paused),
+            ("acker_bolt_instances", "Bolts of the group in this process, each its own thread", bolts),
         )
         for metric, doc, values in gauges:
             gauge = GaugeMetricFamily(metric, doc, labels=["stage"])
@@ -136,6 +153,15 @@ class StageCollector(Collector):
             buckets, sum_s = seen.prometheus_buckets()
             histogram.add_metric([name], buckets, sum_s)
         yield histogram
+        summary = SummaryMetricFamily(
+            "acker_bolt_execute_seconds",
+            "Time the bolts spent on their inputs: from reading one's headers to its function's return (basic bolts: "
+            "to its children and ack sent)",
+            labels=["stage"],
+        )
+        for name, (inputs, seconds) in sorted(executing.items()):
+            summary.add_metric([name], inputs, seconds)
+        yield summary
 
 
 def add_port_argument(parser: argparse.ArgumentParser) -> None:

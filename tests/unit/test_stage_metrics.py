@@ -41,9 +41,9 @@ def _spout(name: str, counters: dict[str, int], pending: int, paused: bool) -> S
     return spout  # type: ignore[no-any-return]
 
 
-def _bolt(group: str, counters: dict[str, int]) -> Bolt:
+def _bolt(group: str, counters: dict[str, int], execute_s: float = 0.0) -> Bolt:
     bolt: Any = Bolt.__new__(Bolt)
-    bolt.group, bolt.counters = group, Counter(counters)
+    bolt.group, bolt.counters, bolt.execute_s = group, Counter(counters), execute_s
     return bolt  # type: ignore[no-any-return]
 
 
@@ -64,8 +64,8 @@ def _scraped(*collectors: Any) -> dict[str, list[Any]]:
 def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trouble_from_zero() -> None:
     stages: list[Stage] = [
         _spout("orders", {"read": 5, "acked": 4, "held": 1}, pending=1, paused=True),
-        _bolt("split", {"processed": 3, "errors": 1}),
-        _bolt("split", {"processed": 4}),
+        _bolt("split", {"processed": 3, "errors": 1}, execute_s=0.25),
+        _bolt("split", {"processed": 4}, execute_s=0.5),
         _bolt("count", {}),
     ]
     samples = _scraped(StageCollector(stages))
@@ -81,6 +81,12 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
                for s in samples["acker_spout_complete_latency_seconds"]}  # fmt: skip
     assert (latency[("bucket", "0.002")], latency[("bucket", "0.005")]) == (0, 1)  # one tree acked after 3 ms
     assert (latency[("count", None)], latency[("sum", None)]) == (1, 0.003)
+    executed = {(s.name, s.labels["stage"]): s.value for s in samples["acker_bolt_execute_seconds"]}
+    assert executed == {
+        ("acker_bolt_execute_seconds_count", "split"): 7, ("acker_bolt_execute_seconds_sum", "split"): 0.75,
+        ("acker_bolt_execute_seconds_count", "count"): 0, ("acker_bolt_execute_seconds_sum", "count"): 0,
+    }  # fmt: skip
+    assert {s.labels["stage"]: s.value for s in samples["acker_bolt_instances"]} == {"split": 2, "count": 1}
 
 
 def test_a_steps_counts_are_exported_and_never_go_down() -> None:
