@@ -3,6 +3,7 @@ docs/prometheus-alerts.yml against what the project exports."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -126,20 +127,43 @@ def test_the_events_exported_from_the_start_are_counts_the_stages_keep() -> None
                 assert f'"{name}"' in source, (module.__name__, name)
 
 
-def test_every_alerting_rule_names_metrics_the_project_exports() -> None:
-    rules = yaml.safe_load((ROOT / "docs" / "prometheus-alerts.yml").read_text())
+def _exported() -> set[str]:
+    """The names of every sample the service and the stages export."""
     service = ServiceCollector(
         lambda: Snapshot(Counters(), {0: 1}, {0: 1}, dict.fromkeys(WIRE_REASONS, 0), 0, LatencyHistogram())
     )
-    stages = StageCollector([_spout("s", {}, pending=0, paused=False), _bolt("b", {})])
-    exported = {sample.name for samples in _scraped(service, stages).values() for sample in samples}
+    stages = StageCollector([_spout("s", {}, pending=0, paused=False), _bolt("b", {}), _step("t", {})])
+    return {sample.name for samples in _scraped(service, stages).values() for sample in samples}
+
+
+def _check_names(where: str, expr: str, exported: set[str]) -> None:
+    named = set(re.findall(r"\backer_[a-z_]+", expr))
+    assert named and named <= exported, (where, named - exported)
+    # A value no series has (a typo) leaves the expression matching nothing, for ever.
+    for label, values in re.findall(r'(\w+)=~?"([^"]*)"', expr):
+        assert set(values.split("|")) <= LABEL_VALUES[label], (where, label, values)
+
+
+def test_every_alerting_rule_names_metrics_the_project_exports() -> None:
+    rules = yaml.safe_load((ROOT / "docs" / "prometheus-alerts.yml").read_text())
+    exported = _exported()
     alerts = [rule for group in rules["groups"] for rule in group["rules"]]
     assert len(alerts) >= 10
     for rule in alerts:
         assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
         assert rule["labels"]["severity"] and rule["annotations"]["summary"] and rule["annotations"]["description"]
-        named = set(re.findall(r"\backer_[a-z_]+", rule["expr"]))
-        assert named and named <= exported, (rule["alert"], named - exported)
-        # A value no series has (a typo) leaves the rule matching nothing, for ever.
-        for label, values in re.findall(r'(\w+)=~?"([^"]*)"', rule["expr"]):
-            assert set(values.split("|")) <= LABEL_VALUES[label], (rule["alert"], label, values)
+        _check_names(rule["alert"], rule["expr"], exported)
+
+
+def test_every_dashboard_panel_queries_metrics_the_project_exports() -> None:
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exported = _exported()
+    panels = [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+    assert len(panels) >= 10 and dashboard["templating"]["list"][0]["type"] == "datasource"
+    for panel in panels:
+        assert panel["title"] and panel["description"] and panel["targets"], panel
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            _check_names(panel["title"], target["expr"], exported)
+    ids = [(target["refId"], panel["title"]) for panel in panels for target in panel["targets"]]
+    assert len(set(ids)) == len(ids)
