@@ -78,6 +78,8 @@ class _Clock:
     def monotonic(self) -> float:
         return self.now
 
+    perf_counter = monotonic
+
 
 class _Slow(_Flushing):
     """Takes its whole timeout, and says what it was given."""
@@ -118,6 +120,7 @@ def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
     bolt.consumer, bolt._collector, bolt._revoked, bolt._lost = _Committing(), object(), on_revoke, on_lost
     bolt.config, bolt._lost_at = ServiceConfig(timeout_s=30.0, buckets=3), {}  # trees live up to 45 s
+    bolt.execute_s = 0.0
     return bolt
 
 

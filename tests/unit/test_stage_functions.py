@@ -35,6 +35,33 @@ def producer() -> Iterator[Producer]:
     producer.purge()
 
 
+def _starting_spout(producer: Producer, emit: Any, acker_partitions: int = 1, *, tracked: bool = True) -> Any:
+    """A spout with only what starting a tree needs (`Spout._start`), writing to ``out``."""
+    spout: Any = Spout.__new__(Spout)
+    spout.settings, spout._emit = SpoutSettings("s", "src", "out", tracked=tracked), emit
+    spout._ids, spout._on_outcome = IdGenerator(3), None
+    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
+    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", acker_partitions, linger_s=60)
+    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
+    return spout
+
+
+def _processing_bolt(producer: Producer, function: Any, acker_partitions: int = 1, *, basic: bool = True) -> Any:
+    """A bolt ``split`` with only what processing one input needs (`Bolt._process`), writing to ``words``."""
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = (
+        basic,
+        function,
+        Counter(),
+        IdGenerator(5),
+        {},
+    )
+    bolt._lost_at, bolt._outputs, bolt.execute_s = {}, _named("words"), 0.0
+    bolt.group, bolt.acker = "split", AckerClient(producer, "acker", acker_partitions, linger_s=60)
+    bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
+    return bolt
+
+
 def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: Producer) -> None:
     """The record's init is sent when its function returns: a tuple emitted later would not be in its tree, which
     could then be acked while that tuple is still being processed."""
@@ -44,11 +71,7 @@ def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: P
         emitter.emit("out", record.value())
         kept.append(emitter)
 
-    spout: Any = Spout.__new__(Spout)  # only what starting a tree needs
-    spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
-    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
-    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 4, linger_s=60)
-    spout._started_at, spout._outputs = {}, _named("out")
+    spout = _starting_spout(producer, emit, 4)
     spout._start(Message(topic="src", partition=0, offset=7, value=b"first part"), time.monotonic())
     assert spout.counters["emitted"] == 1 and list(spout.pending) == ["src/0/7"]
     with pytest.raises(ProtocolError):
@@ -65,11 +88,7 @@ def test_a_basic_collector_kept_after_its_function_returned_refuses_to_emit(prod
         collector.emit("words", b"a")
         kept.append(collector)
 
-    bolt: Any = Bolt.__new__(Bolt)  # only what processing one input needs
-    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
-    bolt._lost_at, bolt._outputs = {}, _named("words")
-    bolt.acker = AckerClient(producer, "acker", 4, linger_s=60)
-    bolt._collector = Collector(bolt)
+    bolt = _processing_bolt(producer, split, 4)
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
     bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
     assert bolt.counters["emitted"] == 1 and bolt.counters["acked"] == 1 and bolt._processed == {("split", 0): 5}
@@ -85,11 +104,7 @@ def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided
     def emit(record: Message, emitter: Emitter) -> None:
         emitter.emit("out", 42)  # type: ignore[arg-type]
 
-    spout: Any = Spout.__new__(Spout)
-    spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out"), emit, IdGenerator(3)
-    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
-    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
+    spout = _starting_spout(producer, emit, 1)
     spout._start(Message(topic="src", partition=0, offset=8, value=b"x"), time.monotonic())
     batch = spout.acker._batches[0]
     assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
@@ -110,11 +125,7 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
             emitter.emit("out", b"part")
         raise ValueError("cannot parse the rest")
 
-    spout: Any = Spout.__new__(Spout)
-    spout.settings, spout._emit, spout._ids = SpoutSettings("s", "src", "out", tracked=False), emit, IdGenerator(3)
-    spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
-    spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", 1, linger_s=60)
-    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
+    spout = _starting_spout(producer, emit, 1, tracked=False)
     spout._start(Message(topic="src", partition=0, offset=9, value=b"x"), time.monotonic())
     assert spout._direct == [(outcome, 0, "src/0/9", 0)] and spout.counters["emit_errors"] == 1
     reasons = {"src/0/9": "spout s: ValueError: cannot parse the rest"} if outcome == "FAILED" else {}
@@ -130,11 +141,7 @@ def test_an_input_a_bolts_function_raises_on_is_failed_saying_why(producer: Prod
     def parse(message: BoltInput, _collector: Any) -> None:
         raise ValueError(f"cannot parse {message.value!r}")
 
-    bolt: Any = Bolt.__new__(Bolt)
-    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = basic, parse, Counter(), IdGenerator(5), {}
-    bolt._lost_at = {}
-    bolt.group, bolt.acker = "split", AckerClient(producer, "acker", 1, linger_s=60)
-    bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
+    bolt = _processing_bolt(producer, parse, 1, basic=basic)
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
     bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
     batch = bolt.acker._batches[0]
@@ -174,11 +181,7 @@ def test_a_child_of_a_type_the_producer_refuses_fails_its_input_before_any_child
         collector.emit("words", b"first")
         collector.emit(**{"topic": "words", "value": b"second", **bad})
 
-    bolt: Any = Bolt.__new__(Bolt)
-    bolt.basic, bolt._function, bolt.counters, bolt._ids, bolt._processed = True, split, Counter(), IdGenerator(5), {}
-    bolt._lost_at, bolt._outputs = {}, _named("words")
-    bolt.group, bolt.acker = "split", AckerClient(producer, "acker", 1, linger_s=60)
-    bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
+    bolt = _processing_bolt(producer, split, 1)
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
     bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
     assert (bolt.counters["emitted"], bolt.counters["failed"], bolt.counters["errors"]) == (0, 1, 1)  # no child
