@@ -202,6 +202,9 @@ class Emitter:
 
 
 EmitFunction = Callable[[Message, Emitter], None]
+# Storm's ISpout.ack and fail: told (message id, outcome: ACK, FAILED, TIMEOUT or OVERLOAD) of each record this spout
+# process started, once its outcome is known here (`Spout`).
+OutcomeFunction = Callable[[str, str], None]
 DirectRow = tuple[str, int, str, int]  # an outcome the spout decides itself: (outcome, anchor, msg_id, latency ms)
 
 
@@ -212,10 +215,21 @@ class Spout:
         settings: SpoutSettings,
         emit: EmitFunction | None = None,
         ids: IdGenerator | None = None,
+        on_outcome: OutcomeFunction | None = None,
     ) -> None:
+        """``on_outcome`` (Storm's ``ack`` and ``fail`` of a spout): called in the spout's thread with the message id
+        and the outcome of each record it started, once known here: read from its outcome topic (the acker's, or
+        the spout's own ``FAILED`` for an init that could not be delivered), timed out by the spout itself
+        (`_expire_pending`), or at once for a record that started no tree (``ACK``, or ``FAILED`` when its emit
+        function raised). A record re-read here (a rebalance that gave its partition back, a replay) is told again
+        for its new tree; an outcome that comes after a spout's own timeout is not told, nor one of a tree pending
+        when the spout stops (a new owner reads the record again). What it does is not part of the guarantee: the
+        Spark jobs commit and replay from the outcome topic whatever it does; an exception from it is counted
+        (``on_outcome_errors``, said once a minute with the first) and the spout goes on."""
         check_spout_name(config, settings.name)
         self.config, self.settings = config, settings
         self._emit = emit or self._forward
+        self._on_outcome = on_outcome
         self._ids = ids or IdGenerator()
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
         # (give up at, msg_id, anchor) in the order the trees started: a deadline queue over `pending`.
@@ -235,7 +249,7 @@ class Spout:
         self._paused = False
         # An outcome record it cannot read: counted and said at most once a report interval, where it lies (one line a
         # record flooded the log of a spout whose outcome topic another producer wrote to, and said not where).
-        self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes",))
+        self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes", "on_outcome_errors"))
         # Storm's complete latency of the trees it saw acked: from starting a tree to reading its ACK. Replaced, not
         # changed, at each outcome record: a scrape in another thread reads one whole (`acker.stage_metrics`).
         self.complete_latency = LatencyHistogram()
@@ -417,6 +431,7 @@ class Spout:
             self._direct.append(("FAILED" if failed else "ACK", tree.anchor if tree else 0, msg_id, 0))
             if failed and raised is not None:
                 self._direct_reasons[msg_id] = raised
+            self._tell(msg_id, "FAILED" if failed else "ACK")
             return
         replaced = self.pending.get(msg_id)  # a tree of the record read before (a rebalance), which no longer counts
         if replaced is not None:
@@ -522,6 +537,7 @@ class Spout:
                     if started is not None and outcome == "ACK":
                         acked_after.append(read_at - started)
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
+                    self._tell(msg_id, outcome)
             if acked_after:
                 self.complete_latency = self.complete_latency.observed(np.array(acked_after) * 1000)
         self._trouble.check(self.counters)
@@ -558,6 +574,7 @@ class Spout:
             given_up.append(msg_id)
             overdue_count += overdue
             self._direct.append(("TIMEOUT", anchor, msg_id, timeout_ms))
+            self._tell(msg_id, "TIMEOUT")
         if given_up:
             self.counters["pending_given_up"] += len(given_up)
             if len(given_up) > overdue_count:
@@ -576,6 +593,17 @@ class Spout:
                 log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no later "
                             "tree: the acker is behind or down; they keep their room (for %d timeouts at most)",
                             waiting, self._pending_timeout_s, WAIT_TIMEOUTS)  # fmt: skip
+
+    def _tell(self, msg_id: str, outcome: str) -> None:
+        """``on_outcome``, if any, whose exception is counted and said (`TroubleReport`), not the spout's end."""
+        told = self._on_outcome
+        if told is None:
+            return
+        try:
+            told(msg_id, outcome)
+        except Exception as error:
+            self.counters["on_outcome_errors"] += 1
+            self._trouble.example(f"{msg_id} ({outcome})", error)
 
     def _watch_outcome_partitions(self) -> None:
         """Read partitions added to the outcome topic, from their first record (all written since they were

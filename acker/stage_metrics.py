@@ -59,6 +59,7 @@ SPOUT_EVENTS: tuple[str, ...] = (
     "nacked_timeout",
     "nacked_overload",
     "emit_errors",  # the emit function raised: the record fails, to be replayed
+    "on_outcome_errors",  # the on_outcome function raised
     "unreadable_headers",
     "unreadable_outcomes",  # outcome records it could not read
     "pending_given_up",  # trees without an outcome, timed out by the spout

@@ -686,8 +686,10 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
     config: ServiceConfig, topics: Topics
 ) -> None:
     """A spout's emit function raising before or after it emitted, and a basic bolt's child the client does not take
-    (a value that is not bytes): each record's tree is nacked ``FAILED`` at once, and both stages read on."""
+    (a value that is not bytes): each record's tree is nacked ``FAILED`` at once, and both stages read on. The spout's
+    ``on_outcome`` (Storm's ack and fail) is told each record's outcome, whoever decided it."""
     config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
+    told: dict[str, list[str]] = {}
 
     def spout_emit(record: Any, emitter: Any) -> None:
         if record.value() == b"raise before":
@@ -701,8 +703,9 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
             collector.emit(topics.words, 42)  # a number where bytes belong: refused at the emit
 
     spout = Spout(
-        config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"), spout_emit
-    )
+        config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"), spout_emit,
+        on_outcome=lambda msg_id, outcome: told.setdefault(msg_id, []).append(outcome),
+    )  # fmt: skip
     basic = Bolt(config, topics.split, f"bolt-{topics.prefix}", bolt)
     stages = [ServiceThread(config), Running(spout), Running(basic)]
     reader = OutcomeReader(config, [SPOUT])
@@ -714,10 +717,14 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
         ids.append(produce_with_header_name(config.client(), topics.sentences, 0, name=name, value=b"unreadable"))
         ids += _produce(config, topics.sentences, [b"after it"])
         reader.wait_for(ids, timeout_s=60)
+        deadline = time.monotonic() + 30  # the spout reads the outcomes too, maybe after the test's reader
+        while spout.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         _stop(stages)
         reader.close()
     assert [reader.seen[m] for m in ids] == [["FAILED"], ["FAILED"], ["FAILED"], ["ACK"], ["ACK"], ["FAILED"], ["ACK"]]
+    assert told == {m: reader.seen[m] for m in ids}
     assert spout.counters["emit_errors"] == 3 and basic.counters["errors"] == 1
     # Each FAILED says why (`acker.fail_reasons`): the stage and its exception, for the record's dead letter.
     assert [reader.reasons.get(m) for m in ids] == [

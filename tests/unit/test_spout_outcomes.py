@@ -40,8 +40,10 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
     spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
-    spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
-    spout.complete_latency = LatencyHistogram()
+    spout._trouble = TroubleReport(
+        logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes", "on_outcome_errors")
+    )
+    spout.complete_latency, spout._on_outcome = LatencyHistogram(), None
     return spout
 
 
@@ -82,6 +84,36 @@ def test_only_the_outcome_of_the_tree_pending_now_frees_its_room() -> None:
     spout.outcomes.values.append(encode_outcome_rows("s", [("ACK", 22, "t/0/5", 0)]))
     spout._read_outcomes()
     assert spout.pending == {} and spout.counters["acked"] == 1
+
+
+def test_on_outcome_is_told_each_pending_trees_outcome_once_its_own_timeouts_too_and_its_raise_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Storm's ack and fail of a spout: the acker's outcomes of the trees pending here (not a stale tree's, nor a
+    replay job's row), and the trees the spout times out itself. An exception from it is the function's trouble,
+    counted and said, not the spout's end."""
+    p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:4]
+    rows = [("ACK", p0[1], "t/0/2", 5), ("FAILED", p0[2], "t/0/3", 5), ("TIMEOUT", 99, "t/0/9", 5)]
+    told: list[tuple[str, str]] = []
+
+    def on_outcome(msg_id: str, outcome: str) -> None:
+        told.append((msg_id, outcome))
+        if outcome == "FAILED":
+            raise RuntimeError("the caller is gone")
+
+    spout = _spout(_Outcomes(encode_outcome_rows("s", rows, acker_partition=0)))
+    spout._on_outcome = on_outcome
+    for i, anchor in enumerate(p0[:3]):
+        _pending(spout, f"t/0/{i + 1}", anchor, float(i))
+    spout.pending["t/0/9"] = 98  # read again as a new tree: the old tree's outcome is not this one's
+    with caplog.at_level(logging.WARNING, logger="acker.spout"):
+        spout._read_outcomes()
+        spout._expire_pending(12.5)  # t/0/1: its partition decided a later tree
+    assert told == [("t/0/2", "ACK"), ("t/0/3", "FAILED"), ("t/0/1", "TIMEOUT")]
+    assert spout.counters["on_outcome_errors"] == 1 and spout.pending == {"t/0/9": 98}
+    spout._trouble.check(spout.counters)
+    said = [r.getMessage() for r in caplog.records if "on outcome errors" in r.getMessage()]
+    assert len(said) == 1 and "t/0/3 (FAILED)" in said[0] and "the caller is gone" in said[0], said
 
 
 def test_an_init_reported_undelivered_after_its_tree_was_decided_is_neither_sent_again_nor_failed() -> None:

@@ -126,8 +126,11 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
         raise ValueError("cannot parse the rest")
 
     spout = _starting_spout(producer, emit, 1, tracked=False)
+    told: list[tuple[str, str]] = []
+    spout._on_outcome = lambda msg_id, outcome: told.append((msg_id, outcome))
     spout._start(Message(topic="src", partition=0, offset=9, value=b"x"), time.monotonic())
     assert spout._direct == [(outcome, 0, "src/0/9", 0)] and spout.counters["emit_errors"] == 1
+    assert told == [("src/0/9", outcome)]  # Storm's ack or fail, at once: no tree to wait for
     reasons = {"src/0/9": "spout s: ValueError: cannot parse the rest"} if outcome == "FAILED" else {}
     assert spout._direct_reasons == reasons
     assert spout.acker._batches == [None]  # untracked: nothing for the acker
