@@ -230,10 +230,11 @@ class Bolt:
         self._ids = ids or IdGenerator()
         self.counters: Counter[str] = Counter()
         # Seconds spent on the inputs counted ``processed``, summed (Storm's execute latency and capacity, exported by
-        # `acker.stage_metrics`): from reading an input's headers to its function's return, and for a basic bolt
-        # on to its children sent to the producer and its ack to the acker client. Not the waits for input, nor the
-        # commits and flushes between batches.
+        # `acker.stage_metrics` with the input in hand: `busy_s`): from reading an input's headers to its function's
+        # return, and for a basic bolt on to its children sent to the producer and its ack to the acker client. Not
+        # the waits for input, nor the commits and flushes between batches.
         self.execute_s = 0.0
+        self._executing_since: float | None = None  # when the input in hand was taken (perf_counter), else None
         self._next_commit = time.monotonic() + commit_interval_s
         self._processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> the offset after the last processed
         # (topic, partition) lost -> the offset after the last processed here, and until when inputs below it, read
@@ -309,12 +310,21 @@ class Bolt:
     def _process(self, record: Message) -> None:
         topic, partition, offset = record.topic() or "", record.partition() or 0, record.offset() or 0
         if not self._read_again(topic, partition, offset):
-            started = time.perf_counter()
+            started = self._executing_since = time.perf_counter()
             try:
                 self._handle(record, topic, partition, offset)
             finally:
                 self.execute_s += time.perf_counter() - started
+                self._executing_since = None
         self._processed[(topic, partition)] = offset + 1
+
+    def busy_s(self) -> float:
+        """`execute_s` and the time on the input in hand so far, for a reader in another thread: a function that
+        hangs shows as busy, where `execute_s` alone grows once it returns. Read in this order, an input that ends
+        meanwhile is left out of this answer (lower than one given before by at most that input's time), never
+        counted twice."""
+        total, since = self.execute_s, self._executing_since
+        return total if since is None else total + max(0.0, time.perf_counter() - since)
 
     def _read_again(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the input at ``offset`` was processed here before its partition was lost (or revoked before its

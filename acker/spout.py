@@ -51,7 +51,7 @@ from acker.core.ids import IdGenerator, partition_of
 from acker.core.messages import Fail, Init
 from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError, UnreadableHeadersError
-from acker.headers import HeaderList, Headers, decimal, first, read_headers
+from acker.headers import HeaderList, Headers, decimal, first, read_headers, text
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
 from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
@@ -202,8 +202,8 @@ class Emitter:
 
 
 EmitFunction = Callable[[Message, Emitter], None]
-# Storm's ISpout.ack and fail: told (message id, outcome: ACK, FAILED, TIMEOUT or OVERLOAD) of each record this spout
-# process started, once its outcome is known here (`Spout`).
+# Storm's ISpout.ack and fail: told (the record's id, outcome: ACK, FAILED, TIMEOUT or OVERLOAD) of each record this
+# spout process started, once its outcome is known here (`Spout`).
 OutcomeFunction = Callable[[str, str], None]
 DirectRow = tuple[str, int, str, int]  # an outcome the spout decides itself: (outcome, anchor, msg_id, latency ms)
 
@@ -217,19 +217,23 @@ class Spout:
         ids: IdGenerator | None = None,
         on_outcome: OutcomeFunction | None = None,
     ) -> None:
-        """``on_outcome`` (Storm's ``ack`` and ``fail`` of a spout): called in the spout's thread with the message id
+        """``on_outcome`` (Storm's ``ack`` and ``fail`` of a spout): called in the spout's thread with the record's id
         and the outcome of each record it started, once known here: read from its outcome topic (the acker's, or
         the spout's own ``FAILED`` for an init that could not be delivered), timed out by the spout itself
         (`_expire_pending`), or at once for a record that started no tree (``ACK``, or ``FAILED`` when its emit
-        function raised). A record re-read here (a rebalance that gave its partition back, a replay) is told again
-        for its new tree; an outcome that comes after a spout's own timeout is not told, nor one of a tree pending
-        when the spout stops (a new owner reads the record again). What it does is not part of the guarantee: the
-        Spark jobs commit and replay from the outcome topic whatever it does; an exception from it is counted
+        function raised). The id is the record's coordinates, and a replay's (a copy read from the replay topic) those
+        of the record it replays (its ``acker.replay.origin``): each attempt of a record is told under one id, the
+        last a ``FAILED``, ``TIMEOUT`` or ``OVERLOAD`` when the replay job then dead-letters it (which the spout does
+        not see). A record read again (a rebalance that gave its partition back) is told for its new tree only; an
+        outcome that comes after a spout's own timeout is not told, nor one of a tree pending when the spout stops
+        (whoever starts next reads the record again). What it does is not part of the guarantee: the Spark jobs
+        commit and replay from the outcome topic whatever it does; an exception from it is counted
         (``on_outcome_errors``, said once a minute with the first) and the spout goes on."""
         check_spout_name(config, settings.name)
         self.config, self.settings = config, settings
         self._emit = emit or self._forward
         self._on_outcome = on_outcome
+        self._told_as: dict[str, str] = {}  # msg_id of a pending replay -> the id on_outcome is told (its origin)
         self._ids = ids or IdGenerator()
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
         # (give up at, msg_id, anchor) in the order the trees started: a deadline queue over `pending`.
@@ -249,7 +253,8 @@ class Spout:
         self._paused = False
         # An outcome record it cannot read: counted and said at most once a report interval, where it lies (one line a
         # record flooded the log of a spout whose outcome topic another producer wrote to, and said not where).
-        self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes", "on_outcome_errors"))
+        self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes",))
+        self._told_trouble = TroubleReport(log, f"spout {settings.name}", ("on_outcome_errors",))  # its own example
         # Storm's complete latency of the trees it saw acked: from starting a tree to reading its ACK. Replaced, not
         # changed, at each outcome record: a scrape in another thread reads one whole (`acker.stage_metrics`).
         self.complete_latency = LatencyHistogram()
@@ -388,10 +393,13 @@ class Spout:
             headers = read_headers(record)
             if self._hold(record, headers, now_ms):  # whether its headers can be read or not
                 continue
-            self._start(record, time.monotonic(), unreadable=headers is None)
+            told_as = None
+            if self._on_outcome is not None and headers is not None and record.topic() == self._replay_topic:
+                told_as = text(headers, ORIGIN)  # a replay is told under the id of the record it replays
+            self._start(record, time.monotonic(), unreadable=headers is None, told_as=told_as)
             self.acker.poll_due()  # a slow emit function: inits go out at their linger, not after the whole batch
 
-    def _start(self, record: Message, now: float, *, unreadable: bool = False) -> None:
+    def _start(self, record: Message, now: float, *, unreadable: bool = False, told_as: str | None = None) -> None:
         """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is
         failed rather than the spout stopped, as a bolt fails an input its function raises on: its init (the edges
         of the tuples emitted before the raise) and a fail go to the acker, which nacks it ``FAILED``, and the replay
@@ -402,9 +410,19 @@ class Spout:
         A record whose headers cannot be read (`acker.headers.read_headers`: a header name that is not UTF-8) is
         taken as one the emit function raised on, before it is called: it could only be forwarded without its
         headers. The replay job dead-letters it as such (``unreadable-headers``), with its coordinates, where it lies
-        whole."""
+        whole.
+
+        ``told_as``: the id ``on_outcome`` is told the record's outcome under, when not its coordinates (a replay's
+        origin)."""
         msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
         self.counters["read"] += 1
+        # A tree of the record read before (a rebalance gave its partition back) no longer counts, whether or not the
+        # record starts one now: its outcome neither frees room nor is told.
+        replaced = self.pending.pop(msg_id, None)
+        if replaced is not None:
+            self._started_at.pop(replaced, None)
+        if told_as is not None:
+            self._told_as[msg_id] = told_as
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
         emitter = Emitter(self, tree)
         raised: str | None = None  # the reason of its fail, when the function raised
@@ -433,9 +451,6 @@ class Spout:
                 self._direct_reasons[msg_id] = raised
             self._tell(msg_id, "FAILED" if failed else "ACK")
             return
-        replaced = self.pending.get(msg_id)  # a tree of the record read before (a rebalance), which no longer counts
-        if replaced is not None:
-            self._started_at.pop(replaced, None)
         self.pending[msg_id] = tree.anchor
         self._started_at[tree.anchor] = now
         deadlines = self._pending_deadlines
@@ -541,6 +556,7 @@ class Spout:
             if acked_after:
                 self.complete_latency = self.complete_latency.observed(np.array(acked_after) * 1000)
         self._trouble.check(self.counters)
+        self._told_trouble.check(self.counters)
 
     def _expire_pending(self, now: float) -> None:
         """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has
@@ -599,11 +615,12 @@ class Spout:
         told = self._on_outcome
         if told is None:
             return
+        told_as = self._told_as.pop(msg_id, msg_id)
         try:
-            told(msg_id, outcome)
+            told(told_as, outcome)
         except Exception as error:
             self.counters["on_outcome_errors"] += 1
-            self._trouble.example(f"{msg_id} ({outcome})", error)
+            self._told_trouble.example(f"{told_as} ({outcome})", error)
 
     def _watch_outcome_partitions(self) -> None:
         """Read partitions added to the outcome topic, from their first record (all written since they were

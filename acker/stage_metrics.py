@@ -18,10 +18,12 @@ count as they did. Exported:
 - ``acker_spout_complete_latency_seconds{stage}``: Storm's complete latency, as the spout sees it: from starting a
   tree to reading its ``ACK`` (the acker's ``acker_complete_latency_seconds`` ends where the tree completed, before
   its outcome is written and read).
-- ``acker_bolt_execute_seconds{stage}``: a summary (``_count``, ``_sum``) of the time the bolts spent on each input
-  (`Bolt.execute_s`): ``rate(_sum) / rate(_count)`` is Storm's execute latency, and ``rate(_sum)`` divided by
-  ``acker_bolt_instances{stage}`` (the bolts of that group in the process, each its own thread) is Storm's capacity:
-  the share of the time a bolt is busy. Near 1, that bolt is what holds the pipeline back.
+- ``acker_bolt_execute_seconds{stage, thread}``: a summary (``_count``, ``_sum``) of the time each bolt spent on its
+  inputs, the input in hand included (`Bolt.busy_s`: a function that hangs shows), ``thread`` the bolt's place among
+  the bolts of its group in this process (each runs in its own thread), in the order added. ``rate(_sum)`` is Storm's
+  capacity of that bolt, the share of the time it is busy (near 1, it holds the pipeline back: with partitions or
+  keys spread unevenly, one thread of a group may be, the others idle); ``rate(_sum) / rate(_count)`` summed over a
+  group is Storm's execute latency.
 
 The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml alerts on both.
 """
@@ -96,6 +98,8 @@ class StageCollector(Collector):
         self._lock = threading.Lock()  # scrapes may come together
         # Invariant: what each (kind, stage, event) was exported at, at the most; none is exported lower.
         self._exported: dict[tuple[str, str, str], int] = {}
+        # The same of each bolt's (count, seconds): `Bolt.busy_s` may answer a little lower than it did before.
+        self._executed: dict[tuple[str, str], tuple[int, float]] = {}
 
     def add(self, *stages: Stage) -> None:
         """Count ``stages`` too from the next scrape on."""
@@ -106,8 +110,8 @@ class StageCollector(Collector):
         pending: Counter[str] = Counter()
         paused: Counter[str] = Counter()
         latency: dict[str, LatencyHistogram] = {}
-        executing: dict[str, tuple[int, float]] = {}  # bolt group -> (inputs, seconds on them)
-        bolts: Counter[str] = Counter()
+        executing: list[tuple[str, str, int, float]] = []  # (bolt group, thread, inputs, seconds on them)
+        bolts: Counter[str] = Counter()  # bolts of each group so far: the next one's thread label
         for stage in self._stages:
             counts = dict(stage.counters)  # a copy first: the stage's thread counts on meanwhile
             if isinstance(stage, Spout):
@@ -117,8 +121,7 @@ class StageCollector(Collector):
                 latency[name] = latency.get(name, LatencyHistogram()).plus(stage.complete_latency)
             elif isinstance(stage, Bolt):
                 kind, name, always = "bolt", stage.group, BOLT_EVENTS
-                inputs, seconds = executing.get(name, (0, 0.0))
-                executing[name] = (inputs + counts.get("processed", 0), seconds + stage.execute_s)
+                executing.append((name, str(bolts[name]), counts.get("processed", 0), stage.busy_s()))
                 bolts[name] += 1
             else:
                 kind, name, always = "step", stage.group, STEP_EVENTS
@@ -138,7 +141,6 @@ class StageCollector(Collector):
         gauges = (
             ("acker_spout_pending_trees", "Trees the spout started and has no outcome of yet", pending),
             ("acker_spout_paused", "1 while the spout waits at max_pending, else 0", paused),
-            ("acker_bolt_instances", "Bolts of the group in this process, each its own thread", bolts),
         )
         for metric, doc, values in gauges:
             gauge = GaugeMetricFamily(metric, doc, labels=["stage"])
@@ -156,12 +158,15 @@ class StageCollector(Collector):
         yield histogram
         summary = SummaryMetricFamily(
             "acker_bolt_execute_seconds",
-            "Time the bolts spent on their inputs: from reading one's headers to its function's return (basic bolts: "
-            "to its children and ack sent)",
-            labels=["stage"],
+            "Time a bolt spent on its inputs, the one in hand included: from reading one's headers to its function's "
+            "return (basic bolts: to its children and ack sent)",
+            labels=["stage", "thread"],
         )
-        for name, (inputs, seconds) in sorted(executing.items()):
-            summary.add_metric([name], inputs, seconds)
+        with self._lock:
+            for name, thread, inputs, seconds in executing:
+                was = self._executed.get((name, thread), (0, 0.0))
+                self._executed[(name, thread)] = (max(inputs, was[0]), max(seconds, was[1]))
+                summary.add_metric([name, thread], *self._executed[(name, thread)])
         yield summary
 
 

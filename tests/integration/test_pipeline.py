@@ -795,11 +795,12 @@ def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceCon
     }
     assert latency["acker_spout_complete_latency_seconds_count"] == 2  # the trees it saw acked
     assert 0 < latency["acker_spout_complete_latency_seconds_sum"] < 60
-    executed = {(s.name, s.labels["stage"]): s.value for s in families["acker_bolt_execute_seconds"].samples}
-    assert executed[("acker_bolt_execute_seconds_count", f"split-{topics.prefix}")] == 3  # the inputs processed
-    assert 0 < executed[("acker_bolt_execute_seconds_sum", f"split-{topics.prefix}")] < 60
-    instances = {s.labels["stage"]: s.value for s in families["acker_bolt_instances"].samples}
-    assert instances == {f"split-{topics.prefix}": 2}
+    executed = {(s.name.rsplit("_", 1)[1], s.labels["stage"], s.labels["thread"]): s.value
+                for s in families["acker_bolt_execute_seconds"].samples}  # fmt: skip
+    split_group = f"split-{topics.prefix}"
+    assert {thread for (_, stage, thread) in executed if stage == split_group} == {"0", "1"}  # each bolt its own
+    assert executed[("count", split_group, "0")] + executed[("count", split_group, "1")] == 3  # the inputs processed
+    assert 0 < executed[("sum", split_group, "0")] + executed[("sum", split_group, "1")] < 60
 
 
 def test_an_untracked_spout_fails_a_record_it_cannot_take_rather_than_drop_it(

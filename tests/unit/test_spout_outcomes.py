@@ -40,10 +40,9 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
     spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
-    spout._trouble = TroubleReport(
-        logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes", "on_outcome_errors")
-    )
-    spout.complete_latency, spout._on_outcome = LatencyHistogram(), None
+    spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
+    spout._told_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("on_outcome_errors",))
+    spout.complete_latency, spout._on_outcome, spout._told_as = LatencyHistogram(), None, {}
     return spout
 
 
@@ -111,7 +110,7 @@ def test_on_outcome_is_told_each_pending_trees_outcome_once_its_own_timeouts_too
         spout._expire_pending(12.5)  # t/0/1: its partition decided a later tree
     assert told == [("t/0/2", "ACK"), ("t/0/3", "FAILED"), ("t/0/1", "TIMEOUT")]
     assert spout.counters["on_outcome_errors"] == 1 and spout.pending == {"t/0/9": 98}
-    spout._trouble.check(spout.counters)
+    spout._told_trouble.check(spout.counters)
     said = [r.getMessage() for r in caplog.records if "on outcome errors" in r.getMessage()]
     assert len(said) == 1 and "t/0/3 (FAILED)" in said[0] and "the caller is gone" in said[0], said
 
@@ -271,9 +270,9 @@ def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read()
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
     spout: Any = Spout.__new__(Spout)
-    spout._held, spout._replay_topic = {("s.replay", 0): 10**13}, "s.replay"
+    spout._held, spout._replay_topic, spout._on_outcome = {("s.replay", 0): 10**13}, "s.replay", None
     started: list[tuple[int, bool]] = []
-    spout._start = lambda record, _now, unreadable=False: started.append((record.partition(), unreadable))
+    spout._start = lambda record, _now, unreadable=False, told_as=None: started.append((record.partition(), unreadable))
     spout.acker = SimpleNamespace(poll_due=lambda: False)
     behind = _Unreadable(topic="s.replay", partition=0, offset=11, value=b"x")
     elsewhere = _Unreadable(topic="s.replay", partition=1, offset=3, value=b"x")

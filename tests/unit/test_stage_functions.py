@@ -39,7 +39,7 @@ def _starting_spout(producer: Producer, emit: Any, acker_partitions: int = 1, *,
     """A spout with only what starting a tree needs (`Spout._start`), writing to ``out``."""
     spout: Any = Spout.__new__(Spout)
     spout.settings, spout._emit = SpoutSettings("s", "src", "out", tracked=tracked), emit
-    spout._ids, spout._on_outcome = IdGenerator(3), None
+    spout._ids, spout._on_outcome, spout._told_as = IdGenerator(3), None, {}
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", acker_partitions, linger_s=60)
     spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
@@ -136,6 +136,35 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
     assert spout.acker._batches == [None]  # untracked: nothing for the acker
 
 
+def test_on_outcome_tells_a_replay_under_its_origin_and_a_record_read_again_for_its_new_tree_only(
+    producer: Producer,
+) -> None:
+    """Each attempt of a record is told under the record's own coordinates, whatever topic the attempt was read from;
+    a record read again after a rebalance that now starts no tree (nothing emitted) is told that, and its old tree,
+    pending no more, neither holds room nor is told when its outcome comes."""
+    emits = {b"tree": 1, b"none": 0}
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        for _ in range(emits[record.value() or b""]):
+            emitter.emit("out", b"part")
+
+    spout = _starting_spout(producer, emit)
+    told: list[tuple[str, str]] = []
+    spout._on_outcome = lambda msg_id, outcome: told.append((msg_id, outcome))
+    spout._held, spout._replay_topic, spout._replay_of = {}, "acker.replay.s", b"src/"
+    origin: list[tuple[str, str | bytes | None]] = [("acker.replay.origin", b"src/0/7")]
+    spout._take([Message(topic="acker.replay.s", partition=0, offset=3, value=b"none", headers=origin),
+                 Message(topic="acker.replay.s", partition=0, offset=4, value=b"tree", headers=origin),
+                 Message(topic="src", partition=0, offset=8, value=b"tree")], 0)  # fmt: skip
+    assert told == [("src/0/7", "ACK")] and list(spout.pending) == ["acker.replay.s/0/4", "src/0/8"]
+    spout._tell("acker.replay.s/0/4", "FAILED")  # as its outcome is read (test_spout_outcomes)
+    assert told[-1] == ("src/0/7", "FAILED") and spout._told_as == {}
+    old = spout.pending["src/0/8"]
+    emits[b"tree"] = 0  # read again, it emits nothing now
+    spout._start(Message(topic="src", partition=0, offset=8, value=b"tree"), time.monotonic())
+    assert told[-1] == ("src/0/8", "ACK") and "src/0/8" not in spout.pending and old not in spout._started_at
+
+
 @pytest.mark.parametrize("basic", [True, False])
 def test_an_input_a_bolts_function_raises_on_is_failed_saying_why(producer: Producer, basic: bool) -> None:
     """The fail carries the stage and the exception (`acker.fail_reasons`) to the record's dead letter; an explicit
@@ -188,6 +217,25 @@ def test_a_child_of_a_type_the_producer_refuses_fails_its_input_before_any_child
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
     bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
     assert (bolt.counters["emitted"], bolt.counters["failed"], bolt.counters["errors"]) == (0, 1, 1)  # no child
+
+
+@pytest.mark.parametrize("basic", [True, False])
+def test_a_bolt_counts_the_time_its_function_takes_while_it_runs_and_once_it_returned(
+    producer: Producer, basic: bool
+) -> None:
+    """Storm's execute latency and capacity (`acker.stage_metrics`): the time on each input, summed."""
+    seen_busy: list[float] = []
+
+    def slow(message: BoltInput, collector: Any) -> None:
+        time.sleep(0.02)
+        seen_busy.append(bolt.busy_s())  # as a scrape sees a function still running
+        if not basic:
+            collector.ack(message)
+
+    bolt = _processing_bolt(producer, slow, basic=basic)
+    root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
+    bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
+    assert seen_busy[0] >= 0.02 and bolt.execute_s >= seen_busy[0] and bolt.busy_s() == bolt.execute_s
 
 
 def test_a_basic_bolt_takes_every_child_the_producer_takes() -> None:

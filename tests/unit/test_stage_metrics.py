@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,7 +45,7 @@ def _spout(name: str, counters: dict[str, int], pending: int, paused: bool) -> S
 
 def _bolt(group: str, counters: dict[str, int], execute_s: float = 0.0) -> Bolt:
     bolt: Any = Bolt.__new__(Bolt)
-    bolt.group, bolt.counters, bolt.execute_s = group, Counter(counters), execute_s
+    bolt.group, bolt.counters, bolt.execute_s, bolt._executing_since = group, Counter(counters), execute_s, None
     return bolt  # type: ignore[no-any-return]
 
 
@@ -82,12 +83,34 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
                for s in samples["acker_spout_complete_latency_seconds"]}  # fmt: skip
     assert (latency[("bucket", "0.002")], latency[("bucket", "0.005")]) == (0, 1)  # one tree acked after 3 ms
     assert (latency[("count", None)], latency[("sum", None)]) == (1, 0.003)
-    executed = {(s.name, s.labels["stage"]): s.value for s in samples["acker_bolt_execute_seconds"]}
+    executed = {(s.name.rsplit("_", 1)[1], s.labels["stage"], s.labels["thread"]): s.value
+                for s in samples["acker_bolt_execute_seconds"]}  # fmt: skip
     assert executed == {
-        ("acker_bolt_execute_seconds_count", "split"): 7, ("acker_bolt_execute_seconds_sum", "split"): 0.75,
-        ("acker_bolt_execute_seconds_count", "count"): 0, ("acker_bolt_execute_seconds_sum", "count"): 0,
+        ("count", "split", "0"): 3, ("sum", "split", "0"): 0.25, ("count", "split", "1"): 4, ("sum", "split", "1"): 0.5,
+        ("count", "count", "0"): 0, ("sum", "count", "0"): 0,
     }  # fmt: skip
-    assert {s.labels["stage"]: s.value for s in samples["acker_bolt_instances"]} == {"split": 2, "count": 1}
+
+
+def test_a_bolts_execute_time_counts_the_input_in_hand_and_never_goes_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A function that hangs shows as busy while it hangs (Storm's capacity near 1), not only once it returns; an
+    input that ends between the two reads of `Bolt.busy_s` is left out of that answer, which is then lower than the
+    one before: exported as it was."""
+    now = [100.0]
+    monkeypatch.setattr("acker.bolt.time.perf_counter", lambda: now[0])
+    bolt: Any = _bolt("split", {"processed": 1}, execute_s=2.0)
+    collector = StageCollector([bolt])
+
+    def busy() -> float:
+        [sample] = [s for s in _scraped(collector)["acker_bolt_execute_seconds"] if s.name.endswith("_sum")]
+        return float(sample.value)
+
+    assert busy() == 2.0
+    bolt._executing_since = 95.0  # in hand for 5 s
+    assert busy() == 7.0
+    bolt._executing_since = None  # ended, its 5 s not yet added: read between the two
+    assert busy() == 7.0
+    bolt.execute_s = 7.5  # added: 5.5 s by the time it ended
+    assert busy() == 7.5
 
 
 def test_a_steps_counts_are_exported_and_never_go_down() -> None:
