@@ -9,8 +9,10 @@ Where the fully-processed watermark lives: the committed offsets of the consumer
 that never has members (nothing subscribes with it). The Spark commit job writes them; ``acker watermarks <group>``
 (or Kafka's ``kafka-consumer-groups --describe --group <group>.acked``) then shows the fully-processed lag of the
 source.
-The spout never commits its own group's offsets: on every assignment it seeks each partition to its watermark (or
-applies the reset policy where there is none; its replay topic always starts at its first record), so after a
+The spout reads its source in its group and its replay topic in ``<group>.replays`` (each topic's partitions spread
+over the spout's processes on their own). It never commits either group's offsets: on every assignment it seeks each
+partition to its watermark (or applies the reset policy where there is none; its replay topic always starts at its
+first record), so after a
 restart or a rebalance it re-emits every record that was not known to be fully processed: at-least-once, including
 records whose init never reached the acker. A watermark below a partition's first record (retention deleted what it
 waited on) starts at that first record.
@@ -126,6 +128,11 @@ class SpoutSettings:
     @property
     def watermark_group(self) -> str:
         return acked_group(self.consumer_group)
+
+    @property
+    def replay_group(self) -> str:
+        """The group that shares the replay topic's partitions among the spout's processes (`Spout.replays`)."""
+        return f"{self.consumer_group}.replays"
 
 
 # The spout reads outcomes only to count its pending trees: it asks the broker to answer a fetch once it holds
@@ -288,6 +295,12 @@ class Spout:
         )  # fmt: skip
         self._incremental = config.incremental_assignment(source)
         self.consumer = Consumer(source)
+        # The replay topic in a group of its own: one group subscribed to both topics balances their partitions
+        # together, not each topic (the sticky assignor counts a member's partitions, whatever their topic), and a
+        # second spout process took the replay topic's partitions alone, or the source's alone, leaving the first
+        # nothing to read: scaling out shared nothing. The same settings otherwise; it never commits either.
+        self.replays = Consumer({**source, "group.id": settings.replay_group})
+        self._consumers = (self.replays, self.consumer)  # replays first: their records are the older
         self._watermarks = Consumer(
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})
         )
@@ -305,7 +318,6 @@ class Spout:
         self._outcome_topic, self._outcome_partitions = outcome_topic, {tp.partition for tp in parts}
         self._next_outcome_check = time.monotonic() + OUTCOME_PARTITIONS_CHECK_S
         self._held: dict[tuple[str, int], int] = {}  # replay partitions held until a record's not-before (ms)
-        topics = [settings.source_topic]
         # Always read, whether or not a replay job runs: a copy written there stands for a record whose outcome is
         # already REPLAYED (the watermark passed it), so a spout that did not read it would lose the record.
         self._replay_topic = config.replay_topic(settings.name)
@@ -313,8 +325,8 @@ class Spout:
         partitions = partition_count(config.client(), settings.source_topic)
         # Looked for first: a principal that may not create topics is refused even for one that exists.
         ensure_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
-        topics.append(self._replay_topic)
-        self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.replays.subscribe([self._replay_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _outcome_partition_count(self) -> int:
         """The outcome topic's partitions, the topic created first if it does not exist: the service creates it before
@@ -348,8 +360,11 @@ class Spout:
                         "their trees' source records are replayed (those failed already) or read again at the next "
                         "start", unsent, len(self._direct))  # fmt: skip
         log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
-        self.consumer.close()
-        self.outcomes.close()
+        try:
+            self.replays.close()
+        finally:
+            self.consumer.close()
+            self.outcomes.close()
         self._watermarks.close()
 
     @property
@@ -371,12 +386,13 @@ class Spout:
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))
         if room > 0:
-            records = consume_available(self.consumer, room, timeout_s)
-        else:  # paused: serve the consumer's callbacks (rebalances), read nothing, wait a little for outcomes
+            records = self.replays.consume(room, timeout=0)  # what is buffered; the source's wait is the step's
+            if len(records) < room:
+                records += consume_available(self.consumer, room - len(records), 0 if records else timeout_s)
+        else:  # paused: serve the consumers' callbacks (rebalances), read nothing, wait a little for outcomes
             # An event all the same, taken as a record is (`readable`): a fatal error (a static member fenced by its
             # successor) is reported once, and dropped here the spout ran on, reading nothing, for good.
-            event = self.consumer.poll(0)
-            records = [] if event is None else [event]
+            records = [event for consumer in self._consumers if (event := consumer.poll(0)) is not None]
             self._read_outcomes(timeout_s)
         self._take(records, int(time.time() * 1000))
         self._publish_direct()
@@ -482,8 +498,8 @@ class Spout:
                         MAX_HOLD_MS)  # fmt: skip
         elif not_before is not None and not_before > now_ms:
             tp = TopicPartition(key[0], key[1], record.offset() or 0)
-            self.consumer.pause([tp])
-            self.consumer.seek(tp)
+            self.replays.pause([tp])
+            self.replays.seek(tp)
             self._held[key] = not_before
             self.counters["held"] += 1
             return True
@@ -513,7 +529,7 @@ class Spout:
         for key in due:
             del self._held[key]
         if due and not self._paused:
-            self.consumer.resume([TopicPartition(t, p) for t, p in due])
+            self.replays.resume([TopicPartition(t, p) for t, p in due])
 
     def _forward(self, record: Message, emitter: Emitter) -> None:
         emitter.emit(self.settings.output_topic, record.value(), record.key(), record.headers())
@@ -521,8 +537,9 @@ class Spout:
     def _pause_or_resume(self) -> None:
         full = len(self.pending) >= self.settings.max_pending
         if full != self._paused:
-            assignment = [tp for tp in self.consumer.assignment() if (tp.topic, tp.partition) not in self._held]
-            (self.consumer.pause if full else self.consumer.resume)(assignment)
+            for consumer in self._consumers:
+                assignment = [tp for tp in consumer.assignment() if (tp.topic, tp.partition) not in self._held]
+                (consumer.pause if full else consumer.resume)(assignment)
             self._paused = full
             self.counters["pauses" if full else "resumes"] += 1
 

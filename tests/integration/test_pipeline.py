@@ -409,7 +409,8 @@ def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
     """A user may set partition.assignment.strategy for every client (the service and the bolts use
     cooperative-sticky), or Kafka's new group protocol (KIP-848, where the broker assigns partitions incrementally):
     the spout's own assignment then goes through incremental_assign, and a second spout joining takes partitions
-    from the first without either losing its place."""
+    from the first without either losing its place: of the source and of the replay topic each (in one group the
+    assignor balanced the two topics' partitions together, and the second spout took the replay topic's alone)."""
     if rebalancing == "cooperative-sticky":
         config = replace(config, kafka={**config.kafka, "partition.assignment.strategy": "cooperative-sticky"})
     else:  # the session timeout is the broker's then: the clients may not set it
@@ -430,7 +431,9 @@ def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
     started = {m for spout in (first, second) for m in spout.pending}
     from_marks = {m for m in ids if int(m.rsplit("/", 1)[1]) >= marks[int(m.split("/")[1])]}
     assert started == from_marks  # every record from the watermarks on
-    assert second.consumer.assignment()  # the second one took its share
+    for spout in (first, second):  # each took its share of each topic
+        assert {tp.topic for tp in spout.consumer.assignment()} == {topics.sentences}
+        assert len(spout.consumer.assignment()) == 1 and len(spout.replays.assignment()) == 1
     first.close()
     second.close()
 
@@ -846,7 +849,7 @@ def test_a_replay_is_held_until_its_not_before_unless_that_is_implausibly_far(
     read_at: dict[str, float] = {}
     try:
         deadline = time.monotonic() + 60
-        while not any(tp.topic == replays for tp in spout.consumer.assignment()):  # joined: the hold starts now
+        while not any(tp.topic == replays for tp in spout.replays.assignment()):  # joined: the hold starts now
             assert time.monotonic() < deadline, "the spout was never assigned its replay topic"
             spout.step(0.1)
         now_ms = int(time.time() * 1000)

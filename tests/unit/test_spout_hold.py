@@ -27,7 +27,7 @@ class _Consumer:
 
 def _spout() -> Any:
     spout: Any = Spout.__new__(Spout)  # the edge alone: no Kafka clients
-    spout._held, spout.counters, spout.consumer = {}, Counter(), _Consumer()
+    spout._held, spout.counters, spout.replays = {}, Counter(), _Consumer()
     spout._replay_topic, spout._replay_of = "rp.sp", b"src/"
     return spout
 
@@ -40,10 +40,10 @@ def test_a_header_given_twice_holds_by_its_first_value_as_the_retries_count_it()
     later, sooner = str(now_ms + 60_000).encode(), str(now_ms - 1).encode()
     held = _spout()
     assert held._hold(record, [(ORIGIN, b"src/0/1"), (NOT_BEFORE, later), (NOT_BEFORE, sooner)], now_ms)
-    assert held._held == {("rp.sp", 1): now_ms + 60_000} and held.consumer.calls == [("pause", 1, 7), ("seek", 1, 7)]
+    assert held._held == {("rp.sp", 1): now_ms + 60_000} and held.replays.calls == [("pause", 1, 7), ("seek", 1, 7)]
     free = _spout()
     assert not free._hold(record, [(ORIGIN, b"src/0/1"), (NOT_BEFORE, sooner), (NOT_BEFORE, later)], now_ms)
-    assert free._held == {} and free.consumer.calls == []
+    assert free._held == {} and free.replays.calls == []
 
 
 def test_a_spout_sends_its_inits_at_their_linger_while_it_works_through_a_batch() -> None:
