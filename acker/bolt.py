@@ -57,7 +57,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from acker import fail_reasons
 from acker.config import ServiceConfig
@@ -70,6 +78,10 @@ from acker.kafka.clients import ProducerFailedError, consume_available, partitio
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
+
+# What a commit made while the group rebalances is refused with: the bolt's periodic commit often races a process
+# joining or leaving. Nothing is lost: the offsets are kept for the next commit.
+REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
 
 
 @dataclass
@@ -520,6 +532,10 @@ class Bolt:
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as error:
-            log.warning("input commit failed: %s", error)
+            code = error.args[0].code() if isinstance(error, KafkaException) and error.args else None
+            if code in REBALANCING:  # offsets kept: committed at the next commit, or by `_on_revoke` if they go
+                log.info("input commit put off by a rebalance (%s): made at the next commit", error)
+            else:
+                log.warning("input commit failed: %s", error)
             return
         self._processed.clear()

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker import bolt as bolt_module
 from acker.bolt import Bolt
@@ -122,6 +122,31 @@ def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt.config, bolt._lost_at = ServiceConfig(timeout_s=30.0, buckets=3), {}  # trees live up to 45 s
     bolt.execute_s = 0.0
     return bolt
+
+
+@pytest.mark.parametrize(
+    ("code", "level"), [(KafkaError.ILLEGAL_GENERATION, logging.INFO), (KafkaError._TIMED_OUT, logging.WARNING)]
+)
+def test_a_commit_a_rebalance_refuses_is_made_at_the_next_one_without_a_warning(
+    caplog: pytest.LogCaptureFixture, code: int, level: int
+) -> None:
+    """The periodic commit races most rebalances (a process joining or leaving): a warning each time read as lost
+    commits at every scale-out. The offsets stay for the next commit either way."""
+
+    class _Refusing(_Committing):
+        def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+            raise KafkaException(KafkaError(code))
+
+    bolt = _explicit(None)
+    bolt.consumer = _Refusing()
+    with caplog.at_level(logging.INFO, logger="acker.bolt"):
+        bolt._commit()
+    assert [r.levelno for r in caplog.records if "commit" in r.getMessage()] == [level]
+    assert bolt._processed == {("in", 0): 5, ("in", 1): 7}
+    bolt.consumer = _Committing()
+    bolt._commit()
+    assert bolt.consumer.committed == [[TopicPartition("in", 0, 5), TopicPartition("in", 1, 7)]]
+    assert bolt._processed == {}
 
 
 def test_on_revoke_is_told_the_partitions_that_go_before_they_are_committed() -> None:
