@@ -43,8 +43,9 @@ children and its acks): the offset after the last input its function was called 
 the consumer's position, which is past every record of the batch being processed. So a bolt whose loop stops (a
 `ProtocolError`, a ``SystemExit`` from the function) commits, as it closes, only what it processed, and its
 successor processes the rest. The guarantee comes from the tree, not from these commits: on a crash, inputs that were
-read but not acked (or whose acks were not delivered) are never acked, their trees time out, and the spout's
-records are replayed. A child that cannot be delivered fails its trees, and so does a batch of acks that cannot be
+read but not acked (or whose acks were not delivered) are processed again by the successor, and their trees complete
+unless children of the first processing got out without its ack (their edges stay in the word): those trees time
+out, and the spout's records are replayed. A child that cannot be delivered fails its trees, and so does a batch of acks that cannot be
 delivered (librdkafka has retried it): those trees could not complete.
 """
 
