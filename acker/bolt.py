@@ -45,8 +45,8 @@ the consumer's position, which is past every record of the batch being processed
 successor processes the rest. The guarantee comes from the tree, not from these commits: on a crash, inputs that were
 read but not acked (or whose acks were not delivered) are processed again by the successor, and their trees complete
 unless children of the first processing got out without its ack (their edges stay in the word): those trees time
-out, and the spout's records are replayed. A child that cannot be delivered fails its trees, and so does a batch of acks that cannot be
-delivered (librdkafka has retried it): those trees could not complete.
+out, and the spout's records are replayed. A child that cannot be delivered fails its trees, and so does a batch of
+acks that cannot be delivered (librdkafka has retried it): those trees could not complete.
 """
 
 from __future__ import annotations
