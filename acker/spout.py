@@ -386,9 +386,13 @@ class Spout:
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))
         if room > 0:
-            records = self.replays.consume(room, timeout=0)  # what is buffered; the source's wait is the step's
-            if len(records) < room:
-                records += consume_available(self.consumer, room - len(records), 0 if records else timeout_s)
+            # Both consumers at every step, the replays' buffered records taking half the room at most: a backlog of
+            # replays that took it all kept the source's consumer from being called, for minutes after an outage
+            # (no source read, its rebalances stalled, and past max.poll.interval.ms it left its group and read its
+            # pending records again). The source's wait is the step's, unless replays came.
+            share = room // 2
+            records = self.replays.consume(share, timeout=0) if share else []
+            records += consume_available(self.consumer, room - len(records), 0 if records else timeout_s)
         else:  # paused: serve the consumers' callbacks (rebalances), read nothing, wait a little for outcomes
             # An event all the same, taken as a record is (`readable`): a fatal error (a static member fenced by its
             # successor) is reported once, and dropped here the spout ran on, reading nothing, for good.

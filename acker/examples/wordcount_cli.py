@@ -456,7 +456,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd_topics(args)
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
-    watermarks = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group).watermark_group
+    settings = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group)
+    watermarks = settings.watermark_group
     stages = Stages()
     try:  # from the first group this run makes, which the end deletes
         with sigterm_as_interrupt():  # as Ctrl-C: every stage stopped, said so, and the exit status
@@ -466,7 +467,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return interrupted_status(stopped)
     finally:
         stages.stop()
-        for left, why in delete_groups(config.client(), [group, watermarks]).items():  # this run's alone
+        for left, why in delete_groups(config.client(), [group, settings.replay_group, watermarks]).items():  # its own
             print(f"consumer group {left} is left behind ({why})", file=sys.stderr)
 
 

@@ -438,6 +438,39 @@ def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
     second.close()
 
 
+def test_a_backlog_of_replays_leaves_the_source_read_at_every_step(config: ServiceConfig, topics: Topics) -> None:
+    """The replay topic has a consumer of its own: a backlog there that filled every step's room kept the source's
+    consumer from being called until it was gone (no source record read for minutes after an outage, and past
+    max.poll.interval.ms the consumer left its group and read its pending records again)."""
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=100_000)
+    read: list[str] = []
+
+    def emit(record: Any, emitter: Any) -> None:
+        read.append(record.topic())
+        time.sleep(0.002)  # 4 s for the backlog
+        emitter.emit(topics.split, record.value())
+
+    spout = Spout(config, settings, emit)  # which creates its replay topic
+    replays = config.replay_topic(SPOUT)
+    producer = Producer(config.client())
+    for i in range(2000):
+        producer.produce(replays, b"copy", partition=0, headers=[(ORIGIN, f"{topics.sentences}/0/{i}".encode())])
+    assert producer.flush(30) == 0
+    try:
+        deadline = time.monotonic() + 60
+        while replays not in read:  # the backlog is being read
+            assert time.monotonic() < deadline, "no replay read"
+            spout.step(0.1)
+        _produce(config, topics.sentences, [b"a", b"b", b"c"])
+        while read.count(topics.sentences) < 3:
+            assert time.monotonic() < deadline, "the source records were never read"
+            spout.step(0.1)
+    finally:
+        spout.close()
+    last_source = max(i for i, topic in enumerate(read) if topic == topics.sentences)
+    assert read[:last_source].count(replays) < 1500  # read beside the backlog, not after it
+
+
 @pytest.mark.parametrize("rebalancing", ["cooperative-sticky", "group.protocol=consumer"])
 def test_a_partition_taken_away_while_the_spout_is_paused_is_read_when_it_comes_back(
     config: ServiceConfig, topics: Topics, rebalancing: str
