@@ -60,6 +60,7 @@ from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.kafka.clients import TopicSpec, create_topics, end_offsets
 from acker.kafka.clients import produce as send
 from acker.kafka.provision import Cluster, kafka_cluster
+from acker.spout import SpoutSettings
 from acker.wire import decode_outcomes
 from benchmarks import cpu
 
@@ -224,9 +225,10 @@ def _pipeline(cluster: Cluster, tracked: bool, stages: Stages) -> Iterator[Pipel
     if tracked:
         argvs["acker"] = [sys.executable, "-m", "acker.cli", "run", *common, "--log-level", "WARNING"]
     with running(cluster, argvs) as pids:
-        # The spout reads its source and its replay topic.
-        groups = {f"{topics.prefix}-spout": 2 * partitions, f"{topics.prefix}-split": partitions,
-                  f"{topics.prefix}-count": partitions}  # fmt: skip
+        # The spout reads its source in its group and its replay topic in another (`SpoutSettings.replay_group`).
+        spout = SpoutSettings(topics.spout, topics.sentences, topics.split, group=topics.spout_group)
+        groups = {spout.consumer_group: partitions, spout.replay_group: partitions,
+                  f"{topics.prefix}-split": partitions, f"{topics.prefix}-count": partitions}  # fmt: skip
         if tracked:
             groups[config.group] = acker_partitions
         _wait_ready(config, groups)
