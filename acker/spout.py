@@ -300,7 +300,7 @@ class Spout:
         # second spout process took the replay topic's partitions alone, or the source's alone, leaving the first
         # nothing to read: scaling out shared nothing. The same settings otherwise; it never commits either.
         self.replays = Consumer({**source, "group.id": settings.replay_group})
-        self._consumers = (self.replays, self.consumer)  # replays first: their records are the older
+        self._consumers = (self.replays, self.consumer)  # what max_pending pauses, and the paused loop polls
         self._watermarks = Consumer(
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})
         )
