@@ -96,10 +96,10 @@ class StageCollector(Collector):
     def __init__(self, stages: Sequence[Stage] = ()) -> None:
         self._stages = tuple(stages)
         self._lock = threading.Lock()  # scrapes may come together
-        # Invariant: what each (kind, stage, event) was exported at, at the most; none is exported lower.
-        self._exported: dict[tuple[str, str, str], int] = {}
-        # The same of each bolt's (count, seconds): `Bolt.busy_s` may answer a little lower than it did before.
-        self._executed: dict[tuple[str, str], tuple[int, float]] = {}
+        # Invariant: the most each counter (each event of a stage, each bolt's execute count and seconds) was exported
+        # at; none is exported lower (a step's aborted batch sets its counts back; `Bolt.busy_s` may answer a little
+        # lower than before).
+        self._exported: dict[tuple[str, ...], float] = {}
 
     def add(self, *stages: Stage) -> None:
         """Count ``stages`` too from the next scrape on."""
@@ -134,9 +134,7 @@ class StageCollector(Collector):
         with self._lock:
             for (kind, name), events in sorted(counted.items()):
                 for event, count in sorted(events.items()):
-                    key = (kind, name, event)
-                    self._exported[key] = max(count, self._exported.get(key, 0))
-                    family.add_metric(list(key), self._exported[key])
+                    family.add_metric([kind, name, event], self._never_lower((kind, name, event), count))
         yield family
         gauges = (
             ("acker_spout_pending_trees", "Trees the spout started and has no outcome of yet", pending),
@@ -164,10 +162,14 @@ class StageCollector(Collector):
         )
         with self._lock:
             for name, thread, inputs, seconds in executing:
-                was = self._executed.get((name, thread), (0, 0.0))
-                self._executed[(name, thread)] = (max(inputs, was[0]), max(seconds, was[1]))
-                summary.add_metric([name, thread], *self._executed[(name, thread)])
+                executed = int(self._never_lower(("executed", name, thread), inputs))  # counts of inputs: ints
+                summary.add_metric([name, thread], executed, self._never_lower(("executing_s", name, thread), seconds))
         yield summary
+
+    def _never_lower(self, key: tuple[str, ...], value: float) -> float:
+        """``value``, or what ``key`` was exported at before if that is more (called with the lock held)."""
+        self._exported[key] = exported = max(value, self._exported.get(key, value))
+        return exported
 
 
 def add_port_argument(parser: argparse.ArgumentParser) -> None:
