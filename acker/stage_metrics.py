@@ -24,6 +24,10 @@ count as they did. Exported:
   capacity of that bolt, the share of the time it is busy (near 1, it holds the pipeline back: with partitions or
   keys spread unevenly, one thread of a group may be, the others idle); ``rate(_sum) / rate(_count)`` summed over a
   group is Storm's execute latency.
+- ``acker_bolt_process_seconds{stage, thread}``: a summary of the time from each bolt taking an input to its ack
+  (``_count`` the inputs acked; failed ones are not counted): ``rate(_sum) / rate(_count)`` is Storm's process
+  latency. A basic bolt acks as its function returns (about its execute latency); an explicit one may hold an input
+  long after (a join waiting for the other side), and the gap between the two is that wait.
 
 The acker service's own metrics are `acker.metrics`; docs/prometheus-alerts.yml alerts on both.
 """
@@ -96,9 +100,9 @@ class StageCollector(Collector):
     def __init__(self, stages: Sequence[Stage] = ()) -> None:
         self._stages = tuple(stages)
         self._lock = threading.Lock()  # scrapes may come together
-        # Invariant: the most each counter (each event of a stage, each bolt's execute count and seconds) was exported
-        # at; none is exported lower (a step's aborted batch sets its counts back; `Bolt.busy_s` may answer a little
-        # lower than before).
+        # Invariant: the most each counter (each event of a stage, each bolt's execute and process counts and seconds)
+        # was exported at; none is exported lower (a step's aborted batch sets its counts back; `Bolt.busy_s` may
+        # answer a little lower than before).
         self._exported: dict[tuple[str, ...], float] = {}
 
     def add(self, *stages: Stage) -> None:
@@ -111,6 +115,7 @@ class StageCollector(Collector):
         paused: Counter[str] = Counter()
         latency: dict[str, LatencyHistogram] = {}
         executing: list[tuple[str, str, int, float]] = []  # (bolt group, thread, inputs, seconds on them)
+        processing: list[tuple[str, str, int, float]] = []  # (bolt group, thread, inputs acked, seconds until acked)
         bolts: Counter[str] = Counter()  # bolts of each group so far: the next one's thread label
         for stage in self._stages:
             counts = dict(stage.counters)  # a copy first: the stage's thread counts on meanwhile
@@ -121,7 +126,9 @@ class StageCollector(Collector):
                 latency[name] = latency.get(name, LatencyHistogram()).plus(stage.complete_latency)
             elif isinstance(stage, Bolt):
                 kind, name, always = "bolt", stage.group, BOLT_EVENTS
-                executing.append((name, str(bolts[name]), counts.get("processed", 0), stage.busy_s()))
+                thread = str(bolts[name])
+                executing.append((name, thread, counts.get("processed", 0), stage.busy_s()))
+                processing.append((name, thread, stage.process_count, stage.process_s))
                 bolts[name] += 1
             else:
                 kind, name, always = "step", stage.group, STEP_EVENTS
@@ -154,17 +161,25 @@ class StageCollector(Collector):
             buckets, sum_s = seen.prometheus_buckets()
             histogram.add_metric([name], buckets, sum_s)
         yield histogram
-        summary = SummaryMetricFamily(
-            "acker_bolt_execute_seconds",
-            "Time a bolt spent on its inputs, the one in hand included: from reading one's headers to its function's "
-            "return (basic bolts: to its children and ack sent)",
-            labels=["stage", "thread"],
-        )
-        with self._lock:
-            for name, thread, inputs, seconds in executing:
-                executed = int(self._never_lower(("executed", name, thread), inputs))  # counts of inputs: ints
-                summary.add_metric([name, thread], executed, self._never_lower(("executing_s", name, thread), seconds))
-        yield summary
+        summaries = (  # metric, help, the key its values are kept never lower under, (group, thread, count, seconds)
+            (
+                "acker_bolt_execute_seconds",
+                "Time a bolt spent on its inputs, the one in hand included: from reading one's headers to its "
+                "function's return (basic bolts: to its children and ack sent)",
+                "execute",
+                executing,
+            ),
+            ("acker_bolt_process_seconds", "Time from a bolt taking an input to its ack (acked inputs)", "process",
+             processing),
+        )  # fmt: skip
+        for metric, doc, key, rows in summaries:
+            summary = SummaryMetricFamily(metric, doc, labels=["stage", "thread"])
+            with self._lock:
+                for name, thread, inputs, seconds in rows:
+                    count = int(self._never_lower((key, name, thread), inputs))  # counts of inputs: ints
+                    total = self._never_lower((key + "_s", name, thread), seconds)
+                    summary.add_metric([name, thread], count, total)
+            yield summary
 
     def _never_lower(self, key: tuple[str, ...], value: float) -> float:
         """``value``, or what ``key`` was exported at before if that is more (called with the lock held)."""

@@ -837,6 +837,10 @@ def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceCon
     assert {thread for (_, stage, thread) in executed if stage == split_group} == {"0", "1"}  # each bolt its own
     assert executed[("count", split_group, "0")] + executed[("count", split_group, "1")] == 3  # the inputs processed
     assert 0 < executed[("sum", split_group, "0")] + executed[("sum", split_group, "1")] < 60
+    processed = {(s.name.rsplit("_", 1)[1], s.labels["stage"], s.labels["thread"]): s.value
+                 for s in families["acker_bolt_process_seconds"].samples}  # fmt: skip
+    assert processed[("count", split_group, "0")] + processed[("count", split_group, "1")] == 2  # the inputs acked
+    assert 0 < processed[("sum", split_group, "0")] + processed[("sum", split_group, "1")] < 60
 
 
 def test_an_untracked_spout_fails_a_record_it_cannot_take_rather_than_drop_it(

@@ -347,7 +347,7 @@ def test_a_producer_that_takes_no_more_records_stops_the_bolt_instead_of_failing
     bolt.counters, bolt._ids, bolt._produce_child = Counter(), IdGenerator(), producing
     record = SimpleNamespace(headers=lambda: None, value=lambda: b"v", key=lambda: None, timestamp=lambda: (0, 0))
     with pytest.raises(KafkaClientError):
-        bolt._handle(record, "in", 0, 3)
+        bolt._handle(record, "in", 0, 3, 0.0)
     assert bolt._collector.failed == [] and bolt.counters["errors"] == 0
 
 
@@ -361,7 +361,7 @@ def test_inputs_processed_before_their_partition_was_lost_are_passed_over_when_i
     monkeypatch.setattr(bolt_module, "time", clock)
     handled: list[int] = []
     bolt = _explicit(None)
-    bolt._handle = lambda _record, _topic, _partition, offset: handled.append(offset)
+    bolt._handle = lambda _record, _topic, _partition, offset, _taken_at: handled.append(offset)
     bolt._on_lost(None, [TopicPartition("in", 0), TopicPartition("in", 1)])  # processed up to 4 and 6 (_explicit)
     for offset in (2, 3, 4, 5):  # partition 0 back, from its commit at 2
         bolt._process(Message(topic="in", partition=0, offset=offset))

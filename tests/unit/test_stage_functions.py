@@ -56,7 +56,7 @@ def _processing_bolt(producer: Producer, function: Any, acker_partitions: int = 
         IdGenerator(5),
         {},
     )
-    bolt._lost_at, bolt._outputs, bolt.execute_s = {}, _named("words"), 0.0
+    bolt._lost_at, bolt._outputs, bolt.execute_s, bolt.process_s, bolt.process_count = {}, _named("words"), 0.0, 0.0, 0
     bolt.group, bolt.acker = "split", AckerClient(producer, "acker", acker_partitions, linger_s=60)
     bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
     return bolt
@@ -236,6 +236,42 @@ def test_a_bolt_counts_the_time_its_function_takes_while_it_runs_and_once_it_ret
     root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
     bolt._process(Message(topic="split", partition=0, offset=4, value=b"a b", headers=with_ids(None, root)))
     assert seen_busy[0] >= 0.02 and bolt.execute_s >= seen_busy[0] and bolt.busy_s() == bolt.execute_s
+
+
+def test_a_bolt_times_each_input_from_taking_it_to_its_ack_and_not_a_failed_one(producer: Producer) -> None:
+    """Storm's process latency (`acker.stage_metrics`): an explicit bolt that holds an input (a join waiting for its
+    other side) acks it long after its function returned; the time until the ack counts, the wait for input between
+    the two does not count as executing. A basic bolt acks as its function returns: within its execute time."""
+    held: list[tuple[BoltInput, Any]] = []
+
+    def hold_first(message: BoltInput, collector: Any) -> None:
+        if message.offset == 4:
+            held.append((message, collector))
+        elif message.offset == 5:
+            collector.fail(message)
+        else:
+            time.sleep(0.01)
+            collector.ack(held[0][0])
+            collector.ack(message)
+
+    bolt = _processing_bolt(producer, hold_first, basic=False)
+    for offset in (4, 5):
+        root = SpoutTree("s", f"src/0/{offset}", IdGenerator(offset)).emit()
+        bolt._process(Message(topic="split", partition=0, offset=offset, value=b"a", headers=with_ids(None, root)))
+    assert (bolt.process_count, bolt.process_s) == (0, 0.0)  # one held, one failed
+    time.sleep(0.2)
+    root = SpoutTree("s", "src/0/6", IdGenerator(6)).emit()
+    bolt._process(Message(topic="split", partition=0, offset=6, value=b"a", headers=with_ids(None, root)))
+    assert bolt.process_count == 2 and bolt.counters["acked"] == 2 and bolt.counters["failed"] == 1
+    assert bolt.process_s >= 0.21 + 0.01 and bolt.execute_s < 0.2  # the held input's 210 ms and more, the last's 10
+
+    def split(message: BoltInput, collector: BasicCollector) -> None:
+        time.sleep(0.01)
+
+    basic = _processing_bolt(producer, split)
+    root = SpoutTree("s", "src/0/7", IdGenerator(7)).emit()
+    basic._process(Message(topic="split", partition=0, offset=7, value=b"a", headers=with_ids(None, root)))
+    assert basic.process_count == 1 and 0.01 <= basic.process_s <= basic.execute_s
 
 
 def test_a_basic_bolt_takes_every_child_the_producer_takes() -> None:

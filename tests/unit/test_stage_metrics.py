@@ -43,9 +43,10 @@ def _spout(name: str, counters: dict[str, int], pending: int, paused: bool) -> S
     return spout  # type: ignore[no-any-return]
 
 
-def _bolt(group: str, counters: dict[str, int], execute_s: float = 0.0) -> Bolt:
+def _bolt(group: str, counters: dict[str, int], execute_s: float = 0.0, process: tuple[int, float] = (0, 0.0)) -> Bolt:
     bolt: Any = Bolt.__new__(Bolt)
     bolt.group, bolt.counters, bolt.execute_s, bolt._executing_since = group, Counter(counters), execute_s, None
+    bolt.process_count, bolt.process_s = process
     return bolt  # type: ignore[no-any-return]
 
 
@@ -66,8 +67,8 @@ def _scraped(*collectors: Any) -> dict[str, list[Any]]:
 def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trouble_from_zero() -> None:
     stages: list[Stage] = [
         _spout("orders", {"read": 5, "acked": 4, "held": 1}, pending=1, paused=True),
-        _bolt("split", {"processed": 3, "errors": 1}, execute_s=0.25),
-        _bolt("split", {"processed": 4}, execute_s=0.5),
+        _bolt("split", {"processed": 3, "errors": 1}, execute_s=0.25, process=(2, 0.75)),
+        _bolt("split", {"processed": 4}, execute_s=0.5, process=(4, 0.5)),
         _bolt("count", {}),
     ]
     samples = _scraped(StageCollector(stages))
@@ -87,6 +88,12 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
                 for s in samples["acker_bolt_execute_seconds"]}  # fmt: skip
     assert executed == {
         ("count", "split", "0"): 3, ("sum", "split", "0"): 0.25, ("count", "split", "1"): 4, ("sum", "split", "1"): 0.5,
+        ("count", "count", "0"): 0, ("sum", "count", "0"): 0,
+    }  # fmt: skip
+    processed = {(s.name.rsplit("_", 1)[1], s.labels["stage"], s.labels["thread"]): s.value
+                 for s in samples["acker_bolt_process_seconds"]}  # fmt: skip
+    assert processed == {
+        ("count", "split", "0"): 2, ("sum", "split", "0"): 0.75, ("count", "split", "1"): 4, ("sum", "split", "1"): 0.5,
         ("count", "count", "0"): 0, ("sum", "count", "0"): 0,
     }  # fmt: skip
 
