@@ -31,7 +31,9 @@ input's partner among them, and the held input is never settled here: its tree t
 function which partitions go, before their offsets are committed, so that it fails what it holds of them: their
 trees are nacked at once, and their source records replayed (after the replay job's backoff) to the new owner
 rather than after the timeout (the join example does so). Partitions lost (this process was taken for dead) are
-not told: the new owner may already be settling what this one holds.
+not told: the new owner may already be settling what this one holds. ``on_tick`` (Storm's tick tuples) calls the
+function's timer every ``tick_s`` with the collector, also while no input comes: what it holds until something
+happens (a batch written in bulk, a window that closes, a side held too long) is settled on time on a quiet input.
 
 Acks are combined (one per root per input: the input's edge XOR its children's edges) and batched per acker
 partition with a short linger (`AckerClient`). An input without a valid anchor header is processed as unanchored
@@ -202,6 +204,9 @@ LostFunction = Callable[[set[tuple[str, int]]], None]
 # These (topic, partition) pairs came to this process (`Bolt`'s on_assign), called inside the consumer's callback,
 # before any of their inputs: for bookkeeping only (no Kafka call on the bolt's consumer from there).
 AssignFunction = Callable[[set[tuple[str, int]]], None]
+# Called every ``tick_s`` in the bolt's thread, between inputs and while none come (`Bolt`'s on_tick, Storm's tick
+# tuples): for an explicit bolt to settle what it holds on time (a batch written in bulk, a window closed).
+TickFunction = Callable[[Collector], None]
 
 
 def _where(partitions: list[TopicPartition]) -> str:
@@ -223,6 +228,8 @@ class Bolt:
         on_lost: LostFunction | None = None,
         on_assign: AssignFunction | None = None,
         output_topics: Iterable[str] = (),
+        on_tick: TickFunction | None = None,
+        tick_s: float = 1.0,
     ) -> None:
         """``output_topics``: the topics the function emits or writes to, so that the producers' record batches fit
         the smallest ``max.message.bytes`` among them (`fitted_batch_size`): the broker refuses a batch larger than
@@ -237,14 +244,24 @@ class Bolt:
         called for partitions lost (`_on_lost`), which ``on_lost`` is told of (without a collector: nothing may be
         settled of them), for a function that keeps what it knows per partition. ``on_assign`` is told which input
         partitions came here, before their first input (the word count reads the counts its new partitions' words
-        were last written with once for all of them, not once per partition)."""
-        if on_revoke is not None and basic:
-            raise ValueError("on_revoke is for explicit bolts (basic=False): a basic bolt holds no input")
+        were last written with once for all of them, not once per partition).
+
+        ``on_tick`` (explicit bolts; Storm's tick tuples) is called with the collector every ``tick_s`` seconds in the
+        bolt's thread, between inputs and while none come: a bolt that holds inputs until something happens (a batch
+        written to a database in bulk, then acked; a window closed) settles them on time when its input goes quiet,
+        rather than at its next input or after their trees timed out. An exception from it is counted as the
+        function's (``errors``); the bolt goes on. Its time counts as executing (`busy_s`), its inputs' work."""
+        if basic and (on_revoke is not None or on_tick is not None):
+            raise ValueError("on_revoke and on_tick are for explicit bolts (basic=False): a basic bolt holds no input")
+        if not tick_s > 0:
+            raise ValueError(f"tick_s must be above 0, not {tick_s!r}")
         self.config, self.input_topic, self.group = config, input_topic, group
         self._function = function
         self._revoked = on_revoke
         self._lost = on_lost
         self._assigned = on_assign
+        self._ticked, self.tick_s = on_tick, tick_s
+        self._next_tick = time.monotonic() + tick_s
         self.basic = basic
         self.commit_interval_s = commit_interval_s
         self._ids = ids or IdGenerator()
@@ -317,16 +334,36 @@ class Bolt:
         # Not waiting longer for input than acks (or records written out, whose delivery acks them) linger.
         timeout_s = self.acker.input_wait(timeout_s, waiting=self._sink is not None and len(self._sink) > 0)
         records = consume_available(self.consumer, 500, timeout_s)
+        ticked = self._ticked
         for record in records:
             if readable(record, log, "consumer"):
                 self._process(record)
             if self.acker.poll_due():  # a slow function: acks go out at their linger, not after the whole batch
                 self._poll_sink()
+            if ticked is not None and time.monotonic() >= self._next_tick:  # on time, not after the whole batch
+                self._tick(ticked)
         self._poll_sink()
+        if ticked is not None and time.monotonic() >= self._next_tick:
+            self._tick(ticked)
         self.acker.poll()
         if time.monotonic() >= self._next_commit:
             self._commit()
         return len(records)
+
+    def _tick(self, function: TickFunction) -> None:
+        """Call ``on_tick``, timed as the inputs are; the next tick is ``tick_s`` after this one began (a tick that
+        takes longer than that is followed at once, never by a burst of those missed)."""
+        started = self._executing_since = time.perf_counter()
+        self._next_tick = time.monotonic() + self.tick_s
+        try:
+            function(self._collector)
+        except (ProtocolError, ProducerFailedError):  # a bug in the function, a producer that takes no more: it stops
+            raise
+        except Exception as error:
+            self._raised_in("tick", error)
+        finally:
+            self.execute_s += time.perf_counter() - started
+            self._executing_since = None
 
     def _poll_sink(self) -> None:
         if self._sink is not None:

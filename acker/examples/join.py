@@ -7,8 +7,9 @@
 The join bolt (explicit API) holds the first message of an order until the other side arrives, then emits one
 "paid" message anchored to *both* inputs and acks both. The joined message is in two trees at once, so its fate is
 both source records' fate: the check bolt fails a payment that does not cover the order, and both the order and
-the payment are nacked ``failed`` (and would be replayed). A side whose partner never comes is never acked: its
-tree times out, which is how a join tells "nothing matched in time" (Storm's joins behave the same way).
+the payment are nacked ``failed`` (and would be replayed). A side whose partner never comes is never acked: the join
+fails it once it has waited ``hold_s`` (below), saying so ("held too long for its partner"), which is how it tells
+"nothing matched in time" (Storm's SingleJoinBolt lets such a tree time out, without a reason).
 
 What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for at-least-once input:
 
@@ -21,8 +22,10 @@ What the join holds is Storm's SingleJoinBolt's ``TimeCacheMap``, made exact for
   A different record under the same key and side is failed (after its replays the replay job dead-letters it, where
   a person can look at it).
 - **Never a tree that may have expired.** A held side is failed and forgotten once its tree may have timed out
-  (found so when the join next looks at it, or by the housekeeping at each message): ``hold_s`` (80 % of the
-  message timeout) after its spout wrote it, which is before its tree opened at the acker.
+  (found so when the join next looks at it, or by the housekeeping at each message and at each of the bolt's ticks,
+  `Join.tick`: also while no message comes): ``hold_s`` (80 % of the message timeout) after its spout wrote it,
+  which is before its tree opened at the acker. The ticks come well within the rest of the timeout (every 5 % of
+  it), so that a side is failed, with its reason, before its tree could expire.
   Joined with a partner after that, the pair's fates would part: the partner acked, the held side nacked
   ``timeout`` and replayed to a join whose partner was used already, at every attempt until it is dead-lettered.
 
@@ -135,6 +138,11 @@ class Join:
         self.joined[key] = (now_ms, values)
         self._emit(key, merged, [*others, message], collector)
 
+    def tick(self, collector: Outputs) -> None:
+        """The bolt's ``on_tick``: the housekeeping, while no message comes too (a side held on a quiet input would
+        otherwise wait for the next message, or time out at the acker without a reason)."""
+        self._housekeeping(time.time() * 1000, collector)
+
     def revoked(self, partitions: set[tuple[str, int]], collector: Outputs) -> None:
         """The bolt's ``on_revoke``: sides held from ``partitions``, which another join process reads from now on,
         are failed, so that their records are replayed to it; held here, they would wait for a partner that goes to
@@ -230,7 +238,17 @@ def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[st
         AckerService(config),
         Spout(config, SpoutSettings("orders", orders, to_join, group=f"{prefix}-orders"), emit_order),
         Spout(config, SpoutSettings("payments", payments, to_join, group=f"{prefix}-payments"), emit_payment),
-        Bolt(config, to_join, f"{prefix}-join", join, basic=False, on_revoke=join.revoked, output_topics=[paid]),
+        Bolt(
+            config,
+            to_join,
+            f"{prefix}-join",
+            join,
+            basic=False,
+            on_revoke=join.revoked,
+            on_tick=join.tick,
+            tick_s=0.05 * timeout_s,
+            output_topics=[paid],
+        ),
         Bolt(config, paid, f"{prefix}-check", check),
     ]
     polls = [follow_outcomes(config, spout) for spout in ("orders", "payments")]

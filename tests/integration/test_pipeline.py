@@ -544,12 +544,13 @@ def test_invalid_or_unreadable_anchor_headers_are_processed_as_unanchored(
 
 
 def test_the_join_example_runs_and_gives_each_record_its_fate(bootstrap: str) -> None:
-    outcomes = join_example.run(bootstrap, timeout_s=3.0)
+    # The join fails o3 at 80 % of the timeout, 1 s before its tree may expire: room for a loaded machine.
+    outcomes = join_example.run(bootstrap, timeout_s=5.0)
     by_row = {msg_id.split(".", 1)[1]: outcome for msg_id, outcome in outcomes.items()}
     assert by_row == {
         "orders/0/0": "ACK",  # o1, paid in full
         "orders/0/1": "FAILED",  # o2, underpaid: the check bolt fails the joined message, hence both trees
-        "orders/0/2": "TIMEOUT",  # o3, never paid: its tree is never acked
+        "orders/0/2": "FAILED",  # o3, never paid: failed by the join's tick once held hold_s, before its timeout
         "payments/0/0": "ACK",
         "payments/0/1": "FAILED",
     }

@@ -272,7 +272,7 @@ def test_a_bolt_sends_its_acks_at_their_linger_while_it_works_through_a_batch_of
     monkeypatch.setattr(acker_client, "time", clock)
     producer = _Counting({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
     bolt: Any = Bolt.__new__(Bolt)
-    bolt.consumer, bolt._sink, bolt._next_commit = _Records(10), None, float("inf")
+    bolt.consumer, bolt._sink, bolt._next_commit, bolt._ticked = _Records(10), None, float("inf"), None
     bolt.acker = AckerClient(producer, "acker", 1, linger_s=0.015)
     queued: list[int] = []
 
@@ -290,6 +290,57 @@ def test_a_bolt_sends_its_acks_at_their_linger_while_it_works_through_a_batch_of
         assert bolt.consumer.waits == [0.015]
     finally:
         producer.purge()
+
+
+def test_an_explicit_bolt_is_ticked_on_time_through_a_batch_of_slow_inputs_and_while_none_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Storm's tick tuples (`Bolt`'s on_tick): every ``tick_s``, between the inputs of a batch that takes longer
+    (not once it is done) and while no input comes, never a burst for the ticks a long batch passed; an exception
+    from it is counted as the function's and the bolt goes on; a `ProtocolError` (acking an input twice) stops it."""
+    clock = _Clock()
+    monkeypatch.setattr(bolt_module, "time", clock)
+    monkeypatch.setattr(acker_client, "time", clock)
+    producer = _Counting({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.consumer, bolt._sink, bolt._next_commit = _Records(10), None, float("inf")
+    bolt.acker, bolt.counters, bolt.execute_s, bolt._collector = AckerClient(producer, "acker", 1), Counter(), 0.0, 7
+    bolt._trouble = TroubleReport(logging.getLogger("t"), "b", ("errors",))
+    ticks: list[tuple[float, object]] = []
+    raising: list[Exception] = []
+
+    def tick(collector: object) -> None:
+        ticks.append((clock.now, collector))
+        clock.now += 0.05  # the tick's own work
+        if raising:
+            raise raising.pop()
+
+    def process(_record: object) -> None:  # 0.3 s an input
+        clock.now += 0.3
+
+    bolt._process, bolt._ticked, bolt.tick_s, bolt._next_tick = process, tick, 1.0, 1.0
+    try:
+        bolt.step(0.1)  # 10 inputs: 3 s
+        assert [round(at, 2) for at, _ in ticks] == [1.2, 2.45] and {c for _, c in ticks} == {7}
+        assert bolt.execute_s == pytest.approx(0.1)  # the ticks' time (the inputs' is `_process`'s, replaced here)
+        clock.now = 10.0  # an input that went quiet: ticked at its next wait, once
+        raising.append(ValueError("the database is down"))
+        bolt.step(0.1)
+        assert [round(at, 2) for at, _ in ticks][2:] == [10.0] and bolt.counters["errors"] == 1
+        bolt.step(0.1)  # 10.05: not yet
+        assert len(ticks) == 3
+        clock.now, raising[:] = 11.0, [ProtocolError("acked twice")]
+        with pytest.raises(ProtocolError):
+            bolt.step(0.1)
+    finally:
+        producer.purge()
+
+
+def test_a_basic_bolt_refuses_a_tick_and_a_tick_needs_a_period() -> None:
+    with pytest.raises(ValueError, match="on_revoke and on_tick are for explicit bolts"):
+        Bolt(ServiceConfig(), "in", "g", lambda _m, _c: None, on_tick=lambda _c: None)
+    with pytest.raises(ValueError, match="tick_s must be above 0"):
+        Bolt(ServiceConfig(), "in", "g", lambda _m, _c: None, basic=False, on_tick=lambda _c: None, tick_s=0)
 
 
 def test_the_first_record_written_through_the_sink_producer_comes_after_those_written_through_the_stages(

@@ -235,3 +235,17 @@ def test_a_side_that_cannot_be_merged_fails_its_input_only_and_its_partner_stays
     assert (b"o1", b"order") in join.waiting and b"o1" not in join.joined
     join(message(2, b"payment", PAYMENT), collector)
     assert collector.calls == [("emit", ({"order": "o1", "amount": 30, "paid": 30}, [0, 2])), ("ack", 0), ("ack", 2)]
+
+
+def test_a_side_held_too_long_is_failed_at_a_tick_while_no_message_comes() -> None:
+    """On a quiet input the housekeeping at each message never ran: the side waited until its tree timed out at the
+    acker, nacked ``timeout`` without a reason. The bolt's tick fails it once held ``hold_s``, saying why."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    join(message(0, b"order", ORDER, age_s=HOLD_S - 1), collector)
+    join(message(1, b"order", {"order": "o2", "amount": 5}), collector)
+    join.tick(collector)
+    assert collector.calls == []  # fresh, both
+    held = join.waiting[(b"o1", b"order")]
+    held[0] = replace(held[0], timestamp_ms=(held[0].timestamp_ms or 0) - 1000)  # one second later, for the first
+    join.tick(collector)
+    assert collector.calls == [("fail", 0)] and list(join.waiting) == [(b"o2", b"order")]
