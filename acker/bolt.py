@@ -47,7 +47,9 @@ the consumer's position, which is past every record of the batch being processed
 successor processes the rest. The guarantee comes from the tree, not from these commits: on a crash, inputs that were
 read but not acked (or whose acks were not delivered) are processed again by the successor, and their trees complete
 unless children of the first processing got out without its ack (their edges stay in the word): those trees time
-out, and the spout's records are replayed. A child that cannot be delivered fails its trees, and so does a batch of
+out, and the spout's records are replayed. Inputs an explicit bolt holds past its function's return (a join's side,
+a batch not yet written) are committed all the same: after a crash they are not read again, and their trees time
+out. A child that cannot be delivered fails its trees, and so does a batch of
 acks that cannot be delivered (librdkafka has retried it): those trees could not complete.
 """
 
@@ -333,8 +335,10 @@ class Bolt:
     def step(self, timeout_s: float) -> int:
         # Not waiting longer for input than acks (or records written out, whose delivery acks them) linger.
         timeout_s = self.acker.input_wait(timeout_s, waiting=self._sink is not None and len(self._sink) > 0)
-        records = consume_available(self.consumer, 500, timeout_s)
         ticked = self._ticked
+        if ticked is not None:  # nor longer than the next tick
+            timeout_s = min(timeout_s, max(0.0, self._next_tick - time.monotonic()))
+        records = consume_available(self.consumer, 500, timeout_s)
         for record in records:
             if readable(record, log, "consumer"):
                 self._process(record)

@@ -19,8 +19,10 @@ count as they did. Exported:
   tree to reading its ``ACK`` (the acker's ``acker_complete_latency_seconds`` ends where the tree completed, before
   its outcome is written and read).
 - ``acker_bolt_execute_seconds{stage, thread}``: a summary (``_count``, ``_sum``) of the time each bolt spent on its
-  inputs, the input in hand included (`Bolt.busy_s`: a function that hangs shows), ``thread`` the bolt's place among
-  the bolts of its group in this process (each runs in its own thread), in the order added. ``rate(_sum)`` is Storm's
+  inputs (and its ticks, `Bolt`'s ``on_tick``: a bolt that writes in bulk at its ticks counts that work, its inputs'
+  work, over its inputs), the input in hand included (`Bolt.busy_s`: a function that hangs shows), ``thread`` the
+  bolt's place among the bolts of its group in this process (each runs in its own thread), in the order added.
+  ``rate(_sum)`` is Storm's
   capacity of that bolt, the share of the time it is busy (near 1, it holds the pipeline back: with partitions or
   keys spread unevenly, one thread of a group may be, the others idle); ``rate(_sum) / rate(_count)`` summed over a
   group is Storm's execute latency.
@@ -165,7 +167,7 @@ class StageCollector(Collector):
             (
                 "acker_bolt_execute_seconds",
                 "Time a bolt spent on its inputs, the one in hand included: from reading one's headers to its "
-                "function's return (basic bolts: to its children and ack sent)",
+                "function's return (basic bolts: to its children and ack sent), and on its ticks (on_tick)",
                 "execute",
                 executing,
             ),

@@ -139,9 +139,13 @@ class Join:
         self._emit(key, merged, [*others, message], collector)
 
     def tick(self, collector: Outputs) -> None:
-        """The bolt's ``on_tick``: the housekeeping, while no message comes too (a side held on a quiet input would
-        otherwise wait for the next message, or time out at the acker without a reason)."""
-        self._housekeeping(time.time() * 1000, collector)
+        """The bolt's ``on_tick``: every side held is looked at (a side may have arrived after a fresher one, from a
+        partition or spout behind the others, and the housekeeping at each message stops at the first still fresh),
+        so that each is failed within a tick of ``hold_s``, while no message comes too; old joins are forgotten."""
+        now_ms = time.time() * 1000
+        for key in list(self.waiting):
+            self._held(key, now_ms, collector)
+        self._housekeeping(now_ms, collector)
 
     def revoked(self, partitions: set[tuple[str, int]], collector: Outputs) -> None:
         """The bolt's ``on_revoke``: sides held from ``partitions``, which another join process reads from now on,

@@ -602,6 +602,60 @@ def test_a_join_fails_the_sides_it_holds_from_a_partition_a_rebalance_takes_away
     assert not second_join.waiting  # every side was read once, by the first: it committed them as it let them go
 
 
+class BulkWriter:
+    """docs/write-your-own-bolt.md's bulk writer (section 2), writing to a list: rows held until ``size`` of them or
+    until the oldest has waited ``wait_s``, then written at once and their inputs acked."""
+
+    def __init__(self, table: list[bytes | None], size: int = 100, wait_s: float = 0.5) -> None:
+        self.table, self.size, self.wait_s = table, size, wait_s
+        self.held: list[BoltInput] = []
+        self.since = 0.0
+
+    def __call__(self, message: BoltInput, collector: Collector) -> None:
+        if not self.held:
+            self.since = time.monotonic()
+        self.held.append(message)
+        if len(self.held) >= self.size:
+            self.flush(collector)
+
+    def tick(self, collector: Collector) -> None:
+        if self.held and time.monotonic() - self.since >= self.wait_s:
+            self.flush(collector)
+
+    def revoked(self, _partitions: set[tuple[str, int]], collector: Collector) -> None:
+        self.flush(collector)
+
+    def flush(self, collector: Collector) -> None:
+        held, self.held = self.held, []
+        self.table.extend(m.value for m in held)
+        for message in held:
+            collector.ack(message)
+
+
+def test_an_explicit_bolt_settles_what_it_holds_at_its_ticks_while_no_input_comes(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """Three rows, and a bulk writer that writes 100 at once: without a tick they would wait for 97 more, until
+    their trees timed out (minutes here). Ticked, they are written within ``wait_s`` of the first, and acked."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: none can come within the test
+    table: list[bytes | None] = []
+    writer = BulkWriter(table)
+    spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
+    bolt = Bolt(config, topics.split, f"writer-{topics.prefix}", writer, basic=False, on_tick=writer.tick,
+                on_revoke=writer.revoked, tick_s=0.1)  # fmt: skip
+    stages = [ServiceThread(config), Running(spout), Running(bolt)]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        ids = _produce(config, topics.sentences, [b"row 1", b"row 2", b"row 3"])
+        reader.wait_for(ids, timeout_s=60)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: reader.seen[m] for m in ids} == {m: ["ACK"] for m in ids}
+    assert len(table) == 3 and set(table) == {b"row 1", b"row 2", b"row 3"} and bolt.counters["acked"] == 3
+    assert bolt.process_count == 3 and bolt.process_s >= writer.wait_s  # held until the tick's write, the first 0.5 s
+
+
 def test_a_data_message_the_broker_refuses_fails_its_tree_at_once(config: ServiceConfig, topics: Topics) -> None:
     """The topic ``small`` takes messages of at most 1 KB: the broker refuses a larger one for good, whether the
     spout emits it or a bolt (as a child). Its tree is failed (a `Fail` to the acker, nacked ``FAILED``) long

@@ -296,8 +296,9 @@ def test_an_explicit_bolt_is_ticked_on_time_through_a_batch_of_slow_inputs_and_w
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Storm's tick tuples (`Bolt`'s on_tick): every ``tick_s``, between the inputs of a batch that takes longer
-    (not once it is done) and while no input comes, never a burst for the ticks a long batch passed; an exception
-    from it is counted as the function's and the bolt goes on; a `ProtocolError` (acking an input twice) stops it."""
+    (not once it is done) and while no input comes (a wait for input ends at the next tick), never a burst for the
+    ticks a long batch passed; an exception from it is counted as the function's and the bolt goes on; a
+    `ProtocolError` (acking an input twice) stops it."""
     clock = _Clock()
     monkeypatch.setattr(bolt_module, "time", clock)
     monkeypatch.setattr(acker_client, "time", clock)
@@ -329,6 +330,9 @@ def test_an_explicit_bolt_is_ticked_on_time_through_a_batch_of_slow_inputs_and_w
         assert [round(at, 2) for at, _ in ticks][2:] == [10.0] and bolt.counters["errors"] == 1
         bolt.step(0.1)  # 10.05: not yet
         assert len(ticks) == 3
+        clock.now = 10.97  # a wait for input that ends at the next tick, not after it
+        bolt.step(0.1)
+        assert bolt.consumer.waits[-1] == pytest.approx(0.03) and len(ticks) == 3
         clock.now, raising[:] = 11.0, [ProtocolError("acked twice")]
         with pytest.raises(ProtocolError):
             bolt.step(0.1)

@@ -249,3 +249,16 @@ def test_a_side_held_too_long_is_failed_at_a_tick_while_no_message_comes() -> No
     held[0] = replace(held[0], timestamp_ms=(held[0].timestamp_ms or 0) - 1000)  # one second later, for the first
     join.tick(collector)
     assert collector.calls == [("fail", 0)] and list(join.waiting) == [(b"o2", b"order")]
+
+
+def test_a_side_that_arrived_after_a_fresher_one_is_failed_at_the_tick_all_the_same() -> None:
+    """Arrival order is not the order of the spouts' timestamps (a partition or a spout behind the others): the
+    housekeeping at each message stops at the first side still fresh, and the tick must not, or the older side
+    behind it waits until its tree times out."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    join(message(0, b"order", {"order": "fresh", "amount": 1}), collector)
+    join(message(1, b"order", {"order": "old", "amount": 1}, age_s=HOLD_S / 2), collector)  # written before
+    for copies in join.waiting.values():  # HOLD_S / 2 + 1 s later
+        copies[0] = replace(copies[0], timestamp_ms=(copies[0].timestamp_ms or 0) - int((HOLD_S / 2 + 1) * 1000))
+    join.tick(collector)
+    assert collector.calls == [("fail", 1)] and list(join.waiting) == [(b"fresh", b"order")]
