@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +72,7 @@ from acker.kafka.clients import (
 )
 from acker.kafka.lookups import lookups
 from acker.metrics import LatencyHistogram
-from acker.retries import MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN
+from acker.retries import DEAD_LETTERED, MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
 from acker.trouble import TroubleReport
@@ -153,6 +153,11 @@ OUTCOME_PARTITIONS_CHECK_S = 30.0
 # (an acker's outage: the spout stops at max_pending meanwhile), then is timed out all the same: were that partition's
 # outcomes lost for good (records nobody can read), the spout would otherwise stop for good.
 WAIT_TIMEOUTS = 4
+# The records told a nack (``on_outcome``) whose resolution by the replay job (``REPLAYED``, ``DEAD_LETTERED``) the
+# spout waits for, at most: the oldest forgotten first (a spout without a replay job would keep them all). About
+# 25 MB when full; the replay job resolves a nack within seconds, so a spout beside it keeps few.
+UNRESOLVED_KEPT = 100_000
+RESOLUTIONS = frozenset({REPLAYED, DEAD_LETTERED})
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:
@@ -216,6 +221,10 @@ DirectRow = tuple[str, int, str, int]  # an outcome the spout decides itself: (o
 
 
 class Spout:
+    _told_as: dict[str, str]  # msg_id of a pending replay -> the id on_outcome is told (its origin)
+    # msg_id told a nack -> the id it was told under, until the replay job's resolution of it is read (`_resolved`)
+    _unresolved: OrderedDict[str, str]
+
     def __init__(
         self,
         config: ServiceConfig,
@@ -229,18 +238,20 @@ class Spout:
         the spout's own ``FAILED`` for an init that could not be delivered), timed out by the spout itself
         (`_expire_pending`), or at once for a record that started no tree (``ACK``, or ``FAILED`` when its emit
         function raised). The id is the record's coordinates, and a replay's (a copy read from the replay topic) those
-        of the record it replays (its ``acker.replay.origin``): each attempt of a record is told under one id, the
-        last a ``FAILED``, ``TIMEOUT`` or ``OVERLOAD`` when the replay job then dead-letters it (which the spout does
-        not see). A record read again (a rebalance that gave its partition back) is told for its new tree only; an
-        outcome that comes after a spout's own timeout is not told, nor one of a tree pending when the spout stops
-        (whoever starts next reads the record again). What it does is not part of the guarantee: the Spark jobs
-        commit and replay from the outcome topic whatever it does; an exception from it is counted
-        (``on_outcome_errors``, said once a minute with the first) and the spout goes on."""
+        of the record it replays (its ``acker.replay.origin``): each attempt of a record is told under one id. When the
+        replay job dead-letters a record after its last attempt's nack, the spout process that told that nack is told
+        ``DEAD_LETTERED`` too (read from its outcome topic, where the job resolves each nack; of the last
+        `UNRESOLVED_KEPT` nacks told): the record's final outcome. A record read again (a rebalance that gave its
+        partition back) is told for its new tree only; an outcome that comes after a spout's own timeout is not told,
+        nor one of a tree pending when the spout stops (whoever starts next reads the record again). What it does is
+        not part of the guarantee: the Spark jobs commit and replay from the outcome topic whatever it does; an
+        exception from it is counted (``on_outcome_errors``, said once a minute with the first) and the spout goes
+        on."""
         check_spout_name(config, settings.name)
         self.config, self.settings = config, settings
         self._emit = emit or self._forward
         self._on_outcome = on_outcome
-        self._told_as: dict[str, str] = {}  # msg_id of a pending replay -> the id on_outcome is told (its origin)
+        self._told_as, self._unresolved = {}, OrderedDict()
         self._ids = ids or IdGenerator()
         self.pending: dict[str, int] = {}  # msg_id → anchor of the trees not finished yet
         # (give up at, msg_id, anchor) in the order the trees started: a deadline queue over `pending`.
@@ -574,6 +585,8 @@ class Spout:
                         acked_after.append(read_at - started)
                     self.counters["acked" if outcome == "ACK" else f"nacked_{outcome.lower()}"] += 1
                     self._tell(msg_id, outcome)
+                elif outcome in RESOLUTIONS and self._unresolved:
+                    self._resolved(msg_id, outcome)
             if acked_after:
                 self.complete_latency = self.complete_latency.observed(np.array(acked_after) * 1000)
         self._trouble.check(self.counters)
@@ -637,6 +650,21 @@ class Spout:
         if told is None:
             return
         told_as = self._told_as.pop(msg_id, msg_id)
+        if outcome != "ACK":  # the replay job replays it, or dead-letters it: its final outcome, told then
+            unresolved = self._unresolved
+            unresolved[msg_id] = told_as
+            if len(unresolved) > UNRESOLVED_KEPT:
+                unresolved.popitem(last=False)
+        self._say(told, told_as, outcome)
+
+    def _resolved(self, msg_id: str, resolution: str) -> None:
+        """The replay job's resolution of a nack told before: ``DEAD_LETTERED`` is told (the record's last attempt);
+        ``REPLAYED`` only ends the wait (its copy's outcome is told when it comes, under the same id)."""
+        told_as = self._unresolved.pop(msg_id, None)
+        if told_as is not None and resolution == DEAD_LETTERED and self._on_outcome is not None:
+            self._say(self._on_outcome, told_as, DEAD_LETTERED)
+
+    def _say(self, told: OutcomeFunction, told_as: str, outcome: str) -> None:
         try:
             told(told_as, outcome)
         except Exception as error:

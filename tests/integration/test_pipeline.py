@@ -37,7 +37,7 @@ from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import RESENDS, partition_lookup
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
 from acker.kafka.lookups import lookups
-from acker.retries import NOT_BEFORE, ORIGIN, REDRIVEN
+from acker.retries import DEAD_LETTERED, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED
 from acker.spout import INIT_ATTEMPTS, Emitter, Spout, SpoutSettings
 from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, serve_stages
 from acker.wire import encode_outcome_rows
@@ -469,6 +469,51 @@ def test_a_backlog_of_replays_leaves_the_source_read_at_every_step(config: Servi
         spout.close()
     last_source = max(i for i, topic in enumerate(read) if topic == topics.sentences)
     assert read[:last_source].count(replays) < 1500  # read beside the backlog, not after it
+
+
+def test_on_outcome_is_told_dead_lettered_when_the_replay_job_resolves_a_nack_it_was_told_so(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """A record failed downstream and a replay's copy failed: the spout tells each ``FAILED`` (the copy under its
+    origin's id), then, when the replay job writes its resolution to the outcome topic as it does (anchor 0, key
+    ``replay``), ``DEAD_LETTERED`` for the dead-lettered one (under the copy's origin) and nothing for the replayed
+    one, whose copy is told when its own outcome comes."""
+    config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
+    told: list[tuple[str, str]] = []
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}")
+    spout = Spout(config, settings, on_outcome=lambda msg_id, outcome: told.append((msg_id, outcome)))
+
+    def fail_all(message: BoltInput, _collector: Any) -> None:
+        raise ValueError("poison")
+
+    stages = [
+        ServiceThread(config),
+        Running(spout),
+        Running(Bolt(config, topics.split, f"b-{topics.prefix}", fail_all)),
+    ]
+    reader = OutcomeReader(config, [SPOUT])
+    producer = Producer(config.client())
+    try:
+        [replayed] = _produce(config, topics.sentences, [b"replayed"])
+        origin = f"{topics.sentences}/0/999"  # dead-lettered after this copy's nack
+        producer.produce(config.replay_topic(SPOUT), b"copy", partition=0, headers=[(ORIGIN, origin.encode())])
+        assert producer.flush(30) == 0
+        copy = f"{config.replay_topic(SPOUT)}/0/0"
+        reader.wait_for([replayed, copy], timeout_s=60)
+        deadline = time.monotonic() + 30  # the spout reads the outcomes too, maybe after the test's reader
+        while len(told) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(told) == sorted([(replayed, "FAILED"), (origin, "FAILED")])
+        rows = [(REPLAYED, 0, replayed, 0), (DEAD_LETTERED, 0, copy, 0)]
+        producer.produce(config.outcome_topic(SPOUT), encode_outcome_rows(SPOUT, rows), key=b"replay", partition=0)
+        assert producer.flush(30) == 0
+        while len(told) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # nothing more comes
+    finally:
+        _stop(stages)
+        reader.close()
+    assert told[2:] == [(origin, DEAD_LETTERED)]
 
 
 @pytest.mark.parametrize("rebalancing", ["cooperative-sticky", "group.protocol=consumer"])

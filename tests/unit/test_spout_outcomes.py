@@ -4,7 +4,7 @@ outcome consumer's settings."""
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from acker import fail_reasons
+from acker import spout as spout_module
 from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
@@ -43,6 +44,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
     spout._told_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("on_outcome_errors",))
     spout.complete_latency, spout._on_outcome, spout._told_as = LatencyHistogram(), None, {}
+    spout._unresolved = OrderedDict()
     return spout
 
 
@@ -113,6 +115,32 @@ def test_on_outcome_is_told_each_pending_trees_outcome_once_its_own_timeouts_too
     spout._told_trouble.check(spout.counters)
     said = [r.getMessage() for r in caplog.records if "on outcome errors" in r.getMessage()]
     assert len(said) == 1 and "t/0/3 (FAILED)" in said[0] and "the caller is gone" in said[0], said
+
+
+def test_on_outcome_is_told_dead_lettered_when_the_replay_job_gives_up_on_a_record_it_was_told_a_nack_of(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replay job resolves each nack in the outcome topic (anchor 0): ``REPLAYED`` (the copy's outcome is told
+    when it comes, under the same id) or ``DEAD_LETTERED``, the record's final outcome, told under the id its nack
+    was told under (a replay's origin). A resolution of a nack told elsewhere, or forgotten, is not told; at most
+    `UNRESOLVED_KEPT` nacks wait for theirs."""
+    monkeypatch.setattr(spout_module, "UNRESOLVED_KEPT", 2)
+    rows = [("FAILED", 5, "t/0/1", 5), ("TIMEOUT", 6, "r/0/7", 5), ("OVERLOAD", 7, "t/0/3", 5), ("ACK", 8, "t/0/4", 5)]
+    told: list[tuple[str, str]] = []
+    spout = _spout(_Outcomes(encode_outcome_rows("s", rows, acker_partition=0)))
+    spout._on_outcome = lambda msg_id, outcome: told.append((msg_id, outcome))
+    for anchor, (_, _, msg_id, _) in enumerate(rows, start=5):
+        _pending(spout, msg_id, anchor, 0.0)
+    spout._told_as["r/0/7"] = "t/0/2"  # a replay of t/0/2
+    spout._read_outcomes()
+    assert told == [("t/0/1", "FAILED"), ("t/0/2", "TIMEOUT"), ("t/0/3", "OVERLOAD"), ("t/0/4", "ACK")]
+    assert list(spout._unresolved) == ["r/0/7", "t/0/3"]  # t/0/1 forgotten (2 kept here), t/0/4 acked
+    resolutions = [("DEAD_LETTERED", 0, "t/0/1", 0), ("DEAD_LETTERED", 0, "r/0/7", 0), ("REPLAYED", 0, "t/0/3", 0),
+                   ("DEAD_LETTERED", 0, "t/0/9", 0)]  # fmt: skip
+    spout.outcomes.values.append(encode_outcome_rows("s", resolutions))
+    spout._read_outcomes()
+    assert told[4:] == [("t/0/2", "DEAD_LETTERED")] and not spout._unresolved
+    assert spout.pending == {} and spout.counters["acked"] == 1  # resolutions count nothing
 
 
 def test_an_init_reported_undelivered_after_its_tree_was_decided_is_neither_sent_again_nor_failed() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,7 +39,7 @@ def _starting_spout(producer: Producer, emit: Any, acker_partitions: int = 1, *,
     """A spout with only what starting a tree needs (`Spout._start`), writing to ``out``."""
     spout: Any = Spout.__new__(Spout)
     spout.settings, spout._emit = SpoutSettings("s", "src", "out", tracked=tracked), emit
-    spout._ids, spout._on_outcome, spout._told_as = IdGenerator(3), None, {}
+    spout._ids, spout._on_outcome, spout._told_as, spout._unresolved = IdGenerator(3), None, {}, OrderedDict()
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", acker_partitions, linger_s=60)
     spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
