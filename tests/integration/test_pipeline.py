@@ -220,7 +220,11 @@ def test_spout_resumes_at_the_watermark_and_honours_max_pending(config: ServiceC
     for _ in range(10):  # then it reads no more
         spout.step(0.1)
     assert len(spout.pending) == 5 and spout.counters["read"] == 5 and spout.counters["pauses"] == 1
-    assert all(int(m.rsplit("/", 1)[1]) >= marks[int(m.split("/")[1])] for m in spout.pending)  # not the beginning
+    started: dict[int, int] = {}  # partition -> the first offset read there
+    for m in spout.pending:
+        partition, offset = int(m.split("/")[1]), int(m.rsplit("/", 1)[1])
+        started[partition] = min(offset, started.get(partition, offset))
+    assert started and all(offset == marks[p] for p, offset in started.items())  # at the watermark, not past it
     spout.close()
 
 
@@ -469,6 +473,30 @@ def test_a_backlog_of_replays_leaves_the_source_read_at_every_step(config: Servi
         spout.close()
     last_source = max(i for i, topic in enumerate(read) if topic == topics.sentences)
     assert read[:last_source].count(replays) < 1500  # read beside the backlog, not after it
+
+
+def test_a_spout_reset_to_latest_reads_its_replay_topic_from_its_first_record(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """``reset="latest"`` starts a source partition without a watermark at its end (records written before are not
+    read), never the replay topic: each copy there stands for a record whose outcome is already ``REPLAYED``, past
+    which the watermark has moved, so a copy skipped is a record lost."""
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", reset="latest")
+    [before] = _produce(config, topics.sentences, [b"written before the spout started"])
+    spout = Spout(config, settings)  # which creates its replay topic
+    producer = Producer(config.client())
+    producer.produce(config.replay_topic(SPOUT), b"copy", partition=0, headers=[(ORIGIN, before.encode())])
+    assert producer.flush(30) == 0
+    copy = f"{config.replay_topic(SPOUT)}/0/0"
+    try:
+        deadline = time.monotonic() + 60
+        while copy not in spout.pending and time.monotonic() < deadline:
+            spout.step(0.1)
+        for _ in range(10):
+            spout.step(0.1)
+    finally:
+        spout.close()
+    assert list(spout.pending) == [copy] and spout.counters["read"] == 1  # the copy, not the source's old record
 
 
 def test_on_outcome_is_told_dead_lettered_when_the_replay_job_resolves_a_nack_it_was_told_so(

@@ -57,9 +57,24 @@ def test_a_missing_file_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp
 
 
 def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`acker replay` decides each tree as a service run with the same options did: an operator replays an incident
+    with them (a run that dropped them decided nothing here, and passed)."""
     path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(LINES[4:6]) + "\n")
-    assert main(["replay", "--buckets", "2", "--high-water", "1", "--relocate-on-update", str(path)]) == 0
+    path.write_text("\n".join([
+        '{"type":"init","anchor":11,"spout":"S","msg_id":"O","value":1}',
+        '{"type":"init","anchor":12,"spout":"S","msg_id":"P","value":1}',
+        '{"type":"tick"}',
+        '{"type":"ack","anchor":11,"value":2}',  # an update of O, not its completion
+        '{"type":"tick"}',
+    ]) + "\n")  # fmt: skip
+
+    def decided(*options: str) -> list[tuple[str, str]]:
+        assert main(["replay", "--buckets", "2", *options, str(path)]) == 0
+        return [(o["msg_id"], o.get("reason", "")) for o in map(json.loads, capsys.readouterr().out.splitlines())]
+
+    assert decided() == [("O", "timeout"), ("P", "timeout")]
+    assert decided("--high-water", "1") == [("P", "overload"), ("O", "timeout")]  # P came past the high-water mark
+    assert decided("--relocate-on-update") == [("P", "timeout")]  # O's update moved it to the newest bucket
     assert main(["replay", "--buckets", "1", str(path)]) == 2
     assert "buckets must be between 2 and" in capsys.readouterr().err
 

@@ -7,6 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from benchmarks import run_all
 from benchmarks.run_all import run_benchmark
 
 
@@ -39,3 +42,21 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_the_suite_fails_when_one_benchmark_fails_and_says_which(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scripts/test.sh` (CI) relies on the exit status: a benchmark that fails must fail the run."""
+    (tmp_path / "fine_bench.py").write_text("print('| ok |')\n")
+    (tmp_path / "broken_bench.py").write_text("raise SystemExit('cannot start')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(run_all, "SUITE", [("fine", "fine_bench", "passes"), ("broken", "broken_bench", "fails")])
+    monkeypatch.setattr("benchmarks.run_all.signal.signal", lambda *_: None)  # not in this process
+    report = tmp_path / "report.md"
+    monkeypatch.setattr(sys, "argv", ["run_all", "--output", str(report)])
+    assert run_all.main() == 1
+    assert "failed: broken" in capsys.readouterr().err and "| ok |" in report.read_text()
+    monkeypatch.setattr(run_all, "SUITE", [("fine", "fine_bench", "passes")])
+    assert run_all.main() == 0

@@ -20,10 +20,12 @@ def _stub(path: Path, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def _run(tmp_path: Path, failing: str) -> subprocess.CompletedProcess[str]:
-    """scripts/test.sh in a copy where ``failing`` (``ruff check``, ``ruff format``, ``mypy``, ``pytest``, or
-    ``pytest-empty``: no tests collected) fails and everything else passes."""
-    (tmp_path / "scripts").mkdir()
+def _run(
+    tmp_path: Path, failing: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """scripts/test.sh in a copy where ``failing`` (``ruff check``, ``ruff format``, ``mypy``, ``pytest``,
+    ``pytest-empty``: no tests collected, or ``benchmarks``: their quick runs) fails and everything else passes."""
+    (tmp_path / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     _stub(tmp_path / "scripts" / "setup.sh", "exit 0")
     bin_dir = tmp_path / ".venv" / "bin"
@@ -31,7 +33,9 @@ def _run(tmp_path: Path, failing: str) -> subprocess.CompletedProcess[str]:
     _stub(bin_dir / "ruff", f'[ "ruff $1" = "{failing}" ] && exit 1; exit 0')
     _stub(bin_dir / "mypy", f'[ "mypy" = "{failing}" ] && exit 1; exit 0')
     _stub(
-        bin_dir / "python", f'[ "pytest" = "{failing}" ] && exit 1; [ "pytest-empty" = "{failing}" ] && exit 5; exit 0'
+        bin_dir / "python",
+        f'if [ "$2" = pytest ]; then [ "pytest" = "{failing}" ] && exit 1; [ "pytest-empty" = "{failing}" ] && exit 5;'
+        f' exit 0; fi\n[ "$2" = benchmarks.run_all ] && [ "benchmarks" = "{failing}" ] && exit 1; exit 0',
     )
     tools = tmp_path / "tools"
     tools.mkdir()
@@ -39,12 +43,12 @@ def _run(tmp_path: Path, failing: str) -> subprocess.CompletedProcess[str]:
         _stub(tools / tool, "exit 0")
     path = f"{tools}:{os.environ['PATH']}"
     return subprocess.run(
-        ["bash", str(tmp_path / "scripts" / "test.sh")], capture_output=True, text=True, env={**os.environ,
-        "PATH": path}, stdin=subprocess.DEVNULL, check=False, timeout=60,
+        ["bash", str(tmp_path / "scripts" / "test.sh"), *args], capture_output=True, text=True, env={**os.environ,
+        "PATH": path, **(env or {})}, stdin=subprocess.DEVNULL, check=False, timeout=60,
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("failing", ["ruff check", "ruff format", "mypy", "pytest", "pytest-empty"])
+@pytest.mark.parametrize("failing", ["ruff check", "ruff format", "mypy", "pytest", "pytest-empty", "benchmarks"])
 def test_the_test_command_fails_when_any_check_fails(tmp_path: Path, failing: str) -> None:
     """A failing `ruff check`, first of an `a && b && c` list, did not stop the script under `set -e`: CI passed."""
     assert _run(tmp_path, failing).returncode != 0
@@ -52,3 +56,9 @@ def test_the_test_command_fails_when_any_check_fails(tmp_path: Path, failing: st
 
 def test_the_test_command_passes_when_every_check_passes(tmp_path: Path) -> None:
     assert _run(tmp_path, "nothing").returncode == 0
+
+
+def test_the_benchmarks_quick_runs_are_left_out_with_a_pytest_argument_or_when_told(tmp_path: Path) -> None:
+    """Arguments are for pytest (a part of the suite); ``ACKER_BENCH_SMOKE=0`` leaves the benchmarks out too."""
+    assert _run(tmp_path / "args", "benchmarks", "-m", "not integration").returncode == 0
+    assert _run(tmp_path / "told", "benchmarks", env={"ACKER_BENCH_SMOKE": "0"}).returncode == 0
