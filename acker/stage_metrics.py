@@ -22,10 +22,9 @@ count as they did. Exported:
   inputs (and its ticks, `Bolt`'s ``on_tick``: a bolt that writes in bulk at its ticks counts that work, its inputs'
   work, over its inputs), the input in hand included (`Bolt.busy_s`: a function that hangs shows), ``thread`` the
   bolt's place among the bolts of its group in this process (each runs in its own thread), in the order added.
-  ``rate(_sum)`` is Storm's
-  capacity of that bolt, the share of the time it is busy (near 1, it holds the pipeline back: with partitions or
-  keys spread unevenly, one thread of a group may be, the others idle); ``rate(_sum) / rate(_count)`` summed over a
-  group is Storm's execute latency.
+  ``rate(_sum)`` is Storm's capacity of that bolt, the share of the time it is busy (near 1, it holds the pipeline
+  back: with partitions or keys spread unevenly, one thread of a group may be, the others idle); ``rate(_sum) /
+  rate(_count)`` summed over a group is Storm's execute latency.
 - ``acker_bolt_process_seconds{stage, thread}``: a summary of the time from each bolt taking an input to its ack
   (``_count`` the inputs acked; failed ones are not counted): ``rate(_sum) / rate(_count)`` is Storm's process
   latency. A basic bolt acks as its function returns (about its execute latency); an explicit one may hold an input

@@ -145,7 +145,7 @@ class Join:
         now_ms = time.time() * 1000
         for key in list(self.waiting):
             self._held(key, now_ms, collector)
-        self._housekeeping(now_ms, collector)
+        self._forget_joined(now_ms)
 
     def revoked(self, partitions: set[tuple[str, int]], collector: Outputs) -> None:
         """The bolt's ``on_revoke``: sides held from ``partitions``, which another join process reads from now on,
@@ -186,6 +186,10 @@ class Join:
                 break
             if self._held(key, now_ms, collector):
                 self.waiting.move_to_end(key)  # its later copies are fresh
+        self._forget_joined(now_ms)
+
+    def _forget_joined(self, now_ms: float) -> None:
+        """Forget the pairs joined ``remember_s`` ago or more (in joining order)."""
         while self.joined and now_ms - next(iter(self.joined.values()))[0] >= self.remember_ms:
             self.joined.popitem(last=False)
 
