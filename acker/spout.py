@@ -234,19 +234,19 @@ class Spout:
         on_outcome: OutcomeFunction | None = None,
     ) -> None:
         """``on_outcome`` (Storm's ``ack`` and ``fail`` of a spout): called in the spout's thread with the record's id
-        and the outcome of each record it started, once known here: read from its outcome topic (the acker's, or
-        the spout's own ``FAILED`` for an init that could not be delivered), timed out by the spout itself
-        (`_expire_pending`), or at once for a record that started no tree (``ACK``, or ``FAILED`` when its emit
-        function raised). The id is the record's coordinates, and a replay's (a copy read from the replay topic) those
-        of the record it replays (its ``acker.replay.origin``): each attempt of a record is told under one id. When the
-        replay job dead-letters a record after its last attempt's nack, the spout process that told that nack is told
-        ``DEAD_LETTERED`` too (read from its outcome topic, where the job resolves each nack; of the last
-        `UNRESOLVED_KEPT` nacks told): the record's final outcome. A record read again (a rebalance that gave its
-        partition back) is told for its new tree only; an outcome that comes after a spout's own timeout is not told,
-        nor one of a tree pending when the spout stops (whoever starts next reads the record again). What it does is
-        not part of the guarantee: the Spark jobs commit and replay from the outcome topic whatever it does; an
-        exception from it is counted (``on_outcome_errors``, said once a minute with the first) and the spout goes
-        on."""
+        and the outcome of each record it started, once known here: read from its outcome topic (the acker's, or the
+        spout's own ``FAILED`` for an init that could not be delivered), timed out by the spout itself
+        (`_expire_pending`), or at once for a record that started no tree (``ACK``, or ``FAILED`` when its emit function
+        raised). The id is the record's coordinates, and a replay's (a copy read from the replay topic) those of the
+        record it replays (its ``acker.replay.origin``): each attempt of a record is told under one id. When the replay
+        job dead-letters a record after its last attempt's nack, the spout process that told that nack is told
+        ``DEAD_LETTERED`` too (read from its outcome topic, where the job resolves each nack in the nack's partition,
+        after it; of the last `UNRESOLVED_KEPT` nacks told): the record's final outcome. A record read again (a
+        rebalance that gave its partition back) is told for its new tree only; an outcome that comes after a spout's own
+        timeout is not told, nor one of a tree pending when the spout stops (whoever starts next reads the record
+        again). What it does is not part of the guarantee: the Spark jobs commit and replay from the outcome topic
+        whatever it does; an exception from it is counted (``on_outcome_errors``, said once a minute with the first) and
+        the spout goes on."""
         check_spout_name(config, settings.name)
         self.config, self.settings = config, settings
         self._emit = emit or self._forward

@@ -39,6 +39,7 @@ def _nacks(spark: SparkSession, count: int) -> DataFrame:
             (n * 7919 % count).alias("offset"),
             F.current_timestamp().alias("timestamp"),
             F.lit("acker.outcomes.sentences").alias("outcome_topic"),
+            (n % 4).cast("int").alias("outcome_partition"),
             F.lit(None).cast("string").alias("detail"),
         )
         .persist()

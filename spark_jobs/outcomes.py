@@ -87,14 +87,15 @@ def fail_reasons_of(raw: DataFrame) -> Column:
 
 def outcome_rows(raw: DataFrame) -> DataFrame:
     """One row per outcome: ``spout, outcome, anchor, msg_id, source_topic, source_partition, source_offset,
-    latency_ms, acker_partition, timestamp, outcome_topic, detail`` (the outcome record's timestamp and topic; why the
-    tree failed, where a FAILED outcome has a reason). ``source_*`` are null for a message id that is not record
-    coordinates ``topic/partition/offset``."""
+    latency_ms, acker_partition, timestamp, outcome_topic, outcome_partition, detail`` (the outcome record's timestamp,
+    topic and partition; why the tree failed, where a FAILED outcome has a reason). ``source_*`` are null for a
+    message id that is not record coordinates ``topic/partition/offset``."""
     # an invalid record is null: explodes into nothing
-    o = raw.select("timestamp", "topic", decoded(raw).alias("o"), fail_reasons_of(raw).alias("reasons"))
+    o = raw.select("timestamp", "topic", "partition", decoded(raw).alias("o"), fail_reasons_of(raw).alias("reasons"))
     exploded = o.select(
         "timestamp",
         "topic",
+        F.col("partition").alias("outcome_partition"),
         "reasons",
         F.col("o.spout").alias("spout"),
         F.col("o.acker_partition").alias("acker_partition"),
@@ -123,6 +124,7 @@ def outcome_rows(raw: DataFrame) -> DataFrame:
         "acker_partition",
         "timestamp",
         F.col("topic").alias("outcome_topic"),
+        "outcome_partition",
         # cut as the writers cut it: a reason from another writer may be any size
         F.when(
             F.col("outcome") == F.lit(FAILED), F.substring(F.try_element_at("reasons", msg_id), 1, _MAX_CHARS)

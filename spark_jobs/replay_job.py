@@ -11,8 +11,9 @@ part, below):
   ``source-missing``; and one too large to publish, cut, with reason ``too-large``), keeping its key, value and
   other headers and adding the attempt, its origin, the last nack's reason, the spout and the backoff
   (`acker.retries`, which decides);
-- writes ``REPLAYED`` / ``DEAD_LETTERED`` outcomes for the nacked message ids to the outcome topic each nack was
-  read from: the commit job then counts those offsets as done (the replayed copy has its own offset and tree);
+- writes ``REPLAYED`` / ``DEAD_LETTERED`` outcomes for the nacked message ids to the outcome topic and partition
+  each nack was read from (after it: its spout reads the nack first): the commit job then counts those offsets as
+  done (the replayed copy has its own offset and tree);
 - writes the micro-batch id to the job's progress topic.
 
 A nack of a record its spout's watermark (``<group>.acked``) has passed is skipped: that record was decided before (the
@@ -143,8 +144,9 @@ class ReplayJobSettings:
 
 
 def nacks(outcomes: DataFrame) -> DataFrame:
-    """The nacks of records: ``spout, msg_id, reason, topic, partition, offset, timestamp, outcome_topic, detail``
-    (where the nack was read, and where its resolution goes; why the tree failed, if it was said)."""
+    """The nacks of records: ``spout, msg_id, reason, topic, partition, offset, timestamp, outcome_topic,
+    outcome_partition, detail`` (where the nack was read, and where its resolution goes; why the tree failed, if it
+    was said)."""
     return outcomes.where(F.col("outcome").isin(*NACKS) & F.col("source_topic").isNotNull()).select(
         "spout",
         "msg_id",
@@ -154,6 +156,7 @@ def nacks(outcomes: DataFrame) -> DataFrame:
         F.col("source_offset").alias("offset"),
         "timestamp",
         "outcome_topic",
+        "outcome_partition",
         "detail",
     )
 
@@ -407,7 +410,8 @@ class _Publisher:
         now_ms = int(time.time() * 1000)
         # By the topic the nack was read from (not a prefix and its spout field: a job reading a pattern of topics of
         # another prefix must resolve the nacks where the commit job reads them).
-        resolutions: dict[tuple[str, str], list[tuple[str, int, str, int]]] = defaultdict(list)
+        # (outcome topic, partition, spout) -> its rows: each nack is resolved in the partition it was read from
+        resolutions: dict[tuple[str, int, str], list[tuple[str, int, str, int]]] = defaultdict(list)
         handled: Counter[str] = Counter()
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         unread_topics: set[str] = set()
@@ -440,13 +444,15 @@ class _Publisher:
                     size = record_size(value, key, decision.headers)
                 partition = int(row.partition) % self.partitions(decision.topic)
                 self._send(queued, decision.topic, partition, value, key=key, headers=decision.headers, size=size)
-                resolutions[(row.outcome_topic, row.spout)].append((decision.resolution, 0, row.msg_id, 0))
+                where = (row.outcome_topic, int(row.outcome_partition), row.spout)
+                resolutions[where].append((decision.resolution, 0, row.msg_id, 0))
                 handled[decision.resolution if decision.resolution == REPLAYED else _reason(decision)] += 1
-            for (outcome_topic, spout), outcome_rows_ in resolutions.items():
+            for (outcome_topic, partition, spout), outcome_rows_ in resolutions.items():
+                # After the nack in the partition it was read from: a spout, which reads its outcome partitions each
+                # at its own pace, reads the nack before its resolution (`Spout._resolved`: DEAD_LETTERED told).
                 for value in self._resolution_records(spout, outcome_rows_, self.limit(outcome_topic)):
-                    # All on partition 0 (the key "replay" put them on one partition too), to be counted in `queued`.
                     size = record_size(value, b"replay", [])
-                    self._send(queued, outcome_topic, 0, value, key=b"replay", headers=None, size=size)
+                    self._send(queued, outcome_topic, partition, value, key=b"replay", headers=None, size=size)
             # Partition 0, where it is read (`_last_published`), whatever the topic's partitions.
             produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode(),
                     partition=0)  # fmt: skip

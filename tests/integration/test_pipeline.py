@@ -504,8 +504,8 @@ def test_on_outcome_is_told_dead_lettered_when_the_replay_job_resolves_a_nack_it
 ) -> None:
     """A record failed downstream and a replay's copy failed: the spout tells each ``FAILED`` (the copy under its
     origin's id), then, when the replay job writes its resolution to the outcome topic as it does (anchor 0, key
-    ``replay``), ``DEAD_LETTERED`` for the dead-lettered one (under the copy's origin) and nothing for the replayed
-    one, whose copy is told when its own outcome comes."""
+    ``replay``; here all to partition 0, once the nacks were read), ``DEAD_LETTERED`` for the dead-lettered one (under
+    the copy's origin) and nothing for the replayed one, whose copy is told when its own outcome comes."""
     config = replace(config, timeout_s=120.0)  # a TIMEOUT would take minutes: a FAILED cannot be one
     told: list[tuple[str, str]] = []
     settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}")

@@ -87,11 +87,20 @@ def _with_a_small_replay_topic(bootstrap: str) -> tuple[dict[str, Any], ReplayJo
     return client, settings, source
 
 
-def _nack(settings: ReplayJobSettings, topic: str, partition: int, offset: int, detail: str | None = None) -> Any:
-    """A nack as the job's rows carry it, read from the job's outcome topic."""
+def _nack(
+    settings: ReplayJobSettings,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    detail: str | None = None,
+    read_from: int = 0,
+) -> Any:
+    """A nack as the job's rows carry it, read from partition ``read_from`` of the job's outcome topic."""
     msg_id = f"{topic}/{partition}/{offset}"
     return SimpleNamespace(spout="sp", msg_id=msg_id, reason="FAILED", topic=topic, partition=partition, offset=offset,
-                           outcome_topic=settings.source.topics[0], detail=detail)  # fmt: skip
+                           outcome_topic=settings.source.topics[0], outcome_partition=read_from,
+                           detail=detail)  # fmt: skip
 
 
 def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
@@ -548,6 +557,38 @@ def test_the_resolutions_of_a_burst_of_nacks_fit_an_outcome_topic_of_small_recor
     resolved = _resolutions(client, settings)
     assert sorted(m for _, m in resolved) == sorted(n.msg_id for n in nacks) and len(resolved) == 10_000
     assert all(len(r.value() or b"") <= 40_000 for r in read_all(client, settings.source.topics[0]))
+
+
+def test_each_nack_is_resolved_in_the_outcome_partition_it_was_read_from(bootstrap: str) -> None:
+    """Resolutions were all written to partition 0 of the outcome topic. A spout reads its outcome partitions each at
+    its own pace: one that read partition 0 ahead of the partition of a nack read the resolution first, passed it
+    over (no nack told yet), and never told ``on_outcome`` that the record was dead-lettered. In the nack's own
+    partition, after it, the spout reads the nack first."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    outcome_topic = settings.source.topics[0]
+    admin = AdminClient(dict(client))
+    admin.create_partitions([NewPartitions(outcome_topic, 3)])[outcome_topic].result(30)
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    producer = Producer(client)
+    for i in range(6):
+        produce(producer, source, b"record %d" % i)
+    assert producer.flush(30) == 0
+    gone = _nack(settings, source, 0, 99, read_from=1)  # no such record: dead-lettered
+    nacks = [*(_nack(settings, source, 0, offset, read_from=offset % 3) for offset in range(6)), gone]
+    assert _Publisher(settings, f"{settings.name}-id").publish(0, nacks, _fetch(client)) == len(nacks)
+    for partition in range(3):
+        records = read_all(client, outcome_topic, partition)
+        resolved = [(o, m) for r in records for o, m in zip(*_outcomes_of(r), strict=True)]
+        expected = [("REPLAYED", f"{source}/0/{offset}") for offset in range(partition, 6, 3)]
+        assert sorted(resolved) == sorted(expected + ([("DEAD_LETTERED", gone.msg_id)] if partition == 1 else []))
+        assert {r.key() for r in records} == {b"replay"}
+
+
+def _outcomes_of(record: Message) -> tuple[list[str], list[str]]:
+    decoded = decode_outcomes(record.value() or b"")
+    return list(decoded.outcomes), list(decoded.msg_ids)
 
 
 def test_a_restart_finds_its_last_batch_in_a_progress_topic_made_with_several_partitions(bootstrap: str) -> None:
