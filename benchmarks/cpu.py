@@ -29,6 +29,17 @@ def peak_rss_mib(pid: int) -> float:
         return float("nan")
 
 
+def reset_peak_rss() -> bool:
+    """Set this process's peak resident memory (VmHWM) back to what it holds now (Linux ≥ 4.0: ``5`` written to
+    ``/proc/self/clear_refs``), so that `peak_rss_mib` tells the peak of what runs next; False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
 JVM_COMPILER = "CompilerThre"
 """What the names of HotSpot's JIT compiler threads contain ("C1 CompilerThre", "C2 CompilerThre")."""
 

@@ -34,6 +34,7 @@ padded floor measures that as throughput, without the model.
 from __future__ import annotations
 
 import functools
+import math
 import signal
 import statistics
 import struct
@@ -234,6 +235,12 @@ def _report(n: int, results: dict[str, list[Round]]) -> None:
     for label, row in used.items():
         cells = " | ".join(f"{row[name]:.4f}" for name in names)
         print(f"| {label} | {rates[label]:,.0f} | {cells} | {total[label]:.4f} |")
+    stages = names[:-1]  # the broker's memory is not measured (shared by every run)
+    print("\n| pipeline | peak resident memory, MiB: " + " | ".join(stages) + " |")
+    print("|---|" + "---:|" * len(stages))
+    for label, runs in results.items():
+        peaks = {name: statistics.median(r.peak_mib.get(name, math.nan) for r in runs) for name in stages}
+        print(f"| {label} | " + " | ".join("" if math.isnan(v) else f"{v:.0f}" for v in peaks.values()) + " |")
     extra = total["floor, tracked"] - total["floor, untracked"]
     plain, tracked = total["project, untracked"], total["project, tracked"]
     print(

@@ -18,7 +18,8 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
    records later). The replay itself is the difference. Baseline in the same run: a plain
    consumer reading the same records from the same offset. The new owner first reads back the outcomes published
    after the committed offset (the commit's metadata says where they start): timed alone, with the same code, in
-   this process.
+   this process. And the peak resident memory of the first owner at the kill (every tree pending) and of the new
+   one once its state is rebuilt.
 4. Then the remaining acks of every tree are sent. Spurious replays = trees whose outcome is not ``ACK`` (each would
    make its spout replay a record that was processed fine). Storm's acker keeps its pending trees in memory only: when
    an acker dies, every one of them times out and is replayed (spurious replays = all of them). Duplicates = outcomes
@@ -53,6 +54,7 @@ from acker.outcome_log import parse_metadata
 from acker.service import compile_now
 from acker.status import group_lag
 from acker.wire import decode_outcomes, encode_batch
+from benchmarks import cpu
 
 SPOUT = "sentences"
 WORDS = 5
@@ -205,12 +207,14 @@ def _run(bootstrap: str, trees: int, decided: int, rng: np.random.Generator) -> 
         committed = lags[0][0] if lags else None
         assert committed is not None, "no recovery offset was committed"
         read_back_s, read_back = _read_back(config)
+        first_peak = cpu.peak_rss_mib(first.pid)  # holding every pending tree
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         started = time.time()  # the instances' clock: the statuses' times are theirs, on this machine
         second = _start(config, "second")
         owned = watch.first("second", None, 120)
         rebuilt = watch.first("second", trees, 120)
+        second_peak = cpu.peak_rss_mib(second.pid)  # the replay's and the read-back's peak, and the trees rebuilt
         baseline = _plain_read(config, committed)
         _send(config, tails)
         outcomes = _outcomes(config, trees + decided, 120)
@@ -228,6 +232,8 @@ def _run(bootstrap: str, trees: int, decided: int, rng: np.random.Generator) -> 
         "rebuilt_s": rebuilt - started,
         "replay_s": rebuilt - owned,
         "plain_read_s": baseline,
+        "first_peak_mib": first_peak,
+        "second_peak_mib": second_peak,
         "spurious": trees - acked,
         "undecided": trees + decided - len(outcomes),
         "duplicates": sum(len(o) - 1 for o in outcomes.values()),
@@ -265,9 +271,12 @@ def main() -> None:
     print(f"| new process started → owns the partition (start-up + Kafka failover) | {med['owned_s']:.2f} s |")
     print(f"| owns the partition → every tree pending again, nothing left to read | {med['replay_s'] * 1000:.0f} ms |")
     print(f"| baseline: a plain consumer reading the same records | {med['plain_read_s'] * 1000:.0f} ms |")
+    print(f"| replay / baseline | {med['replay_s'] / med['plain_read_s']:.1f} |")
     print(f"| reading back the outcomes decided after the committed offset ({med['read_back']:,.0f} trees), alone; "
           f"the new owner does it on assignment | {med['read_back_s'] * 1000:.0f} ms |")  # fmt: skip
     print(f"| new process started → state rebuilt | {med['rebuilt_s']:.2f} s |")
+    print(f"| peak resident memory: the first owner at the kill (every tree pending) / the new owner, state rebuilt | "
+          f"{med['first_peak_mib']:.0f} / {med['second_peak_mib']:.0f} MiB |")  # fmt: skip
     print(f"| spurious replays (trees not acked after the crash), the most of any run | {med['spurious']:.0f} of "
           f"{trees:,} |")  # fmt: skip
     print(f"| trees without an outcome / duplicate outcomes, the most of any run | {med['undecided']:.0f} / "

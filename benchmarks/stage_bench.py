@@ -11,6 +11,10 @@ per input message are taken from its first message to the last one's acks and ch
 alternate, and the ratio of each pair is printed: the stage's own share of the tracked mode's extra CPU, without
 the broker, the acker service or the other stages (`pipeline_bench` measures the whole).
 
+With each bolt's, the peak resident memory of the process while it ran (its high-water mark set back before each run,
+Linux's ``/proc/self/clear_refs``): what the tracked mode's anchors, pending acks and combined acks hold beyond the
+untracked mode's buffers.
+
 Also, the same confluent-kafka producer and consumer loop with and without the 16-byte anchor header, for the part of
 that share that is librdkafka's and the Python client's handling of a header, not the project's code.
 """
@@ -18,6 +22,9 @@ that share that is librdkafka's and the Python client's handling of a header, no
 from __future__ import annotations
 
 import argparse
+import functools
+import math
+import os
 import random
 import resource
 import statistics
@@ -35,6 +42,7 @@ from acker.examples.wordcount import Topics, count_function, sentences, split_fu
 from acker.headers import HEADER
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.provision import kafka_cluster
+from benchmarks import cpu
 
 
 def _cpu_s() -> float:
@@ -54,8 +62,9 @@ def _fill(bootstrap: str, topic: str, values: list[tuple[bytes, bytes | None]], 
     assert producer.flush(60) == 0
 
 
-def _bolt_run(bootstrap: str, stage: str, tracked: bool, lines: list[bytes]) -> float:
-    """CPU microseconds per input message of one bolt over a topic filled before it starts."""
+def _bolt_run(bootstrap: str, stage: str, tracked: bool, *, lines: list[bytes]) -> tuple[float, float]:
+    """CPU microseconds per input message of one bolt over a topic filled before it starts, and the peak resident
+    memory of this process while the bolt ran (MiB; NaN where it cannot be told)."""
     run = uuid.uuid4().hex[:8]
     config = ServiceConfig(bootstrap_servers=bootstrap, partitions=4, metrics_port=0).namespaced(f"stage-{run}")
     topics = Topics(f"stage-{run}")
@@ -71,6 +80,7 @@ def _bolt_run(bootstrap: str, stage: str, tracked: bool, lines: list[bytes]) -> 
         function = count_function(topics, Counter())
         topic, bolt = topics.words, Bolt(config, topics.words, f"{topics.prefix}-count", function, basic=False)
     _fill(bootstrap, topic, values, tracked)
+    measured_peak = cpu.reset_peak_rss()  # the fill's and the runs' before are not the bolt's
     try:
         while bolt.counters["processed"] == 0:  # joined, assigned, and the first message in
             bolt.step(0.1)
@@ -81,9 +91,10 @@ def _bolt_run(bootstrap: str, stage: str, tracked: bool, lines: list[bytes]) -> 
         assert bolt.flush(60) == 0
         used = _cpu_s() - started
         assert not bolt.counters["child_delivery_failures"], f"{stage}: its messages were not all delivered"
+        peak = cpu.peak_rss_mib(os.getpid()) if measured_peak else float("nan")
     finally:
         bolt.close()
-    return used / (len(values) - first) * 1e6
+    return used / (len(values) - first) * 1e6, peak
 
 
 def _client_run(bootstrap: str, tracked: bool, n: int) -> tuple[float, float]:
@@ -117,14 +128,24 @@ def _client_run(bootstrap: str, tracked: bool, n: int) -> tuple[float, float]:
     return produced / n * 1e6, consumed / n * 1e6
 
 
-def _pairs(name: str, measure: Callable[[bool], float], rounds: int) -> None:
-    """Untracked and tracked alternately (the order swapped every round); prints each and the paired ratios."""
-    got: dict[bool, list[float]] = {False: [], True: []}
+Runs = dict[bool, list[tuple[float, ...]]]  # tracked? -> what each run of a measure returned, in order
+
+
+def _pairs(measure: Callable[[bool], tuple[float, ...]], rounds: int) -> Runs:
+    """Untracked and tracked alternately (the order swapped every round): what each run measured."""
+    got: Runs = {False: [], True: []}
     for done in range(rounds):
         for tracked in (False, True) if done % 2 == 0 else (True, False):
             got[tracked].append(measure(tracked))
-    ratios = [t / u for t, u in zip(got[True], got[False], strict=True)]
-    plain, anchored = statistics.median(got[False]), statistics.median(got[True])
+    return got
+
+
+def _row(name: str, got: Runs, figure: int = 0) -> None:
+    """A table row of one figure of the runs: the medians untracked and tracked, the difference, and the paired
+    ratios' median (range)."""
+    untracked, tracked = ([run[figure] for run in got[mode]] for mode in (False, True))
+    ratios = [t / u for t, u in zip(tracked, untracked, strict=True)]
+    plain, anchored = statistics.median(untracked), statistics.median(tracked)
     print(f"| {name} | {plain:.2f} | {anchored:.2f} | {anchored - plain:+.2f} | "
           f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |", flush=True)  # fmt: skip
 
@@ -140,16 +161,28 @@ def main() -> None:
     rounds = args.rounds or (1 if args.quick else 4)
     lines = list(sentences(n, seed=1))
     words = sum(len(line.split()) for line in lines)
+    bolts = {"split bolt (a sentence)": "split", "count bolt (a word)": "count"}
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         bootstrap = cluster.bootstrap_servers
-        _bolt_run(bootstrap, "split", True, lines[: max(1, n // 10)])  # warm the broker and the code up, uncounted
+        _bolt_run(bootstrap, "split", True, lines=lines[: max(1, n // 10)])  # the broker and the code warmed up
         print(f"\n{n:,} sentences ({words:,} words); medians of {rounds} pair(s), paired ratios median (range)\n")
         print("| CPU µs per input message | untracked | tracked | extra | tracked / untracked |")
         print("|---|---:|---:|---:|---:|")
-        _pairs("split bolt (a sentence)", lambda tracked: _bolt_run(bootstrap, "split", tracked, lines), rounds)
-        _pairs("count bolt (a word)", lambda tracked: _bolt_run(bootstrap, "count", tracked, lines), rounds)
-        _pairs("produce a message (client only)", lambda tracked: _client_run(bootstrap, tracked, words)[0], rounds)
-        _pairs("consume a message (client only)", lambda tracked: _client_run(bootstrap, tracked, words)[1], rounds)
+        got: dict[str, Runs] = {}
+        for name, stage in bolts.items():
+            got[name] = _pairs(functools.partial(_bolt_run, bootstrap, stage, lines=lines), rounds)
+            _row(name, got[name])
+        clients = _pairs(lambda tracked: _client_run(bootstrap, tracked, words), rounds)
+        _row("produce a message (client only)", clients, 0)
+        _row("consume a message (client only)", clients, 1)
+    print("\n| peak resident memory of the process while the bolt ran, MiB | untracked | tracked | extra | "
+          "tracked / untracked |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|")
+    for name, runs in got.items():
+        if any(math.isnan(run[1]) for mode in runs.values() for run in mode):
+            print(f"| {name} | not measured here (no /proc/self/clear_refs) | | | |")
+        else:
+            _row(name, runs, 1)
 
 
 if __name__ == "__main__":
