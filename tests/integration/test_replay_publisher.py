@@ -67,6 +67,18 @@ def _settings(client: dict[str, Any]) -> ReplayJobSettings:
     )  # fmt: skip
 
 
+def _filled_source(client: dict[str, Any], settings: ReplayJobSettings, records: int) -> str:
+    """A source topic of one partition holding ``records`` records ``record <i>``, and spout sp's replay topic (as
+    its spout makes it)."""
+    source = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
+    producer = Producer(client)
+    for i in range(records):
+        produce(producer, source, b"record %d" % i)
+    assert producer.flush(30) == 0
+    return source
+
+
 def _fetch(client: dict[str, Any]) -> Fetch:
     kafka = lookups(client)
 
@@ -464,12 +476,7 @@ def test_a_batch_of_many_nacks_is_published_in_parts_and_a_restart_goes_on_after
     four: each nack replayed once."""
     client = {"bootstrap.servers": bootstrap}
     settings = replace(_settings(client), nacks_per_transaction=2)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])  # as its spout does
-    producer = Producer(client)
-    for i in range(7):
-        produce(producer, source, b"record %d" % i)
-    assert producer.flush(30) == 0
+    source = _filled_source(client, settings, 7)
     nacks = [_nack(settings, source, 0, offset) for offset in (6, 0, 5, 1, 4, 2, 3)]  # in any order
     fetch = _fetch(client)
 
@@ -513,12 +520,7 @@ def test_a_batch_run_again_with_fewer_rows_goes_on_after_the_last_nack_published
     of the rows left, which would pass over two nacks never published."""
     client = {"bootstrap.servers": bootstrap}
     settings = replace(_settings(client), nacks_per_transaction=2)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
-    producer = Producer(client)
-    for i in range(7):
-        produce(producer, source, b"record %d" % i)
-    assert producer.flush(30) == 0
+    source = _filled_source(client, settings, 7)
     nacks = [_nack(settings, source, 0, offset) for offset in range(7)]
     fetch = _fetch(client)
 
@@ -546,12 +548,7 @@ def test_the_resolutions_of_a_burst_of_nacks_fit_an_outcome_topic_of_small_recor
     small = ConfigResource("topic", settings.source.topics[0], incremental_configs=[limit])
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.incremental_alter_configs([small])[small].result(30)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])  # as its spout does
-    producer = Producer(client)
-    for _ in range(10_000):
-        produce(producer, source, b"v")
-    assert producer.flush(30) == 0
+    source = _filled_source(client, settings, 10_000)
     nacks = [_nack(settings, source, 0, offset) for offset in range(10_000)]
     assert _Publisher(settings, f"{settings.name}-id").publish(0, nacks, _fetch(client)) == 10_000
     resolved = _resolutions(client, settings)
@@ -569,12 +566,7 @@ def test_each_nack_is_resolved_in_the_outcome_partition_it_was_read_from(bootstr
     outcome_topic = settings.source.topics[0]
     admin = AdminClient(dict(client))
     admin.create_partitions([NewPartitions(outcome_topic, 3)])[outcome_topic].result(30)
-    source = f"src-{uuid.uuid4().hex[:8]}"
-    create_topics(client, [TopicSpec(source, 1), TopicSpec(settings.replay_prefix + "sp", 1)])
-    producer = Producer(client)
-    for i in range(6):
-        produce(producer, source, b"record %d" % i)
-    assert producer.flush(30) == 0
+    source = _filled_source(client, settings, 6)
     gone = _nack(settings, source, 0, 99, read_from=1)  # no such record: dead-lettered
     nacks = [*(_nack(settings, source, 0, offset, read_from=offset % 3) for offset in range(6)), gone]
     assert _Publisher(settings, f"{settings.name}-id").publish(0, nacks, _fetch(client)) == len(nacks)
