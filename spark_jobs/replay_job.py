@@ -289,6 +289,23 @@ class _Publisher:
             return self._known(topic, max(count, seen), _MISSING_RECHECK_S)
         return self._known(topic, found)
 
+    def _asked_before(self, rows: list[Any]) -> set[str]:
+        """The sizes and limits of the topics ``rows`` are published to, asked before their transaction, whose
+        timeout a slow answer would eat into; the replay topics they may go to."""
+        replay_topics = {t for row in rows if self._may_replay_to(t := self.policy.replay_topic(row.spout))}
+        for topic in replay_topics | {self.policy.dead_letter_topic}:
+            if self.partitions(topic, recheck=True):
+                self.limit(topic)
+        read_from: dict[str, int] = {}  # outcome topic -> the highest partition a nack of ``rows`` was read from
+        for row in rows:
+            read_from[row.outcome_topic] = max(read_from.get(row.outcome_topic, 0), int(row.outcome_partition))
+        for topic, highest in read_from.items():  # the resolutions' (it was read: it exists)
+            self.limit(topic)
+            known = self.partitions(topic, recheck=True)
+            if 0 < known <= highest:  # partitions added since the count was kept: looked up now, not at the recheck
+                self._grown(topic, known)
+        return replay_topics
+
     def _cut(self, value: bytes | None, key: bytes | None, letter: Decision) -> tuple[bytes | None, bytes | None]:
         """As much of a too-large record's value, then key, as its dead letter can hold: at most 64 KB of each."""
         room = self.limit(letter.topic) - record_size(None, None, letter.headers) - _FRAMING
@@ -415,13 +432,7 @@ class _Publisher:
         handled: Counter[str] = Counter()
         queued: dict[tuple[str, int], int] = {}  # bytes produced to each partition since the last flush
         unread_topics: set[str] = set()
-        # The topics' sizes and limits asked before the transaction, whose timeout a slow answer would eat into.
-        replay_topics = {t for row in rows if self._may_replay_to(t := self.policy.replay_topic(row.spout))}
-        for topic in replay_topics | {self.policy.dead_letter_topic}:
-            if self.partitions(topic, recheck=True):
-                self.limit(topic)
-        for topic in {row.outcome_topic for row in rows}:  # the resolutions' (it was read: it exists)
-            self.limit(topic)
+        replay_topics = self._asked_before(rows)
         self.producer.begin_transaction()
         try:
             for row in rows:
@@ -449,10 +460,14 @@ class _Publisher:
                 handled[decision.resolution if decision.resolution == REPLAYED else _reason(decision)] += 1
             for (outcome_topic, partition, spout), outcome_rows_ in resolutions.items():
                 # After the nack in the partition it was read from: a spout, which reads its outcome partitions each
-                # at its own pace, reads the nack before its resolution (`Spout._resolved`: DEAD_LETTERED told).
+                # at its own pace, reads the nack before its resolution (`Spout._resolved`: DEAD_LETTERED told). But
+                # for a partition the producer does not see yet (added, and its metadata not refreshed): it refuses
+                # one it does not know, which failed the transaction at every run of the batch. Partition 0 takes
+                # those, where the spout may read a resolution before its nack (and not tell DEAD_LETTERED).
+                to = partition if partition < self.partitions(outcome_topic) else 0
                 for value in self._resolution_records(spout, outcome_rows_, self.limit(outcome_topic)):
                     size = record_size(value, b"replay", [])
-                    self._send(queued, outcome_topic, partition, value, key=b"replay", headers=None, size=size)
+                    self._send(queued, outcome_topic, to, value, key=b"replay", headers=None, size=size)
             # Partition 0, where it is read (`_last_published`), whatever the topic's partitions.
             produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode(),
                     partition=0)  # fmt: skip

@@ -578,6 +578,34 @@ def test_each_nack_is_resolved_in_the_outcome_partition_it_was_read_from(bootstr
         assert {r.key() for r in records} == {b"replay"}
 
 
+def test_a_nack_read_from_an_outcome_partition_added_while_the_job_runs_is_resolved_there(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's producer, which had written to the outcome topic, knew its partitions as they were (librdkafka looks
+    again every 5 minutes) and refused a resolution for a partition added since, which Spark reads at once: the
+    transaction failed at every run of the batch, and the job stopped. Its partitions are looked up again first; were
+    the new one still unknown to the producer, its resolutions would go to partition 0."""
+    client = {"bootstrap.servers": bootstrap}
+    settings = _settings(client)
+    outcome_topic = settings.source.topics[0]
+    source = _filled_source(client, settings, 3)
+    publisher = _Publisher(settings, f"{settings.name}-id")
+    assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
+    admin = AdminClient(dict(client))
+    admin.create_partitions([NewPartitions(outcome_topic, 3)])[outcome_topic].result(30)
+    monkeypatch.setattr(publisher, "_grown", lambda _topic, count: count)  # the producer sees no more
+    assert publisher.publish(1, [_nack(settings, source, 0, 1, read_from=2)], _fetch(client)) == 1
+    monkeypatch.undo()
+    assert publisher.publish(2, [_nack(settings, source, 0, 2, read_from=2)], _fetch(client)) == 1
+
+    def resolved(partition: int) -> list[tuple[str, str]]:
+        records = read_all(client, outcome_topic, partition)
+        return [(o, m) for r in records for o, m in zip(*_outcomes_of(r), strict=True)]
+
+    assert resolved(0) == [("REPLAYED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
+    assert resolved(2) == [("REPLAYED", f"{source}/0/2")]
+
+
 def _outcomes_of(record: Message) -> tuple[list[str], list[str]]:
     decoded = decode_outcomes(record.value() or b"")
     return list(decoded.outcomes), list(decoded.msg_ids)
