@@ -113,6 +113,17 @@ class KafkaLookups:
         self._consumer.close()
         self._admin = None
 
+    def _renew_after(self, error: KafkaException) -> None:
+        """A new admin client for the next requests when ``error`` is a timeout. librdkafka 2.16's, once a request
+        timed out while its broker was away, never answered a question of group offsets again when the broker came
+        back (each timed out; the commit job stopped, the replay job replayed every nack for good), and with two such
+        requests behind it could abort the process at the broker's return. A fresh one answers at once."""
+        cause = kafka_error(error)
+        if self._admin is not None and cause is not None and cause.code() == KafkaError._TIMED_OUT:
+            log.info("Kafka lookups: a request timed out (%s): the next ones go through a new admin client",
+                     cause.str())  # fmt: skip
+            self._admin = AdminClient(without_consumer_settings(self._client))
+
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
             raise RuntimeError("these Kafka lookups are closed")
@@ -193,6 +204,7 @@ class KafkaLookups:
             except KafkaException as error:
                 cause = kafka_error(error)
                 if cause is None or cause.code() not in _MISSING:
+                    self._renew_after(error)
                     raise
                 ids[topic] = None
         return ids
@@ -354,7 +366,11 @@ class KafkaLookups:
         request = ConsumerGroupTopicPartitions(group, partitions)
         # Within the lookups' timeout, as every other lookup here: librdkafka's own is 60 s, and the lock is held.
         listed = self._admin_client().list_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
-        result = listed[group].result()
+        try:
+            result = listed[group].result()
+        except KafkaException as error:
+            self._renew_after(error)
+            raise
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
 
     def advance(
@@ -377,6 +393,7 @@ class KafkaLookups:
             altered = self._admin_client().alter_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
             result = altered[group].result()
         except KafkaException as error:
+            self._renew_after(error)
             raise WatermarkCommitError(group, {tp: str(error) for tp in ahead}) from error
         failures = {}
         for tp in result.topic_partitions:

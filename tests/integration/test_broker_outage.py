@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, Producer
 
 from acker.config import ServiceConfig
 from acker.examples.wordcount import Topics, sentences
@@ -119,3 +119,40 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
     assert {m: set(seen) for m, seen in reader.seen.items()} == {m: {"ACK"} for m in writer.ids}
     expected = Counter(word for line in writer.lines for word in line.split())
     assert all(counts[word] >= times for word, times in expected.items()), "a word of an acked sentence not counted"
+
+
+def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outage(data_dir: Path) -> None:
+    """The Spark jobs' and the spouts' Kafka lookups kept one admin client for the life of the process: after it
+    timed out twice while the broker was away (one Spark batch was enough), it never answered a question of group
+    offsets again once the broker was back, each a timeout (the commit job stopped; the replay job, not knowing the
+    watermarks, replayed every nack), or it aborted the process. A timeout now gives the next questions a new one."""
+    with contextlib.ExitStack() as cleanup:
+        first = LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE).start()
+        broker = [first]
+
+        @cleanup.callback
+        def _stop_broker() -> None:
+            broker[-1].stop()
+
+        client = {"bootstrap.servers": first.bootstrap_servers}
+        create_topics(client, [TopicSpec("t", 1)])
+        kafka = lookups.KafkaLookups(client)
+        cleanup.callback(kafka.close)
+        assert kafka.committed("g", [("t", 0)]) == {("t", 0): OFFSET_INVALID}
+        assert first.pid is not None
+        port = first.port
+        os.kill(first.pid, signal.SIGKILL)
+        first.stop()
+        for _ in range(2):
+            with pytest.raises(KafkaException):
+                kafka.committed("g", [("t", 0)])
+        broker.append(LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE, port=port))
+        broker[-1].start()
+        answers: list[object] = []
+        for _ in range(3):  # the first may still find the broker's group coordinator loading
+            try:
+                answers.append(kafka.committed("g", [("t", 0)]))
+                break
+            except KafkaException as error:
+                answers.append(error)
+        assert answers[-1] == {("t", 0): OFFSET_INVALID}, answers
