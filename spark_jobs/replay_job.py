@@ -471,7 +471,7 @@ class _Publisher:
             # Partition 0, where it is read (`_last_published`), whatever the topic's partitions.
             produce(self.producer, self.settings.progress_topic, progress.encode(), key=self.identity.encode(),
                     partition=0)  # fmt: skip
-            self.producer.commit_transaction(60)
+            self._commit()
         except BaseException as error:
             self._abort()
             if isinstance(error, KafkaException):
@@ -484,6 +484,23 @@ class _Publisher:
             raise
         self.handled.update(handled)
         return len(rows)
+
+    def _commit(self) -> None:
+        """Commit the open transaction. One not answered within a minute (a broker away) is past the transaction's
+        timeout too, which the broker aborts once back: the job stops then, saying so and that a restart (whose
+        `init_transactions` settles it) publishes the batch again, rather than with librdkafka's "retry call to
+        resume", which the job cannot do."""
+        try:
+            self.producer.commit_transaction(60)
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if cause is None or not cause.retriable():
+                raise
+            error.__traceback__ = None  # as `_publish_part` does: the client keeps it alive, with this frame
+            raise AckerError(
+                f"a transaction of the replay job was not committed within 60 s ({cause.str()}): a broker away? "
+                "Restart the job when Kafka answers: it publishes the batch again, each nack once"
+            ) from error
 
     def _abort(self) -> None:
         """Abort the open transaction. An abort that fails too (the producer failed for good) is logged, not raised:
