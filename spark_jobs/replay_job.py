@@ -188,6 +188,10 @@ class TopicLimits:
         return self._known[topic]
 
 
+class _UnansweredCommitError(AckerError):
+    """A transaction's commit not answered in time (`_Publisher._commit`)."""
+
+
 class _Publisher:
     """The driver's transactional producer and its progress marker (one per job name)."""
 
@@ -474,11 +478,13 @@ class _Publisher:
             self._commit()
         except BaseException as error:
             self._abort()
-            if isinstance(error, KafkaException):
+            refused = error.__cause__ if isinstance(error, _UnansweredCommitError) else error
+            if isinstance(refused, KafkaException):
                 # Something in the Kafka client (confluent-kafka 2.16) keeps a refused commit's exception alive for
                 # good, no Python object referring to it, and through its traceback this frame and the producer,
                 # which logged at a broker gone: raised again, it has a traceback from here on only.
-                error.__traceback__ = None
+                refused.__traceback__ = None
+                # A topic deleted under the transaction is said as such, also when its commit was not answered.
                 written = {t for t in replay_topics if t in self._partitions} | {row.outcome_topic for row in rows}
                 self._raise_if_deleted(written | {self.policy.dead_letter_topic, self.settings.progress_topic})
             raise
@@ -496,8 +502,7 @@ class _Publisher:
             cause = kafka_error(error)
             if cause is None or not cause.retriable():
                 raise
-            error.__traceback__ = None  # as `_publish_part` does: the client keeps it alive, with this frame
-            raise AckerError(
+            raise _UnansweredCommitError(
                 f"a transaction of the replay job was not committed within 60 s ({cause.str()}): a broker away? "
                 "Restart the job when Kafka answers: it publishes the batch again, each nack once"
             ) from error
