@@ -115,8 +115,9 @@ def _nack(
                            detail=detail)  # fmt: skip
 
 
-def _resolutions(client: dict[str, Any], settings: ReplayJobSettings) -> list[tuple[str, str]]:
-    decoded = [decode_outcomes(r.value() or b"") for r in read_all(client, settings.source.topics[0])]
+def _resolutions(client: dict[str, Any], settings: ReplayJobSettings, partition: int = 0) -> list[tuple[str, str]]:
+    """(outcome, message id) of each row in ``partition`` of the job's outcome topic, in order: its resolutions."""
+    decoded = [decode_outcomes(r.value() or b"") for r in read_all(client, settings.source.topics[0], partition)]
     return [(o, m) for d in decoded for o, m in zip(d.outcomes, d.msg_ids, strict=True)]
 
 
@@ -571,11 +572,10 @@ def test_each_nack_is_resolved_in_the_outcome_partition_it_was_read_from(bootstr
     nacks = [*(_nack(settings, source, 0, offset, read_from=offset % 3) for offset in range(6)), gone]
     assert _Publisher(settings, f"{settings.name}-id").publish(0, nacks, _fetch(client)) == len(nacks)
     for partition in range(3):
-        records = read_all(client, outcome_topic, partition)
-        resolved = [(o, m) for r in records for o, m in zip(*_outcomes_of(r), strict=True)]
         expected = [("REPLAYED", f"{source}/0/{offset}") for offset in range(partition, 6, 3)]
-        assert sorted(resolved) == sorted(expected + ([("DEAD_LETTERED", gone.msg_id)] if partition == 1 else []))
-        assert {r.key() for r in records} == {b"replay"}
+        expected += [("DEAD_LETTERED", gone.msg_id)] if partition == 1 else []
+        assert sorted(_resolutions(client, settings, partition)) == sorted(expected)
+        assert {r.key() for r in read_all(client, outcome_topic, partition)} == {b"replay"}
 
 
 def test_a_nack_read_from_an_outcome_partition_added_while_the_job_runs_is_resolved_there(
@@ -597,18 +597,8 @@ def test_a_nack_read_from_an_outcome_partition_added_while_the_job_runs_is_resol
     assert publisher.publish(1, [_nack(settings, source, 0, 1, read_from=2)], _fetch(client)) == 1
     monkeypatch.undo()
     assert publisher.publish(2, [_nack(settings, source, 0, 2, read_from=2)], _fetch(client)) == 1
-
-    def resolved(partition: int) -> list[tuple[str, str]]:
-        records = read_all(client, outcome_topic, partition)
-        return [(o, m) for r in records for o, m in zip(*_outcomes_of(r), strict=True)]
-
-    assert resolved(0) == [("REPLAYED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
-    assert resolved(2) == [("REPLAYED", f"{source}/0/2")]
-
-
-def _outcomes_of(record: Message) -> tuple[list[str], list[str]]:
-    decoded = decode_outcomes(record.value() or b"")
-    return list(decoded.outcomes), list(decoded.msg_ids)
+    assert _resolutions(client, settings, 0) == [("REPLAYED", f"{source}/0/0"), ("REPLAYED", f"{source}/0/1")]
+    assert _resolutions(client, settings, 2) == [("REPLAYED", f"{source}/0/2")]
 
 
 def test_a_restart_finds_its_last_batch_in_a_progress_topic_made_with_several_partitions(bootstrap: str) -> None:
