@@ -114,7 +114,30 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
             failed[name] = None
     if failed:  # every answer waited for first: those created are said too
         raise TopicsNotCreatedError(failed, created)
+    _await_visible(client_config, created, deadline)
     return created
+
+
+def _await_visible(client_config: Mapping[str, Any], names: list[str], deadline: float) -> None:
+    """Return once every topic of ``names`` has its partitions in the cluster's metadata, or at ``deadline`` (or at
+    a lookup not answered). A creation is answered once the controller has the topic, and a broker's metadata may say
+    for a few seconds more that it does not exist (as Kafka's Admin API says): a spout started at once on a busy
+    machine was refused its source topic, just created."""
+    if not names:
+        return
+    consumer = _metadata_consumer(client_config)
+    try:
+        waiting = list(names)
+        while waiting:
+            timeout_s = max(0.1, deadline - time.monotonic())
+            waiting = [name for name in waiting if not topic_partitions(consumer, name, timeout_s)]
+            if not waiting or time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+    except KafkaException as error:  # created all the same: the next client to look finds it, or says it does not
+        log.debug("topics created, not found visible: %s", error)
+    finally:
+        consumer.close()
 
 
 def ensure_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> list[str]:

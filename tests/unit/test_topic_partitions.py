@@ -1,15 +1,18 @@
 """`topic_partitions` tells a missing topic (no partitions) from one the cluster refuses to describe (an error);
-`readable` tells a record from an event, and stops at a fatal error."""
+`create_topics` returns once its topics can be found; `readable` tells a record from an event, and stops at a fatal
+error."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from acker.kafka.clients import KafkaClientError, readable, topic_partitions
+from acker.kafka import clients
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, readable, topic_partitions
 
 
 class _Metadata:
@@ -35,6 +38,46 @@ def test_a_topic_the_cluster_will_not_describe_is_an_error_not_a_missing_topic()
         topic_partitions(_Metadata([], KafkaError.TOPIC_AUTHORIZATION_FAILED), "t")  # type: ignore[arg-type]
     assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert raised.value.args[0].str().startswith("topic t: ")  # which topic: an error read later must say
+
+
+class _Admin:
+    """An admin client whose creations are all answered at once."""
+
+    def __init__(self, _settings: object) -> None:
+        pass
+
+    def create_topics(self, topics: list[object], **_timeouts: float) -> dict[str, concurrent.futures.Future[None]]:
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done.set_result(None)
+        return {topic.topic: done for topic in topics}  # type: ignore[attr-defined]
+
+
+class _Lagging:
+    """A consumer whose metadata has topic ``t`` only from its ``lag``-th lookup on."""
+
+    def __init__(self, lag: int) -> None:
+        self.lookups, self.lag, self.closed = 0, lag, False
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        self.lookups += 1
+        return _Metadata([0, 1] if self.lookups >= self.lag else None).cluster
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_topics_created_are_found_before_create_topics_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A creation is answered once the controller has the topic; a broker's metadata can lag: a spout started at once
+    (a test, on a busy machine) was refused its source topic. The lookups wait, bounded by the creation's timeout."""
+    consumer = _Lagging(lag=4)
+    monkeypatch.setattr(clients, "AdminClient", _Admin)
+    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: consumer)
+    assert create_topics({}, [TopicSpec("t", 2)]) == ["t"]
+    assert consumer.lookups == 4 and consumer.closed
+    never = _Lagging(lag=10**9)
+    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: never)
+    assert create_topics({}, [TopicSpec("t", 2)], timeout_s=0.3) == ["t"]  # created all the same, said so
+    assert 1 < never.lookups < 20 and never.closed
 
 
 def test_a_fatal_consumer_error_stops_the_reader_and_others_are_skipped(caplog: pytest.LogCaptureFixture) -> None:
