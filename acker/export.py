@@ -40,7 +40,8 @@ from acker.kafka.clients import READ_TO_SETTINGS, log_bounds, open_transaction_w
 from acker.partition import NO_TICK, continues_chain
 from acker.replay import format_message
 from acker.service import DLQ_DETAIL, DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC, failing_inits
-from acker.wire import WireError, check_block, parse_batch
+from acker.topics import spout_names
+from acker.wire import ANY_CONFIGURATION, SpoutNames, WireError, check_block, parse_batch
 
 
 @dataclass
@@ -61,6 +62,7 @@ def export_records(
     *,
     misplaced: Mapping[int, str] | None = None,
     write_from: int = 0,
+    spouts: SpoutNames = ANY_CONFIGURATION,
 ) -> Exported:
     """Write the messages of ``records`` (offset, value), read in offset order from one partition of an acker topic,
     to ``out`` as JSON lines, as the service applies them; each record left out or replaced is said on ``err`` with
@@ -68,7 +70,8 @@ def export_records(
 
     A record with a message of another partition is refused where the service refused it, ``misplaced`` (offset →
     why: its dead letters), not by the partition count now: the count may have grown since, and the service checks
-    a record against the count it knew when it read it. The other checks do not depend on when they are made."""
+    a record against the count it knew when it read it. The other checks do not depend on when they are made;
+    ``spouts``: the spouts the service answers (`acker.topics.spout_names` of its configuration)."""
     misplaced = misplaced or {}
     done = Exported()
     last_tick: int | None = None
@@ -83,7 +86,7 @@ def export_records(
                 print(f"offset {offset}: left out, not an acker record ({bad.reason}: {bad.detail})", file=err)
             continue
         try:
-            check_block(block, 0, 0)  # every check but the partition's
+            check_block(block, 0, 0, spouts)  # every check but the partition's
             if offset in misplaced:
                 raise WireError("wrong-partition", misplaced[offset])
         except WireError as bad:
@@ -91,7 +94,7 @@ def export_records(
                 done.refused += 1
                 print(f"offset {offset}: refused by the service ({bad.reason}: {bad.detail}); its inits written "
                       "failed", file=err)  # fmt: skip
-            failing = failing_inits(block)
+            failing = failing_inits(block, spouts)
             if failing is None:
                 continue
             block = failing
@@ -186,6 +189,8 @@ def export_partition(config: ServiceConfig, where: Span, out: TextIO, err: TextI
         begin = TopicPartition(config.acker_topic, where.partition, where.chain_from)
         with closing(read_to(consumer, begin, where.end, open_transaction_wait_s(config.kafka))) as read:
             records = ((r.offset() or 0, r.value()) for r in read)
-            return export_records(records, out, err, misplaced=where.misplaced, write_from=where.start)
+            return export_records(
+                records, out, err, misplaced=where.misplaced, write_from=where.start, spouts=spout_names(config)
+            )
     finally:
         consumer.close()

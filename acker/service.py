@@ -71,11 +71,13 @@ from acker.outcome_log import OutcomeLog, Starts, parse_metadata
 from acker.partition import PartitionState, encode_tick
 from acker.retries import ACKER_DLQ_REASON, Backoff
 from acker.status import status_key
-from acker.topics import outcome_topic, service_topics
+from acker.topics import outcome_topic, service_topics, spout_names
 from acker.wire import (
+    ANY_CONFIGURATION,
     OUTCOME_RECORD_MAX_BYTES,
     OUTCOMES_PER_RECORD,
     WIRE_REASONS,
+    SpoutNames,
     WireError,
     check_block,
     decode_outcomes,
@@ -83,7 +85,6 @@ from acker.wire import (
     encode_outcomes,
     parse_batch,
     split_outcomes,
-    spout_answerable,
 )
 
 FIRST_CONTACT_S = 30.0  # how long `AckerService.run` waits for Kafka's first answer before it gives up
@@ -281,15 +282,15 @@ def _part_of(to: _Destination, part: bytes) -> _Destination:
     return replace(to, headers=headers if mine is None else [*headers, (fail_reasons.HEADER, mine)])
 
 
-def failing_inits(block: MessageBlock) -> MessageBlock | None:
+def failing_inits(block: MessageBlock, spouts: SpoutNames = ANY_CONFIGURATION) -> MessageBlock | None:
     """What is applied in place of a record that is not (another message in it is invalid): each of its inits, then
     a fail of that tree, so that the tree gets its FAILED outcome at once. Without one its spout would keep it
     pending (and the watermark would stop at it) until the spout restarts. Applied by the tracker like any record,
     these are decided once: a tree decided before (read back after a restart, or a tombstone) is not decided again,
-    and the tree's later messages are late. Inits with anchor 0 name no tree, and an init of a spout whose name cannot
-    name a topic, or is reserved, has no outcome topic; None when no init is left."""
+    and the tree's later messages are late. Inits with anchor 0 name no tree, and an init of a spout ``spouts`` does
+    not answer has no outcome topic; None when no init is left."""
     inits = np.flatnonzero(block.kinds == Kind.INIT)  # the k-th init's source and offset are init_*[k]
-    answerable = np.array([spout_answerable(spout) for spout, _ in block.sources] or [False])
+    answerable = np.array([spouts.answerable(spout) for spout, _ in block.sources] or [False])
     named = np.flatnonzero((block.anchors[inits] != 0) & answerable[block.init_source])
     if not len(named):
         return None
@@ -327,6 +328,7 @@ def compile_now() -> None:
 class AckerService:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
+        self._spouts = spout_names(config)  # those whose outcome topics are not the deployment's own
         compile_now()
         self.instance = config.instance
         self._states: dict[int, PartitionState] = {}
@@ -555,16 +557,16 @@ class AckerService:
         standing = 0  # the messages applied in their place
         try:
             block = MessageBlock.concat([b for _, b in parsed])
-            check_block(block, partition, self._partition_count)
+            check_block(block, partition, self._partition_count, self._spouts)
         except WireError:  # find the culprits one by one; the others are applied
             good = []
             for record, b in parsed:
                 try:
-                    check_block(b, partition, self._partition_count)
+                    check_block(b, partition, self._partition_count, self._spouts)
                     good.append((record, b))
                 except WireError as bad:
                     rejected.append((record, bad))
-                    failing = failing_inits(b)
+                    failing = failing_inits(b, self._spouts)
                     if failing is not None:  # its own trees are failed at once rather than kept pending
                         good.append((record, failing))
                         standing += len(failing)

@@ -15,34 +15,77 @@ ten status intervals).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from acker.kafka.clients import TopicSpec
-from acker.wire import RESERVED_NAMES, spout_name_valid
+from acker.wire import SpoutNames, name_refusal
 
 TOPIC_NAME_MAX = 249  # Kafka's limit
 
 
 def check_spout_name(config: ServiceConfig, name: str) -> None:
-    """`ConfigError` unless ``name`` can name the spout's topics without meeting another topic of the acker's: its
-    trees would never be answered (the acker dead-letters a record naming it), or its replays would be mixed with
-    dead letters or progress records."""
-    if not spout_name_valid(name):
-        raise ConfigError(f"spout name {name[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
+    """`ConfigError` unless ``name`` can name the spout's topics without meeting another topic of the acker's
+    (`spout_refusal`)."""
+    why = spout_refusal(config, name)
+    if why is not None:
+        raise ConfigError(why)
+
+
+def spout_refusal(config: ServiceConfig, name: str) -> str | None:
+    """Why ``name`` cannot name a spout under ``config``, None when it can: the acker cannot answer its trees
+    (`outcome_refusal`), or its replays would be mixed with dead letters, progress records or another spout's
+    outcomes."""
+    why = outcome_refusal(config, name)
+    if why is not None:
+        return why
     own = {config.outcome_topic(name), config.replay_topic(name)}
-    taken = {config.acker_topic, config.dlq_topic, config.replay_dlq_topic, config.status_topic}
-    if name in RESERVED_NAMES or own & taken:
-        raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} would meet the acker's own")
+    if config.replay_topic(name) in _own_topics(config):
+        return f"spout name {name!r} is reserved: its topics {sorted(own)} would meet the acker's own"
     # Prefixes where one begins the other ("acker." and "acker.replay."): spout "replay.x"'s outcome topic would be
     # spout "x"'s replay topic, each read as the other. The name that holds the rest of the longer prefix is refused.
     shorter, longer = sorted((config.outcome_prefix, config.replay_prefix), key=len)
     if len(shorter) < len(longer) and (shorter + name).startswith(longer):
-        raise ConfigError(f"spout name {name!r} is reserved: its topics {sorted(own)} are named like another spout's "
-                          "(outcome_prefix and replay_prefix overlap)")  # fmt: skip
-    if max(len(topic) for topic in own) > TOPIC_NAME_MAX:
-        raise ConfigError(f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters")
+        return (f"spout name {name!r} is reserved: its topics {sorted(own)} are named like another spout's "
+                "(outcome_prefix and replay_prefix overlap)")  # fmt: skip
+    if len(config.replay_topic(name)) > TOPIC_NAME_MAX:
+        return f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters"
+    return None
+
+
+def outcome_refusal(config: ServiceConfig, name: str) -> str | None:
+    """Why the acker cannot publish the outcomes of spout ``name`` under ``config``, None when it can: a name that
+    cannot name a topic or is reserved (`acker.wire.name_refusal`), or whose outcome topic would be one of the
+    deployment's own (with ``outcome_prefix`` ``acker.``, spout ``status``'s outcomes would be written among the
+    status records) or too long a name for Kafka. The service refuses an acker record naming one
+    (`acker.wire.check_block`, ``bad-spout``), as a spout refuses the name (`check_spout_name`)."""
+    why = name_refusal(name)
+    if why is not None:
+        return f"spout name {why.removeprefix('spout ')}"
+    topic = config.outcome_topic(name)
+    if topic in _own_topics(config):
+        own = sorted({topic, config.replay_topic(name)})
+        return f"spout name {name!r} is reserved: its topics {own} would meet the acker's own"
+    if len(topic) > TOPIC_NAME_MAX:
+        return f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters"
+    return None
+
+
+def _own_topics(config: ServiceConfig) -> set[str]:
+    """The topics of the deployment that are no spout's: the acker's, and the Spark jobs' (`spark_job_topics`)."""
+    return {
+        config.acker_topic,
+        config.dlq_topic,
+        config.status_topic,
+        *(spec.name for spec in spark_job_topics(config)),
+    }
+
+
+def spout_names(config: ServiceConfig) -> SpoutNames:
+    """The spouts whose trees the service answers under ``config`` (`outcome_refusal`)."""
+    return SpoutNames(functools.partial(outcome_refusal, config))
 
 
 def outcome_topic(config: ServiceConfig, spout: str) -> TopicSpec:

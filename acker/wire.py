@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -222,7 +223,6 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
 # (``acker.outcomes.dlq``, ``acker.replay.dlq``, ``acker.replay.progress``): refused by every spout, and in an acker
 # record (a client of its own naming one had its outcomes published among the commit job's dead letters).
 RESERVED_NAMES = frozenset({"dlq", "progress"})
-_valid_spouts: set[str] = set()  # names found valid, so that a name is checked once, not in every record
 _VALID_SPOUTS_KEPT = 4096
 
 
@@ -231,14 +231,59 @@ def spout_name_valid(spout: str) -> bool:
     return _SPOUT_NAME.fullmatch(spout) is not None
 
 
+def name_refusal(spout: str) -> str | None:
+    """Why no outcome of ``spout`` can be published under any configuration: a name that cannot name a topic, or a
+    reserved one (`RESERVED_NAMES`); None for any other name."""
+    if not spout_name_valid(spout):
+        return f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)"
+    if spout in RESERVED_NAMES:
+        return f"spout {spout!r} is reserved: its outcome topic is a Spark job's own"
+    return None
+
+
+class SpoutNames:
+    """The spouts whose trees the service answers: those ``refusal`` finds nothing against (it says why it refuses
+    a name, None for one it answers). The service's is `acker.topics.spout_refusal` under its configuration, which
+    also refuses a name whose outcome or replay topic would be one of the deployment's own under the prefixes it
+    uses (``--outcome-prefix acker.`` and spout ``status``: outcomes written among the status records). Names
+    answered are remembered (up to 4096 of them), so that a name is checked once, not in every record."""
+
+    def __init__(self, refusal: Callable[[str], str | None] = name_refusal) -> None:
+        self._refusal = refusal
+        self._answered: set[str] = set()
+
+    def refusal(self, spout: str) -> str | None:
+        if spout in self._answered:
+            return None
+        why = self._refusal(spout)
+        if why is None:
+            if len(self._answered) >= _VALID_SPOUTS_KEPT:
+                self._answered.clear()
+            self._answered.add(spout)
+        return why
+
+    def answerable(self, spout: str) -> bool:
+        return self.refusal(spout) is None
+
+    def check(self, spouts: Iterable[str]) -> None:
+        """`WireError` (``bad-spout``) for the first of ``spouts`` refused."""
+        for spout in spouts:
+            why = self.refusal(spout)
+            if why is not None:
+                raise WireError("bad-spout", why)
+
+
+ANY_CONFIGURATION = SpoutNames()  # the names refused whatever the configuration (`name_refusal`)
+
+
 def spout_answerable(spout: str) -> bool:
-    """Whether the service publishes outcomes for ``spout``: a name that can name its outcome topic, not reserved."""
-    return spout_name_valid(spout) and spout not in RESERVED_NAMES
+    """Whether the service publishes outcomes for ``spout`` under some configuration (`name_refusal`)."""
+    return ANY_CONFIGURATION.answerable(spout)
 
 
-def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
-    """`WireError` unless every spout it names can name a topic and every message of ``block`` is one the tracker may
-    apply (`check_messages`) and belongs on ``partition`` of ``partitions`` (``partition_of`` of its anchor; not
+def check_block(block: MessageBlock, partition: int, partitions: int, spouts: SpoutNames = ANY_CONFIGURATION) -> None:
+    """`WireError` unless ``spouts`` answers every spout it names and every message of ``block`` is one the tracker
+    may apply (`check_messages`) and belongs on ``partition`` of ``partitions`` (``partition_of`` of its anchor; not
     checked when ``partitions`` <= 0, the count unknown), in one compiled pass.
 
     A message on another partition is part of a tree that this partition does not own: it could never complete
@@ -246,16 +291,7 @@ def check_block(block: MessageBlock, partition: int, partitions: int) -> None:
     partition count changed under live trees). The record is dead-lettered; the service fails the trees whose inits it
     holds (`acker.service.failing_inits`), and the others time out; both are replayed.
     """
-    names = {spout for spout, _ in block.sources}  # many sources (a spout's partitions, records), few spouts
-    if not names <= _valid_spouts:
-        for spout in names - _valid_spouts:
-            if not spout_name_valid(spout):
-                raise WireError("bad-spout", f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)")
-            if spout in RESERVED_NAMES:
-                raise WireError("bad-spout", f"spout {spout!r} is reserved: its outcome topic is a Spark job's own")
-        if len(_valid_spouts) > _VALID_SPOUTS_KEPT:
-            _valid_spouts.clear()
-        _valid_spouts.update(names)
+    spouts.check({spout for spout, _ in block.sources})  # many sources (a spout's partitions, records), few spouts
     highest, zero_anchor, zero_id, wrong, first_wrong = _scan(
         block.kinds, block.anchors, block.values, partition, partitions
     )

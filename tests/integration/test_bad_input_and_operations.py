@@ -31,7 +31,7 @@ from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, dele
 from acker.metrics import ServiceCollector, Snapshot, serve
 from acker.retries import Backoff
 from acker.service import DLQ_DETAIL, DLQ_OFFSET, DLQ_REASON
-from acker.wire import decode_batch, decode_outcomes, encode_batch
+from acker.wire import MAGIC, decode_batch, decode_outcomes, encode_batch
 from tests.integration.helpers import (
     OutcomeReader,
     ServiceThread,
@@ -101,6 +101,35 @@ def test_bad_records_are_dead_lettered_with_the_reason_and_the_service_goes_on(c
     assert all(d["key"] == repr(b"k") and d["trace"] == "t-1" for d in letters)  # its own headers too
     assert all(d["acker.dlq.topic"] == config.acker_topic and d["acker.dlq.detail"] for d in letters)
     assert sum(snapshot.dead_letters.values()) == len(bad)
+
+
+def test_a_spout_whose_outcome_topic_would_be_one_of_the_services_own_is_refused(config: ServiceConfig) -> None:
+    """Under an outcome prefix that is the acker's own (``acker.``), spout ``status``'s outcome topic is the status
+    topic: every spout refuses the name, but a client of its own that sent one had its outcome records written among
+    the status records. Its record is dead-lettered (``bad-spout``); no outcome goes to the service's topics."""
+    prefix = config.status_topic.removesuffix("status")
+    config = replace(config, partitions=1, outcome_prefix=prefix)
+    assert config.outcome_topic("status") == config.status_topic
+    create_acker_topics(config)
+    _, head, tail = _tree_messages("src/0/9", IdGenerator(10))
+    init = head[0]
+    assert isinstance(init, Init)
+    send(config, [Init(init.anchor, "status", init.msg_id, init.value), *head[1:], *tail])  # a client of its own
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        _, good_head, good_tail = _tree_messages("src/0/10", IdGenerator(11))
+        send(config, [*good_head, *good_tail])
+        reader.wait_for(["src/0/10"], timeout_s=60)
+        letters = _dead_letters(config, 1)
+        time.sleep(2)  # status records published meanwhile
+        status = [value for _, _, value in read_partition(config, config.status_topic, 0)]
+    finally:
+        service.stop()
+        reader.close()
+    assert [(d[DLQ_REASON], "reserved" in d[DLQ_DETAIL]) for d in letters] == [("bad-spout", True)]
+    assert status and not [v for v in status if (v or b"").startswith(MAGIC)]  # statuses only
+    assert "src/0/9" not in reader.seen and reader.seen["src/0/10"] == ["ACK"]
 
 
 def test_records_whose_headers_cannot_be_read_are_decided_or_dead_lettered_without_them(config: ServiceConfig) -> None:

@@ -14,15 +14,17 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from acker import fail_reasons
 from acker import spout as spout_module
+from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
 from acker.errors import ConfigError
 from acker.metrics import LatencyHistogram
+from acker.service import failing_inits
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
-from acker.topics import all_topics, check_spout_name
+from acker.topics import all_topics, check_spout_name, spout_names, spout_refusal
 from acker.trouble import TroubleReport
-from acker.wire import OUTCOMES_PER_RECORD, decode_outcomes, encode_outcome_rows
+from acker.wire import ANY_CONFIGURATION, OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 
 class _Outcomes:
@@ -239,6 +241,28 @@ def test_a_spout_name_must_name_topics_of_its_own() -> None:
         check_spout_name(overlapping, "replay.x")
     with pytest.raises(ConfigError, match="reserved"):  # nor does `acker topics create --spout` make its topics
         all_topics(config, ["sentences", "dlq"])
+
+
+def test_the_acker_refuses_a_spout_whose_outcome_topic_would_be_one_of_the_deployments_own() -> None:
+    """The names a spout refuses because its outcome topic would meet the acker's or Spark jobs' topics under the
+    prefixes used, the service refuses in an acker record too (a client of its own can send any name): with outcome
+    prefix ``acker.``, spout ``status``'s outcomes were published among the status records. A name refused for its
+    replay topic alone is still answered: the replay job refuses to replay into its own topics."""
+    config = ServiceConfig(outcome_prefix="acker.")
+    names = spout_names(config)
+    for spout in ("status", "replay.dlq", "dlq", "with space"):
+        with pytest.raises(WireError, match="spout name") as raised:
+            names.check([spout])
+        assert raised.value.reason == "bad-spout"
+        assert not names.answerable(spout) and spout_refusal(config, spout) is not None
+    assert names.answerable("orders") and names.answerable("replay.x")
+    assert spout_refusal(config, "replay.x") is not None  # outcomes of "replay.x" are "x"'s replays: no spout takes it
+    bare = spout_names(replace(config, outcome_prefix=""))
+    assert not bare.answerable("acker")  # the acker topic itself
+    assert ANY_CONFIGURATION.answerable("status")  # what the acker refuses depends on its configuration
+    block = MessageBlock.from_messages([Init(3, "orders", "t/0/1", 1), Init(5, "status", "t/0/2", 1)])
+    failing = failing_inits(block, names)  # the record is dead-lettered; only "orders"'s tree is failed at once
+    assert failing is not None and failing.anchors.tolist() == [3, 3]
 
 
 def test_the_outcome_consumer_never_commits() -> None:
