@@ -25,6 +25,7 @@ from acker.config import ServiceConfig, load
 from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED
 from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
+from acker.kafka.provision import Cluster
 from acker.retries import ATTEMPT, DETAIL, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
 from acker.topics import spark_job_topics
@@ -51,7 +52,10 @@ from tests.unit.spark_jobs.starts import started_with
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(cluster: Cluster) -> Iterator[Any]:
+    """The process's Spark session; stopped, with the jobs' Kafka clients (`stop`), before the cluster is: set up
+    first by a test without a broker, it was stopped after, and the replay jobs' producers logged the broker's refusals
+    at the end of the run."""
     session = spark_session("acker-tests")
     yield session
     stop(session)
