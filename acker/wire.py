@@ -243,10 +243,11 @@ def name_refusal(spout: str) -> str | None:
 
 class SpoutNames:
     """The spouts whose trees the service answers: those ``refusal`` finds nothing against (it says why it refuses
-    a name, None for one it answers). The service's is `acker.topics.spout_refusal` under its configuration, which
-    also refuses a name whose outcome or replay topic would be one of the deployment's own under the prefixes it
-    uses (``--outcome-prefix acker.`` and spout ``status``: outcomes written among the status records). Names
-    answered are remembered (up to 4096 of them), so that a name is checked once, not in every record."""
+    a name, None for one it answers). The service's is `acker.topics.outcome_refusal` under its configuration,
+    which also refuses a name whose outcome topic would be one of the deployment's own under the prefixes it uses
+    (``outcome_prefix`` ``acker.`` and spout ``status``: outcomes written among the status records). Names answered
+    are remembered (up to 4096 of them), so that a name is checked once, not in every record; the service's
+    deciding threads share one (a set's lookups and additions are atomic)."""
 
     def __init__(self, refusal: Callable[[str], str | None] = name_refusal) -> None:
         self._refusal = refusal
