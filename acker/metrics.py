@@ -99,7 +99,12 @@ class ServiceCollector(Collector):
             ("acker_expired_without_init", "Trees that expired before their init arrived", c.expired_without_init),
             ("acker_root_id_collisions", "Inits for a tree whose init was already seen", c.collisions),
             ("acker_late_messages", "Messages for trees already finished", c.late),
-            ("acker_unknown_resets", "Reset-timeouts for trees not pending (finished, or not begun)", c.unknown_resets),
+            (
+                "acker_unknown_resets",
+                "Reset-timeouts for trees not pending: not begun, or done before the trees kept as done (those are "
+                "late messages)",
+                c.unknown_resets,
+            ),
             ("acker_messages", "Acker messages applied, ticks included", c.messages),
             ("acker_ticks", "Ticks applied", c.ticks),
             ("acker_ignored_ticks", "Tick records ignored because they did not continue the chain", s.ignored_ticks),

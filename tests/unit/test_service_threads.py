@@ -91,7 +91,10 @@ def _batches() -> list[list[_Record]]:
     return batches
 
 
-def _serve(threads: int, batches: list[list[_Record]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+def _service(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[AckerService, list[tuple[str, bytes | None, Any, int | None]]]:
+    """A service owning every partition, and what it produces (recorded, not sent)."""
     # log_level 0: the unused clients' failed connections to the default bootstrap address stay quiet.
     service = AckerService(ServiceConfig(tracker_threads=threads, metrics_port=0, kafka={"log_level": "0"}))
     sent: list[tuple[str, bytes | None, Any, int | None]] = []
@@ -104,6 +107,11 @@ def _serve(threads: int, batches: list[list[_Record]], monkeypatch: pytest.Monke
     service._partition_counts = dict.fromkeys(service._known_topics, OUTCOME_PARTITIONS)  # no lookups
     for p in range(PARTITIONS):
         service._states[p] = PartitionState(p, service.config.tracker_config(), 1000, 0)
+    return service, sent
+
+
+def _serve(threads: int, batches: list[list[_Record]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    service, sent = _service(threads, monkeypatch)
     after_each = []
     try:
         for batch in batches:
@@ -128,6 +136,25 @@ def test_partitions_decided_in_parallel_publish_exactly_what_one_thread_does(mon
         decided_by = dict(headers)["acker.decided-by"].decode()
         assert partition == int(decided_by.split("/")[0]) % OUTCOME_PARTITIONS
     assert one[:5] == two[:5]
+
+
+def test_a_scrapes_latency_histogram_is_not_changed_by_the_trees_decided_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop added each batch's latencies to the histogram a scrape was reading (its counts, then its sum): a
+    scrape's ``_sum`` did not go with its ``_count``. A snapshot's histogram is now one no batch changes."""
+    service, _ = _service(1, monkeypatch)
+    batches = _batches()
+    try:
+        service._handle(batches[0])  # type: ignore[arg-type]
+        taken = service.snapshot().latency
+        counts, total_ms = taken.counts.copy(), taken.total_ms
+        for batch in batches[1:]:
+            service._handle(batch)  # type: ignore[arg-type]
+        assert service.snapshot().latency.counts.sum() > counts.sum() > 0
+        assert taken.counts.tolist() == counts.tolist() and taken.total_ms == total_ms
+    finally:
+        service.close()
 
 
 def test_the_messages_counted_are_those_read_not_the_stand_ins_that_fail_a_rejected_records_trees() -> None:
