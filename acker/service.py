@@ -787,7 +787,8 @@ class AckerService:
                     per_hour = self.config.outcome_topics_per_hour
                     self._capped.add(spec.name)
                     raise AckerError(f"outcome_topics_per_hour ({per_hour}) reached: let its spout create it")
-                if spec.name in create_topics(self.config.client(), [spec], timeout_s=3 * timeout_s):  # made here
+                # Not waited for in the metadata: on the loop's thread, and its partitions are known from here.
+                if spec.name in create_topics(self.config.client(), [spec], timeout_s=3 * timeout_s, visible=False):
                     self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
                     if capped:
                         self._outcome_creations.append(time.monotonic())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from acker.config import ServiceConfig
+from acker.config import ServiceConfig, topic_name_problem
 from acker.errors import ConfigError
 from acker.kafka.clients import TopicSpec
 from acker.wire import SpoutNames, name_refusal
@@ -50,9 +50,7 @@ def spout_refusal(config: ServiceConfig, name: str) -> str | None:
     if len(shorter) < len(longer) and (shorter + name).startswith(longer):
         return (f"spout name {name!r} is reserved: its topics {sorted(own)} are named like another spout's "
                 "(outcome_prefix and replay_prefix overlap)")  # fmt: skip
-    if len(config.replay_topic(name)) > TOPIC_NAME_MAX:
-        return f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters"
-    return None
+    return _name_problem(name, config.replay_topic(name))
 
 
 def outcome_refusal(config: ServiceConfig, name: str) -> str | None:
@@ -68,9 +66,15 @@ def outcome_refusal(config: ServiceConfig, name: str) -> str | None:
     if topic in _own_topics(config):
         own = sorted({topic, config.replay_topic(name)})
         return f"spout name {name!r} is reserved: its topics {own} would meet the acker's own"
+    return _name_problem(name, topic)
+
+
+def _name_problem(name: str, topic: str) -> str | None:
+    """Why Kafka would refuse ``topic``, spout ``name``'s, or None."""
     if len(topic) > TOPIC_NAME_MAX:
         return f"spout name {name[:80]!r} is too long: its topics' names would pass Kafka's 249 characters"
-    return None
+    problem = topic_name_problem(topic)  # "." or ".." (prefix "" or ".")
+    return None if problem is None else f"spout name {name[:80]!r}: its topic {problem}"
 
 
 def _own_topics(config: ServiceConfig) -> set[str]:

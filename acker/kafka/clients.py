@@ -81,10 +81,13 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
 
 
-def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+def create_topics(
+    client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0, *, visible: bool = True
+) -> list[str]:
     """Create the topics that do not exist yet; return the names created. Existing ones are left as they are. A name
     given twice is asked for once, as first given: twice in one request, the admin client crashes the process
-    (confluent-kafka 2.16, reading the broker's refusal of the second)."""
+    (confluent-kafka 2.16, reading the broker's refusal of the second). ``visible``: return once the topics created
+    are in the cluster's metadata (`_await_visible`), not only once the creation is answered."""
     unique: dict[str, TopicSpec] = {}
     for spec in specs:
         unique.setdefault(spec.name, spec)
@@ -114,7 +117,8 @@ def create_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], 
             failed[name] = None
     if failed:  # every answer waited for first: those created are said too
         raise TopicsNotCreatedError(failed, created)
-    _await_visible(client_config, created, deadline)
+    if visible:
+        _await_visible(client_config, created, deadline)
     return created
 
 
@@ -129,11 +133,12 @@ def _await_visible(client_config: Mapping[str, Any], names: list[str], deadline:
     try:
         waiting = list(names)
         while waiting:
-            timeout_s = max(0.1, deadline - time.monotonic())
-            waiting = [name for name in waiting if not topic_partitions(consumer, name, timeout_s)]
-            if not waiting or time.monotonic() >= deadline:
-                return
-            time.sleep(0.05)
+            for name in list(waiting):
+                if time.monotonic() >= deadline:
+                    return
+                if topic_partitions(consumer, name, max(0.1, deadline - time.monotonic())):
+                    waiting.remove(name)
+            time.sleep(0.05 if waiting else 0)
     except KafkaException as error:  # created all the same: the next client to look finds it, or says it does not
         log.debug("topics created, not found visible: %s", error)
     finally:

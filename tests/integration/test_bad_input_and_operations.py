@@ -344,11 +344,11 @@ def test_an_outcome_topic_whose_creation_failed_is_created_again_later(
     monkeypatch.setattr(service_module, "_ENSURE_AGAIN", Backoff(first_ms=1000))
     refused: list[list[TopicSpec]] = []
 
-    def failing_once(admin: Any, specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+    def failing_once(admin: Any, specs: list[TopicSpec], timeout_s: float = 30.0, visible: bool = True) -> list[str]:
         if not refused and any(spec.name == config.outcome_topic(SPOUT) for spec in specs):
             refused.append(specs)
             raise KafkaClientError("creating topics", KafkaError(KafkaError.REQUEST_TIMED_OUT))
-        return create_topics(admin, specs, timeout_s)
+        return create_topics(admin, specs, timeout_s, visible=visible)
 
     monkeypatch.setattr(service_module, "create_topics", failing_once)
     service = ServiceThread(config)

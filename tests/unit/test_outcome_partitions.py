@@ -136,7 +136,7 @@ def test_a_topic_found_existing_when_creating_it_is_looked_up_not_taken_for_its_
     service._known_topics = set()
     monkeypatch.setattr(service, "_topic_exists", lambda _name, timeout_s: False)
     monkeypatch.setattr(
-        acker.service, "create_topics", lambda _client, _specs, timeout_s=30.0: []
+        acker.service, "create_topics", lambda _client, _specs, timeout_s=30.0, visible=True: []
     )  # created nothing: it existed
     service._outcome_logs[5] = OutcomeLog()
     service._committed[5] = 3

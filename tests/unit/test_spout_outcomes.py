@@ -259,6 +259,7 @@ def test_the_acker_refuses_a_spout_whose_outcome_topic_would_be_one_of_the_deplo
     assert spout_refusal(config, "replay.x") is not None  # outcomes of "replay.x" are "x"'s replays: no spout takes it
     bare = spout_names(replace(config, outcome_prefix=""))
     assert not bare.answerable("acker")  # the acker topic itself
+    assert not bare.answerable(".") and not bare.answerable("..")  # names Kafka refuses for a topic
     assert ANY_CONFIGURATION.answerable("status")  # what the acker refuses depends on its configuration
     block = MessageBlock.from_messages([Init(3, "orders", "t/0/1", 1), Init(5, "status", "t/0/2", 1)])
     failing = failing_inits(block, names)  # the record is dead-lettered; only "orders"'s tree is failed at once

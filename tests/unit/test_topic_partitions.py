@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -78,6 +79,26 @@ def test_topics_created_are_found_before_create_topics_returns(monkeypatch: pyte
     monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: never)
     assert create_topics({}, [TopicSpec("t", 2)], timeout_s=0.3) == ["t"]  # created all the same, said so
     assert 1 < never.lookups < 20 and never.closed
+    unwaited = _Lagging(lag=10**9)
+    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: unwaited)
+    assert create_topics({}, [TopicSpec("t", 2)], visible=False) == ["t"] and unwaited.lookups == 0  # the service's
+
+
+class _Slow(_Lagging):
+    """Metadata that answers just inside the time it is given, never with the topic."""
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        time.sleep(min(timeout, 0.2))
+        return super().list_topics(topic, timeout)
+
+
+def test_the_wait_for_many_topics_ends_at_the_creations_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each lookup of a round was given the time left at the round's start: five slow ones took five times that."""
+    monkeypatch.setattr(clients, "AdminClient", _Admin)
+    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: _Slow(lag=10**9))
+    started = time.monotonic()
+    create_topics({}, [TopicSpec(f"t{i}", 1) for i in range(5)], timeout_s=0.3)
+    assert time.monotonic() - started < 0.75  # 1.0 s or more before
 
 
 def test_a_fatal_consumer_error_stops_the_reader_and_others_are_skipped(caplog: pytest.LogCaptureFixture) -> None:
