@@ -138,7 +138,8 @@ def _await_visible(client_config: Mapping[str, Any], names: list[str], deadline:
                     return
                 if topic_partitions(consumer, name, max(0.1, deadline - time.monotonic())):
                     waiting.remove(name)
-            time.sleep(0.05 if waiting else 0)
+            if waiting:
+                time.sleep(0.05)
     except KafkaException as error:  # created all the same: the next client to look finds it, or says it does not
         log.debug("topics created, not found visible: %s", error)
     finally:
