@@ -525,8 +525,8 @@ class AckerService:
         for (state, fresh), decided in zip(work, decisions, strict=True):
             if fresh:
                 self._read_at[state.partition] = applied_at
-            for latencies_ms in decided.latencies_ms:  # a new histogram, not changed under a scrape (`snapshot`)
-                self.latency = self.latency.observed(latencies_ms)
+            if decided.latencies_ms:  # a new histogram, once a partition: none is changed under a scrape (`snapshot`)
+                self.latency = self.latency.observed(np.concatenate(decided.latencies_ms))
             for outcome_record in decided.outcomes:
                 self._send_outcomes(state.partition, outcome_record)
             for record, why in sorted(decided.rejected, key=lambda r: r[0].offset() or 0):  # dead letters in order
