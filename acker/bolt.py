@@ -79,7 +79,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
-from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable
+from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable, release
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -289,6 +289,7 @@ class Bolt:
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)
+        self._closed = False
         self.acker = AckerClient(
             self.producer,
             config.acker_topic,
@@ -324,10 +325,18 @@ class Bolt:
             self.close()
 
     def close(self) -> None:
+        """Commit what is processed once delivered (30 s at the most), leave the group, and free the producers if
+        they delivered everything (`release`). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._commit()
         finally:  # a producer failed for good (the commit's flush raises) still leaves the group now, not at its
             self.consumer.close()  # session's timeout, and an explicit bolt's on_revoke is told
+        for producer in (self._sink, self.producer):
+            if producer is not None:
+                release(producer, f"bolt {self.group}")
         log.info(
             "bolt %s stopped: %s, %.1f s executing", self.group, dict(sorted(self.counters.items())), self.execute_s
         )

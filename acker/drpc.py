@@ -20,7 +20,15 @@ from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S
 from acker.errors import AckerError
 from acker.headers import read_headers, text
-from acker.kafka.clients import AsWritten, KafkaClientError, consume_available, end_offsets, partition_count, produce
+from acker.kafka.clients import (
+    AsWritten,
+    KafkaClientError,
+    consume_available,
+    end_offsets,
+    partition_count,
+    produce,
+    release,
+)
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
 
 log = logging.getLogger(__name__)
@@ -38,6 +46,7 @@ class DrpcError(AckerError):
 class DrpcClient:
     def __init__(self, config: ServiceConfig, chain: Chain) -> None:
         self.chain, self._config = chain, config
+        self._closed = False
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"
@@ -168,8 +177,14 @@ class DrpcClient:
         return self.wait(self.send(args, timeout_s))
 
     def close(self) -> None:
+        """Leave, deliver the requests still in flight (10 s at the most), and free the producer if it delivered
+        them all (`release`). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.consumer.close()
         self.producer.flush(10)
+        release(self.producer, f"DRPC client of {self.chain.name}")
 
 
 def call(config: ServiceConfig, chain: Chain, args: bytes, timeout_s: float = 30.0) -> bytes | None:

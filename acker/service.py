@@ -63,6 +63,7 @@ from acker.kafka.clients import (
     produce,
     readable,
     refusal,
+    release,
     topic_partitions,
 )
 from acker.kafka.decided import read_decided
@@ -351,6 +352,7 @@ class AckerService:
         # callback may serve more callbacks (a full queue is polled), without bound.
         self._fallbacks: list[Callable[[], None]] = []
         self._poisoned = False  # set when the loop failed: no commit may follow
+        self._closed = False
         self._partition_count = 0  # of the acker topic (`_look_up_partition_count`; 0: unknown, nothing checked)
         self._next_count_check = 0.0
         self._commits: list[tuple[int, list[TopicPartition]]] = []  # (barrier, offsets) waiting for deliveries
@@ -431,9 +433,14 @@ class AckerService:
 
     def close(self) -> None:
         """Leave the group (revoking, and committing, what is still assigned unless the loop failed), deliver what
-        is in flight, and stop the deciding threads. `run` ends with it; a caller driving `step` itself calls it."""
+        is in flight (10 s at the most), free the producer if it delivered everything (`release`), and stop the deciding
+        threads. `run` ends with it; a caller driving `step` itself calls it. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.consumer.close()
         self._flush(10)
+        release(self.producer, f"acker {self.instance}")
         if self._reader is not None:
             self._reader.close()
         if self._pool is not None:

@@ -68,6 +68,7 @@ from acker.kafka.clients import (
     produce,
     readable,
     refusal,
+    release,
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
@@ -268,7 +269,7 @@ class Spout:
         self._direct_reasons: dict[str, str] = {}  # msg_id -> why, for a FAILED of those (`acker.fail_reasons`)
         self._direct_rows = OUTCOMES_PER_RECORD  # a record's rows, halved when one is refused as too large
         self._init_attempts: dict[int, int] = {}
-        self._paused = False
+        self._paused = self._closed = False  # waiting at max_pending (`paused`); `close` called
         # An outcome record it cannot read: counted and said at most once a report interval, where it lies (one line a
         # record flooded the log of a spout whose outcome topic another producer wrote to, and said not where).
         self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes",))
@@ -359,6 +360,11 @@ class Spout:
             self.close()
 
     def close(self) -> None:
+        """Deliver what is in flight (30 s at the most), leave the groups, and free the producer if it delivered
+        everything (`release`). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self.acker.flush(30)  # its delivery callbacks may add outcomes to publish (inits that failed)
         for _ in range(3):  # a direct outcome whose delivery failed is queued again
             self._publish_direct()
@@ -377,6 +383,7 @@ class Spout:
             self.consumer.close()
             self.outcomes.close()
         self._watermarks.close()
+        release(self.producer, f"spout {self.settings.name}")
 
     @property
     def paused(self) -> bool:

@@ -355,6 +355,23 @@ def produce_reporting(
         on_delivery(refusal(refused), None)
 
 
+def release(producer: Producer, owner: str) -> None:
+    """Free a stopped owner's producer now (its threads, connections and buffers) rather than whenever the object is
+    collected: a process that stops and starts stages in it kept every old one's connections open, retrying a broker
+    that had gone. Only an empty producer is closed, at once: `Producer.close` flushes without a bound, and serves the
+    delivery reports of anything purged before it, which would log every unsent record of a stop with the broker gone.
+    One still holding records or requests (its owner has said how many records it leaves) is left to collection, which
+    drops them unreported. A producer failed for good may raise its error on closing: logged, the owner's stop goes
+    on."""
+    if producer.flush(0):  # nothing to wait for: the owner flushed (and served the delivery reports) already
+        return
+    try:
+        producer.close()
+    except KafkaException as error:
+        cause = kafka_error(error)
+        log.warning("%s: its producer closed with its error: %s", owner, cause.str() if cause else error)
+
+
 def fatal(error: KafkaError) -> bool:
     """Whether the client that gave ``error`` can do nothing more (an idempotent producer whose sequence broke, a
     static member fenced): the process must stop, and its supervisor start it again. After a fatal error librdkafka

@@ -125,6 +125,30 @@ def test_word_count_every_sentence_acked_and_counted(config: ServiceConfig, topi
     assert counts == Counter(word for line in lines for word in line.split())
 
 
+def test_stopped_stages_free_their_producers_and_a_second_close_does_nothing(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """A process that stops and starts stages in it does not keep the old ones' producers (their threads and
+    connections, retrying a broker that went away): a stage's stop closes a producer that delivered everything."""
+    stages, _ = _pipeline(config, topics, split_bolts=1)
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        msg_ids = _produce(config, topics.sentences, list(sentences(20, seed=5)))
+        reader.wait_for(msg_ids, timeout_s=90)
+    finally:
+        _stop(stages)
+        reader.close()
+    assert {m: set(seen) for m, seen in reader.seen.items()} == {m: {"ACK"} for m in msg_ids}
+    stopped = [stage.runnable for stage in stages]
+    sinks = [bolt._sink for bolt in stopped if isinstance(bolt, Bolt) and bolt._sink is not None]
+    assert len(sinks) == 1  # the count bolt's, which writes the counts out of the pipeline
+    for producer in [*(stage.producer for stage in stopped), *sinks]:  # type: ignore[attr-defined]
+        with pytest.raises(RuntimeError, match="closed"):
+            producer.produce(topics.counts, b"after the stop")
+    for stage in stopped:
+        stage.close()  # type: ignore[attr-defined] # again: no flush of a closed producer
+
+
 def test_injected_fails_nack_failed_and_drops_nack_timeout(config: ServiceConfig, topics: Topics) -> None:
     config = replace(config, timeout_s=2.0)
     stages, _ = _pipeline(config, topics, split_bolts=1)

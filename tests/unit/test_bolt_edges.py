@@ -33,6 +33,9 @@ class _Flushing:
         self.flushed += 1
         return self.left
 
+    def close(self) -> bool:
+        return True
+
 
 class _Quiet:
     def check(self, _counters: Counter[str]) -> None:
@@ -120,7 +123,7 @@ def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
     bolt.consumer, bolt._collector, bolt._revoked, bolt._lost = _Committing(), object(), on_revoke, on_lost
     bolt.config, bolt._lost_at = ServiceConfig(timeout_s=30.0, buckets=3), {}  # trees live up to 45 s
-    bolt.execute_s = 0.0
+    bolt.execute_s, bolt._closed = 0.0, False
     return bolt
 
 
