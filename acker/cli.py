@@ -441,7 +441,8 @@ def _add_monitoring(sub: Any) -> None:
         "spout_groups",
         nargs="+",
         metavar="GROUP",
-        help="a spout's consumer group (its watermark group is GROUP.acked; either may be given)",
+        help="a spout's consumer group or its watermark group, GROUP.acked (a name ending in .acked is taken for a "
+        "watermark group: a spout whose own group ends so is named with .acked added)",
     )
     watermarks.add_argument("--json", action="store_true", help="print JSON instead of a table")
     watermarks.set_defaults(run=_cmd_watermarks)

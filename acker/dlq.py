@@ -19,6 +19,7 @@ topic's retention is not seen.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -53,7 +54,7 @@ from acker.retries import (
     origin_partition,
     redrive,
 )
-from acker.wire import spout_name_valid
+from acker.topics import spout_refusal
 
 ACKER_DETAIL = "acker.dlq.detail"  # written by acker.service
 DLQ_TRUNCATED = "acker.dlq.truncated"  # on a copy whose value was cut: the whole value's length
@@ -336,17 +337,24 @@ def _listed(items: list[str], whole_up_to: int = 20) -> str:
 
 def plan(config: ServiceConfig, letters: Iterable[DeadLetter], spout: str | None = None) -> list[Decision]:
     """Where each letter would go (`acker.retries.redrive`); `NotRedrivableError` for a letter that cannot."""
-    policy = RetryPolicy(replay_prefix=config.replay_prefix)
-    return [_redrive(policy, letter, spout) for letter in letters]
+    return [_redrive(config, letter, spout) for letter in letters]
 
 
-def _redrive(policy: RetryPolicy, letter: DeadLetter, spout: str | None) -> Decision:
+def _redrive(config: ServiceConfig, letter: DeadLetter, spout: str | None) -> Decision:
     """`acker.retries.redrive` of ``letter``; `NotRedrivableError` when its headers cannot be read (which say what it
     is, where it comes from, and its attempts)."""
     if letter.headers_unreadable:
         raise NotRedrivableError(f"{letter.coordinates} has headers that cannot be read (a header name is not UTF-8): "
                                  "where it comes from and its attempts are not known")  # fmt: skip
-    return redrive(policy, letter.coordinates, letter.headers, spout)
+    return _redrive_headers(config, letter.coordinates, letter.headers, spout)
+
+
+def _redrive_headers(config: ServiceConfig, place: str, headers: HeaderList, spout: str | None) -> Decision:
+    """`acker.retries.redrive` under ``config``: a spout named by a letter's headers must be one that can exist
+    (`acker.topics.spout_refusal`): a reserved name's replay topic is the replay job's dead-letter or progress topic,
+    where the copy would be taken for a dead letter or a progress record, and a name too long gives no topic."""
+    policy = RetryPolicy(replay_prefix=config.replay_prefix)
+    return redrive(policy, place, headers, spout, refusal=functools.partial(spout_refusal, config))
 
 
 def target_partitions(config: ServiceConfig, decisions: list[Decision]) -> dict[str, int]:
@@ -444,7 +452,7 @@ def in_flight(
     topics = {decision.topic for decision in decisions} | {
         config.replay_topic(spout)
         for letter in letters
-        if letter.coordinates in wanted and (spout := letter.header(SPOUT)) and spout_name_valid(spout)
+        if letter.coordinates in wanted and (spout := letter.header(SPOUT)) and spout_refusal(config, spout) is None
     }
     topics |= _replay_topics(config)
     for topic in sorted(topics):
@@ -486,7 +494,6 @@ def refuse_in_flight(
     back in their stead (`those_that_can_go_back` leaves them out too). A later letter that cannot go back (its copy
     too large, say) leaves them free, as ``--all`` does. ``spout``: the one named to send them to, which a later
     letter that does not say its own would go to as well."""
-    policy = RetryPolicy(replay_prefix=config.replay_prefix)
     ended: dict[str, str | None] = {}
     later: dict[str, tuple[str, str | None]] = {}  # a letter re-driven → the first later letter naming it that can go
     # back, and the origin it names. The letters of the same record and round as a named one (`repeats`, told by
@@ -496,7 +503,7 @@ def refuse_in_flight(
     for place, headers in _headers_since(config, topic, _read_from(letters)):
         if (named := text(headers, REDRIVEN)) is not None:
             ended.setdefault(named, text(headers, ORIGIN))
-            if named not in later and _can_go_back(policy, place, headers, spout):
+            if named not in later and _can_go_back(config, place, headers, spout):
                 later[named] = (place, text(headers, ORIGIN))
         if text(headers, LAST) is not None and (letter := rounds.get(_round(headers))) not in (None, place):
             copies[place] = letter
@@ -534,11 +541,11 @@ def refuse_copies(letters: Sequence[DeadLetter]) -> None:
                        "re-driven, it would be replayed twice)")  # fmt: skip
 
 
-def _can_go_back(policy: RetryPolicy, place: str, headers: HeaderList, spout: str | None) -> bool:
+def _can_go_back(config: ServiceConfig, place: str, headers: HeaderList, spout: str | None) -> bool:
     """Whether the dead letter at ``place`` can be re-driven (to ``spout``'s replay topic if named), as its headers
     tell (`acker.retries.redrive`)."""
     try:
-        redrive(policy, place, headers, spout)
+        _redrive_headers(config, place, headers, spout)
     except NotRedrivableError:
         return False
     return True
@@ -569,7 +576,6 @@ def those_that_can_go_back(
     re-driven copy (re-driving both would replay the record twice, and each round would double the copies), or
     whose copy is still in its replay topic (`in_flight`; unless ``again``); and those whose replay topic does not
     exist."""
-    policy = RetryPolicy(replay_prefix=config.replay_prefix)
     copies = repeats(letters)
     # Invariant: the letters of one record share their first letter's coordinates here, and only that one may go.
     first_of = {letter.coordinates: copies.get(i, letter.coordinates) for i, letter in enumerate(letters)}
@@ -577,7 +583,7 @@ def those_that_can_go_back(
     refused = Counter[str]()
     for letter in letters:
         try:
-            possible.append((letter, _redrive(policy, letter, spout)))
+            possible.append((letter, _redrive(config, letter, spout)))
         except NotRedrivableError as error:
             refused[str(error).removeprefix(f"{letter.coordinates} ")] += 1
     # Named only by a later letter that goes back itself: one that cannot (its copy dead-lettered as too large, say)

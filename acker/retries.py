@@ -30,7 +30,7 @@ round of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from acker.errors import AckerError
@@ -244,11 +244,23 @@ def unread(policy: RetryPolicy, decision: Decision, msg_id: str, reason: str) ->
     return instead(policy, decision, msg_id, reason, NO_REPLAY_TOPIC)
 
 
+def unnameable(spout: str) -> str | None:
+    """Why no replay topic can have spout ``spout``'s name, as far as the name alone tells, None when one may."""
+    return None if spout_name_valid(spout) else f"no topic can have the name {spout[:80]!r}"
+
+
 def redrive(
-    policy: RetryPolicy, letter: str, headers: Sequence[tuple[str, HeaderValue]], spout: str | None = None
+    policy: RetryPolicy,
+    letter: str,
+    headers: Sequence[tuple[str, HeaderValue]],
+    spout: str | None = None,
+    *,
+    refusal: Callable[[str], str | None] = unnameable,
 ) -> Decision:
     """Send the dead letter at coordinates ``letter`` back to its spout's replay topic (or ``spout``'s), as attempt 0
-    of its origin: its next nack starts a new round of ``max_attempts`` replays."""
+    of its origin: its next nack starts a new round of ``max_attempts`` replays. ``refusal``: why a spout cannot be
+    the copy's (a deployment's: `acker.topics.spout_refusal`, whose reserved names' replay topics are the replay
+    job's own dead-letter or progress topic), None when it can."""
     origin = text(headers, ORIGIN)
     spout = spout or text(headers, SPOUT)
     if origin is None:
@@ -271,8 +283,9 @@ def redrive(
     if text(headers, LAST) is None:  # every dead letter of the replay job's says which copy was nacked last
         raise NotRedrivableError(f"{letter} has no {LAST} header: a replayed copy (a stage's input keeps its spout's "
                                  "replay headers), not a dead letter")  # fmt: skip
-    if not spout_name_valid(spout):  # a header's: no replay topic can have the name (`--spout` is checked before)
-        raise NotRedrivableError(f"{letter} names a spout whose replay topic cannot exist: {spout[:80]!r}")
+    why = refusal(spout)  # a header's may name any spout (`--spout` is checked before)
+    if why is not None:
+        raise NotRedrivableError(f"{letter} names a spout its copy cannot go back to: {why}")
     copy = [*_own(headers), *_context(origin, 0, reason, spout, text(headers, DETAIL)), (REDRIVEN, letter.encode())]
     return Decision(policy.replay_topic(spout), copy, REPLAYED)
 

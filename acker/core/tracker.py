@@ -24,7 +24,9 @@ Rules (each holds for any arrival order of the messages of a tree):
 - A second init for a tree whose init was seen is a root-id collision: counted, the first tree is kept.
 - A finished tree (acked or nacked) stays as a tombstone for ``buckets`` ticks, so the rest of its messages
   (late duplicates, acks of a failed tree's other branches) are ignored and counted (``late``) instead of
-  opening an init-less entry. After that a late message looks like a new init-less tree and expires silently.
+  opening an init-less entry. After that a late ack, fail or reset looks like a new init-less tree and expires
+  silently, but a late init (one sent again) opens a new tree, which times out: the source record gets a second
+  outcome, a ``TIMEOUT`` after its first.
 - Within the outcomes of one tick, the order is the order of the entries' last (re)insertion; consumers must
   not rely on it.
 

@@ -352,13 +352,16 @@ def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
 ) -> None:
     """One record there that is not the replay job's (produced by hand, say) refused the whole set; so did one whose
     spout's replay topic does not exist, or cannot (a name no topic can have), each with a Kafka error and
-    nothing sent."""
+    nothing sent. A spout name no spout can have (the replay job dead-letters its nacks whole, `no-replay-topic`) sent
+    the copy to the replay job's own progress topic."""
+    progress = letters.replay_topic("progress")  # the replay job's: not a spout's replay topic
+    create_topics(letters.client(), [TopicSpec(progress, 1)])
     producer = Producer(letters.client())
     produce(producer, letters.replay_dlq_topic, b"by hand", headers=[("app", b"x")])
     policy = RetryPolicy(
         max_attempts=1, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
     )
-    for spout in ("gone", "sen tences"):
+    for spout in ("gone", "sen tences", "progress"):
         tried = [(ATTEMPT, b"1"), (ORIGIN, b"src/0/5")]
         letter = decide(policy, spout, f"{policy.replay_topic(spout)}/0/1", "FAILED", headers=tried, now_ms=0)
         produce(producer, letter.topic, b"elsewhere", headers=letter.headers)
@@ -367,11 +370,38 @@ def test_redrive_all_sends_those_that_can_go_back_and_says_which_cannot(
     out = capsys.readouterr().out
     assert "1 record(s) skipped: has no acker.replay.origin header" in out and "2 record(s) re-driven" in out
     assert f"1 record(s) skipped: no replay topic {letters.replay_topic('gone')}: a spout creates" in out
-    assert "1 record(s) skipped: names a spout whose replay topic cannot exist: 'sen tences'" in out
+    cannot = "1 record(s) skipped: names a spout its copy cannot go back to: spout name"
+    assert f"{cannot} 'sen tences' cannot name a topic" in out
+    assert f"{cannot} 'progress' is reserved" in out
+    assert read_partition(letters, progress, 0) == []
     replayed = read_partition(letters, letters.replay_topic("sp"), 0) + read_partition(
         letters, letters.replay_topic("sp"), 1
     )
     assert sorted(value or b"" for _, _, value in replayed) == [b"value-0", b"value-1"]
+
+
+def test_redrive_all_skips_a_letter_whose_spouts_replay_topic_name_would_be_too_long(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A spout name of 200 characters under a long replay prefix: the broker refused the topic's name, and the error
+    stopped the whole re-drive, the other letters unsent."""
+    longer = replace(letters, replay_prefix=f"{letters.replay_prefix}{'p' * 40}.")
+    create_topics(longer.client(), [TopicSpec(longer.replay_topic("sp"), 1)])
+    policy = RetryPolicy(max_attempts=1, replay_prefix=longer.replay_prefix, dead_letter_topic=longer.replay_dlq_topic)
+    tried = [(ATTEMPT, b"1"), (ORIGIN, b"src/0/5")]
+    letter = decide(policy, "s" * 200, f"{policy.replay_topic('s' * 200)}/0/1", "FAILED", headers=tried, now_ms=0)
+    assert letter.topic == longer.replay_dlq_topic
+    producer = Producer(longer.client())
+    produce(producer, letter.topic, b"long", headers=letter.headers)
+    assert producer.flush(30) == 0
+    assert _dlq(longer, "redrive", "--all") == 0
+    out = capsys.readouterr().out
+    assert f"1 record(s) skipped: names a spout its copy cannot go back to: spout name '{'s' * 80}' is too long" in out
+    assert "2 record(s) re-driven" in out
+    assert sorted(value or b"" for _, _, value in read_partition(longer, longer.replay_topic("sp"), 0)) == [
+        b"value-0",
+        b"value-1",
+    ]
 
 
 def test_a_dead_letter_re_driven_and_dead_lettered_again_is_re_driven_once(
