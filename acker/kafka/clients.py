@@ -6,6 +6,7 @@ Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkaf
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import time
@@ -392,7 +393,12 @@ def refusal(refused: KafkaException) -> KafkaError:
 
 def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
     """The first and the end offset of one partition, asking again (up to ``timeout_s``) while the broker cannot
-    answer: a topic just created has no leader for a moment. `KafkaClientError` when it never answers."""
+    answer: a topic just created has no leader for a moment. `KafkaClientError` when it never answers.
+
+    A handle that has read a topic's bounds keeps the topic's partitions as they were: one added since is unknown
+    to it (``_UNKNOWN_PARTITION``, at once, without asking the cluster) until its metadata is next refreshed, every
+    5 minutes by default. Such an answer makes it look the topic up first: asked again as it was, a spout given a
+    partition just added stopped after 30 s."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -401,10 +407,12 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             )
             return int(low), int(high)
         except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
+            cause = kafka_error(error)
             if time.monotonic() > deadline:
-                raise KafkaClientError(
-                    f"reading the offsets of {tp.topic}[{tp.partition}]", kafka_error(error)
-                ) from None
+                raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", cause) from None
+            if cause is not None and cause.code() == KafkaError._UNKNOWN_PARTITION:
+                with contextlib.suppress(KafkaException):  # no answer: asked again at the next round
+                    consumer.list_topics(tp.topic, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
             time.sleep(0.2)
 
 

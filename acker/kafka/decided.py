@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -10,6 +11,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from acker.kafka.clients import KafkaClientError, log_bounds, read_to, topic_partitions
+from acker.kafka.lookups import CONFIRM_S
 from acker.outcome_log import OutcomeLog, Starts
 from acker.wire import WireError, decode_outcome_anchors
 
@@ -28,12 +30,17 @@ class Decided:
 
 
 def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
-    """The bounds of a partition; (0, 0) at once when the topic or the partition no longer exists (a retired spout's
-    topic deleted), rather than `log_bounds`'s wait for a leader."""
-    if partition not in topic_partitions(consumer, topic):
-        log.warning("%s[%d] does not exist (any more): nothing to read back there", topic, partition)
-        return 0, 0
-    return log_bounds(consumer, TopicPartition(topic, partition))
+    """The bounds of a partition; (0, 0) when the topic or the partition no longer exists (a retired spout's topic
+    deleted), rather than `log_bounds`'s wait for a leader. Missing in two answers `CONFIRM_S` apart, as the lookups
+    take it: one broker's metadata may lag behind a topic just made (by the previous owner, moments before a
+    handover), and on one answer its trees were decided again."""
+    for attempt in range(2):
+        if attempt:
+            time.sleep(CONFIRM_S)
+        if partition in topic_partitions(consumer, topic):
+            return log_bounds(consumer, TopicPartition(topic, partition))
+    log.warning("%s[%d] does not exist (any more): nothing to read back there", topic, partition)
+    return 0, 0
 
 
 class _Found(NamedTuple):

@@ -31,3 +31,26 @@ def test_asks_again_until_the_partition_has_a_leader() -> None:
 def test_a_broker_that_never_answers_is_a_clear_error() -> None:
     with pytest.raises(KafkaClientError, match=r"t\[0\].*NOT_LEADER_FOR_PARTITION"):
         log_bounds(_Flaky(failures=10**6), TopicPartition("t", 0), timeout_s=0.3)  # type: ignore[arg-type]
+
+
+class _Stale:
+    """A consumer handle that knows its topic's partitions as they were: one added since is unknown to it, at once,
+    until it looks the topic up."""
+
+    def __init__(self) -> None:
+        self.lookups = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        if not self.lookups:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition"))
+        return 0, 4
+
+    def list_topics(self, topic: str, timeout: float) -> object:
+        self.lookups += 1
+        return object()
+
+
+def test_a_partition_unknown_to_the_handle_is_looked_up_before_it_is_asked_again() -> None:
+    consumer = _Stale()
+    assert log_bounds(consumer, TopicPartition("t", 1), timeout_s=10) == (0, 4)  # type: ignore[arg-type]
+    assert consumer.lookups == 1
