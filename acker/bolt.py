@@ -326,7 +326,8 @@ class Bolt:
 
     def close(self) -> None:
         """Commit what is processed once delivered (30 s at the most), leave the group, and free the producers if
-        they delivered everything (`release`). A second call does nothing."""
+        they delivered everything (`release`): a freed producer takes nothing more (an ack, an emit or `flush` after
+        the close raises `RuntimeError`). A second call does nothing."""
         if self._closed:
             return
         self._closed = True

@@ -1244,12 +1244,13 @@ class AckerService:
         # (`READ_BACK_TURN_S`) and kept the others, maybe quick to read back, paused until the slow ones gave up.
         due.sort(key=lambda p: self._to_recover[p].tries)
         starts = self._read_back_starts(due)
+        gone: set[tuple[str, int | None]] = set()  # outcome topics and partitions found missing in this turn
         for partition in due:
             if time.monotonic() - now >= READ_BACK_TURN_S:
                 break  # the others at the next turn: still due, their records held back meanwhile
             waiting = self._to_recover[partition]
             final = waiting.since is not None and now - waiting.since >= READ_BACK_PATIENCE_S
-            failure = self._read_back(partition, starts, final=final)
+            failure = self._read_back(partition, starts, gone, final=final)
             if failure is not None and not final:
                 waiting.since = now if waiting.since is None else waiting.since
                 waiting.tries += 1
@@ -1265,7 +1266,9 @@ class AckerService:
             del self._to_recover[partition]
             self._resume(partition)
 
-    def _read_back(self, partition: int, starts: dict[int, Starts] | None, *, final: bool) -> str | None:
+    def _read_back(
+        self, partition: int, starts: dict[int, Starts] | None, gone: set[tuple[str, int | None]], *, final: bool
+    ) -> str | None:
         """Read the partition's outcomes back from ``starts`` (None: the committed offsets were not read) and tell
         its state; what failed, None if nothing did. With ``final``, what was read is told even when a topic was
         not, and that is not a failure."""
@@ -1276,7 +1279,8 @@ class AckerService:
             return None
         try:
             reader = self._reading_consumer()
-            decided = read_decided(reader, TopicPartition(self.config.acker_topic, partition), starts[partition])
+            acker = TopicPartition(self.config.acker_topic, partition)
+            decided = read_decided(reader, acker, starts[partition], gone)
         except Exception as error:  # any failure waits, then replays without them as before
             return f"outcomes not read back ({error})"
         if decided.unread and not final:

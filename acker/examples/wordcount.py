@@ -7,6 +7,9 @@ The words topic is keyed by word, so every count of a word lands on one partitio
 Storm's fields grouping. When a partition moves to another count process, that one goes on from the last count
 written for each of its words (`WordCount`): counts may come out too high (a replayed sentence is counted again),
 never too low. The counts topic is compacted (`COUNTS_TOPIC_CONFIG`): the last count of each word is what is read.
+Not while the words topic's partition count changes under running split bolts: each sends a word to its new partition
+once its own metadata shows the new count, and until all do, two count processes count the word each from its own
+count (the README says so).
 Failure injection, for demos and tests:
 
 - ``fail_rate``: the split bolt fails a sentence (raises) with this probability; a sentence containing the word

@@ -29,16 +29,23 @@ class Decided:
     unread: tuple[str, ...] = ()  # the outcome topics that could not be read (not at all, or not to their end)
 
 
-def _bounds(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+def _bounds(consumer: Consumer, topic: str, partition: int, gone: set[tuple[str, int | None]]) -> tuple[int, int]:
     """The bounds of a partition; (0, 0) when the topic or the partition no longer exists (a retired spout's topic
     deleted), rather than `log_bounds`'s wait for a leader. Missing in two answers `CONFIRM_S` apart, as the lookups
     take it: one broker's metadata may lag behind a topic just made (by the previous owner, moments before a
-    handover), and on one answer its trees were decided again."""
+    handover), and on one answer its trees were decided again. What is confirmed missing goes into ``gone`` (the
+    topic, with partition None, when it has no partitions at all), which answers at once after that: the commits
+    of every acker partition name a retired spout's topic, and a handover of many waited a second for each."""
+    if (topic, None) in gone or (topic, partition) in gone:
+        return 0, 0
+    partitions: list[int] = []
     for attempt in range(2):
         if attempt:
             time.sleep(CONFIRM_S)
-        if partition in topic_partitions(consumer, topic):
+        partitions = topic_partitions(consumer, topic)
+        if partition in partitions:
             return log_bounds(consumer, TopicPartition(topic, partition))
+    gone.add((topic, partition if partitions else None))
     log.warning("%s[%d] does not exist (any more): nothing to read back there", topic, partition)
     return 0, 0
 
@@ -53,9 +60,11 @@ class _Found(NamedTuple):
     anchors: np.ndarray
 
 
-def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> Decided:
+def read_decided(
+    consumer: Consumer, acker: TopicPartition, starts: Starts, gone: set[tuple[str, int | None]] | None = None
+) -> Decided:
     """The outcomes published for the acker partition ``acker`` from ``starts`` to the current end of each outcome
-    topic.
+    topic. ``gone``: outcome topics and partitions found missing (`_bounds`), shared by the read-backs of one turn.
 
     Records of other acker partitions sharing a topic partition, spouts' own records and records that cannot be
     decoded are passed over. So are records decided at or past the acker partition's end, taken once the outcomes
@@ -68,7 +77,7 @@ def read_decided(consumer: Consumer, acker: TopicPartition, starts: Starts) -> D
     unread: list[str] = []
     for topic, (partition, offset) in starts.items():
         try:
-            low, end = _bounds(consumer, topic, partition)
+            low, end = _bounds(consumer, topic, partition, set() if gone is None else gone)
             if offset < low:
                 log.warning(
                     "%s[%d]: outcomes from %d deleted (retention): reading from %d", topic, partition, offset, low
