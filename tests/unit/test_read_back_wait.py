@@ -51,7 +51,7 @@ def test_the_read_backs_of_one_turn_of_the_loop_stop_after_a_while_and_the_other
     poll again until all were done, past max.poll.interval.ms, and the instance left its group."""
     service, clock = _waiting(monkeypatch, 12)
 
-    def slow(_partition: int, _starts: object, *, final: bool) -> None:
+    def slow(_partition: int, _starts: object, _gone: object, *, final: bool) -> None:
         clock.now += 25.0
 
     service._read_back = slow
@@ -68,7 +68,7 @@ def test_partitions_whose_read_back_fails_slowly_do_not_keep_the_others_waiting(
     its minute: an eleventh, read back at once, waited 11 turns (till the others gave up), paused."""
     service, clock = _waiting(monkeypatch, 11)
 
-    def read_back(partition: int, _starts: object, *, final: bool) -> str | None:
+    def read_back(partition: int, _starts: object, _gone: object, *, final: bool) -> str | None:
         if partition == 10:
             return None
         clock.now += 30.0
