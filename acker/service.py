@@ -56,6 +56,7 @@ from acker.kafka.clients import (
     TOO_LARGE,
     KafkaClientError,
     TopicSpec,
+    await_topics,
     consume_available,
     create_topics,
     kafka_error,
@@ -799,7 +800,11 @@ class AckerService:
                     self._partition_counts[spec.name] = spec.partitions  # before the metadata shows them all
                     if capped:
                         self._outcome_creations.append(time.monotonic())
-                    self._await_in_producer(spec.name, timeout_s)
+                    # Until the producer's metadata has it: one that had found the topic missing (an outcome refused,
+                    # a creation failed) refused its records at once (``Local: Unknown topic``) until a refresh, and
+                    # the first outcomes after a creation made again were dead-lettered (``outcome-refused``). Given
+                    # up quietly at the lookup's timeout: the records then go as they would have.
+                    await_topics(self.producer, [spec.name], time.monotonic() + timeout_s)
                 self._known(spec.name)
             except AckerError as error:  # e.g. not allowed to create (a KafkaClientError)
                 failures = self._ensure_again_at.get(spec.name, (0.0, 0))[1] + 1
@@ -809,24 +814,6 @@ class AckerService:
                 self._not_created[spec.name] = str(error)
                 failed.add(spec.name)
         return failed
-
-    def _await_in_producer(self, topic: str, timeout_s: float) -> None:
-        """Wait (up to ``timeout_s``) until the producer's metadata has ``topic``, just created. A producer that
-        found the topic missing before (an outcome refused, the creation failed, or the topic not made yet) refuses
-        a record for it at once (``Local: Unknown topic``) until its metadata is refreshed: the first outcomes after
-        a creation made again were dead-lettered (``outcome-refused``). Given up quietly: the records then go as
-        they would have."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                if topic_partitions(self.producer, topic, max(0.1, deadline - time.monotonic())):
-                    return
-            except KafkaException as error:
-                log.debug("the producer's lookup of %s failed: %s", topic, error)
-            if time.monotonic() >= deadline:
-                log.debug("the producer's metadata does not show %s, created %.0f s ago", topic, timeout_s)
-                return
-            time.sleep(0.1)
 
     def _known(self, topic: str) -> None:
         self._known_topics.add(topic)

@@ -132,19 +132,30 @@ def _await_visible(client_config: Mapping[str, Any], names: list[str], deadline:
         return
     consumer = _metadata_consumer(client_config)
     try:
-        waiting = list(names)
+        await_topics(consumer, names, deadline)
+    finally:
+        consumer.close()
+
+
+def await_topics(handle: Consumer | Producer, names: Iterable[str], deadline: float) -> bool:
+    """Whether every topic of ``names`` came to have its partitions in what ``handle`` is told before ``deadline``,
+    asking through it (which updates what it knows: `topic_partitions`); False at the deadline, or at a lookup not
+    answered (logged at debug: the topics were created all the same, the next client to look finds them, or says
+    they are missing)."""
+    waiting = list(names)
+    try:
         while waiting:
             for name in list(waiting):
                 if time.monotonic() >= deadline:
-                    return
-                if topic_partitions(consumer, name, max(0.1, deadline - time.monotonic())):
+                    return False
+                if topic_partitions(handle, name, max(0.1, deadline - time.monotonic())):
                     waiting.remove(name)
             if waiting:
                 time.sleep(0.05)
-    except KafkaException as error:  # created all the same: the next client to look finds it, or says it does not
+    except KafkaException as error:
         log.debug("topics created, not found visible: %s", error)
-    finally:
-        consumer.close()
+        return False
+    return True
 
 
 def ensure_topics(client_config: Mapping[str, Any], specs: Iterable[TopicSpec], timeout_s: float = 30.0) -> list[str]:

@@ -75,9 +75,10 @@ def read_decided(
     """
     kept: list[_Found] = []
     unread: list[str] = []
+    gone = set() if gone is None else gone
     for topic, (partition, offset) in starts.items():
         try:
-            low, end = _bounds(consumer, topic, partition, set() if gone is None else gone)
+            low, end = _bounds(consumer, topic, partition, gone)
             if offset < low:
                 log.warning(
                     "%s[%d]: outcomes from %d deleted (retention): reading from %d", topic, partition, offset, low
