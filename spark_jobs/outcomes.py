@@ -30,25 +30,47 @@ DONE = (ACK, REPLAYED, DEAD_LETTERED)  # the source offset needs nothing more: p
 
 
 def decoded(raw: DataFrame) -> Column:
-    """The decoded record, or null when it is not a valid one (wrong prefix, undecodable, truncated into columns of
-    different lengths: Spark's Avro reader can decode a cut record into shorter arrays, or a source index outside
-    its sources, which would fail every run of the batch or, negative, name another source; a spout name that cannot
-    name a topic, `valid_spout`: the replay job would ask Kafka about its replay topic, refused, at every run).
+    """The decoded record, or null when it is not a valid one: a wrong prefix, or a `refusal`.
 
     The record is decoded once: the decoder appears once in the expression (the checks run in a lambda over a
     one-element array), so the optimizer has no copies of it to evaluate when it pushes a filter down."""
     body = F.expr("substring(value, 5, length(value) - 4)")
     right_prefix = F.substring("value", 1, 4) == F.lit(PREFIX)
-    columns = ("anchors", "source_index", "offsets", "latency_ms")
-
-    def consistent(o: Column) -> Column:
-        n = F.size(o.getField("outcomes"))
-        sources = F.size(o.getField("sources"))
-        in_range = F.forall(o.getField("source_index"), lambda i: (i >= 0) & (i < sources))
-        return reduce(operator.and_, (F.size(o.getField(c)) == n for c in columns)) & in_range & valid_spout(o)
-
     decoded = from_avro(body, OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
-    return F.when(right_prefix, F.try_element_at(F.filter(F.array(decoded), consistent), F.lit(1)))
+    return F.when(right_prefix, F.try_element_at(F.filter(F.array(decoded), lambda o: refusal(o).isNull()), F.lit(1)))
+
+
+def refusal(o: Column) -> Column:
+    """Why a decoded outcome record ``o`` is not a valid one, in the reason the spouts' reader gives
+    (`acker.wire.decode_outcomes`); null when it is valid. Each is a record a spout refuses, so one these jobs took
+    would move the watermark past trees its spout still waits for:
+
+    - ``undecodable``: not Avro of the schema (null, or a struct of nulls: ``from_avro``'s permissive mode), or a
+      string that is not UTF-8 (Avro's Java reader does not check; fastavro, the spouts', does);
+    - ``inconsistent-columns``: columns of different lengths (Spark's Avro reader can decode a cut record into
+      shorter arrays), or a source index outside its sources (which would fail every run of the batch or, negative,
+      name another source);
+    - ``bad-column``: an offset below -1, "no offset" (a message id would be misread as its source);
+    - ``bad-spout``: a spout name that cannot name a topic, `valid_spout` (the replay job would ask Kafka about its
+      replay topic, refused, at every run)."""
+    n = F.size(o.getField("outcomes"))
+    sources = o.getField("sources")
+    same_length = reduce(operator.and_, (F.size(o.getField(c)) == n for c in _COLUMNS))
+    in_range = F.forall(o.getField("source_index"), lambda i: (i >= 0) & (i < F.size(sources)))
+    utf8 = F.is_valid_utf8(o.getField("spout")) & F.forall(sources, F.is_valid_utf8)
+
+    def fails(holds: Column) -> Column:
+        return F.coalesce(~holds, F.lit(True))  # a check that cannot tell (a null field) refuses
+
+    return (
+        F.when(fails(utf8), F.lit("undecodable"))
+        .when(fails(same_length & in_range), F.lit("inconsistent-columns"))
+        .when(fails(F.forall(o.getField("offsets"), lambda x: x >= -1)), F.lit("bad-column"))
+        .when(fails(valid_spout(o)), F.lit("bad-spout"))
+    )
+
+
+_COLUMNS = ("anchors", "source_index", "offsets", "latency_ms")  # as many items as ``outcomes``
 
 
 def valid_spout(o: Column) -> Column:
@@ -145,8 +167,7 @@ def malformed(raw: DataFrame, whole_max: int, kept: int = DLQ_KEPT_BYTES) -> Dat
     reason = (
         F.when((F.substring("value", 1, 3) == F.lit(PREFIX[:3])) & (prefix != F.lit(PREFIX)), F.lit("unknown-version"))
         .when(prefix != F.lit(PREFIX), F.lit("bad-prefix"))
-        .when(body.getField("spout").isNotNull() & ~valid_spout(body), F.lit("bad-spout"))  # as the acker says it
-        .otherwise(F.lit("undecodable"))
+        .otherwise(F.coalesce(refusal(body), F.lit("undecodable")))  # as the spouts' reader says it
     )
     bad = raw.where(F.col("value").isNull() | decoded(raw).isNull())
 

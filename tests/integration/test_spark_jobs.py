@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import shutil
 import subprocess
@@ -14,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -29,7 +32,7 @@ from acker.kafka.provision import Cluster
 from acker.retries import ATTEMPT, DETAIL, ORIGIN, REASON, Backoff
 from acker.spout import Spout, SpoutSettings
 from acker.topics import spark_job_topics
-from acker.wire import decode_outcomes, encode_outcome_rows
+from acker.wire import WireError, decode_outcomes, encode_outcome_rows
 from spark_jobs.checkpoint import RUN_ID, run_id
 from spark_jobs.commit_job import (
     CommitJobSettings,
@@ -41,7 +44,7 @@ from spark_jobs.commit_job import (
 )
 from spark_jobs.commit_job import start as start_commit
 from spark_jobs.mark_store import KEEP, MarkStore
-from spark_jobs.outcomes import malformed, outcome_rows
+from spark_jobs.outcomes import OUTCOME_SCHEMA, PREFIX, malformed, outcome_rows
 from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, in_order, nacks
 from spark_jobs.replay_job import start as start_replay
 from spark_jobs.session import spark_session, stop, stop_queries
@@ -436,9 +439,18 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
                 (None, encode_outcome_rows(spout, [("TIMEOUT", 4, "t/0/9", 1)]), "out", 0, 15 + i, stamp)
                 for i, spout in enumerate(("a/b", "x" * 201, "new\nline", ""))
             ),
+            # What the spouts' reader refuses, and the jobs took (the watermark would pass trees a spout waits for):
+            # an offset below -1, a source or spout name that is not UTF-8 (Avro's Java reader does not check), a
+            # source index past the sources.
+            *((None, value, "out", 0, 19 + i, stamp) for i, value in enumerate(_refused_by_spouts())),
         ],
         columns,
     )
+    spouts_said = []  # by the spouts' reader
+    for value in _refused_by_spouts():
+        with pytest.raises(WireError) as refused:
+            decode_outcomes(value)
+        spouts_said.append(refused.value.reason.encode())
     rows = [r.asDict() for r in outcome_rows(raw).orderBy("anchor").collect()]
     assert [(r["outcome"], r["anchor"], r["msg_id"]) for r in rows] == [
         ("TIMEOUT", -6, "t/0/3"),
@@ -502,7 +514,13 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     assert [r.detail for r in outcome_rows(raw).collect()] == [None] * 6  # read without headers
     letters = malformed(raw, whole_max=10**6).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
-    assert reasons == [b"bad-spout"] * 4 + [b"undecodable"] * 3 + [b"unknown-version"]
+    assert reasons == [b"bad-column"] + [b"bad-spout"] * 4 + [b"inconsistent-columns"] + [b"undecodable"] * 5 + [
+        b"unknown-version"
+    ]
+    headers = [{h.key: h.value for h in r.headers} for r in letters]
+    jobs_said = {int(h["acker.dlq.offset"]): h["acker.dlq.reason"] for h in headers}
+    expected = [b"bad-column", b"undecodable", b"undecodable", b"inconsistent-columns"]
+    assert [jobs_said[19 + i] for i in range(len(spouts_said))] == spouts_said == expected
     assert all(DLQ_TRUNCATED not in {h.key for h in r.headers} for r in letters)
     # Over what the sink's producer takes, cut (a copy refused stopped the job at every restart on it).
     keyed = spark.createDataFrame([(b"k" * 30, b"v" * 40, "out", 0, 20, stamp), (b"k", b"v" * 5, "out", 0, 21, stamp)],
@@ -512,6 +530,24 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     assert (cut.key, cut.value) == (b"k" * 8, b"v" * 8)
     assert (said[DLQ_TRUNCATED], said[DLQ_KEY_TRUNCATED], said["acker.dlq.offset"]) == (b"40", b"30", b"20")
     assert (small.key, small.value) == (b"k", b"v" * 5) and DLQ_TRUNCATED not in {h.key for h in small.headers}
+
+
+def _refused_by_spouts() -> list[bytes]:
+    """Outcome records Avro's Java reader reads whole that `decode_outcomes` refuses: an offset of -2; a source,
+    then a spout name, with a byte that is not UTF-8; a source index past the sources."""
+    record = {"spout": "sp", "acker_partition": 0, "acker_offset": 0, "outcomes": ["ACK"], "anchors": [4],
+              "sources": ["tZ/0"], "source_index": [0], "offsets": [-2], "latency_ms": [1]}  # fmt: skip
+    below = PREFIX + fastavro_write(record)
+    bad_source = PREFIX + fastavro_write({**record, "offsets": [9]}).replace(b"tZ/0", b"t\xff/0")
+    bad_spout = PREFIX + fastavro_write({**record, "spout": "sZ", "offsets": [9]}).replace(b"sZ", b"s\xff", 1)
+    elsewhere = PREFIX + fastavro_write({**record, "source_index": [1], "offsets": [9]})  # no source 1
+    return [below, bad_source, bad_spout, elsewhere]
+
+
+def fastavro_write(record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(json.loads(OUTCOME_SCHEMA)), record)
+    return out.getvalue()
 
 
 def test_a_spout_restarted_after_the_jobs_resumes_at_their_watermark(
