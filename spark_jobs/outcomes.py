@@ -42,8 +42,7 @@ def decoded(raw: DataFrame) -> Column:
 
 def refusal(o: Column) -> Column:
     """Why a decoded outcome record ``o`` is not a valid one, in the reason the spouts' reader gives
-    (`acker.wire.decode_outcomes`); null when it is valid. Each is a record a spout refuses, so one these jobs took
-    would move the watermark past trees its spout still waits for:
+    (`acker.wire.decode_outcomes`); null when it is valid. The jobs and the spouts take the same outcomes:
 
     - ``undecodable``: not Avro of the schema (null, or a struct of nulls: ``from_avro``'s permissive mode), or a
       string that is not UTF-8 (Avro's Java reader does not check; fastavro, the spouts', does);

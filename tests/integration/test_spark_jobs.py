@@ -439,7 +439,7 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
                 (None, encode_outcome_rows(spout, [("TIMEOUT", 4, "t/0/9", 1)]), "out", 0, 15 + i, stamp)
                 for i, spout in enumerate(("a/b", "x" * 201, "new\nline", ""))
             ),
-            # What the spouts' reader refuses, and the jobs took (the watermark would pass trees a spout waits for):
+            # What the spouts' reader refuses, and the jobs took:
             # an offset below -1, a source or spout name that is not UTF-8 (Avro's Java reader does not check), a
             # source index past the sources.
             *((None, value, "out", 0, 19 + i, stamp) for i, value in enumerate(_refused_by_spouts())),
