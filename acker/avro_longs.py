@@ -80,20 +80,26 @@ _INT_LAST_SHIFT = 28  # the shift of an int's 5th byte, its last
 
 
 @_compile
-def _read_varint(buf: Any, pos: int, last_shift: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it (``_BAD`` when truncated or longer than its type takes)."""
+def _read_varint(buf: Any, pos: int, last_shift: int) -> tuple[np.uint64, int]:
+    """The varint at ``pos``, in its zigzag form, and the position after it (``_BAD`` when truncated or longer than
+    its type takes)."""
     z = np.uint64(0)
     shift = 0
     while True:
         if pos >= buf.shape[0] or shift > last_shift:
-            return 0, _BAD
+            return np.uint64(0), _BAD
         b = buf[pos]
         pos += 1
         z |= np.uint64(b & 0x7F) << np.uint64(shift)
         if b < 0x80:
             break
         shift += 7
-    return int(np.int64(z >> np.uint64(1)) ^ -np.int64(z & np.uint64(1))), pos
+    return z, pos
+
+
+@_compile
+def _unzigzag(z: np.uint64) -> int:
+    return int(np.int64(z >> np.uint64(1)) ^ -np.int64(z & np.uint64(1)))
 
 
 @_compile
@@ -103,17 +109,17 @@ def _read_long(buf: Any, pos: int) -> tuple[int, int]:
     10 bytes is the most a long takes (the Avro specification; Java's reader refuses more). fastavro is more lenient:
     it reads a varint of any length (bits past the 64th wrap around), so a record with a longer one, which no writer
     writes, is one that fastavro reads and this does not. Avro's block counts and string lengths are longs."""
-    value, after = _read_varint(buf, pos, _LONG_LAST_SHIFT)
-    return value, after
+    z, after = _read_varint(buf, pos, _LONG_LAST_SHIFT)
+    return _unzigzag(z), after
 
 
 @_compile
 def _read_int(buf: Any, pos: int) -> tuple[int, int]:
     """The int (or enum symbol index) at ``pos`` and the position after it (``_BAD`` when truncated or over 5 bytes,
-    which Java's reader, Spark's, refuses: "Invalid int encoding"; fastavro reads it). A value past 32 bits in 5
-    bytes is read whole here, where Java's reader wraps it: both accept it."""
-    value, after = _read_varint(buf, pos, _INT_LAST_SHIFT)
-    return value, after
+    which Java's reader, Spark's, refuses: "Invalid int encoding"; fastavro reads it). Of a varint past 32 bits (5
+    bytes carry 35), the low 32 are read, as Java's reader reads them (`acker.wire.java_int`)."""
+    z, after = _read_varint(buf, pos, _INT_LAST_SHIFT)
+    return _unzigzag(z & np.uint64(0xFFFFFFFF)), after
 
 
 @_compile

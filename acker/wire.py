@@ -122,7 +122,9 @@ def _write(schema: Any, prefix: bytes, record: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-def _read(schema: Any, data: bytes) -> dict[str, Any]:
+def _read(schema: Any, data: bytes, *, trailing: bool = False) -> dict[str, Any]:
+    """The Avro record of ``schema`` after the 4-byte prefix of ``data``; `WireError` if it is not one, or bytes
+    follow it and not ``trailing`` (Java's reader, Spark's, ignores bytes after a record)."""
     try:
         stream = io.BytesIO(data)
         stream.seek(4)
@@ -130,7 +132,7 @@ def _read(schema: Any, data: bytes) -> dict[str, Any]:
     except Exception as error:  # fastavro raises many types on truncated or garbage input
         said = str(error) or ("the record ends before its last field" if isinstance(error, EOFError) else "no detail")
         raise WireError("undecodable", f"Avro decoding failed: {type(error).__name__}: {said}") from None
-    if stream.tell() != len(data):
+    if stream.tell() != len(data) and not trailing:
         raise WireError("undecodable", f"{len(data) - stream.tell()} trailing bytes after the Avro record")
     assert isinstance(record, dict)
     return record
@@ -370,12 +372,14 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
     It refuses whatever `decode_outcome_anchors` refuses (a record the failover read-back refuses is not one a spout
     reads), and whatever the Spark jobs refuse but for a spout name that is not a spout's (a record they dead-letter,
     and whose trees a spout that took it would never time out: the watermark would wait at them until the spout
-    restarted). The fields are read as Java's reader (Spark's) reads them where fastavro is lenient: a long of more
-    than 10 bytes or an int (an enum index) of more than 5; an array block of -2⁶³ items, read by fastavro as
-    empty."""
+    restarted). The record is read as Java's reader (Spark's) reads it where fastavro differs: a long of more than 10
+    bytes, an int (an enum index) of more than 5 and an array block of -2⁶³ items (read by fastavro as empty) are
+    refused; an int past 32 bits is its low 32 (`java_int`); bytes after the record are ignored. The Spark jobs take
+    the records this takes and read the same outcomes in them (`spark_jobs.outcomes.refusal`)."""
     _check_prefix(data, OUTCOMES)
-    r = _read(_OUTCOME_CODES_SCHEMA, data)
-    sources, index, offsets, codes = r["sources"], r["source_index"], r["offsets"], r["outcomes"]
+    r = _read(_OUTCOME_CODES_SCHEMA, data, trailing=True)
+    sources, offsets = r["sources"], r["offsets"]
+    index, codes = _java_ints(r["source_index"]), _java_ints(r["outcomes"])
     columns = ("outcomes", "anchors", "source_index", "offsets", "latency_ms")
     if len({len(r[name]) for name in columns}) != 1:
         raise WireError("inconsistent-columns", "outcome columns of different lengths")
@@ -397,7 +401,7 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
     msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, offsets, strict=True)]
     outcomes = list(map(OUTCOME_SYMBOLS.__getitem__, codes))
     return OutcomeRecord(
-        r["spout"], r["acker_partition"], r["acker_offset"], outcomes, r["anchors"], msg_ids, r["latency_ms"]
+        r["spout"], java_int(r["acker_partition"]), r["acker_offset"], outcomes, r["anchors"], msg_ids, r["latency_ms"]
     )
 
 
@@ -417,6 +421,22 @@ def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
         raise WireError("bad-avro", f"more than {AVRO_ARRAY_MAX_ITEMS} outcomes (the Spark jobs' limit)")
     _check_outcome_spout(head.spout)
     return head.acker_partition, head.acker_offset, head.anchors
+
+
+def java_int(value: int) -> int:
+    """An Avro int as Java's reader (Spark's) reads it: the low 32 bits of its zigzag varint. fastavro reads the
+    whole varint, and 5 bytes carry 35 bits: a writer may write an int past 32 bits (no writer of ours does), which
+    Java reads as another, in-range value (an enum index 2³²+1 is FAILED)."""
+    if -(2**31) <= value < 2**31:
+        return value
+    z = (value << 1 if value >= 0 else (-value << 1) - 1) & 0xFFFFFFFF
+    return (z >> 1) ^ -(z & 1)
+
+
+def _java_ints(values: list[int]) -> list[int]:
+    if values and (min(values) < -(2**31) or max(values) >= 2**31):
+        return list(map(java_int, values))
+    return values
 
 
 def _check_outcome_spout(spout: str) -> None:

@@ -52,6 +52,7 @@ from spark_jobs.watermark import PartitionMark
 from tests.bitmaps import bitmap_rows
 from tests.integration.helpers import Running, ServiceThread, create_acker_topics, produce_with_header_name, read_all
 from tests.unit.spark_jobs.starts import started_with
+from tests.unit.test_outcome_readers import ints_past_32_bits
 
 
 @pytest.fixture(scope="session")
@@ -512,14 +513,26 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         ("t/0/1", "z" * 500), ("t/0/2", None), ("t/0/1", None), ("t/0/2", None),
     ]  # fmt: skip
     assert [r.detail for r in outcome_rows(raw).collect()] == [None] * 6  # read without headers
+    # Read alike by both: ints written in 5 bytes past 32 bits (their low 32 bits), bytes after the record.
+    wrapped, trailing = ints_past_32_bits()[0], encode_outcome_rows("sp", [("ACK", 9, "t/0/3", 4)]) + b"\x00\x07"
+    alike = spark.createDataFrame([(None, v, "out", 0, i, stamp) for i, v in enumerate((wrapped, trailing))], columns)
+    jobs_read = [(r.acker_partition, r.outcome, r.anchor, r.msg_id, r.latency_ms)
+                 for r in outcome_rows(alike).orderBy("anchor").collect()]  # fmt: skip
+    spouts_read = [(d.acker_partition, *outcome) for d in map(decode_outcomes, (wrapped, trailing))
+                   for outcome in zip(d.outcomes, d.anchors, d.msg_ids, d.latency_ms, strict=True)]  # fmt: skip
+    assert (
+        jobs_read
+        == spouts_read
+        == [(3, "FAILED", 5, "t/1/7", 1), (3, "ACK", 6, "t/0/8", 2), (-1, "ACK", 9, "t/0/3", 4)]
+    )
     letters = malformed(raw, whole_max=10**6).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
-    assert reasons == [b"bad-column"] + [b"bad-spout"] * 4 + [b"inconsistent-columns"] + [b"undecodable"] * 5 + [
+    assert reasons == [b"bad-column"] + [b"bad-spout"] * 4 + [b"inconsistent-columns"] * 2 + [b"undecodable"] * 5 + [
         b"unknown-version"
     ]
     headers = [{h.key: h.value for h in r.headers} for r in letters]
     jobs_said = {int(h["acker.dlq.offset"]): h["acker.dlq.reason"] for h in headers}
-    expected = [b"bad-column", b"undecodable", b"undecodable", b"inconsistent-columns"]
+    expected = [b"bad-column", b"undecodable", b"undecodable", b"inconsistent-columns", b"inconsistent-columns"]
     assert [jobs_said[19 + i] for i in range(len(spouts_said))] == spouts_said == expected
     assert all(DLQ_TRUNCATED not in {h.key for h in r.headers} for r in letters)
     # Over what the sink's producer takes, cut (a copy refused stopped the job at every restart on it).
@@ -534,14 +547,15 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
 
 def _refused_by_spouts() -> list[bytes]:
     """Outcome records Avro's Java reader reads whole that `decode_outcomes` refuses: an offset of -2; a source,
-    then a spout name, with a byte that is not UTF-8; a source index past the sources."""
+    then a spout name, with a byte that is not UTF-8; a source index past the sources, and one of -1 (written past 32
+    bits)."""
     record = {"spout": "sp", "acker_partition": 0, "acker_offset": 0, "outcomes": ["ACK"], "anchors": [4],
               "sources": ["tZ/0"], "source_index": [0], "offsets": [-2], "latency_ms": [1]}  # fmt: skip
     below = PREFIX + fastavro_write(record)
     bad_source = PREFIX + fastavro_write({**record, "offsets": [9]}).replace(b"tZ/0", b"t\xff/0")
     bad_spout = PREFIX + fastavro_write({**record, "spout": "sZ", "offsets": [9]}).replace(b"sZ", b"s\xff", 1)
     elsewhere = PREFIX + fastavro_write({**record, "source_index": [1], "offsets": [9]})  # no source 1
-    return [below, bad_source, bad_spout, elsewhere]
+    return [below, bad_source, bad_spout, elsewhere, ints_past_32_bits()[1]]
 
 
 def fastavro_write(record: dict[str, Any]) -> bytes:

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from acker import wire
+from acker import avro_longs, wire
 from acker.wire import (
     _PREFIX_OUTCOMES,
     OUTCOME_SYMBOLS,
@@ -78,6 +78,17 @@ def heads(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+# Ints in 5 bytes past 32 bits (Java's reader reads their low 32 bits), some of which are enum indices then
+PAST_32_BITS = st.integers(0, 7).map(lambda low: (1 << 32) + low) | st.integers(1 << 31, (1 << 34) - 1)
+
+
+def _java_reads(value: int) -> int | None:
+    """The int Java's reader reads where ``value`` is written as a varint; None for more than 5 bytes, which it
+    refuses."""
+    zigzag = value << 1 if value >= 0 else (-value << 1) - 1
+    return wire.java_int(value) if zigzag < 1 << 35 else None
+
+
 def _read_both(value: bytes) -> tuple[object, object]:
     """What each reader makes of ``value``: (acker_partition, acker_offset, anchors), or None when refused."""
     try:
@@ -107,9 +118,9 @@ def _record(head: bytes) -> bytes:
 @given(
     heads(),
     st.one_of(st.none(), st.binary(max_size=8)),
-    st.lists(st.tuples(st.integers(0, 7), st.one_of(st.integers(-8, 8), LONGS)), max_size=2),
+    st.lists(st.tuples(st.integers(0, 7), st.one_of(st.integers(-8, 8), PAST_32_BITS, LONGS)), max_size=2),
     st.lists(st.integers(0, 7), max_size=1),
-    st.one_of(st.none(), LONGS),
+    st.one_of(st.none(), PAST_32_BITS, LONGS),
 )
 def test_a_record_with_any_value_in_the_fields_read_is_accepted_by_both_readers_or_by_neither(
     head: dict[str, Any],
@@ -133,14 +144,13 @@ def test_a_record_with_any_value_in_the_fields_read_is_accepted_by_both_readers_
     full, fast = _read_both(_record(_write(HEAD, head)))
     assert full == fast
     valid = len(head["outcomes"]) == len(head["anchors"]) and all(
-        0 <= c < len(OUTCOME_SYMBOLS) for c in head["outcomes"]
+        _java_reads(c) in range(len(OUTCOME_SYMBOLS)) for c in head["outcomes"]
     )
     try:
         valid = valid and spout_name_valid(head["spout"].decode("utf-8"))
     except UnicodeDecodeError:
         valid = False
-    p = head["acker_partition"]
-    valid = valid and (p << 1 if p >= 0 else (-p << 1) - 1) < 1 << 35  # its zigzag form in 5 bytes at most
+    valid = valid and _java_reads(head["acker_partition"]) is not None
     assert (full is not None) == valid
 
 
@@ -236,3 +246,36 @@ def test_an_array_or_a_string_longer_than_the_spark_jobs_take_is_refused(monkeyp
     with pytest.raises(WireError, match="the Spark jobs' limit"):
         decode_outcome_anchors(too_many)
     assert spark_session.AVRO_LIMITS["org.apache.avro.limits.collectionItems.maxLength"] == str(1 << 20)
+
+
+def ints_past_32_bits() -> tuple[bytes, bytes]:
+    """Two records with ints written in 5 bytes past 32 bits, which Java's reader (Spark's) reads as their low 32
+    bits: an acker partition 2³²+3 (3), an enum index 2³²+1 (FAILED), a source index 2³²+1 (1); and a source index
+    -2³²-1 (-1: outside the sources)."""
+    record = {"spout": b"sp", "acker_partition": (1 << 32) + 3, "acker_offset": 0, "outcomes": [(1 << 32) + 1, 0],
+              "anchors": [5, 6], "sources": ["t/0", "t/1"], "source_index": [(1 << 32) + 1, 0], "offsets": [7, 8],
+              "latency_ms": [1, 2]}  # fmt: skip
+    return _PREFIX_OUTCOMES + _write(RAW, record), _PREFIX_OUTCOMES + _write(RAW, {**record, "source_index": [
+        -(1 << 32) - 1, 0]})  # fmt: skip
+
+
+def test_an_int_past_32_bits_in_5_bytes_is_read_as_javas_reader_reads_it() -> None:
+    """Its low 32 bits, by both readers (fastavro read it whole: a record Spark took, and the spouts refused)."""
+    wrapped, negative = ints_past_32_bits()
+    assert len(avro_longs.long((1 << 32) + 1)) == 5  # written in 5 bytes, as ints are
+    read = decode_outcomes(wrapped)
+    assert (read.acker_partition, read.outcomes, read.msg_ids) == (3, ["FAILED", "ACK"], ["t/1/7", "t/0/8"])
+    assert _read_both(wrapped) == ((3, 0, [5, 6]),) * 2
+    with pytest.raises(WireError, match="inconsistent-columns"):
+        decode_outcomes(negative)
+    assert [wire.java_int(v) for v in (1 << 31, (1 << 31) + 5, -(1 << 31) - 1, (1 << 32) + 1, -(1 << 32) - 1)] == [
+        0, 5, -1, 1, -1,  # the low 32 bits of the zigzag forms 2³², 2³²+10, 2³²+1, 2³³+2, 2³³+1
+    ]  # fmt: skip
+    assert [wire.java_int(v) for v in (0, -1, (1 << 31) - 1, -(1 << 31))] == [0, -1, (1 << 31) - 1, -(1 << 31)]
+
+
+def test_bytes_after_an_outcome_record_are_ignored_as_javas_reader_ignores_them() -> None:
+    """(Not after an acker batch, the acker's own format, read by the service alone: tests/unit/test_wire.py.)"""
+    value = encode_outcome_rows("sp", [("ACK", 9, "t/0/3", 4)])
+    assert decode_outcomes(value + b"\x00\x07") == decode_outcomes(value)
+    assert _read_both(value + b"\x00\x07") == _read_both(value) != (None, None)
