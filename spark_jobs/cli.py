@@ -16,6 +16,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +25,14 @@ from acker.argtypes import at_least, non_negative, positive
 from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import AckerError, ConfigError
 from acker.retries import MAX_HOLD_MS
+from spark_jobs.restarts import BACKOFF, HEALTHY_S
 
-if TYPE_CHECKING:  # it imports pyspark: only when a job runs
-    from spark_jobs.commit_job import OutcomeSource
+if TYPE_CHECKING:  # they import pyspark: only when a job runs
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from spark_jobs.commit_job import CommitJobSettings, OutcomeSource
+    from spark_jobs.replay_job import ReplayJobSettings
 
 JAVA_KAFKA_ENV_PREFIX = "ACKER_JAVA_KAFKA_"
 
@@ -142,6 +149,15 @@ def add_parser(sub: Any) -> None:
                 "does: for a replay job run without one, or reading spouts it does not read [default: the commit job's "
                 "task alone, or each would be dead-lettered twice]",
             )
+        job.add_argument(
+            "--restarts",
+            type=at_least(0),
+            default=10,
+            help="start the job again when a query fails (a Kafka outage past Spark's timeouts, say), from its "
+            f"checkpoint, after {BACKOFF.first_ms / 1000:g} s, doubling to {BACKOFF.max_ms / 60_000:g} min, at most "
+            f"this many times in a row ({HEALTHY_S / 60:g} minutes without a failure begin a new row); 0 stops at the "
+            "first failure, for a supervisor that restarts it [default: 10]",
+        )
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.add_argument(
             "--spark-log",
@@ -212,81 +228,133 @@ def query_said(error: object) -> str:
     return last.split(": ", 1)[1] if last.startswith("acker.") and ": " in last else last
 
 
+def _settings(
+    args: argparse.Namespace, config: ServiceConfig, source: OutcomeSource, groups: dict[str, str]
+) -> CommitJobSettings | ReplayJobSettings:
+    from acker.retries import Backoff
+    from spark_jobs.commit_job import CommitJobSettings, stuck_after_s
+    from spark_jobs.replay_job import ReplayJobSettings
+
+    dlq_topic = config.outcome_topic("dlq")  # the outcome prefix's, as `spark_job_topics`
+    if args.spark_job == "commit":
+        return CommitJobSettings(
+            source,
+            args.checkpoint,
+            trigger_s=args.trigger_s,
+            groups=groups,
+            spouts=frozenset(args.spout) if args.spout else None,  # None with a pattern: every spout it reads
+            max_records=args.max_records,
+            dlq_topic=dlq_topic,
+            stuck_s=args.stuck_after_s or stuck_after_s(config),
+        )
+    return ReplayJobSettings(
+        source,
+        args.checkpoint,
+        trigger_s=args.trigger_s,
+        max_attempts=args.max_attempts,
+        backoff=Backoff(first_ms=args.backoff_ms),
+        replay_prefix=config.replay_prefix,
+        dead_letter_topic=config.replay_dlq_topic,
+        max_records=args.max_records,
+        nacks_per_transaction=args.nacks_per_transaction,
+        groups=groups,
+        dlq_topic=dlq_topic,
+        dead_letter_malformed=args.dead_letter_malformed,
+        progress_topic=config.replay_topic("progress"),
+        replication_factor=config.replication_factor,
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    from acker.retries import Backoff
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit
 
     config, source, groups = _checked(args)
-    topics, dlq_topic = source.topics, config.outcome_topic("dlq")  # the outcome prefix's, as `spark_job_topics`
+    settings = _settings(args, config, source, groups)
+
+    def start(spark: SparkSession) -> list[StreamingQuery]:
+        try:
+            if isinstance(settings, commit_job.CommitJobSettings):
+                return commit_job.start(spark, settings)
+            return replay_job.start(spark, settings)
+        except (Py4JJavaError, PySparkException) as error:  # what Spark said, read before its JVM stops
+            raise AckerError(f"Spark could not start the {args.spark_job} job: {_spark_said(error)}") from None
 
     spark = None
     try:
         master = args.master or (None if under_spark_submit() else "local[2]")
         try:
             spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
-            if args.spark_job == "commit":
-                spouts = frozenset(args.spout) if args.spout else None  # None with a pattern: every spout it reads
-                settings = commit_job.CommitJobSettings(
-                    source,
-                    args.checkpoint,
-                    trigger_s=args.trigger_s,
-                    groups=groups,
-                    spouts=spouts,
-                    max_records=args.max_records,
-                    dlq_topic=dlq_topic,
-                    stuck_s=args.stuck_after_s or commit_job.stuck_after_s(config),
-                )
-                queries = commit_job.start(spark, settings)
-            else:
-                replay = replay_job.ReplayJobSettings(
-                    source,
-                    args.checkpoint,
-                    trigger_s=args.trigger_s,
-                    max_attempts=args.max_attempts,
-                    backoff=Backoff(first_ms=args.backoff_ms),
-                    replay_prefix=config.replay_prefix,
-                    dead_letter_topic=config.replay_dlq_topic,
-                    max_records=args.max_records,
-                    nacks_per_transaction=args.nacks_per_transaction,
-                    groups=groups,
-                    dlq_topic=dlq_topic,
-                    dead_letter_malformed=args.dead_letter_malformed,
-                    progress_topic=config.replay_topic("progress"),
-                    replication_factor=config.replication_factor,
-                )
-                queries = replay_job.start(spark, replay)
-        except (Py4JJavaError, PySparkException) as error:  # what Spark said, read before its JVM stops
+        except (Py4JJavaError, PySparkException) as error:
             raise AckerError(f"Spark could not start the {args.spark_job} job: {_spark_said(error)}") from None
+        queries = start(spark)
         stopping = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stopping.set())
-        reads = ", ".join(topics) if topics else f"the topics matching {args.pattern!r}"
+        reads = ", ".join(source.topics) if source.topics else f"the topics matching {args.pattern!r}"
         log.info("%s job running: reads %s, checkpoint %s, Kafka %s; Ctrl-C or SIGTERM stops it between micro-batches",
                  args.spark_job, reads, args.checkpoint, config.bootstrap_servers)  # fmt: skip
-        failed = False
-        while not stopping.wait(1.0):
-            for query in queries:
-                try:
-                    active = query.isActive
-                except Exception as error:  # Spark's JVM has gone: stopped with this process's group, or crashed
-                    if not stopping.is_set():
-                        print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
-                        failed = True
-                        stopping.set()
-                    break
-                if not active:
-                    print(f"acker: query {query.name} stopped: {query_said(query.exception())}", file=sys.stderr)
-                    failed = True
-                    stopping.set()
+        queries, failed = _supervise(spark, queries, lambda: start(spark), stopping, args)
         stop_queries(spark, queries)
         log.info("%s job stopped", args.spark_job)
         return 1 if failed else 0
     finally:
         stop(spark)
+
+
+def _supervise(
+    spark: SparkSession,
+    queries: list[StreamingQuery],
+    start: Callable[[], list[StreamingQuery]],
+    stopping: threading.Event,
+    args: argparse.Namespace,
+) -> tuple[list[StreamingQuery], bool]:
+    """Watch the job's queries until ``stopping``; when one fails, start the job again from its checkpoint as
+    `Restarts` allows, else stop. The queries running at the end, and whether the job failed."""
+    from acker.kafka import lookups
+    from spark_jobs.replay_job import close_publishers
+    from spark_jobs.restarts import Restarts
+    from spark_jobs.session import stop_queries
+
+    restarts = Restarts(args.restarts)
+    restarts.started(time.monotonic())
+    while not stopping.wait(1.0):
+        try:
+            stopped = [query for query in queries if not query.isActive]
+        except Exception as error:  # Spark's JVM has gone: stopped with this process's group, or crashed
+            if stopping.is_set():
+                return queries, False
+            print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
+            return queries, True
+        if not stopped:
+            continue
+        for query in stopped:
+            print(f"acker: query {query.name} stopped: {query_said(query.exception())}", file=sys.stderr)
+        # Its other queries too, and the Kafka clients of the batches (made again on first use): started again, the
+        # job is as a new process would be.
+        stop_queries(spark, queries)
+        close_publishers()
+        lookups.close_all()
+        queries = []
+        while not queries:
+            delay = restarts.after_failure(time.monotonic())
+            if delay is None:
+                if args.restarts:
+                    print(f"acker: {restarts.row} restarts in a row have failed: the job stops", file=sys.stderr)
+                return [], True
+            print(f"acker: the {args.spark_job} job starts again from its checkpoint in {delay:g} s (restart "
+                  f"{restarts.row} of {args.restarts} in a row)", file=sys.stderr)  # fmt: skip
+            if stopping.wait(delay):
+                return [], False
+            try:
+                queries = start()
+            except AckerError as error:  # Spark refused it (its checkpoint unreadable, say): a failure of the row
+                print(f"acker: {error}", file=sys.stderr)
+            restarts.started(time.monotonic())
+    return queries, False
 
 
 if __name__ == "__main__":

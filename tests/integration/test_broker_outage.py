@@ -8,6 +8,8 @@ import contextlib
 import itertools
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -20,8 +22,9 @@ from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message,
 from acker.config import ServiceConfig
 from acker.examples.wordcount import Topics, sentences
 from acker.kafka import lookups
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.local_broker import LocalKafkaBroker
+from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, create_acker_topics, service_config
 from tests.integration.test_pipeline import SPOUT, _pipeline
 
@@ -156,3 +159,80 @@ def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outa
             except KafkaException as error:
                 answers.append(error)
         assert answers[-1] == {("t", 0): OFFSET_INVALID}, answers
+
+
+def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(data_dir: Path, tmp_path: Path) -> None:
+    """A Kafka outage longer than Spark's Kafka timeouts failed the commit job's query (its source gave up on a
+    partition's position), and the job stopped until someone started it again. It now starts itself again from its
+    checkpoint (`spark_jobs.restarts`) and moves the watermark on once the broker is back. (Spark's timeout is
+    shortened through ``--java-kafka``: the outage is a test's, and short.)"""
+    with contextlib.ExitStack() as cleanup:
+        first = LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE).start()
+        broker = [first]
+
+        @cleanup.callback
+        def _stop_broker() -> None:
+            broker[-1].stop()
+
+        config = service_config(first.bootstrap_servers, partitions=1)
+        create_acker_topics(config, ["sp"])
+        create_topics(config.client(), [TopicSpec("src", 1)])
+        producer = Producer(config.client())
+        cleanup.callback(producer.flush, 10)
+
+        def acked(offsets: range) -> None:
+            rows = [("ACK", 1 + o, f"src/0/{o}", 0) for o in offsets]
+            produce(producer, config.outcome_topic("sp"), encode_outcome_rows("sp", rows))
+            assert producer.flush(30) == 0
+
+        for _ in range(20):
+            produce(producer, "src", b"r")
+        acked(range(10))
+        said = tmp_path / "job.err"
+        with said.open("w") as stderr:
+            job = subprocess.Popen(
+                [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", first.bootstrap_servers,
+                 "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix,
+                 "--replay-dlq-topic", config.replay_dlq_topic, "--spout", "sp", "--checkpoint",
+                 str(tmp_path / "ckpt"), "--trigger-s", "0.5", "--spark-log", str(tmp_path / "spark.log"),
+                 "--java-kafka", "request.timeout.ms=4000", "--java-kafka", "default.api.timeout.ms=5000"],
+                stderr=stderr, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+
+        @cleanup.callback
+        def _stop_job() -> None:
+            if job.poll() is None:
+                job.kill()
+                job.wait(30)
+
+        kafka = lookups.KafkaLookups(config.client())
+        cleanup.callback(kafka.close)
+
+        def watermark_reaches(offset: int, timeout_s: float) -> None:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                assert job.poll() is None, said.read_text()[-3000:]
+                try:
+                    if kafka.committed("sp.acked", [("src", 0)])[("src", 0)] == offset:
+                        return
+                except KafkaException:
+                    pass  # the broker restarting
+                assert time.monotonic() < deadline, said.read_text()[-3000:]
+                time.sleep(0.5)
+
+        watermark_reaches(10, timeout_s=180)
+        assert first.pid is not None
+        port = first.port
+        os.kill(first.pid, signal.SIGKILL)
+        first.stop()
+        deadline = time.monotonic() + 240
+        while "job starts again from its checkpoint" not in said.read_text():
+            assert job.poll() is None and time.monotonic() < deadline, said.read_text()[-3000:]
+            time.sleep(1)
+        broker.append(LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE, port=port))
+        broker[-1].start()
+        acked(range(10, 20))
+        watermark_reaches(20, timeout_s=240)
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(120) == 0, said.read_text()[-3000:]
+    print(said.read_text())
