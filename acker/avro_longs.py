@@ -158,24 +158,24 @@ def _read_array(buf: Any, pos: int, out: Any, ints: bool) -> tuple[int, int]:
 
 
 @_compile
-def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int, int, int, int, int]:
-    """(spout's first byte, its end, acker_partition, acker_offset, lowest and highest outcome symbol index, anchors
-    read, position after them) of the OutcomeBatch at ``pos``; the position is ``_BAD`` when the bytes cannot be one,
-    or when it has not as many outcomes as anchors."""
+def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """(spout's first byte, its end, acker_partition, acker_offset, lowest and highest outcome symbol index, outcomes
+    read, anchors read, position after them) of the OutcomeBatch at ``pos``; the position is ``_BAD`` when the bytes
+    cannot be one."""
     size, pos = _read_long(buf, pos)  # spout
     if pos == _BAD or size < 0 or size > buf.shape[0] - pos:  # not pos + size: a huge size would overflow
-        return 0, 0, 0, 0, 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
     spout = pos
     pos += size
     partition, pos = _read_int(buf, pos)
     if pos == _BAD:
-        return 0, 0, 0, 0, 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
     offset, pos = _read_long(buf, pos)
     if pos == _BAD:
-        return 0, 0, 0, 0, 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
     outcomes, pos = _read_array(buf, pos, anchors, True)  # read into the room of the anchors, for their range
     if pos == _BAD:
-        return 0, 0, 0, 0, 0, 0, 0, _BAD
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
     lowest, highest = 0, -1  # an empty range when there are none
     if outcomes:
         lowest = highest = anchors[0]
@@ -183,9 +183,7 @@ def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int,
             lowest = min(lowest, anchors[i])
             highest = max(highest, anchors[i])
     n, pos = _read_array(buf, pos, anchors, False)
-    if n != outcomes:
-        return 0, 0, 0, 0, 0, 0, 0, _BAD
-    return spout, spout + size, partition, offset, lowest, highest, n, pos
+    return spout, spout + size, partition, offset, lowest, highest, outcomes, n, pos
 
 
 @_compile
@@ -223,16 +221,17 @@ class OutcomeHead(NamedTuple):
     # against the symbols of its schema: a reader of the record (fastavro, Java's) refuses an index outside them.
     lowest_outcome: int
     highest_outcome: int
+    outcomes: int  # how many: a record of more or fewer anchors is not a valid one, which is the caller's to say
 
 
 def outcome_anchors(data: bytes, start: int, *, whole: bool = False) -> OutcomeHead | None:
-    """The spout, acker partition, acker offset, anchors and range of outcome symbol indices of the Avro OutcomeBatch
-    at ``start`` in ``data``, reading no further than its anchors unless ``whole``; None when the bytes cannot be such
-    a record, or Java's reader (Spark's) refuses them: malformed or truncated, a long over 10 bytes (`_read_long`) or
-    an int or enum index over 5 (`_read_int`), a spout name that is not UTF-8, not as many outcomes as anchors."""
+    """The spout, acker partition, acker offset, anchors, range of outcome symbol indices and count of outcomes of the
+    Avro OutcomeBatch at ``start`` in ``data``, reading no further than its anchors unless ``whole``; None when the
+    bytes cannot be such a record, or Java's reader (Spark's) refuses them: malformed or truncated, a long over 10
+    bytes (`_read_long`) or an int or enum index over 5 (`_read_int`), a spout name that is not UTF-8."""
     buf = np.frombuffer(data, np.uint8)
     anchors = np.empty(max(0, len(data) - start), np.int64)
-    spout_at, spout_end, partition, offset, lowest, highest, n, pos = _outcome_head(buf, start, anchors)
+    spout_at, spout_end, partition, offset, lowest, highest, outcomes, n, pos = _outcome_head(buf, start, anchors)
     if pos == _BAD:
         return None
     try:
@@ -242,7 +241,7 @@ def outcome_anchors(data: bytes, start: int, *, whole: bool = False) -> OutcomeH
     read = anchors[:n].copy()
     if whole and _outcome_tail(buf, pos, anchors) == _BAD:
         return None
-    return OutcomeHead(spout, int(partition), int(offset), read, int(lowest), int(highest))
+    return OutcomeHead(spout, int(partition), int(offset), read, int(lowest), int(highest), int(outcomes))
 
 
 @_compile

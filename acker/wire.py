@@ -380,23 +380,27 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
     r = _read(_OUTCOME_CODES_SCHEMA, data, trailing=True)
     sources, offsets = r["sources"], r["offsets"]
     index, codes = _java_ints(r["source_index"]), _java_ints(r["outcomes"])
-    columns = ("outcomes", "anchors", "source_index", "offsets", "latency_ms")
-    if len({len(r[name]) for name in columns}) != 1:
-        raise WireError("inconsistent-columns", "outcome columns of different lengths")
-    if max(len(codes), len(sources)) > AVRO_ARRAY_MAX_ITEMS:
-        raise WireError("undecodable", f"an array of more than {AVRO_ARRAY_MAX_ITEMS} items (the Spark jobs' limit)")
-    if any(len(s) > AVRO_STRING_MAX_BYTES // 4 and len(s.encode()) > AVRO_STRING_MAX_BYTES for s in sources):
-        raise WireError("undecodable", f"a string of more than {AVRO_STRING_MAX_BYTES} bytes (the Spark jobs' limit)")
-    if codes and not 0 <= min(codes) <= max(codes) < len(OUTCOME_SYMBOLS):
-        raise WireError("undecodable", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
-    if any(not 0 <= i < len(sources) for i in index):
-        raise WireError("inconsistent-columns", "a source index outside the record's sources")
-    if offsets and min(offsets) < -1:  # -1 is "no offset": below it, a message id would be misread as its source
-        raise WireError("bad-column", f"an outcome's offset is {min(offsets)}: an offset is -1 (none) or more")
+    # In the order the Spark jobs check, for the reason they give (`spark_jobs.outcomes.refusal`): what Java's reader
+    # refuses (undecodable), then the columns, then the spout.
     head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES), whole=True)
     if head is None:
         raise WireError("undecodable", "Avro that only fastavro reads (a long over 10 bytes, an int over 5, a block "
                         "of -2⁶³ items)")  # fmt: skip
+    columns = ("outcomes", "anchors", "source_index", "offsets", "latency_ms")
+    if max(len(r[name]) for name in (*columns, "sources")) > AVRO_ARRAY_MAX_ITEMS:
+        raise WireError("undecodable", f"an array of more than {AVRO_ARRAY_MAX_ITEMS} items (the Spark jobs' limit)")
+    if any(
+        len(s) > AVRO_STRING_MAX_BYTES // 4 and len(s.encode()) > AVRO_STRING_MAX_BYTES for s in [r["spout"], *sources]
+    ):
+        raise WireError("undecodable", f"a string of more than {AVRO_STRING_MAX_BYTES} bytes (the Spark jobs' limit)")
+    if codes and not 0 <= min(codes) <= max(codes) < len(OUTCOME_SYMBOLS):
+        raise WireError("undecodable", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
+    if len({len(r[name]) for name in columns}) != 1:
+        raise WireError("inconsistent-columns", "outcome columns of different lengths")
+    if any(not 0 <= i < len(sources) for i in index):
+        raise WireError("inconsistent-columns", "a source index outside the record's sources")
+    if offsets and min(offsets) < -1:  # -1 is "no offset": below it, a message id would be misread as its source
+        raise WireError("bad-column", f"an outcome's offset is {min(offsets)}: an offset is -1 (none) or more")
     _check_outcome_spout(head.spout)
     msg_ids = [sources[i] if off < 0 else f"{sources[i]}/{off}" for i, off in zip(index, offsets, strict=True)]
     outcomes = list(map(OUTCOME_SYMBOLS.__getitem__, codes))
@@ -415,6 +419,8 @@ def decode_outcome_anchors(data: bytes) -> tuple[int, int, np.ndarray]:
     head = avro_longs.outcome_anchors(data, len(_PREFIX_OUTCOMES))
     if head is None:
         raise WireError("bad-avro", "not an outcome record: truncated or malformed")
+    if head.outcomes != len(head.anchors):
+        raise WireError("bad-avro", f"{head.outcomes} outcomes but {len(head.anchors)} anchors")
     if head.lowest_outcome < 0 or head.highest_outcome >= len(OUTCOME_SYMBOLS):
         raise WireError("bad-avro", f"an outcome's enum index is outside 0-{len(OUTCOME_SYMBOLS) - 1}")
     if len(head.anchors) > AVRO_ARRAY_MAX_ITEMS:

@@ -164,7 +164,10 @@ def malformed(raw: DataFrame, whole_max: int, kept: int = DLQ_KEPT_BYTES) -> Dat
     prefix = F.substring("value", 1, 4)
     body = from_avro(F.expr("substring(value, 5, length(value) - 4)"), OUTCOME_SCHEMA, {"mode": "PERMISSIVE"})
     reason = (
-        F.when((F.substring("value", 1, 3) == F.lit(PREFIX[:3])) & (prefix != F.lit(PREFIX)), F.lit("unknown-version"))
+        F.when(
+            (F.length("value") >= 4) & (F.substring("value", 1, 3) == F.lit(PREFIX[:3])) & (prefix != F.lit(PREFIX)),
+            F.lit("unknown-version"),
+        )
         .when(prefix != F.lit(PREFIX), F.lit("bad-prefix"))
         .otherwise(F.coalesce(refusal(body), F.lit("undecodable")))  # as the spouts' reader says it
     )

@@ -430,6 +430,7 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
             (None, good, "out", 0, 10, stamp),
             (None, b"AKO\x09" + good[4:], "out", 0, 11, stamp),  # an unknown version
             (None, good[:-3], "out", 0, 12, stamp),  # truncated
+            (None, b"AKO", "out", 0, 40, stamp),  # the prefix cut: not an unknown version
             # Claims of 2 billion outcomes, of a spout name of 2 GB, in 12 bytes: Avro's reader allocated them and
             # Spark's JVM ran out of memory, killed, at every restart on the record.
             (None, b"AKO\x01\x04sp\x00\x00\x80\xd0\xac\xf3\x0e", "out", 0, 13, stamp),
@@ -527,12 +528,12 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
     )
     letters = malformed(raw, whole_max=10**6).collect()
     reasons = sorted({h.key: h.value for h in r.headers}["acker.dlq.reason"] for r in letters)
-    assert reasons == [b"bad-column"] + [b"bad-spout"] * 4 + [b"inconsistent-columns"] * 2 + [b"undecodable"] * 5 + [
-        b"unknown-version"
-    ]
+    assert reasons == [b"bad-column"] + [b"bad-prefix"] + [b"bad-spout"] * 4 + [b"inconsistent-columns"] * 2 + [
+        b"undecodable"
+    ] * 8 + [b"unknown-version"]
     headers = [{h.key: h.value for h in r.headers} for r in letters]
     jobs_said = {int(h["acker.dlq.offset"]): h["acker.dlq.reason"] for h in headers}
-    expected = [b"bad-column", b"undecodable", b"undecodable", b"inconsistent-columns", b"inconsistent-columns"]
+    expected = [b"bad-column", b"undecodable", b"undecodable", *[b"inconsistent-columns"] * 2, *[b"undecodable"] * 3]
     assert [jobs_said[19 + i] for i in range(len(spouts_said))] == spouts_said == expected
     assert all(DLQ_TRUNCATED not in {h.key for h in r.headers} for r in letters)
     # Over what the sink's producer takes, cut (a copy refused stopped the job at every restart on it).
@@ -548,14 +549,22 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
 def _refused_by_spouts() -> list[bytes]:
     """Outcome records Avro's Java reader reads whole that `decode_outcomes` refuses: an offset of -2; a source,
     then a spout name, with a byte that is not UTF-8; a source index past the sources, and one of -1 (written past 32
-    bits)."""
+    bits); and records Java's reader refuses with another fault too, which both say undecodable."""
     record = {"spout": "sp", "acker_partition": 0, "acker_offset": 0, "outcomes": ["ACK"], "anchors": [4],
               "sources": ["tZ/0"], "source_index": [0], "offsets": [-2], "latency_ms": [1]}  # fmt: skip
     below = PREFIX + fastavro_write(record)
     bad_source = PREFIX + fastavro_write({**record, "offsets": [9]}).replace(b"tZ/0", b"t\xff/0")
     bad_spout = PREFIX + fastavro_write({**record, "spout": "sZ", "offsets": [9]}).replace(b"sZ", b"s\xff", 1)
     elsewhere = PREFIX + fastavro_write({**record, "source_index": [1], "offsets": [9]})  # no source 1
-    return [below, bad_source, bad_spout, elsewhere, ints_past_32_bits()[1]]
+    # Undecodable by Java's reader, with a fault in the columns as fastavro reads them (it reads more than Java's).
+    valid = fastavro_write({**record, "offsets": [9]})
+    head, outcomes, anchors = b"\x04sp\x00\x00", b"\x02\x00\x00", b"\x02\x08\x00"  # [ACK], [4]
+    assert valid.startswith(head + outcomes + anchors)
+    smallest_block = valid.replace(head + outcomes, head + b"\xff" * 9 + b"\x01\x00\x00")  # -2⁶³ items, 0 bytes
+    six_bytes = fastavro_write(record).replace(head[:3], head[:3] + b"\x80" * 5, 1)  # partition 0 in 6 bytes, offset -2
+    past_enum = valid.replace(head + outcomes + anchors, head + b"\x02\x0c\x00" + b"\x04\x08\x0a\x00")  # 6; 2 anchors
+    return [below, bad_source, bad_spout, elsewhere, ints_past_32_bits()[1],
+            *(PREFIX + v for v in (smallest_block, six_bytes, past_enum))]  # fmt: skip
 
 
 def fastavro_write(record: dict[str, Any]) -> bytes:
