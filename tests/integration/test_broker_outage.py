@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, Producer
@@ -37,6 +38,28 @@ _NO_AUTO_CREATE = {"auto.create.topics.enable": "false"}
 def data_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "broker"
     lookups.close_all()  # the lookup clients made for this broker, before the next test's broker takes its port
+
+
+class _Broker:
+    """A broker of the test's own on ``data_dir``: `crash` kills it with SIGKILL (its data directory kept),
+    `start_again` starts it on its data and its port, where the clients find it again."""
+
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
+        self._settings = {"data_dir": data_dir, "server_properties": _NO_AUTO_CREATE, **settings}
+        self.running = LocalKafkaBroker(**self._settings).start()
+        self.bootstrap_servers = self.running.bootstrap_servers
+
+    def crash(self) -> None:
+        assert self.running.pid is not None
+        os.kill(self.running.pid, signal.SIGKILL)
+        self.running.stop()  # what is left of it
+
+    def start_again(self) -> None:
+        self.running = LocalKafkaBroker(**self._settings, port=self.running.port)
+        self.running.start()  # on its port (refused if taken)
+
+    def stop(self) -> None:
+        self.running.stop()
 
 
 class _Writer:
@@ -85,14 +108,9 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
     its partitions reads again from its watermark, which no commit job moves here), and every word counted at least
     once."""
     with contextlib.ExitStack() as cleanup:
-        first = LocalKafkaBroker(data_dir=data_dir, num_partitions=2, server_properties=_NO_AUTO_CREATE).start()
-        broker = [first]  # the one running, stopped last
-
-        @cleanup.callback
-        def _stop_broker() -> None:
-            broker[-1].stop()
-
-        config = service_config(first.bootstrap_servers, partitions=2)
+        broker = _Broker(data_dir, num_partitions=2)
+        cleanup.callback(broker.stop)  # last
+        config = service_config(broker.bootstrap_servers, partitions=2)
         topics = Topics(prefix="outage")
         create_acker_topics(config, [SPOUT])
         create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words,
@@ -108,14 +126,9 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
         while len(reader.seen) < 200:  # trees decided, and sentences still coming: some always in flight
             assert time.monotonic() < deadline, "the pipeline decided nothing"
             reader.poll(0.05)
-        assert first.pid is not None
-        port = first.port
-        os.kill(first.pid, signal.SIGKILL)
-        first.stop()  # what is left of it: the data directory is kept
+        broker.crash()
         time.sleep(3)  # every client finds the broker gone
-        broker.append(LocalKafkaBroker(data_dir=data_dir, num_partitions=2, server_properties=_NO_AUTO_CREATE,
-                                       port=port))  # fmt: skip
-        broker[-1].start()  # on its port (refused if taken): the clients reconnect to it
+        broker.start_again()  # the clients reconnect to it
         time.sleep(2)  # sentences written after the restart too
         writer.finish()
         reader.wait_for(writer.ids, timeout_s=150)
@@ -130,27 +143,18 @@ def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outa
     offsets again once the broker was back, each a timeout (the commit job stopped; the replay job, not knowing the
     watermarks, replayed every nack), or it aborted the process. A timeout now gives the next questions a new one."""
     with contextlib.ExitStack() as cleanup:
-        first = LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE).start()
-        broker = [first]
-
-        @cleanup.callback
-        def _stop_broker() -> None:
-            broker[-1].stop()
-
-        client = {"bootstrap.servers": first.bootstrap_servers}
+        broker = _Broker(data_dir)
+        cleanup.callback(broker.stop)
+        client = {"bootstrap.servers": broker.bootstrap_servers}
         create_topics(client, [TopicSpec("t", 1)])
         kafka = lookups.KafkaLookups(client)
         cleanup.callback(kafka.close)
         assert kafka.committed("g", [("t", 0)]) == {("t", 0): OFFSET_INVALID}
-        assert first.pid is not None
-        port = first.port
-        os.kill(first.pid, signal.SIGKILL)
-        first.stop()
+        broker.crash()
         for _ in range(2):
             with pytest.raises(KafkaException):
                 kafka.committed("g", [("t", 0)])
-        broker.append(LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE, port=port))
-        broker[-1].start()
+        broker.start_again()
         answers: list[object] = []
         for _ in range(3):  # the first may still find the broker's group coordinator loading
             try:
@@ -167,14 +171,9 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(data_dir:
     checkpoint (`spark_jobs.restarts`) and moves the watermark on once the broker is back. (Spark's timeout is
     shortened through ``--java-kafka``: the outage is a test's, and short.)"""
     with contextlib.ExitStack() as cleanup:
-        first = LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE).start()
-        broker = [first]
-
-        @cleanup.callback
-        def _stop_broker() -> None:
-            broker[-1].stop()
-
-        config = service_config(first.bootstrap_servers, partitions=1)
+        broker = _Broker(data_dir)
+        cleanup.callback(broker.stop)
+        config = service_config(broker.bootstrap_servers, partitions=1)
         create_acker_topics(config, ["sp"])
         create_topics(config.client(), [TopicSpec("src", 1)])
         producer = Producer(config.client())
@@ -191,7 +190,7 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(data_dir:
         said = tmp_path / "job.err"
         with said.open("w") as stderr:
             job = subprocess.Popen(
-                [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", first.bootstrap_servers,
+                [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", broker.bootstrap_servers,
                  "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix,
                  "--replay-dlq-topic", config.replay_dlq_topic, "--spout", "sp", "--checkpoint",
                  str(tmp_path / "ckpt"), "--trigger-s", "0.5", "--spark-log", str(tmp_path / "spark.log"),
@@ -221,18 +220,14 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(data_dir:
                 time.sleep(0.5)
 
         watermark_reaches(10, timeout_s=180)
-        assert first.pid is not None
-        port = first.port
-        os.kill(first.pid, signal.SIGKILL)
-        first.stop()
+        broker.crash()
         deadline = time.monotonic() + 240
         while "job starts again from its checkpoint" not in said.read_text():
             assert job.poll() is None and time.monotonic() < deadline, said.read_text()[-3000:]
             time.sleep(1)
-        broker.append(LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE, port=port))
-        broker[-1].start()
+        broker.start_again()
         acked(range(10, 20))
         watermark_reaches(20, timeout_s=240)
         job.send_signal(signal.SIGTERM)
         assert job.wait(120) == 0, said.read_text()[-3000:]
-    print(said.read_text())
+    assert "acker: query acker-commit stopped: " in said.read_text()  # said, with its cause
