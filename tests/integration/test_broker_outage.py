@@ -47,7 +47,7 @@ class _Broker:
     def __init__(self, data_dir: Path, **settings: Any) -> None:
         self._settings = {"data_dir": data_dir, "server_properties": _NO_AUTO_CREATE, **settings}
         self.running = LocalKafkaBroker(**self._settings).start()
-        self.bootstrap_servers = self.running.bootstrap_servers
+        self.bootstrap_servers, self._port = self.running.bootstrap_servers, self.running.port
 
     def crash(self) -> None:
         assert self.running.pid is not None
@@ -55,7 +55,7 @@ class _Broker:
         self.running.stop()  # what is left of it
 
     def start_again(self) -> None:
-        self.running = LocalKafkaBroker(**self._settings, port=self.running.port)
+        self.running = LocalKafkaBroker(**self._settings, port=self._port)
         self.running.start()  # on its port (refused if taken)
 
     def stop(self) -> None:
