@@ -155,8 +155,9 @@ def add_parser(sub: Any) -> None:
             default=10,
             help="start the job again when a query fails (a Kafka outage past Spark's timeouts, say), from its "
             f"checkpoint, after {BACKOFF.first_ms / 1000:g} s, doubling to {BACKOFF.max_ms / 60_000:g} min, at most "
-            f"this many times in a row ({HEALTHY_S / 60:g} minutes without a failure begin a new row); 0 stops at the "
-            "first failure, for a supervisor that restarts it [default: 10]",
+            f"this many times in a row ({HEALTHY_S / 60:g} minutes without a failure begin a new row; not a job "
+            "that failed before its first micro-batch ended); 0 stops at the first failure, for a supervisor that "
+            "restarts it [default: 10]",
         )
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.add_argument(
@@ -321,6 +322,7 @@ def _supervise(
 
     restarts = Restarts(args.restarts)
     restarts.started(time.monotonic())
+    first_run = True
     while not stopping.wait(1.0):
         try:
             stopped = [query for query in queries if not query.isActive]
@@ -333,6 +335,12 @@ def _supervise(
             continue
         for query in stopped:
             print(f"acker: query {query.name} stopped: {query_said(query.exception())}", file=sys.stderr)
+        if first_run and not any(query.lastProgress for query in queries):
+            # Kafka answered as the job started (`_checked`): a failure before any micro-batch ended is a setting
+            # Spark's Kafka client refuses, say, which no restart mends.
+            print("acker: the job failed before its first micro-batch ended: not started again", file=sys.stderr)
+            return queries, True
+        first_run = False
         # Its other queries too, and the Kafka clients of the batches (made again on first use): started again, the
         # job is as a new process would be.
         stop_queries(spark, queries)

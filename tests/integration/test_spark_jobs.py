@@ -783,6 +783,26 @@ def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tm
     assert "Traceback" not in run.stderr
 
 
+def test_a_job_failing_before_its_first_micro_batch_is_not_started_again(config: ServiceConfig, tmp_path: Path) -> None:
+    """Kafka answered as the job started, so a query that fails before any micro-batch has ended met a setting that
+    no restart mends (here one Spark's Java admin client refuses: a default.api.timeout.ms below request.timeout.ms):
+    the job says so and stops, rather than try again ten times over a quarter of an hour."""
+    create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
+    run = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", config.bootstrap_servers,
+         "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix, "--replay-dlq-topic",
+         config.replay_dlq_topic, "--spout", "sp", "--checkpoint", str(tmp_path / "ckpt"), "--spark-log",
+         str(tmp_path / "spark.log"), "--java-kafka", "default.api.timeout.ms=5000"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr[-3000:]
+    said = [line for line in run.stderr.splitlines() if line.startswith("acker: ")]
+    assert said == [
+        "acker: query acker-commit stopped: Failed to create new KafkaAdminClient",
+        "acker: the job failed before its first micro-batch ended: not started again",
+    ], run.stderr[-3000:]
+
+
 _STOPPED_MID_BATCH = """
 import sys, time
 from pathlib import Path
