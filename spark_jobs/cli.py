@@ -315,6 +315,8 @@ def _supervise(
 ) -> tuple[list[StreamingQuery], bool]:
     """Watch the job's queries until ``stopping``; when one fails, start the job again from its checkpoint as
     `Restarts` allows, else stop. The queries running at the end, and whether the job failed."""
+    from py4j.protocol import Py4JError
+
     from acker.kafka import lookups
     from spark_jobs.replay_job import close_publishers
     from spark_jobs.restarts import Restarts
@@ -334,7 +336,8 @@ def _supervise(
         if not stopped:
             continue
         for query in stopped:
-            print(f"acker: query {query.name} stopped: {query_said(query.exception())}", file=sys.stderr)
+            why = query.exception()
+            print(f"acker: query {query.name} stopped" + (f": {query_said(why)}" if why else ""), file=sys.stderr)
         if first_run and not any(query.lastProgress for query in queries):
             # Kafka answered as the job started (`_checked`): a failure before any micro-batch ended is a setting
             # Spark's Kafka client refuses, say, which no restart mends.
@@ -358,9 +361,16 @@ def _supervise(
             if stopping.wait(delay):
                 return [], False
             try:
+                # Every query of the session, not only those known: a start that failed half-way left its first
+                # ones running, whose names the next start could not take.
+                stop_queries(spark, spark.streams.active)
                 queries = start()
             except AckerError as error:  # Spark refused it (its checkpoint unreadable, say): a failure of the row
                 print(f"acker: {error}", file=sys.stderr)
+            except Py4JError as error:  # Spark's JVM has gone
+                if not stopping.is_set():
+                    print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
+                return [], not stopping.is_set()
             restarts.started(time.monotonic())
     return queries, False
 

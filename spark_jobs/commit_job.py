@@ -297,7 +297,8 @@ class Marks:
         except KafkaException as error:
             if done.keys() - marks.keys():
                 # A mark to start: Kafka is asked where it starts, which it cannot say of a deleted topic's partition
-                # (the batch failed, and the job stopped): whether its topic is there is waited for as that answer is.
+                # (the batch failed, and the job after its restarts): whether its topic is there is waited for as that
+                # answer is.
                 gone = _answered(partial(self._check_topics, checked), nullcontext(), "the source topics")
             else:  # Kafka not answering now: the batch is kept, and committed by a later one
                 log.warning(

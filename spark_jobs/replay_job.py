@@ -279,7 +279,7 @@ class _Publisher:
         producer both see the partitions added (a producer refuses a partition it does not know, and by itself looks
         again only every 5 minutes; its lookup updates what it knows), else ``count``. A lookup that fails, or finds
         the topic missing (a broker's metadata behind), keeps ``count``: a known topic is never taken for missing
-        again (one deleted fails the transaction that replays to it, and the job stops saying so: `_raise_if_deleted`).
+        again (one deleted fails the transaction that replays to it, which says so: `_raise_if_deleted`).
         Partitions the producer does not see yet are asked about again after `_MISSING_RECHECK_S`."""
         try:
             found = partition_count(self.settings.source.client, topic)
@@ -493,9 +493,9 @@ class _Publisher:
 
     def _commit(self) -> None:
         """Commit the open transaction. One not answered within a minute (a broker away) is past the transaction's
-        timeout too, which the broker aborts once back: the job stops then, saying so and that a restart (whose
-        `init_transactions` settles it) publishes the batch again, rather than with librdkafka's "retry call to
-        resume", which the job cannot do."""
+        timeout too, which the broker aborts once back: the batch fails then, saying so and that the job's next start
+        (whose `init_transactions` settles it: `spark_jobs.restarts`) publishes the batch again, rather than with
+        librdkafka's "retry call to resume", which the job cannot do."""
         try:
             self.producer.commit_transaction(60)
         except KafkaException as error:
@@ -504,7 +504,7 @@ class _Publisher:
                 raise
             raise _UnansweredCommitError(
                 f"a transaction of the replay job was not committed within 60 s ({cause.str()}): a broker away? "
-                "Restart the job when Kafka answers: it publishes the batch again, each nack once"
+                "Started again once Kafka answers, the job publishes the batch again, each nack once"
             ) from error
 
     def _abort(self) -> None:
@@ -530,9 +530,9 @@ class _Publisher:
             spouts = [topic for topic in gone if topic.startswith(self.policy.replay_prefix)]
             then = (f"a spout makes its replay topic again when it starts, and a job restarted before that "
                     f"dead-letters the spout's nacks ({NO_REPLAY_TOPIC}: `acker dlq redrive` sends them again)"
-                    if spouts else "restart the job once it is back")  # fmt: skip
+                    if spouts else "the job started again goes on once it is back")  # fmt: skip
             raise AckerError(f"topic {', '.join(gone)} was deleted while the replay job ran (its transaction was "
-                             f"refused, and the job stops): {then}")  # fmt: skip
+                             f"refused, and the batch fails): {then}")  # fmt: skip
 
     def _send(
         self,

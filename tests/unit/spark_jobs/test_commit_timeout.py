@@ -30,7 +30,7 @@ def test_a_commit_not_answered_stops_the_job_saying_that_a_restart_publishes_the
     timeout, and the broker aborts it once back."""
     timed_out = KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation to finish, retry call to resume",
                            retriable=True)  # fmt: skip
-    with pytest.raises(AckerError, match=r"not committed within 60 s .*Restart the job when Kafka answers"):
+    with pytest.raises(AckerError, match=r"not committed within 60 s .*Started again once Kafka answers"):
         _publisher(timed_out)._commit()
 
 

@@ -1,0 +1,130 @@
+"""`spark_jobs.cli._supervise` with stand-ins for Spark's queries and session (its edge): what it starts again, what
+it stops first, and how it ends."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import threading
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from py4j.protocol import Py4JNetworkError
+
+from acker.errors import AckerError
+from acker.retries import Backoff
+from spark_jobs import cli, restarts, session
+
+
+class _Query:
+    def __init__(self, spark: _Session, name: str, why: str | None = "Timed out waiting for a node assignment") -> None:
+        if any(q.name == name for q in spark.streams.active):  # as Spark refuses it
+            raise AckerError(f"Spark could not start the commit job: a query named {name} is already active")
+        self.name, self.isActive, self.why = name, True, why
+        self.lastProgress: dict[str, int] | None = {"batchId": 0}
+        spark.streams.active.append(self)
+
+    def exception(self) -> str | None:
+        return self.why
+
+    def fail(self) -> None:
+        self.isActive = False
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.streams = SimpleNamespace(active=[])
+
+
+@pytest.fixture(autouse=True)
+def at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarts without their delays; queries stopped as `stop_queries` stops them."""
+    monkeypatch.setattr(restarts, "Restarts", functools.partial(restarts.Restarts, backoff=Backoff(1, max_ms=1)))
+
+    def stop_queries(spark: _Session, queries: Any) -> None:
+        for query in list(queries):
+            query.isActive = False
+            if query in spark.streams.active:
+                spark.streams.active.remove(query)
+
+    monkeypatch.setattr(session, "stop_queries", stop_queries)
+
+
+def _args(restarts: int = 3) -> argparse.Namespace:
+    return argparse.Namespace(restarts=restarts, spark_job="commit")
+
+
+def _supervise(spark: _Session, queries: list[_Query], start: Any, stopping: threading.Event | None = None,
+               restarts: int = 3) -> tuple[list[Any], bool]:  # fmt: skip
+    watched: Any = queries  # stand-ins for Spark's
+    return cli._supervise(cast(Any, spark), watched, start, stopping or threading.Event(), _args(restarts))
+
+
+def test_a_start_that_failed_half_way_leaves_no_query_running_to_block_the_next(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The commit job starts its main query, then its dead letters' query: when the second could not start, the
+    first ran on, unwatched, and every later start was refused its name until the restarts ran out."""
+    spark, stopping, attempts = _Session(), threading.Event(), []
+    failed = _Query(spark, "acker-commit")
+    queries = [failed, _Query(spark, "acker-dead-letters")]
+
+    def start() -> list[Any]:
+        attempts.append(1)
+        main = _Query(spark, "acker-commit")
+        if len(attempts) == 1:
+            raise AckerError("Spark could not start the commit job: its checkpoint could not be read")
+        stopping.set()  # running again: the test ends here
+        return [main, _Query(spark, "acker-dead-letters")]
+
+    failed.fail()
+    running, job_failed = _supervise(spark, queries, start, stopping)
+    assert (len(attempts), job_failed) == (2, False)
+    assert [q.name for q in running] == ["acker-commit", "acker-dead-letters"] and all(q.isActive for q in running)
+    assert spark.streams.active == running  # nothing else left running
+    said = capsys.readouterr().err
+    assert "its checkpoint could not be read" in said and "already active" not in said
+
+
+def test_the_jvm_gone_during_a_restart_ends_the_job_in_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    spark = _Session()
+    query = _Query(spark, "acker-replay")
+    query.fail()
+
+    def start() -> list[Any]:
+        raise Py4JNetworkError("An error occurred while trying to connect to the Java server")
+
+    assert _supervise(spark, [query], start) == ([], True)
+    assert capsys.readouterr().err.splitlines()[-1] == "acker: Spark's JVM has gone (Py4JNetworkError)"
+
+
+def test_out_of_restarts_the_job_fails_and_a_query_without_an_error_is_said_stopped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spark = _Session()
+    query = _Query(spark, "acker-commit", why=None)
+    query.fail()
+
+    def start() -> list[Any]:
+        again = _Query(spark, "acker-commit", why=None)
+        again.fail()
+        return [again]
+
+    assert _supervise(spark, [query], start, restarts=2)[1]
+    said = capsys.readouterr().err.splitlines()
+    assert said.count("acker: query acker-commit stopped") == 3
+    assert said[-1] == "acker: 2 restarts in a row have failed: the job stops"
+
+
+def test_a_job_that_fails_before_its_first_micro_batch_is_not_started_again(capsys: pytest.CaptureFixture[str]) -> None:
+    spark = _Session()
+    query = _Query(spark, "acker-commit", why="Failed to create new KafkaAdminClient")
+    query.lastProgress = None
+    query.fail()
+
+    def start() -> list[Any]:
+        raise AssertionError("started again")
+
+    assert _supervise(spark, [query], start) == ([query], True)
+    assert "not started again" in capsys.readouterr().err
