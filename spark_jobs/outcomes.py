@@ -55,7 +55,11 @@ def refusal(o: Column) -> Column:
     n = F.size(o.getField("outcomes"))
     sources = o.getField("sources")
     same_length = reduce(operator.and_, (F.size(o.getField(c)) == n for c in _COLUMNS))
-    in_range = F.forall(o.getField("source_index"), lambda i: (i >= 0) & (i < F.size(sources)))
+    # array_min and array_max, not a lambda over each item (a third of the decoding's time); null for an empty
+    # array: nothing to check (a record not decoded is refused first, `utf8`)
+    index = o.getField("source_index")
+    in_range = F.coalesce((F.array_min(index) >= 0) & (F.array_max(index) < F.size(sources)), F.lit(True))
+    offsets = F.coalesce(F.array_min(o.getField("offsets")) >= -1, F.lit(True))
     utf8 = F.is_valid_utf8(o.getField("spout")) & F.forall(sources, F.is_valid_utf8)
 
     def fails(holds: Column) -> Column:
@@ -64,7 +68,7 @@ def refusal(o: Column) -> Column:
     return (
         F.when(fails(utf8), F.lit("undecodable"))
         .when(fails(same_length & in_range), F.lit("inconsistent-columns"))
-        .when(fails(F.forall(o.getField("offsets"), lambda x: x >= -1)), F.lit("bad-column"))
+        .when(fails(offsets), F.lit("bad-column"))
         .when(fails(valid_spout(o)), F.lit("bad-spout"))
     )
 
