@@ -156,8 +156,8 @@ def add_parser(sub: Any) -> None:
             help="start the job again when a query fails (a Kafka outage past Spark's timeouts, say), from its "
             f"checkpoint, after {BACKOFF.first_ms / 1000:g} s, doubling to {BACKOFF.max_ms / 60_000:g} min, at most "
             f"this many times in a row ({HEALTHY_S / 60:g} minutes without a failure begin a new row; not a job "
-            "that failed before its first micro-batch ended); 0 stops at the first failure, for a supervisor that "
-            "restarts it [default: 10]",
+            "that failed before its first micro-batch ended with Kafka answering); 0 stops at the first failure, for "
+            "a supervisor that restarts it [default: 10]",
         )
         job.add_argument("--log-level", default="INFO", help="logging level [default: INFO]")
         job.add_argument(
@@ -170,14 +170,14 @@ def add_parser(sub: Any) -> None:
         job.set_defaults(run=_run)
 
 
-def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, dict[str, str]]:
+def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, dict[str, str], bool]:
     """The settings, the outcome source and the spouts' groups, checked before Spark starts (a JVM, seconds): a
-    mistake here is a one-line error, not a stack trace. The jobs' own topics are made if missing."""
-    from confluent_kafka import KafkaException, Producer
+    mistake here is a one-line error, not a stack trace. The jobs' own topics are made if missing; whether Kafka
+    answered that (it is not waited for: Spark's queries meet a Kafka away as they do in an outage)."""
+    from confluent_kafka import Producer
 
     from acker.config import without_consumer_settings
-    from acker.kafka.clients import KafkaClientError, ensure_topics
-    from acker.topics import check_spout_name, spark_job_topics
+    from acker.topics import check_spout_name
     from spark_jobs.commit_job import OutcomeSource
 
     config = load(args)
@@ -195,12 +195,24 @@ def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, di
     source.check_topics()
     if args.spark_job == "replay":  # a setting its transactional producer refuses: here, not at its first micro-batch
         Producer({**without_consumer_settings(config.client()), "transactional.id": "acker-check"})  # made, dropped
+    return config, source, groups, _own_topics_made(config)
+
+
+def _own_topics_made(config: ServiceConfig) -> bool:
+    """Make the jobs' own topics where missing; whether Kafka answered that (a job started while it is away tries
+    again when it starts again)."""
+    from confluent_kafka import KafkaException
+
+    from acker.kafka.clients import KafkaClientError, ensure_topics
+    from acker.topics import spark_job_topics
+
     own = spark_job_topics(config)
     try:
         ensure_topics(config.client(), own, timeout_s=10.0)  # a Kafka that does not answer: 10 s, not 3 x 30
     except (KafkaClientError, KafkaException) as error:  # no right to create them, say: left for Spark to meet
         log.warning("could not make sure the jobs' topics exist (%s): %s", ", ".join(s.name for s in own), error)
-    return config, source, groups
+        return False
+    return True
 
 
 def _spark_said(error: Exception) -> str:
@@ -273,10 +285,27 @@ def _run(args: argparse.Namespace) -> int:
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit
 
-    config, source, groups = _checked(args)
+    config, source, groups, answered = _checked(args)
     settings = _settings(args, config, source, groups)
+    made = [answered]  # the jobs' own topics, made (or there) as the job started or since
 
-    def start(spark: SparkSession) -> list[StreamingQuery]:
+    def kafka_answers() -> bool:
+        """Whether Kafka answered as the job started, and answers now."""
+        from confluent_kafka import KafkaException
+
+        from acker.kafka.clients import answering
+
+        if not answered:
+            return False
+        try:
+            answering(config.client(), timeout_s=10.0)
+        except KafkaException:
+            return False
+        return True
+
+    def start(spark: SparkSession, again: bool = False) -> list[StreamingQuery]:
+        if again and not made[0]:  # Kafka was away as the job started: a query that needs them fails, and so here
+            made[0] = _own_topics_made(config)
         try:
             if isinstance(settings, commit_job.CommitJobSettings):
                 return commit_job.start(spark, settings)
@@ -298,7 +327,9 @@ def _run(args: argparse.Namespace) -> int:
         reads = ", ".join(source.topics) if source.topics else f"the topics matching {args.pattern!r}"
         log.info("%s job running: reads %s, checkpoint %s, Kafka %s; Ctrl-C or SIGTERM stops it between micro-batches",
                  args.spark_job, reads, args.checkpoint, config.bootstrap_servers)  # fmt: skip
-        queries, failed = _supervise(spark, queries, lambda: start(spark), stopping, args)
+        queries, failed = _supervise(
+            spark, queries, lambda: start(spark, again=True), stopping, args, kafka_answers=kafka_answers
+        )
         stop_queries(spark, queries)
         log.info("%s job stopped", args.spark_job)
         return 1 if failed else 0
@@ -312,9 +343,15 @@ def _supervise(
     start: Callable[[], list[StreamingQuery]],
     stopping: threading.Event,
     args: argparse.Namespace,
+    *,
+    kafka_answers: Callable[[], bool],
 ) -> tuple[list[StreamingQuery], bool]:
     """Watch the job's queries until ``stopping``; when one fails, start the job again from its checkpoint as
-    `Restarts` allows, else stop. The queries running at the end, and whether the job failed."""
+    `Restarts` allows, else stop. The queries running at the end, and whether the job failed.
+
+    Not started again: a job whose queries failed before any micro-batch ended while Kafka answered, as the job
+    started and after the failure (`kafka_answers`): a setting Spark's Kafka client refuses, say, which no restart
+    mends. One started while Kafka was away, or failing while it is, is (an outage, as later)."""
     from py4j.protocol import Py4JError
 
     from acker.kafka import lookups
@@ -338,10 +375,9 @@ def _supervise(
         for query in stopped:
             why = query.exception()
             print(f"acker: query {query.name} stopped" + (f": {query_said(why)}" if why else ""), file=sys.stderr)
-        if first_run and not any(query.lastProgress for query in queries):
-            # Kafka answered as the job started (`_checked`): a failure before any micro-batch ended is a setting
-            # Spark's Kafka client refuses, say, which no restart mends.
-            print("acker: the job failed before its first micro-batch ended: not started again", file=sys.stderr)
+        if first_run and not any(query.lastProgress for query in queries) and kafka_answers():
+            print("acker: the job failed before its first micro-batch ended, with Kafka answering: not started again",
+                  file=sys.stderr)  # fmt: skip
             return queries, True
         first_run = False
         # Its other queries too, and the Kafka clients of the batches (made again on first use): started again, the

@@ -799,7 +799,7 @@ def test_a_job_failing_before_its_first_micro_batch_is_not_started_again(config:
     said = [line for line in run.stderr.splitlines() if line.startswith("acker: ")]
     assert said == [
         "acker: query acker-commit stopped: Failed to create new KafkaAdminClient",
-        "acker: the job failed before its first micro-batch ended: not started again",
+        "acker: the job failed before its first micro-batch ended, with Kafka answering: not started again",
     ], run.stderr[-3000:]
 
 

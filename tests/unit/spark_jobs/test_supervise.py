@@ -55,10 +55,11 @@ def _args(restarts: int = 3) -> argparse.Namespace:
     return argparse.Namespace(restarts=restarts, spark_job="commit")
 
 
-def _supervise(spark: _Session, queries: list[_Query], start: Any, stopping: threading.Event | None = None,
-               restarts: int = 3) -> tuple[list[Any], bool]:  # fmt: skip
+def _supervise(spark: _Session, queries: list[_Query], start: Any, stopping: threading.Event | None = None, *,
+               restarts: int = 3, kafka_answers: bool = True) -> tuple[list[Any], bool]:  # fmt: skip
     watched: Any = queries  # stand-ins for Spark's
-    return cli._supervise(cast(Any, spark), watched, start, stopping or threading.Event(), _args(restarts))
+    return cli._supervise(cast(Any, spark), watched, start, stopping or threading.Event(), _args(restarts),
+                          kafka_answers=lambda: kafka_answers)  # fmt: skip
 
 
 def test_a_start_that_failed_half_way_leaves_no_query_running_to_block_the_next(
@@ -117,7 +118,9 @@ def test_out_of_restarts_the_job_fails_and_a_query_without_an_error_is_said_stop
     assert said[-1] == "acker: 2 restarts in a row have failed: the job stops"
 
 
-def test_a_job_that_fails_before_its_first_micro_batch_is_not_started_again(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_job_that_fails_before_its_first_micro_batch_with_kafka_answering_is_not_started_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     spark = _Session()
     query = _Query(spark, "acker-commit", why="Failed to create new KafkaAdminClient")
     query.lastProgress = None
@@ -128,3 +131,18 @@ def test_a_job_that_fails_before_its_first_micro_batch_is_not_started_again(caps
 
     assert _supervise(spark, [query], start) == ([query], True)
     assert "not started again" in capsys.readouterr().err
+
+
+def test_a_job_started_while_kafka_is_away_is_started_again() -> None:
+    """Its first micro-batch fails on Spark's Kafka timeout: an outage, not a setting."""
+    spark, stopping = _Session(), threading.Event()
+    query = _Query(spark, "acker-commit", why="Timed out waiting for a node assignment. Call: listNodes")
+    query.lastProgress = None
+    query.fail()
+
+    def start() -> list[Any]:
+        stopping.set()
+        return [_Query(spark, "acker-commit")]
+
+    running, failed = _supervise(spark, [query], start, stopping, kafka_answers=False)
+    assert [q.isActive for q in running] == [True] and not failed
