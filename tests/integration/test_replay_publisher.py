@@ -395,7 +395,7 @@ def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstra
     assert len(read_all(client, settings.dead_letter_topic)) == 1
 
 
-def test_a_replay_topic_deleted_while_the_job_runs_stops_it_saying_which_and_nothing_is_lost(bootstrap: str) -> None:
+def test_a_replay_topic_deleted_while_the_job_runs_fails_its_batch_saying_which_losing_nothing(bootstrap: str) -> None:
     """The transaction was refused ("unknown topic or partition", the topic unnamed), and the abort that followed
     failed too and raised in its place: the job stopped saying only "Failed to end transaction: ... invalid state"."""
     client = {"bootstrap.servers": bootstrap}
@@ -425,7 +425,7 @@ def test_a_replay_topic_deleted_while_the_job_runs_stops_it_saying_which_and_not
     assert (text(pairs(letter.headers()), REASON), letter.value()) == (NO_REPLAY_TOPIC, b"v1")
 
 
-def test_an_outcome_topic_deleted_while_the_job_runs_stops_it_saying_which(bootstrap: str) -> None:
+def test_an_outcome_topic_deleted_while_the_job_runs_fails_its_batch_saying_which(bootstrap: str) -> None:
     """Its resolutions' topic is written without a lookup of its partitions: it was never named."""
     client = {"bootstrap.servers": bootstrap}
     settings = _settings(client)
@@ -437,7 +437,7 @@ def test_an_outcome_topic_deleted_while_the_job_runs_stops_it_saying_which(boots
     publisher = _Publisher(settings, f"{settings.name}-id")
     admin = AdminClient(dict(client))
     admin.delete_topics([outcomes], operation_timeout=30)[outcomes].result(30)
-    with pytest.raises(AckerError, match=f"topic {outcomes} was deleted .*restart the job once it is back"):
+    with pytest.raises(AckerError, match=f"topic {outcomes} was deleted .*started again goes on once it is back"):
         publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client))
 
 
