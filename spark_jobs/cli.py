@@ -17,7 +17,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -278,16 +279,25 @@ def _settings(
     )
 
 
-def _run(args: argparse.Namespace) -> int:
+@contextmanager
+def _starting(job: str) -> Iterator[None]:
+    """What Spark says when it cannot start the session or the job's queries, as the job's one-line error."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
+    try:
+        yield
+    except (Py4JJavaError, PySparkException) as error:  # what Spark said, read before its JVM stops
+        raise AckerError(f"Spark could not start the {job} job: {_spark_said(error)}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from spark_jobs import commit_job, replay_job
     from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit
 
     config, source, groups, answered = _checked(args)
     settings = _settings(args, config, source, groups)
-    made = [answered]  # the jobs' own topics, made (or there) as the job started or since
+    made = answered  # the jobs' own topics, made (or there) as the job started or since
 
     def kafka_answers() -> bool:
         """Whether Kafka answered as the job started, and answers now."""
@@ -304,22 +314,19 @@ def _run(args: argparse.Namespace) -> int:
         return True
 
     def start(spark: SparkSession, again: bool = False) -> list[StreamingQuery]:
-        if again and not made[0]:  # Kafka was away as the job started: a query that needs them fails, and so here
-            made[0] = _own_topics_made(config)
-        try:
+        nonlocal made
+        if again and not made:  # Kafka was away as the job started: a query that needs them fails, and so here
+            made = _own_topics_made(config)
+        with _starting(args.spark_job):
             if isinstance(settings, commit_job.CommitJobSettings):
                 return commit_job.start(spark, settings)
             return replay_job.start(spark, settings)
-        except (Py4JJavaError, PySparkException) as error:  # what Spark said, read before its JVM stops
-            raise AckerError(f"Spark could not start the {args.spark_job} job: {_spark_said(error)}") from None
 
     spark = None
     try:
         master = args.master or (None if under_spark_submit() else "local[2]")
-        try:
+        with _starting(args.spark_job):
             spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
-        except (Py4JJavaError, PySparkException) as error:
-            raise AckerError(f"Spark could not start the {args.spark_job} job: {_spark_said(error)}") from None
         queries = start(spark)
         stopping = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -366,10 +373,7 @@ def _supervise(
         try:
             stopped = [query for query in queries if not query.isActive]
         except Exception as error:  # Spark's JVM has gone: stopped with this process's group, or crashed
-            if stopping.is_set():
-                return queries, False
-            print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
-            return queries, True
+            return queries, _jvm_gone(error, stopping)
         if not stopped:
             continue
         for query in stopped:
@@ -404,11 +408,18 @@ def _supervise(
             except AckerError as error:  # Spark refused it (its checkpoint unreadable, say): a failure of the row
                 print(f"acker: {error}", file=sys.stderr)
             except Py4JError as error:  # Spark's JVM has gone
-                if not stopping.is_set():
-                    print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
-                return [], not stopping.is_set()
+                return [], _jvm_gone(error, stopping)
             restarts.started(time.monotonic())
     return queries, False
+
+
+def _jvm_gone(error: Exception, stopping: threading.Event) -> bool:
+    """Whether the job failed, Spark's JVM having gone (said, unless the job was being stopped: then it went with
+    this process's group)."""
+    if stopping.is_set():
+        return False
+    print(f"acker: Spark's JVM has gone ({type(error).__name__})", file=sys.stderr)
+    return True
 
 
 if __name__ == "__main__":
