@@ -29,10 +29,16 @@ per 1,000 words, from the first sentence written until the sink holds every coun
 word, E, and the project's untracked CPU a word, U; where both modes keep the cores busy, throughput follows CPU per
 word, and U / (U + E) is what an implementation as heavy as the project's could reach with free tracking logic. The
 padded floor measures that as throughput, without the model.
+
+Then latency at a steady rate, as `pipeline_bench` measures it (``--latency-s``): a fresh floor pipeline and a fresh
+word count of each mode are given sentences at half the project's tracked throughput, each with a marker word of its
+own, and a sentence's delay is from its record's timestamp to its marker word's count in the sink (the first 10 s not
+counted): how much of the project's extra latency tracked its Kafka traffic alone brings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import signal
@@ -43,8 +49,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.cli import tune_gc
@@ -54,7 +61,25 @@ from acker.headers import HEADER, HeaderList
 from acker.kafka.clients import TopicSpec, consume_available, create_topics, end_offsets
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.spout import SpoutSettings, outcome_consumer
-from benchmarks.pipeline_bench import Round, Stages, _run, _wait_ready, arguments, measured, peak_mib, running
+from benchmarks.pipeline_bench import (
+    LATENCY_HEADER,
+    LATENCY_WARM_UP_S,
+    Latencies,
+    Paced,
+    Pipeline,
+    PipelineOf,
+    Round,
+    Stages,
+    _run,
+    _wait_ready,
+    arguments,
+    latency,
+    latency_row,
+    measured,
+    paced,
+    peak_mib,
+    running,
+)
 
 _MESSAGE = 25  # bytes an acker message takes in a columnar record (kind, anchor, value; an init's offset too)
 _OUTCOME = 16  # bytes an outcome takes in an outcome record (anchor, offset; its code and latency about nothing)
@@ -158,9 +183,12 @@ def serve(argv: list[str]) -> None:
     stage.producer.flush(30)
 
 
-def _floor(
-    cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages, pads: dict[str, int] | None = None
-) -> Round:
+@contextlib.contextmanager
+def _floor_pipeline(
+    cluster: Cluster, tracked: bool, stages: Stages, pads: dict[str, int] | None = None
+) -> Iterator[Pipeline]:
+    """The floor pipeline of one mode on fresh topics, one process a stage, each in its group with all its
+    partitions assigned."""
     partitions = stages.partitions
     linger_ms = ServiceConfig.ack_linger_ms if stages.ack_linger_ms is None else stages.ack_linger_ms
     prefix = f"floor-{uuid.uuid4().hex[:8]}"
@@ -178,8 +206,15 @@ def _floor(
              for name in names}  # fmt: skip
     with running(cluster, argvs) as pids:
         _wait_ready(config, {f"{prefix}-{name}": partitions for name in names})
-        _, rate, used = measured(config, topics, partitions, lines, pids)
-        return Round(rate, used, peak_mib(pids))
+        yield Pipeline(config, topics, partitions, pids)
+
+
+def _floor(
+    cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages, pads: dict[str, int] | None = None
+) -> Round:
+    with _floor_pipeline(cluster, tracked, stages, pads) as pipeline:
+        _, rate, used = measured(pipeline.config, pipeline.topics, pipeline.partitions, lines, pipeline.pids)
+        return Round(rate, used, peak_mib(pipeline.pids))
 
 
 def main() -> None:
@@ -208,10 +243,39 @@ def main() -> None:
             for label, run, tracked in runs if done % 2 == 0 else runs[::-1]:  # the machine drifts: both ways round
                 results[label].append(run(cluster, lines, tracked, stages))
                 print(f"round {done + 1}, {label}: {results[label][-1].words_per_s:,.0f} words/s", flush=True)
+        # Every pipeline at one rate, half the project's tracked one: how much of the project's extra latency tracked
+        # its Kafka traffic alone brings.
+        rate = statistics.median(r.words_per_s for r in results["project, tracked"])
+        at = paced(rate, sum(len(line.split()) for line in lines) / n, args.latency_s if args.latency_s is not None
+                   else (5.0 if args.quick else 10.0))  # fmt: skip
+        latencies: dict[str, Latencies] = {}
+        for label, pipeline_of, tracked in _LATENCY_ROUNDS if at.lines else ():
+            latencies[label] = latency(cluster, at.lines, at.per_s, tracked, stages, skip=at.skip,
+                                       pipeline_of=pipeline_of)  # fmt: skip
+            print(f"latency round, {label}: {latencies[label].rate:,.0f} sentences/s", flush=True)
     _report(n, results)
+    if latencies:
+        _report_latency(at, latencies)
 
 
 Run = Callable[[Cluster, list[bytes], bool, Stages], Round]
+
+
+_LATENCY_ROUNDS: list[tuple[str, PipelineOf | None, bool]] = [
+    ("floor, untracked", _floor_pipeline, False), ("floor, tracked", _floor_pipeline, True),
+    ("project, untracked", None, False), ("project, tracked", None, True),
+]  # fmt: skip
+
+
+def _report_latency(at: Paced, latencies: dict[str, Latencies]) -> None:
+    print(f"\nlatency: sentences written at {at.per_s:,.0f} a second (half the project's tracked rate), each with a "
+          f"marker word of its own, to a pipeline of each kind: {LATENCY_WARM_UP_S:.0f} s of them not counted "
+          f"(warm-up), then {len(at.lines) - at.skip:,} measured\n")  # fmt: skip
+    print(f"| a sentence written → its marker word counted, ms | sentences/s written | {LATENCY_HEADER} |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, got in latencies.items():
+        base = latencies[label.split(",")[0] + ", untracked"]  # the same kind's
+        print(latency_row(label, got.rate, got.counted_ms, at.per_s, float(np.percentile(base.counted_ms, 99))))
 
 
 def _pads(lines: list[bytes], floor: Round, project: Round) -> dict[str, int]:

@@ -278,7 +278,8 @@ class Latencies:
 
     rate: float  # sentences written a second
     counted_ms: np.ndarray  # a sentence written → its marker word's count written (the sink record's timestamp)
-    complete_ms: np.ndarray  # tracked: the acker's complete latency (the spout's init → the tree's last ack); or empty
+    complete_ms: np.ndarray  # the project's, tracked: the acker's complete latency (the spout's init → the tree's
+    # last ack); or empty
 
 
 def _paced_write(
@@ -309,12 +310,24 @@ def _paced_write(
     return written, achieved
 
 
-def _latency(
-    cluster: Cluster, lines: list[bytes], per_s: float, tracked: bool, stages: Stages, *, skip: int
+PipelineOf = Callable[[Cluster, bool, Stages], contextlib.AbstractContextManager[Pipeline]]
+"""Starts a word count of one mode (tracked?) and yields it running, every stage in its group."""
+
+
+def latency(
+    cluster: Cluster,
+    lines: list[bytes],
+    per_s: float,
+    tracked: bool,
+    stages: Stages,
+    *,
+    skip: int,
+    pipeline_of: PipelineOf | None = None,
 ) -> Latencies:
-    """``lines`` written at ``per_s`` a second to a fresh pipeline: the delays of each (`Latencies`) but the first
-    ``skip``."""
-    with _pipeline(cluster, tracked, stages) as pipeline:
+    """``lines`` written at ``per_s`` a second to a fresh pipeline (the project's word count unless ``pipeline_of``
+    starts another): the delays of each (`Latencies`) but the first ``skip``. The complete latency is read from the
+    outcomes of the project's acker only."""
+    with (pipeline_of or _pipeline)(cluster, tracked, stages) as pipeline:
         config, topics, partitions = pipeline.config, pipeline.topics, pipeline.partitions
         written, rate = _paced_write(config, topics.sentences, lines, per_s)
         counted: dict[bytes, int] = {}
@@ -333,14 +346,15 @@ def _latency(
             for msg_id, ms in zip(decoded.msg_ids, decoded.latency_ms, strict=True):
                 complete.setdefault(msg_id, ms)
 
-        if tracked:
+        project = tracked and pipeline_of is None
+        if project:
             outcomes = config.outcome_topic(topics.spout)
             _read_from_start(config, outcomes, config.partitions, take=outcome,
                              done=lambda: len(complete) >= len(lines), timeout_s=120,
                              what="not every sentence got an outcome")  # fmt: skip
     markers = [_marker(i) for i in range(skip, len(lines))]
     counted_ms = np.array([counted[m] - written[m][0] for m in markers], dtype=float)
-    complete_ms = np.array([complete[written[m][1]] for m in markers] if tracked else [], dtype=float)
+    complete_ms = np.array([complete[written[m][1]] for m in markers] if project else [], dtype=float)
     return Latencies(rate, counted_ms, complete_ms)
 
 
@@ -370,7 +384,32 @@ def arguments(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=None, help="measured rounds [3; quick 1]")
     parser.add_argument("--warm-up", type=int, default=2, help="uncounted rounds first (not with --quick)")
     parser.add_argument("--ack-linger-ms", type=int, default=None, help="the stages' acker batches (default: 20)")
+    parser.add_argument(
+        "--latency-s",
+        type=float,
+        default=None,
+        help="measured seconds of each latency round, after 10 s of warm-up [10; quick 5; 0: none]",
+    )
     return parser
+
+
+@dataclass(frozen=True)
+class Paced:
+    """The sentences of the latency rounds: written at ``per_s`` a second, the first ``skip`` of them a warm-up."""
+
+    per_s: float
+    skip: int
+    lines: list[bytes]
+
+
+def paced(tracked_words_per_s: float, words_per_sentence: float, latency_s: float) -> Paced:
+    """The latency rounds' sentences, at half the tracked mode's measured rate (in sentences: its words a second over
+    words a sentence), for ``latency_s`` seconds after the warm-up; none if ``latency_s`` is 0."""
+    per_s = tracked_words_per_s / words_per_sentence / 2
+    skip = round(per_s * LATENCY_WARM_UP_S)
+    return Paced(
+        per_s, skip, list(sentences(skip + max(10, round(per_s * latency_s)), seed=2)) if latency_s > 0 else []
+    )
 
 
 def main() -> None:
@@ -378,12 +417,6 @@ def main() -> None:
     parser.add_argument("--max-pending", type=int, default=None, help="the spout's max pending trees (tracked)")
     parser.add_argument(
         "--acker-partitions", type=int, default=None, help="of the acker and outcome topics (default: --partitions)"
-    )
-    parser.add_argument(
-        "--latency-s",
-        type=float,
-        default=None,
-        help="measured seconds of each mode's latency round, after 10 s of warm-up [10; quick 5; 0: none]",
     )
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
@@ -403,16 +436,14 @@ def main() -> None:
             for tracked in (False, True) if run % 2 == 0 else (True, False):
                 rounds[tracked].append(_run(cluster, lines, tracked, stages))
                 print(f"run {run + 1} {_mode(tracked)}: {rounds[tracked][-1].words_per_s:,.0f} words/s", flush=True)
-        # Both modes at one rate, half the tracked mode's (in sentences: its words a second over words a sentence).
-        per_s = statistics.median(r.words_per_s for r in rounds[True]) / (words / n) / 2
-        skip = round(per_s * LATENCY_WARM_UP_S)
-        paced = list(sentences(skip + max(10, round(per_s * latency_s)), seed=2)) if latency_s > 0 else []
-        for tracked in (False, True) if paced else ():
-            latencies[tracked] = _latency(cluster, paced, per_s, tracked, stages, skip=skip)
+        # Both modes at one rate, half the tracked mode's.
+        at = paced(statistics.median(r.words_per_s for r in rounds[True]), words / n, latency_s)
+        for tracked in (False, True) if at.lines else ():
+            latencies[tracked] = latency(cluster, at.lines, at.per_s, tracked, stages, skip=at.skip)
             print(f"latency round {_mode(tracked)}: {latencies[tracked].rate:,.0f} sentences/s", flush=True)
     _report(n, words, repeat, rounds)
     if latencies:
-        _report_latency(per_s, len(paced) - skip, latencies)
+        _report_latency(at.per_s, len(at.lines) - at.skip, latencies)
 
 
 def _mode(tracked: bool) -> str:
@@ -450,7 +481,7 @@ def _report_latency(per_s: float, measured: int, latencies: dict[bool, Latencies
     print(f"\nlatency: sentences written at {per_s:,.0f} a second (half the tracked mode's rate), each with a marker "
           f"word of its own, to a pipeline of each mode: {LATENCY_WARM_UP_S:.0f} s of them not counted (warm-up), "
           f"then {measured:,} measured\n")  # fmt: skip
-    print("| delay, ms | sentences/s written | p50 | p99 | max | p99 ratio to untracked | p50 of the last second |")
+    print(f"| delay, ms | sentences/s written | {LATENCY_HEADER} |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     base = float(np.percentile(latencies[False].counted_ms, 99))
     rows = [(f"{_mode(mode)}: a sentence written → its marker word counted", latencies[mode].rate,
@@ -458,9 +489,19 @@ def _report_latency(per_s: float, measured: int, latencies: dict[bool, Latencies
     rows.append(("tracked: complete latency (the spout's init → the tree's last ack, at the acker)",
                  latencies[True].rate, latencies[True].complete_ms))  # fmt: skip
     for label, rate, ms in rows:
-        p50, p99 = np.percentile(ms, [50, 99])
-        last = np.median(ms[-max(1, round(per_s)) :])  # far below p50: the round had not caught up with its warm-up yet
-        print(f"| {label} | {rate:,.0f} | {p50:,.0f} | {p99:,.0f} | {ms.max():,.0f} | {p99 / base:.2f} | {last:,.0f} |")
+        print(latency_row(label, rate, ms, per_s, base))
+
+
+LATENCY_HEADER = "p50 | p99 | max | p99 ratio to untracked | p50 of the last second"
+"""The columns of `latency_row`."""
+
+
+def latency_row(label: str, rate: float, ms: np.ndarray, per_s: float, base_p99: float) -> str:
+    """A table row of one latency round: its label, the sentences written a second, and its delays (`LATENCY_HEADER`;
+    the ratio is to ``base_p99``)."""
+    p50, p99 = np.percentile(ms, [50, 99])
+    last = np.median(ms[-max(1, round(per_s)) :])  # far below p50: the round had not caught up with its warm-up yet
+    return f"| {label} | {rate:,.0f} | {p50:,.0f} | {p99:,.0f} | {ms.max():,.0f} | {p99 / base_p99:.2f} | {last:,.0f} |"
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ Run: ``.venv/bin/python -m benchmarks.recovery_bench [--quick]`` (starts a local
    an acker dies, every one of them times out and is replayed (spurious replays = all of them). Duplicates = outcomes
    published twice: without the read-back, every tree decided after the committed offset is decided and published
    again by the replay.
+
+Its figures are the durations of one failover (each run's, and their median), not a distribution over messages: what
+a tree pending through the failover waits for is the failover's time, the same for all of them. The service's latency
+per outcome is `service_bench`'s.
 """
 
 from __future__ import annotations

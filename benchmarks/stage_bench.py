@@ -17,6 +17,10 @@ untracked mode's buffers.
 
 Also, the same confluent-kafka producer and consumer loop with and without the 16-byte anchor header, for the part of
 that share that is librdkafka's and the Python client's handling of a header, not the project's code.
+
+No latency figures: the input is all there before the bolt starts, so a message's wait is its place in the backlog,
+not the stage's doing. The stages' latency is measured at a steady rate, in a whole pipeline, by `pipeline_bench` and
+`floor_bench`.
 """
 
 from __future__ import annotations
