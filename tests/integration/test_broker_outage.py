@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, Producer
@@ -25,8 +25,9 @@ from acker.examples.wordcount import Topics, sentences
 from acker.kafka import lookups
 from acker.kafka.clients import TopicSpec, create_topics, produce
 from acker.kafka.local_broker import LocalKafkaBroker
+from acker.retries import ORIGIN
 from acker.wire import encode_outcome_rows
-from tests.integration.helpers import OutcomeReader, create_acker_topics, service_config
+from tests.integration.helpers import OutcomeReader, create_acker_topics, read_all, service_config
 from tests.integration.test_pipeline import SPOUT, _pipeline
 
 # As the session's broker: topics are not created on first use, so that every component must make again what it
@@ -165,32 +166,36 @@ def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outa
         assert answers[-1] == {("t", 0): OFFSET_INVALID}, answers
 
 
-def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(data_dir: Path, tmp_path: Path) -> None:
-    """A Kafka outage longer than Spark's Kafka timeouts failed the commit job's query (its source gave up on a
-    partition's position), and the job stopped until someone started it again. It now starts itself again from its
-    checkpoint (`spark_jobs.restarts`) and moves the watermark on once the broker is back. (Spark's timeout is
-    shortened through ``--java-kafka``: the outage is a test's, and short.)"""
+@pytest.mark.parametrize("job", ["commit", "replay"])
+def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
+    job: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """A Kafka outage longer than Spark's Kafka timeouts failed a job's query (its source gave up on a partition's
+    position), and the job stopped until someone started it again. It now starts itself again from its checkpoint
+    (`spark_jobs.restarts`) and carries on once the broker is back: the commit job moves the watermark on, the replay
+    job replays every nack once, those before the outage as those after. (Spark's timeout is shortened through
+    ``--java-kafka``: the outage is a test's, and short.)"""
     with contextlib.ExitStack() as cleanup:
         broker = _Broker(data_dir)
         cleanup.callback(broker.stop)
         config = service_config(broker.bootstrap_servers, partitions=1)
         create_acker_topics(config, ["sp"])
-        create_topics(config.client(), [TopicSpec("src", 1)])
+        create_topics(config.client(), [TopicSpec("src", 1), TopicSpec(config.replay_topic("sp"), 1)])  # as a spout
         producer = Producer(config.client())
         cleanup.callback(producer.flush, 10)
 
-        def acked(offsets: range) -> None:
-            rows = [("ACK", 1 + o, f"src/0/{o}", 0) for o in offsets]
+        def decided(offsets: range) -> None:
+            rows = [("ACK" if job == "commit" else "FAILED", 1 + o, f"src/0/{o}", 0) for o in offsets]
             produce(producer, config.outcome_topic("sp"), encode_outcome_rows("sp", rows))
             assert producer.flush(30) == 0
 
-        for _ in range(20):
-            produce(producer, "src", b"r")
-        acked(range(10))
+        for offset in range(20):
+            produce(producer, "src", b"r%d" % offset)
+        decided(range(10))
         said = tmp_path / "job.err"
         with said.open("w") as stderr:
-            job = subprocess.Popen(
-                [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", broker.bootstrap_servers,
+            job_process = subprocess.Popen(
+                [sys.executable, "-m", "acker.cli", "spark", job, "--bootstrap-servers", broker.bootstrap_servers,
                  "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix,
                  "--replay-dlq-topic", config.replay_dlq_topic, "--spout", "sp", "--checkpoint",
                  str(tmp_path / "ckpt"), "--trigger-s", "0.5", "--spark-log", str(tmp_path / "spark.log"),
@@ -200,34 +205,48 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(data_dir:
 
         @cleanup.callback
         def _stop_job() -> None:
-            if job.poll() is None:
-                job.kill()
-                job.wait(30)
+            if job_process.poll() is None:
+                job_process.kill()
+                job_process.wait(30)
 
         kafka = lookups.KafkaLookups(config.client())
         cleanup.callback(kafka.close)
 
-        def watermark_reaches(offset: int, timeout_s: float) -> None:
+        def replayed() -> list[bytes]:
+            """The origins of the copies on the replay topic, in order (read_committed)."""
+            copies = read_all(config.client(), config.replay_topic("sp"), idle_s=1.0)
+            origins = [dict(copy.headers() or [])[ORIGIN] for copy in copies]
+            assert all(isinstance(origin, bytes) for origin in origins), origins
+            return cast(list[bytes], origins)
+
+        def carried_on(upto: int) -> bool:
+            if job == "commit":
+                return kafka.committed("sp.acked", [("src", 0)])[("src", 0)] == upto
+            return sorted(replayed()) == sorted(b"src/0/%d" % o for o in range(upto))
+
+        def until_carried_on(upto: int, timeout_s: float) -> None:
             deadline = time.monotonic() + timeout_s
             while True:
-                assert job.poll() is None, said.read_text()[-3000:]
+                assert job_process.poll() is None, said.read_text()[-3000:]
                 try:
-                    if kafka.committed("sp.acked", [("src", 0)])[("src", 0)] == offset:
+                    if carried_on(upto):
                         return
                 except KafkaException:
                     pass  # the broker restarting
                 assert time.monotonic() < deadline, said.read_text()[-3000:]
                 time.sleep(0.5)
 
-        watermark_reaches(10, timeout_s=180)
+        until_carried_on(10, timeout_s=180)
         broker.crash()
         deadline = time.monotonic() + 240
         while "job starts again from its checkpoint" not in said.read_text():
-            assert job.poll() is None and time.monotonic() < deadline, said.read_text()[-3000:]
+            assert job_process.poll() is None and time.monotonic() < deadline, said.read_text()[-3000:]
             time.sleep(1)
         broker.start_again()
-        acked(range(10, 20))
-        watermark_reaches(20, timeout_s=240)
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(120) == 0, said.read_text()[-3000:]
-    assert "acker: query acker-commit stopped: " in said.read_text()  # said, with its cause
+        decided(range(10, 20))
+        until_carried_on(20, timeout_s=240)
+        job_process.send_signal(signal.SIGTERM)
+        assert job_process.wait(120) == 0, said.read_text()[-3000:]
+        if job == "replay":  # each nack replayed once: none again after its batch was started again
+            assert sorted(replayed()) == sorted(b"src/0/%d" % o for o in range(20))
+    assert f"acker: query acker-{job} stopped: " in said.read_text()  # said, with its cause
