@@ -293,6 +293,7 @@ def _starting(job: str) -> Iterator[None]:
 
 def _run(args: argparse.Namespace) -> int:
     from spark_jobs import commit_job, replay_job
+    from spark_jobs.java_client import check_in_jvm
     from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit
 
     config, source, groups, answered = _checked(args)
@@ -327,6 +328,7 @@ def _run(args: argparse.Namespace) -> int:
         master = args.master or (None if under_spark_submit() else "local[2]")
         with _starting(args.spark_job):
             spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
+        check_in_jvm(spark, source.java_settings())  # what Spark would meet later, some of it only at a dead letter
         queries = start(spark)
         stopping = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):

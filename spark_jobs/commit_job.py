@@ -141,6 +141,10 @@ class OutcomeSource:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""
         return dict(self._kafka_options)
 
+    def java_settings(self) -> dict[str, str]:
+        """The Java client's settings of Spark's readers and writers, by their own names."""
+        return {key.removeprefix("kafka."): value for key, value in self._kafka_options.items()}
+
     def read(
         self,
         spark: SparkSession,

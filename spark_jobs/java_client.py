@@ -36,7 +36,9 @@ OpenSSL's cipher list unless Java's is given, and Java settings Spark sets itsel
 other than a user name and password without Java's ``sasl.jaas.config`` is a warning, not an error: the JVM may
 name a JAAS file.
 Group settings and those Spark refuses are left out (`_NOT_FOR_SPARK`); other librdkafka-only settings the Java
-client logs and ignores.
+client logs and ignores. What the Java client itself refuses (a ``linger.ms`` of 0.5, which librdkafka takes, or a
+``delivery.timeout.ms`` below ``request.timeout.ms``) `check_in_jvm` finds once Spark's JVM is up, before the
+queries start.
 """
 
 from __future__ import annotations
@@ -46,9 +48,15 @@ import binascii
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JJavaError
 
 from acker.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("spark_jobs.java_client")
 
@@ -117,6 +125,57 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
     if str(client.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
         settings["ssl.endpoint.identification.algorithm"] = ""
     return {**settings, **given}
+
+
+_OWN = "acker spark --java-kafka KEY=VALUE gives it a value of its own"
+
+
+def check_in_jvm(spark: SparkSession, settings: Mapping[str, str]) -> None:
+    """`ConfigError` with the Java client's own words for ``settings`` (`java_client_settings`'s) that it refuses as
+    Spark makes its consumer, its admin client (the source) or its producer (the dead-letter sink): a value of the
+    wrong type or outside its range, a default.api.timeout.ms below request.timeout.ms, a delivery.timeout.ms below
+    linger.ms + request.timeout.ms, idempotence with acks other than all. Spark makes the sink's producer at the first
+    malformed outcome record only, so such a setting stopped the job at whatever time that came, and every restart
+    after it. Checked in Spark's JVM, with its client's classes (no connection made)."""
+    jvm: Any = spark.sparkContext._jvm
+    clients = jvm.org.apache.kafka.clients
+    if not isinstance(clients.consumer.ConsumerConfig, JavaClass):  # no Kafka connector: the queries will say so
+        return
+    props = jvm.java.util.HashMap()
+    for key, value in settings.items():
+        props.put(key, value)
+    for role, serializer in (("de", "Deserializer"), ("", "Serializer")):
+        for part in ("key", "value"):  # Spark sets them (and refuses them from a user), as these
+            props.put(f"{part}.{role}serializer", f"org.apache.kafka.common.serialization.ByteArray{serializer}")
+    try:
+        clients.consumer.ConsumerConfig(props)
+        admin = clients.admin.AdminClientConfig(props)
+        producer = clients.producer.ProducerConfig(props)
+    except Py4JJavaError as error:  # a ConfigException
+        raise ConfigError(f"Spark's Java Kafka client refuses its settings: {_java_message(error)} ({_OWN})") from None
+    # What the clients' constructors refuse, and not their configs: a setting given below what another needs.
+    api, request = admin.getInt("default.api.timeout.ms"), admin.getInt("request.timeout.ms")
+    if settings.get("default.api.timeout.ms") is not None and api < request:
+        raise ConfigError(
+            f"Spark's Java Kafka client refuses default.api.timeout.ms={api} below request.timeout.ms={request}, "
+            f"as Spark makes its admin client ({_OWN})"
+        )
+    delivery, linger = producer.getInt("delivery.timeout.ms"), producer.getLong("linger.ms")
+    need = linger + producer.getInt("request.timeout.ms")
+    if settings.get("delivery.timeout.ms") is not None and delivery < need:
+        raise ConfigError(
+            f"Spark's Java Kafka client refuses delivery.timeout.ms={delivery} below linger.ms + request.timeout.ms "
+            f"({need}), as Spark makes its producer, at the first malformed outcome record, to dead-letter it ({_OWN})"
+        )
+
+
+def _java_message(error: Exception) -> str:
+    """The message of the Java exception behind a py4j error, else the error's own text."""
+    java = getattr(error, "java_exception", None)
+    try:
+        return str(java.getMessage()) if java is not None else str(error)
+    except Exception:  # the JVM gone
+        return str(error)
 
 
 def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from acker.bolt import Bolt, BoltInput, Collector
 from acker.cli import build_parser, main
 from acker.config import ServiceConfig, load
 from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED
+from acker.errors import ConfigError
 from acker.kafka.clients import TopicSpec, create_topics, partition_count, produce
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import Cluster
@@ -43,6 +44,7 @@ from spark_jobs.commit_job import (
     done_offsets,
 )
 from spark_jobs.commit_job import start as start_commit
+from spark_jobs.java_client import check_in_jvm
 from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.outcomes import OUTCOME_SCHEMA, PREFIX, malformed, outcome_rows
 from spark_jobs.replay_job import QUERY, ReplayJobSettings, _Publisher, in_order, nacks
@@ -785,14 +787,15 @@ def test_a_job_spark_cannot_start_says_why_in_one_line(config: ServiceConfig, tm
 
 def test_a_job_failing_before_its_first_micro_batch_is_not_started_again(config: ServiceConfig, tmp_path: Path) -> None:
     """Kafka answered as the job started, so a query that fails before any micro-batch has ended met a setting that
-    no restart mends (here one Spark's Java admin client refuses: a default.api.timeout.ms below request.timeout.ms):
-    the job says so and stops, rather than try again ten times over a quarter of an hour."""
+    no restart mends (here a SASL login Spark's Java admin client cannot make: no JAAS line, none in the JVM): the
+    job says so and stops, rather than try again ten times over a quarter of an hour."""
     create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
     run = subprocess.run(
         [sys.executable, "-m", "acker.cli", "spark", "commit", "--bootstrap-servers", config.bootstrap_servers,
          "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix, "--replay-dlq-topic",
          config.replay_dlq_topic, "--spout", "sp", "--checkpoint", str(tmp_path / "ckpt"), "--spark-log",
-         str(tmp_path / "spark.log"), "--java-kafka", "default.api.timeout.ms=5000"],
+         str(tmp_path / "spark.log"), "--java-kafka", "security.protocol=SASL_PLAINTEXT", "--java-kafka",
+         "sasl.mechanism=PLAIN"],
         capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert run.returncode == 1, run.stderr[-3000:]
@@ -801,6 +804,51 @@ def test_a_job_failing_before_its_first_micro_batch_is_not_started_again(config:
         "acker: query acker-commit stopped: Failed to create new KafkaAdminClient",
         "acker: the job failed before its first micro-batch ended, with Kafka answering: not started again",
     ], run.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"linger.ms": "0.5"}, "Invalid value 0.5 for configuration linger.ms: Not a number of type LONG"),
+        ({"acks": "1", "enable.idempotence": "true"}, "Must set acks to all in order to use the idempotent producer"),
+        ({"default.api.timeout.ms": "5000"}, "default.api.timeout.ms=5000 below request.timeout.ms=30000"),
+        ({"delivery.timeout.ms": "10000"}, "delivery.timeout.ms=10000 below linger.ms + request.timeout.ms (30000)"),
+        ({"request.timeout.ms": "4000", "default.api.timeout.ms": "5000", "acks": "1"}, None),
+    ],
+)
+def test_what_sparks_java_client_refuses_is_found_before_the_queries_start(
+    spark: Any, given: dict[str, str], said: str | None
+) -> None:
+    """Settings librdkafka takes and the Java client refuses, some of them only as Spark makes its producer, at the
+    first malformed outcome record: the job stopped then, and at every restart after."""
+    settings = {"bootstrap.servers": "127.0.0.1:1", **given}
+    if said is None:
+        check_in_jvm(spark, settings)
+        return
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        check_in_jvm(spark, settings)
+
+
+def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries_start(
+    spark: Any,
+    config: ServiceConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A librdkafka setting of the service's table that Java's client reads otherwise (its producer's delivery timeout
+    below its request timeout): a one-line error, exit 2, no query started (the tests' session stands for the
+    job's)."""
+    create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: spark)
+    monkeypatch.setattr("spark_jobs.session.stop", lambda _: None)  # the tests' session goes on
+    monkeypatch.setattr("spark_jobs.commit_job.start", lambda *_: pytest.fail("the queries started"))
+    argv = ["spark", "commit", "--kafka", "delivery.timeout.ms=10000", "--bootstrap-servers", config.bootstrap_servers,
+            "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix, "--replay-dlq-topic",
+            config.replay_dlq_topic, "--spout", "sp", "--checkpoint", str(tmp_path / "ckpt")]  # fmt: skip
+    assert main(argv) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("acker: ")]
+    assert line.startswith("acker: Spark's Java Kafka client refuses delivery.timeout.ms=10000 "), line
 
 
 _STOPPED_MID_BATCH = """
