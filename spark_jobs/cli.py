@@ -328,7 +328,9 @@ def _run(args: argparse.Namespace) -> int:
         master = args.master or (None if under_spark_submit() else "local[2]")
         with _starting(args.spark_job):
             spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
-        check_in_jvm(spark, source.java_settings())  # what Spark would meet later, some of it only at a dead letter
+        # What Spark would meet later, some of it only at a dead letter.
+        dead_letters = not isinstance(settings, replay_job.ReplayJobSettings) or settings.dead_letter_malformed
+        check_in_jvm(spark, source.java_settings(), producer=dead_letters)
         queries = start(spark)
         stopping = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):

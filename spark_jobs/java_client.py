@@ -130,13 +130,14 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
 _OWN = "acker spark --java-kafka KEY=VALUE gives it a value of its own"
 
 
-def check_in_jvm(spark: SparkSession, settings: Mapping[str, str]) -> None:
+def check_in_jvm(spark: SparkSession, settings: Mapping[str, str], *, producer: bool) -> None:
     """`ConfigError` with the Java client's own words for ``settings`` (`java_client_settings`'s) that it refuses as
-    Spark makes its consumer, its admin client (the source) or its producer (the dead-letter sink): a value of the
-    wrong type or outside its range, a default.api.timeout.ms below request.timeout.ms, a delivery.timeout.ms below
-    linger.ms + request.timeout.ms, idempotence with acks other than all. Spark makes the sink's producer at the first
-    malformed outcome record only, so such a setting stopped the job at whatever time that came, and every restart
-    after it. Checked in Spark's JVM, with its client's classes (no connection made)."""
+    Spark makes its consumer, its admin client (the source) or, where the job dead-letters malformed outcome records
+    (``producer``), its producer (the sink): a value of the wrong type or outside its range, a default.api.timeout.ms
+    below request.timeout.ms, a delivery.timeout.ms below linger.ms + request.timeout.ms, idempotence with acks other
+    than all. Spark makes the sink's producer at the first malformed outcome record only, so such a setting stopped
+    the job at whatever time that came, and every restart after it. Checked in Spark's JVM, with its client's classes
+    (no connection made)."""
     jvm: Any = spark.sparkContext._jvm
     clients = jvm.org.apache.kafka.clients
     if not isinstance(clients.consumer.ConsumerConfig, JavaClass):  # no Kafka connector: the queries will say so
@@ -150,7 +151,7 @@ def check_in_jvm(spark: SparkSession, settings: Mapping[str, str]) -> None:
     try:
         clients.consumer.ConsumerConfig(props)
         admin = clients.admin.AdminClientConfig(props)
-        producer = clients.producer.ProducerConfig(props)
+        writer = clients.producer.ProducerConfig(props) if producer else None
     except Py4JJavaError as error:  # a ConfigException
         raise ConfigError(f"Spark's Java Kafka client refuses its settings: {_java_message(error)} ({_OWN})") from None
     # What the clients' constructors refuse, and not their configs: a setting given below what another needs.
@@ -160,8 +161,10 @@ def check_in_jvm(spark: SparkSession, settings: Mapping[str, str]) -> None:
             f"Spark's Java Kafka client refuses default.api.timeout.ms={api} below request.timeout.ms={request}, "
             f"as Spark makes its admin client ({_OWN})"
         )
-    delivery, linger = producer.getInt("delivery.timeout.ms"), producer.getLong("linger.ms")
-    need = linger + producer.getInt("request.timeout.ms")
+    if writer is None:
+        return
+    delivery, linger = writer.getInt("delivery.timeout.ms"), writer.getLong("linger.ms")
+    need = linger + writer.getInt("request.timeout.ms")
     if settings.get("delivery.timeout.ms") is not None and delivery < need:
         raise ConfigError(
             f"Spark's Java Kafka client refuses delivery.timeout.ms={delivery} below linger.ms + request.timeout.ms "

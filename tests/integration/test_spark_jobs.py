@@ -823,10 +823,12 @@ def test_what_sparks_java_client_refuses_is_found_before_the_queries_start(
     first malformed outcome record: the job stopped then, and at every restart after."""
     settings = {"bootstrap.servers": "127.0.0.1:1", **given}
     if said is None:
-        check_in_jvm(spark, settings)
+        check_in_jvm(spark, settings, producer=True)
         return
     with pytest.raises(ConfigError, match=re.escape(said)):
-        check_in_jvm(spark, settings)
+        check_in_jvm(spark, settings, producer=True)
+    if {"acks", "delivery.timeout.ms", "linger.ms"} & set(given):  # the producer's alone: a replay job makes none
+        check_in_jvm(spark, settings, producer=False)
 
 
 def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries_start(
@@ -838,7 +840,7 @@ def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries
 ) -> None:
     """A librdkafka setting of the service's table that Java's client reads otherwise (its producer's delivery timeout
     below its request timeout): a one-line error, exit 2, no query started (the tests' session stands for the
-    job's)."""
+    job's). Not for a replay job that dead-letters nothing, which makes no producer."""
     create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
     monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: spark)
     monkeypatch.setattr("spark_jobs.session.stop", lambda _: None)  # the tests' session goes on
@@ -849,6 +851,16 @@ def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries
     assert main(argv) == 2
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("acker: ")]
     assert line.startswith("acker: Spark's Java Kafka client refuses delivery.timeout.ms=10000 "), line
+
+    class StartedError(Exception):
+        pass
+
+    def started(*_: object) -> None:
+        raise StartedError
+
+    monkeypatch.setattr("spark_jobs.replay_job.start", started)
+    with pytest.raises(StartedError):
+        main(["spark", "replay", *argv[2:]])
 
 
 _STOPPED_MID_BATCH = """

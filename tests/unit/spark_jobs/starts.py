@@ -25,7 +25,7 @@ def started_with(monkeypatch: pytest.MonkeyPatch, argv: list[str], *, kafka: boo
 
     monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: object())
     monkeypatch.setattr("spark_jobs.session.stop", lambda *_: None)
-    monkeypatch.setattr("spark_jobs.java_client.check_in_jvm", lambda *_: None)  # a JVM's
+    monkeypatch.setattr("spark_jobs.java_client.check_in_jvm", lambda *_, **__: None)  # a JVM's
     monkeypatch.setattr(f"spark_jobs.{argv[1]}_job.start", start)
     if not kafka:
         monkeypatch.setattr(OutcomeSource, "check_topics", lambda _: None)
