@@ -142,8 +142,11 @@ class OutcomeSource:
         return dict(self._kafka_options)
 
     def java_settings(self) -> dict[str, str]:
-        """The Java client's settings of Spark's readers and writers, by their own names."""
-        return {key.removeprefix("kafka."): value for key, value in self._kafka_options.items()}
+        """The Java client's settings of Spark's readers, by their own names: ``spark_options``' over the translated
+        ones, as `read` lays them (the writers get the translated ones alone, and the readers' own are none of a
+        producer's)."""
+        options = {**self._kafka_options, **self.spark_options}
+        return {key.removeprefix("kafka."): value for key, value in options.items() if key.startswith("kafka.")}
 
     def read(
         self,

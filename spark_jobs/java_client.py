@@ -37,8 +37,8 @@ other than a user name and password without Java's ``sasl.jaas.config`` is a war
 name a JAAS file.
 Group settings and those Spark refuses are left out (`_NOT_FOR_SPARK`); other librdkafka-only settings the Java
 client logs and ignores. What the Java client itself refuses (a ``linger.ms`` of 0.5, which librdkafka takes, or a
-``delivery.timeout.ms`` below ``request.timeout.ms``) `check_in_jvm` finds once Spark's JVM is up, before the
-queries start.
+``delivery.timeout.ms`` below ``linger.ms`` + ``request.timeout.ms``) `check_in_jvm` finds once Spark's JVM is up,
+before the queries start.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
 
 
 _OWN = "acker spark --java-kafka KEY=VALUE gives it a value of its own"
+_INT_MAX = 2**31 - 1
 
 
 def check_in_jvm(spark: SparkSession, settings: Mapping[str, str], *, producer: bool) -> None:
@@ -163,8 +164,8 @@ def check_in_jvm(spark: SparkSession, settings: Mapping[str, str], *, producer: 
         )
     if writer is None:
         return
-    delivery, linger = writer.getInt("delivery.timeout.ms"), writer.getLong("linger.ms")
-    need = linger + writer.getInt("request.timeout.ms")
+    delivery, linger = writer.getInt("delivery.timeout.ms"), min(writer.getLong("linger.ms"), _INT_MAX)
+    need = min(linger + writer.getInt("request.timeout.ms"), _INT_MAX)  # as the producer sums them, in an int
     if settings.get("delivery.timeout.ms") is not None and delivery < need:
         raise ConfigError(
             f"Spark's Java Kafka client refuses delivery.timeout.ms={delivery} below linger.ms + request.timeout.ms "

@@ -749,6 +749,8 @@ def test_a_spark_job_makes_its_own_topics_before_spark_starts(
         raise SparkStartedError
 
     monkeypatch.setattr("spark_jobs.session.spark_session", spark_started)
+    # Its stop after a failed start ends every Spark JVM this process started: the tests' session, for the tests after.
+    monkeypatch.setattr("spark_jobs.session.stop", lambda _: None)
     uid = names["uid"]
     flags = ["--bootstrap-servers", bootstrap, "--outcome-prefix", names["outcomes"], "--replay-prefix", f"rp-{uid}.",
              "--replay-dlq-topic", f"dead-{uid}"]  # fmt: skip
@@ -814,6 +816,7 @@ def test_a_job_failing_before_its_first_micro_batch_is_not_started_again(config:
         ({"default.api.timeout.ms": "5000"}, "default.api.timeout.ms=5000 below request.timeout.ms=30000"),
         ({"delivery.timeout.ms": "10000"}, "delivery.timeout.ms=10000 below linger.ms + request.timeout.ms (30000)"),
         ({"request.timeout.ms": "4000", "default.api.timeout.ms": "5000", "acks": "1"}, None),
+        ({"linger.ms": str(2**31 - 1), "delivery.timeout.ms": str(2**31 - 1)}, None),  # their sum capped, as Java's
     ],
 )
 def test_what_sparks_java_client_refuses_is_found_before_the_queries_start(
@@ -840,17 +843,8 @@ def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries
 ) -> None:
     """A librdkafka setting of the service's table that Java's client reads otherwise (its producer's delivery timeout
     below its request timeout): a one-line error, exit 2, no query started (the tests' session stands for the
-    job's). Not for a replay job that dead-letters nothing, which makes no producer."""
-    create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
-    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: spark)
-    monkeypatch.setattr("spark_jobs.session.stop", lambda _: None)  # the tests' session goes on
-    monkeypatch.setattr("spark_jobs.commit_job.start", lambda *_: pytest.fail("the queries started"))
-    argv = ["spark", "commit", "--kafka", "delivery.timeout.ms=10000", "--bootstrap-servers", config.bootstrap_servers,
-            "--outcome-prefix", config.outcome_prefix, "--replay-prefix", config.replay_prefix, "--replay-dlq-topic",
-            config.replay_dlq_topic, "--spout", "sp", "--checkpoint", str(tmp_path / "ckpt")]  # fmt: skip
-    assert main(argv) == 2
-    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("acker: ")]
-    assert line.startswith("acker: Spark's Java Kafka client refuses delivery.timeout.ms=10000 "), line
+    job's). Not for a replay job that dead-letters nothing, which makes no producer; nor for a setting Spark's
+    readers get a value of their own for (an isolation level Java would refuse in capitals)."""
 
     class StartedError(Exception):
         pass
@@ -858,9 +852,21 @@ def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries
     def started(*_: object) -> None:
         raise StartedError
 
+    create_topics(config.client(), [TopicSpec(config.outcome_topic("sp"), 1)])
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: spark)
+    monkeypatch.setattr("spark_jobs.session.stop", lambda _: None)  # the tests' session goes on
+    monkeypatch.setattr("spark_jobs.commit_job.start", started)
     monkeypatch.setattr("spark_jobs.replay_job.start", started)
+    flags = ["--bootstrap-servers", config.bootstrap_servers, "--outcome-prefix", config.outcome_prefix,
+             "--replay-prefix", config.replay_prefix, "--replay-dlq-topic", config.replay_dlq_topic, "--spout", "sp",
+             "--checkpoint", str(tmp_path / "ckpt")]  # fmt: skip
+    assert main(["spark", "commit", "--kafka", "delivery.timeout.ms=10000", *flags]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("acker: ")]
+    assert line.startswith("acker: Spark's Java Kafka client refuses delivery.timeout.ms=10000 "), line
     with pytest.raises(StartedError):
-        main(["spark", "replay", *argv[2:]])
+        main(["spark", "replay", "--kafka", "delivery.timeout.ms=10000", *flags])
+    with pytest.raises(StartedError):
+        main(["spark", "commit", "--kafka", "isolation.level=READ_COMMITTED", *flags])
 
 
 _STOPPED_MID_BATCH = """

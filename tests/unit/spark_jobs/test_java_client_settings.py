@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.serialization import (
 from acker.cli import main
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
+from spark_jobs.commit_job import OutcomeSource
 from spark_jobs.java_client import java_client_settings
 from tests.unit.spark_jobs.starts import started_with
 
@@ -213,3 +214,13 @@ def test_the_python_logger_of_the_projects_clients_stays_behind() -> None:
     client = ServiceConfig(bootstrap_servers="b:9092").client()
     assert "logger" in client
     assert java_client_settings(client) == {"bootstrap.servers": "b:9092"}
+
+
+def test_the_settings_checked_are_those_sparks_readers_get() -> None:
+    """Spark's own options over the translated settings, as `OutcomeSource.read` lays them: a user's isolation level
+    in capitals, which Java's client refuses and librdkafka takes, never reaches Spark's readers."""
+    client = {"bootstrap.servers": "k:9092", "isolation.level": "READ_COMMITTED", "fetch.max.wait.ms": "-1"}
+    source = OutcomeSource(client, topics=("t",))
+    assert source.java_settings() == {
+        "bootstrap.servers": "k:9092", "isolation.level": "read_committed", "fetch.max.wait.ms": "20",
+    }  # fmt: skip
