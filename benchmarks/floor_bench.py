@@ -75,6 +75,7 @@ from benchmarks.pipeline_bench import (
     arguments,
     latency,
     latency_row,
+    latency_seconds,
     measured,
     paced,
     peak_mib,
@@ -246,8 +247,7 @@ def main() -> None:
         # Every pipeline at one rate, half the project's tracked one: how much of the project's extra latency tracked
         # its Kafka traffic alone brings.
         rate = statistics.median(r.words_per_s for r in results["project, tracked"])
-        at = paced(rate, sum(len(line.split()) for line in lines) / n, args.latency_s if args.latency_s is not None
-                   else (5.0 if args.quick else 10.0))  # fmt: skip
+        at = paced(rate, sum(len(line.split()) for line in lines) / n, latency_seconds(args))
         latencies: dict[str, Latencies] = {}
         for label, pipeline_of, tracked in _LATENCY_ROUNDS if at.lines else ():
             latencies[label] = latency(cluster, at.lines, at.per_s, tracked, stages, skip=at.skip,

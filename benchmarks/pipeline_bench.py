@@ -393,6 +393,11 @@ def arguments(description: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def latency_seconds(args: argparse.Namespace) -> float:
+    """The measured seconds of each latency round `arguments` asked for: ``--latency-s``, else 10 (5 quick)."""
+    return float(args.latency_s) if args.latency_s is not None else (5.0 if args.quick else 10.0)
+
+
 @dataclass(frozen=True)
 class Paced:
     """The sentences of the latency rounds: written at ``per_s`` a second, the first ``skip`` of them a warm-up."""
@@ -421,7 +426,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.sentences or (5_000 if args.quick else 50_000)
     repeat = args.repeat or (1 if args.quick else 3)
-    latency_s = args.latency_s if args.latency_s is not None else (5.0 if args.quick else 10.0)
+    latency_s = latency_seconds(args)
     lines = list(sentences(n, seed=1))
     words = sum(len(line.split()) for line in lines)
     rounds: dict[bool, list[Round]] = {True: [], False: []}

@@ -142,11 +142,15 @@ class OutcomeSource:
         return dict(self._kafka_options)
 
     def java_settings(self) -> dict[str, str]:
-        """The Java client's settings of Spark's readers, by their own names: ``spark_options``' over the translated
-        ones, as `read` lays them (the writers get the translated ones alone, and the readers' own are none of a
-        producer's)."""
-        options = {**self._kafka_options, **self.spark_options}
+        """The Java client's settings of Spark's readers, by their own names (`_reader_options`; the writers get the
+        translated ones alone, and the readers' own are none of a producer's)."""
+        options = self._reader_options()
         return {key.removeprefix("kafka."): value for key, value in options.items() if key.startswith("kafka.")}
+
+    def _reader_options(self, limits: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The options of Spark's Kafka source: the translated settings, then ``limits``, then ``spark_options`` over
+        both."""
+        return {**self._kafka_options, **(limits or {}), **self.spark_options}
 
     def read(
         self,
@@ -163,8 +167,7 @@ class OutcomeSource:
         limit = {"maxOffsetsPerTrigger": str(max_records)} if max_records else {}
         if headers:
             limit["includeHeaders"] = "true"
-        options = {**self.kafka_options(), **limit, **self.spark_options}
-        reader = spark.readStream.format("kafka").options(**options)
+        reader = spark.readStream.format("kafka").options(**self._reader_options(limit))
         reader = (
             reader.option("subscribe", ",".join(self.topics))
             if self.topics
