@@ -10,6 +10,8 @@ from py4j.java_gateway import is_instance_of
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from spark_jobs.jvm_errors import java_said
+
 
 class CheckpointFiles:
     """The files of one directory under a job's checkpoint."""
@@ -48,7 +50,7 @@ class CheckpointFiles:
             cut_short = ("org.apache.hadoop.fs.ChecksumException", "java.io.EOFException")
             if not any(is_instance_of(self._gateway, error.java_exception, kind) for kind in cut_short):
                 raise
-            raise OSError(f"reading {self.path(name)}: {error.java_exception.toString()}") from None
+            raise OSError(f"reading {self.path(name)}: {java_said(error)}") from None
 
     def write(self, name: str, data: bytes, *, replace: bool = True) -> bool:
         """Write ``name`` whole or not at all (a temporary file renamed); False when it exists and not ``replace``."""

@@ -26,6 +26,7 @@ from acker.argtypes import at_least, non_negative, positive
 from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import AckerError, ConfigError
 from acker.retries import MAX_HOLD_MS
+from spark_jobs.jvm_errors import java_said
 from spark_jobs.restarts import BACKOFF, HEALTHY_S
 
 if TYPE_CHECKING:  # they import pyspark: only when a job runs
@@ -219,12 +220,7 @@ def _own_topics_made(config: ServiceConfig) -> bool:
 def _spark_said(error: Exception) -> str:
     """The first line of what Spark said, from its JVM's exception where there is one (a `Py4JJavaError`'s own text
     is lost once the JVM stops, and was printed then as "<exception str() failed>")."""
-    java = getattr(error, "java_exception", None)
-    try:
-        said = str(java.toString()) if java is not None else str(error)
-    except Exception:  # the JVM gone already
-        said = ""
-    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    lines = [line.strip() for line in java_said(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
 
 

@@ -54,6 +54,7 @@ from py4j.java_gateway import JavaClass
 from py4j.protocol import Py4JJavaError
 
 from acker.errors import ConfigError
+from spark_jobs.jvm_errors import java_message
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -154,7 +155,7 @@ def check_in_jvm(spark: SparkSession, settings: Mapping[str, str], *, producer: 
         admin = clients.admin.AdminClientConfig(props)
         writer = clients.producer.ProducerConfig(props) if producer else None
     except Py4JJavaError as error:  # a ConfigException
-        raise ConfigError(f"Spark's Java Kafka client refuses its settings: {_java_message(error)} ({_OWN})") from None
+        raise ConfigError(f"Spark's Java Kafka client refuses its settings: {java_message(error)} ({_OWN})") from None
     # What the clients' constructors refuse, and not their configs: a setting given below what another needs.
     api, request = admin.getInt("default.api.timeout.ms"), admin.getInt("request.timeout.ms")
     if settings.get("default.api.timeout.ms") is not None and api < request:
@@ -171,15 +172,6 @@ def check_in_jvm(spark: SparkSession, settings: Mapping[str, str], *, producer: 
             f"Spark's Java Kafka client refuses delivery.timeout.ms={delivery} below linger.ms + request.timeout.ms "
             f"({need}), as Spark makes its producer, at the first malformed outcome record, to dead-letter it ({_OWN})"
         )
-
-
-def _java_message(error: Exception) -> str:
-    """The message of the Java exception behind a py4j error, else the error's own text."""
-    java = getattr(error, "java_exception", None)
-    try:
-        return str(java.getMessage()) if java is not None else str(error)
-    except Exception:  # the JVM gone
-        return str(error)
 
 
 def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:

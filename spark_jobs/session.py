@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 from acker.kafka import lookups
 from acker.kafka.local_broker import default_cache_dir
 from acker.wire import AVRO_ARRAY_MAX_ITEMS, AVRO_STRING_MAX_BYTES
+from spark_jobs.jvm_errors import java_class
 from spark_jobs.replay_job import close_publishers
 from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, stopping
 
@@ -260,19 +261,11 @@ def _stop_one(query: Any, between_batches_s: float, patience: str) -> None:
     try:
         query.stop()
     except Exception as error:
-        if _java_class(error) == "java.util.concurrent.TimeoutException":  # `STOP_TIMEOUT` passed
+        if java_class(error) == "java.util.concurrent.TimeoutException":  # `STOP_TIMEOUT` passed
             log.warning("a query's micro-batch did not end within %s of its stop (%s): left running, it runs again "
                         "when the job starts again", patience, STOP_TIMEOUT)  # fmt: skip
         else:  # the JVM got the signal too (a whole process group stopped, as systemd does)
             log.info("a query could not be stopped: Spark's JVM has gone already (%s)", type(error).__name__)
-
-
-def _java_class(error: Exception) -> str | None:
-    """The class of the Java exception that ``error`` (a py4j one) carries; None for any other error."""
-    try:
-        return str(error.java_exception.getClass().getName())  # type: ignore[attr-defined]
-    except Exception:
-        return None
 
 
 def stop(session: SparkSession | None) -> None:
