@@ -167,9 +167,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = _service_config(args)
     logging.getLogger("acker").info("configuration: %s", config.redacted())
-    registry = serve(config.metrics_port)
+    endpoint = serve(config.metrics_port)
     service = AckerService(config)
-    registry.register(ServiceCollector(service.snapshot))
+    endpoint.registry.register(ServiceCollector(service.snapshot))
     return run_until_signalled(service)
 
 

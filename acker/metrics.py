@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
 
 import numpy as np
 from prometheus_client import CollectorRegistry, start_http_server
@@ -139,18 +140,36 @@ class ServiceCollector(Collector):
         )
 
 
-def serve(port: int, *, flag: str = "--metrics-port", others: str = "another acker instance") -> CollectorRegistry:
-    """Listen on ``port`` (0: not at all) for scrapes of the registry returned, from a daemon thread. Bound before
-    the service starts, so that a port in use stops it before it joins its group; register the service's
-    `ServiceCollector` once it exists (a scrape before then finds nothing). ``flag`` and ``others``: the option that
-    gives the port and what else takes one, for the error of a port in use."""
+@dataclass
+class MetricsEndpoint:
+    """A registry, and the HTTP server that answers scrapes of it (none for port 0) until `close`."""
+
+    registry: CollectorRegistry
+    _server: WSGIServer | None = None
+
+    def close(self) -> None:
+        """Stop answering and free the port: a process that serves its stages' metrics and stops them, and builds
+        others later, can serve theirs on that port (left serving, the old server held the old stages, their Kafka
+        clients included, until the process ended). A second call does nothing."""
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.shutdown()
+            server.server_close()
+
+
+def serve(port: int, *, flag: str = "--metrics-port", others: str = "another acker instance") -> MetricsEndpoint:
+    """Listen on ``port`` (0: not at all) for scrapes of the registry of the endpoint returned, from a daemon thread.
+    Bound before the service starts, so that a port in use stops it before it joins its group; register the
+    service's `ServiceCollector` once it exists (a scrape before then finds nothing). ``flag`` and ``others``: the
+    option that gives the port and what else takes one, for the error of a port in use."""
     registry = CollectorRegistry()
-    if port:
-        try:
-            start_http_server(port, addr="0.0.0.0", registry=registry)
-        except OSError as error:
-            raise ConfigError(
-                f"metrics port {port}: {error.strerror or error} ({others} on this host? give each its own {flag}, "
-                "or 0 for none)"
-            ) from None
-    return registry
+    if not port:
+        return MetricsEndpoint(registry)
+    try:
+        server, _ = start_http_server(port, addr="0.0.0.0", registry=registry)
+    except OSError as error:
+        raise ConfigError(
+            f"metrics port {port}: {error.strerror or error} ({others} on this host? give each its own {flag}, "
+            "or 0 for none)"
+        ) from None
+    return MetricsEndpoint(registry, server)

@@ -2,7 +2,8 @@
 scrape time.
 
 What Storm's UI shows per spout and bolt (emitted, acked, failed, errors), for the stages of one process:
-``metrics = serve_stages(port)`` before the stages are built, then ``metrics.add(spout, bolt, ...)``. Each stage
+``metrics = serve_stages(port)`` before the stages are built, then ``metrics.add(spout, bolt, ...)`` (and
+``metrics.close()`` after they stop, in a process that goes on). Each stage
 keeps its counts in its ``counters`` (the same ones its stop line logs); a scrape copies them, so the stages' loops
 count as they did. Exported:
 
@@ -52,7 +53,7 @@ from prometheus_client.registry import Collector
 from acker.argtypes import at_least
 from acker.bolt import Bolt
 from acker.kafka.coordinated_stage import CoordinatedStage
-from acker.metrics import LatencyHistogram, serve
+from acker.metrics import LatencyHistogram, MetricsEndpoint, serve
 from acker.spout import Spout
 
 Stage = Spout | Bolt | CoordinatedStage
@@ -98,17 +99,25 @@ STEP_EVENTS: tuple[str, ...] = (
 class StageCollector(Collector):
     """The counts of its stages at each scrape (`acker_stage_events_total` and the spouts' gauges)."""
 
-    def __init__(self, stages: Sequence[Stage] = ()) -> None:
+    def __init__(self, stages: Sequence[Stage] = (), endpoint: MetricsEndpoint | None = None) -> None:
         self._stages = tuple(stages)
         self._lock = threading.Lock()  # scrapes may come together
         # Invariant: the most each counter (each event of a stage, each bolt's execute and process counts and seconds)
         # was exported at; none is exported lower (a step's aborted batch sets its counts back; `Bolt.busy_s` may
         # answer a little lower than before).
         self._exported: dict[tuple[str, ...], float] = {}
+        self._endpoint = endpoint  # what serves it (`serve_stages`)
 
     def add(self, *stages: Stage) -> None:
         """Count ``stages`` too from the next scrape on."""
         self._stages += stages  # a new tuple: a scrape meanwhile reads the one before
+
+    def close(self) -> None:
+        """Stop serving (the port is free again) and let go of the stages; for a process that goes on after its
+        stages stopped. A command's process need not: its end does both."""
+        if self._endpoint is not None:
+            self._endpoint.close()
+        self._stages = ()
 
     def collect(self) -> Iterator[Metric]:
         counted: dict[tuple[str, str], Counter[str]] = {}
@@ -206,7 +215,7 @@ def serve_stages(port: int, *stages: Stage) -> StageCollector:
     Call it before the stages are built: a stage built joins its consumer group, and one left unclosed when the port
     was refused kept its process from exiting (librdkafka's destroy without a close, spinning a core) while it held
     partitions of the group."""
-    registry = serve(port, flag="--stage-metrics-port", others="another stage")
-    collector = StageCollector(stages)
-    registry.register(collector)
+    endpoint = serve(port, flag="--stage-metrics-port", others="another stage")
+    collector = StageCollector(stages, endpoint)
+    endpoint.registry.register(collector)
     return collector

@@ -542,7 +542,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         send(config, [m for _, head, tail in trees.values() for m in (*head, *tail)])
         reader.wait_for(trees, timeout_s=60)
         reader.poll(1.5)  # a status round
-        registry = serve(0)
+        registry = serve(0).registry
         registry.register(ServiceCollector(service.service.snapshot))
         text = generate_latest(registry).decode()
         status = subprocess.run(

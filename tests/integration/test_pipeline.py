@@ -963,6 +963,7 @@ def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceCon
     finally:
         _stop(stages)
         reader.close()
+        metrics.close()  # else its server thread serves on, holding the stages, to the end of the session
     events = {(s.labels["kind"], s.labels["stage"], s.labels["event"]): s.value
               for s in families["acker_stage_events"].samples if s.name.endswith("_total")}  # fmt: skip
     spout_events = {e: v for (kind, _, e), v in events.items() if kind == "spout"}

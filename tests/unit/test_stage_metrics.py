@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,10 +24,11 @@ import acker.kafka.coordinated_stage
 import acker.spout
 from acker.bolt import Bolt
 from acker.core.tracker import Counters
+from acker.errors import ConfigError
 from acker.kafka.coordinated_stage import CoordinatedStage
 from acker.metrics import LatencyHistogram, ServiceCollector, Snapshot
 from acker.spout import Spout
-from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, STEP_EVENTS, Stage, StageCollector
+from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, STEP_EVENTS, Stage, StageCollector, serve_stages
 from acker.wire import OUTCOME_SYMBOLS, WIRE_REASONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +100,25 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
         ("count", "split", "0"): 2, ("sum", "split", "0"): 0.75, ("count", "split", "1"): 4, ("sum", "split", "1"): 0.5,
         ("count", "count", "0"): 0, ("sum", "count", "0"): 0,
     }  # fmt: skip
+
+
+def test_closed_stage_metrics_free_their_port_and_their_stages() -> None:
+    """A process that stops its stages and builds others serves theirs on the same port, once the first are closed;
+    served until then, the old server and its stages (their Kafka clients too) lived as long as the process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics = serve_stages(port, _spout("orders", {"read": 5}, pending=0, paused=False))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert 'acker_stage_events_total{event="read",kind="spout",stage="orders"} 5.0' in response.read().decode()
+    with pytest.raises(ConfigError, match="--stage-metrics-port"):
+        serve_stages(port)
+    metrics.close()
+    metrics.close()  # a second does nothing
+    assert _scraped(metrics)["acker_stage_events"] == []  # the stages let go
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    serve_stages(port).close()  # the port is free
 
 
 def test_a_bolts_execute_time_counts_the_input_in_hand_and_never_goes_down(monkeypatch: pytest.MonkeyPatch) -> None:
