@@ -295,7 +295,9 @@ class Demo:
         # Spark's own output goes to a file: Ivy's report of the connectors, its log lines, its warnings of
         # micro-batches slower than the trigger (frequent with a dozen processes on one machine) would cut through the
         # live table.
-        spark = spark_session("acker-demo", jvm_output=checkpoint / "spark.log")
+        # Named under the run's prefix, as its other processes are (on its command line): what a run left running is
+        # found by the prefix alone.
+        spark = spark_session(f"acker-{self.prefix}", jvm_output=checkpoint / "spark.log")
         groups = {self.topics.spout: self.topics.spout_group}
         commit = commit_job.CommitJobSettings(
             source, f"{checkpoint}/commit", groups=groups, dlq_topic=self.spark_dlq_topic
