@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 
@@ -25,9 +25,6 @@ from acker.config import ServiceConfig, add_arguments, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError, ConfigError
-
-if TYPE_CHECKING:
-    from acker.kafka.clients import TopicSpec
 from acker.help_text import prose
 from acker.kafka.clients import NO_ANSWER, REFUSED_LOGIN, kafka_error
 
@@ -253,8 +250,8 @@ def run_until_signalled(runnable: Runnable) -> int:
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    from acker.kafka.clients import TopicsNotCreatedError, TopicSpec, answering, create_topics, partition_count
-    from acker.topics import all_topics
+    from acker.kafka.clients import TopicSpec
+    from acker.topics import all_topics, create_and_report
 
     config = _service_config(args)
     specs = all_topics(config, args.spout)
@@ -267,45 +264,8 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
         if pipeline.setdefault(name, partitions) != partitions:
             raise ConfigError(f"--topic {name} given with {pipeline[name]} and {partitions} partitions")
     specs += [TopicSpec(name, count, config.replication_factor) for name, count in pipeline.items()]
-    # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
-    # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
-    answering(config.client())
-    failure: TopicsNotCreatedError | None = None
-    try:
-        created = set(create_topics(config.client(), specs))
-    except TopicsNotCreatedError as error:  # the others were made (or existed): say which, then fail
-        failure, created = error, set(error.created)
-    for spec in specs:
-        if spec.name in created:
-            print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
-        elif failure is not None and spec.name in failure.failed:
-            cause = failure.failed[spec.name]
-            print(f"{spec.name}\t-\tnot created: {cause.str() if cause is not None else 'no answer in time'}")
-        else:
-            count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
-            differs = [f"not {spec.partitions}"] if count != spec.partitions else []
-            differs += _config_differences(config, spec)
-            left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
-            print(f"{spec.name}\t{count} partition(s)\texists{left}")
-    if failure is not None:
-        raise failure
+    create_and_report(config, specs)
     return 0
-
-
-def _config_differences(config: ServiceConfig, spec: TopicSpec) -> list[str]:
-    """How an existing topic's settings differ from those ``spec`` asks for: a status topic that is not compacted
-    grows with every status published, and `acker status` reads it all."""
-    from acker.kafka.clients import KafkaClientError, topic_config
-
-    if not spec.config:
-        return []
-    try:
-        found = topic_config(config.client(), spec.name)
-    except KafkaClientError as error:
-        return [f"its settings not read: {error}"]
-    return [
-        f"{name} {found.get(name)!r}, not {want!r}" for name, want in spec.config.items() if found.get(name) != want
-    ]
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

@@ -20,7 +20,15 @@ from collections.abc import Sequence
 
 from acker.config import ServiceConfig, topic_name_problem
 from acker.errors import ConfigError
-from acker.kafka.clients import TopicSpec
+from acker.kafka.clients import (
+    KafkaClientError,
+    TopicsNotCreatedError,
+    TopicSpec,
+    answering,
+    create_topics,
+    partition_count,
+    topic_config,
+)
 from acker.wire import SpoutNames, name_refusal
 
 TOPIC_NAME_MAX = 249  # Kafka's limit
@@ -136,4 +144,46 @@ def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
         *service_topics(config),
         *(outcome_topic(config, spout) for spout in spouts),
         *spark_job_topics(config),
+    ]
+
+
+def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec]) -> None:
+    """Create the topics of ``specs`` that do not exist, and print a line for each: created, not created and why, or
+    existing with its own partition count and any setting that differs from the one asked for (left as it is).
+    `TopicsNotCreatedError` after the lines when one could not be made (the others were)."""
+    # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
+    # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
+    answering(config.client())
+    failure: TopicsNotCreatedError | None = None
+    try:
+        created = set(create_topics(config.client(), specs))
+    except TopicsNotCreatedError as error:  # the others were made (or existed): say which, then fail
+        failure, created = error, set(error.created)
+    for spec in specs:
+        if spec.name in created:
+            print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
+        elif failure is not None and spec.name in failure.failed:
+            cause = failure.failed[spec.name]
+            print(f"{spec.name}\t-\tnot created: {cause.str() if cause is not None else 'no answer in time'}")
+        else:
+            count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
+            differs = [f"not {spec.partitions}"] if count != spec.partitions else []
+            differs += _config_differences(config, spec)
+            left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
+            print(f"{spec.name}\t{count} partition(s)\texists{left}")
+    if failure is not None:
+        raise failure
+
+
+def _config_differences(config: ServiceConfig, spec: TopicSpec) -> list[str]:
+    """How an existing topic's settings differ from those ``spec`` asks for: a status topic that is not compacted
+    grows with every status published, and `acker status` reads it all."""
+    if not spec.config:
+        return []
+    try:
+        found = topic_config(config.client(), spec.name)
+    except KafkaClientError as error:
+        return [f"its settings not read: {error}"]
+    return [
+        f"{name} {found.get(name)!r}, not {want!r}" for name, want in spec.config.items() if found.get(name) != want
     ]

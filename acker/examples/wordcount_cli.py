@@ -67,7 +67,7 @@ from acker.kafka.local_broker import spawn
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
 from acker.stage_metrics import add_port_argument, serve_stages
-from acker.topics import all_topics, check_spout_name
+from acker.topics import all_topics, check_spout_name, create_and_report
 from acker.wire import WireError, decode_outcomes, spout_name_valid
 
 log = logging.getLogger("acker.wordcount")
@@ -88,25 +88,27 @@ def _topics(args: argparse.Namespace) -> Topics:
     return topics
 
 
-def cmd_topics(args: argparse.Namespace) -> int:
+def _pipeline_topics(args: argparse.Namespace) -> tuple[ServiceConfig, list[TopicSpec]]:
+    """The configuration, and the topics of the word count with the acker's."""
     config, topics = load(args), _topics(args)
     try:  # its outcome and replay topics, named by the settings (`--outcome-prefix`, ...): made here, and refused
         check_spout_name(config, topics.spout)  # by the spout only once the other stages had started
     except ConfigError as error:
         raise ConfigError(f"--prefix {args.prefix[:80]!r}: {error}") from None
-    answering(config.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
-    create_topics(
-        config.client(),
-        [
-            *all_topics(config, [topics.spout]),
-            *(
-                TopicSpec(t, args.pipeline_partitions, config.replication_factor)
-                for t in (topics.sentences, topics.split, topics.words)
-            ),
-            # Compacted: the last count of each word is what a count process reads when a partition comes to it.
-            TopicSpec(topics.counts, args.pipeline_partitions, config.replication_factor, COUNTS_TOPIC_CONFIG),
-        ],
-    )
+    return config, [
+        *all_topics(config, [topics.spout]),
+        *(
+            TopicSpec(t, args.pipeline_partitions, config.replication_factor)
+            for t in (topics.sentences, topics.split, topics.words)
+        ),
+        # Compacted: the last count of each word is what a count process reads when a partition comes to it.
+        TopicSpec(topics.counts, args.pipeline_partitions, config.replication_factor, COUNTS_TOPIC_CONFIG),
+    ]
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    config, specs = _pipeline_topics(args)
+    create_and_report(config, specs)  # a line for each, as `acker topics create` prints
     return 0
 
 
@@ -453,7 +455,9 @@ class Waiting:
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     lines = _lines(args)  # first: a file that cannot be read is said before anything is made or started
-    cmd_topics(args)
+    made, specs = _pipeline_topics(args)
+    answering(made.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
+    create_topics(made.client(), specs)  # quietly: the run's output is its sentences' fates
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     settings = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group)

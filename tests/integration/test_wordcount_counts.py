@@ -106,3 +106,18 @@ def test_wordcount_run_does_not_take_an_earlier_runs_outcomes_for_its_own(config
     assert time.monotonic() - started > config.timeout_s
     seen = poll(2.0)  # the follower made before: this run's outcomes alone
     assert len(seen) == 5 and {outcomes[0] for outcomes in seen.values()} == {"TIMEOUT"}
+
+
+def test_wordcount_topics_says_what_it_made_and_what_was_there(config: ServiceConfig) -> None:
+    """A line for each topic, as `acker topics create` prints: it said nothing, made or not."""
+    prefix = f"wc-{uuid.uuid4().hex[:6]}"
+    topics = Topics(prefix)
+    flags, env = to_argv(replace(config, metrics_port=0))
+    argv = [sys.executable, "-m", "acker.cli", "wordcount", "topics", "--prefix", prefix, *flags]
+    options: dict[str, Any] = {"env": {**os.environ, **env}, "capture_output": True, "text": True, "timeout": 120}
+    first = subprocess.run(argv, check=True, **options)
+    lines = dict(line.split("\t", 1) for line in first.stdout.splitlines())
+    for topic in (topics.sentences, topics.split, topics.words, topics.counts, config.outcome_topic(topics.spout)):
+        assert lines[topic].endswith("\tcreated"), first.stdout
+    again = subprocess.run(argv, check=True, **options)
+    assert again.stdout.count("\tcreated") == 0 and f"{topics.counts}\t4 partition(s)\texists" in again.stdout

@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from acker import cli, dlq, logs
+from acker import topics as acker_topics
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from acker.examples import reach, wordcount_cli
@@ -33,8 +34,8 @@ def test_kafka_not_answering_names_the_bootstrap_servers(
     def no_answer(*_args: Any, **_kwargs: Any) -> list[str]:
         raise TimeoutError  # what an admin request's future raises: no message at all
 
-    monkeypatch.setattr(clients, "answering", lambda *_: None)  # asked first: it answers, then times out
-    monkeypatch.setattr(clients, "create_topics", no_answer)
+    monkeypatch.setattr(acker_topics, "answering", lambda *_: None)  # asked first: it answers, then times out
+    monkeypatch.setattr(acker_topics, "create_topics", no_answer)
     assert cli.main(["topics", "create", "--bootstrap-servers", "kafka.example:9092"]) == 2
     assert capsys.readouterr().err.strip() == (
         "acker: Kafka did not answer in time: is it running, and reachable at kafka.example:9092?"
@@ -47,8 +48,8 @@ def test_kafka_not_answering_names_the_bootstrap_servers_given_in_the_environmen
     def no_answer(*_args: Any, **_kwargs: Any) -> list[str]:
         raise TimeoutError
 
-    monkeypatch.setattr(clients, "answering", lambda *_: None)
-    monkeypatch.setattr(clients, "create_topics", no_answer)
+    monkeypatch.setattr(acker_topics, "answering", lambda *_: None)
+    monkeypatch.setattr(acker_topics, "create_topics", no_answer)
     monkeypatch.setenv("ACKER_BOOTSTRAP_SERVERS", "kafka.env:9092")
     assert cli.main(["topics", "create"]) == 2
     assert "reachable at kafka.env:9092?" in capsys.readouterr().err
