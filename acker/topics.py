@@ -11,6 +11,9 @@ unless they exist: a cluster may not create topics on first use, and a record th
 flush (on a revoke, on stop) for its whole 30 s, after which the commit is skipped. A status topic it can neither
 find nor create (no right to) means no status is published until it exists (the service looks for it again every
 ten status intervals).
+
+`create_and_report` makes topics for a command and prints a line for each (`acker topics create`, `acker wordcount
+topics`).
 """
 
 from __future__ import annotations
