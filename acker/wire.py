@@ -370,7 +370,7 @@ def decode_outcomes(data: bytes) -> OutcomeRecord:
     a spout name that cannot name a topic, an array or a string longer than the Spark jobs' Avro reader takes.
 
     It refuses whatever `decode_outcome_anchors` refuses (a record the failover read-back refuses is not one a spout
-    reads), and whatever the Spark jobs refuse but for a spout name that is not a spout's (a record they dead-letter,
+    reads), and whatever the Spark jobs refuse, a spout name that cannot name a topic too (a record they dead-letter,
     and whose trees a spout that took it would never time out: the watermark would wait at them until the spout
     restarted). The record is read as Java's reader (Spark's) reads it where fastavro differs: a long of more than 10
     bytes, an int (an enum index) of more than 5 and an array block of -2⁶³ items (read by fastavro as empty) are
