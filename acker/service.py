@@ -1023,14 +1023,15 @@ class AckerService:
                 self._produce(self.config.acker_topic, encode_tick(after), partition=partition, on_delivery=delivered)
             except KafkaException as refused:  # a partition the producer does not know yet: written again later
                 error = refusal(refused)  # raises when fatal
-                if partition not in self._tick_refused:
-                    log.warning("partition %d: tick refused (%s): written again every %d s meanwhile", partition,
-                                error.str(), TICK_REFUSED_AGAIN_MS // 1000)  # fmt: skip
-                self._tick_refused[partition] = now_ms + TICK_REFUSED_AGAIN_MS
-                state.tick_delivered(None)
-                self._refresh_producer(self.config.acker_topic, 1.0)
             else:
                 self._tick_refused.pop(partition, None)
+                continue
+            if partition not in self._tick_refused:
+                log.warning("partition %d: tick refused (%s): written again every %d s meanwhile", partition,
+                            error.str(), TICK_REFUSED_AGAIN_MS // 1000)  # fmt: skip
+            self._tick_refused[partition] = now_ms + TICK_REFUSED_AGAIN_MS
+            state.tick_delivered(None)
+            self._refresh_producer(self.config.acker_topic, 1.0)  # out of the except block: `acker.kafka.clients`
 
     def _offsets(self, partitions: list[int] | None = None) -> list[TopicPartition]:
         chosen = self._states if partitions is None else {p: self._states[p] for p in partitions if p in self._states}

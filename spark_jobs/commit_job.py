@@ -303,18 +303,17 @@ class Marks:
         checked = done.keys() | marks.keys()
         gone: set[Key] | None
         try:
-            gone = self._check_topics(checked)
+            gone, unanswered = self._check_topics(checked), None
         except KafkaException as error:
-            if done.keys() - marks.keys():
-                # A mark to start: Kafka is asked where it starts, which it cannot say of a deleted topic's partition
-                # (the batch failed, and the job after its restarts): whether its topic is there is waited for as that
-                # answer is.
-                gone = _answered(partial(self._check_topics, checked), nullcontext(), "the source topics")
-            else:  # Kafka not answering now: the batch is kept, and committed by a later one
-                log.warning(
-                    "batch %d: the source topics could not be looked at (%s): nothing committed now", batch_id, error
-                )
-                gone = None
+            gone, unanswered = None, error
+        # Asked again out of the except block (`acker.kafka.clients`: a failure there kept this frame and the rows).
+        if unanswered is not None and done.keys() - marks.keys():
+            # A mark to start: Kafka is asked where it starts, which it cannot say of a deleted topic's partition (the
+            # batch failed, and the job after its restarts): whether its topic is there is waited for as that answer is.
+            gone = _answered(partial(self._check_topics, checked), nullcontext(), "the source topics")
+        elif unanswered is not None:  # Kafka not answering now: the batch is kept, and committed by a later one
+            log.warning("batch %d: the source topics could not be looked at (%s): nothing committed now", batch_id,
+                        unanswered)  # fmt: skip
         for key in [key for key in done if gone and key in gone]:  # outcomes of a deleted partition: nothing to mark
             del done[key]
         touched: dict[str, dict[tuple[str, int], int]] = {}

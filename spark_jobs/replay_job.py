@@ -477,19 +477,20 @@ class _Publisher:
                     partition=0)  # fmt: skip
             self._commit()
         except BaseException as error:
-            self._abort()
-            refused = error.__cause__ if isinstance(error, _UnansweredCommitError) else error
-            if isinstance(refused, KafkaException):
-                # Something in the Kafka client (confluent-kafka 2.16) keeps a refused commit's exception alive for
-                # good, no Python object referring to it, and through its traceback this frame and the producer,
-                # which logged at a broker gone: raised again, it has a traceback from here on only.
-                refused.__traceback__ = None
-                # A topic deleted under the transaction is said as such, also when its commit was not answered.
-                written = {t for t in replay_topics if t in self._partitions} | {row.outcome_topic for row in rows}
-                self._raise_if_deleted(written | {self.policy.dead_letter_topic, self.settings.progress_topic})
-            raise
-        self.handled.update(handled)
-        return len(rows)
+            failed = error
+        else:
+            self.handled.update(handled)
+            return len(rows)
+        # Out of the except block: a Kafka call that raises (the abort, the lookups) while an exception is being
+        # handled keeps that exception alive for good (`acker.kafka.clients`), and with it every frame of its
+        # traceback: this one, the batch's caller and its rows.
+        self._abort()
+        refused = failed.__cause__ if isinstance(failed, _UnansweredCommitError) else failed
+        if isinstance(refused, KafkaException):
+            # A topic deleted under the transaction is said as such, also when its commit was not answered.
+            written = {t for t in replay_topics if t in self._partitions} | {row.outcome_topic for row in rows}
+            self._raise_if_deleted(written | {self.policy.dead_letter_topic, self.settings.progress_topic}, failed)
+        raise failed
 
     def _commit(self) -> None:
         """Commit the open transaction. One not answered within a minute (a broker away) is past the transaction's
@@ -517,10 +518,10 @@ class _Publisher:
             cause = kafka_error(error)
             log.warning("the failed transaction could not be aborted either (%s)", cause.str() if cause else error)
 
-    def _raise_if_deleted(self, topics: Iterable[str]) -> None:
-        """`AckerError` naming the ``topics`` a failed transaction wrote to that no longer exist, as the lookups confirm
-        it (`KafkaLookups.missing`): deleted while the job ran (the transaction was refused "unknown topic or
-        partition", which librdkafka logs without the topic's name)."""
+    def _raise_if_deleted(self, topics: Iterable[str], failed: BaseException) -> None:
+        """`AckerError` (caused by ``failed``) naming the ``topics`` a failed transaction wrote to that no longer exist,
+        as the lookups confirm it (`KafkaLookups.missing`): deleted while the job ran (the transaction was refused
+        "unknown topic or partition", which librdkafka logs without the topic's name)."""
         kafka = lookups(self.settings.source.client)
         with kafka.lock:
             gone = [topic for topic in sorted(topics) if kafka.missing(topic)]
@@ -532,7 +533,7 @@ class _Publisher:
                     f"dead-letters the spout's nacks ({NO_REPLAY_TOPIC}: `acker dlq redrive` sends them again)"
                     if spouts else "the job started again goes on once it is back")  # fmt: skip
             raise AckerError(f"topic {', '.join(gone)} was deleted while the replay job ran (its transaction was "
-                             f"refused, and the batch fails): {then}")  # fmt: skip
+                             f"refused, and the batch fails): {then}") from failed  # fmt: skip
 
     def _send(
         self,

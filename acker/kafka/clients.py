@@ -1,6 +1,11 @@
 """Thin helpers over confluent-kafka's clients: topic creation and error wrapping.
 
 Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkafka's error code and name.
+
+A client call that raises `KafkaException` while another exception is being handled (in an ``except`` block) keeps
+the handled one alive for good (confluent-kafka 2.16: a reference to it is never given back), and with it its
+traceback's frames and everything they held: a batch's rows, a test's clients. Where a program goes on after a
+failure, the Kafka calls that may raise are made after the ``except`` block, not in it.
 """
 
 from __future__ import annotations
@@ -419,12 +424,12 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             return int(low), int(high)
         except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
             cause = kafka_error(error)
-            if time.monotonic() > deadline:
-                raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", cause) from None
-            if cause is not None and cause.code() == KafkaError._UNKNOWN_PARTITION:
-                with contextlib.suppress(KafkaException):  # no answer: asked again at the next round
-                    consumer.list_topics(tp.topic, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
-            time.sleep(0.2)
+        if time.monotonic() > deadline:
+            raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", cause)
+        if cause is not None and cause.code() == KafkaError._UNKNOWN_PARTITION:
+            with contextlib.suppress(KafkaException):  # no answer: asked again at the next round
+                consumer.list_topics(tp.topic, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+        time.sleep(0.2)
 
 
 TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's default transaction.timeout.ms

@@ -261,12 +261,13 @@ class KafkaLookups:
             low, high = self._consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=_LOOKUP_TIMEOUT_S
             )
+            return int(low), int(high)
         except KafkaException as error:
-            cause = kafka_error(error)
-            if cause is None or cause.code() not in _MISSING or not self._missing(topic, partition):
-                raise
-            return None
-        return int(low), int(high)
+            failed = error
+        cause = kafka_error(failed)  # looked up out of the except block (`acker.kafka.clients`)
+        if cause is None or cause.code() not in _MISSING or not self._missing(topic, partition):
+            raise failed
+        return None
 
     def missing(self, topic: str, partition: int = 0) -> bool:
         """Whether the cluster's metadata lacks the topic or the partition, confirmed as `_missing` confirms it; False

@@ -4,9 +4,12 @@ every run (so that no nack of any spout was replayed again), and a restart that 
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
 import time
 import uuid
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -395,13 +398,28 @@ def test_the_dead_letter_topic_deleted_while_the_job_runs_is_made_again(bootstra
     assert len(read_all(client, settings.dead_letter_topic)) == 1
 
 
+class _Held:
+    """An object of a caller's frame, to tell whether anything keeps that frame."""
+
+
 def _refused(publisher: _Publisher, batch: int, nacks: list[Any], fetch: Fetch, said: str) -> None:
-    """``publisher.publish`` refused, saying ``said``. Caught here, not in the test: confluent-kafka keeps a refused
-    transaction's exception alive for good (`_Publisher._publish_part`), and with it the frames its traceback passed
-    through; caught in the test, its frame and the clients in it lived on, calling a broker gone at the session's
-    end."""
-    with pytest.raises(AckerError, match=said):
-        publisher.publish(batch, nacks, fetch)
+    """``publisher.publish`` refused, saying ``said``, and nothing of its caller kept: a Kafka call that raised while
+    the refusal was being handled (the abort) kept it alive for good, and with it every frame of its traceback (the
+    caller's and its clients, which called a broker gone at the session's end): `acker.kafka.clients`."""
+
+    def caller() -> weakref.ref[_Held]:
+        held = _Held()
+        with pytest.raises(AckerError, match=said):
+            publisher.publish(batch, nacks, fetch)
+        return weakref.ref(held)
+
+    logging.disable(logging.WARNING)  # pytest's log capture keeps each record's arguments (an error logged, its frames)
+    try:
+        kept = caller()
+    finally:
+        logging.disable(logging.NOTSET)
+    gc.collect()
+    assert kept() is None
 
 
 def test_a_replay_topic_deleted_while_the_job_runs_fails_its_batch_saying_which_losing_nothing(bootstrap: str) -> None:
