@@ -289,7 +289,7 @@ def _class_data_archive(lib_dir: Path, java: str) -> Path:
     return lib_dir.parent / f"broker-classes-{key}.jsa"
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """``count`` distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
     sockets: list[socket.socket] = []
     try:
@@ -692,9 +692,9 @@ class LocalKafkaBroker:
         if self._requested_port:
             if not _port_is_free(self._requested_port):
                 raise KafkaBrokerError(f"port {self._requested_port} on 127.0.0.1 is in use")
-            cport = next(p for p in _free_ports(2) if p != self._requested_port)
+            cport = next(p for p in free_ports(2) if p != self._requested_port)
             return self._requested_port, cport
-        port, cport = _free_ports(2)
+        port, cport = free_ports(2)
         return port, cport
 
     def _properties(self, data_dir: Path, port: int, cport: int) -> dict[str, str]:

@@ -159,14 +159,14 @@ def test_a_port_another_broker_answers_on_is_given_up_for_new_ones(
     for this one (`start` returned at once), and this one died of the port in use."""
     taken = int(broker.bootstrap_servers.rsplit(":", 1)[1])
     picks: list[int] = []
-    real = local_broker_module._free_ports
+    real = local_broker_module.free_ports
 
     def first_taken(count: int) -> list[int]:
         picks.append(count)
         ports = real(count)
         return [taken, *ports[1:]] if len(picks) == 1 else ports
 
-    monkeypatch.setattr(local_broker_module, "_free_ports", first_taken)
+    monkeypatch.setattr(local_broker_module, "free_ports", first_taken)
     second = LocalKafkaBroker()
     try:
         second.start()

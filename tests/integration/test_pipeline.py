@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from acker.examples.wordcount import Topics, count_function, sentences, split_fu
 from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import RESENDS, partition_lookup
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
+from acker.kafka.local_broker import free_ports
 from acker.kafka.lookups import lookups
 from acker.retries import DEAD_LETTERED, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED
 from acker.spout import INIT_ATTEMPTS, Emitter, Spout, SpoutSettings
@@ -930,9 +930,7 @@ def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_
 def test_a_pipelines_stages_serve_their_counts_for_prometheus(config: ServiceConfig, topics: Topics) -> None:
     """A spout and two threads of one bolt group in one process, scraped over HTTP: what each counted (the bolt
     group's threads summed), the trouble counts at 0 from the start, and the spout's pending trees and pause."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    [port] = free_ports(1)
 
     def split(message: BoltInput, collector: Any) -> None:
         if message.value == b"raise":

@@ -4,7 +4,6 @@ and `acker run` with no broker to reach says so, at once and after a bounded wai
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 
@@ -14,6 +13,7 @@ from confluent_kafka import Consumer
 from acker import service
 from acker.config import ServiceConfig
 from acker.kafka.client_log import LOGGER_NAME, RepeatFilter, reason_kind
+from acker.kafka.local_broker import free_ports
 
 
 def _line(text: str, client: str = "rdkafka#consumer-1", level: int = logging.ERROR) -> logging.LogRecord:
@@ -118,14 +118,8 @@ def test_a_setting_of_the_other_kind_of_client_is_info_not_a_warning() -> None:
         logger.setLevel(level)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_client_that_reaches_no_broker_logs_it_once(caplog: pytest.LogCaptureFixture) -> None:
-    config = ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}")
+    config = ServiceConfig(bootstrap_servers=f"127.0.0.1:{free_ports(1)[0]}")
     consumer = Consumer(config.client(**{"group.id": "nobody"}))
     consumer.subscribe(["nothing"])
     with caplog.at_level(logging.WARNING, logger=LOGGER_NAME):
@@ -141,14 +135,14 @@ def test_acker_run_with_no_broker_says_what_the_client_met_then_gives_up(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(service, "FIRST_CONTACT_S", 2.0)
-    acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}", metrics_port=0))
+    acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{free_ports(1)[0]}", metrics_port=0))
     with caplog.at_level(logging.WARNING, logger=LOGGER_NAME), pytest.raises(TimeoutError):
         acker.run(threading.Event())  # closes the service's clients, as after any failure
     assert any("Connection refused" in r.getMessage() for r in caplog.records if r.name == LOGGER_NAME)
 
 
 def test_acker_run_asked_to_stop_before_kafka_answers_stops_at_once() -> None:
-    acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}", metrics_port=0))
+    acker = service.AckerService(ServiceConfig(bootstrap_servers=f"127.0.0.1:{free_ports(1)[0]}", metrics_port=0))
     stop = threading.Event()
     stop.set()
     started = time.monotonic()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -26,6 +25,7 @@ from acker.bolt import Bolt
 from acker.core.tracker import Counters
 from acker.errors import ConfigError
 from acker.kafka.coordinated_stage import CoordinatedStage
+from acker.kafka.local_broker import free_ports
 from acker.metrics import LatencyHistogram, ServiceCollector, Snapshot
 from acker.spout import Spout
 from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, STEP_EVENTS, Stage, StageCollector, serve_stages
@@ -105,9 +105,7 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
 def test_closed_stage_metrics_free_their_port_and_their_stages() -> None:
     """A process that stops its stages and builds others serves theirs on the same port, once the first are closed;
     served until then, the old server and its stages (their Kafka clients too) lived as long as the process."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    [port] = free_ports(1)
     metrics = serve_stages(port, _spout("orders", {"read": 5}, pending=0, paused=False))
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         assert 'acker_stage_events_total{event="read",kind="spout",stage="orders"} 5.0' in response.read().decode()
