@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from acker.kafka.clients import KafkaClientError, log_bounds, read_to, topic_partitions
-from acker.kafka.lookups import CONFIRM_S
+from acker.kafka.clients import KafkaClientError, log_bounds, read_to
+from acker.kafka.lookups import confirmed_absent
 from acker.outcome_log import OutcomeLog, Starts
 from acker.wire import WireError, decode_outcome_anchors
 
@@ -31,21 +30,18 @@ class Decided:
 
 def _bounds(consumer: Consumer, topic: str, partition: int, gone: set[tuple[str, int | None]]) -> tuple[int, int]:
     """The bounds of a partition; (0, 0) when the topic or the partition no longer exists (a retired spout's topic
-    deleted), rather than `log_bounds`'s wait for a leader. Missing in two answers `CONFIRM_S` apart, as the lookups
-    take it: one broker's metadata may lag behind a topic just made (by the previous owner, moments before a
-    handover), and on one answer its trees were decided again. What is confirmed missing goes into ``gone`` (the
-    topic, with partition None, when it has no partitions at all), which answers at once after that: the commits
-    of every acker partition name a retired spout's topic, and a handover of many waited a second for each."""
+    deleted), rather than `log_bounds`'s wait for a leader. Missing as `confirmed_absent` confirms it: one broker's
+    metadata may lag behind a topic just made (by the previous owner, moments before a handover), and on one answer
+    its trees were decided again; a partition without a leader for a moment (an election) is there, and waited for.
+    What is confirmed missing goes into ``gone`` (the topic, with partition None, when it has no partitions at all),
+    which answers at once after that: the commits of every acker partition name a retired spout's topic, and a
+    handover of many waited a second for each."""
     if (topic, None) in gone or (topic, partition) in gone:
         return 0, 0
-    partitions: list[int] = []
-    for attempt in range(2):
-        if attempt:
-            time.sleep(CONFIRM_S)
-        partitions = topic_partitions(consumer, topic)
-        if partition in partitions:
-            return log_bounds(consumer, TopicPartition(topic, partition))
-    gone.add((topic, partition if partitions else None))
+    absent = confirmed_absent(consumer, topic, partition)
+    if absent is None:
+        return log_bounds(consumer, TopicPartition(topic, partition))
+    gone.add((topic, partition if absent == "partition" else None))
     log.warning("%s[%d] does not exist (any more): nothing to read back there", topic, partition)
     return 0, 0
 

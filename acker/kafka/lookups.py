@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Container, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from confluent_kafka import (
     Consumer,
@@ -43,6 +43,27 @@ CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after 
 MISSING_KEPT_S = 10.0
 # A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
+
+
+def confirmed_absent(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float = _LOOKUP_TIMEOUT_S
+) -> Literal["topic", "partition"] | None:
+    """What the cluster's metadata lacks of ``topic``'s ``partition`` in two answers `CONFIRM_S` apart: the topic (it
+    has no partitions at all), the partition, or None (it is there). One broker's metadata may lag behind a topic
+    just made or partitions just added, or be stale for a moment after a restart, and what a caller does with the
+    answer is not undone: a nacked record dead-lettered ``source-missing``, a watermark moved over offsets, a previous
+    owner's outcomes not read back (its trees decided again). Only an answer that Kafka does not know the topic or the
+    partition counts: another error (no leader for a moment, not authorized) says nothing of it being missing (None).
+    Through a consumer handle, whose lookups create nothing. `KafkaException` when the cluster does not answer."""
+    for attempt in range(2):
+        if attempt:
+            time.sleep(CONFIRM_S)
+        found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if found is not None and found.error is not None and found.error.code() not in _MISSING:
+            return None
+        if found is not None and found.error is None and partition in found.partitions:
+            return None
+    return "partition" if found is not None and found.error is None and found.partitions else "topic"
 
 
 class WatermarkCommitError(AckerError):
@@ -287,14 +308,8 @@ class KafkaLookups:
         key = (topic, partition)
         if time.monotonic() < self._missing_until.get(key, 0.0):
             return True
-        for attempt in range(2):
-            if attempt:
-                time.sleep(CONFIRM_S)
-            found = self._consumer.list_topics(topic, timeout=_LOOKUP_TIMEOUT_S).topics.get(topic)
-            if found is not None and found.error is not None and found.error.code() not in _MISSING:
-                return False  # another error (not authorized, say): no answer that it is missing
-            if found is not None and found.error is None and partition in found.partitions:
-                return False
+        if confirmed_absent(self._consumer, topic, partition) is None:
+            return False
         if len(self._missing_until) > 10_000:  # partitions of topics deleted long ago
             self._missing_until = {k: t for k, t in self._missing_until.items() if t > time.monotonic()}
         self._missing_until[key] = time.monotonic() + MISSING_KEPT_S
