@@ -998,8 +998,10 @@ class AckerService:
         as a failed delivery, as the broker's refusals are."""
         try:
             self._produce(topic, value, key=key, headers=headers, on_delivery=delivered, **kwargs)
+            return
         except KafkaException as refused:
-            delivered(refusal(refused), None)
+            error = refusal(refused)
+        delivered(error, None)  # out of the except block (`acker.kafka.clients`)
 
     def _produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
         produce(self.producer, topic, value, **kwargs)
@@ -1325,12 +1327,13 @@ class AckerService:
         for partition, mine in held.items():
             try:
                 self.consumer.seek(TopicPartition(self.config.acker_topic, partition, mine[0].offset() or 0))
+                continue
             except KafkaException as error:
                 log.warning("partition %d: its records cannot wait for the read-back (%s): applied without it",
                             partition, error)  # fmt: skip
-                self._to_recover.pop(partition, None)
-                self._resume(partition)
-                kept += mine
+            self._to_recover.pop(partition, None)
+            self._resume(partition)  # out of the except block (`acker.kafka.clients`)
+            kept += mine
         return kept
 
     def _resume(self, partition: int) -> None:

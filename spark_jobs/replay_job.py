@@ -59,6 +59,7 @@ from acker.kafka.clients import (
     AsWritten,
     KafkaClientError,
     TopicSpec,
+    after_failure,
     ensure_topics,
     kafka_error,
     partition_count,
@@ -264,9 +265,10 @@ class _Publisher:
             except KafkaClientError as error:
                 if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
-                if topic == self._dead_letters.name:  # the job's own (deleted since it started): made again
-                    ensure_topics(client, [self._dead_letters], timeout_s=10.0)  # within an open transaction: short
-                    return self._known(topic, self._dead_letters.partitions)
+            # Out of the except block (`acker.kafka.clients`): the creation's look-ups may raise and be caught.
+            if topic == self._dead_letters.name:  # the job's own (deleted since it started): made again
+                ensure_topics(client, [self._dead_letters], timeout_s=10.0)  # within an open transaction: short
+                return self._known(topic, self._dead_letters.partitions)
         self._missing[topic] = time.monotonic() + _MISSING_RECHECK_S
         return 0
 
@@ -484,12 +486,13 @@ class _Publisher:
         # Out of the except block: a Kafka call that raises (the abort, the lookups) while an exception is being
         # handled keeps that exception alive for good (`acker.kafka.clients`), and with it every frame of its
         # traceback: this one, the batch's caller and its rows.
-        self._abort()
-        refused = failed.__cause__ if isinstance(failed, _UnansweredCommitError) else failed
-        if isinstance(refused, KafkaException):
-            # A topic deleted under the transaction is said as such, also when its commit was not answered.
-            written = {t for t in replay_topics if t in self._partitions} | {row.outcome_topic for row in rows}
-            self._raise_if_deleted(written | {self.policy.dead_letter_topic, self.settings.progress_topic}, failed)
+        with after_failure(failed):
+            self._abort()
+            refused = failed.__cause__ if isinstance(failed, _UnansweredCommitError) else failed
+            if isinstance(refused, KafkaException):
+                # A topic deleted under the transaction is said as such, also when its commit was not answered.
+                written = {t for t in replay_topics if t in self._partitions} | {row.outcome_topic for row in rows}
+                self._raise_if_deleted(written | {self.policy.dead_letter_topic, self.settings.progress_topic}, failed)
         raise failed
 
     def _commit(self) -> None:

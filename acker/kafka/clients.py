@@ -2,10 +2,13 @@
 
 Kafka errors surface as `KafkaClientError` (an `AckerError`) that keeps librdkafka's error code and name.
 
-A client call that raises `KafkaException` while another exception is being handled (in an ``except`` block) keeps
-the handled one alive for good (confluent-kafka 2.16: a reference to it is never given back), and with it its
-traceback's frames and everything they held: a batch's rows, a test's clients. Where a program goes on after a
-failure, the Kafka calls that may raise are made after the ``except`` block, not in it.
+A client call that raises `KafkaException` while another exception is being handled (in an ``except`` block, a
+``finally`` or an ``__exit__`` left by an exception, or anything they call, delivery reports served there included)
+keeps the handled one alive for good, and with it its traceback's frames and everything they held: a batch's rows, a
+test's clients. The cause (confluent-kafka 2.16, CPython 3.11): the client raises with a `KafkaError` as the value, a
+type flagged as an exception that is not one; CPython's implicit chaining stores the handled exception in it, where
+nothing releases it. Where a program goes on after a failure, the Kafka calls that may raise are made after the
+``except`` block (`after_failure` keeps the chaining the block gave), not in it.
 """
 
 from __future__ import annotations
@@ -235,6 +238,8 @@ def named_under(client_config: Mapping[str, Any], prefix: str, timeout_s: float 
 
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
+# Refusals no wait mends: said at once rather than asked again until a deadline.
+_NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 # Consumer errors no retry mends: the broker refuses the group's settings (a session timeout outside its bounds, a
 # group id it does not take). Reported as any other, the process stayed up, never in its group, reading nothing.
 REFUSED_SETTINGS = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.INVALID_GROUP_ID})
@@ -354,7 +359,20 @@ def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) 
             producer.produce(topic, value, **kwargs)
             return
         except BufferError:
-            producer.poll(0.05)
+            pass
+        producer.poll(0.05)  # the reports out of the except block: one may look a topic up (module docstring)
+
+
+@contextlib.contextmanager
+def after_failure(failed: BaseException) -> Iterator[None]:
+    """For what a failure is handled with after its ``except`` block (module docstring): what it raises has
+    ``failed`` as its context, as it had in the block."""
+    try:
+        yield
+    except BaseException as error:
+        if error is not failed and error.__context__ is None:
+            error.__context__ = failed
+        raise
 
 
 def produce_reporting(
@@ -368,8 +386,10 @@ def produce_reporting(
     ``on_delivery`` as a failed delivery (with no record), as the broker's refusals are (`refusal`)."""
     try:
         produce(producer, topic, value, on_delivery=on_delivery, **kwargs)
+        return
     except KafkaException as refused:
-        on_delivery(refusal(refused), None)
+        error = refusal(refused)
+    on_delivery(error, None)  # out of the except block (module docstring)
 
 
 def release(producer: Producer, owner: str) -> None:
@@ -409,7 +429,8 @@ def refusal(refused: KafkaException) -> KafkaError:
 
 def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
     """The first and the end offset of one partition, asking again (up to ``timeout_s``) while the broker cannot
-    answer: a topic just created has no leader for a moment. `KafkaClientError` when it never answers.
+    answer: a topic just created has no leader for a moment. `KafkaClientError` when it never answers, or at once
+    when it refuses the read (not authorized).
 
     A handle that has read a topic's bounds keeps the topic's partitions as they were: one added since is unknown
     to it (``_UNKNOWN_PARTITION``, at once, without asking the cluster) until its metadata is next refreshed, every
@@ -424,7 +445,7 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             return int(low), int(high)
         except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
             cause = kafka_error(error)
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (cause is not None and cause.code() in _NOT_ALLOWED):
             raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", cause)
         if cause is not None and cause.code() == KafkaError._UNKNOWN_PARTITION:
             with contextlib.suppress(KafkaException):  # no answer: asked again at the next round

@@ -47,6 +47,7 @@ from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     AsWritten,
     TopicSpec,
+    after_failure,
     consume_available,
     create_topics,
     kafka_error,
@@ -284,25 +285,35 @@ class CoordinatedStage:
             positions = self._positions(records) or fencing
             self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
             self._commit_transaction()
-        except BaseException as failure:
-            # Nothing of the batch is visible; this process stops, and the partitions' next owner (a restart, or
-            # another process of the step) reloads the committed state and goes on from the committed offsets.
-            self._broken = True
-            try:
-                self.producer.abort_transaction(30)
-            except KafkaException as error:  # e.g. a fatal producer error: the batch's failure says more
-                log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
-                raise failure from None
-            cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
-            if cause is None or cause.code() not in GROUP_MOVED:
-                raise
-            log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
-                        "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
+        except BaseException as error:
+            failure = error
+        else:
+            return len(records)
+        # Out of the except block (`acker.kafka.clients`): the abort, and the start over that goes on, ask Kafka.
+        return self._aborted(failure, changed, read, counted)
+
+    def _aborted(self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int]) -> int:
+        """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
+        (then the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their
+        committed offsets; ``counted``: the counters as they were before the batch)."""
+        # Nothing of the batch is visible; this process stops, and the partitions' next owner (a restart, or another
+        # process of the step) reloads the committed state and goes on from the committed offsets.
+        self._broken = True
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException as error:  # e.g. a fatal producer error: the batch's failure says more
+            log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
+            raise failure from None
+        cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
+        if cause is None or cause.code() not in GROUP_MOVED:
+            raise failure
+        log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s start "
+                    "again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
+        with after_failure(failure):
             self._start_over(changed, read)
-            self.counters.update(counted, started_over=counted["started_over"] + 1)
-            self._broken = False
-            return 0
-        return len(records)
+        self.counters.update(counted, started_over=counted["started_over"] + 1)
+        self._broken = False
+        return 0
 
     def _start_over(self, changed: set[int], read: set[int]) -> None:
         """After an aborted batch: the tasks it may have changed (``changed``) as last committed, and the consumer

@@ -29,7 +29,7 @@ from confluent_kafka.cimpl import KafkaError
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 from acker.kafka.client_log import serve_log_lines
-from acker.kafka.clients import kafka_error, log_bounds
+from acker.kafka.clients import after_failure, kafka_error, log_bounds
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
@@ -285,8 +285,10 @@ class KafkaLookups:
             return int(low), int(high)
         except KafkaException as error:
             failed = error
-        cause = kafka_error(failed)  # looked up out of the except block (`acker.kafka.clients`)
-        if cause is None or cause.code() not in _MISSING or not self._missing(topic, partition):
+        cause = kafka_error(failed)
+        with after_failure(failed):  # looked up out of the except block (`acker.kafka.clients`)
+            missing = cause is not None and cause.code() in _MISSING and self._missing(topic, partition)
+        if not missing:
             raise failed
         return None
 

@@ -33,6 +33,21 @@ def test_a_broker_that_never_answers_is_a_clear_error() -> None:
         log_bounds(_Flaky(failures=10**6), TopicPartition("t", 0), timeout_s=0.3)  # type: ignore[arg-type]
 
 
+def test_a_read_not_allowed_is_said_at_once() -> None:
+    """Not authorized to read the topic: no wait mends that (the service's read-back of a previous owner's outcomes
+    asked for 30 s, the loop held, for each partition of such a topic)."""
+
+    class _Refusing(_Flaky):
+        def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+            self.calls += 1
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    consumer = _Refusing(failures=0)
+    with pytest.raises(KafkaClientError, match=r"t\[0\].*TOPIC_AUTHORIZATION_FAILED"):
+        log_bounds(consumer, TopicPartition("t", 0), timeout_s=30)  # type: ignore[arg-type]
+    assert consumer.calls == 1
+
+
 class _Stale:
     """A consumer handle that knows its topic's partitions as they were: one added since is unknown to it, at once,
     until it looks the topic up."""
