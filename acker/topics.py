@@ -150,10 +150,10 @@ def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
     ]
 
 
-def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec]) -> None:
-    """Create the topics of ``specs`` that do not exist, and print a line for each: created, not created and why, or
-    existing with its own partition count and any setting that differs from the one asked for (left as it is).
-    `TopicsNotCreatedError` after the lines when one could not be made (the others were)."""
+def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, report: bool = True) -> None:
+    """Create the topics of ``specs`` that do not exist, and print a line for each (unless not ``report``): created,
+    not created and why, or existing with its own partition count and any setting that differs from the one asked
+    for (left as it is). `TopicsNotCreatedError` after the lines when one could not be made (the others were)."""
     # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
     # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
     answering(config.client())
@@ -162,7 +162,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec]) -> None
         created = set(create_topics(config.client(), specs))
     except TopicsNotCreatedError as error:  # the others were made (or existed): say which, then fail
         failure, created = error, set(error.created)
-    for spec in specs:
+    for spec in specs if report else ():
         if spec.name in created:
             print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
         elif failure is not None and spec.name in failure.failed:

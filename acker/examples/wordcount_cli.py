@@ -56,7 +56,6 @@ from acker.help_text import prose
 from acker.kafka.clients import (
     TopicSpec,
     answering,
-    create_topics,
     delete_groups,
     end_offsets,
     log_bounds,
@@ -456,8 +455,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load(args).failing_over_fast()  # a crashed split's partitions move before its trees time out
     lines = _lines(args)  # first: a file that cannot be read is said before anything is made or started
     made, specs = _pipeline_topics(args)
-    answering(made.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
-    create_topics(made.client(), specs)  # quietly: the run's output is its sentences' fates
+    create_and_report(made, specs, report=False)  # quietly: the run's output is its sentences' fates
     topics = _topics(args)
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     settings = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group)
