@@ -6,7 +6,10 @@ in one group; Storm's word count as processes (a spout, split bolts, count bolts
 on local Spark, in this process. What goes wrong, on purpose: the split bolts fail a share of the sentences and
 every poison sentence; the count bolts silently drop a share of the words (their trees time out); one split process
 crashes and is restarted; the last count process joins late, so that words partitions move to it while words are
-counted; one acker instance is killed with SIGKILL and restarted.
+counted; one acker instance is killed with SIGKILL and restarted. With ``--chaos N``, N more processes, each picked
+at random among those running then (acker instances, the spout, split and count bolts), are killed with SIGKILL
+while the sentences are written, and restarted a few seconds later. (The Spark jobs run in the demo's own process:
+their restarts are covered by tests.)
 
 What is checked (`acker.examples.ledger`): every sentence is acked, directly or after replays, or dead-lettered (the
 poison ones, and a good one only if each of its attempts was nacked); the watermark reaches the end of every source
@@ -25,7 +28,7 @@ import random
 import shutil
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -77,6 +80,7 @@ class DemoOptions:
     backoff_ms: int = 500
     crash_split: bool = True
     kill_acker: bool = True
+    chaos: int = 0  # more SIGKILLs, of stage processes picked at random
     max_wait_s: float = 300.0
     seed: int = 1
 
@@ -88,6 +92,11 @@ FAILOVER_S = 8.0
 # The share of the sentences written when the last count process joins (with two or more): partitions of the words
 # topic move to it while they are counted, and its counts must go on from the last ones written.
 LATE_COUNT_AT = 0.2
+
+# When the kills of ``--chaos`` come: spread evenly over this span of the writing (shares of the sentences written),
+# each moved at random within its slot; how long a process killed so stays down.
+CHAOS_SPAN = (0.1, 0.9)
+CHAOS_DOWN_S = (1.0, 5.0)
 
 # How long the end of a run on a cluster named waits for each answer of the cluster, and asks again to delete a group
 # the broker says still has members.
@@ -108,15 +117,38 @@ def prune_runs(root: Path, keep: int = RUNS_KEPT) -> list[Path]:
 
 def check_options(options: DemoOptions) -> None:
     """`ConfigError` for settings under which the run cannot tell a good record dead-lettered by the injected failures
-    from one lost to them: every attempt of a tree caught by the crash or the kill times out before its partitions
-    move, and good records are dead-lettered in numbers the failure rates do not explain."""
-    if (options.crash_split or options.kill_acker) and options.timeout_s * (options.max_attempts + 1) < FAILOVER_S:
+    from one lost to them: every attempt of a tree caught by a crash or a kill times out before its partitions move,
+    and good records are dead-lettered in numbers the failure rates do not explain."""
+    kills = options.crash_split or options.kill_acker or options.chaos > 0
+    if kills and options.timeout_s * (options.max_attempts + 1) < FAILOVER_S:
         raise ConfigError(
             f"--timeout-s {options.timeout_s:g} with --max-attempts {options.max_attempts}: every attempt of a record "
-            f"caught by the injected crash or acker kill may time out before its partitions move (about "
+            f"caught by the injected crash or kills may time out before its partitions move (about "
             f"{FAILOVER_S:.0f} s), and good records would be dead-lettered: give a longer timeout or more attempts, "
-            "or --no-crash-split --no-kill-acker"
+            "or --no-crash-split --no-kill-acker and no --chaos"
         )
+
+
+@dataclass(frozen=True)
+class Kill:
+    """A SIGKILL the demo deals once the share ``at`` of the sentences is written: to ``stage``, or with None to a
+    stage process picked at random among those running then; the process is restarted ``down_s`` later."""
+
+    at: float
+    stage: str | None
+    down_s: float
+
+
+def kill_plan(options: DemoOptions) -> list[Kill]:
+    """The kills of a run, in the order they come: the acker instance's (``kill_acker``), and ``chaos`` more, one in
+    each of as many equal slots of `CHAOS_SPAN`, at a moment and for a time drawn from the run's seed."""
+    plan = [Kill(0.4, "acker-0", 3.0)] if options.kill_acker else []
+    rng = random.Random(f"chaos-{options.seed}")
+    first, last = CHAOS_SPAN
+    slot = (last - first) / max(1, options.chaos)
+    for i in range(options.chaos):
+        plan.append(Kill(first + slot * (i + rng.random()), None, rng.uniform(*CHAOS_DOWN_S)))
+    return sorted(plan, key=lambda kill: kill.at)
 
 
 def run(
@@ -174,6 +206,9 @@ class Demo:
         self.events: list[str] = []
         self.gave_up = False  # the run ended at --max-wait-s, not with every record resolved
         self.late_count: int | None = None  # the count process that joins at LATE_COUNT_AT, until it has
+        self._kills = deque(kill_plan(options))  # to come, in order
+        self._down: dict[str, float] = {}  # stage process killed → when it is restarted
+        self._chaos = random.Random(f"chaos-pick-{options.seed}")  # picks the process of a kill that names none
         self.started = time.monotonic()
         self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log, each stage's log
         self.stages = Stages(log=self.event, settings_given_only=True, output_dir=self.workdir)
@@ -189,6 +224,8 @@ class Demo:
             out.append(f"not finished within --max-wait-s ({self.options.max_wait_s:g} s)")
         if self.options.crash_split and not self.stages.crashed("split"):
             out.append("no split process crashed (none read its share of sentences before the end)")
+        if self._kills and not self.gave_up:
+            out.append(f"{len(self._kills)} kill(s) not dealt (the writing ended before their moment)")
         return out
 
     # -- the run ----------------------------------------------------------------------------------------------
@@ -385,8 +422,6 @@ class Demo:
         kafka = lookups(self.config.client())
         watermark_group = SpoutSettings(self.topics.spout, self.topics.sentences, self.topics.split,
                                         group=self.topics.spout_group).watermark_group  # fmt: skip
-        killed_at: float | None = None
-        restarted = False
         deadline = time.monotonic() + self.options.max_wait_s
         with Live(self._progress(), console=self.console, refresh_per_second=4, transient=False) as live:
             while time.monotonic() < deadline:
@@ -396,21 +431,14 @@ class Demo:
                 at_ms = int(time.time() * 1000)  # after: committed by now (before, an ack read meanwhile looked late)
                 self.ledger.watermarks(at_ms, {tp: m for tp, m in marks.items() if m >= 0})
                 self._read(outcomes, copies, dead, counts, unreadable)
-                killed = killed_at is not None and not restarted  # down on purpose; after its restart, a crash is one
-                self.stages.watch(expected_down=frozenset({"acker-0"}) if killed else frozenset())
+                self._deal_kills(written)
+                # Down on purpose: not a crash (after its restart, one is).
+                self.stages.watch(expected_down=frozenset(self._down))
                 if self.late_count is not None and written >= self.options.sentences * LATE_COUNT_AT:
                     self._start_count(self.late_count)
                     self.event(f"count-{self.late_count} joined (words partitions move to it, whose counts go on "
                                "from the last ones written)")  # fmt: skip
                     self.late_count = None
-                if self.options.kill_acker and killed_at is None and written >= self.options.sentences * 0.4:
-                    self.stages.kill("acker-0")
-                    killed_at = time.monotonic()
-                    self.event("killed acker-0 with SIGKILL (its partitions move to acker-1, which replays them)")
-                if killed_at is not None and not restarted and time.monotonic() - killed_at > 3:
-                    self.stages.restart("acker-0")
-                    restarted = True
-                    self.event("restarted acker-0")
                 live.update(self._progress())
                 if self._finished():
                     self.event("every sentence is resolved and every watermark is at its end")
@@ -419,6 +447,28 @@ class Demo:
                 time.sleep(0.25)
         self.gave_up = True
         self.event(f"gave up after {self.options.max_wait_s:.0f} s")
+
+    def _deal_kills(self, written: int) -> None:
+        """Restart the processes killed whose time down is over, then deal the kills due once ``written`` sentences
+        are written (`kill_plan`). A kill of a process down already (killed, or crashed and not restarted yet), or
+        with none running, is said and skipped."""
+        now = time.monotonic()
+        for stage, until in list(self._down.items()):
+            if now >= until:
+                self.stages.restart(stage)
+                del self._down[stage]
+                self.event(f"restarted {stage}")
+        while self._kills and written >= self.options.sentences * self._kills[0].at:
+            kill = self._kills.popleft()
+            up = [stage for stage in self.stages.up() if stage not in self._down]
+            name = kill.stage if kill.stage is not None else (self._chaos.choice(up) if up else None)
+            if name is None or name not in up:
+                self.event(f"no SIGKILL: {name or 'no stage process'} is not running")
+                continue
+            self.stages.kill(name)
+            self._down[name] = now + kill.down_s
+            self.event(f"killed {name} with SIGKILL ({_AFTER_KILL[name.split('-')[0]]}); restarting it in "
+                       f"{kill.down_s:.1f} s")  # fmt: skip
 
     def _watermark_partitions(self) -> list[tuple[str, int]]:
         n, c = self.options.partitions, self.config
@@ -486,6 +536,15 @@ class Demo:
         # The newest events first, above the table: a terminal too short for the whole view has its bottom lines cut,
         # and the newest events, last, were the ones never seen.
         return Group(Panel("\n".join(reversed(self.events[-6:])) or "starting", title="events, newest first"), table)
+
+
+# What follows a SIGKILL, by the kind of process (its name up to the first '-').
+_AFTER_KILL = {
+    "acker": "its partitions move to another instance, which replays them",
+    "spout": "started again, it reads on from the watermark; its trees in flight are decided without it",
+    "split": "its partitions move; the trees of its input in flight time out and are replayed",
+    "count": "its partitions move; the trees of its input in flight time out and are replayed",
+}
 
 
 def _available(consumer: Consumer) -> Iterator[Message]:
@@ -578,6 +637,12 @@ def add_parser(sub: Any) -> None:
         ("max_attempts", at_least(1), "replays before a record is dead-lettered"),
         ("backoff_ms", at_least(0, below=MAX_HOLD_MS), "delay of the first replay"),
         ("max_wait_s", positive, "give up after this long"),
+        (
+            "chaos",
+            at_least(0),
+            "more stage processes to kill with SIGKILL while the sentences are written, each picked at random among "
+            "those running then, and restarted a few seconds later",
+        ),
         ("seed", int, "of the sentences and the injected failures"),
     ):
         default = getattr(defaults, name)

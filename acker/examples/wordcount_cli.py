@@ -285,6 +285,10 @@ class Stages:
             if hasattr(output, "close"):
                 output.close()
 
+    def up(self) -> list[str]:
+        """The names of the stage processes running now, in order."""
+        return sorted(name for name, (_, process) in self.running.items() if process.poll() is None)
+
     def kill(self, name: str) -> None:
         """SIGKILL: no clean shutdown, nothing flushed or committed."""
         _, process = self.running[name]
@@ -292,10 +296,15 @@ class Stages:
         process.wait()
 
     def restart(self, name: str) -> None:
+        """Start a stopped stage process again with its command. Flags of `crash_flags` are kept while its stage's
+        crash has not come (a process killed before may still be the one to crash), and dropped after."""
         argv, process = self.running[name]
         if process.poll() is None:
             raise RuntimeError(f"stage {name} is still running")
-        self._spawn(name, [a for a in argv if not a.startswith(("--crash-after", "--crash-marker"))])
+        markers = [a.split("=", 1)[1] for a in argv if a.startswith("--crash-marker=")]
+        if not markers or any(os.path.exists(marker) for marker in markers):
+            argv = [a for a in argv if not a.startswith(("--crash-after", "--crash-marker"))]
+        self._spawn(name, argv)
         self.restarts += 1
 
     def watch(self, expected_down: frozenset[str] = frozenset()) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 
 from acker.errors import ConfigError
-from acker.examples.demo import Demo, DemoOptions, check_options, prune_runs
+from acker.examples.demo import CHAOS_DOWN_S, CHAOS_SPAN, Demo, DemoOptions, Kill, check_options, kill_plan, prune_runs
 
 
 def test_a_timeout_every_attempt_of_which_a_failover_outlasts_is_refused() -> None:
@@ -22,6 +23,8 @@ def test_a_timeout_every_attempt_of_which_a_failover_outlasts_is_refused() -> No
     with pytest.raises(ConfigError, match=r"--timeout-s 1 with --max-attempts 1: every attempt"):
         check_options(short)
     check_options(replace(short, crash_split=False, kill_acker=False))  # no failover: nothing to outlast
+    with pytest.raises(ConfigError, match=r"and no --chaos"):
+        check_options(replace(short, crash_split=False, kill_acker=False, chaos=1))  # kills of its own
     check_options(replace(short, max_attempts=7))  # attempts that outlast it
     check_options(DemoOptions())
 
@@ -30,13 +33,18 @@ def test_a_run_that_gave_up_or_never_crashed_says_so_among_its_failures() -> Non
     """A run that stopped at --max-wait-s printed "46 source record(s) lost" and nothing else: the "gave up" line went
     to the JSON report only. And a run whose split process never crashed passed without the failure it shows."""
     demo = Demo(DemoOptions(max_wait_s=25), "127.0.0.1:1", Console(file=io.StringIO()))
-    assert demo.failures() == ["no split process crashed (none read its share of sentences before the end)"]
+    assert demo.failures() == [
+        "no split process crashed (none read its share of sentences before the end)",
+        "1 kill(s) not dealt (the writing ended before their moment)",  # the acker instance's
+    ]
     demo.gave_up = True
     assert demo.failures()[0] == "not finished within --max-wait-s (25 s)"
     marker = Path(demo.stages.crash_flags("split", 1)[1].removeprefix("--crash-marker="))
     demo.stages.stop()
     assert not marker.parent.exists()
-    quiet = Demo(replace(DemoOptions(), crash_split=False), "127.0.0.1:1", Console(file=io.StringIO()))
+    quiet = Demo(
+        replace(DemoOptions(), crash_split=False, kill_acker=False), "127.0.0.1:1", Console(file=io.StringIO())
+    )
     assert quiet.failures() == []
     quiet.stages.stop()
 
@@ -74,3 +82,52 @@ def test_a_cleanup_kafka_refuses_is_said_and_leaves_the_runs_outcome_alone(monke
     demo.stages.stop()
     assert f"left behind: this run's topics and groups, {demo.prefix}*" in out.getvalue()
     assert "the cluster does not answer" in out.getvalue()
+
+
+def test_a_runs_kills_are_the_ackers_and_one_in_each_slot_of_the_chaos_span_drawn_from_the_seed() -> None:
+    plan = kill_plan(replace(DemoOptions(), chaos=4, seed=3))
+    assert plan == sorted(plan, key=lambda kill: kill.at) and len(plan) == 5
+    assert Kill(0.4, "acker-0", 3.0) in plan
+    chaos = [kill for kill in plan if kill.stage is None]
+    first, last = CHAOS_SPAN
+    slot = (last - first) / 4
+    for i, kill in enumerate(chaos):
+        assert first + slot * i <= kill.at < first + slot * (i + 1)
+        assert CHAOS_DOWN_S[0] <= kill.down_s <= CHAOS_DOWN_S[1]
+    assert kill_plan(replace(DemoOptions(), chaos=4, seed=3)) == plan  # a run can be dealt again
+    assert kill_plan(replace(DemoOptions(), chaos=4, seed=4)) != plan
+    assert kill_plan(replace(DemoOptions(), kill_acker=False)) == []
+
+
+def test_the_kills_come_at_their_moment_and_the_processes_killed_start_again_after_their_time_down() -> None:
+    """Each kill takes a process running then (the acker instance's is skipped, and said, if a random kill took it
+    first); a killed process is not taken for a crash while down, and starts again after."""
+    demo = Demo(replace(DemoOptions(), sentences=100, chaos=2, crash_split=False), "127.0.0.1:1",
+                Console(file=io.StringIO()))  # fmt: skip
+    sleeper: tuple[list[str], dict[str, str]] = ([sys.executable, "-c", "import time; time.sleep(120)"], {})
+    try:
+        for name in ("acker-0", "acker-1", "spout"):
+            demo.stages.start(name, sleeper)
+        demo._deal_kills(5)  # before the first one's moment
+        assert demo.stages.up() == ["acker-0", "acker-1", "spout"] and not demo._down
+        demo._deal_kills(100)
+        dealt = [e for e in demo.events if "with SIGKILL" in e or "no SIGKILL" in e]
+        assert len(dealt) == 3 and not demo._kills and demo.failures() == []
+        killed = sorted(demo._down)
+        assert killed and sorted(set(demo.stages.up()) | set(killed)) == ["acker-0", "acker-1", "spout"]
+        assert not set(demo.stages.up()) & set(killed)
+        demo.stages.watch(expected_down=frozenset(demo._down))  # down on purpose: no "exited with -9"
+        demo._down = dict.fromkeys(demo._down, 0.0)  # their time down is over
+        demo._deal_kills(100)
+        assert demo.stages.up() == ["acker-0", "acker-1", "spout"] and not demo._down
+        assert sum(e.split(maxsplit=1)[1].startswith("restarted ") for e in demo.events) == len(killed)
+    finally:
+        demo.stages.stop()
+
+
+def test_a_run_whose_kills_did_not_all_come_says_so_among_its_failures() -> None:
+    demo = Demo(replace(DemoOptions(), chaos=2, crash_split=False), "127.0.0.1:1", Console(file=io.StringIO()))
+    assert demo.failures() == ["3 kill(s) not dealt (the writing ended before their moment)"]
+    demo.gave_up = True  # said so already
+    assert demo.failures() == ["not finished within --max-wait-s (300 s)"]
+    demo.stages.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import NoReturn
@@ -55,3 +56,24 @@ def test_the_crash_markers_directory_is_made_when_needed_and_removed_at_the_stop
     assert stages.crashed("split") and len(list(tmp_path.iterdir())) == 1
     stages.stop()
     assert list(tmp_path.iterdir()) == [] and stages.crashed("split")
+
+
+def test_a_process_restarted_before_its_stages_crash_came_keeps_the_crash_flags_and_after_it_drops_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A split process killed and restarted (the demo's --chaos) lost its crash flags: when it was the one with the
+    partitions to get there, the run ended without the crash it promises."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stages = wordcount_cli.Stages(log=lambda _line: None)
+    flags = stages.crash_flags("split", 5)
+    try:
+        stages.start("split-0", ([sys.executable, "-c", "pass", *flags], {}))
+        stages.running["split-0"][1].wait(30)
+        stages.restart("split-0")
+        assert stages.running["split-0"][0][-2:] == flags
+        stages.running["split-0"][1].wait(30)
+        Path(flags[1].removeprefix("--crash-marker=")).touch()  # the stage's crash came
+        stages.restart("split-0")
+        assert stages.running["split-0"][0][-1] == "pass" and stages.restarts == 2
+    finally:
+        stages.stop()
