@@ -639,10 +639,29 @@ class LocalKafkaBroker:
         with self._lock:
             self._cleanup()
 
+    def crash(self) -> None:
+        """Kill the broker's JVM with SIGKILL, as a crash of its machine would (nothing flushed, no controlled
+        shutdown), keeping its data: the next `start` brings it up again on that data and on the same client port
+        (`KafkaBrokerError` there if the port was taken meanwhile), where its clients find it again. For failure
+        tests and the demo's chaos."""
+        with self._lock:
+            if self._process is None:
+                raise KafkaBrokerError(f"{self!r} is not running")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)  # the JVM leads its own group
+            self._requested_port = self.port
+            keep, self.keep_data = self.keep_data, True
+            try:
+                self._cleanup()  # the data dir kept, and named by `_data_dir` still: `_prepare_data_dir` reuses it
+            finally:
+                self.keep_data = keep
+
     # -- internals -----------------------------------------------------------------------------------------
 
     def _prepare_data_dir(self) -> tuple[Path, bool]:
         """The data dir and whether its storage is formatted already."""
+        if self._data_dir is not None:  # a crashed broker's (`crash`), started again
+            return self._data_dir, (self._first_log_dir(self._data_dir) / "meta.properties").is_file()
         if self._given_data_dir is None:
             sweep_orphaned_data_dirs()
             data_dir = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX))

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acker.kafka.local_broker import KAFKA_VERSION, LocalKafkaBroker
@@ -33,6 +33,7 @@ class Cluster:
     bootstrap_servers: str
     kind: str  # "existing", "testcontainers" or "local"
     pid: int | None = None  # of the local broker's JVM (benchmarks read its CPU time)
+    local: LocalKafkaBroker | None = field(default=None, compare=False, repr=False)  # the local broker (its `crash`)
 
 
 def docker_available() -> bool:
@@ -186,4 +187,4 @@ def kafka_cluster(
     log.info("no Docker engine: starting a local Kafka broker from Maven Central jars")
     properties = {"auto.create.topics.enable": auto_create_topics}
     with LocalKafkaBroker(num_partitions=partitions, server_properties=properties) as broker:
-        yield Cluster(broker.bootstrap_servers, "local", broker.pid)
+        yield Cluster(broker.bootstrap_servers, "local", broker.pid, broker)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import signal
 import subprocess
 import sys
@@ -41,26 +40,10 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
     lookups.close_all()  # the lookup clients made for this broker, before the next test's broker takes its port
 
 
-class _Broker:
-    """A broker of the test's own on ``data_dir``: `crash` kills it with SIGKILL (its data directory kept),
-    `start_again` starts it on its data and its port, where the clients find it again."""
-
-    def __init__(self, data_dir: Path, **settings: Any) -> None:
-        self._settings = {"data_dir": data_dir, "server_properties": _NO_AUTO_CREATE, **settings}
-        self.running = LocalKafkaBroker(**self._settings).start()
-        self.bootstrap_servers, self._port = self.running.bootstrap_servers, self.running.port
-
-    def crash(self) -> None:
-        assert self.running.pid is not None
-        os.kill(self.running.pid, signal.SIGKILL)
-        self.running.stop()  # what is left of it
-
-    def start_again(self) -> None:
-        self.running = LocalKafkaBroker(**self._settings, port=self._port)
-        self.running.start()  # on its port (refused if taken)
-
-    def stop(self) -> None:
-        self.running.stop()
+def _broker(data_dir: Path, **settings: Any) -> LocalKafkaBroker:
+    """A broker of the test's own on ``data_dir``, started: its `crash` keeps its data and its port, where its
+    `start` brings it up again and the clients find it."""
+    return LocalKafkaBroker(data_dir=data_dir, server_properties=_NO_AUTO_CREATE, **settings).start()
 
 
 class _Writer:
@@ -109,7 +92,7 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
     its partitions reads again from its watermark, which no commit job moves here), and every word counted at least
     once."""
     with contextlib.ExitStack() as cleanup:
-        broker = _Broker(data_dir, num_partitions=2)
+        broker = _broker(data_dir, num_partitions=2)
         cleanup.callback(broker.stop)  # last
         config = service_config(broker.bootstrap_servers, partitions=2)
         topics = Topics(prefix="outage")
@@ -129,7 +112,7 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
             reader.poll(0.05)
         broker.crash()
         time.sleep(3)  # every client finds the broker gone
-        broker.start_again()  # the clients reconnect to it
+        broker.start()  # the clients reconnect to it
         time.sleep(2)  # sentences written after the restart too
         writer.finish()
         reader.wait_for(writer.ids, timeout_s=150)
@@ -144,7 +127,7 @@ def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outa
     offsets again once the broker was back, each a timeout (the commit job stopped; the replay job, not knowing the
     watermarks, replayed every nack), or it aborted the process. A timeout now gives the next questions a new one."""
     with contextlib.ExitStack() as cleanup:
-        broker = _Broker(data_dir)
+        broker = _broker(data_dir)
         cleanup.callback(broker.stop)
         client = {"bootstrap.servers": broker.bootstrap_servers}
         create_topics(client, [TopicSpec("t", 1)])
@@ -155,7 +138,7 @@ def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outa
         for _ in range(2):
             with pytest.raises(KafkaException):
                 kafka.committed("g", [("t", 0)])
-        broker.start_again()
+        broker.start()
         answers: list[object] = []
         for _ in range(3):  # the first may still find the broker's group coordinator loading
             try:
@@ -176,7 +159,7 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     job replays every nack once, those before the outage as those after. (Spark's timeout is shortened through
     ``--java-kafka``: the outage is a test's, and short.)"""
     with contextlib.ExitStack() as cleanup:
-        broker = _Broker(data_dir)
+        broker = _broker(data_dir)
         cleanup.callback(broker.stop)
         config = service_config(broker.bootstrap_servers, partitions=1)
         create_acker_topics(config, ["sp"])
@@ -242,7 +225,7 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
         while "job starts again from its checkpoint" not in said.read_text():
             assert job_process.poll() is None and time.monotonic() < deadline, said.read_text()[-3000:]
             time.sleep(1)
-        broker.start_again()
+        broker.start()
         decided(range(10, 20))
         until_carried_on(20, timeout_s=240)
         job_process.send_signal(signal.SIGTERM)

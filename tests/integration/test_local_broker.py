@@ -245,6 +245,26 @@ def test_restart_on_a_kept_data_dir_keeps_records_and_port(tmp_path: Path) -> No
     assert broker_jvms(data_dir) == []
 
 
+def test_a_crashed_broker_starts_again_on_its_data_and_port_and_its_temporary_dir_goes_at_the_stop() -> None:
+    """`crash` (the demo's --chaos-broker, the outage tests): SIGKILL to the JVM, the data kept for the next `start`
+    on the same port, even in a temporary data dir, which the final `stop` removes as ever."""
+    broker = LocalKafkaBroker().start()
+    try:
+        bootstrap, data_dir, pid = broker.bootstrap_servers, broker.data_dir, broker.pid
+        produce_and_consume(bootstrap, "kept", count=3, partitions=1)
+        broker.crash()
+        assert pid is not None and not group_alive(pid) and not broker.is_running()
+        assert data_dir.is_dir() and broker_jvms(data_dir) == []
+        with pytest.raises(KafkaBrokerError):
+            broker.crash()  # not running
+        broker.start()
+        assert broker.bootstrap_servers == bootstrap and broker.data_dir == data_dir
+        assert sorted(v for _, v in consume(bootstrap, "kept", 3)) == [b"record-0", b"record-1", b"record-2"]
+    finally:
+        broker.stop()
+    assert not data_dir.exists() and broker_jvms(data_dir) == []
+
+
 def test_a_second_start_on_a_data_dir_in_use_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     """It wrote its own ports and properties into the running broker's directory before Kafka's lock refused its JVM:
     the running broker's next start on the directory came up on the second one's ports."""
