@@ -361,10 +361,8 @@ def _supervise(
     mends. One started while Kafka was away, or failing while it is, is (an outage, as later)."""
     from py4j.protocol import Py4JError
 
-    from acker.kafka import lookups
-    from spark_jobs.replay_job import close_publishers
     from spark_jobs.restarts import Restarts
-    from spark_jobs.session import stop_queries
+    from spark_jobs.session import stop_job, stop_queries
 
     restarts = Restarts(args.restarts)
     restarts.started(time.monotonic())
@@ -386,9 +384,7 @@ def _supervise(
         first_run = False
         # Its other queries too, and the Kafka clients of the batches (made again on first use): started again, the
         # job is as a new process would be.
-        stop_queries(spark, queries)
-        close_publishers()
-        lookups.close_all()
+        stop_job(spark, queries)
         queries = []
         while not queries:
             delay = restarts.after_failure(time.monotonic())

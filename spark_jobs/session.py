@@ -235,6 +235,14 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
                 log.debug("could not put the queries' log level back: %s", error)
 
 
+def stop_job(session: SparkSession, queries: Iterable[Any]) -> None:
+    """Stop a job's queries (`stop_queries`) and close the Kafka clients of its batches, made again on first use: a
+    job started again after, from its checkpoints, is as a new process's (after a failed query, say)."""
+    stop_queries(session, queries)
+    close_publishers()
+    lookups.close_all()
+
+
 def _log_level(session: SparkSession, logger: str) -> str:
     """The level ``logger`` logs at now (its own, or the one it takes from its parents)."""
     jvm = session.sparkContext._jvm

@@ -9,7 +9,8 @@ crashes and is restarted; the last count process joins late, so that words parti
 counted; one acker instance is killed with SIGKILL and restarted. With ``--chaos N``, N more processes, each picked
 at random among those running then (acker instances, the spout, split and count bolts), are killed with SIGKILL
 while the sentences are written, and restarted a few seconds later. (The Spark jobs run in the demo's own process:
-their restarts are covered by tests.)
+their restarts are covered by tests.) With ``--kill-broker``, the local broker itself is killed with SIGKILL half-way
+through the writing and started again on its data some seconds later: every process waits for it and carries on.
 
 What is checked (`acker.examples.ledger`): every sentence is acked, directly or after replays, or dead-lettered (the
 poison ones, and a good one only if each of its attempts was nacked); the watermark reaches the end of every source
@@ -29,12 +30,12 @@ import shutil
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -58,6 +59,7 @@ from acker.kafka.clients import (
     produce,
     topic_partitions,
 )
+from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.lookups import lookups
 from acker.kafka.provision import kafka_cluster
 from acker.retries import DETAIL, MAX_HOLD_MS, ORIGIN, Backoff
@@ -81,6 +83,7 @@ class DemoOptions:
     crash_split: bool = True
     kill_acker: bool = True
     chaos: int = 0  # more SIGKILLs, of stage processes picked at random
+    kill_broker: bool = False  # the local broker's SIGKILL, half-way through the writing
     max_wait_s: float = 300.0
     seed: int = 1
 
@@ -98,9 +101,16 @@ LATE_COUNT_AT = 0.2
 CHAOS_SPAN = (0.1, 0.9)
 CHAOS_DOWN_S = (1.0, 5.0)
 
+# The kill of ``--kill-broker``: the stage (of `Kill`) that names the local broker, and how long it stays down.
+BROKER = "broker"
+BROKER_DOWN_S = 8.0
+
 # How long the end of a run on a cluster named waits for each answer of the cluster, and asks again to delete a group
 # the broker says still has members.
 LEAVE_WAIT_S = 15.0
+
+# Starts in a row of the demo's Spark jobs after a failed query (`SparkJobs`).
+SPARK_RESTARTS = 5
 
 # Runs whose directories (Spark's checkpoints and log, each process's log) a new run keeps; older ones are removed.
 RUNS_KEPT = 5
@@ -140,9 +150,12 @@ class Kill:
 
 
 def kill_plan(options: DemoOptions) -> list[Kill]:
-    """The kills of a run, in the order they come: the acker instance's (``kill_acker``), and ``chaos`` more, one in
-    each of as many equal slots of `CHAOS_SPAN`, at a moment and for a time drawn from the run's seed."""
+    """The kills of a run, in the order they come: the acker instance's (``kill_acker``), the broker's
+    (``kill_broker``), and ``chaos`` more, one in each of as many equal slots of `CHAOS_SPAN`, at a moment and for a
+    time drawn from the run's seed."""
     plan = [Kill(0.4, "acker-0", 3.0)] if options.kill_acker else []
+    if options.kill_broker:
+        plan.append(Kill(0.5, BROKER, BROKER_DOWN_S))
     rng = random.Random(f"chaos-{options.seed}")
     first, last = CHAOS_SPAN
     slot = (last - first) / max(1, options.chaos)
@@ -157,10 +170,12 @@ def run(
     """The demo, on the cluster ``bootstrap`` names or on a local broker; on a cluster named, this run's topics and
     consumer groups are deleted at its end unless ``keep`` (the local broker's go with it)."""
     check_options(options)
+    if options.kill_broker and bootstrap is not None:
+        raise ConfigError("--kill-broker kills the demo's own local broker: not one of --bootstrap-servers")
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
-            demo = Demo(options, cluster.bootstrap_servers, console)
+            demo = Demo(options, cluster.bootstrap_servers, console, broker=cluster.local)
             try:
                 report = demo.run()
             finally:
@@ -188,8 +203,11 @@ def run(
 
 
 class Demo:
-    def __init__(self, options: DemoOptions, bootstrap: str, console: Console) -> None:
-        self.options, self.console = options, console
+    def __init__(
+        self, options: DemoOptions, bootstrap: str, console: Console, *, broker: LocalKafkaBroker | None = None
+    ) -> None:
+        """``broker``: the local broker the run is on, which ``kill_broker`` kills."""
+        self.options, self.console, self.broker = options, console, broker
         self.prefix = f"demo-{uuid.uuid4().hex[:6]}"
         self.topics = Topics(self.prefix)
         self.config = (
@@ -209,6 +227,7 @@ class Demo:
         self._kills = deque(kill_plan(options))  # to come, in order
         self._down: dict[str, float] = {}  # stage process killed → when it is restarted
         self._chaos = random.Random(f"chaos-pick-{options.seed}")  # picks the process of a kill that names none
+        self.jobs: SparkJobs | None = None  # once started
         self.started = time.monotonic()
         self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log, each stage's log
         self.stages = Stages(log=self.event, settings_given_only=True, output_dir=self.workdir)
@@ -236,18 +255,18 @@ class Demo:
         from spark_jobs.session import stop, stop_queries  # noqa: PLC0415 - pyspark loads when the demo runs
 
         readers: list[Consumer] = []
-        queries: list[Any] = []
         spark = None
         try:
             self._start_stages()
             self.event(f"starting the Spark jobs (the first run fetches the connectors); log: {self.workdir}/spark.log")
-            spark, queries = self._start_spark()
+            spark, start = self._start_spark()
+            self.jobs = SparkJobs(spark, start, self.event)
             readers = self._readers()
             self._watch(readers, self._writer())
         finally:
             self.stages.stop()  # first: with no more outcomes coming, the queries are stopped between micro-batches
-            if spark is not None:
-                stop_queries(spark, queries)
+            if spark is not None and self.jobs is not None:
+                stop_queries(spark, self.jobs.queries)
             stop(spark)  # also a JVM still starting, when interrupted then
             for reader in readers:
                 reader.close()
@@ -323,7 +342,8 @@ class Demo:
         extra = ["--drop-rate", str(self.options.drop_rate), "--seed", str(self.options.seed + i), "--trace"]
         self.stages.start(f"count-{i}", stage_command(self.config, self.prefix, "count", *extra))
 
-    def _start_spark(self) -> tuple[Any, list[Any]]:
+    def _start_spark(self) -> tuple[Any, Callable[[], list[Any]]]:
+        """Spark's session, and what starts the jobs' queries (again: from their checkpoints)."""
         from spark_jobs import commit_job, replay_job  # noqa: PLC0415 - pyspark loads when the demo runs
         from spark_jobs.session import spark_session  # noqa: PLC0415
 
@@ -351,7 +371,7 @@ class Demo:
             progress_topic=f"{self.prefix}.replay.progress",
             dlq_topic=self.spark_dlq_topic,
         )
-        return spark, [*commit_job.start(spark, commit), *replay_job.start(spark, replay)]
+        return spark, lambda: [*commit_job.start(spark, commit), *replay_job.start(spark, replay)]
 
     def _readers(self) -> list[Consumer]:
         c = self.config
@@ -409,8 +429,13 @@ class Demo:
             if failures:
                 raise SystemExit(f"could not write a sentence: {failures[0]}")
             yield sent
-        if producer.flush(60) or failures:
-            raise SystemExit(f"could not write every sentence: {failures[:1]}")
+        # Delivered a step at a time, not with one flush: the loop stepping this restarts a broker killed meanwhile
+        # (--kill-broker). A sentence not delivered within the producer's message.timeout.ms is a failure said.
+        while len(producer) > 0:
+            producer.poll(0)
+            if failures:
+                raise SystemExit(f"could not write every sentence: {failures[0]}")
+            yield sent
         self.event("every sentence written")
         while True:
             yield sent
@@ -426,12 +451,19 @@ class Demo:
         with Live(self._progress(), console=self.console, refresh_per_second=4, transient=False) as live:
             while time.monotonic() < deadline:
                 written = next(writer)
-                with kafka.lock:  # shared with the Spark jobs' lookups in this process: it may wait
-                    marks = kafka.committed(watermark_group, self._watermark_partitions())
+                self._deal_kills(written)
+                marks: dict[tuple[str, int], int] = {}
+                if BROKER not in self._down:  # away (--kill-broker), the question would wait for its timeout
+                    try:
+                        with kafka.lock:  # shared with the Spark jobs' lookups in this process: it may wait
+                            marks = kafka.committed(watermark_group, self._watermark_partitions())
+                    except KafkaException:  # the broker not back yet: no sample this time
+                        pass
                 at_ms = int(time.time() * 1000)  # after: committed by now (before, an ack read meanwhile looked late)
                 self.ledger.watermarks(at_ms, {tp: m for tp, m in marks.items() if m >= 0})
                 self._read(outcomes, copies, dead, counts, unreadable)
-                self._deal_kills(written)
+                if self.jobs is not None:
+                    self.jobs.check()
                 # Down on purpose: not a crash (after its restart, one is).
                 self.stages.watch(expected_down=frozenset(self._down))
                 if self.late_count is not None and written >= self.options.sentences * LATE_COUNT_AT:
@@ -455,20 +487,36 @@ class Demo:
         now = time.monotonic()
         for stage, until in list(self._down.items()):
             if now >= until:
-                self.stages.restart(stage)
+                took = self._restart(stage)
                 del self._down[stage]
-                self.event(f"restarted {stage}")
+                self.event(f"restarted {stage}" + (f" (ready {took:.1f} s later)" if took >= 1 else ""))
         while self._kills and written >= self.options.sentences * self._kills[0].at:
             kill = self._kills.popleft()
             up = [stage for stage in self.stages.up() if stage not in self._down]
+            # The broker is named by its kill only, never picked at random.
+            broker_up = [BROKER] if self.broker is not None and self.broker.is_running() else []
             name = kill.stage if kill.stage is not None else (self._chaos.choice(up) if up else None)
-            if name is None or name not in up:
+            if name is None or name not in [*up, *broker_up]:
                 self.event(f"no SIGKILL: {name or 'no stage process'} is not running")
                 continue
-            self.stages.kill(name)
+            if name == BROKER:
+                assert self.broker is not None  # running
+                self.broker.crash()
+            else:
+                self.stages.kill(name)
             self._down[name] = now + kill.down_s
             self.event(f"killed {name} with SIGKILL ({_AFTER_KILL[name.split('-')[0]]}); restarting it in "
                        f"{kill.down_s:.1f} s")  # fmt: skip
+
+    def _restart(self, name: str) -> float:
+        """Start a process killed again; how long that took (the broker's start waits until it is ready)."""
+        began = time.monotonic()
+        if name == BROKER:
+            assert self.broker is not None  # killed
+            self.broker.start()  # on its data and port
+        else:
+            self.stages.restart(name)
+        return time.monotonic() - began
 
     def _watermark_partitions(self) -> list[tuple[str, int]]:
         n, c = self.options.partitions, self.config
@@ -538,9 +586,52 @@ class Demo:
         return Group(Panel("\n".join(reversed(self.events[-6:])) or "starting", title="events, newest first"), table)
 
 
+class SparkJobs:
+    """The demo's Spark jobs, in its process, started again from their checkpoints when a query of theirs stops, as
+    `acker spark` starts its job again: a Kafka outage longer than a batch waits (--kill-broker) fails the batch,
+    and the query with it. After the delays of `spark_jobs.restarts`, at most `SPARK_RESTARTS` in a row."""
+
+    def __init__(self, spark: Any, start: Callable[[], list[Any]], event: Callable[[str], None]) -> None:
+        from spark_jobs.restarts import Restarts  # noqa: PLC0415 - with the jobs
+
+        self.spark, self._start, self._event = spark, start, event
+        self.queries = start()
+        self._restarts = Restarts(SPARK_RESTARTS)
+        self._restarts.started(time.monotonic())
+        self._due: float | None = None  # when the jobs start again, while stopped
+
+    def check(self) -> None:
+        """Stop the jobs when a query has stopped; start them again when their delay is over. `SystemExit` once
+        `SPARK_RESTARTS` starts in a row have failed."""
+        from spark_jobs.cli import query_said  # noqa: PLC0415
+        from spark_jobs.session import stop_job, stop_queries  # noqa: PLC0415
+
+        now = time.monotonic()
+        if self._due is None:
+            stopped = [query for query in self.queries if not query.isActive]
+            if not stopped:
+                return
+            for query in stopped:
+                self._event(f"Spark query {query.name} stopped: {query_said(query.exception())}")
+            stop_job(self.spark, self.queries)
+            self.queries = []
+            delay = self._restarts.after_failure(now)
+            if delay is None:
+                raise SystemExit(f"the Spark jobs failed {self._restarts.row} times in a row")
+            self._due = now + delay
+            self._event(f"the Spark jobs start again from their checkpoints in {delay:g} s")
+        elif now >= self._due:
+            stop_queries(self.spark, self.spark.streams.active)  # a start that failed half-way left some running
+            self.queries = self._start()
+            self._restarts.started(now)
+            self._due = None
+            self._event("the Spark jobs started again")
+
+
 # What follows a SIGKILL, by the kind of process (its name up to the first '-').
 _AFTER_KILL = {
     "acker": "its partitions move to another instance, which replays them",
+    BROKER: "every process waits for it; the ackers' clocks stop with their ticks, so no tree times out for it",
     "spout": "started again, it reads on from the watermark; its trees in flight are decided without it",
     "split": "its partitions move; the trees of its input in flight time out and are replayed",
     "count": "its partitions move; the trees of its input in flight time out and are replayed",
@@ -652,6 +743,9 @@ def add_parser(sub: Any) -> None:
                       help="do not crash a split process")  # fmt: skip
     demo.add_argument("--no-kill-acker", dest="kill_acker", action="store_false", default=None,
                       help="do not kill an acker instance")  # fmt: skip
+    demo.add_argument("--kill-broker", dest="kill_broker", action="store_true", default=None,
+                      help="kill the local broker with SIGKILL half-way through the writing, and start it again "
+                      f"on its data {BROKER_DOWN_S:g} s later (not with --bootstrap-servers)")  # fmt: skip
     demo.add_argument("--keep", action="store_true",
                       help="on a cluster named by --bootstrap-servers, keep this run's topics and consumer groups "
                       "[default: deleted at the end]")  # fmt: skip

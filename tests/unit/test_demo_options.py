@@ -13,7 +13,19 @@ from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 
 from acker.errors import ConfigError
-from acker.examples.demo import CHAOS_DOWN_S, CHAOS_SPAN, Demo, DemoOptions, Kill, check_options, kill_plan, prune_runs
+from acker.examples.demo import (
+    BROKER,
+    BROKER_DOWN_S,
+    CHAOS_DOWN_S,
+    CHAOS_SPAN,
+    Demo,
+    DemoOptions,
+    Kill,
+    check_options,
+    kill_plan,
+    prune_runs,
+    run,
+)
 
 
 def test_a_timeout_every_attempt_of_which_a_failover_outlasts_is_refused() -> None:
@@ -97,6 +109,19 @@ def test_a_runs_kills_are_the_ackers_and_one_in_each_slot_of_the_chaos_span_draw
     assert kill_plan(replace(DemoOptions(), chaos=4, seed=3)) == plan  # a run can be dealt again
     assert kill_plan(replace(DemoOptions(), chaos=4, seed=4)) != plan
     assert kill_plan(replace(DemoOptions(), kill_acker=False)) == []
+    assert kill_plan(replace(DemoOptions(), kill_acker=False, kill_broker=True)) == [Kill(0.5, BROKER, BROKER_DOWN_S)]
+
+
+def test_the_broker_is_killed_only_when_the_demo_runs_its_own() -> None:
+    """On a cluster named by --bootstrap-servers, --kill-broker is refused at once (nothing started); a run whose
+    broker is not its own (none given to it) skips the kill and says so."""
+    with pytest.raises(ConfigError, match="--kill-broker kills the demo's own local broker"):
+        run(replace(DemoOptions(), kill_broker=True), "127.0.0.1:1", None, Console(file=io.StringIO()))
+    demo = Demo(replace(DemoOptions(), kill_acker=False, crash_split=False, kill_broker=True, sentences=10),
+                "127.0.0.1:1", Console(file=io.StringIO()))  # fmt: skip
+    demo._deal_kills(10)
+    assert demo.events[-1].endswith("no SIGKILL: broker is not running") and demo.failures() == []
+    demo.stages.stop()
 
 
 def test_the_kills_come_at_their_moment_and_the_processes_killed_start_again_after_their_time_down() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ import pytest
 from py4j.protocol import Py4JNetworkError
 
 from acker.errors import AckerError
+from acker.examples.demo import SPARK_RESTARTS, SparkJobs
 from acker.retries import Backoff
 from spark_jobs import cli, restarts, session
 
@@ -146,3 +148,32 @@ def test_a_job_started_while_kafka_is_away_is_started_again() -> None:
 
     running, failed = _supervise(spark, [query], start, stopping, kafka_answers=False)
     assert [q.isActive for q in running] == [True] and not failed
+
+
+def test_the_demos_jobs_start_again_after_a_failed_query_and_stop_after_too_many_in_a_row() -> None:
+    """The demo ran its jobs in its process unwatched: a query that a broker outage (--kill-broker) failed stayed
+    stopped, the watermarks stood still, and the run ended at --max-wait-s saying records were lost."""
+    spark, events, starts = _Session(), list[str](), [0]
+
+    def start() -> list[Any]:
+        starts[0] += 1
+        return [_Query(spark, "acker-commit"), _Query(spark, "acker-replay")]
+
+    jobs = SparkJobs(spark, start, events.append)
+    jobs.check()
+    assert starts == [1] and events == []  # running: nothing to do
+    for row in range(SPARK_RESTARTS):
+        jobs.queries[0].fail()
+        jobs.check()  # stopped: the other query too, and due again after the delay
+        assert jobs.queries == [] and spark.streams.active == []
+        assert events[-2:] == [
+            "Spark query acker-commit stopped: Timed out waiting for a node assignment",
+            "the Spark jobs start again from their checkpoints in 0.001 s",
+        ]
+        time.sleep(0.002)
+        jobs.check()
+        assert starts == [row + 2] and events[-1] == "the Spark jobs started again"
+        assert [q.name for q in spark.streams.active] == ["acker-commit", "acker-replay"]
+    jobs.queries[1].fail()
+    with pytest.raises(SystemExit, match=f"the Spark jobs failed {SPARK_RESTARTS} times in a row"):
+        jobs.check()
