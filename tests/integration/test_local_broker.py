@@ -246,7 +246,7 @@ def test_restart_on_a_kept_data_dir_keeps_records_and_port(tmp_path: Path) -> No
 
 
 def test_a_crashed_broker_starts_again_on_its_data_and_port_and_its_temporary_dir_goes_at_the_stop() -> None:
-    """`crash` (the demo's --chaos-broker, the outage tests): SIGKILL to the JVM, the data kept for the next `start`
+    """`crash` (the demo's --kill-broker, the outage tests): SIGKILL to the JVM, the data kept for the next `start`
     on the same port, even in a temporary data dir, which the final `stop` removes as ever."""
     broker = LocalKafkaBroker().start()
     try:
