@@ -6,6 +6,10 @@ Each benchmark is a script of its own that prints Markdown tables with its basel
 each module's docstring, and docs/benchmarks.md for the method and the figures). This runs them in sequence — never
 two at once: they share the machine — and writes one report: the machine, then each benchmark's command and output.
 The report goes to ``--output`` (default ``.cache/benchmarks/report-<time>.md``, not tracked) and to stdout.
+
+A benchmark fails the run when it exits with an error, runs past ``--timeout-min``, or prints no figures to compare
+(`missing_figures`): no Markdown table, no ratio to a baseline in one, or a cell that is not a number where one was
+measured (nan, inf). What the figures are is not checked: a shared machine gives no stable ones (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import contextlib
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +65,27 @@ def machine() -> str:
         f"{os.cpu_count()} × {cpu}{memory}; {platform.platform()}; Python {platform.python_version()}; "
         f"{java[0] if java else 'no java'}"
     )
+
+
+# A ratio to a baseline, as the benchmarks name theirs: a "ratio" column or row, "× one instance", "replay / baseline",
+# "tracked / untracked".
+_RATIO = re.compile(r"ratio|×|/ (?:baseline|untracked)", re.IGNORECASE)
+_NOT_MEASURED = re.compile(r"^-?(?:nan|inf(?:inity)?)$", re.IGNORECASE)
+
+
+def missing_figures(stdout: str) -> str | None:
+    """Why ``stdout`` (a benchmark's) has no figures to compare, or None: it has Markdown tables, a ratio to a
+    baseline among them, and no cell reading nan or inf (a division by a zero or a missing measure)."""
+    rows = [line for line in stdout.splitlines() if line.lstrip().startswith("|")]
+    if not rows:
+        return "it printed no table"
+    if not any(_RATIO.search(row) for row in rows):
+        return "its tables give no ratio to a baseline"
+    cells = [cell.strip() for row in rows for cell in row.strip().strip("|").split("|")]
+    bad = [cell for cell in cells if _NOT_MEASURED.match(cell)]
+    if bad:
+        return f"its tables have cells that are not measures: {', '.join(sorted(set(bad)))}"
+    return None
 
 
 STOP_GRACE_S = 15.0  # a benchmark told to stop (SIGTERM) gets this long before SIGKILL
@@ -128,10 +154,14 @@ def main() -> int:
         tables = [line for line in stdout.splitlines() if not line.startswith("%")]
         shown = " ".join(["python -m", module, *command[3:]])
         parts.append(f"## {name}: {what}\n\n`{shown}` ({took:.0f} s)\n\n" + "\n".join(tables) + "\n")
+        empty = missing_figures(stdout) if code == 0 else None
         if code != 0:
             failed.append(name)
             why = f"timed out after {args.timeout_min:g} min" if code is None else f"exit {code}"
             parts.append(f"**failed** ({why}):\n\n```\n{stderr[-2000:]}\n```\n")
+        elif empty is not None:
+            failed.append(name)
+            parts.append(f"**failed**: {empty}\n")
     report = "\n".join(parts)
     output.write_text(report)
     print(report)

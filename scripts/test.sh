@@ -62,8 +62,9 @@ if [ "$rc" -ne 0 ]; then
   exit "$rc"
 fi
 # The whole suite (no arguments for pytest) ends with each benchmark's quick run, one after another (about 6 minutes
-# on two cores): that every benchmark script still runs to its end against the code as it is, not its figures, which
-# a shared machine under a test suite could not give (docs/benchmarks.md). ACKER_BENCH_SMOKE=0 leaves them out.
+# on two cores): that every benchmark script still runs to its end against the code as it is and prints figures to
+# compare (tables with a ratio to their baseline, no nan), not what the figures are, which a shared machine under a
+# test suite could not give (docs/benchmarks.md). ACKER_BENCH_SMOKE=0 leaves them out.
 if [ "$#" -eq 0 ] && [ "${ACKER_BENCH_SMOKE:-1}" != "0" ]; then
   echo "== benchmarks (quick runs)"
   .venv/bin/python -m benchmarks.run_all --quick --timeout-min 10 --output .cache/benchmarks/report-quick.md

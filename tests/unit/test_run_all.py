@@ -48,7 +48,7 @@ def test_the_suite_fails_when_one_benchmark_fails_and_says_which(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`scripts/test.sh` (CI) relies on the exit status: a benchmark that fails must fail the run."""
-    (tmp_path / "fine_bench.py").write_text("print('| ok |')\n")
+    (tmp_path / "fine_bench.py").write_text("print('| run | ratio |'); print('| baseline | 1.00 |')\n")
     (tmp_path / "broken_bench.py").write_text("raise SystemExit('cannot start')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
@@ -57,6 +57,38 @@ def test_the_suite_fails_when_one_benchmark_fails_and_says_which(
     report = tmp_path / "report.md"
     monkeypatch.setattr(sys, "argv", ["run_all", "--output", str(report)])
     assert run_all.main() == 1
-    assert "failed: broken" in capsys.readouterr().err and "| ok |" in report.read_text()
+    assert "failed: broken" in capsys.readouterr().err and "| baseline | 1.00 |" in report.read_text()
     monkeypatch.setattr(run_all, "SUITE", [("fine", "fine_bench", "passes")])
     assert run_all.main() == 0
+
+
+def test_a_benchmark_without_figures_to_compare_fails_the_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quick runs in CI checked only that each script ran to its end: one that printed no table, or a ratio of
+    nan, passed."""
+    (tmp_path / "nan_bench.py").write_text("print('| run | ratio |'); print('| tracked | nan |')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(run_all, "SUITE", [("nan", "nan_bench", "a ratio of nan")])
+    monkeypatch.setattr("benchmarks.run_all.signal.signal", lambda *_: None)  # not in this process
+    report = tmp_path / "report.md"
+    monkeypatch.setattr(sys, "argv", ["run_all", "--output", str(report)])
+    assert run_all.main() == 1
+    assert "failed: nan" in capsys.readouterr().err
+    assert "**failed**: its tables have cells that are not measures: nan" in report.read_text()
+
+
+@pytest.mark.parametrize(
+    ("stdout", "why"),
+    [
+        ("measured 3 things\n", "it printed no table"),
+        ("| run | messages/s |\n|---|---:|\n| a | 5 |\n", "its tables give no ratio to a baseline"),
+        ("| run | ratio |\n|---|---:|\n| a | inf |\n", "its tables have cells that are not measures: inf"),
+        ("| run | × one instance |\n|---:|---:|\n| 1 | 1.00 |\n", None),
+        ("| measure | value |\n|---|---:|\n| replay / baseline | 1.7 |\n", None),
+        ("| CPU | tracked / untracked |\n|---|---:|\n| split | 0.99 (0.99-0.99) |\n", None),
+        ("| mode | acker | ratio |\n|---|---|---:|\n| untracked | - | 1.00 |\n", None),  # "-": nothing to measure
+    ],
+)
+def test_figures_to_compare_are_tables_with_a_ratio_and_numbers(stdout: str, why: str | None) -> None:
+    assert run_all.missing_figures(stdout) == why
