@@ -8,9 +8,10 @@ every poison sentence; the count bolts silently drop a share of the words (their
 crashes and is restarted; the last count process joins late, so that words partitions move to it while words are
 counted; one acker instance is killed with SIGKILL and restarted. With ``--chaos N``, N more processes, each picked
 at random among those running then (acker instances, the spout, split and count bolts), are killed with SIGKILL
-while the sentences are written, and restarted a few seconds later. (The Spark jobs run in the demo's own process:
-their restarts are covered by tests.) With ``--kill-broker``, the local broker itself is killed with SIGKILL half-way
-through the writing and started again on its data some seconds later: every process waits for it and carries on.
+while the sentences are written, and restarted a few seconds later (the Spark jobs run in the demo's own process,
+and are not killed). With ``--kill-broker``, the local broker itself is killed with SIGKILL half-way through the
+writing and started again on its data some seconds later: every process waits for it and carries on, and a Spark
+query the outage fails is started again from its checkpoint, as ``acker spark`` does.
 
 What is checked (`acker.examples.ledger`): every sentence is acked, directly or after replays, or dead-lettered (the
 poison ones, and a good one only if each of its attempts was nacked); the watermark reaches the end of every source
@@ -44,8 +45,8 @@ from rich.table import Table
 from acker.argtypes import at_least, positive, share
 from acker.cli import TerminatedError, interrupted_status, sigterm_as_interrupt
 from acker.config import ServiceConfig
-from acker.errors import ConfigError
-from acker.examples.ledger import Ledger, Report
+from acker.errors import AckerError, ConfigError
+from acker.examples.ledger import SPARE_BAD_LUCK, Ledger, Report
 from acker.examples.wordcount import COUNTS_TOPIC_CONFIG, POISON, SENTENCE, Topics, sentences
 from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import read_headers, text
@@ -220,11 +221,13 @@ class Demo:
             .namespaced(self.prefix)
             .failing_over_fast()
         )  # a killed instance's partitions move after seconds, not 45
-        self.ledger = Ledger(options.max_attempts, options.fail_rate, options.drop_rate)
+        self._kills = deque(kill_plan(options))  # to come, in order
+        # Each kill may time out every attempt of a tree or so: room for one more good record dead-lettered a kill.
+        spare = SPARE_BAD_LUCK + len(self._kills)
+        self.ledger = Ledger(options.max_attempts, options.fail_rate, options.drop_rate, spare=spare)
         self.events: list[str] = []
         self.gave_up = False  # the run ended at --max-wait-s, not with every record resolved
         self.late_count: int | None = None  # the count process that joins at LATE_COUNT_AT, until it has
-        self._kills = deque(kill_plan(options))  # to come, in order
         self._down: dict[str, float] = {}  # stage process killed → when it is restarted
         self._chaos = random.Random(f"chaos-pick-{options.seed}")  # picks the process of a kill that names none
         self.jobs: SparkJobs | None = None  # once started
@@ -444,7 +447,6 @@ class Demo:
 
     def _watch(self, readers: list[Consumer], writer: Iterator[int]) -> None:
         outcomes, copies, dead, counts, *unreadable = readers
-        kafka = lookups(self.config.client())
         watermark_group = SpoutSettings(self.topics.spout, self.topics.sentences, self.topics.split,
                                         group=self.topics.spout_group).watermark_group  # fmt: skip
         deadline = time.monotonic() + self.options.max_wait_s
@@ -454,6 +456,8 @@ class Demo:
                 self._deal_kills(written)
                 marks: dict[tuple[str, int], int] = {}
                 if BROKER not in self._down:  # away (--kill-broker), the question would wait for its timeout
+                    # The process's lookups, each time: a Spark job started again closed them all (`SparkJobs`).
+                    kafka = lookups(self.config.client())
                     try:
                         with kafka.lock:  # shared with the Spark jobs' lookups in this process: it may wait
                             marks = kafka.committed(watermark_group, self._watermark_partitions())
@@ -484,9 +488,10 @@ class Demo:
         """Restart the processes killed whose time down is over, then deal the kills due once ``written`` sentences
         are written (`kill_plan`). A kill of a process down already (killed, or crashed and not restarted yet), or
         with none running, is said and skipped."""
-        now = time.monotonic()
-        for stage, until in list(self._down.items()):
-            if now >= until:
+        # The broker first; the stage processes only once it is back: started while it is away, one gives up after
+        # about 30 s (exit 2), as it would on a cluster that is not there.
+        for stage, until in sorted(self._down.items(), key=lambda item: item[0] != BROKER):
+            if time.monotonic() >= until and (stage == BROKER or BROKER not in self._down):
                 took = self._restart(stage)
                 del self._down[stage]
                 self.event(f"restarted {stage}" + (f" (ready {took:.1f} s later)" if took >= 1 else ""))
@@ -504,7 +509,7 @@ class Demo:
                 self.broker.crash()
             else:
                 self.stages.kill(name)
-            self._down[name] = now + kill.down_s
+            self._down[name] = time.monotonic() + kill.down_s  # now: a broker's restart above may have taken long
             self.event(f"killed {name} with SIGKILL ({_AFTER_KILL[name.split('-')[0]]}); restarting it in "
                        f"{kill.down_s:.1f} s")  # fmt: skip
 
@@ -615,17 +620,25 @@ class SparkJobs:
                 self._event(f"Spark query {query.name} stopped: {query_said(query.exception())}")
             stop_job(self.spark, self.queries)
             self.queries = []
-            delay = self._restarts.after_failure(now)
-            if delay is None:
-                raise SystemExit(f"the Spark jobs failed {self._restarts.row} times in a row")
-            self._due = now + delay
-            self._event(f"the Spark jobs start again from their checkpoints in {delay:g} s")
+            self._again(now)
         elif now >= self._due:
             stop_queries(self.spark, self.spark.streams.active)  # a start that failed half-way left some running
-            self.queries = self._start()
             self._restarts.started(now)
+            try:
+                self.queries = self._start()
+            except AckerError as error:  # Spark refused it (Kafka still away, say): a failed restart of the row
+                self._event(f"the Spark jobs could not start again: {error}")
+                self._again(now)
+                return
             self._due = None
             self._event("the Spark jobs started again")
+
+    def _again(self, now: float) -> None:
+        delay = self._restarts.after_failure(now)
+        if delay is None:
+            raise SystemExit(f"the Spark jobs failed {self._restarts.row} times in a row")
+        self._due = now + delay
+        self._event(f"the Spark jobs start again from their checkpoints in {delay:g} s")
 
 
 # What follows a SIGKILL, by the kind of process (its name up to the first '-').

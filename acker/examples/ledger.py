@@ -19,7 +19,8 @@ then answers:
   failures are random, and a good sentence can draw them at every attempt. Any other dead letter is reported, and so
   are more such good ones than the injected rates make plausible (a fault that fails trees, whatever their
   sentence, is not bad luck): about ``p ** (max_attempts + 1)`` a sentence, ``p`` the chance that one attempt draws
-  a fail or a drop of one of its words, with room for the few trees a crash or a failover times out.
+  a fail or a drop of one of its words, with room (``spare``) for the few trees a crash, a kill or a failover times
+  out: `SPARE_BAD_LUCK`, and one more for each kill the run deals.
 - **words**: every word of every good sentence not dead-lettered is counted at least once; counts beyond that are
   duplicates (at-least-once processing: a replayed sentence is counted again). Counts that name their sentence
   (the word count's tracing) are checked sentence by sentence; without it, word by word over all sentences, where
@@ -75,6 +76,7 @@ class Report:
     words_lost: int
     counts_below: dict[str, tuple[int, int]]  # word → (its last published count, the times it was counted)
     dead_letter_details: dict[str, str]  # origin → why its tree failed (`acker.replay.detail`), where said
+    spare: int = SPARE_BAD_LUCK  # good records failed at every attempt allowed beyond the rates' share
 
     @property
     def unexpected_dead_letters(self) -> list[str]:
@@ -108,7 +110,7 @@ class Report:
         if self.copies_behind:
             out.append(f"replay-topic watermark not past every replayed copy: {self.copies_behind}")
         expected = self.failed_every_attempt_expected
-        if len(self.failed_every_attempt) > expected + 5 * math.sqrt(expected) + SPARE_BAD_LUCK:
+        if len(self.failed_every_attempt) > expected + 5 * math.sqrt(expected) + self.spare:
             out.append(f"{len(self.failed_every_attempt)} good record(s) nacked at every attempt, against about "
                        f"{expected:.1f} that the injected fail and drop rates explain")  # fmt: skip
         if self.unexpected_dead_letters:
@@ -133,6 +135,7 @@ class Ledger:
     max_attempts: int = 3  # replays of a record before its next nack dead-letters it
     fail_rate: float = 0.0  # injected: the share of sentences the split bolts fail
     drop_rate: float = 0.0  # injected: the share of words the count bolts drop
+    spare: int = SPARE_BAD_LUCK  # good records failed at every attempt allowed beyond the rates' share (`Report`)
     sources: dict[str, bytes] = field(default_factory=dict)  # coordinates → sentence
     poison: set[str] = field(default_factory=set)
     ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
@@ -345,4 +348,5 @@ class Ledger:
                 if last < self.counted[w]
             },
             dead_letter_details=dict(sorted(self.details.items())),
+            spare=self.spare,
         )

@@ -550,6 +550,8 @@ class LocalKafkaBroker:
         self._dir_lock: IO[str] | None = None  # held while a broker of this object uses its data dir
         self._port: int | None = None
         self._controller_port: int | None = None
+        # Set by `crash` until `stop`: the client port its next start takes again, on the data dir it keeps.
+        self._crashed_port: int | None = None
 
     # -- public state --------------------------------------------------------------------------------------
 
@@ -637,30 +639,27 @@ class LocalKafkaBroker:
         """Stop the broker (SIGTERM to its process group, SIGKILL after a grace period) and remove its data
         dir unless it is kept. Idempotent; safe to call on a broker that never started."""
         with self._lock:
+            self._crashed_port = None  # a crashed broker's data goes too, as any other's
             self._cleanup()
 
     def crash(self) -> None:
         """Kill the broker's JVM with SIGKILL, as a crash of its machine would (nothing flushed, no controlled
         shutdown), keeping its data: the next `start` brings it up again on that data and on the same client port
         (`KafkaBrokerError` there if the port was taken meanwhile), where its clients find it again. For failure
-        tests and the demo's chaos."""
+        tests and the demo's chaos. Until `stop`, a start that fails keeps the data for the next."""
         with self._lock:
             if self._process is None:
                 raise KafkaBrokerError(f"{self!r} is not running")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)  # the JVM leads its own group
-            self._requested_port = self.port
-            keep, self.keep_data = self.keep_data, True
-            try:
-                self._cleanup()  # the data dir kept, and named by `_data_dir` still: `_prepare_data_dir` reuses it
-            finally:
-                self.keep_data = keep
+            self._crashed_port = self.port
+            self._cleanup()  # its data dir kept, and named by `_data_dir` still, while `_crashed_port` is set
 
     # -- internals -----------------------------------------------------------------------------------------
 
     def _prepare_data_dir(self) -> tuple[Path, bool]:
         """The data dir and whether its storage is formatted already."""
-        if self._data_dir is not None:  # a crashed broker's (`crash`), started again
+        if self._crashed_port is not None and self._data_dir is not None:  # a crashed broker's, started again
             return self._data_dir, (self._first_log_dir(self._data_dir) / "meta.properties").is_file()
         if self._given_data_dir is None:
             sweep_orphaned_data_dirs()
@@ -697,6 +696,7 @@ class LocalKafkaBroker:
         self._dir_lock = handle
 
     def _pick_ports(self, data_dir: Path, formatted: bool) -> tuple[int, int]:
+        requested = self._crashed_port or self._requested_port  # a crashed broker's clients look for it there
         ports_file = data_dir / _PORTS_FILE
         if formatted and ports_file.is_file():
             # Reusing a formatted dir: keep its ports if possible, so clients and the stored quorum agree.
@@ -705,14 +705,14 @@ class LocalKafkaBroker:
             except ValueError:
                 pass
             else:
-                port = self._requested_port or old_port
+                port = requested or old_port
                 if port != old_cport and _port_is_free(port) and _port_is_free(old_cport):
                     return port, old_cport
-        if self._requested_port:
-            if not _port_is_free(self._requested_port):
-                raise KafkaBrokerError(f"port {self._requested_port} on 127.0.0.1 is in use")
-            cport = next(p for p in free_ports(2) if p != self._requested_port)
-            return self._requested_port, cport
+        if requested:
+            if not _port_is_free(requested):
+                raise KafkaBrokerError(f"port {requested} on 127.0.0.1 is in use")
+            cport = next(p for p in free_ports(2) if p != requested)
+            return requested, cport
         port, cport = free_ports(2)
         return port, cport
 
@@ -939,7 +939,7 @@ class LocalKafkaBroker:
             self._dir_lock.close()  # the lock goes with it
             self._dir_lock = None
         data_dir = self._data_dir
-        if data_dir is not None and self._given_data_dir is None and not self.keep_data:
+        if data_dir is not None and self._given_data_dir is None and not self.keep_data and self._crashed_port is None:
             shutil.rmtree(data_dir, ignore_errors=True)
             self._data_dir = None
         self._port = self._controller_port = None

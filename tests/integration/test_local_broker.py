@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -247,7 +248,8 @@ def test_restart_on_a_kept_data_dir_keeps_records_and_port(tmp_path: Path) -> No
 
 def test_a_crashed_broker_starts_again_on_its_data_and_port_and_its_temporary_dir_goes_at_the_stop() -> None:
     """`crash` (the demo's --kill-broker, the outage tests): SIGKILL to the JVM, the data kept for the next `start`
-    on the same port, even in a temporary data dir, which the final `stop` removes as ever."""
+    on the same port, even in a temporary data dir and past a start that fails, which the final `stop` removes as
+    ever; a broker started after that stop is a new one."""
     broker = LocalKafkaBroker().start()
     try:
         bootstrap, data_dir, pid = broker.bootstrap_servers, broker.data_dir, broker.pid
@@ -257,12 +259,29 @@ def test_a_crashed_broker_starts_again_on_its_data_and_port_and_its_temporary_di
         assert data_dir.is_dir() and broker_jvms(data_dir) == []
         with pytest.raises(KafkaBrokerError):
             broker.crash()  # not running
+        with socket.socket() as holder:  # its port taken meanwhile: that start fails, and the data is kept
+            holder.bind(("127.0.0.1", broker_port(bootstrap)))
+            holder.listen()
+            with pytest.raises(KafkaBrokerError, match="in use"):
+                broker.start()
+        assert data_dir.is_dir()
         broker.start()
         assert broker.bootstrap_servers == bootstrap and broker.data_dir == data_dir
         assert sorted(v for _, v in consume(bootstrap, "kept", 3)) == [b"record-0", b"record-1", b"record-2"]
     finally:
         broker.stop()
     assert not data_dir.exists() and broker_jvms(data_dir) == []
+    with socket.socket() as holder:  # the crashed broker's port is not asked for again
+        holder.bind(("127.0.0.1", broker_port(bootstrap)))
+        holder.listen()
+        try:
+            assert broker.start().data_dir != data_dir
+        finally:
+            broker.stop()
+
+
+def broker_port(bootstrap: str) -> int:
+    return int(bootstrap.rsplit(":", 1)[1])
 
 
 def test_a_second_start_on_a_data_dir_in_use_is_refused_and_changes_nothing(tmp_path: Path) -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -21,11 +25,14 @@ from acker.examples.demo import (
     Demo,
     DemoOptions,
     Kill,
+    SparkJobs,
     check_options,
     kill_plan,
     prune_runs,
     run,
 )
+from acker.examples.ledger import SPARE_BAD_LUCK
+from acker.kafka import lookups
 
 
 def test_a_timeout_every_attempt_of_which_a_failover_outlasts_is_refused() -> None:
@@ -156,3 +163,83 @@ def test_a_run_whose_kills_did_not_all_come_says_so_among_its_failures() -> None
     demo.gave_up = True  # said so already
     assert demo.failures() == ["not finished within --max-wait-s (300 s)"]
     demo.stages.stop()
+
+
+class _Broker:
+    """Stands in for the local broker (`LocalKafkaBroker.crash` and `start`), saying what was done to it."""
+
+    def __init__(self, said: list[str]) -> None:
+        self.said, self.running = said, True
+
+    def is_running(self) -> bool:
+        return self.running
+
+    def crash(self) -> None:
+        self.running = False
+        self.said.append("broker crashed")
+
+    def start(self) -> None:
+        self.running = True
+        self.said.append("broker started")
+
+
+def test_processes_killed_while_the_broker_is_away_start_again_only_once_it_is_back() -> None:
+    """Started while the broker was away, a stage process gave up after about 30 s (exit 2) and ended the run."""
+    said: list[str] = []
+    options = replace(DemoOptions(), sentences=100, kill_acker=False, crash_split=False, kill_broker=True, chaos=1)
+    demo = Demo(options, "127.0.0.1:1", Console(file=io.StringIO()), broker=_Broker(said))  # type: ignore[arg-type]
+    assert demo.ledger.spare == SPARE_BAD_LUCK + 2  # room for a good record failed at every attempt by each kill
+    demo.stages.start("split-0", ([sys.executable, "-c", "import time; time.sleep(120)"], {}))
+    try:
+        demo._kills = deque([Kill(0.5, "split-0", 0.0), Kill(0.5, BROKER, 60.0)])
+        demo._deal_kills(100)
+        assert said == ["broker crashed"] and demo.stages.up() == [] and set(demo._down) == {"split-0", BROKER}
+        demo._deal_kills(100)  # split-0's time down is over, the broker's is not
+        assert demo.stages.up() == [] and said == ["broker crashed"]
+        demo._down[BROKER] = 0.0
+        demo._deal_kills(100)
+        assert said == ["broker crashed", "broker started"] and demo.stages.up() == ["split-0"] and not demo._down
+    finally:
+        demo.stages.stop()
+
+
+def test_the_watch_asks_the_lookups_of_the_moment_after_a_spark_restart_closed_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch took the process's lookups once; a Spark job started again closes them all (`stop_job`), and the
+    next watermark question raised "these Kafka lookups are closed": the demo died without a report."""
+
+    def committed(kafka: lookups.KafkaLookups, *_args: object) -> dict[tuple[str, int], int]:
+        kafka._admin_client()  # raises once closed, as the lookups do
+        return {}  # no Kafka here
+
+    monkeypatch.setattr(lookups.KafkaLookups, "committed", committed)
+    monkeypatch.setattr("spark_jobs.session.stop_queries", lambda _spark, queries: [q.stop() for q in list(queries)])
+    demo = Demo(replace(DemoOptions(), kill_acker=False, crash_split=False, max_wait_s=1.5), "127.0.0.1:1",
+                Console(file=io.StringIO()))  # fmt: skip
+
+    class Query:
+        def __init__(self, name: str) -> None:
+            self.name, self.isActive = name, True
+
+        def exception(self) -> str:
+            return "Timed out waiting for a node assignment"
+
+        def stop(self) -> None:
+            self.isActive = False
+
+    queries = [Query("acker-commit"), Query("acker-replay")]
+    demo.jobs = SparkJobs(SimpleNamespace(streams=SimpleNamespace(active=[])), lambda: queries, demo.event)
+    queries[0].isActive = False  # an outage failed it
+
+    def writer() -> Iterator[int]:
+        while True:
+            yield 10
+
+    reader: Any = SimpleNamespace(consume=lambda *_args, **_kwargs: [])
+    try:
+        demo._watch([reader] * 6, writer())
+    finally:
+        demo.stages.stop()
+        lookups.close_all()
+    assert demo.gave_up and any("Spark query acker-commit stopped" in e for e in demo.events)

@@ -177,3 +177,28 @@ def test_the_demos_jobs_start_again_after_a_failed_query_and_stop_after_too_many
     jobs.queries[1].fail()
     with pytest.raises(SystemExit, match=f"the Spark jobs failed {SPARK_RESTARTS} times in a row"):
         jobs.check()
+
+
+def test_a_start_of_the_demos_jobs_spark_refuses_is_one_failed_restart_of_the_row() -> None:
+    """A start that failed (Spark refusing it, Kafka still away) ended the demo at once, with restarts left."""
+    spark, events, refusals = _Session(), list[str](), [1]
+
+    def start() -> list[Any]:
+        if refusals[0]:
+            refusals[0] -= 1
+            raise AckerError("Spark could not start the commit job: Kafka is away")
+        return [_Query(spark, "acker-commit")]
+
+    jobs = SparkJobs(spark, lambda: [_Query(spark, "acker-commit")], events.append)
+    jobs._start = start
+    jobs.queries[0].fail()
+    jobs.check()
+    time.sleep(0.002)
+    jobs.check()  # refused: due again
+    assert events[-2:] == [
+        "the Spark jobs could not start again: Spark could not start the commit job: Kafka is away",
+        "the Spark jobs start again from their checkpoints in 0.001 s",
+    ]
+    time.sleep(0.002)
+    jobs.check()
+    assert events[-1] == "the Spark jobs started again" and [q.name for q in spark.streams.active] == ["acker-commit"]
