@@ -154,12 +154,11 @@ def main() -> int:
         tables = [line for line in stdout.splitlines() if not line.startswith("%")]
         shown = " ".join(["python -m", module, *command[3:]])
         parts.append(f"## {name}: {what}\n\n`{shown}` ({took:.0f} s)\n\n" + "\n".join(tables) + "\n")
-        empty = missing_figures(stdout) if code == 0 else None
         if code != 0:
             failed.append(name)
             why = f"timed out after {args.timeout_min:g} min" if code is None else f"exit {code}"
             parts.append(f"**failed** ({why}):\n\n```\n{stderr[-2000:]}\n```\n")
-        elif empty is not None:
+        elif (empty := missing_figures(stdout)) is not None:
             failed.append(name)
             parts.append(f"**failed**: {empty}\n")
     report = "\n".join(parts)

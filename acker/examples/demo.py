@@ -498,20 +498,22 @@ class Demo:
         while self._kills and written >= self.options.sentences * self._kills[0].at:
             kill = self._kills.popleft()
             up = [stage for stage in self.stages.up() if stage not in self._down]
-            # The broker is named by its kill only, never picked at random.
-            broker_up = [BROKER] if self.broker is not None and self.broker.is_running() else []
-            name = kill.stage if kill.stage is not None else (self._chaos.choice(up) if up else None)
-            if name is None or name not in [*up, *broker_up]:
+            name = kill.stage or (self._chaos.choice(up) if up else None)  # the broker only when named
+            broker_up = name == BROKER and self.broker is not None and self.broker.is_running()
+            if name is None or not (name in up or broker_up):
                 self.event(f"no SIGKILL: {name or 'no stage process'} is not running")
                 continue
-            if name == BROKER:
-                assert self.broker is not None  # running
-                self.broker.crash()
-            else:
-                self.stages.kill(name)
+            self._kill(name)
             self._down[name] = time.monotonic() + kill.down_s  # now: a broker's restart above may have taken long
             self.event(f"killed {name} with SIGKILL ({_AFTER_KILL[name.split('-')[0]]}); restarting it in "
                        f"{kill.down_s:.1f} s")  # fmt: skip
+
+    def _kill(self, name: str) -> None:
+        if name == BROKER:
+            assert self.broker is not None  # running
+            self.broker.crash()
+        else:
+            self.stages.kill(name)
 
     def _restart(self, name: str) -> float:
         """Start a process killed again; how long that took (the broker's start waits until it is ready)."""
