@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import shutil
 import time
@@ -105,6 +106,11 @@ CHAOS_DOWN_S = (1.0, 5.0)
 # The kill of ``--kill-broker``: the stage (of `Kill`) that names the local broker, and how long it stays down.
 BROKER = "broker"
 BROKER_DOWN_S = 8.0
+
+# A stage process that ends with exit status 2 (`acker.cli`: Kafka did not answer, among others) while the broker is
+# away, or up to this long after it came back, gave up on it: started again, as a supervisor would. One starting when
+# the broker went gives up after about 30 s; so may one that was waiting for an answer (a read-back, a lookup).
+GIVE_UP_S = 60.0
 
 # How long the end of a run on a cluster named waits for each answer of the cluster, and asks again to delete a group
 # the broker says still has members.
@@ -229,6 +235,7 @@ class Demo:
         self.gave_up = False  # the run ended at --max-wait-s, not with every record resolved
         self.late_count: int | None = None  # the count process that joins at LATE_COUNT_AT, until it has
         self._down: dict[str, float] = {}  # stage process killed → when it is restarted
+        self._outages: list[tuple[float, float]] = []  # the broker's: (killed, back, or math.inf while away)
         self._chaos = random.Random(f"chaos-pick-{options.seed}")  # picks the process of a kill that names none
         self.jobs: SparkJobs | None = None  # once started
         self.started = time.monotonic()
@@ -468,6 +475,7 @@ class Demo:
                 self._read(outcomes, copies, dead, counts, unreadable)
                 if self.jobs is not None:
                     self.jobs.check()
+                self._restart_given_up()
                 # Down on purpose: not a crash (after its restart, one is).
                 self.stages.watch(expected_down=frozenset(self._down))
                 if self.late_count is not None and written >= self.options.sentences * LATE_COUNT_AT:
@@ -508,10 +516,24 @@ class Demo:
             self.event(f"killed {name} with SIGKILL ({_AFTER_KILL[name.split('-')[0]]}); restarting it in "
                        f"{kill.down_s:.1f} s")  # fmt: skip
 
+    def _restart_given_up(self) -> None:
+        """Start again, once the broker is back, the stage processes that gave up on it (`GIVE_UP_S`); each counts
+        as a kill in the ledger's room for bad luck. Any other end of a stage process is an error (`Stages.watch`)."""
+        now = time.monotonic()
+        for name in self.stages.exited(2):
+            since = self.stages.since[name]
+            if name in self._down or not any(since < back and now <= back + GIVE_UP_S for _, back in self._outages):
+                continue
+            self._down[name] = now  # restarted by `_deal_kills`, when the broker is back
+            self.ledger.spare += 1
+            self.event(f"{name} gave up on the broker (exit 2; its log: {self.workdir}/{name}.log); restarting it "
+                       "once the broker is back")  # fmt: skip
+
     def _kill(self, name: str) -> None:
         if name == BROKER:
             assert self.broker is not None  # running
             self.broker.crash()
+            self._outages.append((time.monotonic(), math.inf))
         else:
             self.stages.kill(name)
 
@@ -521,6 +543,7 @@ class Demo:
         if name == BROKER:
             assert self.broker is not None  # killed
             self.broker.start()  # on its data and port
+            self._outages[-1] = (self._outages[-1][0], time.monotonic())
         else:
             self.stages.restart(name)
         return time.monotonic() - began

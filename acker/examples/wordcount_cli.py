@@ -233,6 +233,7 @@ class Stages:
         ``output_dir``: with a ``log`` of its own, each stage's output goes to ``<output_dir>/<name>.log`` (else
         nowhere), appended to by its restarts."""
         self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
+        self.since: dict[str, float] = {}  # name → when its process (the last one) started, time.monotonic()
         self.restarts = 0
         # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes. Made by the
         # first `crash_flags`, removed by `stop`: stages never stopped (a run that failed before it started them)
@@ -276,7 +277,7 @@ class Stages:
                 env=self.env,
                 stdout=output,
                 stderr=output,
-                started=lambda process: self.running.__setitem__(name, (argv, process)),  # before a stop held is raised
+                started=lambda process: self._started(name, argv, process),  # before a stop held is raised
                 # Its own process group: a Ctrl-C in the terminal reaches the runner alone, which stops each stage
                 # with one SIGTERM (a second signal would end a stage at once, without its clean stop).
                 start_new_session=True,
@@ -284,6 +285,14 @@ class Stages:
         finally:
             if hasattr(output, "close"):
                 output.close()
+
+    def _started(self, name: str, argv: list[str], process: subprocess.Popen[bytes]) -> None:
+        self.running[name] = (argv, process)
+        self.since[name] = time.monotonic()
+
+    def exited(self, code: int) -> list[str]:
+        """The names of the stage processes that ended with exit status ``code``, in order."""
+        return sorted(name for name, (_, process) in self.running.items() if process.poll() == code)
 
     def up(self) -> list[str]:
         """The names of the stage processes running now, in order."""
