@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import signal
 import subprocess
 import sys
@@ -149,6 +150,12 @@ def test_the_lookups_answer_questions_of_group_offsets_again_after_a_broker_outa
         assert answers[-1] == {("t", 0): OFFSET_INVALID}, answers
 
 
+# Spark's Kafka source waits for records for spark.network.timeout (120 s) before it fails a task: shortened for the
+# job's JVM (pyspark starts it with these arguments; the interval of its checks must not be longer), as the Java
+# client's timeouts are.
+_SHORT_POLL = "--conf spark.network.timeout=20s --conf spark.network.timeoutInterval=10s pyspark-shell"
+
+
 @pytest.mark.parametrize("job", ["commit", "replay"])
 def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     job: str, data_dir: Path, tmp_path: Path
@@ -156,8 +163,9 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     """A Kafka outage longer than Spark's Kafka timeouts failed a job's query (its source gave up on a partition's
     position), and the job stopped until someone started it again. It now starts itself again from its checkpoint
     (`spark_jobs.restarts`) and carries on once the broker is back: the commit job moves the watermark on, the replay
-    job replays every nack once, those before the outage as those after. (Spark's timeout is shortened through
-    ``--java-kafka``: the outage is a test's, and short.)"""
+    job replays every nack once, those before the outage as those after. (Spark's timeouts are shortened, its Java
+    client's through ``--java-kafka``, its source's wait for records through `_SHORT_POLL`: the outage is a test's, and
+    short.)"""
     with contextlib.ExitStack() as cleanup:
         broker = _broker(data_dir)
         cleanup.callback(broker.stop)
@@ -183,7 +191,7 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
                  "--replay-dlq-topic", config.replay_dlq_topic, "--spout", "sp", "--checkpoint",
                  str(tmp_path / "ckpt"), "--trigger-s", "0.5", "--spark-log", str(tmp_path / "spark.log"),
                  "--java-kafka", "request.timeout.ms=4000", "--java-kafka", "default.api.timeout.ms=5000"],
-                stderr=stderr, stdout=subprocess.DEVNULL,
+                stderr=stderr, stdout=subprocess.DEVNULL, env={**os.environ, "PYSPARK_SUBMIT_ARGS": _SHORT_POLL},
             )  # fmt: skip
 
         @cleanup.callback
