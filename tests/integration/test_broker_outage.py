@@ -48,7 +48,7 @@ def _broker(data_dir: Path, **settings: Any) -> LocalKafkaBroker:
 
 
 class _Writer:
-    """Writes generated sentences to the source topic from a thread, 50 every 50 ms until `finish`, across the
+    """Writes generated sentences to the source topic from a thread, 20 every 50 ms until `finish`, across the
     broker's crash (its producer keeps what it cannot deliver, and delivers it once the broker is back); records
     their ids."""
 
@@ -71,7 +71,9 @@ class _Writer:
     def _run(self) -> None:
         generated = sentences(1_000_000, seed=5)
         while not self.stop.is_set():
-            for line in itertools.islice(generated, 50):
+            # 400 a second: 1,000 kept a pipeline of threads of one process behind by more than the acker's timeout
+            # (30 s) on a machine whose two cores had six such tests at once, and some trees timed out.
+            for line in itertools.islice(generated, 20):
                 self.producer.produce(self.topic, line, on_delivery=self._delivered)
                 self.lines.append(line)
             self.producer.poll(0)
