@@ -32,8 +32,8 @@ padded floor measures that as throughput, without the model.
 
 Then latency at a steady rate, as `pipeline_bench` measures it (``--latency-s``): a fresh floor pipeline and a fresh
 word count of each mode are given sentences at half the project's tracked throughput, each with a marker word of its
-own, and a sentence's delay is from its record's timestamp to its marker word's count in the sink (the first 10 s not
-counted): how much of the project's extra latency tracked its Kafka traffic alone brings.
+own, and a sentence's delay is from its record's timestamp to its marker word's count in the sink (the first 10 s,
+2 s with ``--quick``, not counted): how much of the project's extra latency tracked its Kafka traffic alone brings.
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ from acker.kafka.provision import Cluster, kafka_cluster
 from acker.spout import SpoutSettings, outcome_consumer
 from benchmarks.pipeline_bench import (
     LATENCY_HEADER,
-    LATENCY_WARM_UP_S,
     Latencies,
     Paced,
     Pipeline,
@@ -80,6 +79,7 @@ from benchmarks.pipeline_bench import (
     paced,
     peak_mib,
     running,
+    warm_up_seconds,
 )
 
 _MESSAGE = 25  # bytes an acker message takes in a columnar record (kind, anchor, value; an init's offset too)
@@ -247,7 +247,7 @@ def main() -> None:
         # Every pipeline at one rate, half the project's tracked one: how much of the project's extra latency tracked
         # its Kafka traffic alone brings.
         rate = statistics.median(r.words_per_s for r in results["project, tracked"])
-        at = paced(rate, sum(len(line.split()) for line in lines) / n, latency_seconds(args))
+        at = paced(rate, sum(len(line.split()) for line in lines) / n, latency_seconds(args), warm_up_seconds(args))
         latencies: dict[str, Latencies] = {}
         for label, pipeline_of, tracked in _LATENCY_ROUNDS if at.lines else ():
             latencies[label] = latency(cluster, at.lines, at.per_s, tracked, stages, skip=at.skip,
@@ -269,7 +269,7 @@ _LATENCY_ROUNDS: list[tuple[str, PipelineOf | None, bool]] = [
 
 def _report_latency(at: Paced, latencies: dict[str, Latencies]) -> None:
     print(f"\nlatency: sentences written at {at.per_s:,.0f} a second (half the project's tracked rate), each with a "
-          f"marker word of its own, to a pipeline of each kind: {LATENCY_WARM_UP_S:.0f} s of them not counted "
+          f"marker word of its own, to a pipeline of each kind: {at.warm_up_s:.0f} s of them not counted "
           f"(warm-up), then {len(at.lines) - at.skip:,} measured\n")  # fmt: skip
     print(f"| a sentence written → its marker word counted, ms | sentences/s written | {LATENCY_HEADER} |")
     print("|---|---:|---:|---:|---:|---:|---:|")

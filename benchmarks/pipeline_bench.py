@@ -24,9 +24,9 @@ Then latency at a steady rate: a fresh pipeline of each mode is given sentences 
 tracked mode's measured throughput, each with a marker word of its own (``~<n>``) as its last word. The delay of a
 sentence is from its record's timestamp to that of its marker word's count in the sink (one clock: every process runs
 here), and, tracked, the acker's complete latency of its tree (from the spout's init to the last ack). The first
-10 s of sentences are a warm-up, not counted. With ``--quick`` the tracked throughput is that of a burst smaller than
-the spout's max pending, which never waits for an ack: half of it may be more than the tracked mode sustains, and
-the delays then grow through the round.
+10 s of sentences (2 s with ``--quick``) are a warm-up, not counted. With ``--quick`` the tracked throughput is that
+of a burst smaller than the spout's max pending, which never waits for an ack: half of it may be more than the
+tracked mode sustains, and the delays then grow through the round.
 """
 
 from __future__ import annotations
@@ -269,6 +269,8 @@ LATENCY_WARM_UP_S = 10.0
 """The latency round's first seconds of sentences, left out of its figures: just started, a tracked pipeline falls
 behind by up to a second and takes seconds to catch up (at 4,116 sentences/s on 2 cores, the stages, the acker and
 the broker used 1.4 cores, and caught up after 4 to 7 s); the untracked one does not."""
+QUICK_WARM_UP_S = 2.0
+"""A quick run's (a smoke run, whose figures are not compared): long enough to leave the start out."""
 
 
 @dataclass(frozen=True)
@@ -388,7 +390,7 @@ def arguments(description: str | None) -> argparse.ArgumentParser:
         "--latency-s",
         type=float,
         default=None,
-        help="measured seconds of each latency round, after 10 s of warm-up [10; quick 5; 0: none]",
+        help="measured seconds of each latency round, after 10 s of warm-up (2 quick) [10; quick 5; 0: none]",
     )
     return parser
 
@@ -398,23 +400,29 @@ def latency_seconds(args: argparse.Namespace) -> float:
     return float(args.latency_s) if args.latency_s is not None else (5.0 if args.quick else 10.0)
 
 
+def warm_up_seconds(args: argparse.Namespace) -> float:
+    """The first seconds of each latency round left out of its figures: `LATENCY_WARM_UP_S` (`QUICK_WARM_UP_S`)."""
+    return QUICK_WARM_UP_S if args.quick else LATENCY_WARM_UP_S
+
+
 @dataclass(frozen=True)
 class Paced:
-    """The sentences of the latency rounds: written at ``per_s`` a second, the first ``skip`` of them a warm-up."""
+    """The sentences of the latency rounds: written at ``per_s`` a second, the first ``skip`` of them (``warm_up_s``
+    of them) a warm-up."""
 
     per_s: float
     skip: int
     lines: list[bytes]
+    warm_up_s: float
 
 
-def paced(tracked_words_per_s: float, words_per_sentence: float, latency_s: float) -> Paced:
+def paced(tracked_words_per_s: float, words_per_sentence: float, latency_s: float, warm_up_s: float) -> Paced:
     """The latency rounds' sentences, at half the tracked mode's measured rate (in sentences: its words a second over
-    words a sentence), for ``latency_s`` seconds after the warm-up; none if ``latency_s`` is 0."""
+    words a sentence), for ``latency_s`` seconds after ``warm_up_s`` of them; none if ``latency_s`` is 0."""
     per_s = tracked_words_per_s / words_per_sentence / 2
-    skip = round(per_s * LATENCY_WARM_UP_S)
-    return Paced(
-        per_s, skip, list(sentences(skip + max(10, round(per_s * latency_s)), seed=2)) if latency_s > 0 else []
-    )
+    skip = round(per_s * warm_up_s)
+    lines = list(sentences(skip + max(10, round(per_s * latency_s)), seed=2)) if latency_s > 0 else []
+    return Paced(per_s, skip, lines, warm_up_s)
 
 
 def main() -> None:
@@ -442,13 +450,13 @@ def main() -> None:
                 rounds[tracked].append(_run(cluster, lines, tracked, stages))
                 print(f"run {run + 1} {_mode(tracked)}: {rounds[tracked][-1].words_per_s:,.0f} words/s", flush=True)
         # Both modes at one rate, half the tracked mode's.
-        at = paced(statistics.median(r.words_per_s for r in rounds[True]), words / n, latency_s)
+        at = paced(statistics.median(r.words_per_s for r in rounds[True]), words / n, latency_s, warm_up_seconds(args))
         for tracked in (False, True) if at.lines else ():
             latencies[tracked] = latency(cluster, at.lines, at.per_s, tracked, stages, skip=at.skip)
             print(f"latency round {_mode(tracked)}: {latencies[tracked].rate:,.0f} sentences/s", flush=True)
     _report(n, words, repeat, rounds)
     if latencies:
-        _report_latency(at.per_s, len(at.lines) - at.skip, latencies)
+        _report_latency(at, latencies)
 
 
 def _mode(tracked: bool) -> str:
@@ -482,10 +490,10 @@ def _report(n: int, words: int, repeat: int, rounds: dict[bool, list[Round]]) ->
             print(f"| {_mode(mode)} | {cells} | {sum(row.values()):,.{digits}f} |")
 
 
-def _report_latency(per_s: float, measured: int, latencies: dict[bool, Latencies]) -> None:
-    print(f"\nlatency: sentences written at {per_s:,.0f} a second (half the tracked mode's rate), each with a marker "
-          f"word of its own, to a pipeline of each mode: {LATENCY_WARM_UP_S:.0f} s of them not counted (warm-up), "
-          f"then {measured:,} measured\n")  # fmt: skip
+def _report_latency(at: Paced, latencies: dict[bool, Latencies]) -> None:
+    print(f"\nlatency: sentences written at {at.per_s:,.0f} a second (half the tracked mode's rate), each with a "
+          f"marker word of its own, to a pipeline of each mode: {at.warm_up_s:.0f} s of them not counted (warm-up), "
+          f"then {len(at.lines) - at.skip:,} measured\n")  # fmt: skip
     print(f"| delay, ms | sentences/s written | {LATENCY_HEADER} |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     base = float(np.percentile(latencies[False].counted_ms, 99))
@@ -494,7 +502,7 @@ def _report_latency(per_s: float, measured: int, latencies: dict[bool, Latencies
     rows.append(("tracked: complete latency (the spout's init → the tree's last ack, at the acker)",
                  latencies[True].rate, latencies[True].complete_ms))  # fmt: skip
     for label, rate, ms in rows:
-        print(latency_row(label, rate, ms, per_s, base))
+        print(latency_row(label, rate, ms, at.per_s, base))
 
 
 LATENCY_HEADER = "p50 | p99 | max | p99 ratio to untracked | p50 of the last second"
