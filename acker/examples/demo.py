@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import shutil
 import time
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -53,6 +54,7 @@ from acker.examples.wordcount_cli import Stages, stage_command
 from acker.headers import read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import (
+    NO_ANSWER,
     TopicSpec,
     create_topics,
     delete_groups,
@@ -207,6 +209,27 @@ def run(
         " none lost"
     )
     return 0
+
+
+def _last_said(log: Path) -> str | None:
+    """The last line a stage command said of its end (``acker: ...``, `acker.cli.main`) in its ``log``, if any."""
+    try:
+        with log.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - 8192))
+            tail = file.read().decode(errors="replace")
+    except OSError:
+        return None
+    return next((line for line in reversed(tail.splitlines()) if line.startswith("acker: ")), None)
+
+
+_NO_ANSWER_NAMES = tuple(f": {KafkaError(code).name()}: " for code in NO_ANSWER)
+
+
+def _no_answer(said: str) -> bool:
+    """Whether a stage command's last line says that Kafka did not answer: as `acker.cli.main` says a librdkafka
+    error of `NO_ANSWER` or a timeout, or as a `KafkaClientError` of one names it (``reading metadata of T:
+    _TRANSPORT: ...``)."""
+    return "Kafka did not answer" in said or any(name in said for name in _NO_ANSWER_NAMES)
 
 
 class Demo:
@@ -475,9 +498,8 @@ class Demo:
                 self._read(outcomes, copies, dead, counts, unreadable)
                 if self.jobs is not None:
                     self.jobs.check()
-                self._restart_given_up()
-                # Down on purpose: not a crash (after its restart, one is).
-                self.stages.watch(expected_down=frozenset(self._down))
+                # Down on purpose: not a crash (after its restart, one is); nor is giving up on the broker away.
+                self.stages.watch(expected_down=frozenset(self._down), excused=self._gave_up)
                 if self.late_count is not None and written >= self.options.sentences * LATE_COUNT_AT:
                     self._start_count(self.late_count)
                     self.event(f"count-{self.late_count} joined (words partitions move to it, whose counts go on "
@@ -516,18 +538,20 @@ class Demo:
             self.event(f"killed {name} with SIGKILL ({_AFTER_KILL[name.split('-')[0]]}); restarting it in "
                        f"{kill.down_s:.1f} s")  # fmt: skip
 
-    def _restart_given_up(self) -> None:
-        """Start again, once the broker is back, the stage processes that gave up on it (`GIVE_UP_S`); each counts
-        as a kill in the ledger's room for bad luck. Any other end of a stage process is an error (`Stages.watch`)."""
-        now = time.monotonic()
-        for name in self.stages.exited(2):
-            since = self.stages.since[name]
-            if name in self._down or not any(since < back and now <= back + GIVE_UP_S for _, back in self._outages):
-                continue
-            self._down[name] = now  # restarted by `_deal_kills`, when the broker is back
-            self.ledger.spare += 1
-            self.event(f"{name} gave up on the broker (exit 2; its log: {self.workdir}/{name}.log); restarting it "
-                       "once the broker is back")  # fmt: skip
+    def _gave_up(self, name: str, code: int) -> bool:
+        """Whether stage process ``name``, ended with exit status ``code``, gave up on the broker away (`GIVE_UP_S`):
+        status 2 and its last line saying Kafka did not answer. Such a process is started again once the broker is
+        back (`_deal_kills`), and counts as a kill in the ledger's room for bad luck."""
+        since, now = self.stages.since[name], time.monotonic()
+        if code != 2 or not any(since < back and now <= back + GIVE_UP_S for _, back in self._outages):
+            return False
+        said = _last_said(self.workdir / f"{name}.log")
+        if said is None or not _no_answer(said):
+            return False
+        self._down[name] = now
+        self.ledger.spare += 1
+        self.event(f"{name} gave up on the broker away ({said}); restarting it once the broker is back")
+        return True
 
     def _kill(self, name: str) -> None:
         if name == BROKER:

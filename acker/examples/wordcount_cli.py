@@ -290,10 +290,6 @@ class Stages:
         self.running[name] = (argv, process)
         self.since[name] = time.monotonic()
 
-    def exited(self, code: int) -> list[str]:
-        """The names of the stage processes that ended with exit status ``code``, in order."""
-        return sorted(name for name, (_, process) in self.running.items() if process.poll() == code)
-
     def up(self) -> list[str]:
         """The names of the stage processes running now, in order."""
         return sorted(name for name, (_, process) in self.running.items() if process.poll() is None)
@@ -316,13 +312,18 @@ class Stages:
         self._spawn(name, argv)
         self.restarts += 1
 
-    def watch(self, expected_down: frozenset[str] = frozenset()) -> None:
-        """Restart a bolt that crashed as injected; any other exit (outside ``expected_down``) is an error."""
+    def watch(
+        self, expected_down: frozenset[str] = frozenset(), excused: Callable[[str, int], bool] | None = None
+    ) -> None:
+        """Restart a bolt that crashed as injected; any other exit (outside ``expected_down``, and not one that
+        ``excused``, asked with the stage's name and exit status, takes on) is an error."""
         for name, (_, process) in list(self.running.items()):
             code = process.poll()
             if code is None or name in expected_down:
                 continue
             if code != CRASH_EXIT:
+                if excused is not None and excused(name, code):
+                    continue
                 raise SystemExit(f"stage {name} exited with {code}")
             self._log(f"stage {name} crashed (as injected): restarting it")
             self.restart(name)

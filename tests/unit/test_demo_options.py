@@ -205,49 +205,60 @@ def test_processes_killed_while_the_broker_is_away_start_again_only_once_it_is_b
         demo.stages.stop()
 
 
-def test_a_stage_that_gave_up_on_the_broker_away_starts_again_once_it_is_back_other_ends_are_errors() -> None:
+def _ending(code: int, said: str) -> tuple[list[str], dict[str, str]]:
+    """A stage command that says ``said`` on its standard error, as `acker.cli.main` does, and exits with ``code``."""
+    script = f"import sys, time; time.sleep(0.3); print({said!r}, file=sys.stderr); sys.exit({code})"
+    return [sys.executable, "-c", script], {}
+
+
+_NO_ANSWER_SAID = "acker: reading metadata of demo-1.acker: _TRANSPORT: Failed to get metadata: Local: Broker transport"
+
+
+def test_a_stage_that_gave_up_on_the_broker_away_starts_again_once_it_is_back_other_ends_are_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A count process started as the broker was killed gave up on it (exit 2) before it came back: the run ended
-    ("stage count-1 exited with 2"). Such an end, by GIVE_UP_S after the broker is back, is now a restart to come;
-    one of a process started after, or with another status, is still the run's error."""
+    ("stage count-1 exited with 2"). Such an end, saying that Kafka did not answer, by GIVE_UP_S after the broker is
+    back, is now a restart to come; one of a process started after the broker was back, or saying something else, or
+    with another status, is still the run's error."""
+    monkeypatch.chdir(tmp_path)  # the run's directory, with the stages' logs
     said: list[str] = []
     options = replace(DemoOptions(), sentences=100, kill_acker=False, crash_split=False, kill_broker=True)
     demo = Demo(options, "127.0.0.1:1", Console(file=io.StringIO()), broker=_Broker(said))  # type: ignore[arg-type]
     spare = demo.ledger.spare
-    exits: dict[str, tuple[list[str], dict[str, str]]] = {
-        name: ([sys.executable, "-c", f"import sys, time; time.sleep(0.3); sys.exit({code})"], {})
-        for name, code in (("count-1", 2), ("spout", 3))
-    }
+
+    def ended(name: str) -> None:
+        demo.stages.running[name][1].wait()
+
     try:
-        demo.stages.start("count-1", exits["count-1"])
+        demo.stages.start("count-1", _ending(2, _NO_ANSWER_SAID))
         demo._kills = deque([Kill(0.5, BROKER, 60.0)])
         demo._deal_kills(100)
-        demo.stages.running["count-1"][1].wait()
-        demo._restart_given_up()
+        ended("count-1")
+        demo.stages.watch(expected_down=frozenset(demo._down), excused=demo._gave_up)  # not the run's error
         assert set(demo._down) == {BROKER, "count-1"} and demo.ledger.spare == spare + 1
-        assert "count-1 gave up on the broker (exit 2" in demo.events[-1]
-        demo.stages.watch(expected_down=frozenset(demo._down))  # not the run's error
+        assert "count-1 gave up on the broker away (acker: reading metadata" in demo.events[-1]
         demo._deal_kills(100)  # the broker still away: nothing starts
-        assert said == ["broker crashed"] and demo.stages.exited(2) == ["count-1"]
+        assert said == ["broker crashed"] and demo.stages.up() == []
         demo._down[BROKER] = 0.0
         demo._deal_kills(100)
         assert said == ["broker crashed", "broker started"] and not demo._down and demo.stages.up() == ["count-1"]
-        demo.stages.running["count-1"][1].wait()  # ends with 2 again, started with the broker back: an error
-        demo._restart_given_up()
-        assert not demo._down
+        ended("count-1")  # says so again, started with the broker back: an error
         with pytest.raises(SystemExit, match="stage count-1 exited with 2"):
-            demo.stages.watch(expected_down=frozenset(demo._down))
-        demo._outages = [(-GIVE_UP_S, demo.stages.since["count-1"] + 1.0)]  # it started while the broker was away
-        demo._restart_given_up()
-        assert set(demo._down) == {"count-1"}
+            demo.stages.watch(expected_down=frozenset(demo._down), excused=demo._gave_up)
+        demo._outages = [(-GIVE_UP_S, demo.stages.since["count-1"] + 1.0)]  # as if it started with the broker away
+        assert demo._gave_up("count-1", 2) and set(demo._down) == {"count-1"}
         del demo._down["count-1"]
         demo._outages = [(t - 2 * GIVE_UP_S, back - 2 * GIVE_UP_S) for t, back in demo._outages]  # back long ago
-        demo._restart_given_up()
+        assert not demo._gave_up("count-1", 2) and not demo._down
+        demo._outages = [(0.0, math.inf)]  # away again: other ends are errors all the same
+        for name, code, line in (("spout", 3, _NO_ANSWER_SAID), ("split-0", 2, "acker: unknown wire version 9"),
+                                 ("split-1", 2, "Traceback (most recent call last):")):  # fmt: skip
+            demo.stages.start(name, _ending(code, line))
+            ended(name)
+            assert not demo._gave_up(name, code), name
         assert not demo._down
-        demo._outages = [(0.0, math.inf)]  # away again; the spout ends with another status: an error
-        demo.stages.start("spout", exits["spout"])
-        demo.stages.running["spout"][1].wait()
-        demo._restart_given_up()
-        assert "spout" not in demo._down and "count-1" in demo._down
+        assert demo._gave_up("count-1", 2)  # the broker away (or its log says "Kafka did not answer")
     finally:
         demo.stages.stop()
 
