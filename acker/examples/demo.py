@@ -109,7 +109,7 @@ CHAOS_DOWN_S = (1.0, 5.0)
 BROKER = "broker"
 BROKER_DOWN_S = 8.0
 
-# A stage process that ends with exit status 2 (`acker.cli`: Kafka did not answer, among others) while the broker is
+# A stage process that ends saying Kafka did not answer (exit status 2, `acker.cli`; `_no_answer`) while the broker is
 # away, or up to this long after it came back, gave up on it: started again, as a supervisor would. One starting when
 # the broker went gives up after about 30 s; so may one that was waiting for an answer (a read-back, a lookup).
 GIVE_UP_S = 60.0
