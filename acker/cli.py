@@ -582,6 +582,11 @@ def _reader_gone() -> bool:
         return True
 
 
+# How a command's last line says that no broker answered (a supervisor, the demo's say, tells it from other ends by
+# it: every error of the command's own exits with status 2).
+DID_NOT_ANSWER = "Kafka did not answer"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -594,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cause = kafka_error(error)  # its text, not the error object's repr with code and value
         text = cause.str() if cause is not None else str(error)
         if cause is not None and cause.code() in NO_ANSWER:  # as `acker run` says it
-            print(f"acker: Kafka did not answer ({text}): is it running, and reachable at {_servers(args)}?",
+            print(f"acker: {DID_NOT_ANSWER} ({text}): is it running, and reachable at {_servers(args)}?",
                   file=sys.stderr)  # fmt: skip
         elif cause is not None and cause.code() in REFUSED_LOGIN:
             print(f"acker: Kafka at {_servers(args)} refused the login ({text}): check the security settings "
@@ -605,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TimeoutError as error:  # a Kafka admin request's future (it carries no message), or records not delivered
         what = f" ({error})" if str(error) else ""
         where = _servers(args)
-        print(f"acker: Kafka did not answer in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
+        print(f"acker: {DID_NOT_ANSWER} in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # said in a line, then died of SIGINT as Python does: a shell's loop stops there too
         print("acker: interrupted", file=sys.stderr)

@@ -45,7 +45,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from acker.argtypes import at_least, positive, share
-from acker.cli import TerminatedError, interrupted_status, sigterm_as_interrupt
+from acker.cli import DID_NOT_ANSWER, TerminatedError, interrupted_status, sigterm_as_interrupt
 from acker.config import ServiceConfig
 from acker.errors import AckerError, ConfigError
 from acker.examples.ledger import SPARE_BAD_LUCK, Ledger, Report
@@ -229,7 +229,7 @@ def _no_answer(said: str) -> bool:
     """Whether a stage command's last line says that Kafka did not answer: as `acker.cli.main` says a librdkafka
     error of `NO_ANSWER` or a timeout, or as a `KafkaClientError` of one names it (``reading metadata of T:
     _TRANSPORT: ...``)."""
-    return "Kafka did not answer" in said or any(name in said for name in _NO_ANSWER_NAMES)
+    return DID_NOT_ANSWER in said or any(name in said for name in _NO_ANSWER_NAMES)
 
 
 class Demo:
