@@ -84,10 +84,11 @@ class PartitionState:
     """Not thread-safe; the service calls it from its poll loop only.
 
     The tick schedule's times (``now_ms`` here, in `tick_due` and `tick_sent`, and ``read_ms``) are this instance's
-    own steady clock (the service's: monotonic), and a tick applied counts from when it was written (ours) or read
-    (another writer's), by that clock, never from its record's timestamp: a wall clock stepped forward brought the
-    next tick at once, and a tree opened just before the last one timed out after one interval, not `timeout`. Only
-    without ``read_ms`` (a replay of a log, offline) are the records' timestamps the clock."""
+    own steady clock (the service's: monotonic), and a tick applied counts from when it was written (ours, its delivery
+    report in) or read (another writer's, or any while ours is in flight), by that clock, never from its record's
+    timestamp: a wall clock stepped forward brought the next tick at once, and a tree opened just before the last one
+    timed out after one interval, not `timeout`. Only without ``read_ms`` (a replay of a log, offline) are the
+    records' timestamps the clock."""
 
     __slots__ = (
         "_began",
@@ -172,15 +173,19 @@ class PartitionState:
                 offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
                 if continues_chain(after, offset, self.last_tick_offset):
-                    # Ours (read back before or after its delivery report): from when we wrote it, by our clock.
-                    # Another writer's read while ours is in flight is only delayed the more: late is safe.
-                    if self.tick_in_flight or offset == self.unread_tick_offset:
-                        written = self._tick_written_at
+                    if offset == self.unread_tick_offset:  # ours (its delivery report came first): from when
+                        written = self._tick_written_at  # we wrote it, by our clock
                         timestamp_ms = written if read_ms is not None else max(timestamp_ms, written)
                     elif read_ms is not None:
                         # Another writer's, stamped by a clock that may be behind ours: from when we read it. (A
                         # previous owner still writing after it lost the partition appends ticks the chain takes.)
+                        # So too while ours is in flight: this may be ours, read back before its delivery report
+                        # (a little late then), or another writer's, written after ours (ours held up, retried):
+                        # dated from when ours was written, that came up to an interval early, trees timed out
+                        # before `timeout`. Both link to the last tick applied: nothing tells them apart.
                         timestamp_ms = read_ms
+                    elif self.tick_in_flight:
+                        timestamp_ms = max(timestamp_ms, self._tick_written_at)
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
                     self.applied_ticks.append(offset)
                 else:

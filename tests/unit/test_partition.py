@@ -99,10 +99,43 @@ def test_another_writers_tick_read_after_this_owner_took_the_partition_counts_fr
     state.apply(4, 2700, _tick(NO_TICK), read_ms=3500)
     assert state.tick_due(3700) is None and state.tick_due(4499) is None
     assert state.tick_due(4500) == 4
-    state.tick_sent(4500)  # ours, read back: from when it was written, not when it was read
+    state.tick_sent(4500)
+    state.tick_delivered(5)  # ours, read back after its delivery report: from when it was written, not read
     state.apply(5, 4400, _tick(4), read_ms=4700)
-    state.tick_delivered(5)
     assert state.tick_due(5499) is None and state.tick_due(5500) == 5
+    state.tick_sent(5500)  # ours, read back before its delivery report: whose it is is not known, from when read
+    state.apply(6, 5400, _tick(5), read_ms=5600)
+    state.tick_delivered(6)
+    assert state.tick_due(6599) is None and state.tick_due(6600) == 6
+
+
+def test_another_writers_ticks_read_while_ours_is_in_flight_count_from_when_they_were_read() -> None:
+    """Ours held up in flight (a leader change, retries) while a stale writer's ticks, written after it, continue the
+    chain: dated from when ours was written, the second came an interval early, and a tree opened just before it
+    was timed out 1.1 s after its init, not `timeout` (2 s here)."""
+    state = PartitionState(0, TrackerConfig(buckets=3), tick_interval_ms=1000, now_ms=0)
+    state.apply(0, 0, _tick(NO_TICK), read_ms=0)
+    assert state.tick_due(1000) == 0
+    state.tick_sent(1000)  # ours: no delivery report for a while
+    state.apply(1, 1500, _tick(0), read_ms=1510)  # the other writer's, written at 1500
+    state.apply(2, 2480, MessageBlock.from_messages([Init(7, "s", "t/0/1", 9)]), read_ms=2490)
+    state.apply(3, 2500, _tick(1), read_ms=2510)  # the other writer's, written at 2500
+    state.tick_delivered(4)
+    state.apply(4, 1000, _tick(0), read_ms=2610)  # ours, at last: its link is stale, ignored
+    assert state.ignored_ticks == 1
+    assert state.tick_due(2620) is None and state.tick_due(3509) is None and state.tick_due(3510) == 3
+    offset, now = 5, 3510
+    while True:  # ticking on, ours read back at once: the tree expires no earlier than `timeout` after its init
+        link = state.tick_due(now)
+        if link is not None:
+            state.tick_sent(now)
+            state.tick_delivered(offset)
+            expired = state.apply(offset, now, _tick(link), read_ms=now + 10).to_outcomes()
+            offset += 1
+            if expired:
+                assert [o.msg_id for o in expired] == ["t/0/1"] and now - 2480 >= 2000
+                return
+        now += 10
 
 
 def test_a_tick_stamped_by_a_clock_ahead_of_this_one_does_not_stop_the_ticks_until_that_time() -> None:
