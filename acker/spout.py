@@ -225,6 +225,7 @@ class Spout:
     _told_as: dict[str, str]  # msg_id of a pending replay -> the id on_outcome is told (its origin)
     # msg_id told a nack -> the id it was told under, until the replay job's resolution of it is read (`_resolved`)
     _unresolved: OrderedDict[str, str]
+    _odd_slot_to_replays = 1  # whose turn an odd room's last slot is (`step`): 1 the replays', 0 the source's
 
     def __init__(
         self,
@@ -404,13 +405,18 @@ class Spout:
         self._pause_or_resume()
         room = min(500, self.settings.max_pending - len(self.pending))
         if room > 0:
-            # Both consumers at every step, the replays' buffered records taking half the room at most: a backlog of
-            # replays that took it all kept the source's consumer from being called, for minutes after an outage
-            # (no source read, its rebalances stalled, and past max.poll.interval.ms it left its group and read its
-            # pending records again). The source's wait is the step's, unless replays came.
-            share = room // 2
+            # Both consumers at every step (but one whose room of 1 a replay took), the replays' buffered records
+            # taking half the room at most: a backlog of replays that took it all kept the source's consumer from
+            # being called, for minutes after an outage (no source read, its rebalances stalled, and past
+            # max.poll.interval.ms it left its group and read its pending records again). The source's wait is the
+            # step's, unless replays came. An odd room's last slot goes to each in turn: the replays' half rounded
+            # down was none at a room of 1 (max_pending 1, or 2 with outcomes coming one at a time), and their
+            # copies were never read, their records lost.
+            share = (room + self._odd_slot_to_replays) // 2
+            self._odd_slot_to_replays ^= room & 1
             records = self.replays.consume(share, timeout=0) if share else []
-            records += consume_available(self.consumer, room - len(records), 0 if records else timeout_s)
+            if len(records) < room:  # (asked for none, `consume_available` would read one all the same)
+                records += consume_available(self.consumer, room - len(records), 0 if records else timeout_s)
         else:  # paused: serve the consumers' callbacks (rebalances), read nothing, wait a little for outcomes
             # An event all the same, taken as a record is (`readable`): a fatal error (a static member fenced by its
             # successor) is reported once, and dropped here the spout ran on, reading nothing, for good.

@@ -499,6 +499,33 @@ def test_a_backlog_of_replays_leaves_the_source_read_at_every_step(config: Servi
     assert read[:last_source].count(replays) < 1500  # read beside the backlog, not after it
 
 
+def test_a_spout_with_room_for_one_tree_reads_its_replays_beside_a_busy_source(
+    config: ServiceConfig, topics: Topics
+) -> None:
+    """The replays' share of a step's room was half of it rounded down: none at a room of 1 (``max_pending`` 1, a
+    setting Storm's users pick for order), so a copy was never read while the spout ran, and its record, whose
+    watermark had moved on (``REPLAYED``), was lost. Records that start no tree here (nothing emitted: acked at
+    once), so the room stays whole and the source has records at every step."""
+    settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=1)
+    read: list[str | None] = []
+    spout = Spout(config, settings, lambda record, _emitter: read.append(record.topic()))  # its replay topic made
+    replays = config.replay_topic(SPOUT)
+    _produce(config, topics.sentences, [b"source %d" % i for i in range(200)])
+    producer = Producer(config.client())
+    for i in range(3):
+        producer.produce(replays, b"copy", partition=0, headers=[(ORIGIN, f"{topics.sentences}/0/{i}".encode())])
+    assert producer.flush(30) == 0
+    try:
+        deadline = time.monotonic() + 60
+        while (read.count(replays) < 3 or read.count(topics.sentences) < 200) and time.monotonic() < deadline:
+            spout.step(0.1)
+    finally:
+        spout.close()
+    assert read.count(replays) == 3, f"{read.count(replays)} of 3 copies read beside {len(read)} source records"
+    assert read.count(topics.sentences) == 200  # the source is read beside the replays, not after them
+    assert spout.counters["read"] == spout.counters["done_at_once"] == 203 and not spout.pending
+
+
 def test_a_spout_reset_to_latest_reads_its_replay_topic_from_its_first_record(
     config: ServiceConfig, topics: Topics
 ) -> None:
