@@ -69,6 +69,7 @@ from acker.kafka.clients import (
     readable,
     refusal,
     release,
+    topic_max_bytes,
     topic_partitions,
 )
 from acker.kafka.lookups import lookups
@@ -170,6 +171,26 @@ def pending_timeout_s(config: ServiceConfig) -> float:
     ``relocate_on_update``): a tree kept alive so for longer is timed out too (its record replayed while it is still
     being processed), and its outcome, when it comes, is not counted."""
     return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
+
+
+# Room in a replay topic's records for what a copy carries beside the record (`acker.retries`' headers: origin,
+# attempt, reason, spout, the failure's detail of 500 characters at most, not-before): a few hundred bytes to 2.5 KB.
+REPLAY_HEADERS_ROOM = 4096
+
+
+def replay_topic_spec(config: ServiceConfig, settings: SpoutSettings, partitions: int) -> TopicSpec:
+    """The spout's replay topic as the spout creates it when missing: as many partitions as its source, and records
+    as large as the source takes, with room for the replay headers. Made with the broker's default limit, a record
+    the source took but its replay topic refused was dead-lettered at its first nack (``too-large``, cut to 64 KB).
+    Where the source's limit cannot be read (no right to describe it), the broker's default."""
+    try:
+        limit = topic_max_bytes(config.client(), settings.source_topic)
+    except KafkaClientError as error:
+        log.debug("a replay topic made now gets the broker's record size limit: that of %s not read (%s)",
+                  settings.source_topic, error)  # fmt: skip
+        return TopicSpec(config.replay_topic(settings.name), partitions, config.replication_factor)
+    room = {"max.message.bytes": str(limit + REPLAY_HEADERS_ROOM)}
+    return TopicSpec(config.replay_topic(settings.name), partitions, config.replication_factor, room)
 
 
 def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str) -> dict[str, Any]:
@@ -337,7 +358,7 @@ class Spout:
         self._replay_of = f"{settings.source_topic}/".encode()  # how the origin of this spout's replays starts
         partitions = partition_count(config.client(), settings.source_topic)
         # Looked for first: a principal that may not create topics is refused even for one that exists.
-        ensure_topics(config.client(), [TopicSpec(self._replay_topic, partitions, config.replication_factor)])
+        ensure_topics(config.client(), [replay_topic_spec(config, settings, partitions)])
         self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.replays.subscribe([self._replay_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
 

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from acker import retries
 from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig, to_argv
 from acker.errors import ProtocolError
@@ -34,11 +35,11 @@ from acker.examples import join as join_example
 from acker.examples.wordcount import Topics, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import RESENDS, partition_lookup
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, topic_max_bytes
 from acker.kafka.local_broker import free_ports
 from acker.kafka.lookups import lookups
-from acker.retries import DEAD_LETTERED, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED
-from acker.spout import INIT_ATTEMPTS, Emitter, Spout, SpoutSettings
+from acker.retries import DEAD_LETTERED, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED, RetryPolicy
+from acker.spout import INIT_ATTEMPTS, REPLAY_HEADERS_ROOM, Emitter, Spout, SpoutSettings
 from acker.stage_metrics import BOLT_EVENTS, SPOUT_EVENTS, serve_stages
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import (
@@ -524,6 +525,27 @@ def test_a_spout_with_room_for_one_tree_reads_its_replays_beside_a_busy_source(
     assert read.count(replays) == 3, f"{read.count(replays)} of 3 copies read beside {len(read)} source records"
     assert read.count(topics.sentences) == 200  # the source is read beside the replays, not after them
     assert spout.counters["read"] == spout.counters["done_at_once"] == 203 and not spout.pending
+
+
+def test_a_spout_makes_its_replay_topic_take_the_records_its_source_takes(config: ServiceConfig) -> None:
+    """Made with the broker's default limit (1 MB), a replay topic refused the copy of a record of nearly 3 MB its
+    source had taken: dead-lettered at its first nack (``too-large``, cut to 64 KB) instead of replayed."""
+    source = f"large-{uuid.uuid4().hex[:8]}"
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(source, 2, config={"max.message.bytes": "3000000"}),
+                                    TopicSpec(f"{source}.out", 2)])  # fmt: skip
+    Spout(config, SpoutSettings(SPOUT, source, f"{source}.out", group=f"spout-{source}")).close()
+    assert topic_max_bytes(config.client(), config.replay_topic(SPOUT)) == 3000000 + REPLAY_HEADERS_ROOM
+    # A copy of a record the source just takes (its record batch's framing aside), with the longest detail.
+    policy = RetryPolicy(replay_prefix=config.replay_prefix)
+    copy = retries.decide(policy, SPOUT, f"{source}/0/0", "FAILED", headers=[], now_ms=0, detail="\U0001d11e" * 500)
+    assert copy.topic == config.replay_topic(SPOUT)
+    refused: list[Any] = []
+    large = Producer(config.client(**{"message.max.bytes": 4_000_000}))
+    large.produce(
+        copy.topic, b"v" * (3_000_000 - 200), headers=copy.headers, on_delivery=lambda e, _: refused.append(e)
+    )
+    assert large.flush(30) == 0 and refused == [None]
 
 
 def test_a_spout_reset_to_latest_reads_its_replay_topic_from_its_first_record(
