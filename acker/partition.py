@@ -84,10 +84,12 @@ class PartitionState:
     """Not thread-safe; the service calls it from its poll loop only.
 
     The tick schedule's times (``now_ms`` here, in `tick_due` and `tick_sent`, and ``read_ms``) are this instance's
-    own steady clock (the service's: monotonic), and a tick applied counts from when it was written (ours, its delivery
-    report in) or read (another writer's, or any while ours is in flight), by that clock, never from its record's
-    timestamp: a wall clock stepped forward brought the next tick at once, and a tree opened just before the last one
-    timed out after one interval, not `timeout`. Only without ``read_ms`` (a replay of a log, offline) are the
+    own steady clock (the service's: monotonic), and a tick applied counts from when it was read, by that clock,
+    whoever wrote it, never from its record's timestamp (a wall clock stepped forward brought the next tick at once,
+    and a tree opened just before the last one timed out after one interval, not `timeout`) nor from when this
+    instance sent it (it may reach the log much later). Consecutive ticks of the chain are therefore written at
+    least an interval apart, whoever writes them: a tree is in the log before the first tick after it, and expires
+    at the ``buckets``-th, at least ``timeout`` later. Only without ``read_ms`` (a replay of a log, offline) are the
     records' timestamps the clock."""
 
     __slots__ = (
@@ -173,19 +175,17 @@ class PartitionState:
                 offset, timestamp_ms = int(records.offsets[r]), int(records.timestamps_ms[r])
                 after = int(block.values[i])
                 if continues_chain(after, offset, self.last_tick_offset):
-                    if offset == self.unread_tick_offset:  # ours (its delivery report came first): from when
-                        written = self._tick_written_at  # we wrote it, by our clock
-                        timestamp_ms = written if read_ms is not None else max(timestamp_ms, written)
-                    elif read_ms is not None:
-                        # Another writer's, stamped by a clock that may be behind ours: from when we read it. (A
-                        # previous owner still writing after it lost the partition appends ticks the chain takes.)
-                        # So too while ours is in flight: this may be ours, read back before its delivery report
-                        # (a little late then), or another writer's, written after ours (ours held up, retried):
-                        # dated from when ours was written, that came up to an interval early, trees timed out
-                        # before `timeout`. Both link to the last tick applied: nothing tells them apart.
+                    if read_ms is not None:
+                        # From when we read it, by our clock, whoever wrote it: the log has it from some moment
+                        # between then and when its writer sent it. Another writer's is stamped by a clock that may
+                        # be behind ours (a previous owner still writing after it lost the partition appends ticks
+                        # the chain takes). Ours, dated from when we sent it, counted from before it was in the log
+                        # when the broker took long to append it (retried, a leader change): a tree written in
+                        # between expired that much before `timeout`. And while ours is in flight, a tick read may
+                        # be another writer's, written after ours: both link to the last tick applied.
                         timestamp_ms = read_ms
-                    elif self.tick_in_flight:
-                        timestamp_ms = max(timestamp_ms, self._tick_written_at)
+                    elif self.tick_in_flight or offset == self.unread_tick_offset:
+                        timestamp_ms = max(timestamp_ms, self._tick_written_at)  # offline: the records' clock
                     self.last_tick_offset, self.last_tick_ms = offset, timestamp_ms
                     self.applied_ticks.append(offset)
                 else:
@@ -271,12 +271,11 @@ class PartitionState:
             if now_ms - self._tick_written_at < 3 * self.tick_interval_ms:
                 return None
             self.unread_tick_offset = None  # never read back (truncated?): ticking must not stop for good
-        # From the last tick applied, by its timestamp, but never from before this instance took the partition, nor
-        # from before it wrote that tick (its own) or read it (another writer's), by its own clock: a timestamp from a
-        # clock behind this one (a previous owner's, or the broker's under LogAppendTime) would bring the next tick,
-        # and expiries, early. Late is safe: trees live a little longer. A timestamp from a clock ahead of this one is
-        # taken as now, the first time it is seen here (read a moment ago): kept as it is, no tick would be due until
-        # that time, and no tree would expire meanwhile.
+        # From the last tick applied, when this instance read it (by its own clock; offline, by its timestamp), but
+        # never from before it took the partition: a timestamp from a clock behind this one (a previous owner's, or
+        # the broker's under LogAppendTime) would bring the next tick, and expiries, early. Late is safe: trees live a
+        # little longer. A time ahead of now (a clock stepped back) is taken as now: kept as it is, no tick would be
+        # due until that time, and no tree would expire meanwhile.
         if self.last_tick_ms is not None and self.last_tick_ms > now_ms:
             self.last_tick_ms = now_ms
         since = max(self.started_ms, self.last_tick_ms or 0)

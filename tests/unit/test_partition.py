@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -100,13 +100,9 @@ def test_another_writers_tick_read_after_this_owner_took_the_partition_counts_fr
     assert state.tick_due(3700) is None and state.tick_due(4499) is None
     assert state.tick_due(4500) == 4
     state.tick_sent(4500)
-    state.tick_delivered(5)  # ours, read back after its delivery report: from when it was written, not read
+    state.tick_delivered(5)  # ours too counts from when it was read: it may have reached the log long after it was sent
     state.apply(5, 4400, _tick(4), read_ms=4700)
-    assert state.tick_due(5499) is None and state.tick_due(5500) == 5
-    state.tick_sent(5500)  # ours, read back before its delivery report: whose it is is not known, from when read
-    state.apply(6, 5400, _tick(5), read_ms=5600)
-    state.tick_delivered(6)
-    assert state.tick_due(6599) is None and state.tick_due(6600) == 6
+    assert state.tick_due(5699) is None and state.tick_due(5700) == 5
 
 
 def test_another_writers_ticks_read_while_ours_is_in_flight_count_from_when_they_were_read() -> None:
@@ -689,3 +685,80 @@ def test_the_outcomes_read_back_start_buckets_ticks_back_or_where_this_owner_kno
     # Known until the record at 14 (two ticks after passing 12): read back again by the next owner while a record it
     # replays was read while they were known (a message of theirs there was late), not after.
     assert [told.readback_from(at) for at in (10, 13, 14, 15)] == [2, 2, 2, 13]
+
+
+@dataclass
+class _Writer:
+    """An instance ticking the partition in `test_no_tree_expires_before_the_timeout_whoever_ticks_and_however_late`:
+    each tick it sends reaches the log after one of ``delays`` and its delivery report after one of ``reports`` more,
+    and it reads each record ``lag`` ms after it is in the log."""
+
+    state: PartitionState
+    delays: list[int]
+    reports: list[int]
+    lag: int
+    read: int = 0  # the next offset it reads
+    sent: list[list[int]] = field(default_factory=list)  # per tick: [in the log at, report at, link, offset or -1]
+
+    def step(self, now: int, log: list[tuple[int, int | None, int]], written: dict[int, int]) -> None:
+        """Its delivery reports, reads and tick at ``now``; ``log``: (in the log at, tick link or None, anchor)."""
+        for tick in self.sent:
+            if tick[3] >= 0 and now - _STEP < tick[1] <= now:
+                self.state.tick_delivered(tick[3])
+        while self.read < len(log) and log[self.read][0] <= now - self.lag:
+            at, link, anchor = log[self.read]
+            block = (
+                _tick(link) if link is not None else MessageBlock.from_messages([Init(anchor, "s", f"t/0/{anchor}", 7)])
+            )
+            for outcome in self.state.apply(self.read, at, block, read_ms=now).to_outcomes():
+                tree = int(outcome.msg_id.rsplit("/", 1)[1])
+                assert now - written[tree] >= 2 * _INTERVAL, f"tree {tree} written at {written[tree]}, expired at {now}"
+            self.read += 1
+        link = self.state.tick_due(now)
+        if link is not None:
+            self.state.tick_sent(now)
+            delay, report = (
+                self.delays[len(self.sent) % len(self.delays)],
+                self.reports[len(self.sent) % len(self.reports)],
+            )
+            self.sent.append([now + delay, now + max(delay, _STEP) + report, link, -1])
+
+
+_INTERVAL, _STEP = 100, 5
+
+
+@given(
+    writers=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0, 5, 20, 60, 90, 150, 400]), min_size=1, max_size=8),
+            st.lists(st.sampled_from([0, 5, 30]), min_size=1, max_size=8),
+            st.sampled_from([0, 5, 40]),
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+    trees=st.lists(st.integers(0, 400), max_size=20),
+)
+def test_no_tree_expires_before_the_timeout_whoever_ticks_and_however_late(
+    writers: list[tuple[list[int], list[int], int]], trees: list[int]
+) -> None:
+    """One or two instances tick a partition (an owner, and a previous one that still writes), each tick reaching the
+    log after a delay (a broker slow to append it, retries) and its delivery report before or after it is read back:
+    a tree (buckets 3, timeout 200 ms) expires no earlier than the timeout after it was written. Ticks dated from when
+    they were sent, or another writer's dated from when ours was, came early."""
+    ticking = [_Writer(PartitionState(0, TrackerConfig(buckets=3), _INTERVAL, 0), *w) for w in writers]
+    log: list[tuple[int, int | None, int]] = []
+    written: dict[int, int] = {}
+    due = sorted(t * _STEP for t in trees)
+    for now in range(0, 3000, _STEP):
+        for writer in ticking:
+            for tick in writer.sent:
+                if tick[3] < 0 and tick[0] <= now:
+                    tick[3] = len(log)
+                    log.append((now, tick[2], 0))
+        while due and due[0] == now:
+            due.pop(0)
+            written[len(written) + 1] = now
+            log.append((now, None, len(written)))
+        for writer in ticking:
+            writer.step(now, log, written)
