@@ -15,7 +15,9 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import random
+import weakref
 
 from acker.errors import ProtocolError
 
@@ -50,17 +52,35 @@ def partition_of(anchor: int, partitions: int) -> int:
     return abs(anchor) % partitions
 
 
+# The unseeded generators' sources, seeded again from the operating system in a child process after a fork: a copy
+# would draw the parent's sequence, ids its parent draws too (a tree's edges cancelling each other, anchors shared).
+_UNSEEDED: weakref.WeakSet[random.Random] = weakref.WeakSet()
+
+
+def _seed_again_after_fork() -> None:
+    for source in list(_UNSEEDED):
+        source.seed()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_seed_again_after_fork)
+
+
 class IdGenerator:
     """Random non-zero signed 64-bit ids; pass ``seed`` for a reproducible sequence.
 
     Not thread-safe: give each thread (or process) its own generator. Without a seed the generator is seeded
-    from the operating system, so two processes never share a sequence.
+    from the operating system, so two processes never share a sequence: not even a child forked from a process that
+    made it, which is seeded again (`_UNSEEDED`).
     """
 
     __slots__ = ("_bits",)
 
     def __init__(self, seed: int | None = None) -> None:
-        self._bits = random.Random(seed).getrandbits
+        source = random.Random(seed)
+        if seed is None:
+            _UNSEEDED.add(source)
+        self._bits = source.getrandbits
 
     def __call__(self) -> int:
         bits = self._bits

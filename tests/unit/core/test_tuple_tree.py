@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,6 +29,24 @@ def test_id_generator_skips_zero() -> None:
     gen._bits = lambda bits: next(stream)  # a source that starts with zeros
     assert gen() == 5
     assert gen() == -1  # the top half of the unsigned range maps to negative ids
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_an_unseeded_id_generator_draws_other_ids_in_a_forked_child() -> None:
+    """A child forked after the generator was made (a stage made before a worker pool) drew its parent's sequence:
+    the same anchors and edges in two processes. A seeded one keeps its sequence: it was asked to."""
+    unseeded, seeded = IdGenerator(), IdGenerator(7)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its next ids, to the parent, then out at once (no test teardown in a fork)
+        os.write(write, f"{unseeded()} {seeded()}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child_unseeded, child_seeded = map(int, pipe.read().split())
+    os.waitpid(child, 0)
+    assert child_unseeded != unseeded()
+    assert child_seeded == seeded()
 
 
 @given(ids64, st.integers(1, 1000))
