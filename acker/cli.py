@@ -556,20 +556,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _servers(args: argparse.Namespace) -> str:
-    """The bootstrap servers the command was given, however it was (a flag, the environment, a file); a command
-    without the shared settings (the demo) only by its own flag."""
-    given = getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
-    if not hasattr(args, "config"):  # not a command of `add_arguments`: the environment is not its
-        return given
+def _settings(args: argparse.Namespace) -> ServiceConfig | None:
+    """The settings the command was given, for its last line; None for a command without the shared settings (the
+    demo: the environment is not its), or settings that did not load (not the error to show)."""
+    if not hasattr(args, "config"):
+        return None
     quiet = logging.getLogger("acker.config")  # its warnings (settings ignored) were said by the command's own load
     was, quiet.disabled = quiet.disabled, True
     try:
-        return load(args).bootstrap_servers
-    except Exception:  # settings that did not load: not the error to show
-        return given
+        return load(args)
+    except Exception:
+        return None
     finally:
         quiet.disabled = was
+
+
+def _servers(args: argparse.Namespace) -> str:
+    """The bootstrap servers the command was given, however it was (a flag, the environment, a file); a command
+    without the shared settings (the demo) only by its own flag."""
+    config = _settings(args)
+    return (
+        config.bootstrap_servers
+        if config
+        else getattr(args, "bootstrap_servers", None) or "the configured bootstrap servers"
+    )
 
 
 def _reader_gone() -> bool:
@@ -598,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaException as error:  # e.g. a librdkafka setting it does not know or cannot take
         cause = kafka_error(error)  # its text, not the error object's repr with code and value
         text = cause.str() if cause is not None else str(error)
+        config = _settings(args)
+        text = config.hide_secrets(text) if config else text  # librdkafka quotes a setting it cannot parse
         if cause is not None and cause.code() in NO_ANSWER:  # as `acker run` says it
             print(f"acker: {DID_NOT_ANSWER} ({text}): is it running, and reachable at {_servers(args)}?",
                   file=sys.stderr)  # fmt: skip

@@ -314,13 +314,30 @@ class ServiceConfig:
         out["kafka"] = {k: ("***" if _is_secret(k) else v) for k, v in self.kafka.items()}
         return out
 
+    def hide_secrets(self, text: str) -> str:
+        """``text`` (a Kafka client's error) with each secret librdkafka setting's value, and each word of it, as
+        ``***``: librdkafka quotes the part of a setting it cannot parse (``sasl.oauthbearer.config``'s, say)."""
+        pieces = set()
+        for key, value in self.kafka.items():
+            if _is_secret(key) and value:
+                pieces.add(value)
+                pieces.update(word for word in re.split(r"[\s=,;:'\"]+", value) if len(word) >= _HIDDEN_WORD_MIN)
+        for piece in sorted(pieces, key=len, reverse=True):  # the whole value before its words
+            text = text.replace(piece, "***")
+        return text
+
+
+# The shortest word of a secret value hidden in a client's error (`hide_secrets`): shorter ones tell little, and
+# hiding them would hide every such piece of the error's own words.
+_HIDDEN_WORD_MIN = 4
+
 
 def _is_secret(key: str) -> bool:
     key = key.lower()
     return any(word in key for word in _SECRET_WORDS)
 
 
-def _convert(name: str, raw: object, kind: type) -> Any:
+def _convert(name: str, raw: object, kind: type, where: str = "") -> Any:
     try:
         if kind is bool:
             if isinstance(raw, bool):
@@ -337,7 +354,9 @@ def _convert(name: str, raw: object, kind: type) -> Any:
             raise TypeError(raw)  # TOML's true for seconds, or a list or a table for a name: refused, not read
         return kind(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"setting {name}: cannot read {raw!r} as {kind.__name__}") from None
+        raise ConfigError(
+            f"setting {name}{where and f' (from {where})'}: cannot read {raw!r} as {kind.__name__}"
+        ) from None
 
 
 _TYPES: dict[str, type] = {
@@ -415,6 +434,7 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     """Build the configuration from the file, the environment and parsed flags, in rising precedence."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # setting -> where its value comes from, for the errors about it
     kafka: dict[str, str] = {}
 
     def layer(own: dict[str, Any], librdkafka: dict[str, str], where: str) -> None:
@@ -424,7 +444,10 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
             given = librdkafka.pop("bootstrap.servers")
             if own.setdefault("bootstrap_servers", given) != given:
                 raise ConfigError(f"bootstrap servers given twice in {where}: as bootstrap_servers and as the setting")
+        for name, value in [*own.items(), *librdkafka.items()]:
+            _check_text(name, value, where)
         values.update(own)
+        origins.update(dict.fromkeys(own, where))
         kafka.update(librdkafka)
 
     path = (getattr(args, "config", None) if args else None) or environ.get(ENV_PREFIX + "CONFIG")
@@ -453,8 +476,22 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         flags = {name: getattr(args, name) for name in _TYPES if getattr(args, name, None) is not None}
         given = dict(flag_setting(item, "--kafka") for item in getattr(args, "kafka", None) or [])
         layer(flags, given, "the flags")
-    typed = {name: _convert(name, value, _TYPES[name]) for name, value in values.items()}
+    typed = {name: _convert(name, value, _TYPES[name], origins[name]) for name, value in values.items()}
     return replace(ServiceConfig(), **typed, kafka=kafka)
+
+
+def _check_text(name: str, value: object, where: str) -> None:
+    """`ConfigError` for a name or value that is not text UTF-8 can carry: a byte the locale could not decode (an
+    environment variable or an argument in Latin-1), which Python keeps as a lone surrogate. Passed on, librdkafka's
+    client could not take it: a stack trace, or the process aborted. The value is not shown: it may be a secret."""
+    for text in (name, value):
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+                raise ConfigError(f"setting {shown} (from {where}): not UTF-8 text (a byte the locale could not "
+                                  "decode); the value is not shown") from None  # fmt: skip
 
 
 def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, str]:

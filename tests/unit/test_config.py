@@ -7,6 +7,8 @@ import logging
 import os
 import re
 import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -69,8 +71,8 @@ def test_booleans_and_the_tracker_config() -> None:
     [
         (("--buckets", "1"), {}, "buckets must be between 2 and"),
         (("--buckets", "33"), {}, "buckets must be between 2 and 32, got 33: each bucket slows"),
-        (("--buckets", "three"), {}, "cannot read 'three' as int"),
-        ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, "cannot read"),
+        (("--buckets", "three"), {}, r"setting buckets \(from the flags\): cannot read 'three' as int"),
+        ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, r"relocate_on_update \(from the environment\): cannot read"),
         (("--timeout-s", "0"), {}, "timeout_s must be a positive number"),
         ((), {"ACKER_TIMEOUT_S": "nan"}, "timeout_s must be a positive number"),
         (("--timeout-s", "inf"), {}, "timeout_s must be a positive number"),
@@ -104,6 +106,40 @@ def test_booleans_and_the_tracker_config() -> None:
 def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(_parse(*argv), environ=environ)
+
+
+_LATIN1 = os.fsdecode(b"\xe9")  # a byte the locale cannot decode, as Python reads it from the environment or argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "named"),
+    [
+        ((), {"ACKER_GROUP": f"g{_LATIN1}"}, r"group \(from the environment\)"),
+        ((), {"ACKER_KAFKA_SASL_PASSWORD": f"secret{_LATIN1}"}, r"sasl\.password \(from the environment\)"),
+        (("--bootstrap-servers", f"h{_LATIN1}:1"), {}, r"bootstrap_servers \(from the flags\)"),
+        (("--kafka", f"sasl.username=u{_LATIN1}"), {}, r"sasl\.username \(from the flags\)"),
+        ((), {f"ACKER_KAFKA_CLIENT_{_LATIN1}": "x"}, r"client\.\\udce9 \(from the environment\)"),
+    ],
+)
+def test_a_setting_that_is_not_utf8_text_is_named_without_its_value(
+    argv: tuple[str, ...], environ: dict[str, str], named: str
+) -> None:
+    """Passed on, confluent-kafka could not encode it: a traceback, or the process aborted in the consumer's
+    constructor (status 134, no word of which setting)."""
+    with pytest.raises(ConfigError, match=f"setting {named}: not UTF-8 text") as refused:
+        load(_parse(*argv), environ=environ)
+    assert "secret" not in str(refused.value) and "u" + _LATIN1 not in str(refused.value)
+
+
+def test_a_value_that_is_not_utf8_text_ends_a_command_with_one_line() -> None:
+    """The real process: ``acker status`` aborted (SIGABRT) in librdkafka's consumer, with no word of the setting."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ACKER_")}
+    environ["ACKER_GROUP"] = "g" + _LATIN1
+    done = subprocess.run([sys.executable, "-m", "acker.cli", "status"], env=environ, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-500:]
+    assert done.stderr.strip().splitlines()[-1].startswith("acker: setting group (from the environment): not UTF-8")
+    assert "Traceback" not in done.stderr
 
 
 def test_an_environment_variable_of_ours_that_names_no_setting_is_said(caplog: pytest.LogCaptureFixture) -> None:
@@ -171,6 +207,20 @@ def test_secrets_never_show_in_the_configuration_printed_nor_in_an_error_about_a
         with pytest.raises(ConfigError, match="got something without '='") as raised:
             load(_parse("--kafka", item), environ={})
         assert "hunter2" not in str(raised.value)
+
+
+def test_a_client_error_quoting_a_secret_setting_is_shown_without_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """librdkafka quotes the part of ``sasl.oauthbearer.config`` (secret: it may hold a token) that it cannot parse,
+    and the command's last line repeated it."""
+    config = load(_parse("--kafka", "sasl.oauthbearer.config=principal=admin lifeSeconds=hunter2 scope=x"), environ={})
+    assert config.hide_secrets("non-integral 'lifeSeconds=': hunter2, at: lifeSeconds=hunter2 scope=x") == (
+        "non-integral '***=': ***, at: ***=*** ***=x"
+    )
+    code = main(["status", "--bootstrap-servers", "127.0.0.1:1", "--kafka", "security.protocol=SASL_PLAINTEXT",
+                 "--kafka", "sasl.mechanism=OAUTHBEARER", "--kafka", "enable.sasl.oauthbearer.unsecure.jwt=true",
+                 "--kafka", "sasl.oauthbearer.config=principal=admin hunter2secret=x"])  # fmt: skip
+    said = capsys.readouterr().err
+    assert code == 2 and "sasl.oauthbearer.config" in said and "hunter2" not in said, said
 
 
 def test_unknown_setting_in_a_file(tmp_path: Path) -> None:
