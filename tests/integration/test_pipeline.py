@@ -467,6 +467,17 @@ def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
     second.close()
 
 
+def _write_copies(config: ServiceConfig, source: str, count: int) -> str:
+    """``count`` copies on spout `SPOUT`'s replay topic, as the replay job writes them, of the records at offsets 0,
+    1, ... of ``source``'s partition 0; returns the replay topic."""
+    replays = config.replay_topic(SPOUT)
+    producer = Producer(config.client())
+    for i in range(count):
+        producer.produce(replays, b"copy", partition=0, headers=[(ORIGIN, f"{source}/0/{i}".encode())])
+    assert producer.flush(30) == 0
+    return replays
+
+
 def test_a_backlog_of_replays_leaves_the_source_read_at_every_step(config: ServiceConfig, topics: Topics) -> None:
     """The replay topic has a consumer of its own: a backlog there that filled every step's room kept the source's
     consumer from being called until it was gone (no source record read for minutes after an outage, and past
@@ -480,11 +491,7 @@ def test_a_backlog_of_replays_leaves_the_source_read_at_every_step(config: Servi
         emitter.emit(topics.split, record.value())
 
     spout = Spout(config, settings, emit)  # which creates its replay topic
-    replays = config.replay_topic(SPOUT)
-    producer = Producer(config.client())
-    for i in range(2000):
-        producer.produce(replays, b"copy", partition=0, headers=[(ORIGIN, f"{topics.sentences}/0/{i}".encode())])
-    assert producer.flush(30) == 0
+    replays = _write_copies(config, topics.sentences, 2000)
     try:
         deadline = time.monotonic() + 60
         while replays not in read:  # the backlog is being read
@@ -510,12 +517,8 @@ def test_a_spout_with_room_for_one_tree_reads_its_replays_beside_a_busy_source(
     settings = SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=1)
     read: list[str | None] = []
     spout = Spout(config, settings, lambda record, _emitter: read.append(record.topic()))  # its replay topic made
-    replays = config.replay_topic(SPOUT)
     _produce(config, topics.sentences, [b"source %d" % i for i in range(200)])
-    producer = Producer(config.client())
-    for i in range(3):
-        producer.produce(replays, b"copy", partition=0, headers=[(ORIGIN, f"{topics.sentences}/0/{i}".encode())])
-    assert producer.flush(30) == 0
+    replays = _write_copies(config, topics.sentences, 3)
     try:
         deadline = time.monotonic() + 60
         while (read.count(replays) < 3 or read.count(topics.sentences) < 200) and time.monotonic() < deadline:
