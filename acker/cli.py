@@ -597,8 +597,27 @@ def _reader_gone() -> bool:
 DID_NOT_ANSWER = "Kafka did not answer"
 
 
+def _not_text(args: argparse.Namespace) -> str | None:
+    """The name of an argument of the command whose value is not UTF-8 text (a byte the locale could not decode,
+    kept by Python as a lone surrogate), or None. Passed on (a group, a topic), a Kafka client ended the command with
+    a traceback. The settings are checked by `acker.config.load`, which says where they came from."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(text, str) and not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    return name
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    unreadable = _not_text(args)
+    if unreadable is not None:  # the value is not shown: it may be a secret
+        print(f"acker: argument {unreadable.replace('_', '-')}: not UTF-8 text (a byte the locale could not decode)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         logs.configure(getattr(args, "log_level", None) or "WARNING")  # the commands without --log-level: warnings
         code: int = args.run(args)

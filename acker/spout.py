@@ -41,7 +41,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     TOO_LARGE,
     KafkaClientError,
+    TopicsNotCreatedError,
     TopicSpec,
     consume_available,
     end_offsets,
@@ -176,21 +177,34 @@ def pending_timeout_s(config: ServiceConfig) -> float:
 # Room in a replay topic's records for what a copy carries beside the record (`acker.retries`' headers: origin,
 # attempt, reason, spout, the failure's detail of 500 characters at most, not-before): a few hundred bytes to 2.5 KB.
 REPLAY_HEADERS_ROOM = 4096
+_TOPIC_MAX_BYTES = 2**31 - 1  # max.message.bytes is an int: a source's "no limit" plus the room would be refused
+_LIMIT_REFUSED = frozenset({KafkaError.INVALID_CONFIG, KafkaError.POLICY_VIOLATION})
 
 
-def replay_topic_spec(config: ServiceConfig, settings: SpoutSettings, partitions: int) -> TopicSpec:
-    """The spout's replay topic as the spout creates it when missing: as many partitions as its source, and records
-    as large as the source takes, with room for the replay headers. Made with the broker's default limit, a record
-    the source took but its replay topic refused was dead-lettered at its first nack (``too-large``, cut to 64 KB).
-    Where the source's limit cannot be read (no right to describe it), the broker's default."""
+def make_replay_topic(config: ServiceConfig, settings: SpoutSettings, partitions: int) -> None:
+    """The spout's replay topic, made when missing: as many partitions as its source, and records as large as the
+    source takes, with room for the replay headers. Made with the broker's default limit, a record the source took
+    but its replay topic refused was dead-lettered at its first nack (``too-large``, cut to 64 KB). Where the
+    source's limit cannot be read (no right to describe it), or the cluster refuses that limit (a policy, a cap of a
+    managed service), the broker's default, said."""
+    plain = TopicSpec(config.replay_topic(settings.name), partitions, config.replication_factor)
     try:
-        limit = topic_max_bytes(config.client(), settings.source_topic)
+        limit = min(topic_max_bytes(config.client(), settings.source_topic) + REPLAY_HEADERS_ROOM, _TOPIC_MAX_BYTES)
     except KafkaClientError as error:
         log.debug("a replay topic made now gets the broker's record size limit: that of %s not read (%s)",
                   settings.source_topic, error)  # fmt: skip
-        return TopicSpec(config.replay_topic(settings.name), partitions, config.replication_factor)
-    room = {"max.message.bytes": str(limit + REPLAY_HEADERS_ROOM)}
-    return TopicSpec(config.replay_topic(settings.name), partitions, config.replication_factor, room)
+        ensure_topics(config.client(), [plain])
+        return
+    try:
+        ensure_topics(config.client(), [replace(plain, config={"max.message.bytes": str(limit)})])
+    except TopicsNotCreatedError as refused:
+        cause = refused.failed.get(plain.name)
+        if cause is None or cause.code() not in _LIMIT_REFUSED:
+            raise
+        log.warning("replay topic %s made with the broker's record size limit: max.message.bytes %d refused "
+                    "(%s); copies of larger records are dead-lettered (too-large)",
+                    plain.name, limit, cause.str())  # fmt: skip
+        ensure_topics(config.client(), [plain])
 
 
 def outcome_consumer(config: ServiceConfig, settings: SpoutSettings, group: str) -> dict[str, Any]:
@@ -358,7 +372,7 @@ class Spout:
         self._replay_of = f"{settings.source_topic}/".encode()  # how the origin of this spout's replays starts
         partitions = partition_count(config.client(), settings.source_topic)
         # Looked for first: a principal that may not create topics is refused even for one that exists.
-        ensure_topics(config.client(), [replay_topic_spec(config, settings, partitions)])
+        make_replay_topic(config, settings, partitions)
         self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.replays.subscribe([self._replay_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
 

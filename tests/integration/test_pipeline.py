@@ -551,6 +551,19 @@ def test_a_spout_makes_its_replay_topic_take_the_records_its_source_takes(config
     assert large.flush(30) == 0 and refused == [None]
 
 
+def test_a_replay_topic_beside_a_source_without_a_limit_takes_the_largest_limit_kafka_allows(
+    config: ServiceConfig,
+) -> None:
+    """A source at max.message.bytes 2**31 - 1 (no limit): that plus the headers' room is past what the setting, an
+    int, takes, and the spout did not start (the creation refused)."""
+    source = f"unlimited-{uuid.uuid4().hex[:8]}"
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(source, 1, config={"max.message.bytes": str(2**31 - 1)}),
+                                    TopicSpec(f"{source}.out", 1)])  # fmt: skip
+    Spout(config, SpoutSettings(SPOUT, source, f"{source}.out", group=f"spout-{source}")).close()
+    assert topic_max_bytes(config.client(), config.replay_topic(SPOUT)) == 2**31 - 1
+
+
 def test_a_spout_reset_to_latest_reads_its_replay_topic_from_its_first_record(
     config: ServiceConfig, topics: Topics
 ) -> None:

@@ -142,6 +142,20 @@ def test_a_value_that_is_not_utf8_text_ends_a_command_with_one_line() -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["watermarks", f"g{_LATIN1}"], "argument spout-groups"),  # a traceback from confluent-kafka before
+        (["dlq", "list", "--topic", f"t{_LATIN1}"], "argument topic"),
+    ],
+)
+def test_a_command_argument_that_is_not_utf8_text_is_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    assert main([*argv, "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err == f"acker: {named}: not UTF-8 text (a byte the locale could not decode)\n"
+
+
 def test_an_environment_variable_of_ours_that_names_no_setting_is_said(caplog: pytest.LogCaptureFixture) -> None:
     """ACKER_BOOTSTRAP_SERVER (no S) was ignored without a word: the default servers were used instead."""
     environ = {"ACKER_BOOTSTRAP_SERVER": "h:9092", "ACKER_KAFKA_LINGER_MS": "5", "ACKER_CACHE_DIR": "/c",

@@ -19,6 +19,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
 from acker.errors import ConfigError
+from acker.kafka.clients import TopicsNotCreatedError
 from acker.metrics import LatencyHistogram
 from acker.service import failing_inits
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
@@ -364,3 +365,32 @@ def test_the_spouts_own_failed_outcomes_say_why_and_their_reasons_are_kept_only_
     spout._publish_direct()
     assert spout.producer.kwargs[1]["headers"] == [(fail_reasons.HEADER, b'{"t/0/1": "spout s: ValueError: x"}')]
     assert spout._direct_reasons == {"t/0/9": "another record's"}
+
+
+@pytest.mark.parametrize("code", [KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG])
+def test_a_replay_topic_whose_limit_the_cluster_refuses_is_made_with_the_brokers_default(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    """A cluster that caps max.message.bytes (a policy, a managed service) with the source at the cap: the source's
+    limit plus the headers' room was refused, and the spout did not start, where it started before with the
+    broker's default. Any other refusal is still the spout's error."""
+    made: list[dict[str, str]] = []
+    refusal = [code]
+
+    def ensure(_client: object, specs: list[Any]) -> list[str]:
+        made.append(dict(specs[0].config))
+        if specs[0].config:
+            raise TopicsNotCreatedError({specs[0].name: KafkaError(refusal[0], "capped")}, [])
+        return [specs[0].name]
+
+    monkeypatch.setattr(spout_module, "topic_max_bytes", lambda _client, _topic: 8_000_000)
+    monkeypatch.setattr(spout_module, "ensure_topics", ensure)
+    config, settings = ServiceConfig(), SpoutSettings("s", "src", "out")
+    with caplog.at_level(logging.WARNING, logger="acker.spout"):
+        spout_module.make_replay_topic(config, settings, 3)
+    assert made == [{"max.message.bytes": str(8_000_000 + spout_module.REPLAY_HEADERS_ROOM)}, {}]
+    assert "max.message.bytes 8004096 refused (capped)" in caplog.text
+
+    refusal[0] = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with pytest.raises(TopicsNotCreatedError):
+        spout_module.make_replay_topic(config, settings, 3)
