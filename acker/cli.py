@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 
 from acker import logs
 from acker.argtypes import at_least, share, topic_with_partitions
-from acker.config import ServiceConfig, add_arguments, load
+from acker.config import ServiceConfig, add_arguments, is_text, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError, ConfigError
@@ -603,11 +603,8 @@ def _not_text(args: argparse.Namespace) -> str | None:
     a traceback. The settings are checked by `acker.config.load`, which says where they came from."""
     for name, value in vars(args).items():
         for text in value if isinstance(value, list | tuple) else [value]:
-            if isinstance(text, str) and not text.isascii():
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    return name
+            if isinstance(text, str) and not is_text(text):
+                return name
     return None
 
 

@@ -484,14 +484,22 @@ def _check_text(name: str, value: object, where: str) -> None:
     """`ConfigError` for a name or value that is not text UTF-8 can carry: a byte the locale could not decode (an
     environment variable or an argument in Latin-1), which Python keeps as a lone surrogate. Passed on, librdkafka's
     client could not take it: a stack trace, or the process aborted. The value is not shown: it may be a secret."""
-    for text in (name, value):
-        if isinstance(text, str):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                shown = name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
-                raise ConfigError(f"setting {shown} (from {where}): not UTF-8 text (a byte the locale could not "
-                                  "decode); the value is not shown") from None  # fmt: skip
+    if not (is_text(name) and (not isinstance(value, str) or is_text(value))):
+        shown = name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise ConfigError(f"setting {shown} (from {where}): not UTF-8 text (a byte the locale could not decode); "
+                          "the value is not shown")  # fmt: skip
+
+
+def is_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: not when it holds a byte the locale could not decode (kept by Python as a
+    lone surrogate), which a Kafka client cannot take."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, str]:
