@@ -181,6 +181,14 @@ class OutcomeReader:
         missing = wanted - self.seen.keys()
         assert not missing, f"{len(missing)} trees without an outcome, e.g. {sorted(missing)[:5]}"
 
+    def not_just_acked(self, msg_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Each tree of ``msg_ids`` whose outcomes were not acks alone, and each tree not of them that had one: empty
+        when the trees were all acked and nothing else was decided. (Small where a comparison of every tree's outcomes
+        was thousands of lines of diff, the one difference lost among them.)"""
+        wanted = set(msg_ids)
+        odd = {m: sorted(set(seen)) for m, seen in self.seen.items() if m not in wanted or set(seen) != {"ACK"}}
+        return odd | {m: [] for m in wanted - self.seen.keys()}
+
     def close(self) -> None:
         self.consumer.close()
 

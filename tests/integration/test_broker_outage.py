@@ -48,7 +48,7 @@ def _broker(data_dir: Path, **settings: Any) -> LocalKafkaBroker:
 
 
 class _Writer:
-    """Writes generated sentences to the source topic from a thread, 20 every 50 ms until `finish`, across the
+    """Writes generated sentences to the source topic from a thread, 10 every 50 ms until `finish`, across the
     broker's crash (its producer keeps what it cannot deliver, and delivers it once the broker is back); records
     their ids."""
 
@@ -71,9 +71,9 @@ class _Writer:
     def _run(self) -> None:
         generated = sentences(1_000_000, seed=5)
         while not self.stop.is_set():
-            # 400 a second: 1,000 kept a pipeline of threads of one process behind by more than the acker's timeout
-            # (30 s) on a machine whose two cores had six such tests at once, and some trees timed out.
-            for line in itertools.islice(generated, 20):
+            # 200 a second: more than a pipeline of threads of one process keeps up with on two cores busy with other
+            # tests, what it has not read waits in the topic (the spout's max_pending bounds what is in flight).
+            for line in itertools.islice(generated, 10):
                 self.producer.produce(self.topic, line, on_delivery=self._delivered)
                 self.lines.append(line)
             self.producer.poll(0)
@@ -102,7 +102,12 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
         create_acker_topics(config, [SPOUT])
         create_topics(config.client(), [TopicSpec(t, 2) for t in (topics.sentences, topics.split, topics.words,
                                                                    topics.counts)])  # fmt: skip
-        stages, counts = _pipeline(config, topics)
+        # In flight at most 1,000 trees, not the default 10,000: a spout that lost its partitions in the outage reads
+        # every sentence again from its watermark (none moved here), and with 10,000 trees queued in the stages half
+        # the trees took 16 s on a loaded machine (2.7 s at 1,000), near the acker's timeout (30 s); CI saw trees
+        # decided otherwise than acked. Storm's rule for max.spout.pending: what the topology processes well within
+        # the timeout.
+        stages, counts = _pipeline(config, topics, max_pending=1_000)
         for stage in stages:
             cleanup.callback(stage.stop)  # in the reverse order, each whatever the others do
         reader = OutcomeReader(config, [SPOUT])
@@ -119,7 +124,7 @@ def test_a_broker_killed_mid_flight_loses_no_sentence_and_fails_none(data_dir: P
         time.sleep(2)  # sentences written after the restart too
         writer.finish()
         reader.wait_for(writer.ids, timeout_s=150)
-    assert {m: set(seen) for m, seen in reader.seen.items()} == {m: {"ACK"} for m in writer.ids}
+    assert reader.not_just_acked(writer.ids) == {}
     expected = Counter(word for line in writer.lines for word in line.split())
     assert all(counts[word] >= times for word, times in expected.items()), "a word of an acked sentence not counted"
 
