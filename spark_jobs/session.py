@@ -215,12 +215,16 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     Stopping one also cancels its job group, and Spark 4 warns "Failed to cancel job group" whenever the group has
     no job running, as between micro-batches (apache/spark#45722): that warning is turned off first. So is the query's
     own "terminated with error" and its Java trace (80 lines) for a batch that started after the wait and was
-    interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves).
+    interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves). And a
+    killed task's "Error in TaskCompletionListener ... Block broadcast_0 does not exist" (30 lines), when the stopped
+    query's broadcast is gone before the task ends: Spark's race, after the stop returned; a listener's error in a task
+    not killed fails that task, which Spark reports as it does any task's failure.
     A batch that has not ended `STOP_TIMEOUT` after its interruption is left running, with a warning."""
     queries_logger, was, patience = "org.apache.spark.sql.execution.streaming.MicroBatchExecution", None, "?"
     try:
         patience = str(session.conf.get(STOP_TIMEOUT))
         set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
+        set_log_level(session, "org.apache.spark.TaskContextImpl", "OFF")  # for good: its error comes after the stop
         was = _log_level(session, queries_logger)
         set_log_level(session, queries_logger, "OFF")
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
