@@ -134,7 +134,7 @@ def test_acker_run_with_librdkafkas_debug_lines_serves_its_assignment(config: Se
 
 
 def test_kill_9_with_pending_trees_loses_nothing_and_nacks_nothing_early(config: ServiceConfig, tmp_path: Path) -> None:
-    timeout = 20.0
+    timeout = 30.0  # room for a kill and a second process's start: at 20 s the test was once too slow in CI (20.3 s)
     config = replace(config, timeout_s=timeout, commit_interval_s=0.2)
     create_acker_topics(config)
     ids = IdGenerator(21)
@@ -738,7 +738,9 @@ def test_a_service_that_cannot_create_a_missing_topic_still_serves(config: Servi
     reader = OutcomeReader(config, [SPOUT])
     try:
         send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
-        reader.wait_for([i.msg_id for i in inits])
+        # A child that logs every librdkafka line at DEBUG, its TLS or SASL handshakes and its group's join on two
+        # cores shared with three other tests' brokers and Spark: 60 s were once not enough for it in CI.
+        reader.wait_for([i.msg_id for i in inits], timeout_s=120)
         assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
         assert read_status(config, timeout_s=2) == {}
         created_ms = int(time.time() * 1000)
@@ -780,7 +782,9 @@ def test_a_status_topic_deleted_under_the_service_stops_the_status_not_the_servi
         time.sleep(4)  # the producer learns it is gone, and statuses are due meanwhile (every 0.5 s)
         inits = [Init(ids(), SPOUT, f"src/0/{i}", ids()) for i in range(10)]
         send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
-        reader.wait_for([i.msg_id for i in inits])
+        # A child that logs every librdkafka line at DEBUG, its TLS or SASL handshakes and its group's join on two
+        # cores shared with three other tests' brokers and Spark: 60 s were once not enough for it in CI.
+        reader.wait_for([i.msg_id for i in inits], timeout_s=120)
         assert service.thread.is_alive(), f"the service stopped: {service.error!r}"
         create_topics(config.client(), [TopicSpec(config.status_topic, 1)])
         deadline = time.monotonic() + 30  # looked for again every 10 status intervals
@@ -913,7 +917,9 @@ def test_acker_run_serves_a_secured_broker_and_never_writes_its_secret(
     reader = OutcomeReader(config, [SPOUT])
     try:
         send(config, [*inits, *(Ack(i.anchor, i.value) for i in inits)])
-        reader.wait_for([i.msg_id for i in inits])
+        # A child that logs every librdkafka line at DEBUG, its TLS or SASL handshakes and its group's join on two
+        # cores shared with three other tests' brokers and Spark: 60 s were once not enough for it in CI.
+        reader.wait_for([i.msg_id for i in inits], timeout_s=120)
     finally:
         reader.close()
         assert service.stop() == 0
