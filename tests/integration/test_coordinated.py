@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[att
 
 from acker.config import ServiceConfig, to_argv
 from acker.coordinated import RequestState
-from acker.drpc import DrpcClient, DrpcError
+from acker.drpc import GRACE_S, DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.kafka import coordinated_stage
 from acker.kafka.clients import end_offsets, produce, read_to
@@ -343,7 +343,9 @@ def test_failures_answer_failed_a_request_nothing_answers_ends_at_its_deadline_b
         began = time.monotonic()
         late = _ask(config, chain, [working_url], deadline_s=3)[working_url]
         assert isinstance(late, DrpcError) and "got no answer before its deadline" in str(late)
-        assert time.monotonic() - began < 3 + 5 + 2
+        # The deadline and the grace (`drpc.GRACE_S`), and room for the client's start and close on a busy machine
+        # (a group's join and leave): a wait for ever, or for the 60 s of the other requests, is what this catches.
+        assert time.monotonic() - began < 3 + GRACE_S + 15
     finally:
         for stage in stages:
             stage.stop()
