@@ -571,10 +571,9 @@ def _settings(args: argparse.Namespace) -> ServiceConfig | None:
         quiet.disabled = was
 
 
-def _servers(args: argparse.Namespace) -> str:
-    """The bootstrap servers the command was given, however it was (a flag, the environment, a file); a command
-    without the shared settings (the demo) only by its own flag."""
-    config = _settings(args)
+def _servers(args: argparse.Namespace, config: ServiceConfig | None) -> str:
+    """The bootstrap servers the command was given, however it was (a flag, the environment, a file: ``config``, its
+    `_settings`); a command without the shared settings (the demo) only by its own flag."""
     return (
         config.bootstrap_servers
         if config
@@ -627,17 +626,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = _settings(args)
         text = config.hide_secrets(text) if config else text  # librdkafka quotes a setting it cannot parse
         if cause is not None and cause.code() in NO_ANSWER:  # as `acker run` says it
-            print(f"acker: {DID_NOT_ANSWER} ({text}): is it running, and reachable at {_servers(args)}?",
+            print(f"acker: {DID_NOT_ANSWER} ({text}): is it running, and reachable at {_servers(args, config)}?",
                   file=sys.stderr)  # fmt: skip
         elif cause is not None and cause.code() in REFUSED_LOGIN:
-            print(f"acker: Kafka at {_servers(args)} refused the login ({text}): check the security settings "
+            print(f"acker: Kafka at {_servers(args, config)} refused the login ({text}): check the security settings "
                   "(--kafka security.protocol=..., sasl.*, ssl.*)", file=sys.stderr)  # fmt: skip
         else:
             print(f"acker: Kafka client: {text}", file=sys.stderr)
         return 2
     except TimeoutError as error:  # a Kafka admin request's future (it carries no message), or records not delivered
         what = f" ({error})" if str(error) else ""
-        where = _servers(args)
+        where = _servers(args, _settings(args))
         print(f"acker: {DID_NOT_ANSWER} in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # said in a line, then died of SIGINT as Python does: a shell's loop stops there too

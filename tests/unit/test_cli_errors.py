@@ -382,7 +382,7 @@ def test_the_servers_named_in_an_error_are_read_without_saying_ignored_settings_
     monkeypatch.setenv("ACKER_TIMOUT_S", "5")
     args = cli.build_parser().parse_args(["status", "--bootstrap-servers", "h:9092"])
     with caplog.at_level(logging.WARNING, logger="acker.config"):
-        assert cli._servers(args) == "h:9092"
+        assert cli._servers(args, cli._settings(args)) == "h:9092"
     assert not caplog.records and not logging.getLogger("acker.config").disabled
 
 
