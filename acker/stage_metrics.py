@@ -92,7 +92,7 @@ STEP_EVENTS: tuple[str, ...] = (
     "dead_letters",
     "late",  # reports for requests already decided
     "assigned",  # tasks taken over
-    "started_over",  # batches aborted as the group moved on, their tasks restored
+    "started_over",  # batches aborted (the group moved on, or the transaction failed), their tasks restored
 )
 
 

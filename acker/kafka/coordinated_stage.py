@@ -85,6 +85,11 @@ GROUP_MOVED = frozenset({
     KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID,
     KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH,
 })  # fmt: skip
+# A batch whose transaction librdkafka wants aborted (`_doomed`: a record the broker refused, a producer epoch to bump
+# after a lost sequence) is aborted and its tasks start again from their last commit, as after `GROUP_MOVED`: the
+# producer takes new transactions after the abort. Up to this many batches in a row; one more fails again for a
+# cause that stays (a topic the process may not write to), and the process stops rather than loop on it.
+ABORTABLE_START_OVERS = 5
 # Bytes of a request id, at most: it is in every record of its request and keys its state. A longer one is
 # dead-lettered: its done marker, which must be saved, could be too large for the changelog (the batch aborted at
 # every restart), and its records' headers would eat the margin left for them.
@@ -176,7 +181,7 @@ class CoordinatedStage:
         self.tasks: dict[int, TaskState] = {}
         self.counters: dict[str, int] = {
             "processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0,
-            "assigned": 0, "started_over": 0,  # tasks restored when assigned; batches aborted as the group moved on
+            "assigned": 0, "started_over": 0,  # tasks restored when assigned; batches aborted and started again
         }  # fmt: skip
         self._touched: dict[tuple[int, str], RequestState | None] = {}
         self._round_robin = 0
@@ -218,6 +223,7 @@ class CoordinatedStage:
                                                   **fitted_batch_size(config.client(), self.output, self.changelog,
                                                                       self.dlq)}))  # fmt: skip
         self._broken = False  # a batch's transaction was aborted: this object's state is the batch's, not committed
+        self._abortable_in_row = 0  # batches started over in a row for an abortable error (`ABORTABLE_START_OVERS`)
         self._fencing_retry_at = 0.0  # when `_owned_offsets` may ask for the committed offsets again
         self.producer.init_transactions(30)
         self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
@@ -236,8 +242,8 @@ class CoordinatedStage:
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline.
         `CoordinationError` after a batch's transaction was aborted: the process must start again (its state, in
-        memory, is the aborted batch's); but for a batch the group moved on under (`GROUP_MOVED`), whose tasks start
-        again from their last commit here."""
+        memory, is the aborted batch's); but for a batch the group moved on under (`GROUP_MOVED`) or whose transaction
+        librdkafka wants aborted (`_doomed`), whose tasks start again from their last commit here."""
         if self._broken:
             raise CoordinationError(f"step {self.index}: a batch's transaction was aborted: restart the process")
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
@@ -288,14 +294,16 @@ class CoordinatedStage:
         except BaseException as error:
             failure = error
         else:
+            self._abortable_in_row = 0
             return len(records)
         # Out of the except block (`acker.kafka.clients`): the abort, and the start over that goes on, ask Kafka.
         return self._aborted(failure, changed, read, counted)
 
     def _aborted(self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int]) -> int:
         """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
-        (then the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their
-        committed offsets; ``counted``: the counters as they were before the batch)."""
+        or librdkafka wants the transaction aborted (`_doomed`, up to `ABORTABLE_START_OVERS` batches in a row): then
+        the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their committed
+        offsets (``counted``: the counters as they were before the batch)."""
         # Nothing of the batch is visible; this process stops, and the partitions' next owner (a restart, or another
         # process of the step) reloads the committed state and goes on from the committed offsets.
         self._broken = True
@@ -305,10 +313,16 @@ class CoordinatedStage:
             log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
             raise failure from None
         cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
-        if cause is None or cause.code() not in GROUP_MOVED:
+        if cause is not None and cause.code() in GROUP_MOVED:
+            log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
+                        "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
+        elif _doomed(failure) and self._abortable_in_row < ABORTABLE_START_OVERS:
+            self._abortable_in_row += 1
+            log.warning("step %d: the batch's transaction cannot commit (%s): it is aborted, and its tasks %s start "
+                        "again from their last commit (%d of %d batches in a row)", self.index, failure,
+                        sorted(changed), self._abortable_in_row, ABORTABLE_START_OVERS)  # fmt: skip
+        else:
             raise failure
-        log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s start "
-                    "again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
         with after_failure(failure):
             self._start_over(changed, read)
         self.counters.update(counted, started_over=counted["started_over"] + 1)
@@ -388,6 +402,8 @@ class CoordinatedStage:
             try:
                 self.step.execute(self._request(partition, state), record.value(), record.key(), self._emit(state))
             except Exception as error:
+                if _doomed(error):  # an emit the producer refused as the transaction must abort: the batch's failure
+                    raise
                 _request_log.warning("request %s failed at task %d: %r", request, partition, error)
                 ok = False
             task.processed(state, ok=ok)
@@ -402,6 +418,8 @@ class CoordinatedStage:
             try:
                 self.step.finished(self._request(partition, state), self._emit(state))
             except Exception as error:
+                if _doomed(error):
+                    raise
                 _request_log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
                 state.failed = True
         headers = _request_headers(state)
@@ -634,6 +652,14 @@ class CoordinatedStage:
                     task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
         task.reschedule()
         return task
+
+
+def _doomed(error: BaseException) -> bool:
+    """Whether ``error`` says the batch's transaction cannot commit and must be aborted: an abortable error (a
+    commit's, or an offsets' send), or a record refused with ``_STATE``, as librdkafka refuses every record once the
+    transaction has failed (a record the broker refused before it, say). Not a fatal error: the producer is done."""
+    cause = kafka_error(error) if isinstance(error, KafkaException) else None
+    return cause is not None and not cause.fatal() and (cause.txn_requires_abort() or cause.code() == KafkaError._STATE)
 
 
 def _refused(

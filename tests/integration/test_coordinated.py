@@ -23,7 +23,7 @@ from acker.coordinated import RequestState
 from acker.drpc import GRACE_S, DrpcClient, DrpcError
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.kafka import coordinated_stage
-from acker.kafka.clients import end_offsets, produce, read_to
+from acker.kafka.clients import TopicSpec, create_topics, end_offsets, produce, read_to
 from acker.kafka.coordinated_stage import (
     DEADLINE,
     REPORT,
@@ -184,6 +184,50 @@ def test_a_batch_the_group_moved_on_under_starts_its_tasks_again_and_the_step_go
     assert refusing.refused == 1 and stages[2].counters["started_over"] == 1
     assert answers == {url: GRAPH.reach(url) for url in urls}
     # The aborted batch's records, read again, are counted once: as many as the step's input holds.
+    assert stages[2].counters["processed"] == _data_messages(config, chain, 2)
+
+
+class _BrokerRefusesOne:
+    """A stage's producer that puts one record the broker refuses (too large for ``small``) in the transaction of its
+    first record, and waits for the refusal: librdkafka then wants the transaction aborted, and refuses the batch's
+    next record with ``_STATE`` (the failure seen in CI after a lost sequence, the producer's epoch to bump)."""
+
+    def __init__(self, producer: Producer, small: str) -> None:
+        self.producer, self.small, self.refusals = producer, small, list[KafkaError | None]()
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        if not self.refusals:
+            self.producer.produce(self.small, b"x" * 4096, on_delivery=lambda error, _: self.refusals.append(error))
+            deadline = time.monotonic() + 30
+            while not self.refusals and time.monotonic() < deadline:
+                self.producer.poll(0.1)
+        self.producer.produce(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+
+def test_a_batch_whose_transaction_failed_starts_its_tasks_again_and_the_step_goes_on(
+    config: ServiceConfig, chain: Chain
+) -> None:
+    """The broker refused a record of step 2's batch: librdkafka refused the batch's next record (``_STATE``), and
+    the process stopped, though its producer takes new transactions once the failed one is aborted. The batch starts
+    again from the last commit; every answer is exact, nothing of the aborted batch counted twice."""
+    small = f"{chain.name}.small"
+    create_topics(config.client(), [TopicSpec(small, 1, config.replication_factor, {"max.message.bytes": "1024"})])
+    stages = [CoordinatedStage(config, chain, i, step) for i, step in enumerate(steps(GRAPH))]
+    refusing = _BrokerRefusesOne(stages[2].producer, small)
+    stages[2].producer = refusing  # type: ignore[assignment]
+    running = [Running(stage) for stage in stages]
+    urls = sorted(GRAPH.tweeted_by)
+    try:
+        answers = _ask(config, chain, urls)
+    finally:
+        for stage in reversed(running):
+            stage.stop()
+    assert [error.code() if error else None for error in refusing.refusals] == [KafkaError.MSG_SIZE_TOO_LARGE]
+    assert stages[2].counters["started_over"] == 1
+    assert answers == {url: GRAPH.reach(url) for url in urls}
     assert stages[2].counters["processed"] == _data_messages(config, chain, 2)
 
 

@@ -19,6 +19,7 @@ from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
 from acker.kafka.client_log import RepeatFilter
 from acker.kafka.coordinated_stage import (
+    ABORTABLE_START_OVERS,
     DEADLINE,
     REPORT,
     REQUEST,
@@ -47,7 +48,8 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage.input, stage.output = stage.chain.topic(1), stage.chain.results
     stage.changelog, stage.dlq = f"{stage.input}.state", f"{stage.input}.dlq"
     stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
-    stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0}
+    stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0, "assigned": 0,
+                      "started_over": 0}  # fmt: skip
     stage._touched, stage.producer = {}, _Producer()  # type: ignore[assignment]
     stage.max_record = stage.max_dead_letter = 1_000_000 - 1024
     stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
@@ -209,9 +211,10 @@ def test_the_last_step_answers_failed_for_a_failure_found_upstream_at_the_deadli
 
 
 class _Transactions(_Producer):
-    """A transactional producer that records its calls; ``commit_errors`` are raised by the commits, in turn."""
+    """A transactional producer that records its calls; ``commit_errors`` are raised by the commits, in turn (None:
+    that commit succeeds)."""
 
-    def __init__(self, *commit_errors: KafkaError) -> None:
+    def __init__(self, *commit_errors: KafkaError | None) -> None:
         super().__init__()
         self.calls: list[str] = []
         self.commit_errors = list(commit_errors)
@@ -224,8 +227,9 @@ class _Transactions(_Producer):
 
     def commit_transaction(self, _timeout: float) -> None:
         self.calls.append("commit")
-        if self.commit_errors:
-            raise KafkaException(self.commit_errors.pop(0))
+        error = self.commit_errors.pop(0) if self.commit_errors else None
+        if error is not None:
+            raise KafkaException(error)
 
     def abort_transaction(self, _timeout: float) -> None:
         self.calls.append("abort")
@@ -256,7 +260,7 @@ def _expiring(producer: _Transactions, position: int = 5) -> CoordinatedStage:
     stage = _last_step(_Answer(b"x"))
     stage.producer, stage.consumer = producer, _Consumer(position)  # type: ignore[assignment]
     stage._broken, stage._next_count_check, stage._batch_s = False, float("inf"), 10.0
-    stage._fencing_retry_at = 0.0
+    stage._fencing_retry_at, stage._abortable_in_row = 0.0, 0
     stage.tasks[0].request("late", int(time.time() * 1000) - 1, 0)
     return stage
 
@@ -274,13 +278,87 @@ def test_a_commit_that_failed_retriably_is_tried_again() -> None:
 def test_after_an_aborted_batch_the_stage_refuses_to_go_on() -> None:
     """After an abort the stage's memory held the batch's changes (done markers, counts) and its consumer had moved
     past the batch: a caller that polled again skipped the batch's records for good."""
-    producer = _Transactions(KafkaError(KafkaError.INVALID_TXN_STATE, "no", txn_requires_abort=True))
+    producer = _Transactions(KafkaError(KafkaError.INVALID_TXN_STATE, "no"))
     stage = _expiring(producer)
     with pytest.raises(KafkaException):
         stage.poll(0)
     assert producer.calls[-1] == "abort"
     with pytest.raises(CoordinationError, match="restart the process"):
         stage.poll(0)
+
+
+_ABORTABLE = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "requires epoch bump", txn_requires_abort=True)
+
+
+def _restoring(stage: CoordinatedStage) -> list[int]:
+    """The stage's tasks restored from their changelogs as ``stage`` holds them now (committed); the partitions
+    restored, in turn."""
+    committed = {p: {r: state.to_json() for r, state in task.requests.items()} for p, task in stage.tasks.items()}
+    restored: list[int] = []
+
+    def restore(partition: int) -> TaskState:
+        restored.append(partition)
+        task = TaskState(first=False, tasks=1, next_tasks=1)
+        for request, state in committed[partition].items():
+            task.requests[request] = RequestState.from_json(state)  # scheduled as `_restore` does
+        return task
+
+    stage._restore = restore  # type: ignore[method-assign]
+    return restored
+
+
+def test_a_batch_whose_transaction_must_be_aborted_starts_again_from_the_last_commit() -> None:
+    """librdkafka wanted a batch's transaction aborted (a lost sequence, the producer's epoch to bump; in CI after a
+    rebalance): the abort went through and the process stopped all the same, though the producer takes new
+    transactions after it. The request expired in the aborted batch is failed once, by the next batch."""
+    producer = _Transactions(_ABORTABLE)
+    stage = _expiring(producer)
+    restored = _restoring(stage)
+    assert stage.poll(0) == 0
+    assert producer.calls == ["begin", "offsets [(0, 5)]", "commit", "abort"] and restored == [0]
+    assert not stage.tasks[0].requests["late"].done and stage.counters["failed"] == 0
+    assert stage.counters["started_over"] == 1
+    stage.poll(0)
+    assert producer.calls[4:] == ["begin", "offsets [(0, 5)]", "commit"]
+    failed = stage.tasks[0].requests["late"]
+    assert failed.done and stage.counters["failed"] == 1
+
+
+def test_a_transaction_that_keeps_failing_stops_the_process_after_a_few_batches() -> None:
+    """A cause that stays (a topic the process may not write to) would abort and start over for ever. A committed
+    batch between two failures starts the count again."""
+    producer = _Transactions(_ABORTABLE, None, *[_ABORTABLE] * (ABORTABLE_START_OVERS + 1))
+    stage = _expiring(producer)
+    _restoring(stage)
+    assert stage.poll(0) == 0 and stage.poll(0) == 0  # started over, then committed
+    stage.tasks[0].request("later", int(time.time() * 1000) - 1, 0)  # another request to expire, as committed
+    _restoring(stage)
+    for _ in range(ABORTABLE_START_OVERS):
+        assert stage.poll(0) == 0
+    with pytest.raises(KafkaException, match="epoch bump"):
+        stage.poll(0)
+    assert stage.counters["started_over"] == 1 + ABORTABLE_START_OVERS
+    with pytest.raises(CoordinationError, match="restart the process"):
+        stage.poll(0)
+
+
+class _Refusing(_Transactions):
+    """Refuses every record as librdkafka does once a transaction failed: ``_STATE``."""
+
+    def produce(self, *_: Any, **__: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "Local: Erroneous state"))
+
+
+def test_an_emit_refused_because_the_transaction_failed_fails_the_batch_not_the_request() -> None:
+    """The step's emit raised ``_STATE`` and the request was failed (its failure logged as the step's) in a batch
+    that could not commit anyway: the request's failure is the batch's, which starts again."""
+    stage = _last_step(_Follower())
+    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage.producer = _Refusing()  # type: ignore[assignment]
+    with pytest.raises(KafkaException, match="Erroneous state"):
+        _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
+    assert stage.counters["processed"] == 0 and not stage.tasks[0].requests["r"].failed
 
 
 def test_expiries_wait_for_offsets_that_check_the_group_generation() -> None:
