@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -40,6 +40,7 @@ from acker.kafka.coordinated_stage import (
 from tests.integration.helpers import Running
 
 GRAPH = Graph.generate()
+_Wrapped = TypeVar("_Wrapped")  # a stage's producer, wrapped by a test
 
 
 class Recorded:
@@ -171,9 +172,16 @@ def test_a_batch_the_group_moved_on_under_starts_its_tasks_again_and_the_step_go
     """Step 2's first batch is refused its offsets as a rebalance's would be (its tasks' distinct followers already
     counted in memory): the process stopped (`CoordinationError`), where the tasks it has may start again from their
     last commit. Every answer is exact: nothing of the aborted batch is counted twice."""
+    refusing = _started_over_once(config, chain, _RefusedOnce)
+    assert refusing.refused == 1
+
+
+def _started_over_once(config: ServiceConfig, chain: Chain, wrap: Callable[[Producer], _Wrapped]) -> _Wrapped:
+    """Every request asked of the chain, step 2's producer wrapped by ``wrap`` (returned): one batch of step 2 is
+    aborted and started over, and every answer is exact."""
     stages = [CoordinatedStage(config, chain, i, step) for i, step in enumerate(steps(GRAPH))]
-    refusing = _RefusedOnce(stages[2].producer)
-    stages[2].producer = refusing  # type: ignore[assignment]
+    wrapped = wrap(stages[2].producer)
+    stages[2].producer = wrapped  # type: ignore[assignment]
     running = [Running(stage) for stage in stages]
     urls = sorted(GRAPH.tweeted_by)
     try:
@@ -181,10 +189,11 @@ def test_a_batch_the_group_moved_on_under_starts_its_tasks_again_and_the_step_go
     finally:
         for stage in reversed(running):
             stage.stop()
-    assert refusing.refused == 1 and stages[2].counters["started_over"] == 1
+    assert stages[2].counters["started_over"] == 1
     assert answers == {url: GRAPH.reach(url) for url in urls}
     # The aborted batch's records, read again, are counted once: as many as the step's input holds.
     assert stages[2].counters["processed"] == _data_messages(config, chain, 2)
+    return wrapped
 
 
 class _BrokerRefusesOne:
@@ -215,20 +224,8 @@ def test_a_batch_whose_transaction_failed_starts_its_tasks_again_and_the_step_go
     again from the last commit; every answer is exact, nothing of the aborted batch counted twice."""
     small = f"{chain.name}.small"
     create_topics(config.client(), [TopicSpec(small, 1, config.replication_factor, {"max.message.bytes": "1024"})])
-    stages = [CoordinatedStage(config, chain, i, step) for i, step in enumerate(steps(GRAPH))]
-    refusing = _BrokerRefusesOne(stages[2].producer, small)
-    stages[2].producer = refusing  # type: ignore[assignment]
-    running = [Running(stage) for stage in stages]
-    urls = sorted(GRAPH.tweeted_by)
-    try:
-        answers = _ask(config, chain, urls)
-    finally:
-        for stage in reversed(running):
-            stage.stop()
+    refusing = _started_over_once(config, chain, lambda producer: _BrokerRefusesOne(producer, small))
     assert [error.code() if error else None for error in refusing.refusals] == [KafkaError.MSG_SIZE_TOO_LARGE]
-    assert stages[2].counters["started_over"] == 1
-    assert answers == {url: GRAPH.reach(url) for url in urls}
-    assert stages[2].counters["processed"] == _data_messages(config, chain, 2)
 
 
 def _data_messages(config: ServiceConfig, chain: Chain, index: int) -> int:
