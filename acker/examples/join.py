@@ -131,12 +131,12 @@ class Join:
                 self.waiting.setdefault((key, side), []).append(message)  # held, with its copies, for the partner
             return
         values = {PARTNER[side]: others[0].value, side: message.value}
-        # Before anything changes: a side that cannot be merged (not a JSON object) fails this input only (the bolt
-        # fails an input its function raises on); its partner stays held, and no pair is remembered.
-        merged = _merged(values)
+        # Before anything changes: a side that cannot be merged (not a JSON object), or a joined message the emit
+        # refuses, fails this input only (the bolt fails an input its function raises on); its partner stays held
+        # (for this side's replay, or failed after ``hold_s``), and no pair is remembered.
+        self._emit(key, _merged(values), [*others, message], collector)
         del self.waiting[(key, PARTNER[side])]
         self.joined[key] = (now_ms, values)
-        self._emit(key, merged, [*others, message], collector)
 
     def tick(self, collector: Outputs) -> None:
         """The bolt's ``on_tick``: every side held is looked at (a side may have arrived after a fresher one, from a

@@ -237,6 +237,29 @@ def test_a_side_that_cannot_be_merged_fails_its_input_only_and_its_partner_stays
     assert collector.calls == [("emit", ({"order": "o1", "amount": 30, "paid": 30}, [0, 2])), ("ack", 0), ("ack", 2)]
 
 
+class Refusing(Recorder):
+    """A collector whose first emit raises, as the bolt's does for a joined message it cannot send."""
+
+    def emit(self, topic: str, value: bytes | None, key: bytes | None = None, *, anchors: Sequence[BoltInput]) -> None:
+        if not any(call[0] == "refused" for call in self.calls):
+            self.calls.append(("refused", [a.offset for a in anchors]))
+            raise ValueError("refused")
+        super().emit(topic, value, key, anchors=anchors)
+
+
+def test_a_joined_message_the_emit_refuses_fails_its_input_only_and_its_partner_stays_held() -> None:
+    """The order was taken off the held sides before the emit raised: settled by nobody, its tree timed out (30 s),
+    where the payment's replay could join it at once."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Refusing()
+    join(message(0, b"order", ORDER), collector)
+    with pytest.raises(ValueError, match="refused"):
+        join(message(1, b"payment", PAYMENT), collector)
+    assert (b"o1", b"order") in join.waiting and b"o1" not in join.joined
+    join(message(2, b"payment", PAYMENT), collector)  # the payment's replay
+    assert collector.calls == [("refused", [0, 1]), ("emit", ({"order": "o1", "amount": 30, "paid": 30}, [0, 2])),
+                               ("ack", 0), ("ack", 2)]  # fmt: skip
+
+
 def test_a_side_held_too_long_is_failed_at_a_tick_while_no_message_comes() -> None:
     """On a quiet input the housekeeping at each message never ran: the side waited until its tree timed out at the
     acker, nacked ``timeout`` without a reason. The bolt's tick fails it once held ``hold_s``, saying why."""
