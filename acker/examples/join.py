@@ -132,8 +132,10 @@ class Join:
             return
         values = {PARTNER[side]: others[0].value, side: message.value}
         # Before anything changes: a side that cannot be merged (not a JSON object), or a joined message the emit
-        # refuses, fails this input only (the bolt fails an input its function raises on); its partner stays held
-        # (for this side's replay, or failed after ``hold_s``), and no pair is remembered.
+        # refuses, fails this input (the bolt fails an input its function raises on); its partner stays held, for
+        # this side's replay or failed after ``hold_s``, and no pair is remembered. (A refusal after the emit took
+        # its anchors, a record the producer cannot take, fails the partner's tree too: it is replayed, and a fail or
+        # ack of the copy held reaches a tree that is done.)
         self._emit(key, _merged(values), [*others, message], collector)
         del self.waiting[(key, PARTNER[side])]
         self.joined[key] = (now_ms, values)

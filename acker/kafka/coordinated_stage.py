@@ -185,6 +185,9 @@ class CoordinatedStage:
         }  # fmt: skip
         self._touched: dict[tuple[int, str], RequestState | None] = {}
         self._round_robin = 0
+        # The batch's emit that the producer refused as its transaction had failed (`_doomed`): what the step's code
+        # raises after it fails the batch, not the request, whatever it made of the error. Cleared at each batch.
+        self._refused_emit: KafkaException | None = None
         # Cooperative rebalancing: a process joining or leaving the step moves only the partitions that change owner;
         # the others keep their tasks (in memory, as committed: every batch's transaction is committed before the
         # next consume, or its tasks start again from their last commit) instead of reading their changelogs again.
@@ -266,6 +269,7 @@ class CoordinatedStage:
         read = {record.partition() or 0 for record in records}
         changed = set(read)  # the tasks the batch may change (a superset)
         counted = dict(self.counters)  # as they were: a batch aborted and read again is counted once
+        self._refused_emit = None
         self.producer.begin_transaction()
         try:
             for i, record in enumerate(records):
@@ -294,7 +298,8 @@ class CoordinatedStage:
         except BaseException as error:
             failure = error
         else:
-            self._abortable_in_row = 0
+            if records:  # not a transaction of expiries only, which may come between two failures of the same records
+                self._abortable_in_row = 0
             return len(records)
         # Out of the except block (`acker.kafka.clients`): the abort, and the start over that goes on, ask Kafka.
         return self._aborted(failure, changed, read, counted)
@@ -402,8 +407,7 @@ class CoordinatedStage:
             try:
                 self.step.execute(self._request(partition, state), record.value(), record.key(), self._emit(state))
             except Exception as error:
-                if _doomed(error):  # an emit the producer refused as the transaction must abort: the batch's failure
-                    raise
+                self._raise_refused_emit(error)
                 _request_log.warning("request %s failed at task %d: %r", request, partition, error)
                 ok = False
             task.processed(state, ok=ok)
@@ -418,8 +422,7 @@ class CoordinatedStage:
             try:
                 self.step.finished(self._request(partition, state), self._emit(state))
             except Exception as error:
-                if _doomed(error):
-                    raise
+                self._raise_refused_emit(error)
                 _request_log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
                 state.failed = True
         headers = _request_headers(state)
@@ -439,6 +442,15 @@ class CoordinatedStage:
                         headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
         self._touched[(partition, state.request)] = state  # now a done marker, until the deadline
         self.counters["failed" if state.failed else "finished"] += 1
+
+    def _raise_refused_emit(self, error: Exception) -> None:
+        """The step's code raised ``error``: if an emit of it was refused as the transaction had failed, the batch
+        fails (with the refusal), not the request. Else the request fails: also for a Kafka error of the step's own
+        clients, which this producer's transaction has nothing to do with."""
+        if self._refused_emit is error:
+            raise error
+        if self._refused_emit is not None:
+            raise self._refused_emit from error
 
     def _request(self, partition: int, state: RequestState) -> Request:
         return Request(state.request, partition, state.user)
@@ -467,7 +479,12 @@ class CoordinatedStage:
                 partition = zlib.crc32(key) % self.next_count
             else:
                 partition, self._round_robin = self._round_robin % self.next_count, self._round_robin + 1
-            produce(self.producer, self.output, value, key=key, partition=partition, headers=headers)
+            try:
+                produce(self.producer, self.output, value, key=key, partition=partition, headers=headers)
+            except KafkaException as error:
+                if _doomed(error):
+                    self._refused_emit = error
+                raise
             state.count_sent(partition)
 
         return emit

@@ -203,14 +203,21 @@ class _BrokerRefusesOne:
 
     def __init__(self, producer: Producer, small: str) -> None:
         self.producer, self.small, self.refusals = producer, small, list[KafkaError | None]()
+        self.next: KafkaError | None = None  # what the produce after the refusal raised
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
-        if not self.refusals:
-            self.producer.produce(self.small, b"x" * 4096, on_delivery=lambda error, _: self.refusals.append(error))
-            deadline = time.monotonic() + 30
-            while not self.refusals and time.monotonic() < deadline:
-                self.producer.poll(0.1)
-        self.producer.produce(*args, **kwargs)
+        if self.refusals:
+            self.producer.produce(*args, **kwargs)
+            return
+        self.producer.produce(self.small, b"x" * 4096, on_delivery=lambda error, _: self.refusals.append(error))
+        deadline = time.monotonic() + 30
+        while not self.refusals and time.monotonic() < deadline:
+            self.producer.poll(0.1)
+        try:
+            self.producer.produce(*args, **kwargs)
+        except KafkaException as error:
+            self.next = error.args[0]
+            raise
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.producer, name)
@@ -226,6 +233,7 @@ def test_a_batch_whose_transaction_failed_starts_its_tasks_again_and_the_step_go
     create_topics(config.client(), [TopicSpec(small, 1, config.replication_factor, {"max.message.bytes": "1024"})])
     refusing = _started_over_once(config, chain, lambda producer: _BrokerRefusesOne(producer, small))
     assert [error.code() if error else None for error in refusing.refusals] == [KafkaError.MSG_SIZE_TOO_LARGE]
+    assert refusing.next is not None and refusing.next.code() == KafkaError._STATE
 
 
 def _data_messages(config: ServiceConfig, chain: Chain, index: int) -> int:

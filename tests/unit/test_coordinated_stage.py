@@ -50,7 +50,7 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
     stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0, "assigned": 0,
                       "started_over": 0}  # fmt: skip
-    stage._touched, stage.producer = {}, _Producer()  # type: ignore[assignment]
+    stage._touched, stage.producer, stage._refused_emit = {}, _Producer(), None  # type: ignore[assignment]
     stage.max_record = stage.max_dead_letter = 1_000_000 - 1024
     stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
     return stage
@@ -275,10 +275,16 @@ def test_a_commit_that_failed_retriably_is_tried_again() -> None:
     assert [r["headers"][-1] for r in _out(stage, "c.results")] == [(STATUS, b"failed")]  # the expired request
 
 
-def test_after_an_aborted_batch_the_stage_refuses_to_go_on() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [KafkaError(KafkaError.INVALID_TXN_STATE, "no"),
+     KafkaError(KafkaError._FENCED, "fenced", fatal=True, txn_requires_abort=True)],  # fatal: the producer is done
+    ids=["not-abortable", "fatal"],
+)  # fmt: skip
+def test_after_an_aborted_batch_the_stage_refuses_to_go_on(error: KafkaError) -> None:
     """After an abort the stage's memory held the batch's changes (done markers, counts) and its consumer had moved
     past the batch: a caller that polled again skipped the batch's records for good."""
-    producer = _Transactions(KafkaError(KafkaError.INVALID_TXN_STATE, "no"))
+    producer = _Transactions(error)
     stage = _expiring(producer)
     with pytest.raises(KafkaException):
         stage.poll(0)
@@ -325,19 +331,19 @@ def test_a_batch_whose_transaction_must_be_aborted_starts_again_from_the_last_co
 
 
 def test_a_transaction_that_keeps_failing_stops_the_process_after_a_few_batches() -> None:
-    """A cause that stays (a topic the process may not write to) would abort and start over for ever. A committed
-    batch between two failures starts the count again."""
-    producer = _Transactions(_ABORTABLE, None, *[_ABORTABLE] * (ABORTABLE_START_OVERS + 1))
+    """A cause that stays (a topic the process may not write to) would abort and start over for ever. A transaction
+    of expiries only, which may come between two tries of the same records, does not start the count again."""
+    producer = _Transactions(_ABORTABLE, None, *[_ABORTABLE] * ABORTABLE_START_OVERS)
     stage = _expiring(producer)
     _restoring(stage)
     assert stage.poll(0) == 0 and stage.poll(0) == 0  # started over, then committed
     stage.tasks[0].request("later", int(time.time() * 1000) - 1, 0)  # another request to expire, as committed
     _restoring(stage)
-    for _ in range(ABORTABLE_START_OVERS):
+    for _ in range(ABORTABLE_START_OVERS - 1):
         assert stage.poll(0) == 0
     with pytest.raises(KafkaException, match="epoch bump"):
         stage.poll(0)
-    assert stage.counters["started_over"] == 1 + ABORTABLE_START_OVERS
+    assert stage.counters["started_over"] == ABORTABLE_START_OVERS
     with pytest.raises(CoordinationError, match="restart the process"):
         stage.poll(0)
 
@@ -359,6 +365,42 @@ def test_an_emit_refused_because_the_transaction_failed_fails_the_batch_not_the_
     with pytest.raises(KafkaException, match="Erroneous state"):
         _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
     assert stage.counters["processed"] == 0 and not stage.tasks[0].requests["r"].failed
+
+
+class _EmitsWhenFinished:
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        pass
+
+    def finished(self, request: Request, emit: Emit) -> None:
+        emit(b"summary")
+
+
+def test_an_emit_refused_in_finished_fails_the_batch_not_the_request() -> None:
+    stage = _last_step(_EmitsWhenFinished())
+    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage.producer = _Refusing()  # type: ignore[assignment]
+    state = stage.tasks[0].request("r", int(time.time() * 1000) + 60_000, 0)
+    assert state is not None
+    with pytest.raises(KafkaException, match="Erroneous state"):
+        stage._finish(0, state)
+    assert not state.failed and stage.counters["failed"] == 0
+
+
+class _OwnClient(_EmitsWhenFinished):
+    """A step whose own Kafka client (not the stage's producer) raises."""
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "its own consumer's seek"))
+
+
+def test_a_kafka_error_of_the_steps_own_client_fails_the_request_not_the_batch() -> None:
+    """Taken for the transaction's, it aborted the batch at every try of the record, and stopped the process."""
+    stage = _last_step(_OwnClient())
+    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
+    assert stage.counters["processed"] == 1 and stage.tasks[0].requests["r"].failed
 
 
 def test_expiries_wait_for_offsets_that_check_the_group_generation() -> None:
@@ -417,6 +459,33 @@ def test_a_record_whose_headers_cannot_be_read_is_dead_lettered_by_a_step_behind
     assert len(letters) == 1 and stage.counters["dead_letters"] == 1
     assert b"unreadable headers" in dict(letters[0]["headers"])["acker.dlq.reason"]
     assert producer.calls == ["begin", "offsets [(0, 8)]", "commit"]
+
+
+class _Rewinding(_Reading):
+    """Also knows the committed offsets (those of partition 0: 8), and records its seeks."""
+
+    def __init__(self, records: list[Message]) -> None:
+        super().__init__(records)
+        self.seeks: list[tuple[int, int]] = []
+
+    def committed(self, partitions: list[TopicPartition], *_: Any) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 8) for tp in partitions]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.partition, tp.offset))
+
+
+def test_a_committed_batch_of_records_starts_the_count_of_failed_transactions_again() -> None:
+    producer = _Transactions(None, _ABORTABLE)
+    stage = _expiring(producer)
+    stage.tasks[0].requests.clear()
+    _restoring(stage)
+    stage._abortable_in_row = ABORTABLE_START_OVERS  # as many in a row as are started over
+    stage.consumer = reading = _Rewinding([_Unreadable(topic=stage.input, partition=0, offset=7, value=b"x")])  # type: ignore[assignment]
+    assert stage.poll(0) == 1 and stage._abortable_in_row == 0
+    reading.records = [_Unreadable(topic=stage.input, partition=0, offset=8, value=b"x")]
+    assert stage.poll(0) == 0 and stage.counters["started_over"] == 1  # started over, not stopped
+    assert reading.seeks == [(0, 8)]  # the aborted batch's record read again
 
 
 def test_a_record_too_large_to_copy_whole_is_dead_lettered_cut_to_fit() -> None:
