@@ -309,8 +309,9 @@ class CoordinatedStage:
         or librdkafka wants the transaction aborted (`_doomed`, up to `ABORTABLE_START_OVERS` batches in a row): then
         the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their committed
         offsets (``counted``: the counters as they were before the batch)."""
-        # Nothing of the batch is visible; this process stops, and the partitions' next owner (a restart, or another
-        # process of the step) reloads the committed state and goes on from the committed offsets.
+        # Nothing of the batch is visible; this process stops (but for the two cases below, which start over here),
+        # and the partitions' next owner (a restart, or another process of the step) reloads the committed state and
+        # goes on from the committed offsets.
         self._broken = True
         try:
             self.producer.abort_transaction(30)

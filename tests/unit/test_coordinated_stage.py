@@ -56,6 +56,14 @@ def _last_step(step: Any) -> CoordinatedStage:
     return stage
 
 
+def _middle_step(step: Any) -> CoordinatedStage:
+    """Step 1 of a chain of three, one task, whose next step has 3 tasks (`_last_step` otherwise)."""
+    stage = _last_step(step)
+    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    return stage
+
+
 def _handle(stage: CoordinatedStage, record: Message, now_ms: int) -> None:
     """``record`` processed as `CoordinatedStage.poll` does, its headers read once."""
     stage._handle(record, read_headers(record), now_ms)
@@ -358,9 +366,7 @@ class _Refusing(_Transactions):
 def test_an_emit_refused_because_the_transaction_failed_fails_the_batch_not_the_request() -> None:
     """The step's emit raised ``_STATE`` and the request was failed (its failure logged as the step's) in a batch
     that could not commit anyway: the request's failure is the batch's, which starts again."""
-    stage = _last_step(_Follower())
-    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage = _middle_step(_Follower())
     stage.producer = _Refusing()  # type: ignore[assignment]
     with pytest.raises(KafkaException, match="Erroneous state"):
         _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
@@ -376,9 +382,7 @@ class _EmitsWhenFinished:
 
 
 def test_an_emit_refused_in_finished_fails_the_batch_not_the_request() -> None:
-    stage = _last_step(_EmitsWhenFinished())
-    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage = _middle_step(_EmitsWhenFinished())
     stage.producer = _Refusing()  # type: ignore[assignment]
     state = stage.tasks[0].request("r", int(time.time() * 1000) + 60_000, 0)
     assert state is not None
@@ -396,9 +400,7 @@ class _OwnClient(_EmitsWhenFinished):
 
 def test_a_kafka_error_of_the_steps_own_client_fails_the_request_not_the_batch() -> None:
     """Taken for the transaction's, it aborted the batch at every try of the record, and stopped the process."""
-    stage = _last_step(_OwnClient())
-    stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage = _middle_step(_OwnClient())
     _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
     assert stage.counters["processed"] == 1 and stage.tasks[0].requests["r"].failed
 
@@ -559,10 +561,7 @@ def test_a_request_whose_keys_went_by_another_task_count_fails_rather_than_send_
     """Partitions were added to the next step's topic (3 → 4): a process that started before sent follower f of the
     request to crc32(f) % 3, stopped, and its successor, restoring the request, sent f again to crc32(f) % 4. Both
     tasks counted f, and the chain answered ok with the follower counted twice."""
-    stage = _last_step(_Follower())
-    stage.chain, stage.last, stage.output = Chain("c", 3), False, "c.step2"
-    stage.next_count = 3
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage = _middle_step(_Follower())
     _handle(stage, _data("r", b"f", 1), int(time.time() * 1000))
     saved = json.loads(stage._encode(0, stage.tasks[0].requests["r"]))
     assert saved["routed"] == 3 and not saved["failed"]
