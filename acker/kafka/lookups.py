@@ -43,6 +43,7 @@ CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after 
 MISSING_KEPT_S = 10.0
 # A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
+_OFFSET_READERS = 32  # consumers kept for the groups whose committed offsets are asked (`KafkaLookups._offset_reader`)
 
 
 def confirmed_absent(
@@ -122,6 +123,7 @@ class KafkaLookups:
             }
         )
         self._admin: AdminClient | None = AdminClient(without_consumer_settings(self._client))
+        self._offset_readers: dict[str, Consumer] = {}  # per group asked: `_offset_reader`
         self.lock = threading.Lock()
         self._gone: set[tuple[str, int]] = set()  # partitions found gone, said once
         self._silent: set[tuple[str, int]] = set()  # partitions Kafka did not answer about at the last question
@@ -132,17 +134,24 @@ class KafkaLookups:
         """Close the consumer and let the admin client go (it has no close: librdkafka destroys it when it is
         freed), so that neither outlives its cluster, logging connection errors, while a job still holds this."""
         self._consumer.close()
+        for reader in self._offset_readers.values():
+            reader.close()
+        self._offset_readers.clear()
         self._admin = None
 
-    def _renew_after(self, error: KafkaException) -> None:
-        """A new admin client for the next requests when ``error`` is a timeout. librdkafka 2.16's, once a request
-        timed out while its broker was away, never answered a question of group offsets again when the broker came
-        back (each timed out; the commit job stopped, the replay job replayed every nack for good), and with two such
-        requests behind it could abort the process at the broker's return. A fresh one answers at once."""
+    def _renew_after(self, error: KafkaException, *, coordinator: bool = False) -> None:
+        """A new admin client for the next requests when ``error`` is a timeout, or any error of a request to a
+        group's coordinator (``coordinator``). librdkafka 2.16's, once a request timed out while its broker was away,
+        never answered a question of group offsets again when the broker came back (each timed out; the commit job
+        stopped, the replay job replayed every nack for good); and one kept after a failed coordinator request (a
+        connection dropped under it, ``_TRANSPORT``) aborted the process within two broker restarts in a stress run
+        (`_offset_reader` says which assertion), where one renewed after every failure came through thirty. A fresh one
+        answers at once."""
         cause = kafka_error(error)
-        if self._admin is not None and cause is not None and cause.code() == KafkaError._TIMED_OUT:
-            log.info("Kafka lookups: a request timed out (%s): the next ones go through a new admin client",
-                     cause.str())  # fmt: skip
+        timed_out = cause is not None and cause.code() == KafkaError._TIMED_OUT
+        if self._admin is not None and (timed_out or coordinator):
+            log.info("Kafka lookups: a request failed (%s): the next ones go through a new admin client",
+                     error if cause is None else cause.str())  # fmt: skip
             self._admin = AdminClient(without_consumer_settings(self._client))
 
     def _admin_client(self) -> AdminClient:
@@ -372,24 +381,54 @@ class KafkaLookups:
         return log_bounds(self._consumer, TopicPartition(topic, partition))[0], False
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The committed offsets of ``group`` (negative where none)."""
-        return self._listed(group, [TopicPartition(t, p) for t, p in partitions])
+        """The committed offsets of ``group`` (negative where none): asked through a consumer of the group's, not the
+        admin client (`_offset_reader`). `KafkaException` when Kafka does not answer in time."""
+        if not partitions:
+            return {}
+        reader = self._offset_reader(group)
+        try:
+            found = reader.committed([TopicPartition(t, p) for t, p in partitions], timeout=_LOOKUP_TIMEOUT_S)
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if cause is not None and cause.code() == KafkaError._TIMED_OUT:
+                # As the admin client's (`_renew_after`): a new one for the next question, rather than trusting one
+                # whose question is still waiting on a coordinator that went away.
+                del self._offset_readers[group]
+                reader.close()
+            raise
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+    def _offset_reader(self, group: str) -> Consumer:
+        """A consumer of ``group`` that only asks for its committed offsets (it never subscribes, so never joins the
+        group nor commits): the group's coordinator is asked through the consumer's own coordinator connection. The
+        admin client's ListConsumerGroupOffsets goes through librdkafka's coordinator requests, whose error path on a
+        connection dropped at the wrong moment (a broker restarting) frees what it still uses and aborts the process
+        (librdkafka 2.16: "rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed", upstream pull
+        request #5397, not merged): every spout's first assignment, every commit job batch and every replay job batch
+        asked that way."""
+        reader = self._offset_readers.get(group)
+        if reader is None:
+            if len(self._offset_readers) >= _OFFSET_READERS:  # groups asked about once (`acker` commands, patterns)
+                oldest = next(iter(self._offset_readers))
+                self._offset_readers.pop(oldest).close()
+            reader = Consumer({**self._client, "group.id": group, "enable.auto.commit": False})
+            self._offset_readers[group] = reader
+        serve_log_lines(reader)  # never polled otherwise: the log lines queued since the last question
+        return reader
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
-        """Every offset ``group`` has committed."""
-        return {tp: offset for tp, offset in self._listed(group, None).items() if offset >= 0}
-
-    def _listed(self, group: str, partitions: list[TopicPartition] | None) -> dict[tuple[str, int], int]:
-        """The offsets of ``group`` Kafka lists for ``partitions`` (None: all it has)."""
-        request = ConsumerGroupTopicPartitions(group, partitions)
+        """Every offset ``group`` has committed. Through the admin client (a consumer asks for given partitions only),
+        as `advance` commits: a coordinator request, renewed after a failure (`_renew_after`); the commit job asks
+        once per renewal (`CommitJobSettings.refresh_s`), not per batch."""
+        request = ConsumerGroupTopicPartitions(group)
         # Within the lookups' timeout, as every other lookup here: librdkafka's own is 60 s, and the lock is held.
         listed = self._admin_client().list_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
         try:
             result = listed[group].result()
         except KafkaException as error:
-            self._renew_after(error)
+            self._renew_after(error, coordinator=True)
             raise
-        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []}
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
 
     def advance(
         self, group: str, marks: dict[tuple[str, int], int], commits: Commits = Commits.AHEAD
@@ -411,7 +450,7 @@ class KafkaLookups:
             altered = self._admin_client().alter_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
             result = altered[group].result()
         except KafkaException as error:
-            self._renew_after(error)
+            self._renew_after(error, coordinator=True)
             raise WatermarkCommitError(group, {tp: str(error) for tp in ahead}) from error
         failures = {}
         for tp in result.topic_partitions:

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from acker.kafka import lookups
+from acker.kafka.clients import kafka_error
 from spark_jobs.watermark import PartitionMark
 
 
@@ -166,6 +167,63 @@ def test_a_groups_offsets_are_asked_within_the_lookups_timeout(monkeypatch: pyte
     finally:
         lookups.close_all()
     assert time.monotonic() - began < 30  # not librdkafka's 60 s
+
+
+class _NoAdmin:
+    """An admin client that must not be asked."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the admin client was asked: {name}")
+
+
+def test_a_groups_committed_offsets_are_asked_through_a_consumer_of_the_group_renewed_after_a_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not through the admin client, whose coordinator requests abort the process when a broker drops the connection
+    at the wrong moment (librdkafka 2.16): one consumer per group asked, kept for the next questions, a new one after
+    a question that timed out, at most `_OFFSET_READERS` of them (the oldest closed), all closed with the lookups."""
+    monkeypatch.setattr(lookups, "_LOOKUP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(lookups, "_OFFSET_READERS", 2)
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    kafka._admin = _NoAdmin()  # type: ignore[assignment]
+    try:
+        assert kafka.committed("g", []) == {}  # nothing to ask
+        assert kafka._offset_readers == {}
+        with pytest.raises(KafkaException) as raised:
+            kafka.committed("g", [("t", 0)])
+        assert kafka_error(raised.value).code() == KafkaError._TIMED_OUT  # type: ignore[union-attr]
+        assert kafka._offset_readers == {}  # the one that timed out is closed, not asked again
+        first = kafka._offset_reader("g")
+        assert first.memberid() is None  # never joins: a watermark group keeps no member
+        assert kafka._offset_reader("g") is first
+        second, third = kafka._offset_reader("h"), kafka._offset_reader("i")
+        assert list(kafka._offset_readers) == ["h", "i"]
+        with pytest.raises(RuntimeError, match="closed"):
+            first.assignment()
+    finally:
+        kafka._admin = None
+        kafka.close()
+    for closed in (second, third):
+        with pytest.raises(RuntimeError, match="closed"):
+            closed.assignment()
+
+
+@pytest.mark.parametrize(
+    ("code", "coordinator", "renewed"),
+    [
+        (KafkaError._TIMED_OUT, False, True),
+        (KafkaError._TRANSPORT, False, False),  # a topic's description: only a timeout renews
+        (KafkaError._TRANSPORT, True, True),  # a group coordinator's request: any failure renews
+    ],
+)
+def test_which_failures_give_the_next_requests_a_new_admin_client(code: int, coordinator: bool, renewed: bool) -> None:
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    try:
+        before = kafka._admin
+        kafka._renew_after(KafkaException(KafkaError(code)), coordinator=coordinator)
+        assert (kafka._admin is not before) == renewed
+    finally:
+        kafka.close()
 
 
 @pytest.mark.parametrize(
