@@ -480,8 +480,8 @@ class Spout:
 
     def _start(self, record: Message, now: float, *, unreadable: bool = False, told_as: str | None = None) -> None:
         """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is
-        failed rather than the spout stopped, as a bolt fails an input its function raises on: its init (the edges
-        of the tuples emitted before the raise) and a fail go to the acker, which nacks it ``FAILED``, and the replay
+        failed rather than the spout stopped, as a bolt fails an input its function raises on: a fail and its init (the
+        edges of the tuples emitted before the raise) go to the acker, which nacks it ``FAILED``, and the replay
         job replays the record, then dead-letters it. A record that starts no tree (nothing emitted, or untracked)
         gets its outcome from the spout itself: ``ACK``, or ``FAILED`` when it raised (untracked: before it emitted
         anything).
@@ -536,9 +536,12 @@ class Spout:
         deadlines.append((now + self._pending_timeout_s, msg_id, tree.anchor))
         if len(deadlines) > 2 * len(self.pending) + 1024:  # mostly trees decided since: keep the pending ones
             self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
-        self.acker.send(tree.init())
+        # The fail before the init, on the same acker partition (read in that order): the acker then nacks the tree
+        # `FAILED` when the init comes, whatever acks of its children came first. After it, children the bolts took
+        # and acked before the acker read the fail completed the tree with the init, and the record was acked.
         if raised is not None:
             self.acker.send(Fail(tree.anchor), raised)
+        self.acker.send(tree.init())
 
     def _hold(self, record: Message, headers: HeaderList | None, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed

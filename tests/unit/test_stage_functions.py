@@ -15,6 +15,9 @@ from confluent_kafka import Message, Producer
 from acker.bolt import BasicCollector, Bolt, BoltInput, Collector
 from acker.columnar.block import Kind
 from acker.core.ids import IdGenerator
+from acker.core.messages import Ack, Fail, Init
+from acker.core.outcomes import Nacked, NackReason
+from acker.core.tracker import Tracker
 from acker.core.tuple_tree import InputTuple, SpoutTree
 from acker.errors import ProtocolError
 from acker.headers import with_ids
@@ -107,10 +110,32 @@ def test_a_root_whose_produce_raised_starts_its_tree_so_that_its_fail_is_decided
     spout = _starting_spout(producer, emit, 1)
     spout._start(Message(topic="src", partition=0, offset=8, value=b"x"), time.monotonic())
     batch = spout.acker._batches[0]
-    assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT, Kind.FAIL]
+    assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.FAIL, Kind.INIT]
     assert spout._direct == [] and list(spout.pending) == ["src/0/8"] and spout.counters["emit_errors"] == 1
     # the fail says why, in the acker record's header (`acker.fail_reasons`)
     assert list(batch.reasons.values()) == ["spout s: TypeError: a bytes-like object is required, not 'int'"]
+
+
+def test_a_record_the_emit_function_raises_on_after_emitting_is_failed_whatever_its_children_did(
+    producer: Producer,
+) -> None:
+    """Its fail goes to the acker before its init: the child, taken and acked downstream before the acker reads the
+    spout's messages, does not complete the tree with the init (an ACK, seen in CI when the fail came after it)."""
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        emitter.emit("out", b"child")
+        raise ValueError("cannot parse the rest of this record")
+
+    spout = _starting_spout(producer, emit, 1)
+    spout._start(Message(topic="src", partition=0, offset=3, value=b"x"), time.monotonic())
+    batch = spout.acker._batches[0]
+    assert batch is not None and [Kind(k) for k in batch.kinds] == [Kind.FAIL, Kind.INIT]
+    tree = spout.pending["src/0/3"]
+    init = Init(tree, "s", "src/0/3", batch.values[1])
+    tracker = Tracker()
+    assert tracker.handle(Ack(tree, batch.values[1])) == ()  # the child acked by a bolt, before the acker read these
+    assert tracker.handle(Fail(tree)) == ()
+    assert tracker.handle(init) == (Nacked(tree, "s", "src/0/3", NackReason.FAILED, 0),)
 
 
 @pytest.mark.parametrize(("emits", "outcome"), [(0, "FAILED"), (1, "ACK")])
