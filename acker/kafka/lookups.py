@@ -46,6 +46,10 @@ _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PART
 _OFFSET_READERS = 32  # consumers kept for the groups whose committed offsets are asked (`KafkaLookups._offset_reader`)
 
 
+def _timed_out(error: KafkaException) -> bool:
+    return (cause := kafka_error(error)) is not None and cause.code() == KafkaError._TIMED_OUT
+
+
 def confirmed_absent(
     consumer: Consumer, topic: str, partition: int, timeout_s: float = _LOOKUP_TIMEOUT_S
 ) -> Literal["topic", "partition"] | None:
@@ -147,11 +151,8 @@ class KafkaLookups:
         connection dropped under it, ``_TRANSPORT``) aborted the process within two broker restarts in a stress run
         (`_offset_reader` says which assertion), where one renewed after every failure came through thirty. A fresh one
         answers at once."""
-        cause = kafka_error(error)
-        timed_out = cause is not None and cause.code() == KafkaError._TIMED_OUT
-        if self._admin is not None and (timed_out or coordinator):
-            log.info("Kafka lookups: a request failed (%s): the next ones go through a new admin client",
-                     error if cause is None else cause.str())  # fmt: skip
+        if self._admin is not None and (coordinator or _timed_out(error)):
+            log.info("Kafka lookups: a request failed (%s): the next ones go through a new admin client", error)
             self._admin = AdminClient(without_consumer_settings(self._client))
 
     def _admin_client(self) -> AdminClient:
@@ -389,8 +390,7 @@ class KafkaLookups:
         try:
             found = reader.committed([TopicPartition(t, p) for t, p in partitions], timeout=_LOOKUP_TIMEOUT_S)
         except KafkaException as error:
-            cause = kafka_error(error)
-            if cause is not None and cause.code() == KafkaError._TIMED_OUT:
+            if _timed_out(error):
                 # As the admin client's (`_renew_after`): a new one for the next question, rather than trusting one
                 # whose question is still waiting on a coordinator that went away.
                 del self._offset_readers[group]
