@@ -538,10 +538,12 @@ class Spout:
             self._pending_deadlines = deque(d for d in deadlines if self.pending.get(d[1]) == d[2])
         # The fail before the init, on the same acker partition (read in that order): the acker then nacks the tree
         # `FAILED` when the init comes, whatever acks of its children came first. After it, children the bolts took
-        # and acked before the acker read the fail completed the tree with the init, and the record was acked.
+        # and acked before the acker read the fail completed the tree with the init, and the record was acked. Both in
+        # one record (`send_all`): written or lost together, so that the init never reaches the acker without the fail.
         if raised is not None:
-            self.acker.send(Fail(tree.anchor), raised)
-        self.acker.send(tree.init())
+            self.acker.send_all([Fail(tree.anchor), tree.init()], raised)
+        else:
+            self.acker.send(tree.init())
 
     def _hold(self, record: Message, headers: HeaderList | None, now_ms: int) -> bool:
         """True if ``record`` must wait: a replay (read from this spout's replay topic) whose backoff has not passed

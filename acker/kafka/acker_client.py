@@ -144,8 +144,13 @@ class _Batch:
         self.values.append(value)
 
     def halves(self) -> tuple[_Batch, _Batch]:
-        """The batch cut in two, in order (each init goes with its INIT message)."""
+        """The batch cut in two, in order (each init goes with its INIT message). A fail followed by its tree's init
+        (a spout's record whose emit function raised: `acker.spout`) is not cut there: in two records, the first
+        lost and the second written, the init would reach the acker before the fail sent again, and the tree could be
+        acked by children acked meanwhile."""
         mid = len(self.kinds) // 2
+        if len(self.kinds) > 2 and self._fail_then_init(mid):  # mid + 1 < len: the second half is not empty
+            mid += 1
         inits = sum(1 for kind in self.kinds[:mid] if kind == Kind.INIT)
         first, second = _Batch(), _Batch()
         first.kinds, second.kinds = self.kinds[:mid], self.kinds[mid:]
@@ -158,6 +163,11 @@ class _Batch:
                 half.reasons = {a: r for a, r in self.reasons.items() if a in mine}
                 half.resent = {key: n for key, n in self.resent.items() if key[0] in mine}
         return first, second
+
+    def _fail_then_init(self, index: int) -> bool:
+        """Whether the message at ``index`` is an init after a fail of its own tree."""
+        kinds, anchors = self.kinds, self.anchors
+        return kinds[index] == Kind.INIT and kinds[index - 1] == Kind.FAIL and anchors[index] == anchors[index - 1]
 
     def pieces(self, size: int) -> list[_Batch]:
         """The batch in pieces of at most ``size`` messages, in order: halved until each fits (one that delivery
@@ -326,8 +336,20 @@ class AckerClient:
             self._flush_partition(partition)
 
     def send_all(self, messages: Iterable[TreeMessage], reason: str | None = None) -> None:
+        """Send ``messages`` in one batch, whatever its size (a full batch is sent after the last of them, cut at
+        ``max_batch`` messages by `_Batch.pieces`, which keeps a fail with the init after it): a spout's fail and the
+        init after it are in one record, written or lost together (`acker.spout`)."""
+        touched: dict[int, _Batch] = {}
         for message in messages:
-            self.send(message, reason)
+            partition, batch = self._batch(message.anchor)
+            batch.add(message, reason)
+            touched[partition] = batch
+        if self._reporting:
+            return
+        for partition, batch in touched.items():
+            if len(batch.kinds) >= self.max_batch and self._batches[partition] is batch:
+                self._send_halves()  # those held before it go first
+                self._flush_partition(partition)
 
     def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
         """Combined acks as (anchor, value) pairs: the bolt's hot path, without message objects."""

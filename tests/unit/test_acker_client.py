@@ -524,6 +524,28 @@ def test_the_halves_of_a_batch_keep_the_reasons_of_their_own_fails() -> None:
     assert first.reasons == {1: "why", 2: "why"} and second.reasons == {3: "why", 4: "why"}
 
 
+def test_a_fail_and_the_init_after_it_are_never_cut_apart() -> None:
+    """A spout's record whose emit function raised sends its tree's fail, then its init (`acker.spout`): in two
+    records, the first lost and the second written, the acker would have the init before the fail sent again, and
+    children acked meanwhile could ack the tree. Neither a full batch nor its halves cut between them."""
+    producer = _Keeping()
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=3)  # type: ignore[arg-type]
+    init = Init(2, "s", "src/0/1", 5)
+    client.send_all([Fail(1), Ack(3, 4)], "why")  # two of three: not full
+    assert producer.records == []
+    client.send_all([Fail(2), init], "raised")  # full at the fail: sent after the init, in halves of 2 and 2
+    blocks = [parse_batch(record["value"]) for record in producer.records]  # type: ignore[arg-type]
+    assert [[Kind(k) for k in block.kinds] for block in blocks] == [[Kind.FAIL, Kind.ACK], [Kind.FAIL, Kind.INIT]]
+    assert client._batches == [None]
+
+    batch = acker_client._Batch()
+    for message in (Fail(1), Fail(2), init, Ack(3, 4)):
+        batch.add(message)
+    first, second = batch.halves()  # the middle is the init: cut after it
+    assert first.kinds == [Kind.FAIL, Kind.FAIL, Kind.INIT] and first.inits == [init]
+    assert second.kinds == [acker_client._ACK] and second.inits == []
+
+
 class _Reporting:
     """A producer whose delivery reports run in `poll` and `flush`, as librdkafka's do, and which fails the test when
     it is called from inside one (confluent-kafka must not be polled from a delivery report; a produce whose queue is
