@@ -93,6 +93,7 @@ STEP_EVENTS: tuple[str, ...] = (
     "late",  # reports for requests already decided
     "assigned",  # tasks taken over
     "started_over",  # batches aborted (the group moved on, or the transaction failed), their tasks restored
+    "producers_renewed",  # new transactional producers after an outage left the one before without transactions
 )
 
 

@@ -86,10 +86,19 @@ GROUP_MOVED = frozenset({
     KafkaError.STALE_MEMBER_EPOCH, KafkaError.FENCED_MEMBER_EPOCH,
 })  # fmt: skip
 # A batch whose transaction librdkafka wants aborted (`_doomed`: a record the broker refused, a producer epoch to bump
-# after a lost sequence) is aborted and its tasks start again from their last commit, as after `GROUP_MOVED`: the
+# after a lost sequence), or whose transactional calls Kafka did not answer in time (`_unanswered`: a broker
+# restarting), is aborted and its tasks start again from their last commit, as after `GROUP_MOVED`: the
 # producer takes new transactions after the abort. Up to this many batches in a row; one more fails again for a
 # cause that stays (a topic the process may not write to), and the process stops rather than loop on it.
 ABORTABLE_START_OVERS = 5
+# A transactional call of the producer (its timeout is `TXN_CALL_S`) that has not returned this much later is taken as
+# wedged: librdkafka 2.16 can block in `send_offsets_to_transaction` for ever, past its timeout, after the group's
+# coordinator went away (a broker restart: seen here, the broker back for minutes; librdkafka#5456, #5511, open). The
+# call runs in a thread of its own (`_bounded`); a wedged one stops the step (`WedgedProducerError`), which its
+# supervisor restarts, rather than leave it hanging, deaf to its stop, its tasks stalled for ever.
+TXN_CALL_S = 30.0
+WEDGED_AFTER_S = TXN_CALL_S + 15.0
+WEDGED_KEPT = 3  # producers left wedged in a process (each with its threads): one more stops the process
 # Bytes of a request id, at most: it is in every record of its request and keys its state. A longer one is
 # dead-lettered: its done marker, which must be saved, could be too large for the changelog (the batch aborted at
 # every restart), and its records' headers would eat the margin left for them.
@@ -98,6 +107,10 @@ REQUEST_ID_MAX = 1024
 
 class CoordinationError(AckerError):
     """A chain's topics are not as its steps need them (partition counts that differ, or changed under them)."""
+
+
+class WedgedProducerError(CoordinationError):
+    """A transactional call of the step's producer did not return (`WEDGED_AFTER_S`): the process must start again."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,7 @@ class CoordinatedStage:
         self.counters: dict[str, int] = {
             "processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0,
             "assigned": 0, "started_over": 0,  # tasks restored when assigned; batches aborted and started again
+            "producers_renewed": 0,  # producers replaced after an outage left them without transactions
         }  # fmt: skip
         self._touched: dict[tuple[int, str], RequestState | None] = {}
         self._round_robin = 0
@@ -221,11 +235,15 @@ class CoordinatedStage:
         # again at every restart on the same input: records are held to what every topic written takes.
         self.max_record = self._max_record(self.output, self.changelog)
         self.max_dead_letter = self._max_record(self.dlq)  # a dead letter is cut to fit its own topic alone
-        self.producer = Producer(config.producer(**{"transactional.id": transactional_id, "linger.ms": 5,
-                                                  "transaction.timeout.ms": transaction_timeout_ms,
-                                                  **fitted_batch_size(config.client(), self.output, self.changelog,
-                                                                      self.dlq)}))  # fmt: skip
+        self._producer_config = config.producer(**{"transactional.id": transactional_id, "linger.ms": 5,
+                                                   "transaction.timeout.ms": transaction_timeout_ms,
+                                                   **fitted_batch_size(config.client(), self.output, self.changelog,
+                                                                       self.dlq)})  # fmt: skip
+        self.producer = Producer(self._producer_config)
         self._broken = False  # a batch's transaction was aborted: this object's state is the batch's, not committed
+        self._wedged = False  # a transactional call never returned (`_bounded`): the producer takes no other call
+        # Producers left with a call in them (`_renew_producer`), kept as their threads are: `WEDGED_KEPT` at most.
+        self._wedged_producers: list[Producer] = []
         self._abortable_in_row = 0  # batches started over in a row for an abortable error (`ABORTABLE_START_OVERS`)
         self._fencing_retry_at = 0.0  # when `_owned_offsets` may ask for the committed offsets again
         self.producer.init_transactions(30)
@@ -239,14 +257,16 @@ class CoordinatedStage:
                 self.poll(0.1)
         finally:
             self.consumer.close()
-            self.producer.flush(10)
+            if not self._wedged:
+                self.producer.flush(10)
             log.info("step %d stopped: %s", self.index, ", ".join(f"{n} {name}" for name, n in self.counters.items()))
 
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline.
         `CoordinationError` after a batch's transaction was aborted: the process must start again (its state, in
-        memory, is the aborted batch's); but for a batch the group moved on under (`GROUP_MOVED`) or whose transaction
-        librdkafka wants aborted (`_doomed`), whose tasks start again from their last commit here."""
+        memory, is the aborted batch's); but for a batch the group moved on under (`GROUP_MOVED`), whose transaction
+        librdkafka wants aborted (`_doomed`) or Kafka did not answer in time (`_unanswered`), whose tasks start again
+        from their last commit here. `WedgedProducerError` when a transactional call never returned."""
         if self._broken:
             raise CoordinationError(f"step {self.index}: a batch's transaction was aborted: restart the process")
         records = [r for r in consume_available(self.consumer, 500, timeout_s) if readable(r, log, "consumer")]
@@ -293,7 +313,8 @@ class CoordinatedStage:
             # Offsets in every transaction, one of expired requests only too: sending them is where the broker checks
             # this process's group generation (KIP-447), so a zombie cannot commit answers for requests a new owner has.
             positions = self._positions(records) or fencing
-            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
+            metadata = self.consumer.consumer_group_metadata()
+            self._bounded("send_offsets_to_transaction", positions, metadata, TXN_CALL_S)
             self._commit_transaction()
         except BaseException as error:
             failure = error
@@ -306,23 +327,32 @@ class CoordinatedStage:
 
     def _aborted(self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int]) -> int:
         """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
-        or librdkafka wants the transaction aborted (`_doomed`, up to `ABORTABLE_START_OVERS` batches in a row): then
+        or librdkafka wants the transaction aborted (`_doomed`) or Kafka did not answer in time (`_unanswered`: a
+        broker restarting), up to `ABORTABLE_START_OVERS` batches in a row: then
         the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their committed
         offsets (``counted``: the counters as they were before the batch)."""
         # Nothing of the batch is visible; this process stops (but for the two cases below, which start over here),
         # and the partitions' next owner (a restart, or another process of the step) reloads the committed state and
         # goes on from the committed offsets.
         self._broken = True
+        renewed = False
         try:
-            self.producer.abort_transaction(30)
-        except KafkaException as error:  # e.g. a fatal producer error: the batch's failure says more
-            log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
-            raise failure from None
+            if isinstance(failure, WedgedProducerError):  # a call is still in the producer: nothing more of it
+                raise failure
+            self._bounded("abort_transaction", TXN_CALL_S)
+        except (KafkaException, WedgedProducerError) as error:  # e.g. a fatal producer error
+            if not self._renewable(failure, error):  # the batch's failure says more
+                log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
+                raise failure from None
+            self._renew_producer(failure, error)
+            renewed = True
         cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
-        if cause is not None and cause.code() in GROUP_MOVED:
+        if renewed:
+            pass  # said by `_renew_producer`
+        elif cause is not None and cause.code() in GROUP_MOVED:
             log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
                         "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
-        elif _doomed(failure) and self._abortable_in_row < ABORTABLE_START_OVERS:
+        elif (_doomed(failure) or _unanswered(failure)) and self._abortable_in_row < ABORTABLE_START_OVERS:
             self._abortable_in_row += 1
             log.warning("step %d: the batch's transaction cannot commit (%s): it is aborted, and its tasks %s start "
                         "again from their last commit (%d of %d batches in a row)", self.index, failure,
@@ -331,9 +361,48 @@ class CoordinatedStage:
             raise failure
         with after_failure(failure):
             self._start_over(changed, read)
-        self.counters.update(counted, started_over=counted["started_over"] + 1)
+        # As before the batch, which is read again, but for what the abort itself did.
+        self.counters.update(counted, started_over=counted["started_over"] + 1,
+                             producers_renewed=self.counters["producers_renewed"])  # fmt: skip
         self._broken = False
         return 0
+
+    def _renewable(self, failure: BaseException, error: BaseException) -> bool:
+        """Whether a batch that failed with ``failure``, whose abort failed with ``error``, goes on with a new producer
+        (`_renew_producer`): Kafka did not answer (a broker restarting: the batch's call wedged, or timed out, or its
+        records timed out, and the broker had aborted the transaction past its timeout meanwhile, which leaves the
+        producer fenced, a fatal error), up to `ABORTABLE_START_OVERS` batches in a row and `WEDGED_KEPT` wedged
+        producers. Not after any other failure: a zombie's fencing (the group moved on) must stop it."""
+        if not (isinstance(failure, WedgedProducerError) or _unanswered(failure) or _doomed(failure)):
+            return False
+        if isinstance(error, WedgedProducerError):
+            can_go_on = True
+        else:
+            cause = kafka_error(error) if isinstance(error, KafkaException) else None
+            can_go_on = cause is not None and (cause.fatal() or _unanswered(error))
+        return (
+            can_go_on
+            and self._abortable_in_row < ABORTABLE_START_OVERS
+            and len(self._wedged_producers) + self._wedged <= WEDGED_KEPT
+        )
+
+    def _renew_producer(self, failure: BaseException, error: BaseException) -> None:
+        """Go on with a new producer of the same transactional id in place of one that took no more transactions
+        after ``failure`` (its abort: ``error``). Its `init_transactions` fences the old one and aborts whatever the
+        old one left open: as a restart of the process would, but for the consumer, which keeps its partitions. A
+        wedged producer is kept (a thread of this process is in it), the others closed. Raises what
+        `init_transactions` raises (the process stops)."""
+        self._abortable_in_row += 1
+        log.warning("step %d: the batch failed (%s) and its producer takes no more transactions (%s): a new one goes "
+                    "on, and the batch's tasks start again from their last commit (%d of %d batches in a row)",
+                    self.index, failure, error, self._abortable_in_row, ABORTABLE_START_OVERS)  # fmt: skip
+        if self._wedged:
+            self._wedged_producers.append(self.producer)
+        else:
+            self.producer.purge()  # nothing of a failed transaction is to be sent; closed when dropped
+        self.producer, self._wedged = Producer(self._producer_config), False
+        self._bounded("init_transactions", TXN_CALL_S)
+        self.counters["producers_renewed"] += 1
 
     def _start_over(self, changed: set[int], read: set[int]) -> None:
         """After an aborted batch: the tasks it may have changed (``changed``) as last committed, and the consumer
@@ -349,11 +418,38 @@ class CoordinatedStage:
             self.consumer.seek(TopicPartition(self.input, tp.partition, tp.offset if tp.offset >= 0 else
                                               OFFSET_BEGINNING))  # fmt: skip
 
+    def _bounded(self, call: str, *args: Any) -> None:
+        """``self.producer.<call>(*args)``, in a thread of its own, waited for `WEDGED_AFTER_S`: what it raises is
+        raised here; `WedgedProducerError` if it has not returned by then (its thread is left in librdkafka, a
+        daemon: the process can still end)."""
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                getattr(self.producer, call)(*args)
+                outcome.append(None)
+            except BaseException as error:
+                outcome.append(error)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"step{self.index}-{call}", daemon=True).start()
+        if not done.wait(WEDGED_AFTER_S):
+            self._wedged = True
+            raise WedgedProducerError(
+                f"step {self.index}: the producer's {call} has not returned after {WEDGED_AFTER_S:.0f} s (its timeout "
+                f"is {TXN_CALL_S:.0f} s): librdkafka is stuck, as it can be after the group's coordinator went away "
+                "(a broker restart): restart the process, which goes on from the last commit"
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
+
     def _commit_transaction(self) -> None:
         """Commit the batch's transaction, again where the failure says it may be tried again."""
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
-                self.producer.commit_transaction(30)
+                self._bounded("commit_transaction", TXN_CALL_S)
                 return
             except KafkaException as error:
                 code = kafka_error(error)
@@ -678,6 +774,14 @@ def _doomed(error: BaseException) -> bool:
     transaction has failed (a record the broker refused before it, say). Not a fatal error: the producer is done."""
     cause = kafka_error(error) if isinstance(error, KafkaException) else None
     return cause is not None and not cause.fatal() and (cause.txn_requires_abort() or cause.code() == KafkaError._STATE)
+
+
+def _unanswered(error: BaseException) -> bool:
+    """Whether ``error`` is Kafka not answering a transactional call in time, or answering that it may be tried again
+    (a broker restarting, a coordinator moving), and not a fatal error. The batch is aborted and read again, whether
+    or not a commit that timed out went through: its tasks start again from what was committed."""
+    cause = kafka_error(error) if isinstance(error, KafkaException) else None
+    return cause is not None and not cause.fatal() and (cause.retriable() or cause.code() == KafkaError._TIMED_OUT)
 
 
 def _refused(

@@ -1,6 +1,6 @@
 """The guarantee across a broker crash: the word count on a broker of its own, killed with SIGKILL while sentences are
 being written and processed, and started again on its data (same port), every stage and the acker running on through
-it."""
+it; the lookups, the Spark jobs and a coordinated chain through the same."""
 
 from __future__ import annotations
 
@@ -21,13 +21,16 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, Producer
 
 from acker.config import ServiceConfig
+from acker.drpc import DrpcClient, DrpcError
+from acker.examples.reach import CHAIN, Graph, steps
 from acker.examples.wordcount import Topics, sentences
-from acker.kafka import lookups
+from acker.kafka import coordinated_stage, lookups
 from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.coordinated_stage import Chain, CoordinatedStage, create_chain_topics
 from acker.kafka.local_broker import LocalKafkaBroker
 from acker.retries import ORIGIN
 from acker.wire import encode_outcome_rows
-from tests.integration.helpers import OutcomeReader, create_acker_topics, read_all, service_config
+from tests.integration.helpers import OutcomeReader, Running, create_acker_topics, read_all, service_config
 from tests.integration.test_pipeline import SPOUT, _pipeline
 
 # As the session's broker: topics are not created on first use, so that every component must make again what it
@@ -248,3 +251,79 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
         if job == "replay":  # each nack replayed once: none again after its batch was started again
             assert sorted(replayed()) == sorted(b"src/0/%d" % o for o in range(20))
     assert f"acker: query acker-{job} stopped: " in said.read_text()  # said, with its cause
+
+
+def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_hangs(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storm's ReachTopology as a coordinated chain, asked while the broker is killed and started again 5 s later.
+    Before, every step stopped or hung: a transactional call that timed out in the outage left its producer fenced
+    (the broker had aborted the transaction past its timeout) and the step stopped; librdkafka blocked the others in
+    `send_offsets_to_transaction` for minutes past its timeout, deaf to their stop. Now a step goes on with a new
+    producer, and a step that cannot still stops, saying why, rather than hang: started again here, as its supervisor
+    would, the chain answers every request exactly. (The transactional calls' timeout is shortened, 10 s, and a call
+    taken as wedged 20 s after it began: the outage is a test's, and short.)"""
+    monkeypatch.setattr(coordinated_stage, "TXN_CALL_S", 10.0)
+    monkeypatch.setattr(coordinated_stage, "WEDGED_AFTER_S", 20.0)
+    graph = Graph.generate()
+    urls = sorted(graph.tweeted_by)[:12]
+    exact = {url: graph.reach(url) for url in urls}
+    with contextlib.ExitStack() as cleanup:
+        broker = _broker(data_dir)
+        cleanup.callback(broker.stop)
+        config = service_config(broker.bootstrap_servers, partitions=1)
+        chain = Chain(f"reach-{os.getpid()}", CHAIN.steps)
+        create_chain_topics(config, chain, partitions=3)
+        running: list[Running] = []
+        stopped: list[BaseException] = []  # what the steps that stopped said
+
+        @cleanup.callback
+        def _stop_steps() -> None:  # each within the stop's wait, or "it did not stop": a step that hangs fails here
+            for step in running:
+                with contextlib.suppress(Exception):
+                    step.stop(90)
+
+        def supervise() -> None:
+            """Start again, as a new process would, a step that stopped."""
+            for i, step in enumerate(running):
+                if not step.thread.is_alive():
+                    assert step.error is not None, "a step ended without an error"
+                    stopped.append(step.error)
+                    running[i] = Running(CoordinatedStage(config, chain, i, steps(graph)[i]))
+
+        def ask(deadline_s: float) -> dict[str, int | str]:
+            client = DrpcClient(config, chain)
+            try:
+                sent = {url: client.send(url.encode(), deadline_s) for url in urls}
+                answers: dict[str, int | str] = {}
+                for url, request in sent.items():
+                    try:
+                        answers[url] = int(client.wait(request) or b"-1")
+                    except DrpcError as error:
+                        answers[url] = str(error)
+                return answers
+            finally:
+                client.close()
+
+        running += [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(steps(graph))]
+        assert ask(60) == exact
+        asked = threading.Thread(target=ask, args=(30,), daemon=True)  # in flight through the outage
+        asked.start()
+        time.sleep(0.3)
+        broker.crash()
+        time.sleep(5)
+        broker.start()
+        asked.join(60)
+        deadline = time.monotonic() + 300
+        while True:
+            supervise()
+            answers = ask(30)
+            if answers == exact:
+                break
+            assert time.monotonic() < deadline, (answers, stopped)
+        supervise()
+        for step in running:
+            step.stop(90)  # within the wait: none hangs
+        running.clear()
+    for error in stopped:  # a step that could not go on said why
+        assert isinstance(error, (KafkaException, coordinated_stage.CoordinationError)), repr(error)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 import zlib
 from typing import Any
@@ -17,6 +18,7 @@ from acker.config import ServiceConfig
 from acker.coordinated import RequestState, TaskState
 from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
+from acker.kafka import coordinated_stage
 from acker.kafka.client_log import RepeatFilter
 from acker.kafka.coordinated_stage import (
     ABORTABLE_START_OVERS,
@@ -30,6 +32,7 @@ from acker.kafka.coordinated_stage import (
     CoordinationError,
     Emit,
     Request,
+    WedgedProducerError,
 )
 
 
@@ -49,7 +52,7 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage.changelog, stage.dlq = f"{stage.input}.state", f"{stage.input}.dlq"
     stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
     stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0, "assigned": 0,
-                      "started_over": 0}  # fmt: skip
+                      "started_over": 0, "producers_renewed": 0}  # fmt: skip
     stage._touched, stage.producer, stage._refused_emit = {}, _Producer(), None  # type: ignore[assignment]
     stage.max_record = stage.max_dead_letter = 1_000_000 - 1024
     stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
@@ -269,6 +272,7 @@ def _expiring(producer: _Transactions, position: int = 5) -> CoordinatedStage:
     stage.producer, stage.consumer = producer, _Consumer(position)  # type: ignore[assignment]
     stage._broken, stage._next_count_check, stage._batch_s = False, float("inf"), 10.0
     stage._fencing_retry_at, stage._abortable_in_row = 0.0, 0
+    stage._wedged, stage._wedged_producers, stage._producer_config = False, [], {}
     stage.tasks[0].request("late", int(time.time() * 1000) - 1, 0)
     return stage
 
@@ -354,6 +358,118 @@ def test_a_transaction_that_keeps_failing_stops_the_process_after_a_few_batches(
     assert stage.counters["started_over"] == ABORTABLE_START_OVERS
     with pytest.raises(CoordinationError, match="restart the process"):
         stage.poll(0)
+
+
+_TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, "Failed to add offsets to transaction: Local: Timed out")
+_FENCED_BY_TIMEOUT = KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True)
+
+
+class _Outage(_Transactions):
+    """A producer whose offsets' send fails with ``offsets_error`` (None: blocks until the test ends, as librdkafka
+    2.16's can for ever after a broker restart) and whose abort fails with ``abort_error``, once each."""
+
+    def __init__(self, offsets_error: KafkaError | None, abort_error: KafkaError | None = None) -> None:
+        super().__init__()
+        self.offsets_error, self.abort_error = offsets_error, abort_error
+        self.purged = False
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], *_: Any) -> None:
+        super().send_offsets_to_transaction(positions)
+        if self.offsets_error is None:
+            self.release.wait(30)
+        else:
+            raise KafkaException(self.offsets_error)
+
+    def abort_transaction(self, _timeout: float) -> None:
+        super().abort_transaction(_timeout)
+        if self.abort_error is not None:
+            raise KafkaException(self.abort_error)
+
+    def purge(self) -> None:
+        self.purged = True
+
+
+@pytest.fixture
+def new_producers(monkeypatch: pytest.MonkeyPatch) -> list[_Transactions]:
+    """The producers the stage makes in place of one that takes no more transactions; calls wedge after 0.3 s."""
+    made: list[_Transactions] = []
+
+    def producer(_config: Any) -> _Transactions:
+        made.append(_Transactions())
+        made[-1].init_transactions = lambda _timeout: made[-1].calls.append("init")  # type: ignore[attr-defined]
+        return made[-1]
+
+    monkeypatch.setattr(coordinated_stage, "Producer", producer)
+    monkeypatch.setattr(coordinated_stage, "WEDGED_AFTER_S", 0.3)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("offsets_error", "abort_error", "kept"),
+    [(None, None, 1), (_TIMED_OUT, _FENCED_BY_TIMEOUT, 0), (_ABORTABLE, _FENCED_BY_TIMEOUT, 0)],
+    ids=["wedged", "timed-out-then-fenced", "abortable-then-fenced"],
+)
+def test_a_producer_an_outage_left_without_transactions_is_replaced_and_the_batch_starts_again(
+    new_producers: list[_Transactions], offsets_error: KafkaError | None, abort_error: KafkaError | None, kept: int
+) -> None:
+    """Seen here after a broker's restart of 5 s: a step's offsets' send blocked for minutes past its timeout (the
+    step hung, deaf to its stop), or timed out, and the abort found the producer fenced (the broker had aborted the
+    transaction past its timeout): every step of the chain stopped or hung. A new producer of the same transactional
+    id goes on, and the batch's tasks start again from their last commit."""
+    old = _Outage(offsets_error, abort_error)
+    stage = _expiring(old)
+    restored = _restoring(stage)
+    try:
+        assert stage.poll(0) == 0
+    finally:
+        old.release.set()
+    assert old.calls == ["begin", "offsets [(0, 5)]"] + (["abort"] if offsets_error is not None else [])
+    assert old.purged == (kept == 0) and list[object](stage._wedged_producers) == [old] * kept
+    assert len(new_producers) == 1 and new_producers[0].calls == ["init"]
+    assert id(stage.producer) == id(new_producers[0])  # the new one, in its place
+    assert restored == [0] and stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 1
+    stage.poll(0)  # the batch again, on the new producer
+    assert new_producers[0].calls == ["init", "begin", "offsets [(0, 5)]", "commit"]
+    assert stage.tasks[0].requests["late"].done and stage.counters["failed"] == 1
+
+
+def test_a_producer_fenced_after_a_failure_that_is_not_an_outage_stops_the_process(
+    new_producers: list[_Transactions],
+) -> None:
+    """A zombie's transaction (its group moved on) must not go on with a new producer, which would fence its
+    successor's."""
+    producer = _Outage(KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced"), _FENCED_BY_TIMEOUT)
+    stage = _expiring(producer)
+    with pytest.raises(KafkaException, match="fenced"):
+        stage.poll(0)
+    assert new_producers == [] and stage._broken
+
+
+def test_a_step_stops_once_it_has_left_as_many_wedged_producers_as_it_keeps(
+    new_producers: list[_Transactions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each wedged producer keeps its threads in the process: past `WEDGED_KEPT` the process stops, saying why."""
+    monkeypatch.setattr(coordinated_stage, "WEDGED_KEPT", 0)
+    producer = _Outage(None)
+    stage = _expiring(producer)
+    try:
+        with pytest.raises(WedgedProducerError, match="send_offsets_to_transaction has not returned"):
+            stage.poll(0)
+    finally:
+        producer.release.set()
+    assert producer.calls == ["begin", "offsets [(0, 5)]"]  # no abort: a call is still in it
+    assert new_producers == [] and stage._wedged
+
+
+def test_a_batch_kafka_did_not_answer_in_time_starts_again_when_its_abort_goes_through() -> None:
+    """A timeout is not the step's fault: its batch is read again, as a batch librdkafka wants aborted is."""
+    producer = _Outage(_TIMED_OUT)
+    stage = _expiring(producer)
+    restored = _restoring(stage)
+    assert stage.poll(0) == 0
+    assert producer.calls == ["begin", "offsets [(0, 5)]", "abort"] and restored == [0]
+    assert stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 0
 
 
 class _Refusing(_Transactions):
