@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, Producer
 
 from acker.config import ServiceConfig
-from acker.drpc import DrpcClient, DrpcError
+from acker.examples import reach
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.examples.wordcount import Topics, sentences
 from acker.kafka import coordinated_stage, lookups
@@ -292,18 +292,8 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
                     running[i] = Running(CoordinatedStage(config, chain, i, steps(graph)[i]))
 
         def ask(deadline_s: float) -> dict[str, int | str]:
-            client = DrpcClient(config, chain)
-            try:
-                sent = {url: client.send(url.encode(), deadline_s) for url in urls}
-                answers: dict[str, int | str] = {}
-                for url, request in sent.items():
-                    try:
-                        answers[url] = int(client.wait(request) or b"-1")
-                    except DrpcError as error:
-                        answers[url] = str(error)
-                return answers
-            finally:
-                client.close()
+            answers = reach.ask(config, chain, urls, deadline_s)
+            return {url: int(a or b"-1") if isinstance(a, bytes) else str(a) for url, a in answers.items()}
 
         running += [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(steps(graph))]
         assert ask(60) == exact
