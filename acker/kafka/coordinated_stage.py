@@ -323,14 +323,17 @@ class CoordinatedStage:
                 self._abortable_in_row = 0
             return len(records)
         # Out of the except block (`acker.kafka.clients`): the abort, and the start over that goes on, ask Kafka.
-        return self._aborted(failure, changed, read, counted)
+        return self._aborted(failure, changed, read, counted, time.monotonic() - started)
 
-    def _aborted(self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int]) -> int:
+    def _aborted(
+        self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int], took_s: float = 0.0
+    ) -> int:
         """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
         or librdkafka wants the transaction aborted (`_doomed`) or Kafka did not answer in time (`_unanswered`: a
         broker restarting), up to `ABORTABLE_START_OVERS` batches in a row: then
         the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their committed
-        offsets (``counted``: the counters as they were before the batch)."""
+        offsets (``counted``: the counters as they were before the batch; ``took_s``: how long its transaction was
+        open)."""
         # Nothing of the batch is visible; this process stops (but for the two cases below, which start over here),
         # and the partitions' next owner (a restart, or another process of the step) reloads the committed state and
         # goes on from the committed offsets.
@@ -341,7 +344,7 @@ class CoordinatedStage:
                 raise failure
             self._bounded("abort_transaction", TXN_CALL_S)
         except (KafkaException, WedgedProducerError) as error:  # e.g. a fatal producer error
-            if not self._renewable(failure, error):  # the batch's failure says more
+            if not self._renewable(failure, error, took_s):  # the batch's failure says more
                 log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
                 raise failure from None
             self._renew_producer(failure, error)
@@ -367,13 +370,16 @@ class CoordinatedStage:
         self._broken = False
         return 0
 
-    def _renewable(self, failure: BaseException, error: BaseException) -> bool:
-        """Whether a batch that failed with ``failure``, whose abort failed with ``error``, goes on with a new producer
-        (`_renew_producer`): Kafka did not answer (a broker restarting: the batch's call wedged, or timed out, or its
-        records timed out, and the broker had aborted the transaction past its timeout meanwhile, which leaves the
-        producer fenced, a fatal error), up to `ABORTABLE_START_OVERS` batches in a row and `WEDGED_KEPT` wedged
-        producers. Not after any other failure: a zombie's fencing (the group moved on) must stop it."""
-        if not (isinstance(failure, WedgedProducerError) or _unanswered(failure) or _doomed(failure)):
+    def _renewable(self, failure: BaseException, error: BaseException, took_s: float) -> bool:
+        """Whether a batch that failed with ``failure`` after ``took_s``, whose abort failed with ``error``, goes on
+        with a new producer (`_renew_producer`): Kafka did not answer (a broker restarting: the batch's call wedged,
+        or timed out, or its records timed out, and the broker had aborted the transaction past its timeout meanwhile,
+        which leaves the producer fenced, a fatal error), or the batch failed fatally after its transaction outlived
+        its timeout (the broker aborted it, and so fenced the producer); up to `ABORTABLE_START_OVERS` batches in a
+        row and `WEDGED_KEPT` wedged producers. Not after any other failure: a process fenced by another of its
+        transactional id (a successor of the same --instance-id) must stop rather than fence it in turn."""
+        outlived = took_s * 1000 > self.transaction_timeout_ms
+        if not (isinstance(failure, WedgedProducerError) or _unanswered(failure) or _doomed(failure) or outlived):
             return False
         if isinstance(error, WedgedProducerError):
             can_go_on = True

@@ -273,6 +273,7 @@ def _expiring(producer: _Transactions, position: int = 5) -> CoordinatedStage:
     stage._broken, stage._next_count_check, stage._batch_s = False, float("inf"), 10.0
     stage._fencing_retry_at, stage._abortable_in_row = 0.0, 0
     stage._wedged, stage._wedged_producers, stage._producer_config = False, [], {}
+    stage.transaction_timeout_ms = 10_000
     stage.tasks[0].request("late", int(time.time() * 1000) - 1, 0)
     return stage
 
@@ -444,6 +445,36 @@ def test_a_producer_fenced_after_a_failure_that_is_not_an_outage_stops_the_proce
     with pytest.raises(KafkaException, match="fenced"):
         stage.poll(0)
     assert new_producers == [] and stage._broken
+
+
+class _FencedCommit(_Outage):
+    """Its commit fails as the broker's abort of a transaction past its timeout leaves it: fenced, fatal."""
+
+    def commit_transaction(self, _timeout: float) -> None:
+        self.calls.append("commit")
+        raise KafkaException(_FENCED_BY_TIMEOUT)
+
+
+@pytest.mark.parametrize(("timeout_ms", "renewed"), [(0, True), (10_000, False)], ids=["outlived", "within"])
+def test_a_producer_fenced_in_a_transaction_that_outlived_its_timeout_is_replaced(
+    new_producers: list[_Transactions], timeout_ms: int, renewed: bool
+) -> None:
+    """Seen after a broker's restart: the commit of a batch that had waited out the outage failed, fenced (the
+    broker had aborted the transaction past its timeout). Within its timeout, a fencing is another producer's of the
+    same transactional id (a successor of the same --instance-id): the process stops rather than fence it in turn."""
+    producer = _FencedCommit(None, _FENCED_BY_TIMEOUT)
+    producer.release.set()  # the offsets go through
+    stage = _expiring(producer)
+    stage.transaction_timeout_ms = timeout_ms
+    _restoring(stage)
+    if renewed:
+        assert stage.poll(0) == 0
+        assert len(new_producers) == 1 and stage.counters["producers_renewed"] == 1
+    else:
+        with pytest.raises(KafkaException, match="fenced by a newer instance"):
+            stage.poll(0)
+        assert new_producers == []
+    assert producer.calls[-2:] == ["commit", "abort"]
 
 
 def test_a_step_stops_once_it_has_left_as_many_wedged_producers_as_it_keeps(
