@@ -76,6 +76,7 @@ TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a d
 RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
 ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and ids, as JSON
 _CUT_HEADER_BYTES = 64  # a header that says a cut value's or key's whole length, framed
+LOOKUP_ATTEMPTS = 4  # a step's committed offsets asked after a broker's restart (`CoordinatedStage._committed`)
 FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
 COMMIT_ATTEMPTS = 3  # a transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again
 # The broker's refusals of a batch's offsets because the group moved on while the batch ran (a rebalance completed in
@@ -420,9 +421,35 @@ class CoordinatedStage:
         for partition in sorted(p for p in changed if p in self.tasks):
             self.tasks[partition] = self._restore(partition)
         owned = [TopicPartition(self.input, p) for p in sorted(read) if p in self.tasks]
-        for tp in self.consumer.committed(owned, 30) if owned else []:
+        for tp in self._committed(owned, self.consumer) if owned else []:
             self.consumer.seek(TopicPartition(self.input, tp.partition, tp.offset if tp.offset >= 0 else
                                               OFFSET_BEGINNING))  # fmt: skip
+
+    def _committed(self, partitions: list[TopicPartition], consumer: Consumer | None = None) -> list[TopicPartition]:
+        """The step's committed offsets of ``partitions``, stable (read_committed: a lookup waits for a transaction
+        still committing them), asked of ``consumer``, then of a new consumer of the group that never joins it while
+        Kafka does not answer in time or answers that it may be asked again: `LOOKUP_ATTEMPTS` in all, 1 s apart.
+        Seen after a broker's restart: ``NOT_COORDINATOR`` from the step's consumer and from a new one, the group's
+        coordinator not loaded yet, and a new one answered 0.2 s later; the step's consumer timed out after 30 s
+        where a new one answered at once. Raises the last failure."""
+        for attempt in range(1, LOOKUP_ATTEMPTS + 1):
+            asking = consumer
+            if asking is None:
+                asking = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
+                                                        "isolation.level": "read_committed"}))  # fmt: skip
+            try:
+                return list(asking.committed(partitions, 30))
+            except KafkaException as error:
+                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS:
+                    raise
+                log.warning("step %d: the committed offsets of %s (%s): asked again", self.index,
+                            sorted(tp.partition for tp in partitions), error)  # fmt: skip
+            finally:
+                if asking is not consumer:
+                    asking.close()
+            consumer = None
+            time.sleep(1.0)
+        raise AssertionError("unreachable")  # every attempt returns or raises
 
     def _bounded(self, call: str, *args: Any) -> None:
         """``self.producer.<call>(*args)``, in a thread of its own, waited for `WEDGED_AFTER_S`: what it raises is
@@ -760,9 +787,8 @@ class CoordinatedStage:
         reached them yet)."""
         task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count,
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
-        # The step's own group, to look its committed offsets up; it never joins the group, nor commits.
+        self._committed([TopicPartition(self.input, partition)])  # stable: waits for a transaction committing it
         with AsWritten(self.config.client(), self.group) as reading:
-            reading.committed.committed([TopicPartition(self.input, partition)], timeout=30)
             low, high = reading.bounds(TopicPartition(self.changelog, partition))
             for record in reading.read(TopicPartition(self.changelog, partition, low), high):
                 key = (record.key() or b"").decode()

@@ -503,6 +503,57 @@ def test_a_batch_kafka_did_not_answer_in_time_starts_again_when_its_abort_goes_t
     assert stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 0
 
 
+class _Committed:
+    """A consumer whose committed offsets' lookups raise ``errors`` in turn, then answer offset 7."""
+
+    def __init__(self, *errors: KafkaError) -> None:
+        self.errors, self.closed = list(errors), False
+
+    def committed(self, partitions: list[TopicPartition], _timeout: float = 0) -> list[TopicPartition]:
+        if self.errors:
+            raise KafkaException(self.errors.pop(0))
+        return [TopicPartition(tp.topic, tp.partition, 7) for tp in partitions]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+_NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator", retriable=True)
+
+
+@pytest.mark.parametrize(
+    ("fresh_errors", "answered"),
+    [([], True), ([_NOT_COORDINATOR] * 3, False), ([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)], False)],
+    ids=["answered-by-a-new-consumer", "never-answered", "refused"],
+)
+def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinator_is_not_back(
+    monkeypatch: pytest.MonkeyPatch, fresh_errors: list[KafkaError], answered: bool
+) -> None:
+    """Seen after a broker's restart: the step's consumer and a new one said NOT_COORDINATOR (the group's coordinator
+    not loaded yet), and a new one answered 0.2 s later; the lookup stopped the step (a start over, a restore)."""
+    made: list[_Committed] = []
+
+    def consumer(_config: Any) -> _Committed:
+        made.append(_Committed(*fresh_errors[len(made) :][:1]))
+        return made[-1]
+
+    monkeypatch.setattr(coordinated_stage, "Consumer", consumer)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    stage = _last_step(_Answer(b"x"))
+    stage.config, stage.group = ServiceConfig(bootstrap_servers="127.0.0.1:1"), "c.step1"
+    own = _Committed(_NOT_COORDINATOR)
+    asked = [TopicPartition(stage.input, 0)]
+    if answered:
+        assert [tp.offset for tp in stage._committed(asked, own)] == [7]  # type: ignore[arg-type]
+        assert len(made) == 1
+    else:
+        with pytest.raises(KafkaException):
+            stage._committed(asked, own)  # type: ignore[arg-type]
+        retried = fresh_errors[0].retriable()
+        assert len(made) == (coordinated_stage.LOOKUP_ATTEMPTS - 1 if retried else 1)
+    assert all(c.closed for c in made) and not own.closed  # the step's own consumer stays open
+
+
 class _Refusing(_Transactions):
     """Refuses every record as librdkafka does once a transaction failed: ``_STATE``."""
 
