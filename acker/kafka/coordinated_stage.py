@@ -428,10 +428,11 @@ class CoordinatedStage:
     def _committed(self, partitions: list[TopicPartition], consumer: Consumer | None = None) -> list[TopicPartition]:
         """The step's committed offsets of ``partitions``, stable (read_committed: a lookup waits for a transaction
         still committing them), asked of ``consumer``, then of a new consumer of the group that never joins it while
-        Kafka does not answer in time or answers that it may be asked again: `LOOKUP_ATTEMPTS` in all, 1 s apart.
-        Seen after a broker's restart: ``NOT_COORDINATOR`` from the step's consumer and from a new one, the group's
-        coordinator not loaded yet, and a new one answered 0.2 s later; the step's consumer timed out after 30 s
-        where a new one answered at once. Raises the last failure."""
+        Kafka answers that it may be asked again (`LOOKUP_ATTEMPTS` in all, 1 s apart) or, once, does not answer in
+        time (30 s: a transaction that does not end, which asking again rarely mends). Seen after a broker's restart:
+        ``NOT_COORDINATOR`` from the step's consumer and from a new one, the group's coordinator not loaded yet, and
+        a new one answered 0.2 s later. Raises the last failure."""
+        timed_out = False
         for attempt in range(1, LOOKUP_ATTEMPTS + 1):
             asking = consumer
             if asking is None:
@@ -440,8 +441,10 @@ class CoordinatedStage:
             try:
                 return list(asking.committed(partitions, 30))
             except KafkaException as error:
-                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS:
+                timeout = (cause := kafka_error(error)) is not None and cause.code() == KafkaError._TIMED_OUT
+                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS or (timeout and timed_out):
                     raise
+                timed_out = timed_out or timeout
                 log.warning("step %d: the committed offsets of %s (%s): asked again", self.index,
                             sorted(tp.partition for tp in partitions), error)  # fmt: skip
             finally:

@@ -522,12 +522,17 @@ _NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinat
 
 
 @pytest.mark.parametrize(
-    ("fresh_errors", "answered"),
-    [([], True), ([_NOT_COORDINATOR] * 3, False), ([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)], False)],
-    ids=["answered-by-a-new-consumer", "never-answered", "refused"],
+    ("fresh_errors", "asked"),
+    [
+        ([], 1),
+        ([_NOT_COORDINATOR] * 3, 3),  # asked again while the coordinator is not back: 4 in all with the step's own
+        ([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)], 1),
+        ([KafkaError(KafkaError._TIMED_OUT)] * 3, 2),  # a timeout is asked again once
+    ],
+    ids=["answered-by-a-new-consumer", "never-answered", "refused", "timed-out-twice"],
 )
 def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinator_is_not_back(
-    monkeypatch: pytest.MonkeyPatch, fresh_errors: list[KafkaError], answered: bool
+    monkeypatch: pytest.MonkeyPatch, fresh_errors: list[KafkaError], asked: int
 ) -> None:
     """Seen after a broker's restart: the step's consumer and a new one said NOT_COORDINATOR (the group's coordinator
     not loaded yet), and a new one answered 0.2 s later; the lookup stopped the step (a start over, a restore)."""
@@ -542,15 +547,13 @@ def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinat
     stage = _last_step(_Answer(b"x"))
     stage.config, stage.group = ServiceConfig(bootstrap_servers="127.0.0.1:1"), "c.step1"
     own = _Committed(_NOT_COORDINATOR)
-    asked = [TopicPartition(stage.input, 0)]
-    if answered:
-        assert [tp.offset for tp in stage._committed(asked, own)] == [7]  # type: ignore[arg-type]
-        assert len(made) == 1
+    partitions = [TopicPartition(stage.input, 0)]
+    if not fresh_errors:
+        assert [tp.offset for tp in stage._committed(partitions, own)] == [7]  # type: ignore[arg-type]
     else:
         with pytest.raises(KafkaException):
-            stage._committed(asked, own)  # type: ignore[arg-type]
-        retried = fresh_errors[0].retriable()
-        assert len(made) == (coordinated_stage.LOOKUP_ATTEMPTS - 1 if retried else 1)
+            stage._committed(partitions, own)  # type: ignore[arg-type]
+    assert len(made) == asked
     assert all(c.closed for c in made) and not own.closed  # the step's own consumer stays open
 
 
