@@ -99,7 +99,6 @@ ABORTABLE_START_OVERS = 5
 # supervisor restarts, rather than leave it hanging, deaf to its stop, its tasks stalled for ever.
 TXN_CALL_S = 30.0
 WEDGED_AFTER_S = TXN_CALL_S + 15.0
-WEDGED_KEPT = 3  # producers left wedged in a process (each with its threads): one more stops the process
 # Bytes of a request id, at most: it is in every record of its request and keys its state. A longer one is
 # dead-lettered: its done marker, which must be saved, could be too large for the changelog (the batch aborted at
 # every restart), and its records' headers would eat the margin left for them.
@@ -243,8 +242,6 @@ class CoordinatedStage:
         self.producer = Producer(self._producer_config)
         self._broken = False  # a batch's transaction was aborted: this object's state is the batch's, not committed
         self._wedged = False  # a transactional call never returned (`_bounded`): the producer takes no other call
-        # Producers left with a call in them (`_renew_producer`), kept as their threads are: `WEDGED_KEPT` at most.
-        self._wedged_producers: list[Producer] = []
         self._abortable_in_row = 0  # batches started over in a row for an abortable error (`ABORTABLE_START_OVERS`)
         self._fencing_retry_at = 0.0  # when `_owned_offsets` may ask for the committed offsets again
         self.producer.init_transactions(30)
@@ -340,11 +337,11 @@ class CoordinatedStage:
         # goes on from the committed offsets.
         self._broken = True
         renewed = False
+        if isinstance(failure, WedgedProducerError):  # a call is still in the producer: the process must end
+            raise failure
         try:
-            if isinstance(failure, WedgedProducerError):  # a call is still in the producer: nothing more of it
-                raise failure
-            self._bounded("abort_transaction", TXN_CALL_S)
-        except (KafkaException, WedgedProducerError) as error:  # e.g. a fatal producer error
+            self._bounded("abort_transaction", TXN_CALL_S)  # raises `WedgedProducerError` past its wait
+        except KafkaException as error:  # e.g. a fatal producer error
             if not self._renewable(failure, error, took_s):  # the batch's failure says more
                 log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
                 raise failure from None
@@ -373,41 +370,29 @@ class CoordinatedStage:
 
     def _renewable(self, failure: BaseException, error: BaseException, took_s: float) -> bool:
         """Whether a batch that failed with ``failure`` after ``took_s``, whose abort failed with ``error``, goes on
-        with a new producer (`_renew_producer`): Kafka did not answer (a broker restarting: the batch's call wedged,
-        or timed out, or its records timed out, and the broker had aborted the transaction past its timeout meanwhile,
-        which leaves the producer fenced, a fatal error), or the batch failed fatally after its transaction outlived
-        its timeout (the broker aborted it, and so fenced the producer); up to `ABORTABLE_START_OVERS` batches in a
-        row and `WEDGED_KEPT` wedged producers. Not after any other failure: a process fenced by another of its
-        transactional id (a successor of the same --instance-id) must stop rather than fence it in turn."""
-        outlived = took_s * 1000 > self.transaction_timeout_ms
-        if not (isinstance(failure, WedgedProducerError) or _unanswered(failure) or _doomed(failure) or outlived):
+        with a new producer (`_renew_producer`): the abort failed fatally (the producer takes nothing any more: fenced,
+        as the broker fences it when it aborts a transaction past its timeout, in an outage) after Kafka did not answer
+        in time, librdkafka wanted the transaction aborted, or the transaction outlived its timeout; up to
+        `ABORTABLE_START_OVERS` batches in a row; and only with a transactional id of this process's own (no
+        ``--instance-id``). With a stable one, the fencing may be a successor's (a process started in place of this
+        one while it was cut off), which a new producer here would fence in turn: the process stops, as before."""
+        cause = kafka_error(error) if isinstance(error, KafkaException) else None
+        if cause is None or not cause.fatal() or self.config.instance_id:
             return False
-        if isinstance(error, WedgedProducerError):
-            can_go_on = True
-        else:
-            cause = kafka_error(error) if isinstance(error, KafkaException) else None
-            can_go_on = cause is not None and (cause.fatal() or _unanswered(error))
-        return (
-            can_go_on
-            and self._abortable_in_row < ABORTABLE_START_OVERS
-            and len(self._wedged_producers) + self._wedged <= WEDGED_KEPT
-        )
+        outlived = took_s * 1000 > self.transaction_timeout_ms
+        return (_unanswered(failure) or _doomed(failure) or outlived) and self._abortable_in_row < ABORTABLE_START_OVERS
 
     def _renew_producer(self, failure: BaseException, error: BaseException) -> None:
         """Go on with a new producer of the same transactional id in place of one that took no more transactions
-        after ``failure`` (its abort: ``error``). Its `init_transactions` fences the old one and aborts whatever the
-        old one left open: as a restart of the process would, but for the consumer, which keeps its partitions. A
-        wedged producer is kept (a thread of this process is in it), the others closed. Raises what
-        `init_transactions` raises (the process stops)."""
+        after ``failure`` (its abort: ``error``), which is dropped (destroyed with whatever it had in flight). The new
+        one's `init_transactions` aborts whatever the old one left open: as a restart of the process would, but for
+        the consumer, which keeps its partitions. Raises what `init_transactions` raises (the process stops)."""
         self._abortable_in_row += 1
         log.warning("step %d: the batch failed (%s) and its producer takes no more transactions (%s): a new one goes "
                     "on, and the batch's tasks start again from their last commit (%d of %d batches in a row)",
                     self.index, failure, error, self._abortable_in_row, ABORTABLE_START_OVERS)  # fmt: skip
-        if self._wedged:
-            self._wedged_producers.append(self.producer)
-        else:
-            self.producer.purge()  # nothing of a failed transaction is to be sent; closed when dropped
-        self.producer, self._wedged = Producer(self._producer_config), False
+        self.producer.purge()  # nothing of a failed transaction is to be sent
+        self.producer = Producer(self._producer_config)
         self._bounded("init_transactions", TXN_CALL_S)
         self.counters["producers_renewed"] += 1
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -259,10 +260,11 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
     """Storm's ReachTopology as a coordinated chain, asked while the broker is killed and started again 5 s later.
     Before, every step stopped or hung: a transactional call that timed out in the outage left its producer fenced
     (the broker had aborted the transaction past its timeout) and the step stopped; librdkafka blocked the others in
-    `send_offsets_to_transaction` for minutes past its timeout, deaf to their stop. Now a step goes on with a new
-    producer, and a step that cannot still stops, saying why, rather than hang: started again here, as its supervisor
-    would, the chain answers every request exactly. (The transactional calls' timeout is shortened, 10 s, and a call
-    taken as wedged 20 s after it began: the outage is a test's, and short.)"""
+    `send_offsets_to_transaction` for minutes past its timeout, deaf to their stop. Now a step whose producer was
+    fenced goes on with a new one (the steps' transactional ids are their own: no --instance-id), and a step whose
+    call never returns stops, saying why, rather than hang: started again here, as its supervisor would, the chain
+    answers every request exactly. (The transactional calls' timeout is shortened, 10 s, and a call taken as wedged
+    20 s after it began: the outage is a test's, and short.)"""
     monkeypatch.setattr(coordinated_stage, "TXN_CALL_S", 10.0)
     monkeypatch.setattr(coordinated_stage, "WEDGED_AFTER_S", 20.0)
     graph = Graph.generate()
@@ -271,7 +273,7 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
     with contextlib.ExitStack() as cleanup:
         broker = _broker(data_dir)
         cleanup.callback(broker.stop)
-        config = service_config(broker.bootstrap_servers, partitions=1)
+        config = replace(service_config(broker.bootstrap_servers, partitions=1), instance_id="")
         chain = Chain(f"reach-{os.getpid()}", CHAIN.steps)
         create_chain_topics(config, chain, partitions=3)
         running: list[Running] = []

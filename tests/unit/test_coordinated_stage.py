@@ -272,8 +272,8 @@ def _expiring(producer: _Transactions, position: int = 5) -> CoordinatedStage:
     stage.producer, stage.consumer = producer, _Consumer(position)  # type: ignore[assignment]
     stage._broken, stage._next_count_check, stage._batch_s = False, float("inf"), 10.0
     stage._fencing_retry_at, stage._abortable_in_row = 0.0, 0
-    stage._wedged, stage._wedged_producers, stage._producer_config = False, [], {}
-    stage.transaction_timeout_ms = 10_000
+    stage._wedged, stage._producer_config, stage.transaction_timeout_ms = False, {}, 10_000
+    stage.config = ServiceConfig(bootstrap_servers="127.0.0.1:1")  # no --instance-id: a transactional id its own
     stage.tasks[0].request("late", int(time.time() * 1000) - 1, 0)
     return stage
 
@@ -407,32 +407,53 @@ def new_producers(monkeypatch: pytest.MonkeyPatch) -> list[_Transactions]:
 
 
 @pytest.mark.parametrize(
-    ("offsets_error", "abort_error", "kept"),
-    [(None, None, 1), (_TIMED_OUT, _FENCED_BY_TIMEOUT, 0), (_ABORTABLE, _FENCED_BY_TIMEOUT, 0)],
-    ids=["wedged", "timed-out-then-fenced", "abortable-then-fenced"],
+    "offsets_error", [_TIMED_OUT, _ABORTABLE], ids=["timed-out-then-fenced", "abortable-then-fenced"]
 )
-def test_a_producer_an_outage_left_without_transactions_is_replaced_and_the_batch_starts_again(
-    new_producers: list[_Transactions], offsets_error: KafkaError | None, abort_error: KafkaError | None, kept: int
+def test_a_producer_an_outage_left_fenced_is_replaced_and_the_batch_starts_again(
+    new_producers: list[_Transactions], offsets_error: KafkaError
 ) -> None:
-    """Seen here after a broker's restart of 5 s: a step's offsets' send blocked for minutes past its timeout (the
-    step hung, deaf to its stop), or timed out, and the abort found the producer fenced (the broker had aborted the
-    transaction past its timeout): every step of the chain stopped or hung. A new producer of the same transactional
-    id goes on, and the batch's tasks start again from their last commit."""
-    old = _Outage(offsets_error, abort_error)
+    """Seen after a broker's restart of 5 s: a step's offsets' send timed out, and the abort found the producer fenced
+    (the broker had aborted the transaction past its timeout): the step stopped. A new producer of the same
+    transactional id goes on, and the batch's tasks start again from their last commit."""
+    old = _Outage(offsets_error, _FENCED_BY_TIMEOUT)
     stage = _expiring(old)
     restored = _restoring(stage)
-    try:
-        assert stage.poll(0) == 0
-    finally:
-        old.release.set()
-    assert old.calls == ["begin", "offsets [(0, 5)]"] + (["abort"] if offsets_error is not None else [])
-    assert old.purged == (kept == 0) and list[object](stage._wedged_producers) == [old] * kept
+    assert stage.poll(0) == 0
+    assert old.calls == ["begin", "offsets [(0, 5)]", "abort"] and old.purged
     assert len(new_producers) == 1 and new_producers[0].calls == ["init"]
     assert id(stage.producer) == id(new_producers[0])  # the new one, in its place
     assert restored == [0] and stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 1
     stage.poll(0)  # the batch again, on the new producer
     assert new_producers[0].calls == ["init", "begin", "offsets [(0, 5)]", "commit"]
     assert stage.tasks[0].requests["late"].done and stage.counters["failed"] == 1
+
+
+def test_a_step_whose_transactional_call_never_returns_stops_saying_so_rather_than_hang(
+    new_producers: list[_Transactions],
+) -> None:
+    """Seen after a broker's restart of 5 s: librdkafka blocked in `send_offsets_to_transaction` for minutes past its
+    timeout, the broker back; the step hung, deaf to its stop. It stops instead (its supervisor restarts it): no
+    abort, no new producer beside a call still in the old one, which the process's end takes with it."""
+    producer = _Outage(None)
+    stage = _expiring(producer)
+    try:
+        with pytest.raises(WedgedProducerError, match="send_offsets_to_transaction has not returned"):
+            stage.poll(0)
+    finally:
+        producer.release.set()
+    assert producer.calls == ["begin", "offsets [(0, 5)]"] and new_producers == [] and stage._wedged
+    with pytest.raises(CoordinationError, match="restart the process"):
+        stage.poll(0)
+
+
+def test_a_step_with_a_stable_instance_id_stops_when_its_producer_is_fenced(new_producers: list[_Transactions]) -> None:
+    """Its transactional id may be a successor's too (a process started in its place while it was cut off), which
+    a new producer here would fence."""
+    stage = _expiring(_Outage(_TIMED_OUT, _FENCED_BY_TIMEOUT))
+    stage.config = ServiceConfig(bootstrap_servers="127.0.0.1:1", instance_id="host1")
+    with pytest.raises(KafkaException, match="Timed out"):
+        stage.poll(0)
+    assert new_producers == []
 
 
 def test_a_producer_fenced_after_a_failure_that_is_not_an_outage_stops_the_process(
@@ -475,22 +496,6 @@ def test_a_producer_fenced_in_a_transaction_that_outlived_its_timeout_is_replace
             stage.poll(0)
         assert new_producers == []
     assert producer.calls[-2:] == ["commit", "abort"]
-
-
-def test_a_step_stops_once_it_has_left_as_many_wedged_producers_as_it_keeps(
-    new_producers: list[_Transactions], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each wedged producer keeps its threads in the process: past `WEDGED_KEPT` the process stops, saying why."""
-    monkeypatch.setattr(coordinated_stage, "WEDGED_KEPT", 0)
-    producer = _Outage(None)
-    stage = _expiring(producer)
-    try:
-        with pytest.raises(WedgedProducerError, match="send_offsets_to_transaction has not returned"):
-            stage.poll(0)
-    finally:
-        producer.release.set()
-    assert producer.calls == ["begin", "offsets [(0, 5)]"]  # no abort: a call is still in it
-    assert new_producers == [] and stage._wedged
 
 
 def test_a_batch_kafka_did_not_answer_in_time_starts_again_when_its_abort_goes_through() -> None:
