@@ -77,6 +77,11 @@ def kafka_error(error: KafkaException) -> KafkaError | None:
     return error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
 
 
+def timed_out(error: KafkaException) -> bool:
+    """Whether ``error`` is librdkafka's local timeout: Kafka did not answer in time."""
+    return (cause := kafka_error(error)) is not None and cause.code() == KafkaError._TIMED_OUT
+
+
 def raise_for(error: KafkaError | None, what: str) -> None:
     if error is not None and error.code() != KafkaError.NO_ERROR:
         raise KafkaClientError(what, error)

@@ -54,6 +54,7 @@ from acker.kafka.clients import (
     produce,
     readable,
     smallest_max_bytes,
+    timed_out,
     topic_partitions,
 )
 from acker.retries import ACKER_DLQ_REASON
@@ -324,7 +325,7 @@ class CoordinatedStage:
         return self._aborted(failure, changed, read, counted, time.monotonic() - started)
 
     def _aborted(
-        self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int], took_s: float = 0.0
+        self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int], took_s: float
     ) -> int:
         """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
         or librdkafka wants the transaction aborted (`_doomed`) or Kafka did not answer in time (`_unanswered`: a
@@ -336,7 +337,6 @@ class CoordinatedStage:
         # and the partitions' next owner (a restart, or another process of the step) reloads the committed state and
         # goes on from the committed offsets.
         self._broken = True
-        renewed = False
         if isinstance(failure, WedgedProducerError):  # a call is still in the producer: the process must end
             raise failure
         try:
@@ -345,12 +345,23 @@ class CoordinatedStage:
             if not self._renewable(failure, error, took_s):  # the batch's failure says more
                 log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
                 raise failure from None
-            self._renew_producer(failure, error)
-            renewed = True
+            self._renew_producer(failure, error)  # which says so
+        else:
+            self._may_start_over(failure, changed)
+        with after_failure(failure):
+            self._start_over(changed, read)
+        # As before the batch, which is read again, but for what the abort itself did.
+        self.counters.update(counted, started_over=counted["started_over"] + 1,
+                             producers_renewed=self.counters["producers_renewed"])  # fmt: skip
+        self._broken = False
+        return 0
+
+    def _may_start_over(self, failure: BaseException, changed: set[int]) -> None:
+        """Raise ``failure``, whose batch's abort went through, unless its tasks may start again in the process: the
+        group moved on, or librdkafka wants the transaction aborted or Kafka did not answer in time (up to
+        `ABORTABLE_START_OVERS` batches in a row)."""
         cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
-        if renewed:
-            pass  # said by `_renew_producer`
-        elif cause is not None and cause.code() in GROUP_MOVED:
+        if cause is not None and cause.code() in GROUP_MOVED:
             log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
                         "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
         elif (_doomed(failure) or _unanswered(failure)) and self._abortable_in_row < ABORTABLE_START_OVERS:
@@ -360,13 +371,6 @@ class CoordinatedStage:
                         sorted(changed), self._abortable_in_row, ABORTABLE_START_OVERS)  # fmt: skip
         else:
             raise failure
-        with after_failure(failure):
-            self._start_over(changed, read)
-        # As before the batch, which is read again, but for what the abort itself did.
-        self.counters.update(counted, started_over=counted["started_over"] + 1,
-                             producers_renewed=self.counters["producers_renewed"])  # fmt: skip
-        self._broken = False
-        return 0
 
     def _renewable(self, failure: BaseException, error: BaseException, took_s: float) -> bool:
         """Whether a batch that failed with ``failure`` after ``took_s``, whose abort failed with ``error``, goes on
@@ -417,7 +421,7 @@ class CoordinatedStage:
         time (30 s: a transaction that does not end, which asking again rarely mends). Seen after a broker's restart:
         ``NOT_COORDINATOR`` from the step's consumer and from a new one, the group's coordinator not loaded yet, and
         a new one answered 0.2 s later. Raises the last failure."""
-        timed_out = False
+        asked_after_timeout = False
         for attempt in range(1, LOOKUP_ATTEMPTS + 1):
             asking = consumer
             if asking is None:
@@ -426,10 +430,10 @@ class CoordinatedStage:
             try:
                 return list(asking.committed(partitions, 30))
             except KafkaException as error:
-                timeout = (cause := kafka_error(error)) is not None and cause.code() == KafkaError._TIMED_OUT
-                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS or (timeout and timed_out):
+                timeout = timed_out(error)
+                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS or (timeout and asked_after_timeout):
                     raise
-                timed_out = timed_out or timeout
+                asked_after_timeout = asked_after_timeout or timeout
                 log.warning("step %d: the committed offsets of %s (%s): asked again", self.index,
                             sorted(tp.partition for tp in partitions), error)  # fmt: skip
             finally:

@@ -29,7 +29,7 @@ from confluent_kafka.cimpl import KafkaError
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 from acker.kafka.client_log import serve_log_lines
-from acker.kafka.clients import after_failure, kafka_error, log_bounds
+from acker.kafka.clients import after_failure, kafka_error, log_bounds, timed_out
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
@@ -44,10 +44,6 @@ MISSING_KEPT_S = 10.0
 # A topic or partition the cluster does not have (librdkafka's local error when its metadata lacks the partition).
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
 _OFFSET_READERS = 32  # consumers kept for the groups whose committed offsets are asked (`KafkaLookups._offset_reader`)
-
-
-def _timed_out(error: KafkaException) -> bool:
-    return (cause := kafka_error(error)) is not None and cause.code() == KafkaError._TIMED_OUT
 
 
 def confirmed_absent(
@@ -151,7 +147,7 @@ class KafkaLookups:
         connection dropped under it, ``_TRANSPORT``) aborted the process within two broker restarts in a stress run
         (`_offset_reader` says which assertion), where one renewed after every failure came through thirty. A fresh one
         answers at once."""
-        if self._admin is not None and (coordinator or _timed_out(error)):
+        if self._admin is not None and (coordinator or timed_out(error)):
             log.info("Kafka lookups: a request failed (%s): the next ones go through a new admin client", error)
             self._admin = AdminClient(without_consumer_settings(self._client))
 
@@ -390,7 +386,7 @@ class KafkaLookups:
         try:
             found = reader.committed([TopicPartition(t, p) for t, p in partitions], timeout=_LOOKUP_TIMEOUT_S)
         except KafkaException as error:
-            if _timed_out(error):
+            if timed_out(error):
                 # As the admin client's (`_renew_after`): a new one for the next question, rather than trusting one
                 # whose question is still waiting on a coordinator that went away.
                 del self._offset_readers[group]
