@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import confluent_kafka
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from acker import fail_reasons
 from acker.config import ServiceConfig, to_argv
@@ -223,7 +223,11 @@ def pid_alive(pid: int) -> bool:
 
 def read_all(client: dict[str, Any], topic: str, partition: int = 0, idle_s: float = 5.0) -> list[Message]:
     """Every record of one partition that a read_committed consumer reads now (to its end, or until nothing comes
-    for ``idle_s``)."""
+    for ``idle_s``).
+
+    Its end is the log's, not the first end of partition it is told of: that one is the last stable offset, and a
+    transaction's commit returns before its markers are written. Read at once after a commit, under load, its
+    records lay past that end for a moment, and the read found none of them."""
     consumer = Consumer({**client, "group.id": f"r-{uuid.uuid4().hex}", "enable.partition.eof": True,
                          "isolation.level": "read_committed"})  # fmt: skip
     consumer.assign([TopicPartition(topic, partition, 0)])
@@ -234,11 +238,20 @@ def read_all(client: dict[str, Any], topic: str, partition: int = 0, idle_s: flo
             if not records:
                 return out
             for record in records:
-                if record.error() is not None:
+                error = record.error()
+                if error is None:
+                    out.append(record)
+                elif error.code() != KafkaError._PARTITION_EOF or not _short_of_the_log_end(consumer, record):
                     return out
-                out.append(record)
     finally:
         consumer.close()
+
+
+def _short_of_the_log_end(consumer: Consumer, eof: Message) -> bool:
+    """Whether an end of partition a read_committed consumer was told of lies short of the log's end (its high
+    watermark, as the fetch that told it gave it: the watermarks asked of the broker would be the stable ones)."""
+    high = consumer.get_watermark_offsets(TopicPartition(eof.topic() or "", eof.partition() or 0), cached=True)[1]
+    return (eof.offset() or 0) < high
 
 
 def produce_with_header_name(
