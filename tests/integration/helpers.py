@@ -24,7 +24,7 @@ from acker import fail_reasons
 from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import TopicSpec, create_topics, log_bounds
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.service import AckerService
 from acker.wire import decode_outcomes
@@ -234,7 +234,7 @@ def read_all(client: dict[str, Any], topic: str, partition: int = 0, idle_s: flo
     out: list[Message] = []
     try:
         while True:
-            records = consumer.consume(500, timeout=idle_s)
+            records = consume_available(consumer, 500, idle_s)  # a full batch of 500 would wait out ``idle_s``
             if not records:
                 return out
             for record in records:
