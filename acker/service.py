@@ -57,6 +57,7 @@ from acker.kafka.clients import (
     KafkaClientError,
     TopicSpec,
     await_topics,
+    committed_offsets,
     consume_available,
     create_topics,
     kafka_error,
@@ -1373,8 +1374,8 @@ class AckerService:
         """Per assigned partition, where the outcomes to read back start, from the commit's metadata; None when the
         committed offsets could not be read."""
         try:
-            committed = self._reading_consumer().committed(
-                [TopicPartition(self.config.acker_topic, p) for p in partitions], timeout=30
+            committed = committed_offsets(
+                self._reading_consumer(), [TopicPartition(self.config.acker_topic, p) for p in partitions], 30
             )
         except Exception as error:  # e.g. a timeout: the partitions wait (`_recover`)
             log.warning("committed offsets of %s not read: %s", sorted(partitions), error)

@@ -474,6 +474,20 @@ def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s:
     return [log_bounds(consumer, tp, timeout_s)[1] for tp in partitions]
 
 
+def committed_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float) -> list[TopicPartition]:
+    """The offsets the consumer's group has committed for ``partitions`` (negative where none).
+
+    A partition the broker answered with an error for (its topic not to be described, say) raises `KafkaException`,
+    as a request that failed does: the call gives it an offset of -1001 without raising, which reads as "none
+    committed", and a watermark taken for none starts over from the first record, or is committed behind the
+    group's."""
+    found = consumer.committed(partitions, timeout_s)
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return found
+
+
 def readable(record: Message, logger: logging.Logger, what: str) -> bool:
     """Whether a consumed record is a record, not an event: False for the end of a partition, or for an error,
     logged; `KafkaClientError` for settings the broker refuses (`REFUSED_SETTINGS`), and for a fatal error, after

@@ -48,6 +48,7 @@ from acker.kafka.clients import (
     AsWritten,
     TopicSpec,
     after_failure,
+    committed_offsets,
     consume_available,
     create_topics,
     kafka_error,
@@ -428,7 +429,7 @@ class CoordinatedStage:
                 asking = Consumer(self.config.client(**{"group.id": self.group, "enable.auto.commit": False,
                                                         "isolation.level": "read_committed"}))  # fmt: skip
             try:
-                return list(asking.committed(partitions, 30))
+                return committed_offsets(asking, partitions, 30)
             except KafkaException as error:
                 timeout = timed_out(error)
                 if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS or (timeout and asked_after_timeout):

@@ -29,7 +29,7 @@ from confluent_kafka.cimpl import KafkaError
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 from acker.kafka.client_log import serve_log_lines
-from acker.kafka.clients import after_failure, kafka_error, log_bounds, timed_out
+from acker.kafka.clients import after_failure, committed_offsets, kafka_error, log_bounds, timed_out
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
@@ -379,12 +379,13 @@ class KafkaLookups:
 
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The committed offsets of ``group`` (negative where none): asked through a consumer of the group's, not the
-        admin client (`_offset_reader`). `KafkaException` when Kafka does not answer in time."""
+        admin client (`_offset_reader`). `KafkaException` when Kafka does not answer in time, or answers a
+        partition with an error (`committed_offsets`)."""
         if not partitions:
             return {}
         reader = self._offset_reader(group)
         try:
-            found = reader.committed([TopicPartition(t, p) for t, p in partitions], timeout=_LOOKUP_TIMEOUT_S)
+            found = committed_offsets(reader, [TopicPartition(t, p) for t, p in partitions], _LOOKUP_TIMEOUT_S)
         except KafkaException as error:
             if timed_out(error):
                 # As the admin client's (`_renew_after`): a new one for the next question, rather than trusting one

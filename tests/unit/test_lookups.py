@@ -208,6 +208,39 @@ def test_a_groups_committed_offsets_are_asked_through_a_consumer_of_the_group_re
             closed.assignment()
 
 
+class _AnsweringWithAnError:
+    """A consumer of the group whose committed offsets come back with one partition's error, as the broker answers
+    for a topic the client may not describe: offset -1001, no exception."""
+
+    def poll(self, timeout: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[Any]:
+        refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        return [SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1001 if tp.partition else 7,
+                                error=refused if tp.partition else None) for tp in partitions]  # fmt: skip
+
+
+def test_a_partition_the_broker_answered_with_an_error_is_no_watermark_and_none_is_committed() -> None:
+    """Read as "none committed", its watermark was committed again whatever the group had, maybe behind it."""
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    kafka._admin = _NoAdmin()  # type: ignore[assignment]
+    kafka._offset_readers["g"] = _AnsweringWithAnError()  # type: ignore[assignment]
+    try:
+        with pytest.raises(KafkaException) as raised:
+            kafka.committed("g", [("t", 0), ("t", 1)])
+        assert kafka_error(raised.value).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED  # type: ignore[union-attr]
+        with pytest.raises(KafkaException):
+            kafka.advance("g", {("t", 1): 5})  # the admin client is not asked to commit
+        assert kafka.committed("g", [("t", 0)]) == {("t", 0): 7}
+    finally:
+        kafka._admin = None
+        kafka.close()
+
+
 @pytest.mark.parametrize(
     ("code", "coordinator", "renewed"),
     [
