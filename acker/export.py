@@ -36,7 +36,14 @@ from acker.columnar.block import Kind
 from acker.config import ServiceConfig
 from acker.errors import AckerError
 from acker.headers import decimal
-from acker.kafka.clients import READ_TO_SETTINGS, log_bounds, open_transaction_wait_s, partition_count, read_to
+from acker.kafka.clients import (
+    READ_TO_SETTINGS,
+    committed_offsets,
+    log_bounds,
+    open_transaction_wait_s,
+    partition_count,
+    read_to,
+)
 from acker.partition import NO_TICK, continues_chain
 from acker.replay import format_message
 from acker.service import DLQ_DETAIL, DLQ_OFFSET, DLQ_PARTITION, DLQ_TOPIC, failing_inits
@@ -145,7 +152,7 @@ def span(config: ServiceConfig, partition: int, start: int | None = None, end: i
         # the two reads (ticks come all the time), and an open transaction was said where there was none.
         written_end = log_bounds(written, tp)[1]
         first, last = log_bounds(consumer, tp)
-        [committed] = consumer.committed([tp], timeout=30)
+        [committed] = committed_offsets(consumer, [tp], 30)
     finally:
         written.close()
         consumer.close()
