@@ -29,7 +29,7 @@ from confluent_kafka.cimpl import KafkaError
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
 from acker.kafka.client_log import serve_log_lines
-from acker.kafka.clients import after_failure, committed_offsets, kafka_error, log_bounds, timed_out
+from acker.kafka.clients import after_failure, kafka_error, log_bounds, timed_out
 
 log = logging.getLogger("acker.kafka.lookups")
 _LOOKUP_TIMEOUT_S = 10.0
@@ -380,12 +380,21 @@ class KafkaLookups:
     def committed(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The committed offsets of ``group`` (negative where none): asked through a consumer of the group's, not the
         admin client (`_offset_reader`). `KafkaException` when Kafka does not answer in time, or answers a
-        partition with an error (`committed_offsets`)."""
+        partition with an error (see `committed_offsets`)."""
+        offsets, refused = self._committed(group, partitions)
+        if refused:
+            raise KafkaException(next(iter(refused.values())))
+        return offsets
+
+    def _committed(
+        self, group: str, partitions: list[tuple[str, int]]
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], KafkaError]]:
+        """`committed`, the partitions Kafka answered with an error apart: their offset (-1001) is no answer."""
         if not partitions:
-            return {}
+            return {}, {}
         reader = self._offset_reader(group)
         try:
-            found = committed_offsets(reader, [TopicPartition(t, p) for t, p in partitions], _LOOKUP_TIMEOUT_S)
+            found = reader.committed([TopicPartition(t, p) for t, p in partitions], timeout=_LOOKUP_TIMEOUT_S)
         except KafkaException as error:
             if timed_out(error):
                 # As the admin client's (`_renew_after`): a new one for the next question, rather than trusting one
@@ -393,7 +402,8 @@ class KafkaLookups:
                 del self._offset_readers[group]
                 reader.close()
             raise
-        return {(tp.topic, tp.partition): tp.offset for tp in found}
+        offsets = {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
+        return offsets, {(tp.topic, tp.partition): tp.error for tp in found if tp.error is not None}
 
     def _offset_reader(self, group: str) -> Consumer:
         """A consumer of ``group`` that only asks for its committed offsets (it never subscribes, so never joins the
@@ -436,12 +446,21 @@ class KafkaLookups:
         A watermark never goes back: a replayed micro-batch or a late job commits nothing older. Every
         partition's error is checked (the admin call reports them per partition without raising), and any
         failure raises `WatermarkCommitError`, but for a partition that no longer exists (its topic deleted): its
-        watermark has nowhere to be, which is said once.
+        watermark has nowhere to be, which is said once. A partition whose committed offset Kafka answered with an
+        error is not committed (against an offset not known, its watermark could go back) and is a failure; the
+        others are committed all the same.
         """
-        current = self.committed(group, list(marks))
-        ahead = {tp: m for tp, m in marks.items() if commits.wanted(m, current.get(tp))}
-        if not ahead:
-            return {}
+        current, refused = self._committed(group, list(marks))
+        ahead = {tp: m for tp, m in marks.items() if tp not in refused and commits.wanted(m, current.get(tp))}
+        failures = {tp: f"its committed offset not read: {error}" for tp, error in refused.items()}
+        if ahead:
+            failures |= self._alter(group, ahead)  # those it could not commit leave ``ahead``
+        if failures:
+            raise WatermarkCommitError(group, failures)
+        return ahead
+
+    def _alter(self, group: str, ahead: dict[tuple[str, int], int]) -> dict[tuple[str, int], str]:
+        """Commit ``ahead`` to ``group``; return the failures, each partition's (those removed from ``ahead``)."""
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, m) for (t, p), m in ahead.items()])
         try:
             altered = self._admin_client().alter_consumer_group_offsets([request], request_timeout=_LOOKUP_TIMEOUT_S)
@@ -458,9 +477,7 @@ class KafkaLookups:
                 self._say_gone(tp.topic, tp.partition, f"its watermark in {group} is not committed")
             else:
                 failures[(tp.topic, tp.partition)] = str(tp.error)
-        if failures:
-            raise WatermarkCommitError(group, failures)
-        return ahead
+        return failures
 
 
 _lookups: dict[tuple[tuple[str, str], ...], KafkaLookups] = {}

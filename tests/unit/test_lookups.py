@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
@@ -224,18 +225,39 @@ class _AnsweringWithAnError:
                                 error=refused if tp.partition else None) for tp in partitions]  # fmt: skip
 
 
-def test_a_partition_the_broker_answered_with_an_error_is_no_watermark_and_none_is_committed() -> None:
-    """Read as "none committed", its watermark was committed again whatever the group had, maybe behind it."""
+class _Altering:
+    """An admin client that commits the offsets it is asked to commit, every one of them."""
+
+    def __init__(self) -> None:
+        self.committed: dict[tuple[str, int], int] = {}
+
+    def poll(self, timeout: float) -> None:
+        pass
+
+    def alter_consumer_group_offsets(self, requests: list[Any], request_timeout: float) -> dict[str, Future[Any]]:
+        done: dict[str, Future[Any]] = {}
+        for request in requests:
+            self.committed |= {(tp.topic, tp.partition): tp.offset for tp in request.topic_partitions}
+            done[request.group_id] = Future()
+            done[request.group_id].set_result(SimpleNamespace(topic_partitions=request.topic_partitions))
+        return done
+
+
+def test_a_partition_the_broker_answered_with_an_error_is_no_watermark_and_only_the_others_are_committed() -> None:
+    """Read as "none committed", its watermark was committed whatever the group had, maybe behind it. It is a failure
+    of the group's commit, which still commits the other partitions' watermarks."""
     kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
-    kafka._admin = _NoAdmin()  # type: ignore[assignment]
+    admin = kafka._admin = _Altering()  # type: ignore[assignment]
     kafka._offset_readers["g"] = _AnsweringWithAnError()  # type: ignore[assignment]
     try:
         with pytest.raises(KafkaException) as raised:
             kafka.committed("g", [("t", 0), ("t", 1)])
         assert kafka_error(raised.value).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED  # type: ignore[union-attr]
-        with pytest.raises(KafkaException):
-            kafka.advance("g", {("t", 1): 5})  # the admin client is not asked to commit
         assert kafka.committed("g", [("t", 0)]) == {("t", 0): 7}
+        with pytest.raises(lookups.WatermarkCommitError) as failed:
+            kafka.advance("g", {("t", 0): 9, ("t", 1): 5})
+        assert list(failed.value.failures) == [("t", 1)] and "TOPIC_AUTHORIZATION_FAILED" in str(failed.value)
+        assert admin.committed == {("t", 0): 9}
     finally:
         kafka._admin = None
         kafka.close()
