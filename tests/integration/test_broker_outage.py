@@ -26,7 +26,7 @@ from acker.examples import reach
 from acker.examples.reach import CHAIN, Graph, steps
 from acker.examples.wordcount import Topics, sentences
 from acker.kafka import coordinated_stage, lookups
-from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, produce
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, create_chain_topics
 from acker.kafka.local_broker import LocalKafkaBroker
 from acker.retries import ORIGIN
@@ -301,13 +301,22 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
 
         running += [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(steps(graph))]
         assert ask(60) == exact
-        asked = threading.Thread(target=ask, args=(30,), daemon=True)  # in flight through the outage
+        in_flight: list[object] = []  # its answers, or the error of a client that met the broker gone as it began
+
+        def ask_through_the_outage() -> None:
+            try:
+                in_flight.append(ask(30))
+            except KafkaClientError as error:
+                in_flight.append(error)
+
+        asked = threading.Thread(target=ask_through_the_outage, daemon=True)
         asked.start()
         time.sleep(0.3)
         broker.crash()
         time.sleep(5)
         broker.start()
-        asked.join(60)
+        asked.join(90)  # its deadline is 30 s
+        assert not asked.is_alive() and len(in_flight) == 1, "a question asked through the outage hung"
         deadline = time.monotonic() + 300
         while True:
             supervise()
