@@ -1,6 +1,6 @@
 """The whole benchmark suite, one script after another, with the machine it ran on.
 
-Run: ``.venv/bin/python -m benchmarks.run_all [--quick] [--only NAME ...] [--output FILE]``
+Run: ``.venv/bin/python -m benchmarks.run_all [--quick | --smoke] [--only NAME ...] [--output FILE]``
 
 Each benchmark is a script of its own that prints Markdown tables with its baseline measured in the same run (see
 each module's docstring, and docs/benchmarks.md for the method and the figures). This runs them in sequence — never
@@ -40,6 +40,36 @@ SUITE = [  # name, module, what it compares
     ("commit", "benchmarks.commit_bench", "Spark commit job: acks/s and ack-to-watermark delay"),
     ("replay-batch", "benchmarks.replay_batch_bench", "replay job: a batch of nacks on the driver, whole vs parts"),
 ]
+
+
+# `--smoke`: each benchmark's quick run on the smallest workload that still goes through all of it (every mode,
+# table and latency round), for CI (`scripts/test.sh`), which checks that the scripts run to their end and print
+# figures, not what the figures are. Most of a quick run is its fixed costs (a broker, a JVM, Spark, processes
+# started); these cut what grows with the workload. `--smoke` run on 2026-12-02: see docs/benchmarks.md.
+SMOKE = {
+    "core": ["--trees", "10000", "--pending", "20000"],
+    "storm-acker": ["--trees", "10000", "--pending", "20000", "--repeat", "1"],
+    "service": ["--trees", "10000", "--latency-s", "2"],
+    "scaling": ["--trees", "10000"],
+    "recovery": ["--trees", "5000", "--decided", "5000"],
+    "pipeline": ["--sentences", "1000", "--latency-s", "2"],
+    "floor": ["--sentences", "1000", "--latency-s", "1"],
+    "storm-wordcount": ["--sentences", "20000"],
+    "commit": ["--acks", "40000", "--latency-s", "3"],
+    "replay-batch": ["--nacks", "40000"],
+}
+
+
+def command_of(name: str, module: str, quick: bool, smoke: bool) -> list[str]:
+    """How `main` runs benchmark ``name``: its module, ``--quick`` for a quick or smoke run, and `SMOKE`'s
+    arguments for a smoke run."""
+    return [
+        sys.executable,
+        "-m",
+        module,
+        *(["--quick"] if quick or smoke else []),
+        *(SMOKE.get(name, []) if smoke else []),
+    ]
 
 
 def machine() -> str:
@@ -132,6 +162,9 @@ def _interrupt(_signum: int, _frame: object) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode (a smoke run)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="quick runs on the smallest workloads (CI's: figures not compared)"
+    )
     parser.add_argument("--only", nargs="+", choices=[name for name, _, _ in SUITE], help="run only these")
     parser.add_argument("--output", default=None, help="write the report here as well")
     parser.add_argument(
@@ -143,10 +176,11 @@ def main() -> int:
     stamp = time.strftime("%Y-%m-%d %H:%M")
     output = Path(args.output or f".cache/benchmarks/report-{time.strftime('%Y%m%d-%H%M%S')}.md")
     output.parent.mkdir(parents=True, exist_ok=True)
-    parts = [f"# Benchmark report, {stamp}{' (quick)' if args.quick else ''}\n", f"Machine: {machine()}\n"]
+    kind = " (smoke)" if args.smoke else " (quick)" if args.quick else ""
+    parts = [f"# Benchmark report, {stamp}{kind}\n", f"Machine: {machine()}\n"]
     failed = []
     for name, module, what in chosen:
-        command = [sys.executable, "-m", module, *(["--quick"] if args.quick else [])]
+        command = command_of(name, module, args.quick, args.smoke)
         print(f"== {name}: {what}", file=sys.stderr, flush=True)
         began = time.monotonic()
         code, stdout, stderr = run_benchmark(command, args.timeout_min * 60)

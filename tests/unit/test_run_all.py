@@ -92,3 +92,14 @@ def test_a_benchmark_without_figures_to_compare_fails_the_suite(
 )
 def test_figures_to_compare_are_tables_with_a_ratio_and_numbers(stdout: str, why: str | None) -> None:
     assert run_all.missing_figures(stdout) == why
+
+
+def test_smoke_arguments_name_benchmarks_of_the_suite_and_add_to_their_quick_run() -> None:
+    """A name `SMOKE` misspelt would leave that benchmark's whole quick workload in CI's smoke run, silently."""
+    names = {name for name, _, _ in run_all.SUITE}
+    assert set(run_all.SMOKE) <= names
+    assert run_all.command_of("replay-batch", "benchmarks.replay_batch_bench", quick=False, smoke=True)[1:] == [
+        "-m", "benchmarks.replay_batch_bench", "--quick", "--nacks", "40000",
+    ]  # fmt: skip
+    assert run_all.command_of("replay-batch", "m", quick=True, smoke=False)[1:] == ["-m", "m", "--quick"]
+    assert run_all.command_of("steady", "m", quick=False, smoke=False)[1:] == ["-m", "m"]
