@@ -50,11 +50,9 @@ if [ "${CI:-}" = "true" ]; then export HYPOTHESIS_PROFILE=ci; fi
 # Tests in parallel processes (pytest-xdist), each with its own broker (or the cluster named), Spark and topics: the
 # integration tests mostly wait (for ticks, timeouts, micro-batches), so four run in well under half the time of one
 # even on two cores. ACKER_TEST_WORKERS=0 runs them in this process; a -n among the arguments wins.
-# A process that has run out of tests takes half of the queue of the one with most left (`--dist worksteal`): with
-# tests of 0.01 s to 4 min, xdist's default hands out batches ahead, and on 2026-12-02 the suite took 25 min that
-# way and 21.5 min this way, same commit and machine. The 30 longest tests are listed at the end: where CI's time goes.
+# The 30 longest tests are listed at the end: where CI's time goes.
 set +e
-.venv/bin/python -m pytest -n "${ACKER_TEST_WORKERS:-4}" --dist worksteal --durations=30 "$@"
+.venv/bin/python -m pytest -n "${ACKER_TEST_WORKERS:-4}" --durations=30 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
