@@ -1,10 +1,13 @@
 """Test-wide settings: Hypothesis profiles (CI runs more examples, never with a deadline on a shared machine), an
 environment without the shell's acker settings or a terminal's size, and Ctrl-C that the commands the tests start
-can receive."""
+can receive. A command that failed (`subprocess.run(..., check=True)`) has its own output in the report."""
 
 import os
 import signal
+import subprocess
+from collections.abc import Generator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # The suite ignores the acker's settings of the shell that runs it (`ACKER_BOOTSTRAP_SERVERS`, `ACKER_KAFKA_*`, a
@@ -28,3 +31,20 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that ended with `subprocess.CalledProcessError` shows what the command wrote: the error names only its
+    exit status, and the test's captured stderr is that of the whole process (a Spark job's warnings of another
+    test, say), where the command's own lines are not."""
+    report: pytest.TestReport = yield
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, subprocess.CalledProcessError):
+        for stream, text in (("stdout", error.stdout), ("stderr", error.stderr)):
+            if text:
+                shown = text.decode(errors="replace") if isinstance(text, bytes) else text
+                report.sections.append((f"the failed command's {stream}", shown))
+    return report
