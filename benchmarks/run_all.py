@@ -161,7 +161,7 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
     parser.add_argument(
         "--smoke", action="store_true", help="quick runs on the smallest workloads (CI's: figures not compared)"
     )
