@@ -1,6 +1,7 @@
 """The whole benchmark suite, one script after another, with the machine it ran on.
 
-Run: ``.venv/bin/python -m benchmarks.run_all [--quick | --smoke] [--only NAME ...] [--output FILE]``
+Run: ``.venv/bin/python -m benchmarks.run_all [--quick | --smoke] [--only NAME ...] [--output FILE]
+[--bootstrap-servers HOST:PORT]``
 
 Each benchmark is a script of its own that prints Markdown tables with its baseline measured in the same run (see
 each module's docstring, and docs/benchmarks.md for the method and the figures). This runs them in sequence — never
@@ -8,8 +9,10 @@ two at once: they share the machine — and writes one report: the machine, then
 The report goes to ``--output`` (default ``.cache/benchmarks/report-<time>.md``, not tracked) and to stdout.
 
 A benchmark fails the run when it exits with an error, runs past ``--timeout-min``, or prints no figures to compare
-(`missing_figures`): no Markdown table, no ratio to a baseline in one, or a cell that is not a number where one was
-measured (nan, inf). What the figures are is not checked: a shared machine gives no stable ones (docs/benchmarks.md).
+(`failure`, `missing_figures`): no Markdown table, no ratio to a baseline in one, or a cell that is not a number where
+one was measured (nan, inf). What the figures are is not checked: a shared machine gives no stable ones
+(docs/benchmarks.md). The test suite runs each benchmark's smoke run the same way
+(tests/integration/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -60,15 +63,21 @@ SMOKE = {
 }
 
 
-def command_of(name: str, module: str, quick: bool, smoke: bool) -> list[str]:
-    """How `main` runs benchmark ``name``: its module, ``--quick`` for a quick or smoke run, and `SMOKE`'s
-    arguments for a smoke run."""
+# The benchmarks that run against Kafka: each starts a local broker of its own unless ``--bootstrap-servers`` names a
+# cluster (topics and groups of their own, so other work may share it).
+KAFKA = {"service", "scaling", "recovery", "pipeline", "stage", "floor", "commit"}
+
+
+def command_of(name: str, module: str, quick: bool, smoke: bool, bootstrap: str | None = None) -> list[str]:
+    """How benchmark ``name`` is run: its module, ``--quick`` for a quick or smoke run, `SMOKE`'s arguments for a
+    smoke run, and the cluster ``bootstrap`` names for one of `KAFKA` (None: a broker of its own)."""
     return [
         sys.executable,
         "-m",
         module,
         *(["--quick"] if quick or smoke else []),
         *(SMOKE.get(name, []) if smoke else []),
+        *(["--bootstrap-servers", bootstrap] if bootstrap is not None and name in KAFKA else []),
     ]
 
 
@@ -116,6 +125,15 @@ def missing_figures(stdout: str) -> str | None:
     if bad:
         return f"its tables have cells that are not measures: {', '.join(sorted(set(bad)))}"
     return None
+
+
+def failure(code: int | None, stdout: str, timeout_min: float) -> str | None:
+    """Why a benchmark's run failed (`run_benchmark`'s exit status, None after a timeout, and its stdout), or None."""
+    if code is None:
+        return f"timed out after {timeout_min:g} min"
+    if code != 0:
+        return f"exit {code}"
+    return missing_figures(stdout)
 
 
 STOP_GRACE_S = 15.0  # a benchmark told to stop (SIGTERM) gets this long before SIGKILL
@@ -168,6 +186,10 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=[name for name, _, _ in SUITE], help="run only these")
     parser.add_argument("--output", default=None, help="write the report here as well")
     parser.add_argument(
+        "--bootstrap-servers", default=None, help="the Kafka cluster of the benchmarks that use one (default: each "
+        "starts a local broker of its own)"
+    )  # fmt: skip
+    parser.add_argument(
         "--timeout-min", type=float, default=60.0, help="a benchmark still running after this is ended [60]"
     )
     args = parser.parse_args()
@@ -180,7 +202,7 @@ def main() -> int:
     parts = [f"# Benchmark report, {stamp}{kind}\n", f"Machine: {machine()}\n"]
     failed = []
     for name, module, what in chosen:
-        command = command_of(name, module, args.quick, args.smoke)
+        command = command_of(name, module, args.quick, args.smoke, args.bootstrap_servers)
         print(f"== {name}: {what}", file=sys.stderr, flush=True)
         began = time.monotonic()
         code, stdout, stderr = run_benchmark(command, args.timeout_min * 60)
@@ -188,13 +210,11 @@ def main() -> int:
         tables = [line for line in stdout.splitlines() if not line.startswith("%")]
         shown = " ".join(["python -m", module, *command[3:]])
         parts.append(f"## {name}: {what}\n\n`{shown}` ({took:.0f} s)\n\n" + "\n".join(tables) + "\n")
-        if code != 0:
+        why = failure(code, stdout, args.timeout_min)
+        if why is not None:
             failed.append(name)
-            why = f"timed out after {args.timeout_min:g} min" if code is None else f"exit {code}"
-            parts.append(f"**failed** ({why}):\n\n```\n{stderr[-2000:]}\n```\n")
-        elif (empty := missing_figures(stdout)) is not None:
-            failed.append(name)
-            parts.append(f"**failed**: {empty}\n")
+            said = f":\n\n```\n{stderr[-2000:]}\n```" if code != 0 else ""  # its stderr, where it ended in error
+            parts.append(f"**failed** ({why}){said}\n")
     report = "\n".join(parts)
     output.write_text(report)
     print(report)

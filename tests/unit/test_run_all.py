@@ -75,7 +75,7 @@ def test_a_benchmark_without_figures_to_compare_fails_the_suite(
     monkeypatch.setattr(sys, "argv", ["run_all", "--output", str(report)])
     assert run_all.main() == 1
     assert "failed: nan" in capsys.readouterr().err
-    assert "**failed**: its tables have cells that are not measures: nan" in report.read_text()
+    assert "**failed** (its tables have cells that are not measures: nan)" in report.read_text()
 
 
 @pytest.mark.parametrize(
@@ -103,3 +103,15 @@ def test_smoke_arguments_name_benchmarks_of_the_suite_and_add_to_their_quick_run
     ]  # fmt: skip
     assert run_all.command_of("replay-batch", "m", quick=True, smoke=False)[1:] == ["-m", "m", "--quick"]
     assert run_all.command_of("steady", "m", quick=False, smoke=False)[1:] == ["-m", "m"]
+
+
+def test_a_cluster_named_goes_to_the_benchmarks_that_use_kafka_alone() -> None:
+    """The others take no ``--bootstrap-servers``: given one, their argument parser would end them."""
+    names = {name for name, _, _ in run_all.SUITE}
+    assert run_all.KAFKA.issubset(names)
+    assert run_all.command_of("commit", "m", quick=False, smoke=True, bootstrap="h:1")[-2:] == [
+        "--bootstrap-servers",
+        "h:1",
+    ]
+    assert "--bootstrap-servers" not in run_all.command_of("core", "m", quick=False, smoke=True, bootstrap="h:1")
+    assert "--bootstrap-servers" not in run_all.command_of("commit", "m", quick=False, smoke=True)
