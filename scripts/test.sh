@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything and runs the whole test suite: lint, type checks, unit, property-based and integration tests,
-# then each benchmark's smoke run.
+# among them each benchmark's smoke run (tests/integration/test_benchmarks.py).
 # `.ci/run` calls exactly this. Extra arguments go to pytest (e.g. `scripts/test.sh -m "not integration"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,12 +61,4 @@ if [ "$rc" -eq 5 ]; then
 fi
 if [ "$rc" -ne 0 ]; then
   exit "$rc"
-fi
-# The whole suite (no arguments for pytest) ends with each benchmark's smoke run (its quick run on the smallest
-# workload, `run_all.SMOKE`), one after another: that every benchmark script still runs to its end against the code as
-# it is and prints figures to compare (tables with a ratio to their baseline, no nan), not what the figures are, which
-# a shared machine under a test suite could not give (docs/benchmarks.md). ACKER_BENCH_SMOKE=0 leaves them out.
-if [ "$#" -eq 0 ] && [ "${ACKER_BENCH_SMOKE:-1}" != "0" ]; then
-  echo "== benchmarks (smoke runs)"
-  .venv/bin/python -m benchmarks.run_all --smoke --timeout-min 10 --output .cache/benchmarks/report-smoke.md
 fi

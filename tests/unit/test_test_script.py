@@ -20,11 +20,9 @@ def _stub(path: Path, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def _run(
-    tmp_path: Path, failing: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, failing: str, *args: str) -> subprocess.CompletedProcess[str]:
     """scripts/test.sh in a copy where ``failing`` (``ruff check``, ``ruff format``, ``mypy``, ``pytest``,
-    ``pytest-empty``: no tests collected, or ``benchmarks``: their quick runs) fails and everything else passes."""
+    or ``pytest-empty``: no tests collected) fails and everything else passes."""
     (tmp_path / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     _stub(tmp_path / "scripts" / "setup.sh", "exit 0")
@@ -35,7 +33,7 @@ def _run(
     _stub(
         bin_dir / "python",
         f'if [ "$2" = pytest ]; then [ "pytest" = "{failing}" ] && exit 1; [ "pytest-empty" = "{failing}" ] && exit 5;'
-        f' exit 0; fi\n[ "$2" = benchmarks.run_all ] && [ "benchmarks" = "{failing}" ] && exit 1; exit 0',
+        " exit 0; fi; exit 0",
     )
     tools = tmp_path / "tools"
     tools.mkdir()
@@ -44,11 +42,11 @@ def _run(
     path = f"{tools}:{os.environ['PATH']}"
     return subprocess.run(
         ["bash", str(tmp_path / "scripts" / "test.sh"), *args], capture_output=True, text=True, env={**os.environ,
-        "PATH": path, **(env or {})}, stdin=subprocess.DEVNULL, check=False, timeout=60,
+        "PATH": path}, stdin=subprocess.DEVNULL, check=False, timeout=60,
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("failing", ["ruff check", "ruff format", "mypy", "pytest", "pytest-empty", "benchmarks"])
+@pytest.mark.parametrize("failing", ["ruff check", "ruff format", "mypy", "pytest", "pytest-empty"])
 def test_the_test_command_fails_when_any_check_fails(tmp_path: Path, failing: str) -> None:
     """A failing `ruff check`, first of an `a && b && c` list, did not stop the script under `set -e`: CI passed."""
     assert _run(tmp_path, failing).returncode != 0
@@ -56,9 +54,3 @@ def test_the_test_command_fails_when_any_check_fails(tmp_path: Path, failing: st
 
 def test_the_test_command_passes_when_every_check_passes(tmp_path: Path) -> None:
     assert _run(tmp_path, "nothing").returncode == 0
-
-
-def test_the_benchmarks_quick_runs_are_left_out_with_a_pytest_argument_or_when_told(tmp_path: Path) -> None:
-    """Arguments are for pytest (a part of the suite); ``ACKER_BENCH_SMOKE=0`` leaves the benchmarks out too."""
-    assert _run(tmp_path / "args", "benchmarks", "-m", "not integration").returncode == 0
-    assert _run(tmp_path / "told", "benchmarks", env={"ACKER_BENCH_SMOKE": "0"}).returncode == 0
