@@ -46,9 +46,10 @@ SUITE = [  # name, module, what it compares
 
 
 # `--smoke`: each benchmark's quick run on the smallest workload that still goes through all of it (every mode,
-# table and latency round), for CI (`scripts/test.sh`), which checks that the scripts run to their end and print
-# figures, not what the figures are. Most of a quick run is its fixed costs (a broker, a JVM, Spark, processes
-# started); these cut what grows with the workload. `--smoke` run on 2026-12-02: see docs/benchmarks.md.
+# table and latency round), for the tests (tests/integration/test_benchmarks.py), which check that the scripts run
+# to their end and print figures, not what the figures are. Most of a quick run is its fixed costs (a broker, a JVM,
+# Spark, processes started); these cut what grows with the workload. `--smoke` run on 2026-12-02: see
+# docs/benchmarks.md.
 SMOKE = {
     "core": ["--trees", "10000", "--pending", "20000"],
     "storm-acker": ["--trees", "10000", "--pending", "20000", "--repeat", "1"],
@@ -181,7 +182,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
     parser.add_argument(
-        "--smoke", action="store_true", help="quick runs on the smallest workloads (CI's: figures not compared)"
+        "--smoke",
+        action="store_true",
+        help="quick runs on the smallest workloads, as the tests run them",
     )
     parser.add_argument("--only", nargs="+", choices=[name for name, _, _ in SUITE], help="run only these")
     parser.add_argument("--output", default=None, help="write the report here as well")
