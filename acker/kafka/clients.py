@@ -555,9 +555,26 @@ def read_to(
             if now > position:
                 position, deadline = now, time.monotonic() + timeout_s
             elif time.monotonic() > deadline:
-                raise KafkaClientError(f"{where}: no progress past offset {position} towards {end}", None)
+                more = _open_transaction(consumer, TopicPartition(start.topic, start.partition), position)
+                raise KafkaClientError(f"{where}: no progress past offset {position} towards {end}", None, more)
     finally:
         consumer.unassign()
+
+
+def _open_transaction(consumer: Consumer, tp: TopicPartition, position: int) -> str:
+    """What a read stuck at ``position`` waits behind, when a lookup says so: a read_committed consumer's end of a
+    partition is its last stable offset, where the first transaction still open begins (a read_uncommitted one's is
+    the high watermark, past ``position``, and says nothing here). A transaction whose writer died is aborted by the
+    broker after its timeout; one that outlives that by far, its coordinator unaware of it, is hanging, and only an
+    operator ends it."""
+    try:
+        stable = consumer.get_watermark_offsets(tp, timeout=5, cached=False)[1]
+    except KafkaException:
+        return ""  # the broker still unreachable: the read's own error says enough
+    if stable > position:
+        return ""
+    return (f" (a transaction open from offset {stable} has not ended: if its writer is gone and the broker does not "
+            f"abort it, Kafka's kafka-transactions.sh find-hanging shows it and abort ends it)")  # fmt: skip
 
 
 class AsWritten:

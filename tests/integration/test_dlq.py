@@ -14,7 +14,7 @@ import acker.dlq
 from acker.cli import main
 from acker.config import ServiceConfig, to_argv
 from acker.core.ids import IdGenerator
-from acker.kafka.clients import TopicSpec, create_topics, log_bounds, produce, read_to
+from acker.kafka.clients import AsWritten, KafkaClientError, TopicSpec, create_topics, log_bounds, produce, read_to
 from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, redrive, too_large
 from tests.integration.helpers import (
     ServiceThread,
@@ -643,6 +643,32 @@ def test_letters_behind_a_transaction_left_open_are_listed_and_shown(
     assert listed == [f"{topic}/0/0", f"{topic}/0/1", f"{topic}/0/3"]  # the aborted one is no letter
     assert _dlq(letters, "show", "0/3") == 0
     assert "after" in capsys.readouterr().out
+
+
+def test_a_read_stuck_behind_a_transaction_that_does_not_end_says_where_and_how_to_end_it(
+    letters: ServiceConfig,
+) -> None:
+    """A read to a partition's end as written that waited past the broker's abort of an open transaction failed with
+    "no progress past offset N towards M" and no more: whether its writer was slow or the transaction hanging, an
+    operator could not tell. It now names the offset the open transaction begins at, and Kafka's tool that ends it."""
+    topic = letters.replay_dlq_topic
+    stuck = Producer(
+        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
+    )
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(topic, b"a letter in a transaction", partition=0)
+    assert stuck.flush(30) == 0  # offset 2, after the fixture's two letters
+    try:
+        with AsWritten(letters.client(), letters.group) as reading:
+            reading.wait_s = 2.0  # not the broker's abort, ten minutes away
+            with pytest.raises(KafkaClientError) as raised:
+                list(reading.read(TopicPartition(topic, 0, 0)))
+    finally:
+        stuck.abort_transaction(30)
+    said = str(raised.value)
+    assert "no progress past offset 2 towards 3" in said, said
+    assert "a transaction open from offset 2 has not ended" in said and "find-hanging" in said, said
 
 
 def test_a_letter_of_an_aborted_transaction_is_no_letter_whatever_the_shared_settings(
