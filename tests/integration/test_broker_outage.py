@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -256,23 +257,37 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     assert f"acker: query acker-{job} stopped: " in said.read_text()  # said, with its cause
 
 
+def _transactions_tool(broker: LocalKafkaBroker, *args: str) -> str:
+    """What Kafka's own ``kafka-transactions.sh ARGS`` says of ``broker`` (its output, and its errors' end)."""
+    command = kafka_tool_command("org.apache.kafka.tools.TransactionsCommand",
+                                 "--bootstrap-server", broker.bootstrap_servers, *args)  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    return f"{done.stdout}{done.stderr[-2000:]}"
+
+
+def _abort_hanging(broker: LocalKafkaBroker) -> list[str]:
+    """Abort, as an operator would with Kafka's tool (README, "A transaction that does not end"), every hanging
+    transaction on ``broker``: a partition's open transaction that its coordinator does not know, which the broker
+    never aborts. Returns the tool's rows of those it found (topic, partition, producer, epoch, coordinator epoch, start
+    offset, ...)."""
+    # Open for more than a minute: a transaction of the steps' lasts milliseconds, and the broker aborts one after 10 s.
+    found = _transactions_tool(broker, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1")
+    rows = [line for line in found.splitlines()[1:] if line.strip()]
+    for row in rows:
+        topic, partition, _producer, _epoch, _coordinator_epoch, start, *_ = row.split()
+        _transactions_tool(broker, "abort", "--topic", topic, "--partition", partition, "--start-offset", start)
+    return rows
+
+
 def _transactions(broker: LocalKafkaBroker, chain: Chain, partitions: int) -> str:
-    """What Kafka's own tool says of the transactions on ``broker``: those its coordinators know, any hanging one (a
-    partition's open transaction its coordinator does not know), and the producers of each changelog partition of
-    ``chain`` (made with ``partitions``), with the offset any open transaction of theirs begins at. For a failure's
-    message: once, a step's read of its changelog waited minutes behind a transaction that the broker had not aborted
-    after a crash."""
+    """What Kafka's own tool says of the transactions on ``broker``: those its coordinators know, any hanging one, and
+    the producers of each changelog partition of ``chain`` (made with ``partitions``), with the offset any open
+    transaction of theirs begins at. For a failure's message."""
     asked = [["list"], ["find-hanging", "--broker-id", "1", "--max-transaction-timeout", "0"]]
     for i in range(chain.steps):
         for partition in range(1 if i == chain.steps - 1 else partitions):
             asked.append(["describe-producers", "--topic", f"{chain.topic(i)}.state", "--partition", str(partition)])
-    said = []
-    for args in asked:
-        command = kafka_tool_command("org.apache.kafka.tools.TransactionsCommand",
-                                     "--bootstrap-server", broker.bootstrap_servers, *args)  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-        said.append(f"kafka-transactions.sh {' '.join(args)}:\n{done.stdout}{done.stderr[-2000:]}")
-    return "\n".join(said)
+    return "\n".join(f"kafka-transactions.sh {' '.join(args)}:\n{_transactions_tool(broker, *args)}" for args in asked)
 
 
 def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_hangs(
@@ -285,7 +300,10 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
     fenced goes on with a new one (the steps' transactional ids are their own: no --instance-id), and a step whose
     call never returns stops, saying why, rather than hang: started again here, as its supervisor would, the chain
     answers every request exactly. (The transactional calls' timeout is shortened, 10 s, and a call taken as wedged
-    20 s after it began: the outage is a test's, and short.)"""
+    20 s after it began: the outage is a test's, and short.) Kafka 4.3.1 itself, killed so, has once in four runs
+    forgotten a transaction that a step's producer had begun, whose records stayed open on two partitions, with no
+    reader past them for good (a hanging transaction): such ones are aborted here, as the README tells an operator to
+    (`_abort_hanging`)."""
     monkeypatch.setattr(coordinated_stage, "TXN_CALL_S", 10.0)
     monkeypatch.setattr(coordinated_stage, "WEDGED_AFTER_S", 20.0)
     graph = Graph.generate()
@@ -338,12 +356,17 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
         assert not asked.is_alive(), "a question asked through the outage hung"
         assert len(in_flight) == 1, "a question asked through the outage ended in an error not of Kafka's client"
         deadline = time.monotonic() + 300
+        hanging: list[str] = []  # what `_abort_hanging` aborted
         while True:
             supervise()
             answers = ask(30)
             if answers == exact:
                 break
-            assert time.monotonic() < deadline, (answers, stopped, _transactions(broker, chain, 3))
+            said = f"{answers}\n{stopped}\naborted: {hanging}\n{_transactions(broker, chain, 3)}"
+            assert time.monotonic() < deadline, said
+            if aborted := _abort_hanging(broker):
+                warnings.warn(f"hanging transactions aborted with Kafka's tool: {aborted}", stacklevel=1)
+                hanging += aborted
         supervise()
         for step in running:
             step.stop(90)  # within the wait: none hangs
