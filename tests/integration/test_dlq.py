@@ -586,6 +586,19 @@ def _headers_of(config: ServiceConfig, topic: str, partition: int) -> dict[str, 
         consumer.close()
 
 
+def _left_open(letters: ServiceConfig, topic: str, partition: int, value: bytes) -> Producer:
+    """A producer whose transaction holds ``value`` on ``topic``'s ``partition``, left open (as by a replay job's
+    driver dead mid-batch), and not aborted by the broker for ten minutes: the caller aborts it."""
+    stuck = Producer(
+        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
+    )
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(topic, value, partition=partition)
+    assert stuck.flush(30) == 0
+    return stuck
+
+
 def test_a_letter_re_driven_behind_a_transaction_left_open_is_not_re_driven_again(
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -593,13 +606,7 @@ def test_a_letter_re_driven_behind_a_transaction_left_open_is_not_re_driven_agai
     after it from a read up to the last stable offset: the letter was re-driven a second time. The read now goes to
     the end as written, waiting for the broker to abort the transaction (here it is aborted after 3 s)."""
     replay_topic = letters.replay_topic("sp")
-    stuck = Producer(
-        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
-    )
-    stuck.init_transactions(30)
-    stuck.begin_transaction()
-    stuck.produce(replay_topic, b"a replay in a transaction", partition=1)
-    assert stuck.flush(30) == 0
+    stuck = _left_open(letters, replay_topic, 1, b"a replay in a transaction")
     letter = f"{letters.replay_dlq_topic}/0/0"
     [dead] = [h for h in _every_headers(letters, letters.replay_dlq_topic, 0) if h[ORIGIN] == b"src/1/7"]
     copy = redrive(RetryPolicy(replay_prefix=letters.replay_prefix), letter, list(dead.items()))
@@ -622,13 +629,7 @@ def test_letters_behind_a_transaction_left_open_are_listed_and_shown(
     the letters before it, without a word, and `dlq show` of a letter after it said there was no record there. They
     read to the end as written now, waiting for the broker to abort it (here it is aborted after 3 s)."""
     topic = letters.replay_dlq_topic
-    stuck = Producer(
-        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
-    )
-    stuck.init_transactions(30)
-    stuck.begin_transaction()
-    stuck.produce(topic, b"a letter in a transaction", partition=0)
-    assert stuck.flush(30) == 0  # offset 2
+    stuck = _left_open(letters, topic, 0, b"a letter in a transaction")  # offset 2
     [dead] = _every_headers(letters, topic, 0)[:1]
     producer = Producer(letters.client())
     produce(producer, topic, b"after", key=b"k", partition=0, headers=list(dead.items()))  # offset 3
@@ -652,13 +653,7 @@ def test_a_read_stuck_behind_a_transaction_that_does_not_end_says_where_and_how_
     "no progress past offset N towards M" and no more: whether its writer was slow or the transaction hanging, an
     operator could not tell. It now names the offset the open transaction begins at, and Kafka's tool that ends it."""
     topic = letters.replay_dlq_topic
-    stuck = Producer(
-        letters.client(**{"transactional.id": f"stuck-{letters.group}", "transaction.timeout.ms": 600_000})
-    )
-    stuck.init_transactions(30)
-    stuck.begin_transaction()
-    stuck.produce(topic, b"a letter in a transaction", partition=0)
-    assert stuck.flush(30) == 0  # offset 2, after the fixture's two letters
+    stuck = _left_open(letters, topic, 0, b"a letter in a transaction")  # offset 2, after the fixture's two letters
     try:
         with AsWritten(letters.client(), letters.group) as reading:
             reading.wait_s = 2.0  # not the broker's abort, ten minutes away
