@@ -257,26 +257,27 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     assert f"acker: query acker-{job} stopped: " in said.read_text()  # said, with its cause
 
 
-def _transactions_tool(broker: LocalKafkaBroker, *args: str) -> str:
-    """What Kafka's own ``kafka-transactions.sh ARGS`` says of ``broker`` (its output, and its errors' end)."""
+def _transactions_tool(broker: LocalKafkaBroker, *args: str) -> subprocess.CompletedProcess[str]:
+    """Kafka's own ``kafka-transactions.sh ARGS`` run on ``broker``, its output and errors kept."""
     command = kafka_tool_command("org.apache.kafka.tools.TransactionsCommand",
                                  "--bootstrap-server", broker.bootstrap_servers, *args)  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    return f"{done.stdout}{done.stderr[-2000:]}"
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
 def _abort_hanging(broker: LocalKafkaBroker) -> list[str]:
     """Abort, as an operator would with Kafka's tool (README, "A transaction that does not end"), every hanging
     transaction on ``broker``: a partition's open transaction that its coordinator does not know, which the broker
-    never aborts. Returns the tool's rows of those it found (topic, partition, producer, epoch, coordinator epoch, start
-    offset, ...)."""
+    never aborts. Returns the tool's rows of those it aborted (topic, partition, producer, epoch, coordinator epoch,
+    start offset, ...)."""
     # Open for more than a minute: a transaction of the steps' lasts milliseconds, and the broker aborts one after 10 s.
-    found = _transactions_tool(broker, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1")
-    rows = [line for line in found.splitlines()[1:] if line.strip()]
-    for row in rows:
+    found = _transactions_tool(broker, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1").stdout
+    aborted = []
+    for row in (line for line in found.splitlines()[1:] if line.strip()):
         topic, partition, _producer, _epoch, _coordinator_epoch, start, *_ = row.split()
-        _transactions_tool(broker, "abort", "--topic", topic, "--partition", partition, "--start-offset", start)
-    return rows
+        done = _transactions_tool(broker, "abort", "--topic", topic, "--partition", partition, "--start-offset", start)
+        if done.returncode == 0:  # else found again next time
+            aborted.append(row)
+    return aborted
 
 
 def _transactions(broker: LocalKafkaBroker, chain: Chain, partitions: int) -> str:
@@ -287,7 +288,11 @@ def _transactions(broker: LocalKafkaBroker, chain: Chain, partitions: int) -> st
     for i in range(chain.steps):
         for partition in range(1 if i == chain.steps - 1 else partitions):
             asked.append(["describe-producers", "--topic", f"{chain.topic(i)}.state", "--partition", str(partition)])
-    return "\n".join(f"kafka-transactions.sh {' '.join(args)}:\n{_transactions_tool(broker, *args)}" for args in asked)
+    said = []
+    for args in asked:
+        done = _transactions_tool(broker, *args)
+        said.append(f"kafka-transactions.sh {' '.join(args)}:\n{done.stdout}{done.stderr[-2000:]}")
+    return "\n".join(said)
 
 
 def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_hangs(
@@ -362,8 +367,7 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
             answers = ask(30)
             if answers == exact:
                 break
-            said = f"{answers}\n{stopped}\naborted: {hanging}\n{_transactions(broker, chain, 3)}"
-            assert time.monotonic() < deadline, said
+            assert time.monotonic() < deadline, f"{answers}\n{stopped}\n{hanging}\n{_transactions(broker, chain, 3)}"
             if aborted := _abort_hanging(broker):
                 warnings.warn(f"hanging transactions aborted with Kafka's tool: {aborted}", stacklevel=1)
                 hanging += aborted
