@@ -308,8 +308,9 @@ def _past_open_transactions(reading: AsWritten, start: TopicPartition, end: int 
         yield from reading.read(start, end)
     except KafkaClientError as error:
         raise DlqError(f"{start.topic}[{start.partition}] not read to its end ({error}): a transaction left open "
-                       "there (a replay job stopped mid-batch?) hides what comes after it until the broker aborts it; "
-                       "try again then") from None  # fmt: skip
+                       "there (a replay job stopped mid-batch?) hides what comes after it until the broker aborts it, "
+                       "or an operator, if it is hanging (README, \"A transaction that does not end\"); try again "
+                       "then") from None  # fmt: skip
 
 
 def _listed(items: list[str], whole_up_to: int = 20) -> str:

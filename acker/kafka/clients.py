@@ -541,6 +541,7 @@ def read_to(
     consumer.assign([start])
     try:
         where = f"reading {start.topic}[{start.partition}]"
+        tp = TopicPartition(start.topic, start.partition)
         position, deadline = start.offset, time.monotonic() + timeout_s
         while position < end:
             for record in consume_available(consumer, 500, 0.2):  # a full batch of 500 would wait out the timeout
@@ -551,30 +552,31 @@ def read_to(
                     continue
                 if (record.offset() or 0) < end:
                     yield record
-            now = consumer.position([TopicPartition(start.topic, start.partition)])[0].offset
+            now = consumer.position([tp])[0].offset
             if now > position:
                 position, deadline = now, time.monotonic() + timeout_s
             elif time.monotonic() > deadline:
-                more = _open_transaction(consumer, TopicPartition(start.topic, start.partition), position)
+                more = _open_transaction(consumer, tp, position)
                 raise KafkaClientError(f"{where}: no progress past offset {position} towards {end}", None, more)
     finally:
         consumer.unassign()
 
 
 def _open_transaction(consumer: Consumer, tp: TopicPartition, position: int) -> str:
-    """What a read stuck at ``position`` waits behind, when a lookup says so: a read_committed consumer's end of a
-    partition is its last stable offset, where the first transaction still open begins (a read_uncommitted one's is
-    the high watermark, past ``position``, and says nothing here). A transaction whose writer died is aborted by the
-    broker after its timeout; one that outlives that by far, its coordinator unaware of it, is hanging, and only an
-    operator ends it."""
+    """What a read stuck at ``position`` may wait behind, when a lookup says so: a read_committed consumer's end of a
+    partition is its last stable offset, where the first transaction still open begins. (A read_uncommitted one's is
+    the high watermark, which is at ``position`` or below only if the log went back, a rare case the words below
+    allow for.) A transaction whose writer died is aborted by the broker after its timeout; one its coordinator does
+    not know (hanging) never is, and only an operator ends it."""
     try:
         stable = consumer.get_watermark_offsets(tp, timeout=5, cached=False)[1]
     except KafkaException:
-        return ""  # the broker still unreachable: the read's own error says enough
+        return ""  # no answer (the broker unreachable, say): the read's own error says enough
     if stable > position:
         return ""
-    return (f" (a transaction open from offset {stable} has not ended: if its writer is gone and the broker does not "
-            f"abort it, Kafka's kafka-transactions.sh find-hanging shows it and abort ends it)")  # fmt: skip
+    return (f" (the partition ends at offset {stable} for this reader: read committed, a transaction open from there "
+            f"has not ended; if its writer is gone and the broker does not abort it, Kafka's kafka-transactions.sh "
+            f"find-hanging lists it and abort ends it)")  # fmt: skip
 
 
 class AsWritten:

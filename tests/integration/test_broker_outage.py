@@ -257,37 +257,48 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     assert f"acker: query acker-{job} stopped: " in said.read_text()  # said, with its cause
 
 
+_NODE_ID = "1"  # a `LocalKafkaBroker`'s node.id, the broker whose partitions `find-hanging` looks at
+
+
 def _transactions_tool(broker: LocalKafkaBroker, *args: str) -> subprocess.CompletedProcess[str]:
-    """Kafka's own ``kafka-transactions.sh ARGS`` run on ``broker``, its output and errors kept."""
+    """Kafka's own ``kafka-transactions.sh ARGS`` run on ``broker``, its output and errors kept; one that has not ended
+    in 90 s (its admin client gives up after 60) is stopped, and says so in its errors."""
     command = kafka_tool_command("org.apache.kafka.tools.TransactionsCommand",
                                  "--bootstrap-server", broker.bootstrap_servers, *args)  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+    except subprocess.TimeoutExpired as timeout:
+        said = timeout.stdout.decode() if isinstance(timeout.stdout, bytes) else timeout.stdout or ""
+        return subprocess.CompletedProcess(command, -1, said, "not ended in 90 s")
 
 
 def _abort_hanging(broker: LocalKafkaBroker) -> list[str]:
     """Abort, as an operator would with Kafka's tool (README, "A transaction that does not end"), every hanging
     transaction on ``broker``: a partition's open transaction that its coordinator does not know, which the broker
-    never aborts. Returns the tool's rows of those it aborted (topic, partition, producer, epoch, coordinator epoch,
-    start offset, ...)."""
-    # Open for more than a minute: a transaction of the steps' lasts milliseconds, and the broker aborts one after 10 s.
-    found = _transactions_tool(broker, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "1").stdout
+    never aborts. Returns those it aborted, as the tool lists them (topic, partition, producer, epoch, coordinator
+    epoch, start offset, last written, minutes since)."""
+    # Last written to over a minute ago: a transaction of the steps' lasts milliseconds, and the broker aborts one
+    # after 10 s.
+    found = _transactions_tool(broker, "find-hanging", "--broker-id", _NODE_ID, "--max-transaction-timeout", "1")
     aborted = []
-    for row in (line for line in found.splitlines()[1:] if line.strip()):
-        topic, partition, _producer, _epoch, _coordinator_epoch, start, *_ = row.split()
+    for fields in (line.split() for line in found.stdout.splitlines()):
+        if len(fields) != 8 or not (fields[1].isdigit() and fields[5].isdigit()):
+            continue  # the header, or a line of the tool's own logging
+        topic, partition, start = fields[0], fields[1], fields[5]
         done = _transactions_tool(broker, "abort", "--topic", topic, "--partition", partition, "--start-offset", start)
         if done.returncode == 0:  # else found again next time
-            aborted.append(row)
+            aborted.append(" ".join(fields))
     return aborted
 
 
-def _transactions(broker: LocalKafkaBroker, chain: Chain, partitions: int) -> str:
+def _transactions(broker: LocalKafkaBroker, topics: list[TopicSpec]) -> str:
     """What Kafka's own tool says of the transactions on ``broker``: those its coordinators know, any hanging one, and
-    the producers of each changelog partition of ``chain`` (made with ``partitions``), with the offset any open
-    transaction of theirs begins at. For a failure's message."""
-    asked = [["list"], ["find-hanging", "--broker-id", "1", "--max-transaction-timeout", "0"]]
-    for i in range(chain.steps):
-        for partition in range(1 if i == chain.steps - 1 else partitions):
-            asked.append(["describe-producers", "--topic", f"{chain.topic(i)}.state", "--partition", str(partition)])
+    the producers of each partition of ``topics``, with the offset any open transaction of theirs begins at. For a
+    failure's message."""
+    asked = [["list"], ["find-hanging", "--broker-id", _NODE_ID, "--max-transaction-timeout", "0"]]
+    for topic in topics:
+        for partition in range(topic.partitions):
+            asked.append(["describe-producers", "--topic", topic.name, "--partition", str(partition)])
     said = []
     for args in asked:
         done = _transactions_tool(broker, *args)
@@ -319,7 +330,9 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
         cleanup.callback(broker.stop)
         config = replace(service_config(broker.bootstrap_servers, partitions=1), instance_id="")
         chain = Chain(f"reach-{os.getpid()}", CHAIN.steps)
-        create_chain_topics(config, chain, partitions=3)
+        partitions = 3
+        create_chain_topics(config, chain, partitions)
+        written = [t for t in chain.topics(config, partitions) if not t.name.endswith(".dlq")]  # in transactions
         running: list[Running] = []
         stopped: list[BaseException] = []  # what the steps that stopped said
 
@@ -367,7 +380,7 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
             answers = ask(30)
             if answers == exact:
                 break
-            assert time.monotonic() < deadline, f"{answers}\n{stopped}\n{hanging}\n{_transactions(broker, chain, 3)}"
+            assert time.monotonic() < deadline, f"{answers}\n{stopped}\n{hanging}\n{_transactions(broker, written)}"
             if aborted := _abort_hanging(broker):
                 warnings.warn(f"hanging transactions aborted with Kafka's tool: {aborted}", stacklevel=1)
                 hanging += aborted

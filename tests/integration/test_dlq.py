@@ -663,7 +663,8 @@ def test_a_read_stuck_behind_a_transaction_that_does_not_end_says_where_and_how_
         stuck.abort_transaction(30)
     said = str(raised.value)
     assert "no progress past offset 2 towards 3" in said, said
-    assert "a transaction open from offset 2 has not ended" in said and "find-hanging" in said, said
+    assert "ends at offset 2 for this reader: read committed, a transaction open from there has not ended" in said, said
+    assert "find-hanging" in said, said
 
 
 def test_a_letter_of_an_aborted_transaction_is_no_letter_whatever_the_shared_settings(
