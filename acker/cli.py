@@ -372,6 +372,8 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     for m in marks:
         end = "-" if m.end is None else str(m.end)
         behind = "-" if m.behind is None else f"{m.behind}{' (from its first record)' if m.watermark is None else ''}"
+        if m.open_from is not None:  # the spouts read nothing past it: why a watermark may stand still
+            behind += f" (a transaction open from offset {m.open_from})"
         watermark = "none yet" if m.watermark is None else str(m.watermark)
         table.add_row(m.group, m.topic, str(m.partition), watermark, end, behind)
     table_console().print(table)

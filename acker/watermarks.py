@@ -39,6 +39,10 @@ class Watermark:
     # Without a watermark: the partition's first offset, where `behind` counts from (none of its records is known to
     # be processed: "-" there hid every record of a partition no spout had taken)
     first: int | None = None
+    # Where a transaction still open begins (the partition's last stable offset, below its end), None where none is:
+    # a spout reads no record past it until it ends. One the broker never aborts (hanging) holds the watermark there
+    # for good, with nothing but this to show why (README, "A transaction that does not end").
+    open_from: int | None = None
 
     @property
     def behind(self) -> int | None:
@@ -67,7 +71,8 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
     partition, with the other partitions of their topics (watermark None); a group without any is left out."""
     admin = AdminClient(without_consumer_settings(config.client()))
     reader = {"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}", **READ_TO_SETTINGS}
-    consumer = Consumer(config.client(**reader))  # counts the records as a spout reads them: read_committed
+    # Counts the records as a spout reads them, whatever the shared settings say: read_committed.
+    consumer = Consumer(config.client(**reader, **{"isolation.level": "read_committed"}))
     # The ends as written: read_committed, a consumer is told the last stable offset instead, and a transaction open
     # on the partition hid every record written after it from the count of those behind.
     ends_of = Consumer(config.client(**reader, **{"isolation.level": "read_uncommitted"}))
@@ -86,21 +91,27 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 ends = end_offsets(ends_of, topic, sorted(partitions), timeout_s)
                 for partition, end in ends.items():
                     mark = marks.get((topic, partition))
-                    first = _first_offset(consumer, topic, partition, timeout_s) if mark is None else None
-                    counted = _records(consumer, topic, partition, first if mark is None else mark, end)
-                    out.append(Watermark(group, topic, partition, mark, end, counted, first))
+                    first, stable = _offsets(consumer, topic, partition, timeout_s)
+                    first = first if mark is None else None
+                    open_from = stable if end is not None and stable is not None and stable < end else None
+                    # Past an open transaction, a count would wait out its timeout and give none.
+                    counted = None if open_from is not None else _records(
+                        consumer, topic, partition, first if mark is None else mark, end)  # fmt: skip
+                    out.append(Watermark(group, topic, partition, mark, end, counted, first, open_from))
     finally:
         consumer.close()
         ends_of.close()
     return out
 
 
-def _first_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
-    """The partition's first offset (its low watermark); None when Kafka cannot tell now."""
+def _offsets(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int | None, int | None]:
+    """The partition's first offset (its low watermark) and its end as ``consumer`` reads it (read_committed: its last
+    stable offset, where the first transaction still open begins); None, None when Kafka cannot tell now."""
     try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[0])
+        first, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
     except KafkaException:
-        return None
+        return None, None
+    return int(first), int(end)
 
 
 def _records(consumer: Consumer, topic: str, partition: int, start: int | None, end: int | None) -> int | None:

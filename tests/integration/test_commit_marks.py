@@ -171,7 +171,8 @@ def test_acker_watermarks_counts_what_lies_past_an_open_transaction(
     config: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The end was asked as a read_committed consumer is told it, the last stable offset: with a transaction open on
-    the partition (a replay job's, a producer hung in one), the records written after it were not behind."""
+    the partition (a replay job's, a producer hung in one), the records written after it were not behind. The open
+    transaction is shown too: the spouts read nothing past it, and a hanging one holds the watermark for good."""
     topic, group = f"src-{uuid.uuid4().hex[:8]}", f"spout-{uuid.uuid4().hex[:8]}"
     create_topics(config.client(), [TopicSpec(topic, 1)])
     plain = Producer(config.client())
@@ -194,8 +195,14 @@ def test_acker_watermarks_counts_what_lies_past_an_open_transaction(
         assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
         [row] = json.loads(capsys.readouterr().out)
         assert (row["watermark"], row["end"], row["behind"]) == (0, 12, 12)  # not counted: the offsets between
+        assert row["open_from"] == 5  # where the spouts stop until it ends
+        assert cli.main(["watermarks", group, "--bootstrap-servers", config.bootstrap_servers]) == 0
+        assert "12 (a transaction open from offset 5)" in capsys.readouterr().out
     finally:
         open_one.abort_transaction(30)
+    assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["end"], row["behind"], row["open_from"]) == (13, 9, None)  # the 3 aborted, and their marker, are none
 
 
 def _sixty_of_a_hundred_deleted(config: ServiceConfig) -> str:
