@@ -537,10 +537,12 @@ _NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinat
     ids=["answered-by-a-new-consumer", "never-answered", "refused", "timed-out-twice"],
 )
 def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinator_is_not_back(
-    monkeypatch: pytest.MonkeyPatch, fresh_errors: list[KafkaError], asked: int
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_errors: list[KafkaError], asked: int
 ) -> None:
     """Seen after a broker's restart: the step's consumer and a new one said NOT_COORDINATOR (the group's coordinator
-    not loaded yet), and a new one answered 0.2 s later; the lookup stopped the step (a start over, a restore)."""
+    not loaded yet), and a new one answered 0.2 s later; the lookup stopped the step (a start over, a restore). A
+    lookup that timed out twice says what may hold it: a transaction committing the offsets that does not end (seen
+    after a broker's crash: a hanging one)."""
     made: list[_Committed] = []
 
     def consumer(_config: Any) -> _Committed:
@@ -560,6 +562,15 @@ def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinat
             stage._committed(partitions, own)  # type: ignore[arg-type]
     assert len(made) == asked
     assert all(c.closed for c in made) and not own.closed  # the step's own consumer stays open
+    hinted = [r.getMessage() for r in caplog.records if "find-hanging" in r.getMessage()]
+    if fresh_errors and fresh_errors[0].code() == KafkaError._TIMED_OUT:
+        assert hinted == [
+            "step 1: the committed offsets of [0] were not answered in 30 s, twice: a transaction committing offsets "
+            'of group c.step1 that does not end may hold them (README, "A transaction that does not end": '
+            "kafka-transactions.sh find-hanging --topic __consumer_offsets)"
+        ]
+    else:
+        assert hinted == []
 
 
 class _Refusing(_Transactions):
