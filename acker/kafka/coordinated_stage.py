@@ -432,14 +432,15 @@ class CoordinatedStage:
                 return committed_offsets(asking, partitions, 30)
             except KafkaException as error:
                 timeout = timed_out(error)
-                if timeout and asked_after_timeout:  # Kafka answers a lookup of stable offsets only once no
-                    # transaction commits them: one that does not end (a hanging one) holds them for good
+                timed_out_twice = timeout and asked_after_timeout
+                if timed_out_twice:  # Kafka answers a lookup of stable offsets only once no transaction commits
+                    # them: one that does not end (a hanging one) holds them for good
                     log.error("step %d: the committed offsets of %s were not answered in 30 s, twice: a transaction "
                               "committing offsets of group %s that does not end may hold them (README, \"A "
                               "transaction that does not end\": kafka-transactions.sh find-hanging --topic "
                               "__consumer_offsets)", self.index, sorted(tp.partition for tp in partitions),
                               self.group)  # fmt: skip
-                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS or (timeout and asked_after_timeout):
+                if not _unanswered(error) or attempt == LOOKUP_ATTEMPTS or timed_out_twice:
                     raise
                 asked_after_timeout = asked_after_timeout or timeout
                 log.warning("step %d: the committed offsets of %s (%s): asked again", self.index,

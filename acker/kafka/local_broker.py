@@ -492,6 +492,9 @@ def _stop_all_brokers() -> None:
 atexit.register(_stop_all_brokers)
 
 
+NODE_ID = 1  # the one node's id, broker and controller: what Kafka's tools name as ``--broker-id``
+
+
 class LocalKafkaBroker:
     """A single-node Kafka broker (KRaft combined mode) on 127.0.0.1, run as a child JVM.
 
@@ -719,7 +722,7 @@ class LocalKafkaBroker:
     def _properties(self, data_dir: Path, port: int, cport: int) -> dict[str, str]:
         props: dict[str, object] = {
             "process.roles": "broker,controller",
-            "node.id": 1,
+            "node.id": NODE_ID,
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",

@@ -29,7 +29,7 @@ from acker.examples.wordcount import Topics, sentences
 from acker.kafka import coordinated_stage, lookups
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, produce
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, create_chain_topics
-from acker.kafka.local_broker import LocalKafkaBroker, kafka_tool_command
+from acker.kafka.local_broker import NODE_ID, LocalKafkaBroker, kafka_tool_command
 from acker.retries import ORIGIN
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, Running, create_acker_topics, read_all, service_config
@@ -257,9 +257,6 @@ def test_a_spark_job_starts_again_after_a_broker_outage_and_carries_on(
     assert f"acker: query acker-{job} stopped: " in said.read_text()  # said, with its cause
 
 
-_NODE_ID = "1"  # a `LocalKafkaBroker`'s node.id, the broker whose partitions `find-hanging` looks at
-
-
 def _transactions_tool(broker: LocalKafkaBroker, *args: str) -> subprocess.CompletedProcess[str]:
     """Kafka's own ``kafka-transactions.sh ARGS`` run on ``broker``, its output and errors kept; one that has not ended
     in 90 s (its admin client gives up after 60) is stopped, and says so in its errors."""
@@ -279,7 +276,7 @@ def _abort_hanging(broker: LocalKafkaBroker) -> list[str]:
     epoch, start offset, last written, minutes since)."""
     # Last written to over a minute ago: a transaction of the steps' lasts milliseconds, and the broker aborts one
     # after 10 s.
-    found = _transactions_tool(broker, "find-hanging", "--broker-id", _NODE_ID, "--max-transaction-timeout", "1")
+    found = _transactions_tool(broker, "find-hanging", "--broker-id", str(NODE_ID), "--max-transaction-timeout", "1")
     aborted = []
     for fields in (line.split() for line in found.stdout.splitlines()):
         if len(fields) != 8 or not (fields[1].isdigit() and fields[5].isdigit()):
@@ -295,7 +292,7 @@ def _transactions(broker: LocalKafkaBroker, topics: list[TopicSpec]) -> str:
     """What Kafka's own tool says of the transactions on ``broker``: those its coordinators know, any hanging one, and
     the producers of each partition of ``topics``, with the offset any open transaction of theirs begins at. For a
     failure's message."""
-    asked = [["list"], ["find-hanging", "--broker-id", _NODE_ID, "--max-transaction-timeout", "0"]]
+    asked = [["list"], ["find-hanging", "--broker-id", str(NODE_ID), "--max-transaction-timeout", "0"]]
     for topic in topics:
         for partition in range(topic.partitions):
             asked.append(["describe-producers", "--topic", topic.name, "--partition", str(partition)])
