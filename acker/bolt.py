@@ -80,6 +80,7 @@ from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
 from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable, release
+from acker.kafka.held_reads import WatchedConsumer
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -298,7 +299,7 @@ class Bolt:
         )
         # Cooperative rebalancing: when a process of the stage dies or joins, the others keep their partitions and
         # go on, instead of all stopping until the dead member's session times out.
-        self.consumer = Consumer(
+        self.consumer = WatchedConsumer(
             config.stream_consumer(
                 **{
                     "group.id": group,
@@ -306,7 +307,8 @@ class Bolt:
                     "auto.offset.reset": "earliest",
                     "partition.assignment.strategy": "cooperative-sticky",
                 }
-            )
+            ),
+            config.open_transaction_warn_s,
         )
         self.consumer.subscribe(
             [input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost

@@ -135,6 +135,9 @@ class ServiceConfig:
     outcome_topics_per_hour: int = _setting(
         20, "outcome topics of new spout names an instance creates per hour at most (0: only spouts create theirs)"
     )
+    open_transaction_warn_s: float = _setting(
+        60.0, "a stage warns when a transaction open on a partition it reads has held its reads this long (0 = never)"
+    )
     metrics_port: int = _setting(9400, "Prometheus metrics port (0 = off)")
     instance_id: str = _setting("", "name of this instance in status and logs (default: host:pid)")
     kafka: Mapping[str, str] = field(default_factory=dict, metadata={"help": "librdkafka settings"})
@@ -176,6 +179,9 @@ class ServiceConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value}")
+        if not math.isfinite(self.open_transaction_warn_s) or self.open_transaction_warn_s < 0:
+            raise ConfigError(f"open_transaction_warn_s must be 0 (never) or a positive number of seconds, got "
+                              f"{self.open_transaction_warn_s}")  # fmt: skip
         if self.timeout_s > TIMEOUT_MAX_S:  # times are kept in milliseconds, in 64 bits
             raise ConfigError(f"timeout_s must be {TIMEOUT_MAX_S} s (30 days) at most, got {self.timeout_s}")
         if self.tick_interval_s < 0.001:
@@ -390,7 +396,7 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
 
 
 # The settings a process of a bolt, and of a spout, reads: the only ones the help of a command running one lists.
-BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms", "timeout_s", "buckets")
+BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms", "timeout_s", "buckets", "open_transaction_warn_s")
 SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "partitions", "replication_factor")
 
 

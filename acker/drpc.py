@@ -14,7 +14,7 @@ import time
 import uuid
 import zlib
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S
@@ -30,6 +30,7 @@ from acker.kafka.clients import (
     release,
 )
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
+from acker.kafka.held_reads import WatchedConsumer
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,10 @@ class DrpcClient:
         # Told where a partition's end is when it has read it (`_read_to_ends`). Answers of committed transactions
         # only, whatever the shared settings say: a joining step's batch that was aborted (its process died, or was
         # fenced) may have written an answer the chain later gives otherwise.
-        self.consumer = Consumer(config.stream_consumer(**{"group.id": group, "enable.auto.commit": False,
-                                                  "enable.partition.eof": True,
-                                                  "isolation.level": "read_committed"}))  # fmt: skip
+        self.consumer = WatchedConsumer(config.stream_consumer(**{"group.id": group, "enable.auto.commit": False,
+                                                         "enable.partition.eof": True,
+                                                         "isolation.level": "read_committed"}),
+                                        config.open_transaction_warn_s)  # fmt: skip
         results = [TopicPartition(chain.results, p) for p in range(partition_count(config.client(), chain.results))]
         # From the ends as they are now: an answer to a request sent after this cannot be missed.
         ends = end_offsets(self.consumer, results)

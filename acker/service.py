@@ -69,6 +69,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.decided import read_decided
+from acker.kafka.held_reads import WatchedConsumer
 from acker.metrics import LatencyHistogram, Snapshot
 from acker.outcome_log import OutcomeLog, Starts, parse_metadata
 from acker.partition import PartitionState, encode_tick
@@ -383,7 +384,7 @@ class AckerService:
         # handle waits while the loop is inside `consume`, and the loop is nearly always there (scrapes of an idle
         # instance of 8 partitions took up to 23 s, past Prometheus's 10 s timeout).
         self._lags: dict[int, int] = {}
-        self.consumer = Consumer(
+        self.consumer = WatchedConsumer(
             config.stream_consumer(
                 # Partitions added to the acker topic are seen, and taken, within 30 s rather than librdkafka's 5
                 # minutes: the spouts and bolts place their messages by the new count as soon (`PARTITIONS_CHECK_S`).
@@ -395,7 +396,8 @@ class AckerService:
                     "partition.assignment.strategy": "cooperative-sticky",
                     "client.id": f"acker-{self.instance}",
                 },
-            )
+            ),
+            config.open_transaction_warn_s,
         )
         self.producer = Producer(
             config.producer(**{"enable.idempotence": True, "linger.ms": 1, "client.id": f"acker-{self.instance}"})

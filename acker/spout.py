@@ -73,6 +73,7 @@ from acker.kafka.clients import (
     topic_max_bytes,
     topic_partitions,
 )
+from acker.kafka.held_reads import WatchedConsumer
 from acker.kafka.lookups import lookups
 from acker.metrics import LatencyHistogram
 from acker.retries import DEAD_LETTERED, MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED
@@ -342,12 +343,12 @@ class Spout:
                "isolation.level": "read_committed"},
         )  # fmt: skip
         self._incremental = config.incremental_assignment(source)
-        self.consumer = Consumer(source)
+        self.consumer = WatchedConsumer(source, config.open_transaction_warn_s)
         # The replay topic in a group of its own: one group subscribed to both topics balances their partitions
         # together, not each topic (the sticky assignor counts a member's partitions, whatever their topic), and a
         # second spout process took the replay topic's partitions alone, or the source's alone, leaving the first
         # nothing to read: scaling out shared nothing. The same settings otherwise; it never commits either.
-        self.replays = Consumer({**source, "group.id": settings.replay_group})
+        self.replays = WatchedConsumer({**source, "group.id": settings.replay_group}, config.open_transaction_warn_s)
         self._consumers = (self.replays, self.consumer)  # what max_pending pauses, and the paused loop polls
         self._watermarks = Consumer(
             config.client(**{"group.id": settings.watermark_group, "enable.auto.commit": False})

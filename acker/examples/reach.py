@@ -204,7 +204,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 # What a coordinated chain reads of the settings: no acker is involved (`acker.kafka.coordinated_stage`).
-CHAIN_SETTINGS = ("bootstrap_servers", "replication_factor", "instance_id")
+CHAIN_SETTINGS = ("bootstrap_servers", "replication_factor", "instance_id", "open_transaction_warn_s")
 
 
 def add_parser(sub: Any) -> None:

@@ -58,6 +58,7 @@ from acker.kafka.clients import (
     timed_out,
     topic_partitions,
 )
+from acker.kafka.held_reads import WatchedConsumer
 from acker.retries import ACKER_DLQ_REASON
 
 log = logging.getLogger("acker.coordinated")
@@ -207,9 +208,10 @@ class CoordinatedStage:
         # Cooperative rebalancing: a process joining or leaving the step moves only the partitions that change owner;
         # the others keep their tasks (in memory, as committed: every batch's transaction is committed before the
         # next consume, or its tasks start again from their last commit) instead of reading their changelogs again.
-        self.consumer = Consumer(config.stream_consumer(**{
+        self.consumer = WatchedConsumer(config.stream_consumer(**{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}))  # fmt: skip
+            "isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}),
+            config.open_transaction_warn_s)  # fmt: skip
         self.tasks_count, self.next_count = self._counts()
         # Behind the second step: the upstream step's partition count, asked again for each batch with reports in it
         # (`_ask_upstream`). Known from the start: without it, reports agreeing on a stale count would finish a

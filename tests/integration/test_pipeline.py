@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -714,6 +715,51 @@ def test_invalid_or_unreadable_anchor_headers_are_processed_as_unanchored(
     assert sorted(seen) == [b"garbage header", b"no header", b"unreadable headers", b"zero anchor"]
     assert bolt.counters["invalid_anchor_headers"] == 3 and bolt.counters["unanchored_inputs"] == 4
     assert bolt.counters["unreadable_headers"] == 1
+
+
+def test_a_bolt_held_behind_a_transaction_left_open_says_where_and_reads_on_once_it_ends(
+    config: ServiceConfig, topics: Topics, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transaction left open on a bolt's input holds its reads at the offset where it begins: the records after
+    it wait, and the bolt's lag, counted to that offset, says nothing. The bolt's consumer now says so from
+    librdkafka's statistics, naming the partition and the offset, once it is held longer than
+    ``open_transaction_warn_s``; and says when its reads move on, once the transaction is aborted."""
+    config = replace(config, open_transaction_warn_s=2.0, kafka={**config.kafka, "statistics.interval.ms": "250"})
+    seen: list[bytes] = []
+    bolt = Bolt(config, topics.split, f"held-{topics.prefix}", lambda m, c: seen.append(m.value or b""))
+    producer = Producer(config.client())
+    producer.produce(topics.split, b"before", partition=1)
+    assert producer.flush(30) == 0
+    stuck = Producer(config.client(**{"transactional.id": f"stuck-{topics.prefix}", "transaction.timeout.ms": 600_000}))
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(topics.split, b"in the open transaction", partition=1)  # offset 1
+    assert stuck.flush(30) == 0
+    producer.produce(topics.split, b"after", partition=1)  # offset 2: committed, and behind the open transaction
+    assert producer.flush(30) == 0
+    caplog.set_level(logging.INFO, "acker.kafka.held_reads")
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "acker.kafka.held_reads" and text in r.getMessage()]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not said("have stood at offset") and time.monotonic() < deadline:
+            bolt.step(0.1)
+        assert seen == [b"before"]
+        [held] = said("have stood at offset")
+        assert held.startswith(f"held-{topics.prefix}: its reads of {topics.split} [1] have stood at offset 1 for ")
+        assert "the log goes on to offset 3" in held
+        stuck.abort_transaction(30)
+        deadline = time.monotonic() + 60
+        while not (said("move on") and b"after" in seen) and time.monotonic() < deadline:
+            bolt.step(0.1)
+        [moved] = said("move on")
+        assert re.fullmatch(rf"held-{topics.prefix}: its reads of {re.escape(topics.split)} \[1\] move on past "
+                            r"offset 1, where a transaction held them \d+ s", moved)  # fmt: skip
+        assert seen == [b"before", b"after"]
+    finally:
+        bolt.close()
 
 
 def test_the_join_example_runs_and_gives_each_record_its_fate(bootstrap: str) -> None:

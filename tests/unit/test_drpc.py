@@ -137,13 +137,13 @@ def test_the_client_reads_committed_answers_whatever_the_shared_settings_say(mon
     given: list[dict[str, Any]] = []
 
     class _Consumer:
-        def __init__(self, settings: dict[str, Any]) -> None:
+        def __init__(self, settings: dict[str, Any], _warn_after_s: float) -> None:
             given.append(settings)
 
         def assign(self, _partitions: Any) -> None:
             pass
 
-    monkeypatch.setattr("acker.drpc.Consumer", _Consumer)
+    monkeypatch.setattr("acker.drpc.WatchedConsumer", _Consumer)
     monkeypatch.setattr("acker.drpc.Producer", lambda _settings: _Producer())
     monkeypatch.setattr("acker.drpc.partition_count", lambda _client, _topic: 1)
     monkeypatch.setattr("acker.drpc.end_offsets", lambda _consumer, partitions: [0 for _ in partitions])
