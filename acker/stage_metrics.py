@@ -16,6 +16,9 @@ count as they did. Exported:
 - ``acker_spout_pending_trees{stage}``: trees started and not yet decided (at most ``max_pending``).
 - ``acker_spout_paused{stage}``: 1 while the spout waits at ``max_pending`` (Storm's backpressure), else 0 (summed
   too: the spouts of that name waiting).
+- ``acker_stage_reads_held{kind, stage}``: partitions of the stage's input whose reads a transaction still open
+  has held longer than ``open_transaction_warn_s``, as its log says (`acker.kafka.held_reads`): a transaction whose
+  producer died holds them until the broker aborts it, a hanging one for good.
 - ``acker_spout_complete_latency_seconds{stage}``: Storm's complete latency, as the spout sees it: from starting a
   tree to reading its ``ACK`` (the acker's ``acker_complete_latency_seconds`` ends where the tree completed, before
   its outcome is written and read).
@@ -53,6 +56,7 @@ from prometheus_client.registry import Collector
 from acker.argtypes import at_least
 from acker.bolt import Bolt
 from acker.kafka.coordinated_stage import CoordinatedStage
+from acker.kafka.held_reads import WatchedConsumer
 from acker.metrics import LatencyHistogram, MetricsEndpoint, serve
 from acker.spout import Spout
 
@@ -124,6 +128,7 @@ class StageCollector(Collector):
         counted: dict[tuple[str, str], Counter[str]] = {}
         pending: Counter[str] = Counter()
         paused: Counter[str] = Counter()
+        held: Counter[tuple[str, str]] = Counter()
         latency: dict[str, LatencyHistogram] = {}
         executing: list[tuple[str, str, int, float]] = []  # (bolt group, thread, inputs, seconds on them)
         processing: list[tuple[str, str, int, float]] = []  # (bolt group, thread, inputs acked, seconds until acked)
@@ -145,6 +150,8 @@ class StageCollector(Collector):
                 kind, name, always = "step", stage.group, STEP_EVENTS
             events = counted.setdefault((kind, name), Counter(dict.fromkeys(always, 0)))
             events.update(counts)
+            readers = (stage.consumer, stage.replays) if isinstance(stage, Spout) else (stage.consumer,)
+            held[(kind, name)] += sum(c.reads_held for c in readers if isinstance(c, WatchedConsumer))
         family = CounterMetricFamily(
             "acker_stage_events", "What a spout, bolt or coordinated step counted, by event",
             labels=["kind", "stage", "event"],
@@ -163,6 +170,14 @@ class StageCollector(Collector):
             for name, value in sorted(values.items()):
                 gauge.add_metric([name], value)
             yield gauge
+        reads_held = GaugeMetricFamily(
+            "acker_stage_reads_held",
+            "Partitions whose reads a transaction still open has held past open_transaction_warn_s",
+            labels=["kind", "stage"],
+        )
+        for (kind, name), value in sorted(held.items()):
+            reads_held.add_metric([kind, name], value)
+        yield reads_held
         histogram = HistogramMetricFamily(
             "acker_spout_complete_latency_seconds",
             "From the spout starting a tree to its reading the tree's ACK (acked trees)",

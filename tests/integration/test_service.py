@@ -35,6 +35,7 @@ from acker.kafka import clients as clients_module
 from acker.kafka import decided as decided_module
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, log_bounds, partition_count, produce
 from acker.kafka.decided import read_decided
+from acker.kafka.held_reads import WatchedConsumer
 from acker.kafka.provision import Cluster, kafka_cluster
 from acker.replay import replay
 from acker.service import AckerService
@@ -405,12 +406,12 @@ def test_the_metrics_never_ask_the_consumer_from_their_thread(
     metrics read the lags the loop's thread took at its last status interval."""
     callers: set[str] = set()
 
-    class Watched(Consumer):
+    class Watched(WatchedConsumer):
         def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> Any:
             callers.add(threading.current_thread().name)
             return super().get_watermark_offsets(*args, **kwargs)
 
-    monkeypatch.setattr(service_module, "Consumer", Watched)
+    monkeypatch.setattr(service_module, "WatchedConsumer", Watched)
     config = replace(config, partitions=4, status_interval_s=0.2)
     create_acker_topics(config)
     service = ServiceThread(config)

@@ -25,6 +25,7 @@ from acker.bolt import Bolt
 from acker.core.tracker import Counters
 from acker.errors import ConfigError
 from acker.kafka.coordinated_stage import CoordinatedStage
+from acker.kafka.held_reads import Ends, WatchedConsumer, _Watch
 from acker.kafka.local_broker import free_ports
 from acker.metrics import LatencyHistogram, ServiceCollector, Snapshot
 from acker.spout import Spout
@@ -39,8 +40,19 @@ LABEL_VALUES = {
 }
 
 
-def _spout(name: str, counters: dict[str, int], pending: int, paused: bool) -> Spout:
+def _reader(held: int = 0) -> WatchedConsumer:
+    """A stage's consumer, unconnected, that has said its reads of ``held`` partitions held (held_reads)."""
+    reader = WatchedConsumer.__new__(WatchedConsumer)
+    reader._watch = _Watch("g", 1)
+    ends = {("t", p): Ends(5, 5, 9) for p in range(held)}
+    reader._watch.held.observe(0, ends)
+    reader._watch.held.observe(1, ends)
+    return reader
+
+
+def _spout(name: str, counters: dict[str, int], pending: int, paused: bool, held: tuple[int, int] = (0, 0)) -> Spout:
     spout: Any = Spout.__new__(Spout)  # only what the collector reads
+    spout.consumer, spout.replays = _reader(held[0]), _reader(held[1])
     spout.settings, spout.counters = SimpleNamespace(name=name), Counter(counters)
     spout.pending, spout._paused = {f"t/0/{i}": i + 1 for i in range(pending)}, paused
     spout.complete_latency = LatencyHistogram().observed(np.array([3.0] * pending))
@@ -51,12 +63,13 @@ def _bolt(group: str, counters: dict[str, int], execute_s: float = 0.0, process:
     bolt: Any = Bolt.__new__(Bolt)
     bolt.group, bolt.counters, bolt.execute_s, bolt._executing_since = group, Counter(counters), execute_s, None
     bolt.process_count, bolt.process_s = process
+    bolt.consumer = _reader()
     return bolt  # type: ignore[no-any-return]
 
 
-def _step(group: str, counters: dict[str, int]) -> CoordinatedStage:
+def _step(group: str, counters: dict[str, int], held: int = 0) -> CoordinatedStage:
     step: Any = CoordinatedStage.__new__(CoordinatedStage)
-    step.group, step.counters = group, counters
+    step.group, step.counters, step.consumer = group, counters, _reader(held)
     return step  # type: ignore[no-any-return]
 
 
@@ -70,10 +83,11 @@ def _scraped(*collectors: Any) -> dict[str, list[Any]]:
 
 def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trouble_from_zero() -> None:
     stages: list[Stage] = [
-        _spout("orders", {"read": 5, "acked": 4, "held": 1}, pending=1, paused=True),
+        _spout("orders", {"read": 5, "acked": 4, "held": 1}, pending=1, paused=True, held=(1, 2)),
         _bolt("split", {"processed": 3, "errors": 1}, execute_s=0.25, process=(2, 0.75)),
         _bolt("split", {"processed": 4}, execute_s=0.5, process=(4, 0.5)),
         _bolt("count", {}),
+        _step("reach.step1", {}, held=1),
     ]
     samples = _scraped(StageCollector(stages))
     events = {tuple(s.labels[k] for k in ("kind", "stage", "event")): s.value for s in samples["acker_stage_events"]}
@@ -84,6 +98,8 @@ def test_each_stage_counts_once_a_bolt_group_in_many_threads_summed_and_its_trou
     assert all(events[("bolt", "count", e)] == 0 for e in BOLT_EVENTS)
     assert [(s.labels, s.value) for s in samples["acker_spout_pending_trees"]] == [({"stage": "orders"}, 1)]
     assert [(s.labels, s.value) for s in samples["acker_spout_paused"]] == [({"stage": "orders"}, 1)]
+    held = {(s.labels["kind"], s.labels["stage"]): s.value for s in samples["acker_stage_reads_held"]}
+    assert held == {("spout", "orders"): 3, ("bolt", "split"): 0, ("bolt", "count"): 0, ("step", "reach.step1"): 1}
     latency = {(s.name.rsplit("_", 1)[1], s.labels.get("le")): s.value
                for s in samples["acker_spout_complete_latency_seconds"]}  # fmt: skip
     assert (latency[("bucket", "0.002")], latency[("bucket", "0.005")]) == (0, 1)  # one tree acked after 3 ms
