@@ -130,7 +130,12 @@ class HeldReads:
                 continue
             tracked = self._since.get(key)
             if tracked is not None and e.stable <= tracked[0]:  # the same transaction (or a stale view of it)
-                if key not in self._warned and e.stable == tracked[0] and now - tracked[1] >= self.warn_after_s:
+                if (
+                    key not in self._warned
+                    and e.held
+                    and e.stable == tracked[0]
+                    and now - tracked[1] >= self.warn_after_s
+                ):
                     self._warned.add(key)
                     held.append(Held(*key, e.stable, e.end, now - tracked[1]))
                 continue

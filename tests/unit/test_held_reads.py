@@ -102,8 +102,9 @@ def test_statistics_not_fresh_a_lower_lso_or_a_fetcher_sent_back_keep_the_transa
     assert reads.observe(5, {KEY: Ends(5, 5, 9, fresh=False)}) == ([], [])
     assert reads.observe(6, {KEY: Ends(4, 4, 4)}) == ([], [])  # a leader behind
     assert reads.observe(7, {KEY: Ends(2, 5, 9)}) == ([], [])  # sent back: not there yet
-    assert reads.observe(10, {KEY: Ends(5, 5, 9)}) == ([Held("t", 0, 5, 9, 10)], [])
-    assert reads.observe(11, {KEY: Ends(5, 5, 9, fresh=False)}) == ([], []) and reads.said == 1
+    assert reads.observe(10, {KEY: Ends(3, 5, 9)}) == ([], [])  # nor yet held, though long open
+    assert reads.observe(11, {KEY: Ends(5, 5, 9)}) == ([Held("t", 0, 5, 9, 11)], [])
+    assert reads.observe(12, {KEY: Ends(5, 5, 9, fresh=False)}) == ([], []) and reads.said == 1
 
 
 def test_a_partition_no_longer_assigned_is_forgotten_without_being_said_released() -> None:
