@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
@@ -116,8 +117,9 @@ class DrpcClient:
                 del self._deadlines[request]
                 self._answers.pop(request, None)
 
-    def wait(self, request: str) -> bytes | None:
-        """The answer to ``request``; `DrpcError` if it failed or its time ran out."""
+    def wait(self, request: str, between: Callable[[], object] | None = None) -> bytes | None:
+        """The answer to ``request``; `DrpcError` if it failed or its time ran out. ``between`` is called between the
+        reads of the results topic while the answer is waited for (every 0.1 s at most): the caller's own upkeep."""
         deadline = self._deadlines.get(request)
         if deadline is None:
             raise DrpcError(f"request {request} is not waited for here: not sent by this client, waited for already, "
@@ -131,6 +133,8 @@ class DrpcClient:
                 raise DrpcError(f"request {request} got no answer before its deadline (is every step of chain "
                                 f"{self.chain.name} running? its first reads {self.chain.topic(0)})")  # fmt: skip
             self._read_answers(0.1)
+            if between is not None:
+                between()
         status, value = self._answers.pop(request)
         del self._deadlines[request]
         if status != "ok":

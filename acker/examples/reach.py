@@ -23,24 +23,23 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
-import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from acker.argtypes import at_least, non_negative, up_to
 from acker.cli import TerminatedError, interrupted_status, run_until_signalled, sigterm_as_interrupt
-from acker.config import ServiceConfig, add_arguments, child_environment, load, to_argv
+from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.console import printable
 from acker.coordinated import DEADLINE_MAX_S
 from acker.drpc import DrpcClient, DrpcError
+from acker.examples.wordcount_cli import Stages
 from acker.help_text import prose
 from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
-from acker.kafka.local_broker import spawn
 from acker.stage_metrics import add_port_argument, serve_stages
 
 CHAIN = Chain("reach", 4)
@@ -154,7 +153,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if (tasks := partition_count(config.client(), chain.topic(0))) != args.tasks:
         print(f"chain {chain.name} exists with {tasks} tasks a step: it keeps them (--tasks is for a chain made now)",
               file=sys.stderr)  # fmt: skip
-    processes: list[subprocess.Popen[Any]] = []  # they die with this process (`spawn`)
+    steps_run = Stages()  # they die with this process (`spawn`)
     for i in range(chain.steps):
         for k in range(args.processes if i < chain.steps - 1 else 1):
             # An --instance-id names each process apart: it makes its transactional id, which two processes must not
@@ -163,10 +162,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             flags, env = to_argv(replace(config, metrics_port=0, instance_id=own))
             argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags,
                     "--log-level", "WARNING"]  # fmt: skip
-            # Its own process group: a Ctrl-C in the terminal reaches this process alone, which stops each step with
-            # one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time out, and the
-            # next run waited for them).
-            spawn(argv, env=child_environment(env), start_new_session=True, started=processes.append)
+            # Its own process group (`Stages`): a Ctrl-C in the terminal reaches this process alone, which stops each
+            # step with one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time
+            # out, and the next run waited for them).
+            steps_run.start(f"step {i}.{k}", (argv, env))
+    restarting = Restarting(steps_run)
     graph = Graph.generate()
     urls = sorted(graph.tweeted_by)[: args.requests]
     wrong = 0
@@ -177,7 +177,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 sent = {url: client.send(url.encode(), args.deadline_s) for url in urls}  # all at once: concurrent
                 for url, request in sent.items():
                     try:
-                        answer = int(client.wait(request) or b"-1")
+                        answer = int(client.wait(request, between=restarting) or b"-1")
                     except DrpcError as error:
                         print(f"{url:12} {error}")
                         wrong += 1
@@ -191,16 +191,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("interrupted: every step this run started is stopped", file=sys.stderr)
         return interrupted_status(stopped)
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:  # a step that does not stop: ended, so that none outlives the run
-                process.kill()
-                process.wait()
+        steps_run.stop(60)  # a step that does not stop is then killed, so that none outlives the run
     print(f"{len(urls) - wrong} of {len(urls)} answers exact")
     return 0 if wrong == 0 else 1
+
+
+STEP_RESTARTS = 5  # how many times `reach run` starts again a step process that exited, each, in a run
+
+
+class Restarting:
+    """A supervisor's work for `reach run`: called while answers are waited for, starts again each step process that
+    exited (a step stops, exit 2, when Kafka stays away longer than it waits: README, "Broker outages"), up to
+    `STEP_RESTARTS` times each; one past that stays down, which is said once, and its requests run out of time."""
+
+    def __init__(self, stages: Stages) -> None:
+        self.stages = stages
+        self.restarts: Counter[str] = Counter()
+        self._down: set[str] = set()  # past its restarts, said
+
+    def __call__(self) -> None:
+        for name, code in self.stages.exited():
+            if name in self._down:
+                continue
+            if self.restarts[name] == STEP_RESTARTS:
+                self._down.add(name)
+                print(f"{name} exited with status {code}, after {STEP_RESTARTS} restarts: it stays down",
+                      file=sys.stderr)  # fmt: skip
+                continue
+            self.restarts[name] += 1
+            print(f"{name} exited with status {code}: started again ({self.restarts[name]} of {STEP_RESTARTS})",
+                  file=sys.stderr)  # fmt: skip
+            self.stages.restart(name)
 
 
 # What a coordinated chain reads of the settings: no acker is involved (`acker.kafka.coordinated_stage`).

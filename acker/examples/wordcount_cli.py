@@ -312,14 +312,19 @@ class Stages:
         self._spawn(name, argv)
         self.restarts += 1
 
+    def exited(self) -> list[tuple[str, int]]:
+        """Each stage process (the last one of its name) that has exited, with its exit status, in name order."""
+        return sorted(
+            (name, code) for name, (_, process) in self.running.items() if (code := process.poll()) is not None
+        )
+
     def watch(
         self, expected_down: frozenset[str] = frozenset(), excused: Callable[[str, int], bool] | None = None
     ) -> None:
         """Restart a bolt that crashed as injected; any other exit (outside ``expected_down``, and not one that
         ``excused``, asked with the stage's name and exit status, takes on) is an error."""
-        for name, (_, process) in list(self.running.items()):
-            code = process.poll()
-            if code is None or name in expected_down:
+        for name, code in self.exited():
+            if name in expected_down:
                 continue
             if code != CRASH_EXIT:
                 if excused is not None and excused(name, code):
@@ -328,13 +333,14 @@ class Stages:
             self._log(f"stage {name} crashed (as injected): restarting it")
             self.restart(name)
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 30) -> None:
+        """SIGTERM to each stage process running, then SIGKILL to one not ended ``wait_s`` later."""
         for _, process in self.running.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         for _, process in self.running.values():
             try:
-                process.wait(30)
+                process.wait(wait_s)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

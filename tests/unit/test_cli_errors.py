@@ -500,6 +500,9 @@ def test_a_reach_step_says_its_counts_at_info_unless_run_by_reach_run(monkeypatc
         def __init__(self, argv: list[str], **_kwargs: Any) -> None:
             started.append(argv)
 
+        def poll(self) -> int | None:
+            return None
+
         def send_signal(self, _signal: int) -> None:
             pass
 
@@ -509,7 +512,7 @@ def test_a_reach_step_says_its_counts_at_info_unless_run_by_reach_run(monkeypatc
     monkeypatch.setattr(reach, "answering", lambda _client: None)
     monkeypatch.setattr(reach, "create_chain_topics", lambda *_args: None)
     monkeypatch.setattr(reach, "partition_count", lambda *_args: 3)
-    monkeypatch.setattr("acker.examples.reach.subprocess.Popen", _Started)
+    monkeypatch.setattr("subprocess.Popen", _Started)
     monkeypatch.setattr(reach, "DrpcClient", None)  # stops the run once the steps are started
     with pytest.raises(TypeError):
         reach._cmd_run(cli.build_parser().parse_args(["reach", "run"]))

@@ -149,3 +149,19 @@ def test_the_client_reads_committed_answers_whatever_the_shared_settings_say(mon
     monkeypatch.setattr("acker.drpc.end_offsets", lambda _consumer, partitions: [0 for _ in partitions])
     DrpcClient(ServiceConfig(kafka={"isolation.level": "read_uncommitted"}), Chain("c", 2))
     assert given[0]["isolation.level"] == "read_committed"
+
+
+def test_a_wait_calls_its_upkeep_between_reads_until_the_answer_comes() -> None:
+    """`reach run` starts again a step that exited while it waits for answers (`reach.Restarting`): it has no other
+    moment to, as its waits hold the main thread, where steps are started (`acker.kafka.local_broker.spawn`)."""
+    client = _client(_Producer())
+    request = client.send(b"url0", timeout_s=30)
+    client._read_answers = lambda timeout_s: None  # type: ignore[method-assign]
+    calls: list[int] = []
+
+    def upkeep() -> None:
+        calls.append(len(calls))
+        if len(calls) == 3:  # the answer, read by the next read
+            client._answers[request] = ("ok", b"7")
+
+    assert client.wait(request, between=upkeep) == b"7" and len(calls) == 3
