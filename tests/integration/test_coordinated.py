@@ -709,6 +709,49 @@ def test_ctrl_c_on_reach_run_stops_every_step_cleanly(config: ServiceConfig) -> 
     assert members() == [0] * len(groups)  # each left its group as it stopped
 
 
+def _children(pid: int) -> dict[int, str]:
+    """The processes ``pid`` started that run now, each with its command line (spaces between its arguments)."""
+    found: dict[int, str] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):  # a child started by any thread is listed under that thread
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as listed:
+                for child in map(int, listed.read().split()):
+                    with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                        found[child] = cmdline.read().replace(b"\0", b" ").decode()
+        except FileNotFoundError:  # ended in between
+            continue
+    return found
+
+
+def test_reach_run_starts_again_a_step_process_killed_and_every_answer_is_exact(config: ServiceConfig) -> None:
+    """A step process that died while `reach run` waited for its answers stayed dead, and every request it had a part
+    in ran out of time. The joining step is killed here as soon as it is started, before it joins its group: no
+    answer can come unless the run starts it again."""
+    flags, env = to_argv(replace(config, metrics_port=0))
+    chain = f"reach-{uuid.uuid4().hex[:6]}"
+    argv = [sys.executable, "-m", "acker.cli", "reach", "run", "--chain", chain, "--requests", "5",
+            "--deadline-s", "120", *flags]  # fmt: skip
+    runner = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    last = f"reach step {CHAIN.steps - 1} --chain {chain}"
+    try:
+        deadline = time.monotonic() + 120
+        killed = None
+        while killed is None and runner.poll() is None and time.monotonic() < deadline:
+            killed = next((pid for pid, line in _children(runner.pid).items() if last in line), None)
+            time.sleep(0.01)
+        assert killed is not None, "the joining step was not started"
+        os.kill(killed, signal.SIGKILL)
+        out, err = runner.communicate(timeout=300)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 0, err[-3000:]
+    assert "5 of 5 answers exact" in out
+    name = f"step {CHAIN.steps - 1}.0"
+    assert f"{name} exited with status {-signal.SIGKILL}: started again (1 of " in err, err[-3000:]
+
+
 class _Forward:
     """The first step: the request's value, once, to the joining step."""
 
