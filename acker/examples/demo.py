@@ -50,7 +50,7 @@ from acker.config import ServiceConfig
 from acker.errors import AckerError, ConfigError
 from acker.examples.ledger import SPARE_BAD_LUCK, Ledger, Report
 from acker.examples.wordcount import COUNTS_TOPIC_CONFIG, POISON, SENTENCE, Topics, sentences
-from acker.examples.wordcount_cli import Stages, stage_command
+from acker.examples.wordcount_cli import PipelineStages, stage_command
 from acker.headers import read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import (
@@ -263,7 +263,7 @@ class Demo:
         self.jobs: SparkJobs | None = None  # once started
         self.started = time.monotonic()
         self.workdir = Path(".cache/demo") / self.prefix  # Spark's checkpoints and log, each stage's log
-        self.stages = Stages(log=self.event, settings_given_only=True, output_dir=self.workdir)
+        self.stages = PipelineStages(log=self.event, settings_given_only=True, output_dir=self.workdir)
         console.print(f"topics, groups and processes of this run are named {self.prefix}*")
 
     def event(self, line: str) -> None:
@@ -357,7 +357,7 @@ class Demo:
         for i in range(2):
             self.stages.start(f"acker-{i}", stage_command(c, prefix, "acker", "--instance-id", f"acker-{i}"))
         self.stages.start("spout", stage_command(c, prefix, "spout", "--trace"))
-        # Early in a process's share: the first split process to get there crashes (`Stages.crash_flags`).
+        # Early in a process's share: the first split process to get there crashes (`PipelineStages.crash_flags`).
         crash_after = max(1, o.sentences // (10 * o.split_processes))
         crash = self.stages.crash_flags("split", crash_after) if o.crash_split else []
         for i in range(o.split_processes):

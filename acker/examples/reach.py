@@ -36,7 +36,7 @@ from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.console import printable
 from acker.coordinated import DEADLINE_MAX_S
 from acker.drpc import DrpcClient, DrpcError
-from acker.examples.wordcount_cli import Stages
+from acker.examples.stages import Stages
 from acker.help_text import prose
 from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics

@@ -13,8 +13,6 @@ import argparse
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,12 +34,12 @@ from acker.config import (
     SPOUT_SETTINGS,
     ServiceConfig,
     add_arguments,
-    child_environment,
     load,
     to_argv,
     topic_name_problem,
 )
 from acker.errors import ConfigError
+from acker.examples.stages import Stages
 from acker.examples.wordcount import (
     COUNTS_TOPIC_CONFIG,
     Topics,
@@ -62,7 +60,6 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.clients import produce as send
-from acker.kafka.local_broker import spawn
 from acker.kafka.lookups import lookups
 from acker.spout import Spout, SpoutSettings
 from acker.stage_metrics import add_port_argument, serve_stages
@@ -217,34 +214,15 @@ def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -
             "--log-level", "WARNING", *extra], env  # fmt: skip
 
 
-class Stages:
-    """Child processes of the pipeline; a bolt that crashed on purpose is restarted once, without the crash."""
+class PipelineStages(Stages):
+    """The word count's stages (`Stages`), into which a crash may be injected: a bolt that crashed on purpose is
+    restarted once, without the crash."""
 
-    def __init__(
-        self,
-        log: Callable[[str], None] | None = None,
-        *,
-        settings_given_only: bool = False,
-        output_dir: Path | None = None,
-    ) -> None:
-        """``settings_given_only``: the stages take the settings of their commands alone, none of the ``ACKER_*``
-        environment (`acker.config`) of this process: the demo's, which runs on its own broker whatever the
-        environment says (a ``[kafka]`` table of ``ACKER_CONFIG`` would point them elsewhere, or add SASL).
-        ``output_dir``: with a ``log`` of its own, each stage's output goes to ``<output_dir>/<name>.log`` (else
-        nowhere), appended to by its restarts."""
-        self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
-        self.since: dict[str, float] = {}  # name → when its process (the last one) started, time.monotonic()
-        self.restarts = 0
-        # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes. Made by the
-        # first `crash_flags`, removed by `stop`: stages never stopped (a run that failed before it started them)
-        # left one in /tmp each.
-        self._crash_dir: str | None = None
-        self._crashed: set[str] = set()  # stages whose crash came, kept past `stop`
-        self.env: dict[str, str] = {}
-        self._log = log or (lambda line: print(line, file=sys.stderr))
-        self._quiet = log is not None  # with a log of its own: children are quiet, or write to files of their own
-        self._output_dir = output_dir
-        self._settings_given_only = settings_given_only
+    # Given to every process of a stage that may crash (`crash_flags`): the first to get there crashes. Made by the
+    # first `crash_flags`, removed by `stop`: stages never stopped (a run that failed before it started them) left
+    # one in /tmp each.
+    _crash_dir: str | None = None
+    _crashed: frozenset[str] = frozenset()  # stages whose crash came, kept past `stop`
 
     def crash_flags(self, stage: str, after: int) -> list[str]:
         """Flags of the processes of ``stage`` of which one crashes after ``after`` messages: the first to get
@@ -258,65 +236,13 @@ class Stages:
         crash_dir = self._crash_dir
         return stage in self._crashed or (crash_dir is not None and os.path.exists(os.path.join(crash_dir, stage)))
 
-    def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
-        argv, env = command
-        self.env = child_environment(env, settings_given_only=self._settings_given_only)
-        self._spawn(name, argv)
-
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        output: Any = None
-        if self._quiet and self._output_dir is not None:
-            self._output_dir.mkdir(parents=True, exist_ok=True)
-            output = (self._output_dir / f"{name}.log").open("ab")  # the child holds it; closed here after the spawn
-        elif self._quiet:
-            output = subprocess.DEVNULL
-        # The kernel stops a stage whose parent dies, however it dies: no stage outlives the runner (`spawn`).
-        try:
-            spawn(
-                argv,
-                env=self.env,
-                stdout=output,
-                stderr=output,
-                started=lambda process: self._started(name, argv, process),  # before a stop held is raised
-                # Its own process group: a Ctrl-C in the terminal reaches the runner alone, which stops each stage
-                # with one SIGTERM (a second signal would end a stage at once, without its clean stop).
-                start_new_session=True,
-            )
-        finally:
-            if hasattr(output, "close"):
-                output.close()
-
-    def _started(self, name: str, argv: list[str], process: subprocess.Popen[bytes]) -> None:
-        self.running[name] = (argv, process)
-        self.since[name] = time.monotonic()
-
-    def up(self) -> list[str]:
-        """The names of the stage processes running now, in order."""
-        return sorted(name for name, (_, process) in self.running.items() if process.poll() is None)
-
-    def kill(self, name: str) -> None:
-        """SIGKILL: no clean shutdown, nothing flushed or committed."""
-        _, process = self.running[name]
-        process.kill()
-        process.wait()
-
-    def restart(self, name: str) -> None:
-        """Start a stopped stage process again with its command. Flags of `crash_flags` are kept while its stage's
-        crash has not come (a process killed before may still be the one to crash), and dropped after."""
-        argv, process = self.running[name]
-        if process.poll() is None:
-            raise RuntimeError(f"stage {name} is still running")
+    def _argv_again(self, argv: list[str]) -> list[str]:
+        """Flags of `crash_flags` are kept while their stage's crash has not come (a process killed before may still
+        be the one to crash), and dropped after."""
         markers = [a.split("=", 1)[1] for a in argv if a.startswith("--crash-marker=")]
         if not markers or any(os.path.exists(marker) for marker in markers):
-            argv = [a for a in argv if not a.startswith(("--crash-after", "--crash-marker"))]
-        self._spawn(name, argv)
-        self.restarts += 1
-
-    def exited(self) -> list[tuple[str, int]]:
-        """Each stage process (the last one of its name) that has exited, with its exit status, in name order."""
-        return sorted(
-            (name, code) for name, (_, process) in self.running.items() if (code := process.poll()) is not None
-        )
+            return [a for a in argv if not a.startswith(("--crash-after", "--crash-marker"))]
+        return argv
 
     def watch(
         self, expected_down: frozenset[str] = frozenset(), excused: Callable[[str, int], bool] | None = None
@@ -334,18 +260,9 @@ class Stages:
             self.restart(name)
 
     def stop(self, wait_s: float = 30) -> None:
-        """SIGTERM to each stage process running, then SIGKILL to one not ended ``wait_s`` later."""
-        for _, process in self.running.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _, process in self.running.values():
-            try:
-                process.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        super().stop(wait_s)
         if self._crash_dir is not None:
-            self._crashed.update(os.listdir(self._crash_dir) if os.path.isdir(self._crash_dir) else ())
+            self._crashed |= frozenset(os.listdir(self._crash_dir) if os.path.isdir(self._crash_dir) else ())
             shutil.rmtree(self._crash_dir, ignore_errors=True)
             self._crash_dir = None
 
@@ -485,7 +402,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     group = f"{topics.spout_group}.run-{uuid.uuid4().hex[:8]}"
     settings = SpoutSettings(topics.spout, topics.sentences, topics.split, group=group)
     watermarks = settings.watermark_group
-    stages = Stages()
+    stages = PipelineStages()
     try:  # from the first group this run makes, which the end deletes
         with sigterm_as_interrupt():  # as Ctrl-C: every stage stopped, said so, and the exit status
             return _run_stages(args, config, stages, group, watermarks, lines=lines)
@@ -499,7 +416,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_stages(
-    args: argparse.Namespace, config: ServiceConfig, stages: Stages, group: str, watermarks: str, *, lines: list[bytes]
+    args: argparse.Namespace,
+    config: ServiceConfig,
+    stages: PipelineStages,
+    group: str,
+    watermarks: str,
+    *,
+    lines: list[bytes],
 ) -> int:
     """`cmd_run` once its groups are named: the stages started, ``lines`` written, their outcomes followed."""
     topics = _topics(args)

@@ -287,17 +287,18 @@ def test_the_demo_stages_take_the_demo_settings_not_the_environment(monkeypatch:
     cluster, say) reached its stages, which then could not talk to it."""
     monkeypatch.setenv("ACKER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("ACKER_CONFIG", "/etc/acker/prod.toml")
-    stages = wordcount_cli.Stages(log=lambda _line: None, settings_given_only=True)
+    stages = wordcount_cli.PipelineStages(log=lambda _line: None, settings_given_only=True)
     stages.start("t", (["true"], {"ACKER_KAFKA_LINGER_MS": "5"}))  # the command's own settings are kept
     stages.running["t"][1].wait()
-    assert {k for k in stages.env if k.startswith("ACKER_")} == {"ACKER_KAFKA_LINGER_MS"}
-    assert stages.env["PATH"] == os.environ["PATH"]
-    plain = wordcount_cli.Stages(log=lambda _line: None)
+    assert {k for k in stages.environments["t"] if k.startswith("ACKER_")} == {"ACKER_KAFKA_LINGER_MS"}
+    assert stages.environments["t"]["PATH"] == os.environ["PATH"]
+    plain = wordcount_cli.PipelineStages(log=lambda _line: None)
     plain.start("t", (["true"], {}))
     plain.running["t"][1].wait()
     # `wordcount run` takes the environment's settings, but not its file: the runner read the settings (from that
     # file, or from its --config, which comes first) and gives them to each stage itself (`to_argv`).
-    assert plain.env["ACKER_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and "ACKER_CONFIG" not in plain.env
+    environment = plain.environments["t"]
+    assert environment["ACKER_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and "ACKER_CONFIG" not in environment
 
 
 @pytest.mark.parametrize("place", ["0/99999999999999999999", "-1/3", "2/-5", "x", "3/"])

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from acker.examples import reach
-from acker.examples.wordcount_cli import Stages
+from acker.examples.stages import Stages
 
 
 def _exited(stages: Stages, name: str) -> None:

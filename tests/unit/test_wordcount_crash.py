@@ -48,9 +48,9 @@ def test_the_crash_markers_directory_is_made_when_needed_and_removed_at_the_stop
     """Every `Stages` made a directory in /tmp at once, removed only by its `stop`: each run that failed before it
     started its stages (a demo whose broker could not be reached) and each test that never stopped one left one."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    wordcount_cli.Stages(log=lambda _line: None)
+    wordcount_cli.PipelineStages(log=lambda _line: None)
     assert list(tmp_path.iterdir()) == []
-    stages = wordcount_cli.Stages(log=lambda _line: None)
+    stages = wordcount_cli.PipelineStages(log=lambda _line: None)
     marker = stages.crash_flags("split", 5)[1].removeprefix("--crash-marker=")
     Path(marker).touch()  # a split process crashed
     assert stages.crashed("split") and len(list(tmp_path.iterdir())) == 1
@@ -64,7 +64,7 @@ def test_a_process_restarted_before_its_stages_crash_came_keeps_the_crash_flags_
     """A split process killed and restarted (the demo's --chaos) lost its crash flags: when it was the one with the
     partitions to get there, the run ended without the crash it promises."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    stages = wordcount_cli.Stages(log=lambda _line: None)
+    stages = wordcount_cli.PipelineStages(log=lambda _line: None)
     flags = stages.crash_flags("split", 5)
     try:
         stages.start("split-0", ([sys.executable, "-c", "pass", *flags], {}))

@@ -1,0 +1,117 @@
+"""The child processes of a run (`wordcount run`, the demo, `reach run`): each started under a name with its command,
+watched, started again, and stopped together. None outlives the runner: the kernel stops each when it dies (`spawn`).
+
+Each runs in a process group of its own: a Ctrl-C in the terminal reaches the runner alone, which stops each child
+with one SIGTERM (a second signal would end a stage at once, without its clean stop: its group membership and its
+transaction left to time out, which the next run waits for)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from acker.config import child_environment
+from acker.kafka.local_broker import spawn
+
+
+class Stages:
+    """Child processes by name. Invariant: ``running`` holds the last process of each name started, with the argv it
+    was started with; `restart` starts it again with that argv (`_argv_again` of it) and the environment its `start`
+    was given."""
+
+    def __init__(
+        self,
+        log: Callable[[str], None] | None = None,
+        *,
+        settings_given_only: bool = False,
+        output_dir: Path | None = None,
+    ) -> None:
+        """``settings_given_only``: the stages take the settings of their commands alone, none of the ``ACKER_*``
+        environment (`acker.config`) of this process: the demo's, which runs on its own broker whatever the
+        environment says (a ``[kafka]`` table of ``ACKER_CONFIG`` would point them elsewhere, or add SASL).
+        ``output_dir``: with a ``log`` of its own, each stage's output goes to ``<output_dir>/<name>.log`` (else
+        nowhere), appended to by its restarts."""
+        self.running: dict[str, tuple[list[str], subprocess.Popen[bytes]]] = {}
+        self.environments: dict[str, dict[str, str]] = {}  # name → the environment of its processes
+        self.since: dict[str, float] = {}  # name → when its process (the last one) started, time.monotonic()
+        self.restarts = 0
+        self._log = log or (lambda line: print(line, file=sys.stderr))
+        self._quiet = log is not None  # with a log of its own: children are quiet, or write to files of their own
+        self._output_dir = output_dir
+        self._settings_given_only = settings_given_only
+
+    def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
+        """Start ``name``: ``command`` is its argv and the environment it adds to this process's
+        (`child_environment`)."""
+        argv, env = command
+        self.environments[name] = child_environment(env, settings_given_only=self._settings_given_only)
+        self._spawn(name, argv)
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        output: Any = None
+        if self._quiet and self._output_dir is not None:
+            self._output_dir.mkdir(parents=True, exist_ok=True)
+            output = (self._output_dir / f"{name}.log").open("ab")  # the child holds it; closed here after the spawn
+        elif self._quiet:
+            output = subprocess.DEVNULL
+        try:
+            spawn(
+                argv,
+                env=self.environments[name],
+                stdout=output,
+                stderr=output,
+                started=lambda process: self._started(name, argv, process),  # before a stop held is raised
+                start_new_session=True,  # its own process group: see the module's docstring
+            )
+        finally:
+            if hasattr(output, "close"):
+                output.close()
+
+    def _started(self, name: str, argv: list[str], process: subprocess.Popen[bytes]) -> None:
+        self.running[name] = (argv, process)
+        self.since[name] = time.monotonic()
+
+    def up(self) -> list[str]:
+        """The names of the stage processes running now, in order."""
+        return sorted(name for name, (_, process) in self.running.items() if process.poll() is None)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no clean shutdown, nothing flushed or committed."""
+        _, process = self.running[name]
+        process.kill()
+        process.wait()
+
+    def restart(self, name: str) -> None:
+        """Start a stopped stage process again with its command."""
+        argv, process = self.running[name]
+        if process.poll() is None:
+            raise RuntimeError(f"stage {name} is still running")
+        self._spawn(name, self._argv_again(argv))
+        self.restarts += 1
+
+    def _argv_again(self, argv: list[str]) -> list[str]:
+        """The argv of a process started again, given its last one's: the same here."""
+        return argv
+
+    def exited(self) -> list[tuple[str, int]]:
+        """Each stage process (the last one of its name) that has exited, with its exit status, in name order."""
+        return sorted(
+            (name, code) for name, (_, process) in self.running.items() if (code := process.poll()) is not None
+        )
+
+    def stop(self, wait_s: float = 30) -> None:
+        """SIGTERM to each stage process running, then SIGKILL to one not ended ``wait_s`` later."""
+        for _, process in self.running.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for _, process in self.running.values():
+            try:
+                process.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
