@@ -76,6 +76,7 @@ class Snapshot:
     dead_letters: dict[str, int]  # every reason the service can give, 0 until its first
     ignored_ticks: int
     latency: LatencyHistogram
+    reads_held: int  # partitions of the acker topic whose reads a transaction still open holds (`WatchedConsumer`)
 
 
 class ServiceCollector(Collector):
@@ -127,6 +128,12 @@ class ServiceCollector(Collector):
         for partition, value in sorted(s.lag.items()):
             lag.add_metric([str(partition)], value)
         yield lag
+        yield GaugeMetricFamily(
+            "acker_reads_held",
+            "Partitions of the acker topic whose reads a transaction still open has held longer than "
+            "open_transaction_warn_s, as the log says",
+            value=s.reads_held,
+        )
         dead = CounterMetricFamily("acker_dead_letters", "Records sent to the dead-letter topic", labels=["reason"])
         for reason, value in sorted(s.dead_letters.items()):
             dead.add_metric([reason], value)

@@ -1443,4 +1443,5 @@ class AckerService:
             dead_letters={**dict.fromkeys(DEAD_LETTER_REASONS, 0), **self._dead_letters},
             ignored_ticks=retired_ticks + sum(s.ignored_ticks for _, s in states),
             latency=self.latency,
+            reads_held=self.consumer.reads_held,  # a count the statistics callback keeps: no call on the handle
         )

@@ -566,6 +566,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     assert 'acker_pending_trees{partition="0"} 0.0' in text
     assert "acker_consumer_lag" in text
     assert 'acker_dead_letters_total{reason="bad-magic"} 0.0' in text  # from the start: an alert sees the first
+    assert "\nacker_reads_held 0.0\n" in text
     rows = json.loads(status.stdout)
     assert [r["partition"] for r in rows] == [0, 1, 2]
     assert all(r["status"]["instance"] == config.instance_id and r["status"]["pending"] == 0 for r in rows)

@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions  # type: ignore[attr-defined]
+from prometheus_client import generate_latest
 
 from acker import service as service_module
 from acker.columnar import BlockTracker, MessageBlock
@@ -37,6 +38,7 @@ from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, log_
 from acker.kafka.decided import read_decided
 from acker.kafka.held_reads import WatchedConsumer
 from acker.kafka.provision import Cluster, kafka_cluster
+from acker.metrics import ServiceCollector, serve
 from acker.replay import replay
 from acker.service import AckerService
 from acker.status import group_lag, read_status, status_key
@@ -424,6 +426,48 @@ def test_the_metrics_never_ask_the_consumer_from_their_thread(
         service.stop()
     assert set(lag) == set(range(4)) and all(n >= 0 for n in lag.values())
     assert callers and threading.current_thread().name not in callers
+
+
+def test_the_metrics_count_the_acker_partitions_whose_reads_an_open_transaction_holds(config: ServiceConfig) -> None:
+    """A transaction left open on the acker topic (a producer that writes acker messages in transactions died)
+    holds the service's reads of that partition: the trees after it wait, and time out if it outlives their timeout.
+    The service's log said so; its metrics said nothing (the stages' have ``acker_stage_reads_held``)."""
+    config = replace(
+        config, partitions=1, open_transaction_warn_s=2.0, kafka={**config.kafka, "statistics.interval.ms": "250"}
+    )
+    create_acker_topics(config)
+    stuck = Producer(config.client(**{"transactional.id": f"stuck-{config.group}", "transaction.timeout.ms": 600_000}))
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce(config.acker_topic, b"in the open transaction", partition=0)
+    assert stuck.flush(30) == 0
+    ids = IdGenerator(13)
+    _, head, tail = _tree_messages("behind", ids)
+    send(config, [*head, *tail])  # after the open transaction: held with it
+    service = ServiceThread(config)
+    reader = OutcomeReader(config, [SPOUT])
+    registry = serve(0).registry
+    registry.register(ServiceCollector(service.service.snapshot))
+    try:
+        deadline = time.monotonic() + 60
+        while service.service.snapshot().reads_held != 1:
+            assert time.monotonic() < deadline, "the reads held were not counted"
+            time.sleep(0.1)
+        held = generate_latest(registry).decode()
+        reader.poll(1.0)
+        assert "behind" not in reader.seen
+        stuck.abort_transaction(30)
+        reader.wait_for(["behind"])
+        deadline = time.monotonic() + 60
+        while service.service.snapshot().reads_held != 0:
+            assert time.monotonic() < deadline, "the reads were still counted held after the transaction ended"
+            time.sleep(0.1)
+        released = generate_latest(registry).decode()
+    finally:
+        service.stop()
+        reader.close()
+    assert "\nacker_reads_held 1.0\n" in held and "\nacker_reads_held 0.0\n" in released
+    assert reader.seen["behind"] == ["ACK"]
 
 
 def test_a_read_back_that_keeps_failing_is_given_up_and_the_partition_replayed(

@@ -197,7 +197,7 @@ def test_the_events_exported_from_the_start_are_counts_the_stages_keep() -> None
 def _exported() -> set[str]:
     """The names of every sample the service and the stages export."""
     service = ServiceCollector(
-        lambda: Snapshot(Counters(), {0: 1}, {0: 1}, dict.fromkeys(WIRE_REASONS, 0), 0, LatencyHistogram())
+        lambda: Snapshot(Counters(), {0: 1}, {0: 1}, dict.fromkeys(WIRE_REASONS, 0), 0, LatencyHistogram(), 0)
     )
     stages = StageCollector([_spout("s", {}, pending=0, paused=False), _bolt("b", {}), _step("t", {})])
     return {sample.name for samples in _scraped(service, stages).values() for sample in samples}
