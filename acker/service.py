@@ -55,11 +55,13 @@ from acker.kafka.clients import (
     READ_TO_SETTINGS,
     TOO_LARGE,
     KafkaClientError,
+    RefusedLogin,
     TopicSpec,
     await_topics,
     committed_offsets,
     consume_available,
     create_topics,
+    first_answer,
     kafka_error,
     log_bounds,
     produce,
@@ -338,6 +340,7 @@ class AckerService:
         self._states: dict[int, PartitionState] = {}
         self._outcome_logs: dict[int, OutcomeLog] = {}
         self._reader: Consumer | None = None  # reads commit metadata and outcomes back at assignment
+        self._refused_login = RefusedLogin(config.kafka.get("error_cb"))  # the reader's error callback
         self._retired = _Retired(np.zeros(len(fields(Counters)), np.int64))
         self._dead_letters: Tally[str] = Tally()
         self.latency = LatencyHistogram()
@@ -841,23 +844,19 @@ class AckerService:
         what it meets (a connection refused, a name that does not resolve) shows at once (`acker.kafka.client_log`).
         """
         consumer = self._reading_consumer()
-        deadline = time.monotonic() + FIRST_CONTACT_S
-        attempt_s = 1.0
-        while not stop.is_set():
-            try:
-                consumer.list_topics(
-                    self.config.acker_topic, timeout=max(0.1, min(attempt_s, deadline - time.monotonic()))
-                )
-                return True
-            except KafkaException as error:
-                cause = kafka_error(error)
-                if cause is None or cause.code() not in NO_ANSWER:
-                    raise
-            serve_log_lines(consumer)  # not assigned anything yet
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"within {FIRST_CONTACT_S:.0f} s")
-            attempt_s *= 2
-        return False
+        try:
+            return first_answer(
+                lambda wait_s: consumer.list_topics(self.config.acker_topic, timeout=wait_s),
+                consumer,  # not assigned anything yet: its poll serves its callbacks alone
+                self._refused_login,
+                FIRST_CONTACT_S,
+                stop,
+            )
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if self._refused_login.error is None and cause is not None and cause.code() in NO_ANSWER:
+                raise TimeoutError(f"within {FIRST_CONTACT_S:.0f} s") from None
+            raise
 
     def _topic_exists(self, topic: str, timeout_s: float) -> bool:
         """Whether ``topic`` exists (`_topic_lookup`); a lookup that fails or times out counts as missing."""
@@ -1358,6 +1357,7 @@ class AckerService:
                         "group.id": self.config.group,
                         "enable.auto.commit": False,
                         "client.id": f"acker-{self.instance}-reader",
+                        "error_cb": self._refused_login,  # the first contact's (`_first_contact`)
                         # Asked about a topic that does not exist, a metadata request must not create it (with the
                         # broker's default partition count): see `_ensure_topics`. The default for consumers, set
                         # here because the pass-through settings may say otherwise.

@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined] # documented l
 
 from acker.config import without_consumer_settings
 from acker.errors import AckerError
+from acker.kafka.client_log import serve_log_lines
 
 log = logging.getLogger("acker.kafka")
 
@@ -272,28 +274,62 @@ def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float
     return sorted(found.partitions)
 
 
+class RefusedLogin:
+    """An ``error_cb`` that keeps the first error of a login the broker refused (`REFUSED_LOGIN`), and hands every
+    error on to ``given`` (the settings' own callback, if any). librdkafka says a refused login to this callback
+    alone, served by a poll: a request meanwhile fails only once its time is out, as though nothing answered."""
+
+    def __init__(self, given: object = None) -> None:
+        self.error: KafkaError | None = None
+        self._given = given if callable(given) else None
+
+    def __call__(self, error: KafkaError) -> None:
+        if self.error is None and error.code() in REFUSED_LOGIN:
+            self.error = error
+        if self._given is not None:
+            self._given(error)
+
+
+def first_answer(
+    ask: Callable[[float], object],
+    client: Any,
+    refused: RefusedLogin,
+    timeout_s: float,
+    stop: threading.Event | None = None,
+) -> bool:
+    """Make ``ask(timeout_s)``, a metadata request of ``client`` (whose ``error_cb`` is ``refused``), until Kafka
+    answers: True then; False once ``stop`` is set. An attempt waits twice as long as the one before, from 1 s, and
+    the client's callbacks are served between them (`serve_log_lines`): what it meets shows at once, a connection
+    refused or a name that does not resolve. Raises `KafkaException`: of a refused login, as soon as the client says
+    one (a wrong password, SASL against a plaintext listener: ``ask`` only timed out, for as long as it was given); of
+    the last attempt once ``timeout_s`` is past; and of an error that is not a missing answer (`NO_ANSWER`)."""
+    deadline = time.monotonic() + timeout_s
+    attempt_s = 1.0
+    while stop is None or not stop.is_set():
+        try:
+            ask(max(0.1, min(attempt_s, deadline - time.monotonic())))
+            return True
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if cause is None or cause.code() not in NO_ANSWER:
+                raise
+            serve_log_lines(client)
+            if refused.error is not None:
+                raise KafkaException(refused.error) from None
+            if time.monotonic() >= deadline:
+                raise
+        attempt_s *= 2
+    return False
+
+
 def answering(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> None:
     """Return once the cluster answers a metadata request; `KafkaException` (`NO_ANSWER`) when it does not within
-    ``timeout_s``, or with the error of a login the broker refused (`REFUSED_LOGIN`) where it did that: a wrong
+    ``timeout_s``, or, as soon as it is seen, with the error of a login the broker refused (`REFUSED_LOGIN`): a wrong
     password read as "is it running, and reachable?"."""
-    seen: list[KafkaError] = []
-    given = client_config.get("error_cb")
-
-    def error_cb(error: KafkaError) -> None:
-        seen.append(error)
-        if callable(given):
-            given(error)
-
-    settings: dict[str, Any] = {**without_consumer_settings(client_config), "error_cb": error_cb}
+    refused = RefusedLogin(client_config.get("error_cb"))
+    settings: dict[str, Any] = {**without_consumer_settings(client_config), "error_cb": refused}
     admin = AdminClient(settings)
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException:
-        admin.poll(0)  # the errors seen meanwhile, queued for the client's callback
-        refused = next((e for e in seen if e.code() in REFUSED_LOGIN), None)
-        if refused is None:
-            raise
-        raise KafkaException(refused) from None
+    first_answer(lambda wait_s: admin.list_topics(timeout=wait_s), admin, refused, timeout_s)
 
 
 def _metadata_consumer(client_config: Mapping[str, Any]) -> Consumer:

@@ -585,7 +585,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     assert stopped.stdout.count(f"- (released by {config.instance_id} ") == 3
 
 
-@pytest.mark.parametrize("command", [["topics", "create"], ["status"]])
+@pytest.mark.parametrize("command", [["topics", "create"], ["status"], ["run", "--metrics-port", "0"]])
 def test_a_login_the_broker_refuses_is_said_as_such_not_as_a_broker_that_does_not_answer(
     sasl_client: dict[str, str], command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -597,3 +597,19 @@ def test_a_login_the_broker_refuses_is_said_as_such_not_as_a_broker_that_does_no
     err = capsys.readouterr().err
     assert "refused the login" in err and "Authentication failed" in err and "did not answer" not in err
     assert "wr0ng" not in err
+
+
+@pytest.mark.parametrize("command", [["status"], ["run", "--metrics-port", "0"]])
+def test_a_sasl_login_at_a_plaintext_listener_is_said_refused_not_unanswered(
+    bootstrap: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SASL settings given for a cluster whose listener takes none: `acker run` waited 30 s, then said "Kafka did not
+    answer: is it running, and reachable?" (the broker answers the handshake with an error, which librdkafka says to
+    a callback alone)."""
+    sasl = ["--kafka=security.protocol=SASL_PLAINTEXT", "--kafka=sasl.mechanism=PLAIN", "--kafka=sasl.username=u",
+            "--kafka=sasl.password=s3cret-word"]  # fmt: skip
+    args = [*command, "--bootstrap-servers", bootstrap, *sasl, "--acker-topic", f"plain-{uuid.uuid4().hex[:6]}"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "refused the login" in err and "SASL PLAIN mechanism handshake failed" in err, err
+    assert "did not answer" not in err and "s3cret-word" not in err
