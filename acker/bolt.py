@@ -79,7 +79,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
-from acker.kafka.clients import ProducerFailedError, consume_available, partition_count, readable, release
+from acker.kafka.clients import ProducerFailedError, answering, consume_available, partition_count, readable, release
 from acker.kafka.held_reads import WatchedConsumer
 from acker.trouble import TroubleReport
 
@@ -286,6 +286,7 @@ class Bolt:
         # again if it comes back, are passed over (`_read_again`)
         self._lost_at: dict[tuple[str, int], tuple[int, float]] = {}
         fix = "name the topic in Bolt(..., output_topics=...)"
+        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
         self._outputs = OutputTopics(config.client(), f"bolt {group}", fix, [config.acker_topic, *output_topics], None)
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))

@@ -24,6 +24,7 @@ from acker.headers import read_headers, text
 from acker.kafka.clients import (
     AsWritten,
     KafkaClientError,
+    answering,
     consume_available,
     end_offsets,
     partition_count,
@@ -49,6 +50,7 @@ class DrpcClient:
     def __init__(self, config: ServiceConfig, chain: Chain) -> None:
         self.chain, self._config = chain, config
         self._closed = False
+        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"

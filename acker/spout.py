@@ -61,6 +61,7 @@ from acker.kafka.clients import (
     KafkaClientError,
     TopicsNotCreatedError,
     TopicSpec,
+    answering,
     consume_available,
     end_offsets,
     ensure_topics,
@@ -318,8 +319,14 @@ class Spout:
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
         written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
                    *settings.other_output_topics]  # fmt: skip
-        fix = "name the topic in SpoutSettings(..., other_output_topics=...)"
-        self._outputs = OutputTopics(config.client(), f"spout {settings.name}", fix, written, None)
+        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
+        self._outputs = OutputTopics(
+            config.client(),
+            f"spout {settings.name}",
+            "name the topic in SpoutSettings(..., other_output_topics=...)",
+            written,
+            None,
+        )
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self.acker = AckerClient(
             self.producer,

@@ -599,16 +599,19 @@ def test_a_login_the_broker_refuses_is_said_as_such_not_as_a_broker_that_does_no
     assert "wr0ng" not in err
 
 
-@pytest.mark.parametrize("command", [["status"], ["run", "--metrics-port", "0"]])
+@pytest.mark.parametrize(
+    "command", ["status", "run --metrics-port=0", "wordcount spout", "wordcount split", "reach step"]
+)
 def test_a_sasl_login_at_a_plaintext_listener_is_said_refused_not_unanswered(
-    bootstrap: str, command: list[str], capsys: pytest.CaptureFixture[str]
+    bootstrap: str, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """SASL settings given for a cluster whose listener takes none: `acker run` waited 30 s, then said "Kafka did not
     answer: is it running, and reachable?" (the broker answers the handshake with an error, which librdkafka says to
-    a callback alone)."""
+    a callback alone); a spout 40 s and a bolt 30 s, then "reading metadata of acker: _TRANSPORT"."""
     sasl = ["--kafka=security.protocol=SASL_PLAINTEXT", "--kafka=sasl.mechanism=PLAIN", "--kafka=sasl.username=u",
             "--kafka=sasl.password=s3cret-word"]  # fmt: skip
-    args = [*command, "--bootstrap-servers", bootstrap, *sasl, "--acker-topic", f"plain-{uuid.uuid4().hex[:6]}"]
+    topic = ["0"] if command == "reach step" else ["--acker-topic", f"plain-{uuid.uuid4().hex[:6]}"]
+    args = [*command.split(), "--bootstrap-servers", bootstrap, *sasl, *topic]
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert "refused the login" in err and "SASL PLAIN mechanism handshake failed" in err, err
