@@ -410,7 +410,7 @@ class AckerService:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; then commit what is safe and leave the group. `TimeoutError` when Kafka
-        does not answer at the start (`FIRST_CONTACT_S`)."""
+        does not answer at the start (`FIRST_CONTACT_S`), `KafkaException` when it refuses the login."""
         try:
             if not self._first_contact(stop):
                 return
@@ -837,12 +837,13 @@ class AckerService:
 
     def _first_contact(self, stop: threading.Event) -> bool:
         """Whether Kafka answered a metadata request before ``stop`` was set; `TimeoutError` when it did not answer
-        within `FIRST_CONTACT_S`. Without this, the start's topic lookups and creations each waited out their own
-        timeout (10 s, then 30 s) in turn: with no broker, `acker run` said nothing for over a minute before giving
-        up. Asked about the acker topic alone (a small answer, on the reading consumer, whose lookups create
-        nothing), with a timeout that doubles from 1 s, serving the client's log lines between attempts, so that
-        what it meets (a connection refused, a name that does not resolve) shows at once (`acker.kafka.client_log`).
-        """
+        within `FIRST_CONTACT_S`, and `KafkaException` of a login the broker refused as soon as the client says so
+        (`first_answer`: SASL settings at a plaintext listener waited the 30 s, then read as no answer). Without
+        this, the start's topic lookups and creations each waited out their own timeout (10 s, then 30 s) in turn:
+        with no broker, `acker run` said nothing for over a minute before giving up. Asked about the acker topic
+        alone (a small answer, on the reading consumer, whose lookups create nothing), with a timeout that doubles
+        from 1 s, serving the client's log lines between attempts, so that what it meets (a connection refused, a
+        name that does not resolve) shows at once (`acker.kafka.client_log`)."""
         consumer = self._reading_consumer()
         try:
             return first_answer(
