@@ -899,6 +899,9 @@ def test_a_query_stopped_mid_batch_is_not_logged_as_terminated_with_error(tmp_pa
     subprocess.run([sys.executable, "-c", _STOPPED_MID_BATCH, str(output)], check=True, timeout=240)
     said = output.read_text()
     assert "log4j" in said  # the JVM's output is here
+    # An executor's heartbeat the driver was too loaded to answer in time logs its trace (seen in CI): not the stop's.
+    said = re.sub(r"^.*WARN Executor: Issue communicating with driver in heartbeater\n(?:(?!\d\d/\d\d/\d\d ).*\n)*",
+                  "", said, flags=re.MULTILINE)  # fmt: skip
     assert "terminated with error" not in said and not re.search(r"^\s+at ", said, re.MULTILINE), said[-3000:]
 
 
