@@ -322,14 +322,19 @@ class ServiceConfig:
 
     def hide_secrets(self, text: str) -> str:
         """``text`` (a Kafka client's error) with each secret librdkafka setting's value, and each word of it, as
-        ``***``: librdkafka quotes the part of a setting it cannot parse (``sasl.oauthbearer.config``'s, say)."""
+        ``***``: librdkafka quotes the part of a setting it cannot parse (``sasl.oauthbearer.config``'s, say). A value
+        shorter than `_HIDDEN_WORD_MIN` is hidden only where it stands apart, not inside a word: a password ``b``
+        hidden everywhere would leave ``/***ootstrap`` of the error's own words."""
         pieces = set()
         for key, value in self.kafka.items():
             if _is_secret(key) and value:
                 pieces.add(value)
                 pieces.update(word for word in re.split(r"[\s=,;:'\"]+", value) if len(word) >= _HIDDEN_WORD_MIN)
         for piece in sorted(pieces, key=len, reverse=True):  # the whole value before its words
-            text = text.replace(piece, "***")
+            if len(piece) >= _HIDDEN_WORD_MIN:
+                text = text.replace(piece, "***")
+            else:
+                text = re.sub(rf"(?<!\w){re.escape(piece)}(?!\w)", "***", text)
         return text
 
 

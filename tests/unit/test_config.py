@@ -237,6 +237,14 @@ def test_a_client_error_quoting_a_secret_setting_is_shown_without_it(capsys: pyt
     assert code == 2 and "sasl.oauthbearer.config" in said and "hunter2" not in said, said
 
 
+def test_a_short_secret_is_hidden_where_it_stands_apart_and_leaves_the_error_s_own_words_whole() -> None:
+    config = load(_parse("--kafka", "sasl.password=b", "--kafka", "ssl.key.password=k3y"), environ={})
+    said = "SASL authentication error: b (k3y) at sasl_plaintext://127.0.0.1:9092/bootstrap: b=k3y"
+    assert config.hide_secrets(said) == (
+        "SASL authentication error: *** (***) at sasl_plaintext://127.0.0.1:9092/bootstrap: ***=***"
+    )
+
+
 def test_unknown_setting_in_a_file(tmp_path: Path) -> None:
     path = tmp_path / "acker.toml"
     path.write_text("bukets = 3\n")
