@@ -285,8 +285,9 @@ class Bolt:
         # (topic, partition) lost -> the offset after the last processed here, and until when inputs below it, read
         # again if it comes back, are passed over (`_read_again`)
         self._lost_at: dict[tuple[str, int], tuple[int, float]] = {}
+        # First: a login refused said as such within seconds, a cluster away within 10 s.
+        answering(config.client(), config.acker_topic)
         fix = "name the topic in Bolt(..., output_topics=...)"
-        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
         self._outputs = OutputTopics(config.client(), f"bolt {group}", fix, [config.acker_topic, *output_topics], None)
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))

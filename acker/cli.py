@@ -276,7 +276,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from acker.status import group_lag, read_status
 
     config = _service_config(args)
-    answering(config.client())  # a login refused says so, not "did not answer"
+    answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
     lags = group_lag(config)
     if lags is None:
         raise AckerError(f"acker topic {config.acker_topic} not found (or no leader yet): acker topics create makes it")

@@ -50,7 +50,8 @@ class DrpcClient:
     def __init__(self, config: ServiceConfig, chain: Chain) -> None:
         self.chain, self._config = chain, config
         self._closed = False
-        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
+        # First: a login refused said as such within seconds, a cluster away within 10 s.
+        answering(config.client(), chain.topic(0))
         self.producer = Producer(config.producer(**{"enable.idempotence": True, "linger.ms": 1}))
         self.partitions = partition_count(config.client(), chain.topic(0))
         group = f"{chain.name}.client-{uuid.uuid4().hex[:8]}"

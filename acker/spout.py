@@ -319,7 +319,8 @@ class Spout:
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
         written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
                    *settings.other_output_topics]  # fmt: skip
-        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
+        # First: a login refused said as such within seconds, a cluster away within 10 s.
+        answering(config.client(), config.acker_topic)
         self._outputs = OutputTopics(
             config.client(),
             f"spout {settings.name}",

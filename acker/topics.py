@@ -156,7 +156,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
     for (left as it is). `TopicsNotCreatedError` after the lines when one could not be made (the others were)."""
     # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
     # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
-    answering(config.client())
+    answering(config.client(), config.acker_topic)
     failure: TopicsNotCreatedError | None = None
     try:
         created = set(create_topics(config.client(), specs))

@@ -305,7 +305,7 @@ def _run(args: argparse.Namespace) -> int:
         if not answered:
             return False
         try:
-            answering(config.client(), timeout_s=10.0)
+            answering(config.client(), config.acker_topic, timeout_s=10.0)
         except KafkaException:
             return False
         return True

@@ -148,7 +148,8 @@ def _cmd_step(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load(args)
     chain = Chain(args.chain, CHAIN.steps)
-    answering(config.client())  # unanswered, each creation would fail after 30 s "waiting for controller"
+    # Unanswered, each creation would fail after 30 s "waiting for controller".
+    answering(config.client(), chain.topic(0))
     create_chain_topics(config, chain, args.tasks)
     if (tasks := partition_count(config.client(), chain.topic(0))) != args.tasks:
         print(f"chain {chain.name} exists with {tasks} tasks a step: it keeps them (--tasks is for a chain made now)",

@@ -338,10 +338,10 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
 STALL_S = 5.0  # `wordcount run` looks into a count of decided sentences that has not moved for this long
 
 
-def _answers(client: dict[str, Any]) -> bool:
-    """Whether the cluster answers a metadata request within a few seconds (`answering`)."""
+def _answers(client: dict[str, Any], topic: str) -> bool:
+    """Whether the cluster answers a metadata request about ``topic`` within a few seconds (`answering`)."""
     try:
-        answering(client, timeout_s=3.0)
+        answering(client, topic, timeout_s=3.0)
     except KafkaException:
         return False
     return True
@@ -443,7 +443,7 @@ def _run_stages(
     poll = follow_outcomes(config, topics.spout, from_now=True)  # before the sentences: only their outcomes
     ids = produce(config, topics.sentences, lines)
     deadline, seen = time.monotonic() + args.max_wait_s, {}
-    waiting = Waiting(config, len(ids), partial(_answers, config.client()))
+    waiting = Waiting(config, len(ids), partial(_answers, config.client(), topics.sentences))
     while time.monotonic() < deadline:
         seen = poll(1.0)
         stages.watch()

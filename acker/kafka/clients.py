@@ -322,14 +322,20 @@ def first_answer(
     return False
 
 
-def answering(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> None:
-    """Return once the cluster answers a metadata request; `KafkaException` (`NO_ANSWER`) when it does not within
-    ``timeout_s``, or, as soon as it is seen, with the error of a login the broker refused (`REFUSED_LOGIN`): a wrong
-    password read as "is it running, and reachable?"."""
+def answering(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> None:
+    """Return once the cluster answers a metadata request about ``topic`` (whether it exists or not); `KafkaException`
+    (`NO_ANSWER`) when it does not within ``timeout_s``, or, as soon as it is seen, with the error of a login the broker
+    refused (`REFUSED_LOGIN`): a wrong password read as "is it running, and reachable?".
+
+    One topic, asked through a consumer handle (`_metadata_consumer`): the request creates nothing, and its answer is
+    small whatever the cluster's size; one about every topic is answered with the whole cluster's metadata, each
+    partition of it made a Python object (on one local broker with 10,000 partitions: 76 ms, against 62 ms here)."""
     refused = RefusedLogin(client_config.get("error_cb"))
-    settings: dict[str, Any] = {**without_consumer_settings(client_config), "error_cb": refused}
-    admin = AdminClient(settings)
-    first_answer(lambda wait_s: admin.list_topics(timeout=wait_s), admin, refused, timeout_s)
+    consumer = _metadata_consumer({**client_config, "error_cb": refused})
+    try:
+        first_answer(lambda wait_s: consumer.list_topics(topic, timeout=wait_s), consumer, refused, timeout_s)
+    finally:
+        consumer.close()
 
 
 def _metadata_consumer(client_config: Mapping[str, Any]) -> Consumer:

@@ -209,7 +209,8 @@ class CoordinatedStage:
         # Cooperative rebalancing: a process joining or leaving the step moves only the partitions that change owner;
         # the others keep their tasks (in memory, as committed: every batch's transaction is committed before the
         # next consume, or its tasks start again from their last commit) instead of reading their changelogs again.
-        answering(config.client())  # first: a login refused said as such within seconds, a cluster away within 10 s
+        # First: a login refused said as such within seconds, a cluster away within 10 s.
+        answering(config.client(), self.input)
         self.consumer = WatchedConsumer(config.stream_consumer(**{
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}),

@@ -34,7 +34,15 @@ from acker.core.tuple_tree import InputTuple, SpoutTree, anchored
 from acker.export import export_records
 from acker.kafka import clients as clients_module
 from acker.kafka import decided as decided_module
-from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, log_bounds, partition_count, produce
+from acker.kafka.clients import (
+    KafkaClientError,
+    TopicSpec,
+    answering,
+    create_topics,
+    log_bounds,
+    partition_count,
+    produce,
+)
 from acker.kafka.decided import read_decided
 from acker.kafka.held_reads import WatchedConsumer
 from acker.kafka.provision import Cluster, kafka_cluster
@@ -754,6 +762,19 @@ def test_outcome_topics_are_created_with_the_acker_topics_partitions_unless_they
     admin = AdminClient(config.client())  # alive until its answer came
     described = admin.describe_configs([status])[status].result(timeout=30)
     assert described["cleanup.policy"].value == "compact"
+
+
+def test_asking_whether_kafka_answers_creates_no_topic_where_topics_are_created_on_first_use(
+    config: ServiceConfig, creating_cluster: Cluster
+) -> None:
+    """`answering` asks about one topic, the one its caller needs, which may not exist yet (`acker topics create`
+    asks before making it): on a broker that creates topics on first use, even with the settings allowing the
+    clients to, asking must not make it (it would get the broker's default partition count)."""
+    client = {**config.client(), "bootstrap.servers": creating_cluster.bootstrap_servers,
+              "allow.auto.create.topics": "true"}  # fmt: skip
+    answering(client, "asked-about-only")
+    time.sleep(1.0)  # a topic created on first use shows in the metadata within a moment
+    assert "asked-about-only" not in AdminClient(client).list_topics(timeout=10).topics
 
 
 def _records(config: ServiceConfig, topic: str) -> list[KafkaMessage]:

@@ -469,7 +469,7 @@ def test_reach_run_asks_whether_kafka_answers_before_making_its_topics(monkeypat
     """Unanswered, each topic's creation failed after 30 s "waiting for controller", said for 13 topics at once."""
     made: list[object] = []
 
-    def no_answer(_client: object) -> None:
+    def no_answer(*_: object) -> None:
         raise clients.KafkaClientError("asking for metadata", None, " (no answer)")
 
     monkeypatch.setattr(reach, "answering", no_answer)
@@ -510,7 +510,7 @@ def test_a_reach_step_says_its_counts_at_info_unless_run_by_reach_run(monkeypatc
         def wait(self, _timeout_s: float) -> int:
             return 0
 
-    monkeypatch.setattr(reach, "answering", lambda _client: None)
+    monkeypatch.setattr(reach, "answering", lambda *_: None)
     monkeypatch.setattr(reach, "create_chain_topics", lambda *_args: None)
     monkeypatch.setattr(reach, "partition_count", lambda *_args: 3)
     monkeypatch.setattr("subprocess.Popen", _Started)

@@ -146,7 +146,7 @@ def test_the_client_reads_committed_answers_whatever_the_shared_settings_say(mon
     monkeypatch.setattr("acker.drpc.WatchedConsumer", _Consumer)
     monkeypatch.setattr("acker.drpc.Producer", lambda _settings: _Producer())
     monkeypatch.setattr("acker.drpc.partition_count", lambda _client, _topic: 1)
-    monkeypatch.setattr("acker.drpc.answering", lambda _client: None)
+    monkeypatch.setattr("acker.drpc.answering", lambda *_: None)
     monkeypatch.setattr("acker.drpc.end_offsets", lambda _consumer, partitions: [0 for _ in partitions])
     DrpcClient(ServiceConfig(kafka={"isolation.level": "read_uncommitted"}), Chain("c", 2))
     assert given[0]["isolation.level"] == "read_committed"
