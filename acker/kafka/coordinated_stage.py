@@ -82,7 +82,13 @@ ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and id
 _CUT_HEADER_BYTES = 64  # a header that says a cut value's or key's whole length, framed
 LOOKUP_ATTEMPTS = 4  # a step's committed offsets asked after a broker's restart (`CoordinatedStage._committed`)
 FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
-COMMIT_ATTEMPTS = 3  # a transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again
+# librdkafka 2.16's refusals of an abort while the batch's commit, which timed out, is still in progress: it takes
+# only a call of the commit again (`_CONFLICT`, "Conflicting commit_transaction API call is already in progress"), or
+# says the transaction is committing (`_STATE`, "Operation not valid in state BeginCommit"). Neither is fatal.
+_ABORT_REFUSED = frozenset({KafkaError._CONFLICT, KafkaError._STATE})
+# A transaction's commit that fails retriably (a timeout, the coordinator moving) is tried again (librdkafka resumes
+# the commit in progress), up to this many times; then the batch goes on with a new producer (`_renewable`).
+COMMIT_ATTEMPTS = 3
 # The broker's refusals of a batch's offsets because the group moved on while the batch ran (a rebalance completed in
 # the background: with incremental rebalancing, one that leaves this process its partitions too): the batch is
 # aborted and its tasks start again from their last commit, in the process (`CoordinatedStage._start_over`).
@@ -328,23 +334,33 @@ class CoordinatedStage:
                 self._abortable_in_row = 0
             return len(records)
         # Out of the except block (`acker.kafka.clients`): the abort, and the start over that goes on, ask Kafka.
-        return self._aborted(failure, changed, read, counted, time.monotonic() - started)
+        took_s = time.monotonic() - started
+        return self._aborted(failure, changed, read, counted, took_s, sent=self._positions(records))
 
     def _aborted(
-        self, failure: BaseException, changed: set[int], read: set[int], counted: dict[str, int], took_s: float
+        self,
+        failure: BaseException,
+        changed: set[int],
+        read: set[int],
+        counted: dict[str, int],
+        took_s: float,
+        *,
+        sent: list[TopicPartition],
     ) -> int:
         """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
         or librdkafka wants the transaction aborted (`_doomed`) or Kafka did not answer in time (`_unanswered`: a
         broker restarting), up to `ABORTABLE_START_OVERS` batches in a row: then
         the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their committed
         offsets (``counted``: the counters as they were before the batch; ``took_s``: how long its transaction was
-        open)."""
-        # Nothing of the batch is visible; this process stops (but for the two cases below, which start over here),
-        # and the partitions' next owner (a restart, or another process of the step) reloads the committed state and
-        # goes on from the committed offsets.
+        open; ``sent``: the offsets after its records, which its transaction commits)."""
+        # Nothing of the batch is visible (but for a commit that reached the coordinator while Kafka did not answer,
+        # which a new producer finds committed, `_renewable`); this process stops (but for the cases below, which
+        # start over here), and the partitions' next owner (a restart, or another process of the step) reloads the
+        # committed state and goes on from the committed offsets.
         self._broken = True
         if isinstance(failure, WedgedProducerError):  # a call is still in the producer: the process must end
             raise failure
+        renewed = False
         try:
             self._bounded("abort_transaction", TXN_CALL_S)  # raises `WedgedProducerError` past its wait
         except KafkaException as error:  # e.g. a fatal producer error
@@ -352,13 +368,20 @@ class CoordinatedStage:
                 log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
                 raise failure from None
             self._renew_producer(failure, error)  # which says so
+            renewed = True
         else:
             self._may_start_over(failure, changed)
         with after_failure(failure):
-            self._start_over(changed, read)
-        # As before the batch, which is read again, but for what the abort itself did.
-        self.counters.update(counted, started_over=counted["started_over"] + 1,
-                             producers_renewed=self.counters["producers_renewed"])  # fmt: skip
+            committed = self._start_over(changed, read)
+        if renewed and sent and all(committed.get(tp.partition) == tp.offset for tp in sent):
+            # Its commit had reached the coordinator (the offsets committed are those after its records, above any
+            # committed before it): its records are not read again, and its counts stand.
+            self.counters["started_over"] += 1
+            log.warning("step %d: the batch's transaction was committed after all: its records are not read again",
+                        self.index)  # fmt: skip
+        else:  # as before the batch, which is read again, but for what the abort itself did
+            self.counters.update(counted, started_over=counted["started_over"] + 1,
+                                 producers_renewed=self.counters["producers_renewed"])  # fmt: skip
         self._broken = False
         return 0
 
@@ -381,13 +404,17 @@ class CoordinatedStage:
     def _renewable(self, failure: BaseException, error: BaseException, took_s: float) -> bool:
         """Whether a batch that failed with ``failure`` after ``took_s``, whose abort failed with ``error``, goes on
         with a new producer (`_renew_producer`): the abort failed fatally (the producer takes nothing any more: fenced,
-        as the broker fences it when it aborts a transaction past its timeout, in an outage) after Kafka did not answer
-        in time, librdkafka wanted the transaction aborted, or the transaction outlived its timeout; up to
-        `ABORTABLE_START_OVERS` batches in a row; and only with a transactional id of this process's own (no
+        as the broker fences it when it aborts a transaction past its timeout, in an outage), or was refused because
+        the batch's commit, unanswered in all its attempts, is still in progress (`_ABORT_REFUSED`: librdkafka takes
+        no other transactional call until that commit is answered, however long Kafka stays away), after Kafka
+        did not answer in time, librdkafka wanted the transaction aborted, or the transaction outlived its timeout;
+        up to `ABORTABLE_START_OVERS` batches in a row; and only with a transactional id of this process's own (no
         ``--instance-id``). With a stable one, the fencing may be a successor's (a process started in place of this
-        one while it was cut off), which a new producer here would fence in turn: the process stops, as before."""
+        one while it was cut off), which a new producer here would fence in turn: the process stops, as before. The
+        new producer's `init_transactions` waits for the batch's transaction to end, committed (its commit had reached
+        the coordinator) or aborted, and the start over reads what was committed: either way, the batch once."""
         cause = kafka_error(error) if isinstance(error, KafkaException) else None
-        if cause is None or not cause.fatal() or self.config.instance_id:
+        if cause is None or not (cause.fatal() or cause.code() in _ABORT_REFUSED) or self.config.instance_id:
             return False
         outlived = took_s * 1000 > self.transaction_timeout_ms
         return (_unanswered(failure) or _doomed(failure) or outlived) and self._abortable_in_row < ABORTABLE_START_OVERS
@@ -395,30 +422,35 @@ class CoordinatedStage:
     def _renew_producer(self, failure: BaseException, error: BaseException) -> None:
         """Go on with a new producer of the same transactional id in place of one that took no more transactions
         after ``failure`` (its abort: ``error``), which is dropped (destroyed with whatever it had in flight). The new
-        one's `init_transactions` aborts whatever the old one left open: as a restart of the process would, but for
-        the consumer, which keeps its partitions. Raises what `init_transactions` raises (the process stops)."""
+        one's `init_transactions` ends whatever the old one left open (aborts it, or waits for a commit that reached
+        the coordinator): as a restart of the process would, but for the consumer, which keeps its partitions. Raises
+        what `init_transactions` raises (the process stops)."""
         self._abortable_in_row += 1
-        log.warning("step %d: the batch failed (%s) and its producer takes no more transactions (%s): a new one goes "
-                    "on, and the batch's tasks start again from their last commit (%d of %d batches in a row)",
-                    self.index, failure, error, self._abortable_in_row, ABORTABLE_START_OVERS)  # fmt: skip
+        cause = kafka_error(error) if isinstance(error, KafkaException) else None
+        held = cause is not None and not cause.fatal()  # `_ABORT_REFUSED`
+        log.warning("step %d: the batch failed (%s) and its producer takes %s (%s): a new one goes on, and the batch's "
+                    "tasks start again from their last commit (%d of %d batches in a row)", self.index, failure,
+                    "no abort while its commit is unanswered" if held else "no more transactions", error,
+                    self._abortable_in_row, ABORTABLE_START_OVERS)  # fmt: skip
         self.producer.purge()  # nothing of a failed transaction is to be sent
         self.producer = Producer(self._producer_config)
         self._bounded("init_transactions", TXN_CALL_S)
         self.counters["producers_renewed"] += 1
 
-    def _start_over(self, changed: set[int], read: set[int]) -> None:
+    def _start_over(self, changed: set[int], read: set[int]) -> dict[int, int]:
         """After an aborted batch: the tasks it may have changed (``changed``) as last committed, and the consumer
         back to the committed offsets of those it read records of (``read``; the others' positions are their
-        committed offsets already, and one just assigned may not be fetching yet: a seek there is refused). The
-        other tasks are as committed: every batch before was; a task revoked is dropped by the next consume's
-        callback. Raises what Kafka raises (the process stops, as after any other aborted batch)."""
+        committed offsets already, and one just assigned may not be fetching yet: a seek there is refused), which are
+        returned by partition. The other tasks are as committed: every batch before was; a task revoked is dropped by
+        the next consume's callback. Raises what Kafka raises (the process stops, as after any other aborted batch)."""
         self._touched.clear()
         for partition in sorted(p for p in changed if p in self.tasks):
             self.tasks[partition] = self._restore(partition)
         owned = [TopicPartition(self.input, p) for p in sorted(read) if p in self.tasks]
-        for tp in self._committed(owned, self.consumer) if owned else []:
-            self.consumer.seek(TopicPartition(self.input, tp.partition, tp.offset if tp.offset >= 0 else
-                                              OFFSET_BEGINNING))  # fmt: skip
+        committed = {tp.partition: tp.offset for tp in (self._committed(owned, self.consumer) if owned else [])}
+        for partition, offset in committed.items():
+            self.consumer.seek(TopicPartition(self.input, partition, offset if offset >= 0 else OFFSET_BEGINNING))
+        return committed
 
     def _committed(self, partitions: list[TopicPartition], consumer: Consumer | None = None) -> list[TopicPartition]:
         """The step's committed offsets of ``partitions``, stable (read_committed: a lookup waits for a transaction

@@ -236,6 +236,71 @@ def test_a_batch_whose_transaction_failed_starts_its_tasks_again_and_the_step_go
     assert refusing.next is not None and refusing.next.code() == KafkaError._STATE
 
 
+class _CommitUnanswered:
+    """A stage's producer as an outage longer than a commit's attempts leaves it, once: a batch's commit is sent and
+    librdkafka is given no time to wait for its answer (it says ``_TIMED_OUT``, the commit still in progress; a
+    commit answered at once is let through, and the next batch's is tried); the attempts after it are said
+    unanswered, as they are while Kafka stays away. The abort that follows is librdkafka's own."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer, self.held = producer, False
+        self.abort_errors: list[KafkaError] = []
+
+    def commit_transaction(self, timeout: float) -> None:
+        if self.abort_errors:
+            self.producer.commit_transaction(timeout)
+        elif not self.held:
+            try:
+                self.producer.commit_transaction(0)
+            except KafkaException as error:
+                self.held = error.args[0].code() == KafkaError._TIMED_OUT
+                raise
+        else:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation to finish, retry "
+                                            "call to resume", retriable=True))  # fmt: skip
+
+    def abort_transaction(self, timeout: float) -> None:
+        try:
+            self.producer.abort_transaction(timeout)
+        except KafkaException as error:
+            self.abort_errors.append(error.args[0])
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+
+def test_a_batch_whose_commit_kafka_never_answered_goes_on_with_a_new_producer_and_every_answer_is_exact(
+    config: ServiceConfig, chain: Chain
+) -> None:
+    """Step 2's commit unanswered in all its attempts: librdkafka refuses the abort while that commit is in progress
+    (``_CONFLICT``, or ``_STATE`` while it is committing), and the process stopped. It goes on with a new producer of
+    the same transactional id, whose start ends the batch's transaction (committed if the commit reached the broker,
+    else aborted), and the batch's tasks start again from what was committed: every answer is exact, and the batch's
+    records are counted once."""
+    config = replace(config, instance_id="")  # transactional ids of the processes' own: a new producer fences none
+    stages = [CoordinatedStage(config, chain, i, step) for i, step in enumerate(steps(GRAPH))]
+    held = _CommitUnanswered(stages[2].producer)
+    stages[2].producer = held  # type: ignore[assignment]
+    running = [Running(stage) for stage in stages]
+    urls = sorted(GRAPH.tweeted_by)
+    answers: dict[str, Any] = {}
+    try:
+        for start in range(0, len(urls), 10):  # until a commit was held (one answered at once is let through)
+            answers.update(_ask(config, chain, urls[start : start + 10]))
+            if held.abort_errors:
+                answers.update(_ask(config, chain, urls[start + 10 :]))
+                break
+    finally:
+        for stage in reversed(running):
+            stage.stop()
+    assert [e.code() for e in held.abort_errors] in ([KafkaError._CONFLICT], [KafkaError._STATE]), held.abort_errors
+    assert stages[2].counters["producers_renewed"] == 1 and stages[2].counters["started_over"] == 1
+    assert answers == {url: GRAPH.reach(url) for url in urls}
+    # The batch's records, committed or read again, are counted once: as many as the step's input holds.
+    assert stages[2].counters["processed"] == _data_messages(config, chain, 2)
+
+
 def _data_messages(config: ServiceConfig, chain: Chain, index: int) -> int:
     """The committed records of step ``index``'s input that are not reports."""
     reader = Consumer(config.client(**{"group.id": f"count-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,

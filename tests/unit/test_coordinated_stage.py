@@ -498,6 +498,55 @@ def test_a_producer_fenced_in_a_transaction_that_outlived_its_timeout_is_replace
     assert producer.calls[-2:] == ["commit", "abort"]
 
 
+_COMMIT_TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation to finish, retry call to resume",
+                               retriable=True)  # fmt: skip
+# librdkafka 2.16's answers to an abort after a commit that timed out (seen against a broker stopped by SIGSTOP, and
+# after a commit given no time): the commit is still the call in progress, and only a call of it again is taken; or
+# the transaction is committing.
+_COMMIT_IN_PROGRESS = KafkaError(KafkaError._CONFLICT, "Conflicting commit_transaction API call is already in progress",
+                                 retriable=True)  # fmt: skip
+_COMMITTING = KafkaError(KafkaError._STATE, "Operation not valid in state BeginCommit")
+
+
+def _held_commit(abort_error: KafkaError = _COMMIT_IN_PROGRESS) -> _Outage:
+    """A producer whose offsets go through, whose every commit times out, and whose abort is refused for that."""
+    producer = _Outage(None, abort_error)
+    producer.release.set()
+    producer.commit_errors = [_COMMIT_TIMED_OUT] * coordinated_stage.COMMIT_ATTEMPTS
+    return producer
+
+
+@pytest.mark.parametrize("abort_error", [_COMMIT_IN_PROGRESS, _COMMITTING], ids=["conflict", "state"])
+def test_a_batch_whose_commit_kafka_never_answered_goes_on_with_a_new_producer(
+    new_producers: list[_Transactions], abort_error: KafkaError
+) -> None:
+    """After its commit's attempts timed out (an outage longer than they last), the abort was refused, the commit
+    still in progress in librdkafka: the step stopped. A new producer of the same transactional id goes on (its
+    `init_transactions` ends the batch's transaction, committed or aborted), and the tasks start again from what was
+    committed."""
+    old = _held_commit(abort_error)
+    stage = _expiring(old)
+    restored = _restoring(stage)
+    assert stage.poll(0) == 0
+    assert old.calls == ["begin", "offsets [(0, 5)]", *["commit"] * coordinated_stage.COMMIT_ATTEMPTS, "abort"]
+    assert old.purged and len(new_producers) == 1 and id(stage.producer) == id(new_producers[0])
+    assert restored == [0] and stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 1
+    stage.poll(0)  # the batch again, on the new producer
+    assert new_producers[0].calls == ["init", "begin", "offsets [(0, 5)]", "commit"]
+    assert stage.tasks[0].requests["late"].done and stage.counters["failed"] == 1
+
+
+def test_a_step_with_a_stable_instance_id_whose_commit_kafka_never_answered_stops(
+    new_producers: list[_Transactions],
+) -> None:
+    """Its transactional id may be a successor's too: a new producer here would fence it."""
+    stage = _expiring(_held_commit())
+    stage.config = ServiceConfig(bootstrap_servers="127.0.0.1:1", instance_id="host1")
+    with pytest.raises(KafkaException, match="retry call to resume"):
+        stage.poll(0)
+    assert new_producers == [] and stage._broken
+
+
 def test_a_batch_kafka_did_not_answer_in_time_starts_again_when_its_abort_goes_through() -> None:
     """A timeout is not the step's fault: its batch is read again, as a batch librdkafka wants aborted is."""
     producer = _Outage(_TIMED_OUT)
