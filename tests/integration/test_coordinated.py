@@ -147,12 +147,23 @@ def test_a_process_joining_a_step_moves_only_the_tasks_that_change_owner(
     assert answers == {url: GRAPH.reach(url) for url in urls[10:]}
 
 
-class _RefusedOnce:
+class _Wrapping:
+    """A stage's producer wrapped by a test: what the wrapper does not define is the producer's."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+
+class _RefusedOnce(_Wrapping):
     """A stage's producer whose first offsets sent to a transaction are refused as the broker refuses those of a
     batch the group moved on under (a rebalance completed in the background while it ran): ILLEGAL_GENERATION."""
 
     def __init__(self, producer: Producer) -> None:
-        self.producer, self.refused = producer, 0
+        super().__init__(producer)
+        self.refused = 0
 
     def send_offsets_to_transaction(self, *args: Any) -> None:
         if not self.refused:
@@ -161,9 +172,6 @@ class _RefusedOnce:
                 KafkaError(KafkaError.ILLEGAL_GENERATION, "Specified group generation id is not valid")
             )
         self.producer.send_offsets_to_transaction(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.producer, name)
 
 
 def test_a_batch_the_group_moved_on_under_starts_its_tasks_again_and_the_step_goes_on(
@@ -196,13 +204,14 @@ def _started_over_once(config: ServiceConfig, chain: Chain, wrap: Callable[[Prod
     return wrapped
 
 
-class _BrokerRefusesOne:
+class _BrokerRefusesOne(_Wrapping):
     """A stage's producer that puts one record the broker refuses (too large for ``small``) in the transaction of its
     first record, and waits for the refusal: librdkafka then wants the transaction aborted, and refuses the batch's
     next record with ``_STATE`` (the failure seen in CI after a lost sequence, the producer's epoch to bump)."""
 
     def __init__(self, producer: Producer, small: str) -> None:
-        self.producer, self.small, self.refusals = producer, small, list[KafkaError | None]()
+        super().__init__(producer)
+        self.small, self.refusals = small, list[KafkaError | None]()
         self.next: KafkaError | None = None  # what the produce after the refusal raised
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
@@ -219,9 +228,6 @@ class _BrokerRefusesOne:
             self.next = error.args[0]
             raise
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.producer, name)
-
 
 def test_a_batch_whose_transaction_failed_starts_its_tasks_again_and_the_step_goes_on(
     config: ServiceConfig, chain: Chain
@@ -236,14 +242,15 @@ def test_a_batch_whose_transaction_failed_starts_its_tasks_again_and_the_step_go
     assert refusing.next is not None and refusing.next.code() == KafkaError._STATE
 
 
-class _CommitUnanswered:
+class _CommitUnanswered(_Wrapping):
     """A stage's producer as an outage longer than a commit's attempts leaves it, once: a batch's commit is sent and
     librdkafka is given no time to wait for its answer (it says ``_TIMED_OUT``, the commit still in progress; a
     commit answered at once is let through, and the next batch's is tried); the attempts after it are said
     unanswered, as they are while Kafka stays away. The abort that follows is librdkafka's own."""
 
     def __init__(self, producer: Producer) -> None:
-        self.producer, self.held = producer, False
+        super().__init__(producer)
+        self.held = False
         self.abort_errors: list[KafkaError] = []
 
     def commit_transaction(self, timeout: float) -> None:
@@ -265,9 +272,6 @@ class _CommitUnanswered:
         except KafkaException as error:
             self.abort_errors.append(error.args[0])
             raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.producer, name)
 
 
 def test_a_batch_whose_commit_kafka_never_answered_goes_on_with_a_new_producer_and_every_answer_is_exact(

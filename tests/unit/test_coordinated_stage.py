@@ -416,10 +416,17 @@ def test_a_producer_an_outage_left_fenced_is_replaced_and_the_batch_starts_again
     (the broker had aborted the transaction past its timeout): the step stopped. A new producer of the same
     transactional id goes on, and the batch's tasks start again from their last commit."""
     old = _Outage(offsets_error, _FENCED_BY_TIMEOUT)
-    stage = _expiring(old)
+    _goes_on_with_a_new_producer(_expiring(old), old, ["begin", "offsets [(0, 5)]", "abort"], new_producers)
+
+
+def _goes_on_with_a_new_producer(
+    stage: CoordinatedStage, old: _Outage, calls: list[str], new_producers: list[_Transactions]
+) -> None:
+    """``stage``'s batch fails, ``old`` making ``calls``; a new producer takes its place, the batch's task starts
+    again from its last commit, and the batch goes through on the new producer."""
     restored = _restoring(stage)
     assert stage.poll(0) == 0
-    assert old.calls == ["begin", "offsets [(0, 5)]", "abort"] and old.purged
+    assert old.calls == calls and old.purged
     assert len(new_producers) == 1 and new_producers[0].calls == ["init"]
     assert id(stage.producer) == id(new_producers[0])  # the new one, in its place
     assert restored == [0] and stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 1
@@ -525,15 +532,8 @@ def test_a_batch_whose_commit_kafka_never_answered_goes_on_with_a_new_producer(
     `init_transactions` ends the batch's transaction, committed or aborted), and the tasks start again from what was
     committed."""
     old = _held_commit(abort_error)
-    stage = _expiring(old)
-    restored = _restoring(stage)
-    assert stage.poll(0) == 0
-    assert old.calls == ["begin", "offsets [(0, 5)]", *["commit"] * coordinated_stage.COMMIT_ATTEMPTS, "abort"]
-    assert old.purged and len(new_producers) == 1 and id(stage.producer) == id(new_producers[0])
-    assert restored == [0] and stage.counters["started_over"] == 1 and stage.counters["producers_renewed"] == 1
-    stage.poll(0)  # the batch again, on the new producer
-    assert new_producers[0].calls == ["init", "begin", "offsets [(0, 5)]", "commit"]
-    assert stage.tasks[0].requests["late"].done and stage.counters["failed"] == 1
+    calls = ["begin", "offsets [(0, 5)]", *["commit"] * coordinated_stage.COMMIT_ATTEMPTS, "abort"]
+    _goes_on_with_a_new_producer(_expiring(old), old, calls, new_producers)
 
 
 def test_a_step_with_a_stable_instance_id_whose_commit_kafka_never_answered_stops(
