@@ -145,14 +145,10 @@ def _await_visible(client_config: Mapping[str, Any], names: list[str], deadline:
     machine was refused its source topic, just created."""
     if not names:
         return
-    consumer = _metadata_consumer(client_config)
-    try:
-        await_topics(consumer, names, deadline)
-    finally:
-        consumer.close()
+    await_topics(_metadata_admin(client_config), names, deadline)
 
 
-def await_topics(handle: Consumer | Producer, names: Iterable[str], deadline: float) -> bool:
+def await_topics(handle: Consumer | Producer | AdminClient, names: Iterable[str], deadline: float) -> bool:
     """Whether every topic of ``names`` came to have its partitions in what ``handle`` is told before ``deadline``,
     asking through it (which updates what it knows: `topic_partitions`); False at the deadline, or at a lookup not
     answered (logged at debug: the topics were created all the same, the next client to look finds them, or says
@@ -228,17 +224,13 @@ def _refused(futures: Mapping[str, concurrent.futures.Future[Any]], gone: int, t
 def named_under(client_config: Mapping[str, Any], prefix: str, timeout_s: float = 30.0) -> tuple[list[str], list[str]]:
     """The topics and the consumer groups of the cluster named ``prefix`` or ``prefix`` then ``.`` or ``-`` and more
     (a run's, named by `acker.config.ServiceConfig.namespaced` and its stages): sorted. Topics are listed through a
-    consumer handle, which creates none (`topic_partitions`)."""
+    handle that creates none (`_metadata_admin`)."""
 
     def under(name: str) -> bool:
         return name == prefix or (name.startswith(prefix) and name[len(prefix)] in ".-")
 
-    consumer = _metadata_consumer(client_config)
-    try:
-        topics = sorted(t for t in consumer.list_topics(timeout=timeout_s).topics if under(t))
-    finally:
-        consumer.close()
-    admin = AdminClient(without_consumer_settings(client_config))
+    admin = _metadata_admin(client_config)
+    topics = sorted(t for t in admin.list_topics(timeout=timeout_s).topics if under(t))
     listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
     return topics, sorted(g.group_id for g in listed.valid if under(g.group_id))
 
@@ -254,15 +246,16 @@ REFUSED_SETTINGS = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.INV
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
-def topic_partitions(consumer: Consumer | Producer, topic: str, timeout_s: float = 10.0) -> list[int]:
+def topic_partitions(consumer: Consumer | Producer | AdminClient, topic: str, timeout_s: float = 10.0) -> list[int]:
     """The partition numbers of ``topic``, ascending; empty when it does not exist (or not yet: no leader, no
     partitions). `KafkaException` when the cluster does not answer within ``timeout_s``, or answers with another
     error for the topic (not authorized to describe it, say: that is not a missing topic).
 
-    Asked through a consumer handle, whose lookups do not create a topic unless a user turns librdkafka's
-    ``allow.auto.create.topics`` on: a producer or admin handle's metadata request lets a broker with
-    ``auto.create.topics.enable`` create the topic it asks about, and a lookup must not create anything. Through a
-    producer only for a topic it writes to, to update what it knows (`acker.kafka.acker_client.partition_lookup`).
+    Asked through a handle whose lookups create no topic: `_metadata_admin`'s, or a consumer's (librdkafka's
+    ``allow.auto.create.topics`` is off for a consumer unless a user turns it on). A producer or admin handle's
+    metadata request, by default, lets a broker with ``auto.create.topics.enable`` create the topic it asks about,
+    and a lookup must not create anything: through a producer only for a topic it writes to, to update what it knows
+    (`acker.kafka.acker_client.partition_lookup`).
     """
     found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if found is None:
@@ -327,33 +320,28 @@ def answering(client_config: Mapping[str, Any], topic: str, timeout_s: float = 1
     (`NO_ANSWER`) when it does not within ``timeout_s``, or, as soon as it is seen, with the error of a login the broker
     refused (`REFUSED_LOGIN`): a wrong password read as "is it running, and reachable?".
 
-    One topic, asked by an admin handle that lets no request of its create a topic (``allow.auto.create.topics``
-    off, whatever the settings say: on, a broker that creates topics on first use would make the one asked about),
-    so the answer is small whatever the cluster's size; one about every topic is the whole cluster's metadata, each
-    partition of it made a Python object (on one local broker with 10,000 partitions: 76 to 86 ms, against 55 ms
-    here). Not a consumer handle: it would look for its group's coordinator, and its close can hang
-    (librdkafka#4041)."""
+    One topic, asked by a handle that creates none (`_metadata_admin`), so the answer is small whatever the
+    cluster's size; one about every topic is the whole cluster's metadata, each partition of it made a Python object
+    (on one local broker with 10,000 partitions: 76 to 86 ms, against 55 ms here)."""
     refused = RefusedLogin(client_config.get("error_cb"))
-    settings: dict[str, Any] = {**without_consumer_settings(client_config), "error_cb": refused,
-                                "allow.auto.create.topics": False}  # fmt: skip
-    admin = AdminClient(settings)
+    admin = _metadata_admin({**client_config, "error_cb": refused})
     first_answer(lambda wait_s: admin.list_topics(topic, timeout=wait_s), admin, refused, timeout_s)
 
 
-def _metadata_consumer(client_config: Mapping[str, Any]) -> Consumer:
-    """A consumer handle for metadata lookups only: it joins no group, commits nothing and creates no topic."""
-    return Consumer({**client_config, "group.id": "acker-metadata", "allow.auto.create.topics": False})
+def _metadata_admin(client_config: Mapping[str, Any]) -> AdminClient:
+    """An admin handle for metadata lookups: none of its requests creates a topic (``allow.auto.create.topics`` off,
+    whatever the settings say: on, an admin or producer handle's request lets a broker that creates topics on first
+    use make the topic it asks about). Not a consumer handle: it would look for a group's coordinator, and its close
+    can hang (librdkafka#4041)."""
+    return AdminClient({**without_consumer_settings(client_config), "allow.auto.create.topics": False})
 
 
 def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
     """Partitions of ``topic``; `KafkaClientError` when it does not exist (`topic_partitions`)."""
-    consumer = _metadata_consumer(client_config)
     try:
-        partitions = topic_partitions(consumer, topic, timeout_s)
+        partitions = topic_partitions(_metadata_admin(client_config), topic, timeout_s)
     except KafkaException as error:
         raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
-    finally:
-        consumer.close()
     if not partitions:
         raise KafkaClientError(f"topic {topic} is not available", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
     return len(partitions)

@@ -54,17 +54,14 @@ class _Admin:
 
 
 class _Lagging:
-    """A consumer whose metadata has topic ``t`` only from its ``lag``-th lookup on."""
+    """A metadata handle whose answers have topic ``t`` only from its ``lag``-th lookup on."""
 
     def __init__(self, lag: int) -> None:
-        self.lookups, self.lag, self.closed = 0, lag, False
+        self.lookups, self.lag = 0, lag
 
     def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
         self.lookups += 1
         return _Metadata([0, 1] if self.lookups >= self.lag else None).cluster
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def test_topics_created_are_found_before_create_topics_returns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,15 +69,15 @@ def test_topics_created_are_found_before_create_topics_returns(monkeypatch: pyte
     (a test, on a busy machine) was refused its source topic. The lookups wait, bounded by the creation's timeout."""
     consumer = _Lagging(lag=4)
     monkeypatch.setattr(clients, "AdminClient", _Admin)
-    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: consumer)
+    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: consumer)
     assert create_topics({}, [TopicSpec("t", 2)]) == ["t"]
-    assert consumer.lookups == 4 and consumer.closed
+    assert consumer.lookups == 4
     never = _Lagging(lag=10**9)
-    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: never)
+    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: never)
     assert create_topics({}, [TopicSpec("t", 2)], timeout_s=0.3) == ["t"]  # created all the same, said so
-    assert 1 < never.lookups < 20 and never.closed
+    assert 1 < never.lookups < 20
     unwaited = _Lagging(lag=10**9)
-    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: unwaited)
+    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: unwaited)
     assert create_topics({}, [TopicSpec("t", 2)], visible=False) == ["t"] and unwaited.lookups == 0  # the service's
 
 
@@ -95,7 +92,7 @@ class _Slow(_Lagging):
 def test_the_wait_for_many_topics_ends_at_the_creations_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each lookup of a round was given the time left at the round's start: five slow ones took five times that."""
     monkeypatch.setattr(clients, "AdminClient", _Admin)
-    monkeypatch.setattr(clients, "_metadata_consumer", lambda _config: _Slow(lag=10**9))
+    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: _Slow(lag=10**9))
     started = time.monotonic()
     create_topics({}, [TopicSpec(f"t{i}", 1) for i in range(5)], timeout_s=0.3)
     assert time.monotonic() - started < 0.75  # 1.0 s or more before
