@@ -502,7 +502,8 @@ class Bolt:
         if topic not in self._outputs.seen:
             self._outputs.check(topic, self.counters)
         if not ids.tracked and self._sink is None:  # nothing to ack: the stage's own producer (an untracked bolt's)
-            self._produce_child(topic, value, key, headers, ids)
+            self.acker.produce_anchored(topic, value, key, headers, ids, on_failure=self._child_failed)
+            self.counters["written"] += 1
             return
         # Once there is a sink producer, every record written goes through it, untracked ones too (an input without
         # valid anchors): one producer keeps a key's records in the order written (a word's counts).

@@ -59,6 +59,7 @@ from acker.kafka.client_log import serve_log_lines
 from acker.kafka.clients import (
     TOO_LARGE,
     KafkaClientError,
+    ProducerFailedError,
     TopicsNotCreatedError,
     TopicSpec,
     answering,
@@ -410,24 +411,26 @@ class Spout:
         if self._closed:
             return
         self._closed = True
-        self.acker.flush(30)  # its delivery callbacks may add outcomes to publish (inits that failed)
-        for _ in range(3):  # a direct outcome whose delivery failed is queued again
-            self._publish_direct()
-            self.producer.flush(30)
-            if not self._direct:
-                break
-        unsent = self.acker.flush(0)  # what is left: in the producer, or batches it refused
-        if unsent or self._direct:  # nothing lost: the watermark waits for their trees' source records
-            log.warning("stopped with %d acker record(s) undelivered and %d outcome(s) unpublished: nothing is lost, "
-                        "their trees' source records are replayed (those failed already) or read again at the next "
-                        "start", unsent, len(self._direct))  # fmt: skip
-        log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
         try:
-            self.replays.close()
-        finally:
-            self.consumer.close()
-            self.outcomes.close()
-        self._watermarks.close()
+            self.acker.flush(30)  # its delivery callbacks may add outcomes to publish (inits that failed)
+            for _ in range(3):  # a direct outcome whose delivery failed is queued again
+                self._publish_direct()
+                self.producer.flush(30)
+                if not self._direct:
+                    break
+            unsent = self.acker.flush(0)  # what is left: in the producer, or batches it refused
+            if unsent or self._direct:  # nothing lost: the watermark waits for their trees' source records
+                log.warning("stopped with %d acker record(s) undelivered and %d outcome(s) unpublished: nothing is "
+                            "lost, their trees' source records are replayed (those failed already) or read again at "
+                            "the next start", unsent, len(self._direct))  # fmt: skip
+            log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
+        finally:  # a producer failed for good (the flush raises) still leaves the groups now, not at their sessions'
+            try:  # timeout: the partitions' next owner starts at once
+                self.replays.close()
+            finally:
+                self.consumer.close()
+                self.outcomes.close()
+                self._watermarks.close()
         release(self.producer, f"spout {self.settings.name}")
 
     @property
@@ -519,6 +522,8 @@ class Spout:
                 self.counters["unreadable_headers"] += 1
                 raise UnreadableHeadersError("a header name is not UTF-8: its headers cannot be read")
             self._emit(record, emitter)
+        except ProducerFailedError:  # a producer that takes no more records: no record's fault, the spout stops
+            raise
         except Exception as error:
             raised = fail_reasons.reason_of(error, f"spout {self.settings.name}")
             self.counters["emit_errors"] += 1

@@ -72,6 +72,7 @@ def test_once_records_are_written_through_the_sink_producer_untracked_ones_go_th
     bolt._write("counts", b"2", b"w", None, TupleIds(((5, 6),)))
     bolt._write("counts", b"3", b"w", None, UNTRACKED)
     assert bolt.acker.calls == [("stage", False), ("sink", True), ("sink", False)]
+    assert bolt.counters == Counter({"written": 3})  # each one out of the pipeline (the first was counted emitted)
 
 
 class _Clock:
