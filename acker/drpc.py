@@ -83,6 +83,7 @@ class DrpcClient:
             raise ValueError(f"a request's timeout is more than 0 s and {DEADLINE_MAX_S} s at most, not {timeout_s}")
         self._forget_past()
         request = uuid.uuid4().hex
+        sent_at = time.monotonic()  # the wait ends ``timeout_s`` + `GRACE_S` after it, however long the send takes
         deadline_ms = int((time.time() + timeout_s) * 1000)
         headers = [(REQUEST, request.encode()), (DEADLINE, str(deadline_ms).encode())]
         partition = zlib.crc32(request.encode()) % self.partitions
@@ -107,7 +108,7 @@ class DrpcClient:
         if unsent:
             log.warning("request %s is not delivered to %s after %.0f s: it may still be before its deadline, and is "
                         "waited for", request, self.chain.topic(0), flush_s)  # fmt: skip
-        self._deadlines[request] = time.monotonic() + timeout_s + GRACE_S
+        self._deadlines[request] = sent_at + timeout_s + GRACE_S
         return request
 
     def _forget_past(self) -> None:

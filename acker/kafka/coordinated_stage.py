@@ -113,6 +113,10 @@ WEDGED_AFTER_S = TXN_CALL_S + 15.0
 # dead-lettered: its done marker, which must be saved, could be too large for the changelog (the batch aborted at
 # every restart), and its records' headers would eat the margin left for them.
 REQUEST_ID_MAX = 1024
+# The largest sender, count and reporters a report may say (a signed 64-bit integer, as a Java step's would be); one
+# above is dead-lettered. Python reads integers of up to 4,300 digits: two such counts, each readable, summed in a
+# request's state past what JSON writes, failed the batch's save, and the step stopped, again at every restart.
+REPORT_MAX = 2**63 - 1
 
 
 class CoordinationError(AckerError):
@@ -557,6 +561,8 @@ class CoordinatedStage:
                     raise TypeError(f"from, count, reporters, failed of types {types}")
                 if count < 0 or reporters < 0 or sender < 0:
                     raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
+                if max(count, reporters, sender) > REPORT_MAX:
+                    raise ValueError(f"from, count or reporters above {REPORT_MAX}: {sender}, {count}, {reporters}")
             except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
                 self._dead_letter(record, headers, "unreadable report", str(error))
                 return

@@ -200,6 +200,9 @@ def test_request_ids_that_are_not_utf8_are_dead_lettered_not_taken_for_one_anoth
         b'{"from": 0, "count": 1.9, "reporters": 1, "failed": false}',
         b'{"from": 0, "count": true, "reporters": 1, "failed": false}',
         b'{"from": 0, "count": 0, "reporters": 1, "failed": "false"}',
+        b'{"from": 0, "count": 9223372036854775808, "reporters": 1, "failed": false}',  # above a signed 64-bit long
+        b'{"from": 0, "count": 1, "reporters": 9223372036854775808, "failed": false}',
+        b'{"from": 9223372036854775808, "count": 1, "reporters": 1, "failed": false}',
     ],
 )
 def test_a_report_that_cannot_be_counted_is_dead_lettered_not_a_crash(body: bytes) -> None:
@@ -207,6 +210,20 @@ def test_a_report_that_cannot_be_counted_is_dead_lettered_not_a_crash(body: byte
     _handle(stage, _report("r1", body=body), int(time.time() * 1000))
     assert len(_out(stage, stage.dlq)) == 1 and stage.counters["dead_letters"] == 1
     assert _out(stage, "c.results") == [] and "r1" not in stage.tasks[0].requests
+
+
+def test_two_reports_whose_counts_sum_past_what_json_writes_cannot_stop_the_step() -> None:
+    """Each count readable (Python reads integers of up to 4,300 digits), their sum in the request's state was not
+    (`json.dumps` refuses 4,301 digits): the batch's save raised, and the step stopped at every restart. Such counts
+    are dead-lettered now, and the request goes on."""
+    stage = _last_step(_Answer(b"x"))
+    now = int(time.time() * 1000)
+    nines = "9" * 4300
+    for sender, count in ((0, nines), (1, "1")):
+        body = f'{{"from": {sender}, "count": {count}, "reporters": 3, "failed": false}}'.encode()
+        _handle(stage, _report("r1", body=body), now)
+    stage._save()
+    assert stage.counters["dead_letters"] == 1 and stage.tasks[0].requests["r1"].expected == 1
 
 
 def test_the_last_step_answers_failed_for_a_failure_found_upstream_at_the_deadline() -> None:

@@ -84,6 +84,36 @@ def test_a_request_not_delivered_yet_while_its_deadline_is_ahead_is_waited_for(
     assert request in client._deadlines and "may still be before its deadline" in caplog.text
 
 
+class _SlowToDeliver(_Producer):
+    """Reports the delivery ``after_s`` after the record was produced."""
+
+    def __init__(self, after_s: float) -> None:
+        super().__init__(left=1)
+        self.after_s, self.at = after_s, 0.0
+        self.report: Any = None
+
+    def produce(self, *_: Any, on_delivery: Any, **__: Any) -> None:
+        self.report, self.at = on_delivery, time.monotonic() + self.after_s
+
+    def poll(self, timeout: float) -> int:
+        time.sleep(timeout)
+        if self.report is not None and time.monotonic() >= self.at:
+            self.report(None, None)
+            self.report = None
+        return 0
+
+
+def test_a_requests_wait_ends_at_its_deadline_however_long_its_send_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait was counted from the end of the send: a delivery that took 29 s of the send's 30 s kept a client of
+    a chain that never answers waiting that much past the request's deadline and its grace."""
+    monkeypatch.setattr(drpc, "SEND_WAIT_S", 1.0)
+    client = _client(_SlowToDeliver(after_s=0.5))
+    started = time.monotonic()
+    request = client.send(b"url0", timeout_s=1.0)
+    assert time.monotonic() - started >= 0.5  # the delivery waited for
+    assert client._deadlines[request] <= started + 1.0 + 0.05  # GRACE_S is 0 here
+
+
 def test_requests_never_waited_for_are_forgotten_once_their_time_is_out() -> None:
     """A long-lived client that sent requests and never waited for some kept each, and its answer, for good."""
     client = _client(_Producer())
