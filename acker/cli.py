@@ -10,11 +10,12 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
@@ -69,12 +70,32 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _whole_file(path: str) -> Iterator[io.TextIOWrapper]:
+    """A text file written at ``path`` only whole: written beside it, and put in its place once the block ends
+    without an error; else removed, and a file that was at ``path`` left as it was (an export that failed midway
+    left a prefix there that read as a whole partition, in place of what the file held)."""
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yield out
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)  # as `open` would have made it (mkstemp's is the owner's alone)
+        os.replace(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from acker.export import export_partition, span
 
     config = _service_config(args)
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
-    with open(args.output, "w", encoding="utf-8") if args.output != "-" else nullcontext(sys.stdout) as out:
+    with _whole_file(args.output) if args.output != "-" else nullcontext(sys.stdout) as out:
         done = export_partition(config, where, out, sys.stderr)
     said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
             + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"

@@ -11,10 +11,11 @@ def table_console() -> Console:
     """A terminal's console; piped (to a file, ``less``, ``grep``), one of 200 columns unless ``COLUMNS`` says
     otherwise, so that rows stay whole rather than cut to rich's default of 80. Without markup: its tables show
     what records and other processes wrote (a dead letter's key, an instance id), and ``[/x]`` in one was an error
-    (a traceback instead of the table), ``[bold]`` a style."""
-    console = Console(markup=False)
+    (a traceback instead of the table), ``[bold]`` a style; nor emoji codes: a key ``user:100:profile`` showed as
+    ``user💯profile``."""
+    console = Console(markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(markup=False, width=200)
+        console = Console(markup=False, emoji=False, width=200)
     return console
 
 

@@ -40,7 +40,14 @@ def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
 
 
 def _when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
+    """A record's timestamp as a UTC time; one no date can hold (past year 9999: microseconds written as
+    milliseconds, say) as its milliseconds, not a traceback in place of the whole listing."""
+    if ms <= 0:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
 
 
 def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]:

@@ -59,10 +59,12 @@ def encode(reasons: Mapping[int, str] | Mapping[str, str]) -> bytes | None:
     if not reasons:
         return None
     kept: dict[str, str] = {}
-    size = 2
+    size = 0
     for key, reason in list(reasons.items())[:PER_RECORD]:
         entry = {_encodable(str(key)): cut(reason)}
-        size += len(json.dumps(entry, ensure_ascii=False).encode()) - 1  # its braces are the comma and the object's
+        # Its two braces stand for the ", " before it, or, for the first, the header's own: the size is exact (it
+        # took one byte for ", ", and the header could be up to 98 bytes over).
+        size += len(json.dumps(entry, ensure_ascii=False).encode())
         if size > HEADER_MAX_BYTES:
             break
         kept.update(entry)

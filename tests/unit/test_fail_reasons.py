@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -88,3 +89,15 @@ def test_a_partition_keeps_the_first_reasons_of_the_newest_trees_and_hands_each_
     kept.add({12: "again"})  # a second fail of a tree: its first decided it
     assert kept.take([12]) == {12: "r12"}
     assert Kept().take([1]) == {}
+
+
+@pytest.mark.parametrize("width", [140, 153, 160, 175])
+def test_a_header_holds_as_many_reasons_as_its_bytes_allow_and_never_more(width: int) -> None:
+    """Each entry was taken to add one byte for its separator, which is two (", "): 100 reasons of 153 characters
+    made a header of 16,400 bytes."""
+    reasons = dict.fromkeys(range(100, 100 + PER_RECORD), "x" * width)
+    raw = encode(reasons)
+    assert raw is not None and len(raw) <= HEADER_MAX_BYTES
+    kept = len(by_anchor(raw))
+    if kept < len(reasons):  # the next one would not have fitted
+        assert len(json.dumps({str(k): v for k, v in list(reasons.items())[: kept + 1]})) > HEADER_MAX_BYTES
