@@ -92,8 +92,10 @@ def _whole_file(path: str) -> Iterator[io.TextIOWrapper]:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from acker.export import export_partition, span
+    from acker.kafka.clients import answering
 
     config = _service_config(args)
+    answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
     with _whole_file(args.output) if args.output != "-" else nullcontext(sys.stdout) as out:
         done = export_partition(config, where, out, sys.stderr)
@@ -371,9 +373,12 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import table_console
+    from acker.kafka.clients import answering
     from acker.watermarks import read_watermarks, watermark_group
 
-    marks = read_watermarks(_service_config(args), args.spout_groups)
+    config = _service_config(args)
+    answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
+    marks = read_watermarks(config, args.spout_groups)
     found = {m.group for m in marks}
     missing = [group for group in dict.fromkeys(map(watermark_group, args.spout_groups)) if group not in found]
     if missing and (marks or args.json):  # left out of the rows: silence read as "nothing behind" (a typo, say)
@@ -453,7 +458,10 @@ def _add_export(sub: Any) -> None:
     export.add_argument(
         "-o", "--output", metavar="FILE", default="-", help="file to write [default: - for standard output]"
     )
-    add_arguments(export, ("bootstrap_servers", "acker_topic", "group", "dlq_topic"))
+    # The names and prefixes of the deployment's own topics too: a spout name the service refuses (one whose topics
+    # would meet them, `acker.topics.outcome_refusal`) is written as the service decided it.
+    add_arguments(export, ("bootstrap_servers", "acker_topic", "group", "dlq_topic", "status_topic", "outcome_prefix",
+                           "replay_prefix", "replay_dlq_topic"))  # fmt: skip
     export.set_defaults(run=_cmd_export)
 
 

@@ -31,7 +31,7 @@ from acker.dlq import (
     those_that_can_go_back,
 )
 from acker.help_text import prose
-from acker.kafka.clients import KafkaClientError, partition_count
+from acker.kafka.clients import KafkaClientError, answering, partition_count
 from acker.topics import check_spout_name
 
 
@@ -69,8 +69,16 @@ def _exists(config: ServiceConfig, topic: str) -> bool:
     return True
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def _answered(args: argparse.Namespace) -> ServiceConfig:
+    """The command's configuration, once Kafka has answered about the dead-letter topic: a login refused is said as
+    such within seconds, not, 10 s later, as a Kafka that did not answer (`answering`)."""
     config = load(args)
+    answering(config.client(), _topic(args, config))
+    return config
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = _answered(args)
     topic = _topic(args, config)
     found = read_newest(config, topic, args.limit or None)
     if found is None:  # as `dlq show` says, rather than an empty table
@@ -122,7 +130,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    config = load(args)
+    config = _answered(args)
     for letter in _chosen(args, config):
         print(f"== {letter.coordinates}  written {_when(letter.timestamp_ms)} UTC")
         if letter.headers_unreadable:
@@ -142,6 +150,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
         check_spout_name(config, args.spout)
     topic = _topic(args, config)
+    answering(config.client(), topic)  # a login refused said as such (`_answered`)
     if topic.startswith(config.replay_prefix) and topic not in (config.replay_dlq_topic, config.dlq_topic):
         raise DlqError(f"{topic} is a replay topic, not a dead-letter topic: its records are replayed already, and "
                        "re-driven they would be replayed twice")  # fmt: skip
@@ -183,7 +192,9 @@ def add_parser(sub: Any) -> None:
 
     def command(name: str, help_text: str, run: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
-        add_arguments(parser, ("bootstrap_servers", "replay_dlq_topic", "dlq_topic", "replay_prefix", "outcome_prefix"))
+        # The acker's and the status topic too: a spout name whose topics would meet them is refused (`--spout`).
+        add_arguments(parser, ("bootstrap_servers", "replay_dlq_topic", "dlq_topic", "replay_prefix", "outcome_prefix",
+                               "acker_topic", "status_topic"))  # fmt: skip
         parser.add_argument(
             "--topic",
             default=None,

@@ -74,7 +74,9 @@ def add_parser(sub: Any) -> None:
         job = jobs.add_parser(name, help=help_text, description=help_text)
         # Where, which outcome and replay topics, and the factor of the topics they make; the commit job, the acker's
         # timeout and buckets (when a watermark waiting at one offset is said stuck: `commit_job.stuck_after_s`).
-        shown = ("bootstrap_servers", "outcome_prefix", "replay_prefix", "replay_dlq_topic", "replication_factor")
+        # The acker's own topics' names too: a spout name whose topics would meet them is refused (`check_spout_name`).
+        shown = ("bootstrap_servers", "outcome_prefix", "replay_prefix", "replay_dlq_topic", "replication_factor",
+                 "acker_topic", "dlq_topic", "status_topic")  # fmt: skip
         add_arguments(job, (*shown, "timeout_s", "buckets") if name == "commit" else shown)
         job.add_argument("--spout", action="append", default=[], help="read this spout's outcome topic (repeatable)")
         job.add_argument(

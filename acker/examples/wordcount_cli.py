@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from acker.argtypes import at_least, positive, share
 from acker.bolt import Bolt
@@ -112,15 +112,20 @@ def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
     """Write ``lines`` to ``topic``; return their message ids (coordinates)."""
     producer = Producer(config.producer(**{"enable.idempotence": True}))
     ids: list[str] = []
+    failed: list[KafkaError] = []
 
-    def delivered(error: Any, record: Any) -> None:
+    def delivered(error: KafkaError | None, record: Any) -> None:
         if error is not None:
-            raise SystemExit(f"could not write a sentence: {error}")
-        ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")
+            failed.append(error)
+        else:
+            ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")
 
     for line in lines:
         send(producer, topic, line, on_delivery=delivered)
-    if producer.flush(60):  # not all delivered, nor failed: Kafka does not answer (`acker.cli.main` says so)
+    left = producer.flush(60)
+    if failed:  # raised from here, not from the callback: `acker.cli.main` says it as any Kafka error, status 2
+        raise KafkaException(failed[0])
+    if left:  # not all delivered, nor failed: Kafka does not answer (`acker.cli.main` says so)
         raise TimeoutError(f"{len(lines) - len(ids)} of {len(lines)} sentences not delivered to {topic} in 60 s")
     return ids
 
@@ -138,7 +143,9 @@ def _lines(args: argparse.Namespace) -> list[bytes]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    ids = produce(load(args), _topics(args).sentences, _lines(args))
+    config, lines = load(args), _lines(args)
+    answering(config.client(), _topics(args).sentences)  # a login refused said as such, not as a minute's silence
+    ids = produce(config, _topics(args).sentences, lines)
     print(f"{len(ids)} sentences written to {_topics(args).sentences}")
     return 0
 

@@ -600,14 +600,17 @@ def test_a_login_the_broker_refuses_is_said_as_such_not_as_a_broker_that_does_no
 
 
 @pytest.mark.parametrize(
-    "command", ["status", "run --metrics-port=0", "wordcount spout", "wordcount split", "reach step"]
-)
+    "command",
+    ["status", "run --metrics-port=0", "wordcount spout", "wordcount split", "reach step", "watermarks g", "export 0",
+     "dlq list", "dlq show 0/1", "wordcount produce --sentences=2"],
+)  # fmt: skip
 def test_a_sasl_login_at_a_plaintext_listener_is_said_refused_not_unanswered(
     bootstrap: str, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """SASL settings given for a cluster whose listener takes none: `acker run` waited 30 s, then said "Kafka did not
     answer: is it running, and reachable?" (the broker answers the handshake with an error, which librdkafka says to
-    a callback alone); a spout 40 s and a bolt 30 s, then "reading metadata of acker: _TRANSPORT"."""
+    a callback alone); a spout 40 s and a bolt 30 s, then "reading metadata of acker: _TRANSPORT"; `watermarks`, `dlq`
+    and `export` 10 s, `wordcount produce` 60 s."""
     sasl = ["--kafka=security.protocol=SASL_PLAINTEXT", "--kafka=sasl.mechanism=PLAIN", "--kafka=sasl.username=u",
             "--kafka=sasl.password=s3cret-word"]  # fmt: skip
     topic = ["0"] if command == "reach step" else ["--acker-topic", f"plain-{uuid.uuid4().hex[:6]}"]
