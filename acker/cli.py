@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io
 import logging
@@ -16,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from confluent_kafka import KafkaException
 
@@ -90,6 +91,17 @@ def _whole_file(path: str) -> Iterator[io.TextIOWrapper]:
         raise
 
 
+def _output(path: str) -> contextlib.AbstractContextManager[TextIO]:
+    """Where an export writes: standard output (``-``); a regular file, or a path with nothing there yet, only whole
+    (`_whole_file`); anything else as it is, through it (a symlink's target, a named pipe, ``/dev/stdout``, a shell's
+    ``>(gzip > f)``), which a file put in its place would replace."""
+    if path == "-":
+        return nullcontext(sys.stdout)
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        return open(path, "w", encoding="utf-8")
+    return _whole_file(path)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from acker.export import export_partition, span
     from acker.kafka.clients import answering
@@ -97,7 +109,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     config = _service_config(args)
     answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
-    with _whole_file(args.output) if args.output != "-" else nullcontext(sys.stdout) as out:
+    with _output(args.output) as out:
         done = export_partition(config, where, out, sys.stderr)
     said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
             + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"

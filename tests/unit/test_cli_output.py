@@ -4,6 +4,7 @@ file whole or not at all."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,23 @@ def test_an_export_file_is_put_in_place_only_whole(tmp_path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # as `open` makes a file
+
+
+def test_an_export_to_a_link_or_a_pipe_writes_through_it(tmp_path: Path) -> None:
+    """Put in place whole, a file replaced the link (its target left as it was) or the named pipe (its reader got
+    nothing)."""
+    target, link = tmp_path / "target", tmp_path / "link"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    with cli._output(str(link)) as out:
+        out.write("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with cli._output(str(pipe)) as out:
+            out.write("through\n")
+        assert os.read(reader, 100) == b"through\n" and stat.S_ISFIFO(pipe.stat().st_mode)
+    finally:
+        os.close(reader)
