@@ -238,8 +238,8 @@ class KafkaLookups:
 
     def fetch(self, topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
         """The records at these offsets of one partition; None for an offset that certainly holds none (deleted by
-        retention, or not a record a read_committed consumer reads). `LookupError` when Kafka cannot tell in time:
-        an unanswered read must not be taken for a missing record.
+        retention, or not a record a read_committed consumer reads). `LookupError` when Kafka cannot tell in time, or
+        refuses a read: an unanswered read must not be taken for a missing record.
 
         Offsets close together are read in one pass from the first to the last of them; a topic or partition that no
         longer exists holds none of them.
@@ -263,7 +263,10 @@ class KafkaLookups:
                 if o - last > _READ_GAP:
                     break
                 last = o
-            found = self._read(topic, partition, first, last, keep=set(pending))
+            try:
+                found = self._read(topic, partition, first, last, keep=set(pending))
+            except KafkaException as error:  # a read refused (the topic deleted meanwhile, a leader lost): asked again
+                raise LookupError(f"{topic}[{partition}]: no answer for offsets {first}..{last} ({error})") from error
             if found is None:
                 raise LookupError(f"{topic}[{partition}]: no answer for offsets {first}..{last}")
             records, end = found

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from acker.kafka import lookups
 from acker.kafka.clients import kafka_error
+from spark_jobs import replay_job
 from spark_jobs.watermark import PartitionMark
 
 
@@ -151,6 +152,62 @@ def test_a_partition_is_taken_as_gone_only_when_the_metadata_lacks_it_twice(monk
         assert kafka.fetch("t", 1, [42]) == {42: None}
         asked = kafka._consumer.asked  # type: ignore[attr-defined]
         assert kafka.fetch("t", 1, [43]) == {43: None} and kafka._consumer.asked == asked  # type: ignore[attr-defined]
+    finally:
+        kafka._consumer = real
+        kafka.close()
+
+
+class _ErrorRecord:
+    def __init__(self, code: int) -> None:
+        self._error = KafkaError(code)
+
+    def offset(self) -> int:
+        return -1
+
+    def error(self) -> KafkaError:
+        return self._error
+
+
+class _RefusedRead:
+    """A consumer at the edge whose partition has offsets 0..9 and whose first ``refusals`` reads are refused with
+    ``code`` (a topic deleted between the offsets' lookup and the read, a leader lost)."""
+
+    def __init__(self, refusals: int, code: int) -> None:
+        self.refusals, self.code, self.position = refusals, code, 0
+
+    def get_watermark_offsets(self, _tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return 0, 10
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.position = partitions[0].offset
+
+    def unassign(self) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        if self.refusals > 0:
+            self.refusals -= 1
+            return [_ErrorRecord(self.code)]
+        batch = [_Record(o) for o in range(self.position, 10)]
+        self.position = 10
+        return batch
+
+
+def test_a_refused_read_of_nacked_records_is_no_answer_and_the_replay_job_asks_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read Kafka refused raised a `KafkaException`, which the replay job's tries (`LookupError`) let through: the
+    batch failed at the first refusal."""
+    monkeypatch.setattr(replay_job, "time", SimpleNamespace(sleep=lambda _s: None))
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    real = kafka._consumer
+    try:
+        kafka._consumer = _RefusedRead(1, KafkaError.UNKNOWN_TOPIC_OR_PART)  # type: ignore[assignment]
+        with pytest.raises(LookupError, match=r"no answer for offsets 3\.\.5"):
+            kafka.fetch("t", 0, [3, 5])
+        kafka._consumer = _RefusedRead(2, KafkaError.NOT_LEADER_FOR_PARTITION)  # type: ignore[assignment]
+        found = replay_job._fetch(kafka.fetch, "t", 0, [3, 5])
+        assert {o: r is not None and r.offset() for o, r in found.items()} == {3: 3, 5: 5}
     finally:
         kafka._consumer = real
         kafka.close()
