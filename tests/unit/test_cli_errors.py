@@ -356,6 +356,15 @@ def test_output_cut_short_by_its_reader_is_no_error_message(tmp_path: Path) -> N
     assert (done.returncode, done.stderr) == (1, "")  # the replay's own status (1, as Python's documentation says)
 
 
+def test_python_dash_m_acker_is_the_acker_command() -> None:
+    """For an environment whose scripts directory is not on the PATH; it said "No module named acker.__main__"."""
+    line = '{"type":"init","anchor":5,"spout":"s","msg_id":"m","value":3}\n{"type":"ack","anchor":5,"value":3}\n'
+    done = subprocess.run([sys.executable, "-m", "acker", "replay", "-"], input=line, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('{"outcome":"ack"')
+
+
 def test_ctrl_c_is_one_line_and_the_process_dies_of_sigint(tmp_path: Path) -> None:
     """A traceback before; then an exit status of 130, which a shell's loop takes for a handled signal and goes on."""
     process = subprocess.Popen(
