@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import io
 import logging
@@ -16,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any, Protocol, TextIO
 
 from confluent_kafka import KafkaException
@@ -91,7 +90,7 @@ def _whole_file(path: str) -> Iterator[io.TextIOWrapper]:
         raise
 
 
-def _output(path: str) -> contextlib.AbstractContextManager[TextIO]:
+def _output(path: str) -> AbstractContextManager[TextIO]:
     """Where an export writes: standard output (``-``); a regular file, or a path with nothing there yet, only whole
     (`_whole_file`); anything else as it is, through it (a symlink's target, a named pipe, ``/dev/stdout``, a shell's
     ``>(gzip > f)``), which a file put in its place would replace."""
