@@ -103,10 +103,8 @@ def _output(path: str) -> AbstractContextManager[TextIO]:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from acker.export import export_partition, span
-    from acker.kafka.clients import answering
 
-    config = _service_config(args)
-    answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
+    config = _answered_config(args)
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
     with _output(args.output) as out:
         done = export_partition(config, where, out, sys.stderr)
@@ -188,6 +186,16 @@ def _service_config(args: argparse.Namespace) -> ServiceConfig:
     from acker.config import load
 
     return load(args)
+
+
+def _answered_config(args: argparse.Namespace) -> ServiceConfig:
+    """`_service_config`, once Kafka has answered about the acker topic: a login refused is said as such within
+    seconds, not, 10 s later, as a Kafka that did not answer (`answering`)."""
+    from acker.kafka.clients import answering
+
+    config = _service_config(args)
+    answering(config.client(), config.acker_topic)
+    return config
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -306,11 +314,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import printable, table_console
-    from acker.kafka.clients import answering
     from acker.status import group_lag, read_status
 
-    config = _service_config(args)
-    answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
+    config = _answered_config(args)
     lags = group_lag(config)
     if lags is None:
         raise AckerError(f"acker topic {config.acker_topic} not found (or no leader yet): acker topics create makes it")
@@ -384,11 +390,9 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import table_console
-    from acker.kafka.clients import answering
     from acker.watermarks import read_watermarks, watermark_group
 
-    config = _service_config(args)
-    answering(config.client(), config.acker_topic)  # a login refused says so, not "did not answer"
+    config = _answered_config(args)
     marks = read_watermarks(config, args.spout_groups)
     found = {m.group for m in marks}
     missing = [group for group in dict.fromkeys(map(watermark_group, args.spout_groups)) if group not in found]
