@@ -758,10 +758,11 @@ class LocalKafkaBroker:
         data_dir = self.data_dir
         cds: list[str] = []
         archive = self._cds_archive
+        if archive is not None:  # whether or not the archive exists: a sibling's may have been put in place since
+            _sweep_dead_dumps(archive)
         if archive is not None and archive.is_file():
             cds = [f"-XX:SharedArchiveFile={archive}"]
         elif archive is not None and dump_classes:
-            _sweep_dead_dumps(archive)
             self._cds_dump = archive.with_name(f"{archive.name}.{os.getpid()}-{id(self):x}.tmp")
             cds = [f"-XX:ArchiveClassesAtExit={self._cds_dump}"]
         return [
@@ -1035,8 +1036,13 @@ def _terminate_group(proc: subprocess.Popen[bytes], grace: float = _STOP_GRACE_S
 
     signal_group(signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while not (clean := _exited(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    try:
+        while not (clean := _exited(pgid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    except BaseException:  # a second Ctrl-C in the wait: the group goes at once rather than living on unwatched
+        signal_group(signal.SIGKILL)
+        proc.wait()
+        raise
     if not clean:
         _log.warning("Kafka broker (pid %d) ignored SIGTERM for %.0f s: killing it", pgid, grace)
     # Whatever is left of the group (the JVM if it hung; any stray child) goes now, before the leader is
@@ -1083,8 +1089,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     starting = True
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        first = not stop_requested.is_set()
         stop_requested.set()
-        if starting:  # a first fetch of the jars can take minutes: stopped now, not once the broker is up
+        # A first fetch of the jars can take minutes: stopped now, not once the broker is up. Once only: a second
+        # signal raised in the middle of that stop (its wait for the JVM), which went no further.
+        if starting and first:
             raise _StopRequestedError
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

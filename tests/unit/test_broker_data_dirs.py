@@ -14,6 +14,7 @@ from pathlib import Path
 from acker.kafka.local_broker import (
     KAFKA_VERSION,
     POM_PATH,
+    LocalKafkaBroker,
     _pid_namespace,
     _sweep_dead_dumps,
     fetch_jars,
@@ -60,6 +61,22 @@ def test_class_data_dumps_of_owners_gone_are_swept_once_no_jvm_can_still_write_t
         os.utime(dump, (old, old))
     assert _sweep_dead_dumps(archive) == [orphan]
     assert [d.exists() for d in (orphan, fresh, mine, other)] == [False, True, True, True]
+
+
+def test_class_data_dumps_of_owners_gone_are_swept_also_once_the_archive_exists(tmp_path: Path) -> None:
+    """Brokers started together with no archive yet (a test run's workers) each dump one; one whose owner was
+    killed stayed for good once a sibling had put the archive in place: only a start without an archive swept."""
+    archive = tmp_path / "broker-classes-0123456789abcdef.jsa"
+    archive.write_bytes(b"archive")
+    orphan = tmp_path / f"{archive.name}.{_dead_pid()}-7f00.tmp"
+    orphan.write_bytes(b"x")
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    broker = LocalKafkaBroker()
+    broker._cds_archive, broker._data_dir = archive, tmp_path
+    command = broker._java_command("java", tmp_path, "kafka.Kafka", dump_classes=True)
+    assert f"-XX:SharedArchiveFile={archive}" in command
+    assert not orphan.exists() and archive.exists()
 
 
 def test_the_work_dir_of_a_fetch_killed_midway_is_swept_once_the_jars_are_there_unless_a_fetch_runs(

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -111,3 +113,61 @@ def test_handlers_put_back_after_a_spawn_are_all_put_back_when_a_signal_pending_
     with pytest.raises(KeyboardInterrupt):
         local_broker._put_back({signal.SIGINT: "int handler", signal.SIGTERM: "term handler"}, [signal.SIGTERM])
     assert put == {signal.SIGINT: "int handler", signal.SIGTERM: "term handler"}
+
+
+def test_a_second_ctrl_c_while_the_broker_is_stopped_kills_it_rather_than_leave_it_unwatched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait for the JVM to take its SIGTERM, interrupted, went no further: neither the SIGKILL past the grace
+    period nor the reaping, and the JVM lived on, its owner gone."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, "
+         "flush=True); time.sleep(60)"], start_new_session=True, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline() == b"1\n"  # its SIGTERM handler is in place
+
+    def interrupted(_s: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local_broker, "time", SimpleNamespace(monotonic=time.monotonic, sleep=interrupted))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            local_broker._terminate_group(child)
+        assert child.returncode == -signal.SIGKILL  # killed and reaped before the interruption went on
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+
+
+class _StoppedTwice:
+    """A broker at the edge whose start gets a SIGTERM, and a second one while it cleans up after the first."""
+
+    cleaned = False
+
+    def __init__(self, **_settings: object) -> None:
+        pass
+
+    def start(self) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+        except BaseException:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a second Ctrl-C in `_cleanup`'s wait for the JVM
+            time.sleep(0.2)
+            _StoppedTwice.cleaned = True
+            raise
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_second_signal_while_the_start_is_stopped_does_not_cut_the_stop_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each signal raised while the broker started, the second one too, in the middle of the cleanup the first one
+    began: its wait for the JVM went no further, and the JVM lived on after the command had exited."""
+    monkeypatch.setattr(local_broker, "LocalKafkaBroker", _StoppedTwice)
+    assert local_broker.main(["--port", "1"]) == 130
+    assert _StoppedTwice.cleaned
