@@ -325,20 +325,21 @@ def _after_what_is_there(config: ServiceConfig, topics: list[str], watermark_gro
     not finished."""
     reader = Consumer(config.client(**{"group.id": watermark_group, "enable.auto.commit": False}))
     try:
-        ends = {
-            (topic, p): log_bounds(reader, TopicPartition(topic, p))[1]
+        bounds = {
+            (topic, p): log_bounds(reader, TopicPartition(topic, p))
             for topic in topics
             for p in topic_partitions(reader, topic)
         }
     finally:
         reader.close()
+    ends = {at: end for at, (_, end) in bounds.items()}
     kafka = lookups(config.client())
     with kafka.lock:
         before = kafka.committed(watermark_group, list(ends))
         kafka.advance(watermark_group, ends)
     passed = dict.fromkeys(topics, 0)
-    for (topic, p), end in ends.items():
-        passed[topic] += max(0, end - max(before.get((topic, p), -1), 0))
+    for (topic, p), (first, end) in bounds.items():  # from the first that exists: retention deletes the oldest
+        passed[topic] += max(0, end - max(before.get((topic, p), -1), first))
     return passed
 
 
@@ -378,6 +379,9 @@ class Waiting:
         if done != self.shown:
             said.append(f"{done}/{self.total} sentences decided")
             self.shown, self.moved_at, self.waiting_said = done, now, False
+            if self.down:  # outcomes came: it answers, though not asked since (only a stall asks)
+                said.append(f"the broker at {self.config.bootstrap_servers} answers again")
+                self.down = False
         if done == self.total or now - self.moved_at <= STALL_S:
             return said
         if now - self.asked_at >= STALL_S:
@@ -464,7 +468,7 @@ def _run_stages(
         f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "
         f"overload {first['OVERLOAD']}, undecided {len(ids) - sum(first.values())}; restarts {stages.restarts}"
     )
-    if waiting.down:
+    if waiting.down and sum(first.values()) < len(ids):
         print(f"the broker at {config.bootstrap_servers} did not answer at the end: the undecided trees wait for it",
               file=sys.stderr)  # fmt: skip
     if args.crash_split_after and not stages.crashed("split"):

@@ -61,3 +61,22 @@ def test_trees_waiting_with_the_broker_there_are_said_to_wait_for_their_timeout_
     now[0] += STALL_S + 1
     assert waiting.lines(1)[0].startswith("3 trees wait for their timeout")
     assert broker.asked == 3
+
+
+def test_outcomes_coming_after_an_outage_say_the_broker_answers_again_before_any_stall_asks() -> None:
+    """Only a stall asked the broker: outcomes coming again within `STALL_S` of its return left it down for good, and
+    the run said at the end that the broker did not answer, with every sentence decided."""
+    now = [0.0]
+    broker = _Broker()
+    config = ServiceConfig(timeout_s=30.0)
+    waiting = Waiting(config, 10, broker.answers, clock=lambda: now[0])
+    assert waiting.lines(0) == ["0/10 sentences decided"]
+    broker.up = False
+    now[0] = STALL_S + 1
+    assert waiting.lines(0)[0].startswith(f"the broker at {config.bootstrap_servers} does not answer")
+    broker.up = True
+    now[0] += 1
+    assert waiting.lines(5) == ["5/10 sentences decided", f"the broker at {config.bootstrap_servers} answers again"]
+    assert not waiting.down
+    now[0] += 1
+    assert waiting.lines(10) == ["10/10 sentences decided"] and broker.asked == 1
