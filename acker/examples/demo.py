@@ -181,6 +181,8 @@ def run(
     check_options(options)
     if options.kill_broker and bootstrap is not None:
         raise ConfigError("--kill-broker kills the demo's own local broker: not one of --bootstrap-servers")
+    if report_path:
+        check_report_path(report_path)
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
@@ -195,9 +197,14 @@ def run(
         return interrupted_status(stopped)
     console.print(render_report(report))
     failures = demo.failures() + report.failures
+    unwritten = False
     if report_path:
         document = {**asdict(report), "failures": failures, "prefix": demo.prefix, "events": demo.events}
-        Path(report_path).write_text(json.dumps(document, indent=2))
+        try:  # checked before the run, but a disk may fill or a directory go: the verdict below is said anyway
+            Path(report_path).write_text(json.dumps(document, indent=2))
+        except OSError as error:
+            console.print(f"[red]the report could not be written to {report_path}: {error.strerror or error}[/]")
+            unwritten = True
     if demo.gave_up:
         console.print(f"[yellow]the run did not finish within --max-wait-s ({options.max_wait_s:g} s): the figures "
                       "above are of an unfinished run (records not resolved yet count as lost)[/]")  # fmt: skip
@@ -208,7 +215,20 @@ def run(
         "[bold green]OK:[/] every sentence was fully processed or dead-lettered (poison, or nacked at every attempt);"
         " none lost"
     )
-    return 0
+    return 2 if unwritten else 0
+
+
+def check_report_path(path: str) -> None:
+    """`ConfigError` unless a report can be written to ``path`` (an existing file writable, or a new one in a
+    writable directory): said before the run, not after it in place of its verdict."""
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"--report {path} is a directory: name a file")
+    where = target.parent
+    if not where.is_dir():
+        raise ConfigError(f"--report {path}: there is no directory {where}")
+    if not os.access(target if target.exists() else where, os.W_OK):
+        raise ConfigError(f"--report {path} cannot be written (permission denied)")
 
 
 def _last_said(log: Path) -> str | None:
@@ -294,7 +314,7 @@ class Demo:
             self.event(f"starting the Spark jobs (the first run fetches the connectors); log: {self.workdir}/spark.log")
             spark, start = self._start_spark()
             self.jobs = SparkJobs(spark, start, self.event)
-            readers = self._readers()
+            self._readers(readers)
             self._watch(readers, self._writer())
         finally:
             self.stages.stop()  # first: with no more outcomes coming, the queries are stopped between micro-batches
@@ -406,9 +426,10 @@ class Demo:
         )
         return spark, lambda: [*commit_job.start(spark, commit), *replay_job.start(spark, replay)]
 
-    def _readers(self) -> list[Consumer]:
+    def _readers(self, readers: list[Consumer]) -> None:
+        """A reader of each topic the demo watches, put in ``readers`` as soon as it is made: the caller closes
+        them, also those made before one whose topic Kafka did not describe in time."""
         c = self.config
-        readers = []
         for topic in (
             c.outcome_topic(self.topics.spout),
             c.replay_topic(self.topics.spout),
@@ -420,10 +441,9 @@ class Demo:
             # read_committed, as the spout reads: a copy in an aborted transaction was never replayed
             reader = Consumer(c.client(**{"group.id": f"{self.prefix}-watch-{topic}", "enable.auto.commit": False,
                                           "isolation.level": "read_committed"}))  # fmt: skip
+            readers.append(reader)
             partitions = topic_partitions(reader, topic, timeout_s=30)
             reader.assign([TopicPartition(topic, p, 0) for p in partitions])
-            readers.append(reader)
-        return readers
 
     def _writer(self) -> Iterator[int]:
         """Writes the sentences at the configured rate, a little at each step; yields how many are written."""

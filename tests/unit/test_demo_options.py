@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -29,11 +30,12 @@ from acker.examples.demo import (
     Kill,
     SparkJobs,
     check_options,
+    check_report_path,
     kill_plan,
     prune_runs,
     run,
 )
-from acker.examples.ledger import SPARE_BAD_LUCK
+from acker.examples.ledger import SPARE_BAD_LUCK, Ledger
 from acker.kafka import lookups
 
 
@@ -305,3 +307,80 @@ def test_the_watch_asks_the_lookups_of_the_moment_after_a_spark_restart_closed_t
         demo.stages.stop()
         lookups.close_all()
     assert demo.gave_up and any("Spark query acker-commit stopped" in e for e in demo.events)
+
+
+class _Reader:
+    made: list[_Reader] = []  # noqa: RUF012 - the test's record of them
+
+    def __init__(self, _settings: dict[str, Any]) -> None:
+        self.closed = False
+        _Reader.made.append(self)
+
+    def assign(self, _partitions: list[Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_watchs_readers_made_before_one_kafka_did_not_describe_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They were handed over only once all were made: a topic not described in time (30 s) left those made before
+    it open, in their groups, until the process ended."""
+    asked = []
+
+    def described(_reader: object, topic: str, timeout_s: float) -> list[int]:
+        asked.append(topic)
+        if len(asked) == 3:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer"))
+        return [0]
+
+    monkeypatch.setattr("acker.examples.demo.Consumer", _Reader)
+    monkeypatch.setattr("acker.examples.demo.topic_partitions", described)
+    demo = Demo(DemoOptions(), "127.0.0.1:1", Console(file=io.StringIO()))
+    readers: list[Any] = []
+    try:
+        with pytest.raises(KafkaException):
+            demo._readers(readers)
+    finally:
+        demo.stages.stop()
+    assert readers == _Reader.made and len(readers) == 3  # the caller's to close, the third one too
+
+
+def test_a_report_file_that_cannot_be_written_is_refused_before_the_run_and_never_hides_its_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Written after the run, before its verdict: an unwritable --report said the file's error (exit 2), and a run that
+    lost records never said FAILED (exit 1)."""
+    with pytest.raises(ConfigError, match="is a directory"):
+        check_report_path(str(tmp_path))
+    with pytest.raises(ConfigError, match="there is no directory"):
+        check_report_path(str(tmp_path / "gone" / "report.json"))
+    check_report_path(str(tmp_path / "report.json"))  # a new file in a writable directory
+
+    class _Losing:  # a run that lost a record
+        prefix, gave_up = "demo-x", False
+        events: list[str] = []  # noqa: RUF012 - read only
+
+        def __init__(self, *_args: object, **_kwargs: object) -> None:
+            pass
+
+        def run(self) -> Any:
+            ledger = Ledger()
+            ledger.written("t", 0, 0, b"a b", poison=False)
+            return ledger.report()
+
+        def failures(self) -> list[str]:
+            return []
+
+    @contextlib.contextmanager
+    def cluster(_bootstrap: object, use_docker: bool) -> Iterator[Any]:
+        yield SimpleNamespace(kind="local", bootstrap_servers="127.0.0.1:1", local=None)
+
+    monkeypatch.setattr("acker.examples.demo.kafka_cluster", cluster)
+    monkeypatch.setattr("acker.examples.demo.Demo", _Losing)
+    report = tmp_path / "report.json"
+    monkeypatch.setattr("acker.examples.demo.check_report_path", lambda _path: None)  # the disk fills meanwhile, say
+    report.mkdir()
+    out = io.StringIO()
+    assert run(DemoOptions(), None, str(report), Console(file=out, width=200)) == 1
+    assert "the report could not be written to" in out.getvalue() and "FAILED:" in out.getvalue()
