@@ -241,15 +241,15 @@ def _run(cluster: Cluster, lines: list[bytes], tracked: bool, stages: Stages) ->
         config, topics = pipeline.config, pipeline.topics
         ids, rate, used = measured(config, topics, pipeline.partitions, lines, pipeline.pids)
         if tracked:
-            poll = follow_outcomes(config, topics.spout)
-            deadline = time.monotonic() + 120
-            seen = poll(0.5)
-            while not all(m in seen for m in ids):
-                assert time.monotonic() < deadline, "not every sentence got an outcome"
+            with follow_outcomes(config, topics.spout) as poll:
+                deadline = time.monotonic() + 120
                 seen = poll(0.5)
-            settled = time.monotonic() + 2.0  # and on a while: a second outcome of a sentence comes after its first
-            while time.monotonic() < settled:
-                seen = poll(0.5)
+                while not all(m in seen for m in ids):
+                    assert time.monotonic() < deadline, "not every sentence got an outcome"
+                    seen = poll(0.5)
+                settled = time.monotonic() + 2.0  # and on a while: a second outcome of a sentence comes after its first
+                while time.monotonic() < settled:
+                    seen = poll(0.5)
             assert all(seen[m][0] == "ACK" for m in ids), "a sentence was not acked"
             # A replay (the spout's timeout) would count its words twice and inflate the rate: none may have come.
             assert all(len(seen[m]) == 1 for m in ids), "a sentence got more than one outcome"

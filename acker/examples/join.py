@@ -52,14 +52,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message
 
 from acker.bolt import Bolt, BoltInput
 from acker.config import ServiceConfig
-from acker.examples.wordcount_cli import follow_outcomes
+from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.headers import first
 from acker.help_text import prose
-from acker.kafka.clients import TopicSpec, create_topics, produce
+from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.provision import kafka_cluster
 from acker.service import AckerService
 from acker.spout import Emitter, Spout, SpoutSettings
@@ -261,13 +261,16 @@ def run(bootstrap: str, timeout_s: float = 5.0, wait_s: float = 60.0) -> dict[st
         ),
         Bolt(config, paid, f"{prefix}-check", check),
     ]
-    polls = [follow_outcomes(config, spout) for spout in ("orders", "payments")]
-    with _running(parts):
+    with (
+        follow_outcomes(config, "orders") as orders_seen,
+        follow_outcomes(config, "payments") as payments_seen,
+        _running(parts),
+    ):
         ids = _write(config, orders, ORDERS) + _write(config, payments, PAYMENTS)
         deadline = time.monotonic() + wait_s
         seen: dict[str, list[str]] = {}
         while time.monotonic() < deadline and not all(m in seen for m in ids):
-            seen = {m: o for poll in polls for m, o in poll(0.5).items()}
+            seen = {m: o for poll in (orders_seen, payments_seen) for m, o in poll(0.5).items()}
     return {m: seen[m][0] if m in seen else "(none yet)" for m in ids}
 
 
@@ -287,13 +290,8 @@ def _running(parts: list[Any]) -> Iterator[None]:
 
 
 def _write(config: ServiceConfig, topic: str, rows: list[dict[str, Any]]) -> list[str]:
-    producer = Producer(config.producer())
-    ids: list[str] = []
-    for row in rows:
-        produce(producer, topic, json.dumps(row).encode(), partition=0,
-                on_delivery=lambda _e, r: ids.append(f"{r.topic()}/{r.partition()}/{r.offset()}"))  # fmt: skip
-    producer.flush(30)
-    return ids
+    """The rows written to partition 0 of ``topic``, their ids; a row refused or not delivered raises (`produce`)."""
+    return produce(config, topic, [json.dumps(row).encode() for row in rows], partition=0)
 
 
 def main() -> None:

@@ -105,13 +105,15 @@ class Stages:
         )
 
     def stop(self, wait_s: float = 30) -> None:
-        """SIGTERM to each stage process running, then SIGKILL to one not ended ``wait_s`` later."""
+        """SIGTERM to each stage process running, then SIGKILL to one not ended ``wait_s`` later (one deadline for
+        all: each waited for its own ``wait_s`` in turn, and the k-th process stuck was killed after k times that)."""
         for _, process in self.running.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
         for _, process in self.running.values():
             try:
-                process.wait(wait_s)
+                process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

@@ -10,6 +10,7 @@ acker wordcount run --sentences N ...       all of the above as child processes,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -18,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -108,8 +109,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
-def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
-    """Write ``lines`` to ``topic``; return their message ids (coordinates)."""
+def produce(config: ServiceConfig, topic: str, lines: list[bytes], **kwargs: Any) -> list[str]:
+    """Write ``lines`` to ``topic`` (``kwargs``: the producer's, e.g. ``partition``); return their message ids
+    (coordinates). `KafkaException` if one is refused, `TimeoutError` if not all are delivered in 60 s."""
     producer = Producer(config.producer(**{"enable.idempotence": True}))
     ids: list[str] = []
     failed: list[KafkaError] = []
@@ -121,12 +123,12 @@ def produce(config: ServiceConfig, topic: str, lines: list[bytes]) -> list[str]:
             ids.append(f"{record.topic()}/{record.partition()}/{record.offset()}")
 
     for line in lines:
-        send(producer, topic, line, on_delivery=delivered)
+        send(producer, topic, line, on_delivery=delivered, **kwargs)
     left = producer.flush(60)
     if failed:  # raised from here, not from the callback: `acker.cli.main` says it as any Kafka error, status 2
         raise KafkaException(failed[0])
     if left:  # not all delivered, nor failed: Kafka does not answer (`acker.cli.main` says so)
-        raise TimeoutError(f"{len(lines) - len(ids)} of {len(lines)} sentences not delivered to {topic} in 60 s")
+        raise TimeoutError(f"{len(lines) - len(ids)} of {len(lines)} records not delivered to {topic} in 60 s")
     return ids
 
 
@@ -274,10 +276,12 @@ class PipelineStages(Stages):
             self._crash_dir = None
 
 
+@contextlib.contextmanager
 def follow_outcomes(
     config: ServiceConfig, spout: str, *, from_now: bool = False
-) -> Callable[[float], dict[str, list[str]]]:
-    """A poller of the spout's outcome topic: each call reads for up to ``seconds`` and returns all seen so far.
+) -> Iterator[Callable[[float], dict[str, list[str]]]]:
+    """A poller of the spout's outcome topic, for the ``with`` block (its consumer is closed at the end): each call
+    reads for up to ``seconds`` and returns all seen so far.
 
     It assigns itself every partition once the topic exists (the spout creates it), from the beginning, or with
     ``from_now`` from the ends it has when this is called (as a spout does: `acker.spout.Spout`), so that only
@@ -285,7 +289,14 @@ def follow_outcomes(
     the outcomes of an earlier run's records would pass for those of this run's at the same coordinates. It commits
     nothing: a group it joined would be left behind on the cluster by every run."""
     consumer = Consumer(config.client(**{"group.id": "acker-follow", "enable.auto.commit": False}))
-    topic = config.outcome_topic(spout)
+    try:
+        yield _poller(consumer, config.outcome_topic(spout), from_now=from_now)
+    finally:
+        consumer.close()
+
+
+def _poller(consumer: Consumer, topic: str, *, from_now: bool) -> Callable[[float], dict[str, list[str]]]:
+    """`follow_outcomes`'s poller of ``topic`` through ``consumer``."""
     seen: dict[str, list[str]] = {}
     starts: dict[int, int] = {}  # partition -> where to read from; none: the beginning (made after this call)
     if from_now:
@@ -451,18 +462,18 @@ def _run_stages(
     for i in range(args.count_processes):
         stages.start(f"count-{i}", stage_command(config, args.prefix, "count", "--drop-rate", str(args.drop_rate),
                                                  "--seed", str(i)))  # fmt: skip
-    poll = follow_outcomes(config, topics.spout, from_now=True)  # before the sentences: only their outcomes
-    ids = produce(config, topics.sentences, lines)
-    deadline, seen = time.monotonic() + args.max_wait_s, {}
-    waiting = Waiting(config, len(ids), partial(_answers, config.client(), topics.sentences))
-    while time.monotonic() < deadline:
-        seen = poll(1.0)
-        stages.watch()
-        done = sum(1 for m in ids if m in seen)
-        for line in waiting.lines(done):
-            print(line, file=sys.stderr)
-        if done == len(ids):
-            break
+    with follow_outcomes(config, topics.spout, from_now=True) as poll:  # before the sentences: only their outcomes
+        ids = produce(config, topics.sentences, lines)
+        deadline, seen = time.monotonic() + args.max_wait_s, {}
+        waiting = Waiting(config, len(ids), partial(_answers, config.client(), topics.sentences))
+        while time.monotonic() < deadline:
+            seen = poll(1.0)
+            stages.watch()
+            done = sum(1 for m in ids if m in seen)
+            for line in waiting.lines(done):
+                print(line, file=sys.stderr)
+            if done == len(ids):
+                break
     first = Counter(seen[m][0] for m in ids if m in seen)
     print(
         f"sentences {len(ids)}: acked {first['ACK']}, failed {first['FAILED']}, timed out {first['TIMEOUT']}, "

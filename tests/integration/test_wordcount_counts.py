@@ -99,17 +99,17 @@ def test_wordcount_run_does_not_take_an_earlier_runs_outcomes_for_its_own(config
     producer = Producer(config.client())
     producer.produce(config.outcome_topic(topics.spout), encode_outcome_rows(topics.spout, earlier))
     assert producer.flush(30) == 0
-    poll = follow_outcomes(config, topics.spout, from_now=True)
     flags, env = to_argv(replace(config, metrics_port=0))
     argv = [sys.executable, "-m", "acker.cli", "wordcount", "run", "--prefix", prefix, *flags, "--sentences", "5",
             "--drop-rate", "1.0", "--split-processes", "1", "--count-processes", "1", "--max-wait-s", "60"]  # fmt: skip
     options: dict[str, Any] = {"env": {**os.environ, **env}, "capture_output": True, "text": True, "timeout": 180}
-    started = time.monotonic()
-    run = subprocess.run(argv, check=False, **options)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.startswith("sentences 5: acked 0, failed 0, timed out 5"), run.stdout
-    assert time.monotonic() - started > config.timeout_s
-    seen = poll(2.0)  # the follower made before: this run's outcomes alone
+    with follow_outcomes(config, topics.spout, from_now=True) as poll:
+        started = time.monotonic()
+        run = subprocess.run(argv, check=False, **options)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.startswith("sentences 5: acked 0, failed 0, timed out 5"), run.stdout
+        assert time.monotonic() - started > config.timeout_s
+        seen = poll(2.0)  # the follower made before: this run's outcomes alone
     assert len(seen) == 5 and {outcomes[0] for outcomes in seen.values()} == {"TIMEOUT"}
 
 

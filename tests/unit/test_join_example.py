@@ -11,12 +11,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from acker.bolt import BoltInput
+from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.core.tuple_tree import InputTuple, SpoutTree, TupleIds, anchored, trusted_ids
 from acker.examples import join as join_module
+from acker.examples import wordcount_cli
 from acker.examples.join import SIDE, join_bolt
 
 HOLD_S = 10.0
@@ -285,3 +288,31 @@ def test_a_side_that_arrived_after_a_fresher_one_is_failed_at_the_tick_all_the_s
         copies[0] = replace(copies[0], timestamp_ms=(copies[0].timestamp_ms or 0) - int((HOLD_S / 2 + 1) * 1000))
     join.tick(collector)
     assert collector.calls == [("fail", 1)] and list(join.waiting) == [(b"fresh", b"order")]
+
+
+class _Refusing:
+    """A producer at the edge that refuses every record (a topic it may not write, say)."""
+
+    def __init__(self, _settings: dict[str, Any]) -> None:
+        self.reports: list[Any] = []
+
+    def produce(self, topic: str, value: bytes, on_delivery: Any, **kwargs: Any) -> None:
+        record = SimpleNamespace(
+            topic=lambda: topic, partition=lambda: kwargs.get("partition", -1), offset=lambda: -1001
+        )
+        self.reports.append((on_delivery, record))
+
+    def flush(self, _timeout: float) -> int:
+        for on_delivery, record in self.reports:
+            on_delivery(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), record)
+        return 0
+
+
+def test_rows_the_broker_refuses_are_an_error_not_ids_whose_outcomes_never_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each refused row was taken for written, under one id (``orders/0/-1001``): the run waited its 60 s and said
+    "(none yet)" of outcomes that could not come."""
+    monkeypatch.setattr(wordcount_cli, "Producer", _Refusing)
+    with pytest.raises(KafkaException):
+        join_module._write(ServiceConfig(), "orders", [{"order": 1}, {"order": 2}])

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from types import SimpleNamespace
 
+import pytest
+
+from acker.examples import stages as stages_module
 from acker.examples.stages import Stages
 
 _EXIT_WITH_X = [sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['X']))"]
@@ -23,3 +28,43 @@ def test_a_stage_started_again_has_its_own_environment_not_the_last_one_started(
         assert stages.exited() == [("a", 3), ("b", 4)] and stages.restarts == 1
     finally:
         stages.stop()
+
+
+class _Stuck:
+    """A process at the edge that ignores SIGTERM: each wait runs its timeout out on the test's clock."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock, self.killed = clock, False
+        self.waits: list[float] = []
+
+    def poll(self) -> int | None:
+        return -9 if self.killed else None
+
+    def send_signal(self, _sig: int) -> None:
+        pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.killed:
+            return -9
+        assert timeout is not None
+        self.waits.append(timeout)
+        self.clock[0] += timeout
+        raise subprocess.TimeoutExpired("stuck", timeout)
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_processes_that_ignore_sigterm_are_all_killed_once_one_wait_has_run_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each waited its own ``wait_s`` in turn: the k-th stuck process was killed k times ``wait_s`` after the SIGTERM
+    (`acker reach run`'s seven steps at 60 s each: 7 minutes)."""
+    clock = [0.0]
+    monkeypatch.setattr(stages_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    stages = Stages(log=lambda _line: None)
+    stuck = [_Stuck(clock) for _ in range(3)]
+    stages.running = {f"s{i}": ([], process) for i, process in enumerate(stuck)}  # type: ignore[misc]
+    stages.stop(wait_s=10)
+    assert clock[0] == 10 and all(process.killed for process in stuck)
+    assert [process.waits for process in stuck] == [[10.0], [0.0], [0.0]]
