@@ -15,13 +15,17 @@ class _Broker:
         return self.up
 
 
+def _waiting(config: ServiceConfig, total: int) -> tuple[list[float], _Broker, Waiting]:
+    """A `Waiting` for ``total`` sentences on a clock (``now[0]``) and a broker of the test's."""
+    now, broker = [0.0], _Broker()
+    return now, broker, Waiting(config, total, broker.answers, clock=lambda: now[0])
+
+
 def test_a_broker_gone_is_said_instead_of_blaming_timeouts_and_its_return_too() -> None:
     """The broker went away with 7 of 10 sentences decided: the run said the 3 trees waited for their timeout (a
     message dropped or lost in a crash) and waited out --max-wait-s, when every stage was waiting for the broker."""
-    now = [0.0]
-    broker = _Broker()
     config = ServiceConfig(timeout_s=30.0)
-    waiting = Waiting(config, 10, broker.answers, clock=lambda: now[0])
+    now, broker, waiting = _waiting(config, 10)
     assert waiting.lines(7) == ["7/10 sentences decided"]
     broker.up = False
     now[0] = STALL_S / 2
@@ -48,9 +52,7 @@ def test_a_broker_gone_is_said_instead_of_blaming_timeouts_and_its_return_too() 
 
 
 def test_trees_waiting_with_the_broker_there_are_said_to_wait_for_their_timeout_once_per_stall() -> None:
-    now = [0.0]
-    broker = _Broker()
-    waiting = Waiting(ServiceConfig(timeout_s=30.0, buckets=3), 4, broker.answers, clock=lambda: now[0])
+    now, broker, waiting = _waiting(ServiceConfig(timeout_s=30.0, buckets=3), 4)
     assert waiting.lines(0) == ["0/4 sentences decided"]
     now[0] = STALL_S + 1
     assert waiting.lines(0) == ["4 trees wait for their timeout (a message dropped or lost in a crash): 30 to 45 s "
@@ -66,10 +68,8 @@ def test_trees_waiting_with_the_broker_there_are_said_to_wait_for_their_timeout_
 def test_outcomes_coming_after_an_outage_say_the_broker_answers_again_before_any_stall_asks() -> None:
     """Only a stall asked the broker: outcomes coming again within `STALL_S` of its return left it down for good, and
     the run said at the end that the broker did not answer, with every sentence decided."""
-    now = [0.0]
-    broker = _Broker()
     config = ServiceConfig(timeout_s=30.0)
-    waiting = Waiting(config, 10, broker.answers, clock=lambda: now[0])
+    now, broker, waiting = _waiting(config, 10)
     assert waiting.lines(0) == ["0/10 sentences decided"]
     broker.up = False
     now[0] = STALL_S + 1
