@@ -304,6 +304,7 @@ class CoordinatedStage:
         read = {record.partition() or 0 for record in records}
         changed = set(read)  # the tasks the batch may change (a superset)
         counted = dict(self.counters)  # as they were: a batch aborted and read again is counted once
+        late_done: list[tuple[int, str]] = []  # the requests this batch failed past their deadline
         self._refused_emit = None
         self.producer.begin_transaction()
         try:
@@ -322,6 +323,7 @@ class CoordinatedStage:
                     _request_log.warning("request %s is past its deadline at task %d: failing it", state.request,
                                          partition)  # fmt: skip
                     self._finish(partition, state)
+                    late_done.append((partition, state.request))
                 for request in forgotten:
                     self._touched[(partition, request)] = None
             self._save()
@@ -339,7 +341,7 @@ class CoordinatedStage:
             return len(records)
         # Out of the except block (`acker.kafka.clients`): the abort, and the start over that goes on, ask Kafka.
         took_s = time.monotonic() - started
-        return self._aborted(failure, changed, read, counted, took_s, sent=self._positions(records))
+        return self._aborted(failure, changed, read, counted, took_s, sent=self._positions(records), late=late_done)
 
     def _aborted(
         self,
@@ -350,13 +352,15 @@ class CoordinatedStage:
         took_s: float,
         *,
         sent: list[TopicPartition],
+        late: list[tuple[int, str]],
     ) -> int:
         """Abort the transaction of a batch that failed with ``failure``, which raises again, unless the group moved on
         or librdkafka wants the transaction aborted (`_doomed`) or Kafka did not answer in time (`_unanswered`: a
         broker restarting), up to `ABORTABLE_START_OVERS` batches in a row: then
         the tasks ``changed`` start again from their last commit, and the partitions ``read`` from their committed
         offsets (``counted``: the counters as they were before the batch; ``took_s``: how long its transaction was
-        open; ``sent``: the offsets after its records, which its transaction commits)."""
+        open; ``sent``: the offsets after its records, which its transaction commits; ``late``: the requests it failed
+        past their deadline, by task)."""
         # Nothing of the batch is visible (but for a commit that reached the coordinator while Kafka did not answer,
         # which a new producer finds committed, `_renewable`); this process stops (but for the cases below, which
         # start over here), and the partitions' next owner (a restart, or another process of the step) reloads the
@@ -377,9 +381,8 @@ class CoordinatedStage:
             self._may_start_over(failure, changed)
         with after_failure(failure):
             committed = self._start_over(changed, read)
-        if renewed and sent and all(committed.get(tp.partition) == tp.offset for tp in sent):
-            # Its commit had reached the coordinator (the offsets committed are those after its records, above any
-            # committed before it): its records are not read again, and its counts stand.
+        if renewed and self._committed_after_all(sent, committed, late):
+            # Its commit had reached the coordinator: its records are not read again, and its counts stand.
             self.counters["started_over"] += 1
             log.warning("step %d: the batch's transaction was committed after all: its records are not read again",
                         self.index)  # fmt: skip
@@ -388,6 +391,21 @@ class CoordinatedStage:
                                  producers_renewed=self.counters["producers_renewed"])  # fmt: skip
         self._broken = False
         return 0
+
+    def _committed_after_all(
+        self, sent: list[TopicPartition], committed: dict[int, int], late: list[tuple[int, str]]
+    ) -> bool:
+        """Whether the transaction of a batch whose commit was unanswered was committed all the same, as the start
+        over (`_start_over`: ``committed``, the committed offsets of the partitions it read, and the tasks restored)
+        finds it: a batch of records, when the offsets committed are those after its records (``sent``, above any
+        committed before it); a batch of expiries only (no offsets of its own: it sent those committed already), when
+        the requests it failed past their deadline (``late``) are done in the tasks as committed, as no batch before
+        it had left them."""
+        if sent:
+            return all(committed.get(tp.partition) == tp.offset for tp in sent)
+        return bool(late) and all(
+            p in self.tasks and (state := self.tasks[p].requests.get(r)) is not None and state.done for p, r in late
+        )
 
     def _may_start_over(self, failure: BaseException, changed: set[int]) -> None:
         """Raise ``failure``, whose batch's abort went through, unless its tasks may start again in the process: the

@@ -553,6 +553,30 @@ def test_a_batch_whose_commit_kafka_never_answered_goes_on_with_a_new_producer(
     _goes_on_with_a_new_producer(_expiring(old), old, calls, new_producers)
 
 
+def test_a_batch_of_expiries_only_found_committed_after_all_keeps_its_counts(
+    new_producers: list[_Transactions],
+) -> None:
+    """Its commit had reached the coordinator: the tasks restored hold the expired request as failed already, and
+    nothing fails it again. Its counts were put back to before the batch (only a batch of records, whose committed
+    offsets tell, kept them): the request's failure was never counted."""
+    old = _held_commit()
+    stage = _expiring(old)
+
+    def restore(partition: int) -> TaskState:  # as committed: this batch's transaction with the rest
+        task = TaskState(first=False, tasks=1, next_tasks=1)
+        for request, state in stage.tasks[partition].requests.items():
+            task.requests[request] = RequestState.from_json(state.to_json())
+        return task
+
+    stage._restore = restore  # type: ignore[method-assign]
+    assert stage.poll(0) == 0
+    assert len(new_producers) == 1 and stage.counters["producers_renewed"] == 1
+    assert stage.tasks[0].requests["late"].done
+    assert stage.counters["failed"] == 1 and stage.counters["started_over"] == 1
+    stage.poll(0)  # nothing left to expire: no transaction, and the failure counted once
+    assert new_producers[0].calls == ["init"] and stage.counters["failed"] == 1
+
+
 def test_a_step_with_a_stable_instance_id_whose_commit_kafka_never_answered_stops(
     new_producers: list[_Transactions],
 ) -> None:
