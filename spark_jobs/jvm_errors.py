@@ -12,14 +12,16 @@ from typing import Any
 
 
 def _ask(error: BaseException, read: Callable[[Any], object]) -> str | None:
-    """``read`` of the Java exception ``error`` carries, as text; None without one, or when its JVM has gone."""
+    """``read`` of the Java exception ``error`` carries, as text; None without one, when its JVM has gone, or when
+    ``read`` answers Java's null (a message never given: py4j's None, which read as the text "None")."""
     java = getattr(error, "java_exception", None)
     if java is None:
         return None
     try:
-        return str(read(java))
+        answer = read(java)
     except Exception:  # the JVM gone
         return None
+    return None if answer is None else str(answer)
 
 
 def _or_own(said: str | None, error: BaseException) -> str:
@@ -41,8 +43,9 @@ def java_class(error: BaseException) -> str | None:
 
 
 def java_message(error: BaseException) -> str:
-    """The message of the Java exception behind ``error`` (``getMessage``); else as `_or_own`."""
-    return _or_own(_ask(error, lambda java: java.getMessage()), error)
+    """The message of the Java exception behind ``error`` (``getMessage``); its class (``toString``) when it has no
+    message; else as `_or_own`."""
+    return _or_own(_ask(error, lambda java: java.getMessage()) or _ask(error, lambda java: java.toString()), error)
 
 
 def java_said(error: BaseException) -> str:

@@ -43,21 +43,22 @@ class MarkStore:
         """The marks of the newest micro-batch saved (none before the first). A file that cannot be read (cut short
         by a power loss on a file system that renamed it before its bytes were on disk: not JSON, or failing its
         checksum on Hadoop's local file system, `OSError`) is passed over, said, for
-        the one before: the job fails at no start for it. What the older file lacks is safe, not always recovered:
-        the offsets its batch committed to the watermark groups are caught up from there (`Marks._skip_to_committed`),
-        but offsets it found done above its watermark are not read again, and the watermark waits below them (said
-        after `STUCK_S`) until their records are decided again: a restart of their spout reads them again from the
-        watermark."""
+        the one before, and with none readable the job starts as a new one would (no marks): it fails at no start for
+        it (with one file, the first after a new checkpoint, a power loss stopped the job at every start until the
+        file was deleted by hand). What the older file (or none) lacks is safe, not always recovered: the offsets
+        batches committed to the watermark groups are caught up from there (`Marks._skip_to_committed`; a partition
+        without a mark starts at its group's committed offset), but offsets found done above a watermark are not read
+        again, and the watermark waits below them (said after `STUCK_S`) until their records are decided again: a
+        restart of their spout reads them again from the watermark."""
         batches = self._batches()
         for batch in reversed(batches):
             try:
                 return self._read(batch)
             except (OSError, ValueError, KeyError, TypeError) as error:
-                if batch == batches[0]:  # none left to fall back on
-                    raise ValueError(f"no marks file of {self._files.dir} can be read: {error!r}") from error
-                log.warning("marks of batch %d cannot be read (%r): the older file is loaded; a watermark that then "
-                            "waits on offsets done in that batch moves on once their spout is restarted", batch,
-                            error)  # fmt: skip
+                log.warning("marks of batch %d in %s cannot be read (%r): %s; a watermark that then waits on offsets "
+                            "done in that batch moves on once their spout is restarted", batch, self._files.dir, error,
+                            "the older file is loaded" if batch != batches[0] else
+                            "no older file: each watermark starts from its group's committed offset")  # fmt: skip
         return {}
 
     def _read(self, batch: int) -> dict[Key, PartitionMark]:

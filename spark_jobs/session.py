@@ -32,7 +32,7 @@ from acker.kafka.local_broker import default_cache_dir
 from acker.wire import AVRO_ARRAY_MAX_ITEMS, AVRO_STRING_MAX_BYTES
 from spark_jobs.jvm_errors import java_class
 from spark_jobs.replay_job import close_publishers
-from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, stopping
+from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, interrupting, stopping
 
 log = logging.getLogger("spark_jobs.session")
 
@@ -258,7 +258,7 @@ def _stop_each(queries: Iterable[Any], between_batches_s: float, patience: str) 
     """Stop the queries all at once, each in a thread: one after another, the waits of the queries whose batches do
     not end (``between_batches_s``, then `STOP_TIMEOUT`) added up."""
     queries = list(queries)
-    with stopping(), ThreadPoolExecutor(max(1, len(queries)), thread_name_prefix="stop-query") as pool:
+    with stopping(interrupts=False), ThreadPoolExecutor(max(1, len(queries)), thread_name_prefix="stop-query") as pool:
         for stopped in [pool.submit(_stop_one, query, between_batches_s, patience) for query in queries]:
             stopped.result()
 
@@ -271,7 +271,8 @@ def _stop_one(query: Any, between_batches_s: float, patience: str) -> None:
     except Exception as error:  # a JVM gone already
         log.debug("could not wait for the end of a micro-batch: %s", error)
     try:
-        query.stop()
+        with interrupting():  # not the wait above: a batch failing then has a cause of its own
+            query.stop()
     except Exception as error:
         if java_class(error) == "java.util.concurrent.TimeoutException":  # `STOP_TIMEOUT` passed
             log.warning("a query's micro-batch did not end within %s of its stop (%s): left running, it runs again "

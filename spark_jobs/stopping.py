@@ -6,11 +6,34 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from pyspark.sql import DataFrame
 
-_stopping = threading.Event()  # set by `stopping`: a micro-batch failing now was interrupted by it
+
+class _Interruptions:
+    """How many stops that interrupt micro-batches are in progress (`interrupting`): a micro-batch failing while one
+    is was interrupted by it. Counted, not a flag: the queries of a job are stopped at once, each in a thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+
+    @contextmanager
+    def during(self) -> Iterator[None]:
+        with self._lock:
+            self._open += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open -= 1
+
+    def __bool__(self) -> bool:
+        return self._open > 0
+
+
+_interruptions = _Interruptions()
 
 
 def batch_function(function: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
@@ -24,7 +47,7 @@ def batch_function(function: Callable[[DataFrame, int], None]) -> Callable[[Data
         try:
             function(batch, batch_id)
         except Exception:
-            if _stopping.is_set():
+            if _interruptions:
                 raise RuntimeError(f"micro-batch {batch_id} interrupted: its query is being stopped") from None
             raise
 
@@ -55,19 +78,26 @@ class _Interrupted(_GatewayGone):
 INTERRUPTED = _Interrupted()  # on the root logger from the first session on (`spark_jobs.session.spark_session`)
 
 
+def interrupting() -> AbstractContextManager[None]:
+    """While a call that interrupts the micro-batch running (a query's stop, the session's) is in progress: a batch
+    failing then fails with a short error (`batch_function`)."""
+    return _interruptions.during()
+
+
 @contextmanager
-def stopping() -> Iterator[None]:
-    """While this process stops its queries and its session (`spark_jobs.session.stop_queries`, `.stop`): the
-    batches they interrupt fail with a short error, and py4j, which logs each such failure with its Java trace, and
-    each call to a JVM gone with a traceback, logs only what is critical."""
+def stopping(*, interrupts: bool = True) -> Iterator[None]:
+    """While this process stops its queries and its session (`spark_jobs.session.stop_queries`, `.stop`): py4j, which
+    logs each batch's failure with its Java trace, and each call to a JVM gone with a traceback, logs only what is
+    critical; and, with ``interrupts``, the batches that fail meanwhile fail with a short error (`interrupting`).
+    Without: the caller says when it interrupts (a wait for the running batches to end on their own comes first, and
+    a batch failing then has a cause of its own, which a short error would hide)."""
     py4j, root, gone = logging.getLogger("py4j.clientserver"), logging.getLogger(), _GatewayGone()
     level = py4j.level
-    _stopping.set()
     py4j.setLevel(logging.CRITICAL)
     root.addFilter(gone)
     try:
-        yield
+        with interrupting() if interrupts else nullcontext():
+            yield
     finally:
-        _stopping.clear()
         py4j.setLevel(level)
         root.removeFilter(gone)

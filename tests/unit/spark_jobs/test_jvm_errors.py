@@ -72,3 +72,18 @@ def test_an_error_whose_own_text_fails_says_its_type() -> None:
             raise ValueError("no text")
 
     assert java_said(UnprintableError()) == "UnprintableError"
+
+
+class _Unexplained(_JavaException):
+    """A Java exception thrown without a message: ``getMessage`` answers null (py4j's None)."""
+
+    def toString(self) -> object:
+        return self._answer("java.lang.NullPointerException")
+
+    def getMessage(self) -> object:
+        return self._answer(None)
+
+
+def test_a_java_exception_without_a_message_is_said_by_its_class_not_as_none() -> None:
+    """Its null message read as the text "None"."""
+    assert java_message(_Py4JError(_Unexplained())) == "java.lang.NullPointerException"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.session import stop
-from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, batch_function, stopping
+from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, batch_function, interrupting, stopping
 
 
 def _failing(_batch: Any, _batch_id: int) -> None:
@@ -27,6 +27,16 @@ def test_a_batch_failing_while_its_query_is_stopped_still_fails_with_a_short_err
         batch_function(_failing)(None, 7)  # type: ignore[arg-type]
     with pytest.raises(LookupError, match="a long Java trace"):  # and no longer once the queries are stopped
         batch_function(_failing)(None, 8)  # type: ignore[arg-type]
+
+
+def test_a_batch_failing_while_the_stop_waits_for_it_to_end_on_its_own_raises_its_own_error() -> None:
+    """The queries' stop waits a few seconds for their running batches to end before it interrupts them: a batch that
+    failed then, for a cause of its own (Kafka away, say), was said "interrupted", its cause dropped."""
+    with stopping(interrupts=False):
+        with pytest.raises(LookupError, match="a long Java trace"):
+            batch_function(_failing)(None, 7)  # type: ignore[arg-type]
+        with interrupting(), pytest.raises(RuntimeError, match=r"^micro-batch 8 interrupted"):  # the stop itself
+            batch_function(_failing)(None, 8)  # type: ignore[arg-type]
 
 
 def _gateway_error() -> logging.LogRecord:
