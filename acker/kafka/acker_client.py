@@ -87,6 +87,18 @@ RESENDS = 3
 _ACK = int(Kind.ACK)  # an enum member's attribute lookup costs as much as the append, on the bolts' hot path
 
 
+def _fails_before_inits(batch: _Batch) -> set[int]:
+    """The trees of ``batch`` with a fail before their init in it."""
+    failing: set[int] = set()
+    paired: set[int] = set()
+    for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
+        if kind == Kind.FAIL:
+            failing.add(anchor)
+        elif kind == Kind.INIT and anchor in failing:
+            paired.add(anchor)
+    return paired
+
+
 class _Batch:
     """The messages waiting for one partition, already as columns."""
 
@@ -266,6 +278,7 @@ class AckerClient:
     __slots__ = (
         "_batches",
         "_due_at",
+        "_fails_held",
         "_halves",
         "_lookup",
         "_lookup_every_s",
@@ -296,6 +309,9 @@ class AckerClient:
         self._on_failure = on_failure
         self._reporting = 0  # > 0 while a delivery report of this client runs: nothing is produced (module docstring)
         self._halves: list[tuple[int, _Batch]] = []  # of records refused as too large, sent at the next poll or flush
+        # While a lost record's inits are handed back (`_on_failure`): the fails of their trees that came before them
+        # in that record, each sent again right before its init if the spout sends that again (`send`).
+        self._fails_held: dict[int, tuple[str | None, int]] = {}
         self.failed_messages = 0  # in batches that could not be delivered
         self._lookup: Callable[[], int] | None = None
         self._lookup_every_s = self._next_lookup = float("inf")
@@ -330,6 +346,8 @@ class AckerClient:
         """Send ``message``; ``reason``: why, for a `Fail` (`acker.fail_reasons`), passed on to its ``FAILED``
         outcome; ``resent``: how many times this fail or reset has been sent again after failed deliveries."""
         partition, batch = self._batch(message.anchor)
+        if self._fails_held:
+            self._held_fail_before(message, batch)
         batch.add(message, reason, resent)
         if len(batch.kinds) >= self.max_batch and not self._reporting:
             self._send_halves()  # those held before it go first
@@ -342,6 +360,8 @@ class AckerClient:
         touched: dict[int, _Batch] = {}
         for message in messages:
             partition, batch = self._batch(message.anchor)
+            if self._fails_held:
+                self._held_fail_before(message, batch)
             batch.add(message, reason)
             touched[partition] = batch
         if self._reporting:
@@ -350,6 +370,13 @@ class AckerClient:
             if len(batch.kinds) >= self.max_batch and self._batches[partition] is batch:
                 self._send_halves()  # those held before it go first
                 self._flush_partition(partition)
+
+    def _held_fail_before(self, message: TreeMessage, batch: _Batch) -> None:
+        """Add to ``batch`` the fail held for ``message``'s tree (`_lost`) if ``message`` is its init: right before
+        it, as they were in the lost record, where `_Batch.halves` never cuts between them."""
+        if isinstance(message, Init) and message.anchor in self._fails_held:
+            why, sends = self._fails_held.pop(message.anchor)
+            batch.add(Fail(message.anchor), why, sends)
 
     def send_acks(self, acks: Iterable[tuple[int, int]]) -> None:
         """Combined acks as (anchor, value) pairs: the bolt's hot path, without message objects."""
@@ -523,13 +550,69 @@ class AckerClient:
             self._batches[partition] = self._batches[partition] or batch
             raise
 
+    def _lost(self, partition: int, batch: _Batch, error: KafkaError) -> None:
+        """``batch``, sent to ``partition``, was not written (``error``): its trees failed, its fails and resets sent
+        again, its inits handed back (`_on_failure`)."""
+        inits = batch.inits
+        # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
+        # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
+        # resets are sent again (a second one changes nothing); acks are not (applied twice, an ack cancels
+        # itself), `RESENDS` times at the most. Inits go back to the spout, which sends them again.
+        again: list[tuple[TreeMessage, str | None, int]] = []
+        failed: set[int] = set()
+        given_up: set[tuple[int, int]] = set()
+        lost = f"acker messages to {self.topic}[{partition}] could not be delivered: {error.str()}"
+        # The trees with a fail before their init here (a spout's record whose emit function raised): the fail
+        # goes again with the init, if the spout sends it again, never apart from it (`_Batch.halves`). Sent
+        # first and the init later, both landed in one batch with other trees' fails and inits between them,
+        # which a full batch could cut apart: the init written, the fail lost, the tree acked.
+        held: dict[int, tuple[str | None, int]] = {}
+        with_init = _fails_before_inits(batch)
+        for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
+            if kind == Kind.INIT or anchor in failed:
+                continue
+            # A fail or reset counts its own sends; a lost ack, anchor or ok makes a fail sent for the first time.
+            resent = batch.resent.get((anchor, kind), 0) + 1 if kind in {Kind.FAIL, Kind.RESET} else 1
+            if resent > RESENDS:
+                given_up.add((anchor, kind))
+            elif kind == Kind.RESET:
+                again.append((ResetTimeout(anchor), None, resent))
+            else:
+                failed.add(anchor)
+                if anchor in with_init:
+                    held[anchor] = (batch.reasons.get(anchor, lost), resent)
+                else:
+                    again.append((Fail(anchor), batch.reasons.get(anchor, lost), resent))
+        self.failed_messages += len(batch.kinds)
+        resets = sum(isinstance(message, ResetTimeout) for message, _, _ in again)
+        log.warning(
+            "a batch of %d acker messages to partition %d could not be delivered (%s): %d trees failed, "
+            "%d resets sent again, %d inits to the spout%s",
+            len(batch.kinds), partition, error, len(failed), resets, len(inits),
+            f"; {len(given_up)} fails or resets given up after {RESENDS} sends again (their trees time out, and"
+            " are replayed)" if given_up else "",
+        )  # fmt: skip
+        for message, reason, resent in again:
+            self.send(message, reason, resent=resent)
+        self._fails_held = held
+        try:
+            if self._on_failure is not None:
+                self._on_failure(partition, inits, error)
+        finally:
+            # Those whose init the spout did not send again (its tree decided meanwhile, or given up): sent alone,
+            # as before, a fail again changes nothing.
+            left, self._fails_held = self._fails_held, {}
+            for anchor, (reason, resent) in left.items():
+                self.send(Fail(anchor), reason, resent=resent)
+        if self._on_failure is None and inits:  # a client that sends inits without being told: no outcome for them
+            log.error("%d inits lost, and nothing told: their records get no outcome until read again", len(inits))
+
     def _produce_batch(self, partition: int, batch: _Batch) -> None:
         """Send ``batch`` as one record. A record the producer refuses at once is handled as a failed delivery (an
         exception here would lose the batch without failing its trees, and stop the stage), except that a batch too
         large (for the producer's ``message.max.bytes``, at once, or for the broker, in its delivery report) is sent
         in halves (at once, or after the report: module docstring), and a fatal error (the producer takes nothing any
         more) raises: the stage must stop, and its trees time out."""
-        inits = batch.inits
 
         def delivered(error: KafkaError | None, record: KafkaMessage | None) -> None:
             if error is None:
@@ -560,41 +643,7 @@ class AckerClient:
                     self._halves += halves
                 self._due_at = -math.inf  # sent at the next poll
                 return
-            # A tree that lost an ack, anchor or ok here cannot complete: it is failed now rather than left to time
-            # out (if the record was written after all, the tree is replayed once more: at-least-once). Fails and
-            # resets are sent again (a second one changes nothing); acks are not (applied twice, an ack cancels
-            # itself), `RESENDS` times at the most. Inits go back to the spout, which sends them again.
-            again: list[tuple[TreeMessage, str | None, int]] = []
-            failed: set[int] = set()
-            given_up: set[tuple[int, int]] = set()
-            lost = f"acker messages to {self.topic}[{partition}] could not be delivered: {error.str()}"
-            for kind, anchor in zip(batch.kinds, batch.anchors, strict=True):
-                if kind == Kind.INIT or anchor in failed:
-                    continue
-                # A fail or reset counts its own sends; a lost ack, anchor or ok makes a fail sent for the first time.
-                resent = batch.resent.get((anchor, kind), 0) + 1 if kind in {Kind.FAIL, Kind.RESET} else 1
-                if resent > RESENDS:
-                    given_up.add((anchor, kind))
-                elif kind == Kind.RESET:
-                    again.append((ResetTimeout(anchor), None, resent))
-                else:
-                    failed.add(anchor)
-                    again.append((Fail(anchor), batch.reasons.get(anchor, lost), resent))
-            self.failed_messages += len(batch.kinds)
-            resets = sum(isinstance(message, ResetTimeout) for message, _, _ in again)
-            log.warning(
-                "a batch of %d acker messages to partition %d could not be delivered (%s): %d trees failed, "
-                "%d resets sent again, %d inits to the spout%s",
-                len(batch.kinds), partition, error, len(failed), resets, len(inits),
-                f"; {len(given_up)} fails or resets given up after {RESENDS} sends again (their trees time out, and"
-                " are replayed)" if given_up else "",
-            )  # fmt: skip
-            for message, reason, resent in again:
-                self.send(message, reason, resent=resent)
-            if self._on_failure is not None:
-                self._on_failure(partition, inits, error)
-            elif inits:  # a client that sends inits without being told of lost ones: their records get no outcome
-                log.error("%d inits lost, and nothing told: their records get no outcome until read again", len(inits))
+            self._lost(partition, batch, error)
 
         block = batch.block()
         if not len(block):  # acks that all cancelled out

@@ -625,6 +625,56 @@ def test_what_delivery_reports_send_waits_for_the_next_poll_even_a_full_batch() 
     assert len(producer.records) == 6 and client._batches == [None]
 
 
+@pytest.mark.parametrize("one_by_one", [True, False], ids=["send", "send_all"])
+def test_a_lost_records_fail_and_init_of_one_tree_are_sent_again_side_by_side(one_by_one: bool) -> None:
+    """Two records whose emit function raised, each a fail and its init, lost: the fails were sent again first and
+    the inits, handed back to the spout, after them, in a batch that a full batch's cut could split between a fail and
+    its init (the init written, the fail lost: the tree acked by children acked meanwhile)."""
+    producer = _Reporting()
+
+    def send_again(_partition: int, inits: list[Init], _error: KafkaError) -> None:
+        if one_by_one:  # as the spout does (`acker.spout`)
+            for init in inits:
+                client.send(init)
+        else:
+            client.send_all(inits)
+
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=8, on_failure=send_again)  # type: ignore[arg-type]
+    client.send_all([Fail(11), Init(11, "s", "t/0/1", 5)], "emit raised")
+    client.send_all([Fail(22), Init(22, "s", "t/0/2", 7)], "emit raised")
+    producer.refuse = KafkaError(KafkaError._MSG_TIMED_OUT, "lost")
+    client._flush_partition(0)
+    client.send_acks([(101, 1), (102, 1), (103, 1)])
+    client.poll()  # lost in the report: the fails held, each sent again right before its init
+    batch = client._batches[0]
+    assert batch is not None
+    assert list(zip(batch.kinds, batch.anchors, strict=True))[3:] == [
+        (Kind.FAIL, 11), (Kind.INIT, 11), (Kind.FAIL, 22), (Kind.INIT, 22)
+    ]  # fmt: skip
+    assert batch.reasons == {11: "emit raised", 22: "emit raised"}
+    assert batch.resent == {(11, Kind.FAIL): 1, (22, Kind.FAIL): 1}
+    client.send_all([Ack(104, 1), Ack(105, 1)])  # full: sent in pieces
+    client.flush(0)
+    for value, _ in producer.records[1:]:
+        block = parse_batch(value)
+        fails = {int(a) for k, a in zip(block.kinds, block.anchors, strict=True) if k == Kind.FAIL}
+        inits = {int(a) for k, a in zip(block.kinds, block.anchors, strict=True) if k == Kind.INIT}
+        assert fails == inits  # each tree's fail and init in one record
+
+
+def test_a_lost_records_fail_whose_init_the_spout_does_not_send_again_is_sent_alone() -> None:
+    """Its tree decided meanwhile, or its init given up: the fail goes again all the same, as it did."""
+    producer = _Reporting()
+    client = AckerClient(producer, "acker", 1, linger_s=60, on_failure=lambda *_: None)  # type: ignore[arg-type]
+    client.send_all([Fail(11), Init(11, "s", "t/0/1", 5)], "emit raised")
+    producer.refuse = KafkaError(KafkaError._MSG_TIMED_OUT, "lost")
+    client._flush_partition(0)
+    client.poll()
+    batch = client._batches[0]
+    assert batch is not None and list(zip(batch.kinds, batch.anchors, strict=True)) == [(Kind.FAIL, 11)]
+    assert client._fails_held == {}
+
+
 def test_a_record_halved_many_times_is_delivered_by_one_flush() -> None:
     """Each halving took one of flush's five rounds: a record the broker refused down to single messages was left
     unsent, and a bolt closing then did not commit its input."""
