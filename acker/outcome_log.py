@@ -140,6 +140,6 @@ def parse_metadata(text: str | None) -> Starts:
         if obj.get("v") != METADATA_VERSION:
             return {}
         return {str(t): (int(p), int(o)) for t, (p, o) in obj["outcomes"].items()}
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # JSON nested past Python's stack
         log.warning("commit metadata not understood, nothing read back: %.200r", text)
         return {}
