@@ -157,11 +157,11 @@ class ServiceConfig:
             raise ConfigError(f"high_water must be 0 (off) or more, below 2**63, got {self.high_water}")
         if not self.bootstrap_servers.strip():
             raise ConfigError("bootstrap_servers is empty: name at least one broker, host:port")
-        self.tracker_config()  # validates buckets
-        if self.buckets > BUCKETS_MAX:
-            raise ConfigError(f"buckets must be between 2 and {BUCKETS_MAX}, got {self.buckets}: each bucket slows "
-                              "every new tree down (its tombstones are looked through), and 32 make expiry exact "
-                              "within 3.2 %")  # fmt: skip
+        if not 2 <= self.buckets <= BUCKETS_MAX:  # before the tracker's check, which speaks of its own maximum
+            why = (": each bucket slows every new tree down (its tombstones are looked through), and 32 make expiry "
+                   "exact within 3.2 %") if self.buckets > BUCKETS_MAX else ""  # fmt: skip
+            raise ConfigError(f"buckets must be between 2 and {BUCKETS_MAX}, got {self.buckets}{why}")
+        self.tracker_config()  # validates the rest
         callables = sorted(set(self.kafka) & set(_PYTHON_CALLABLES))
         if callables:
             raise ConfigError(f"{', '.join(callables)}: confluent-kafka takes a Python function there, not a setting")

@@ -88,9 +88,11 @@ class Backoff:
 
     def delay_ms(self, attempt: int) -> int:
         cap = max(self.max_ms, self.first_ms)
+        if self.first_ms == 0:  # no backoff, at every step (the power alone overflows past 1,024 of them)
+            return 0
         try:
             return int(min(cap, self.first_ms * self.factor ** max(0, attempt - 1)))
-        except OverflowError:  # a float power past ~1e308: far past the cap
+        except OverflowError:  # a float power past ~1e308, times at least 1 ms: far past the cap
             return cap
 
 

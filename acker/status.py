@@ -129,7 +129,7 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
     of another shape than this version writes are left out."""
     try:
         status = json.loads(value or b"")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
         return None
     if not isinstance(status, dict) or type(status.get("partition")) is not int:
         return None

@@ -69,7 +69,7 @@ def test_booleans_and_the_tracker_config() -> None:
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
     [
-        (("--buckets", "1"), {}, "buckets must be between 2 and"),
+        (("--buckets", "1"), {}, "buckets must be between 2 and 32, got 1"),  # the setting's range, not the tracker's
         (("--buckets", "33"), {}, "buckets must be between 2 and 32, got 33: each bucket slows"),
         (("--buckets", "three"), {}, r"setting buckets \(from the flags\): cannot read 'three' as int"),
         ((), {"ACKER_RELOCATE_ON_UPDATE": "maybe"}, r"relocate_on_update \(from the environment\): cannot read"),

@@ -129,6 +129,8 @@ def test_the_backoff_stays_at_its_cap_for_any_attempt() -> None:
     assert POLICY.backoff.delay_ms(10**6) == POLICY.backoff.max_ms
     slow = Backoff(first_ms=120_000)  # a first delay above the default cap of a minute is the one asked for
     assert [slow.delay_ms(n) for n in (1, 2, 10**6)] == [120_000] * 3
+    # None asked for: none at any step (the power overflowed past 1,024 overloads in a row, and the cap came back)
+    assert [Backoff(first_ms=0).delay_ms(n) for n in (1, 1024, 1025, 10**6)] == [0] * 4
 
 
 @given(st.integers(min_value=0, max_value=10), st.sampled_from(["FAILED", "TIMEOUT", "OVERLOAD"]))
