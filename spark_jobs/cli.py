@@ -55,7 +55,7 @@ def starting_offsets(text: str) -> str:
         return text.strip().lower()
     try:
         offsets = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
         offsets = None
     if isinstance(offsets, dict) and offsets and all(_partition_offsets(p) for p in offsets.values()):
         return text

@@ -311,7 +311,7 @@ def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
 @pytest.mark.parametrize("value", ["earliest", "latest", " Latest ", '{"t": {"0": 23, "1": -2}}'])
 def test_spark_starting_offsets_are_checked_before_spark_starts(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert starting_offsets(value) == (value if value.startswith("{") else value.strip().lower())  # as Spark reads it
-    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', '{"t": {"x": 1}}', "{}"):
+    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', '{"t": {"x": 1}}', "{}", "[" * 3000):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["spark", "commit", "--checkpoint", "/x", "--starting-offsets", wrong])
         assert exit_.value.code == 2
