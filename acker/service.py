@@ -786,6 +786,10 @@ class AckerService:
         for spec in specs:
             found = self._topic_lookup(spec.name, timeout_s)
             if found:
+                if spec.name in self._ensure_again_at:  # made by another since (its spout, `acker topics create`)
+                    # A producer that found it missing refused its next record at once (``Local: Unknown topic``),
+                    # dead-lettered as outcome-refused, until it looked again by itself (about a second later).
+                    self._refresh_producer(spec.name, timeout_s)
                 self._known(spec.name)
             elif found is None and capped:
                 # Not known to be missing (the lookup failed): written to, and looked up again later. Taken for
@@ -1187,7 +1191,8 @@ class AckerService:
     def _refresh_producer(self, topic: str, timeout_s: float) -> None:
         """Update what the producer knows of ``topic`` (the acker topic, which it writes ticks to, or an outcome
         topic), which exists: a producer refuses a partition it does not know yet, and looks again by itself only
-        every 5 minutes (a lookup through a handle updates what the handle knows)."""
+        every 5 minutes, and a topic it found missing for a moment after it is made (a lookup through a handle
+        updates what the handle knows)."""
         try:
             self.producer.list_topics(topic, timeout=timeout_s)
         except KafkaException as error:  # looked up again at the next tick refused, or the next assignment

@@ -3,6 +3,7 @@ commit): one partition of each outcome topic, chosen before the first record and
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -154,4 +155,23 @@ def test_a_refused_tick_does_not_delay_the_ticks_of_the_partition_once_it_comes_
     service._tick_refused[5] = 2**62
     service._drop([TopicPartition("acker", 5)])
     assert 5 not in service._tick_refused
+    service.close()
+
+
+def test_an_outcome_topic_made_by_another_after_it_was_missing_is_looked_up_by_the_producer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its creation failed here, and its spout made it since: the producer, which had found it missing, refused the
+    next record at once (``Local: Unknown topic``), dead-lettered as outcome-refused, while its partitions' lookup was
+    still backing off. The producer looks it up when the service finds it."""
+    service, sent = _service(monkeypatch, _Kafka(3, {}))
+    service._known_topics = set()
+    service._ensure_again_at[TOPIC] = (0.0, 1)  # due
+    service._lookup_failed_at[TOPIC] = time.monotonic()  # sent by key, as while it was missing
+    refreshed: list[str] = []
+    monkeypatch.setattr(service, "_refresh_producer", lambda topic, _timeout_s: refreshed.append(topic))
+    _send(service, 5)
+    assert refreshed == [TOPIC] and TOPIC in service._known_topics and len(sent) == 1
+    _send(service, 5)
+    assert refreshed == [TOPIC]  # once
     service.close()
