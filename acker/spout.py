@@ -86,6 +86,9 @@ from acker.watermarks import acked_group
 from acker.wire import OUTCOME_RECORD_MAX_BYTES, OUTCOMES_PER_RECORD, WireError, decode_outcomes, encode_outcome_rows
 
 log = logging.getLogger("acker.spout")
+# Sends of an init lost (the first included) before the record is failed here. At most
+# `acker.kafka.acker_client.RESENDS` + 1: the fail of a record whose emit function raised goes with each send of
+# its init, and is given up after that many.
 INIT_ATTEMPTS = 3
 
 

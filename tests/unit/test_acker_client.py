@@ -3,9 +3,11 @@ never connects: these paths are decided locally)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +26,7 @@ from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.kafka import acker_client
 from acker.kafka.acker_client import RESENDS, AckerClient
 from acker.kafka.clients import KafkaClientError
+from acker.spout import INIT_ATTEMPTS, Spout
 from acker.wire import check_block, parse_batch
 from tests.strategies import Scenario, scenarios, tracker_configs
 
@@ -742,3 +745,28 @@ def test_a_batch_delivery_reports_filled_past_its_size_goes_in_records_of_at_mos
     acker_records = [parse_batch(v) for v, _ in producer.records[25:]]
     assert all(len(b) <= 10 for b in acker_records) and sum(len(b) for b in acker_records) == 25
     assert [int(a) for b in acker_records for a in b.anchors] == list(range(1, 26))
+
+
+def test_a_spouts_fail_and_init_lost_at_every_send_never_reach_the_acker_apart() -> None:
+    """The spout sends a lost init again until it has sent it `INIT_ATTEMPTS` times, the client a lost fail `RESENDS`
+    times more: an init sent again after its fail was given up would reach the acker alone, and a record whose emit
+    function raised would be acked by the children it sent. Lost at every send, each record holds the fail with its
+    init, until the spout fails the record itself."""
+    producer = _Reporting()
+    spout = SimpleNamespace(pending={"t/0/1": 11}, _init_attempts={}, counters=Counter(), _direct=[],
+                            _direct_reasons={}, settings=SimpleNamespace(name="s"))  # fmt: skip
+    on_failure = functools.partial(Spout._acker_delivery_failed, spout)  # type: ignore[arg-type]
+    spout.acker = client = AckerClient(producer, "acker", 1, linger_s=60, on_failure=on_failure)  # type: ignore[arg-type]
+    client.send_all([Fail(11), Init(11, "s", "t/0/1", 5)], "emit raised")
+    for _ in range(INIT_ATTEMPTS + RESENDS + 1):
+        if client._batches[0] is None:
+            break
+        producer.refuse = KafkaError(KafkaError._MSG_TIMED_OUT, "lost")
+        client._flush_partition(0)
+        client.poll()
+    assert client._batches[0] is None
+    sent = [parse_batch(v) for v, _ in producer.records]
+    inits = [block for block in sent if Kind.INIT in block.kinds.tolist()]
+    assert len(inits) == INIT_ATTEMPTS
+    assert all(block.kinds.tolist()[:2] == [Kind.FAIL, Kind.INIT] for block in inits)
+    assert [row[:3] for row in spout._direct] == [("FAILED", 11, "t/0/1")]
