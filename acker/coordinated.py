@@ -252,7 +252,9 @@ class TaskState:
         reporters = 1 if self.first else self.tasks
         reports = [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
         state.done = True
-        state.sent, state.user, state.answer = {}, {}, None  # the marker keeps nothing else of the request's work
+        # The marker keeps nothing else of the request's work, which a done request takes no more of: small, whatever
+        # came before (reports of crafted senders, up to the changelog's record limit, which fails the request).
+        state.sent, state.user, state.answer, state.senders = {}, {}, None, set()
         self._schedule(state)  # due later now, a marker
         return reports
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -709,13 +710,13 @@ class CoordinatedStage:
         that request (reported downstream as usual) rather than the whole batch, again at every restart."""
         try:
             saved = json.dumps(state.to_json()).encode()
-            if json.loads(saved)["user"] != state.user:  # a restart would hand the step other state
+            if not _same(json.loads(saved)["user"], state.user):  # a restart would hand the step other state
                 raise ValueError("the step's state does not come back from JSON unchanged (keys must be strings)")
             if len(saved) + len(state.request) > self.max_record:
                 raise ValueError(f"{len(saved)} bytes of state: {self.changelog} takes {self.max_record} at most")
             return saved
         except (TypeError, ValueError, RecursionError) as error:  # RecursionError: state nested too deep
-            if state.done:  # a done marker holds nothing of the step's
+            if state.done:  # a done marker holds nothing of the step's, nor its senders (`TaskState.reports`)
                 raise
             _request_log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
             state.failed = True
@@ -891,6 +892,18 @@ def _refused(
     if report is None and _is_report(headers):  # else user code would see it as data
         return "unreadable report", f"{REPORT} without a value"
     return None
+
+
+def _same(restored: Any, kept: Any) -> bool:
+    """Whether a step's state ``kept`` came back from JSON as ``restored``: ``==``, but for a NaN, which JSON keeps
+    and which is never equal to itself (the mean of nothing failed its request)."""
+    if isinstance(restored, float) and isinstance(kept, float) and math.isnan(restored) and math.isnan(kept):
+        return True
+    if isinstance(restored, dict) and isinstance(kept, dict):
+        return restored.keys() == kept.keys() and all(_same(restored[k], kept[k]) for k in restored)
+    if isinstance(restored, list) and isinstance(kept, list):
+        return len(restored) == len(kept) and all(map(_same, restored, kept))
+    return bool(restored == kept)
 
 
 def _utf8(value: bytes | str | None) -> bool:

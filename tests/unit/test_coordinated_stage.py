@@ -128,6 +128,62 @@ def test_step_state_that_json_would_change_fails_the_request_instead_of_changing
     assert state.failed
 
 
+def test_step_state_holding_a_nan_is_saved_not_failed() -> None:
+    """JSON keeps a NaN, which is never equal to itself: the mean of nothing failed its request as state that would
+    change after a restart."""
+    stage = _last_step(_Answer(b"x"))
+    _handle(stage, _report("r1"), int(time.time() * 1000))
+    state = stage.tasks[0].requests["r1"]
+    state.done, state.user = False, {"mean": float("nan"), "means": [float("nan"), 1.5], "pair": [1, {"a": 2}]}
+    saved = json.loads(stage._encode(0, state))
+    assert not state.failed and saved["user"]["means"][1] == 1.5
+    state.user = {"pair": (1, 2)}  # a list after a restore
+    stage._encode(0, state)
+    assert state.failed
+
+
+class _Limited(_Producer):
+    """A producer that refuses a record over ``limit`` bytes at once, as librdkafka does over message.max.bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **kwargs: Any) -> None:
+        if len(value or b"") + len(key or b"") > self.limit:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        super().produce(topic, value, key, **kwargs)
+
+
+def test_a_flood_of_reports_from_senders_made_up_fails_the_request_and_leaves_a_small_marker() -> None:
+    """Reports of distinct senders, each saying the upstream step has 10^18 tasks: the request's state grew by each
+    until it was too large for the changelog, then failed, and its done marker kept every sender. The producer refused
+    the marker, and the step stopped, at every restart, until the request's deadline (up to a day)."""
+    stage = _last_step(_Answer(b"x"))
+    stage.chain, stage.index, stage.last = Chain("c", 4), 2, False
+    stage.input, stage.output, stage.changelog = "c.step2", "c.step3", "c.step2.state"
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1, upstream_tasks=2)}
+    stage.max_record = 20_000
+    stage.producer = _Limited(stage.max_record + 1024)  # type: ignore[assignment]  # the margin below its limit
+    now = int(time.time() * 1000)
+    deadline = str(now + 3_600_000).encode()
+    state = None
+    for sender in range(10**17, 10**17 + 5000):
+        body = json.dumps({"from": sender, "count": 0, "reporters": 10**18, "failed": False}).encode()
+        record = Message(topic="c.step2", partition=0, offset=sender % 10**17,
+                         headers=[(REQUEST, b"r1"), (DEADLINE, deadline), (REPORT, body)])  # fmt: skip
+        _handle(stage, record, now)
+        if sender % 500 == 0:  # a batch's worth
+            stage._save()
+        state = stage.tasks[0].requests["r1"]
+        if state.done:
+            break
+    stage._save()
+    assert state is not None and state.done and state.failed and not state.senders
+    [*_, marker] = _out(stage, "c.step2.state")
+    assert len(marker["value"]) < 500 and RequestState.from_json(json.loads(marker["value"])).done
+
+
 def test_step_state_nested_too_deep_to_save_fails_the_request_instead_of_every_batch() -> None:
     """JSON raised `RecursionError`, not taken for state that cannot be saved: the batch's transaction was aborted,
     and the restart failed on the same records again, until the request's deadline."""
