@@ -28,7 +28,7 @@ from acker.kafka.clients import (
     consume_available,
     end_offsets,
     partition_count,
-    produce,
+    produce_reporting,
     release,
 )
 from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
@@ -92,8 +92,9 @@ class DrpcClient:
         def delivered(error: KafkaError | None, _record: Message | None) -> None:
             reported.append(error)
 
-        produce(self.producer, self.chain.topic(0), args, key=request.encode(), partition=partition, headers=headers,
-                on_delivery=delivered)  # fmt: skip
+        # One the producer refuses at once (over its message.max.bytes) is reported so too: a `DrpcError`, below.
+        produce_reporting(self.producer, self.chain.topic(0), args, delivered, key=request.encode(),
+                          partition=partition, headers=headers)  # fmt: skip
         # Its own report, not the producer's queue (`flush`): an earlier request left in it (waited for, below) made
         # one delivered at once "not sent", and a caller that sent it again had it run twice.
         flush_s = min(SEND_WAIT_S, timeout_s + GRACE_S)

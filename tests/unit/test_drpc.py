@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 
 from acker import drpc
 from acker.config import ServiceConfig
@@ -44,7 +44,7 @@ def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(drpc, "GRACE_S", 0.0)
 
 
-def _client(producer: _Producer) -> DrpcClient:
+def _client(producer: _Producer | Producer) -> DrpcClient:
     client = DrpcClient.__new__(DrpcClient)
     client.chain, client.partitions, client.producer = Chain("c", 2), 1, producer  # type: ignore[assignment]
     client._answers, client._deadlines = {}, {}
@@ -64,6 +64,14 @@ def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, tim
     client = _client(producer)
     with pytest.raises(DrpcError, match=f"could not be sent {reason}"):
         client.send(b"url0", timeout_s=timeout_s)
+    assert client._deadlines == {}
+
+
+def test_a_request_the_producer_refuses_at_once_is_a_drpc_error() -> None:
+    """Arguments over the producer's message.max.bytes: a `KafkaException` came through instead."""
+    client = _client(Producer({"bootstrap.servers": "127.0.0.1:1", "message.max.bytes": 1000, "log_level": 0}))
+    with pytest.raises(DrpcError, match=r"could not be sent to c\.step0: .*too large"):
+        client.send(b"x" * 2000, timeout_s=1)
     assert client._deadlines == {}
 
 
