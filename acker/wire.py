@@ -185,7 +185,29 @@ def parse_batch(data: bytes) -> MessageBlock:
         raise WireError("bad-column", f"an init's offset is {int(init_offset.min())}: an offset is -1 (none) or more")
     if inits and init_offset.max() >= MAX_OFFSET:  # a message id could not carry it (`split_msg_id`)
         raise WireError("bad-column", f"an init's offset is {int(init_offset.max())}: past any Kafka offset")
+    if inits and (whole := init_offset == -1).any():
+        init_source, init_offset, sources = _split_whole(init_source, init_offset, sources, np.flatnonzero(whole))
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
+
+
+def _split_whole(
+    init_source: np.ndarray, init_offset: np.ndarray, sources: list[tuple[str, str]], whole: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
+    """The inits at ``whole`` (offset -1: the message id is the source alone) whose id has an offset after all
+    (``"t/0/5"``) in the one form Python writes (``("t/0", 5)``, `split_msg_id`). Invariant: one message id, one
+    form; the Spark jobs read a source and offset as coordinates, and took ``("t/0/5", -1)``, which the schema allows
+    a writer in another language, for no coordinates: its ack never moved the watermark, its nack was not replayed."""
+    index = {source: i for i, source in enumerate(sources)}
+    init_source, init_offset, sources = init_source.copy(), init_offset.copy(), list(sources)
+    for i in whole:
+        spout, source = sources[init_source[i]]
+        head, offset = _split(source)
+        if offset >= 0:
+            j = index.setdefault((spout, head), len(sources))
+            if j == len(sources):
+                sources.append((spout, head))
+            init_source[i], init_offset[i] = j, offset
+    return init_source, init_offset, sources
 
 
 _TICK, _ANCHOR, _OK, _ACK = int(Kind.TICK), int(Kind.ANCHOR), int(Kind.OK), int(Kind.ACK)

@@ -125,6 +125,24 @@ def test_invalid_records_are_rejected_with_a_reason(data: bytes, reason: str) ->
     assert raised.value.reason == reason
 
 
+def test_a_message_id_written_whole_is_read_in_the_one_form_python_writes() -> None:
+    """``("t/0/5", -1)`` is the message id ``t/0/5``, as ``("t/0", 5)`` is (the schema allows both): the Spark jobs
+    took the first for no coordinates (an ack that never moved the watermark, a nack not replayed)."""
+    data = _raw(
+        kinds=bytes([0, 0, 0]),
+        anchors=np.array([4, 6, 8], "<i8").tobytes(),
+        values=np.array([1, 1, 1], "<i8").tobytes(),
+        init_sources=np.array([0, 1, 2], "<i4").tobytes(),
+        init_offsets=np.array([-1, 7, -1], "<i8").tobytes(),
+        sources=[{"spout": "s", "source": "t/0/5"}, {"spout": "s", "source": "t/0"}, {"spout": "s", "source": "o-9"}],
+    )
+    inits = decode_batch(data).to_messages()
+    assert [(m.msg_id, m.anchor) for m in inits if isinstance(m, Init)] == [("t/0/5", 4), ("t/0/7", 6), ("o-9", 8)]
+    block = decode_batch(data)
+    assert [block.sources[s] for s in block.init_source] == [("s", "t/0"), ("s", "t/0"), ("s", "o-9")]
+    assert block.init_offset.tolist() == [5, 7, -1]
+
+
 def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
     for spout in ("with space", "", "x" * 201, "slash/no"):
         with pytest.raises(WireError) as raised:
