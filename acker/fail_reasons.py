@@ -17,14 +17,16 @@ header: nothing of the protocol changes, and the header can be written before ev
 Invariant: a reason never changes what is decided, and never stops a process. A header that cannot be read (not
 JSON, nested too deep, over `READ_MAX_BYTES`) is ignored: its trees fail as they would without it. A reason is at most
 `REASON_MAX_CHARS` characters of text that encodes as UTF-8 (what does not, a lone surrogate, is escaped); a header
-holds at most `PER_RECORD` of them and `HEADER_MAX_BYTES` (a record failing more trees says the first ones); a
-service keeps at most `KEPT` reasons per partition whose trees are not decided yet (a fail read before its tree's
-init), the oldest forgotten first, and the first reason of a tree (its first fail decided it).
+holds at most `PER_RECORD` of them (and is read so) and `HEADER_MAX_BYTES` (a record failing more trees says the
+first ones); a service keeps at most `KEPT` reasons per partition whose trees are not decided yet (a fail read before
+its tree's init), the oldest forgotten first, and the first reason of a tree (its first fail decided it).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +36,7 @@ PER_RECORD = 100
 HEADER_MAX_BYTES = 16 * 1024  # written; a record's size limit is 1 MB by default
 READ_MAX_BYTES = 64 * 1024  # read: a larger header is not this project's
 KEPT = 4096
+_DECIMAL = re.compile(r"-?[0-9]{1,20}")
 
 
 def reason_of(error: BaseException, where: str = "") -> str:
@@ -79,8 +82,9 @@ def as_headers(reasons: Mapping[int, str] | Mapping[str, str]) -> dict[str, Any]
 
 
 def decode(raw: bytes | str | None) -> dict[str, str]:
-    """The reasons of a header's value, by its keys as written; empty when it is not a JSON object of strings (or is
-    over `READ_MAX_BYTES`)."""
+    """The reasons of a header's value, by its keys as written: of its first `PER_RECORD` entries, as many as a
+    writer puts in one (thousands from another writer pushed out every reason a service kept, `Kept`); empty when it
+    is not a JSON object of strings (or is over `READ_MAX_BYTES`)."""
     if not raw or len(raw) > READ_MAX_BYTES:
         return {}
     try:
@@ -89,17 +93,17 @@ def decode(raw: bytes | str | None) -> dict[str, str]:
         return {}
     if not isinstance(found, dict):
         return {}
-    return {_encodable(k): cut(v) for k, v in found.items() if isinstance(v, str)}
+    return {_encodable(k): cut(v) for k, v in itertools.islice(found.items(), PER_RECORD) if isinstance(v, str)}
 
 
 def by_anchor(raw: bytes | str | None) -> dict[int, str]:
-    """An acker record's reasons, by anchor; keys that are not non-zero 64-bit integers are left out."""
+    """An acker record's reasons, by anchor; keys that are not non-zero 64-bit integers in ASCII decimal are left out
+    (``int`` takes " 7", "+9", "1_0" and other scripts' digits: a reason could go to another tree)."""
     out = {}
     for key, reason in decode(raw).items():
-        try:
-            anchor = int(key)
-        except ValueError:
+        if not _DECIMAL.fullmatch(key):
             continue
+        anchor = int(key)
         if anchor and -(1 << 63) <= anchor < (1 << 63):
             out[anchor] = reason
     return out

@@ -62,6 +62,19 @@ def test_what_cannot_be_read_is_no_reason() -> None:
     assert decode(mixed.encode()) == {"1": "ok", "x": "not an anchor", "0": "no tree", str(2**63): "past int64"}
 
 
+def test_a_header_from_another_writer_is_read_within_our_bounds_and_by_decimal_anchors() -> None:
+    """5,000 short reasons in one header (50 KB, within `READ_MAX_BYTES`) pushed out every reason a partition kept
+    for trees not decided yet; and keys ``int`` takes but no writer writes gave a reason to another tree."""
+    flood = json.dumps({str(i): "" for i in range(1000, 6000)}).encode()
+    assert len(flood) < READ_MAX_BYTES and len(decode(flood)) == len(by_anchor(flood)) == PER_RECORD
+    kept = Kept()
+    kept.add({7: "bolt x: ValueError: boom"})
+    kept.add(by_anchor(flood))
+    assert kept.take([7]) == {7: "bolt x: ValueError: boom"}
+    loose = {" 7": "a", "+9": "b", "1_0": "c", "\u0661\u0662": "d", "-3": "e", "12": "f"}
+    assert by_anchor(json.dumps(loose).encode()) == {-3: "e", 12: "f"}
+
+
 def test_reasons_are_bounded_in_length_in_number_and_in_bytes() -> None:
     long = "x" * (REASON_MAX_CHARS * 3)
     assert len(cut(long)) == REASON_MAX_CHARS and cut("short") == "short"
