@@ -181,12 +181,14 @@ def parse_batch(data: bytes) -> MessageBlock:
     sources = [(s["spout"], s["source"]) for s in record["sources"]]
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
-    if inits and init_offset.min() < -1:  # -1 is "no offset": below it, a message id would be misread as its source
-        raise WireError("bad-column", f"an init's offset is {int(init_offset.min())}: an offset is -1 (none) or more")
+    lowest = int(init_offset.min()) if inits else 0
+    if lowest < -1:  # -1 is "no offset": below it, a message id would be misread as its source
+        raise WireError("bad-column", f"an init's offset is {lowest}: an offset is -1 (none) or more")
     if inits and init_offset.max() >= MAX_OFFSET:  # a message id could not carry it (`split_msg_id`)
         raise WireError("bad-column", f"an init's offset is {int(init_offset.max())}: past any Kafka offset")
-    if inits and (whole := init_offset == -1).any():
-        init_source, init_offset, sources = _split_whole(init_source, init_offset, sources, np.flatnonzero(whole))
+    if lowest == -1:  # an id written whole: looked at only then, off the usual path
+        whole = np.flatnonzero(init_offset == -1)
+        init_source, init_offset, sources = _split_whole(init_source, init_offset, sources, whole)
     return MessageBlock(kinds, anchors, values, init_source, init_offset, sources)
 
 
