@@ -179,6 +179,7 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")
+    _quiet_accumulator_server(session.sparkContext)
     _avro_limits_in_driver(session)
     if not session.sparkContext.getConf().contains(STOP_TIMEOUT):  # given by --conf or spark-defaults.conf: theirs
         session.conf.set(STOP_TIMEOUT, STOP_TIMEOUT_DEFAULT)
@@ -186,6 +187,21 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     # on a busy host): the jobs log each micro-batch's work themselves.
     set_log_level(session, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
     return session
+
+
+def _quiet_accumulator_server(context: SparkContext) -> None:
+    """pyspark's accumulator server listens on a local port the system picks, and prints a 20-line traceback to
+    stderr for every connection that does not open with its token. A job's stderr then held a stranger's: a Kafka
+    client still retrying a broker that had this port before (seen in the tests), or a port scan. Such a connection
+    is logged on one debug line; Spark's own connections are the ones this does not touch."""
+    server = getattr(context, "_accumulatorServer", None)  # pyspark's attribute, there since its 1.x
+    if server is None:
+        return
+
+    def refused(_request: object, address: object) -> None:
+        log.debug("pyspark's accumulator server dropped a connection from %s: %s", address, sys.exc_info()[1])
+
+    server.handle_error = refused
 
 
 def _avro_limits_in_driver(session: SparkSession) -> None:
