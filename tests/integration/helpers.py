@@ -19,12 +19,13 @@ from typing import Any, Protocol
 
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
 from acker import fail_reasons
 from acker.config import ServiceConfig, to_argv
 from acker.core.messages import TreeMessage
 from acker.kafka.acker_client import AckerClient
-from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds
+from acker.kafka.clients import TopicSpec, consume_available, create_topics, log_bounds, partition_count
 from acker.kafka.local_broker import pdeathsig_preexec
 from acker.service import AckerService
 from acker.wire import decode_outcomes
@@ -211,6 +212,19 @@ def read_partition(config: ServiceConfig, topic: str, partition: int) -> list[tu
         return out
     finally:
         consumer.close()
+
+
+def add_partitions(client: dict[str, Any], topic: str, count: int, timeout_s: float = 30.0) -> None:
+    """Grow ``topic`` to ``count`` partitions, returning once a new handle's metadata shows them all. The broker
+    answers the request before its metadata has them: a producer made at once then found the old count about one
+    time in thirty, and failed a record written to a new partition (``_UNKNOWN_PARTITION``, a delivery report only:
+    its flush returned 0)."""
+    admin = AdminClient(dict(client))  # held: a handle destroyed fails its futures (_DESTROY)
+    admin.create_partitions([NewPartitions(topic, count)])[topic].result(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while (seen := partition_count(client, topic)) < count:
+        assert time.monotonic() < deadline, f"{topic}: {seen} partitions seen, {count} made"
+        time.sleep(0.1)
 
 
 def pid_alive(pid: int) -> bool:

@@ -48,6 +48,7 @@ from tests.integration.helpers import (
     OutcomeReader,
     Running,
     ServiceThread,
+    add_partitions,
     create_acker_topics,
     produce_with_header_name,
 )
@@ -398,14 +399,14 @@ def test_a_spout_reads_outcome_partitions_added_later_and_waits_for_an_acker_tha
     try:
         step_until(lambda: len(spout.pending) == 4, "the spout never reached max_pending")
         outcomes = config.outcome_topic(SPOUT)
-        admin = AdminClient(config.producer())
-        admin.create_partitions([NewPartitions(outcomes, config.partitions + 2)])[outcomes].result(30)
+        add_partitions(config.client(), outcomes, config.partitions + 2)
         msg_id, anchor = next(iter(spout.pending.items()))
-        producer = Producer(config.producer())
+        producer, delivered = Producer(config.producer()), []
         producer.produce(
-            outcomes, encode_outcome_rows(SPOUT, [("ACK", anchor, msg_id, 0)]), partition=config.partitions + 1
-        )
-        assert producer.flush(30) == 0
+            outcomes, encode_outcome_rows(SPOUT, [("ACK", anchor, msg_id, 0)]), partition=config.partitions + 1,
+            on_delivery=lambda error, _record: delivered.append(error),
+        )  # fmt: skip
+        assert producer.flush(30) == 0 and delivered == [None], delivered
         step_until(lambda: msg_id not in spout.pending, "the outcome in the new partition was never read")
         assert spout.counters["acked"] == 1 and spout.counters["pending_given_up"] == 0
         step_until(lambda: len(spout.pending) == 4, "the room given back was not taken")

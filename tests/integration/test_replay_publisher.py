@@ -23,7 +23,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
-    NewPartitions,
 )
 
 from acker.errors import AckerError
@@ -47,7 +46,7 @@ from acker.wire import decode_outcomes
 from spark_jobs import replay_job
 from spark_jobs.commit_job import OutcomeSource
 from spark_jobs.replay_job import Committed, ReplayJobSettings, _Publisher, close_publishers, handled_said
-from tests.integration.helpers import produce_with_header_name, read_all
+from tests.integration.helpers import add_partitions, produce_with_header_name, read_all
 
 Fetch = Callable[[str, int, list[int]], dict[int, Message | None]]
 
@@ -354,11 +353,7 @@ def test_partitions_added_to_a_replay_topic_take_replays_once_its_count_is_looke
     monkeypatch.setattr(replay_job, "time", clock)
     publisher = _Publisher(settings, f"{settings.name}-id")
     assert publisher.publish(0, [_nack(settings, source, 1, 0)], _fetch(client)) == 1
-    admin = AdminClient(dict(client))
-    admin.create_partitions([NewPartitions(replays, 2)])[replays].result(30)
-    deadline = time.monotonic() + 30
-    while partition_count(client, replays) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    add_partitions(client, replays, 2)
     assert publisher.partitions(replays, recheck=True) == 1  # known, until it is looked up again
     now[0] += replay_job._COUNT_RECHECK_S
     assert publisher.partitions(replays) == 1  # within a transaction: never looked up
@@ -591,8 +586,7 @@ def test_each_nack_is_resolved_in_the_outcome_partition_it_was_read_from(bootstr
     client = {"bootstrap.servers": bootstrap}
     settings = _settings(client)
     outcome_topic = settings.source.topics[0]
-    admin = AdminClient(dict(client))
-    admin.create_partitions([NewPartitions(outcome_topic, 3)])[outcome_topic].result(30)
+    add_partitions(client, outcome_topic, 3)
     source = _filled_source(client, settings, 6)
     gone = _nack(settings, source, 0, 99, read_from=1)  # no such record: dead-lettered
     nacks = [*(_nack(settings, source, 0, offset, read_from=offset % 3) for offset in range(6)), gone]
@@ -617,8 +611,7 @@ def test_a_nack_read_from_an_outcome_partition_added_while_the_job_runs_is_resol
     source = _filled_source(client, settings, 3)
     publisher = _Publisher(settings, f"{settings.name}-id")
     assert publisher.publish(0, [_nack(settings, source, 0, 0)], _fetch(client)) == 1
-    admin = AdminClient(dict(client))
-    admin.create_partitions([NewPartitions(outcome_topic, 3)])[outcome_topic].result(30)
+    add_partitions(client, outcome_topic, 3)
     monkeypatch.setattr(publisher, "_grown", lambda _topic, count: count)  # the producer sees no more
     assert publisher.publish(1, [_nack(settings, source, 0, 1, read_from=2)], _fetch(client)) == 1
     monkeypatch.undo()
