@@ -4,6 +4,7 @@ the bookkeeping of requests sent and not waited for."""
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from typing import Any
 
@@ -47,7 +48,7 @@ def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 def _client(producer: _Producer | Producer) -> DrpcClient:
     client = DrpcClient.__new__(DrpcClient)
     client.chain, client.partitions, client.producer = Chain("c", 2), 1, producer  # type: ignore[assignment]
-    client._answers, client._deadlines = {}, {}
+    client._answers, client._deadlines, client._unsent = {}, {}, {}
     return client
 
 
@@ -93,10 +94,10 @@ def test_a_request_not_delivered_yet_while_its_deadline_is_ahead_is_waited_for(
 
 
 class _SlowToDeliver(_Producer):
-    """Reports the delivery ``after_s`` after the record was produced."""
+    """Reports the delivery (``error``) ``after_s`` after the record was produced."""
 
-    def __init__(self, after_s: float) -> None:
-        super().__init__(left=1)
+    def __init__(self, after_s: float, error: KafkaError | None = None) -> None:
+        super().__init__(error, left=1)
         self.after_s, self.at = after_s, 0.0
         self.report: Any = None
 
@@ -106,7 +107,7 @@ class _SlowToDeliver(_Producer):
     def poll(self, timeout: float) -> int:
         time.sleep(timeout)
         if self.report is not None and time.monotonic() >= self.at:
-            self.report(None, None)
+            self.report(self.error, None)
             self.report = None
         return 0
 
@@ -120,6 +121,52 @@ def test_a_requests_wait_ends_at_its_deadline_however_long_its_send_took(monkeyp
     request = client.send(b"url0", timeout_s=1.0)
     assert time.monotonic() - started >= 0.5  # the delivery waited for
     assert client._deadlines[request] <= started + 1.0 + 0.05  # GRACE_S is 0 here
+
+
+@pytest.mark.parametrize(
+    ("after_s", "error", "wait_at_s", "said"),
+    [
+        (0.4, KafkaError(KafkaError._MSG_TIMED_OUT), 0, "to c.step0: Local: Message timed out"),
+        (1.2, None, 1.3, "to c.step0: delivered after its deadline"),
+        (60, None, 0, "to c.step0: not delivered before its deadline"),
+    ],
+)
+def test_a_request_sent_on_before_its_delivery_says_what_became_of_it(
+    after_s: float, error: KafkaError | None, wait_at_s: float, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request `send` returned before its delivery was reported was said "got no answer before its deadline (is
+    every step of chain c running?)" at the end of its wait, whether it failed to be delivered (said once the report
+    comes, here long before its deadline), was delivered after its deadline (the steps drop it), or was not by then:
+    the chain was never asked."""
+    timeout_s = 60.0 if error is not None else 1.0
+    client = _client(_SlowToDeliver(after_s, error))  # SEND_WAIT_S is 0.2 s here
+    started = time.monotonic()
+    request = client.send(b"url0", timeout_s=timeout_s)
+    time.sleep(max(0.0, started + wait_at_s - time.monotonic()))
+    monkeypatch.setattr(client, "_read_answers", time.sleep)
+    monkeypatch.setattr(client, "_read_to_ends", lambda _request: None)
+    with pytest.raises(DrpcError, match=re.escape(f"could not be sent {said}")):
+        client.wait(request)
+    assert time.monotonic() - started < timeout_s / 2 or error is None  # a failure said when reported
+    assert not client._deadlines and not client._unsent
+
+
+def test_a_request_delivered_after_its_send_and_before_its_deadline_is_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = _client(_SlowToDeliver(0.4))
+    request = client.send(b"url0", timeout_s=5.0)
+    calls: list[int] = []
+
+    def read(_timeout_s: float) -> None:
+        calls.append(1)
+        if len(calls) == 8:  # 0.8 s: after the delivery
+            client._answers[request] = ("ok", b"7")
+        time.sleep(0.1)
+
+    monkeypatch.setattr(client, "_read_answers", read)
+    assert client.wait(request) == b"7"
+    assert not client._deadlines and not client._unsent
 
 
 def test_requests_never_waited_for_are_forgotten_once_their_time_is_out() -> None:
