@@ -132,14 +132,23 @@ class OutcomeLog:
 
 def parse_metadata(text: str | None) -> Starts:
     """Where to read back from, out of a commit's metadata; nothing when it holds none (committed by an earlier
-    version, by another tool) or cannot be read."""
+    version, by another tool) or cannot be read. Every partition and offset is a JSON integer of 0 or more, as
+    `OutcomeLog.metadata` writes them, or none is taken: ``1e999`` (read as infinity) made ``int`` raise
+    OverflowError, which stopped the service at every start while that commit stood; ``"12"`` was read as (1, 2)."""
     if not text:
         return {}
     try:
         obj = json.loads(text)
         if obj.get("v") != METADATA_VERSION:
             return {}
-        return {str(t): (int(p), int(o)) for t, (p, o) in obj["outcomes"].items()}
+        starts = {str(t): (p, o) for t, (p, o) in obj["outcomes"].items()}
+        if all(_count(p) and _count(o) for p, o in starts.values()):
+            return starts
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # JSON nested past Python's stack
-        log.warning("commit metadata not understood, nothing read back: %.200r", text)
-        return {}
+        pass
+    log.warning("commit metadata not understood, nothing read back: %.200r", text)
+    return {}
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0  # not a bool, nor a float

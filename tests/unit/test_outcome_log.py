@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from acker.outcome_log import MAX_METADATA_BYTES, OutcomeLog, parse_metadata
 
 
@@ -86,6 +88,15 @@ def test_metadata_not_ours_reads_as_nothing_to_read_back() -> None:
     assert parse_metadata("written by another tool") == {}
     assert parse_metadata(json.dumps({"v": 99, "outcomes": {}})) == {}
     assert parse_metadata(json.dumps({"v": 1, "outcomes": {"t": "x"}})) == {}
+
+
+@pytest.mark.parametrize("where", ["[0, 1e999]", "[Infinity, 0]", "[NaN, 0]", '"12"', "[0.9, 5.5]", "[-3, 5]",
+                                   "[0, -1]", "[true, 5]", '["1", 5]', "[1, 2, 3]"])  # fmt: skip
+def test_metadata_with_a_start_that_is_not_two_counts_reads_as_nothing(where: str) -> None:
+    """``1e999`` raised OverflowError out of the service's read-back, which stopped it at every start while the
+    commit stood (no new commit could replace it); the others were read as starts the service never wrote."""
+    assert parse_metadata(f'{{"v": 1, "outcomes": {{"t": {where}, "u": [1, 2]}}}}') == {}
+    assert parse_metadata('{"v": 1, "outcomes": {"t": [0, 0], "u": [1, 2]}}') == {"t": (0, 0), "u": (1, 2)}
 
 
 def test_commit_metadata_nested_past_pythons_stack_is_not_understood_rather_than_raised() -> None:
