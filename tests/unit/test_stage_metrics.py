@@ -234,3 +234,14 @@ def test_every_dashboard_panel_queries_metrics_the_project_exports() -> None:
             _check_names(panel["title"], target["expr"], exported)
     ids = [(target["refId"], panel["title"]) for panel in panels for target in panel["targets"]]
     assert len(set(ids)) == len(ids)
+
+
+def test_the_latency_sum_keeps_the_fractions_of_a_millisecond_of_every_record() -> None:
+    """The spout observes each outcome record's latencies in fractional milliseconds: the sum was cut to whole ones
+    at every record, so 1,000 records of one ack at 25.7 ms summed to 25 s, and at 0.9 ms to 0 s."""
+    slow = fast = LatencyHistogram()
+    for _ in range(1000):
+        slow, fast = slow.observed(np.array([25.7])), fast.observed(np.array([0.9]))
+    assert slow.prometheus_buckets()[1] == pytest.approx(25.7)
+    assert fast.prometheus_buckets()[1] == pytest.approx(0.9)
+    assert slow.plus(fast).prometheus_buckets()[1] == pytest.approx(26.6)
