@@ -9,6 +9,7 @@ import logging
 import os
 import select
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -76,18 +77,30 @@ def _whole_file(path: str) -> Iterator[io.TextIOWrapper]:
     without an error; else removed, and a file that was at ``path`` left as it was (an export that failed midway
     left a prefix there that read as a whole partition, in place of what the file held)."""
     directory, name = os.path.split(os.path.abspath(path))
-    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
+    try:
+        fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
+    except OSError as error:  # said of the file asked for, not of the one beside it (no such directory, say)
+        raise OSError(error.errno, error.strerror, path) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             yield out
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(partial, 0o666 & ~umask)  # as `open` would have made it (mkstemp's is the owner's alone)
+        os.chmod(partial, _mode_for(path))
         os.replace(partial, path)
     except BaseException:
         with suppress(OSError):
             os.unlink(partial)
         raise
+
+
+def _mode_for(path: str) -> int:
+    """The permissions a file written at ``path`` gets: those of the file there, as `open` keeps them (an export
+    over a file made private stays private), else what `open` gives a new file (mkstemp's are the owner's alone)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _output(path: str) -> AbstractContextManager[TextIO]:
@@ -110,7 +123,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         done = export_partition(config, where, out, sys.stderr)
     said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
             + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"
-               if where.written_end > where.end and args.to_offset is None else "")
+               if where.written_end > where.end and (args.to_offset is None or args.to_offset > where.end) else "")
             + f": {done.records} record(s) read, {done.messages} message(s) written"]  # fmt: skip
     if done.refused:
         said.append(f"{done.refused} record(s) refused by the service, written as the fails of their inits")
@@ -405,7 +418,7 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not marks:
-        print(f"no watermarks committed in {', '.join(args.spout_groups)} (.acked)")
+        print(f"no watermarks committed in {', '.join(missing)}")
         return 0
     table = Table(title="fully-processed watermarks")
     for column in ("group", "topic", "partition", "watermark", "end", "behind"):
@@ -642,11 +655,20 @@ def _reader_gone() -> bool:
 DID_NOT_ANSWER = "Kafka did not answer"
 
 
+# Arguments naming files this process opens itself, which take any bytes a file name may hold (Python keeps them as
+# surrogates and gives them back to the system as they were): `acker replay`'s input, `acker export -o`, the demo's
+# report, the word count's sentences. Not Spark's checkpoint nor its log, which go to the JVM as text.
+_FILE_NAMES = frozenset({"file", "output", "report"})
+
+
 def _not_text(args: argparse.Namespace) -> str | None:
     """The name of an argument of the command whose value is not UTF-8 text (a byte the locale could not decode,
     kept by Python as a lone surrogate), or None. Passed on (a group, a topic), a Kafka client ended the command with
-    a traceback. The settings are checked by `acker.config.load`, which says where they came from."""
+    a traceback. The settings are checked by `acker.config.load`, which says where they came from; the names of
+    files this process opens (`_FILE_NAMES`) are not text to check."""
     for name, value in vars(args).items():
+        if name in _FILE_NAMES:
+            continue
         for text in value if isinstance(value, list | tuple) else [value]:
             if isinstance(text, str) and not is_text(text):
                 return name

@@ -148,6 +148,30 @@ def test_a_partition_written_to_during_the_export_is_not_said_to_have_an_open_tr
     assert spans[-1].end > 0 and all(s.written_end <= s.end for s in spans)
 
 
+def test_an_export_cut_short_by_an_open_transaction_says_so_whatever_end_was_asked_for(config: ServiceConfig) -> None:
+    """Asked to end past an open transaction (``--to-offset``), the export ended where it begins, and said nothing
+    of why: the note was given only to an export asked for no end."""
+    config = replace(config, partitions=1)
+    create_acker_topics(config)
+    producer = Producer(config.client())
+    for link in range(3):
+        producer.produce(config.acker_topic, encode_tick(NO_TICK if link == 0 else link - 1), partition=0)
+    assert producer.flush(30) == 0
+    open_one = Producer(config.client(**{"transactional.id": f"open-{config.acker_topic}"}))
+    open_one.init_transactions(30)
+    open_one.begin_transaction()
+    open_one.produce(config.acker_topic, encode_tick(2), partition=0)
+    assert open_one.flush(30) == 0  # written, its transaction left open
+    try:
+        said = {to: _acker(config, "export", "0", *(["--to-offset", to] if to else [])) for to in ("", "10", "2")}
+    finally:
+        open_one.abort_transaction(30)
+    note = "up to 3 (a transaction is open from 3; the end as written is 4)"
+    assert all(run.returncode == 0 for run in said.values()), {to: run.stderr for to, run in said.items()}
+    assert note in said[""].stderr and note in said["10"].stderr, said["10"].stderr
+    assert "up to 2: " in said["2"].stderr and "transaction" not in said["2"].stderr
+
+
 def test_an_export_follows_the_tick_chain_from_where_the_service_group_restarted(config: ServiceConfig) -> None:
     """Ticks at offsets 0, 1 and 2: two writers' chains (0; then 1 and 2, linked). Read from the first record, 1 and
     2 are off the chain. A service that restarted at the group's committed offset 1 began its chain there and

@@ -46,6 +46,27 @@ def test_an_export_file_is_put_in_place_only_whole(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # as `open` makes a file
 
 
+def test_an_export_over_a_file_keeps_its_permissions_and_a_missing_directory_is_said_of_the_file(
+    tmp_path: Path,
+) -> None:
+    """An export over a file made private (0600) left it readable by all (0644): the file put in its place had the
+    mode a new file gets, where `open` keeps the old one's. And ``-o /no/such/dir/f`` said "No such file or
+    directory: /no/such/dir/.f.xa9c.partial", a file nobody had named."""
+    private, new = tmp_path / "private.jsonl", tmp_path / "new.jsonl"
+    private.write_text("kept\n")
+    private.chmod(0o600)
+    for path in (private, new):
+        with cli._whole_file(str(path)) as out:
+            out.write("whole\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (stat.S_IMODE(private.stat().st_mode), stat.S_IMODE(new.stat().st_mode)) == (0o600, 0o666 & ~umask)
+    missing = tmp_path / "no" / "such.jsonl"
+    with pytest.raises(FileNotFoundError) as raised, cli._whole_file(str(missing)):
+        pass
+    assert raised.value.filename == str(missing)
+
+
 def test_an_export_to_a_link_or_a_pipe_writes_through_it(tmp_path: Path) -> None:
     """Put in place whole, a file replaced the link (its target left as it was) or the named pipe (its reader got
     nothing)."""

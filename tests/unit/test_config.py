@@ -156,6 +156,16 @@ def test_a_command_argument_that_is_not_utf8_text_is_one_line(
     assert capsys.readouterr().err == f"acker: {named}: not UTF-8 text (a byte the locale could not decode)\n"
 
 
+def test_a_file_name_that_is_not_utf8_is_opened_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file name may hold any bytes: ``acker replay caf<E9>.jsonl`` was refused as "not UTF-8 text", which the same
+    lines on standard input were not."""
+    named = os.path.join(tmp_path, f"caf{_LATIN1}.jsonl")
+    with open(named, "w", encoding="utf-8") as lines:
+        lines.write('{"type": "tick"}\n')
+    assert main(["replay", named]) == 0
+    assert "not UTF-8" not in capsys.readouterr().err
+
+
 def test_an_environment_variable_of_ours_that_names_no_setting_is_said(caplog: pytest.LogCaptureFixture) -> None:
     """ACKER_BOOTSTRAP_SERVER (no S) was ignored without a word: the default servers were used instead."""
     environ = {"ACKER_BOOTSTRAP_SERVER": "h:9092", "ACKER_KAFKA_LINGER_MS": "5", "ACKER_CACHE_DIR": "/c",
