@@ -193,13 +193,16 @@ def _quiet_accumulator_server(context: SparkContext) -> None:
     """pyspark's accumulator server listens on a local port the system picks, and prints a 20-line traceback to
     stderr for every connection that does not open with its token. A job's stderr then held a stranger's: a Kafka
     client still retrying a broker that had this port before (seen in the tests), or a port scan. Such a connection
-    is logged on one debug line; Spark's own connections are the ones this does not touch."""
+    is logged on one debug line; Spark's own are not touched. (The server takes one connection at a time, and keeps
+    Spark's once it comes: a stranger is read before it, or waits unread.)"""
     server = getattr(context, "_accumulatorServer", None)  # pyspark's attribute, there since its 1.x
     if server is None:
         return
 
     def refused(_request: object, address: object) -> None:
-        log.debug("pyspark's accumulator server dropped a connection from %s: %s", address, sys.exc_info()[1])
+        error = sys.exc_info()[1]
+        log.debug("pyspark's accumulator server dropped a connection from %s: %s: %s", address,
+                  type(error).__name__, error)  # fmt: skip
 
     server.handle_error = refused
 

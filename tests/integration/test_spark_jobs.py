@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -417,26 +415,6 @@ def test_a_batch_of_many_parts_comes_to_the_driver_in_key_order_a_range_at_a_tim
         assert jobs_at_first < len(tracker.getJobIdsForGroup()) - jobs_before  # more ranges read after the first
     finally:
         batch.unpersist()
-
-
-def test_a_strangers_connection_to_the_accumulator_server_is_one_debug_line_not_a_traceback(
-    spark: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
-) -> None:
-    """pyspark's accumulator server printed a traceback to stderr for bytes that are not its token (a Kafka client
-    retrying a broker that had had its port: a job's stderr held a UnicodeDecodeError). Spark's own updates still
-    come through after such a connection."""
-    context = spark.sparkContext
-    host, port = context._accumulatorServer.server_address
-    caplog.set_level(logging.DEBUG, logger="spark_jobs.session")
-    with socket.create_connection((host, port), timeout=10) as stranger:
-        stranger.sendall(b"\xff" * len(context._accumulatorServer.auth_token))
-        stranger.recv(1)  # the server closes it
-    dropped = [r for r in caplog.records if "accumulator server dropped a connection" in r.getMessage()]
-    assert len(dropped) == 1, caplog.records
-    assert "Traceback" not in capsys.readouterr().err
-    total = context.accumulator(0)
-    context.parallelize(range(10), 2).foreach(total.add)
-    assert total.value == 45
 
 
 def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) -> None:
