@@ -77,7 +77,33 @@ def test_records_too_large_are_split_until_they_fit_and_each_is_reported_once() 
     outcomes = [m for topic, v in written if topic == TOPIC for m in decode_outcomes(v).msg_ids]
     expected = [msg_id for record_rows in rows for _, _, msg_id, _ in record_rows]
     assert sorted(outcomes) == sorted(m for m in expected if "y" not in m)  # each once
+    # Split only as far as needed: the records that fit alone whole, the third's halves down to the large outcome.
+    sizes = [len(decode_outcomes(v).msg_ids) for topic, v in written if topic == TOPIC]
+    assert sorted(sizes, reverse=True) == [8, 8, 4, 2, 1], sizes
     assert all(len(v) <= LIMIT for topic, v in written if topic == TOPIC)
     letters = [v for topic, v in written if topic == service.config.dlq_topic]
     assert [decode_outcomes(v).msg_ids for v in letters] == [[expected[19]]] and service._dead_letters
+    assert log.metadata(0) is not None and log._streams[TOPIC].in_flight == 0
+
+
+def test_a_record_split_in_halves_is_in_flight_until_each_half_is_settled() -> None:
+    """Its halves are two records in flight where it was one: counted once, the first half's dead letter left the
+    topic with none in flight and no record delivered, and a commit then would name no start for it though the
+    second half was still to land."""
+    service, log = _service(), OutcomeLog()
+    rows = [("TIMEOUT", 1, f"src/{'y' * 1500}/1", 2), ("ACK", 2, "src/0/2", 1)]  # the first too large alone
+    log.sent(TOPIC)
+    value = encode_outcome_rows("s", rows, acker_partition=0, acker_offset=0)
+    service._produce_outcome(value, service._deliveries.track(), _Destination(0, TOPIC, None, [], 0, log))
+    service.producer.flush()
+    written = service.producer.written  # type: ignore[attr-defined]
+    rounds = 0
+    while service._fallbacks:  # one at a time, as `_send_fallbacks` sends them, looked at between
+        if not any(topic == TOPIC for topic, _ in written):  # the second half still to land
+            assert log.metadata(0) is None, f"a start named after {rounds} fallback(s), before the second half landed"
+        service._fallbacks.pop(0)()
+        service.producer.flush()
+        rounds += 1
+    assert rounds == 4  # alone, each half, the first half's dead letter
+    assert [decode_outcomes(v).msg_ids for topic, v in written if topic == TOPIC] == [["src/0/2"]]
     assert log.metadata(0) is not None and log._streams[TOPIC].in_flight == 0
