@@ -87,6 +87,7 @@ def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path:
         ('{"type":"frobnicate","anchor":1}', "unknown message type"),
         ('{"type":"ack","anchor":0,"value":1}', "non-zero"),
         ('{"type":"ack","anchor":"7","value":1}', "must be an integer"),
+        ('{"type":"ack","anchor":7,"value":0}', "an ack's value is 0"),  # as the service refuses it
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m"}', "'spout' must be a string"),
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m","spout":""}', "cannot name an outcome topic"),
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m","spout":"a b/c"}', "cannot name an outcome topic"),

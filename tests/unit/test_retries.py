@@ -199,6 +199,11 @@ def test_a_redriven_dead_letter_starts_a_new_round_at_attempt_0() -> None:
 def test_only_dead_letters_of_the_replay_job_can_be_redriven() -> None:
     with pytest.raises(NotRedrivableError, match=r"no acker\.replay\.origin"):
         redrive(POLICY, "acker.dlq/0/3", [("acker.dlq.reason", b"undecodable")])
+    # The acker's dead letter of a replayed copy keeps the copy's replay headers, every one a letter of the replay
+    # job's has: refused for its own reason, not the lack of one.
+    replayed = [(ORIGIN, b"s/0/1"), (SPOUT, b"words"), (LAST, b"rp.words/0/2"), (ATTEMPT, b"1")]
+    with pytest.raises(NotRedrivableError, match="the acker's dead letter"):
+        redrive(POLICY, "acker.dlq/0/4", [("acker.dlq.reason", b"bad-spout"), *replayed])
     with pytest.raises(NotRedrivableError, match="--spout"):
         redrive(POLICY, "d/0/3", [(ORIGIN, b"s/0/1"), (LAST, b"rp.words/0/2")])
     # A replayed copy read where its spout emitted it (a stage's input keeps the replay headers): not a dead letter.
@@ -232,6 +237,9 @@ def test_another_spouts_replay_context_starts_a_new_round_here() -> None:
     got = dict(decision.headers)
     assert (decision.topic, got[ATTEMPT], got[ORIGIN], got[SPOUT]) == ("rp.b", b"1", b"mid/3/9", b"b")
     assert [k for k, _ in decision.headers].count(ATTEMPT) == 1  # A's context is replaced, not kept beside
+    # A's context on a record in B's replay topic (written there by hand, say): B's copies say B, so a new round.
+    named = dict(decide(POLICY, "b", "rp.b/0/9", "TIMEOUT", headers=from_a, now_ms=NOW).headers)
+    assert (named[ATTEMPT], named[ORIGIN], named[SPOUT]) == (b"1", b"rp.b/0/9", b"b")
 
 
 def test_origin_partition() -> None:

@@ -98,6 +98,7 @@ def test_a_hand_built_record_decodes() -> None:
         (_raw(kinds=bytes([9])), "unknown-message-type"),
         (_raw(anchors=np.zeros(1, "<i8").tobytes()), "zero-id"),
         (_raw(kinds=bytes([2]), values=np.zeros(1, "<i8").tobytes()), "zero-id"),
+        (_raw(kinds=bytes([3]), values=np.zeros(1, "<i8").tobytes()), "zero-id"),  # an ok's tuple id too
         (_raw(kinds=bytes([0])), "bad-column"),  # an init without its init columns
         (
             _raw(
@@ -105,6 +106,15 @@ def test_a_hand_built_record_decodes() -> None:
                 init_sources=np.array([1], "<i4").tobytes(),
                 init_offsets=np.array([4], "<i8").tobytes(),
                 sources=[{"spout": "s", "source": "t/0"}],
+            ),
+            "bad-column",
+        ),
+        (  # a source index below 0: numpy would take it from the end, another spout's source maybe
+            _raw(
+                kinds=bytes([0]),
+                init_sources=np.array([-1], "<i4").tobytes(),
+                init_offsets=np.array([4], "<i8").tobytes(),
+                sources=[{"spout": "s", "source": "t/0"}, {"spout": "other", "source": "u/1"}],
             ),
             "bad-column",
         ),
@@ -129,18 +139,21 @@ def test_a_message_id_written_whole_is_read_in_the_one_form_python_writes() -> N
     """``("t/0/5", -1)`` is the message id ``t/0/5``, as ``("t/0", 5)`` is (the schema allows both): the Spark jobs
     took the first for no coordinates (an ack that never moved the watermark, a nack not replayed)."""
     data = _raw(
-        kinds=bytes([0, 0, 0]),
-        anchors=np.array([4, 6, 8], "<i8").tobytes(),
-        values=np.array([1, 1, 1], "<i8").tobytes(),
-        init_sources=np.array([0, 1, 2], "<i4").tobytes(),
-        init_offsets=np.array([-1, 7, -1], "<i8").tobytes(),
-        sources=[{"spout": "s", "source": "t/0/5"}, {"spout": "s", "source": "t/0"}, {"spout": "s", "source": "o-9"}],
-    )
+        kinds=bytes([0, 0, 0, 0]),
+        anchors=np.array([4, 6, 8, 10], "<i8").tobytes(),
+        values=np.array([1, 1, 1, 1], "<i8").tobytes(),
+        init_sources=np.array([0, 1, 2, 3], "<i4").tobytes(),
+        init_offsets=np.array([-1, 7, -1, -1], "<i8").tobytes(),
+        sources=[{"spout": "s", "source": "t/0/5"}, {"spout": "s", "source": "t/0"}, {"spout": "s", "source": "o-9"},
+                 {"spout": "s", "source": "t/1/0"}],  # a partition's first record: offset 0 is an offset
+    )  # fmt: skip
     inits = decode_batch(data).to_messages()
-    assert [(m.msg_id, m.anchor) for m in inits if isinstance(m, Init)] == [("t/0/5", 4), ("t/0/7", 6), ("o-9", 8)]
+    assert [(m.msg_id, m.anchor) for m in inits if isinstance(m, Init)] == [
+        ("t/0/5", 4), ("t/0/7", 6), ("o-9", 8), ("t/1/0", 10)
+    ]  # fmt: skip
     block = decode_batch(data)
-    assert [block.sources[s] for s in block.init_source] == [("s", "t/0"), ("s", "t/0"), ("s", "o-9")]
-    assert block.init_offset.tolist() == [5, 7, -1]
+    assert [block.sources[s] for s in block.init_source] == [("s", "t/0"), ("s", "t/0"), ("s", "o-9"), ("s", "t/1")]
+    assert block.init_offset.tolist() == [5, 7, -1, 0]
 
 
 def test_a_spout_name_must_be_able_to_name_a_topic() -> None:

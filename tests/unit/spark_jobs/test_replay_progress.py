@@ -56,6 +56,8 @@ def test_nacks_given_out_of_order_are_refused_and_parts_are_cut_from_the_stream(
     the same at every run only if the nacks come in key order."""
     with pytest.raises(ValueError, match="out of order"):
         list(_checked_order(_rows(1, 2)[::-1]))
+    with pytest.raises(ValueError, match="out of order"):  # a key twice: strictly in order, one row a key
+        list(_checked_order(_rows(1, 1)))
     assert [([r.msg_id for r in part], end, whole) for part, end, whole in _parts(iter(_rows(1, 2, 3)), 2, 5)] == [
         (["src/0/1", "src/0/2"], 7, False),
         (["src/0/3"], 8, True),
