@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker import bolt as bolt_module
-from acker.bolt import Bolt
+from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Ack
@@ -408,6 +408,34 @@ def test_a_producer_that_takes_no_more_records_stops_the_bolt_instead_of_failing
     with pytest.raises(KafkaClientError):
         bolt._handle(record, "in", 0, 3, 0.0)
     assert bolt._collector.failed == [] and bolt.counters["errors"] == 0
+
+
+@pytest.mark.parametrize("settled", ["ack", "fail", None])
+def test_an_explicit_function_that_raises_after_settling_its_input_does_not_settle_it_again(
+    settled: str | None,
+) -> None:
+    """If the function raises, the input is failed unless it was acked or failed already (module docstring): failed
+    after its ack, it raised `ProtocolError` (settled twice), which stops the bolt, for an error the bolt goes on
+    after. The error is counted either way."""
+    sent: list[str] = []
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.basic, bolt.group, bolt.counters, bolt._ids = False, "g", Counter(), IdGenerator()
+    bolt.acker = SimpleNamespace(send_acks=lambda _values: sent.append("ack"),
+                                 send_all=lambda _messages, _why=None: sent.append("fail"))  # fmt: skip
+    bolt._collector = Collector(bolt)
+    bolt._trouble = TroubleReport(logging.getLogger("test"), "bolt g", ("errors",))
+
+    def function(message: BoltInput, collector: Collector) -> None:
+        if settled == "ack":
+            collector.ack(message)
+        elif settled == "fail":
+            collector.fail(message, "its own reason")
+        raise RuntimeError("after")
+
+    bolt._function = function
+    record = SimpleNamespace(headers=lambda: None, value=lambda: b"v", key=lambda: None, timestamp=lambda: (0, 0))
+    bolt._handle(record, "in", 0, 3, 0.0)
+    assert sent == [settled or "fail"] and bolt.counters["errors"] == 1
 
 
 def test_inputs_processed_before_their_partition_was_lost_are_passed_over_when_it_comes_back(
