@@ -70,9 +70,9 @@ class DrpcClient:
         )
         self._answers: dict[str, tuple[str, bytes | None]] = {}
         self._deadlines: dict[str, float] = {}
-        # Requests `send` returned before their delivery was reported (`_unsent`): the deadline the steps hold them
-        # to (monotonic) and their report once it comes, (error, when), so that a wait says what became of them.
-        self._unsent: dict[str, tuple[float, list[tuple[KafkaError | None, float]]]] = {}
+        # Requests `send` returned before their delivery was reported: their report once it comes (a list, empty
+        # until then), so that a wait that ends without an answer says what became of them (`_not_sent`).
+        self._unsent: dict[str, list[KafkaError | None]] = {}
         # Per results partition, the offset up to which it has been read: past the last record read, or where the
         # consumer said the partition ended (past a transaction's marker, which no record shows).
         self._read_up_to = {tp.partition: end for tp, end in zip(results, ends, strict=True)}
@@ -81,8 +81,8 @@ class DrpcClient:
         """Send a request; return its id (see `wait`). `DrpcError` when it could not be written (the chain never sees
         it, and a wait would end only at its deadline), or was not within its deadline (written later, the steps
         drop it). Not written within 30 s, with its deadline further, it stays in the producer and is waited for: it
-        may still reach the chain in time (said "not sent", a caller that sent it again had it run twice). Its wait
-        says "could not be sent" once its delivery fails, or comes after its deadline, or has not come by then."""
+        may still reach the chain in time (said "not sent", a caller that sent it again had it run twice). A wait for
+        it that ends unanswered says "could not be sent" when its delivery failed or had not come by then."""
         if not 0 < timeout_s <= DEADLINE_MAX_S:  # the steps dead-letter a request whose deadline is further
             raise ValueError(f"a request's timeout is more than 0 s and {DEADLINE_MAX_S} s at most, not {timeout_s}")
         self._forget_past()
@@ -91,10 +91,10 @@ class DrpcClient:
         deadline_ms = int((time.time() + timeout_s) * 1000)
         headers = [(REQUEST, request.encode()), (DEADLINE, str(deadline_ms).encode())]
         partition = zlib.crc32(request.encode()) % self.partitions
-        reported: list[tuple[KafkaError | None, float]] = []  # this request's delivery report, once it comes, and when
+        reported: list[KafkaError | None] = []  # this request's delivery report, once it comes
 
         def delivered(error: KafkaError | None, _record: Message | None) -> None:
-            reported.append((error, time.monotonic()))
+            reported.append(error)
 
         # One the producer refuses at once (over its message.max.bytes) is reported so too: a `DrpcError`, below.
         produce_reporting(self.producer, self.chain.topic(0), args, delivered, key=request.encode(),
@@ -105,7 +105,7 @@ class DrpcClient:
         until = time.monotonic() + flush_s
         while not reported and (left := until - time.monotonic()) > 0:
             self.producer.poll(min(left, 0.1))
-        failed = [error for error, _ in reported if error is not None]
+        failed = [error for error in reported if error is not None]
         unsent = not reported
         if failed or (unsent and flush_s >= timeout_s + GRACE_S):
             reason = failed[0].str() if failed else "not delivered before its deadline"
@@ -113,7 +113,7 @@ class DrpcClient:
         if unsent:
             log.warning("request %s is not delivered to %s after %.0f s: it may still be before its deadline, and is "
                         "waited for", request, self.chain.topic(0), flush_s)  # fmt: skip
-            self._unsent[request] = (sent_at + timeout_s, reported)
+            self._unsent[request] = reported
         self._deadlines[request] = sent_at + timeout_s + GRACE_S
         return request
 
@@ -136,14 +136,14 @@ class DrpcClient:
             raise DrpcError(f"request {request} is not waited for here: not sent by this client, waited for already, "
                             "or past its deadline")  # fmt: skip
         while request not in self._answers:
-            if (unsent := self._not_sent(request)) is not None:
-                self._forget(request)
-                raise DrpcError(f"request {request} could not be sent to {self.chain.topic(0)}: {unsent}")
             if time.monotonic() > deadline:
                 self._read_to_ends(request)
                 if request in self._answers:
                     break
+                unsent = self._not_sent(request)
                 self._forget(request)
+                if unsent is not None:
+                    raise DrpcError(f"request {request} could not be sent to {self.chain.topic(0)}: {unsent}")
                 raise DrpcError(f"request {request} got no answer before its deadline (is every step of chain "
                                 f"{self.chain.name} running? its first reads {self.chain.topic(0)})")  # fmt: skip
             self._read_answers(0.1)
@@ -156,23 +156,21 @@ class DrpcClient:
         return value
 
     def _not_sent(self, request: str) -> str | None:
-        """Why a request `send` returned before its delivery was reported never reached the chain in time, once that
-        is known: its delivery failed, or came after its deadline (the steps drop it), or had not come by then. None
-        while it may still be answered, and for every request delivered within the send."""
-        unsent = self._unsent.get(request)
-        if unsent is None:
+        """For a request unanswered at the end of its wait, that `send` returned before its delivery was reported:
+        why the chain never saw it, as its delivery report says now (failed), or its lack of one (the steps drop a
+        request written after its deadline). None when it was delivered: the chain had it and did not answer.
+
+        Said only then, not as the report comes: a delivery that failed for a timeout may have been written all the
+        same (librdkafka cannot tell), and the chain's answer to it was waited for. Nor is a delivery judged late by
+        its report, served whenever the producer is polled (its ``latency`` runs to then, not to the broker's
+        answer)."""
+        reported = self._unsent.get(request)
+        if reported is None:
             return None
-        due, reported = unsent
         self.producer.poll(0)  # its report, if it has come
-        if reported:
-            error, when = reported[0]
-            if error is not None:
-                return error.str()
-            if when > due:
-                return "delivered after its deadline"
-            del self._unsent[request]  # delivered in time: the chain has it
-            return None
-        return "not delivered before its deadline" if time.monotonic() > due else None
+        if not reported:
+            return "not delivered before its deadline"
+        return None if reported[0] is None else reported[0].str()
 
     def _forget(self, request: str) -> None:
         del self._deadlines[request]

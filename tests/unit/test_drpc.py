@@ -124,43 +124,41 @@ def test_a_requests_wait_ends_at_its_deadline_however_long_its_send_took(monkeyp
 
 
 @pytest.mark.parametrize(
-    ("after_s", "error", "wait_at_s", "said"),
+    ("after_s", "error", "said"),
     [
-        (0.4, KafkaError(KafkaError._MSG_TIMED_OUT), 0, "to c.step0: Local: Message timed out"),
-        (1.2, None, 1.3, "to c.step0: delivered after its deadline"),
-        (60, None, 0, "to c.step0: not delivered before its deadline"),
+        (0.4, KafkaError(KafkaError._MSG_TIMED_OUT), "could not be sent to c.step0: Local: Message timed out"),
+        (60, None, "could not be sent to c.step0: not delivered before its deadline"),
+        (0.4, None, "got no answer before its deadline (is every step of chain c running?"),
     ],
 )
-def test_a_request_sent_on_before_its_delivery_says_what_became_of_it(
-    after_s: float, error: KafkaError | None, wait_at_s: float, said: str, monkeypatch: pytest.MonkeyPatch
+def test_a_request_sent_on_before_its_delivery_says_what_became_of_it_when_unanswered(
+    after_s: float, error: KafkaError | None, said: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request `send` returned before its delivery was reported was said "got no answer before its deadline (is
-    every step of chain c running?)" at the end of its wait, whether it failed to be delivered (said once the report
-    comes, here long before its deadline), was delivered after its deadline (the steps drop it), or was not by then:
-    the chain was never asked."""
-    timeout_s = 60.0 if error is not None else 1.0
+    every step of chain c running?)" at the end of its wait whether its delivery failed or had not come by then: the
+    chain was never asked. Delivered, it was, and that is still what is said."""
     client = _client(_SlowToDeliver(after_s, error))  # SEND_WAIT_S is 0.2 s here
-    started = time.monotonic()
-    request = client.send(b"url0", timeout_s=timeout_s)
-    time.sleep(max(0.0, started + wait_at_s - time.monotonic()))
+    request = client.send(b"url0", timeout_s=1.0)
     monkeypatch.setattr(client, "_read_answers", time.sleep)
     monkeypatch.setattr(client, "_read_to_ends", lambda _request: None)
-    with pytest.raises(DrpcError, match=re.escape(f"could not be sent {said}")):
+    with pytest.raises(DrpcError, match=re.escape(said)):
         client.wait(request)
-    assert time.monotonic() - started < timeout_s / 2 or error is None  # a failure said when reported
     assert not client._deadlines and not client._unsent
 
 
-def test_a_request_delivered_after_its_send_and_before_its_deadline_is_answered(
+def test_a_request_whose_delivery_failed_after_its_send_is_answered_if_the_chain_had_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client = _client(_SlowToDeliver(0.4))
+    """A delivery that failed for a timeout may have been written all the same: the chain's answer is waited for
+    until the request's deadline, not given up at the report."""
+    client = _client(_SlowToDeliver(0.4, KafkaError(KafkaError._MSG_TIMED_OUT)))  # after the send's 0.2 s
     request = client.send(b"url0", timeout_s=5.0)
     calls: list[int] = []
 
     def read(_timeout_s: float) -> None:
+        client.producer.poll(0)  # the report comes meanwhile
         calls.append(1)
-        if len(calls) == 8:  # 0.8 s: after the delivery
+        if len(calls) == 8:  # 0.8 s: after the failed report
             client._answers[request] = ("ok", b"7")
         time.sleep(0.1)
 
