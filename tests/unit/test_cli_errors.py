@@ -301,7 +301,7 @@ def test_the_demo_stages_take_the_demo_settings_not_the_environment(monkeypatch:
     assert environment["ACKER_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and "ACKER_CONFIG" not in environment
 
 
-@pytest.mark.parametrize("place", ["0/99999999999999999999", "-1/3", "2/-5", "x", "3/"])
+@pytest.mark.parametrize("place", ["0/99999999999999999999", "-1/3", "2/-5", "x", "3/", "2147483648/0"])
 def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
     with pytest.raises(dlq.DlqError, match="not a record's place"):
         dlq.parse_coordinates(place)

@@ -78,6 +78,7 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--timeout-s", "inf"), {}, "timeout_s must be a positive number"),
         (("--timeout-s", "0.001"), {}, "less than 1 ms between ticks"),
         (("--timeout-s", "1e306"), {}, r"timeout_s must be 2592000 s \(30 days\) at most"),  # OverflowError before
+        (("--timeout-s", "2592001"), {}, r"timeout_s must be 2592000 s \(30 days\) at most"),
         ((), {"ACKER_COMMIT_INTERVAL_S": "1e-9"}, "commit_interval_s must be 0.01 s or more"),  # a commit per turn
         ((), {"ACKER_STATUS_INTERVAL_S": "0.001"}, "status_interval_s must be 0.01 s or more"),
         ((), {"ACKER_ACK_LINGER_MS": "-1"}, "ack_linger_ms must be 0 or more and below timeout_s"),
@@ -240,6 +241,8 @@ def test_a_client_error_quoting_a_secret_setting_is_shown_without_it(capsys: pyt
     assert config.hide_secrets("non-integral 'lifeSeconds=': hunter2, at: lifeSeconds=hunter2 scope=x") == (
         "non-integral '***=': ***, at: ***=*** ***=x"
     )
+    # The whole value quoted is hidden whole: word by word, its short words (never hidden alone) would show.
+    assert config.hide_secrets("cannot parse 'principal=admin lifeSeconds=hunter2 scope=x'") == "cannot parse '***'"
     code = main(["status", "--bootstrap-servers", "127.0.0.1:1", "--kafka", "security.protocol=SASL_PLAINTEXT",
                  "--kafka", "sasl.mechanism=OAUTHBEARER", "--kafka", "enable.sasl.oauthbearer.unsecure.jwt=true",
                  "--kafka", "sasl.oauthbearer.config=principal=admin hunter2secret=x"])  # fmt: skip

@@ -252,6 +252,7 @@ def test_request_ids_that_are_not_utf8_are_dead_lettered_not_taken_for_one_anoth
         b"[" * 100_000,  # RecursionError in the parser
         b'{"from": 0, "count": -3, "reporters": 1, "failed": false}',
         b'{"from": 0, "count": 0, "reporters": -1, "failed": false}',
+        b'{"from": -1, "count": 1, "reporters": 1, "failed": false}',  # behind the second step: step 1's one report
         b'{"from": 0, "count": "x", "reporters": 1, "failed": false}',
         b'{"from": 0, "count": 1.9, "reporters": 1, "failed": false}',
         b'{"from": 0, "count": true, "reporters": 1, "failed": false}',

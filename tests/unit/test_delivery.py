@@ -15,5 +15,6 @@ def test_a_barrier_passes_once_everything_before_it_is_delivered_in_any_order() 
     assert tracker.passed(barrier)  # the record produced after the barrier does not hold it back
     assert tracker.in_flight == 1
     later("an error", None)  # type: ignore[arg-type]
-    assert tracker.failure == "an error"
+    tracker.track()("a later error", None)  # type: ignore[arg-type]
+    assert tracker.failure == "an error"  # the first that failed for good
     assert tracker.passed(tracker.barrier())

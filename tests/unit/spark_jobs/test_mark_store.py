@@ -38,6 +38,8 @@ def test_the_newest_file_that_can_be_read_is_loaded() -> None:
     store = _store({"7.json": _saved(10), "8.json": _saved(20), "9.json": b"", "10.json": b'{"marks": [{"spout'})
     assert store.load() == {("a", "in", 0): PartitionMark(20, [(22, 25)], 0)}
     assert store.topic_ids == {"in": "id-1"}
+    # Newest by number, not by name: "10" sorts before "9" as text.
+    assert _store({"9.json": _saved(10), "10.json": _saved(20)}).load()[("a", "in", 0)].mark == 20
 
 
 def test_with_no_file_that_can_be_read_the_job_starts_from_the_committed_watermarks_and_says_so(
