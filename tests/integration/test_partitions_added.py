@@ -4,26 +4,13 @@ not fail for that."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
 from acker.config import ServiceConfig
-from acker.kafka.clients import TopicSpec, create_topics, log_bounds, topic_partitions
-
-
-def _add_partition(config: ServiceConfig, topic: str) -> None:
-    admin = AdminClient(config.client())
-    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
-    reader = Consumer(config.client(**{"group.id": f"look-{uuid.uuid4().hex[:8]}"}))
-    try:
-        deadline = time.monotonic() + 30
-        while topic_partitions(reader, topic) != [0, 1] and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        reader.close()
+from acker.kafka.clients import TopicSpec, create_topics, log_bounds
+from tests.integration.helpers import add_partitions
 
 
 def test_the_bounds_of_a_partition_added_since_the_handle_read_the_topic_are_read(config: ServiceConfig) -> None:
@@ -34,7 +21,7 @@ def test_the_bounds_of_a_partition_added_since_the_handle_read_the_topic_are_rea
     handle = Consumer(config.client(**{"group.id": f"handle-{uuid.uuid4().hex[:8]}"}))
     try:
         assert log_bounds(handle, TopicPartition(topic, 0)) == (0, 0)  # the handle now knows the topic: 1 partition
-        _add_partition(config, topic)
+        add_partitions(config.client(), topic, 2)
         producer = Producer(config.client())
         producer.produce(topic, b"in the new partition", partition=1)
         assert producer.flush(30) == 0
