@@ -175,3 +175,23 @@ def test_an_outcome_topic_made_by_another_after_it_was_missing_is_looked_up_by_t
     _send(service, 5)
     assert refreshed == [TOPIC]  # once
     service.close()
+
+
+def test_records_sent_by_key_keep_the_next_ones_by_key_until_a_delivery_says_where_though_the_topic_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lookup failed, so the first record went by key; found the next time (the backoff over), the topic's own
+    partition (5 mod 3) may not be where the key sends records: the next go by key too, behind the first, and those
+    after its delivery go where it landed. All in one partition, in order, as a read-back needs them."""
+    kafka = _Kafka(None, {(TOPIC, 2): (0, 40), ("acker", 5): (7, 90)})
+    service, sent = _service(monkeypatch, kafka)
+    monkeypatch.setattr(acker.service, "_LOOKUP_BACKOFF_S", 0.0)
+    service._outcome_logs[5] = log = OutcomeLog()
+    service._committed[5] = 3
+    _send(service, 5)
+    kafka.partitions = 3
+    _send(service, 5)
+    assert [kw.get("partition") for kw in sent] == [None, None] and kafka.commits == []
+    log.delivered(TOPIC, 0, 17, acker_offset=12)
+    _send(service, 5)
+    assert sent[-1]["partition"] == 0
