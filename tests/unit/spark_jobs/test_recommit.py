@@ -325,6 +325,28 @@ def test_a_recheck_moves_the_marks_no_micro_batch_moves_and_commits_them_where_a
     assert marks.marks[("retired", "in2", 0)].mark == 3 and marks.marks[("a", "in", 3)].mark == 13
 
 
+def test_a_mark_a_micro_batch_moves_while_a_recheck_asks_kafka_is_left_where_the_batch_put_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka is asked outside the lock: a micro-batch that moves the mark meanwhile (to 13) is not undone by what the
+    recheck found for the mark as it was (11), which would take the watermark back."""
+    marks: Marks | None = None
+
+    class _BatchMeanwhile(_Ends):
+        def next_existing(self, topic: str, partition: int, offset: int) -> int | None:  # type: ignore[override]
+            assert marks is not None and marks.marks is not None
+            with marks._lock:
+                marks.marks[("a", "in", 0)].add([10, 11, 12])
+                marks.marks[("a", "in", 0)].advance(lambda _offset: None)
+            return super().next_existing(topic, partition, offset)
+
+    kafka = _BatchMeanwhile({("in", 0): 11})
+    marks = _marks(monkeypatch, kafka, _Store({("a", "in", 0): PartitionMark(10)}))
+    assert marks.recheck() == {}  # learns which marks are idle
+    marks.recheck()
+    assert kafka.asked == [("in", 0, 10)] and marks.marks is not None and marks.marks[("a", "in", 0)].mark == 13
+
+
 def test_outcomes_of_a_partition_its_spout_never_started_in_the_group_taken_are_said_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
