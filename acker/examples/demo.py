@@ -56,6 +56,7 @@ from acker.help_text import prose
 from acker.kafka.clients import (
     NO_ANSWER,
     TopicSpec,
+    answering,
     create_topics,
     delete_groups,
     delete_topics,
@@ -186,6 +187,10 @@ def run(
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
+            if bootstrap is not None:  # one that does not answer is said as every command says it, within seconds,
+                # not after each topic's creation timed out, followed by leftovers that were never made
+                settings = ServiceConfig(bootstrap_servers=bootstrap)
+                answering(settings.client(), settings.acker_topic)
             demo = Demo(options, cluster.bootstrap_servers, console, broker=cluster.local)
             try:
                 report = demo.run()

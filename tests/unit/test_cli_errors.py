@@ -224,18 +224,22 @@ def test_topics_create_refuses_a_topic_named_twice_before_asking_kafka(
     assert capsys.readouterr().err.strip() == f"acker: {said}"
 
 
-@pytest.mark.parametrize("command", [["status"], ["topics", "create"]])
-def test_no_broker_reads_as_such_in_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", [["status"], ["topics", "create"], ["demo"]])
+def test_no_broker_reads_as_such_in_every_command(
+    command: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`acker status` said "Kafka client: Failed to get metadata: Local: Broker transport failure" where `acker run`
     asks whether Kafka is running, and reachable where the settings say; `acker topics create` said "not created:
-    Failed while waiting for controller: Local: Timed out" for each topic, after 30 s."""
+    Failed while waiting for controller: Local: Timed out" for each topic, after 30 s; `acker demo` said the same of
+    each of its topics after 45 s, and that it left behind its topics and groups, though none had been made."""
+    monkeypatch.chdir(tmp_path)  # the demo's runs directory, were it to get that far
     assert cli.main([*command, "--bootstrap-servers", "127.0.0.1:1"]) == 2
     captured = capsys.readouterr()
     said = captured.err.strip().splitlines()[-1]
     assert said.startswith("acker: Kafka did not answer (") and said.endswith(
         "is it running, and reachable at 127.0.0.1:1?"
     )
-    assert "not created" not in captured.out
+    assert "not created" not in captured.out and "left behind" not in captured.out
 
 
 def test_a_wordcount_stage_says_what_it_serves_when_it_starts(
