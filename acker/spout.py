@@ -323,8 +323,10 @@ class Spout:
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
         written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
                    *settings.other_output_topics]  # fmt: skip
-        # First: a login refused said as such within seconds, a cluster away within 10 s.
+        # First: a login refused said as such within seconds, a cluster away within 10 s. Then the source, before
+        # any topic is made: a source misnamed (a typo) left a spout's outcome topic made under the wrong name.
         answering(config.client(), config.acker_topic)
+        partitions = partition_count(config.client(), settings.source_topic)
         self._outputs = OutputTopics(
             config.client(),
             f"spout {settings.name}",
@@ -383,8 +385,6 @@ class Spout:
         # already REPLAYED (the watermark passed it), so a spout that did not read it would lose the record.
         self._replay_topic = config.replay_topic(settings.name)
         self._replay_of = f"{settings.source_topic}/".encode()  # how the origin of this spout's replays starts
-        partitions = partition_count(config.client(), settings.source_topic)
-        # Looked for first: a principal that may not create topics is refused even for one that exists.
         make_replay_topic(config, settings, partitions)
         self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.replays.subscribe([self._replay_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)

@@ -443,6 +443,19 @@ def test_a_spout_creates_its_missing_outcome_topic_and_takes_librdkafkas_names_o
         spout.close()
 
 
+def test_a_spout_whose_source_is_missing_makes_no_topic(config: ServiceConfig) -> None:
+    """A source misnamed (``acker wordcount spout --prefix`` with a typo) was found missing only once the spout had
+    made its outcome topic, of 8 partitions, under the misnamed spout's name."""
+    create_topics(config.client(), [TopicSpec(config.acker_topic, config.partitions)])
+    source = f"{config.acker_topic}.no-such-source"
+    settings = SpoutSettings("misnamed", source, f"{source}.out")
+    with pytest.raises(KafkaClientError, match=f"topic {source} is not available"):
+        Spout(config, settings)
+    topics = AdminClient(config.client()).list_topics(timeout=10).topics
+    assert config.acker_topic in topics  # the listing is whole
+    assert {config.outcome_topic("misnamed"), config.replay_topic("misnamed")}.isdisjoint(topics)
+
+
 @pytest.mark.parametrize("rebalancing", ["cooperative-sticky", "group.protocol=consumer"])
 def test_a_spout_told_to_rebalance_cooperatively_still_starts_at_the_watermark(
     config: ServiceConfig, topics: Topics, rebalancing: str
