@@ -326,7 +326,7 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from acker.console import printable, table_console
+    from acker.console import table_console
     from acker.status import group_lag, read_status
 
     config = _answered_config(args)
@@ -350,43 +350,56 @@ def _cmd_status(args: argparse.Namespace) -> int:
                "end", "re-read by a new owner")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right")
-    nacks = ("nacked_failed", "nacked_timeout", "nacked_overload")
-
-    def stale(age: float, status: dict[str, Any]) -> str:  # its instance gone (its partitions move after the
-        interval = status.get("status_interval_s")  # session timeout); the instance's interval, not this command's
-        every = interval if isinstance(interval, int | float) else config.status_interval_s
-        return ", stale" if age > 3 * every + 5 else ""
-
+    now = time.time()
     for partition in sorted(set(lags) | set(statuses)):
-        status = statuses.get(partition, {})
-        committed, end = lags.get(partition, (None, None))
-        rates, counters = status.get("rates", {}), status.get("counters", {})
-        nacked = round(sum(rates.get(k, 0) for k in nacks), 1)  # rates are rounded to 0.1: so is their sum
-        measured = bool(status) and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
-        stamp = status.get("time")
-        age = time.time() - stamp if isinstance(stamp, int | float) else None
-        instance = printable(f"{status.get('instance', '-')}")
-        if status.get("released") and age is not None:  # its last, as it gave the partition up: no owner since
-            owner = f"- (released by {instance} {age:.0f}s ago)"
-        else:
-            owner = instance + ("" if age is None else f" ({age:.0f}s ago{stale(age, status)})")
-            if status.get("reading_back"):  # its records wait for it (`AckerService._recover`)
-                owner += ", reading back"
-        table.add_row(
-            str(partition),
-            owner,
-            str(status.get("pending", "-")),
-            str(counters.get("acked", "-")),  # since its instance took the partition
-            str(sum(counters.get(k, 0) for k in nacks) if counters else "-"),
-            str(rates.get("acked", "-") if measured else "-"),
-            str(nacked if measured else "-"),
-            str(lag if (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet
-            str(committed if committed is not None else "-"),
-            str(end if end is not None else "-"),
-            _re_read(committed, end),
-        )
+        table.add_row(str(partition), *_status_cells(statuses.get(partition, {}), lags.get(partition), now, config))
     table_console().print(table)
     return 0
+
+
+_NACKS = ("nacked_failed", "nacked_timeout", "nacked_overload")
+
+
+def _status_cells(
+    status: dict[str, Any], offsets: tuple[int | None, int | None] | None, now: float, config: ServiceConfig
+) -> list[str]:
+    """A partition's row of `acker status` but its number: from its newest ``status`` (empty when none) and the
+    group's committed offset and the end (``offsets``). A partition its last owner released, or whose owner has not
+    published for three of its intervals (gone: its partitions move after the session timeout), shows no pending
+    trees, rates nor read lag: those were the owner's when it last spoke, and an acker group down showed 0 pending and
+    0 lag while records piled up. What a new owner reads again (committed to end) says how many."""
+    from acker.console import printable
+
+    committed, end = offsets or (None, None)
+    rates, counters = status.get("rates", {}), status.get("counters", {})
+    stamp = status.get("time")
+    age = now - stamp if isinstance(stamp, int | float) else None
+    interval = status.get("status_interval_s")  # the instance's interval, not this command's
+    every = interval if isinstance(interval, int | float) else config.status_interval_s
+    stale = age is not None and age > 3 * every + 5
+    released = bool(status.get("released")) and age is not None  # its last, as it gave the partition up
+    instance = printable(f"{status.get('instance', '-')}")
+    if released and age is not None:
+        owner = f"- (released by {instance} {age:.0f}s ago)"
+    else:
+        owner = instance + ("" if age is None else f" ({age:.0f}s ago{', stale' if stale else ''})")
+        if status.get("reading_back"):  # its records wait for it (`AckerService._recover`)
+            owner += ", reading back"
+    current = bool(status) and not (released or stale)
+    measured = current and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
+    nacked = round(sum(rates.get(k, 0) for k in _NACKS), 1)  # rates are rounded to 0.1: so is their sum
+    return [
+        owner,
+        str(status.get("pending", "-") if current else "-"),
+        str(counters.get("acked", "-")),  # since its instance took the partition
+        str(sum(counters.get(k, 0) for k in _NACKS) if counters else "-"),
+        str(rates.get("acked", "-") if measured else "-"),
+        str(nacked if measured else "-"),
+        str(lag if current and (lag := status.get("lag")) is not None else "-"),  # None: nothing read yet
+        str(committed if committed is not None else "-"),
+        str(end if end is not None else "-"),
+        _re_read(committed, end),
+    ]
 
 
 def _re_read(committed: int | None, end: int | None) -> str:

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from acker import status as status_module
-from acker.cli import _re_read, main
+from acker.cli import _re_read, _status_cells, main
 from acker.config import ServiceConfig
 from acker.status import _status, status_key
 
@@ -46,6 +46,49 @@ def test_the_statuses_of_two_groups_for_one_partition_have_keys_of_their_own() -
 
 def test_with_nothing_committed_a_new_owner_re_reads_all_a_partition_holds() -> None:
     assert [_re_read(None, 40), _re_read(None, 0), _re_read(30, 40), _re_read(None, None)] == ["all", "0", "10", "-"]
+
+
+def test_pending_rates_and_read_lag_are_shown_only_while_an_owner_publishes() -> None:
+    """An acker group down showed its partitions' last statuses, pending 0 and read lag 0 (stale, or released by the
+    last instance to stop), while records piled up behind them: what is past is left out; what a new owner reads
+    again says how far behind the group is."""
+    config, now = ServiceConfig(), 1_000_000.0
+    spoke = {
+        "instance": "a-1",
+        "time": now - 2,
+        "status_interval_s": 5.0,
+        "rate_window_s": 10,
+        "pending": 7,
+        "lag": 3,
+        "rates": {"acked": 4.5, "nacked_timeout": 0.5},
+        "counters": {"acked": 90},
+    }
+    columns = ("owner", "pending", "acked", "nacked", "acked/s", "nacked/s", "read lag", "committed", "end", "re-read")
+
+    def row(status: dict[str, Any]) -> dict[str, str]:
+        return dict(zip(columns, _status_cells(status, (100, 160), now, config), strict=True))
+
+    current = row(spoke)
+    assert current == {
+        "owner": "a-1 (2s ago)",
+        "pending": "7",
+        "acked": "90",
+        "nacked": "0",
+        "acked/s": "4.5",
+        "nacked/s": "0.5",
+        "read lag": "3",
+        "committed": "100",
+        "end": "160",
+        "re-read": "60",
+    }
+    for status, owner in (
+        ({**spoke, "time": now - 21}, "a-1 (21s ago, stale)"),  # over 3 intervals and 5 s: its instance gone
+        ({**spoke, "released": True}, "- (released by a-1 2s ago)"),
+    ):
+        past = row(status)
+        assert past == {**current, "owner": owner, "pending": "-", "acked/s": "-", "nacked/s": "-", "read lag": "-"}
+    assert row({**spoke, "time": now - 19})["pending"] == "7"  # not yet stale
+    assert row({}) == dict.fromkeys(columns[:7], "-") | {"committed": "100", "end": "160", "re-read": "60"}
 
 
 def test_status_looks_topics_up_without_creating_them(monkeypatch: pytest.MonkeyPatch) -> None:
