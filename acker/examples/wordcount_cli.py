@@ -408,9 +408,13 @@ class Waiting:
                 return said
         if not self.down and not self.waiting_said:
             config = self.config
-            said.append(f"{self.total - done} trees wait for their timeout (a message dropped or lost in a crash): "
-                        f"{config.timeout_s:.0f} to {config.timeout_s + config.tick_interval_s:.0f} s after they "
-                        "opened")  # fmt: skip
+            timeout = f"{config.timeout_s:.0f} to {config.timeout_s + config.tick_interval_s:.0f} s after they opened"
+            if done:
+                said.append(f"{self.total - done} trees wait for their timeout (a message dropped or lost in a crash): "
+                            f"{timeout}")  # fmt: skip
+            else:  # as likely stages still starting (a group joined, a partition assigned) as every tree waiting
+                said.append(f"no sentence decided yet: the stages may still be starting, or the trees wait for their "
+                            f"timeout (a message dropped or lost in a crash), {timeout}")  # fmt: skip
             self.waiting_said = True
         return said
 
