@@ -250,6 +250,8 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
             return []
         raise DlqError(f"no dead-letter topic {topic!r}")
     wanted = None if wanted is None else set(wanted)
+    if beyond := sorted({p for p, _ in wanted or () if p >= partitions}):  # said as `acker export` says it
+        raise DlqError(f"{topic} has partitions 0-{partitions - 1}, not {', '.join(map(str, beyond))}")
     letters: list[DeadLetter] = []
     with _as_written(config) as reading:
         for p in range(partitions):

@@ -535,6 +535,8 @@ def test_bad_requests_are_refused_with_a_clear_message_and_send_nothing(
     assert "1 record(s) skipped: is the acker's dead letter" in out and "0 record(s) re-driven" in out
     assert _dlq(letters, "show", "0/99") == 2
     assert f"no record at {letters.replay_dlq_topic}/0/99" in capsys.readouterr().err
+    assert _dlq(letters, "show", "5/0", "3/1") == 2  # partitions it does not have: said as such, not as records
+    assert f"{letters.replay_dlq_topic} has partitions 0-0, not 3, 5" in capsys.readouterr().err
     assert _dlq(letters, "list", "--json", "--topic", "no-such-topic") == 0  # none yet, as on a fresh install
     out, err = capsys.readouterr()
     assert out == "" and "no-such-topic: no such topic yet" in err
