@@ -10,9 +10,11 @@ Ivy reports as a "problems summary" of a first run, and a host behind a proxy wa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -45,6 +47,14 @@ STOP_TIMEOUT = "spark.sql.streaming.stopTimeout"
 STOP_TIMEOUT_DEFAULT = "20s"
 
 SPARK_VERSION = pyspark.__version__
+
+# Spark 4.0.0 makes each JVM's artifact directory (``artifacts/spark-<uuid>``) under the JVM's working directory, the
+# command's (SPARK-52396, moved to the temporary directory in later releases): its shutdown hook deletes the JVM's own
+# directory (not if the JVM was killed), never ``artifacts`` itself, which every command left in the user's directory.
+# Those of JVMs this process started, deleted once they are gone (`stop`), with ``artifacts`` when it was not there
+# before and is empty (another process's JVM may have its own there).
+_ARTIFACTS = "artifacts"
+_artifact_dirs: dict[Path, bool] = {}  # a JVM's artifact directory -> whether its parent was made for it
 
 SCALA = "2.13"  # pyspark 4 is built for Scala 2.13 only
 
@@ -168,6 +178,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
     interrupt = signal.getsignal(signal.SIGINT)
+    starts_jvm = SparkContext._gateway is None and not under_spark_submit()
+    artifacts_there = (Path.cwd() / _ARTIFACTS).exists()
     if jvm_output is not None and SparkContext._gateway is None:  # no JVM yet: this call starts it
         # pyspark's way to start the JVM with its output elsewhere (``popen_kwargs``); the context then uses it.
         jvm_output.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +190,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     session = SparkSession.builder.config(conf=conf).getOrCreate()
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
+    if starts_jvm and (mine := _artifact_dir(session)) is not None:
+        _artifact_dirs[mine] = not artifacts_there
     session.sparkContext.setLogLevel("WARN")
     _quiet_accumulator_server(session.sparkContext)
     _avro_limits_in_driver(session)
@@ -187,6 +201,28 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     # on a busy host): the jobs log each micro-batch's work themselves.
     set_log_level(session, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
     return session
+
+
+def _artifact_dir(session: SparkSession) -> Path | None:
+    """The JVM's artifact directory (``.../artifacts/spark-<uuid>``, the parent of the session's), None when this
+    Spark does not say it or keeps it elsewhere than in an ``artifacts`` directory."""
+    try:
+        path = Path(str(session._jsparkSession.artifactManager().artifactPath().toString())).parent
+    except Exception as error:  # another Spark's API: nothing is deleted
+        log.debug("no artifact directory known: %s", error)
+        return None
+    return path if path.parent.name == _ARTIFACTS and path.name.startswith("spark-") else None
+
+
+def _remove_artifact_dirs() -> None:
+    """Delete the artifact directories of this process's JVMs, now gone, and ``artifacts`` with them where it was
+    made for one of them and nothing else is in it (`_ARTIFACTS`)."""
+    for path, parent_made in list(_artifact_dirs.items()):
+        shutil.rmtree(path, ignore_errors=True)
+        if parent_made:
+            with contextlib.suppress(OSError):  # not empty: another JVM's, or the user's, files are there
+                path.parent.rmdir()
+        del _artifact_dirs[path]
 
 
 def _quiet_accumulator_server(context: SparkContext) -> None:
@@ -336,6 +372,7 @@ def stop(session: SparkSession | None) -> None:
         time.sleep(0.1)
     for pid in jvms:
         os.kill(pid, signal.SIGKILL)
+    _remove_artifact_dirs()
 
 
 def _children_running(marker: bytes) -> list[int]:
