@@ -22,7 +22,7 @@ import functools
 from collections.abc import Sequence
 
 from acker.config import ServiceConfig, topic_name_problem
-from acker.errors import ConfigError
+from acker.errors import AckerError, ConfigError
 from acker.kafka.clients import (
     KafkaClientError,
     TopicsNotCreatedError,
@@ -153,7 +153,8 @@ def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
 def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, report: bool = True) -> None:
     """Create the topics of ``specs`` that do not exist, and print a line for each (unless not ``report``): created,
     not created and why, or existing with its own partition count and any setting that differs from the one asked
-    for (left as it is). `TopicsNotCreatedError` after the lines when one could not be made (the others were)."""
+    for (left as it is). When one could not be made (the others were): after the lines, an `AckerError` that names
+    those not made (each cause said once, in its line); not ``report``, the `TopicsNotCreatedError` with the causes."""
     # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
     # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
     answering(config.client(), config.acker_topic)
@@ -174,6 +175,8 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
             differs += _config_differences(config, spec)
             left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
             print(f"{spec.name}\t{count} partition(s)\texists{left}")
+    if failure is not None and report:
+        raise AckerError(f"not created: {', '.join(failure.failed)} (their lines above say why)")
     if failure is not None:
         raise failure
 
