@@ -858,9 +858,22 @@ class CoordinatedStage:
                 if record.value() is None:
                     task.requests.pop(key, None)
                 else:
-                    task.requests[key] = RequestState.from_json(json.loads(record.value() or b"{}"))
+                    task.requests[key] = _restored(record)
         task.reschedule()
         return task
+
+
+def _restored(record: Message) -> RequestState:
+    """A request's state as a changelog record holds it; `CoordinationError` when it cannot be read (not the step's
+    JSON, or a value out of range: a record another producer wrote there). The task cannot be restored without it,
+    nor go on with it left out (its request's answer would be wrong): the step stops, saying where the record lies,
+    rather than with a traceback from inside the consumer's poll; the record stays for whoever mends the topic."""
+    try:
+        return RequestState.from_json(json.loads(record.value() or b"{}"))
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
+        where = f"{record.topic()}[{record.partition()}] offset {record.offset()}"
+        raise CoordinationError(f"changelog record at {where} is not a request's state ({type(error).__name__}: "
+                                f"{error}): the task cannot be restored") from None  # fmt: skip
 
 
 def _doomed(error: BaseException) -> bool:
