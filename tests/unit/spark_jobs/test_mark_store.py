@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.mark_store import MarkStore
+from spark_jobs.mark_store import KEEP, MarkStore
 from spark_jobs.watermark import PartitionMark
 
 
@@ -21,6 +21,12 @@ class _Files:
 
     def read(self, name: str) -> bytes:
         return self.files[name]
+
+    def write(self, name: str, data: bytes) -> None:
+        self.files[name] = data
+
+    def delete(self, name: str) -> None:
+        del self.files[name]
 
 
 def _store(files: dict[str, bytes]) -> MarkStore:
@@ -51,3 +57,19 @@ def test_with_no_file_that_can_be_read_the_job_starts_from_the_committed_waterma
     assert "no older file: each watermark starts from its group's committed offset" in caplog.text
     assert "cp/marks-state" in caplog.text
     assert _store({}).load() == {}
+
+
+def test_a_save_keeps_the_newest_files_up_to_its_batch_and_drops_those_of_later_batches() -> None:
+    """Files of batch ids above the one saved are left from a run whose query checkpoint was since removed (Spark
+    counts from 0 again): kept, the newest of them would be the one loaded at the next start, with marks of another
+    run, and this run's files would never be the newest."""
+    files = {f"{b}.json": _saved(b) for b in range(100, 105)}  # an earlier run's, up to batch 104
+    store = _store(files)
+    marks = {("a", "in", 0): PartitionMark(7, [(9, 12)], 3)}
+    for batch in range(KEEP + 3):
+        store.save(batch, {("a", "in", 0): PartitionMark(batch, [], 0)}, {"in": "id-2"})
+    store.save(KEEP + 2, marks, {"in": "id-2"})  # the last batch run again (a restart): its file replaced
+    assert sorted(files, key=lambda n: int(n[:-5])) == [f"{b}.json" for b in range(3, KEEP + 3)]
+    assert store.load() == marks and store.topic_ids == {"in": "id-2"}
+    store.save(1, marks)  # a checkpoint removed again: the files of later batches go, whatever their number
+    assert list(files) == ["1.json"]
