@@ -377,7 +377,7 @@ def _status_cells(
     interval = status.get("status_interval_s")  # the instance's interval, not this command's
     every = interval if isinstance(interval, int | float) else config.status_interval_s
     stale = age is not None and age > 3 * every + 5
-    released = bool(status.get("released")) and age is not None  # its last, as it gave the partition up
+    released = bool(status.get("released"))  # its last, as it gave the partition up
     instance = printable(f"{status.get('instance', '-')}")
     if released and age is not None:
         owner = f"- (released by {instance} {age:.0f}s ago)"

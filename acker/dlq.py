@@ -243,7 +243,7 @@ def _reader(config: ServiceConfig) -> Consumer:
 def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | None = None) -> list[DeadLetter]:
     """The dead letters of ``topic`` in (partition, offset) order: all of them up to the current end (none while the
     topic does not exist: the replay job and the service create theirs when they start), or only those at the
-    ``wanted`` places (a place without a record raises `DlqError`)."""
+    ``wanted`` places (a place without a record, or in a partition the topic does not have, raises `DlqError`)."""
     partitions = _partitions(config, topic)
     if partitions is None:
         if wanted is None:

@@ -179,7 +179,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
     interrupt = signal.getsignal(signal.SIGINT)
     starts_jvm = SparkContext._gateway is None and not under_spark_submit()
-    artifacts_there = (Path.cwd() / _ARTIFACTS).exists()
+    artifacts = Path.cwd() / _ARTIFACTS  # Spark's own when it holds JVMs' directories only (another job beside)
+    artifacts_spark = not artifacts.exists() or all(p.name.startswith("spark-") for p in artifacts.iterdir())
     if jvm_output is not None and SparkContext._gateway is None:  # no JVM yet: this call starts it
         # pyspark's way to start the JVM with its output elsewhere (``popen_kwargs``); the context then uses it.
         jvm_output.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +192,7 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
     if starts_jvm and (mine := _artifact_dir(session)) is not None:
-        _artifact_dirs[mine] = not artifacts_there
+        _artifact_dirs[mine] = artifacts_spark and mine.parent == artifacts
     session.sparkContext.setLogLevel("WARN")
     _quiet_accumulator_server(session.sparkContext)
     _avro_limits_in_driver(session)

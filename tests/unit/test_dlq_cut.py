@@ -24,3 +24,12 @@ def test_a_preview_is_text_cut_to_its_limit_or_whole_at_limit_0() -> None:
 def test_a_preview_shows_bytes_that_are_not_utf8_as_hex_and_escapes_what_a_terminal_acts_on() -> None:
     assert preview(b"\xff\x00") == "0xff00"
     assert preview(b"a\x1b[2Jb\n") == "a\\x1b[2Jb\\n"
+
+
+def test_a_preview_of_empty_bytes_is_empty_text_and_hex_is_cut_to_the_limit_as_text_is() -> None:
+    """An empty key or value is shown as one, not as missing (a tombstone's None); bytes shown as hex are cut as text
+    is; the default limit is 200 characters."""
+    assert preview(b"") == ""
+    assert preview(b"\xff" * 300, limit=7) == "0xffff…"
+    assert preview(b"x" * 201) == "x" * 199 + "…"
+    assert preview(b"x" * 200) == "x" * 200
