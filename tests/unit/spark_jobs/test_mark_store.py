@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.mark_store import KEEP, MarkStore
+from spark_jobs.mark_store import KEEP, Key, MarkStore
 from spark_jobs.watermark import PartitionMark
 
 
@@ -22,8 +22,11 @@ class _Files:
     def read(self, name: str) -> bytes:
         return self.files[name]
 
-    def write(self, name: str, data: bytes) -> None:
+    def write(self, name: str, data: bytes, *, replace: bool = True) -> bool:  # as `CheckpointFiles.write`
+        if name in self.files and not replace:
+            return False
         self.files[name] = data
+        return True
 
     def delete(self, name: str) -> None:
         del self.files[name]
@@ -73,3 +76,34 @@ def test_a_save_keeps_the_newest_files_up_to_its_batch_and_drops_those_of_later_
     assert store.load() == marks and store.topic_ids == {"in": "id-2"}
     store.save(1, marks)  # a checkpoint removed again: the files of later batches go, whatever their number
     assert list(files) == ["1.json"]
+
+
+def test_every_partitions_mark_runs_and_verified_offset_and_every_topic_id_are_loaded_as_saved() -> None:
+    """Lost on the way, a partition would start at its group's committed offset and the offsets done above its mark
+    would not be read again: its watermark would wait below them until their spout was restarted."""
+    marks: dict[Key, PartitionMark] = {
+        ("words", "lines", 0): PartitionMark(10, [(12, 15), (20, 21), (30, 40)], 10),
+        ("words", "lines", 3): PartitionMark(0, [], -1),
+        ("words", "other", 3): PartitionMark(7, [(9, 10)], 8),
+        ("counts", "lines", 3): PartitionMark(2**40, [(2**40 + 2, 2**40 + 5)], 2**40 + 1),
+    }
+    files: dict[str, bytes] = {}
+    _store(files).save(4, marks, {"lines": "id-lines", "other": "id-other"})
+    assert list(files) == ["4.json"]
+    restarted = _store(files)
+    assert restarted.load() == marks
+    assert restarted.topic_ids == {"lines": "id-lines", "other": "id-other"}
+
+
+def test_a_batch_saved_again_replaces_its_file_whole() -> None:
+    """Spark runs the last batch again after a restart: its file as written the first time (or the two merged)
+    would be loaded at the next start, marks that batch's second run did not leave."""
+    files: dict[str, bytes] = {}
+    store = _store(files)
+    store.save(5, {("a", "in", 0): PartitionMark(3, [(5, 6)], 3), ("a", "in", 1): PartitionMark(4)}, {"in": "id-1"})
+    again = {("a", "in", 0): PartitionMark(6, [], -1)}
+    store.save(5, again, {"in": "id-2"})
+    assert list(files) == ["5.json"]
+    restarted = _store(files)
+    assert restarted.load() == again
+    assert restarted.topic_ids == {"in": "id-2"}
