@@ -379,8 +379,8 @@ def _status_cells(
     stale = age is not None and age > 3 * every + 5
     released = bool(status.get("released"))  # its last, as it gave the partition up
     instance = printable(f"{status.get('instance', '-')}")
-    if released and age is not None:
-        owner = f"- (released by {instance} {age:.0f}s ago)"
+    if released:
+        owner = f"- (released by {instance}{'' if age is None else f' {age:.0f}s ago'})"
     else:
         owner = instance + ("" if age is None else f" ({age:.0f}s ago{', stale' if stale else ''})")
         if status.get("reading_back"):  # its records wait for it (`AckerService._recover`)
