@@ -184,13 +184,14 @@ def run(
         raise ConfigError("--kill-broker kills the demo's own local broker: not one of --bootstrap-servers")
     if report_path:
         check_report_path(report_path)
+    # checked before any broker starts: an empty --bootstrap-servers is refused, not taken for "a local broker"
+    named = None if bootstrap is None else ServiceConfig(bootstrap_servers=bootstrap)
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker
             console.print(f"Kafka: {cluster.kind} cluster at {cluster.bootstrap_servers}")
-            if bootstrap is not None:  # one that does not answer is said as every command says it, within seconds,
+            if named is not None:  # one that does not answer is said as every command says it, within seconds,
                 # not after each topic's creation timed out, followed by leftovers that were never made
-                settings = ServiceConfig(bootstrap_servers=bootstrap)
-                answering(settings.client(), settings.acker_topic)
+                answering(named.client(), named.acker_topic)
             demo = Demo(options, cluster.bootstrap_servers, console, broker=cluster.local)
             try:
                 report = demo.run()

@@ -298,6 +298,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=prose(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None, help="a Kafka cluster [default: start a local broker]")
     args = parser.parse_args()
+    if args.bootstrap_servers is not None and not args.bootstrap_servers.strip():  # not "start a local broker"
+        parser.error("--bootstrap-servers is empty: name at least one broker, host:port")
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for msg_id, outcome in run(cluster.bootstrap_servers).items():
             print(f"{msg_id:40} {outcome}")

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 
+import acker.examples.demo as demo_module
 from acker.errors import ConfigError
 from acker.examples.demo import (
     BROKER,
@@ -133,6 +134,15 @@ def test_the_broker_is_killed_only_when_the_demo_runs_its_own() -> None:
     demo._deal_kills(10)
     assert demo.events[-1].endswith("no SIGKILL: broker is not running") and demo.failures() == []
     demo.stages.stop()
+
+
+def test_an_empty_bootstrap_servers_is_refused_before_any_broker_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--bootstrap-servers ""`` is a mistake, not "start a local broker": it was refused only once one had started."""
+    started: list[object] = []
+    monkeypatch.setattr(demo_module, "kafka_cluster", lambda *a, **k: started.append(a))
+    with pytest.raises(ConfigError, match="bootstrap_servers is empty"):
+        run(DemoOptions(), "", None, Console(file=io.StringIO()))
+    assert started == []
 
 
 def test_the_kills_come_at_their_moment_and_the_processes_killed_start_again_after_their_time_down() -> None:
