@@ -51,10 +51,11 @@ SPARK_VERSION = pyspark.__version__
 # Spark 4.0.0 makes each JVM's artifact directory (``artifacts/spark-<uuid>``) under the JVM's working directory, the
 # command's (SPARK-52396, moved to the temporary directory in later releases): its shutdown hook deletes the JVM's own
 # directory (not if the JVM was killed), never ``artifacts`` itself, which every command left in the user's directory.
-# Those of JVMs this process started, deleted once they are gone (`stop`), with ``artifacts`` when it was not there
-# before and is empty (another process's JVM may have its own there).
+# Those of JVMs this process started are deleted once they are gone (`stop`), and ``artifacts`` with them when it is
+# Spark's alone, then empty: not there before, or holding only other JVMs' ``spark-*`` directories (a job beside this
+# one, in the same directory). One that held anything else is the user's and stays.
 _ARTIFACTS = "artifacts"
-_artifact_dirs: dict[Path, bool] = {}  # a JVM's artifact directory -> whether its parent was made for it
+_artifact_dirs: dict[Path, bool] = {}  # a JVM's artifact directory -> whether its parent is Spark's alone
 
 SCALA = "2.13"  # pyspark 4 is built for Scala 2.13 only
 
@@ -216,8 +217,8 @@ def _artifact_dir(session: SparkSession) -> Path | None:
 
 
 def _remove_artifact_dirs() -> None:
-    """Delete the artifact directories of this process's JVMs, now gone, and ``artifacts`` with them where it was
-    made for one of them and nothing else is in it (`_ARTIFACTS`)."""
+    """Delete the artifact directories of this process's JVMs, now gone, and ``artifacts`` with them where it is
+    Spark's alone and nothing is left in it (`_ARTIFACTS`)."""
     for path, parent_made in list(_artifact_dirs.items()):
         shutil.rmtree(path, ignore_errors=True)
         if parent_made:
@@ -342,7 +343,8 @@ def stop(session: SparkSession | None) -> None:
     process outlives it.
 
     pyspark's JVM exits when this process's end of its stdin closes, but one still starting up (an interrupt during
-    ``getOrCreate``) may not get there: it is terminated here, found among this process's children.
+    ``getOrCreate``) may not get there: it is terminated here, found among this process's children. The artifact
+    directories of this process's JVMs go last (`_ARTIFACTS`).
     """
     # From here on the JVM is stopping, then gone: a call to it from another thread (a callback, a query's) a moment
     # after the session stopped logged its failure with a traceback, after a failed start's one line. Kept until

@@ -121,7 +121,8 @@ REPORT_MAX = 2**63 - 1
 
 
 class CoordinationError(AckerError):
-    """A chain's topics are not as its steps need them (partition counts that differ, or changed under them)."""
+    """A chain's step cannot go on as things are: its topics are not as its steps need them (partition counts that
+    differ, or changed under them), a changelog record cannot be read, or a batch's transaction was aborted."""
 
 
 class WedgedProducerError(CoordinationError):
@@ -854,22 +855,24 @@ class CoordinatedStage:
         with AsWritten(self.config.client(), self.group) as reading:
             low, high = reading.bounds(TopicPartition(self.changelog, partition))
             for record in reading.read(TopicPartition(self.changelog, partition, low), high):
-                key = (record.key() or b"").decode()
-                if record.value() is None:
+                key, state = _restored(record)
+                if state is None:
                     task.requests.pop(key, None)
                 else:
-                    task.requests[key] = _restored(record)
+                    task.requests[key] = state
         task.reschedule()
         return task
 
 
-def _restored(record: Message) -> RequestState:
-    """A request's state as a changelog record holds it; `CoordinationError` when it cannot be read (not the step's
-    JSON, or a value out of range: a record another producer wrote there). The task cannot be restored without it,
+def _restored(record: Message) -> tuple[str, RequestState | None]:
+    """A request's key and state as a changelog record holds them (None: a tombstone, the request is done);
+    `CoordinationError` when they cannot be read (a key not UTF-8, a value not the step's JSON or out of range: a
+    record another producer wrote there). The task cannot be restored without it,
     nor go on with it left out (its request's answer would be wrong): the step stops, saying where the record lies,
     rather than with a traceback from inside the consumer's poll; the record stays for whoever mends the topic."""
     try:
-        return RequestState.from_json(json.loads(record.value() or b"{}"))
+        key, value = (record.key() or b"").decode(), record.value()
+        return key, None if value is None else RequestState.from_json(json.loads(value))
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
         where = f"{record.topic()}[{record.partition()}] offset {record.offset()}"
         raise CoordinationError(f"changelog record at {where} is not a request's state ({type(error).__name__}: "

@@ -907,18 +907,20 @@ def test_a_task_restored_while_its_previous_owners_last_batch_commits_holds_that
 
 
 @pytest.mark.parametrize(
-    "value", [b"not json", b'{"request": "r9"}', b"[1]", b'{"request": "r9", "deadline_ms": 1e999}']
-)
+    ("key", "value"),
+    [(b"r9", b"not json"), (b"r9", b'{"request": "r9"}'), (b"r9", b"[1]"),
+     (b"r9", b'{"request": "r9", "deadline_ms": 1e999}'), (b"\xff", None)],
+)  # fmt: skip
 def test_a_changelog_record_that_is_not_a_requests_state_stops_the_step_saying_where(
-    config: ServiceConfig, value: bytes
+    config: ServiceConfig, key: bytes, value: bytes | None
 ) -> None:
     """A record another producer wrote to a step's changelog (or a deadline of 1e999, which JSON takes and int()
-    does not) stopped the step with a traceback from inside the consumer's poll, at every restart, and said not
-    where the record lay."""
+    does not; a key not UTF-8, even on a tombstone) stopped the step with a traceback from inside the consumer's
+    poll, at every restart, and said not where the record lay."""
     chain = _small_chain(config, 2)
     changelog = f"{chain.topic(1)}.state"
     producer = Producer(config.producer())
-    produce(producer, changelog, value, key=b"r9", partition=0)
+    produce(producer, changelog, value, key=key, partition=0)
     assert producer.flush(30) == 0
     running = Running(CoordinatedStage(config, chain, 1, _Count()))
     running.thread.join(60)  # it ends by itself, when its task comes to it
