@@ -36,6 +36,7 @@ from acker.kafka.clients import (
     READ_TO_SETTINGS,
     AsWritten,
     KafkaClientError,
+    not_its_partitions,
     partition_count,
     produce_reporting,
 )
@@ -250,8 +251,8 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
             return []
         raise DlqError(f"no dead-letter topic {topic!r}")
     wanted = None if wanted is None else set(wanted)
-    if beyond := sorted({p for p, _ in wanted or () if p >= partitions}):  # said as `acker export` says it
-        raise DlqError(f"{topic} has partitions 0-{partitions - 1}, not {', '.join(map(str, beyond))}")
+    if beyond := {p for p, _ in wanted or () if p >= partitions}:
+        raise DlqError(not_its_partitions(topic, partitions, beyond))
     letters: list[DeadLetter] = []
     with _as_written(config) as reading:
         for p in range(partitions):

@@ -40,6 +40,7 @@ from acker.kafka.clients import (
     READ_TO_SETTINGS,
     committed_offsets,
     log_bounds,
+    not_its_partitions,
     open_transaction_wait_s,
     partition_count,
     read_to,
@@ -143,7 +144,7 @@ def span(config: ServiceConfig, partition: int, start: int | None = None, end: i
     its first open transaction begins."""
     partitions = partition_count(config.client(), config.acker_topic)
     if not 0 <= partition < partitions:
-        raise AckerError(f"{config.acker_topic} has partitions 0-{partitions - 1}, not {partition}")
+        raise AckerError(not_its_partitions(config.acker_topic, partitions, [partition]))
     tp = TopicPartition(config.acker_topic, partition)
     consumer = _consumer(config)
     written = Consumer(config.client(**{"group.id": config.group, "isolation.level": "read_uncommitted"}))

@@ -347,6 +347,11 @@ def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: flo
     return len(partitions)
 
 
+def not_its_partitions(topic: str, partitions: int, asked: Iterable[int]) -> str:
+    """How a command says that ``topic``, with ``partitions`` partitions, has none of those ``asked``."""
+    return f"{topic} has partitions 0-{partitions - 1}, not {', '.join(map(str, sorted(asked)))}"
+
+
 def topic_config(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> dict[str, str]:
     """The configuration of ``topic`` as the broker reports it (its own settings and the defaults it gets);
     `KafkaClientError` when the broker does not say (no such topic, no right to describe it, no answer)."""
