@@ -154,7 +154,8 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
     """Create the topics of ``specs`` that do not exist, and print a line for each (unless not ``report``): created,
     not created and why, or existing with its own partition count and any setting that differs from the one asked
     for (left as it is). When one could not be made (the others were): after the lines, an `AckerError` that names
-    those not made (each cause said once, in its line); not ``report``, the `TopicsNotCreatedError` with the causes."""
+    those not made, each with its cause's short name (said whole in its line); not ``report``, the
+    `TopicsNotCreatedError` with the causes."""
     # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
     # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
     answering(config.client(), config.acker_topic)
@@ -176,7 +177,11 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
             left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
             print(f"{spec.name}\t{count} partition(s)\texists{left}")
     if failure is not None and report:
-        raise AckerError(f"not created: {', '.join(failure.failed)} (their lines above say why)")
+        # each with its cause's short name too: a log of stderr alone (stdout discarded) still says which failure
+        named = (
+            f"{name} ({cause.name() if cause is not None else 'no answer'})" for name, cause in failure.failed.items()
+        )
+        raise AckerError(f"not created: {', '.join(named)}: their lines above say why")
     if failure is not None:
         raise failure
 
