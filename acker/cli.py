@@ -338,9 +338,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         import json
 
         rows = []
+        now = time.time()
         for partition in sorted(set(lags) | set(statuses)):
             committed, end = lags.get(partition, (None, None))
-            rows.append({"partition": partition, "committed": committed, "end": end, "status": statuses.get(partition)})
+            status = statuses.get(partition)
+            age, standing = _standing(status or {}, now, config)  # as the table reads it: a script need not
+            rows.append({"partition": partition, "committed": committed, "end": end, "standing": standing,
+                         "age_s": None if age is None else round(age, 1), "status": status})  # fmt: skip
         print(json.dumps(rows, indent=2))
         return 0
     windows = [w for status in statuses.values() if isinstance(w := status.get("rate_window_s"), int | float)]
@@ -372,20 +376,15 @@ def _status_cells(
 
     committed, end = offsets or (None, None)
     rates, counters = status.get("rates", {}), status.get("counters", {})
-    stamp = status.get("time")
-    age = now - stamp if isinstance(stamp, int | float) else None
-    interval = status.get("status_interval_s")  # the instance's interval, not this command's
-    every = interval if isinstance(interval, int | float) else config.status_interval_s
-    stale = age is not None and age > 3 * every + 5
-    released = bool(status.get("released"))  # its last, as it gave the partition up
+    age, standing = _standing(status, now, config)
     instance = printable(f"{status.get('instance', '-')}")
-    if released:
+    if standing == "released":
         owner = f"- (released by {instance}{'' if age is None else f' {age:.0f}s ago'})"
     else:
-        owner = instance + ("" if age is None else f" ({age:.0f}s ago{', stale' if stale else ''})")
+        owner = instance + ("" if age is None else f" ({age:.0f}s ago{', stale' if standing == 'stale' else ''})")
         if status.get("reading_back"):  # its records wait for it (`AckerService._recover`)
             owner += ", reading back"
-    current = bool(status) and not (released or stale)
+    current = standing == "current"
     measured = current and status.get("rate_window_s") != 0  # a partition's first status has no rates yet
     nacked = round(sum(rates.get(k, 0) for k in _NACKS), 1)  # rates are rounded to 0.1: so is their sum
     return [
@@ -400,6 +399,21 @@ def _status_cells(
         str(end if end is not None else "-"),
         _re_read(committed, end),
     ]
+
+
+def _standing(status: dict[str, Any], now: float, config: ServiceConfig) -> tuple[float | None, str]:
+    """How old a partition's newest ``status`` is (None: it has no time) and what it says of the partition now:
+    ``current`` (its owner publishes), ``released`` (its last owner gave it up), ``stale`` (no status for three of its
+    owner's intervals plus 5 s: the owner is gone) or ``none`` (no status at all)."""
+    if not status:
+        return None, "none"
+    stamp = status.get("time")
+    age = now - stamp if isinstance(stamp, int | float) else None
+    interval = status.get("status_interval_s")  # the instance's interval, not this command's
+    every = interval if isinstance(interval, int | float) else config.status_interval_s
+    if status.get("released"):  # its last, as it gave the partition up
+        return age, "released"
+    return age, "stale" if age is not None and age > 3 * every + 5 else "current"
 
 
 def _re_read(committed: int | None, end: int | None) -> str:

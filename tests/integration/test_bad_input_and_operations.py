@@ -563,7 +563,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     finally:
         service.stop()
         reader.close()
-    assert all(row["status"] is None for row in json.loads(other_group.stdout))
+    assert all(row["status"] is None and row["standing"] == "none" for row in json.loads(other_group.stdout))
     assert f"published by group {config.group}, not {config.group}-typo" in other_group.stderr
     assert 'acker_outcomes_total{outcome="ack"} 200.0' in text
     assert "acker_complete_latency_seconds_count 200.0" in text
@@ -574,6 +574,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     rows = json.loads(status.stdout)
     assert [r["partition"] for r in rows] == [0, 1, 2]
     assert all(r["status"]["instance"] == config.instance_id and r["status"]["pending"] == 0 for r in rows)
+    assert all(r["standing"] == "current" and 0 <= r["age_s"] < 60 for r in rows)
     assert sum(r["status"]["counters"]["acked"] for r in rows) == 200
     assert all(r["committed"] is not None and r["committed"] <= r["end"] for r in rows)
     assert table.stdout.count(config.instance_id) == 3 and "re-read by a new owner" in table.stdout
@@ -587,6 +588,10 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
     )  # fmt: skip
     assert stopped.stdout.count(f"- (released by {config.instance_id} ") == 3
+    released = subprocess.run(
+        [sys.executable, "-m", "acker.cli", "status", *common, "--json"], capture_output=True, text=True, check=True
+    )
+    assert [r["standing"] for r in json.loads(released.stdout)] == ["released"] * 3
 
 
 @pytest.mark.parametrize("command", [["topics", "create"], ["status"], ["run", "--metrics-port", "0"]])

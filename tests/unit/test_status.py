@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from acker import status as status_module
-from acker.cli import _re_read, _status_cells, main
+from acker.cli import _re_read, _standing, _status_cells, main
 from acker.config import ServiceConfig
 from acker.status import _status, status_key
 
@@ -91,6 +91,12 @@ def test_pending_rates_and_read_lag_are_shown_only_while_an_owner_publishes() ->
     whenever = row({**spoke, "released": True, "time": None})  # released, whenever it was
     assert (whenever["owner"], whenever["pending"]) == ("- (released by a-1)", "-")
     assert row({}) == dict.fromkeys(columns[:7], "-") | {"committed": "100", "end": "160", "re-read": "60"}
+    # `--json` says the same of each row, so that a script need not work it out from the raw status
+    assert [_standing(status, now, config) for status in (spoke, {**spoke, "time": now - 21}, {})] == [
+        (2.0, "current"), (21.0, "stale"), (None, "none")
+    ]  # fmt: skip
+    assert _standing({**spoke, "released": True, "time": None}, now, config) == (None, "released")
+    assert _standing({**spoke, "time": None}, now, config) == (None, "current")  # no time: never taken for stale
 
 
 def test_status_looks_topics_up_without_creating_them(monkeypatch: pytest.MonkeyPatch) -> None:
