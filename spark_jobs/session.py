@@ -219,9 +219,9 @@ def _artifact_dir(session: SparkSession) -> Path | None:
 def _remove_artifact_dirs() -> None:
     """Delete the artifact directories of this process's JVMs, now gone, and ``artifacts`` with them where it is
     Spark's alone and nothing is left in it (`_ARTIFACTS`)."""
-    for path, parent_made in list(_artifact_dirs.items()):
+    for path, spark_only in list(_artifact_dirs.items()):
         shutil.rmtree(path, ignore_errors=True)
-        if parent_made:
+        if spark_only:
             with contextlib.suppress(OSError):  # not empty: another JVM's, or the user's, files are there
                 path.parent.rmdir()
         del _artifact_dirs[path]

@@ -867,9 +867,9 @@ class CoordinatedStage:
 def _restored(record: Message) -> tuple[str, RequestState | None]:
     """A request's key and state as a changelog record holds them (None: a tombstone, the request is done);
     `CoordinationError` when they cannot be read (a key not UTF-8, a value not the step's JSON or out of range: a
-    record another producer wrote there). The task cannot be restored without it,
-    nor go on with it left out (its request's answer would be wrong): the step stops, saying where the record lies,
-    rather than with a traceback from inside the consumer's poll; the record stays for whoever mends the topic."""
+    record another producer wrote there). The task cannot be restored without it, nor go on with it left out (its
+    request's answer would be wrong): the step stops, saying where the record lies, rather than with a traceback from
+    inside the consumer's poll; the record stays for whoever mends the topic."""
     try:
         key, value = (record.key() or b"").decode(), record.value()
         return key, None if value is None else RequestState.from_json(json.loads(value))
