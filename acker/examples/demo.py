@@ -185,6 +185,8 @@ def run(
     if report_path:
         check_report_path(report_path)
     # checked before any broker starts: an empty --bootstrap-servers is refused, not taken for "a local broker"
+    if bootstrap is not None and not bootstrap.strip():
+        raise ConfigError("--bootstrap-servers is empty: name at least one broker, host:port")
     named = None if bootstrap is None else ServiceConfig(bootstrap_servers=bootstrap)
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker

@@ -446,7 +446,7 @@ def test_topics_create_says_which_topics_it_made_when_one_is_refused(config: Ser
     # Its cause said whole once, in its line (it was said again on stderr, with every other topic's, in one long
     # line); stderr names it short, for a log that keeps stderr only.
     assert run.stderr.splitlines()[-1] == (
-        f"acker: not created: {outcomes} (TOPIC_EXCEPTION): their lines above say why"
+        f"acker: not created: {outcomes} (TOPIC_EXCEPTION): each one's line on stdout says why"
     )
     assert create_topics(config.client(), [TopicSpec(config.acker_topic, 2), TopicSpec(config.dlq_topic, 1)]) == []
 

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError
 from acker import cli, dlq, logs
 from acker import topics as acker_topics
 from acker.config import ServiceConfig
-from acker.errors import ConfigError
+from acker.errors import AckerError, ConfigError
 from acker.examples import reach, wordcount_cli
 from acker.examples.wordcount import _crasher
 from acker.help_text import prose
@@ -222,6 +222,31 @@ def test_topics_create_refuses_a_topic_named_twice_before_asking_kafka(
     """Kafka refuses a request that names a topic twice: each of them was "not created: Duplicate topic name"."""
     assert cli.main(["topics", "create", "--bootstrap-servers", "127.0.0.1:1", *topics]) == 2
     assert capsys.readouterr().err.strip() == f"acker: {said}"
+
+
+def test_topics_not_created_are_named_alike_on_stdout_and_stderr_and_the_others_listed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One topic refused, one unanswered, one made: stdout gives each its line (the cause whole), stderr's last line
+    names those not made with the cause's short name, the unanswered one in the same words as on stdout."""
+    refused = KafkaError(KafkaError.TOPIC_EXCEPTION, "Topic name is invalid")
+
+    def partly(*_args: Any, **_kwargs: Any) -> list[str]:
+        raise clients.TopicsNotCreatedError({"a": refused, "b": None}, ["c"])
+
+    monkeypatch.setattr(acker_topics, "answering", lambda *_: None)
+    monkeypatch.setattr(acker_topics, "create_topics", partly)
+    specs = [clients.TopicSpec(name, 2) for name in "abc"]
+    with pytest.raises(AckerError) as failed:
+        acker_topics.create_and_report(ServiceConfig(bootstrap_servers="127.0.0.1:1"), specs)
+    assert capsys.readouterr().out.splitlines() == [
+        "a\t-\tnot created: Topic name is invalid",
+        "b\t-\tnot created: no answer in time",
+        "c\t2 partition(s)\tcreated",
+    ]
+    assert str(failed.value) == (
+        "not created: a (TOPIC_EXCEPTION), b (no answer in time): each one's line on stdout says why"
+    )
 
 
 @pytest.mark.parametrize("command", [["status"], ["topics", "create"], ["demo"]])

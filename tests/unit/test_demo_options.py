@@ -140,7 +140,7 @@ def test_an_empty_bootstrap_servers_is_refused_before_any_broker_starts(monkeypa
     """``--bootstrap-servers ""`` is a mistake, not "start a local broker": it was refused only once one had started."""
     started: list[object] = []
     monkeypatch.setattr(demo_module, "kafka_cluster", lambda *a, **k: started.append(a))
-    with pytest.raises(ConfigError, match="bootstrap_servers is empty"):
+    with pytest.raises(ConfigError, match="--bootstrap-servers is empty"):
         run(DemoOptions(), "", None, Console(file=io.StringIO()))
     assert started == []
 

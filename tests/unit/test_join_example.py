@@ -316,3 +316,17 @@ def test_rows_the_broker_refuses_are_an_error_not_ids_whose_outcomes_never_come(
     monkeypatch.setattr(wordcount_cli, "Producer", _Refusing)
     with pytest.raises(KafkaException):
         join_module._write(ServiceConfig(), "orders", [{"order": 1}, {"order": 2}])
+
+
+def test_an_empty_bootstrap_servers_is_refused_before_any_broker_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--bootstrap-servers ""`` is a usage error (exit 2), not "start a local broker"."""
+    started: list[object] = []
+    monkeypatch.setattr(join_module, "kafka_cluster", lambda *a, **k: started.append(a))
+    monkeypatch.setattr("sys.argv", ["join", "--bootstrap-servers", " "])
+    with pytest.raises(SystemExit) as stopped:
+        join_module.main()
+    assert stopped.value.code == 2
+    assert "--bootstrap-servers is empty" in capsys.readouterr().err
+    assert started == []
