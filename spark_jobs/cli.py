@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acker.argtypes import at_least, non_negative, positive
-from acker.config import ServiceConfig, add_arguments, env_settings, flag_setting, load
+from acker.config import TIMEOUT_MAX_S, ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import AckerError, ConfigError
 from acker.retries import MAX_HOLD_MS
 from spark_jobs.jvm_errors import java_said
@@ -138,6 +138,15 @@ def add_parser(sub: Any) -> None:
                 type=at_least(0, below=MAX_HOLD_MS),
                 default=1000,
                 help="delay of the first replay [default: 1000]",
+            )
+            job.add_argument(
+                "--dedupe-window-s",
+                type=at_least(1, below=TIMEOUT_MAX_S + 1),  # the acker's longest timeout
+                default=3600,
+                help="a nack seen again within this many seconds of the first is dropped; one later is replayed "
+                "again unless its spout's watermark has passed its record (a commit job stopped that long keeps "
+                "the watermark back); each nack seen is kept that long in Spark's state (30 days at most) "
+                "[default: 3600]",
             )
             job.add_argument(
                 "--nacks-per-transaction",
@@ -269,6 +278,7 @@ def _settings(
         dead_letter_topic=config.replay_dlq_topic,
         max_records=args.max_records,
         nacks_per_transaction=args.nacks_per_transaction,
+        dedupe_window=f"{args.dedupe_window_s} seconds",
         groups=groups,
         dlq_topic=dlq_topic,
         dead_letter_malformed=args.dead_letter_malformed,

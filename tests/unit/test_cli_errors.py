@@ -24,8 +24,10 @@ from acker.examples.wordcount import _crasher
 from acker.help_text import prose
 from acker.kafka import clients, local_broker
 from acker.metrics import serve
+from spark_jobs import cli as spark_cli
 from spark_jobs import commit_job
 from spark_jobs.cli import query_said, starting_offsets
+from spark_jobs.replay_job import ReplayJobSettings
 
 
 def test_kafka_not_answering_names_the_bootstrap_servers(
@@ -163,6 +165,8 @@ def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
         ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "-1"],
         ["spark", "commit", "--checkpoint", "/x", "--trigger-s", "nan"],
         ["spark", "replay", "--checkpoint", "/x", "--backoff-ms", "86400000"],  # a spout would not believe it
+        ["spark", "replay", "--checkpoint", "/x", "--dedupe-window-s", "0"],
+        ["spark", "replay", "--checkpoint", "/x", "--dedupe-window-s", str(30 * 86_400 + 1)],
         ["replay", "--engine", "columnar", "--high-water", str(2**64), "x.jsonl"],  # numba's TypingError before
     ],
 )
@@ -372,6 +376,17 @@ def test_settings_the_replay_jobs_transactional_producer_refuses_are_refused_bef
     argv = ["spark", "replay", "--checkpoint", "/x", "--spout", "s", "--bootstrap-servers", "127.0.0.1:1"]
     assert cli.main([*argv, "--kafka", "acks=1"]) == 2
     assert "`acks` must be set to `all`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "window"), [([], "3600 seconds"), (["--dedupe-window-s", "86400"], "86400 seconds")])
+def test_the_replay_jobs_dedupe_window_is_the_one_given(given: list[str], window: str) -> None:
+    """A nack seen again after the window is replayed again while its record's watermark is held back (a commit job
+    stopped): an operator who keeps one stopped that long lengthens it."""
+    args = cli.build_parser().parse_args(["spark", "replay", "--checkpoint", "/x", "--spout", "s", *given])
+    config = ServiceConfig(bootstrap_servers="127.0.0.1:1")
+    source = commit_job.OutcomeSource(config.client(), (config.outcome_topic("s"),))
+    settings = spark_cli._settings(args, config, source, {})
+    assert isinstance(settings, ReplayJobSettings) and settings.dedupe_window == window
 
 
 def test_output_cut_short_by_its_reader_is_no_error_message(tmp_path: Path) -> None:
