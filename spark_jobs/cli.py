@@ -139,14 +139,16 @@ def add_parser(sub: Any) -> None:
                 default=1000,
                 help="delay of the first replay [default: 1000]",
             )
+            # A window past the acker's longest timeout would be Spark state kept for nothing.
             job.add_argument(
                 "--dedupe-window-s",
-                type=at_least(1, below=TIMEOUT_MAX_S + 1),  # the acker's longest timeout
+                type=at_least(1, below=TIMEOUT_MAX_S + 1),
                 default=3600,
-                help="a nack seen again within this many seconds of the first is dropped; one later is replayed "
-                "again unless its spout's watermark has passed its record (a commit job stopped that long keeps "
-                "the watermark back); each nack seen is kept that long in Spark's state (30 days at most) "
-                "[default: 3600]",
+                help="a nack seen again within this many seconds of the first is dropped (as a rule up to twice "
+                "that: Spark forgets a nack once it has seen one this much newer than its expiry); one later is "
+                "replayed again unless its spout's watermark has passed its record (a commit job stopped that long "
+                "keeps it back); Spark's state holds the nacks of up to twice this long; at most 30 days; may be "
+                "changed at a restart [default: 3600]",
             )
             job.add_argument(
                 "--nacks-per-transaction",

@@ -19,9 +19,10 @@ part, below):
 A nack of a record its spout's watermark (``<group>.acked``) has passed is skipped: that record was decided before (the
 watermark passes only offsets done), and this is a late copy of a nack handled long ago, as an acker that recovers
 after a long outage emits for the trees its spout timed out itself meanwhile; the deduplication window (an hour by
-default) has forgotten the first. A copy later than the window, of a record the watermark has not passed (held back
-below it, or by a commit job stopped), is replayed again: the job keeps no record of its own replays beyond the window
-(the commit job holds them, as done offsets above its watermarks).
+default, as a rule up to twice that: Spark forgets a nack once it has seen one a window newer than the first's expiry)
+has forgotten the first. A copy later than that, of a record the watermark has not passed (held back by an undecided
+record below it, or by a commit job stopped), is replayed again: the job keeps no record of its own replays beyond
+the window, and asks Kafka for its spout's committed watermark alone.
 
 A micro-batch that Spark runs again after a crash finds its id in the progress topic and publishes nothing: a nack
 is replayed once, and none is lost (Spark's checkpoint holds the read position; the transaction holds the output).

@@ -112,7 +112,8 @@ BROKER_DOWN_S = 8.0
 
 # A stage process that ends saying Kafka did not answer (exit status 2, `acker.cli`; `_no_answer`) while the broker is
 # away, or up to this long after it came back, gave up on it: started again, as a supervisor would. One starting when
-# the broker went gives up after about 30 s; so may one that was waiting for an answer (a read-back, a lookup).
+# the broker went gives up after about 10 s (an acker instance 30 s); so may one that was waiting for an answer (a
+# read-back, a lookup).
 GIVE_UP_S = 60.0
 
 # How long the end of a run on a cluster named waits for each answer of the cluster, and asks again to delete a group
@@ -547,7 +548,7 @@ class Demo:
         are written (`kill_plan`). A kill of a process down already (killed, or crashed and not restarted yet), or
         with none running, is said and skipped."""
         # The broker first; the stage processes only once it is back: started while it is away, one gives up after
-        # about 30 s (exit 2), as it would on a cluster that is not there.
+        # about 10 s (an acker instance 30 s; exit 2), as it would on a cluster that is not there.
         for stage, until in sorted(self._down.items(), key=lambda item: item[0] != BROKER):
             if time.monotonic() >= until and (stage == BROKER or BROKER not in self._down):
                 took = self._restart(stage)

@@ -380,8 +380,8 @@ def test_settings_the_replay_jobs_transactional_producer_refuses_are_refused_bef
 
 @pytest.mark.parametrize(("given", "window"), [([], "3600 seconds"), (["--dedupe-window-s", "86400"], "86400 seconds")])
 def test_the_replay_jobs_dedupe_window_is_the_one_given(given: list[str], window: str) -> None:
-    """A nack seen again after the window is replayed again while its record's watermark is held back (a commit job
-    stopped): an operator who keeps one stopped that long lengthens it."""
+    """A nack seen again once Spark has forgotten the first (a window or two later) is replayed again while its
+    record's watermark is held back (a commit job stopped): an operator who keeps one stopped that long lengthens it."""
     args = cli.build_parser().parse_args(["spark", "replay", "--checkpoint", "/x", "--spout", "s", *given])
     config = ServiceConfig(bootstrap_servers="127.0.0.1:1")
     source = commit_job.OutcomeSource(config.client(), (config.outcome_topic("s"),))
