@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from acker.config import ServiceConfig, topic_name_problem
 from acker.errors import AckerError, ConfigError
 from acker.kafka.clients import (
+    UNANSWERED,
     KafkaClientError,
     TopicsNotCreatedError,
     TopicSpec,
@@ -150,9 +151,6 @@ def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
     ]
 
 
-_NO_ANSWER = "no answer in time"  # a topic whose creation the broker did not answer: said alike on stdout and stderr
-
-
 def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, report: bool = True) -> None:
     """Create the topics of ``specs`` that do not exist, and print a line for each (unless not ``report``): created,
     not created and why, or existing with its own partition count and any setting that differs from the one asked
@@ -172,7 +170,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
             print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
         elif failure is not None and spec.name in failure.failed:
             cause = failure.failed[spec.name]
-            print(f"{spec.name}\t-\tnot created: {cause.str() if cause is not None else _NO_ANSWER}")
+            print(f"{spec.name}\t-\tnot created: {cause.str() if cause is not None else UNANSWERED}")
         else:
             count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
             differs = [f"not {spec.partitions}"] if count != spec.partitions else []
@@ -182,7 +180,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
     if failure is not None and report:
         # each with its cause's short name too: a log of stderr alone (stdout discarded) still says which failure
         named = (
-            f"{name} ({cause.name() if cause is not None else _NO_ANSWER})" for name, cause in failure.failed.items()
+            f"{name} ({cause.name() if cause is not None else UNANSWERED})" for name, cause in failure.failed.items()
         )
         raise AckerError(f"not created: {', '.join(named)}: each one's line on stdout says why")
     if failure is not None:

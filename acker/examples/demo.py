@@ -66,7 +66,7 @@ from acker.kafka.clients import (
 )
 from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.lookups import lookups
-from acker.kafka.provision import kafka_cluster
+from acker.kafka.provision import blank_bootstrap, kafka_cluster
 from acker.retries import DETAIL, MAX_HOLD_MS, ORIGIN, Backoff
 from acker.spout import SpoutSettings
 from acker.wire import WireError, decode_outcomes
@@ -186,8 +186,8 @@ def run(
     if report_path:
         check_report_path(report_path)
     # checked before any broker starts: an empty --bootstrap-servers is refused, not taken for "a local broker"
-    if bootstrap is not None and not bootstrap.strip():
-        raise ConfigError("--bootstrap-servers is empty: name at least one broker, host:port")
+    if (blank := blank_bootstrap(bootstrap)) is not None:
+        raise ConfigError(blank)
     named = None if bootstrap is None else ServiceConfig(bootstrap_servers=bootstrap)
     try:
         with sigterm_as_interrupt(), kafka_cluster(bootstrap, use_docker=False) as cluster:  # the local broker

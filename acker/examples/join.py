@@ -60,7 +60,7 @@ from acker.examples.wordcount_cli import follow_outcomes, produce
 from acker.headers import first
 from acker.help_text import prose
 from acker.kafka.clients import TopicSpec, create_topics
-from acker.kafka.provision import kafka_cluster
+from acker.kafka.provision import blank_bootstrap, kafka_cluster
 from acker.service import AckerService
 from acker.spout import Emitter, Spout, SpoutSettings
 
@@ -298,8 +298,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=prose(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None, help="a Kafka cluster [default: start a local broker]")
     args = parser.parse_args()
-    if args.bootstrap_servers is not None and not args.bootstrap_servers.strip():  # not "start a local broker"
-        parser.error("--bootstrap-servers is empty: name at least one broker, host:port")
+    if (blank := blank_bootstrap(args.bootstrap_servers)) is not None:  # not "start a local broker"
+        parser.error(blank)
     with kafka_cluster(args.bootstrap_servers, use_docker=False) as cluster:
         for msg_id, outcome in run(cluster.bootstrap_servers).items():
             print(f"{msg_id:40} {outcome}")

@@ -63,8 +63,11 @@ class TopicsNotCreatedError(KafkaClientError):
         super().__init__(f"creating topic {first}", error, more)
 
 
+UNANSWERED = "no answer in time"  # a topic whose creation the broker did not answer, as each report says it
+
+
 def _said(error: KafkaError | None) -> str:
-    return f"{error.name()}: {error.str()}" if error is not None else "no answer in time"
+    return f"{error.name()}: {error.str()}" if error is not None else UNANSWERED
 
 
 # A client's errors that say no broker answered (rather than that one answered no): the cluster is down, or not

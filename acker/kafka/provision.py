@@ -161,6 +161,14 @@ def creates_topics_on_first_use(bootstrap: str, timeout_s: float = 30.0) -> bool
     return str(configs["auto.create.topics.enable"].value).lower() == "true"
 
 
+def blank_bootstrap(existing: str | None) -> str | None:
+    """Why ``existing``, a ``--bootstrap-servers`` given blank, is refused (None: not given, or naming something):
+    `kafka_cluster` takes a blank one for "start a local broker", as it takes none, so its caller refuses it first."""
+    if existing is None or existing.strip():
+        return None
+    return "--bootstrap-servers is empty: name at least one broker, host:port"
+
+
 @contextlib.contextmanager
 def kafka_cluster(
     existing: str | None = None, *, use_docker: bool = True, partitions: int = 1, auto_create_topics: bool = True
