@@ -3,7 +3,7 @@
 The Kafka settings (bootstrap servers, ``--kafka`` pass-through, prefixes) are the acker's own (`acker.config`).
 On a cluster, run this module with spark-submit and the connectors as packages, e.g.::
 
-    spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,org.apache.spark:spark-avro_2.13:4.0.0 \\
+    spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0,org.apache.spark:spark-avro_2.13:4.2.0 \\
         spark_jobs/cli.py commit --bootstrap-servers broker:9092 --spout words --checkpoint s3a://bucket/acker/commit
 """
 

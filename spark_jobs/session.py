@@ -10,11 +10,9 @@ Ivy reports as a "problems summary" of a first run, and a host behind a proxy wa
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -48,16 +46,17 @@ STOP_TIMEOUT_DEFAULT = "20s"
 
 SPARK_VERSION = pyspark.__version__
 
-# Spark 4.0.0 makes each JVM's artifact directory (``artifacts/spark-<uuid>``) under the JVM's working directory, the
-# command's (SPARK-52396, moved to the temporary directory in later releases): its shutdown hook deletes the JVM's own
-# directory (not if the JVM was killed), never ``artifacts`` itself, which every command left in the user's directory.
-# Those of JVMs this process started are deleted once they are gone (`stop`), and ``artifacts`` with them when it is
-# Spark's alone, then empty: not there before, or holding only other JVMs' ``spark-*`` directories (a job beside this
-# one, in the same directory). One that held anything else is the user's and stays.
-_ARTIFACTS = "artifacts"
-_artifact_dirs: dict[Path, bool] = {}  # a JVM's artifact directory -> whether its parent is Spark's alone
-
 SCALA = "2.13"  # pyspark 4 is built for Scala 2.13 only
+
+# The JVM loggers whose level the jobs set: each is a class's name, which Spark's releases move (4.1 moved the
+# streaming engine's to ``streaming.runtime``), and a logger named after no class quiets nothing, silently. A test
+# checks each against the classes of pyspark's jars.
+QUERIES_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+TRIGGER_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+SCHEDULER_LOGGER = "org.apache.spark.scheduler.DAGScheduler"
+TASK_LOGGER = "org.apache.spark.TaskContextImpl"
+TASK_SCHEDULER_LOGGER = "org.apache.spark.scheduler.TaskSchedulerImpl"
+SPARK_LOGGERS = (QUERIES_LOGGER, TRIGGER_LOGGER, SCHEDULER_LOGGER, TASK_LOGGER, TASK_SCHEDULER_LOGGER)
 
 
 def connector_packages() -> list[str]:
@@ -179,9 +178,6 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
     interrupt = signal.getsignal(signal.SIGINT)
-    starts_jvm = SparkContext._gateway is None and not under_spark_submit()
-    artifacts = Path.cwd() / _ARTIFACTS  # Spark's own when it holds JVMs' directories only (another job beside)
-    artifacts_spark = not artifacts.exists() or all(p.name.startswith("spark-") for p in artifacts.iterdir())
     if jvm_output is not None and SparkContext._gateway is None:  # no JVM yet: this call starts it
         # pyspark's way to start the JVM with its output elsewhere (``popen_kwargs``); the context then uses it.
         jvm_output.parent.mkdir(parents=True, exist_ok=True)
@@ -192,8 +188,6 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     session = SparkSession.builder.config(conf=conf).getOrCreate()
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
-    if starts_jvm and (mine := _artifact_dir(session)) is not None:
-        _artifact_dirs[mine] = artifacts_spark and mine.parent == artifacts
     session.sparkContext.setLogLevel("WARN")
     _quiet_accumulator_server(session.sparkContext)
     _avro_limits_in_driver(session)
@@ -201,30 +195,8 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
         session.conf.set(STOP_TIMEOUT, STOP_TIMEOUT_DEFAULT)
     # "Current batch is falling behind", at every micro-batch longer than the trigger (the first ones of a job, any
     # on a busy host): the jobs log each micro-batch's work themselves.
-    set_log_level(session, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", "ERROR")
+    set_log_level(session, TRIGGER_LOGGER, "ERROR")
     return session
-
-
-def _artifact_dir(session: SparkSession) -> Path | None:
-    """The JVM's artifact directory (``.../artifacts/spark-<uuid>``, the parent of the session's), None when this
-    Spark does not say it or keeps it elsewhere than in an ``artifacts`` directory."""
-    try:
-        path = Path(str(session._jsparkSession.artifactManager().artifactPath().toString())).parent
-    except Exception as error:  # another Spark's API: nothing is deleted
-        log.debug("no artifact directory known: %s", error)
-        return None
-    return path if path.parent.name == _ARTIFACTS and path.name.startswith("spark-") else None
-
-
-def _remove_artifact_dirs() -> None:
-    """Delete the artifact directories of this process's JVMs, now gone, and ``artifacts`` with them where it is
-    Spark's alone and nothing is left in it (`_ARTIFACTS`)."""
-    for path, spark_only in list(_artifact_dirs.items()):
-        shutil.rmtree(path, ignore_errors=True)
-        if spark_only:
-            with contextlib.suppress(OSError):  # not empty: another JVM's, or the user's, files are there
-                path.parent.rmdir()
-        del _artifact_dirs[path]
 
 
 def _quiet_accumulator_server(context: SparkContext) -> None:
@@ -277,11 +249,11 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     query's broadcast is gone before the task ends: Spark's race, after the stop returned; a listener's error in a task
     not killed fails that task, which Spark reports as it does any task's failure.
     A batch that has not ended `STOP_TIMEOUT` after its interruption is left running, with a warning."""
-    queries_logger, was, patience = "org.apache.spark.sql.execution.streaming.MicroBatchExecution", None, "?"
+    queries_logger, was, patience = QUERIES_LOGGER, None, "?"
     try:
         patience = str(session.conf.get(STOP_TIMEOUT))
-        set_log_level(session, "org.apache.spark.scheduler.DAGScheduler", "ERROR")
-        set_log_level(session, "org.apache.spark.TaskContextImpl", "OFF")  # for good: its error comes after the stop
+        set_log_level(session, SCHEDULER_LOGGER, "ERROR")
+        set_log_level(session, TASK_LOGGER, "OFF")  # for good: its error comes after the stop
         was = _log_level(session, queries_logger)
         set_log_level(session, queries_logger, "OFF")
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
@@ -343,8 +315,7 @@ def stop(session: SparkSession | None) -> None:
     process outlives it.
 
     pyspark's JVM exits when this process's end of its stdin closes, but one still starting up (an interrupt during
-    ``getOrCreate``) may not get there: it is terminated here, found among this process's children. The artifact
-    directories of this process's JVMs go last (`_ARTIFACTS`).
+    ``getOrCreate``) may not get there: it is terminated here, found among this process's children.
     """
     # From here on the JVM is stopping, then gone: a call to it from another thread (a callback, a query's) a moment
     # after the session stopped logged its failure with a traceback, after a failed start's one line. Kept until
@@ -355,7 +326,7 @@ def stop(session: SparkSession | None) -> None:
         # its result getter: Spark logged that RejectedExecutionException as an ERROR with a 15-line trace (seen in
         # CI), its own race. Once the context stops, nothing it schedules matters any more.
         try:
-            set_log_level(session, "org.apache.spark.scheduler.TaskSchedulerImpl", "OFF")
+            set_log_level(session, TASK_SCHEDULER_LOGGER, "OFF")
         except Exception as error:  # a JVM gone already: stopped below all the same
             log.debug("could not quiet the task scheduler: %s", error)
         try:
@@ -375,7 +346,6 @@ def stop(session: SparkSession | None) -> None:
         time.sleep(0.1)
     for pid in jvms:
         os.kill(pid, signal.SIGKILL)
-    _remove_artifact_dirs()
 
 
 def _children_running(marker: bytes) -> list[int]:

@@ -873,7 +873,7 @@ def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries
 _STOPPED_MID_BATCH = """
 import sys, time
 from pathlib import Path
-from spark_jobs.session import _log_level, spark_session, stop, stop_queries
+from spark_jobs.session import QUERIES_LOGGER as queries, _log_level, spark_session, stop, stop_queries
 from spark_jobs.stopping import batch_function
 spark = spark_session("stopped-mid-batch", jvm_output=Path(sys.argv[1]))
 def slow(batch, _):  # a Spark job of its own, running when the query is stopped
@@ -883,7 +883,6 @@ query = rate.writeStream.foreachBatch(batch_function(slow)).trigger(processingTi
 while not query.status["isTriggerActive"] or not query.recentProgress:
     time.sleep(0.1)
 time.sleep(1)
-queries = "org.apache.spark.sql.execution.streaming.MicroBatchExecution"
 before = _log_level(spark, queries)
 stop_queries(spark, [query], between_batches_s=0)
 assert _log_level(spark, queries) == before, "the queries' log level is not put back"
@@ -894,8 +893,8 @@ stop(spark)
 def test_a_query_stopped_mid_batch_is_not_logged_as_terminated_with_error(tmp_path: Path) -> None:
     """The batch it interrupts fails (`spark_jobs.stopping`), and Spark logged the query's "terminated with error"
     with the Java trace: 40 lines and more after a Ctrl-C, when a trigger (one every ``trigger_s``, data or not)
-    came between the wait for the end of a batch and the stop. And the JVM leaves no ``artifacts`` directory where
-    the command ran (Spark 4.0.0 makes one there: `spark_jobs.session._ARTIFACTS`)."""
+    came between the wait for the end of a batch and the stop. And the JVM leaves nothing where the command ran
+    (Spark 4.0.0 left an ``artifacts`` directory there, SPARK-52396)."""
     output = tmp_path / "spark.log"
     subprocess.run([sys.executable, "-c", _STOPPED_MID_BATCH, str(output)], check=True, timeout=240, cwd=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spark.log"]

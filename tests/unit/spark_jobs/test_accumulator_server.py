@@ -20,11 +20,13 @@ def test_a_strangers_connection_to_the_accumulator_server_is_one_debug_line_not_
     client retrying a broker that had had its port filled a job's stderr with a UnicodeDecodeError. The server goes
     on taking connections (one at a time: until Spark's own, which it serves from then on)."""
     token = "t" * 32
-    server = _start_update_server(token)
+    server = _start_update_server(token, False)  # TCP, as a job's (its Unix socket mode is off by default)
     try:
         _quiet_accumulator_server(SimpleNamespace(_accumulatorServer=server))  # type: ignore[arg-type]
         caplog.set_level(logging.DEBUG, logger="spark_jobs.session")
-        host, port = server.server_address[:2]
+        address = server.server_address
+        assert isinstance(address, tuple)  # a TCP server's (host, port)
+        host, port = address[:2]
         for _ in range(2):
             with socket.create_connection((str(host), port), timeout=30) as stranger:
                 stranger.sendall(b"\xff" * len(token))
