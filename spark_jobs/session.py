@@ -48,7 +48,7 @@ SPARK_VERSION = pyspark.__version__
 
 SCALA = "2.13"  # pyspark 4 is built for Scala 2.13 only
 
-# The JVM loggers whose level the jobs set: each is a class's name, which Spark's releases move (4.1 moved the
+# The JVM loggers whose level the jobs set: each is a class's name, which releases move (Spark 4.1 moved the
 # streaming engine's to ``streaming.runtime``), and a logger named after no class quiets nothing, silently. A test
 # checks each against the classes of pyspark's jars.
 QUERIES_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
@@ -56,7 +56,8 @@ TRIGGER_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTim
 SCHEDULER_LOGGER = "org.apache.spark.scheduler.DAGScheduler"
 TASK_LOGGER = "org.apache.spark.TaskContextImpl"
 TASK_SCHEDULER_LOGGER = "org.apache.spark.scheduler.TaskSchedulerImpl"
-SPARK_LOGGERS = (QUERIES_LOGGER, TRIGGER_LOGGER, SCHEDULER_LOGGER, TASK_LOGGER, TASK_SCHEDULER_LOGGER)
+SHELL_LOGGER = "org.apache.hadoop.util.Shell"  # Hadoop's, in pyspark's jars too
+SPARK_LOGGERS = (QUERIES_LOGGER, TRIGGER_LOGGER, SCHEDULER_LOGGER, TASK_LOGGER, TASK_SCHEDULER_LOGGER, SHELL_LOGGER)
 
 
 def connector_packages() -> list[str]:
@@ -247,25 +248,29 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     interrupted: a trigger comes every ``trigger_s`` even with no data (the replay job's watermark moves). And a
     killed task's "Error in TaskCompletionListener ... Block broadcast_0 does not exist" (30 lines), when the stopped
     query's broadcast is gone before the task ends: Spark's race, after the stop returned; a listener's error in a task
-    not killed fails that task, which Spark reports as it does any task's failure.
+    not killed fails that task, which Spark reports as it does any task's failure. And Hadoop's "Interrupted while
+    joining on" with its trace (50 lines), when the stop interrupts the write of a checkpoint file on a local file
+    system, whose rename runs ``readlink`` in a child process.
     A batch that has not ended `STOP_TIMEOUT` after its interruption is left running, with a warning."""
-    queries_logger, was, patience = QUERIES_LOGGER, None, "?"
+    was: dict[str, str] = {}  # the loggers quieted while the queries stop, and their levels before
+    patience = "?"
     try:
         patience = str(session.conf.get(STOP_TIMEOUT))
         set_log_level(session, SCHEDULER_LOGGER, "ERROR")
         set_log_level(session, TASK_LOGGER, "OFF")  # for good: its error comes after the stop
-        was = _log_level(session, queries_logger)
-        set_log_level(session, queries_logger, "OFF")
+        for logger, level in ((QUERIES_LOGGER, "OFF"), (SHELL_LOGGER, "ERROR")):
+            was[logger] = _log_level(session, logger)
+            set_log_level(session, logger, level)
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
         log.debug("could not quiet the DAG scheduler and the queries: %s", error)
     try:
         _stop_each(queries, between_batches_s, patience)
     finally:
-        if was is not None:  # for the queries a session started later has (a test's)
+        for logger, level in was.items():  # for the queries a session started later has (a test's)
             try:
-                set_log_level(session, queries_logger, was)
+                set_log_level(session, logger, level)
             except Exception as error:  # the JVM gone meanwhile
-                log.debug("could not put the queries' log level back: %s", error)
+                log.debug("could not put the level of %s back: %s", logger, error)
 
 
 def stop_job(session: SparkSession, queries: Iterable[Any]) -> None:

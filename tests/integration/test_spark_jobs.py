@@ -873,7 +873,7 @@ def test_a_job_with_settings_sparks_java_client_refuses_stops_before_its_queries
 _STOPPED_MID_BATCH = """
 import sys, time
 from pathlib import Path
-from spark_jobs.session import QUERIES_LOGGER as queries, _log_level, spark_session, stop, stop_queries
+from spark_jobs.session import QUERIES_LOGGER, SHELL_LOGGER, _log_level, spark_session, stop, stop_queries
 from spark_jobs.stopping import batch_function
 spark = spark_session("stopped-mid-batch", jvm_output=Path(sys.argv[1]))
 def slow(batch, _):  # a Spark job of its own, running when the query is stopped
@@ -883,9 +883,10 @@ query = rate.writeStream.foreachBatch(batch_function(slow)).trigger(processingTi
 while not query.status["isTriggerActive"] or not query.recentProgress:
     time.sleep(0.1)
 time.sleep(1)
-before = _log_level(spark, queries)
+before = {logger: _log_level(spark, logger) for logger in (QUERIES_LOGGER, SHELL_LOGGER)}
 stop_queries(spark, [query], between_batches_s=0)
-assert _log_level(spark, queries) == before, "the queries' log level is not put back"
+after = {logger: _log_level(spark, logger) for logger in before}
+assert after == before, f"the quieted loggers' levels are not put back: {before} -> {after}"
 stop(spark)
 """
 

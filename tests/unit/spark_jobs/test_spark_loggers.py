@@ -13,7 +13,7 @@ from spark_jobs.session import SPARK_LOGGERS
 def _classes() -> set[str]:
     """Every class name in pyspark's jars."""
     names: set[str] = set()
-    for jar in (Path(pyspark.__file__).parent / "jars").glob("spark-*.jar"):
+    for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar"):
         with zipfile.ZipFile(jar) as opened:
             names.update(n.removesuffix(".class").replace("/", ".") for n in opened.namelist() if n.endswith(".class"))
     return names
