@@ -201,8 +201,9 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
 
 
 def _quiet_accumulator_server(context: SparkContext) -> None:
-    """pyspark's accumulator server listens on a local port the system picks, and prints a 20-line traceback to
-    stderr for every connection that does not open with its token. A job's stderr then held a stranger's: a Kafka
+    """pyspark's accumulator server listens on a local port the system picks (or, when Spark's Unix-socket mode is
+    turned on, a Unix socket, which asks no token), and prints a 20-line traceback to stderr for every connection
+    that does not open with its token. A job's stderr then held a stranger's: a Kafka
     client still retrying a broker that had this port before (seen in the tests), or a port scan. Such a connection
     is logged on one debug line; Spark's own are not touched. (The server takes one connection at a time, and keeps
     Spark's once it comes: a stranger is read before it, or waits unread.)"""
@@ -252,23 +253,23 @@ def stop_queries(session: SparkSession, queries: Iterable[Any], between_batches_
     joining on" with its trace (50 lines), when the stop interrupts the write of a checkpoint file on a local file
     system, whose rename runs ``readlink`` in a child process.
     A batch that has not ended `STOP_TIMEOUT` after its interruption is left running, with a warning."""
-    was: dict[str, str] = {}  # the loggers quieted while the queries stop, and their levels before
+    was: dict[str, str | None] = {}  # the loggers quieted while the queries stop: their own levels before, if any
     patience = "?"
     try:
         patience = str(session.conf.get(STOP_TIMEOUT))
         set_log_level(session, SCHEDULER_LOGGER, "ERROR")
         set_log_level(session, TASK_LOGGER, "OFF")  # for good: its error comes after the stop
-        for logger, level in ((QUERIES_LOGGER, "OFF"), (SHELL_LOGGER, "ERROR")):
-            was[logger] = _log_level(session, logger)
-            set_log_level(session, logger, level)
+        for logger, quiet in ((QUERIES_LOGGER, "OFF"), (SHELL_LOGGER, "ERROR")):
+            was[logger] = _own_level(session, logger)
+            set_log_level(session, logger, quiet)
     except Exception as error:  # a JVM gone already: the queries are stopped all the same
         log.debug("could not quiet the DAG scheduler and the queries: %s", error)
     try:
         _stop_each(queries, between_batches_s, patience)
     finally:
-        for logger, level in was.items():  # for the queries a session started later has (a test's)
+        for logger, own in was.items():  # for the queries a session started later has (a test's)
             try:
-                set_log_level(session, logger, level)
+                _put_back(session, logger, own)
             except Exception as error:  # the JVM gone meanwhile
                 log.debug("could not put the level of %s back: %s", logger, error)
 
@@ -279,6 +280,28 @@ def stop_job(session: SparkSession, queries: Iterable[Any]) -> None:
     stop_queries(session, queries)
     close_publishers()
     lookups.close_all()
+
+
+def _own_level(session: SparkSession, logger: str) -> str | None:
+    """The level set for ``logger`` itself, None when it takes its parents' (log4j's configuration has no entry of
+    its name)."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a driver's context
+    own = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration().getLoggers().get(logger)
+    return None if own is None else str(own.getLevel().name())
+
+
+def _put_back(session: SparkSession, logger: str, level: str | None) -> None:
+    """Give ``logger`` its own ``level`` again, or, None, remove the level set for it since: set back to the level
+    it had, it would keep that one when its parents' changes."""
+    if level is not None:
+        set_log_level(session, logger, level)
+        return
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a driver's context
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    context.getConfiguration().removeLogger(logger)
+    context.updateLoggers()
 
 
 def _log_level(session: SparkSession, logger: str) -> str:

@@ -887,6 +887,9 @@ before = {logger: _log_level(spark, logger) for logger in (QUERIES_LOGGER, SHELL
 stop_queries(spark, [query], between_batches_s=0)
 after = {logger: _log_level(spark, logger) for logger in before}
 assert after == before, f"the quieted loggers' levels are not put back: {before} -> {after}"
+spark.sparkContext.setLogLevel("ERROR")  # the root's: loggers without a level of their own follow it
+followed = {logger: _log_level(spark, logger) for logger in before}
+assert followed == dict.fromkeys(before, "ERROR"), f"a quieted logger keeps a level of its own: {followed}"
 stop(spark)
 """
 

@@ -11,7 +11,8 @@ from spark_jobs.session import SPARK_LOGGERS
 
 
 def _classes() -> set[str]:
-    """Every class name in pyspark's jars."""
+    """Every class name in pyspark's jars (those of a Spark the jobs run on, as they do by default; another SPARK_HOME
+    or a cluster's spark-submit brings its own, which this does not see)."""
     names: set[str] = set()
     for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar"):
         with zipfile.ZipFile(jar) as opened:
