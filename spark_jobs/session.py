@@ -292,8 +292,8 @@ def _own_level(session: SparkSession, logger: str) -> str | None:
 
 
 def _put_back(session: SparkSession, logger: str, level: str | None) -> None:
-    """Give ``logger`` its own ``level`` again, or, None, remove the level set for it since: set back to the level
-    it had, it would keep that one when its parents' changes."""
+    """Put back ``logger``'s own level: ``level``, or none when it had none (None: the entry made for it is removed;
+    set to the level it took from its parents, it would keep that one when theirs changes)."""
     if level is not None:
         set_log_level(session, logger, level)
         return
