@@ -145,10 +145,10 @@ def add_parser(sub: Any) -> None:
                 type=at_least(1, below=TIMEOUT_MAX_S + 1),
                 default=3600,
                 help="a nack seen again within this many seconds of the first is dropped (as a rule up to twice "
-                "that: Spark forgets a nack once it has seen one this much newer than its expiry); one later is "
-                "replayed again unless its spout's watermark has passed its record (a commit job stopped that long "
-                "keeps it back); Spark's state holds the nacks of up to twice this long; at most 30 days; may be "
-                "changed at a restart [default: 3600]",
+                "that, as long as Spark's state holds it: Spark forgets a nack once it has seen one this much newer "
+                "than its expiry); one later is replayed again unless its spout's watermark has passed its record (a "
+                "commit job stopped that long keeps it back); at most 30 days; may be changed at a restart "
+                "[default: 3600]",
             )
             job.add_argument(
                 "--nacks-per-transaction",

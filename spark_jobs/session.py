@@ -229,11 +229,16 @@ def _avro_limits_in_driver(session: SparkSession) -> None:
             jvm.java.lang.System.setProperty(name, value)
 
 
-def set_log_level(session: SparkSession, logger: str, level: str) -> None:
-    """Set the level of one of the JVM's log4j loggers (``sparkContext.setLogLevel`` sets the root's only)."""
+def _log4j(session: SparkSession) -> Any:
+    """The driver JVM's ``org.apache.logging.log4j`` package."""
     jvm = session.sparkContext._jvm
     assert jvm is not None  # a driver's context
-    log4j = jvm.org.apache.logging.log4j
+    return jvm.org.apache.logging.log4j
+
+
+def set_log_level(session: SparkSession, logger: str, level: str) -> None:
+    """Set the level of one of the JVM's log4j loggers (``sparkContext.setLogLevel`` sets the root's only)."""
+    log4j = _log4j(session)
     log4j.core.config.Configurator.setLevel(logger, log4j.Level.toLevel(level))
 
 
@@ -285,9 +290,7 @@ def stop_job(session: SparkSession, queries: Iterable[Any]) -> None:
 def _own_level(session: SparkSession, logger: str) -> str | None:
     """The level set for ``logger`` itself, None when it takes its parents' (log4j's configuration has no entry of
     its name)."""
-    jvm = session.sparkContext._jvm
-    assert jvm is not None  # a driver's context
-    own = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration().getLoggers().get(logger)
+    own = _log4j(session).LogManager.getContext(False).getConfiguration().getLoggers().get(logger)
     return None if own is None else str(own.getLevel().name())
 
 
@@ -297,18 +300,14 @@ def _put_back(session: SparkSession, logger: str, level: str | None) -> None:
     if level is not None:
         set_log_level(session, logger, level)
         return
-    jvm = session.sparkContext._jvm
-    assert jvm is not None  # a driver's context
-    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    context = _log4j(session).LogManager.getContext(False)
     context.getConfiguration().removeLogger(logger)
     context.updateLoggers()
 
 
 def _log_level(session: SparkSession, logger: str) -> str:
     """The level ``logger`` logs at now (its own, or the one it takes from its parents)."""
-    jvm = session.sparkContext._jvm
-    assert jvm is not None  # a driver's context
-    return str(jvm.org.apache.logging.log4j.LogManager.getLogger(logger).getLevel().name())
+    return str(_log4j(session).LogManager.getLogger(logger).getLevel().name())
 
 
 def _stop_each(queries: Iterable[Any], between_batches_s: float, patience: str) -> None:
