@@ -289,12 +289,15 @@ def _part_of(to: _Destination, part: bytes) -> _Destination:
 
 
 def failing_inits(block: MessageBlock, spouts: SpoutNames = ANY_CONFIGURATION) -> MessageBlock | None:
-    """What is applied in place of a record that is not (another message in it is invalid): each of its inits, then
-    a fail of that tree, so that the tree gets its FAILED outcome at once. Without one its spout would keep it
-    pending (and the watermark would stop at it) until the spout restarts. Applied by the tracker like any record,
-    these are decided once: a tree decided before (read back after a restart, or a tombstone) is not decided again,
-    and the tree's later messages are late. Inits with anchor 0 name no tree, and an init of a spout ``spouts`` does
-    not answer has no outcome topic; None when no init is left."""
+    """What is applied in place of a record that is not (another message in it is invalid): for each of its inits, a
+    fail of that tree, then the init, so that the tree gets its FAILED outcome at once. Without one its spout would
+    keep it pending (and the watermark would stop at it) until the spout restarts. The fail comes first, as a spout
+    sends a failed record's (`acker.spout`): the init's value may cancel acks of its tree's children applied before
+    it (a bolt's record accepted, the spout's rejected), and an init first would ack a tree its record may have
+    failed (its emit function raised after emitting those children). Applied by the tracker like any record, these
+    are decided once: a tree decided before (read back after a restart, or a tombstone) is not decided again, and
+    the tree's later messages are late. Inits with anchor 0 name no tree, and an init of a spout ``spouts`` does not
+    answer has no outcome topic; None when no init is left."""
     inits = np.flatnonzero(block.kinds == Kind.INIT)  # the k-th init's source and offset are init_*[k]
     answerable = np.array([spouts.answerable(spout) for spout, _ in block.sources] or [False])
     named = np.flatnonzero((block.anchors[inits] != 0) & answerable[block.init_source])
@@ -302,9 +305,9 @@ def failing_inits(block: MessageBlock, spouts: SpoutNames = ANY_CONFIGURATION) -
         return None
     rows = inits[named]
     return MessageBlock(
-        np.tile(np.array([Kind.INIT, Kind.FAIL], np.uint8), len(rows)),
+        np.tile(np.array([Kind.FAIL, Kind.INIT], np.uint8), len(rows)),
         np.repeat(block.anchors[rows].astype(np.int64), 2),
-        np.stack([block.values[rows].astype(np.int64), np.zeros(len(rows), np.int64)], axis=1).ravel(),
+        np.stack([np.zeros(len(rows), np.int64), block.values[rows].astype(np.int64)], axis=1).ravel(),
         block.init_source[named].astype(np.int32),
         block.init_offset[named].astype(np.int64),
         list(block.sources),

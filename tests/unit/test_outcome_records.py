@@ -10,6 +10,7 @@ import pytest
 from acker import fail_reasons
 from acker.columnar.block import Code, Kind, MessageBlock, OutcomeBlock, RecordSpans
 from acker.columnar.tracker import BlockTracker
+from acker.core.ids import partition_of
 from acker.core.messages import Ack, Fail, Init, Message
 from acker.service import failing_inits, outcome_records
 from acker.wire import (
@@ -125,7 +126,7 @@ def test_the_inits_of_a_rejected_record_are_failed_once_where_they_name_a_tree()
     block.kinds[2] = Kind.OK
     failing = failing_inits(block)
     assert failing is not None
-    assert failing.to_messages() == [Init(4, "s", "in/0/7", 3), Fail(4)]
+    assert failing.to_messages() == [Fail(4), Init(4, "s", "in/0/7", 3)]
     outcomes = BlockTracker().process(failing)
     assert [Code(c) for c in outcomes.code.tolist()] == [Code.FAILED] and outcomes.anchor.tolist() == [4]
     assert [outcomes.sources[s] for s in outcomes.source.tolist()] == [("s", "in/0")] and outcomes.offset.tolist() == [
@@ -135,6 +136,28 @@ def test_the_inits_of_a_rejected_record_are_failed_once_where_they_name_a_tree()
     replayed.set_decided(np.array([4], np.int64))
     assert len(replayed.process(failing)) == 0
     assert failing_inits(MessageBlock.from_messages([Ack(9, 1)])) is None
+
+
+def test_a_rejected_record_fails_a_tree_whose_childrens_acks_came_first_and_cancel_its_init() -> None:
+    """A spout's record whose emit function raised after emitting a child: ``Fail(A)`` then ``Init(A)``, with the
+    child's edge. The child's ack, in a bolt's record placed by the acker topic's new partition count, is applied
+    first; the spout's record, placed by the old count, is rejected for another tree's init. In place of it the tree
+    must fail: an init applied before the fail cancels the ack and acks a tree whose record never emitted the rest."""
+    a, b, child = 8, 6, 111
+    assert partition_of(a, 2) == partition_of(a, 4) == partition_of(b, 2) == 0 and partition_of(b, 4) == 2
+    tracker = BlockTracker()
+    assert len(tracker.process(MessageBlock.from_messages([Ack(a, child)]))) == 0
+    record = MessageBlock.from_messages([Init(b, "s", "src/0/1", 5), Fail(a), Init(a, "s", "src/0/0", child)])
+    with pytest.raises(WireError) as rejected:
+        check_block(record, 0, 4)
+    assert rejected.value.reason == "wrong-partition"
+    failing = failing_inits(record)
+    assert failing is not None
+    outcomes = tracker.process(failing)
+    assert sorted(zip(outcomes.anchor.tolist(), [Code(c) for c in outcomes.code.tolist()], strict=True)) == [
+        (b, Code.FAILED),
+        (a, Code.FAILED),
+    ]
 
 
 def test_a_record_rejected_for_a_spout_name_still_fails_the_inits_of_its_valid_spouts() -> None:
@@ -147,7 +170,7 @@ def test_a_record_rejected_for_a_spout_name_still_fails_the_inits_of_its_valid_s
             check_block(block, 0, 0)
         assert raised.value.reason == "bad-spout"
         failing = failing_inits(block)
-        assert failing is not None and failing.to_messages() == [Init(5, "good", "src/0/1", 3), Fail(5)]
+        assert failing is not None and failing.to_messages() == [Fail(5), Init(5, "good", "src/0/1", 3)]
 
 
 def test_a_record_too_large_for_its_topic_splits_in_halves_that_keep_its_order_and_its_acker_coordinates() -> None:
