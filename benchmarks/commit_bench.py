@@ -8,8 +8,8 @@ names one; Spark on ``local[2]``, the connectors resolved as for the jobs). Prin
    acker writes them. Each query first reads one warm-up record (compiling its plan), then the rest is produced and
    timed until the query has taken in every ack:
    - baseline: Spark's Kafka source and the job's own decoding alone (`spark_jobs.commit_job.done_offsets`, every
-     column computed: the done offsets are counted and the rows hashed), the count taken to the driver: what the job
-     does above it is its bitmaps, marks and commits;
+     column computed: its rows, a done offset each, are counted and hashed), the count taken to the driver: what the
+     job does above it is its bitmaps, marks and commits;
    - the commit job (`spark_jobs.commit_job`, trigger ``--trigger-s``) until the watermark it publishes in the
      ``<group>.acked`` group is the end of every partition.
 2. Latency, at ``--latency-rates`` acks/s (25k, 50k and 100k: up to the throughput target) as long as they are
@@ -102,7 +102,7 @@ def _baseline(
     def count(batch: Any, _batch_id: int) -> None:
         # Every column computed (a hash of each row, XORed: a sum would overflow, which ANSI SQL refuses): a bare
         # count lets Spark prune the columns it needs not, and skip most of the job's decoding.
-        n, _ = batch.agg(F.sum(F.size("offsets")), F.bit_xor(F.xxhash64(*batch.columns))).first()
+        n, _ = batch.agg(F.count(F.lit(1)), F.bit_xor(F.xxhash64(*batch.columns))).first()
         with lock:
             seen[0] += n or 0
 

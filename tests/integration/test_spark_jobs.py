@@ -469,7 +469,15 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
         ("t", 1, 7),
         *[(None, None, None)] * 4,
     ]
-    assert [tuple(r) for r in done_offsets(raw).collect()] == [("sp", "t", 1, [7])]
+    assert sorted(tuple(r) for r in done_offsets(raw).collect()) == [
+        ("sp", "./0", 5),
+        ("sp", "files/2024/06/1", 7),
+        ("sp", "t/0\n", 5),
+        ("sp", "t/1", 7),
+    ]  # an id's source as it is: the bitmaps keep coordinates alone
+    assert [
+        (r.spout, r.topic, r.partition, r.bucket, bytes(r.bits)) for r in done_bitmaps(done_offsets(raw)).collect()
+    ] == [(r.spout, r.topic, r.partition, r.bucket, r.bits) for r in bitmap_rows("sp", "t", 1, [7])]
     mixed = encode_outcome_rows(
         "sp",
         [
@@ -480,15 +488,16 @@ def test_outcome_rows_and_malformed_records_on_a_static_dataframe(spark: Any) ->
             *(("ACK", 10 + o, f"t/0/{o}", 0) for o in (9, 7, 6, 7, 2)),  # out of order, and a duplicate
         ],
     )
-    per_partition = done_offsets(spark.createDataFrame([(None, mixed, "out", 0, 13, stamp)], columns)).collect()
-    assert sorted(tuple(r) for r in per_partition) == [
-        ("sp", "t", 0, [1, 4, 9, 7, 6, 7, 2]),  # as they come: gathered in bitmaps (`done_bitmaps`)
-        ("sp", "t", 1, [2]),
+    per_offset = done_offsets(spark.createDataFrame([(None, mixed, "out", 0, 13, stamp)], columns)).collect()
+    assert [tuple(r) for r in per_offset] == [
+        ("sp", "t/0", 1),
+        ("sp", "t/1", 2),
+        ("sp", "t/0", 4),
+        *(("sp", "t/0", o) for o in (9, 7, 6, 7, 2)),  # as they come: gathered in bitmaps (`done_bitmaps`)
     ]
     # The driver's view of a micro-batch: per partition, bitmaps of 32,768 offsets, read as runs.
     offsets = [1, 2, 3, 32_767, 32_768, 2**40 + 5, 2]  # across a bucket's end; far past a double's integers
-    done = spark.createDataFrame([("sp", "t", 0, offsets)], "spout string, topic string, partition int, offsets "
-                                 "array<long>")  # fmt: skip
+    done = spark.createDataFrame([("sp", "t/0", o) for o in offsets], "spout string, source string, offset long")
     bitmaps = sorted(done_bitmaps(done).collect(), key=lambda r: r.bucket)
     mark = PartitionMark(0)
     for row in bitmaps:
