@@ -217,7 +217,7 @@ def done_offsets(raw: DataFrame) -> DataFrame:
     A generator over the zipped columns, no lambda: Spark evaluates a higher-order function's lambda without code
     generation, and the per-source arrays of offsets this made with ``filter`` and ``transform`` (one pass over a
     record's outcomes for each of its sources, then exploded for the bitmaps anyway) took 3.5 times as long on Spark
-    4.2 (docs/benchmarks.md, "Spark commit job")."""
+    4.2 (docs/benchmarks.md, "Spark commit job: done offsets without lambdas")."""
     o = F.col("o")
     columns = raw.select(decoded(raw).alias("o")).select(  # an invalid record is null: it generates nothing
         o.getField("spout").alias("spout"),
