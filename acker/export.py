@@ -7,7 +7,7 @@ What the service applies of a partition is not every message in it. The exported
   The chain is followed from the service group's committed offset (a tick the service applied) when that is not
   past the start asked for, else from the partition's first record;
 - a record the service refuses as a whole (a spout that cannot name an outcome topic, a zero id: `acker.wire.
-  check_block`) is written as what the service applies in its place, each of its inits followed by a fail
+  check_block`) is written as what the service applies in its place, a fail of each of its trees, then the tree's init
   (`acker.service.failing_inits`). A record with a message of another partition is refused where the service
   dead-lettered it (its dead-letter topic says so): the service checks it against the partition count it knows when
   it reads it, which may have grown since;

@@ -63,7 +63,7 @@ def test_a_record_the_service_dead_lettered_as_misplaced_is_written_as_the_fails
     misrouted = _record(Init(2, "S", "M", 5), Ack(2, 5), Ack(-1, 3))
     out, err = io.StringIO(), io.StringIO()
     done = export_records([(7, misrouted)], out, err, misplaced={7: "1 message(s) belong on partition 1"})
-    assert out.getvalue().splitlines() == [format_message(Init(2, "S", "M", 5)), '{"type":"fail","anchor":2}']
+    assert out.getvalue().splitlines() == ['{"type":"fail","anchor":2}', format_message(Init(2, "S", "M", 5))]
     assert (done.refused, done.messages) == (1, 2)
     assert "offset 7: refused by the service (wrong-partition: 1 message(s) belong on partition 1)" in err.getvalue()
     # Not dead-lettered (read before the partition count grew, say): the service applied it.
@@ -75,5 +75,5 @@ def test_a_record_the_service_dead_lettered_as_misplaced_is_written_as_the_fails
 def test_a_record_refused_whatever_the_partition_count_is_refused_without_a_dead_letter() -> None:
     out, err = io.StringIO(), io.StringIO()
     done = export_records([(0, _record(Init(2, "bad spout!", "M", 5), Init(4, "S", "N", 1)))], out, err)
-    assert out.getvalue().splitlines() == [format_message(Init(4, "S", "N", 1)), '{"type":"fail","anchor":4}']
+    assert out.getvalue().splitlines() == ['{"type":"fail","anchor":4}', format_message(Init(4, "S", "N", 1))]
     assert done.refused == 1 and "offset 0: refused by the service (bad-spout" in err.getvalue()
