@@ -499,8 +499,9 @@ def _add_export(sub: Any) -> None:
         description="Read one partition of the acker topic (from its first record, or --from-offset, to its end now, "
         "or --to-offset) and write its messages as JSON lines for acker replay: the ticks the service applies only "
         "(those that continue the partition's tick chain, followed from the service group's committed offset), and "
-        "each record the service refused as a whole written as what it applies instead (each of its inits, then a "
-        "fail; a record with a message of another partition where the service dead-lettered it). acker export ... | "
+        "each record the service refused as a whole written as what it applies instead (a fail of each of its trees, "
+        "then the tree's init; a record with a message of another partition where the service dead-lettered it). "
+        "acker export ... | "
         "acker replay - with the service's --buckets, --high-water and --relocate-on-update decides each tree as the "
         "service did, exported from the partition's first record. What is left out or replaced is said on stderr, "
         "with its offset.",

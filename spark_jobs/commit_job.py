@@ -210,14 +210,15 @@ class CommitJobSettings:
 
 def done_offsets(raw: DataFrame) -> DataFrame:
     """One row per source offset that needs nothing more (``ACK``, or resolved by the replay job): ``spout, source,
-    offset``, the message id's source (``<topic>/<partition>`` when it is a record's coordinates; `done_bitmaps`
-    keeps those alone) and its offset; the streaming part of the job. Each micro-batch gathers them per partition in
+    offset``, the message id's source (``<topic>/<partition>``: ids that are not a record's coordinates are left out)
+    and its offset; the streaming part of the job. Each micro-batch gathers them per partition in
     bitmaps (`done_bitmaps`) for the driver.
 
-    A generator over the zipped columns, no lambda: Spark evaluates a higher-order function's lambda without code
-    generation, and the per-source arrays of offsets this made with ``filter`` and ``transform`` (one pass over a
-    record's outcomes for each of its sources, then exploded for the bitmaps anyway) took 3.5 times as long on Spark
-    4.2 (docs/benchmarks.md, "Spark commit job: done offsets without lambdas")."""
+    A generator over the zipped columns, no lambda over the outcomes: Spark evaluates a higher-order function's
+    lambda without code generation, and the per-source arrays of offsets this made with ``filter`` and ``transform``
+    (one pass over a record's outcomes for each of its sources, then exploded for the bitmaps anyway) took about 3.4
+    times as long, with `done_bitmaps`, on Spark 4.2 (docs/benchmarks.md, "Spark commit job: done offsets without
+    lambdas")."""
     o = F.col("o")
     columns = raw.select(decoded(raw).alias("o")).select(  # an invalid record is null: it generates nothing
         o.getField("spout").alias("spout"),
@@ -230,9 +231,11 @@ def done_offsets(raw: DataFrame) -> DataFrame:
             )
         ),
     )
-    return columns.where(F.col("outcome").isin(*DONE) & (F.col("offset") >= 0)).select(
-        "spout", F.element_at("sources", F.col("index") + 1).alias("source"), "offset"
-    )
+    # A source that is not coordinates (a message id a spout made up) is left out here, before any aggregation:
+    # aggregated, each such source would cost a bitmap of 4 KB per bucket.
+    source = F.element_at("sources", F.col("index") + 1)
+    done = F.col("outcome").isin(*DONE) & (F.col("offset") >= 0) & source.rlike(COORDINATES)
+    return columns.where(done).select("spout", source.alias("source"), "offset")
 
 
 def done_bitmaps(done: DataFrame) -> DataFrame:
@@ -243,9 +246,9 @@ def done_bitmaps(done: DataFrame) -> DataFrame:
     a bitmap is an eighth of a byte per offset where they are dense, as they are once every record's are together
     (each record's are not: the trees of a partition are spread over the acker partitions).
 
-    Sources are checked and parsed once gathered, a row per bitmap rather than per offset; one that is not
-    coordinates (a message id a spout made up: ``files/2024/06/1/7``) names no partition, and its bitmaps are left
-    out. (Two spellings of one partition, ``t/1`` and ``t/01``, give two rows; the driver adds both.)"""
+    Sources are parsed once gathered, a row per bitmap rather than per offset (`done_offsets` kept coordinates
+    alone; a partition number past an int is left out here). Two spellings of one partition, ``t/1`` and ``t/01``,
+    give two rows; the driver adds both."""
     bucket = F.expr(f"offset div {BUCKET_BITS}")  # integral: a double quotient would round offsets past 2^53
     bitmaps = done.groupBy("spout", "source", bucket.alias("bucket")).agg(
         F.bitmap_construct_agg(F.pmod("offset", F.lit(BUCKET_BITS))).alias("bits")
