@@ -83,6 +83,10 @@ class DemoOptions:
     count_processes: int = 2
     partitions: int = 4
     timeout_s: float = 6.0
+    # Storm's max.spout.pending: what the stages process well within the timeout even on a busy machine. Unbounded
+    # (the spout's 10,000), a pipeline that fell behind the writing had every tree wait in the stages' queues past the
+    # timeout: each replay added to the queues, and good records timed out at every attempt.
+    max_pending: int = 250
     max_attempts: int = 3
     backoff_ms: int = 500
     crash_split: bool = True
@@ -385,7 +389,7 @@ class Demo:
         o, c, prefix = self.options, self.config, self.prefix
         for i in range(2):
             self.stages.start(f"acker-{i}", stage_command(c, prefix, "acker", "--instance-id", f"acker-{i}"))
-        self.stages.start("spout", stage_command(c, prefix, "spout", "--trace"))
+        self.stages.start("spout", stage_command(c, prefix, "spout", "--trace", f"--max-pending={o.max_pending}"))
         # Early in a process's share: the first split process to get there crashes (`PipelineStages.crash_flags`).
         crash_after = max(1, o.sentences // (10 * o.split_processes))
         crash = self.stages.crash_flags("split", crash_after) if o.crash_split else []
@@ -816,6 +820,7 @@ def add_parser(sub: Any) -> None:
             "partitions of the pipeline's topics and the acker's (dead-letter, status and progress topics have one)",
         ),
         ("timeout_s", positive, "the acker's message timeout"),
+        ("max_pending", at_least(1), "the spout's unfinished trees at most (Storm's max.spout.pending)"),
         ("max_attempts", at_least(1), "replays before a record is dead-lettered"),
         ("backoff_ms", at_least(0, below=MAX_HOLD_MS), "delay of the first replay"),
         ("max_wait_s", positive, "give up after this long"),

@@ -101,6 +101,12 @@ DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
 )
 """JVM options of the broker process; replace them with ``LocalKafkaBroker(jvm_options=...)``."""
 
+# How long `LocalKafkaBroker.start` waits for the broker to be ready, by default. A fresh one takes ~5 s on two idle
+# cores; one started again after a crash ~14 s, of which ~10 s go to the controller waiting for the broker's earlier
+# registration to expire (`broker.session.timeout.ms`, 9 s); on a busy two-core machine (CI, four tests each with
+# brokers, Spark and stage processes) a restart took over a minute. Waiting longer costs nothing when it starts.
+STARTUP_TIMEOUT_S = 180.0
+
 # Full coordinates, not the "dependency:" prefix: prefix resolution needs repository metadata (fails offline)
 # and would pick whatever plugin version is newest.
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
@@ -527,7 +533,7 @@ class LocalKafkaBroker:
         cache_dir: Path | None = None,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         class_data_sharing: bool = True,
-        startup_timeout: float = 60.0,
+        startup_timeout: float = STARTUP_TIMEOUT_S,
         client_properties: Mapping[str, object] | None = None,
     ) -> None:
         if num_partitions < 1:
@@ -1075,7 +1081,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--property", "-p", action="append", default=[], metavar="KEY=VALUE",
         help="extra server.properties entry (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=60.0, help="startup timeout in seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=STARTUP_TIMEOUT_S,
+        help=f"startup timeout in seconds [default: {STARTUP_TIMEOUT_S:g}]",
+    )
     args = parser.parse_args(argv)
     extra: dict[str, object] = {}
     for item in args.property:
