@@ -48,11 +48,14 @@ echo "== mypy"
 echo "== pytest"
 if [ "${CI:-}" = "true" ]; then export HYPOTHESIS_PROFILE=ci; fi
 # Tests in parallel processes (pytest-xdist), each with its own broker (or the cluster named), Spark and topics: the
-# integration tests mostly wait (for ticks, timeouts, micro-batches), so four run in well under half the time of one
-# even on two cores. ACKER_TEST_WORKERS=0 runs them in this process; a -n among the arguments wins.
+# integration tests mostly wait (for ticks, timeouts, micro-batches), so several run in well under half the time of
+# one even on two cores. Three, not four: each worker keeps a broker and a Spark JVM, and the demo and outage tests
+# start more; on a two-core machine a third slower than usual, four workers starved the JVMs (a 20-sentence demo's
+# Spark took 15 minutes to start, restarted brokers over a minute) and the run took over an hour.
+# ACKER_TEST_WORKERS=0 runs them in this process; a -n among the arguments wins.
 # The 30 longest tests are listed at the end: where CI's time goes.
 set +e
-.venv/bin/python -m pytest -n "${ACKER_TEST_WORKERS:-4}" --durations=30 "$@"
+.venv/bin/python -m pytest -n "${ACKER_TEST_WORKERS:-3}" --durations=30 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
