@@ -102,9 +102,10 @@ DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
 """JVM options of the broker process; replace them with ``LocalKafkaBroker(jvm_options=...)``."""
 
 # How long `LocalKafkaBroker.start` waits for the broker to be ready, by default. A fresh one takes ~5 s on two idle
-# cores; one started again after a crash ~14 s, of which ~10 s go to the controller waiting for the broker's earlier
-# registration to expire (`broker.session.timeout.ms`, 9 s); on a busy two-core machine (CI, four tests each with
-# brokers, Spark and stage processes) a restart took over a minute. Waiting longer costs nothing when it starts.
+# cores; one started again after a crash ~14 s, of which ~9 s go to the controller waiting for the broker's earlier
+# registration to expire (`broker.session.timeout.ms`, 9 s); on a busy two-core machine (CI: several tests at once,
+# each with brokers, Spark and stage processes) a restart took over a minute. Waiting longer costs nothing when it
+# starts, and a broker that exits while starting is reported at once.
 STARTUP_TIMEOUT_S = 180.0
 
 # Full coordinates, not the "dependency:" prefix: prefix resolution needs repository metadata (fails offline)
