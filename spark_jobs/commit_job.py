@@ -255,7 +255,8 @@ def done_bitmaps(done: DataFrame) -> DataFrame:
     )
     source = F.col("source")
     topic, partition = source_partition(source)
-    return bitmaps.where(source.rlike(COORDINATES) & partition.isNotNull()).select(
+    # No second `rlike`: a source that is not coordinates extracts no partition number (null), as does one past an int.
+    return bitmaps.where(partition.isNotNull()).select(
         "spout", topic.alias("topic"), partition.alias("partition"), "bucket", "bits"
     )
 
