@@ -552,6 +552,7 @@ class Bolt:
             raise
         finally:  # whatever was not committed is its next owner's: never committed from here later (`close`)
             self._mark_read(partitions)
+            self._drop_unwritten("revoked", partitions)  # the commit's flush left them
         if bug is not None:
             raise bug
 
@@ -562,7 +563,29 @@ class Bolt:
         the new owner is about to complete. What the function holds of them is settled as before (the join's
         housekeeping fails it once its tree may have expired)."""
         self._mark_read(partitions)
+        self._drop_unwritten("lost", partitions)
         self._tell("lost", self._lost, partitions)
+
+    def _drop_unwritten(self, how: str, partitions: list[TopicPartition]) -> None:
+        """Records written out that are not delivered yet, once ``partitions`` go (lost, or revoked with the commit's
+        flush timed out: a broker away): delivered later, they would land after the next owner read what was written
+        (the word count reads each word's last count and counts on from it: a late count of the old owner's would
+        become the word's last, below the new owner's). So they are purged, and each fails its trees
+        (`AckerClient.produce_anchored`): their source records are replayed, and counted again, too high rather than
+        too low. The sink's records of the partitions still here go too (one producer for all): their trees fail
+        alike. A librdkafka consumer takes its partitions for lost once its session ran out without an answer from the
+        coordinator, before the broker is back and the records could go. Not a fence: a record the broker took before
+        the purge may still be written, after the new owner read (the word count's docstring)."""
+        if self._sink is None or not len(self._sink):
+            return
+        failed = self.counters["child_delivery_failures"]
+        self._sink.purge(in_queue=True, in_flight=True, blocking=True)
+        self._sink.poll(0)  # their delivery reports (and those of records delivered before): each fails its trees
+        if dropped := self.counters["child_delivery_failures"] - failed:
+            self.counters["unwritten_dropped"] += dropped
+            log.warning("bolt %s: %d record(s) written out and not delivered are dropped, their trees failed (to be "
+                        "replayed): %s %s", self.group, dropped, _where(partitions),
+                        "may be another process's now" if how == "lost" else "went to another process")  # fmt: skip
 
     def _mark_read(self, partitions: list[TopicPartition]) -> None:
         """Forget the offsets processed in ``partitions`` and not committed (lost, or a commit that could not be
@@ -577,7 +600,7 @@ class Bolt:
     def _pass_over_s(self) -> float:
         """Twice the longest a tree lives (a timeout and a tick: `ServiceConfig.tick_interval_s`), for an acker that
         lags behind its ticks."""
-        return 2 * (self.config.timeout_s + self.config.tick_interval_s)
+        return 2 * self.config.tree_lifetime_s
 
     def flush(self, timeout_s: float) -> int:
         """Deliver what was produced (records written out, acker batches, children) within ``timeout_s``; return

@@ -88,6 +88,7 @@ BOLT_EVENTS: tuple[str, ...] = (
     "invalid_anchor_headers",
     "unreadable_headers",
     "child_delivery_failures",
+    "unwritten_dropped",  # records written out, not delivered when their partitions went (`Bolt`): trees failed
 )
 STEP_EVENTS: tuple[str, ...] = (
     "processed",  # requests' records read

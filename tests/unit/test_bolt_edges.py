@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 
 from acker import bolt as bolt_module
 from acker.bolt import Bolt, BoltInput, Collector
+from acker.columnar.block import Kind
 from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Ack
@@ -235,6 +236,46 @@ def test_partitions_lost_are_neither_committed_nor_told_to_on_revoke() -> None:
     failing = _explicit(None, raising)
     failing._on_lost(None, [TopicPartition("in", 0)])  # counted, and the bolt goes on
     assert failing.counters["errors"] == 1
+
+
+def _failed_anchors(client: AckerClient) -> set[int]:
+    return {
+        int(anchor)
+        for batch in client._batches
+        if batch is not None
+        for kind, anchor in zip(batch.kinds, batch.anchors, strict=True)
+        if kind == Kind.FAIL
+    }
+
+
+@pytest.mark.parametrize("how", ["lost", "revoked"])
+def test_records_written_out_and_not_delivered_when_their_partitions_go_are_dropped_and_their_trees_failed(
+    how: str,
+) -> None:
+    """A broker away: the word count's undelivered counts landed once it was back, after the partition's new owner
+    had read the last counts and counted on from them, and a word's last count fell below the times it was counted.
+    Dropped when the partitions go (lost, or revoked with the commit's flush timed out), each fails its trees: their
+    records are replayed. A real producer with no broker to go to holds them."""
+    sink = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    acks = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    try:
+        bolt = _explicit(None)
+        bolt._sink, bolt.acker, bolt.group = sink, AckerClient(acks, "acker", 4, linger_s=60), "count"
+        for anchor in (11, -5):
+            bolt.acker.produce_anchored("counts", b"1", b"w", None, TupleIds(((anchor, 22),)),
+                                        on_failure=bolt._child_failed, written_by=sink)  # fmt: skip
+        if how == "lost":
+            bolt._on_lost(None, [TopicPartition("in", 0)])
+        else:
+            bolt.flush = lambda _timeout_s: 2  # the commit's flush timed out
+            bolt._on_revoke(None, [TopicPartition("in", 0)])
+            assert bolt.consumer.committed == []
+        assert _failed_anchors(bolt.acker) == {11, -5}
+        assert bolt.counters["unwritten_dropped"] == 2 and bolt.counters["child_delivery_failures"] == 2
+        bolt._on_lost(None, [TopicPartition("in", 1)])  # nothing left: nothing more
+        assert bolt.counters["unwritten_dropped"] == 2
+    finally:
+        acks.purge()
 
 
 def test_on_revoke_is_for_explicit_bolts() -> None:
