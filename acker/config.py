@@ -44,6 +44,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 # half or more, and the untracked pipeline ran a third faster (docs/benchmarks.md), for at most 15 ms more latency
 # per stage.
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
+_MESSAGE_TIMEOUT_MAX_MS = 2**31 - 1  # librdkafka's largest message.timeout.ms
 TIMEOUT_MAX_S = 30 * 86_400  # the longest timeout_s: a tree that lives longer is better failed and replayed
 INTERVAL_MIN_S = 0.01  # the shortest commit_interval_s and status_interval_s
 # The most buckets: every new tree is looked for among the tombstones of each bucket, one cache miss each, and every
@@ -232,6 +233,12 @@ class ServiceConfig:
         """``T / (buckets - 1)``: with one tick per interval a pending tree lives between T and T·(1 + 1/(B−1))."""
         return self.timeout_s / (self.buckets - 1)
 
+    @property
+    def tree_lifetime_s(self) -> float:
+        """The longest a pending tree lives, ``T + T / (buckets - 1)`` (`tick_interval_s`): its outcome is decided by
+        then."""
+        return self.timeout_s + self.tick_interval_s
+
     def failing_over_fast(self) -> ServiceConfig:
         """This configuration with a 6 s group session (heartbeats every 0.5 s), for runs that crash processes on
         purpose (the demo, ``acker wordcount run``): a dead member's partitions move after a few seconds instead of
@@ -305,8 +312,18 @@ class ServiceConfig:
 
     def sink_producer(self, **overrides: Any) -> dict[str, Any]:
         """`stage_producer`, reporting every delivery: for the records a bolt writes out of the pipeline, each of
-        which is acked in its trees when its delivery is reported (`acker.bolt`)."""
-        return {**self.stage_producer(**overrides), _ONLY_ERRORS: False}
+        which is acked in its trees when its delivery is reported (`acker.bolt`).
+
+        A record not delivered within the longest a tree lives (`tree_lifetime_s`, 1 s at least, 24.8 days at most)
+        is given up (``message.timeout.ms``), unless the pass-through settings give that setting: its tree has timed
+        out by then and its source record is replayed, so it would only land a stale value late, after a broker's
+        outage, say, where the input's next owner may have read what was written and gone on from it (a word's count
+        would go back: `acker.examples.wordcount`)."""
+        # 1 s at least: librdkafka looks for records past their timeout once a second, and refuses one below linger.ms;
+        # at most its own most (24.8 days; a timeout_s of 30 days with 3 buckets lives 45).
+        given_up = min(_MESSAGE_TIMEOUT_MAX_MS, max(1000, math.ceil(1000 * self.tree_lifetime_s)))
+        timeout = {} if "message.timeout.ms" in self.kafka else {"message.timeout.ms": given_up}
+        return {**self.stage_producer(**timeout, **overrides), _ONLY_ERRORS: False}
 
     @property
     def instance(self) -> str:

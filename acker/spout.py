@@ -177,7 +177,7 @@ def pending_timeout_s(config: ServiceConfig) -> float:
     not see a bolt's `reset_timeout`, nor the restart of a tree's timeout at each of its updates (an acker run with
     ``relocate_on_update``): a tree kept alive so for longer is timed out too (its record replayed while it is still
     being processed), and its outcome, when it comes, is not counted."""
-    return 2 * (config.timeout_s + config.tick_interval_s) + 60.0
+    return 2 * config.tree_lifetime_s + 60.0
 
 
 # Room in a replay topic's records for what a copy carries beside the record (`acker.retries`' headers: origin,

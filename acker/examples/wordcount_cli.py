@@ -408,7 +408,7 @@ class Waiting:
                 return said
         if not self.down and not self.waiting_said:
             config = self.config
-            timeout = f"{config.timeout_s:.0f} to {config.timeout_s + config.tick_interval_s:.0f} s after they opened"
+            timeout = f"{config.timeout_s:.0f} to {config.tree_lifetime_s:.0f} s after they opened"
             if done:
                 said.append(f"{self.total - done} trees wait for their timeout (a message dropped or lost in a crash): "
                             f"{timeout}")  # fmt: skip

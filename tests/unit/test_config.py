@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from acker.cli import main
-from acker.config import CONSUMER_ONLY, ServiceConfig, add_arguments, load, to_argv
+from acker.config import CONSUMER_ONLY, TIMEOUT_MAX_S, ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
 from acker.kafka.client_log import client_logger
 
@@ -430,3 +430,17 @@ def test_topics_and_group_that_would_collide_or_abort_are_refused(settings: dict
     with pytest.raises(ConfigError, match=re.escape(said)):
         ServiceConfig(**settings)
     ServiceConfig(dlq_topic="acker.replay.dlq")  # dead letters of both kinds in one topic: nothing reads it back
+
+
+def test_a_record_written_out_is_given_up_once_its_tree_has_timed_out_unless_the_settings_say_otherwise() -> None:
+    """Held through a broker's outage, a word's count landed after the word's next count process had read the last
+    counts and gone on from them: the word's last count went back below the times it was counted."""
+    assert ServiceConfig(timeout_s=4.0, buckets=3).sink_producer()["message.timeout.ms"] == 6000  # 4 s + a tick of 2
+    assert ServiceConfig(timeout_s=0.01, buckets=3, ack_linger_ms=0).sink_producer()["message.timeout.ms"] == 1000
+    assert (
+        ServiceConfig(timeout_s=4.0, kafka={"message.timeout.ms": "9000"}).sink_producer()["message.timeout.ms"]
+        == "9000"
+    )
+    assert "message.timeout.ms" not in ServiceConfig(timeout_s=4.0).stage_producer()  # children and acks: as before
+    for config in (ServiceConfig(timeout_s=0.01, buckets=3, ack_linger_ms=0), ServiceConfig(timeout_s=TIMEOUT_MAX_S)):
+        Producer(config.sink_producer())  # librdkafka takes it (below linger.ms, or past 24.8 days, it would not)
