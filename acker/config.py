@@ -315,10 +315,12 @@ class ServiceConfig:
         which is acked in its trees when its delivery is reported (`acker.bolt`).
 
         A record not delivered within the longest a tree lives (`tree_lifetime_s`, 1 s at least, 24.8 days at most)
-        is given up (``message.timeout.ms``), unless the pass-through settings give that setting: its tree has timed
-        out by then and its source record is replayed, so it would only land a stale value late, after a broker's
-        outage, say, where the input's next owner may have read what was written and gone on from it (a word's count
-        would go back: `acker.examples.wordcount`)."""
+        is given up (``message.timeout.ms``), unless the pass-through settings give that setting, and fails its
+        trees: held through a broker's outage, it landed late, after the input's next owner (the session had
+        expired) read what was written and went on from it (a word's count went back: `acker.examples.wordcount`).
+        The cost: the acker's clock stops while the broker is away (its ticks stop), so a tree that waited out an
+        outage longer than that has not timed out, and fails for it: its source record is replayed, where it would
+        have completed."""
         # 1 s at least: librdkafka looks for records past their timeout once a second, and refuses one below linger.ms;
         # at most its own most (24.8 days; a timeout_s of 30 days with 3 buckets lives 45).
         given_up = min(_MESSAGE_TIMEOUT_MAX_MS, max(1000, math.ceil(1000 * self.tree_lifetime_s)))
