@@ -573,9 +573,10 @@ class Bolt:
         become the word's last, below the new owner's). So they are purged, and each fails its trees
         (`AckerClient.produce_anchored`): their source records are replayed, and counted again, too high rather than
         too low. The sink's records of the partitions still here go too (one producer for all): their trees fail
-        alike. A librdkafka consumer takes its partitions for lost once its session ran out without an answer from the
-        coordinator, before the broker is back and the records could go. Not a fence: a record the broker took before
-        the purge may still be written, after the new owner read (the word count's docstring)."""
+        alike. A librdkafka consumer may take its partitions for lost while the broker is away (its session ran out
+        without an answer from the coordinator), before the records could go; one that learns it only once the broker
+        is back may find them delivered already, unless they were held past a tree's life
+        (`ServiceConfig.sink_producer` gives them up then). Not a fence (the word count's docstring)."""
         if self._sink is None or not len(self._sink):
             return
         failed = self.counters["child_delivery_failures"]
