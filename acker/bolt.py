@@ -577,15 +577,21 @@ class Bolt:
         without an answer from the coordinator), before the records could go; one that learns it only once the broker
         is back may find them delivered already, unless they were held past a tree's life
         (`ServiceConfig.sink_producer` gives them up then). Not a fence (the word count's docstring)."""
-        if self._sink is None or not len(self._sink):
+        sink = self._sink
+        if sink is None or not len(sink):
             return
+        # A purge is no barrier: records produced just after it were purged too, now and then (librdkafka 2.16), and
+        # the partitions still here go on writing. So the purged producer is let go, and the next record written
+        # out makes a new one.
+        self._sink = None
         failed = self.counters["child_delivery_failures"]
-        self._sink.purge(in_queue=True, in_flight=True, blocking=True)
-        self._sink.poll(0)  # their delivery reports (and those of records delivered before): each fails its trees
+        sink.purge(in_queue=True, in_flight=True, blocking=True)
+        sink.flush(5)  # their delivery reports (and those of records delivered before): each fails its trees
+        release(sink, f"bolt {self.group}")
         if dropped := self.counters["child_delivery_failures"] - failed:
             self.counters["unwritten_dropped"] += dropped
             log.warning("bolt %s: %d record(s) written out and not delivered are dropped, their trees failed (to be "
-                        "replayed): %s %s", self.group, dropped, _where(partitions),
+                        "replayed; one without anchors is lost): %s %s", self.group, dropped, _where(partitions),
                         "may be another process's now" if how == "lost" else "went to another process")  # fmt: skip
 
     def _mark_read(self, partitions: list[TopicPartition]) -> None:

@@ -45,6 +45,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
 # per stage.
 STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
 _MESSAGE_TIMEOUT_MAX_MS = 2**31 - 1  # librdkafka's largest message.timeout.ms
+_MESSAGE_TIMEOUT_NAMES = ("message.timeout.ms", "delivery.timeout.ms")  # librdkafka's names of one setting
+_LINGER_NAMES = ("linger.ms", "queue.buffering.max.ms")  # the same
 TIMEOUT_MAX_S = 30 * 86_400  # the longest timeout_s: a tree that lives longer is better failed and replayed
 INTERVAL_MIN_S = 0.01  # the shortest commit_interval_s and status_interval_s
 # The most buckets: every new tree is looked for among the tombstones of each bucket, one cache miss each, and every
@@ -314,18 +316,23 @@ class ServiceConfig:
         """`stage_producer`, reporting every delivery: for the records a bolt writes out of the pipeline, each of
         which is acked in its trees when its delivery is reported (`acker.bolt`).
 
-        A record not delivered within the longest a tree lives (`tree_lifetime_s`, 1 s at least, 24.8 days at most)
-        is given up (``message.timeout.ms``), unless the pass-through settings give that setting, and fails its
-        trees: held through a broker's outage, it landed late, after the input's next owner (the session had
-        expired) read what was written and went on from it (a word's count went back: `acker.examples.wordcount`).
-        The cost: the acker's clock stops while the broker is away (its ticks stop), so a tree that waited out an
-        outage longer than that has not timed out, and fails for it: its source record is replayed, where it would
-        have completed."""
-        # 1 s at least: librdkafka looks for records past their timeout once a second, and refuses one below linger.ms;
-        # at most its own most (24.8 days; a timeout_s of 30 days with 3 buckets lives 45).
-        given_up = min(_MESSAGE_TIMEOUT_MAX_MS, max(1000, math.ceil(1000 * self.tree_lifetime_s)))
-        timeout = {} if "message.timeout.ms" in self.kafka else {"message.timeout.ms": given_up}
-        return {**self.stage_producer(**timeout, **overrides), _ONLY_ERRORS: False}
+        A record not delivered within the longest a tree lives untouched (`tree_lifetime_s`; 1 s at least, above
+        ``linger.ms``, 24.8 days at most) is given up (``message.timeout.ms``), unless the pass-through settings give
+        that setting (or ``delivery.timeout.ms``), and fails its trees: held through a broker's outage, it landed
+        late, after the input's next owner (the session had expired) read what was written and went on from it (a
+        word's count went back: `acker.examples.wordcount`). The cost: the acker's clock stops while the broker is
+        away (its ticks stop), so a tree that waited out an outage longer than that has not timed out, nor has one
+        kept alive by ``reset_timeout``, and it fails for it: its source record is replayed, where it would have
+        completed. A record of an input without anchors has no tree: given up, it is lost."""
+        settings = self.stage_producer(**overrides)
+        if any(name in self.kafka for name in _MESSAGE_TIMEOUT_NAMES):
+            return {**settings, _ONLY_ERRORS: False}
+        # 1 s at least (librdkafka looks for records past their timeout once a second) and above linger.ms, which
+        # librdkafka requires; at most its own most (24.8 days: a timeout_s of 30 days with 3 buckets lives 45).
+        linger_ms = max((float(settings[n]) for n in _LINGER_NAMES if n in settings), default=0.0)  # either may win
+        least = max(1000, math.floor(linger_ms) + 1)
+        given_up = min(_MESSAGE_TIMEOUT_MAX_MS, max(least, math.ceil(1000 * self.tree_lifetime_s)))
+        return {**settings, "message.timeout.ms": given_up, _ONLY_ERRORS: False}
 
     @property
     def instance(self) -> str:

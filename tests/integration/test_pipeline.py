@@ -33,7 +33,7 @@ from acker.bolt import Bolt, BoltInput, Collector
 from acker.config import ServiceConfig, to_argv
 from acker.errors import ProtocolError
 from acker.examples import join as join_example
-from acker.examples.wordcount import Topics, count_function, sentences, split_function
+from acker.examples.wordcount import Topics, count_bolt, count_function, sentences, split_function
 from acker.headers import HEADER, HeaderList
 from acker.kafka.acker_client import RESENDS, partition_lookup
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, partition_count, topic_max_bytes
@@ -51,6 +51,7 @@ from tests.integration.helpers import (
     add_partitions,
     create_acker_topics,
     produce_with_header_name,
+    read_all,
 )
 
 SPOUT = "sentences"  # the spouts these tests make themselves (the word count's own: Topics.spout)
@@ -1006,6 +1007,53 @@ def test_a_count_the_sink_cannot_write_fails_its_sentence(config: ServiceConfig)
     # The count of "a" may share the refused batch (the broker refuses a batch whole): 1 or 2 failures.
     assert count_bolt.counters["child_delivery_failures"] in {1, 2} and count_bolt.counters["written"] == 7
     assert counts[long_word] == 1  # counted, not written: the sentence is replayed (at-least-once)
+
+
+def test_counts_held_when_the_count_bolts_partitions_are_lost_are_dropped_and_fail_their_sentence(
+    config: ServiceConfig,
+) -> None:
+    """Held through a broker's outage, a count process's counts landed after its words partitions had gone to another
+    process (its session expired), which had read the last counts and gone on from them: a word's last count went
+    below the times it was counted. Dropped when the partitions are lost, they fail their sentence's tree (replayed,
+    counted again); the next counts go through a new producer, written and acked."""
+    # Records wait 2 s in each producer before they go: the counts are still held when the partitions are lost.
+    config = replace(config, timeout_s=120.0, kafka={**config.kafka, "linger.ms": "2000"})
+    topics = Topics(prefix=f"wc-{uuid.uuid4().hex[:8]}")
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(t, 1) for t in (topics.sentences, topics.split, topics.words,
+                                                               topics.counts)])  # fmt: skip
+    counts: Counter[bytes] = Counter()
+    counting = count_bolt(config, count_function(topics, counts), f"count-{topics.prefix}")
+    stages = [
+        ServiceThread(config),
+        Running(Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))),
+        Running(Bolt(config, topics.split, f"split-{topics.prefix}", split_function(topics))),
+    ]
+    reader = OutcomeReader(config, [SPOUT])
+    try:
+        [dropped] = _produce(config, topics.sentences, [b"a b"])
+        deadline = time.monotonic() + 60
+        while counting.counters["written"] < 2:  # the counts handed to the sink producer, which holds them
+            assert time.monotonic() < deadline, "the count bolt wrote nothing"
+            counting.step(0.05)
+        held = counting._sink
+        counting._on_lost(
+            counting.consumer, counting.consumer.assignment()
+        )  # as librdkafka calls it: the session expired
+        assert counting.counters["unwritten_dropped"] == 2 and counting._sink is None
+        [written] = _produce(config, topics.sentences, [b"c"])
+        deadline = time.monotonic() + 60
+        while not {dropped, written} <= reader.seen.keys():
+            assert time.monotonic() < deadline, f"outcomes: {reader.seen}"
+            counting.step(0.05)
+            reader.poll(0.05)
+    finally:
+        counting.close()
+        _stop(stages)
+        reader.close()
+    assert reader.seen[dropped] == ["FAILED"] and reader.seen[written] == ["ACK"]
+    assert counting._sink is not held
+    assert [m.value() for m in read_all(config.client(), topics.counts)] == [b"1"]  # c's: a's and b's never landed
 
 
 def test_a_spout_or_bolt_function_that_raises_fails_the_tree_and_the_stage_goes_on(

@@ -272,6 +272,7 @@ def test_records_written_out_and_not_delivered_when_their_partitions_go_are_drop
             assert bolt.consumer.committed == []
         assert _failed_anchors(bolt.acker) == {11, -5}
         assert bolt.counters["unwritten_dropped"] == 2 and bolt.counters["child_delivery_failures"] == 2
+        assert bolt._sink is None  # let go: the next record written out makes a new one
         bolt._on_lost(None, [TopicPartition("in", 1)])  # nothing left: nothing more
         assert bolt.counters["unwritten_dropped"] == 2
     finally:

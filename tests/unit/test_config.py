@@ -441,6 +441,12 @@ def test_a_record_written_out_is_given_up_once_its_tree_has_timed_out_unless_the
         ServiceConfig(timeout_s=4.0, kafka={"message.timeout.ms": "9000"}).sink_producer()["message.timeout.ms"]
         == "9000"
     )
+    given = ServiceConfig(timeout_s=4.0, kafka={"delivery.timeout.ms": "9000"}).sink_producer()  # its other name
+    assert "message.timeout.ms" not in given and given["delivery.timeout.ms"] == "9000"
+    for linger in ("linger.ms", "queue.buffering.max.ms"):
+        slow = ServiceConfig(timeout_s=0.01, buckets=3, ack_linger_ms=0, kafka={linger: "1500"})
+        assert slow.sink_producer()["message.timeout.ms"] == 1501
+        Producer(slow.sink_producer())  # at linger.ms or below, librdkafka refuses it
     assert "message.timeout.ms" not in ServiceConfig(timeout_s=4.0).stage_producer()  # children and acks: as before
     for config in (ServiceConfig(timeout_s=0.01, buckets=3, ack_linger_ms=0), ServiceConfig(timeout_s=TIMEOUT_MAX_S)):
         Producer(config.sink_producer())  # librdkafka takes it (below linger.ms, or past 24.8 days, it would not)
