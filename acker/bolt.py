@@ -329,7 +329,8 @@ class Bolt:
             self.close()
 
     def close(self) -> None:
-        """Commit what is processed once delivered (30 s at the most), leave the group, and free the producers if
+        """Commit what is processed once delivered (30 s at the most), leave the group (records written out and still
+        not delivered are dropped then, their trees failed: `_drop_unwritten`), and free the producers if
         they delivered everything (`release`): a freed producer takes nothing more (an ack, an emit or `flush` after
         the close raises `RuntimeError`). A second call does nothing."""
         if self._closed:
@@ -339,6 +340,8 @@ class Bolt:
             self._commit()
         finally:  # a producer failed for good (the commit's flush raises) still leaves the group now, not at its
             self.consumer.close()  # session's timeout, and an explicit bolt's on_revoke is told
+        if self.acker.lingering():  # the fails of records written out that the close's revoke dropped
+            self.acker.flush(5)
         for producer in (self._sink, self.producer):
             if producer is not None:
                 release(producer, f"bolt {self.group}")

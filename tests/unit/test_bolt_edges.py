@@ -279,6 +279,42 @@ def test_records_written_out_and_not_delivered_when_their_partitions_go_are_drop
         acks.purge()
 
 
+class _FlushesRecorded(AckerClient):
+    """Says when it was flushed, and which trees' fails it held then."""
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        self.flushed.append((timeout_s, _failed_anchors(self)))
+        return 0
+
+    flushed: list[tuple[float, set[int]]]
+
+
+def test_a_bolt_closing_with_records_written_out_undelivered_sends_the_fails_of_their_trees() -> None:
+    """The close's revoke drops them (`_drop_unwritten`) after the commit's flush: their fails waited in the acker
+    client's batches, never sent, and the trees timed out instead of failing at once."""
+    sink = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    acks = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    try:
+        bolt = _explicit(None)
+        bolt._sink, bolt.acker, bolt.group = sink, _FlushesRecorded(acks, "acker", 4, linger_s=60), "count"
+        bolt.acker.flushed = []
+        bolt.acker.produce_anchored("counts", b"1", b"w", None, TupleIds(((11, 22),)), on_failure=bolt._child_failed,
+                                    written_by=sink)  # fmt: skip
+        bolt.flush = lambda _timeout_s: 1  # the commit's flush timed out: a broker away
+
+        class Leaving(_Closing):
+            def close(self) -> None:
+                super().close()
+                bolt._on_revoke(self, [TopicPartition("in", 0)])  # as librdkafka calls it when the consumer closes
+
+        bolt.consumer = Leaving()
+        bolt.close()
+        assert bolt.consumer.closed and bolt.counters["unwritten_dropped"] == 1
+        assert bolt.acker.flushed == [(5, {11})]
+    finally:
+        acks.purge()
+
+
 def test_on_revoke_is_for_explicit_bolts() -> None:
     with pytest.raises(ValueError, match="explicit bolts"):
         Bolt(ServiceConfig(), "in", "g", lambda _m, _c: None, on_revoke=lambda _p, _c: None)
