@@ -241,10 +241,9 @@ class WordCount:
     Not fenced: a process taken for dead while it lives on (paused past its session timeout: a stalled VM, a long
     garbage collection, SIGSTOP), or whose count, held through a broker's outage shorter than a tree's life, is
     delivered before the process learns that its session expired, may write counts of a partition after its new
-    owner read the published ones, and a word's last count may then fall below
-    the times it was counted (at-least-once still: no sentence is lost). Writing the counts and the input offsets in
-    one Kafka transaction, with the group's metadata (KIP-447), would fence it; the example keeps the bolt's plain
-    commits.
+    owner read the published ones, and a word's last count may then fall below the times it was counted
+    (at-least-once still: no sentence is lost). Writing the counts and the input offsets in one Kafka transaction,
+    with the group's metadata (KIP-447), would fence it; the example keeps the bolt's plain commits.
 
     `assigned` notes partitions that came here: one read of the published counts, made after they came, serves them
     all (a process taking over 8 partitions reads the counts topic once, not 8 times). A partition it was not told
