@@ -237,8 +237,9 @@ class ServiceConfig:
 
     @property
     def tree_lifetime_s(self) -> float:
-        """The longest a pending tree lives, ``T + T / (buckets - 1)`` (`tick_interval_s`): its outcome is decided by
-        then."""
+        """The longest a pending tree lives, ``T + T / (buckets - 1)`` (`tick_interval_s`), as the acker's ticks
+        count it: unless kept alive (``reset_timeout``, or an update with ``relocate_on_update``), its outcome is
+        decided by then on an acker that keeps up with its ticks."""
         return self.timeout_s + self.tick_interval_s
 
     def failing_over_fast(self) -> ServiceConfig:

@@ -1037,9 +1037,8 @@ def test_counts_held_when_the_count_bolts_partitions_are_lost_are_dropped_and_fa
             assert time.monotonic() < deadline, "the count bolt wrote nothing"
             counting.step(0.05)
         held = counting._sink
-        counting._on_lost(
-            counting.consumer, counting.consumer.assignment()
-        )  # as librdkafka calls it: the session expired
+        # As librdkafka calls it when the session expired:
+        counting._on_lost(counting.consumer, counting.consumer.assignment())
         assert counting.counters["unwritten_dropped"] == 2 and counting._sink is None
         [written] = _produce(config, topics.sentences, [b"c"])
         deadline = time.monotonic() + 60
