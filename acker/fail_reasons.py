@@ -41,8 +41,15 @@ _DECIMAL = re.compile(r"-?[0-9]{1,20}")
 
 def reason_of(error: BaseException, where: str = "") -> str:
     """A reason for a fail caused by ``error``: its type and message (``where``, e.g. the stage, first), cut to
-    `REASON_MAX_CHARS`."""
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    `REASON_MAX_CHARS`. Never raises: it is made inside the handler of a user function's exception, and one whose
+    message cannot be made (a ``__str__`` that formats a field the input lacks) must still fail its input, not stop
+    the stage on that input at every restart."""
+    name = type(error).__name__
+    try:
+        message = str(error)
+    except Exception as unprintable:  # whatever a user's __str__ raises
+        message = f"<its message could not be made: {type(unprintable).__name__}>"
+    text = f"{name}: {message}" if message else name
     return cut(f"{where}: {text}" if where else text)
 
 

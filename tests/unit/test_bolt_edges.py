@@ -516,6 +516,33 @@ def test_an_explicit_function_that_raises_after_settling_its_input_does_not_sett
     assert sent == [settled or "fail"] and bolt.counters["errors"] == 1
 
 
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        fields: dict[str, str] = {}
+        return "bad record " + fields["id"]  # formats a field the input lacks
+
+
+@pytest.mark.parametrize("basic", [False, True])
+def test_an_exception_whose_message_cannot_be_made_fails_its_input_rather_than_stop_the_bolt(basic: bool) -> None:
+    """The fail's reason is made in the handler of the function's exception: a ``__str__`` that raised there escaped
+    it, the input neither failed nor committed, and the bolt stopped, on the same input again at every restart."""
+    reasons: list[str | None] = []
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.basic, bolt.group, bolt.counters, bolt._ids = basic, "g", Counter(), IdGenerator()
+    bolt.acker = SimpleNamespace(send_all=lambda _messages, why=None: reasons.append(why))
+    bolt._collector = Collector(bolt)
+    bolt._trouble = TroubleReport(logging.getLogger("test"), "bolt g", ("errors",))
+
+    def function(_message: BoltInput, _collector: Collector) -> None:
+        raise _UnprintableError
+
+    bolt._function = function
+    record = SimpleNamespace(headers=lambda: None, value=lambda: b"v", key=lambda: None, timestamp=lambda: (0, 0))
+    bolt._handle(record, "in", 0, 3, 0.0)
+    assert reasons == ["bolt g: _UnprintableError: <its message could not be made: KeyError>"]
+    assert bolt.counters["errors"] == 1
+
+
 def test_inputs_processed_before_their_partition_was_lost_are_passed_over_when_it_comes_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -93,6 +93,17 @@ def test_the_reason_of_an_exception_names_where_and_what() -> None:
     assert len(reason_of(RuntimeError("y" * 10_000))) == REASON_MAX_CHARS
 
 
+class _NoMessageError(Exception):
+    def __str__(self) -> str:
+        raise LookupError("a field the input lacks")
+
+
+def test_the_reason_of_an_exception_whose_message_cannot_be_made_names_its_type_and_why() -> None:
+    """Made in the handler of a user function's exception: raising there would stop the stage instead of failing."""
+    reason = reason_of(_NoMessageError(), "spout s")
+    assert reason == "spout s: _NoMessageError: <its message could not be made: LookupError>"
+
+
 def test_a_partition_keeps_the_first_reasons_of_the_newest_trees_and_hands_each_over_once() -> None:
     kept = Kept()
     kept.add({anchor: f"r{anchor}" for anchor in range(1, KEPT + 11)})
