@@ -12,7 +12,7 @@ source.
 The spout reads its source in its group and its replay topic in ``<group>.replays`` (each topic's partitions spread
 over the spout's processes on their own). It never commits either group's offsets: on every assignment it seeks each
 partition to its watermark (or applies the reset policy where there is none; its replay topic always starts at its
-first record), so after a
+first record, also under a watermark beyond its end), so after a
 restart or a rebalance it re-emits every record that was not known to be fully processed: at-least-once, including
 records whose init never reached the acker. A watermark below a partition's first record (retention deleted what it
 waited on) starts at that first record.
@@ -833,18 +833,20 @@ class Spout:
         for tp, mark in zip(partitions, committed, strict=True):
             if mark.error is not None:  # not "no watermark": starting anywhere else could skip or repeat records
                 raise KafkaClientError(f"reading the watermark of {tp.topic}/{tp.partition}", mark.error)
+            # The replay topic is read from its first record whatever the policy, without a watermark or with one
+            # beyond its end (the topic deleted and made again: the spout makes it at start): every copy there stands
+            # for a record whose outcome is already REPLAYED (the watermark has passed the original), so one skipped
+            # is lost.
+            earliest = self.settings.reset == "earliest" or tp.topic == self._replay_topic
             if mark.offset >= 0:  # below the first record (retention deleted what it waited on): the consumer's
                 tp.offset = mark.offset  # reset moves it there, whatever the spout's policy (`__init__`)
-                if self.settings.reset != "earliest":
+                if not earliest:
                     # Beyond the end (a log truncated by an unclean leader election, an operator's reset): at the
                     # end, as the policy says, where the consumer's reset would read the partition again from its
                     # first record.
                     tp.offset = min(mark.offset, log_bounds(self._watermarks, tp)[1])
             else:  # no watermark yet: it starts where the reset policy starts reading
                 low, high = log_bounds(self._watermarks, tp)
-                # Except on the replay topic, from its first record: every copy there stands for a record whose
-                # outcome is already REPLAYED (the watermark has passed the original), so one skipped is lost.
-                earliest = self.settings.reset == "earliest" or tp.topic == self._replay_topic
                 tp.offset = low if earliest else high
                 starts[(tp.topic, tp.partition)] = tp.offset
         if starts:

@@ -347,24 +347,28 @@ def test_a_spout_whose_position_retention_deleted_reads_on_from_the_first_record
     assert read_again == 5
 
 
-@pytest.mark.parametrize(("reset", "read"), [("latest", 2), ("earliest", 22)])
+@pytest.mark.parametrize(("reset", "read"), [("latest", 2 + 3), ("earliest", 22 + 3)])
 def test_a_watermark_beyond_the_end_starts_where_the_reset_policy_says(
     config: ServiceConfig, reset: str, read: int
 ) -> None:
     """A log truncated below its watermark (an unclean leader election, an operator's reset): ``latest`` starts at
-    the end, and reads only what comes after; ``earliest`` reads the partition again (at-least-once)."""
+    the end, and reads only what comes after; ``earliest`` reads the partition again (at-least-once). The replay
+    topic, whatever the policy, is read from its first record (there, deleted and made again under its watermark):
+    its 3 copies are read either way (``latest`` had skipped them, each a record lost)."""
     source = f"beyond-{uuid.uuid4().hex[:8]}"
+    replays = config.replay_topic(SPOUT)
     create_acker_topics(config, [SPOUT])
-    create_topics(config.client(), [TopicSpec(source, 1), TopicSpec(f"{source}.out", 1)])
+    create_topics(config.client(), [TopicSpec(source, 1), TopicSpec(f"{source}.out", 1), TopicSpec(replays, 1)])
     _produce(config, source, [b"before %d" % i for i in range(20)])
+    _produce(config, replays, [b"copy %d" % i for i in range(3)])
     settings = SpoutSettings(SPOUT, source, f"{source}.out", group=f"spout-{source}", reset=reset)
     kafka = lookups(config.client())
     with kafka.lock:
-        kafka.advance(settings.watermark_group, {(source, 0): 1000})
+        kafka.advance(settings.watermark_group, {(source, 0): 1000, (replays, 0): 1000})
     spout = Spout(config, settings)
     try:
         deadline = time.monotonic() + 60
-        while not spout.consumer.assignment() and time.monotonic() < deadline:
+        while not (spout.consumer.assignment() and spout.replays.assignment()) and time.monotonic() < deadline:
             spout.step(0.1)
         _produce(config, source, [b"after 0", b"after 1"])
         while spout.counters["read"] < read and time.monotonic() < deadline:
