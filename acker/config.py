@@ -47,6 +47,12 @@ STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
 _MESSAGE_TIMEOUT_MAX_MS = 2**31 - 1  # librdkafka's largest message.timeout.ms
 _MESSAGE_TIMEOUT_NAMES = ("message.timeout.ms", "delivery.timeout.ms")  # librdkafka's names of one setting
 _LINGER_NAMES = ("linger.ms", "queue.buffering.max.ms")  # the same
+# librdkafka settings the project reads as numbers itself (whole numbers; linger as any number): librdkafka takes
+# "90000.0" or "60000abc" (it reads the number they start with), Python's int() neither, and one such value (a TOML
+# float: 9e4) stopped every tool that read it with a traceback (`open_transaction_wait_s`, `fitted_batch_size`).
+_WHOLE_NUMBER_SETTINGS = ("transaction.timeout.ms", "message.max.bytes", "batch.size")
+_WHOLE = re.compile(r"-?(0|[1-9][0-9]*)")
+_DECIMAL_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 TIMEOUT_MAX_S = 30 * 86_400  # the longest timeout_s: a tree that lives longer is better failed and replayed
 INTERVAL_MIN_S = 0.01  # the shortest commit_interval_s and status_interval_s
 # The most buckets: every new tree is looked for among the tombstones of each bucket, one cache miss each, and every
@@ -173,6 +179,7 @@ class ServiceConfig:
         if "group.id" in self.kafka:  # every consumer sets its own (the service's is `group`): it would be ignored
             raise ConfigError("group.id: give the acker instances' group as group; every other consumer (spouts, "
                               "bolts, the jobs) names its own")  # fmt: skip
+        self._check_numbers()
         if "transactional.id" in self.kafka:  # every other producer would fail its first write ("Erroneous state")
             raise ConfigError("transactional.id: the producers that write in transactions (the replay job, coordinated "
                               "steps) set their own, one each; the others must not have one")  # fmt: skip
@@ -212,6 +219,15 @@ class ServiceConfig:
             classic_only = sorted(set(self.kafka) & set(_CLASSIC_GROUP_SETTINGS))
             if classic_only:  # else every client built from these settings is refused, one by one
                 raise ConfigError(f"group.protocol=consumer leaves {', '.join(classic_only)} to the broker: remove it")
+
+    def _check_numbers(self) -> None:
+        """The librdkafka settings read here as numbers are numbers Python reads as librdkafka does."""
+        for name in _WHOLE_NUMBER_SETTINGS:
+            if name in self.kafka and not _whole(self.kafka[name]):
+                raise ConfigError(f"{name} must be a whole number (as 60000), got {self.kafka[name]!r}")
+        for name in _LINGER_NAMES:
+            if name in self.kafka and not _number(self.kafka[name]):
+                raise ConfigError(f"{name} must be a number of milliseconds (as 20 or 0.5), got {self.kafka[name]!r}")
 
     def _check_topics_apart(self) -> None:
         """The topics read back each of its own: the dead letters written into the acker topic (or the status
@@ -559,6 +575,17 @@ def flag_setting(item: str, flag: str, form: str = "KEY=VALUE", *, empty: bool =
         shown = re.split(r"[^\w.-]", name, maxsplit=1)[0]
         raise ConfigError(f"{flag} takes {form}, got {shown + '=...' if shown else 'no name'}")
     return name, value
+
+
+def _whole(value: object) -> bool:
+    """Whether ``value`` (a setting, text or a number) is a whole number in plain decimal: read alike by ``int`` and
+    by librdkafka (C's strtol, which would read "010" as 8 and stop "60_000" at 60)."""
+    return _WHOLE.fullmatch(str(value).strip()) is not None
+
+
+def _number(value: object) -> bool:
+    """Whether ``value`` (a setting, text or a number) is a number of 0 or more in plain decimal."""
+    return _DECIMAL_NUMBER.fullmatch(str(value).strip()) is not None
 
 
 def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

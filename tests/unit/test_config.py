@@ -20,6 +20,7 @@ from acker.cli import main
 from acker.config import CONSUMER_ONLY, TIMEOUT_MAX_S, ServiceConfig, add_arguments, load, to_argv
 from acker.errors import ConfigError
 from acker.kafka.client_log import client_logger
+from acker.kafka.clients import open_transaction_wait_s
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -57,6 +58,19 @@ def test_dotted_librdkafka_keys_written_plainly_in_a_file_are_settings_and_stay_
     config = load(_parse("--config", str(path)), environ={})
     assert config.kafka == {"sasl.mechanism": "PLAIN", "sasl.password": "hunter2", "enable.idempotence": "true"}
     assert "hunter2" not in repr(config.redacted())
+
+
+def test_settings_read_as_numbers_take_plain_decimals_and_refuse_what_python_and_librdkafka_read_apart(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "acker.toml"
+    path.write_text('[kafka]\n"transaction.timeout.ms" = 90000\n"batch.size" = 16384\nlinger.ms = 0.5\n')
+    config = load(_parse("--config", str(path)), environ={})
+    assert config.kafka == {"transaction.timeout.ms": "90000", "batch.size": "16384", "linger.ms": "0.5"}
+    assert open_transaction_wait_s(config.client()) == 120.0
+    path.write_text('[kafka]\n"transaction.timeout.ms" = 9e4\n')  # a TOML float: "90000.0"
+    with pytest.raises(ConfigError, match=r"transaction.timeout.ms must be a whole number \(as 60000\), got '90000.0'"):
+        load(_parse("--config", str(path)), environ={})
 
 
 def test_booleans_and_the_tracker_config() -> None:
@@ -102,6 +116,14 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--replication-factor", "-2"), {}, "or 1 to 10000"),
         (("--kafka", "error_cb=x"), {}, "error_cb: confluent-kafka takes a Python function"),
         (("--kafka", "transactional.id=t"), {}, "transactional.id: the producers that write in transactions"),
+        # Settings read here as numbers: librdkafka takes these (it reads what they start with), int() did not, and
+        # every tool that read one stopped with a traceback.
+        ((), {"ACKER_KAFKA_TRANSACTION_TIMEOUT_MS": "90000.0"}, "transaction.timeout.ms must be a whole number"),
+        (("--kafka", "batch.size=16k"), {}, r"batch.size must be a whole number \(as 60000\), got '16k'"),
+        (("--kafka", "message.max.bytes=0x1000"), {}, "message.max.bytes must be a whole number"),
+        (("--kafka", "message.max.bytes=010"), {}, "message.max.bytes must be a whole number"),  # 8 to librdkafka
+        (("--kafka", "linger.ms=5ms"), {}, "linger.ms must be a number of milliseconds"),
+        (("--kafka", "queue.buffering.max.ms=nan"), {}, "queue.buffering.max.ms must be a number of milliseconds"),
     ],
 )
 def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:
