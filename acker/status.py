@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 import uuid
 from typing import Any
@@ -24,6 +25,7 @@ log = logging.getLogger("acker.status")
 
 # A look that changes nothing: a topic looked up must not be created (with the broker's defaults) by a pass-through
 # ``allow.auto.create.topics=true``, nor the group's offsets committed.
+_FLOAT_MAX = int(sys.float_info.max)  # the largest integer a status's number may be: a float holds it
 _LOOKING = {"enable.auto.commit": False, "allow.auto.create.topics": False}
 
 
@@ -131,12 +133,21 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
         status = json.loads(value or b"")
     except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
         return None
-    if not isinstance(status, dict) or type(status.get("partition")) is not int:
+    if not isinstance(status, dict):
+        return None
+    # Numbers a float holds: JSON has integers of any size, and one larger than a float (another writer's "time" of
+    # 400 digits) overflowed the arithmetic with the times and stopped `acker status` for every partition.
+    status = {k: v for k, v in status.items() if type(v) is not int or abs(v) <= _FLOAT_MAX}
+    if type(status.get("partition")) is not int:
         return None
     for field in ("rates", "counters"):  # summed and shown per kind: numbers only
         values = status.get(field, {})
-        status[field] = {k: v for k, v in values.items() if type(v) in (int, float)} if isinstance(values, dict) else {}
+        status[field] = {k: v for k, v in values.items() if _number(v)} if isinstance(values, dict) else {}
     return status
+
+
+def _number(value: object) -> bool:
+    return type(value) is float or (type(value) is int and abs(value) <= _FLOAT_MAX)
 
 
 def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int | None]] | None:

@@ -44,8 +44,9 @@ def test_the_statuses_of_two_groups_for_one_partition_have_keys_of_their_own() -
     assert status_key("a", "acker", 3) != status_key("a", "acker", 4)
 
 
-def test_with_nothing_committed_a_new_owner_re_reads_all_a_partition_holds() -> None:
+def test_with_nothing_committed_or_an_offset_beyond_the_end_a_new_owner_re_reads_all_a_partition_holds() -> None:
     assert [_re_read(None, 40), _re_read(None, 0), _re_read(30, 40), _re_read(None, None)] == ["all", "0", "10", "-"]
+    assert _re_read(600, 100) == "all (committed beyond the end)"  # the topic made again: -500 before
 
 
 def test_pending_rates_and_read_lag_are_shown_only_while_an_owner_publishes() -> None:
@@ -170,3 +171,20 @@ def test_the_nacked_rate_is_the_sum_of_the_rates_shown_rounded_as_they_are(
     assert main(["status", "--bootstrap-servers", "127.0.0.1:1"]) == 0
     shown = capsys.readouterr().out
     assert " 0.3 " in shown and "0.3000" not in shown
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_status_whose_numbers_no_float_holds_is_read_without_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], json_out: bool
+) -> None:
+    """JSON has integers of any size: another writer's "time" or "rate_window_s" of 400 digits overflowed the
+    arithmetic with them, and `acker status` stopped for every partition with a traceback."""
+    huge = "1" + "0" * 400
+    raw = f'{{"topic": "acker", "partition": 0, "time": {huge}, "rate_window_s": {huge}, "pending": 2, '
+    status = _status(f'{raw}"rates": {{"acked": {huge}, "nacked_failed": 1.5}}}}'.encode())
+    assert status == {"topic": "acker", "partition": 0, "pending": 2, "rates": {"nacked_failed": 1.5}, "counters": {}}
+    monkeypatch.setattr("acker.kafka.clients.answering", lambda *_: None)
+    monkeypatch.setattr(status_module, "group_lag", lambda _config: {0: (1, 2)})
+    monkeypatch.setattr(status_module, "read_status", lambda _config: {0: status})
+    assert main(["status", "--bootstrap-servers", "127.0.0.1:1", *(["--json"] if json_out else [])]) == 0
+    assert "acker" in capsys.readouterr().out
