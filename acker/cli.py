@@ -418,11 +418,14 @@ def _standing(status: dict[str, Any], now: float, config: ServiceConfig) -> tupl
 
 def _re_read(committed: int | None, end: int | None) -> str:
     """What a new owner of a partition reads again: from the committed offset to the end, or, with none committed
-    (nothing decided yet, or a new group), every record the partition still holds."""
+    (nothing decided yet, or a new group) or one beyond the end (the topic deleted and made again: the consumer's
+    reset, earliest, takes it to the first record), every record the partition still holds."""
     if end is None:
         return "-"
     if committed is None:
         return "all" if end else "0"
+    if committed > end:  # a negative count said before
+        return "all (committed beyond the end)"
     return str(end - committed)
 
 
@@ -441,7 +444,7 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        rows = [{**vars(m), "behind": m.behind} for m in marks]
+        rows = [{**vars(m), "behind": m.behind, "beyond_end": m.beyond_end} for m in marks]
         print(json.dumps(rows, indent=2))
         return 0
     if not marks:
@@ -453,6 +456,8 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     for m in marks:
         end = "-" if m.end is None else str(m.end)
         behind = "-" if m.behind is None else f"{m.behind}{' (from its first record)' if m.watermark is None else ''}"
+        if m.beyond_end:  # a spout reads the partition again from its first record (reset latest: from its end)
+            behind += " (the watermark is beyond the end: a spout reads it again from its first record)"
         if m.open_from is not None:  # the spouts read nothing past it: why a watermark may stand still
             behind += f" (a transaction open from offset {m.open_from})"
         watermark = "none yet" if m.watermark is None else str(m.watermark)

@@ -36,8 +36,9 @@ class Watermark:
     watermark: int | None
     end: int | None  # None when Kafka cannot tell now (no leader)
     counted: int | None = None  # the records between the watermark and the end, where they were counted
-    # Without a watermark: the partition's first offset, where `behind` counts from (none of its records is known to
-    # be processed: "-" there hid every record of a partition no spout had taken)
+    # Without a watermark, or with one beyond the end: the partition's first offset, where `behind` counts from (none
+    # of its records is known to be processed: "-" there hid every record of a partition no spout had taken, and 0 a
+    # partition whose topic was deleted and made again, which a spout reads again from its first record)
     first: int | None = None
     # Where a transaction still open begins (the partition's last stable offset, below its end), None where none is:
     # a spout reads no record past it until it ends. One the broker never aborts (hanging) holds the watermark there
@@ -45,12 +46,19 @@ class Watermark:
     open_from: int | None = None
 
     @property
+    def beyond_end(self) -> bool:
+        """Whether the watermark lies beyond the partition's end (its topic deleted and made again, a log truncated):
+        a spout seeks there and its consumer's reset reads the partition again from its first record (its source's
+        with reset latest: from the end)."""
+        return self.watermark is not None and self.end is not None and self.watermark > self.end
+
+    @property
     def behind(self) -> int | None:
-        """The records between the watermark (or, without one, the partition's first offset) and the end: counted,
-        or else the offsets between them."""
+        """The records between the watermark (or, without one or with one beyond the end, the partition's first
+        offset) and the end: counted, or else the offsets between them."""
         if self.counted is not None:
             return self.counted
-        start = self.first if self.watermark is None else self.watermark
+        start = self.first if self.watermark is None or self.beyond_end else self.watermark
         return None if self.end is None or start is None else max(0, self.end - start)
 
 
@@ -92,11 +100,12 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 for partition, end in ends.items():
                     mark = marks.get((topic, partition))
                     first, stable = _offsets(consumer, topic, partition, timeout_s)
-                    first = first if mark is None else None
+                    beyond = mark is not None and end is not None and mark > end
+                    first = first if mark is None or beyond else None
                     open_from = stable if end is not None and stable is not None and stable < end else None
                     # Past an open transaction, a count would wait out its timeout and give none.
                     counted = None if open_from is not None else _records(
-                        consumer, topic, partition, first if mark is None else mark, end)  # fmt: skip
+                        consumer, topic, partition, mark if first is None else first, end)  # fmt: skip
                     out.append(Watermark(group, topic, partition, mark, end, counted, first, open_from))
     finally:
         consumer.close()

@@ -136,6 +136,20 @@ def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_
     table = capsys.readouterr().out
     assert "fully-processed watermarks" in table and topic in table and "none yet" in table
     assert "5 (from its first record)" in table
+    # Beyond the end (the topic deleted and made again, a truncated log): a spout reads the partition again from its
+    # first record, and every record was said behind, not 0.
+    beyond = f"spout-{uuid.uuid4().hex[:8]}"
+    with kafka.lock:
+        kafka.advance(f"{beyond}.acked", {(topic, 0): 50})
+    assert cli.main(["watermarks", beyond, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["partition"], r["watermark"], r["behind"], r["beyond_end"]) for r in rows] == [
+        (0, 50, 5, True),
+        (1, None, 5, False),
+        (2, None, 5, False),
+    ]
+    assert cli.main(["watermarks", beyond, "--bootstrap-servers", config.bootstrap_servers]) == 0
+    assert "the watermark is beyond the end" in capsys.readouterr().out
     # Named either way, and twice: one group ("nobody.acked.acked, nobody (.acked)" was said).
     assert cli.main(["watermarks", "nobody.acked", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
     assert capsys.readouterr().out == "no watermarks committed in nobody.acked\n"
