@@ -286,7 +286,8 @@ class Demo:
         self._kills = deque(kill_plan(options))  # to come, in order
         # Each kill may time out every attempt of a tree or so: room for one more good record dead-lettered a kill.
         spare = SPARE_BAD_LUCK + len(self._kills)
-        self.ledger = Ledger(options.max_attempts, options.fail_rate, options.drop_rate, spare=spare)
+        # Traced: the count processes run with --trace, so every count names its sentence.
+        self.ledger = Ledger(options.max_attempts, options.fail_rate, options.drop_rate, spare=spare, traced=True)
         self.events: list[str] = []
         self.gave_up = False  # the run ended at --max-wait-s, not with every record resolved
         self.late_count: int | None = None  # the count process that joins at LATE_COUNT_AT, until it has

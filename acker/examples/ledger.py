@@ -24,7 +24,9 @@ then answers:
 - **words**: every word of every good sentence not dead-lettered is counted at least once; counts beyond that are
   duplicates (at-least-once processing: a replayed sentence is counted again). Counts that name their sentence
   (the word count's tracing) are checked sentence by sentence; without it, word by word over all sentences, where
-  a word counted twice for one sentence hides the same word missing from another.
+  a word counted twice for one sentence hides the same word missing from another. Where every count is traced
+  (``traced``: the demo's), one that does not name its sentence and time is reported: the checks of acks before
+  counts and of words by sentence would pass over it (and, with none traced, were skipped without a word).
 - **other dead letters**: records the acker could not read (its dead-letter topic) and outcome records the Spark
   jobs could not (theirs): the demo writes none. Must be none.
 - **counts below**: words whose last published count (the last record of the word in the counts topic) is below the
@@ -77,6 +79,9 @@ class Report:
     counts_below: dict[str, tuple[int, int]]  # word → (its last published count, the times it was counted)
     dead_letter_details: dict[str, str]  # origin → why its tree failed (`acker.replay.detail`), where said
     spare: int = SPARE_BAD_LUCK  # good records failed at every attempt allowed beyond the rates' share
+    # Count records without their sentence or time where every count is traced (the demo's): the acked-early and the
+    # sentence-by-sentence word checks pass over them, and with none traced were skipped without a word.
+    untraced_counts: int = 0
 
     @property
     def unexpected_dead_letters(self) -> list[str]:
@@ -102,6 +107,9 @@ class Report:
             out.append(f"{len(self.lost)} source record(s) lost, e.g. {self.lost[:3]}")
         if self.acked_early:
             out.append(f"acked before every word was counted: {self.acked_early[:3]}")
+        if self.untraced_counts:
+            out.append(f"{self.untraced_counts} count record(s) without their sentence's trace (wc.sentence) or time: "
+                       "the checks of acks before counts and of words by sentence cannot be made of them")  # fmt: skip
         if self.committed_early:
             out.append(f"committed before fully processed: {self.committed_early[:3]}")
         if not self.watermarks_at_end:
@@ -136,6 +144,8 @@ class Ledger:
     fail_rate: float = 0.0  # injected: the share of sentences the split bolts fail
     drop_rate: float = 0.0  # injected: the share of words the count bolts drop
     spare: int = SPARE_BAD_LUCK  # good records failed at every attempt allowed beyond the rates' share (`Report`)
+    traced: bool = False  # every count names its sentence and has a time (the count bolts run with tracing)
+    untraced_counts: int = 0  # counts that did not, where they all should
     sources: dict[str, bytes] = field(default_factory=dict)  # coordinates → sentence
     poison: set[str] = field(default_factory=set)
     ends: dict[Partition, int] = field(default_factory=dict)  # of the source topic, once written
@@ -192,6 +202,8 @@ class Ledger:
         count the record says (None when it says none); ``at_ms``: when its record was written. Given in the order of
         the counts topic's partition (a word's records are all in one: keyed by word)."""
         self.counted[word] += 1
+        if self.traced and (sentence is None or at_ms is None):
+            self.untraced_counts += 1
         if sentence is not None:
             self.counted_in[(sentence, word)] += 1
             if at_ms is not None:
@@ -349,4 +361,5 @@ class Ledger:
             },
             dead_letter_details=dict(sorted(self.details.items())),
             spare=self.spare,
+            untraced_counts=self.untraced_counts,
         )

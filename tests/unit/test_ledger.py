@@ -77,6 +77,25 @@ def test_traced_counts_are_checked_sentence_by_sentence() -> None:
     assert untraced.report().words_lost == 0  # what the per-word check can see
 
 
+def test_where_every_count_is_traced_one_that_is_not_fails_the_run_rather_than_skip_the_early_ack_check() -> None:
+    """A sentence acked before its words were counted passed unseen once the counts lost their trace: with no count
+    naming its sentence, the acked-early check was skipped (and words checked over all sentences)."""
+    for traced in (False, True):
+        ledger = _ledger(b"a b")
+        ledger.traced = traced
+        ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=1000)
+        for word in (b"a", b"b"):
+            ledger.count(word, None, 1, 2000)  # written after the ack, its sentence not said
+        ledger.watermarks(3000, {("s", 0): 1})
+        failures = ledger.report().failures
+        assert failures == ([
+            "2 count record(s) without their sentence's trace (wc.sentence) or time: the checks of acks before counts "
+            "and of words by sentence cannot be made of them"
+        ] if traced else [])  # fmt: skip
+        ledger.count(b"a", "s/0/0", 2, 2001)  # traced, and after the ack
+        assert ledger.report().acked_early == ["s/0/0 (acked at 1000; 'a' counted 0 of 1 time(s) by then)"]
+
+
 def test_a_watermark_that_passes_a_record_before_its_outcome_is_an_early_commit() -> None:
     ledger = _ledger(b"a", b"b", b"c")
     ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=10)
