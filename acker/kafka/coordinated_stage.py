@@ -19,7 +19,8 @@ partitioned like the input: key = request id, value = the request's `RequestStat
 finished, a tombstone once that is forgotten: `acker.coordinated`) and the input offsets. A process that dies
 mid-batch leaves nothing visible; the partition's next owner reloads the changelog and goes on from the committed
 offsets, so a task restarted mid-request changes nothing in the answer. Records without a request header are copied
-to ``N.step<i>.dlq`` with the reason, in the same transaction.
+to ``N.step<i>.dlq`` with the reason, in the same transaction, as are reports sent to the first step (none reports
+there).
 """
 
 from __future__ import annotations
@@ -570,6 +571,10 @@ class CoordinatedStage:
             self._dead_letter(record, headers, *refused)
             return
         fields: dict[str, Any] | None = None
+        if report is not None and self.index == 0:  # no step reports to the first: another writer's record, which
+            # would open a request that waits there for its deadline (up to a day), then fails it down the chain
+            self._dead_letter(record, headers, "report at the first step", "the first step has no step before it")
+            return
         if report is not None:
             try:
                 fields = json.loads(report)

@@ -67,6 +67,15 @@ def _middle_step(step: Any) -> CoordinatedStage:
     return stage
 
 
+def _first_step(step: Any) -> CoordinatedStage:
+    """Step 0 of a chain of two, one task, whose next step has 1 (`_last_step` otherwise)."""
+    stage = _last_step(step)
+    stage.index, stage.last, stage.input, stage.output = 0, False, "c.step0", "c.step1"
+    stage.changelog, stage.dlq = "c.step0.state", "c.step0.dlq"
+    stage.tasks = {0: TaskState(first=True, tasks=1, next_tasks=1)}
+    return stage
+
+
 def _handle(stage: CoordinatedStage, record: Message, now_ms: int) -> None:
     """``record`` processed as `CoordinatedStage.poll` does, its headers read once."""
     stage._handle(record, read_headers(record), now_ms)
@@ -227,6 +236,19 @@ def test_a_report_header_without_a_value_is_dead_lettered_not_handed_to_the_step
     _handle(stage, Message(topic="c.step1", partition=0, offset=7, headers=headers), int(time.time() * 1000))
     assert step.seen == [] and stage.counters["dead_letters"] == 1
     assert dict(_out(stage, stage.dlq)[0]["headers"])["acker.dlq.reason"].startswith(b"unreadable report")
+
+
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_report_to_the_first_step_is_dead_lettered_not_a_request_held_to_its_deadline(failed: bool) -> None:
+    """No step reports to the first: such a record (another writer's) opened a request that waited there for its
+    deadline (up to a day), then sent failed reports down the chain, whose last step answered it failed; one that
+    said failed failed a live request whose data had not reached the first step yet."""
+    stage = _first_step(_Executing())
+    _handle(stage, _report("r1", failed=failed), int(time.time() * 1000))
+    assert stage.tasks[0].requests == {} and stage.counters["dead_letters"] == 1
+    [letter] = _out(stage, stage.dlq)
+    assert dict(letter["headers"])["acker.dlq.reason"].startswith(b"report at the first step")
+    assert _out(stage, "c.step1") == []
 
 
 def test_request_ids_that_are_not_utf8_are_dead_lettered_not_taken_for_one_another() -> None:
