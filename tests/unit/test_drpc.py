@@ -68,6 +68,16 @@ def test_a_request_that_was_not_written_is_said_at_once(producer: _Producer, tim
     assert client._deadlines == {}
 
 
+def test_a_request_not_delivered_by_its_deadline_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a timeout of 25 to 30 s (here 0.15 s, the send's wait 0.2 s, the grace 0.1 s), the send's wait ended past
+    the deadline and the request was taken for one still in time: waited for, said only seconds later."""
+    monkeypatch.setattr(drpc, "GRACE_S", 0.1)
+    client = _client(_Producer(left=1))
+    with pytest.raises(DrpcError, match=r"could not be sent to c\.step0: not delivered before its deadline"):
+        client.send(b"url0", timeout_s=0.15)
+    assert client._deadlines == {}
+
+
 def test_a_request_the_producer_refuses_at_once_is_a_drpc_error() -> None:
     """Arguments over the producer's message.max.bytes: a `KafkaException` came through instead."""
     client = _client(Producer({"bootstrap.servers": "127.0.0.1:1", "message.max.bytes": 1000, "log_level": 0}))
