@@ -285,6 +285,7 @@ class AckerClient:
         "_next_lookup",
         "_on_failure",
         "_reporting",
+        "_until",
         "failed_messages",
         "linger_s",
         "max_batch",
@@ -308,6 +309,9 @@ class AckerClient:
         self._batches: list[_Batch | None] = [None] * partitions
         self._on_failure = on_failure
         self._reporting = 0  # > 0 while a delivery report of this client runs: nothing is produced (module docstring)
+        # While `flush` sends: how long a record waits for room in librdkafka's full queue (a `time.monotonic` time);
+        # None (every other send) for as long as it takes, as a stage's backpressure.
+        self._until: float | None = None
         self._halves: list[tuple[int, _Batch]] = []  # of records refused as too large, sent at the next poll or flush
         # While a lost record's inits are handed back (`_on_failure`): the fails of their trees that came before them
         # in that record, each sent again right before its init if the spout sends that again (`send`).
@@ -484,7 +488,7 @@ class AckerClient:
             half = self._halves.pop(0)
             try:
                 self._produce_batch(*half)
-            except ProducerFailedError:  # left unsent, as a batch is (`_flush_partition`)
+            except (ProducerFailedError, BufferError):  # left unsent, as a batch is (`_flush_partition`)
                 self._halves.insert(0, half)
                 raise
 
@@ -517,38 +521,61 @@ class AckerClient:
 
     def flush(self, timeout_s: float = 30.0) -> int:
         """Send every batch and wait for delivery; returns the number of records still undelivered, counting the
-        batches still unsent.
+        batches and halves still unsent.
 
         Delivery callbacks may send more (a retried init, a fail): those are sent and waited for too, five rounds at
-        the most (a broker that refuses everything would go on for ever), all within ``timeout_s``.
+        the most (a broker that refuses everything would go on for ever), all within ``timeout_s``: a record finding
+        librdkafka's queue full waits for room until then at most (it waited until librdkafka timed out what filled
+        it, 5 minutes by default, with the broker away: a stage's close or commit held that long), and it and those
+        after it are kept, unsent and in order, for the next send.
         """
         deadline = time.monotonic() + timeout_s
         undelivered = 0
         for _ in range(5):
+            sent = self._send_all(until=deadline)
+            undelivered = int(self.producer.flush(max(0.0, deadline - time.monotonic())))
+            while sent and self._halves:  # a record halved until it fits: log2(max_batch) levels at most, not rounds
+                sent = self._send_all(until=deadline)
+                undelivered = int(self.producer.flush(max(0.0, deadline - time.monotonic())))
+            if not sent or all(batch is None for batch in self._batches):
+                break
+        if self._halves:  # kept for want of room: sent at the next poll
+            self._due_at = -math.inf
+        return undelivered + len(self._halves) + sum(batch is not None for batch in self._batches)
+
+    def _send_all(self, until: float) -> bool:
+        """Send the halves held, then every batch, each waiting for room in librdkafka's queue until ``until`` at
+        most; False when one found none by then (it and the rest kept, in order: `_send_halves`, `_flush_partition`)."""
+        self._until = until
+        try:
             self._send_halves()
             for partition, batch in enumerate(self._batches):
                 if batch is not None:
                     self._flush_partition(partition)
-            undelivered = int(self.producer.flush(max(0.0, deadline - time.monotonic())))
-            while self._halves:  # a record halved until it fits: log2(max_batch) levels at most, not rounds
-                self._send_halves()
-                undelivered = int(self.producer.flush(max(0.0, deadline - time.monotonic())))
-            if all(batch is None for batch in self._batches):
-                break
-        return undelivered + sum(batch is not None for batch in self._batches)
+        except BufferError:
+            return False
+        finally:
+            self._until = None
+        return True
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._batches[partition]
         assert batch is not None
         self._batches[partition] = None
+        pieces = batch.pieces(self.max_batch)
+        sent = 0
         try:
-            for piece in batch.pieces(self.max_batch):
+            for piece in pieces:
                 self._produce_batch(partition, piece)
+                sent += 1
         except ProducerFailedError:
             # The producer takes nothing any more: the batch stays unsent (or what its refusals queued meanwhile), so
             # that `flush` counts it, and no input offset is committed past acks that never left the process.
             self._batches[partition] = self._batches[partition] or batch
             raise
+        except BufferError:  # `flush`'s time ran out with librdkafka's queue full: the pieces not taken, in order,
+            self._halves[:0] = [(partition, piece) for piece in pieces[sent:]]  # first at the next send (never twice:
+            raise  # an ack applied twice cancels itself)
 
     def _lost(self, partition: int, batch: _Batch, error: KafkaError) -> None:
         """``batch``, sent to ``partition``, was not written (``error``): its trees failed, its fails and resets sent
@@ -624,7 +651,12 @@ class AckerClient:
             finally:
                 self._reporting -= 1
             if at_once:
-                self._send_halves()
+                # Without `flush`'s deadline: a `BufferError` from here would be taken for the refused record's own.
+                until, self._until = self._until, None
+                try:
+                    self._send_halves()
+                finally:
+                    self._until = until
 
         def undelivered(error: KafkaError, at_once: bool) -> None:
             if error.code() in TOO_LARGE and len(batch.kinds) > 1:
@@ -650,5 +682,6 @@ class AckerClient:
             return
         # A refusal at once is reported there too (one too large is sent in halves); a fatal one raises.
         produce_reporting(
-            self.producer, self.topic, encode_batch(block), delivered, partition=partition, **as_headers(batch.reasons)
-        )
+            self.producer, self.topic, encode_batch(block), delivered, partition=partition, until=self._until,
+            **as_headers(batch.reasons),
+        )  # fmt: skip

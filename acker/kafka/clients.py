@@ -397,15 +397,19 @@ def smallest_max_bytes(client_config: Mapping[str, Any], topics: Iterable[str]) 
     return smallest, limits[smallest]
 
 
-def produce(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:
-    """``producer.produce``, waiting (and serving delivery reports) while librdkafka's local queue is full."""
+def produce(producer: Producer, topic: str, value: bytes | None, *, until: float | None = None, **kwargs: Any) -> None:
+    """``producer.produce``, waiting (and serving delivery reports) while librdkafka's local queue is full: for as long
+    as it takes (librdkafka frees room as records are delivered, or fail at their ``message.timeout.ms``), or until
+    ``until`` (a `time.monotonic` time), then `BufferError`, nothing produced."""
     while True:
         try:
             producer.produce(topic, value, **kwargs)
             return
         except BufferError:
-            pass
-        producer.poll(0.05)  # the reports out of the except block: one may look a topic up (module docstring)
+            if until is not None and time.monotonic() >= until:
+                raise
+        wait_s = 0.05 if until is None else min(0.05, max(0.0, until - time.monotonic()))
+        producer.poll(wait_s)  # the reports out of the except block: one may look a topic up (module docstring)
 
 
 @contextlib.contextmanager

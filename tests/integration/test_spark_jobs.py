@@ -102,7 +102,7 @@ def _outcomes(
     """An outcome record of ``rows`` (outcome, message id), with the ``acker.fail-reasons`` header of ``reasons``."""
     producer = Producer(client)
     header = fail_reasons.encode(reasons or {})
-    extra = {} if header is None else {"headers": [(fail_reasons.HEADER, header)]}
+    extra: dict[str, Any] = {} if header is None else {"headers": [(fail_reasons.HEADER, header)]}
     produce(producer, topic, encode_outcome_rows(spout, [(o, 1, m, 0) for o, m in rows]), **extra)
     assert producer.flush(30) == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import random
 import time
 from collections import Counter
@@ -770,3 +771,45 @@ def test_a_spouts_fail_and_init_lost_at_every_send_never_reach_the_acker_apart()
     assert len(inits) == INIT_ATTEMPTS
     assert all(block.kinds.tolist()[:2] == [Kind.FAIL, Kind.INIT] for block in inits)
     assert [row[:3] for row in spout._direct] == [("FAILED", 11, "t/0/1")]
+
+
+class _Full(_Keeping):
+    """A producer whose local queue takes ``room`` more records, then is full (`BufferError`) until given more;
+    ``queued`` records wait in it."""
+
+    def __init__(self, room: int, queued: int = 0) -> None:
+        super().__init__()
+        self.room, self.queued = room, queued
+
+    def produce(self, topic: str, value: bytes, **kwargs: object) -> None:
+        if self.room == 0:
+            raise BufferError("Local: Queue full")
+        self.room -= 1
+        super().produce(topic, value, **kwargs)
+
+    def poll(self, timeout: float = 0) -> int:
+        time.sleep(timeout)
+        return 0
+
+    def flush(self, _timeout: float = 0) -> int:
+        return self.queued
+
+
+def test_a_flush_into_a_full_queue_ends_at_its_timeout_keeping_what_it_could_not_send_in_order_once() -> None:
+    """A record waited for room in librdkafka's full queue until librdkafka timed out what filled it (5 minutes by
+    default, the broker away): a bolt's or spout's close or commit held that long whatever its flush's timeout. Now
+    the flush ends then, and counts what it kept; the next flush sends each piece once, in order (an ack sent twice
+    cancels itself)."""
+    producer = _Full(room=1, queued=7)
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=2)  # type: ignore[arg-type]
+    client._batches[0] = batch = acker_client._Batch()
+    for anchor in range(1, 6):  # 5 acks: pieces of 2, 2 and 1
+        batch.ack(anchor, anchor)
+    started = time.monotonic()
+    assert client.flush(0.3) == 7 + 2  # the producer's 7, and 2 pieces kept
+    assert time.monotonic() - started < 2.0 and len(producer.records) == 1
+    assert client.lingering() and client._due_at == -math.inf  # sent at the next poll (which waits for room)
+    producer.room, producer.queued = 10, 0
+    assert client.poll_due() and client.flush(1) == 0 and not client.lingering()
+    sent = [a for r in producer.records for a in _kinds_and_anchors(r["value"])[1]]
+    assert sent == [1, 2, 3, 4, 5]
