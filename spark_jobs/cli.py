@@ -42,10 +42,13 @@ log = logging.getLogger("spark_jobs.cli")
 
 
 def _partition_offsets(partitions: object) -> bool:
-    """``{"0": 23, "1": -2}``: partition numbers to offsets (-2 earliest, -1 latest)."""
+    """``{"0": 23, "1": -2}``: partition numbers (ASCII decimal: ``isdigit`` takes "²") to offsets (-2 earliest,
+    -1 latest; below 2**63, a Java long)."""
     if not isinstance(partitions, dict):
         return False
-    return all(p.isdigit() and type(o) is int and o >= -2 for p, o in partitions.items())
+    return all(
+        p.isascii() and p.isdigit() and type(o) is int and -2 <= o < 2**63 for p, o in partitions.items()
+    )  # fmt: skip
 
 
 def starting_offsets(text: str) -> str:

@@ -113,9 +113,9 @@ class OutcomeSource:
 
     def check_topics(self) -> None:
         """`ConfigError` naming a named outcome topic that does not exist, or starting offsets (JSON) that do not name
-        every partition of the topics read, or name others: Spark's query would fail on either with pages of Java
-        traces. Anything else (Kafka not answering yet, a login only Spark's Java client can make, e.g. Kerberos) is
-        left for Spark to meet."""
+        every partition of the topics read, or name other topics or partitions: Spark's query would fail on any with
+        pages of Java traces. Anything else (Kafka not answering yet, a login only Spark's Java client can make, e.g.
+        Kerberos) is left for Spark to meet."""
         given = None if self.starting_offsets in ("earliest", "latest") else json.loads(self.starting_offsets)
         if given is not None and self.topics and (others := sorted(set(given) - set(self.topics))):
             raise ConfigError(f"--starting-offsets names {', '.join(others)}, which the job does not read")
@@ -136,6 +136,11 @@ class OutcomeSource:
                     f"--starting-offsets names no offset for {topic} partition(s) {', '.join(map(str, unnamed))}: "
                     "Spark needs one for every partition of every topic read (-2: the earliest, -1: the latest)"
                 )
+            named = {str(p) for p in range(count)}
+            extra = sorted(p for p in (given or {}).get(topic, {}) if p not in named)
+            if extra:  # Spark refuses offsets of partitions it is not assigned, at its first batch
+                raise ConfigError(f"--starting-offsets names {topic} partition(s) {', '.join(extra)}, which it does "
+                                  f"not have ({count} partition(s))")  # fmt: skip
 
     def kafka_options(self) -> dict[str, str]:
         """The Kafka client settings of Spark's readers and writers: ``kafka.`` + the Java client's setting."""

@@ -344,7 +344,8 @@ def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
 @pytest.mark.parametrize("value", ["earliest", "latest", " Latest ", '{"t": {"0": 23, "1": -2}}'])
 def test_spark_starting_offsets_are_checked_before_spark_starts(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert starting_offsets(value) == (value if value.startswith("{") else value.strip().lower())  # as Spark reads it
-    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', '{"t": {"x": 1}}', "{}", "[" * 3000):
+    for wrong in ("earlist", '{"t": 5}', '{"t": {"0": "x"}}', '{"t": {"x": 1}}', "{}", "[" * 3000,
+                  '{"t": {"\u00b2": 1}}', '{"t": {"0": 99999999999999999999}}'):  # fmt: skip
         with pytest.raises(SystemExit) as exit_:
             cli.main(["spark", "commit", "--checkpoint", "/x", "--starting-offsets", wrong])
         assert exit_.value.code == 2
@@ -360,6 +361,8 @@ def test_spark_starting_offsets_must_name_every_partition_read_and_no_other_topi
     for offsets, said in (
         ('{"acker.outcomes.s": {"0": 5}}', "names no offset for acker.outcomes.s partition(s) 1: Spark needs one"),
         ('{"acker.outcomes.s": {"0": 5, "1": -2}, "other": {"0": 0}}', "names other, which the job does not read"),
+        # Spark refused those at its first batch, with its Java trace (exit 1).
+        ('{"acker.outcomes.s": {"0": 5, "1": -2, "7": 1}}', "names acker.outcomes.s partition(s) 7, which it does not"),
     ):
         assert cli.main([*argv, offsets]) == 2
         assert said in capsys.readouterr().err
