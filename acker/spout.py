@@ -417,7 +417,10 @@ class Spout:
         try:
             self.acker.flush(30)  # its delivery callbacks may add outcomes to publish (inits that failed)
             for _ in range(3):  # a direct outcome whose delivery failed is queued again
-                self._publish_direct()
+                try:
+                    self._publish_direct(until=time.monotonic() + 30)
+                except BufferError:  # no room in 30 s (the broker away, the queue full): left unpublished, said below
+                    break
                 self.producer.flush(30)
                 if not self._direct:
                     break
@@ -777,10 +780,12 @@ class Spout:
             why = f"spout {self.settings.name}: its init could not be delivered: {error.str()}"
             self._direct_reasons[message.msg_id] = why
 
-    def _publish_direct(self) -> None:
+    def _publish_direct(self, until: float | None = None) -> None:
         """Publish the outcomes the spout decided itself, in records of at most `OUTCOMES_PER_RECORD` rows and
         `OUTCOME_RECORD_MAX_BYTES` (rows sent again after an outage must not add up to a record the broker refuses),
-        and fewer rows a record from the first one refused as too large (a producer's or topic's lower limit)."""
+        and fewer rows a record from the first one refused as too large (a producer's or topic's lower limit).
+        ``until``: how long a record waits for room in librdkafka's full queue (`produce`), then `BufferError`, the
+        rows not taken kept."""
         topic = self.config.outcome_topic(self.settings.name)
         while self._direct:
             rows = self._direct[: self._direct_rows]
@@ -804,8 +809,9 @@ class Spout:
 
             try:
                 produce(
-                    self.producer, topic, value, key=b"spout", on_delivery=delivered, **fail_reasons.as_headers(why)
-                )
+                    self.producer, topic, value, key=b"spout", on_delivery=delivered, until=until,
+                    **fail_reasons.as_headers(why),
+                )  # fmt: skip
             except KafkaException as refused:  # at once: too large for the producer, say (`KafkaClientError`: fatal)
                 error = refusal(refused)
                 if error.code() in TOO_LARGE and len(rows) > 1:

@@ -4,6 +4,7 @@ outcome consumer's settings."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import replace
 from types import SimpleNamespace
@@ -191,6 +192,30 @@ def test_the_spouts_own_outcomes_go_in_smaller_records_where_a_record_of_them_is
     assert spout._direct == [] and len(spout.producer.values) > 1
     published = [msg_id for value in spout.producer.values for msg_id in decode_outcomes(value).msg_ids]
     assert published == [f"topic/0/{offset}" for offset in range(OUTCOMES_PER_RECORD)]  # each once, in order
+
+
+class _FullQueue(_SmallRecords):
+    """librdkafka's local queue full, for good (the broker away): every record refused at once."""
+
+    def produce(self, _topic: str, value: bytes, **kwargs: Any) -> None:
+        raise BufferError("Local: Queue full")
+
+    def poll(self, timeout: float = 0) -> int:
+        time.sleep(timeout)
+        return 0
+
+
+def test_the_spouts_own_outcomes_wait_for_room_in_a_full_queue_until_told_keeping_them_all() -> None:
+    """A spout's close waited for room until librdkafka timed out what filled its queue (5 minutes by default)."""
+    spout = _spout(_Outcomes())
+    spout.config, spout.producer, spout._direct_rows = ServiceConfig(), _FullQueue(100_000), OUTCOMES_PER_RECORD
+    spout._direct = rows = [("FAILED", 0, "t/0/1", 0), ("ACK", 0, "t/0/2", 0)]
+    spout._direct_reasons = {"t/0/1": "spout s: ValueError: x"}
+    started = time.monotonic()
+    with pytest.raises(BufferError):
+        spout._publish_direct(until=time.monotonic() + 0.2)
+    assert time.monotonic() - started < 2.0
+    assert spout._direct == rows and spout._direct_reasons == {"t/0/1": "spout s: ValueError: x"}  # kept, to say
 
 
 def test_unreadable_outcome_records_are_skipped_counted_and_said_once_with_where_the_first_lies(
