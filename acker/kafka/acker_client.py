@@ -28,7 +28,9 @@ Nothing is produced from inside a delivery report of this client (confluent-kafk
 produce waits by polling while librdkafka's queue is full): what the report sends — a fail, an init sent again by the
 spout's ``on_failure``, the acks of a record written, the halves of a record the broker refused as too large — waits
 in its batch, full or not, or with the halves, until the next `poll` or `flush`, which send the halves first. A
-record the producer refuses at once is reported outside any report: its halves are sent at once.
+record the producer refuses at once is reported outside any report: its halves are sent at once. A `flush` waits for
+room in librdkafka's full queue until its timeout at most: the records it could not send then are kept with the halves,
+in order, for the next send.
 """
 
 from __future__ import annotations
@@ -274,6 +276,11 @@ def partition_lookup(producer: Producer, topic: str, timeout_s: float = 1.0) -> 
     return lookup
 
 
+class _HalvesKeptError(BufferError):
+    """`flush`'s time ran out while a record refused at once as too large was sent in halves: the halves not taken
+    are kept (`_halves`) in the record's place, and the record is not to be kept as well."""
+
+
 class AckerClient:
     __slots__ = (
         "_batches",
@@ -312,7 +319,8 @@ class AckerClient:
         # While `flush` sends: how long a record waits for room in librdkafka's full queue (a `time.monotonic` time);
         # None (every other send) for as long as it takes, as a stage's backpressure.
         self._until: float | None = None
-        self._halves: list[tuple[int, _Batch]] = []  # of records refused as too large, sent at the next poll or flush
+        # Of records refused as too large, and the pieces a `flush` found no room for: sent at the next poll or flush.
+        self._halves: list[tuple[int, _Batch]] = []
         # While a lost record's inits are handed back (`_on_failure`): the fails of their trees that came before them
         # in that record, each sent again right before its init if the spout sends that again (`send`).
         self._fails_held: dict[int, tuple[str | None, int]] = {}
@@ -320,7 +328,7 @@ class AckerClient:
         self._lookup: Callable[[], int] | None = None
         self._lookup_every_s = self._next_lookup = float("inf")
         # When the oldest batch's linger passes (`poll_due`), kept by every batch made (`_new_batch`) and every poll;
-        # inf: no batch; -inf: halves of a refused record to send.
+        # inf: no batch; -inf: halves of a refused record, or pieces a flush kept, to send.
         self._due_at = math.inf
 
     def watch_partitions(self, lookup: Callable[[], int], every_s: float = PARTITIONS_CHECK_S) -> None:
@@ -449,8 +457,9 @@ class AckerClient:
             on_failure(error)
 
     def lingering(self) -> bool:
-        """Whether messages wait to be sent (a batch lingering, or halves of a refused record): a caller about to
-        wait for input waits at most ``linger_s`` then, so that they go out at their linger, not after the wait."""
+        """Whether messages wait to be sent (a batch lingering, halves of a refused record, pieces a flush kept): a
+        caller about to wait for input waits at most ``linger_s`` then, so that they go out at their linger, not after
+        the wait."""
         return bool(self._halves) or any(batch is not None for batch in self._batches)
 
     def input_wait(self, timeout_s: float, *, waiting: bool = False) -> float:
@@ -488,6 +497,8 @@ class AckerClient:
             half = self._halves.pop(0)
             try:
                 self._produce_batch(*half)
+            except _HalvesKeptError:  # refused as too large, its halves kept ahead of the rest in its place
+                raise
             except (ProducerFailedError, BufferError):  # left unsent, as a batch is (`_flush_partition`)
                 self._halves.insert(0, half)
                 raise
@@ -573,9 +584,15 @@ class AckerClient:
             # that `flush` counts it, and no input offset is committed past acks that never left the process.
             self._batches[partition] = self._batches[partition] or batch
             raise
-        except BufferError:  # `flush`'s time ran out with librdkafka's queue full: the pieces not taken, in order,
-            self._halves[:0] = [(partition, piece) for piece in pieces[sent:]]  # first at the next send (never twice:
-            raise  # an ack applied twice cancels itself)
+        # `flush`'s time ran out with librdkafka's queue full: the pieces not taken are kept, in order, first at the
+        # next send (each once: an ack applied twice cancels itself).
+        except _HalvesKeptError:  # the piece was refused as too large: its halves, kept first, stand for it, and
+            # the pieces after it follow them
+            self._halves += [(partition, piece) for piece in pieces[sent + 1 :]]
+            raise
+        except BufferError:
+            self._halves[:0] = [(partition, piece) for piece in pieces[sent:]]
+            raise
 
     def _lost(self, partition: int, batch: _Batch, error: KafkaError) -> None:
         """``batch``, sent to ``partition``, was not written (``error``): its trees failed, its fails and resets sent
@@ -651,12 +668,10 @@ class AckerClient:
             finally:
                 self._reporting -= 1
             if at_once:
-                # Without `flush`'s deadline: a `BufferError` from here would be taken for the refused record's own.
-                until, self._until = self._until, None
                 try:
                     self._send_halves()
-                finally:
-                    self._until = until
+                except BufferError as full:  # `flush`'s time ran out: its halves kept, in its place
+                    raise _HalvesKeptError from full
 
         def undelivered(error: KafkaError, at_once: bool) -> None:
             if error.code() in TOO_LARGE and len(batch.kinds) > 1:

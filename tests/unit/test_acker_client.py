@@ -813,3 +813,31 @@ def test_a_flush_into_a_full_queue_ends_at_its_timeout_keeping_what_it_could_not
     assert client.poll_due() and client.flush(1) == 0 and not client.lingering()
     sent = [a for r in producer.records for a in _kinds_and_anchors(r["value"])[1]]
     assert sent == [1, 2, 3, 4, 5]
+
+
+class _FullAndSmall(_Full):
+    """`_Full`, refusing at once (too large for it) records of more than 2 messages, as librdkafka does above its
+    message.max.bytes."""
+
+    def produce(self, topic: str, value: bytes, **kwargs: object) -> None:
+        if len(parse_batch(value).kinds) > 2:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        super().produce(topic, value, **kwargs)
+
+
+def test_a_flush_into_a_full_queue_ends_at_its_timeout_while_a_record_refused_as_too_large_goes_in_halves() -> None:
+    """The halves of a record refused at once were sent without the flush's deadline (it waited for room as long
+    as librdkafka's timeout); kept, they stand for the record, which is not kept as well (sent twice, its acks
+    cancelled)."""
+    producer = _FullAndSmall(room=1)
+    client = AckerClient(producer, "acker", 1, linger_s=60, max_batch=8)  # type: ignore[arg-type]
+    client._batches[0] = batch = acker_client._Batch()
+    for anchor in range(1, 9):
+        batch.ack(anchor, anchor)
+    started = time.monotonic()
+    assert client.flush(0.3) == 2  # [3, 4] and [5..8] kept; [1, 2] taken
+    assert time.monotonic() - started < 2.0
+    producer.room = 10
+    assert client.flush(1) == 0 and not client.lingering()
+    sent = [_kinds_and_anchors(r["value"])[1] for r in producer.records]
+    assert sent == [[1, 2], [3, 4], [5, 6], [7, 8]]
