@@ -52,7 +52,7 @@ _LINGER_NAMES = ("linger.ms", "queue.buffering.max.ms")  # the same
 # float: 9e4) stopped every tool that read it with a traceback (`open_transaction_wait_s`, `fitted_batch_size`).
 _WHOLE_NUMBER_SETTINGS = ("transaction.timeout.ms", "message.max.bytes", "batch.size")
 _WHOLE = re.compile(r"-?(0|[1-9][0-9]*)")
-_DECIMAL_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+_DECIMAL_NUMBER = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # read alike by float() and strtod
 TIMEOUT_MAX_S = 30 * 86_400  # the longest timeout_s: a tree that lives longer is better failed and replayed
 INTERVAL_MIN_S = 0.01  # the shortest commit_interval_s and status_interval_s
 # The most buckets: every new tree is looked for among the tombstones of each bucket, one cache miss each, and every
@@ -584,8 +584,10 @@ def _whole(value: object) -> bool:
 
 
 def _number(value: object) -> bool:
-    """Whether ``value`` (a setting, text or a number) is a number of 0 or more in plain decimal."""
-    return _DECIMAL_NUMBER.fullmatch(str(value).strip()) is not None
+    """Whether ``value`` (a setting, text or a number) is a finite number of 0 or more, written as ``float`` and
+    librdkafka (C's strtod) read it alike ("5_0" is 50 to one, 5 to the other)."""
+    text = str(value).strip()
+    return _DECIMAL_NUMBER.fullmatch(text) is not None and math.isfinite(float(text))
 
 
 def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

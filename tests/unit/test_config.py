@@ -68,6 +68,8 @@ def test_settings_read_as_numbers_take_plain_decimals_and_refuse_what_python_and
     config = load(_parse("--config", str(path)), environ={})
     assert config.kafka == {"transaction.timeout.ms": "90000", "batch.size": "16384", "linger.ms": "0.5"}
     assert open_transaction_wait_s(config.client()) == 120.0
+    for linger in ("5.", ".5", "1e3", "1e-05"):  # a float Python prints so, as C reads it too
+        assert load(_parse("--kafka", f"linger.ms={linger}"), environ={}).kafka["linger.ms"] == linger
     path.write_text('[kafka]\n"transaction.timeout.ms" = 9e4\n')  # a TOML float: "90000.0"
     with pytest.raises(ConfigError, match=r"transaction.timeout.ms must be a whole number \(as 60000\), got '90000.0'"):
         load(_parse("--config", str(path)), environ={})
@@ -124,6 +126,8 @@ def test_booleans_and_the_tracker_config() -> None:
         (("--kafka", "message.max.bytes=010"), {}, "message.max.bytes must be a whole number"),  # 8 to librdkafka
         (("--kafka", "linger.ms=5ms"), {}, "linger.ms must be a number of milliseconds"),
         (("--kafka", "queue.buffering.max.ms=nan"), {}, "queue.buffering.max.ms must be a number of milliseconds"),
+        (("--kafka", "linger.ms=5_0"), {}, "linger.ms must be a number of milliseconds"),  # 50 to Python, 5 to C
+        (("--kafka", "linger.ms=1e999"), {}, "linger.ms must be a number of milliseconds"),
     ],
 )
 def test_bad_settings_give_clear_errors(argv: tuple[str, ...], environ: dict[str, str], message: str) -> None:
