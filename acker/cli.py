@@ -457,7 +457,8 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
         end = "-" if m.end is None else str(m.end)
         behind = "-" if m.behind is None else f"{m.behind}{' (from its first record)' if m.watermark is None else ''}"
         if m.beyond_end:  # a spout reads the partition again from its first record (reset latest: from its end)
-            behind += " (the watermark is beyond the end: a spout reads it again from its first record)"
+            behind += (" (the watermark is beyond the end: a spout reads it again from its first record, or, a source "
+                       "with reset latest, from its end)")  # fmt: skip
         if m.open_from is not None:  # the spouts read nothing past it: why a watermark may stand still
             behind += f" (a transaction open from offset {m.open_from})"
         watermark = "none yet" if m.watermark is None else str(m.watermark)

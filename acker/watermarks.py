@@ -103,8 +103,9 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                     beyond = mark is not None and end is not None and mark > end
                     first = first if mark is None or beyond else None
                     open_from = stable if end is not None and stable is not None and stable < end else None
-                    # Past an open transaction, a count would wait out its timeout and give none.
-                    counted = None if open_from is not None else _records(
+                    # Past an open transaction, a count would wait out its timeout and give none; beyond the end with
+                    # no first offset known, one from the watermark would say 0.
+                    counted = None if open_from is not None or (beyond and first is None) else _records(
                         consumer, topic, partition, mark if first is None else first, end)  # fmt: skip
                     out.append(Watermark(group, topic, partition, mark, end, counted, first, open_from))
     finally:
