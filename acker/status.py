@@ -137,7 +137,7 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
         return None
     # Numbers a float holds: JSON has integers of any size, and one larger than a float (another writer's "time" of
     # 400 digits) overflowed the arithmetic with the times and stopped `acker status` for every partition.
-    status = {k: v for k, v in status.items() if type(v) is not int or abs(v) <= _FLOAT_MAX}
+    status = {k: v for k, v in status.items() if type(v) is not int or _number(v)}
     if type(status.get("partition")) is not int:
         return None
     for field in ("rates", "counters"):  # summed and shown per kind: numbers only
@@ -147,6 +147,7 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
 
 
 def _number(value: object) -> bool:
+    """A float, or an integer a float holds."""
     return type(value) is float or (type(value) is int and abs(value) <= _FLOAT_MAX)
 
 

@@ -50,7 +50,7 @@ class Watermark:
         """Whether the watermark lies beyond the partition's end (its topic deleted and made again, a log truncated):
         a spout seeks there and its consumer's reset reads the partition again from its first record (its source's
         with reset latest: from the end)."""
-        return self.watermark is not None and self.end is not None and self.watermark > self.end
+        return _beyond(self.watermark, self.end)
 
     @property
     def behind(self) -> int | None:
@@ -60,6 +60,10 @@ class Watermark:
             return self.counted
         start = self.first if self.watermark is None or self.beyond_end else self.watermark
         return None if self.end is None or start is None else max(0, self.end - start)
+
+
+def _beyond(mark: int | None, end: int | None) -> bool:
+    return mark is not None and end is not None and mark > end
 
 
 def acked_group(consumer_group: str) -> str:
@@ -100,7 +104,7 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 for partition, end in ends.items():
                     mark = marks.get((topic, partition))
                     first, stable = _offsets(consumer, topic, partition, timeout_s)
-                    beyond = mark is not None and end is not None and mark > end
+                    beyond = _beyond(mark, end)
                     first = first if mark is None or beyond else None
                     open_from = stable if end is not None and stable is not None and stable < end else None
                     # Past an open transaction, a count would wait out its timeout and give none; beyond the end with

@@ -519,10 +519,7 @@ class AckerClient:
         # up yet with the growth (switching back and forth would misplace messages each time).
         if count <= self.partitions:
             return
-        self._send_halves()
-        for partition, batch in enumerate(self._batches):  # where they were placed
-            if batch is not None:
-                self._flush_partition(partition)
+        self._send_all()  # where they were placed
         if self._halves or any(batch is not None for batch in self._batches):  # refused at once, held: in a second
             self._next_lookup = now + 1.0
             return
@@ -554,9 +551,10 @@ class AckerClient:
             self._due_at = -math.inf
         return undelivered + len(self._halves) + sum(batch is not None for batch in self._batches)
 
-    def _send_all(self, until: float) -> bool:
+    def _send_all(self, until: float | None = None) -> bool:
         """Send the halves held, then every batch, each waiting for room in librdkafka's queue until ``until`` at
-        most; False when one found none by then (it and the rest kept, in order: `_send_halves`, `_flush_partition`)."""
+        most (None: as long as it takes); False when one found none by then (it and the rest kept, in order:
+        `_send_halves`, `_flush_partition`)."""
         self._until = until
         try:
             self._send_halves()
