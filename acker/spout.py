@@ -312,10 +312,16 @@ class Spout:
         self._direct_rows = OUTCOMES_PER_RECORD  # a record's rows, halved when one is refused as too large
         self._init_attempts: dict[int, int] = {}
         self._paused = self._closed = False  # waiting at max_pending (`paused`); `close` called
-        # An outcome record it cannot read: counted and said at most once a report interval, where it lies (one line a
-        # record flooded the log of a spout whose outcome topic another producer wrote to, and said not where).
-        self._trouble = TroubleReport(log, f"spout {settings.name}", ("unreadable_outcomes",))
-        self._told_trouble = TroubleReport(log, f"spout {settings.name}", ("on_outcome_errors",))  # its own example
+        # Trouble counted and said at most once a report interval, each report with its own example (`acker.trouble`):
+        # an outcome record it cannot read (one line a record flooded the log of a spout whose outcome topic another
+        # producer wrote to, and said not where); an exception of `on_outcome`; a source record the emit function
+        # raised on, or whose headers cannot be read; an init not delivered (a line a record flooded the log of a
+        # spout failing every record, a bug in its function or a broker away, and said no traceback).
+        self._trouble, self._told_trouble, self._start_trouble, self._init_trouble = (
+            TroubleReport(log, f"spout {settings.name}", names)
+            for names in (("unreadable_outcomes",), ("on_outcome_errors",), ("emit_errors", "unreadable_headers"),
+                          ("init_delivery_failures",))
+        )  # fmt: skip
         # Storm's complete latency of the trees it saw acked: from starting a tree to reading its ACK. Replaced, not
         # changed, at each outcome record: a scrape in another thread reads one whole (`acker.stage_metrics`).
         self.complete_latency = LatencyHistogram()
@@ -533,8 +539,7 @@ class Spout:
         except Exception as error:
             raised = fail_reasons.reason_of(error, f"spout {self.settings.name}")
             self.counters["emit_errors"] += 1
-            log.warning("%s on %s (%r): failing it", "unreadable headers" if unreadable else "the emit function raised",
-                        msg_id, error)  # fmt: skip
+            self._start_trouble.example(msg_id, error)  # failed: said with the next count, traceback included
         finally:
             emitter.closed = True
         # A root whose produce raised (a value that is not bytes) counts: its edge is in the tree, and its fail was
@@ -662,8 +667,8 @@ class Spout:
                     self._resolved(msg_id, outcome)
             if acked_after:
                 self.complete_latency = self.complete_latency.observed(np.array(acked_after) * 1000)
-        self._trouble.check(self.counters)
-        self._told_trouble.check(self.counters)
+        for report in (self._trouble, self._told_trouble, self._start_trouble, self._init_trouble):
+            report.check(self.counters)
 
     def _expire_pending(self, now: float) -> None:
         """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has
@@ -774,8 +779,8 @@ class Spout:
                 self.acker.send(message)
                 continue
             self._init_attempts.pop(message.anchor, None)
-            log.error("the init of %s could not be delivered (%s): failing it", message.msg_id, error)
-            self.counters["init_delivery_failures"] += 1
+            self.counters["init_delivery_failures"] += 1  # failed: said with the next count
+            self._init_trouble.example(f"the init of {message.msg_id}", KafkaException(error))
             self._direct.append(("FAILED", message.anchor, message.msg_id, 0))
             why = f"spout {self.settings.name}: its init could not be delivered: {error.str()}"
             self._direct_reasons[message.msg_id] = why

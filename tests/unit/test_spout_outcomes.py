@@ -47,6 +47,8 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
     spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
     spout._told_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("on_outcome_errors",))
+    spout._start_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("emit_errors",))
+    spout._init_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("init_delivery_failures",))
     spout.complete_latency, spout._on_outcome, spout._told_as = LatencyHistogram(), None, {}
     spout._unresolved = OrderedDict()
     return spout
@@ -164,6 +166,25 @@ def test_an_init_reported_undelivered_after_its_tree_was_decided_is_neither_sent
     assert [m.anchor for m in sent] == [9, 9]  # the pending tree's, twice; then failed
     assert spout._direct == [("FAILED", 9, "t/0/2", 0)]
     assert spout._direct_reasons == {"t/0/2": "spout s: its init could not be delivered: Local: Message timed out"}
+
+
+def test_inits_not_delivered_are_said_in_one_line_a_report_interval_not_one_a_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker away fails every tree whose init runs out of attempts: a line each flooded the log."""
+    spout = _spout(_Outcomes())
+    spout.acker = SimpleNamespace(partitions=4, send=lambda _init: None)
+    timed_out = KafkaError(KafkaError._MSG_TIMED_OUT)
+    for anchor in range(1, 51):
+        _pending(spout, f"t/0/{anchor}", anchor, 0.0)
+        for _ in range(3):
+            spout._acker_delivery_failed(0, [Init(anchor, "s", f"t/0/{anchor}", 1)], timed_out)
+    with caplog.at_level(logging.WARNING, logger="acker.spout"):
+        spout._read_outcomes()
+        spout._read_outcomes()  # within the interval: nothing more to say
+    assert spout.counters["init_delivery_failures"] == 50 and len(spout._direct) == 50
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "init delivery failures 50" in said and "the init of t/0/1" in said and "Message timed out" in said, said
 
 
 class _SmallRecords:

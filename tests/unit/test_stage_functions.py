@@ -46,6 +46,7 @@ def _starting_spout(producer: Producer, emit: Any, acker_partitions: int = 1, *,
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", acker_partitions, linger_s=60)
     spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
+    spout._start_trouble = TroubleReport(logging.getLogger("acker.spout"), "s", ["emit_errors", "unreadable_headers"])
     return spout
 
 
@@ -136,6 +137,28 @@ def test_a_record_the_emit_function_raises_on_after_emitting_is_failed_whatever_
     assert tracker.handle(Ack(tree, batch.values[1])) == ()  # the child acked by a bolt, before the acker read these
     assert tracker.handle(Fail(tree)) == ()
     assert tracker.handle(init) == (Nacked(tree, "s", "src/0/3", NackReason.FAILED, 0),)
+
+
+def test_records_the_emit_function_raises_on_are_said_in_one_line_with_the_first_ones_traceback(
+    producer: Producer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a bolt's inputs (`acker.trouble`): a line a record flooded the log of a spout whose function raised on
+    every record, and said no traceback."""
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        raise ValueError(f"cannot parse {record.value()!r}")
+
+    spout = _starting_spout(producer, emit, 1)
+    with caplog.at_level(logging.WARNING, logger="acker.spout"):
+        for offset in range(5):
+            spout._start(Message(topic="src", partition=0, offset=offset, value=b"x"), time.monotonic())
+        spout._start(Message(topic="src", partition=0, offset=5, value=b"y"), time.monotonic(), unreadable=True)
+        spout._start_trouble.check(spout.counters)
+        spout._start_trouble.check(spout.counters)  # within the interval: nothing more to say
+    assert spout.counters["emit_errors"] == 6 and len(spout._direct) == 6
+    [said] = caplog.records
+    assert "emit errors 6, unreadable headers 1" in said.getMessage() and "src/0/0" in said.getMessage()
+    assert said.exc_info is not None and "cannot parse b'x'" in caplog.text and "Traceback" in caplog.text
 
 
 @pytest.mark.parametrize(("emits", "outcome"), [(0, "FAILED"), (1, "ACK")])
