@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import math
 import random
 import time
@@ -28,6 +29,7 @@ from acker.kafka import acker_client
 from acker.kafka.acker_client import RESENDS, AckerClient
 from acker.kafka.clients import KafkaClientError
 from acker.spout import INIT_ATTEMPTS, Spout
+from acker.trouble import TroubleReport
 from acker.wire import check_block, parse_batch
 from tests.strategies import Scenario, scenarios, tracker_configs
 
@@ -754,8 +756,9 @@ def test_a_spouts_fail_and_init_lost_at_every_send_never_reach_the_acker_apart()
     function raised would be acked by the children it sent. Lost at every send, each record holds the fail with its
     init, until the spout fails the record itself."""
     producer = _Reporting()
+    said = TroubleReport(logging.getLogger("t"), "spout s", ["init_delivery_failures"])
     spout = SimpleNamespace(pending={"t/0/1": 11}, _init_attempts={}, counters=Counter(), _direct=[],
-                            _direct_reasons={}, settings=SimpleNamespace(name="s"))  # fmt: skip
+                            _direct_reasons={}, settings=SimpleNamespace(name="s"), _init_trouble=said)  # fmt: skip
     on_failure = functools.partial(Spout._acker_delivery_failed, spout)  # type: ignore[arg-type]
     spout.acker = client = AckerClient(producer, "acker", 1, linger_s=60, on_failure=on_failure)  # type: ignore[arg-type]
     client.send_all([Fail(11), Init(11, "s", "t/0/1", 5)], "emit raised")
