@@ -212,6 +212,54 @@ def _outcome_tail(buf: Any, pos: int, room: Any) -> int:
     return pos
 
 
+@_compile
+def _skip_bytes(buf: Any, pos: int) -> int:
+    """The position after the bytes or string at ``pos``; ``_BAD`` when its length is negative or runs past the
+    end."""
+    size, pos = _read_long(buf, pos)
+    if pos == _BAD or size < 0 or size > buf.shape[0] - pos:  # not pos + size: a huge size would overflow
+        return _BAD
+    end: int = pos + size
+    return end
+
+
+@_compile
+def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int, int]:
+    """(inits in ``kinds``, items of ``sources``, position after them) of the AckerBatch at ``pos``; the position is
+    ``_BAD`` when the bytes cannot be one."""
+    size, pos = _read_long(buf, pos)  # kinds: a byte a message
+    if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
+        return 0, 0, _BAD
+    inits = 0
+    for i in range(pos, pos + size):
+        if buf[i] == init_kind:
+            inits += 1
+    pos = _skip_bytes(buf, pos + size)  # anchors
+    if pos != _BAD:
+        pos = _skip_bytes(buf, pos)  # values
+    sources = 0
+    while pos != _BAD:  # sources: blocks of (spout, source) strings
+        count, pos = _read_block_count(buf, pos)
+        if pos == _BAD or count == 0:
+            break
+        for _ in range(2 * count):  # ends at the end of the bytes, whatever the count says
+            pos = _skip_bytes(buf, pos)
+            if pos == _BAD:
+                break
+        sources += count
+    return inits, sources, pos
+
+
+def acker_batch_counts(data: bytes, start: int, init_kind: int) -> tuple[int, int] | None:
+    """How many inits (messages of kind ``init_kind``) and sources the Avro AckerBatch at ``start`` in ``data``
+    carries, read before fastavro reads it; None when the bytes cannot be one (fastavro's to say why). fastavro builds
+    a dict, two strings and a tuple for each source, 300 bytes or more of memory for one that takes 2 bytes of the
+    record: the caller holds the count against the inits, which cost 29 bytes each."""
+    buf = np.frombuffer(data, np.uint8)
+    inits, sources, pos = _acker_batch_counts(buf, start, init_kind)
+    return None if pos == _BAD else (int(inits), int(sources))
+
+
 class OutcomeHead(NamedTuple):
     spout: str
     acker_partition: int

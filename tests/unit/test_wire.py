@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import io
+import tracemalloc
 
 import fastavro
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acker import wire
+from acker import avro_longs, wire
 from acker.columnar import BlockTracker, MessageBlock
 from acker.columnar.block import Kind
 from acker.core import Ack, Anchor, Init, Message
@@ -111,11 +112,17 @@ def test_a_hand_built_record_decodes() -> None:
         ),
         (  # a source index below 0: numpy would take it from the end, another spout's source maybe
             _raw(
-                kinds=bytes([0]),
-                init_sources=np.array([-1], "<i4").tobytes(),
-                init_offsets=np.array([4], "<i8").tobytes(),
+                kinds=bytes([0, 0]),
+                anchors=np.array([5, 6], "<i8").tobytes(),
+                values=np.array([3, 3], "<i8").tobytes(),
+                init_sources=np.array([-1, 0], "<i4").tobytes(),
+                init_offsets=np.array([4, 4], "<i8").tobytes(),
                 sources=[{"spout": "s", "source": "t/0"}, {"spout": "other", "source": "u/1"}],
             ),
+            "bad-column",
+        ),
+        (  # more sources than inits: none of those of the ack refer to them
+            _raw(sources=[{"spout": "s", "source": "t/0"}]),
             "bad-column",
         ),
         (  # an offset below -1 ("none"): read as no offset, the message id would be the source alone
@@ -133,6 +140,36 @@ def test_invalid_records_are_rejected_with_a_reason(data: bytes, reason: str) ->
     with pytest.raises(WireError) as raised:
         decode_batch(data)
     assert raised.value.reason == reason
+
+
+def test_a_record_of_many_sources_and_no_inits_is_refused_before_fastavro_builds_them() -> None:
+    """2 bytes a source on the wire (empty names), 300 or more in the objects fastavro built for it: a 1 MB record
+    took 100 MB at its peak to read, and a fetch of 50 of them 2.8 GB, before it was found to be invalid (or, sources
+    that no init refers to being allowed, taken). Refused first, the memory it takes is about its own size."""
+    n = 500_000
+    data = b"AKB\x01" + b"\x00\x00\x00" + avro_longs.long(n) + b"\x00\x00" * n + b"\x00\x00\x00"
+    wire.parse_batch(encode_batch(MessageBlock.from_messages([Ack(5, 3)])))  # compiled before measuring
+    tracemalloc.start()
+    try:
+        with pytest.raises(WireError, match="500000 sources but 0 inits") as raised:
+            wire.parse_batch(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert raised.value.reason == "bad-column" and peak < 4 * len(data), peak
+
+
+@given(raw_messages, st.integers(0, 3))
+def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: list[Message], cut: int) -> None:
+    """On every record a writer makes, and on a record cut short (None, or the counts when the cut is after the
+    sources)."""
+    data = encode_batch(MessageBlock.from_messages(messages))
+    record = fastavro.schemaless_reader(io.BytesIO(data[4:]), ACKER_BATCH_SCHEMA, None)
+    assert isinstance(record, dict)
+    counts = (record["kinds"].count(Kind.INIT), len(record["sources"]))
+    assert avro_longs.acker_batch_counts(data, 4, Kind.INIT) == counts
+    assert counts[1] <= counts[0]
+    assert avro_longs.acker_batch_counts(data[: len(data) - 1 - cut], 4, Kind.INIT) in (None, counts)
 
 
 def test_a_message_id_written_whole_is_read_in_the_one_form_python_writes() -> None:
