@@ -26,6 +26,8 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
+import numpy as np
+
 from acker.columnar import BlockTracker, MessageBlock
 from acker.core import Acked, Init, Tracker
 from acker.core.ids import IdGenerator
@@ -125,8 +127,7 @@ def main() -> None:
     latencies: list[float] = []
     col_rate, _ = _median_rate(n, args.repeat, lambda: _columnar(blocks, latencies, False))
     mat_rate, _ = _median_rate(n, args.repeat, lambda: _columnar(blocks, None, True))
-    lat = sorted(latencies)
-    p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    p50, p99 = (float(v) for v in np.percentile(latencies, [50, 99]))
 
     ref_mem = _memory_per_tree(pending, columnar=False)
     col_mem = _memory_per_tree(pending, columnar=True)

@@ -294,11 +294,12 @@ def _report(n: int, results: dict[str, list[Round]]) -> None:
             for label, runs in results.items()}  # fmt: skip
     total = {label: sum(row.values()) for label, row in used.items()}
     print(f"\n{n:,} sentences; medians of {len(next(iter(results.values())))} round(s)\n")
-    print("| pipeline | words/s | CPU s per 1,000 words: " + " | ".join(names) + " | total |")
-    print("|---|---:|" + "---:|" * (len(names) + 1))
+    print("| pipeline | words/s | ratio to its untracked | CPU s per 1,000 words: " + " | ".join(names) + " | total |")
+    print("|---|---:|---:|" + "---:|" * (len(names) + 1))
     for label, row in used.items():
         cells = " | ".join(f"{row[name]:.4f}" for name in names)
-        print(f"| {label} | {rates[label]:,.0f} | {cells} | {total[label]:.4f} |")
+        ratio = rates[label] / rates[f"{label.rsplit(', ', 1)[0]}, untracked"]  # of the medians (the rounds': below)
+        print(f"| {label} | {rates[label]:,.0f} | {ratio:.2f} | {cells} | {total[label]:.4f} |")
     stages = names[:-1]  # the broker's memory is not measured (shared by every run)
     print("\n| pipeline | peak resident memory, MiB: " + " | ".join(stages) + " |")
     print("|---|" + "---:|" * len(stages))

@@ -471,7 +471,8 @@ def _report(n: int, words: int, repeat: int, rounds: dict[bool, list[Round]]) ->
     print("|---|---:|---:|")
     print(f"| untracked (at-most-once, no acker) | {untracked:,.0f} | 1.00 |")
     print(f"| tracked (acker service, every sentence acked) | {with_acker:,.0f} | {with_acker / untracked:.2f} |")
-    # Each tracked run follows its untracked run: their ratio cancels the machine's drift between rounds.
+    # Each round's tracked run and untracked run are next to each other (in an order that alternates): their ratio
+    # cancels the machine's drift between rounds.
     paired = statistics.median(t / u for t, u in zip(rates[True], rates[False], strict=True))
     print(f"\nmedian of the ratios of each round (tracked run / the untracked run of the same round): {paired:.2f}")
     for title, field, digits in (

@@ -287,6 +287,9 @@ def main() -> None:
           f"{med['duplicates']:.0f} "
           f"(without the read-back, the replay would decide and publish again each of the {decided:,}) |")  # fmt: skip
     print(f"| Storm, for reference: an acker's pending trees when it dies | all {trees:,} time out and are replayed |")
+    wrong = {k: med[k] for k in ("spurious", "undecided", "duplicates") if med[k]}
+    if wrong:  # printed above, and a failed run: figures of a failover that lost or repeated outcomes are no figures
+        raise SystemExit(f"recovery_bench: the failover's outcomes are wrong: {wrong}")
 
 
 if __name__ == "__main__":

@@ -88,9 +88,9 @@ def main() -> None:
     print("| way | seconds | nacks/s | driver Python heap, peak | ratio (time) | ratio (heap) |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| collected whole, sorted (baseline) | {whole_s:.2f} | {count / whole_s:,.0f} | "
-          f"{whole_peak / 2**20:,.0f} MB | 1.00 | 1.00 |")  # fmt: skip
+          f"{whole_peak / 2**20:,.0f} MiB | 1.00 | 1.00 |")  # fmt: skip
     print(f"| in key order, a part at a time (`in_order`) | {parts_s:.2f} | {count / parts_s:,.0f} | "
-          f"{parts_peak / 2**20:,.0f} MB | {parts_s / whole_s:.2f} | {parts_peak / whole_peak:.3f} |")  # fmt: skip
+          f"{parts_peak / 2**20:,.0f} MiB | {parts_s / whole_s:.2f} | {parts_peak / whole_peak:.3f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
