@@ -253,8 +253,8 @@ def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int, i
 def acker_batch_counts(data: bytes, start: int, init_kind: int) -> tuple[int, int] | None:
     """How many inits (messages of kind ``init_kind``) and sources the Avro AckerBatch at ``start`` in ``data``
     carries, read before fastavro reads it; None when the bytes cannot be one (fastavro's to say why). fastavro builds
-    a dict, two strings and a tuple for each source, 300 bytes or more of memory for one that takes 2 bytes of the
-    record: the caller holds the count against the inits, which cost 29 bytes each."""
+    a dict, two strings and a tuple for each source, about 200 bytes of memory at its peak for one that takes 2 bytes
+    of the record: the caller holds the count against the inits, which take 29 bytes each."""
     buf = np.frombuffer(data, np.uint8)
     inits, sources, pos = _acker_batch_counts(buf, start, init_kind)
     return None if pos == _BAD else (int(inits), int(sources))
