@@ -143,9 +143,9 @@ def test_invalid_records_are_rejected_with_a_reason(data: bytes, reason: str) ->
 
 
 def test_a_record_of_many_sources_and_no_inits_is_refused_before_fastavro_builds_them() -> None:
-    """2 bytes a source on the wire (empty names), 300 or more in the objects fastavro built for it: a 1 MB record
-    took 100 MB at its peak to read, and a fetch of 50 of them 2.8 GB, before it was found to be invalid (or, sources
-    that no init refers to being allowed, taken). Refused first, the memory it takes is about its own size."""
+    """2 bytes a source on the wire (empty names), about 200 at the peak in the objects fastavro built for it: a
+    1 MB record took 100 MB at its peak to read, and a fetch of 50 of them 2.8 GB, before it was found to be invalid
+    (or, sources that no init refers to being allowed, taken). Refused first, it takes about its own size."""
     n = 500_000
     data = b"AKB\x01" + b"\x00\x00\x00" + avro_longs.long(n) + b"\x00\x00" * n + b"\x00\x00\x00"
     wire.parse_batch(encode_batch(MessageBlock.from_messages([Ack(5, 3)])))  # compiled before measuring
