@@ -15,13 +15,21 @@ any moment, except while a topic has records in flight and none delivered yet: i
 choosing the partition itself and declaring a topic (`expect`) before its first record, with the partition's end
 offset then as the start: a topic first written after the last commit is then named in a commit before any of its
 records can be delivered (`AckerService._cover`).
+
+A topic with nothing to read back (no record deciding at or after the offset a commit starts from, none in flight)
+for `FORGET_IDLE_S` is forgotten: left in, a spout renamed or retired (a name made per run) stayed in every commit
+for as long as the instance owned the partition, and past about 50 such topics the metadata's bytes left out the live
+ones, whose outcomes a new owner then published again. Written to again, a forgotten topic is a first one
+(`written`: False), declared and covered again before its record. The time is the injected clock's (monotonic).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("acker.outcome_log")
@@ -29,6 +37,7 @@ log = logging.getLogger("acker.outcome_log")
 METADATA_VERSION = 1
 # Brokers refuse commit metadata over offset.metadata.max.bytes (4096 by default): stay well under it.
 MAX_METADATA_BYTES = 3000
+FORGET_IDLE_S = 900.0  # a topic with nothing to read back for this long is forgotten: one cover again when written
 
 Starts = dict[str, tuple[int, int]]  # outcome topic → (its partition, offset) where a read-back starts
 
@@ -42,15 +51,21 @@ class _Stream:
     records: deque[tuple[int, int]] = field(default_factory=deque)  # (deciding acker offset, outcome offset)
     end: int = 0  # the offset after the last record delivered (or the partition's end before any; -1: not known)
     in_flight: int = 0  # records produced, no delivery report yet
+    idle_since: float | None = None  # when `starts` first found nothing of it to read back (None: not idle)
+
+    def placed(self) -> bool:
+        """Whether where its records start is known: a partition, and a record delivered there or its end before."""
+        return self.partition != _UNKNOWN and (self.end != _UNKNOWN or bool(self.records))
 
 
 class OutcomeLog:
     """Not thread-safe: fed by delivery reports, which the service's loop serves."""
 
-    __slots__ = ("_streams",)
+    __slots__ = ("_clock", "_streams")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._streams: dict[str, _Stream] = {}
+        self._clock = clock
 
     def sent(self, topic: str) -> None:
         """An outcome record was handed to the producer; `delivered` or `failed` follows."""
@@ -95,20 +110,29 @@ class OutcomeLog:
     def starts(self, replay_from: int) -> Starts | None:
         """Per outcome topic, where the records deciding at or after acker offset ``replay_from`` start (records
         still in flight land after every delivered one); None while a topic's partition is not known yet, with nothing
-        forgotten. Otherwise forgets the records before: offsets to commit only grow (an offset whose commit
-        fails is taken as committed: a later commit is of it or after it)."""
-        known = {}
+        forgotten. Otherwise forgets the records before, and the topics with nothing to read back for `FORGET_IDLE_S`
+        (those of whose records none was ever delivered, at once: they tell nothing): offsets to commit only grow
+        (an offset whose commit fails is taken as committed: a later commit is of it or after it)."""
+        if any(stream.in_flight and not stream.placed() for stream in self._streams.values()):
+            return None  # before anything is forgotten: this offset will not be committed now
+        starts, idle, now = {}, [], self._clock()
         for topic, stream in self._streams.items():
-            if stream.partition == _UNKNOWN or (stream.end == _UNKNOWN and not stream.records):
-                if stream.in_flight:
-                    return None  # before anything is forgotten: this offset will not be committed now
-                continue  # nothing ever delivered there
-            known[topic] = stream
-        starts = {}
-        for topic, stream in known.items():
             while stream.records and stream.records[0][0] < replay_from:
                 stream.records.popleft()
-            starts[topic] = (stream.partition, stream.records[0][1] if stream.records else stream.end)
+            if stream.records or stream.in_flight:
+                stream.idle_since = None
+            elif stream.partition == _UNKNOWN:  # refused or failed, never delivered: it tells nothing
+                idle.append(topic)
+                continue
+            elif stream.idle_since is None:
+                stream.idle_since = now
+            elif now - stream.idle_since >= FORGET_IDLE_S:
+                idle.append(topic)
+                continue
+            if stream.placed():  # else nothing ever delivered there
+                starts[topic] = (stream.partition, stream.records[0][1] if stream.records else stream.end)
+        for topic in idle:
+            del self._streams[topic]
         return starts
 
     def metadata(self, replay_from: int) -> str | None:

@@ -23,6 +23,7 @@ log, they are rebuilt by a new owner as the trees are.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -32,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -135,6 +136,10 @@ CREATION_WINDOW_S = 3600.0  # `outcome_topics_per_hour` counts the outcome topic
 TICK_REFUSED_AGAIN_MS = 5000  # a tick the producer refused at once (a partition it does not know yet) waits this
 RATE_WINDOW_S = 60.0  # the shortest window of a status's rates (two ticks when they are further apart)
 _ENSURE_AGAIN_TIMEOUT_S = 2.0  # the lookup's timeout when it is tried again (the creation's: three times that)
+# Topics not created (or not found) remembered at once, with when to try again; the oldest beyond it are forgotten
+# (tried again at their next record). A producer naming a spout per tree made one entry of each kind per name, for good.
+_REFUSALS_KEPT = 1024
+_V = TypeVar("_V")
 # A topic that does not exist (and was not created) or whose name is invalid: writing again (or restarting) cannot
 # help. Not an authorisation error: once an operator mends the ACL, a restart delivers what stopped the service.
 _TOPIC_REFUSES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_EXCEPTION})
@@ -736,8 +741,9 @@ class AckerService:
                 log.warning("cannot look %s up: %s", topic, kafka_error(error) or error)
                 count = 0
             if not count:
-                self._lookup_failed_at[topic] = time.monotonic()
+                _keep_newest(self._lookup_failed_at, topic, time.monotonic())
                 return None
+            self._lookup_failed_at.pop(topic, None)
             self._partition_counts[topic] = count
             # Partitions may have been added since the producer last looked (it refuses one it does not know).
             self._refresh_producer(topic, _LOOKUP_TIMEOUT_S)
@@ -748,8 +754,9 @@ class AckerService:
         offset last committed, its metadata now naming where this topic's records will land. They are in no commit
         made before, so without this a crash before the next commit would leave a new owner reading back every
         topic but this one, and publishing the trees decided here a second time. A synchronous commit, once per
-        partition and topic while this instance owns the partition (tried once: the next periodic commit names the
-        topic all the same)."""
+        partition and topic while this instance owns the partition, and again after its outcome log forgot the topic
+        (nothing to read back for `acker.outcome_log.FORGET_IDLE_S`); tried once: the next periodic commit names the
+        topic all the same."""
         reader = self._reading_consumer()
         try:
             end = log_bounds(reader, TopicPartition(topic, target), timeout_s=_LOOKUP_TIMEOUT_S)[1]
@@ -798,7 +805,7 @@ class AckerService:
                 # Not known to be missing (the lookup failed): written to, and looked up again later. Taken for
                 # missing, an existing topic beyond the creation budget was capped: its outcomes dead-lettered as
                 # outcome-refused, for up to 10 minutes while lookups kept failing.
-                self._ensure_again_at[spec.name] = (time.monotonic() + _ENSURE_AGAIN.delay_ms(1) / 1000, 0)
+                self._try_again(spec.name, (time.monotonic() + _ENSURE_AGAIN.delay_ms(1) / 1000, 0))
             else:
                 missing.append(spec)
         failed = set()
@@ -823,10 +830,17 @@ class AckerService:
                 failures = self._ensure_again_at.get(spec.name, (0.0, 0))[1] + 1
                 delay_s = _ENSURE_AGAIN.delay_ms(failures) / 1000
                 log.warning("could not create %s (tried again in %.0f s): %s", spec.name, delay_s, error)
-                self._ensure_again_at[spec.name] = (time.monotonic() + delay_s, failures)
                 self._not_created[spec.name] = str(error)
+                self._try_again(spec.name, (time.monotonic() + delay_s, failures))
                 failed.add(spec.name)
         return failed
+
+    def _try_again(self, topic: str, when: tuple[float, int]) -> None:
+        """Look ``topic`` up (and create it) again at ``when`` (time, failures so far); the oldest of the topics to
+        try again beyond `_REFUSALS_KEPT` are forgotten whole (why, and whether capped, too)."""
+        for forgotten in _keep_newest(self._ensure_again_at, topic, when):
+            self._not_created.pop(forgotten, None)
+            self._capped.discard(forgotten)
 
     def _known(self, topic: str) -> None:
         self._known_topics.add(topic)
@@ -1454,3 +1468,12 @@ class AckerService:
             latency=self.latency,
             reads_held=self.consumer.reads_held,  # a count the statistics callback keeps: no call on the handle
         )
+
+
+def _keep_newest(entries: dict[str, _V], key: str, value: _V) -> list[str]:
+    """Set ``entries[key]``, then forget the oldest entries (first set) beyond `_REFUSALS_KEPT`; their keys."""
+    entries[key] = value
+    forgotten = list(itertools.islice(entries, max(0, len(entries) - _REFUSALS_KEPT)))
+    for old in forgotten:
+        del entries[old]
+    return forgotten

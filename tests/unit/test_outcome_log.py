@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from acker.outcome_log import MAX_METADATA_BYTES, OutcomeLog, parse_metadata
+from acker.outcome_log import FORGET_IDLE_S, MAX_METADATA_BYTES, OutcomeLog, parse_metadata
 
 
 def test_the_metadata_points_at_the_first_record_deciding_at_or_after_the_committed_offset() -> None:
@@ -81,6 +81,41 @@ def test_metadata_stays_under_the_brokers_limit() -> None:
     assert text is not None
     assert len(text.encode()) <= MAX_METADATA_BYTES
     assert 0 < len(parse_metadata(text)) < 500
+
+
+def test_a_topic_with_nothing_to_read_back_for_a_while_is_forgotten_and_leaves_room_for_live_ones() -> None:
+    """Spouts named per run: each run's topic stayed in every commit while the instance owned the partition, and past
+    about 50 of them the metadata's bytes left out the live spout's topic (its outcomes published again after a
+    failover). Forgotten, a topic written again is a first one (`written`): declared and covered again."""
+    clock = [0.0]
+    log = OutcomeLog(clock=lambda: clock[0])
+    live = "acker.outcomes.words"
+    for run in range(120):
+        log.delivered(f"acker.outcomes.run-{run:04}-of-a-spout-named-per-run", 0, run, acker_offset=run)
+        log.delivered(live, 1, run, acker_offset=run)
+        assert log.metadata(run) is not None  # the live topic's latest record is read back, the run's too
+        clock[0] += 300.0
+    starts = parse_metadata(log.metadata(120))  # a record decided at 119 or before: none to read back
+    assert live in starts and len(starts) == 4  # idle for less than FORGET_IDLE_S: runs 117, 118, 119
+    assert log.written(live) and not log.written("acker.outcomes.run-0000-of-a-spout-named-per-run")
+    clock[0] += FORGET_IDLE_S - 1  # since the last call, where the live topic and the last run's went idle
+    last_run = "acker.outcomes.run-0119-of-a-spout-named-per-run"
+    assert log.starts(120) == {live: (1, 120), last_run: (0, 120)}  # kept, with nothing to read back
+    clock[0] += 1
+    assert log.starts(120) == {}
+    log.expect(live, 1, 200)  # written again: declared (the service covers it) before its record
+    log.sent(live)
+    assert log.starts(120) == {live: (1, 200)}
+
+
+def test_a_topic_none_of_whose_records_was_delivered_is_forgotten_at_once() -> None:
+    """A name refused (beyond `outcome_topics_per_hour`), its records dead-lettered: one a tree from a producer
+    naming a spout per tree kept 1.4 KB in the service for each, for good."""
+    log = OutcomeLog()
+    for i in range(1000):
+        log.sent(f"acker.outcomes.s{i}")
+        log.failed(f"acker.outcomes.s{i}")
+    assert log.starts(0) == {} and not log._streams
 
 
 def test_metadata_not_ours_reads_as_nothing_to_read_back() -> None:

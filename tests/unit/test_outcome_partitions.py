@@ -195,3 +195,19 @@ def test_records_sent_by_key_keep_the_next_ones_by_key_until_a_delivery_says_whe
     log.delivered(TOPIC, 0, 17, acker_offset=12)
     _send(service, 5)
     assert sent[-1]["partition"] == 0
+
+
+def test_the_topics_remembered_as_not_found_or_not_created_are_the_newest_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer naming a spout per tree (beyond `outcome_topics_per_hour`, its outcomes dead-lettered) left an
+    entry of each kind per name for good: 1.4 KB a name with the outcome log's. The oldest are forgotten whole, and
+    tried again at their next record."""
+    service, _ = _service(monkeypatch, _Kafka(None, {}))  # no lookup answers
+    monkeypatch.setattr(acker.service, "_REFUSALS_KEPT", 10)
+    for i in range(25):
+        assert service._outcome_partition(f"acker.outcomes.s{i}", 0) is None
+        service._capped.add(f"acker.outcomes.s{i}")  # as `_ensure_topics` does beyond the budget
+        service._not_created[f"acker.outcomes.s{i}"] = "outcome_topics_per_hour (20) reached"
+        service._try_again(f"acker.outcomes.s{i}", (time.monotonic() + 30, 1))
+    newest = [f"acker.outcomes.s{i}" for i in range(15, 25)]
+    assert list(service._lookup_failed_at) == list(service._ensure_again_at) == list(service._not_created) == newest
+    assert service._capped == set(newest)
