@@ -366,6 +366,10 @@ class AckerService:
         # callback may serve more callbacks (a full queue is polled), without bound.
         self._fallbacks: list[Callable[[], None]] = []
         self._poisoned = False  # set when the loop failed: no commit may follow
+        # Set when `run` committed (or gave up waiting for deliveries to) at its stop: the revoke of `close` then
+        # commits nothing again. The loop has stopped, so there is nothing new to commit; with the broker away, it
+        # waited another 30 s for the same deliveries.
+        self._stop_committed = False
         self._closed = False
         self._partition_count = 0  # of the acker topic (`_look_up_partition_count`; 0: unknown, nothing checked)
         self._next_count_check = 0.0
@@ -435,6 +439,7 @@ class AckerService:
             while not stop.is_set():
                 self.step(timeout_s=0.1)
             self._commit_now()
+            self._stop_committed = True
         except BaseException:
             # Something failed between deciding and publishing (or at the start, with nothing assigned yet): commit
             # nothing more (a replay decides again).
@@ -447,9 +452,10 @@ class AckerService:
                  sum(self._dead_letters.values()))  # fmt: skip
 
     def close(self) -> None:
-        """Leave the group (revoking, and committing, what is still assigned unless the loop failed), deliver what
-        is in flight (10 s at the most), free the producer if it delivered everything (`release`), and stop the deciding
-        threads. `run` ends with it; a caller driving `step` itself calls it. A second call does nothing."""
+        """Leave the group (revoking, and committing, what is still assigned unless the loop failed or `run` committed
+        at its stop, waiting 30 s at the most for deliveries), deliver what is in flight (10 s at the most), free the
+        producer if it delivered everything (`release`), and stop the deciding threads. `run` ends with it; a caller
+        driving `step` itself calls it. A second call does nothing."""
         if self._closed:
             return
         self._closed = True
@@ -1411,7 +1417,8 @@ class AckerService:
         return {tp.partition: parse_metadata(tp.metadata) for tp in committed if tp.offset >= 0}
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._commit_now([tp.partition for tp in partitions])
+        if not self._stop_committed:
+            self._commit_now([tp.partition for tp in partitions])
         now = time.time()
         # Delivered by the loop, or by `close`'s flush; a status topic refusing it (deleted under it, say) does not fail
         # the revoke (`_publish_status`).
