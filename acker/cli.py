@@ -634,7 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     from acker.examples.reach import add_drpc_parser
     from acker.examples.reach import add_parser as add_reach
     from acker.examples.wordcount_cli import add_parser as add_wordcount
+    from acker.outcomes_cli import add_parser as add_outcomes
 
+    add_outcomes(sub)
     add_demo(sub)
     add_dlq(sub)
     add_drpc_parser(sub)

@@ -1,8 +1,9 @@
-"""The console the CLI prints its tables to."""
+"""The console the CLI prints its tables to, and how a table writes what it shows."""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
 from rich.console import Console
 
@@ -26,3 +27,16 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def utc_time(ms: int, *, millis: bool = False) -> str:
+    """A record's timestamp (milliseconds since the epoch) as a UTC time, to the second (or the millisecond); ``-``
+    for none, and one no date can hold (past year 9999: microseconds written as milliseconds, say) as its
+    milliseconds, not a traceback in place of the whole listing."""
+    if ms <= 0:
+        return "-"
+    try:
+        when = datetime.fromtimestamp(ms / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if millis else when.strftime("%Y-%m-%d %H:%M:%S")

@@ -271,14 +271,21 @@ def read(config: ServiceConfig, topic: str, wanted: Iterable[tuple[int, int]] | 
 def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[list[DeadLetter], int] | None:
     """The last ``newest`` dead letters of each partition of ``topic`` (all of them: None), so that the topic's
     newest ``newest`` are among them, as a partition's are written in time order; in (partition, offset) order, and
-    how many offsets come before them unread (older records, and the transaction markers between them); None when
-    the topic does not exist. Each partition is read from its end backwards in windows doubling from ``newest``
-    offsets, as markers and aborted records take offsets too: a topic of millions of letters is not read whole to
-    show a few."""
+    how many offsets come before them unread (`newest_records`); None when the topic does not exist."""
+    found = newest_records(config, topic, newest)
+    return None if found is None else ([_letter(record) for record in found[0]], found[1])
+
+
+def newest_records(config: ServiceConfig, topic: str, newest: int | None) -> tuple[list[Message], int] | None:
+    """The last ``newest`` committed records of each partition of ``topic`` (all of them: None), in (partition,
+    offset) order, and how many offsets come before them unread (older records, and the transaction markers between
+    them); None when the topic does not exist. Each partition is read from its end backwards in windows doubling from
+    ``newest`` offsets, as markers and aborted records take offsets too: a topic of millions of records is not read
+    whole to show a few. A dead-letter topic's, or an outcome topic's (`acker.outcomes_cli`)."""
     partitions = _partitions(config, topic)
     if partitions is None:
         return None
-    letters: list[DeadLetter] = []
+    records: list[Message] = []
     unread = 0
     with _as_written(config) as reading:
         for p in range(partitions):
@@ -286,15 +293,31 @@ def read_newest(config: ServiceConfig, topic: str, newest: int | None) -> tuple[
             window = high - low if newest is None else newest
             while True:
                 start = max(low, high - window)
-                found = [_letter(r) for r in _past_open_transactions(reading, TopicPartition(topic, p, start), high)]
+                found = list(_past_open_transactions(reading, TopicPartition(topic, p, start), high))
                 if newest is None or len(found) >= newest or start == low:
                     break
                 window *= 2
             kept = found if newest is None else found[-newest:]
-            letters.extend(kept)
-            # The letters read and left out, and the offsets not read (markers and aborted records among them).
+            records.extend(kept)
+            # The records read and left out, and the offsets not read (markers and aborted records among them).
             unread += len(found) - len(kept) + start - low
-    return letters, unread
+    return records, unread
+
+
+def every_record(config: ServiceConfig, topic: str) -> Iterator[Message] | None:
+    """The committed records of ``topic`` up to its end now, partition after partition, read as they are taken; None
+    when the topic does not exist."""
+    partitions = _partitions(config, topic)
+    if partitions is None:
+        return None
+
+    def records() -> Iterator[Message]:
+        with _as_written(config) as reading:
+            for p in range(partitions):
+                low = reading.bounds(TopicPartition(topic, p))[0]
+                yield from _past_open_transactions(reading, TopicPartition(topic, p, low))
+
+    return records()
 
 
 def _as_written(config: ServiceConfig) -> AsWritten:

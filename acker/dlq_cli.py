@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -14,7 +13,7 @@ from rich.table import Table
 import acker.dlq
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
-from acker.console import printable, table_console
+from acker.console import printable, table_console, utc_time
 from acker.dlq import (
     DeadLetter,
     DlqError,
@@ -37,17 +36,6 @@ from acker.topics import check_spout_name
 
 def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
     return str(args.topic or config.replay_dlq_topic)
-
-
-def _when(ms: int) -> str:
-    """A record's timestamp as a UTC time; one no date can hold (past year 9999: microseconds written as
-    milliseconds, say) as its milliseconds, not a traceback in place of the whole listing."""
-    if ms <= 0:
-        return "-"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    except (ValueError, OverflowError, OSError):
-        return f"{ms} ms"
 
 
 def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]:
@@ -105,7 +93,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         copy_of = copies.get(i)
         table.add_row(
             f"{letter.partition}/{letter.offset}",
-            _when(letter.timestamp_ms),
+            utc_time(letter.timestamp_ms),
             printable(str(s["reason"])),  # a header's: anybody's bytes
             printable(str(s["origin"])),
             "-" if s["attempts"] is None else str(s["attempts"]),
@@ -132,7 +120,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     config = _answered(args)
     for letter in _chosen(args, config):
-        print(f"== {letter.coordinates}  written {_when(letter.timestamp_ms)} UTC")
+        print(f"== {letter.coordinates}  written {utc_time(letter.timestamp_ms)} UTC")
         if letter.headers_unreadable:
             print("   headers: cannot be read (a header name is not UTF-8)")
         for key, value in letter.headers:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from acker import cli, dlq_cli
-from acker.console import table_console
+from acker import cli
+from acker.console import table_console, utc_time
 
 
 def test_a_table_shows_emoji_codes_in_records_as_written() -> None:
@@ -24,9 +24,10 @@ def test_a_table_shows_emoji_codes_in_records_as_written() -> None:
 
 def test_a_timestamp_no_date_can_hold_is_shown_as_its_milliseconds() -> None:
     """Microseconds written as milliseconds (year 55840): `acker dlq list` showed a traceback instead of its table."""
-    assert dlq_cli._when(1_700_000_000_000_000) == "1700000000000000 ms"
-    assert dlq_cli._when(1_700_000_000_000) == "2023-11-14 22:13:20"
-    assert dlq_cli._when(-1) == "-"
+    assert utc_time(1_700_000_000_000_000) == "1700000000000000 ms"
+    assert utc_time(1_700_000_000_000) == "2023-11-14 22:13:20"
+    assert utc_time(-1) == "-"
+    assert utc_time(1_700_000_000_123, millis=True) == "2023-11-14 22:13:20.123"
 
 
 def test_an_export_file_is_put_in_place_only_whole(tmp_path: Path) -> None:
