@@ -224,12 +224,13 @@ def _skip_bytes(buf: Any, pos: int) -> int:
 
 
 @_compile
-def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int, int]:
-    """(inits in ``kinds``, items of ``sources``, position after them) of the AckerBatch at ``pos``; the position is
-    ``_BAD`` when the bytes cannot be one."""
+def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int]:
+    """(inits in ``kinds``, items ``sources`` claims) of the AckerBatch at ``pos``, however the bytes after its kinds
+    end (cut short, or a block claiming more items than the bytes left could hold: each takes 2 bytes at least);
+    inits -1 when its kinds cannot be read."""
     size, pos = _read_long(buf, pos)  # kinds: a byte a message
     if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
-        return 0, 0, _BAD
+        return -1, 0
     inits = 0
     for i in range(pos, pos + size):
         if buf[i] == init_kind:
@@ -242,22 +243,24 @@ def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int, i
         count, pos = _read_block_count(buf, pos)
         if pos == _BAD or count == 0:
             break
-        for _ in range(2 * count):  # ends at the end of the bytes, whatever the count says
+        if count > (buf.shape[0] - pos) // 2:  # claimed, not there: no sum past 64 bits (sources < 2⁶² before)
+            return inits, sources + min(count, 1 << 62)
+        sources += count  # claimed, whether its items are all there or not
+        for _ in range(2 * count):
             pos = _skip_bytes(buf, pos)
             if pos == _BAD:
                 break
-        sources += count
-    return inits, sources, pos
+    return inits, sources
 
 
 def acker_batch_counts(data: bytes, start: int, init_kind: int) -> tuple[int, int] | None:
     """How many inits (messages of kind ``init_kind``) and sources the Avro AckerBatch at ``start`` in ``data``
-    carries, read before fastavro reads it; None when the bytes cannot be one (fastavro's to say why). fastavro builds
-    a dict, two strings and a tuple for each source, about 200 bytes of memory at its peak for one that takes 2 bytes
-    of the record: the caller holds the count against the inits, which take 29 bytes each."""
-    buf = np.frombuffer(data, np.uint8)
-    inits, sources, pos = _acker_batch_counts(buf, start, init_kind)
-    return None if pos == _BAD else (int(inits), int(sources))
+    carries (the sources its array claims, read or not), read before fastavro reads it; None when its kinds cannot be
+    read (fastavro's to say why). fastavro builds a dict, two strings and a tuple for each source, about 200 bytes of
+    memory at its peak for one that takes 2 bytes of the record, before it finds a record cut short: the caller
+    holds the count against the inits, which take 29 bytes each."""
+    inits, sources = _acker_batch_counts(np.frombuffer(data, np.uint8), start, init_kind)
+    return None if inits < 0 else (int(inits), int(sources))
 
 
 class OutcomeHead(NamedTuple):

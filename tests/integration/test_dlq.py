@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -159,13 +161,14 @@ def test_list_limit_reads_the_newest_from_the_end_past_transaction_markers(
         producer.begin_transaction()
         producer.produce(topic, f"v{i}".encode(), key=f"k{i}".encode())
         producer.commit_transaction(30)
-    letter, made = acker.dlq._letter, []
+    read, made = acker.dlq._past_open_transactions, []
 
-    def counted(record: Message) -> acker.dlq.DeadLetter:
-        made.append(record.offset())
-        return letter(record)
+    def counted(*args: Any) -> Iterator[Message]:
+        for record in read(*args):
+            made.append(record.offset())
+            yield record
 
-    monkeypatch.setattr(acker.dlq, "_letter", counted)
+    monkeypatch.setattr(acker.dlq, "_past_open_transactions", counted)
     assert _dlq(config, "list", "--json", "--topic", topic, "--limit", "3") == 0
     assert [json.loads(line)["key"] for line in capsys.readouterr().out.splitlines()] == ["k7", "k8", "k9"]
     assert made == [18, 14, 16, 18]  # offsets 17-19 held 1 record, 14-19 the 3 asked for

@@ -159,6 +159,29 @@ def test_a_record_of_many_sources_and_no_inits_is_refused_before_fastavro_builds
     assert raised.value.reason == "bad-column" and peak < 4 * len(data), peak
 
 
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_record_claiming_more_sources_than_inits_is_refused_cut_short_or_with_a_count_past_its_bytes(
+    cut: bool,
+) -> None:
+    """Cut short after its sources (no end of the array, no init columns), or its first block claiming 2⁶³-1 items
+    (which wrapped the walk's count round to below 0), the record went to fastavro, which built every source it found
+    before it failed: a second and 100 MB for 1 MB of them."""
+    one_init = avro_longs.long(1) + bytes([Kind.INIT]) + avro_longs.long(8) + bytes(8) + avro_longs.long(8) + bytes(8)
+    if cut:
+        data = b"AKB\x01" + one_init + avro_longs.long(500_000) + b"\x00\x00" * 500_000
+    else:
+        data = b"AKB\x01" + one_init + avro_longs.long(2**63 - 1) + avro_longs.long(1) + b"\x00" * 1_000_000
+    assert avro_longs.acker_batch_counts(data, 4, Kind.INIT) is not None
+    tracemalloc.start()
+    try:
+        with pytest.raises(WireError, match="sources but 1 inits") as raised:
+            wire.parse_batch(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert raised.value.reason == "bad-column" and peak < 4 * len(data), peak
+
+
 @given(raw_messages, st.integers(0, 3))
 def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: list[Message], cut: int) -> None:
     """On every record a writer makes, and on a record cut short (None, or the counts when the cut is after the
