@@ -155,10 +155,10 @@ def _print_table(
     console = table_console()
     console.print(table)
     older = len(rows) - len(shown)
-    if unread:  # offsets, some of them transaction markers
-        console.print(f"up to {older + unread} older record(s) not shown (--limit 0 shows all)")
-    elif older:
-        console.print(f"{older} older outcome(s) not shown (--limit 0 shows all)")
+    if older:
+        console.print(f"{older} older outcome(s) read and not shown (--limit 0 shows all)")
+    if unread:  # offsets of older outcome records, and transaction markers
+        console.print(f"up to {unread} older outcome record(s) not read (--limit 0 reads all)")
 
 
 def add_parser(sub: Any) -> None:

@@ -435,6 +435,8 @@ class Spout:
                 log.warning("stopped with %d acker record(s) undelivered and %d outcome(s) unpublished: nothing is "
                             "lost, their trees' source records are replayed (those failed already) or read again at "
                             "the next start", unsent, len(self._direct))  # fmt: skip
+            for report in (self._trouble, self._told_trouble, self._start_trouble, self._init_trouble):
+                report.check(self.counters, at_once=True)  # what close's flush failed too (inits), with its example
             log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
         finally:  # a producer failed for good (the flush raises) still leaves the groups now, not at their sessions'
             try:  # timeout: the partitions' next owner starts at once

@@ -39,9 +39,10 @@ class TroubleReport:
         if self._example is None:
             self._example = (where, error)
 
-    def check(self, counters: Counter[str]) -> None:
+    def check(self, counters: Counter[str], *, at_once: bool = False) -> None:
+        """Say what was counted since the last line, if the interval is over (or ``at_once``: a stage stopping)."""
         now = self._clock()
-        if now < self._next:
+        if now < self._next and not at_once:
             return
         grown = {
             name: counters[name] - self._reported[name] for name in self._names if counters[name] > self._reported[name]

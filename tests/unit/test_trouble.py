@@ -37,6 +37,26 @@ def test_trouble_is_said_at_once_then_at_most_once_per_interval_with_what_grew(
     ]
 
 
+def test_a_stage_stopping_says_what_was_counted_since_the_last_line_whatever_the_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A spout's inits failed by close's flush (the broker away) were said only as counts in its last INFO line."""
+    now = [0.0]
+    report = TroubleReport(logging.getLogger("t"), "spout s", ("init_delivery_failures",), 60, lambda: now[0])
+    counters: Counter[str] = Counter(init_delivery_failures=1)
+    with caplog.at_level(logging.WARNING, "t"):
+        report.check(counters)
+        counters["init_delivery_failures"] += 3
+        now[0] = 5.0
+        report.check(counters)  # within the interval: held
+        report.check(counters, at_once=True)
+        report.check(counters, at_once=True)  # nothing new
+    assert [r.getMessage() for r in caplog.records] == [
+        "spout s since the last report: init delivery failures 1 (counted in its counters)",
+        "spout s since the last report: init delivery failures 3 (counted in its counters)",
+    ]
+
+
 def test_the_first_exception_since_the_last_line_is_said_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
     """A bolt raising on every message logged only "5 errors": the cause was at DEBUG, without a traceback."""
     now = [0.0]
