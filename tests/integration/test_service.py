@@ -96,15 +96,16 @@ def test_outcomes_through_kafka_equal_offline_replay(
     config: ServiceConfig, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A tick every second: lost acks time out within 2-3 s. With 2 threads, every batch holding records of several
-    # partitions is decided in parallel, however small.
+    # partitions is decided in parallel, however small. The messages are sent before the service starts: read as they
+    # came, on a busy machine (CI) every batch held one partition's records, and the threads were never used.
     config = replace(config, timeout_s=2.0, tracker_threads=threads)
     monkeypatch.setattr("acker.service._PARALLEL_BYTES", 0)
     create_acker_topics(config)
     workload = generate(WorkloadSpec(trees=3000, fail_rate=0.02, drop_rate=0.02, tick_every=10**9, spout=SPOUT))
-    service = ServiceThread(config)
     reader = OutcomeReader(config, [SPOUT])
+    send(config, [m for m in workload.messages if not isinstance(m, Tick)])
+    service = ServiceThread(config)
     try:
-        send(config, [m for m in workload.messages if not isinstance(m, Tick)])
         reader.wait_for(workload.expected, timeout_s=90)
     except AssertionError:
         snapshot = service.service.snapshot()
