@@ -30,11 +30,11 @@ from acker.dlq import every_record, newest_records
 from acker.headers import first, read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import answering
-from acker.retries import DEAD_LETTERED, ORIGIN, REPLAYED
+from acker.retries import ORIGIN
+from acker.spout import RESOLUTIONS  # the rows the replay job writes
 from acker.topics import check_spout_name
 from acker.wire import WireError, decode_outcomes
 
-_RESOLUTIONS = frozenset({REPLAYED, DEAD_LETTERED})  # rows the replay job writes
 _WRITERS = {False: "spout", True: "replay job"}  # of a row no acker decided: is it a resolution?
 
 
@@ -60,7 +60,7 @@ def rows_of(record: Message) -> list[OutcomeRow]:
     acker = f"acker {decoded.acker_partition}" if decoded.acker_partition >= 0 else None
     rows = []
     for outcome, msg_id, latency in zip(decoded.outcomes, decoded.msg_ids, decoded.latency_ms, strict=True):
-        by = acker or ("replay job" if outcome in _RESOLUTIONS else "spout")
+        by = acker or ("replay job" if outcome in RESOLUTIONS else "spout")
         reason = reasons.get(msg_id) if outcome == "FAILED" else None
         rows.append(OutcomeRow(place, time_ms, msg_id, outcome, latency, by, reason))
     return rows

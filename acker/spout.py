@@ -317,11 +317,12 @@ class Spout:
         # producer wrote to, and said not where); an exception of `on_outcome`; a source record the emit function
         # raised on, or whose headers cannot be read; an init not delivered (a line a record flooded the log of a
         # spout failing every record, a bug in its function or a broker away, and said no traceback).
-        self._trouble, self._told_trouble, self._start_trouble, self._init_trouble = (
+        self._reports = tuple(
             TroubleReport(log, f"spout {settings.name}", names)
             for names in (("unreadable_outcomes",), ("on_outcome_errors",), ("emit_errors", "unreadable_headers"),
                           ("init_delivery_failures",))
         )  # fmt: skip
+        self._trouble, self._told_trouble, self._start_trouble, self._init_trouble = self._reports
         # Storm's complete latency of the trees it saw acked: from starting a tree to reading its ACK. Replaced, not
         # changed, at each outcome record: a scrape in another thread reads one whole (`acker.stage_metrics`).
         self.complete_latency = LatencyHistogram()
@@ -435,7 +436,7 @@ class Spout:
                 log.warning("stopped with %d acker record(s) undelivered and %d outcome(s) unpublished: nothing is "
                             "lost, their trees' source records are replayed (those failed already) or read again at "
                             "the next start", unsent, len(self._direct))  # fmt: skip
-            for report in (self._trouble, self._told_trouble, self._start_trouble, self._init_trouble):
+            for report in self._reports:
                 report.check(self.counters, at_once=True)  # what close's flush failed too (inits), with its example
             log.info("spout %s stopped: %s", self.settings.name, dict(sorted(self.counters.items())))
         finally:  # a producer failed for good (the flush raises) still leaves the groups now, not at their sessions'
@@ -669,7 +670,7 @@ class Spout:
                     self._resolved(msg_id, outcome)
             if acked_after:
                 self.complete_latency = self.complete_latency.observed(np.array(acked_after) * 1000)
-        for report in (self._trouble, self._told_trouble, self._start_trouble, self._init_trouble):
+        for report in self._reports:
             report.check(self.counters)
 
     def _expire_pending(self, now: float) -> None:

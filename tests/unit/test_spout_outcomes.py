@@ -49,6 +49,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout._told_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("on_outcome_errors",))
     spout._start_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("emit_errors",))
     spout._init_trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("init_delivery_failures",))
+    spout._reports = (spout._trouble, spout._told_trouble, spout._start_trouble, spout._init_trouble)
     spout.complete_latency, spout._on_outcome, spout._told_as = LatencyHistogram(), None, {}
     spout._unresolved = OrderedDict()
     return spout
