@@ -30,8 +30,7 @@ from acker.dlq import every_record, newest_records
 from acker.headers import first, read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import answering
-from acker.retries import ORIGIN
-from acker.spout import RESOLUTIONS  # the rows the replay job writes
+from acker.retries import ORIGIN, RESOLUTIONS
 from acker.topics import check_spout_name
 from acker.wire import WireError, decode_outcomes
 

@@ -61,6 +61,7 @@ TRUNCATED = "acker.replay.truncated"  # on a too-large dead letter: the record's
 # Dead letters without the record's whole data: they cannot be re-driven.
 NO_DATA = (SOURCE_MISSING, TOO_LARGE, UNREADABLE_HEADERS)
 REPLAYED, DEAD_LETTERED = "REPLAYED", "DEAD_LETTERED"  # the outcomes that resolve a nacked offset
+RESOLUTIONS = frozenset({REPLAYED, DEAD_LETTERED})  # the replay job's rows in an outcome topic
 
 
 class NotRedrivableError(AckerError):

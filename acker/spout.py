@@ -78,7 +78,7 @@ from acker.kafka.clients import (
 from acker.kafka.held_reads import WatchedConsumer
 from acker.kafka.lookups import lookups
 from acker.metrics import LatencyHistogram
-from acker.retries import DEAD_LETTERED, MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN, REPLAYED
+from acker.retries import DEAD_LETTERED, MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN, RESOLUTIONS
 from acker.topics import check_spout_name
 from acker.topics import outcome_topic as outcome_topic_spec
 from acker.trouble import TroubleReport
@@ -166,7 +166,6 @@ WAIT_TIMEOUTS = 4
 # spout waits for, at most: the oldest forgotten first (a spout without a replay job would keep them all). About
 # 25 MB when full; the replay job resolves a nack within seconds, so a spout beside it keeps few.
 UNRESOLVED_KEPT = 100_000
-RESOLUTIONS = frozenset({REPLAYED, DEAD_LETTERED})
 
 
 def pending_timeout_s(config: ServiceConfig) -> float:
