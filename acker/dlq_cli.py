@@ -38,9 +38,13 @@ def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
     return str(args.topic or config.replay_dlq_topic)
 
 
-def _chosen(args: argparse.Namespace, config: ServiceConfig) -> list[DeadLetter]:
+def _places(args: argparse.Namespace, config: ServiceConfig) -> list[tuple[int, int]]:
+    """The records named (partition, offset), read before Kafka is asked anything: a mistyped place is said at once."""
+    return [parse_coordinates(place, _topic(args, config)) for place in args.places]
+
+
+def _chosen(args: argparse.Namespace, config: ServiceConfig, places: list[tuple[int, int]]) -> list[DeadLetter]:
     topic = _topic(args, config)
-    places = [parse_coordinates(p, topic) for p in args.places]
     if not places and not _exists(config, topic):  # --all: an empty list would read as "nothing dead-lettered"
         raise DlqError(f"no dead-letter topic {topic!r}")
     return read(config, topic, places or None)
@@ -57,16 +61,15 @@ def _exists(config: ServiceConfig, topic: str) -> bool:
     return True
 
 
-def _answered(args: argparse.Namespace) -> ServiceConfig:
-    """The command's configuration, once Kafka has answered about the dead-letter topic: a login refused is said as
-    such within seconds, not, 10 s later, as a Kafka that did not answer (`answering`)."""
-    config = load(args)
+def _answer(config: ServiceConfig, args: argparse.Namespace) -> None:
+    """Returns once Kafka has answered about the dead-letter topic: a login refused is said as such within seconds,
+    not, 10 s later, as a Kafka that did not answer (`answering`)."""
     answering(config.client(), _topic(args, config))
-    return config
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    config = _answered(args)
+    config = load(args)
+    _answer(config, args)
     topic = _topic(args, config)
     found = read_newest(config, topic, args.limit or None)
     if found is None:  # as `dlq show` says, rather than an empty table
@@ -118,8 +121,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    config = _answered(args)
-    for letter in _chosen(args, config):
+    config = load(args)
+    places = _places(args, config)
+    _answer(config, args)
+    for letter in _chosen(args, config, places):
         print(f"== {letter.coordinates}  written {utc_time(letter.timestamp_ms)} UTC")
         if letter.headers_unreadable:
             print("   headers: cannot be read (a header name is not UTF-8)")
@@ -137,12 +142,13 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         raise DlqError("name the records to re-drive (PARTITION/OFFSET ...) or give --all: one of them")
     if args.spout is not None:  # as the spouts themselves do: a name they refuse has no replay topic to read
         check_spout_name(config, args.spout)
+    places = _places(args, config)
     topic = _topic(args, config)
-    answering(config.client(), topic)  # a login refused said as such (`_answered`)
+    _answer(config, args)
     if topic.startswith(config.replay_prefix) and topic not in (config.replay_dlq_topic, config.dlq_topic):
         raise DlqError(f"{topic} is a replay topic, not a dead-letter topic: its records are replayed already, and "
                        "re-driven they would be replayed twice")  # fmt: skip
-    letters = _chosen(args, config)
+    letters = _chosen(args, config, places)
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there
         # by hand, or before a fix): left where they are, and said so. One of them must not hold back the others.

@@ -341,6 +341,15 @@ def test_a_place_kafka_cannot_have_is_refused_in_one_line(place: str) -> None:
     assert dlq.parse_coordinates("2/7") == (2, 7) and dlq.parse_coordinates("7") == (0, 7)
 
 
+@pytest.mark.parametrize("command", ["show", "redrive"])
+def test_a_mistyped_dead_letter_place_is_refused_before_kafka_is_asked(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Port 1 answers nothing: asked first, Kafka's silence was said 10 s later instead of the mistyped place."""
+    assert cli.main(["dlq", command, "--bootstrap-servers", "127.0.0.1:1", "0/7", "abc"]) == 2
+    assert "not a record's place: 'abc'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value", ["earliest", "latest", " Latest ", '{"t": {"0": 23, "1": -2}}'])
 def test_spark_starting_offsets_are_checked_before_spark_starts(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert starting_offsets(value) == (value if value.startswith("{") else value.strip().lower())  # as Spark reads it
