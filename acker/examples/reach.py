@@ -265,17 +265,20 @@ def add_parser(sub: Any) -> None:
     step.set_defaults(run=_cmd_step)
 
 
-def ask(config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: float) -> dict[str, bytes | DrpcError]:
-    """`acker drpc call`: send every value at once, return each answer (bytes, as the chain gave it) or its error."""
+def ask(
+    config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: float
+) -> list[tuple[str, bytes | DrpcError]]:
+    """`acker drpc call`: send every value at once, return each value with its answer (bytes, as the chain gave it)
+    or its error, in the order given; a value given twice is two requests, and two answers."""
     client = DrpcClient(config, chain)
     try:
-        sent = {value: client.send(value.encode(), timeout_s) for value in values}
-        out: dict[str, bytes | DrpcError] = {}
-        for value, request in sent.items():
+        sent = [(value, client.send(value.encode(), timeout_s)) for value in values]
+        out: list[tuple[str, bytes | DrpcError]] = []
+        for value, request in sent:
             try:
-                out[value] = client.wait(request) or b""
+                out.append((value, client.wait(request) or b""))
             except DrpcError as error:
-                out[value] = error
+                out.append((value, error))
         return out
     finally:
         client.close()
@@ -283,12 +286,12 @@ def ask(config: ServiceConfig, chain: Chain, values: Sequence[str], timeout_s: f
 
 def _cmd_drpc(args: argparse.Namespace) -> int:
     answers = ask(load(args), Chain(args.chain_name, args.steps), args.values, args.deadline_s)
-    for value, answer in answers.items():
+    for value, answer in answers:
         # Any chain's answers: bytes, not always text, shown with what is not (and what a terminal would act on)
         # escaped.
         said = f"error: {answer}" if isinstance(answer, DrpcError) else answer.decode(errors="backslashreplace")
         print(f"{printable(value)}\t{printable(said)}")
-    return 1 if any(isinstance(a, DrpcError) for a in answers.values()) else 0
+    return 1 if any(isinstance(answer, DrpcError) for _value, answer in answers) else 0
 
 
 def add_drpc_parser(sub: Any) -> None:

@@ -377,7 +377,7 @@ def test_a_coordinated_chain_answers_exactly_after_a_broker_outage_and_no_step_h
 
         def ask(deadline_s: float) -> dict[str, int | str]:
             answers = reach.ask(config, chain, urls, deadline_s)
-            return {url: int(a or b"-1") if isinstance(a, bytes) else str(a) for url, a in answers.items()}
+            return {url: int(a or b"-1") if isinstance(a, bytes) else str(a) for url, a in answers}
 
         running += [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(steps(graph))]
         assert ask(60) == exact

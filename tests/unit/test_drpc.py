@@ -203,15 +203,36 @@ def test_drpc_call_prints_any_answer_and_fails_only_on_errors(
 ) -> None:
     """An answer that was not UTF-8 raised out of `acker drpc call` with a traceback, every other answer lost; an
     answer that began with "error:" made it exit 1; and control characters reached the terminal."""
-    answers = {"u\x1b[2J": b"\xff\xfe", "v": b"error: a real answer", "w": b"42"}
+    answers: list[tuple[str, bytes | DrpcError]] = [
+        ("u\x1b[2J", b"\xff\xfe"),
+        ("v", b"error: a real answer"),
+        ("w", b"42"),
+    ]
     monkeypatch.setattr(reach, "load", lambda _args: None)
     monkeypatch.setattr(reach, "ask", lambda *_: answers)
-    args = argparse.Namespace(chain_name="c", steps=2, values=list(answers), deadline_s=1.0)
+    args = argparse.Namespace(chain_name="c", steps=2, values=[value for value, _ in answers], deadline_s=1.0)
     assert reach._cmd_drpc(args) == 0
     assert capsys.readouterr().out.splitlines() == ["u\\x1b[2J\t\\xff\\xfe", "v\terror: a real answer", "w\t42"]
-    monkeypatch.setattr(reach, "ask", lambda *_: {**answers, "x": DrpcError("request r failed in the chain")})
-    assert reach._cmd_drpc(argparse.Namespace(**{**vars(args), "values": [*answers, "x"]})) == 1
+    monkeypatch.setattr(reach, "ask", lambda *_: [*answers, ("x", DrpcError("request r failed in the chain"))])
+    assert reach._cmd_drpc(argparse.Namespace(**{**vars(args), "values": [*args.values, "x"]})) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "x\terror: request r failed in the chain"
+
+
+def test_drpc_call_asks_a_value_given_twice_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers were kept by value: the first request of a value given twice was never waited for, one line printed."""
+    client = _client(_Producer())
+    monkeypatch.setattr(reach, "DrpcClient", lambda _config, _chain: client)
+    waited: list[str] = []
+
+    def wait(request: str) -> bytes:
+        waited.append(request)
+        return f"answer {len(waited)}".encode()
+
+    monkeypatch.setattr(client, "wait", wait)
+    monkeypatch.setattr(client, "close", lambda: None)
+    answers = reach.ask(None, Chain("c", 2), ["u", "v", "u"], 5.0)  # type: ignore[arg-type]
+    assert answers == [("u", b"answer 1"), ("v", b"answer 2"), ("u", b"answer 3")]
+    assert len(set(waited)) == 3  # three requests, each waited for
 
 
 def test_a_request_is_sent_with_a_deadline_the_steps_take() -> None:
