@@ -114,7 +114,10 @@ class Join:
             # not a side of an order, or too old to join: its tree may have expired
             collector.fail(message, "join: not a side of an order, or held too long to join")
             return
-        key = message.key or b""
+        if (wrong := _unjoinable(message)) is not None:  # on arrival: held, it would fail its partner at the join
+            collector.fail(message, f"join: {wrong}")
+            return
+        key = message.key or b""  # its order id, as its value says (`_unjoinable`)
         if key in self.joined:  # a copy of a side joined already (a re-read, a replay): joined again, same partner
             values = self.joined[key][1]
             if values[side] == message.value:
@@ -131,11 +134,10 @@ class Join:
                 self.waiting.setdefault((key, side), []).append(message)  # held, with its copies, for the partner
             return
         values = {PARTNER[side]: others[0].value, side: message.value}
-        # Before anything changes: a side that cannot be merged (not a JSON object), or a joined message the emit
-        # refuses, fails this input (the bolt fails an input its function raises on); its partner stays held, for
-        # this side's replay or failed after ``hold_s``, and no pair is remembered. (A refusal after the emit took
-        # its anchors, a record the producer cannot take, fails the partner's tree too: it is replayed, and a fail or
-        # ack of the copy held reaches a tree that is done.)
+        # Before anything changes: a joined message the emit refuses fails this input (the bolt fails an input its
+        # function raises on); its partner stays held, for this side's replay or failed after ``hold_s``, and no
+        # pair is remembered. (A refusal after the emit took its anchors, a record the producer cannot take, fails
+        # the partner's tree too: it is replayed, and a fail or ack of the copy held reaches a tree that is done.)
         self._emit(key, _merged(values), [*others, message], collector)
         del self.waiting[(key, PARTNER[side])]
         self.joined[key] = (now_ms, values)
@@ -202,8 +204,23 @@ class Join:
             c.ack(message)
 
 
+def _unjoinable(message: BoltInput) -> str | None:
+    """Why ``message`` cannot be a side of an order, or None: its value must be a JSON object whose ``order`` is the
+    message's key (what the spouts write). Messages without a key, or keyed otherwise, would be joined with records
+    of another order; a value that is not an object could not be merged, and held, it would fail its partner."""
+    try:
+        fields = json.loads(message.value or b"")
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
+        return "its value is not JSON"
+    if not isinstance(fields, dict):
+        return "its value is not a JSON object"
+    if message.key is None or fields.get("order") != message.key.decode(errors="replace"):
+        return "its order field is not its key (the order id)"
+    return None
+
+
 def _merged(values: dict[bytes, bytes | None]) -> bytes:
-    """The joined message's value: the order's fields and the payment's (each side a JSON object)."""
+    """The joined message's value: the order's fields and the payment's (each side a JSON object: `_unjoinable`)."""
     return json.dumps({**json.loads(values[b"order"] or b"{}"), **json.loads(values[b"payment"] or b"{}")}).encode()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -806,7 +807,8 @@ def test_a_join_fails_the_sides_it_holds_from_a_partition_a_rebalance_takes_away
     create_topics(config.client(), [TopicSpec(topics.sentences, 1), TopicSpec(topics.split, 2)])
 
     def order_side(record: Any, emitter: Any) -> None:
-        emitter.emit(topics.split, record.value(), key=record.value(), headers=[(join_example.SIDE, b"order")])
+        order = json.loads(record.value())["order"].encode()
+        emitter.emit(topics.split, record.value(), key=order, headers=[(join_example.SIDE, b"order")])
 
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"),
                   order_side)  # fmt: skip
@@ -816,7 +818,7 @@ def test_a_join_fails_the_sides_it_holds_from_a_partition_a_rebalance_takes_away
     stages: list[Running] = [ServiceThread(config), Running(spout), first]
     reader = OutcomeReader(config, [SPOUT])
     try:
-        ids = _produce(config, topics.sentences, [b"o%d" % i for i in range(12)])
+        ids = _produce(config, topics.sentences, [json.dumps({"order": f"o{i}"}).encode() for i in range(12)])
         deadline = time.monotonic() + 60
         while sum(map(len, first_join.waiting.values())) < 12 and time.monotonic() < deadline:
             time.sleep(0.1)
