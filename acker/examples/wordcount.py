@@ -154,12 +154,15 @@ def _crasher(crash_after: int | None, marker: str | None = None) -> Iterator[Non
         yield None
 
 
-def traced_sentences(output: str) -> Callable[[Message, Emitter], None]:
-    """The spout's emit function with tracing: each record forwarded with its origin in header ``wc.sentence``."""
+def traced_sentences(output: str, replay_topic: str) -> Callable[[Message, Emitter], None]:
+    """The spout's emit function with tracing: each record forwarded with its origin in header ``wc.sentence``: the
+    replay job's ``ORIGIN`` for a record of the spout's ``replay_topic`` only, as the spout trusts it (a source record
+    copied from another pipeline's replay topic may carry one naming a record of that pipeline)."""
 
     def emit(record: Message, emitter: Emitter) -> None:
         headers = read_headers(record) or []  # the spout fails a record whose headers cannot be read before this
-        origin = text(headers, ORIGIN) or f"{record.topic()}/{record.partition()}/{record.offset()}"
+        replayed = text(headers, ORIGIN) if record.topic() == replay_topic else None
+        origin = replayed or f"{record.topic()}/{record.partition()}/{record.offset()}"
         emitter.emit(output, record.value(), record.key(), [*headers, (SENTENCE, origin.encode())])
 
     return emit

@@ -173,7 +173,8 @@ def cmd_spout(args: argparse.Namespace) -> int:
         tracked=not args.untracked,
     )
     metrics = serve_stages(args.stage_metrics_port)  # first: a port in use stops it before it joins its group
-    spout = Spout(config, settings, traced_sentences(topics.split) if args.trace else None)
+    traced = traced_sentences(topics.split, config.replay_topic(topics.spout)) if args.trace else None
+    spout = Spout(config, settings, traced)
     metrics.add(spout)
     return run_until_signalled(spout)
 
@@ -549,11 +550,15 @@ def add_parser(sub: Any) -> None:
     )
     split = stages.choices["split"]
     split.add_argument("--fail-rate", type=share, default=0.0, help="share of sentences to fail [default: 0]")
-    split.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")
+    split.add_argument(
+        "--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages (0: at the first)"
+    )
     split.add_argument("--crash-marker", default=None, help="with --crash-after: only if this creates file PATH")
     count = stages.choices["count"]
     count.add_argument("--drop-rate", type=share, default=0.0, help="share of words to drop silently [default: 0]")
-    count.add_argument("--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages")
+    count.add_argument(
+        "--crash-after", type=at_least(0), default=None, help="exit abruptly after N messages (0: at the first)"
+    )
     count.add_argument("--crash-marker", default=None, help="with --crash-after: only if this creates file PATH")
     run = stage("run", "run the whole pipeline on generated or given sentences", cmd_run, seed="generated sentences")
     run.add_argument("--sentences", type=at_least(0), default=1000, help="sentences to generate [default: 1000]")
