@@ -105,13 +105,18 @@ def _mode_for(path: str) -> int:
 
 def _output(path: str) -> AbstractContextManager[TextIO]:
     """Where an export writes: standard output (``-``); a regular file, or a path with nothing there yet, only whole
-    (`_whole_file`); anything else as it is, through it (a symlink's target, a named pipe, ``/dev/stdout``, a shell's
-    ``>(gzip > f)``), which a file put in its place would replace."""
+    (`_whole_file`), at the end of its symlinks (the links left as they are: a file put in the place of one would
+    replace the link, not its target); anything else as it is, through it (a named pipe, a device, ``/dev/stdout``
+    to a pipe, a shell's ``>(gzip > f)``), which a file put in its place would replace."""
     if path == "-":
         return nullcontext(sys.stdout)
-    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)  # through its symlinks
+    except FileNotFoundError:  # nothing there yet, or a link to nothing yet
+        regular = True
+    if not regular:
         return open(path, "w", encoding="utf-8")
-    return _whole_file(path)
+    return _whole_file(os.path.realpath(path))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -70,13 +70,23 @@ def test_an_export_over_a_file_keeps_its_permissions_and_a_missing_directory_is_
 
 def test_an_export_to_a_link_or_a_pipe_writes_through_it(tmp_path: Path) -> None:
     """Put in place whole, a file replaced the link (its target left as it was) or the named pipe (its reader got
-    nothing)."""
+    nothing). Written through a link as it was, an export that failed midway cut its target's old export short."""
     target, link = tmp_path / "target", tmp_path / "link"
     target.write_text("old\n")
     link.symlink_to(target)
+    with pytest.raises(RuntimeError), cli._output(str(link)) as out:
+        out.write("half\n")
+        raise RuntimeError("the read failed")
+    assert link.is_symlink() and target.read_text() == "old\n"
     with cli._output(str(link)) as out:
         out.write("new\n")
     assert link.is_symlink() and target.read_text() == "new\n"
+    assert sorted(os.listdir(tmp_path)) == ["link", "target"]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "made")
+    with cli._output(str(dangling)) as out:
+        out.write("made\n")
+    assert dangling.is_symlink() and (tmp_path / "made").read_text() == "made\n"
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
     reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
