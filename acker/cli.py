@@ -124,7 +124,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     config = _answered_config(args)
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
-    with _output(args.output) as out:
+    # SIGTERM (a `timeout`, systemd, Kubernetes) as Ctrl-C: the file written beside the output is removed, not left.
+    with sigterm_as_interrupt(), _output(args.output) as out:
         done = export_partition(config, where, out, sys.stderr)
     said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
             + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"
@@ -748,11 +749,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = _servers(args, _settings(args))
         print(f"acker: {DID_NOT_ANSWER} in time{what}: is it running, and reachable at {where}?", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # said in a line, then died of SIGINT as Python does: a shell's loop stops there too
-        print("acker: interrupted", file=sys.stderr)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        return 130
+    except (KeyboardInterrupt, TerminatedError) as stopped:  # said in a line, then died of the signal as Python
+        # does of SIGINT: a shell's loop stops there too
+        signum = signal.SIGTERM if isinstance(stopped, TerminatedError) else signal.SIGINT
+        print(f"acker: {'terminated' if signum == signal.SIGTERM else 'interrupted'}", file=sys.stderr)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return interrupted_status(stopped)
     except BrokenPipeError as error:
         if not _reader_gone():  # another pipe (a socket to Spark's JVM, say): an error to show
             print(f"acker: {error.strerror or error}", file=sys.stderr)

@@ -3,13 +3,19 @@ file whole or not at all."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import signal
 import stat
+import time
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
+import acker.export
 from acker import cli
+from acker.config import ServiceConfig
 from acker.console import table_console, utc_time
 
 
@@ -96,3 +102,26 @@ def test_an_export_to_a_link_or_a_pipe_writes_through_it(tmp_path: Path) -> None
         assert os.read(reader, 100) == b"through\n" and stat.S_ISFIFO(pipe.stat().st_mode)
     finally:
         os.close(reader)
+
+
+def test_an_export_terminated_midway_leaves_no_file_beside_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM (a `timeout`, systemd) ended the process where it was: the hidden ``.partial`` file beside the output
+    stayed. It is now raised as Ctrl-C is, and the file removed on the way out."""
+
+    def terminated_midway(_config: object, _where: object, out: TextIO, _err: TextIO) -> None:
+        out.write("half\n")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal's handler raises here
+
+    monkeypatch.setattr(cli, "_answered_config", lambda _args: ServiceConfig())
+    monkeypatch.setattr(acker.export, "span", lambda *_args: None)
+    monkeypatch.setattr(acker.export, "export_partition", terminated_midway)
+    output = tmp_path / "export.jsonl"
+    output.write_text("kept\n")
+    args = argparse.Namespace(partition=0, from_offset=None, to_offset=None, output=str(output))
+    with pytest.raises(cli.TerminatedError):
+        cli._cmd_export(args)
+    assert os.listdir(tmp_path) == ["export.jsonl"] and output.read_text() == "kept\n"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler before is back
