@@ -23,7 +23,7 @@ from confluent_kafka import KafkaException
 
 from acker import logs
 from acker.argtypes import at_least, share, topic_with_partitions
-from acker.config import ServiceConfig, add_arguments, is_text, load
+from acker.config import BUCKETS_MAX, ServiceConfig, add_arguments, is_text, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
 from acker.errors import AckerError, ConfigError
@@ -31,30 +31,13 @@ from acker.help_text import prose
 from acker.kafka.clients import NO_ANSWER, REFUSED_LOGIN, kafka_error
 
 
-def _tracker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--buckets", type=int, default=3, help="ticks after which a pending tree expires (>= 2)")
-    parser.add_argument(
-        "--high-water",
-        type=at_least(0, below=2**63),
-        default=None,
-        help="pending trees at which new inits are nacked 'overload' (0: off)",
-    )
-    parser.add_argument(
-        "--relocate-on-update",
-        action="store_true",
-        help="every update restarts a tree's timeout (Storm's RotatingMap put), not only reset-timeout",
-    )
-
-
-def _tracker_config(args: argparse.Namespace) -> TrackerConfig:
-    return TrackerConfig(args.buckets, args.high_water or None, args.relocate_on_update)  # 0 is off, as for run
-
-
 def _cmd_replay(args: argparse.Namespace) -> int:
     from acker.columnar import BlockTracker
     from acker.replay import replay
 
-    config = _tracker_config(args)
+    config = load(
+        args
+    ).tracker_config()  # the service's: from --config, the environment and the flags, as it takes them
     tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     if args.file == "-":
         if isinstance(sys.stdin, io.TextIOWrapper):
@@ -534,6 +517,7 @@ def _add_export(sub: Any) -> None:
 
 
 # What `acker topics create` reads: where, which topics, how many partitions.
+TRACKER_SETTINGS = ("buckets", "high_water", "relocate_on_update")  # what `acker replay` takes of the service's
 TOPIC_SETTINGS = ("bootstrap_servers", "acker_topic", "outcome_prefix", "replay_prefix", "dlq_topic",
                   "replay_dlq_topic", "status_topic", "partitions", "replication_factor")  # fmt: skip
 
@@ -568,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="reference: one message at a time, exact decision order; columnar: the compiled block tracker "
         "(same decisions; the outcomes of one tick in table order)",
     )
-    _tracker_options(replay)
+    add_arguments(replay, TRACKER_SETTINGS)
     replay.set_defaults(run=_cmd_replay)
 
     _add_export(sub)
@@ -594,9 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--seed", type=int, default=1, help="seed of the workload [default: 1]")
     simulate.add_argument(
         "--buckets",
-        type=int,
+        type=at_least(2, below=BUCKETS_MAX + 1),  # as the service's setting
         default=3,
-        help="timeout buckets: a tree pending on the buckets-th tick after it started expires [default: 3]",
+        help=f"timeout buckets: a tree pending on the buckets-th tick after it started expires (2 to {BUCKETS_MAX}) "
+        "[default: 3]",
     )
     simulate.set_defaults(run=_cmd_simulate)
 

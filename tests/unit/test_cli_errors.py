@@ -167,7 +167,7 @@ def test_a_spout_group_of_a_spout_not_read_is_refused_before_spark_starts(
         ["spark", "replay", "--checkpoint", "/x", "--backoff-ms", "86400000"],  # a spout would not believe it
         ["spark", "replay", "--checkpoint", "/x", "--dedupe-window-s", "0"],
         ["spark", "replay", "--checkpoint", "/x", "--dedupe-window-s", str(30 * 86_400 + 1)],
-        ["replay", "--engine", "columnar", "--high-water", str(2**64), "x.jsonl"],  # numba's TypingError before
+        ["simulate", "--buckets", "33"],  # no service runs so
     ],
 )
 def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -175,6 +175,27 @@ def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.
         cli.main(argv)
     assert exit_.value.code == 2
     assert "must be" in capsys.readouterr().err
+
+
+def test_acker_replay_takes_the_services_tracker_settings_and_checks_them_as_the_service_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its own --buckets, --high-water and --relocate-on-update ignored ``ACKER_BUCKETS`` and a --config file: an
+    export piped to it where the service's settings are in the environment (the tools container) was decided with
+    others; and it took 100 buckets, which no service can run with."""
+    lines = tmp_path / "lines.jsonl"
+    init = '{"type": "init", "anchor": 5, "spout": "S", "msg_id": "M", "value": 3}'
+    lines.write_text("\n".join([init, *['{"type": "tick"}'] * 3, '{"type": "ack", "anchor": 5, "value": 3}']) + "\n")
+    assert cli.main(["replay", str(lines)]) == 0  # 3 buckets: timed out at the third tick
+    assert '"reason": "timeout"' in capsys.readouterr().out.replace('":"', '": "')
+    monkeypatch.setenv("ACKER_BUCKETS", "5")
+    assert cli.main(["replay", str(lines)]) == 0
+    assert '"outcome": "ack"' in capsys.readouterr().out.replace('":"', '": "')
+    assert cli.main(["replay", "--buckets", "3", str(lines)]) == 0  # a flag over the environment
+    assert "timeout" in capsys.readouterr().out
+    for wrong in (["--buckets", "100"], ["--high-water", str(2**64)]):  # numba's TypingError for the second, before
+        assert cli.main(["replay", "--engine", "columnar", *wrong, str(lines)]) == 2
+        assert "must be" in capsys.readouterr().err
 
 
 def test_command_help_reads_as_prose(capsys: pytest.CaptureFixture[str]) -> None:
