@@ -504,7 +504,8 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         origins.update(dict.fromkeys(own, where))
         kafka.update(librdkafka)
 
-    path = (getattr(args, "config", None) if args else None) or environ.get(ENV_PREFIX + "CONFIG")
+    given_path = getattr(args, "config", None) if args else None
+    path = given_path if given_path is not None else environ.get(ENV_PREFIX + "CONFIG")  # --config "": no file
     if path:
         try:
             document = tomllib.loads(Path(path).read_text("utf-8"))
@@ -516,6 +517,9 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         unknown = [key for key in document if key.replace("-", "_") not in _TYPES]
         if unknown:
             raise ConfigError(f"unknown setting {unknown[0]!r} in {path}")
+        spelt = [key.replace("-", "_") for key in document]
+        if twice := sorted({key for key in spelt if spelt.count(key) > 1}):  # one of them would be taken, unsaid
+            raise ConfigError(f"setting {twice[0]} given twice in {path} (with '_' and with '-')")
         layer({key.replace("-", "_"): value for key, value in document.items()}, _flat(table), str(path))
     # ACKER_KAFKA_* never names a setting of _TYPES ("kafka" is not one)
     from_env = {key[len(ENV_PREFIX) :].lower(): value for key, value in environ.items() if key.startswith(ENV_PREFIX)}
@@ -531,7 +535,14 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         given = dict(flag_setting(item, "--kafka") for item in getattr(args, "kafka", None) or [])
         layer(flags, given, "the flags")
     typed = {name: _convert(name, value, _TYPES[name], origins[name]) for name, value in values.items()}
-    return replace(ServiceConfig(), **typed, kafka=kafka)
+    try:
+        return replace(ServiceConfig(), **typed, kafka=kafka)
+    except ConfigError as error:  # said with where the value came from, as a value that cannot be read is
+        said = str(error)
+        named = [name for name in origins if re.match(rf"{name}\b", said)]
+        if not named:
+            raise
+        raise ConfigError(f"{said} (from {origins[max(named, key=len)]})") from None
 
 
 def _check_text(name: str, value: object, where: str) -> None:

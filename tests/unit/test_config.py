@@ -50,6 +50,38 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert "s3cret" not in repr(config.redacted())
 
 
+def test_one_setting_in_every_layer_is_the_flags_then_the_environments_then_the_files(tmp_path: Path) -> None:
+    path = tmp_path / "acker.toml"
+    path.write_text('buckets = 4\n[kafka]\n"linger.ms" = "1"\n')
+    environ = {"ACKER_BUCKETS": "5", "ACKER_KAFKA_LINGER_MS": "2"}
+    file_only = load(_parse("--config", str(path)), environ={})
+    over_file = load(_parse("--config", str(path)), environ=environ)
+    over_all = load(_parse("--config", str(path), "--buckets", "6", "--kafka", "linger.ms=3"), environ=environ)
+    assert [(c.buckets, c.kafka["linger.ms"]) for c in (file_only, over_file, over_all)] == [
+        (4, "1"),
+        (5, "2"),
+        (6, "3"),
+    ]
+
+
+def test_a_value_refused_says_where_it_came_from_and_a_file_names_each_setting_once(tmp_path: Path) -> None:
+    """``ACKER_BUCKETS=40`` made every command say "buckets must be between 2 and 32", without the environment; a
+    file with both ``timeout_s`` and ``timeout-s`` took the second without a word; ``--config ""`` took the file of
+    ``ACKER_CONFIG``."""
+    with pytest.raises(ConfigError, match=r"buckets must be between 2 and 32, got 40.* \(from the environment\)$"):
+        load(_parse(), environ={"ACKER_BUCKETS": "40"})
+    with pytest.raises(ConfigError, match=r"^high_water must be .* \(from the flags\)$"):
+        load(_parse("--high-water", "-1"), environ={})
+    path = tmp_path / "acker.toml"
+    path.write_text("timeout_s = 10\ntimeout-s = 20\n")
+    with pytest.raises(ConfigError, match=r"setting timeout_s given twice in .*acker\.toml"):
+        load(_parse("--config", str(path)), environ={})
+    path.write_text("timeout_s = 0.0001\n")
+    with pytest.raises(ConfigError, match=rf"leaves less than 1 ms between ticks \(from {re.escape(str(path))}\)"):
+        load(_parse("--config", str(path)), environ={})
+    assert load(_parse("--config", ""), environ={"ACKER_CONFIG": str(path)}) == ServiceConfig()
+
+
 def test_dotted_librdkafka_keys_written_plainly_in_a_file_are_settings_and_stay_secret(tmp_path: Path) -> None:
     """TOML reads an unquoted ``sasl.password = ...`` as a nested table: it is the setting sasl.password all the same,
     and redacted as one."""
