@@ -493,13 +493,14 @@ def _add_export(sub: Any) -> None:
         help="write one acker partition's messages as the JSON lines acker replay reads, as the service applies them",
         description="Read one partition of the acker topic (from its first record, or --from-offset, to its end now, "
         "or --to-offset) and write its messages as JSON lines for acker replay: the ticks the service applies only "
-        "(those that continue the partition's tick chain, followed from the service group's committed offset), and "
+        "(those that continue the partition's tick chain, followed from the service group's committed offset when "
+        "that is not past the start, else from the partition's first record), and "
         "each record the service refused as a whole written as what it applies instead (a fail of each of its trees, "
         "then the tree's init; a record with a message of another partition where the service dead-lettered it). "
         "acker export ... | "
-        "acker replay - with the service's --buckets, --high-water and --relocate-on-update decides each tree as the "
-        "service did, exported from the partition's first record. What is left out or replaced is said on stderr, "
-        "with its offset.",
+        "acker replay - with the service's tracker settings (buckets, high_water, relocate_on_update) decides each "
+        "tree as the service did, exported from the partition's first record. What is left out or replaced is said "
+        "on stderr, with its offset.",
     )
     export.add_argument("partition", type=at_least(0), help="the acker topic's partition")
     export.add_argument("--from-offset", type=at_least(0), metavar="OFFSET", help="first offset [default: the first]")
