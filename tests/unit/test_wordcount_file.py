@@ -42,7 +42,7 @@ def test_a_file_that_cannot_be_read_is_one_line_before_anything_starts(
     def nothing_before_the_file(*_args: Any, **_kwargs: Any) -> NoReturn:
         raise AssertionError("started before the file was read")
 
-    for name in ("cmd_topics", "produce", "Stages"):
+    for name in ("cmd_topics", "create_and_report", "produce", "Stages", "PipelineStages"):
         monkeypatch.setattr(wordcount_cli, name, nothing_before_the_file)
     missing = tmp_path / "no-such-file.txt"
     argv = ["wordcount", command, "--file", str(missing), "--bootstrap-servers", "127.0.0.1:1"]
