@@ -141,19 +141,20 @@ def test_a_replay_topic_watermark_short_of_its_copies_fails_the_run() -> None:
 
 def test_a_good_record_dead_lettered_is_a_failure_unless_each_of_its_attempts_was_nacked() -> None:
     """Injected failures are random: a good sentence can draw one at its first attempt and at each replay."""
-    ledger = _ledger(b"a", b"b")
+    ledger = _ledger(b"a", b"b", b"c")
     ledger.max_attempts = 2
-    for origin, copies in (("s/0/0", 2), ("s/0/1", 1)):
+    for origin, copies in (("s/0/0", 2), ("s/0/1", 1), ("s/0/2", 3)):
         ledger.outcome(origin, "FAILED", 0, by_acker=True, at_ms=1)
         for i in range(copies):
             ledger.copy("r", 0, int(origin[-1]) * 10 + i, origin)
             ledger.outcome(f"r/0/{int(origin[-1]) * 10 + i}", "TIMEOUT", 0, by_acker=True, at_ms=2)
         ledger.dead_letter(origin)
-    ledger.watermarks(5, {("s", 0): 2})
+    ledger.outcome("r/0/22", "ACK", 0, by_acker=True, at_ms=3)  # s/0/2's last attempt, nacked and then acked
+    ledger.watermarks(5, {("s", 0): 3})
     report = ledger.report()
-    assert report.failed_every_attempt == ["s/0/0"]  # nacked at its 3 attempts; s/0/1 at only 2 of them
-    assert report.unexpected_dead_letters == ["s/0/1"]
-    assert report.words_expected == 1  # the words of s/0/1 only: s/0/0 was given up on
+    assert report.failed_every_attempt == ["s/0/0"]  # nacked at its 3 attempts; s/0/1 at only 2; s/0/2 acked once
+    assert report.unexpected_dead_letters == ["s/0/1", "s/0/2"]
+    assert report.words_expected == 2  # the words of s/0/1 and s/0/2 only: s/0/0 was given up on
 
 
 def test_more_good_records_failed_at_every_attempt_than_the_injected_rates_explain_is_a_failure() -> None:
@@ -205,17 +206,33 @@ def test_a_last_count_below_the_times_a_word_was_counted_is_a_loss() -> None:
 def test_a_sentence_acked_before_each_of_its_words_was_counted_is_acked_early() -> None:
     """A tree completed before its words were counted (the bug the acker rules out) passed: it was compared with the
     watermark only, which an ack lets through, and the words were counted in the end."""
-    ledger = _ledger(b"the cow", b"a moon")
+    ledger = _ledger(b"the cow", b"a moon", b"a sun")
     ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=100)
+    ledger.outcome("s/0/0", "ACK", 1, by_acker=True, at_ms=950)  # re-decided after a failover: the first ack counts
     ledger.outcome("s/0/1", "FAILED", 1, by_acker=True, at_ms=100)
     ledger.copy("r", 0, 0, "s/0/1")
     ledger.outcome("r/0/0", "ACK", 1, by_acker=True, at_ms=300)
+    ledger.outcome("s/0/2", "FAILED", 1, by_acker=True, at_ms=100)
+    for offset, at in ((1, 200), (2, 400)):  # two copies of s/0/2 (a replay re-driven): the first ack counts
+        ledger.copy("r", 0, offset, "s/0/2")
+        ledger.outcome(f"r/0/{offset}", "ACK", 1, by_acker=True, at_ms=at)
     for word, sentence, at in ((b"the", "s/0/0", 90), (b"cow", "s/0/0", 900), (b"a", "s/0/1", 50)):
         ledger.count(word, sentence, at_ms=at)
     ledger.count(b"moon", "s/0/1", at_ms=250)  # counted in the replay, before the copy's ack
+    ledger.count(b"a", "s/0/2", at_ms=50)
+    ledger.count(b"sun", "s/0/2", at_ms=250)  # after the first copy's ack, before the second's
     report = ledger.report()
-    assert report.acked_early == ["s/0/0 (acked at 100; 'cow' counted 0 of 1 time(s) by then)"]
+    assert report.acked_early == ["s/0/0 (acked at 100; 'cow' counted 0 of 1 time(s) by then)",
+                                  "s/0/2 (acked at 200; 'sun' counted 0 of 1 time(s) by then)"]  # fmt: skip
     assert report.words_lost == 0 and "acked before every word was counted" in report.failures[0]
+
+
+def test_the_good_records_expected_to_fail_every_attempt_take_each_word_of_a_sentence() -> None:
+    """A sentence is kept at an attempt if it is not failed and none of its words is dropped."""
+    ledger = _ledger(b"a b", b"c", b"poison d", poison=2)
+    ledger.fail_rate, ledger.drop_rate, ledger.max_attempts = 0.5, 0.5, 1
+    kept_two, kept_one = 0.5 * 0.5**2, 0.5 * 0.5  # the poison sentence is not a good record
+    assert ledger.expected_failed_every_attempt() == (1 - kept_two) ** 2 + (1 - kept_one) ** 2
 
 
 def test_poison_dead_lettered_before_its_replays_and_letters_nobody_could_read_are_failures() -> None:
