@@ -18,12 +18,16 @@ from typing import Any, Literal, NamedTuple
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
+    IsolationLevel,
     KafkaException,
     Message,
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined] # documented location
+    AdminClient,
+    OffsetSpec,
+)
 from confluent_kafka.cimpl import KafkaError
 
 from acker.config import without_consumer_settings
@@ -238,8 +242,9 @@ class KafkaLookups:
 
     def fetch(self, topic: str, partition: int, offsets: list[int]) -> dict[int, Message | None]:
         """The records at these offsets of one partition; None for an offset that certainly holds none (deleted by
-        retention, or not a record a read_committed consumer reads). `LookupError` when Kafka cannot tell in time, or
-        refuses a read: an unanswered read must not be taken for a missing record.
+        retention, past the end as written, or not a record a read_committed consumer reads). `LookupError` when Kafka
+        cannot tell in time, or refuses a read, or the offset lies past a transaction still open (its record, if any,
+        is not readable until the transaction ends): an unanswered read must not be taken for a missing record.
 
         Offsets close together are read in one pass from the first to the last of them; a topic or partition that no
         longer exists holds none of them.
@@ -252,10 +257,18 @@ class KafkaLookups:
             raise LookupError(f"{topic}[{partition}]: no answer for its offsets ({error})") from error
         if ends is None:
             return dict.fromkeys(wanted)
-        low, high = ends
+        low, high = ends  # ``high``: where the first transaction still open begins, if one is (read_committed)
+        if wanted and wanted[-1] >= high:
+            try:
+                written = self._written_end(topic, partition)
+            except KafkaException as error:
+                raise LookupError(f"{topic}[{partition}]: no answer for its end ({error})") from error
+            if held := [o for o in wanted if high <= o < written]:  # records may be there, not readable yet
+                raise LookupError(f"{topic}[{partition}]: offset {held[0]} is past the readable end {high} for now "
+                                  "(a transaction is open)")  # fmt: skip
         for offset in wanted:
             if offset < low or offset >= high:
-                out[offset] = None  # deleted, or (truncated) never there
+                out[offset] = None  # deleted, or (truncated) never there: past the end as written too
         pending = [o for o in wanted if o not in out]
         while pending:
             first, last = pending[0], pending[0]
@@ -282,6 +295,22 @@ class KafkaLookups:
                     raise LookupError(f"{topic}[{partition}]: offset {o} is past the readable end {end} for now")
             pending = [o for o in pending if o > last]
         return out
+
+    def _written_end(self, topic: str, partition: int) -> int:
+        """The partition's end as written (read_uncommitted: the records of transactions still open counted), which
+        the lookups' consumer does not say (its end is where the first open transaction begins). `KafkaException`
+        when Kafka does not answer."""
+        where = TopicPartition(topic, partition)
+        futures = self._admin_client().list_offsets(
+            {where: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=_LOOKUP_TIMEOUT_S,
+        )
+        try:
+            return int(futures[where].result().offset)
+        except KafkaException as error:
+            self._renew_after(error)
+            raise
 
     def _ends(self, topic: str, partition: int) -> tuple[int, int] | None:
         """The first and the end offset of a partition; None when the topic or the partition certainly does not

@@ -220,6 +220,44 @@ def test_acker_watermarks_counts_what_lies_past_an_open_transaction(
     assert (row["end"], row["behind"], row["open_from"]) == (13, 9, None)  # the 3 aborted, and their marker, are none
 
 
+def test_a_record_past_an_open_transaction_is_not_taken_for_none(config: ServiceConfig) -> None:
+    """The lookups' consumer, read_committed, is told the last stable offset as the partition's end: a record written
+    after a transaction still open was "certainly none", and the replay job dead-lettered its nack ``source-missing``
+    without its data. It is unknown for now (`LookupError`, asked again), and read once the transaction ends; an
+    offset past the end as written is still none."""
+    topic = f"src-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    plain = Producer(config.client())
+    plain.produce(topic, b"before", partition=0)
+    assert plain.flush(30) == 0
+    open_one = Producer(config.client(**{"transactional.id": f"t-{uuid.uuid4().hex}"}))
+    open_one.init_transactions(30)
+    open_one.begin_transaction()
+    open_one.produce(topic, b"open", partition=0)
+    assert open_one.flush(30) == 0
+    plain.produce(topic, b"after", partition=0)  # offset 2
+    assert plain.flush(30) == 0
+    kafka = lookups(config.client())
+    try:
+        with kafka.lock:
+            assert kafka.fetch(topic, 0, [3, 99]) == {3: None, 99: None}  # past the end as written
+            for offsets in ([2], [0, 2], [1]):
+                with pytest.raises(LookupError, match="a transaction is open"):
+                    kafka.fetch(topic, 0, offsets)
+    finally:
+        open_one.abort_transaction(30)
+    deadline = time.monotonic() + 30
+    while True:  # the partition's abort marker is written after the abort returns: asked again, as the job does
+        try:
+            with kafka.lock:
+                found = kafka.fetch(topic, 0, [0, 1, 2])
+            break
+        except LookupError:
+            assert time.monotonic() < deadline, "still past an open transaction 30 s after its abort"
+            time.sleep(0.2)
+    assert found[1] is None and [found[o].value() for o in (0, 2)] == [b"before", b"after"]  # type: ignore[union-attr]
+
+
 def _sixty_of_a_hundred_deleted(config: ServiceConfig) -> str:
     """A new topic of one partition, 100 records written, offsets 0-59 deleted since (as retention does)."""
     topic = f"src-{uuid.uuid4().hex[:8]}"
