@@ -40,6 +40,7 @@ _LOOKUP_TIMEOUT_S = 10.0
 # How long what one read saw of a partition answers `next_existing` without another read: records that existed may
 # be deleted meanwhile (retention, compaction), and a mark that waits on one asks again after `RECHECK_S` (60 s).
 SEEN_FOR_S = 10.0
+_SEEN_KEPT = 1024  # partitions past which what was seen of them, or said of them gone, is pruned
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
 CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after this before it is taken as gone
 # One confirmed missing is taken as missing, without a second look, for this long: short, since a topic deleted and
@@ -172,7 +173,9 @@ class KafkaLookups:
         every marker; each was a read of its own (a few milliseconds under the job's lock), more than a source
         committing transactions many times a second leaves time for."""
         seen = self._seen.get((topic, partition))
-        if seen is not None and seen.first <= offset < seen.end and time.monotonic() < seen.until:
+        if seen is not None and time.monotonic() >= seen.until:  # answers nothing more (up to 36 KB each)
+            del self._seen[(topic, partition)]
+        elif seen is not None and seen.first <= offset < seen.end:
             at = bisect.bisect_left(seen.offsets, offset)
             return seen.offsets[at] if at < len(seen.offsets) else seen.end  # none in [offset, end): the readable end
         try:
@@ -203,6 +206,9 @@ class KafkaLookups:
         records, end = found
         if end > offset:
             offsets = [int(record.offset() or 0) for record in records]
+            if len(self._seen) >= _SEEN_KEPT:  # partitions not asked about since (topics deleted, marks moved on)
+                now = time.monotonic()
+                self._seen = {key: kept for key, kept in self._seen.items() if kept.until > now}
             self._seen[(topic, partition)] = _Seen(offset, offsets, end, time.monotonic() + SEEN_FOR_S)
         if records:
             return int(records[0].offset() or 0)
@@ -218,6 +224,8 @@ class KafkaLookups:
 
     def _say_gone(self, topic: str, partition: int, consequence: str) -> None:
         if (topic, partition) not in self._gone:
+            if len(self._gone) >= _SEEN_KEPT:  # topics deleted long ago: said again, at worst
+                self._gone.clear()
             self._gone.add((topic, partition))
             log.warning("%s[%d] no longer exists: %s", topic, partition, consequence)
 

@@ -351,3 +351,30 @@ def test_which_watermarks_each_commit_mode_commits(commits: lookups.Commits, wan
     """A watermark of 5: never committed behind what the group has; renewed where it equals it only when asked; and,
     renewing as they are offsets read from the group, none where the group has none now (a topic deleted since)."""
     assert [commits.wanted(5, current) for current in (None, 4, 5, 6)] == wanted
+
+
+def test_what_was_seen_of_partitions_not_asked_about_since_is_pruned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read's offsets (up to ~36 KB a partition) answered for `SEEN_FOR_S` but were kept for the life of the
+    process, one entry for every partition ever asked about (topics deleted, created, deleted)."""
+    clock = [0.0]
+    monkeypatch.setattr(lookups, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
+    monkeypatch.setattr(lookups, "_SEEN_KEPT", 4)
+    kafka = lookups.KafkaLookups({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    reads: list[int] = []
+
+    def read(_topic: str, partition: int, first: int, _last: int, **_kwargs: Any) -> tuple[list[_Record], int]:
+        reads.append(partition)
+        return [_Record(first + 2)], 100
+
+    monkeypatch.setattr(kafka, "_ends", lambda _topic, _partition: (0, 100))
+    monkeypatch.setattr(kafka, "_read", read)
+    try:
+        for partition in range(10):
+            assert kafka.next_existing("t", partition, 1) == 3
+            assert kafka.next_existing("t", partition, 2) == 3 and reads.count(partition) == 1  # seen: not read again
+            clock[0] += lookups.SEEN_FOR_S
+        assert len(kafka._seen) <= 4
+        kafka.next_existing("t", 9, 1)  # what was seen of it answers no more: forgotten, and read again
+        assert reads.count(9) == 2 and len(kafka._seen) <= 4
+    finally:
+        kafka.close()
