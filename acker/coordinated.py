@@ -123,7 +123,7 @@ class RequestState:
         )
 
 
-FAILURE_GRACE_MS = 10_000  # longer than a DRPC client waits after the deadline for the "failed" answer
+FAILURE_GRACE_MS = 10_000  # as long as a DRPC client waits after the deadline for the "failed" answer (5 s + 5 s)
 # A request's deadline is at most this far from its sending (Storm bounds a request by the topology's message
 # timeout): a task keeps a request's state, then its done marker, until the deadline, in memory and in its changelog.
 DEADLINE_MAX_S = 24 * 3600
