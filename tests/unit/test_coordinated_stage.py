@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.coordinated import RequestState, TaskState
+from acker.coordinated import FAILURE_GRACE_MS, RequestState, TaskState
 from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
 from acker.kafka import coordinated_stage
@@ -55,7 +55,7 @@ def _last_step(step: Any) -> CoordinatedStage:
                       "started_over": 0, "producers_renewed": 0}  # fmt: skip
     stage._touched, stage.producer, stage._refused_emit = {}, _Producer(), None  # type: ignore[assignment]
     stage.max_record = stage.max_dead_letter = 1_000_000 - 1024
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1)}
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1, after_first=True)}  # step 1, as the stage makes it
     return stage
 
 
@@ -63,7 +63,7 @@ def _middle_step(step: Any) -> CoordinatedStage:
     """Step 1 of a chain of three, one task, whose next step has 3 tasks (`_last_step` otherwise)."""
     stage = _last_step(step)
     stage.chain, stage.last, stage.output, stage.next_count = Chain("c", 3), False, "c.step2", 3
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3)}
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=3, after_first=True)}
     return stage
 
 
@@ -384,6 +384,30 @@ def test_a_commit_that_failed_retriably_is_tried_again() -> None:
     assert [r["headers"][-1] for r in _out(stage, "c.results")] == [(STATUS, b"failed")]  # the expired request
 
 
+def test_a_done_marker_forgotten_is_deleted_from_the_changelog_in_the_batchs_transaction() -> None:
+    """Kept there, every request id would stay in the compacted changelog for good, and each restore read them all."""
+    producer = _Transactions()
+    stage = _expiring(producer)
+    marker = RequestState("old", int(time.time() * 1000) - FAILURE_GRACE_MS - 1)
+    marker.done = True
+    stage.tasks[0].requests["old"] = marker
+    stage.poll(0)
+    assert "old" not in stage.tasks[0].requests and producer.calls == ["begin", "offsets [(0, 5)]", "commit"]
+    assert [r["value"] for r in _out(stage, "c.step1.state") if r["key"] == b"old"] == [None]  # a tombstone
+
+
+def test_records_of_a_partition_revoked_while_in_flight_are_neither_handled_nor_committed() -> None:
+    """One consume may return records fetched before a revoke that happens within it: handled, they would work on a
+    task another process owns; their offsets sent, they would overwrite that process's."""
+    stage = _last_step(_Answer(b"x"))
+    moved = Message(topic="c.step1", partition=1, offset=9, value=b"v",
+                    headers=[(REQUEST, b"r"), (DEADLINE, str(int(time.time() * 1000) + 60_000).encode())])  # fmt: skip
+    _handle(stage, moved, int(time.time() * 1000))
+    assert stage.producer.out == [] and stage.counters["processed"] == 0  # type: ignore[attr-defined]
+    kept = _report("r")
+    assert [(tp.partition, tp.offset) for tp in stage._positions([kept, moved])] == [(0, 8)]
+
+
 @pytest.mark.parametrize(
     "error",
     [KafkaError(KafkaError.INVALID_TXN_STATE, "no"),
@@ -413,7 +437,7 @@ def _restoring(stage: CoordinatedStage) -> list[int]:
 
     def restore(partition: int) -> TaskState:
         restored.append(partition)
-        task = TaskState(first=False, tasks=1, next_tasks=1)
+        task = TaskState(first=False, tasks=1, next_tasks=1, after_first=stage.index == 1)
         for request, state in committed[partition].items():
             task.requests[request] = RequestState.from_json(state)  # scheduled as `_restore` does
         return task
@@ -642,7 +666,7 @@ def test_a_batch_of_expiries_only_found_committed_after_all_keeps_its_counts(
     stage = _expiring(old)
 
     def restore(partition: int) -> TaskState:  # as committed: this batch's transaction with the rest
-        task = TaskState(first=False, tasks=1, next_tasks=1)
+        task = TaskState(first=False, tasks=1, next_tasks=1, after_first=stage.index == 1)
         for request, state in stage.tasks[partition].requests.items():
             task.requests[request] = RequestState.from_json(state.to_json())
         return task
@@ -952,7 +976,7 @@ def test_a_request_whose_keys_went_by_another_task_count_fails_rather_than_send_
     saved = json.loads(stage._encode(0, stage.tasks[0].requests["r"]))
     assert saved["routed"] == 3 and not saved["failed"]
     stage.next_count = 4  # its successor, started with the new count, restores the task
-    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=4)}
+    stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=4, after_first=True)}
     stage.tasks[0].requests["r"] = RequestState.from_json(saved)
     _handle(stage, _data("r", b"f", 2), int(time.time() * 1000))
     assert stage.tasks[0].requests["r"].failed

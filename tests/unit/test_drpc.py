@@ -9,13 +9,13 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from acker import drpc
 from acker.config import ServiceConfig
 from acker.drpc import ANSWER_KEPT_S, DrpcClient, DrpcError
 from acker.examples import reach
-from acker.kafka.coordinated_stage import Chain
+from acker.kafka.coordinated_stage import REQUEST, STATUS, Chain
 
 
 class _Producer:
@@ -191,6 +191,24 @@ def test_requests_never_waited_for_are_forgotten_once_their_time_is_out() -> Non
     client._answers[fresh] = ("ok", b"7")
     client.send(b"z")
     assert fresh not in client._deadlines and fresh not in client._answers
+
+
+def test_only_answers_to_this_clients_requests_waited_for_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The results topic is shared by every client: kept, other clients' answers would pile up for good (only the
+    requests waited for are forgotten at their deadlines)."""
+    client = _client(_Producer())
+    client._read_up_to, client.consumer = {0: 0}, None  # type: ignore[assignment]  # read through the stand-in below
+    mine = client.send(b"url0", timeout_s=30)
+
+    def answer(offset: int, request: str) -> Message:
+        headers = [(REQUEST, request.encode()), (STATUS, b"ok")]
+        return Message(topic="c.results", partition=0, offset=offset, value=b"7", headers=headers)  # type: ignore[arg-type]
+
+    records = [answer(0, "someone else's"), answer(1, mine), answer(2, "another")]
+    monkeypatch.setattr(drpc, "consume_available", lambda *_args: records)
+    client._read_answers(0.0)
+    assert client._answers == {mine: ("ok", b"7")} and client._read_up_to == {0: 3}
+    assert client.wait(mine) == b"7"
 
 
 def test_waiting_for_a_request_this_client_does_not_know_is_a_clear_error() -> None:
