@@ -65,11 +65,12 @@ from acker.kafka.clients import (
     after_failure,
     ensure_topics,
     kafka_error,
+    open_transaction_wait_s,
     partition_count,
     produce,
     topic_partitions,
 )
-from acker.kafka.lookups import CONFIRM_S, lookups
+from acker.kafka.lookups import CONFIRM_S, OpenTransactionError, lookups
 from acker.retries import (
     NO_REPLAY_TOPIC,
     REASON,
@@ -202,6 +203,7 @@ class _Publisher:
     def __init__(self, settings: ReplayJobSettings, identity: str) -> None:
         self.settings, self.policy, self.identity = settings, settings.policy, identity
         client = dict(settings.source.client)
+        self._open_wait_s = open_transaction_wait_s(client)  # a nacked record past a transaction still open
         factor = settings.replication_factor
         self._dead_letters = TopicSpec(settings.dead_letter_topic, 1, factor)
         ensure_topics(
@@ -429,7 +431,8 @@ class _Publisher:
         wanted: dict[tuple[str, int], list[int]] = defaultdict(list)
         for row in rows:
             wanted[(row.topic, int(row.partition))].append(int(row.offset))
-        found = {(t, p, o): r for (t, p), offsets in wanted.items() for o, r in _fetch(fetch, t, p, offsets).items()}
+        found = {(t, p, o): r for (t, p), offsets in wanted.items()
+                 for o, r in _fetch(fetch, t, p, offsets, open_wait_s=self._open_wait_s).items()}  # fmt: skip
         # Read once for all the nacks of a record (several spouts may read its topic): a second read of headers that
         # could not be read finds none (`read_headers`), and the record was replayed without them.
         headers_of = {at: read_headers(record) for at, record in found.items() if record is not None}
@@ -646,15 +649,32 @@ def handled_said(handled: Mapping[str, int]) -> str:
     return said + f" ({', '.join(f'{reason} {n}' for reason, n in letters.items())})" if letters else said
 
 
-def _fetch(fetch: Fetch, topic: str, partition: int, offsets: list[int], tries: int = 3) -> dict[int, Message | None]:
-    """``fetch``, tried again while Kafka does not answer (`LookupError`); the last try's error propagates."""
-    for attempt in range(1, tries):
+def _fetch(
+    fetch: Fetch, topic: str, partition: int, offsets: list[int], *, tries: int = 3, open_wait_s: float = 0.0
+) -> dict[int, Message | None]:
+    """``fetch``, tried again while Kafka does not answer (`LookupError`); the last try's error propagates. A record
+    past a transaction still open (`OpenTransactionError`) is waited for up to ``open_wait_s``, as the other reads
+    of records to a partition's end as written wait (`open_transaction_wait_s`: until the broker aborts a transaction
+    whose writer died), asked again every second."""
+    attempt, waiting_since = 1, None
+    while True:
         try:
             return fetch(topic, partition, offsets)
+        except OpenTransactionError as error:
+            now = time.monotonic()
+            waiting_since = now if waiting_since is None else waiting_since
+            if now - waiting_since >= open_wait_s:
+                raise
+            if waiting_since == now:
+                log.warning("reading nacked records of %s[%d]: %s; waiting for it (%g s at most)", topic, partition,
+                            error, open_wait_s)  # fmt: skip
+            time.sleep(1.0)
         except LookupError as error:
+            if attempt >= tries:
+                raise
             log.warning("reading nacked records of %s[%d] (try %d of %d): %s", topic, partition, attempt, tries, error)
             time.sleep(attempt)  # a broker that did not answer is given a moment
-    return fetch(topic, partition, offsets)
+            attempt += 1
 
 
 _publishers: list[_Publisher] = []  # of this process's jobs, for `close_publishers`

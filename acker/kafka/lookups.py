@@ -111,6 +111,18 @@ class _Seen(NamedTuple):
     until: float
 
 
+class OpenTransactionError(LookupError):
+    """An offset past a transaction still open on its partition: its record, if any, is not readable until the
+    transaction ends (committed, or aborted: by the broker after its timeout when its writer died, or by an operator
+    when it hangs)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, open_from: int) -> None:
+        super().__init__(f"{topic}[{partition}]: offset {offset} lies past a transaction open from offset {open_from}, "
+                         "not readable until it ends (one that hangs, which the broker never aborts, is listed by "
+                         "Kafka's kafka-transactions.sh find-hanging and ended by its abort)")  # fmt: skip
+        self.open_from = open_from
+
+
 class KafkaLookups:
     """Not thread-safe by itself; `lookups` hands out one per configuration, guarded by a lock."""
 
@@ -272,8 +284,7 @@ class KafkaLookups:
             except KafkaException as error:
                 raise LookupError(f"{topic}[{partition}]: no answer for its end ({error})") from error
             if held := [o for o in wanted if high <= o < written]:  # records may be there, not readable yet
-                raise LookupError(f"{topic}[{partition}]: offset {held[0]} is past the readable end {high} for now "
-                                  "(a transaction is open)")  # fmt: skip
+                raise OpenTransactionError(topic, partition, held[0], high)
         for offset in wanted:
             if offset < low or offset >= high:
                 out[offset] = None  # deleted, or (truncated) never there: past the end as written too
@@ -300,7 +311,7 @@ class KafkaLookups:
                 elif o < end:
                     out[o] = None  # read past it without seeing it: not a record a consumer reads
                 else:  # an open transaction holds the readable end below it
-                    raise LookupError(f"{topic}[{partition}]: offset {o} is past the readable end {end} for now")
+                    raise OpenTransactionError(topic, partition, o, end)
             pending = [o for o in pending if o > last]
         return out
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from acker import cli
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics
-from acker.kafka.lookups import Commits, lookups
+from acker.kafka.lookups import Commits, OpenTransactionError, lookups
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.mark_store import Key
 from spark_jobs.watermark import PartitionMark
@@ -242,7 +242,7 @@ def test_a_record_past_an_open_transaction_is_not_taken_for_none(config: Service
         with kafka.lock:
             assert kafka.fetch(topic, 0, [3, 99]) == {3: None, 99: None}  # past the end as written
             for offsets in ([2], [0, 2], [1]):
-                with pytest.raises(LookupError, match="a transaction is open"):
+                with pytest.raises(OpenTransactionError, match="lies past a transaction open from offset 1"):
                     kafka.fetch(topic, 0, offsets)
     finally:
         open_one.abort_transaction(30)

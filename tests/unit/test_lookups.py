@@ -213,6 +213,38 @@ def test_a_refused_read_of_nacked_records_is_no_answer_and_the_replay_job_asks_a
         kafka.close()
 
 
+def test_a_nacked_record_past_an_open_transaction_is_waited_for_as_long_as_the_broker_may_keep_it_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Such a record was taken for none (dead-lettered ``source-missing`` without its data); then, as a read Kafka
+    did not answer, three tries in 3 s failed the batch, and every restart of the job, while a transaction whose
+    writer died stays open for a minute. It is waited for as other reads to a partition's end wait; a transaction
+    that hangs fails the batch with what to do about it."""
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(replay_job, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
+    asked: list[float] = []
+
+    def open_until(ends_at: float) -> replay_job.Fetch:
+        def fetch(topic: str, partition: int, offsets: list[int]) -> dict[int, Any]:
+            asked.append(clock[0])
+            if clock[0] < ends_at:
+                raise lookups.OpenTransactionError(topic, partition, offsets[0], 1)
+            return dict.fromkeys(offsets)
+
+        return fetch
+
+    assert replay_job._fetch(open_until(60.0), "t", 0, [2], open_wait_s=90.0) == {2: None}
+    assert len(asked) == 61  # once a second
+    hanging = r"offset 2 lies past a transaction open from offset 1.*find-hanging"
+    with pytest.raises(lookups.OpenTransactionError, match=hanging):
+        replay_job._fetch(open_until(float("inf")), "t", 0, [2], open_wait_s=90.0)
+    assert clock[0] - 60.0 == pytest.approx(90.0, abs=1.0)
+
+
 def test_a_groups_offsets_are_asked_within_the_lookups_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Listing a group's offsets (also the first step of committing them) waited librdkafka's 60 s for a broker that
     does not answer, holding the lookups' lock, where every other lookup waits `_LOOKUP_TIMEOUT_S`."""
