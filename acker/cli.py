@@ -7,6 +7,7 @@ import gc
 import io
 import logging
 import os
+import re
 import select
 import signal
 import stat
@@ -86,20 +87,35 @@ def _mode_for(path: str) -> int:
         return 0o666 & ~umask
 
 
+# A descriptor of this process by name: what it stands for was opened by the shell (``> f``, ``>> log``, a group's
+# output), and is written through the descriptor itself, where it stands (opened anew, a file would be cut short, or
+# written over by the shell's next line), never replaced.
+_DESCRIPTOR = re.compile(r"/dev/(?:stdout|stderr|fd/(\d+))|/proc/(?:self|(\d+))/fd/(\d+)")
+
+
 def _output(path: str) -> AbstractContextManager[TextIO]:
     """Where an export writes: standard output (``-``); a regular file, or a path with nothing there yet, only whole
     (`_whole_file`), at the end of its symlinks (the links left as they are: a file put in the place of one would
-    replace the link, not its target); anything else as it is, through it (a named pipe, a device, ``/dev/stdout``
-    to a pipe, a shell's ``>(gzip > f)``), which a file put in its place would replace."""
+    replace the link, not its target; a link into a directory this process may not write to is written through);
+    anything else as it is, through it (a named pipe, a device, ``/dev/stdout`` and the like, appended to, a shell's
+    ``>(gzip > f)``), which a file put in its place would replace."""
     if path == "-":
         return nullcontext(sys.stdout)
+    named = os.path.abspath(path)
+    if (descriptor := _DESCRIPTOR.fullmatch(named)) is not None and descriptor[2] in (None, str(os.getpid())):
+        number = {"/dev/stdout": 1, "/dev/stderr": 2}.get(named) or int(descriptor[1] or descriptor[3])
+        try:
+            return open(os.dup(number), "w", encoding="utf-8")  # the file position shared with the shell's
+        except OSError as error:  # not open: said of the name given
+            raise OSError(error.errno, error.strerror, path) from None
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)  # through its symlinks
     except FileNotFoundError:  # nothing there yet, or a link to nothing yet
         regular = True
-    if not regular:
+    target = os.path.realpath(path)
+    if not regular or (os.path.islink(path) and not os.access(os.path.dirname(target), os.W_OK)):
         return open(path, "w", encoding="utf-8")
-    return _whole_file(os.path.realpath(path))
+    return _whole_file(target)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -108,7 +124,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     config = _answered_config(args)
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
     # SIGTERM (a `timeout`, systemd, Kubernetes) as Ctrl-C: the file written beside the output is removed, not left.
-    with sigterm_as_interrupt(), _output(args.output) as out:
+    with _output(args.output) as out, sigterm_as_interrupt():  # the handler before is back for the file's cleanup
         done = export_partition(config, where, out, sys.stderr)
     said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
             + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"
