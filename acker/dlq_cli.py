@@ -144,10 +144,10 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         check_spout_name(config, args.spout)
     places = _places(args, config)
     topic = _topic(args, config)
-    _answer(config, args)
     if topic.startswith(config.replay_prefix) and topic not in (config.replay_dlq_topic, config.dlq_topic):
         raise DlqError(f"{topic} is a replay topic, not a dead-letter topic: its records are replayed already, and "
                        "re-driven they would be replayed twice")  # fmt: skip
+    _answer(config, args)  # after what is said without Kafka
     letters = _chosen(args, config, places)
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there

@@ -369,6 +369,9 @@ def test_a_mistyped_dead_letter_place_is_refused_before_kafka_is_asked(
     """Port 1 answers nothing: asked first, Kafka's silence was said 10 s later instead of the mistyped place."""
     assert cli.main(["dlq", command, "--bootstrap-servers", "127.0.0.1:1", "0/7", "abc"]) == 2
     assert "not a record's place: 'abc'" in capsys.readouterr().err
+    if command == "redrive":
+        assert cli.main(["dlq", command, "--bootstrap-servers", "127.0.0.1:1", "--topic", "acker.replay.s", "0/7"]) == 2
+        assert "is a replay topic, not a dead-letter topic" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["earliest", "latest", " Latest ", '{"t": {"0": 23, "1": -2}}'])
