@@ -537,12 +537,26 @@ def load(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     typed = {name: _convert(name, value, _TYPES[name], origins[name]) for name, value in values.items()}
     try:
         return replace(ServiceConfig(), **typed, kafka=kafka)
-    except ConfigError as error:  # said with where the value came from, as a value that cannot be read is
-        said = str(error)
-        named = [name for name in origins if re.match(rf"{name}\b", said)]
-        if not named:
-            raise
-        raise ConfigError(f"{said} (from {origins[max(named, key=len)]})") from None
+    except ConfigError as error:  # said with where the values came from, as a value that cannot be read is
+        raise ConfigError(_with_origins(str(error), origins)) from None
+
+
+def _with_origins(said: str, origins: Mapping[str, str]) -> str:
+    """``said`` of a setting that begins it (``buckets must be ...``, not a librdkafka setting such as ``group.id``),
+    with where it came from, and where each other setting it names came from when that differs: only the settings
+    given (``origins``), not those left at their defaults."""
+
+    def named(name: str) -> re.Pattern[str]:
+        return re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w.])")
+
+    if not any(named(name).match(said) for name in _TYPES):
+        return said
+    sources = {name: origins[name] for name in origins if named(name).search(said)}
+    if not sources:
+        return said
+    if len(set(sources.values())) == 1:
+        return f"{said} (from {next(iter(sources.values()))})"
+    return f"{said} ({', '.join(f'{name} from {where}' for name, where in sources.items())})"
 
 
 def _check_text(name: str, value: object, where: str) -> None:

@@ -72,6 +72,11 @@ def test_a_value_refused_says_where_it_came_from_and_a_file_names_each_setting_o
         load(_parse(), environ={"ACKER_BUCKETS": "40"})
     with pytest.raises(ConfigError, match=r"^high_water must be .* \(from the flags\)$"):
         load(_parse("--high-water", "-1"), environ={})
+    both = r"\(partitions from the environment, replication_factor from the flags\)$"
+    with pytest.raises(ConfigError, match=both):  # two settings named: where each came from
+        load(_parse("--replication-factor", "0"), environ={"ACKER_PARTITIONS": "6"})
+    with pytest.raises(ConfigError, match=r"give the acker instances' group as group; .* own$"):  # not ACKER_GROUP's
+        load(_parse("--kafka", "group.id=x"), environ={"ACKER_GROUP": "g"})
     path = tmp_path / "acker.toml"
     path.write_text("timeout_s = 10\ntimeout-s = 20\n")
     with pytest.raises(ConfigError, match=r"setting timeout_s given twice in .*acker\.toml"):
