@@ -29,7 +29,7 @@ from tests.integration.test_service import _NAMES, SPOUT
 def _acker(config: ServiceConfig, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     flags, env = to_argv(config)
     command = [sys.executable, "-m", "acker.cli", *argv]
-    if argv[0] == "export":
+    if argv[0] in ("export", "replay"):  # replay: the service's tracker settings, as the service takes them
         command += flags
     return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env}, check=False)  # fmt: skip
@@ -107,8 +107,10 @@ def _exported_and_replayed(config: ServiceConfig, partition: int, *flags: str) -
     stderr."""
     exported = _acker(config, "export", str(partition), *flags)
     assert exported.returncode == 0, exported.stderr
-    replay = _acker(config, "replay", "-", "--buckets", str(config.buckets), stdin=exported.stdout)
+    replay = _acker(config, "replay", "-", stdin=exported.stdout)
     assert replay.returncode == 0, replay.stderr
+    columnar = _acker(config, "replay", "-", "--engine", "columnar", stdin=exported.stdout)  # the service's engine
+    assert sorted(columnar.stdout.splitlines()) == sorted(replay.stdout.splitlines()), columnar.stderr
     outcomes: dict[str, str] = {}
     for line in replay.stdout.splitlines():
         obj = json.loads(line)
