@@ -91,7 +91,7 @@ from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
 from spark_jobs.commit_job import OutcomeSource, known_topic_max_bytes, start_dead_letters
 from spark_jobs.outcomes import NACKS, outcome_rows
-from spark_jobs.stopping import batch_function
+from spark_jobs.stopping import batch_function, interrupted
 
 QUERY = "replays"  # the query's checkpoint: <checkpoint>/replays
 log = logging.getLogger("spark_jobs.replay")
@@ -663,7 +663,7 @@ def _fetch(
         except OpenTransactionError as error:
             now = time.monotonic()
             waiting_since = now if waiting_since is None else waiting_since
-            if now - waiting_since >= open_wait_s:
+            if now - waiting_since >= open_wait_s or interrupted():  # given up at once when the job stops
                 raise
             if waiting_since == now:
                 log.warning("reading nacked records of %s[%d]: %s; waiting for it (%g s at most)", topic, partition,

@@ -78,6 +78,11 @@ class _Interrupted(_GatewayGone):
 INTERRUPTED = _Interrupted()  # on the root logger from the first session on (`spark_jobs.session.spark_session`)
 
 
+def interrupted() -> bool:
+    """Whether a stop that interrupts the micro-batches is in progress: a wait inside a batch gives up."""
+    return bool(_interruptions)
+
+
 def interrupting() -> AbstractContextManager[None]:
     """While a call that interrupts the micro-batch running (a query's stop, the session's) is in progress: a batch
     failing then fails with a short error (`batch_function`)."""

@@ -243,6 +243,11 @@ def test_a_nacked_record_past_an_open_transaction_is_waited_for_as_long_as_the_b
     with pytest.raises(lookups.OpenTransactionError, match=hanging):
         replay_job._fetch(open_until(float("inf")), "t", 0, [2], open_wait_s=90.0)
     assert clock[0] - 60.0 == pytest.approx(90.0, abs=1.0)
+    monkeypatch.setattr(replay_job, "interrupted", lambda: True)  # the job stopping: its stop does not wait for it
+    asked.clear()
+    with pytest.raises(lookups.OpenTransactionError):
+        replay_job._fetch(open_until(float("inf")), "t", 0, [2], open_wait_s=90.0)
+    assert len(asked) == 1
 
 
 def test_a_groups_offsets_are_asked_within_the_lookups_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
