@@ -549,9 +549,10 @@ def _with_origins(said: str, origins: Mapping[str, str]) -> str:
     def named(name: str) -> re.Pattern[str]:
         return re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w.])")
 
-    if not any(named(name).match(said) for name in _TYPES):
+    unquoted = re.sub(r"'[^']*'", "''", said)  # a value quoted may hold a setting's name: it names none
+    if not any(named(name).match(unquoted) for name in _TYPES):
         return said
-    sources = {name: origins[name] for name in origins if named(name).search(said)}
+    sources = {name: origins[name] for name in origins if named(name).search(unquoted)}
     if not sources:
         return said
     if len(set(sources.values())) == 1:
