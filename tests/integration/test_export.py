@@ -110,7 +110,8 @@ def _exported_and_replayed(config: ServiceConfig, partition: int, *flags: str) -
     replay = _acker(config, "replay", "-", stdin=exported.stdout)
     assert replay.returncode == 0, replay.stderr
     columnar = _acker(config, "replay", "-", "--engine", "columnar", stdin=exported.stdout)  # the service's engine
-    assert sorted(columnar.stdout.splitlines()) == sorted(replay.stdout.splitlines()), columnar.stderr
+    assert columnar.returncode == 0, columnar.stderr
+    assert sorted(columnar.stdout.splitlines()) == sorted(replay.stdout.splitlines())
     outcomes: dict[str, str] = {}
     for line in replay.stdout.splitlines():
         obj = json.loads(line)
