@@ -7,7 +7,6 @@ import gc
 import io
 import logging
 import os
-import re
 import select
 import signal
 import stat
@@ -56,15 +55,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _whole_file(path: str) -> Iterator[io.TextIOWrapper]:
+def _whole_file(path: str, named: str | None = None) -> Iterator[io.TextIOWrapper]:
     """A text file written at ``path`` only whole: written beside it, and put in its place once the block ends
     without an error; else removed, and a file that was at ``path`` left as it was (an export that failed midway
-    left a prefix there that read as a whole partition, in place of what the file held)."""
+    left a prefix there that read as a whole partition, in place of what the file held). ``named``: the name the
+    user gave it (a link to ``path``), which errors say."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
         fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".partial")
     except OSError as error:  # said of the file asked for, not of the one beside it (no such directory, say)
-        raise OSError(error.errno, error.strerror, path) from None
+        raise OSError(error.errno, error.strerror, named or path) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             yield out
@@ -87,35 +87,27 @@ def _mode_for(path: str) -> int:
         return 0o666 & ~umask
 
 
-# A descriptor of this process by name: what it stands for was opened by the shell (``> f``, ``>> log``, a group's
-# output), and is written through the descriptor itself, where it stands (opened anew, a file would be cut short, or
-# written over by the shell's next line), never replaced.
-_DESCRIPTOR = re.compile(r"/dev/(?:stdout|stderr|fd/(\d+))|/proc/(?:self|(\d+))/fd/(\d+)")
-
-
 def _output(path: str) -> AbstractContextManager[TextIO]:
-    """Where an export writes: standard output (``-``); a regular file, or a path with nothing there yet, only whole
-    (`_whole_file`), at the end of its symlinks (the links left as they are: a file put in the place of one would
-    replace the link, not its target; a link into a directory this process may not write to is written through);
-    anything else as it is, through it (a named pipe, a device, ``/dev/stdout`` and the like, appended to, a shell's
-    ``>(gzip > f)``), which a file put in its place would replace."""
+    """Where an export writes: standard output (``-``, or any name of the file standard output or standard error
+    stands for: ``/dev/stdout``, a link to it, ...: written through that descriptor, where the shell stands, never
+    replaced nor cut short, a shell's ``>> log`` or a group's output kept); a regular file, or a path with nothing
+    there yet, only whole (`_whole_file`), at the end of its symlinks (the links left as they are: a file put in the
+    place of one would replace the link, not its target); anything else as it is, through it (a named pipe, a
+    device, a shell's ``>(gzip > f)``), which a file put in its place would replace."""
     if path == "-":
         return nullcontext(sys.stdout)
-    named = os.path.abspath(path)
-    if (descriptor := _DESCRIPTOR.fullmatch(named)) is not None and descriptor[2] in (None, str(os.getpid())):
-        number = {"/dev/stdout": 1, "/dev/stderr": 2}.get(named) or int(descriptor[1] or descriptor[3])
-        try:
-            return open(os.dup(number), "w", encoding="utf-8")  # the file position shared with the shell's
-        except OSError as error:  # not open: said of the name given
-            raise OSError(error.errno, error.strerror, path) from None
     try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)  # through its symlinks
+        found = os.stat(path)  # through its symlinks
     except FileNotFoundError:  # nothing there yet, or a link to nothing yet
-        regular = True
-    target = os.path.realpath(path)
-    if not regular or (os.path.islink(path) and not os.access(os.path.dirname(target), os.W_OK)):
+        return _whole_file(os.path.realpath(path), path)
+    for descriptor in (1, 2):
+        with suppress(OSError):  # not open
+            standard = os.fstat(descriptor)
+            if (standard.st_dev, standard.st_ino) == (found.st_dev, found.st_ino):
+                return open(os.dup(descriptor), "w", encoding="utf-8")  # its file position shared with the shell's
+    if not stat.S_ISREG(found.st_mode):
         return open(path, "w", encoding="utf-8")
-    return _whole_file(target)
+    return _whole_file(os.path.realpath(path), path)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -124,7 +116,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     config = _answered_config(args)
     where = span(config, args.partition, args.from_offset, args.to_offset)  # checked before a file is overwritten
     # SIGTERM (a `timeout`, systemd, Kubernetes) as Ctrl-C: the file written beside the output is removed, not left.
-    with _output(args.output) as out, sigterm_as_interrupt():  # the handler before is back for the file's cleanup
+    with sigterm_as_interrupt(), _output(args.output) as out:
         done = export_partition(config, where, out, sys.stderr)
     said = [f"{config.acker_topic}[{args.partition}] from offset {where.start} up to {where.end}"
             + (f" (a transaction is open from {where.end}; the end as written is {where.written_end})"
@@ -141,6 +133,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    from acker.columnar import BlockTracker, MessageBlock
     from acker.workload import WorkloadSpec, generate
 
     # The expected outcomes hold while no tree outlives its timeout but for a lost ack: ticks far enough apart that a
@@ -157,14 +150,24 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         tick_every=max(defaults.tick_every, 4 * defaults.window * (args.fanout + 2)),
     )
     workload = generate(spec)
-    tracker = Tracker(TrackerConfig(buckets=args.buckets))
+    config = TrackerConfig(buckets=args.buckets)
+    tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     started = time.perf_counter()
-    outcomes = tracker.handle_all(workload.messages)
+    if isinstance(tracker, Tracker):
+        outcomes = tracker.handle_all(workload.messages)
+    else:  # in blocks, as the service gives it records
+        outcomes = [outcome for at in range(0, len(workload.messages), 8192)
+                    for outcome in tracker.process(MessageBlock.from_messages(workload.messages[at:at + 8192]))
+                    .to_outcomes()]  # fmt: skip
     elapsed = time.perf_counter() - started
 
     got: dict[str, str] = {}
     duplicates = 0
+    misnamed = 0  # outcomes of no record, or naming another tree or spout than the record's: a spout would drop them
     for outcome in outcomes:
+        if workload.anchors.get(outcome.msg_id) != outcome.anchor or outcome.spout != spec.spout:
+            misnamed += 1
+            continue
         duplicates += outcome.msg_id in got
         got[outcome.msg_id] = "ack" if isinstance(outcome, Acked) else outcome.reason.value
     lost = [m for m in workload.expected if m not in got]
@@ -189,13 +192,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         ("wrong outcomes", len(wrong)),
         ("acked too early", len(early)),
         ("duplicate outcomes", duplicates),
+        ("outcomes of no record, or of another tree", misnamed),
         ("throughput (messages/s)", f"{len(workload.messages) / elapsed:,.0f}"),
     ):
         table.add_row(name, str(value))
     for key, value in tracker.counters.as_dict().items():
         table.add_row(f"counter {key}", str(value))
     table_console().print(table)
-    ok = not lost and not wrong and not duplicates
+    ok = not lost and not wrong and not duplicates and not misnamed
     print("RESULT:", "every record has exactly its right outcome" if ok else "FAILED: see the table above")
     return 0 if ok else 1
 
@@ -593,6 +597,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--drop-rate", type=share, default=0.01, help="probability that an ack is lost [default: 0.01]"
     )
     simulate.add_argument("--seed", type=int, default=1, help="seed of the workload [default: 1]")
+    simulate.add_argument(
+        "--engine",
+        choices=("reference", "columnar"),
+        default="reference",
+        help="reference: one message at a time; columnar: the compiled block tracker acker run uses "
+        "[default: reference]",
+    )
     simulate.add_argument(
         "--buckets",
         type=at_least(2, below=BUCKETS_MAX + 1),  # as the service's setting

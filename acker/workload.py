@@ -43,11 +43,12 @@ class WorkloadSpec:
 class Workload:
     messages: list[Message] = field(default_factory=list)
     expected: dict[str, str] = field(default_factory=dict)  # msg_id → "ack" | "failed" | "timeout"
+    anchors: dict[str, int] = field(default_factory=dict)  # msg_id → its tree's anchor, which its outcome names
 
 
 def _tree_messages(
     spec: WorkloadSpec, index: int, rng: random.Random, next_id: IdGenerator
-) -> tuple[list[Message], str]:
+) -> tuple[list[Message], str, int]:
     tree = SpoutTree(spec.spout, f"{spec.spout}/0/{index}", next_id)
     messages: list[Message] = []
     failed = dropped = False
@@ -70,7 +71,7 @@ def _tree_messages(
         level = children
     messages.append(tree.init())
     rng.shuffle(messages)
-    return messages, "failed" if failed else "timeout" if dropped else "ack"
+    return messages, "failed" if failed else "timeout" if dropped else "ack", tree.anchor
 
 
 def generate(spec: WorkloadSpec) -> Workload:
@@ -82,8 +83,9 @@ def generate(spec: WorkloadSpec) -> Workload:
     since_tick = 0
     while made < spec.trees or active:
         while made < spec.trees and len(active) < spec.window:
-            messages, expected = _tree_messages(spec, made, rng, next_id)
+            messages, expected, anchor = _tree_messages(spec, made, rng, next_id)
             workload.expected[f"{spec.spout}/0/{made}"] = expected
+            workload.anchors[f"{spec.spout}/0/{made}"] = anchor
             if messages:
                 active.append(messages)
             made += 1

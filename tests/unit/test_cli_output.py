@@ -110,31 +110,16 @@ def test_an_export_to_standard_output_by_name_writes_where_the_shell_stands(tmp_
     """``-o /dev/stdout`` with standard output a file: the file was replaced (``>> log`` lost what it held; a group's
     lines after the export went to the file replaced), or reopened, cut short, and written over by the shell."""
     script = "import sys\nfrom acker import cli\nwith cli._output(sys.argv[1]) as out:\n    out.write('export\\n')\n"
-    for name in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+    (tmp_path / "to-stdout").symlink_to("/dev/stdout")
+    for name in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", str(tmp_path / "to-stdout")):
         log = tmp_path / "log"
         log.write_text("kept\n")
         command = f'{{ echo header; {sys.executable} -c "$0" {name}; echo footer; }} >> {log}'
         subprocess.run(["sh", "-c", command, script], check=True, timeout=60)
         assert log.read_text() == "kept\nheader\nexport\nfooter\n", name
-    with pytest.raises(OSError, match="Bad file descriptor") as raised:
-        cli._output("/dev/fd/987")
+    with pytest.raises(OSError) as raised, cli._output("/dev/fd/987"):  # not open here: nothing written there
+        pass
     assert raised.value.filename == "/dev/fd/987"
-
-
-def test_a_link_into_a_directory_not_writable_is_written_through(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The file beside its target could not be made there: the export failed where writing through the link works."""
-    closed, link = tmp_path / "closed", tmp_path / "link"
-    closed.mkdir()
-    (closed / "target").write_text("old\n")
-    link.symlink_to(closed / "target")
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda where, mode: where != str(closed) and real_access(where, mode))
-    with cli._output(str(link)) as out:
-        out.write("new\n")
-    assert (closed / "target").read_text() == "new\n" and sorted(os.listdir(closed)) == ["target"]
-    assert link.is_symlink()
 
 
 def test_an_export_terminated_midway_leaves_no_file_beside_its_output(

@@ -6,14 +6,16 @@ import io
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 
 from acker.cli import main
 from acker.core import Tracker
-from acker.core.outcomes import Acked
+from acker.core.outcomes import Acked, Nacked, NackReason, Outcome
 from acker.replay import format_message, parse_message, replay
 from acker.workload import WorkloadSpec, generate
 from tests.strategies import scenarios
@@ -140,9 +142,31 @@ def test_replay_of_formatted_messages_matches_the_tracker(case) -> None:  # type
     assert [json.loads(line) for line in out.getvalue().splitlines()] == expected
 
 
-def test_core_demo_reports_every_outcome_right(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--trees", "3000", "--fail-rate", "0.02", "--drop-rate", "0.02"]) == 0
+@pytest.mark.parametrize("engine", ["reference", "columnar"])
+def test_core_demo_reports_every_outcome_right(engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--trees", "3000", "--fail-rate", "0.02", "--drop-rate", "0.02", "--engine", engine]
+    assert main(argv) == 0
     assert "every record has exactly its right outcome" in capsys.readouterr().out
+
+
+def test_core_demo_finds_outcomes_that_name_another_tree_or_no_record(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It compared message ids and kinds only: a tracker that gave an outcome the wrong anchor or spout (which the
+    spout drops as another tree's), or made one up, was said to give every record its right outcome."""
+    real = Tracker.handle_all
+
+    def misnaming(self: Tracker, messages: Any) -> list[Outcome]:
+        outcomes = real(self, messages)
+        return [replace(outcomes[0], anchor=outcomes[0].anchor ^ 1), *outcomes[1:]]
+
+    def making_up(self: Tracker, messages: Any) -> list[Outcome]:
+        return [*real(self, messages), Nacked(42, "sentences", "sentences/0/99999", NackReason.FAILED, 0)]
+
+    for wrong in (misnaming, making_up):
+        monkeypatch.setattr(Tracker, "handle_all", wrong)
+        assert main(["simulate", "--trees", "500"]) == 1
+        assert "FAILED" in capsys.readouterr().out
 
 
 def test_core_demo_keeps_its_ticks_apart_for_a_wide_fanout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,6 +181,7 @@ def test_workload_expectations_match_the_tracker() -> None:
     workload = generate(WorkloadSpec(trees=2000, fail_rate=0.03, drop_rate=0.03, seed=7))
     got = {}
     for o in Tracker().handle_all(workload.messages):
+        assert o.msg_id not in got and o.anchor == workload.anchors[o.msg_id]  # one outcome a tree, of its tree
         got[o.msg_id] = getattr(o, "reason", None)
     assert {m: (r.value if r else "ack") for m, r in got.items()} == workload.expected
     assert {"ack", "failed", "timeout"} == set(workload.expected.values())
