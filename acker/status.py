@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 import uuid
@@ -72,7 +73,8 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
                     continue
                 group = status.get("group")
                 if group is None or group == config.group:  # None: written before statuses named their group
-                    latest[status["partition"]] = status
+                    if _newer(status, latest.get(status["partition"])):
+                        latest[status["partition"]] = status
                 else:
                     other_groups.add(str(group))
             # Progress is a position still short of its end that moves: records of other partitions do not count
@@ -126,6 +128,16 @@ def end_offsets(consumer: Consumer, topic: str, partitions: list[int], timeout_s
     return ends
 
 
+def _newer(status: dict[str, Any], than: dict[str, Any] | None) -> bool:
+    """Whether ``status`` is newer than ``than`` (None: none read yet). By their times when both say one: a status
+    of an older version, keyed otherwise (no group), may lie in another partition of the status topic and come after
+    the current one; compaction never replaces it. Else the one read last."""
+    if than is None:
+        return True
+    at, before = status.get("time"), than.get("time")
+    return not (_number(at) and _number(before)) or at >= before  # type: ignore[operator]
+
+
 def _status(value: bytes | None) -> dict[str, Any] | None:
     """A status record's JSON object; None for anything else (a record this version does not understand). Fields
     of another shape than this version writes are left out."""
@@ -137,7 +149,7 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
         return None
     # Numbers a float holds: JSON has integers of any size, and one larger than a float (another writer's "time" of
     # 400 digits) overflowed the arithmetic with the times and stopped `acker status` for every partition.
-    status = {k: v for k, v in status.items() if type(v) is not int or _number(v)}
+    status = {k: v for k, v in status.items() if type(v) not in (int, float) or _number(v)}
     if type(status.get("partition")) is not int:
         return None
     for field in ("rates", "counters"):  # summed and shown per kind: numbers only
@@ -147,8 +159,10 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
 
 
 def _number(value: object) -> bool:
-    """A float, or an integer a float holds."""
-    return type(value) is float or (type(value) is int and abs(value) <= _FLOAT_MAX)
+    """A finite float (JSON's ``NaN`` and ``Infinity``, which Python reads, are not: a status of time ``NaN`` was
+    current for ever, and ``acker status --json`` wrote them, which no JSON reader takes), or an integer a float
+    holds."""
+    return (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) <= _FLOAT_MAX)
 
 
 def group_lag(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, tuple[int | None, int | None]] | None:

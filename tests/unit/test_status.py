@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -188,3 +189,52 @@ def test_a_status_whose_numbers_no_float_holds_is_read_without_them(
     monkeypatch.setattr(status_module, "read_status", lambda _config: {0: status})
     assert main(["status", "--bootstrap-servers", "127.0.0.1:1", *(["--json"] if json_out else [])]) == 0
     assert "acker" in capsys.readouterr().out
+
+
+class _Record:
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def error(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it_lies_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A status of an older version (keyed without its group) in another partition of the status topic, a day old
+    and never compacted away, read after the current one: the row showed it, stale, while its owner published."""
+    now = time.time()
+    current = {"topic": "acker", "partition": 0, "group": "acker", "instance": "b-2", "time": now}
+    old = {"topic": "acker", "partition": 0, "instance": "a-1", "time": now - 86_400}
+
+    class _Consumer:
+        def __init__(self, _settings: dict[str, Any]) -> None:
+            self.batches = [[_Record(json.dumps(current).encode())], [_Record(json.dumps(old).encode())]]
+
+        def assign(self, _parts: Any) -> None:
+            pass
+
+        def consume(self, _n: int, timeout: float) -> list[_Record]:
+            return self.batches.pop(0) if self.batches else []
+
+        def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+            return [TopicPartition(tp.topic, tp.partition, 1 if not self.batches else 0) for tp in parts]
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(status_module, "Consumer", _Consumer)
+    monkeypatch.setattr(status_module, "topic_partitions", lambda *_args, **_kwargs: [0, 1])
+    monkeypatch.setattr(status_module, "end_offsets", lambda *_args, **_kwargs: {0: 1, 1: 1})
+    assert status_module.read_status(ServiceConfig())[0]["instance"] == "b-2"
+
+
+def test_a_status_time_or_number_that_is_not_finite_is_left_out() -> None:
+    """JSON's NaN and Infinity, which Python reads: a time of NaN made the row current for ever, and `acker status
+    --json` wrote them out, which no JSON reader takes."""
+    status = _status(b'{"partition": 0, "time": NaN, "pending": Infinity, "rates": {"acked": -Infinity, "x": 1.5}}')
+    assert status == {"partition": 0, "rates": {"x": 1.5}, "counters": {}}
