@@ -194,18 +194,32 @@ def test_the_events_exported_from_the_start_are_counts_the_stages_keep() -> None
                 assert f'"{name}"' in source, (module.__name__, name)
 
 
-def _exported() -> set[str]:
-    """The names of every sample the service and the stages export."""
+_TARGET_LABELS = frozenset({"instance", "job"})  # what Prometheus adds to every series it scrapes
+
+
+def _exported() -> dict[str, set[str]]:
+    """The names of every sample the service and the stages export, each with its label names."""
     service = ServiceCollector(
         lambda: Snapshot(Counters(), {0: 1}, {0: 1}, dict.fromkeys(WIRE_REASONS, 0), 0, LatencyHistogram(), 0)
     )
     stages = StageCollector([_spout("s", {}, pending=0, paused=False), _bolt("b", {}), _step("t", {})])
-    return {sample.name for samples in _scraped(service, stages).values() for sample in samples}
+    exported: dict[str, set[str]] = {}
+    for samples in _scraped(service, stages).values():
+        for sample in samples:
+            exported.setdefault(sample.name, set()).update(sample.labels)
+    return exported
 
 
-def _check_names(where: str, expr: str, exported: set[str]) -> None:
+def _check_names(where: str, expr: str, exported: dict[str, set[str]]) -> None:
     named = set(re.findall(r"\backer_[a-z_]+", expr))
-    assert named and named <= exported, (where, named - exported)
+    assert named and named <= exported.keys(), (where, named - exported.keys())
+    # A label a series does not have (misspelt, or another metric's) matches nothing, or groups everything as one.
+    for metric, matchers in re.findall(r"\b(acker_[a-z_]+)\{([^}]*)\}", expr):
+        used = set(re.findall(r"(\w+)\s*[!=]~?", matchers)) - _TARGET_LABELS
+        assert used <= exported[metric], (where, metric, used - exported[metric])
+    grouped = {label for labels in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr)
+               for label in re.findall(r"\w+", labels)}  # fmt: skip
+    assert grouped <= _TARGET_LABELS.union(*(exported[metric] for metric in named)), (where, grouped)
     # A value no series has (a typo) leaves the expression matching nothing, for ever.
     for label, values in re.findall(r'(\w+)=~?"([^"]*)"', expr):
         assert set(values.split("|")) <= LABEL_VALUES[label], (where, label, values)
