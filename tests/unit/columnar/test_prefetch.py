@@ -32,6 +32,20 @@ def test_prefetch_reads_nothing_and_changes_nothing() -> None:
     assert np.array_equal(flat, np.arange(100)) and not grid.any()
 
 
+@njit(cache=False)
+def _prefetch_out_of_range(flat: Any, grid: Any) -> None:
+    for far in (flat.shape[0], -1, 2**40, -(2**40)):
+        prefetch(flat, far)
+        prefetch(grid, (far, far))
+
+
+def test_an_index_out_of_range_is_never_read() -> None:
+    """A hint, not a load: an address past the array, or far outside this process's memory, does not fault."""
+    flat, grid = np.arange(4, dtype=np.int64), np.zeros((2, 2), np.int64)
+    _prefetch_out_of_range(flat, grid)
+    assert np.array_equal(flat, np.arange(4)) and not grid.any()
+
+
 def test_prefetch_is_an_instruction() -> None:
     flat = np.arange(10, dtype=np.int64)
     _sum_loading_ahead(flat, np.zeros((2, 2), np.int64))
