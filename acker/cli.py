@@ -7,6 +7,7 @@ import gc
 import io
 import logging
 import os
+import re
 import select
 import signal
 import stat
@@ -87,25 +88,45 @@ def _mode_for(path: str) -> int:
         return 0o666 & ~umask
 
 
+# The names of a descriptor of this process: /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N, /proc/PID/fd/N.
+_DESCRIPTOR = re.compile(r"/dev/(stdout|stderr)|/dev/fd/(\d+)|/proc/(?:self|(\d+))/fd/(\d+)")
+
+
+def _descriptor(path: str) -> int | None:
+    """The descriptor of this process ``path`` names, itself or through its symlinks (a link to ``/dev/stdout``);
+    None for a path that names none (a file's own name, whatever descriptor has it open)."""
+    at = os.path.abspath(path)
+    for _ in range(40):  # as the kernel follows links
+        if (named := _DESCRIPTOR.fullmatch(at)) is not None:
+            standard, fd, pid, in_proc = named.groups()
+            if pid is not None and int(pid) != os.getpid():
+                return None
+            return {"stdout": 1, "stderr": 2}.get(standard or "") or int(fd or in_proc)
+        if not os.path.islink(at):
+            return None
+        at = os.path.normpath(os.path.join(os.path.dirname(at), os.readlink(at)))
+    return None
+
+
 def _output(path: str) -> AbstractContextManager[TextIO]:
-    """Where an export writes: standard output (``-``, or any name of the file standard output or standard error
-    stands for: ``/dev/stdout``, a link to it, ...: written through that descriptor, where the shell stands, never
-    replaced nor cut short, a shell's ``>> log`` or a group's output kept); a regular file, or a path with nothing
-    there yet, only whole (`_whole_file`), at the end of its symlinks (the links left as they are: a file put in the
-    place of one would replace the link, not its target); anything else as it is, through it (a named pipe, a
-    device, a shell's ``>(gzip > f)``), which a file put in its place would replace."""
+    """Where an export writes: standard output (``-``); a descriptor of this process by its name (``/dev/stdout``,
+    ``/dev/fd/3``, a link to one), written through that descriptor, where the shell stands (never replaced nor cut
+    short: a shell's ``>> log`` or a group's output kept); a regular file, or a path with nothing there yet, only
+    whole (`_whole_file`), at the end of its symlinks (the links left as they are: a file put in the place of one
+    would replace the link, not its target); anything else as it is, through it (a named pipe, a device, a shell's
+    ``>(gzip > f)``), which a file put in its place would replace."""
     if path == "-":
         return nullcontext(sys.stdout)
+    if (descriptor := _descriptor(path)) is not None:
+        try:
+            return open(os.dup(descriptor), "w", encoding="utf-8")  # its file position shared with the shell's
+        except OSError as error:  # not open here
+            raise OSError(error.errno, error.strerror, path) from None
     try:
-        found = os.stat(path)  # through its symlinks
+        regular = stat.S_ISREG(os.stat(path).st_mode)  # through its symlinks
     except FileNotFoundError:  # nothing there yet, or a link to nothing yet
-        return _whole_file(os.path.realpath(path), path)
-    for descriptor in (1, 2):
-        with suppress(OSError):  # not open
-            standard = os.fstat(descriptor)
-            if (standard.st_dev, standard.st_ino) == (found.st_dev, found.st_ino):
-                return open(os.dup(descriptor), "w", encoding="utf-8")  # its file position shared with the shell's
-    if not stat.S_ISREG(found.st_mode):
+        regular = True
+    if not regular:
         return open(path, "w", encoding="utf-8")
     return _whole_file(os.path.realpath(path), path)
 
@@ -152,14 +173,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     workload = generate(spec)
     config = TrackerConfig(buckets=args.buckets)
     tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
-    started = time.perf_counter()
     if isinstance(tracker, Tracker):
+        started = time.perf_counter()
         outcomes = tracker.handle_all(workload.messages)
-    else:  # in blocks, as the service gives it records
-        outcomes = [outcome for at in range(0, len(workload.messages), 8192)
-                    for outcome in tracker.process(MessageBlock.from_messages(workload.messages[at:at + 8192]))
-                    .to_outcomes()]  # fmt: skip
-    elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+    else:  # in blocks, as the service gives it records: encoded (as the wire's decoding gives them) before the clock
+        blocks = [MessageBlock.from_messages(workload.messages[at : at + 8192])
+                  for at in range(0, len(workload.messages), 8192)]  # fmt: skip
+        started = time.perf_counter()
+        decided = [tracker.process(block) for block in blocks]
+        elapsed = time.perf_counter() - started
+        outcomes = [outcome for block in decided for outcome in block.to_outcomes()]
 
     got: dict[str, str] = {}
     duplicates = 0

@@ -111,15 +111,20 @@ def test_an_export_to_standard_output_by_name_writes_where_the_shell_stands(tmp_
     lines after the export went to the file replaced), or reopened, cut short, and written over by the shell."""
     script = "import sys\nfrom acker import cli\nwith cli._output(sys.argv[1]) as out:\n    out.write('export\\n')\n"
     (tmp_path / "to-stdout").symlink_to("/dev/stdout")
-    for name in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", str(tmp_path / "to-stdout")):
+    for name, fd in (("/dev/stdout", 1), ("/dev/fd/1", 1), ("/proc/self/fd/1", 1), (str(tmp_path / "to-stdout"), 1),
+                     ("/dev/fd/3", 3)):  # fmt: skip
         log = tmp_path / "log"
         log.write_text("kept\n")
-        command = f'{{ echo header; {sys.executable} -c "$0" {name}; echo footer; }} >> {log}'
+        command = f'{{ echo header >&{fd}; {sys.executable} -c "$0" {name}; echo footer >&{fd}; }} {fd}>> {log}'
         subprocess.run(["sh", "-c", command, script], check=True, timeout=60)
         assert log.read_text() == "kept\nheader\nexport\nfooter\n", name
-    with pytest.raises(OSError) as raised, cli._output("/dev/fd/987"):  # not open here: nothing written there
-        pass
+    with pytest.raises(OSError) as raised:  # not open here: nothing written there
+        cli._output("/dev/fd/987")
     assert raised.value.filename == "/dev/fd/987"
+    both = tmp_path / "both"  # its own name, though standard output and error are that file: whole, no stderr in it
+    command = f'{sys.executable} -c "$0" {both}; echo noise >&2'
+    subprocess.run(["sh", "-c", f"{{ {command}; }} > {both} 2>&1", script], check=True, timeout=60)
+    assert both.read_text() == "export\n"
 
 
 def test_an_export_terminated_midway_leaves_no_file_beside_its_output(
