@@ -64,6 +64,7 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
         remaining = {p for p, end in ends.items() if end > 0}
         deadline = time.monotonic() + timeout_s
         moved_to: dict[int, int] = {}  # partition -> its position when it last moved
+        read_at: dict[int, tuple[int | None, Any]] = {}  # acker partition -> (status partition, time) of its status
         while remaining and time.monotonic() < deadline:
             for record in consumer.consume(500, timeout=0.2):
                 if record.error() is not None:
@@ -73,8 +74,9 @@ def read_status(config: ServiceConfig, timeout_s: float = 10.0) -> dict[int, dic
                     continue
                 group = status.get("group")
                 if group is None or group == config.group:  # None: written before statuses named their group
-                    if _newer(status, latest.get(status["partition"])):
-                        latest[status["partition"]] = status
+                    at = (record.partition(), status.get("time"))
+                    if _newer(at, read_at.get(status["partition"])):
+                        latest[status["partition"]], read_at[status["partition"]] = status, at
                 else:
                     other_groups.add(str(group))
             # Progress is a position still short of its end that moves: records of other partitions do not count
@@ -128,21 +130,22 @@ def end_offsets(consumer: Consumer, topic: str, partitions: list[int], timeout_s
     return ends
 
 
-def _newer(status: dict[str, Any], than: dict[str, Any] | None) -> bool:
-    """Whether ``status`` is newer than ``than`` (None: none read yet). By their times when both say one: a status
-    of an older version, keyed otherwise (no group), may lie in another partition of the status topic and come after
-    the current one; compaction never replaces it. Else the one read last."""
-    if than is None:
+def _newer(status: tuple[int | None, Any], than: tuple[int | None, Any] | None) -> bool:
+    """Whether a status read at ``status`` (its status-topic partition, its time) is newer than the one read at
+    ``than`` (None: none read yet). Of one status partition, the one read later, as written (no clocks compared);
+    across two, the one of the later time when both say one: a status of an older version, keyed otherwise (no
+    group), may lie in another status partition and be read after the current one, which compaction never removes."""
+    if than is None or status[0] == than[0]:
         return True
-    at, before = status.get("time"), than.get("time")
-    return not (_number(at) and _number(before)) or at >= before  # type: ignore[operator]
+    at, before = status[1], than[1]
+    return not (_number(at) and _number(before)) or at >= before
 
 
 def _status(value: bytes | None) -> dict[str, Any] | None:
     """A status record's JSON object; None for anything else (a record this version does not understand). Fields
     of another shape than this version writes are left out."""
     try:
-        status = json.loads(value or b"")
+        status = json.loads(value or b"", parse_constant=lambda _constant: None)  # NaN, Infinity: no number
     except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
         return None
     if not isinstance(status, dict):

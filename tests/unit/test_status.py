@@ -192,14 +192,17 @@ def test_a_status_whose_numbers_no_float_holds_is_read_without_them(
 
 
 class _Record:
-    def __init__(self, value: bytes) -> None:
-        self._value = value
+    def __init__(self, value: bytes, partition: int) -> None:
+        self._value, self._partition = value, partition
 
     def error(self) -> None:
         return None
 
     def value(self) -> bytes:
         return self._value
+
+    def partition(self) -> int:
+        return self._partition
 
 
 def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it_lies_in(
@@ -210,10 +213,11 @@ def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it
     now = time.time()
     current = {"topic": "acker", "partition": 0, "group": "acker", "instance": "b-2", "time": now}
     old = {"topic": "acker", "partition": 0, "instance": "a-1", "time": now - 86_400}
+    batches: list[list[_Record]] = []
 
     class _Consumer:
         def __init__(self, _settings: dict[str, Any]) -> None:
-            self.batches = [[_Record(json.dumps(current).encode())], [_Record(json.dumps(old).encode())]]
+            self.batches = list(batches)
 
         def assign(self, _parts: Any) -> None:
             pass
@@ -230,6 +234,11 @@ def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it
     monkeypatch.setattr(status_module, "Consumer", _Consumer)
     monkeypatch.setattr(status_module, "topic_partitions", lambda *_args, **_kwargs: [0, 1])
     monkeypatch.setattr(status_module, "end_offsets", lambda *_args, **_kwargs: {0: 1, 1: 1})
+    batches[:] = [[_Record(json.dumps(current).encode(), 0)], [_Record(json.dumps(old).encode(), 1)]]
+    assert status_module.read_status(ServiceConfig())[0]["instance"] == "b-2"
+    # Of one status partition, as written: a new owner whose clock is behind the last one's is shown all the same.
+    released = {**current, "instance": "a-1", "released": True, "time": now + 2}
+    batches[:] = [[_Record(json.dumps(released).encode(), 0)], [_Record(json.dumps(current).encode(), 0)]]
     assert status_module.read_status(ServiceConfig())[0]["instance"] == "b-2"
 
 
@@ -237,4 +246,6 @@ def test_a_status_time_or_number_that_is_not_finite_is_left_out() -> None:
     """JSON's NaN and Infinity, which Python reads: a time of NaN made the row current for ever, and `acker status
     --json` wrote them out, which no JSON reader takes."""
     status = _status(b'{"partition": 0, "time": NaN, "pending": Infinity, "rates": {"acked": -Infinity, "x": 1.5}}')
-    assert status == {"partition": 0, "rates": {"x": 1.5}, "counters": {}}
+    assert status == {"partition": 0, "time": None, "pending": None, "rates": {"x": 1.5}, "counters": {}}
+    nested = _status(b'{"partition": 0, "x": {"y": NaN}}')  # another writer's field, shown by --json as it is
+    assert nested is not None and json.dumps(nested["x"], allow_nan=False) == '{"y": null}'
