@@ -549,7 +549,7 @@ def _with_origins(said: str, origins: Mapping[str, str]) -> str:
     def named(name: str) -> re.Pattern[str]:
         return re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w.])")
 
-    unquoted = re.sub(r"'[^']*'", "''", said)  # a value quoted may hold a setting's name: it names none
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "''", said)  # a value quoted may hold a setting's name: it names none
     if not any(named(name).match(unquoted) for name in _TYPES):
         return said
     sources = {name: origins[name] for name in origins if named(name).search(unquoted)}

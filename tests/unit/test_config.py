@@ -79,6 +79,8 @@ def test_a_value_refused_says_where_it_came_from_and_a_file_names_each_setting_o
         load(_parse("--kafka", "group.id=x"), environ={"ACKER_GROUP": "g"})
     with pytest.raises(ConfigError, match=r"^acker_topic: 'acker group' cannot .*\) \(from the flags\)$"):  # a value
         load(_parse("--acker-topic", "acker group"), environ={"ACKER_GROUP": "g"})
+    with pytest.raises(ConfigError, match=r"^acker_topic: \"it's group\" cannot .*\) \(from the flags\)$"):
+        load(_parse("--acker-topic", "it's group"), environ={"ACKER_GROUP": "g"})
     path = tmp_path / "acker.toml"
     path.write_text("timeout_s = 10\ntimeout-s = 20\n")
     with pytest.raises(ConfigError, match=r"setting timeout_s given twice in .*acker\.toml"):
