@@ -36,9 +36,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from acker.columnar import BlockTracker
     from acker.replay import replay
 
-    config = load(
-        args
-    ).tracker_config()  # the service's: from --config, the environment and the flags, as it takes them
+    # The service's tracker settings: from --config, the environment and the flags, as it takes them.
+    config = load(args).tracker_config()
     tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     if args.file == "-":
         if isinstance(sys.stdin, io.TextIOWrapper):
@@ -154,7 +153,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from acker.columnar import BlockTracker, MessageBlock
+    from acker.columnar import BlockTracker
+    from acker.replay import message_blocks
     from acker.workload import WorkloadSpec, generate
 
     # The expected outcomes hold while no tree outlives its timeout but for a lost ack: ticks far enough apart that a
@@ -178,8 +178,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         outcomes = tracker.handle_all(workload.messages)
         elapsed = time.perf_counter() - started
     else:  # in blocks, as the service gives it records: encoded (as the wire's decoding gives them) before the clock
-        blocks = [MessageBlock.from_messages(workload.messages[at : at + 8192])
-                  for at in range(0, len(workload.messages), 8192)]  # fmt: skip
+        blocks = list(message_blocks(workload.messages))
         started = time.perf_counter()
         decided = [tracker.process(block) for block in blocks]
         elapsed = time.perf_counter() - started

@@ -159,6 +159,15 @@ def read_messages(lines: Iterable[str], bad: list[BadLine]) -> Iterator[Message]
             bad.append(BadLine(number, str(error)))
 
 
+BLOCK_MESSAGES = 8192  # messages of a block the offline tools give the columnar engine (`acker replay`, `simulate`)
+
+
+def message_blocks(messages: Iterable[Message]) -> Iterator[MessageBlock]:
+    """``messages`` in blocks of `BLOCK_MESSAGES`, as the columnar engine takes them."""
+    for batch in _batches(messages, BLOCK_MESSAGES):
+        yield MessageBlock.from_messages(batch)
+
+
 def _batches(messages: Iterable[Message], size: int) -> Iterator[list[Message]]:
     batch: list[Message] = []
     for message in messages:
@@ -173,12 +182,12 @@ def _batches(messages: Iterable[Message], size: int) -> Iterator[list[Message]]:
 def replay(tracker: Tracker | BlockTracker, lines: Iterable[str], out: TextIO, err: TextIO) -> int:
     """Run ``lines`` through ``tracker``, writing outcomes to ``out`` and bad lines to ``err``.
 
-    With a `BlockTracker` the messages go through in blocks of 8,192 (the outcomes of one tick then come in table
-    order). Returns the number of bad lines.
+    With a `BlockTracker` the messages go through in blocks of `BLOCK_MESSAGES` (the outcomes of one tick then come
+    in table order). Returns the number of bad lines.
     """
     bad: list[BadLine] = []
     reported = 0
-    for batch in _batches(read_messages(lines, bad), 1 if isinstance(tracker, Tracker) else 8192):
+    for batch in _batches(read_messages(lines, bad), 1 if isinstance(tracker, Tracker) else BLOCK_MESSAGES):
         if isinstance(tracker, Tracker):
             outcomes: Iterable[Outcome] = tracker.handle(batch[0])
         else:
