@@ -345,6 +345,7 @@ class Bolt:
         for producer in (self._sink, self.producer):
             if producer is not None:
                 release(producer, f"bolt {self.group}")
+        self._trouble.check(self.counters, at_once=True)  # what came since the last line (close's flush too)
         log.info(
             "bolt %s stopped: %s, %.1f s executing", self.group, dict(sorted(self.counters.items())), self.execute_s
         )

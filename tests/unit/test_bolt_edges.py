@@ -219,6 +219,37 @@ def test_a_bolt_whose_last_commit_fails_still_leaves_its_group() -> None:
     assert bolt.consumer.closed and bolt.consumer.committed == []
 
 
+def test_a_bolt_says_at_its_close_the_trouble_counted_since_its_last_report_with_its_example(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close's commit asked for a report once its interval was over only, before the close's flush: errors of
+    the last minute, their traceback, and children that flush failed to deliver went unsaid."""
+    now = [0.0]
+    bolt = _explicit(None)
+    bolt.group, bolt.consumer = "count", _Closing()
+    bolt._trouble = TroubleReport(logging.getLogger("acker.bolt"), "bolt count", ("errors", "child_delivery_failures"),
+                                  60, lambda: now[0])  # fmt: skip
+    monkeypatch.setattr(bolt_module, "release", lambda *_args: None)
+    bolt.acker.lingering = lambda: False
+    bolt.counters["errors"] += 1
+    bolt._commit()  # the first report, at once
+    now[0] = 20.0
+    bolt.counters["errors"] += 5
+    bolt._trouble.example("in/0/7", ValueError("bad word"))
+
+    def failing_children(_timeout_s: float) -> int:
+        bolt.counters["child_delivery_failures"] += 3
+        return 0
+
+    bolt.flush = failing_children
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acker.bolt"):
+        bolt.close()
+    [said] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "errors 5, child delivery failures 3" in said.getMessage() and "in/0/7" in said.getMessage()
+    assert said.exc_info is not None and isinstance(said.exc_info[1], ValueError)
+
+
 def test_partitions_lost_are_neither_committed_nor_told_to_on_revoke() -> None:
     """Another process may own them already, and settle their held inputs first: a fail from here could decide a
     tree it is about to complete. ``on_lost`` is told, without a collector (to forget, not to settle: the word
