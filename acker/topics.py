@@ -31,6 +31,7 @@ from acker.kafka.clients import (
     answering,
     create_topics,
     partition_count,
+    replication_factors,
     topic_config,
 )
 from acker.wire import SpoutNames, name_refusal
@@ -153,10 +154,10 @@ def all_topics(config: ServiceConfig, spouts: Sequence[str]) -> list[TopicSpec]:
 
 def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, report: bool = True) -> None:
     """Create the topics of ``specs`` that do not exist, and print a line for each (unless not ``report``): created,
-    not created and why, or existing with its own partition count and any setting that differs from the one asked
-    for (left as it is). When one could not be made (the others were): after the lines, an `AckerError` that names
-    those not made, each with its cause's short name (said whole in its line); not ``report``, the
-    `TopicsNotCreatedError` with the causes."""
+    not created and why, or existing with its own partition count and what differs from what was asked for
+    (partitions, replication factor, settings: left as it is). When one could not be made (the others were): after
+    the lines, an `AckerError` that names those not made, each with its cause's short name (said whole in its line);
+    not ``report``, the `TopicsNotCreatedError` with the causes."""
     # Asked first whether Kafka answers at all, as the other commands are: unanswered, each creation failed after
     # 30 s with librdkafka's "Failed while waiting for controller", which sends the reader to the controller.
     answering(config.client(), config.acker_topic)
@@ -174,7 +175,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
         else:
             count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
             differs = [f"not {spec.partitions}"] if count != spec.partitions else []
-            differs += _config_differences(config, spec)
+            differs += _replication_difference(config, spec) + _config_differences(config, spec)
             left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
             print(f"{spec.name}\t{count} partition(s)\texists{left}")
     if failure is not None and report:
@@ -185,6 +186,22 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
         raise AckerError(f"not created: {', '.join(named)}: each one's line on stdout says why")
     if failure is not None:
         raise failure
+
+
+def _replication_difference(config: ServiceConfig, spec: TopicSpec) -> list[str]:
+    """How an existing topic's replication factor differs from the one ``spec`` asks for (none asked for: the
+    broker's default, whatever it is): topics made with one replica, under an older default or a test's settings,
+    lose their records with one disk."""
+    if spec.replication_factor == -1:
+        return []
+    try:
+        factors = replication_factors(config.client(), spec.name)
+    except KafkaClientError as error:
+        return [f"its replication factor not read: {error}"]
+    if factors == [spec.replication_factor]:
+        return []
+    found = f"{factors[0]} to {factors[-1]}" if len(factors) > 1 else str(factors[0])
+    return [f"replication factor {found}, not {spec.replication_factor}"]
 
 
 def _config_differences(config: ServiceConfig, spec: TopicSpec) -> list[str]:

@@ -350,6 +350,19 @@ def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: flo
     return len(partitions)
 
 
+def replication_factors(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> list[int]:
+    """The replica counts of ``topic``'s partitions, each once, ascending (one, unless a partition was reassigned to
+    more or fewer brokers); `KafkaClientError` when the cluster does not say (no such topic, no answer)."""
+    try:
+        found = _metadata_admin(client_config).list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as error:
+        raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
+    if found is None or found.error is not None or not found.partitions:
+        code = KafkaError.UNKNOWN_TOPIC_OR_PART if found is None or found.error is None else found.error.code()
+        raise KafkaClientError(f"topic {topic} is not available", KafkaError(code))
+    return sorted({len(partition.replicas) for partition in found.partitions.values()})
+
+
 def not_its_partitions(topic: str, partitions: int, asked: Iterable[int]) -> str:
     """How a command says that ``topic``, with ``partitions`` partitions, has none of those ``asked``."""
     return f"{topic} has partitions 0-{partitions - 1}, not {', '.join(map(str, sorted(asked)))}"

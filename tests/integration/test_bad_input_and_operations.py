@@ -521,11 +521,14 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
     assert f"{config.acker_topic}\t3 partition(s)\tcreated" in created.stdout
     assert f"{config.outcome_topic(SPOUT)}\t3 partition(s)\tcreated" in created.stdout
     assert f"{config.outcome_topic('dlq')}\t1 partition(s)\tcreated" in created.stdout  # the Spark jobs' too
-    again = subprocess.run(  # with another partition count: the topics' own is shown
-        [sys.executable, "-m", "acker.cli", "topics", "create", *common[:-1], "5"], capture_output=True, text=True,
-        check=True,
+    again = subprocess.run(  # with another partition count and replication factor: the topics' own are shown
+        [sys.executable, "-m", "acker.cli", "topics", "create", *common[:-1], "5", "--replication-factor", "2"],
+        capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert f"{config.acker_topic}\t3 partition(s)\texists (not 5: an existing topic is left as it is)" in again.stdout
+    assert (
+        f"{config.acker_topic}\t3 partition(s)\texists (not 5, replication factor 1, not 2: an existing topic is left "
+        "as it is)" in again.stdout
+    )
     misspelt = subprocess.run(
         [sys.executable, "-m", "acker.cli", "status", *common, "--acker-topic", f"{config.acker_topic}-typo"],
         capture_output=True, text=True, check=False,
