@@ -155,6 +155,9 @@ def _status(value: bytes | None) -> dict[str, Any] | None:
     status = {k: v for k, v in status.items() if type(v) not in (int, float) or _number(v)}
     if type(status.get("partition")) is not int:
         return None
+    for field in ("pending", "lag"):  # shown in the table as numbers (None: none yet): text there could hold a
+        if status.get(field) is not None and not _number(status[field]):  # terminal's escape sequences
+            del status[field]
     for field in ("rates", "counters"):  # summed and shown per kind: numbers only
         values = status.get(field, {})
         status[field] = {k: v for k, v in values.items() if _number(v)} if isinstance(values, dict) else {}

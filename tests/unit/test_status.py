@@ -242,6 +242,23 @@ def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it
     assert status_module.read_status(ServiceConfig())[0]["instance"] == "b-2"
 
 
+def test_pending_trees_and_lag_of_another_shape_are_left_out() -> None:
+    """The table printed them as they were: text another writer put there reached the terminal, escape sequences
+    and all (a screen cleared, a terminal retitled)."""
+    assert _status(b'{"partition": 1, "pending": "\\u001b[2J", "lag": ["\\u001b]0;x\\u0007"]}') == {
+        "partition": 1,
+        "rates": {},
+        "counters": {},
+    }
+    assert _status(b'{"partition": 1, "pending": 3, "lag": null}') == {
+        "partition": 1,
+        "pending": 3,
+        "lag": None,
+        "rates": {},
+        "counters": {},
+    }
+
+
 def test_a_status_time_or_number_that_is_not_finite_is_left_out() -> None:
     """JSON's NaN and Infinity, which Python reads: a time of NaN made the row current for ever, and `acker status
     --json` wrote them out, which no JSON reader takes."""
