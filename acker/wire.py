@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -251,10 +251,13 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
     return highest, zero_anchor, zero_id, wrong, first_wrong
 
 
-# Spout names whose outcome or replay topic would be one of the Spark jobs' own, under their default names
+# Spout names whose outcome or replay topic would be one of the Spark jobs' own, with why, under their default names
 # (``acker.outcomes.dlq``, ``acker.replay.dlq``, ``acker.replay.progress``): refused by every spout, and in an acker
 # record (a client of its own naming one had its outcomes published among the commit job's dead letters).
-RESERVED_NAMES = frozenset({"dlq", "progress"})
+RESERVED_NAMES: Mapping[str, str] = {
+    "dlq": "its outcome and replay topics are the Spark jobs' dead-letter topics",
+    "progress": "its replay topic is the replay job's progress topic",
+}
 _VALID_SPOUTS_KEPT = 4096
 
 
@@ -269,7 +272,7 @@ def name_refusal(spout: str) -> str | None:
     if not spout_name_valid(spout):
         return f"spout {spout[:80]!r} cannot name a topic ([A-Za-z0-9._-], 1-200 long)"
     if spout in RESERVED_NAMES:
-        return f"spout {spout!r} is reserved: its outcome topic is a Spark job's own"
+        return f"spout {spout!r} is reserved: {RESERVED_NAMES[spout]}"
     return None
 
 

@@ -224,9 +224,9 @@ def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
 def test_a_spout_name_whose_outcome_topic_is_a_spark_jobs_own_is_refused() -> None:
     """Every spout refused it; a client of its own naming one had its outcomes published among the commit job's dead
     letters (``acker.outcomes.dlq``), where nothing reads them as outcomes."""
-    for spout in ("dlq", "progress"):
-        with pytest.raises(WireError, match="reserved") as raised:
-            decode_batch(encode_batch(MessageBlock.from_messages([Init(1, spout, "t/0/1", 1)])))
+    for spout, why in (("dlq", "the Spark jobs' dead-letter topics"), ("progress", "the replay job's progress topic")):
+        with pytest.raises(WireError, match=f"reserved: .*{why}") as raised:  # the topic met named ("progress": its
+            decode_batch(encode_batch(MessageBlock.from_messages([Init(1, spout, "t/0/1", 1)])))  # outcomes' was)
         assert raised.value.reason == "bad-spout"
     decode_batch(encode_batch(MessageBlock.from_messages([Init(1, "dlq2", "t/0/1", 1)])))
 
