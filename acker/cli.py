@@ -465,12 +465,13 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import table_console
-    from acker.watermarks import read_watermarks, watermark_group
+    from acker.watermarks import read_watermarks, watermark_groups
 
     config = _answered_config(args)
     marks = read_watermarks(config, args.spout_groups)
     found = {m.group for m in marks}
-    missing = [group for group in dict.fromkeys(map(watermark_group, args.spout_groups)) if group not in found]
+    meant = {watermark_groups(group)[0]: watermark_groups(group) for group in args.spout_groups}  # each named once
+    missing = [group for group, groups in meant.items() if found.isdisjoint(groups)]
     if missing and (marks or args.json):  # left out of the rows: silence read as "nothing behind" (a typo, say)
         print(f"no watermarks committed in {', '.join(missing)}", file=sys.stderr)
     if args.json:

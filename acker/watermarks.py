@@ -72,10 +72,11 @@ def acked_group(consumer_group: str) -> str:
     return consumer_group + ACKED
 
 
-def watermark_group(group: str) -> str:
-    """The watermark group of a spout's consumer group given either way, as an operator names it (`acker
-    watermarks orders` or `acker watermarks orders.acked`)."""
-    return group if group.endswith(ACKED) else acked_group(group)
+def watermark_groups(group: str) -> tuple[str, ...]:
+    """The watermark groups a spout's group given either way may mean, as an operator names it (`acker watermarks
+    orders` or `acker watermarks orders.acked`): a name that ends in ``.acked`` is a watermark group, or the consumer
+    group of a spout whose own group is so named (its watermarks in ``orders.acked.acked``: `acked_group`)."""
+    return (group, acked_group(group)) if group.endswith(ACKED) else (acked_group(group),)
 
 
 def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float = 10.0) -> list[Watermark]:
@@ -90,7 +91,7 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
     ends_of = Consumer(config.client(**reader, **{"isolation.level": "read_uncommitted"}))
     out: list[Watermark] = []
     try:
-        for group in dict.fromkeys(watermark_group(g) for g in groups):
+        for group in dict.fromkeys(meant for g in groups for meant in watermark_groups(g)):
             request = ConsumerGroupTopicPartitions(group)
             result = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group].result()
             marks = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
@@ -103,7 +104,9 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 ends = end_offsets(ends_of, topic, sorted(partitions), timeout_s)
                 for partition, end in ends.items():
                     mark = marks.get((topic, partition))
-                    first, stable = _offsets(consumer, topic, partition, timeout_s)
+                    # None: no leader, or no answer in the time all had (`end_offsets`); asked again, each one waited
+                    # its own timeout, minutes for a cluster that lost brokers, when the table is wanted most.
+                    first, stable = (None, None) if end is None else _offsets(consumer, topic, partition, timeout_s)
                     beyond = _beyond(mark, end)
                     first = first if mark is None or beyond else None
                     open_from = stable if end is not None and stable is not None and stable < end else None

@@ -153,6 +153,16 @@ def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_
     # Named either way, and twice: one group ("nobody.acked.acked, nobody (.acked)" was said).
     assert cli.main(["watermarks", "nobody.acked", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
     assert capsys.readouterr().out == "no watermarks committed in nobody.acked\n"
+    # A spout whose own group ends in ".acked" has its watermarks in "<group>.acked" (`acked_group`): named by its
+    # group, they are found there ("no watermarks committed in <group>", whose are none: no spout commits there).
+    with kafka.lock:
+        kafka.advance(f"{beyond}.acked.acked", {(topic, 1): 2})
+    assert cli.main(["watermarks", f"{beyond}.acked", "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["group"], r["partition"], r["watermark"]) for r in rows if r["watermark"] is not None] == [
+        (f"{beyond}.acked", 0, 50),
+        (f"{beyond}.acked.acked", 1, 2),
+    ]
     # A group mistyped beside one that has watermarks: said, not silently left out of the rows.
     assert cli.main(["watermarks", group, "nobody", "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
     said = capsys.readouterr()

@@ -1,0 +1,61 @@
+"""`acker watermarks` at its Kafka edge: a partition whose end Kafka did not tell in the time all had is not asked
+again with a whole timeout of its own."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from acker import watermarks
+from acker.config import ServiceConfig
+
+LEADERLESS = set(range(6))
+
+
+class _Consumer:
+    """Partitions 0-5 have no leader: librdkafka waits out the timeout asked for, then fails."""
+
+    asked: list[int]
+
+    def __init__(self, _settings: dict[str, Any]) -> None:
+        pass
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        partitions = {p: SimpleNamespace(leader=-1 if p in LEADERLESS else 1) for p in range(8)}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        _Consumer.asked.append(tp.partition)
+        if tp.partition in LEADERLESS:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return 0, 5
+
+    def close(self) -> None:
+        pass
+
+
+class _Admin:
+    def __init__(self, _settings: dict[str, Any]) -> None:
+        pass
+
+    def list_consumer_group_offsets(self, requests: list[Any], request_timeout: float) -> dict[str, Any]:
+        group = requests[0].group_id
+        marks = [SimpleNamespace(topic="in", partition=p, offset=5, error=None) for p in range(8)]
+        return {group: SimpleNamespace(result=lambda: SimpleNamespace(topic_partitions=marks))}
+
+
+def test_partitions_without_a_leader_are_not_asked_again_each_with_the_whole_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`end_offsets` gives one timeout to all partitions and skips those without a leader; each was then asked for
+    its first offset with the whole timeout again: minutes, for a cluster that lost a broker."""
+    _Consumer.asked = []
+    monkeypatch.setattr(watermarks, "Consumer", _Consumer)
+    monkeypatch.setattr(watermarks, "AdminClient", _Admin)
+    monkeypatch.setattr(watermarks, "topic_partitions", lambda *_args: list(range(8)))
+    marks = watermarks.read_watermarks(ServiceConfig(), ["orders"], timeout_s=10.0)
+    assert [(m.partition, m.end) for m in marks] == [(p, None if p in LEADERLESS else 5) for p in range(8)]
+    assert sorted(_Consumer.asked) == [6, 6, 7, 7]  # their ends, then their first offsets: the led ones only
