@@ -36,7 +36,7 @@ from acker.config import ServiceConfig, add_arguments, load, to_argv
 from acker.console import printable
 from acker.coordinated import DEADLINE_MAX_S
 from acker.drpc import DrpcClient, DrpcError
-from acker.examples.stages import Stages
+from acker.examples.stages import Stages, acker_command
 from acker.help_text import prose
 from acker.kafka.clients import answering, partition_count
 from acker.kafka.coordinated_stage import Chain, CoordinatedStage, Emit, Request, Step, create_chain_topics
@@ -161,8 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # share (the second would fence the first).
             own = f"{config.instance_id}-{i}.{k}" if config.instance_id else ""
             flags, env = to_argv(replace(config, metrics_port=0, instance_id=own))
-            argv = [sys.executable, "-m", "acker.cli", "reach", "step", str(i), "--chain", chain.name, *flags,
-                    "--log-level", "WARNING"]  # fmt: skip
+            argv = acker_command("reach", "step", str(i), "--chain", chain.name, *flags, "--log-level", "WARNING")
             # Its own process group (`Stages`): a Ctrl-C in the terminal reaches this process alone, which stops each
             # step with one SIGTERM (a second signal ends a step at once, its consumer and transaction left to time
             # out, and the next run waited for them).

@@ -15,8 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import acker
 from acker.config import child_environment
 from acker.kafka.local_broker import spawn
+
+
+def acker_command(*args: str) -> list[str]:
+    """The argv of a child that runs ``acker *args`` with this process's acker package. ``python -m`` puts the
+    working directory first on the child's path, and sources there (a clone whose package is installed, not
+    editable; the image's copy) were imported in place of the package this process runs: their ``acker.schemas``
+    exists only installed, and every stage failed at its start. ``-P`` leaves the directory out of the path, unless
+    the package this process runs is the one in it."""
+    from_here = Path(acker.__file__).resolve().parent.parent == Path.cwd().resolve()
+    return [sys.executable, *(() if from_here else ("-P",)), "-m", "acker.cli", *args]
 
 
 class Stages:

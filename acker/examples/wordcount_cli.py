@@ -40,7 +40,7 @@ from acker.config import (
     topic_name_problem,
 )
 from acker.errors import ConfigError
-from acker.examples.stages import Stages
+from acker.examples.stages import Stages, acker_command
 from acker.examples.wordcount import (
     COUNTS_TOPIC_CONFIG,
     Topics,
@@ -219,9 +219,8 @@ def stage_command(config: ServiceConfig, prefix: str, stage: str, *extra: str) -
     """The command and environment of one stage process (``acker`` for an acker instance)."""
     flags, env = to_argv(replace(config, metrics_port=0))
     if stage == "acker":
-        return [sys.executable, "-m", "acker.cli", "run", *flags, "--log-level", "WARNING", *extra], env
-    return [sys.executable, "-m", "acker.cli", "wordcount", stage, *flags, f"--prefix={prefix}",
-            "--log-level", "WARNING", *extra], env  # fmt: skip
+        return acker_command("run", *flags, "--log-level", "WARNING", *extra), env
+    return acker_command("wordcount", stage, *flags, f"--prefix={prefix}", "--log-level", "WARNING", *extra), env
 
 
 class PipelineStages(Stages):

@@ -112,3 +112,18 @@ def test_the_images_build_steps_import_the_installed_package() -> None:
         line for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines() if line.startswith("RUN python")
     ]
     assert steps and all(shlex.split(line)[1:3] == ["python", "-P"] for line in steps)
+
+
+def test_the_images_compiled_loops_are_in_a_cache_its_user_can_write_and_no_sources_are_left_beside_it() -> None:
+    """Compiled as root beside the installed package, the cache was passed over by numba in a container (its user
+    cannot write there): every new container compiled again. The sources copied in stayed in the working directory,
+    first on the path of each stage a run starts (`python -m`), which imported them, without `acker.schemas`."""
+    lines = (ROOT / "docker" / "Dockerfile").read_text().splitlines()
+    compiled = next(i for i, line in enumerate(lines) if "compile_now()" in line)
+    [cache] = [line.split("=", 1)[1] for line in lines[:compiled] if line.startswith("ENV NUMBA_CACHE_DIR=")]
+    owned = next(line for line in lines if "chown -R acker" in line).split("chown -R acker", 1)[1].split()
+    assert any(cache.startswith(directory + "/") for directory in owned)
+    [installed] = [line for line in lines if "pip install" in line]
+    copied_to = [line.split()[1] for line in lines[: lines.index(installed)] if line.startswith("WORKDIR ")][-1]
+    assert f"rm -rf {copied_to}/*" in installed
+    assert [line for line in lines if line.startswith("WORKDIR ")][-1] != f"WORKDIR {copied_to}"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+import acker
 from acker.examples import stages as stages_module
-from acker.examples.stages import Stages
+from acker.examples.stages import Stages, acker_command
 
 _EXIT_WITH_X = [sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['X']))"]
 
@@ -68,3 +70,19 @@ def test_processes_that_ignore_sigterm_are_all_killed_once_one_wait_has_run_out(
     stages.stop(wait_s=10)
     assert clock[0] == 10 and all(process.killed for process in stuck)
     assert [process.waits for process in stuck] == [[10.0], [0.0], [0.0]]
+
+
+def test_a_stage_runs_the_acker_package_of_its_runner_not_sources_in_its_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` put the working directory first on a stage's path: run where sources lie beside an installed
+    package (the image's copy), every stage imported them, whose ``acker.schemas`` exists only installed."""
+    copy = tmp_path / "acker"
+    copy.mkdir()
+    (copy / "__init__.py").write_text("raise ImportError('the copy in the working directory')\n")
+    monkeypatch.chdir(tmp_path)
+    argv = acker_command("topics", "--help")
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0 and "the copy" not in run.stderr, run.stderr
+    monkeypatch.chdir(Path(acker.__file__).resolve().parent.parent)  # a runner of the sources there: the same
+    assert "-P" not in acker_command("run")
