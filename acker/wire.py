@@ -188,6 +188,9 @@ def parse_batch(data: bytes) -> MessageBlock:
     if len(init_source) != inits or len(init_offset) != inits:
         raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
     sources = [(s["spout"], s["source"]) for s in record["sources"]]
+    if len(sources) > inits:  # again, as read: the count before stops where Java's reader would refuse the bytes (a
+        # long over 10 bytes, a block count of -2⁶³), which fastavro reads; such a record was let through
+        raise WireError("bad-column", f"{len(sources)} sources but {inits} inits: a source is listed for its inits")
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     lowest = int(init_offset.min()) if inits else 0

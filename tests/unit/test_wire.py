@@ -180,17 +180,42 @@ def _refused_within_its_size(data: bytes, said: str) -> None:
     assert raised.value.reason == "bad-column" and peak < 4 * len(data), peak
 
 
-@given(raw_messages, st.integers(0, 3))
-def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: list[Message], cut: int) -> None:
-    """On every record a writer makes, and on a record cut short (None, or the counts when the cut is after the
-    sources)."""
+@given(raw_messages, st.floats(0, 1, exclude_max=True))
+def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: list[Message], cut: float) -> None:
+    """On every record a writer makes, and on a record cut short anywhere: None when its kinds are cut, else their
+    inits, with the sources its array claims, or none when the cut comes before the array's count."""
     data = encode_batch(MessageBlock.from_messages(messages))
     record = fastavro.schemaless_reader(io.BytesIO(data[4:]), ACKER_BATCH_SCHEMA, None)
     assert isinstance(record, dict)
     counts = (record["kinds"].count(Kind.INIT), len(record["sources"]))
     assert avro_longs.acker_batch_counts(data, 4, Kind.INIT) == counts
     assert counts[1] <= counts[0]
-    assert avro_longs.acker_batch_counts(data[: len(data) - 1 - cut], 4, Kind.INIT) in (None, counts)
+    kinds_end = 4 + len(avro_longs.long(len(record["kinds"]))) + len(record["kinds"])
+    at = 4 + int(cut * (len(data) - 4))
+    short = avro_longs.acker_batch_counts(data[:at], 4, Kind.INIT)
+    if at < kinds_end:
+        assert short is None
+    else:
+        assert short is not None and short[0] == counts[0] and short[1] in (0, counts[1])
+
+
+@pytest.mark.parametrize(
+    "hexed",
+    [
+        "414b42018080808080808080808000000002027300000000",  # the kinds' length in 11 bytes, one source, no inits
+        "414b4201000000ffffffffffffffffff010002027300000000",  # a block of -2⁶³ items (fastavro: none) before it
+        # an ack (5, 3), the kinds' length in 11 bytes, and a source
+        "414b420182808080808080808080000110050000000000000010030000000000000002027306742f30000000",
+    ],
+)
+def test_more_sources_than_inits_are_refused_however_the_numbers_are_written(hexed: str) -> None:
+    """The count before fastavro reads as Java's reader does, and stops at a long over 10 bytes or a block count of
+    -2⁶³, which fastavro reads: the same record was refused or taken by how its numbers were written."""
+    data = bytes.fromhex(hexed)
+    fastavro.schemaless_reader(io.BytesIO(data[4:]), ACKER_BATCH_SCHEMA, None)  # a record fastavro reads
+    with pytest.raises(WireError, match="sources but") as raised:
+        wire.parse_batch(data)
+    assert raised.value.reason == "bad-column"
 
 
 def test_a_message_id_written_whole_is_read_in_the_one_form_python_writes() -> None:
