@@ -678,6 +678,7 @@ def build_parser() -> argparse.ArgumentParser:
     from acker.examples.reach import add_parser as add_reach
     from acker.examples.wordcount_cli import add_parser as add_wordcount
     from acker.outcomes_cli import add_parser as add_outcomes
+    from spark_jobs.cli import add_parser as add_spark
 
     add_outcomes(sub)
     add_demo(sub)
@@ -685,12 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_drpc_parser(sub)
     add_reach(sub)
     add_wordcount(sub)
-    try:
-        from spark_jobs.cli import add_parser as add_spark
-    except ImportError:  # installed without the spark_jobs package
-        pass
-    else:
-        add_spark(sub)
+    add_spark(sub)  # imports no pyspark: a plain install lists it, and says how to install Spark when it is run
     return parser
 
 

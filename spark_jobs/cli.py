@@ -26,6 +26,7 @@ from acker.argtypes import at_least, non_negative, positive
 from acker.config import TIMEOUT_MAX_S, ServiceConfig, add_arguments, env_settings, flag_setting, load
 from acker.errors import AckerError, ConfigError
 from acker.retries import MAX_HOLD_MS
+from spark_jobs import require_spark
 from spark_jobs.jvm_errors import java_said
 from spark_jobs.restarts import BACKOFF, HEALTHY_S
 
@@ -305,6 +306,7 @@ def _starting(job: str) -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    require_spark("acker spark")
     from spark_jobs import commit_job, replay_job
     from spark_jobs.java_client import check_in_jvm
     from spark_jobs.session import spark_session, stop, stop_queries, under_spark_submit

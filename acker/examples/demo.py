@@ -70,6 +70,7 @@ from acker.kafka.provision import blank_bootstrap, kafka_cluster
 from acker.retries import DETAIL, MAX_HOLD_MS, ORIGIN, Backoff
 from acker.spout import SpoutSettings
 from acker.wire import WireError, decode_outcomes
+from spark_jobs import require_spark
 
 
 @dataclass(frozen=True)
@@ -795,6 +796,7 @@ def options_from(args: argparse.Namespace) -> DemoOptions:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    require_spark("acker demo")
     return run(options_from(args), args.bootstrap_servers, args.report, Console(), keep=args.keep)
 
 

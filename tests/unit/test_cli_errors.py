@@ -3,6 +3,7 @@ to check, exit status 2."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
@@ -125,6 +126,24 @@ def test_a_spark_job_without_spouts_or_a_pattern_says_so_before_spark_starts(
     monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: pytest.fail("Spark started"))
     assert cli.main(["spark", "commit", "--checkpoint", "/nowhere"]) == 2
     assert "--spout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["spark", "commit", "--checkpoint", "/nowhere", "--spout", "s"], ["demo"]])
+def test_a_command_that_runs_spark_where_pyspark_is_not_installed_says_how_to_install_it(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain install (``pip install kafka-acker``) lists them: a traceback of ModuleNotFoundError, the demo's after
+    it had started its broker and stages."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else find_spec(name, *a)
+    )
+    monkeypatch.setattr("acker.examples.demo.run", lambda *_, **__: pytest.fail("the demo started"))
+    monkeypatch.setattr("spark_jobs.cli._checked", lambda *_, **__: pytest.fail("the job started"))
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"acker: acker {argv[0]} runs Spark, which is not installed here: pip install 'kafka-acker[spark]'\n"
+    )
 
 
 def test_a_pattern_that_is_not_a_regular_expression_is_refused_before_spark_starts(
