@@ -27,9 +27,11 @@ REPEAT_INTERVAL_S = 30.0
 _MAX_KINDS = 1024  # kinds of line remembered; beyond, those not seen for an interval are forgotten
 _attaching = threading.Lock()
 
-# What varies between two lines of one kind: the time an attempt took (a broker's address, which tells brokers
-# apart, stays). confluent-kafka logs "%s [%s] %s" with the facility, the client's name and the text.
-_VARYING = re.compile(r"\b\d+ms\b")
+# What varies between two lines of one kind: the time an attempt took, and the count of lines librdkafka held back
+# itself (before 2.16: "(after 0ms in state CONNECT, 1 identical error(s) suppressed)" after the first line); a
+# broker's address, which tells brokers apart, stays. confluent-kafka logs "%s [%s] %s" with the facility, the
+# client's name and the text.
+_VARYING = re.compile(r"\b\d+ms\b|, \d+ identical error\(s\) suppressed")
 # Warnings that are not: a client waiting, and saying it will retry, for what a broker that has just started is still
 # loading or electing (its transaction or group coordinator): the producer gets its id a moment later, by itself; and
 # a setting of the shared ``[kafka]`` table that only producers read, given to a consumer (or the other way round),

@@ -54,12 +54,14 @@ def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:
     # Another client, another duration: the same kind of line.
     assert not kept.filter(_line(REFUSED.format(3), client="acker-vm:1-reader#consumer-3"))
     assert not kept.filter(_line(REFUSED.format(0)))
+    # librdkafka before 2.16 counts the lines it held back itself, in the line: the same kind too
+    assert not kept.filter(_line(REFUSED.replace("ms)", "ms, 1 identical error(s) suppressed)").format(0)))
     other_broker = _line(REFUSED.replace("b:1", "c:2").format(0))
     assert kept.filter(other_broker)
     now[0] = 31.0
     shown = _line(REFUSED.format(0))
     assert kept.filter(shown)
-    assert shown.getMessage().endswith("(2 more like this in the last 31 s, not shown)")
+    assert shown.getMessage().endswith("(3 more like this in the last 31 s, not shown)")
     now[0] = 32.0
     assert not kept.filter(_line(REFUSED.format(0)))
 
