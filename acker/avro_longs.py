@@ -224,13 +224,13 @@ def _skip_bytes(buf: Any, pos: int) -> int:
 
 
 @_compile
-def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int]:
-    """(inits in ``kinds``, items ``sources`` claims) of the AckerBatch at ``pos``, however the bytes after its kinds
-    end (cut short, or a block claiming more items than the bytes left could hold: each takes 2 bytes at least);
-    inits -1 when its kinds cannot be read."""
+def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int, bool]:
+    """(inits in ``kinds``, items ``sources`` claims, whether the sources were read to their end) of the AckerBatch
+    at ``pos``, however the bytes after its kinds end (cut short, or a block claiming more items than the bytes left
+    could hold: each takes 2 bytes at least); inits -1 when its kinds cannot be read."""
     size, pos = _read_long(buf, pos)  # kinds: a byte a message
     if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
-        return -1, 0
+        return -1, 0, False
     inits = 0
     for i in range(pos, pos + size):
         if buf[i] == init_kind:
@@ -241,26 +241,37 @@ def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int]:
     sources = 0
     while pos != _BAD:  # sources: blocks of (spout, source) strings
         count, pos = _read_block_count(buf, pos)
-        if pos == _BAD or count == 0:
+        if pos == _BAD:
             break
+        if count == 0:
+            return inits, sources, True
         if count > (buf.shape[0] - pos) // 2:  # claimed, not there: no sum past 64 bits (sources < 2⁶² before)
-            return inits, sources + min(count, 1 << 62)
+            return inits, sources + min(count, 1 << 62), False
         sources += count  # claimed, whether its items are all there or not
         for _ in range(2 * count):
             pos = _skip_bytes(buf, pos)
             if pos == _BAD:
                 break
-    return inits, sources
+    return inits, sources, False
 
 
-def acker_batch_counts(data: bytes, start: int, init_kind: int) -> tuple[int, int] | None:
+class BatchCounts(NamedTuple):
+    inits: int
+    sources: int  # those the record claims, read or not
+    # Whether the record was read to the end of its sources as Java's reader reads it. When not, it is cut short
+    # there, or holds what Avro's specification never writes and fastavro reads (a long over 10 bytes, a block
+    # count of -2⁶³, a negative length): either way no record, and fastavro is not to read it (the counts, that
+    # guard it, are not whole).
+    whole: bool
+
+
+def acker_batch_counts(data: bytes, start: int, init_kind: int) -> BatchCounts | None:
     """How many inits (messages of kind ``init_kind``) and sources the Avro AckerBatch at ``start`` in ``data``
-    carries (the sources its array claims, read or not), read before fastavro reads it; None when its kinds cannot be
-    read (fastavro's to say why). fastavro builds a dict, two strings and a tuple for each source, about 200 bytes of
-    memory at its peak for one that takes 2 bytes of the record, before it finds a record cut short: the caller
-    holds the count against the inits, which take 29 bytes each."""
-    inits, sources = _acker_batch_counts(np.frombuffer(data, np.uint8), start, init_kind)
-    return None if inits < 0 else (int(inits), int(sources))
+    carries, read before fastavro reads it; None when its kinds cannot be read. fastavro builds a dict, two strings
+    and a tuple for each source, about 200 bytes of memory at its peak for one that takes 2 bytes of the record,
+    before it finds a record cut short: the caller holds the count against the inits, which take 29 bytes each."""
+    inits, sources, whole = _acker_batch_counts(np.frombuffer(data, np.uint8), start, init_kind)
+    return None if inits < 0 else BatchCounts(int(inits), int(sources), bool(whole))
 
 
 class OutcomeHead(NamedTuple):

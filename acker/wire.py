@@ -173,8 +173,13 @@ def parse_batch(data: bytes) -> MessageBlock:
     # a writer makes, and one of half a million empty sources (1 MB) took fastavro a quarter second and 100 MB at its
     # peak to read, a fetch of them gigabytes.
     counts = avro_longs.acker_batch_counts(data, 4, _INIT)  # an int: numba takes an IntEnum 10 µs slower
-    if counts is not None and counts[1] > counts[0]:
-        raise WireError("bad-column", f"{counts[1]} sources but {counts[0]} inits: a source is listed for its inits")
+    if counts is not None and counts.sources > counts.inits:
+        raise WireError("bad-column", f"{counts.sources} sources but {counts.inits} inits: a source is listed for "
+                        "its inits")  # fmt: skip
+    if counts is None or not counts.whole:  # the count stopped where fastavro might go on, building every source
+        raise WireError("undecodable", "Avro decoding failed: the record is cut short before its sources end, or "
+                        "holds what Avro's specification never writes (a long over 10 bytes, a block count of -2⁶³, "
+                        "a negative length)")  # fmt: skip
     record = _read(ACKER_BATCH_SCHEMA, data)
     kinds = _column(record, "kinds", "u1", 1)
     anchors = _column(record, "anchors", "<i8", 8)
@@ -184,13 +189,10 @@ def parse_batch(data: bytes) -> MessageBlock:
     n = len(kinds)
     if len(anchors) != n or len(values) != n:
         raise WireError("bad-column", f"{n} kinds but {len(anchors)} anchors and {len(values)} values")
-    inits = counts[0] if counts is not None else int(np.count_nonzero(kinds == Kind.INIT))
+    inits = counts.inits
     if len(init_source) != inits or len(init_offset) != inits:
         raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
     sources = [(s["spout"], s["source"]) for s in record["sources"]]
-    if len(sources) > inits:  # again, as read: the count before stops where Java's reader would refuse the bytes (a
-        # long over 10 bytes, a block count of -2⁶³), which fastavro reads; such a record was let through
-        raise WireError("bad-column", f"{len(sources)} sources but {inits} inits: a source is listed for its inits")
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     lowest = int(init_offset.min()) if inits else 0

@@ -167,8 +167,8 @@ def test_a_record_claiming_more_sources_than_inits_is_refused_cut_short_or_with_
     _refused_within_its_size(data, "sources but 1 inits")
 
 
-def _refused_within_its_size(data: bytes, said: str) -> None:
-    """``data`` refused as `bad-column` (saying ``said``), the memory taken meanwhile under 4 times its size."""
+def _refused_within_its_size(data: bytes, said: str, reason: str = "bad-column") -> None:
+    """``data`` refused as ``reason`` (saying ``said``), the memory taken meanwhile under 4 times its size."""
     wire.parse_batch(encode_batch(MessageBlock.from_messages([Ack(5, 3)])))  # compiled before measuring
     tracemalloc.start()
     try:
@@ -177,18 +177,19 @@ def _refused_within_its_size(data: bytes, said: str) -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert raised.value.reason == "bad-column" and peak < 4 * len(data), peak
+    assert raised.value.reason == reason and peak < 4 * len(data), peak
 
 
 @given(raw_messages, st.floats(0, 1, exclude_max=True))
 def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: list[Message], cut: float) -> None:
     """On every record a writer makes, and on a record cut short anywhere: None when its kinds are cut, else their
-    inits, with the sources its array claims, or none when the cut comes before the array's count."""
+    inits, with the sources its array claims, or none when the cut comes before the array's count, whole only when
+    the cut comes after the array's end."""
     data = encode_batch(MessageBlock.from_messages(messages))
     record = fastavro.schemaless_reader(io.BytesIO(data[4:]), ACKER_BATCH_SCHEMA, None)
     assert isinstance(record, dict)
     counts = (record["kinds"].count(Kind.INIT), len(record["sources"]))
-    assert avro_longs.acker_batch_counts(data, 4, Kind.INIT) == counts
+    assert avro_longs.acker_batch_counts(data, 4, Kind.INIT) == (*counts, True)
     assert counts[1] <= counts[0]
     kinds_end = 4 + len(avro_longs.long(len(record["kinds"]))) + len(record["kinds"])
     at = 4 + int(cut * (len(data) - 4))
@@ -196,7 +197,9 @@ def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: 
     if at < kinds_end:
         assert short is None
     else:
-        assert short is not None and short[0] == counts[0] and short[1] in (0, counts[1])
+        assert short is not None and short.inits == counts[0] and short.sources in (0, counts[1])
+        init_columns = [avro_longs.long(len(record[name])) + record[name] for name in ("init_sources", "init_offsets")]
+        assert short.whole == (at >= len(data) - sum(map(len, init_columns)))  # cut after the sources' end
 
 
 @pytest.mark.parametrize(
@@ -210,12 +213,21 @@ def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: 
 )
 def test_more_sources_than_inits_are_refused_however_the_numbers_are_written(hexed: str) -> None:
     """The count before fastavro reads as Java's reader does, and stops at a long over 10 bytes or a block count of
-    -2⁶³, which fastavro reads: the same record was refused or taken by how its numbers were written."""
+    -2⁶³, which fastavro reads: the same record was refused or taken by how its numbers were written. Refused as
+    Java's reader refuses it, before fastavro builds the sources."""
     data = bytes.fromhex(hexed)
     fastavro.schemaless_reader(io.BytesIO(data[4:]), ACKER_BATCH_SCHEMA, None)  # a record fastavro reads
-    with pytest.raises(WireError, match="sources but") as raised:
+    with pytest.raises(WireError, match="never writes") as raised:
         wire.parse_batch(data)
-    assert raised.value.reason == "bad-column"
+    assert raised.value.reason == "undecodable"
+
+
+def test_a_record_of_many_sources_whose_numbers_java_refuses_is_refused_before_fastavro_builds_them() -> None:
+    """Its kinds' length written in 11 bytes, the count before fastavro stopped, and fastavro built half a million
+    sources (128 MB for 1 MB) before the record was refused."""
+    n = 500_000
+    data = b"AKB\x01" + b"\x80" * 10 + b"\x00" + b"\x00\x00" + avro_longs.long(n) + b"\x00\x00" * n + b"\x00\x00\x00"
+    _refused_within_its_size(data, "never writes", "undecodable")
 
 
 def test_a_message_id_written_whole_is_read_in_the_one_form_python_writes() -> None:
