@@ -19,7 +19,7 @@ topics`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from acker.config import ServiceConfig, topic_name_problem
 from acker.errors import AckerError, ConfigError
@@ -29,6 +29,7 @@ from acker.kafka.clients import (
     TopicsNotCreatedError,
     TopicSpec,
     answering,
+    broker_config,
     create_topics,
     partition_count,
     replication_factors,
@@ -166,6 +167,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
         created = set(create_topics(config.client(), specs))
     except TopicsNotCreatedError as error:  # the others were made (or existed): say which, then fail
         failure, created = error, set(error.created)
+    default = functools.cache(lambda: _default_replication(config))  # asked once, if a topic exists
     for spec in specs if report else ():
         if spec.name in created:
             print(f"{spec.name}\t{spec.partitions} partition(s)\tcreated")
@@ -175,7 +177,7 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
         else:
             count = partition_count(config.client(), spec.name)  # its own, whatever --partitions says
             differs = [f"not {spec.partitions}"] if count != spec.partitions else []
-            differs += _replication_difference(config, spec) + _config_differences(config, spec)
+            differs += _replication_difference(config, spec, default) + _config_differences(config, spec)
             left = f" ({', '.join(differs)}: an existing topic is left as it is)" if differs else ""
             print(f"{spec.name}\t{count} partition(s)\texists{left}")
     if failure is not None and report:
@@ -188,20 +190,30 @@ def create_and_report(config: ServiceConfig, specs: Sequence[TopicSpec], *, repo
         raise failure
 
 
-def _replication_difference(config: ServiceConfig, spec: TopicSpec) -> list[str]:
+def _replication_difference(config: ServiceConfig, spec: TopicSpec, default: Callable[[], int | None]) -> list[str]:
     """How an existing topic's replication factor differs from the one ``spec`` asks for (none asked for: the
-    broker's default, whatever it is): topics made with one replica, under an older default or a test's settings,
-    lose their records with one disk."""
-    if spec.replication_factor == -1:
+    broker's ``default.replication.factor``, ``default()``, None when it does not say): topics made with one replica,
+    under an older default or a test's settings, lose their records with one disk."""
+    asked = spec.replication_factor if spec.replication_factor != -1 else default()
+    if asked is None:
         return []
     try:
         factors = replication_factors(config.client(), spec.name)
     except KafkaClientError as error:
         return [f"its replication factor not read: {error}"]
-    if factors == [spec.replication_factor]:
+    if factors == [asked]:
         return []
     found = f"{factors[0]} to {factors[-1]}" if len(factors) > 1 else str(factors[0])
-    return [f"replication factor {found}, not {spec.replication_factor}"]
+    return [f"replication factor {found}, not {asked}{'' if spec.replication_factor != -1 else ' (the default)'}"]
+
+
+def _default_replication(config: ServiceConfig) -> int | None:
+    """The cluster's ``default.replication.factor`` as a broker says it; None when it does not (no right to describe
+    it, say): then the factor of a topic made with the default is not compared."""
+    try:
+        return int(broker_config(config.client())["default.replication.factor"])
+    except (KafkaClientError, KeyError, ValueError):
+        return None
 
 
 def _config_differences(config: ServiceConfig, spec: TopicSpec) -> list[str]:

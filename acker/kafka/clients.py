@@ -372,13 +372,32 @@ def topic_config(client_config: Mapping[str, Any], topic: str, timeout_s: float 
     """The configuration of ``topic`` as the broker reports it (its own settings and the defaults it gets);
     `KafkaClientError` when the broker does not say (no such topic, no right to describe it, no answer)."""
     admin = AdminClient(without_consumer_settings(client_config))
-    resource = ConfigResource(ResourceType.TOPIC, topic)
+    return _described(admin, ConfigResource(ResourceType.TOPIC, topic), f"describing topic {topic}", timeout_s)
+
+
+def broker_config(client_config: Mapping[str, Any], timeout_s: float = 10.0) -> dict[str, str]:
+    """The configuration of one broker of the cluster (the lowest id), as it reports it: the defaults a topic made
+    without them gets (``default.replication.factor``, ...); `KafkaClientError` when the cluster does not say."""
+    admin = AdminClient(without_consumer_settings(client_config))
+    try:
+        nodes = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s).nodes
+    except KafkaException as error:
+        raise KafkaClientError("describing the cluster", kafka_error(error)) from None
+    except concurrent.futures.TimeoutError:
+        raise KafkaClientError("describing the cluster", KafkaError(KafkaError._TIMED_OUT)) from None
+    if not nodes:
+        raise KafkaClientError("describing the cluster: no broker", None)
+    broker = str(min(node.id for node in nodes))
+    return _described(admin, ConfigResource(ResourceType.BROKER, broker), f"describing broker {broker}", timeout_s)
+
+
+def _described(admin: AdminClient, resource: ConfigResource, what: str, timeout_s: float) -> dict[str, str]:
     try:
         entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
     except KafkaException as error:
-        raise KafkaClientError(f"describing topic {topic}", kafka_error(error)) from None
+        raise KafkaClientError(what, kafka_error(error)) from None
     except concurrent.futures.TimeoutError:
-        raise KafkaClientError(f"describing topic {topic}", KafkaError(KafkaError._TIMED_OUT)) from None
+        raise KafkaClientError(what, KafkaError(KafkaError._TIMED_OUT)) from None
     return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 

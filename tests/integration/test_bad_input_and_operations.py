@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 
 from acker import cli
 from acker import service as service_module
+from acker import topics as acker_topics
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
 from acker.core import Ack, Init
@@ -529,6 +530,7 @@ def test_metrics_status_and_topic_commands(config: ServiceConfig) -> None:
         f"{config.acker_topic}\t3 partition(s)\texists (not 5, replication factor 1, not 2: an existing topic is left "
         "as it is)" in again.stdout
     )
+    assert acker_topics._default_replication(config) == 1  # the cluster's, as its broker says it
     misspelt = subprocess.run(
         [sys.executable, "-m", "acker.cli", "status", *common, "--acker-topic", f"{config.acker_topic}-typo"],
         capture_output=True, text=True, check=False,

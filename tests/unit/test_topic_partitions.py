@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from acker import topics as acker_topics
+from acker.config import ServiceConfig
 from acker.kafka import clients
 from acker.kafka.clients import KafkaClientError, TopicSpec, create_topics, readable, topic_partitions
 
@@ -116,3 +118,22 @@ def test_group_settings_the_broker_refuses_stop_the_reader() -> None:
     refused = KafkaError(KafkaError.INVALID_SESSION_TIMEOUT, "JoinGroup failed: Broker: Invalid session timeout")
     with pytest.raises(KafkaClientError, match=r"INVALID_SESSION_TIMEOUT.*refuses the group's settings"):
         readable(Message(error=refused), logging.getLogger("test.readable"), "consumer")
+
+
+@pytest.mark.parametrize(
+    ("asked", "default", "found", "said"),
+    [
+        (-1, 3, [1], ["replication factor 1, not 3 (the default)"]),  # made under an older default
+        (-1, 3, [3], []),
+        (-1, None, [1], []),  # the cluster does not say its default: nothing compared
+        (2, 3, [1, 2], ["replication factor 1 to 2, not 2"]),
+    ],
+)
+def test_an_existing_topics_replication_factor_is_held_against_the_one_asked_for_or_the_clusters_default(
+    monkeypatch: pytest.MonkeyPatch, asked: int, default: int | None, found: list[int], said: list[str]
+) -> None:
+    """Compared only when a factor was given, topics made with one replica were shown as plain "exists" by the
+    command run as the README says (no --replication-factor: the cluster's default)."""
+    monkeypatch.setattr(acker_topics, "replication_factors", lambda *_args: found)
+    spec = TopicSpec("t", 1, asked)
+    assert acker_topics._replication_difference(ServiceConfig(), spec, lambda: default) == said
