@@ -523,8 +523,9 @@ def _add_monitoring(sub: Any) -> None:
         "spout_groups",
         nargs="+",
         metavar="GROUP",
-        help="a spout's consumer group or its watermark group, GROUP.acked (a name ending in .acked is taken for a "
-        "watermark group: a spout whose own group ends so is named with .acked added)",
+        help="a spout's consumer group or its watermark group, GROUP.acked (a name ending in .acked is looked up "
+        "both as a watermark group and as the group of a spout whose own group ends so, whose watermarks are in "
+        "GROUP.acked.acked)",
     )
     watermarks.add_argument("--json", action="store_true", help="print JSON instead of a table")
     watermarks.set_defaults(run=_cmd_watermarks)

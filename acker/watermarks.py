@@ -91,9 +91,16 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
     ends_of = Consumer(config.client(**reader, **{"isolation.level": "read_uncommitted"}))
     out: list[Watermark] = []
     try:
-        for group in dict.fromkeys(meant for g in groups for meant in watermark_groups(g)):
+        named = {g: False for name in groups for g in watermark_groups(name)[:1]}  # the watermark groups named
+        also = {g: True for name in groups for g in watermark_groups(name)[1:] if g not in named}  # perhaps meant
+        for group, perhaps in {**named, **also}.items():
             request = ConsumerGroupTopicPartitions(group)
-            result = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group].result()
+            try:
+                result = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group].result()
+            except KafkaException:
+                if perhaps:  # one not named, which the operator may have no right to describe: not the command's end
+                    continue
+                raise
             marks = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
                      if tp.error is None and tp.offset >= 0}  # fmt: skip
             for topic in sorted({topic for topic, _ in marks}):

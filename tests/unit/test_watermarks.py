@@ -59,3 +59,33 @@ def test_partitions_without_a_leader_are_not_asked_again_each_with_the_whole_tim
     marks = watermarks.read_watermarks(ServiceConfig(), ["orders"], timeout_s=10.0)
     assert [(m.partition, m.end) for m in marks] == [(p, None if p in LEADERLESS else 5) for p in range(8)]
     assert sorted(_Consumer.asked) == [6, 6, 7, 7]  # their ends, then their first offsets: the led ones only
+
+
+class _Refusing(_Admin):
+    """Describes only the groups ending in one ".acked": the operator may look at those alone."""
+
+    def list_consumer_group_offsets(self, requests: list[Any], request_timeout: float) -> dict[str, Any]:
+        group = requests[0].group_id
+        if group.endswith(".acked.acked"):
+            error = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+
+            def refused() -> Any:
+                raise error
+
+            return {group: SimpleNamespace(result=refused)}
+        return super().list_consumer_group_offsets(requests, request_timeout)
+
+
+def test_a_group_looked_up_only_in_case_it_was_meant_does_not_end_the_command_when_it_cannot_be_described(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``orders.acked`` is also looked up as the group of a spout whose own group ends so (``orders.acked.acked``):
+    an operator allowed to describe ``orders.acked`` alone had the command fail on the other."""
+    _Consumer.asked = []
+    monkeypatch.setattr(watermarks, "Consumer", _Consumer)
+    monkeypatch.setattr(watermarks, "AdminClient", _Refusing)
+    monkeypatch.setattr(watermarks, "topic_partitions", lambda *_args: list(range(8)))
+    marks = watermarks.read_watermarks(ServiceConfig(), ["orders.acked"], timeout_s=10.0)
+    assert {m.group for m in marks} == {"orders.acked"} and len(marks) == 8
+    with pytest.raises(KafkaException):  # named, it is the command's to say
+        watermarks.read_watermarks(ServiceConfig(), ["orders.acked.acked"], timeout_s=10.0)
