@@ -337,15 +337,17 @@ class Bolt:
             return
         self._closed = True
         try:
-            self._commit()
-        finally:  # a producer failed for good (the commit's flush raises) still leaves the group now, not at its
-            self.consumer.close()  # session's timeout, and an explicit bolt's on_revoke is told
-        if self.acker.lingering():  # the fails of records written out that the close's revoke dropped
-            self.acker.flush(5)
-        for producer in (self._sink, self.producer):
-            if producer is not None:
-                release(producer, f"bolt {self.group}")
-        self._trouble.check(self.counters, at_once=True)  # what came since the last line (close's flush too)
+            try:
+                self._commit()
+            finally:  # a producer failed for good (the commit's flush raises) still leaves the group now, not at its
+                self.consumer.close()  # session's timeout, and an explicit bolt's on_revoke is told
+            if self.acker.lingering():  # the fails of records written out that the close's revoke dropped
+                self.acker.flush(5)
+            for producer in (self._sink, self.producer):
+                if producer is not None:
+                    release(producer, f"bolt {self.group}")
+        finally:  # what came since the last line (close's flush too), whether the close failed or not
+            self._trouble.check(self.counters, at_once=True)
         log.info(
             "bolt %s stopped: %s, %.1f s executing", self.group, dict(sorted(self.counters.items())), self.execute_s
         )

@@ -50,8 +50,8 @@ class MarkStore:
         without a mark starts at its group's committed offset), but offsets found done above a watermark are not read
         again, and the watermark waits below them until their records are decided again: a restart of their spout
         reads them again from the watermark. Said as the file is passed over; a mark that waits is said again after
-        `STUCK_S` only with offsets done above it (`Marks._say_stuck`: without, it cannot be told from a spout that
-        has not read that far)."""
+        the job's ``stuck_s`` (``--stuck-after-s``) only with offsets done above it (`Marks._say_stuck`: without, it
+        cannot be told from a spout that has not read that far)."""
         batches = self._batches()
         for batch in reversed(batches):
             try:

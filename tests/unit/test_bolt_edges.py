@@ -204,19 +204,25 @@ class _Closing(_Committing):
         self.closed = True
 
 
-def test_a_bolt_whose_last_commit_fails_still_leaves_its_group() -> None:
+def test_a_bolt_whose_last_commit_fails_still_leaves_its_group(caplog: pytest.LogCaptureFixture) -> None:
     """A producer failed for good made the commit's flush raise: the consumer was never closed, and the group waited
-    for its session to time out before another process took its partitions."""
+    for its session to time out before another process took its partitions. The trouble since the last report is
+    said all the same."""
     bolt = _explicit(None)
     bolt.consumer = _Closing()
+    bolt.counters["errors"] += 1
+    bolt._trouble.check(bolt.counters)  # said: the next line is a minute away
+    bolt.counters["errors"] += 2
 
     def broken(_timeout_s: float) -> int:
         raise KafkaClientError("flush", KafkaError(KafkaError._FATAL))
 
     bolt.flush = broken
+    caplog.clear()
     with pytest.raises(KafkaClientError):
         bolt.close()
     assert bolt.consumer.closed and bolt.consumer.committed == []
+    assert [r.getMessage() for r in caplog.records] == ["b since the last report: errors 2 (counted in its counters)"]
 
 
 def test_a_bolt_says_at_its_close_the_trouble_counted_since_its_last_report_with_its_example(

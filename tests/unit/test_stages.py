@@ -81,6 +81,7 @@ def test_a_stage_runs_the_acker_package_of_its_runner_not_sources_in_its_working
     copy.mkdir()
     (copy / "__init__.py").write_text("raise ImportError('the copy in the working directory')\n")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # a relative entry would name the copy too, whatever -P says
     argv = acker_command("topics", "--help")
     run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 0 and "the copy" not in run.stderr, run.stderr

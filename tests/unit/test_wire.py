@@ -258,7 +258,7 @@ def test_a_spout_name_must_be_able_to_name_a_topic() -> None:
         assert raised.value.reason == "bad-spout"
 
 
-def test_a_spout_name_whose_outcome_topic_is_a_spark_jobs_own_is_refused() -> None:
+def test_a_spout_name_whose_topics_would_be_a_spark_jobs_own_is_refused() -> None:
     """Every spout refused it; a client of its own naming one had its outcomes published among the commit job's dead
     letters (``acker.outcomes.dlq``), where nothing reads them as outcomes."""
     for spout, why in (("dlq", "the Spark jobs' dead-letter topics"), ("progress", "the replay job's progress topic")):
