@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 import uuid
 import warnings
@@ -212,6 +213,7 @@ class _Publisher:
         producer = without_consumer_settings(client)
         self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
+        self.unsettled = False  # a transaction whose abort failed too: its close would wait for Kafka without end
         _publishers.append(self)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> its partition count, and until when kept
         self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
@@ -524,6 +526,7 @@ class _Publisher:
         try:
             self.producer.abort_transaction(30)
         except KafkaException as error:
+            self.unsettled = True
             cause = kafka_error(error)
             log.warning("the failed transaction could not be aborted either (%s)", cause.str() if cause else error)
 
@@ -680,20 +683,42 @@ def _fetch(
 _publishers: list[_Publisher] = []  # of this process's jobs, for `close_publishers`
 
 
+CLOSE_WAIT_S = 10.0  # for a replay producer to close (`close_publishers`)
+
+
 def close_publishers() -> None:
-    """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`). A producer
-    that failed for good (its transaction refused, `_Publisher._abort`) raises its error again on closing, or warns
-    (a `RuntimeWarning`, its transaction not aborted): logged, either."""
+    """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`), each
+    within `CLOSE_WAIT_S`: `Producer.close` aborts an open transaction and flushes without a bound, and with Kafka
+    away it waited for Kafka's return (a job that ignored SIGTERM and Ctrl-C until its supervisor killed it). One
+    whose transaction could not be aborted (`_Publisher._abort`) is not closed, nor waited for past the bound: its
+    transaction is aborted by the broker after its timeout, or by the job's next start (`init_transactions`). A
+    producer that failed for good raises its error again on closing, or warns (a `RuntimeWarning`, its transaction
+    not aborted): logged, either."""
     while _publishers:
-        with warnings.catch_warnings(record=True) as warned:
+        publisher = _publishers.pop()
+        if publisher.unsettled:
+            log.warning("a replay producer whose transaction could not be aborted is left unclosed: the broker aborts "
+                        "the transaction after its timeout, or the job's next start does")  # fmt: skip
+            continue
+        with warnings.catch_warnings(record=True) as warned:  # raised in the closing thread, caught here
             warnings.simplefilter("always")
-            try:
-                _publishers.pop().producer.close()
-            except KafkaException as error:
-                cause = kafka_error(error)
-                log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
+            closing = threading.Thread(target=_close, args=(publisher.producer,), name="replay-close", daemon=True)
+            closing.start()
+            closing.join(CLOSE_WAIT_S)
+        if closing.is_alive():
+            log.warning("a replay producer did not close within %g s (Kafka away?): left closing; an open "
+                        "transaction of it is aborted by the broker after its timeout, or by the job's next start",
+                        CLOSE_WAIT_S)  # fmt: skip
         for warning in warned:
             log.warning("a replay producer closed: %s", warning.message)
+
+
+def _close(producer: Producer) -> None:
+    try:
+        producer.close()
+    except KafkaException as error:
+        cause = kafka_error(error)
+        log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
 
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:
