@@ -17,6 +17,8 @@ librdkafka                                              Java client
 (one PEM file: a PKCS#8 key and its certificate chain)  and ``ssl.key.password`` only if the key is encrypted
 ``ssl.keystore.location`` (PKCS#12)                     the same, with ``ssl.keystore.type=PKCS12``
 ``ssl.endpoint.identification.algorithm=none``          ``ssl.endpoint.identification.algorithm=`` (empty)
+``connections.max.idle.ms=0`` (never closed)            ``connections.max.idle.ms=-1``
+``sasl.kerberos.kinit.cmd``, ``...min.time.before...``  left out: the same names mean other things in Java
 ``enable.ssl.certificate.verification=true``            left out: Java always verifies
 ``ssl.providers``, ``ssl.curves.list``, ...             left out: OpenSSL's own; Java's client uses its defaults
 ======================================================  ===========================================================
@@ -85,6 +87,10 @@ _NOT_FOR_SPARK = _SPARK_REFUSES | {
     "ssl.ca.location", "ssl.ca.pem", "ssl.key.location", "ssl.certificate.location", "ssl.key.password",
     "enable.ssl.certificate.verification", "ssl.cipher.suites",
     "ssl.providers", "ssl.curves.list", "ssl.sigalgs.list",  # OpenSSL's own: Java's client uses its defaults
+    # Same name, another meaning: librdkafka's kinit command is a shell command line with its arguments (Java's, the
+    # path of the kinit program), and its 0 of the relogin wait turns refreshes off (Java's: no wait between them).
+    # Left out: a Kerberos login is Java's own sasl.jaas.config and settings, given as they are.
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
 }  # fmt: skip
 
 # librdkafka settings Java's client cannot be given under any name: the Java setting a user gives instead (the
@@ -125,6 +131,8 @@ def java_client_settings(client: Mapping[str, Any], java: Mapping[str, str] | No
     settings.update(_identity(client, given))
     if str(client.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
         settings["ssl.endpoint.identification.algorithm"] = ""
+    if settings.get("connections.max.idle.ms", "").strip() == "0":  # librdkafka's "never": Java's is -1, and its 0
+        settings["connections.max.idle.ms"] = "-1"  # closed every connection as soon as it was idle
     return {**settings, **given}
 
 

@@ -46,6 +46,18 @@ def test_settings_named_alike_pass_as_they_are_and_group_settings_stay_behind() 
     assert java_client_settings({**client, **group}) == {k: str(v) for k, v in client.items()}
 
 
+def test_settings_named_alike_that_mean_something_else_in_java_are_translated_or_left_out() -> None:
+    """librdkafka's connections.max.idle.ms=0 is "never close an idle connection", Java's "close it at once" (its
+    "never" is -1): Spark's clients reconnected all the time. Its Kerberos kinit command is a shell command line,
+    Java's the program's path; its relogin wait of 0 turns refreshes off, Java's waits none between them."""
+    client = {"bootstrap.servers": "b:9092", "connections.max.idle.ms": 0, "sasl.kerberos.kinit.cmd": "kinit -R",
+              "sasl.kerberos.min.time.before.relogin": "0"}  # fmt: skip
+    assert java_client_settings(client) == {"bootstrap.servers": "b:9092", "connections.max.idle.ms": "-1"}
+    assert java_client_settings({**client, "connections.max.idle.ms": 540000})["connections.max.idle.ms"] == "540000"
+    given = {"sasl.kerberos.kinit.cmd": "/usr/bin/kinit", "connections.max.idle.ms": "0"}  # Java's own, as they are
+    assert java_client_settings(client, given) == {"bootstrap.servers": "b:9092", **given}
+
+
 def test_a_password_without_a_mechanism_that_takes_one_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"sasl\.mechanism PLAIN or SCRAM"):
         java_client_settings({"sasl.mechanism": "GSSAPI", "sasl.username": "u", "sasl.password": "p"})
