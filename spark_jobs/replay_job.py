@@ -65,6 +65,7 @@ from acker.kafka.clients import (
     TopicSpec,
     after_failure,
     ensure_topics,
+    fatal,
     kafka_error,
     open_transaction_wait_s,
     partition_count,
@@ -213,7 +214,8 @@ class _Publisher:
         producer = without_consumer_settings(client)
         self.producer = Producer({**producer, "transactional.id": identity, "linger.ms": 5})
         self.producer.init_transactions(30)  # fences a previous instance of the same job, aborts its open transaction
-        self.unsettled = False  # a transaction whose abort failed too: its close would wait for Kafka without end
+        # A transaction whose abort failed unanswered (Kafka away): its close would wait for Kafka without end.
+        self.unsettled = False
         _publishers.append(self)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> its partition count, and until when kept
         self._missing: dict[str, float] = {}  # topics found missing, until when they are taken as missing
@@ -526,8 +528,8 @@ class _Publisher:
         try:
             self.producer.abort_transaction(30)
         except KafkaException as error:
-            self.unsettled = True
             cause = kafka_error(error)
+            self.unsettled = cause is None or not fatal(cause)  # fenced, say: its close returns at once
             log.warning("the failed transaction could not be aborted either (%s)", cause.str() if cause else error)
 
     def _raise_if_deleted(self, topics: Iterable[str], failed: BaseException) -> None:
@@ -690,35 +692,36 @@ def close_publishers() -> None:
     """Close the producers of this process's replay jobs, once their queries have stopped (`session.stop`), each
     within `CLOSE_WAIT_S`: `Producer.close` aborts an open transaction and flushes without a bound, and with Kafka
     away it waited for Kafka's return (a job that ignored SIGTERM and Ctrl-C until its supervisor killed it). One
-    whose transaction could not be aborted (`_Publisher._abort`) is not closed, nor waited for past the bound: its
-    transaction is aborted by the broker after its timeout, or by the job's next start (`init_transactions`). A
-    producer that failed for good raises its error again on closing, or warns (a `RuntimeWarning`, its transaction
-    not aborted): logged, either."""
+    whose transaction could not be aborted for want of an answer (`_Publisher._abort`) is not closed, nor waited for
+    past the bound: its transaction is aborted by the broker after its timeout, or by the job's next start
+    (`init_transactions`). A producer that failed for good (fenced) raises its error again on closing, or warns (a
+    `RuntimeWarning`, its transaction not aborted): logged, either."""
     while _publishers:
         publisher = _publishers.pop()
         if publisher.unsettled:
             log.warning("a replay producer whose transaction could not be aborted is left unclosed: the broker aborts "
                         "the transaction after its timeout, or the job's next start does")  # fmt: skip
             continue
-        with warnings.catch_warnings(record=True) as warned:  # raised in the closing thread, caught here
-            warnings.simplefilter("always")
-            closing = threading.Thread(target=_close, args=(publisher.producer,), name="replay-close", daemon=True)
-            closing.start()
-            closing.join(CLOSE_WAIT_S)
+        closing = threading.Thread(target=_close, args=(publisher.producer,), name="replay-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_WAIT_S)
         if closing.is_alive():
             log.warning("a replay producer did not close within %g s (Kafka away?): left closing; an open "
                         "transaction of it is aborted by the broker after its timeout, or by the job's next start",
                         CLOSE_WAIT_S)  # fmt: skip
-        for warning in warned:
-            log.warning("a replay producer closed: %s", warning.message)
 
 
 def _close(producer: Producer) -> None:
-    try:
-        producer.close()
-    except KafkaException as error:
-        cause = kafka_error(error)
-        log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
+    """Close ``producer``, saying its error or warning, also after `close_publishers` has stopped waiting."""
+    with warnings.catch_warnings(record=True) as warned:  # process-wide while it runs: another thread's too
+        warnings.simplefilter("always")
+        try:
+            producer.close()
+        except KafkaException as error:
+            cause = kafka_error(error)
+            log.warning("a replay producer closed with its error: %s", cause.str() if cause else error)
+    for warning in warned:
+        log.warning("a replay producer closed: %s", warning.message)
 
 
 def start(spark: SparkSession, settings: ReplayJobSettings) -> list[StreamingQuery]:

@@ -64,10 +64,12 @@ def test_partitions_without_a_leader_are_not_asked_again_each_with_the_whole_tim
 class _Refusing(_Admin):
     """Describes only the groups ending in one ".acked": the operator may look at those alone."""
 
+    code = KafkaError.GROUP_AUTHORIZATION_FAILED
+
     def list_consumer_group_offsets(self, requests: list[Any], request_timeout: float) -> dict[str, Any]:
         group = requests[0].group_id
         if group.endswith(".acked.acked"):
-            error = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+            error = KafkaException(KafkaError(self.code))
 
             def refused() -> Any:
                 raise error
@@ -89,3 +91,6 @@ def test_a_group_looked_up_only_in_case_it_was_meant_does_not_end_the_command_wh
     assert {m.group for m in marks} == {"orders.acked"} and len(marks) == 8
     with pytest.raises(KafkaException):  # named, it is the command's to say
         watermarks.read_watermarks(ServiceConfig(), ["orders.acked.acked"], timeout_s=10.0)
+    monkeypatch.setattr(_Refusing, "code", KafkaError._TIMED_OUT)
+    with pytest.raises(KafkaException):  # not answered: its rows are not left out unsaid
+        watermarks.read_watermarks(ServiceConfig(), ["orders.acked"], timeout_s=10.0)
