@@ -15,11 +15,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from acker.config import ServiceConfig, without_consumer_settings
-from acker.kafka.clients import READ_TO_SETTINGS, KafkaClientError, kafka_error, read_to, topic_partitions
+from acker.kafka.clients import NOT_ALLOWED, READ_TO_SETTINGS, KafkaClientError, kafka_error, read_to, topic_partitions
 from acker.status import end_offsets
 
 ACKED = ".acked"
@@ -66,11 +66,6 @@ def _beyond(mark: int | None, end: int | None) -> bool:
     return mark is not None and end is not None and mark > end
 
 
-# What a group the command looks up only in case it was meant may answer without ending the command.
-_NOT_ALLOWED = (KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                KafkaError.CLUSTER_AUTHORIZATION_FAILED)  # fmt: skip
-
-
 def acked_group(consumer_group: str) -> str:
     """The watermark group of a spout whose consumer group is ``consumer_group``: always the group and ``.acked``
     (a spout's own group may end in ``.acked``), where the spout seeks and the Spark jobs commit and look."""
@@ -104,7 +99,7 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
                 result = admin.list_consumer_group_offsets([request], request_timeout=timeout_s)[group].result()
             except KafkaException as error:
                 cause = kafka_error(error)
-                if perhaps and cause is not None and cause.code() in _NOT_ALLOWED:  # one not named, which the
+                if perhaps and cause is not None and cause.code() in NOT_ALLOWED:  # one not named, which the
                     continue  # operator may have no right to describe: not the command's end
                 raise
             marks = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions

@@ -241,7 +241,8 @@ def named_under(client_config: Mapping[str, Any], prefix: str, timeout_s: float 
 # A topic's metadata errors that say it does not exist (yet); others (not authorized, ...) are errors.
 _ABSENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
 # Refusals no wait mends: said at once rather than asked again until a deadline.
-_NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                         KafkaError.GROUP_AUTHORIZATION_FAILED})  # fmt: skip
 # Consumer errors no retry mends: the broker refuses the group's settings (a session timeout outside its bounds, a
 # group id it does not take). Reported as any other, the process stayed up, never in its group, reading nothing.
 REFUSED_SETTINGS = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.INVALID_GROUP_ID})
@@ -526,7 +527,7 @@ def log_bounds(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             return int(low), int(high)
         except KafkaException as error:  # e.g. NOT_LEADER_FOR_PARTITION, which librdkafka does not flag retriable
             cause = kafka_error(error)
-        if time.monotonic() > deadline or (cause is not None and cause.code() in _NOT_ALLOWED):
+        if time.monotonic() > deadline or (cause is not None and cause.code() in NOT_ALLOWED):
             raise KafkaClientError(f"reading the offsets of {tp.topic}[{tp.partition}]", cause)
         if cause is not None and cause.code() == KafkaError._UNKNOWN_PARTITION:
             with contextlib.suppress(KafkaException):  # no answer: asked again at the next round

@@ -16,13 +16,13 @@ from acker.core.messages import TreeMessage
 from acker.partition import PartitionState
 from acker.service import AckerService, _Destination, _part_of
 from acker.wire import decode_outcomes, encode_batch, encode_outcome_rows, split_outcomes
-from tests.unit.test_service_threads import _Record
+from tests.records import Consumed
 
 PARTITIONS = 4
 
 
 @dataclass
-class _WithHeaders(_Record):
+class _WithHeaders(Consumed):
     _headers: list[tuple[str, bytes]] | None = None
     reads: list[int] = field(default_factory=list)
 
@@ -33,7 +33,7 @@ class _WithHeaders(_Record):
 
 def _record(offset: int, messages: Sequence[TreeMessage], reasons: bytes | None = None) -> _WithHeaders:
     headers = None if reasons is None else [(fail_reasons.HEADER, reasons)]
-    return _WithHeaders(0, offset, encode_batch(MessageBlock.from_messages(list(messages))), headers)
+    return _WithHeaders(0, offset, encode_batch(MessageBlock.from_messages(list(messages))), _headers=headers)
 
 
 def _anchors(n: int) -> list[int]:

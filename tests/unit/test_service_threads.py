@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -22,46 +22,14 @@ from acker.partition import PartitionState
 from acker.service import AckerService
 from acker.wire import encode_batch
 from acker.workload import WorkloadSpec, generate
+from tests.records import Consumed
 
 PARTITIONS = 4
 OUTCOME_PARTITIONS = 3
 SPOUTS = ("s0", "s1")
 
 
-@dataclass
-class _Record:
-    """What the service reads of a consumed `confluent_kafka.Message`."""
-
-    _partition: int
-    _offset: int
-    _value: bytes
-
-    def error(self) -> None:
-        return None
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> None:
-        return None
-
-    def headers(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return "acker"
-
-    def timestamp(self) -> tuple[int, int]:
-        return 1, 1_000_000 + self._offset
-
-
-def _batches() -> list[list[_Record]]:
+def _batches() -> list[list[Consumed]]:
     """Every partition's word-count traffic in records of random sizes, a few of them garbage, dealt into batches
     that hold records of several partitions."""
     rng = random.Random(7)
@@ -85,7 +53,7 @@ def _batches() -> list[list[_Record]]:
             taken = values[p][: rng.randint(0, 40)]
             values[p] = values[p][len(taken) :]
             for value in taken:
-                batch.append(_Record(p, offsets[p], value))
+                batch.append(Consumed(p, offsets[p], value))
                 offsets[p] += 1
         batches.append(batch)
     return batches
@@ -110,7 +78,7 @@ def _service(
     return service, sent
 
 
-def _serve(threads: int, batches: list[list[_Record]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+def _serve(threads: int, batches: list[list[Consumed]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     service, sent = _service(threads, monkeypatch)
     after_each = []
     try:
@@ -167,7 +135,7 @@ def test_the_messages_counted_are_those_read_not_the_stand_ins_that_fail_a_rejec
     state = PartitionState(0, TrackerConfig(), 1000, 0)
     good = encode_batch(MessageBlock.from_messages([Init(mine + 1000 * PARTITIONS, "s0", "t/0/1", 3)]))
     bad = encode_batch(MessageBlock.from_messages([Init(mine, "s0", "t/0/2", 3), Ack(other, 5)]))
-    decided = service._decide((state, [_Record(0, 0, good), _Record(0, 1, bad)]))  # type: ignore[list-item]
+    decided = service._decide((state, [Consumed(0, 0, good), Consumed(0, 1, bad)]))  # type: ignore[list-item]
     assert [why.reason for _, why in decided.rejected] == ["wrong-partition"]
     assert service._counter_array(state)[[f.name for f in fields(Counters)].index("messages")] == 1
     assert state.tracker.counters.nacked_failed == 1  # the rejected record's tree: failed by the stand-ins
@@ -199,7 +167,7 @@ def test_a_scrape_while_stand_ins_are_applied_sees_the_messages_read_never_fewer
     monkeypatch.setattr(PartitionState, "apply_records", applying)
     good = encode_batch(MessageBlock.from_messages([Init(mine + 1000 * PARTITIONS, "s0", "t/0/1", 3)]))
     bad = encode_batch(MessageBlock.from_messages([Init(mine, "s0", "t/0/2", 3), Ack(other, 5)]))
-    service._decide((state, [_Record(0, 0, good), _Record(0, 1, bad)]))  # type: ignore[list-item]
+    service._decide((state, [Consumed(0, 0, good), Consumed(0, 1, bad)]))  # type: ignore[list-item]
     for scrape in scraping:
         scrape.join(5)
     assert scrapes == [1]  # after the apply: the one message read

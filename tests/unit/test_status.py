@@ -15,6 +15,7 @@ from acker import status as status_module
 from acker.cli import _re_read, _standing, _status_cells, main
 from acker.config import ServiceConfig
 from acker.status import _status, status_key
+from tests.records import Consumed
 
 
 def test_only_status_objects_with_a_partition_are_read() -> None:
@@ -191,20 +192,6 @@ def test_a_status_whose_numbers_no_float_holds_is_read_without_them(
     assert "acker" in capsys.readouterr().out
 
 
-class _Record:
-    def __init__(self, value: bytes, partition: int) -> None:
-        self._value, self._partition = value, partition
-
-    def error(self) -> None:
-        return None
-
-    def value(self) -> bytes:
-        return self._value
-
-    def partition(self) -> int:
-        return self._partition
-
-
 def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it_lies_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -213,7 +200,7 @@ def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it
     now = time.time()
     current = {"topic": "acker", "partition": 0, "group": "acker", "instance": "b-2", "time": now}
     old = {"topic": "acker", "partition": 0, "instance": "a-1", "time": now - 86_400}
-    batches: list[list[_Record]] = []
+    batches: list[list[Consumed]] = []
 
     class _Consumer:
         def __init__(self, _settings: dict[str, Any]) -> None:
@@ -222,7 +209,7 @@ def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it
         def assign(self, _parts: Any) -> None:
             pass
 
-        def consume(self, _n: int, timeout: float) -> list[_Record]:
+        def consume(self, _n: int, timeout: float) -> list[Consumed]:
             return self.batches.pop(0) if self.batches else []
 
         def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
@@ -234,11 +221,11 @@ def test_the_newest_status_of_a_partition_is_shown_whichever_status_partition_it
     monkeypatch.setattr(status_module, "Consumer", _Consumer)
     monkeypatch.setattr(status_module, "topic_partitions", lambda *_args, **_kwargs: [0, 1])
     monkeypatch.setattr(status_module, "end_offsets", lambda *_args, **_kwargs: {0: 1, 1: 1})
-    batches[:] = [[_Record(json.dumps(current).encode(), 0)], [_Record(json.dumps(old).encode(), 1)]]
+    batches[:] = [[Consumed(0, 0, json.dumps(current).encode())], [Consumed(1, 0, json.dumps(old).encode())]]
     assert status_module.read_status(ServiceConfig())[0]["instance"] == "b-2"
     # Of one status partition, as written: a new owner whose clock is behind the last one's is shown all the same.
     released = {**current, "instance": "a-1", "released": True, "time": now + 2}
-    batches[:] = [[_Record(json.dumps(released).encode(), 0)], [_Record(json.dumps(current).encode(), 0)]]
+    batches[:] = [[Consumed(0, 0, json.dumps(released).encode())], [Consumed(0, 0, json.dumps(current).encode())]]
     assert status_module.read_status(ServiceConfig())[0]["instance"] == "b-2"
 
 
