@@ -42,6 +42,7 @@ SUITE = [  # name, module, what it compares
     ("storm-wordcount", "benchmarks.storm_wordcount_bench", "Storm's word count, acking on vs off, LocalCluster"),
     ("commit", "benchmarks.commit_bench", "Spark commit job: acks/s and ack-to-watermark delay"),
     ("replay-batch", "benchmarks.replay_batch_bench", "replay job: a batch of nacks on the driver, whole vs parts"),
+    ("stuck-mark", "benchmarks.stuck_mark_bench", "commit job driver: a batch with a stuck watermark, merged or not"),
 ]
 
 
@@ -61,12 +62,13 @@ SMOKE = {
     "storm-wordcount": ["--sentences", "20000"],
     "commit": ["--acks", "40000", "--latency-s", "3"],
     "replay-batch": ["--nacks", "40000"],
+    "stuck-mark": ["--batches", "120", "--kafka-txns", "40"],
 }
 
 
 # The benchmarks that run against Kafka: each starts a local broker of its own unless ``--bootstrap-servers`` names a
 # cluster (topics and groups of their own, so other work may share it).
-KAFKA = {"service", "scaling", "recovery", "pipeline", "stage", "floor", "commit"}
+KAFKA = {"service", "scaling", "recovery", "pipeline", "stage", "floor", "commit", "stuck-mark"}
 
 
 def command_of(name: str, module: str, quick: bool, smoke: bool, bootstrap: str | None = None) -> list[str]:

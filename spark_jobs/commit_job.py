@@ -288,6 +288,7 @@ class Marks:
         self._topic_ids: dict[str, str] = {}
         self._unstarted: set[str] = set()  # watermark groups found without a spout's starting commit (said once)
         self._stuck: dict[Key, tuple[int, float, bool]] = {}  # mark → (where it waits, since when, whether said)
+        self._merged_to: dict[Key, int] = {}  # where `_merge_runs` stopped short on a mark, to go on from there
         self._missing_until: dict[str, float] = {}  # topics confirmed missing, until when that is trusted
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
@@ -432,7 +433,9 @@ class Marks:
         (a partition the stream still moves needs none of this, and asking Kafka about each would cost a read a
         minute), unless they wait on a record found recently. Kafka is asked outside the lock, so that micro-batches
         go on meanwhile; a mark a micro-batch moved in between is left to it. Not saved: the next micro-batch saves the
-        marks, and a restart follows the commits (`_skip_to_committed`)."""
+        marks, and a restart follows the commits (`_skip_to_committed`). First, the runs above marks that wait on a
+        record are merged where no record parts them (`_merge_runs`)."""
+        self._merge_runs()
         with self._lock:
             marks = self._load()
             self._check_topics([key for key in marks if self.settings.serves(key[0])])
@@ -464,6 +467,53 @@ class Marks:
             self._say_stuck(marks, time.monotonic())
             topic_ids = dict(self._topic_ids)  # those the marks were checked against, before Kafka was asked
         return self._commit(looked_marks, topic_ids)
+
+    def _merge_runs(self) -> None:
+        """Merge the runs above a mark that waits on a record, where no record lies between them
+        (`PartitionMark.record_free`): those of a mark with more than `MERGE_ABOVE` runs, for `MERGE_BUDGET_S` of
+        Kafka's answers at most, shared by the marks, a walk cut short going on from there at the next recheck. Kafka
+        is asked outside the lock; what it says is added to the mark as it is then, unless its topic was created again
+        meanwhile."""
+        with self._lock:
+            marks = self._load()
+            walks = {
+                key: (_copy(mark), self._topic_ids.get(key[1]))
+                for key, mark in marks.items()
+                if len(mark.runs) > MERGE_ABOVE and mark.verified == mark.mark and self.settings.serves(key[0])
+            }
+        for key in self._merged_to.keys() - walks.keys():  # marks moved on, or dropped
+            del self._merged_to[key]
+        deadline = time.monotonic() + MERGE_BUDGET_S
+        found: dict[Key, list[tuple[int, int]]] = {}
+        for left, (key, (mark, _)) in enumerate(walks.items()):
+            # An even share of what is left of the budget (what a walk leaves goes to the next): a source's partitions
+            # usually wait together (its nacks not replayed), and the first must not take every recheck's budget.
+            share = time.monotonic() + (deadline - time.monotonic()) / (len(walks) - left)
+
+            def go_on(until: float = share) -> bool:
+                return time.monotonic() < until
+
+            try:
+                free, stopped = mark.record_free(self._lookup(key[1], key[2]), self._merged_to.get(key, 0), go_on)
+            except KafkaException as error:  # one partition's: the others are walked
+                log.warning("%s[%d]: could not look between the offsets done above its watermark: %s", key[1], key[2],
+                            error)  # fmt: skip
+                continue
+            found[key] = free
+            if stopped is None:
+                self._merged_to.pop(key, None)  # the next walk starts again from the lowest gap
+            else:
+                self._merged_to[key] = stopped
+        with self._lock:
+            for key, free in found.items():
+                if free and key in marks and self._topic_ids.get(key[1]) == walks[key][1]:
+                    before = len(marks[key].runs)
+                    marks[key].add_runs(
+                        np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64)
+                    )
+                    log.info("%s[%d]: %d stretches without records between the offsets done above its watermark (%d) "
+                             "merged: %d runs of done offsets, from %d", key[1], key[2], len(free), marks[key].mark,
+                             len(marks[key].runs), before)  # fmt: skip
 
     def _say_stuck(self, marks: Mapping[Key, PartitionMark], now: float) -> None:
         """Warn, once per mark and offset, of a mark that has waited at one offset for ``stuck_s`` with offsets done
@@ -559,6 +609,12 @@ class Marks:
                 self._load()[(spout, topic, partition)].skip_to(committed.get((topic, partition), -1))
 
 
+# A mark waiting on a record with more runs than this above it has the stretches between them looked at
+# (`Marks._merge_runs`): a partition's run per record in flight is the usual case. For this long at most per recheck
+# (a read of Kafka's a stretch, 2-6 ms, or a read per 1,000 records where transactions are smaller): 20 s cover some
+# 3,000 transactions of 1,000 records, a minute of 50 a second, the rest going on at the next recheck.
+MERGE_ABOVE = 64
+MERGE_BUDGET_S = 20.0
 MISSING_TRUSTED_S = 60.0  # a topic found missing twice is taken as missing, without a second look, for this long
 ANSWER_WAIT_S = 30.0  # how long a micro-batch asks Kafka again about a group or a partition before it fails
 

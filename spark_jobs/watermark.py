@@ -95,6 +95,35 @@ class PartitionMark:
             self.mark = min(existing, self.runs[0][0])  # no records in [mark, existing): nothing to wait for
         return self.mark
 
+    def record_free(
+        self, next_existing: Callable[[int], int | None], start: int = 0, go_on: Callable[[], bool] = lambda: True
+    ) -> tuple[list[tuple[int, int]], int | None]:
+        """The stretches between done runs, from ``start`` on, that hold no record a consumer reads (transaction
+        markers, aborted records); and where the walk stopped, None when it went through every gap.
+
+        A mark that waits on one record while the offsets above it are done collects a run per stretch without records:
+        a transactional source leaves a marker after each transaction, and the runs above a mark stuck for a day
+        (its record nacked with no replay job running) grew without bound, each saved and merged again at every
+        micro-batch. Those stretches, added as done (`add_runs`), merge the runs around them: what remains above the
+        mark is a run per record not done. Such a stretch holds no record for good (Kafka never writes below an
+        offset it has handed out), so the answer holds however the mark moves meanwhile, on the same topic.
+
+        ``next_existing`` as for `advance` (records deleted since count as records that do not exist); the walk stops
+        where it answers None, or where ``go_on()`` says so before a question, and may start there again later."""
+        found: list[tuple[int, int]] = []
+        for (_, gap_start), (gap_end, _) in zip(self.runs, self.runs[1:], strict=False):
+            at = max(gap_start, start)
+            while at < gap_end:
+                if not go_on():
+                    return found, at
+                existing = next_existing(at)
+                if existing is None:
+                    return found, at
+                if existing > at:
+                    found.append((at, min(existing, gap_end)))
+                at = max(existing, at) + 1 if existing < gap_end else gap_end  # a record there, not done: looked past
+        return found, None
+
     def skip_to(self, offset: int) -> None:
         """Move the mark up to ``offset`` (nothing if it is not ahead): the offsets below it are given up, done or
         not, and the done runs below it are dropped."""

@@ -22,6 +22,7 @@ from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.mark_store import Key
 from spark_jobs.watermark import PartitionMark
 from tests.bitmaps import bitmap_rows
+from tests.integration.helpers import read_all
 
 
 class _Store:
@@ -110,6 +111,43 @@ def test_a_source_topic_deleted_or_created_again_neither_stops_the_job_nor_gets_
     assert committed("b", recreated) == 2
     assert [group for group, done in renewed if done.get((idle, 0)) == 0] == ["a.acked"]  # committed again, as it was
     assert all((deleted, 0) not in done for _, done in renewed)
+
+
+def test_the_runs_above_a_waiting_mark_that_only_markers_and_aborted_records_part_are_merged(
+    config: ServiceConfig,
+) -> None:
+    """A source written in 80 transactions of two records, one more aborted in the middle: every record done but the
+    first (nacked, say, with no replay job running) and one in the middle (in flight). A run per transaction waits
+    above the mark; a recheck asks Kafka between them and leaves two, parted by the record in flight alone. Once
+    both are done the watermark goes to the end."""
+    topic = f"tx-{uuid.uuid4().hex[:8]}"
+    create_topics(config.client(), [TopicSpec(topic, 1)])
+    producer = Producer(config.client(**{"transactional.id": f"t-{uuid.uuid4().hex}"}))
+    producer.init_transactions(30)
+    for i in range(81):
+        producer.begin_transaction()
+        for j in range(3 if i == 40 else 2):
+            producer.produce(topic, b"%d-%d" % (i, j), partition=0)
+        assert producer.flush(30) == 0  # written before an abort (which drops what is not sent yet)
+        producer.abort_transaction(30) if i == 40 else producer.commit_transaction(30)
+    records = [int(record.offset() or 0) for record in read_all(config.client(), topic)]  # read_committed
+    assert len(records) == 160 and records[0] == 0
+    kafka = lookups(config.client())
+    with kafka.lock:
+        kafka.advance("sp.acked", {(topic, 0): 0})  # where the spout started
+    source = OutcomeSource(client=config.client(), topics=("o",))
+    marks = Marks(CommitJobSettings(source, checkpoint="unused", spouts=frozenset({"sp"})), _Store())  # type: ignore[arg-type]
+    in_flight = records[100]
+    marks.apply(_rows("sp", topic, [o for o in records if o not in (0, in_flight)]), 0)
+    assert marks.marks is not None
+    mark = marks.marks[("sp", topic, 0)]
+    assert mark.mark == 0 and mark.verified == 0 and len(mark.runs) == 80
+    marks.recheck()
+    assert (mark.mark, mark.runs) == (0, [(1, in_flight), (in_flight + 1, records[-1] + 1)])
+    marks.apply(_rows("sp", topic, [in_flight]), 1)
+    assert (mark.mark, mark.runs) == (0, [(1, records[-1] + 1)])
+    marks.apply(_rows("sp", topic, [0]), 2)
+    assert (mark.mark, mark.runs) == (records[-1] + 1, [])
 
 
 def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_is(

@@ -440,3 +440,108 @@ def test_a_group_ahead_of_its_mark_is_renewed_at_its_own_offset_and_a_busy_group
         ("a.acked", {("in", 1): 9}, True),  # the group's own, ahead of the mark
         ("c.acked", {("x", 0): 4}, True),  # after b-group.acked, which refused
     ]
+
+
+class _Transactions(_Kafka):
+    """A partition written in transactions of two records, each followed by its marker (offsets 2, 5, 8, ...); Kafka
+    cannot answer about ``unanswered`` once, and ``meanwhile`` runs at the first question (a micro-batch's work)."""
+
+    def __init__(self, unanswered: int = -1) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+        self.unanswered = unanswered
+        self.meanwhile: Any = None
+
+    def next_existing(self, _topic: str, _partition: int, offset: int) -> int | None:  # type: ignore[override]
+        self.asked.append(offset)
+        if self.meanwhile is not None:
+            self.meanwhile, meanwhile = None, self.meanwhile
+            meanwhile()
+        if offset == self.unanswered:
+            self.unanswered = -1
+            return None
+        return offset + 1 if offset % 3 == 2 else offset
+
+
+def _stuck_at_zero(monkeypatch: pytest.MonkeyPatch, kafka: _Transactions) -> Marks:
+    """Every record of 100 transactions done but the first: its mark waits at 0 with 100 runs above it."""
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
+    marks = _marks(monkeypatch, kafka, _Store({("a", "in", 0): PartitionMark(0)}))
+    marks.apply(_row(0, [o for o in range(1, 300) if o % 3 != 2]), 0)
+    assert marks.marks is not None
+    mark = marks.marks[("a", "in", 0)]
+    assert (mark.mark, mark.verified, len(mark.runs)) == (0, 0, 100)
+    kafka.asked.clear()
+    return marks
+
+
+def test_a_recheck_merges_the_runs_above_a_waiting_mark_that_only_transaction_markers_part(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transactional source whose first record waits (nacked, no replay job running) while the rest are done: a run
+    per transaction piled up above the mark, saved and merged again at every micro-batch, for as long as it waited.
+    A recheck finds that only markers part them: one run is left, and the mark waits where it did. A walk Kafka
+    cannot answer at a gap merges what it found before, and the next recheck goes on from there. A few runs above a
+    mark are the usual case (a run per record in flight): no more than `MERGE_ABOVE` are left alone."""
+    kafka = _Transactions(unanswered=152)
+    marks = _stuck_at_zero(monkeypatch, kafka)
+    assert marks.marks is not None
+    mark = marks.marks[("a", "in", 0)]
+    monkeypatch.setattr(commit_job, "MERGE_ABOVE", 100)
+    marks.recheck()
+    assert kafka.asked == []
+    monkeypatch.setattr(commit_job, "MERGE_ABOVE", 10)
+    marks.recheck()
+    assert kafka.asked == list(range(2, 153, 3))  # each marker, up to the one not answered
+    assert mark.runs == [(1, 152), *((o, o + 2) for o in range(153, 298, 3))] and mark.mark == 0
+    kafka.asked.clear()
+    marks.recheck()
+    assert kafka.asked == list(range(152, 297, 3))
+    assert (mark.mark, mark.runs) == (0, [(1, 299)])
+    marks.recheck()  # one run: nothing to merge
+    assert kafka.asked == list(range(152, 297, 3))
+
+
+def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A micro-batch finds the topic deleted and created again while a recheck asks about its gaps: what Kafka said
+    of the old topic is not added to the new topic's mark."""
+    kafka = _Transactions()
+    marks = _stuck_at_zero(monkeypatch, kafka)
+
+    def recreated() -> None:  # what `Marks._check_topics` does then (asked here under Kafka's lock, it waits for it)
+        with marks._lock:
+            assert marks.marks is not None
+            marks._topic_ids["in"] = "new id"
+            monkeypatch.setattr(kafka, "topic_ids", lambda topics: dict.fromkeys(topics, ("new id", 4)))
+            marks.marks[("a", "in", 0)] = PartitionMark(0, [(1, 2), (3, 5)], 0)
+
+    kafka.meanwhile = recreated
+    marks.recheck()
+    assert marks.marks is not None and marks.marks[("a", "in", 0)].runs == [(1, 2), (3, 5)]
+
+
+def test_the_marks_waiting_share_a_rechecks_time_for_kafkas_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source's partitions wait together when its nacks are not replayed: the first walked must not take every
+    recheck's `MERGE_BUDGET_S` and leave the others' runs to grow. Here each answer takes a second of 20."""
+    clock = [0.0]
+    monkeypatch.setattr("spark_jobs.commit_job.time.monotonic", lambda: clock[0])
+    asked: list[int] = []
+
+    class _Slow(_Transactions):
+        def next_existing(self, topic: str, partition: int, offset: int) -> int | None:  # type: ignore[override]
+            clock[0] += 1.0
+            asked.append(partition)
+            return super().next_existing(topic, partition, offset)
+
+    kafka = _Slow()
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
+    store = _Store({("a", "in", 0): PartitionMark(0), ("a", "in", 1): PartitionMark(0)})
+    marks = _marks(monkeypatch, kafka, store)
+    marks.apply(
+        _row(0, [o for o in range(1, 300) if o % 3 != 2]) + _row(1, [o for o in range(1, 300) if o % 3 != 2]), 0
+    )
+    asked.clear()
+    marks.recheck()
+    assert asked == [0] * 10 + [1] * 10

@@ -186,3 +186,44 @@ def test_runs_added_in_any_order_keep_the_runs_sorted_disjoint_and_exactly_the_d
     runs = partition.runs
     assert all(runs[i][1] < runs[i + 1][0] for i in range(len(runs) - 1))  # not even touching
     assert all(start < end for start, end in partition.runs)
+
+
+@given(
+    st.integers(0, 5),
+    st.lists(st.sampled_from(["done", "pending", "none"]), min_size=1, max_size=60),
+    st.lists(st.integers(0, 6), max_size=12),
+)
+def test_the_stretches_without_records_between_done_runs_merge_them_and_only_records_not_done_part_them(
+    start: int, kinds: list[str], budgets: list[int]
+) -> None:
+    """A partition of records done, records not done and offsets without records (markers, aborted records), its
+    mark waiting on the first record not done. The walk, cut short after a few questions and gone on from where it
+    stopped, finds only offsets without records; once through, the runs above the mark are parted by records not
+    done only. The mark never passes a record not done."""
+    existing = {start + i for i, kind in enumerate(kinds) if kind != "none"}
+    done = {start + i for i, kind in enumerate(kinds) if kind == "done"}
+    end = start + len(kinds)
+    mark = PartitionMark(start)
+    mark.add(sorted(done))
+    calls: list[int] = []
+    lookup = _kafka_partition(existing, end, calls)
+    mark.advance(lookup)  # type: ignore[arg-type]
+    resume: int | None = 0
+    for budget in [*budgets, -1]:  # the last walk is not cut short
+        questions = len(calls)
+
+        def go_on(budget: int = budget, questions: int = questions) -> bool:
+            return budget < 0 or len(calls) - questions < budget
+
+        free, resume = mark.record_free(lookup, resume or 0, go_on)  # type: ignore[arg-type]
+        assert all(not existing & set(range(s, e)) for s, e in free)
+        assert all(s < e for s, e in free)
+        if free:
+            mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+    assert resume is None
+    waiting = sorted(existing - done)
+    assert not waiting or mark.mark <= waiting[0]
+    for (_, gap_start), (gap_end, _) in zip(mark.runs, mark.runs[1:], strict=False):
+        assert (existing - done) & set(range(gap_start, gap_end))  # a record not done parts them
+    covered = {o for s, e in mark.runs for o in range(s, e)}
+    assert covered & existing <= done
