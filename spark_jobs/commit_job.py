@@ -533,9 +533,9 @@ class Marks:
                 stuck[key] = (at, since, True)
                 above = sum(end - start for start, end in mark.runs)
                 log.warning("%s[%d]: the watermark of spout %s has waited at offset %d for %.0f min, with %d offsets "
-                            "done above it: that record was nacked and not replayed (is the replay job running?), or "
-                            "its outcome may be lost (its spout decides it again when started again)", key[1], key[2],
-                            key[0], at, (now - since) / 60, above)  # fmt: skip
+                            "done (or without records) above it: that record was nacked and not replayed (is the "
+                            "replay job running?), or its outcome may be lost (its spout decides it again when started "
+                            "again)", key[1], key[2], key[0], at, (now - since) / 60, above)  # fmt: skip
 
     def recommit(self) -> None:
         """Commit every mark of a spout served again, moved or not: the marks saved but perhaps not committed before a
