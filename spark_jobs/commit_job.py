@@ -16,9 +16,11 @@ then a no-op or the same). Records that are not outcome records go to the dead-l
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -45,7 +47,7 @@ from spark_jobs.java_client import java_client_settings
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
 from spark_jobs.stopping import batch_function
-from spark_jobs.watermark import RECHECK_S, PartitionMark
+from spark_jobs.watermark import NONE, RECHECK_S, PartitionMark
 
 T = TypeVar("T")
 log = logging.getLogger("spark_jobs.commit")
@@ -288,7 +290,8 @@ class Marks:
         self._topic_ids: dict[str, str] = {}
         self._unstarted: set[str] = set()  # watermark groups found without a spout's starting commit (said once)
         self._stuck: dict[Key, tuple[int, float, bool]] = {}  # mark → (where it waits, since when, whether said)
-        self._merged_to: dict[Key, int] = {}  # where `_merge_runs` stopped short on a mark, to go on from there
+        self._merged_to: dict[Key, int] = {}  # where `_merge_runs` last walked a mark to, to go on from there
+        self._merge_turn = 0  # which of the marks to walk goes first (`_merge_runs`)
         self._missing_until: dict[str, float] = {}  # topics confirmed missing, until when that is trusted
 
     def apply(self, rows: Iterable[Any], batch_id: int) -> dict[str, dict[tuple[str, int], int]]:
@@ -402,6 +405,7 @@ class Marks:
         for key in [key for key in marks if key in gone or key[1] in again]:
             mark = marks.pop(key)
             self._unchanged.pop(key, None)
+            self._merged_to.pop(key, None)
             log.warning(
                 "%s[%d] %s: its watermark (%d) is dropped",
                 key[1], key[2], "no longer exists" if key in gone else "was deleted and created again", mark.mark,
@@ -433,12 +437,13 @@ class Marks:
         (a partition the stream still moves needs none of this, and asking Kafka about each would cost a read a
         minute), unless they wait on a record found recently. Kafka is asked outside the lock, so that micro-batches
         go on meanwhile; a mark a micro-batch moved in between is left to it. Not saved: the next micro-batch saves the
-        marks, and a restart follows the commits (`_skip_to_committed`). First, the runs above marks that wait on a
-        record are merged where no record parts them (`_merge_runs`)."""
+        marks, and a restart follows the commits (`_skip_to_committed`). Before, once the topics are checked, the runs
+        above marks that wait on a record are merged where no record parts them (`_merge_runs`)."""
+        with self._lock:
+            self._check_topics([key for key in self._load() if self.settings.serves(key[0])])
         self._merge_runs()
         with self._lock:
             marks = self._load()
-            self._check_topics([key for key in marks if self.settings.serves(key[0])])
             now_s = time.time()
             idle = {
                 key: _copy(mark)
@@ -470,50 +475,73 @@ class Marks:
 
     def _merge_runs(self) -> None:
         """Merge the runs above a mark that waits on a record, where no record lies between them
-        (`PartitionMark.record_free`): those of a mark with more than `MERGE_ABOVE` runs, for `MERGE_BUDGET_S` of
-        Kafka's answers at most, shared by the marks, a walk cut short going on from there at the next recheck. Kafka
-        is asked outside the lock; what it says is added to the mark as it is then, unless its topic was created again
-        meanwhile."""
+        (`PartitionMark.record_free`): of a mark with more than `MERGE_ABOVE` runs above where its last walk ended
+        (`_merged_to`: the runs below it are parted by records not done, and walking them again at every recheck
+        would find nothing), for `MERGE_BUDGET_S` of Kafka's answers at most (a third of ``recheck_s`` if less),
+        shared by the marks, which take turns at going first; a walk cut short goes on from there at the next recheck.
+        Kafka is asked outside the lock; what it says is added to the mark as it is then, unless its topic was created
+        again meanwhile. A mark idle before is idle still (`recheck` looks at it as it would have)."""
         with self._lock:
             marks = self._load()
             walks = {
                 key: (_copy(mark), self._topic_ids.get(key[1]))
                 for key, mark in marks.items()
-                if len(mark.runs) > MERGE_ABOVE and mark.verified == mark.mark and self.settings.serves(key[0])
+                if mark.verified == mark.mark
+                and self.settings.serves(key[0])
+                and _runs_above(mark, self._merged_to.get(key, NONE)) > MERGE_ABOVE
             }
-        for key in self._merged_to.keys() - walks.keys():  # marks moved on, or dropped
+        for key in self._merged_to.keys() - marks.keys():  # marks dropped
             del self._merged_to[key]
-        deadline = time.monotonic() + MERGE_BUDGET_S
+        if not walks:
+            return
+        deadline = time.monotonic() + min(MERGE_BUDGET_S, self.settings.recheck_s / 3)
+        order = sorted(walks)
+        self._merge_turn = (self._merge_turn + 1) % len(order)
+        order = order[self._merge_turn :] + order[: self._merge_turn]  # one slow to answer does not go first always
         found: dict[Key, list[tuple[int, int]]] = {}
-        for left, (key, (mark, _)) in enumerate(walks.items()):
+        for left, key in enumerate(order):
+            mark = walks[key][0]
             # An even share of what is left of the budget (what a walk leaves goes to the next): a source's partitions
-            # usually wait together (its nacks not replayed), and the first must not take every recheck's budget.
-            share = time.monotonic() + (deadline - time.monotonic()) / (len(walks) - left)
+            # usually wait together (its nacks not replayed).
+            share = time.monotonic() + (deadline - time.monotonic()) / (len(order) - left)
 
             def go_on(until: float = share) -> bool:
                 return time.monotonic() < until
 
-            try:
-                free, stopped = mark.record_free(self._lookup(key[1], key[2]), self._merged_to.get(key, 0), go_on)
-            except KafkaException as error:  # one partition's: the others are walked
-                log.warning("%s[%d]: could not look between the offsets done above its watermark: %s", key[1], key[2],
-                            error)  # fmt: skip
-                continue
-            found[key] = free
-            if stopped is None:
-                self._merged_to.pop(key, None)  # the next walk starts again from the lowest gap
-            else:
-                self._merged_to[key] = stopped
+            found[key], stopped = mark.record_free(
+                self._answer_or_none(key[1], key[2]), self._merged_to.get(key, 0), go_on
+            )
+            # Walked through: from the last run's end on, next time (what lies below is parted by records not done).
+            self._merged_to[key] = mark.runs[-1][1] if stopped is None else stopped
         with self._lock:
             for key, free in found.items():
-                if free and key in marks and self._topic_ids.get(key[1]) == walks[key][1]:
-                    before = len(marks[key].runs)
-                    marks[key].add_runs(
-                        np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64)
-                    )
-                    log.info("%s[%d]: %d stretches without records between the offsets done above its watermark (%d) "
-                             "merged: %d runs of done offsets, from %d", key[1], key[2], len(free), marks[key].mark,
-                             len(marks[key].runs), before)  # fmt: skip
+                if self._topic_ids.get(key[1]) != walks[key][1]:  # created again: its new mark is walked from its start
+                    self._merged_to.pop(key, None)
+                    continue
+                if not free or key not in marks:
+                    continue
+                mark, before = marks[key], len(marks[key].runs)
+                idle = self._unchanged.get(key) == mark
+                mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+                if idle:
+                    self._unchanged[key] = _copy(mark)
+                log.info("%s[%d]: %d stretches without records between the offsets done above its watermark (%d) "
+                         "merged: %d runs of done offsets, from %d", key[1], key[2], len(free), mark.mark,
+                         len(mark.runs), before)  # fmt: skip
+
+    def _answer_or_none(self, topic: str, partition: int) -> Callable[[int], int | None]:
+        """`_lookup`, with a failure taken as no answer (said): a walk keeps what it found before."""
+        lookup = self._lookup(topic, partition)
+
+        def next_existing(offset: int) -> int | None:
+            try:
+                return lookup(offset)
+            except KafkaException as error:
+                log.warning("%s[%d]: could not look between the offsets done above its watermark: %s", topic,
+                            partition, error)  # fmt: skip
+                return None
+
+        return next_existing
 
     def _say_stuck(self, marks: Mapping[Key, PartitionMark], now: float) -> None:
         """Warn, once per mark and offset, of a mark that has waited at one offset for ``stuck_s`` with offsets done
@@ -611,8 +639,8 @@ class Marks:
 
 # A mark waiting on a record with more runs than this above it has the stretches between them looked at
 # (`Marks._merge_runs`): a partition's run per record in flight is the usual case. For this long at most per recheck
-# (a read of Kafka's a stretch, 2-6 ms, or a read per 1,000 records where transactions are smaller): 20 s cover some
-# 3,000 transactions of 1,000 records, a minute of 50 a second, the rest going on at the next recheck.
+# (a read of Kafka's a stretch, 2-8 ms, or a read per 1,000 records where transactions are smaller): 20 s covered some
+# 2,500 transactions of 1,000 records (docs/benchmarks.md), the rest going on at the next recheck.
 MERGE_ABOVE = 64
 MERGE_BUDGET_S = 20.0
 MISSING_TRUSTED_S = 60.0  # a topic found missing twice is taken as missing, without a second look, for this long
@@ -636,6 +664,11 @@ def _answered(
                 raise
             log.warning("%s: no answer now (%s): asked again", what, error)
             time.sleep(1.0)
+
+
+def _runs_above(mark: PartitionMark, offset: int) -> int:
+    """How many of the mark's runs start above ``offset``."""
+    return len(mark.runs) - bisect.bisect_right(mark.runs, (offset, sys.maxsize))
 
 
 def _copy(mark: PartitionMark) -> PartitionMark:

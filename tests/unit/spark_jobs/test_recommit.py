@@ -506,7 +506,8 @@ def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwh
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A micro-batch finds the topic deleted and created again while a recheck asks about its gaps: what Kafka said
-    of the old topic is not added to the new topic's mark."""
+    of the old topic is not added to the new topic's mark, and the new mark is walked from its first gap, not from
+    where the old one's walk ended."""
     kafka = _Transactions()
     marks = _stuck_at_zero(monkeypatch, kafka)
 
@@ -520,11 +521,16 @@ def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwh
     kafka.meanwhile = recreated
     marks.recheck()
     assert marks.marks is not None and marks.marks[("a", "in", 0)].runs == [(1, 2), (3, 5)]
+    marks.apply(_row(0, [o for o in range(5, 300) if o % 3 != 2]), 1)  # the new topic's: walked from its start
+    kafka.asked.clear()
+    marks.recheck()
+    assert kafka.asked == list(range(2, 297, 3)) and marks.marks[("a", "in", 0)].runs == [(1, 299)]
 
 
 def test_the_marks_waiting_share_a_rechecks_time_for_kafkas_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A source's partitions wait together when its nacks are not replayed: the first walked must not take every
-    recheck's `MERGE_BUDGET_S` and leave the others' runs to grow. Here each answer takes a second of 20."""
+    recheck's `MERGE_BUDGET_S` and leave the others' runs to grow. Here each answer takes a second of 20 (the job's
+    recheck every minute: a third of it)."""
     clock = [0.0]
     monkeypatch.setattr("spark_jobs.commit_job.time.monotonic", lambda: clock[0])
     asked: list[int] = []
@@ -542,6 +548,67 @@ def test_the_marks_waiting_share_a_rechecks_time_for_kafkas_answers(monkeypatch:
     marks.apply(
         _row(0, [o for o in range(1, 300) if o % 3 != 2]) + _row(1, [o for o in range(1, 300) if o % 3 != 2]), 0
     )
-    asked.clear()
+    firsts = []
+    for _ in range(2):
+        asked.clear()
+        marks.recheck()
+        assert asked in ([0] * 10 + [1] * 10, [1] * 10 + [0] * 10)
+        firsts.append(asked[0])
+    assert sorted(firsts) == [0, 1]  # they take turns at going first: one slow to answer would take the most
+
+
+def test_runs_parted_by_records_not_done_are_not_walked_again_and_a_mark_not_waiting_not_at_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first record of every transaction nacked (no replay job), the others done: once walked, the runs are
+    parted by those records alone, and walking them again at every recheck would find nothing (100 records not
+    done took 0.6 s a recheck on a real broker). Only runs done above where the last walk ended are walked, once
+    more than `MERGE_ABOVE` of them. A mark that does not wait on a record (its runs go as the stream moves) is not
+    walked."""
+
+    walked: list[int] = []  # what partition 1 was asked above its mark
+
+    class _Unanswered(_Transactions):  # of partition 1, Kafka says nothing: its mark never finds a record to wait on
+        def next_existing(self, topic: str, partition: int, offset: int) -> int | None:  # type: ignore[override]
+            if partition and offset > 1_000:
+                walked.append(offset)
+            return None if partition else super().next_existing(topic, partition, offset)
+
+    kafka = _Unanswered()
+    monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
+    moving = PartitionMark(1_000, [(o, o + 1) for o in range(1_001, 1_200, 2)])  # 100 runs, no record waited on
+    marks = _marks(monkeypatch, kafka, _Store({("a", "in", 0): PartitionMark(0), ("a", "in", 1): moving}))
+    marks.apply(_row(0, [o for o in range(1, 300) if o % 3 == 1]), 0)
+    assert marks.marks is not None
+    mark = marks.marks[("a", "in", 0)]
+    kafka.asked.clear()
     marks.recheck()
-    assert asked == [0] * 10 + [1] * 10
+    assert kafka.asked == list(range(2, 297, 3))  # each marker; the records not done are found with them
+    assert mark.runs == [*((o, o + 2) for o in range(1, 296, 3)), (298, 299)]  # a record not done after each: 3k
+    kafka.asked.clear()
+    marks.recheck()
+    assert kafka.asked == []
+    marks.apply(_row(0, [o for o in range(300, 600) if o % 3 == 1]), 1)  # 100 transactions more, done likewise
+    kafka.asked.clear()
+    marks.recheck()
+    assert kafka.asked == list(range(299, 597, 3))  # from where the last walk ended
+    assert len(mark.runs) == 200 and mark.mark == 0
+    assert walked == []
+
+
+def test_an_idle_mark_whose_runs_are_merged_is_looked_at_as_idle_in_the_same_recheck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No outcomes come any more: the record the mark waits on was found long ago, and the recheck asks again
+    whether it is still there (retention may have deleted it). Merging the runs above it does not make it look moved
+    by a micro-batch, which would put that question off to the next recheck."""
+    kafka = _Transactions()
+    runs = [(1, 2), *((o, o + 2) for o in range(3, 298, 3))]  # 100 transactions done but record 0, as before
+    marks = _marks(monkeypatch, kafka, _Store({("a", "in", 0): PartitionMark(0, runs, verified=0, verified_at=0.0)}))
+    monkeypatch.setattr(commit_job, "MERGE_ABOVE", 1_000)
+    marks.recheck()  # learns it is idle
+    kafka.asked.clear()
+    monkeypatch.setattr(commit_job, "MERGE_ABOVE", 64)
+    marks.recheck()
+    assert kafka.asked == [*range(2, 297, 3), 0]  # the walk, then the idle look at the record waited on
+    assert marks.marks is not None and marks.marks[("a", "in", 0)].runs == [(1, 299)]
