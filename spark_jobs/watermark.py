@@ -18,7 +18,8 @@ Invariants: ``mark`` never decreases; every run starts above ``mark``; a duplica
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import bisect
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,11 @@ import numpy.typing as npt
 
 NONE = -1
 RECHECK_S = 60.0  # how long a record found waiting is trusted to still exist
+READ_THROUGH = 4_096  # gaps closer than this are read in one pass by `PartitionMark.record_free`, farther ones sought
+READ_AT_MOST = 65_536  # offsets one read of `record_free` spans at most (Kafka's lock is held while it reads)
+# ``records(first, last, keep)`` of `PartitionMark.record_free`: the offsets in ``keep`` of the records read from
+# ``first`` until the read passed ``last`` (or stopped short), and the offset reached; None when Kafka cannot tell now.
+RecordsRead = Callable[[int, int, Container[int]], tuple[list[int], int] | None]
 
 
 @dataclass
@@ -96,7 +102,7 @@ class PartitionMark:
         return self.mark
 
     def record_free(
-        self, next_existing: Callable[[int], int | None], start: int = 0, go_on: Callable[[], bool] = lambda: True
+        self, records: RecordsRead, start: int = 0, go_on: Callable[[], bool] = lambda: True
     ) -> tuple[list[tuple[int, int]], int | None]:
         """The stretches between done runs, from ``start`` on, that hold no record a consumer reads (transaction
         markers, aborted records); and where the walk stopped, None when it went through every gap.
@@ -105,23 +111,51 @@ class PartitionMark:
         a transactional source leaves a marker after each transaction, and the runs above a mark stuck for a day
         (its record nacked with no replay job running) grew without bound, each saved and merged again at every
         micro-batch. Those stretches, added as done (`add_runs`), merge the runs around them: what remains above the
-        mark is a run per record not done. Such a stretch holds no record for good (Kafka never writes below an
+        mark is parted by records not done only. Such a stretch holds no record for good (Kafka never writes below an
         offset it has handed out), so the answer holds however the mark moves meanwhile, on the same topic.
 
-        ``next_existing`` as for `advance` (records deleted since count as records that do not exist); the walk stops
-        where it answers None, or where ``go_on()`` says so before a question, and may start there again later."""
+        Gaps less than `READ_THROUGH` apart are read in one pass (up to `READ_AT_MOST` offsets: the done records
+        between them are passed over, a microsecond each), farther ones each from its start (a read's own cost is a
+        few milliseconds). ``records(first, last, keep)``: the offsets in ``keep`` of the records from ``first`` until
+        the read has passed ``last`` (or stopped short of it), and the offset it reached (offsets deleted since hold no
+        record, as for `advance`); None when Kafka cannot tell now. The walk stops there, or where ``go_on()`` says so
+        before a read, and may start there again later."""
+        gaps = [
+            (max(gap_start, start), gap_end)
+            for (_, gap_start), (gap_end, _) in zip(self.runs, self.runs[1:], strict=False)
+            if gap_end > max(gap_start, start)
+        ]
+        not_done = _NotDone(self.runs)
         found: list[tuple[int, int]] = []
-        for (_, gap_start), (gap_end, _) in zip(self.runs, self.runs[1:], strict=False):
-            at = max(gap_start, start)
-            while at < gap_end:
-                if not go_on():
-                    return found, at
-                existing = next_existing(at)
-                if existing is None:
-                    return found, at
-                if existing > at:
-                    found.append((at, min(existing, gap_end)))
-                at = max(existing, at) + 1 if existing < gap_end else gap_end  # a record there, not done: looked past
+        at = 0  # the first gap not read through
+        while at < len(gaps):
+            first = gaps[at][0]
+            last = at
+            while (
+                last + 1 < len(gaps)
+                and gaps[last + 1][0] - gaps[last][1] < READ_THROUGH
+                and gaps[last + 1][1] - first <= READ_AT_MOST
+            ):
+                last += 1
+            read = records(first, gaps[last][1] - 1, not_done) if go_on() else None
+            if read is None or read[1] <= first:
+                return found, first
+            kept, reached = sorted(read[0]), read[1]
+            while at < len(gaps) and gaps[at][0] < reached:
+                gap_start, gap_end = gaps[at]
+                free_from = gap_start
+                for offset in kept[
+                    bisect.bisect_left(kept, gap_start) : bisect.bisect_left(kept, min(gap_end, reached))
+                ]:
+                    if offset > free_from:
+                        found.append((free_from, offset))
+                    free_from = offset + 1
+                if min(gap_end, reached) > free_from:
+                    found.append((free_from, min(gap_end, reached)))
+                if reached < gap_end:  # read in part (the readable end came first): the rest at the next read
+                    gaps[at] = (reached, gap_end)
+                    break
+                at += 1
         return found, None
 
     def skip_to(self, offset: int) -> None:
@@ -140,3 +174,17 @@ class PartitionMark:
     def done_above(self) -> int:
         """How many done offsets wait above the mark."""
         return sum(end - start for start, end in self.runs)
+
+
+class _NotDone:
+    """The offsets none of ``runs`` holds (`Container`), as `PartitionMark.record_free` keeps records of a read."""
+
+    def __init__(self, runs: list[tuple[int, int]]) -> None:
+        self._runs = runs
+        self._starts = [start for start, _ in runs]
+
+    def __contains__(self, offset: object) -> bool:
+        if not isinstance(offset, int):
+            return False
+        at = bisect.bisect_right(self._starts, offset) - 1
+        return at < 0 or offset >= self._runs[at][1]

@@ -42,6 +42,7 @@ _LOOKUP_TIMEOUT_S = 10.0
 SEEN_FOR_S = 10.0
 _SEEN_KEPT = 1024  # partitions past which what was seen of them, or said of them gone, is pruned
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
+_CONSUME_WAIT_S = 0.02  # how long one consume of a read waits for its batch to fill (`KafkaLookups._read`)
 CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after this before it is taken as gone
 # One confirmed missing is taken as missing, without a second look, for this long: short, since a topic deleted and
 # created again (or partitions added) within it would have its new records taken as gone too.
@@ -226,6 +227,26 @@ class KafkaLookups:
             return int(records[0].offset() or 0)
         return end if end > offset else None
 
+    def record_offsets(
+        self, topic: str, partition: int, first: int, last: int, keep: Container[int]
+    ) -> tuple[list[int], int] | None:
+        """The offsets in ``keep`` of the records a read_committed consumer reads from ``first`` until it has passed
+        ``last``, and the offset it reached: no other offset from ``first`` to it holds a record such a consumer reads
+        (those deleted since hold none: the read goes on from the partition's first offset). One pass, however many
+        offsets of ``keep`` lie between: `next_existing` reads at each. None when Kafka gives nothing in time or
+        refuses the read (a topic deleted, a leader lost: said as `next_existing` says it)."""
+        try:
+            found = self._read(topic, partition, first, last, keep)
+        except KafkaException as error:
+            self._unanswered(topic, partition, f"offsets {first} to {last} ({error})")
+            return None
+        if found is None:
+            self._unanswered(topic, partition, f"offsets {first} to {last} (nothing read in time)")
+            return None
+        self._silent.discard((topic, partition))
+        records, reached = found
+        return [int(record.offset() or 0) for record in records], reached
+
     def _unanswered(self, topic: str, partition: int, what: str) -> None:
         """Said as a warning the first time in a row (a lasting refusal, e.g. not authorized, freezes a watermark),
         then at INFO."""
@@ -393,7 +414,9 @@ class KafkaLookups:
         deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
         try:
             while time.monotonic() < deadline:
-                batch = self._consumer.consume(1000, timeout=0.5)
+                # A consume returns when it has 1,000 records or its time is up, not at the end of the partition:
+                # at 0.5 s, each read that ended within 1,000 records of the end waited the whole of it.
+                batch = self._consumer.consume(1000, timeout=_CONSUME_WAIT_S)
                 if batch:
                     deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
                 for index, record in enumerate(batch):

@@ -348,3 +348,14 @@ def test_a_watermark_passing_records_deleted_before_they_were_done_says_so(
         assert kafka.next_existing(topic, 0, 60) == 60  # a record there: nothing more said
     [said] = [r.getMessage() for r in caplog.records if topic in r.getMessage()]
     assert said.startswith(f"{topic}[0]: offsets 10 to 59 were deleted") and "is lost" in said
+
+
+def test_a_read_through_gaps_from_deleted_offsets_goes_on_from_the_first_record_left(config: ServiceConfig) -> None:
+    """`KafkaLookups.record_offsets`, which the merge of the runs above a waiting watermark reads with: from offset
+    10 of a partition whose offsets 0-59 were deleted, the read goes on from 60 (the deleted offsets hold no record),
+    keeps only the offsets asked for, and stops just past the first record at or after the last offset asked."""
+    topic = _sixty_of_a_hundred_deleted(config)
+    kafka = lookups(config.client())
+    with kafka.lock:
+        assert kafka.record_offsets(topic, 0, 10, 70, range(0, 100, 5)) == ([60, 65, 70], 71)
+        assert kafka.record_offsets(topic, 0, 90, 120, range(100)) == (list(range(90, 100)), 100)  # to the end

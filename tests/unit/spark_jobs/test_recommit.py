@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Container
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from acker.config import ServiceConfig
 from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
 from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
-from spark_jobs import commit_job
+from spark_jobs import commit_job, watermark
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.watermark import PartitionMark
 from tests.bitmaps import bitmap_rows
@@ -443,24 +444,34 @@ def test_a_group_ahead_of_its_mark_is_renewed_at_its_own_offset_and_a_busy_group
 
 
 class _Transactions(_Kafka):
-    """A partition written in transactions of two records, each followed by its marker (offsets 2, 5, 8, ...); Kafka
-    cannot answer about ``unanswered`` once, and ``meanwhile`` runs at the first question (a micro-batch's work)."""
+    """A partition written in transactions of two records, each followed by its marker (offsets 2, 5, 8, ...). Reads
+    (`KafkaLookups.record_offsets`) are recorded by where they start (``reads``), questions (`next_existing`) by their
+    offset (``asked``); Kafka cannot answer a read from ``unanswered`` once, and ``meanwhile`` runs at the first read
+    (a micro-batch's work)."""
 
     def __init__(self, unanswered: int = -1) -> None:
         super().__init__()
         self.asked: list[int] = []
+        self.reads: list[int] = []
         self.unanswered = unanswered
         self.meanwhile: Any = None
 
     def next_existing(self, _topic: str, _partition: int, offset: int) -> int | None:  # type: ignore[override]
         self.asked.append(offset)
+        return offset + 1 if offset % 3 == 2 else offset
+
+    def record_offsets(
+        self, _topic: str, _partition: int, first: int, last: int, keep: Container[int]
+    ) -> tuple[list[int], int] | None:
+        self.reads.append(first)
         if self.meanwhile is not None:
             self.meanwhile, meanwhile = None, self.meanwhile
             meanwhile()
-        if offset == self.unanswered:
+        if first == self.unanswered:
             self.unanswered = -1
             return None
-        return offset + 1 if offset % 3 == 2 else offset
+        reached = (last + 1 if last % 3 == 2 else last) + 1  # just past the first record at or after ``last``
+        return [o for o in range(first, reached) if o % 3 != 2 and o in keep], reached
 
 
 def _stuck_at_zero(monkeypatch: pytest.MonkeyPatch, kafka: _Transactions) -> Marks:
@@ -472,6 +483,7 @@ def _stuck_at_zero(monkeypatch: pytest.MonkeyPatch, kafka: _Transactions) -> Mar
     mark = marks.marks[("a", "in", 0)]
     assert (mark.mark, mark.verified, len(mark.runs)) == (0, 0, 100)
     kafka.asked.clear()
+    kafka.reads.clear()
     return marks
 
 
@@ -481,25 +493,26 @@ def test_a_recheck_merges_the_runs_above_a_waiting_mark_that_only_transaction_ma
     """A transactional source whose first record waits (nacked, no replay job running) while the rest are done: a run
     per transaction piled up above the mark, saved and merged again at every micro-batch, for as long as it waited.
     A recheck finds that only markers part them: one run is left, and the mark waits where it did. A walk Kafka
-    cannot answer at a gap merges what it found before, and the next recheck goes on from there. A few runs above a
+    cannot answer at a read merges what it found before, and the next recheck goes on from there. A few runs above a
     mark are the usual case (a run per record in flight): no more than `MERGE_ABOVE` are left alone."""
-    kafka = _Transactions(unanswered=152)
+    monkeypatch.setattr(watermark, "READ_AT_MOST", 60)  # a read spans 20 transactions
+    kafka = _Transactions(unanswered=122)
     marks = _stuck_at_zero(monkeypatch, kafka)
     assert marks.marks is not None
     mark = marks.marks[("a", "in", 0)]
     monkeypatch.setattr(commit_job, "MERGE_ABOVE", 100)
     marks.recheck()
-    assert kafka.asked == []
+    assert kafka.reads == []
     monkeypatch.setattr(commit_job, "MERGE_ABOVE", 10)
     marks.recheck()
-    assert kafka.asked == list(range(2, 153, 3))  # each marker, up to the one not answered
-    assert mark.runs == [(1, 152), *((o, o + 2) for o in range(153, 298, 3))] and mark.mark == 0
-    kafka.asked.clear()
+    assert kafka.reads == [2, 62, 122]  # the third not answered
+    assert mark.runs == [(1, 122), *((o, o + 2) for o in range(123, 298, 3))] and mark.mark == 0
+    kafka.reads.clear()
     marks.recheck()
-    assert kafka.asked == list(range(152, 297, 3))
+    assert kafka.reads == [122, 182, 242]
     assert (mark.mark, mark.runs) == (0, [(1, 299)])
     marks.recheck()  # one run: nothing to merge
-    assert kafka.asked == list(range(152, 297, 3))
+    assert kafka.reads == [122, 182, 242]
 
 
 def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwhile(
@@ -522,9 +535,9 @@ def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwh
     marks.recheck()
     assert marks.marks is not None and marks.marks[("a", "in", 0)].runs == [(1, 2), (3, 5)]
     marks.apply(_row(0, [o for o in range(5, 300) if o % 3 != 2]), 1)  # the new topic's: walked from its start
-    kafka.asked.clear()
+    kafka.reads.clear()
     marks.recheck()
-    assert kafka.asked == list(range(2, 297, 3)) and marks.marks[("a", "in", 0)].runs == [(1, 299)]
+    assert kafka.reads == [2] and marks.marks[("a", "in", 0)].runs == [(1, 299)]
 
 
 def test_the_marks_waiting_share_a_rechecks_time_for_kafkas_answers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -536,10 +549,14 @@ def test_the_marks_waiting_share_a_rechecks_time_for_kafkas_answers(monkeypatch:
     asked: list[int] = []
 
     class _Slow(_Transactions):
-        def next_existing(self, topic: str, partition: int, offset: int) -> int | None:  # type: ignore[override]
+        def record_offsets(
+            self, topic: str, partition: int, first: int, last: int, keep: Container[int]
+        ) -> tuple[list[int], int] | None:
             clock[0] += 1.0
             asked.append(partition)
-            return super().next_existing(topic, partition, offset)
+            return super().record_offsets(topic, partition, first, last, keep)
+
+    monkeypatch.setattr(watermark, "READ_AT_MOST", 6)  # two transactions a read
 
     kafka = _Slow()
     monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
@@ -566,13 +583,19 @@ def test_runs_parted_by_records_not_done_are_not_walked_again_and_a_mark_not_wai
     more than `MERGE_ABOVE` of them. A mark that does not wait on a record (its runs go as the stream moves) is not
     walked."""
 
-    walked: list[int] = []  # what partition 1 was asked above its mark
+    walked: list[int] = []  # the reads of partition 1
 
     class _Unanswered(_Transactions):  # of partition 1, Kafka says nothing: its mark never finds a record to wait on
         def next_existing(self, topic: str, partition: int, offset: int) -> int | None:  # type: ignore[override]
-            if partition and offset > 1_000:
-                walked.append(offset)
             return None if partition else super().next_existing(topic, partition, offset)
+
+        def record_offsets(
+            self, topic: str, partition: int, first: int, last: int, keep: Container[int]
+        ) -> tuple[list[int], int] | None:
+            if partition:
+                walked.append(first)
+                return None
+            return super().record_offsets(topic, partition, first, last, keep)
 
     kafka = _Unanswered()
     monkeypatch.setattr(commit_job, "lookups", lambda _client: kafka)
@@ -581,17 +604,17 @@ def test_runs_parted_by_records_not_done_are_not_walked_again_and_a_mark_not_wai
     marks.apply(_row(0, [o for o in range(1, 300) if o % 3 == 1]), 0)
     assert marks.marks is not None
     mark = marks.marks[("a", "in", 0)]
-    kafka.asked.clear()
+    kafka.reads.clear()
     marks.recheck()
-    assert kafka.asked == list(range(2, 297, 3))  # each marker; the records not done are found with them
+    assert kafka.reads == [2]  # one read through the gaps: the records not done are found with the markers
     assert mark.runs == [*((o, o + 2) for o in range(1, 296, 3)), (298, 299)]  # a record not done after each: 3k
-    kafka.asked.clear()
+    kafka.reads.clear()
     marks.recheck()
-    assert kafka.asked == []
+    assert kafka.reads == []
     marks.apply(_row(0, [o for o in range(300, 600) if o % 3 == 1]), 1)  # 100 transactions more, done likewise
-    kafka.asked.clear()
+    kafka.reads.clear()
     marks.recheck()
-    assert kafka.asked == list(range(299, 597, 3))  # from where the last walk ended
+    assert kafka.reads == [299]  # from where the last walk ended
     assert len(mark.runs) == 200 and mark.mark == 0
     assert walked == []
 
@@ -610,5 +633,5 @@ def test_an_idle_mark_whose_runs_are_merged_is_looked_at_as_idle_in_the_same_rec
     kafka.asked.clear()
     monkeypatch.setattr(commit_job, "MERGE_ABOVE", 64)
     marks.recheck()
-    assert kafka.asked == [*range(2, 297, 3), 0]  # the walk, then the idle look at the record waited on
+    assert kafka.reads == [2] and kafka.asked == [0]  # the walk, then the idle look at the record waited on
     assert marks.marks is not None and marks.marks[("a", "in", 0)].runs == [(1, 299)]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
+from unittest.mock import patch
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spark_jobs import watermark
 from spark_jobs.watermark import RECHECK_S, PartitionMark
 
 
@@ -188,38 +192,61 @@ def test_runs_added_in_any_order_keep_the_runs_sorted_disjoint_and_exactly_the_d
     assert all(start < end for start, end in partition.runs)
 
 
+def _kafka_reads(
+    existing: set[int], end: int, firsts: list[int], done: set[int] | None = None, cuts: list[int] | None = None
+) -> object:
+    """``records(first, last, keep)`` as a read_committed consumer reads the partition: from ``first`` until a record
+    at or past ``last``, else to the end; a read stops short of that after ``cuts[i]`` offsets (the i-th read). The
+    records kept are none of ``done``."""
+
+    def records(first: int, last: int, keep: Container[int]) -> tuple[list[int], int]:
+        cut = cuts[len(firsts)] if cuts and len(firsts) < len(cuts) else None
+        firsts.append(first)
+        passed = min((e for e in existing if e >= last), default=None)
+        reached = end if passed is None else passed + 1
+        reached = reached if cut is None else min(reached, first + cut)
+        assert not any(e in keep for e in done or () if e >= first)
+        return [e for e in existing if first <= e < reached and e in keep], reached
+
+    return records
+
+
 @given(
     st.integers(0, 5),
-    st.lists(st.sampled_from(["done", "pending", "none"]), min_size=1, max_size=60),
-    st.lists(st.integers(0, 6), max_size=12),
+    st.lists(st.sampled_from(["done", "pending", "none", "none"]), min_size=1, max_size=80),
+    st.lists(st.integers(0, 4), max_size=12),
+    st.tuples(st.integers(1, 12), st.integers(2, 40), st.lists(st.integers(1, 10), max_size=6)),
 )
 def test_the_stretches_without_records_between_done_runs_merge_them_and_only_records_not_done_part_them(
-    start: int, kinds: list[str], budgets: list[int]
+    start: int, kinds: list[str], budgets: list[int], reads: tuple[int, int, list[int]]
 ) -> None:
     """A partition of records done, records not done and offsets without records (markers, aborted records), its
-    mark waiting on the first record not done. The walk, cut short after a few questions and gone on from where it
+    mark waiting on the first record not done. The walk, cut short after a few reads and gone on from where it
     stopped, finds only offsets without records; once through, the runs above the mark are parted by records not
-    done only. The mark never passes a record not done."""
+    done only. The mark never passes a record not done. Gaps read together or apart alike, and reads that stop short
+    go on from where they stopped."""
+    read_through, read_at_most, cuts = reads  # how far apart gaps are read apart, a read's span, reads cut short
     existing = {start + i for i, kind in enumerate(kinds) if kind != "none"}
     done = {start + i for i, kind in enumerate(kinds) if kind == "done"}
     end = start + len(kinds)
     mark = PartitionMark(start)
     mark.add(sorted(done))
-    calls: list[int] = []
-    lookup = _kafka_partition(existing, end, calls)
-    mark.advance(lookup)  # type: ignore[arg-type]
+    mark.advance(_kafka_partition(existing, end, []))  # type: ignore[arg-type]
+    firsts: list[int] = []
+    records = _kafka_reads(existing, end, firsts, done, cuts)
     resume: int | None = 0
-    for budget in [*budgets, -1]:  # the last walk is not cut short
-        questions = len(calls)
+    with patch.multiple(watermark, READ_THROUGH=read_through, READ_AT_MOST=read_at_most):
+        for budget in [*budgets, -1]:  # the last walk is not cut short
+            before = len(firsts)
 
-        def go_on(budget: int = budget, questions: int = questions) -> bool:
-            return budget < 0 or len(calls) - questions < budget
+            def go_on(budget: int = budget, before: int = before) -> bool:
+                return budget < 0 or len(firsts) - before < budget
 
-        free, resume = mark.record_free(lookup, resume or 0, go_on)  # type: ignore[arg-type]
-        assert all(not existing & set(range(s, e)) for s, e in free)
-        assert all(s < e for s, e in free)
-        if free:
-            mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+            free, resume = mark.record_free(records, resume or 0, go_on)  # type: ignore[arg-type]
+            assert all(not existing & set(range(s, e)) for s, e in free)
+            assert all(s < e for s, e in free)
+            if free:
+                mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
     assert resume is None
     waiting = sorted(existing - done)
     assert not waiting or mark.mark <= waiting[0]
@@ -227,3 +254,16 @@ def test_the_stretches_without_records_between_done_runs_merge_them_and_only_rec
         assert (existing - done) & set(range(gap_start, gap_end))  # a record not done parts them
     covered = {o for s, e in mark.runs for o in range(s, e)}
     assert covered & existing <= done
+
+
+def test_gaps_close_together_are_read_in_one_pass_and_far_apart_each_from_its_start() -> None:
+    """Markers every 3 offsets up to 300, then every 10,000: the first hundred gaps in one read, the others a read
+    each (reading the 10,000 done records between two would cost more than a read of its own)."""
+    far = [300 + 10_000 * k for k in range(1, 4)]
+    existing = {o for o in range(1, 300) if o % 3 != 2} | {o for o in range(300, far[-1] + 1) if o not in far}
+    mark = PartitionMark(0, verified=0)
+    mark.add(sorted(existing))
+    firsts: list[int] = []
+    free, stopped = mark.record_free(_kafka_reads(existing | {0}, far[-1] + 1, firsts))  # type: ignore[arg-type]
+    assert stopped is None and firsts == [2, *far[:-1]]
+    assert free == [*((o, o + 1) for o in range(2, 300, 3)), *((o, o + 1) for o in far[:-1])]
