@@ -633,8 +633,8 @@ class Marks:
 
 # A mark waiting on a record with more runs than this above it has the stretches between them looked at
 # (`Marks._merge_runs`): a partition's run per record in flight is the usual case. For this long at most per recheck
-# (the gaps read through, about 1.6 µs an offset, or a read from each gap's start where they lie far apart): 20 s
-# covered some 12,000 transactions of 1,000 records (docs/benchmarks.md), the rest going on at the next recheck.
+# (the gaps read through, about 1.3 µs an offset, or a read from each gap's start where they lie far apart): 20 s
+# covered some 15,000 transactions of 1,000 records (docs/benchmarks.md), the rest going on at the next recheck.
 MERGE_ABOVE = 64
 MERGE_BUDGET_S = 20.0
 MISSING_TRUSTED_S = 60.0  # a topic found missing twice is taken as missing, without a second look, for this long

@@ -114,12 +114,13 @@ class PartitionMark:
         mark is parted by records not done only. Such a stretch holds no record for good (Kafka never writes below an
         offset it has handed out), so the answer holds however the mark moves meanwhile, on the same topic.
 
-        Gaps less than `READ_THROUGH` apart are read in one pass (up to `READ_AT_MOST` offsets: the done records
-        between them are passed over, a microsecond each), farther ones each from its start (a read's own cost is a
-        few milliseconds). ``records(first, last, keep)``: the offsets in ``keep`` of the records from ``first`` until
-        the read has passed ``last`` (or stopped short of it), and the offset it reached (offsets deleted since hold no
-        record, as for `advance`); None when Kafka cannot tell now. The walk stops there, or where ``go_on()`` says so
-        before a read, and may start there again later."""
+        Gaps less than `READ_THROUGH` apart are read in one pass (up to `READ_AT_MOST` offsets, a wide gap in parts:
+        the done records between them are passed over, 1-2 microseconds each), farther ones each from its start (a
+        read's own cost is some milliseconds). ``records(first, last, keep)``: the offsets in ``keep`` of the records
+        from ``first`` until the read has passed ``last`` (or stopped short of it), and the offset it reached (offsets
+        deleted since hold no record, as for `advance`); None when Kafka cannot tell now. The walk stops there, where a
+        read reaches nothing past ``first`` (the readable end: an open transaction's start), or where ``go_on()`` says
+        so before a read, and may start there again later."""
         gaps = [
             (max(gap_start, start), gap_end)
             for (_, gap_start), (gap_end, _) in zip(self.runs, self.runs[1:], strict=False)
@@ -137,7 +138,8 @@ class PartitionMark:
                 and gaps[last + 1][1] - first <= READ_AT_MOST
             ):
                 last += 1
-            read = records(first, gaps[last][1] - 1, not_done) if go_on() else None
+            # A gap wider than a read's span is read in parts (the rest from where the read reached).
+            read = records(first, min(gaps[last][1], first + READ_AT_MOST) - 1, not_done) if go_on() else None
             if read is None or read[1] <= first:
                 return found, first
             kept, reached = sorted(read[0]), read[1]

@@ -42,7 +42,7 @@ _LOOKUP_TIMEOUT_S = 10.0
 SEEN_FOR_S = 10.0
 _SEEN_KEPT = 1024  # partitions past which what was seen of them, or said of them gone, is pruned
 _READ_GAP = 500  # offsets to fetch this close are read in one pass rather than sought one by one
-_CONSUME_WAIT_S = 0.02  # how long one consume of a read waits for its batch to fill (`KafkaLookups._read`)
+_CONSUME_WAIT_S = 0.005  # how long one consume of a read waits for its batch to fill (`KafkaLookups._read`)
 CONFIRM_S = 1.0  # a topic or partition found missing is looked for again after this before it is taken as gone
 # One confirmed missing is taken as missing, without a second look, for this long: short, since a topic deleted and
 # created again (or partitions added) within it would have its new records taken as gone too.
@@ -110,6 +110,20 @@ class _Seen(NamedTuple):
     offsets: list[int]
     end: int
     until: float
+
+
+class _Noting:
+    """A ``keep`` for `KafkaLookups._read` that notes the offsets ``keep`` holds and keeps no record: a read of tens of
+    thousands of records not done held every one's payload, where their offsets were all that was asked."""
+
+    def __init__(self, keep: Container[int]) -> None:
+        self._keep = keep
+        self.offsets: list[int] = []
+
+    def __contains__(self, offset: object) -> bool:
+        if offset in self._keep and isinstance(offset, int):
+            self.offsets.append(offset)
+        return False
 
 
 class OpenTransactionError(LookupError):
@@ -235,8 +249,9 @@ class KafkaLookups:
         (those deleted since hold none: the read goes on from the partition's first offset). One pass, however many
         offsets of ``keep`` lie between: `next_existing` reads at each. None when Kafka gives nothing in time or
         refuses the read (a topic deleted, a leader lost: said as `next_existing` says it)."""
+        noted = _Noting(keep)
         try:
-            found = self._read(topic, partition, first, last, keep)
+            found = self._read(topic, partition, first, last, noted)
         except KafkaException as error:
             self._unanswered(topic, partition, f"offsets {first} to {last} ({error})")
             return None
@@ -244,8 +259,7 @@ class KafkaLookups:
             self._unanswered(topic, partition, f"offsets {first} to {last} (nothing read in time)")
             return None
         self._silent.discard((topic, partition))
-        records, reached = found
-        return [int(record.offset() or 0) for record in records], reached
+        return noted.offsets, found[1]
 
     def _unanswered(self, topic: str, partition: int, what: str) -> None:
         """Said as a warning the first time in a row (a lasting refusal, e.g. not authorized, freezes a watermark),

@@ -196,16 +196,21 @@ def _kafka_reads(
     existing: set[int], end: int, firsts: list[int], done: set[int] | None = None, cuts: list[int] | None = None
 ) -> object:
     """``records(first, last, keep)`` as a read_committed consumer reads the partition: from ``first`` until a record
-    at or past ``last``, else to the end; a read stops short of that after ``cuts[i]`` offsets (the i-th read). The
-    records kept are none of ``done``."""
+    at or past ``last``, else to the end; a read stops short of that after ``cuts[i]`` offsets (the i-th read), or
+    with a cut of 0 reaches nothing past ``first`` and gives records below it (a read from past the end, which the
+    consumer takes from the first offset: it ends at the end, below ``first``). The records kept are none of
+    ``done``; a read spans at most `READ_AT_MOST` offsets."""
 
     def records(first: int, last: int, keep: Container[int]) -> tuple[list[int], int]:
         cut = cuts[len(firsts)] if cuts and len(firsts) < len(cuts) else None
         firsts.append(first)
+        assert last - first < watermark.READ_AT_MOST
+        assert not any(e in keep for e in done or () if e >= first)
+        if cut == 0:
+            return [e for e in existing if e < first and e in keep], first
         passed = min((e for e in existing if e >= last), default=None)
         reached = end if passed is None else passed + 1
         reached = reached if cut is None else min(reached, first + cut)
-        assert not any(e in keep for e in done or () if e >= first)
         return [e for e in existing if first <= e < reached and e in keep], reached
 
     return records
@@ -215,7 +220,7 @@ def _kafka_reads(
     st.integers(0, 5),
     st.lists(st.sampled_from(["done", "pending", "none", "none"]), min_size=1, max_size=80),
     st.lists(st.integers(0, 4), max_size=12),
-    st.tuples(st.integers(1, 12), st.integers(2, 40), st.lists(st.integers(1, 10), max_size=6)),
+    st.tuples(st.integers(1, 12), st.integers(2, 40), st.lists(st.integers(0, 10), max_size=6)),
 )
 def test_the_stretches_without_records_between_done_runs_merge_them_and_only_records_not_done_part_them(
     start: int, kinds: list[str], budgets: list[int], reads: tuple[int, int, list[int]]
@@ -236,7 +241,11 @@ def test_the_stretches_without_records_between_done_runs_merge_them_and_only_rec
     records = _kafka_reads(existing, end, firsts, done, cuts)
     resume: int | None = 0
     with patch.multiple(watermark, READ_THROUGH=read_through, READ_AT_MOST=read_at_most):
-        for budget in [*budgets, -1]:  # the last walk is not cut short
+        # The last walks are not cut short by the budget; a read that reaches nothing (a cut of 0) ends one, so
+        # that there are as many as cuts, and one more.
+        for budget in [*budgets, *[-1] * (len(cuts) + 1)]:
+            if budget < 0 and resume is None:
+                break
             before = len(firsts)
 
             def go_on(budget: int = budget, before: int = before) -> bool:
@@ -267,3 +276,17 @@ def test_gaps_close_together_are_read_in_one_pass_and_far_apart_each_from_its_st
     free, stopped = mark.record_free(_kafka_reads(existing | {0}, far[-1] + 1, firsts))  # type: ignore[arg-type]
     assert stopped is None and firsts == [2, *far[:-1]]
     assert free == [*((o, o + 1) for o in range(2, 300, 3)), *((o, o + 1) for o in far[:-1])]
+
+
+def test_a_read_that_reaches_nothing_past_where_it_started_ends_the_walk_there() -> None:
+    """The readable end at the read's start (a transaction still open there, which no gap below done records has; or
+    a read from past the end, taken from the first offset): asked again and again, it would take the recheck's whole
+    budget."""
+    mark = PartitionMark(0, [(1, 2), (3, 4), (6, 7)], verified=0)
+    firsts: list[int] = []
+
+    def at_the_end(first: int, _last: int, _keep: Container[int]) -> tuple[list[int], int]:
+        firsts.append(first)
+        return [], first
+
+    assert mark.record_free(at_the_end) == ([], 2) and firsts == [2]
