@@ -154,7 +154,7 @@ class PartitionMark:
                     free_from = offset + 1
                 if min(gap_end, reached) > free_from:
                     found.append((free_from, min(gap_end, reached)))
-                if reached < gap_end:  # read in part (the readable end came first): the rest at the next read
+                if reached < gap_end:  # read in part (a gap wider than a read, a read stopped short): the rest next
                     gaps[at] = (reached, gap_end)
                     break
                 at += 1

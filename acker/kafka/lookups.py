@@ -121,7 +121,7 @@ class _Noting:
         self.offsets: list[int] = []
 
     def __contains__(self, offset: object) -> bool:
-        if offset in self._keep and isinstance(offset, int):
+        if isinstance(offset, int) and offset in self._keep:
             self.offsets.append(offset)
         return False
 

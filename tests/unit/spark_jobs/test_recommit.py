@@ -518,7 +518,7 @@ def test_a_recheck_merges_the_runs_above_a_waiting_mark_that_only_transaction_ma
 def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwhile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A micro-batch finds the topic deleted and created again while a recheck asks about its gaps: what Kafka said
+    """A micro-batch finds the topic deleted and created again while a recheck reads its gaps: what Kafka said
     of the old topic is not added to the new topic's mark, and the new mark is walked from its first gap, not from
     where the old one's walk ended."""
     kafka = _Transactions()
@@ -542,7 +542,7 @@ def test_runs_are_not_merged_with_what_was_found_of_a_topic_created_again_meanwh
 
 def test_the_marks_waiting_share_a_rechecks_time_for_kafkas_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A source's partitions wait together when its nacks are not replayed: the first walked must not take every
-    recheck's `MERGE_BUDGET_S` and leave the others' runs to grow. Here each answer takes a second of 20 (the job's
+    recheck's `MERGE_BUDGET_S` and leave the others' runs to grow. Here each read takes a second of 20 (the job's
     recheck every minute: a third of it)."""
     clock = [0.0]
     monkeypatch.setattr("spark_jobs.commit_job.time.monotonic", lambda: clock[0])
@@ -578,10 +578,9 @@ def test_runs_parted_by_records_not_done_are_not_walked_again_and_a_mark_not_wai
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first record of every transaction nacked (no replay job), the others done: once walked, the runs are
-    parted by those records alone, and walking them again at every recheck would find nothing (100 records not
-    done took 0.6 s a recheck on a real broker). Only runs done above where the last walk ended are walked, once
-    more than `MERGE_ABOVE` of them. A mark that does not wait on a record (its runs go as the stream moves) is not
-    walked."""
+    parted by those records alone, and walking them again at every recheck would find nothing, at a recheck's cost.
+    Only runs done above where the last walk ended are walked, once more than `MERGE_ABOVE` of them. A mark that
+    does not wait on a record (its runs go as the stream moves) is not walked."""
 
     walked: list[int] = []  # the reads of partition 1
 
