@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace, *, stuck: bool, merged: bool) -> tuple[list[f
         if merged and batch % args.recheck == args.recheck - 1:
             free, _ = mark.record_free(reads)
             if free:
-                mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+                mark.add_spans(free)
     return batch_s, mark
 
 
@@ -144,7 +144,7 @@ def _kafka_walk(bootstrap: str, topic: str, txns: int, txn: int) -> tuple[float,
     free, stopped = mark.record_free(records)
     took = time.perf_counter() - began
     assert stopped is None, f"Kafka did not answer at offset {stopped}"
-    mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+    mark.add_spans(free)
     return took, len(free), len(mark.runs), reads
 
 

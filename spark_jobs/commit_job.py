@@ -520,7 +520,7 @@ class Marks:
                     continue
                 mark, before = marks[key], len(marks[key].runs)
                 idle = self._unchanged.get(key) == mark
-                mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+                mark.add_spans(free)
                 if idle:
                     self._unchanged[key] = _copy(mark)
                 log.info("%s[%d]: %d stretches without records between the offsets done above its watermark (%d) "

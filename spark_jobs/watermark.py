@@ -53,6 +53,11 @@ class PartitionMark:
         breaks = np.flatnonzero(np.diff(fresh) != 1) + 1
         self.add_runs(fresh[np.r_[0, breaks]], fresh[np.r_[breaks - 1, len(fresh) - 1]] + 1)
 
+    def add_spans(self, spans: Iterable[tuple[int, int]]) -> None:
+        """`add_runs` of ``(start, end)`` pairs (the stretches `record_free` finds)."""
+        pairs = np.array(list(spans), np.int64).reshape(-1, 2)
+        self.add_runs(pairs[:, 0], pairs[:, 1])
+
     def add_runs(self, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> None:
         """Record done runs ``[starts[i], ends[i])`` (any order; overlapping, adjacent and empty ones allowed; the
         parts below the mark are ignored)."""

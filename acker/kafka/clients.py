@@ -261,14 +261,19 @@ def topic_partitions(consumer: Consumer | Producer | AdminClient, topic: str, ti
     and a lookup must not create anything: through a producer only for a topic it writes to, to update what it knows
     (`acker.kafka.acker_client.partition_lookup`).
     """
-    found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    return sorted(_partitions(consumer, topic, timeout_s))
+
+
+def _partitions(handle: Consumer | Producer | AdminClient, topic: str, timeout_s: float) -> dict[int, Any]:
+    """`topic_partitions`, each partition with its metadata (leader, replicas)."""
+    found = handle.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if found is None:
-        return []
+        return {}
     if found.error is not None:
         if found.error.code() in _ABSENT:
-            return []
+            return {}
         raise KafkaException(KafkaError(found.error.code(), f"topic {topic}: {found.error.str()}"))
-    return sorted(found.partitions)
+    return dict(found.partitions)
 
 
 class RefusedLogin:
@@ -342,26 +347,27 @@ def _metadata_admin(client_config: Mapping[str, Any]) -> AdminClient:
 
 def partition_count(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
     """Partitions of ``topic``; `KafkaClientError` when it does not exist (`topic_partitions`)."""
-    try:
-        partitions = topic_partitions(_metadata_admin(client_config), topic, timeout_s)
-    except KafkaException as error:
-        raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
-    if not partitions:
-        raise KafkaClientError(f"topic {topic} is not available", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
-    return len(partitions)
+    return len(_existing_partitions(client_config, topic, timeout_s))
 
 
 def replication_factors(client_config: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> list[int]:
     """The replica counts of ``topic``'s partitions, each once, ascending (one, unless a partition was reassigned to
     more or fewer brokers); `KafkaClientError` when the cluster does not say (no such topic, no answer)."""
+    return sorted(
+        {len(partition.replicas) for partition in _existing_partitions(client_config, topic, timeout_s).values()}
+    )
+
+
+def _existing_partitions(client_config: Mapping[str, Any], topic: str, timeout_s: float) -> dict[int, Any]:
+    """``topic``'s partitions with their metadata; `KafkaClientError` when it does not exist or the cluster does not
+    say."""
     try:
-        found = _metadata_admin(client_config).list_topics(topic, timeout=timeout_s).topics.get(topic)
+        partitions = _partitions(_metadata_admin(client_config), topic, timeout_s)
     except KafkaException as error:
         raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
-    if found is None or found.error is not None or not found.partitions:
-        code = KafkaError.UNKNOWN_TOPIC_OR_PART if found is None or found.error is None else found.error.code()
-        raise KafkaClientError(f"topic {topic} is not available", KafkaError(code))
-    return sorted({len(partition.replicas) for partition in found.partitions.values()})
+    if not partitions:
+        raise KafkaClientError(f"topic {topic} is not available", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    return partitions
 
 
 def not_its_partitions(topic: str, partitions: int, asked: Iterable[int]) -> str:

@@ -255,7 +255,7 @@ def test_the_stretches_without_records_between_done_runs_merge_them_and_only_rec
             assert all(not existing & set(range(s, e)) for s, e in free)
             assert all(s < e for s, e in free)
             if free:
-                mark.add_runs(np.array([s for s, _ in free], np.int64), np.array([e for _, e in free], np.int64))
+                mark.add_spans(free)
     assert resume is None
     waiting = sorted(existing - done)
     assert not waiting or mark.mark <= waiting[0]
