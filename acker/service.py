@@ -468,7 +468,15 @@ class AckerService:
             self._pool.shutdown()
 
     def step(self, timeout_s: float) -> int:
-        """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read."""
+        """One turn of the loop: read, decide, publish, tick, commit, report. Returns the records read. When it
+        raises, nothing more is committed (`close`'s revoke included): what it read may be decided and not published."""
+        try:
+            return self._step(timeout_s)
+        except BaseException:
+            self._poisoned = True  # here, not in `run` alone: a caller driving `step` itself then calls `close`
+            raise
+
+    def _step(self, timeout_s: float) -> int:
         # A batch consume waits until the batch is full or the timeout passes: take what is there at once, and wait
         # only for a first record when there is nothing.
         records = consume_available(self.consumer, 1000, timeout_s)

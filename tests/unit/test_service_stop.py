@@ -51,3 +51,28 @@ def test_a_stop_waits_for_deliveries_once_not_again_at_the_revoke_of_its_close(
     monkeypatch.setattr(service, "_flush", flush)
     service.run(stop)
     assert consumer.on_revoke is not None and flushes == [30, 10]
+
+
+def test_a_step_that_raised_leaves_nothing_for_the_close_to_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller driving `step` itself, as `close` says, calls `close` when a step raised: its revoke committed the
+    offsets of what the step had read (maybe decided, not published). Only `run` stopped it before."""
+    service = AckerService(ServiceConfig(metrics_port=0, kafka={"log_level": "0"}))
+    service.consumer.close()
+    service.consumer = consumer = _Consumer()  # type: ignore[assignment]
+    consumer.subscribe(["acker"], on_revoke=service._on_revoke)
+    consumer.consume = lambda *_a, **_k: []  # type: ignore[attr-defined]
+    flushes: list[float] = []
+
+    def flush(timeout_s: float) -> int:
+        flushes.append(timeout_s)
+        return 0
+
+    def handle(_records: list[Any]) -> None:
+        raise RuntimeError("between deciding and publishing")
+
+    monkeypatch.setattr(service, "_flush", flush)
+    monkeypatch.setattr(service, "_handle", handle)
+    with pytest.raises(RuntimeError, match="between deciding"):
+        service.step(0.0)
+    service.close()
+    assert flushes == [10]  # close's own delivery, not the revoke's commit (its flush of 30 s first)
