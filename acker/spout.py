@@ -171,11 +171,12 @@ UNRESOLVED_KEPT = 100_000
 def pending_timeout_s(config: ServiceConfig) -> float:
     """How long a tree waits for its outcome, by default: twice the longest a pending tree lives in the acker
     (T·(1 + 1/(B−1))), and a minute for an acker instance's failover. Past that, once its acker partition has decided
-    a later tree, its outcome was most likely lost (an unreadable outcome record), and the spout times the tree out
-    itself, as Storm's spout times out its pending tuples (`Spout._expire_pending`). Unlike Storm's, this spout does
-    not see a bolt's `reset_timeout`, nor the restart of a tree's timeout at each of its updates (an acker run with
-    ``relocate_on_update``): a tree kept alive so for longer is timed out too (its record replayed while it is still
-    being processed), and its outcome, when it comes, is not counted."""
+    a tree started at least that longest life after it, its outcome was most likely lost (an unreadable outcome
+    record), and the spout times the tree out itself, as Storm's spout times out its pending tuples
+    (`Spout._expire_pending`). Unlike Storm's, this spout does not see a bolt's `reset_timeout`, nor the restart of a
+    tree's timeout at each of its updates (an acker run with ``relocate_on_update``): a tree kept alive so for longer
+    is timed out too (its record replayed while it is still being processed), and its outcome, when it comes, is not
+    counted."""
     return 2 * config.tree_lifetime_s + 60.0
 
 
@@ -302,7 +303,14 @@ class Spout:
         # acker partition → when the latest tree decided there had started: the evidence that the acker has moved
         # past the trees of that partition started before, which `_expire_pending` asks for before it times one out.
         self._decided_upto: dict[int, float] = {}
-        self._next_waiting_said = 0.0
+        # How much later than a pending tree the decided one must have started to be that evidence: the longest a
+        # tree lives in the acker. The acker reads its partition in order, ticks among the messages (one each tick
+        # interval while it runs): having decided a tree started so much later, it had expired the pending one,
+        # unless it was down meanwhile, and then the pending one has taken longer than a tree lives (its acks come
+        # after those of the tree started so much later). A tree started just after it and decided before an outage
+        # is no such evidence: trees finish out of order (with it, the trees overtaken before an acker went down were
+        # replayed at their timeout while the acker was away, most of them processed already).
+        self._decided_margin_s, self._next_waiting_said = config.tree_lifetime_s, 0.0
         timeout = settings.pending_timeout_s
         self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
         self.counters: Counter[str] = Counter()
@@ -674,14 +682,15 @@ class Spout:
 
     def _expire_pending(self, now: float) -> None:
         """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has
-        decided a tree started after them: as Storm's spout fails a tuple pending for longer than the message timeout,
-        a ``TIMEOUT`` the spout decides itself, so that the record is replayed, and the watermark, which waits for an
-        outcome of every offset, moves on. Their outcome was then most likely lost (an outcome record nobody could
-        read, or one the broker refused and the service dead-lettered); if it comes after all, the record has two, as
-        after an acker's failover (the replay job replays a message id once, the commit job takes either as done).
+        decided a tree started the acker's longest expiry after them (`_decided_margin_s`): as Storm's spout fails a
+        tuple pending for longer than the message timeout, a ``TIMEOUT`` the spout decides itself, so that the record
+        is replayed, and the watermark, which waits for an outcome of every offset, moves on. Their outcome was then
+        most likely lost (an outcome record nobody could read, or one the broker refused and the service
+        dead-lettered); if it comes after all, the record has two, as after an acker's failover (the replay job
+        replays a message id once, the commit job takes either as done).
 
-        A tree whose acker partition has decided nothing started after it waits on: the acker is behind, or down
-        (a failover, an outage), and will decide it. Timed out then, every pending tree would be replayed while
+        A tree whose acker partition has decided nothing started so long after it waits on: the acker is behind, or
+        down (a failover, an outage), and will decide it. Timed out then, every pending tree would be replayed while
         still being processed, the room given back filled with trees timed out in turn, and records replayed until
         dead-lettered for the length of the outage; kept, the spout stops at ``max_pending`` until the acker is back
         (Storm's backpressure, without its replays)."""
@@ -695,7 +704,8 @@ class Spout:
                 continue
             started = self._started_at.get(anchor, float("-inf"))
             overdue = now - started >= WAIT_TIMEOUTS * self._pending_timeout_s  # waited on for too long: time it out
-            if not overdue and self._decided_upto.get(partition_of(anchor, self.acker.partitions), started) <= started:
+            decided_upto = self._decided_upto.get(partition_of(anchor, self.acker.partitions), started)
+            if not overdue and decided_upto <= started + self._decided_margin_s:
                 waiting += 1
                 deadlines.append((now + self._pending_timeout_s, msg_id, anchor))  # asked again after a timeout
                 continue
@@ -709,20 +719,22 @@ class Spout:
             self.counters["pending_given_up"] += len(given_up)
             if len(given_up) > overdue_count:
                 log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s), while their acker partitions decided "
-                            "later trees: timed out by the spout, to be replayed", len(given_up) - overdue_count,
-                            self._pending_timeout_s, given_up[0])  # fmt: skip
+                            "trees started %.0f s or more after them: timed out by the spout, to be replayed",
+                            len(given_up) - overdue_count, self._pending_timeout_s, given_up[0],
+                            self._decided_margin_s)  # fmt: skip
             if overdue_count:  # an acker down, or far behind, for that long: said as it is
                 log.warning("no outcome for %d tree(s) after %d timeouts (%.0f s; e.g. %s), waited on while their "
-                            "acker partitions decided no later tree (the acker behind or down): timed out by the "
-                            "spout, to be replayed", overdue_count, WAIT_TIMEOUTS,
-                            WAIT_TIMEOUTS * self._pending_timeout_s, given_up[-1])  # fmt: skip
+                            "acker partitions decided no tree started %.0f s or more after them (the acker behind or "
+                            "down): timed out by the spout, to be replayed", overdue_count, WAIT_TIMEOUTS,
+                            WAIT_TIMEOUTS * self._pending_timeout_s, given_up[-1], self._decided_margin_s)  # fmt: skip
         if waiting:
             self.counters["pending_waiting_on_acker"] += waiting
             if now >= self._next_waiting_said:  # an outage re-arms trees at every step: said once a minute
                 self._next_waiting_said = now + 60.0
-                log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no later "
-                            "tree: the acker is behind or down; they keep their room (for %d timeouts at most)",
-                            waiting, self._pending_timeout_s, WAIT_TIMEOUTS)  # fmt: skip
+                log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no tree "
+                            "started %.0f s or more after them: the acker is behind or down; they keep their room (for "
+                            "%d timeouts at most)", waiting, self._pending_timeout_s, self._decided_margin_s,
+                            WAIT_TIMEOUTS)  # fmt: skip
 
     def _tell(self, msg_id: str, outcome: str) -> None:
         """``on_outcome``, if any, whose exception is counted and said (`TroubleReport`), not the spout's end."""

@@ -53,6 +53,7 @@ from tests.integration.helpers import (
     create_acker_topics,
     produce_with_header_name,
     read_all,
+    service_config,
 )
 
 SPOUT = "sentences"  # the spouts these tests make themselves (the word count's own: Topics.spout)
@@ -387,7 +388,8 @@ def test_a_spout_reads_outcome_partitions_added_later_and_waits_for_an_acker_tha
     """Outcome records keyed to a partition added to the outcome topic after the spout started still free their
     trees' room. Trees without an outcome after the pending timeout, whose acker partitions decided no tree started
     after them (no acker runs here: as in an acker's outage), keep their room and are not timed out: the spout waits
-    at max_pending (the timing out, where the acker has decided later trees: tests/unit/test_spout_outcomes.py)."""
+    at max_pending (the timing out, where the acker has decided trees started a tree's life later:
+    tests/unit/test_spout_outcomes.py)."""
     # A pending timeout of 20 s rather than minutes, and time enough to add partitions and read from them.
     settings = SpoutSettings(
         SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}", max_pending=4, pending_timeout_s=20
@@ -422,6 +424,59 @@ def test_a_spout_reads_outcome_partitions_added_later_and_waits_for_an_acker_tha
         assert spout.counters["read"] == 5  # the 4, then 1 in the room the acked one gave back
     finally:
         spout.close()
+
+
+def test_an_acker_outage_does_not_time_out_a_tree_that_a_younger_tree_overtook(bootstrap: str) -> None:
+    """Trees finish out of order: a younger tree decided before the acker went down says nothing of an older one still
+    being processed. The spout timed out every tree so overtaken at its pending timeout while the acker was away, and
+    replayed its record (processed meanwhile: acked once the acker was back). Only a tree started a tree's life after
+    it is evidence that the acker expired it (the timing out then: tests/unit/test_spout_outcomes.py)."""
+    config = replace(service_config(bootstrap, partitions=1), timeout_s=4.0)  # every tree in one partition; lives 6 s
+    run = uuid.uuid4().hex[:8]
+    source, out = f"outage-src-{run}", f"outage-out-{run}"
+    create_acker_topics(config, [SPOUT])
+    create_topics(config.client(), [TopicSpec(source, 1), TopicSpec(out, 1)])
+    held: list[BoltInput] = []
+    release = threading.Event()
+
+    def process(message: BoltInput, collector: Collector) -> None:
+        if message.value == b"slow":
+            held.append(message)
+        else:
+            collector.ack(message)
+
+    def tick(collector: Collector) -> None:
+        while release.is_set() and held:
+            collector.ack(held.pop())
+
+    bolt = Running(Bolt(config, out, f"outage-bolt-{run}", process, basic=False, on_tick=tick, tick_s=0.1))
+    spout = Spout(config, SpoutSettings(SPOUT, source, out, group=f"outage-spout-{run}", pending_timeout_s=7))
+    acker = ServiceThread(config)
+
+    def step_until(done: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, what
+            spout.step(0.1)
+
+    try:
+        _produce(config, source, [b"slow"])
+        step_until(lambda: len(spout.pending) == 1, "the slow record was never read")
+        _produce(config, source, [b"fast"])  # a younger tree, started at a later step
+        step_until(lambda: spout.counters["acked"] == 1, "the fast tree was never acked")
+        assert len(spout.pending) == 1 and len(held) == 1
+        acker.stop()  # the slow tree pending there: rebuilt from the acker topic when it is back
+        release.set()  # its ack written while the acker is away
+        looked = ("pending_waiting_on_acker", "pending_given_up")  # at the pending timeout: waits, or gives it up
+        step_until(lambda: any(spout.counters[name] for name in looked), "the pending timeout never came", 30)
+        assert spout.counters["pending_given_up"] == 0 and len(spout.pending) == 1
+        acker = ServiceThread(config)
+        step_until(lambda: spout.counters["acked"] == 2, "the slow tree's ACK never came")
+        assert spout.counters["pending_given_up"] == 0 and not spout.pending
+    finally:
+        spout.close()
+        bolt.stop()
+        acker.stop()
 
 
 def test_a_spout_creates_its_missing_outcome_topic_and_takes_librdkafkas_names_of_its_reset_policy(

@@ -43,6 +43,7 @@ def _spout(outcomes: _Outcomes) -> Any:
     spout: Any = Spout.__new__(Spout)  # only what reading outcomes needs, the consumer a stand-in
     spout.pending, spout.counters, spout._init_attempts, spout.outcomes = {}, Counter(), {}, outcomes
     spout._started_at, spout._decided_upto, spout.acker = {}, {}, SimpleNamespace(partitions=4)
+    spout._decided_margin_s = 5.0  # the longest a tree lives in the acker
     spout._pending_deadlines, spout._pending_timeout_s, spout._direct = deque(), 10.0, []
     spout._next_waiting_said, spout._direct_reasons, spout.settings = 0.0, {}, SimpleNamespace(name="s")
     spout._trouble = TroubleReport(logging.getLogger("acker.spout"), "spout s", ("unreadable_outcomes",))
@@ -61,24 +62,28 @@ def _pending(spout: Any, msg_id: str, anchor: int, started: float) -> None:
     spout._pending_deadlines.append((started + spout._pending_timeout_s, msg_id, anchor))
 
 
-def test_a_tree_is_timed_out_by_the_spout_only_once_its_acker_partition_decided_a_later_tree() -> None:
-    """Its outcome was then most likely lost: a TIMEOUT of the spout's own, so that the record is replayed and the
-    watermark moves on. Without that evidence (an acker behind, or down) the tree keeps its room: timed out, every
-    pending tree would be replayed while still processed, again and again for the length of an outage."""
-    p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:3]
+def test_the_spout_times_a_tree_out_once_its_acker_partition_decided_one_started_a_trees_life_after_it() -> None:
+    """Its outcome was then most likely lost (the acker, reading its partition in order, had expired it): a TIMEOUT
+    of the spout's own, so that the record is replayed and the watermark moves on. Without that evidence (an acker
+    behind, or down) the tree keeps its room: timed out, every pending tree would be replayed while still processed,
+    again and again for the length of an outage. A tree started less than a tree's life after it is no evidence:
+    trees finish out of order, and every tree such a one overtook before an acker went down was replayed at its
+    timeout while the acker was away, most of them processed already."""
+    p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:4]
     p1 = next(a for a in range(1, 100) if partition_of(a, 4) == 1)
-    decided = encode_outcome_rows("s", [("ACK", p0[1], "t/0/2", 5)], acker_partition=0)  # written by the acker
+    decided = encode_outcome_rows("s", [("ACK", p0[2], "t/0/3", 5)], acker_partition=0)  # written by the acker
     spout = _spout(_Outcomes(decided))
-    _pending(spout, "t/0/1", p0[0], 0.0)  # lost, and a later tree of its partition is decided
-    _pending(spout, "t/0/2", p0[1], 1.0)
-    _pending(spout, "t/0/3", p0[2], 2.0)  # started after the decided one: no evidence
+    _pending(spout, "t/0/1", p0[0], 0.0)  # lost: a tree of its partition started 6 s after it is decided
+    _pending(spout, "t/0/2", p0[1], 2.0)  # overtaken by a tree started 4 s after it: the acker went down, say
+    _pending(spout, "t/0/3", p0[2], 6.0)
+    _pending(spout, "t/0/4", p0[3], 7.0)  # started after the decided one
     _pending(spout, "t/1/1", p1, 0.0)  # nothing decided on its partition
     spout._read_outcomes()
-    spout._expire_pending(12.5)
+    spout._expire_pending(17.5)
     assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)]
-    assert set(spout.pending) == {"t/0/3", "t/1/1"} and spout.counters["pending_given_up"] == 1
-    assert spout.counters["pending_waiting_on_acker"] == 2
-    assert sorted(d[1] for d in spout._pending_deadlines) == ["t/0/3", "t/1/1"]  # asked again a timeout later
+    assert set(spout.pending) == {"t/0/2", "t/0/4", "t/1/1"} and spout.counters["pending_given_up"] == 1
+    assert spout.counters["pending_waiting_on_acker"] == 3
+    assert sorted(d[1] for d in spout._pending_deadlines) == ["t/0/2", "t/0/4", "t/1/1"]  # asked again later
 
 
 def test_only_the_outcome_of_the_tree_pending_now_frees_its_room() -> None:
@@ -112,11 +117,11 @@ def test_on_outcome_is_told_each_pending_trees_outcome_once_its_own_timeouts_too
     spout = _spout(_Outcomes(encode_outcome_rows("s", rows, acker_partition=0)))
     spout._on_outcome = on_outcome
     for i, anchor in enumerate(p0[:3]):
-        _pending(spout, f"t/0/{i + 1}", anchor, float(i))
+        _pending(spout, f"t/0/{i + 1}", anchor, float(3 * i))
     spout.pending["t/0/9"] = 98  # read again as a new tree: the old tree's outcome is not this one's
     with caplog.at_level(logging.WARNING, logger="acker.spout"):
         spout._read_outcomes()
-        spout._expire_pending(12.5)  # t/0/1: its partition decided a later tree
+        spout._expire_pending(12.5)  # t/0/1: its partition decided a tree started 6 s after it
     assert told == [("t/0/2", "ACK"), ("t/0/3", "FAILED"), ("t/0/1", "TIMEOUT")]
     assert spout.counters["on_outcome_errors"] == 1 and spout.pending == {"t/0/9": 98}
     spout._told_trouble.check(spout.counters)
@@ -359,7 +364,7 @@ def test_the_spouts_own_outcomes_are_no_evidence_and_a_tree_waits_a_few_timeouts
     assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)] and not spout.pending
     [said] = [r.getMessage() for r in caplog.records if "timed out by the spout" in r.getMessage()]
     assert said.startswith(f"no outcome for 1 tree(s) after {WAIT_TIMEOUTS} timeouts (40 s; e.g. t/0/1)")
-    assert "decided no later tree" in said
+    assert "decided no tree started 5 s or more after them" in said
 
 
 def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read() -> None:
