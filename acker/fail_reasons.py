@@ -17,8 +17,8 @@ header: nothing of the protocol changes, and the header can be written before ev
 Invariant: a reason never changes what is decided, and never stops a process. A header that cannot be read (not
 JSON, nested too deep, over `READ_MAX_BYTES`) is ignored: its trees fail as they would without it. A reason is at most
 `REASON_MAX_CHARS` characters of text that encodes as UTF-8 (what does not, a lone surrogate, is escaped); a header
-holds at most `PER_RECORD` of them (and is read so) and `HEADER_MAX_BYTES` (a record failing more trees says the
-first ones); a service keeps at most `KEPT` reasons per partition whose trees are not decided yet (a fail read before
+holds at most `PER_RECORD` of them (and is read so) and `HEADER_MAX_BYTES` (its writer cuts a record failing more
+trees, `fits`); a service keeps at most `KEPT` reasons per partition whose trees are not decided yet (a fail read before
 its tree's init), the oldest forgotten first, and the first reason of a tree (its first fail decided it).
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 HEADER = "acker.fail-reasons"
@@ -63,22 +63,36 @@ def _encodable(text: str) -> str:
     return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _entries(reasons: Mapping[int, str] | Mapping[str, str]) -> Iterator[tuple[str, str, int]]:
+    """The first `PER_RECORD` entries of ``reasons`` as a header holds them, and the bytes each takes there."""
+    for key, reason in itertools.islice(reasons.items(), PER_RECORD):
+        entry = {_encodable(str(key)): cut(reason)}
+        # Its two braces stand for the ", " before it, or, for the first, the header's own: the size is exact (it
+        # took one byte for ", ", and the header could be up to 98 bytes over).
+        [(name, text)] = entry.items()
+        yield name, text, len(json.dumps(entry, ensure_ascii=False).encode())
+
+
 def encode(reasons: Mapping[int, str] | Mapping[str, str]) -> bytes | None:
     """The header's value for ``reasons`` (by anchor or by message id): the first `PER_RECORD`, within
-    `HEADER_MAX_BYTES`; None when empty."""
+    `HEADER_MAX_BYTES`; None when empty. Writers cut their records so that it holds them all (`fits`)."""
     if not reasons:
         return None
     kept: dict[str, str] = {}
     size = 0
-    for key, reason in list(reasons.items())[:PER_RECORD]:
-        entry = {_encodable(str(key)): cut(reason)}
-        # Its two braces stand for the ", " before it, or, for the first, the header's own: the size is exact (it
-        # took one byte for ", ", and the header could be up to 98 bytes over).
-        size += len(json.dumps(entry, ensure_ascii=False).encode())
+    for name, text, taken in _entries(reasons):
+        size += taken
         if size > HEADER_MAX_BYTES:
             break
-        kept.update(entry)
+        kept[name] = text
     return json.dumps(kept, ensure_ascii=False).encode() if kept else None
+
+
+def fits(reasons: Mapping[int, str] | Mapping[str, str]) -> bool:
+    """Whether one header holds every reason of ``reasons`` (`encode` keeps the first ones): a record failing more
+    trees is cut by its writer (an acker record, an outcome record), else a burst of fails left the reasons past the
+    first `PER_RECORD` out, and their records' dead letters said none. One reason always fits."""
+    return len(reasons) <= PER_RECORD and sum(taken for *_, taken in _entries(reasons)) <= HEADER_MAX_BYTES
 
 
 def as_headers(reasons: Mapping[int, str] | Mapping[str, str]) -> dict[str, Any]:

@@ -240,7 +240,8 @@ def outcome_records(
     """What a group of records decided, as outcome records: one per spout (whatever its trees' sources), split to
     at most OUTCOMES_PER_RECORD outcomes and OUTCOME_RECORD_MAX_BYTES, each naming the acker records that decided
     its first and last outcome. ``reasons``: those read for the partition's undecided trees, taken for the FAILED
-    outcomes of each record (by message id)."""
+    outcomes of each record (by message id); a record is split further until its header holds every one of its
+    reasons (`fail_reasons.fits`: a burst of fails said the first ones only)."""
     out = []
     sources_of: dict[str, list[int]] = {}  # a spout's trees may come from many sources (topic partitions)
     for local, (spout, _) in enumerate(outcomes.sources):
@@ -248,6 +249,7 @@ def outcome_records(
     source = np.asarray(outcomes.source)
     for spout, locals_ in sources_of.items():
         matching = np.flatnonzero(source == locals_[0] if len(locals_) == 1 else np.isin(source, locals_))
+        why = _reasons_of(outcomes, matching, reasons)
         chunks = [
             matching[start : start + OUTCOMES_PER_RECORD] for start in range(0, len(matching), OUTCOMES_PER_RECORD)
         ]
@@ -256,29 +258,33 @@ def outcome_records(
             first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
             last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
             value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
-            if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids: halves, in order
+            mine = dict(why[row] for row in rows.tolist() if row in why) if why else {}
+            too_large = len(value) > OUTCOME_RECORD_MAX_BYTES  # long message ids
+            if (too_large or (mine and not fail_reasons.fits(mine))) and len(rows) > 1:  # halves, in order
                 chunks[:0] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
                 continue
-            out.append(_OutcomeRecord(spout, value, first, last, _reasons_of(outcomes, rows, reasons)))
+            out.append(_OutcomeRecord(spout, value, first, last, fail_reasons.encode(mine)))
     return out
 
 
-def _reasons_of(outcomes: OutcomeBlock, rows: np.ndarray, reasons: fail_reasons.Kept | None) -> bytes | None:
-    """The ``acker.fail-reasons`` header of the outcome record of ``rows``: the reasons kept for its FAILED trees,
-    by message id (taken from ``reasons``); None when none has one (a light check when none is kept)."""
+def _reasons_of(
+    outcomes: OutcomeBlock, rows: np.ndarray, reasons: fail_reasons.Kept | None
+) -> dict[int, tuple[str, str]]:
+    """The reasons kept for the FAILED trees of ``rows`` (taken from ``reasons``), by row: its message id and the
+    reason; empty when none has one (a light check when none is kept)."""
     if not reasons:
-        return None
+        return {}
     failed = rows[outcomes.code[rows] == Code.FAILED]
     taken = reasons.take(outcomes.anchor[failed].tolist())
     if not taken:
-        return None
-    by_msg_id = {}
+        return {}
+    by_row = {}
     for row in failed.tolist():
         reason = taken.get(int(outcomes.anchor[row]))
         if reason is not None:
             _, source = outcomes.sources[int(outcomes.source[row])]
-            by_msg_id[join_msg_id(source, int(outcomes.offset[row]))] = reason
-    return fail_reasons.encode(by_msg_id)
+            by_row[row] = (join_msg_id(source, int(outcomes.offset[row])), reason)
+    return by_row
 
 
 def _part_of(to: _Destination, part: bytes) -> _Destination:

@@ -808,11 +808,14 @@ class Spout:
         topic = self.config.outcome_topic(self.settings.name)
         while self._direct:
             rows = self._direct[: self._direct_rows]
+            why = self._reasons_of(rows)
+            while len(rows) > 1 and not fail_reasons.fits(why):  # a burst of fails: fewer rows, each said why
+                rows = rows[: len(rows) // 2]
+                why = self._reasons_of(rows)
             value = encode_outcome_rows(self.settings.name, rows)
             if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids
                 self._direct_rows = len(rows) // 2
                 continue
-            why = {m: r for o, _, m, _ in rows if o == "FAILED" and (r := self._direct_reasons.get(m)) is not None}
 
             def delivered(
                 error: KafkaError | None, _record: Message, rows: list[DirectRow] = rows, told: dict[str, str] = why
@@ -843,6 +846,11 @@ class Spout:
             for msg_id, reason in why.items():  # not one given since to a later FAILED of the same record
                 if self._direct_reasons.get(msg_id) == reason:
                     del self._direct_reasons[msg_id]
+
+    def _reasons_of(self, rows: list[DirectRow]) -> dict[str, str]:
+        """The reasons of the FAILED among ``rows``, by message id."""
+        reasons = self._direct_reasons
+        return {m: r for o, _, m, _ in rows if o == "FAILED" and (r := reasons.get(m)) is not None} if reasons else {}
 
     # -- assignment -----------------------------------------------------------------------------------------
 

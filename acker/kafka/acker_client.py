@@ -50,7 +50,7 @@ from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
-from acker.fail_reasons import as_headers
+from acker.fail_reasons import as_headers, fits
 from acker.headers import Headers, with_ids
 from acker.kafka.client_log import RepeatFilter
 from acker.kafka.clients import (
@@ -185,8 +185,9 @@ class _Batch:
 
     def pieces(self, size: int) -> list[_Batch]:
         """The batch in pieces of at most ``size`` messages, in order: halved until each fits (one that delivery
-        reports filled past it)."""
-        if len(self.kinds) <= size:
+        reports filled past it), and until the reasons of each piece's fails fit its header (`fits`: a burst of fails
+        left those past the header's first ones out)."""
+        if len(self.kinds) <= 1 or (len(self.kinds) <= size and (not self.reasons or fits(self.reasons))):
             return [self]
         first, second = self.halves()
         return [*first.pieces(size), *second.pieces(size)]

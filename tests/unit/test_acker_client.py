@@ -530,6 +530,27 @@ def test_the_halves_of_a_batch_keep_the_reasons_of_their_own_fails() -> None:
     assert first.reasons == {1: "why", 2: "why"} and second.reasons == {3: "why", 4: "why"}
 
 
+def test_a_burst_of_fails_goes_in_records_whose_headers_say_every_reason() -> None:
+    """A header holds `fail_reasons.PER_RECORD` reasons (and `HEADER_MAX_BYTES`): a batch failing more trees said
+    the first ones only, and the others' dead letters said no reason. Cut into records that say each, in order."""
+    producer = _Keeping()
+    client = AckerClient(producer, "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    count = 3 * fail_reasons.PER_RECORD + 7
+    for anchor in range(1, count + 1):
+        client.send(Fail(anchor), f"bolt b: ValueError: record {anchor} " + "x" * 150)
+    client.send_acks([(count + 1, 5)])
+    client.flush(0)
+    said: dict[int, str] = {}
+    for record in producer.records:
+        headers = record["headers"]
+        assert isinstance(headers, list)
+        [(name, raw)] = headers
+        assert name == fail_reasons.HEADER and len(raw) <= fail_reasons.HEADER_MAX_BYTES
+        said.update(fail_reasons.by_anchor(raw))
+    assert len(producer.records) >= 4 and list(said) == list(range(1, count + 1))
+    assert all(reason.startswith(f"bolt b: ValueError: record {a} ") for a, reason in said.items())
+
+
 def test_a_fail_and_the_init_after_it_are_never_cut_apart() -> None:
     """A spout's record whose emit function raised sends its tree's fail, then its init (`acker.spout`): in two
     records, the first lost and the second written, the acker would have the init before the fail sent again, and

@@ -20,6 +20,7 @@ from acker.fail_reasons import (
     cut,
     decode,
     encode,
+    fits,
     reason_of,
 )
 
@@ -125,3 +126,15 @@ def test_a_header_holds_as_many_reasons_as_its_bytes_allow_and_never_more(width:
     kept = len(by_anchor(raw))
     if kept < len(reasons):  # the next one would not have fitted
         assert len(json.dumps({str(k): v for k, v in list(reasons.items())[: kept + 1]})) > HEADER_MAX_BYTES
+
+
+def test_fits_says_whether_one_header_holds_every_reason() -> None:
+    """Writers cut their records by it: `encode` keeps the first `PER_RECORD` reasons within `HEADER_MAX_BYTES`."""
+    short = {str(i): "bolt b: ValueError: x" for i in range(PER_RECORD)}
+    assert fits(short) and fits({}) and decode(encode(short)) == short
+    assert not fits({**short, "more": "bolt b: ValueError: x"})
+    long = {str(i): "é\x01" * REASON_MAX_CHARS for i in range(20)}  # 8 bytes a pair: é, then \u0001 escaped
+    assert not fits(long) and len(decode(encode(long))) < len(long)
+    assert fits(decode(encode(long)))  # what the header kept
+    one = {"t" * 249 + "/2147483647/9223372036854775807": "\x01" * REASON_MAX_CHARS}
+    assert fits(one)  # a record of one fail is never cut

@@ -200,3 +200,26 @@ def test_failed_outcomes_carry_the_reasons_kept_for_their_trees_by_message_id() 
     assert len(kept) == 1  # tree 3 was acked: its reason is not taken
     [again] = outcome_records(0, RecordSpans.of([len(block)], [40], [0]), outcomes, kept)
     assert again.reasons is None
+
+
+def test_a_burst_of_fails_goes_in_records_whose_headers_say_every_reason() -> None:
+    """A header holds `fail_reasons.PER_RECORD` reasons (and `HEADER_MAX_BYTES`): an outcome record of 131 FAILED
+    said 100 of them, and the other records' dead letters said no reason. Cut further, in order, each saying all of
+    its own; the acks among them keep their places."""
+    count = 3 * fail_reasons.PER_RECORD + 31
+    messages: list[Message] = []
+    for tree in range(1, count + 1):
+        messages += [Init(tree, "s", f"in/0/{tree}", tree), Fail(tree) if tree % 5 else Ack(tree, tree)]
+    block = MessageBlock.from_messages(messages)
+    outcomes = BlockTracker().process(block)
+    kept = fail_reasons.Kept()
+    kept.add({tree: f"bolt b: ValueError: tree {tree} " + "x" * 100 for tree in range(1, count + 1) if tree % 5})
+    encoded = outcome_records(0, RecordSpans.of([len(block)], [40], [0]), outcomes, kept)
+    said: dict[str, str] = {}
+    ids: list[str] = []
+    for record in encoded:
+        assert record.reasons is not None and len(record.reasons) <= fail_reasons.HEADER_MAX_BYTES
+        said.update(fail_reasons.decode(record.reasons))
+        ids += decode_outcomes(record.value).msg_ids
+    assert len(encoded) >= 4 and ids == [f"in/0/{tree}" for tree in range(1, count + 1)]
+    assert said == {f"in/0/{t}": f"bolt b: ValueError: tree {t} " + "x" * 100 for t in range(1, count + 1) if t % 5}

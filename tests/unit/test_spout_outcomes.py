@@ -419,6 +419,26 @@ def test_the_spouts_own_failed_outcomes_say_why_and_their_reasons_are_kept_only_
     assert spout._direct_reasons == {"t/0/9": "another record's"}
 
 
+def test_a_burst_of_the_spouts_own_fails_goes_in_records_whose_headers_say_every_reason() -> None:
+    """A header holds `fail_reasons.PER_RECORD` reasons (and `HEADER_MAX_BYTES`): a record of more FAILED rows (an
+    emit function raising on every record of a burst) said the first ones, and the others' dead letters none."""
+    spout = _spout(_Outcomes())
+    spout.config, spout.producer, spout._direct_rows = ServiceConfig(), _SmallRecords(10**6), OUTCOMES_PER_RECORD
+    count = 3 * fail_reasons.PER_RECORD + 11
+    spout._direct = [("FAILED" if i % 4 else "ACK", 0, f"t/0/{i}", 0) for i in range(count)]
+    spout._direct_reasons = {f"t/0/{i}": f"spout s: ValueError: {i} " + "x" * 120 for i in range(count) if i % 4}
+    spout._publish_direct()
+    said: dict[str, str] = {}
+    for sent in spout.producer.kwargs:
+        [(name, raw)] = sent["headers"]
+        assert name == fail_reasons.HEADER and len(raw) <= fail_reasons.HEADER_MAX_BYTES
+        said.update(fail_reasons.decode(raw))
+    ids = [msg_id for value in spout.producer.values for msg_id in decode_outcomes(value).msg_ids]
+    assert len(spout.producer.values) >= 3 and ids == [f"t/0/{i}" for i in range(count)] and not spout._direct
+    assert said == {f"t/0/{i}": f"spout s: ValueError: {i} " + "x" * 120 for i in range(count) if i % 4}
+    assert spout._direct_rows == OUTCOMES_PER_RECORD  # the records after it are not made smaller
+
+
 @pytest.mark.parametrize("code", [KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG])
 def test_a_replay_topic_whose_limit_the_cluster_refuses_is_made_with_the_brokers_default(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int
