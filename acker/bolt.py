@@ -529,7 +529,10 @@ class Bolt:
         self.counters["child_delivery_failures"] += 1
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Partitions came here (the consumer assigns them itself after this returns)."""
+        """Partitions came here (the consumer assigns them itself after this returns): said, as a spout says its own
+        (a bolt said nothing from its start until its first report or its stop: had it joined its group?)."""
+        if partitions:  # a cooperative rebalance may give nothing
+            log.info("bolt %s: assigned %s", self.group, _where(partitions))
         self._tell("assign", self._assigned, partitions)
 
     def _tell(self, hook: str, function: AssignFunction | None, partitions: list[TopicPartition]) -> None:

@@ -613,3 +613,14 @@ def test_inputs_of_a_partition_revoked_before_they_could_be_committed_are_passed
     bolt._on_revoke(None, [TopicPartition("in", 0), TopicPartition("in", 1)])
     assert bolt.consumer.committed == [] and bolt._processed == {}
     assert {tp: mark for tp, (mark, _) in bolt._lost_at.items()} == {("in", 0): 9, ("in", 1): 7}
+
+
+def test_a_bolt_says_the_partitions_it_is_assigned(caplog: pytest.LogCaptureFixture) -> None:
+    """As a spout does: a bolt said nothing from its start until its first report or its stop, and its operator could
+    not tell from its log whether it had joined its group. A rebalance that gives nothing says nothing."""
+    bolt: Any = Bolt.__new__(Bolt)
+    bolt.group, bolt._assigned = "split", None
+    with caplog.at_level(logging.INFO, logger="acker.bolt"):
+        bolt._on_assign(None, [TopicPartition("in", 1), TopicPartition("in", 0)])
+        bolt._on_assign(None, [])
+    assert [r.getMessage() for r in caplog.records] == ["bolt split: assigned in/0, in/1"]
