@@ -257,11 +257,14 @@ def outcome_records(
             rows = chunks.pop(0)
             first = int(records.offsets[records.record_of(int(outcomes.index[rows[0]]))])
             last = int(records.offsets[records.record_of(int(outcomes.index[rows[-1]]))])
-            value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
+            halves = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]  # in order
             mine = dict(why[row] for row in rows.tolist() if row in why) if why else {}
-            too_large = len(value) > OUTCOME_RECORD_MAX_BYTES  # long message ids
-            if (too_large or (mine and not fail_reasons.fits(mine))) and len(rows) > 1:  # halves, in order
-                chunks[:0] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+            if mine and not fail_reasons.fits(mine) and len(rows) > 1:  # more fails than one header says why
+                chunks[:0] = halves
+                continue
+            value = encode_outcomes(spout, outcomes, rows, acker_partition=partition, acker_offset=last)
+            if len(value) > OUTCOME_RECORD_MAX_BYTES and len(rows) > 1:  # long message ids
+                chunks[:0] = halves
                 continue
             out.append(_OutcomeRecord(spout, value, first, last, fail_reasons.encode(mine)))
     return out
@@ -1115,6 +1118,8 @@ class AckerService:
             self._commits.append((self._deliveries.barrier(), offsets))
 
     def _commit_passed(self) -> None:
+        if self._poisoned:  # a step raised: a caller driving `step` itself may go on calling it
+            return
         ready: dict[int, TopicPartition] = {}
         while self._commits and self._deliveries.passed(self._commits[0][0]):
             for tp in self._commits.pop(0)[1]:

@@ -180,6 +180,22 @@ def pending_timeout_s(config: ServiceConfig) -> float:
     return 2 * config.tree_lifetime_s + 60.0
 
 
+def decided_margin_s(config: ServiceConfig, pending_timeout_s: float) -> float:
+    """How much later than a pending tree a tree decided in its acker partition must have started to be the
+    evidence `Spout._expire_pending` asks for before it times the pending one out: the longest a tree lives in the
+    acker (or the pending timeout, when one below it was asked for).
+
+    The acker reads its partition in order, ticks among the messages (one a tick interval while it keeps up: a
+    lagging acker writes its next tick an interval after it read the last). Having decided a tree started so much
+    later, an acker that kept up had expired the pending one; one down meanwhile shows that the pending one has taken
+    longer than a tree lives (its acks come after those of the tree started so much later); one lagging by more than a
+    tick interval may not have yet, and its outcome comes after the spout's own (as after a failover). A tree started
+    just after it and decided before an outage is no evidence: trees finish out of order (with it, the trees
+    overtaken before an acker went down were replayed at their timeout while it was away, most of them processed
+    already)."""
+    return min(config.tree_lifetime_s, pending_timeout_s)
+
+
 # Room in a replay topic's records for what a copy carries beside the record (`acker.retries`' headers: origin,
 # attempt, reason, spout, the failure's detail of 500 characters at most, not-before): a few hundred bytes to 2.5 KB.
 REPLAY_HEADERS_ROOM = 4096
@@ -303,16 +319,9 @@ class Spout:
         # acker partition → when the latest tree decided there had started: the evidence that the acker has moved
         # past the trees of that partition started before, which `_expire_pending` asks for before it times one out.
         self._decided_upto: dict[int, float] = {}
-        # How much later than a pending tree the decided one must have started to be that evidence: the longest a
-        # tree lives in the acker. The acker reads its partition in order, ticks among the messages (one each tick
-        # interval while it runs): having decided a tree started so much later, it had expired the pending one,
-        # unless it was down meanwhile, and then the pending one has taken longer than a tree lives (its acks come
-        # after those of the tree started so much later). A tree started just after it and decided before an outage
-        # is no such evidence: trees finish out of order (with it, the trees overtaken before an acker went down were
-        # replayed at their timeout while the acker was away, most of them processed already).
-        self._decided_margin_s, self._next_waiting_said = config.tree_lifetime_s, 0.0
         timeout = settings.pending_timeout_s
         self._pending_timeout_s = pending_timeout_s(config) if timeout is None else (timeout or float("inf"))
+        self._decided_margin_s, self._next_waiting_said = decided_margin_s(config, self._pending_timeout_s), 0.0
         self.counters: Counter[str] = Counter()
         self._direct: list[DirectRow] = []  # outcomes the spout decides itself
         self._direct_reasons: dict[str, str] = {}  # msg_id -> why, for a FAILED of those (`acker.fail_reasons`)
@@ -682,7 +691,7 @@ class Spout:
 
     def _expire_pending(self, now: float) -> None:
         """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has
-        decided a tree started the acker's longest expiry after them (`_decided_margin_s`): as Storm's spout fails a
+        decided a tree started the acker's longest expiry after them (`decided_margin_s`): as Storm's spout fails a
         tuple pending for longer than the message timeout, a ``TIMEOUT`` the spout decides itself, so that the record
         is replayed, and the watermark, which waits for an outcome of every offset, moves on. Their outcome was then
         most likely lost (an outcome record nobody could read, or one the broker refused and the service

@@ -174,7 +174,10 @@ class _Batch:
         if self.reasons or self.resent:
             for half in (first, second):
                 mine = set(half.anchors)
-                half.reasons = {a: r for a, r in self.reasons.items() if a in mine}
+                # With the half holding its tree's fail only: one holding its acks or resets would carry it for
+                # nothing (more records in a burst of fails, and reasons the acker keeps for trees decided already).
+                failed = {a for kind, a in zip(half.kinds, half.anchors, strict=True) if kind == Kind.FAIL}
+                half.reasons = {a: r for a, r in self.reasons.items() if a in failed}
                 half.resent = {key: n for key, n in self.resent.items() if key[0] in mine}
         return first, second
 

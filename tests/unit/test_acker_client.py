@@ -551,6 +551,18 @@ def test_a_burst_of_fails_goes_in_records_whose_headers_say_every_reason() -> No
     assert all(reason.startswith(f"bolt b: ValueError: record {a} ") for a, reason in said.items())
 
 
+def test_a_half_holding_a_trees_resets_but_not_its_fail_carries_no_reason() -> None:
+    """A reason goes with the half that holds its tree's fail: one holding only the tree's other messages carried
+    it too (more records in a burst of fails, and reasons the acker keeps for trees it decided already)."""
+    client = AckerClient(_Keeping(), "acker", 1, linger_s=60)  # type: ignore[arg-type]
+    client.send_all([Fail(1), Fail(2)], "why")
+    client.send_all([ResetTimeout(1), ResetTimeout(2)])
+    batch = client._batches[0]
+    assert batch is not None
+    first, second = batch.halves()
+    assert first.reasons == {1: "why", 2: "why"} and second.reasons == {}
+
+
 def test_a_fail_and_the_init_after_it_are_never_cut_apart() -> None:
     """A spout's record whose emit function raised sends its tree's fail, then its init (`acker.spout`): in two
     records, the first lost and the second written, the acker would have the init before the fail sent again, and

@@ -74,5 +74,8 @@ def test_a_step_that_raised_leaves_nothing_for_the_close_to_commit(monkeypatch: 
     monkeypatch.setattr(service, "_handle", handle)
     with pytest.raises(RuntimeError, match="between deciding"):
         service.step(0.0)
+    service._commits = [(0, [TopicPartition("acker", 0, 7)])]  # planned before: not made by a caller's next step
+    service._commit_passed()
+    assert service._commits
     service.close()
     assert flushes == [10]  # close's own delivery, not the revoke's commit (its flush of 30 s first)

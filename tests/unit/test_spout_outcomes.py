@@ -86,6 +86,23 @@ def test_the_spout_times_a_tree_out_once_its_acker_partition_decided_one_started
     assert sorted(d[1] for d in spout._pending_deadlines) == ["t/0/2", "t/0/4", "t/1/1"]  # asked again later
 
 
+def test_the_evidence_margin_is_a_trees_life_or_a_pending_timeout_set_below_it() -> None:
+    """A pending timeout below a tree's life (against the settings' advice) is still the spout's timeout: with a
+    margin of a tree's life, no evidence could come before it, and every tree waited for the overdue rule
+    (`WAIT_TIMEOUTS` timeouts), said as an acker down."""
+    config = ServiceConfig(timeout_s=30.0, buckets=3)  # a tree lives 45 s
+    assert spout_module.decided_margin_s(config, spout_module.pending_timeout_s(config)) == 45.0
+    assert spout_module.decided_margin_s(config, 10.0) == 10.0
+    p0 = [a for a in range(1, 100) if partition_of(a, 4) == 0][:2]
+    spout = _spout(_Outcomes(encode_outcome_rows("s", [("ACK", p0[1], "t/0/2", 5)], acker_partition=0)))
+    spout._decided_margin_s = spout_module.decided_margin_s(config, 10.0)
+    _pending(spout, "t/0/1", p0[0], 0.0)
+    _pending(spout, "t/0/2", p0[1], 12.0)  # started a pending timeout (not a tree's life) later, decided
+    spout._read_outcomes()
+    spout._expire_pending(10.5)
+    assert spout._direct == [("TIMEOUT", p0[0], "t/0/1", 10_000)] and spout.counters["pending_given_up"] == 1
+
+
 def test_only_the_outcome_of_the_tree_pending_now_frees_its_room() -> None:
     """After a rebalance a record is read again as a new tree (anchor 22); the old tree's outcome (anchor 11) and a
     replay job's REPLAYED row (anchor 0) for the same record must not take the new tree off the pending ones."""
