@@ -691,12 +691,12 @@ class Spout:
 
     def _expire_pending(self, now: float) -> None:
         """Time out the trees pending for `pending_timeout_s` without an outcome, when their acker partition has
-        decided a tree started the acker's longest expiry after them (`decided_margin_s`): as Storm's spout fails a
-        tuple pending for longer than the message timeout, a ``TIMEOUT`` the spout decides itself, so that the record
-        is replayed, and the watermark, which waits for an outcome of every offset, moves on. Their outcome was then
-        most likely lost (an outcome record nobody could read, or one the broker refused and the service
-        dead-lettered); if it comes after all, the record has two, as after an acker's failover (the replay job
-        replays a message id once, the commit job takes either as done).
+        decided a tree started a tree's life after them (`decided_margin_s`): as Storm's spout fails a tuple pending
+        for longer than the message timeout, a ``TIMEOUT`` the spout decides itself, so that the record is replayed,
+        and the watermark, which waits for an outcome of every offset, moves on. Their outcome was then most likely
+        lost (an outcome record nobody could read, or one the broker refused and the service dead-lettered); if it
+        comes after all, the record has two, as after an acker's failover (the replay job replays a message id once,
+        the commit job takes either as done).
 
         A tree whose acker partition has decided nothing started so long after it waits on: the acker is behind, or
         down (a failover, an outage), and will decide it. Timed out then, every pending tree would be replayed while
@@ -818,7 +818,7 @@ class Spout:
         while self._direct:
             rows = self._direct[: self._direct_rows]
             why = self._reasons_of(rows)
-            while len(rows) > 1 and not fail_reasons.fits(why):  # a burst of fails: fewer rows, each said why
+            while why and len(rows) > 1 and not fail_reasons.fits(why):  # a burst of fails: fewer rows, each said why
                 rows = rows[: len(rows) // 2]
                 why = self._reasons_of(rows)
             value = encode_outcome_rows(self.settings.name, rows)
