@@ -553,7 +553,7 @@ class Marks:
             at, since, said = stuck.setdefault(key, (mark.mark, now, False))
             if not said and now - since >= self.settings.stuck_s:
                 stuck[key] = (at, since, True)
-                above = sum(end - start for start, end in mark.runs)
+                above = mark.done_above
                 log.warning("%s[%d]: the watermark of spout %s has waited at offset %d for %.0f min, with %d offsets "
                             "done (or without records) above it: that record was nacked and not replayed (is the "
                             "replay job running?), or its outcome may be lost (its spout decides it again when started "
