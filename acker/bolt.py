@@ -545,6 +545,8 @@ class Bolt:
                 self._raised_in(f"on_{hook} of {_where(partitions)}", error)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions:  # said as assignments are: which process holds which partitions, from its log alone
+            log.info("bolt %s: revoked %s", self.group, _where(partitions))
         bug: ProtocolError | None = None
         if self._revoked is not None and partitions:
             try:
@@ -571,6 +573,8 @@ class Bolt:
         nothing is committed (it would be refused) and ``on_revoke`` is not called: a fail now could decide a tree
         the new owner is about to complete. What the function holds of them is settled as before (the join's
         housekeeping fails it once its tree may have expired)."""
+        if partitions:
+            log.warning("bolt %s: lost %s (taken for dead: nothing committed)", self.group, _where(partitions))
         self._mark_read(partitions)
         self._drop_unwritten("lost", partitions)
         self._tell("lost", self._lost, partitions)

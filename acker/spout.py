@@ -907,5 +907,7 @@ class Spout:
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions:  # lost ones too (no on_lost given): the consumer calls this for them
+            log.info("revoked %s", ", ".join(sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions)))
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)

@@ -843,6 +843,8 @@ class CoordinatedStage:
         log.info("step %d: tasks %s", self.index, sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            log.info("step %d: tasks %s revoked", self.index, sorted(tp.partition for tp in partitions))
         for tp in partitions:
             self.tasks.pop(tp.partition, None)
 

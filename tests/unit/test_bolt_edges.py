@@ -125,7 +125,7 @@ def _explicit(on_revoke: Any, on_lost: Any = None) -> Any:
     bolt._sink, bolt.acker, bolt.producer = None, _Flushing(left=0), _Flushing(left=0)
     bolt.consumer, bolt._collector, bolt._revoked, bolt._lost = _Committing(), object(), on_revoke, on_lost
     bolt.config, bolt._lost_at = ServiceConfig(timeout_s=30.0, buckets=3), {}  # trees live up to 45 s
-    bolt.execute_s, bolt._closed = 0.0, False
+    bolt.execute_s, bolt._closed, bolt.group = 0.0, False, "split"
     return bolt
 
 
@@ -624,3 +624,17 @@ def test_a_bolt_says_the_partitions_it_is_assigned(caplog: pytest.LogCaptureFixt
         bolt._on_assign(None, [TopicPartition("in", 1), TopicPartition("in", 0)])
         bolt._on_assign(None, [])
     assert [r.getMessage() for r in caplog.records] == ["bolt split: assigned in/0, in/1"]
+
+
+def test_a_bolt_says_the_partitions_it_gives_up(caplog: pytest.LogCaptureFixture) -> None:
+    """Revoked or lost, as assigned: an operator running several processes of a stage could not tell from their logs
+    which one held which partitions once a member joined or died. A rebalance that takes nothing says nothing."""
+    bolt = _explicit(None)
+    with caplog.at_level(logging.INFO, logger="acker.bolt"):
+        bolt._on_revoke(None, [TopicPartition("in", 1), TopicPartition("in", 0)])
+        bolt._on_revoke(None, [])
+        bolt._on_lost(None, [TopicPartition("in", 2)])
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "bolt split: revoked in/0, in/1"),
+        ("WARNING", "bolt split: lost in/2 (taken for dead: nothing committed)"),
+    ]
