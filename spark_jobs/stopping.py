@@ -68,11 +68,23 @@ GATEWAY_GONE = _GatewayGone()  # on the root logger for good once the session is
 
 class _Interrupted(_GatewayGone):
     """Drops py4j's "KeyboardInterrupt while sending command." (on the root logger, with a traceback): a Ctrl-C while
-    a call to the JVM waits (Spark starting, say) printed that traceback before the command's own "interrupted"."""
+    a call to the JVM waits (Spark starting, say) printed that traceback before the command's own "interrupted". And
+    its "Exception while sending command." of a call made while another waits in the same thread ("reentrant call"):
+    pyspark's SIGINT handler, in place while its context starts, calls the JVM to cancel every job."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        interrupted = record.exc_info is not None and record.exc_info[0] is KeyboardInterrupt
+        error = record.exc_info[1] if record.exc_info else None
+        interrupted = isinstance(error, KeyboardInterrupt) or _reentrant(error)
         return not interrupted or super().filter(record)
+
+
+def _reentrant(error: BaseException | None) -> bool:
+    """Whether ``error`` comes of a read of a socket begun while another read of it waits in the same thread."""
+    while error is not None:
+        if isinstance(error, RuntimeError) and str(error).startswith("reentrant call"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 INTERRUPTED = _Interrupted()  # on the root logger from the first session on (`spark_jobs.session.spark_session`)

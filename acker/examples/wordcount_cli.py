@@ -53,11 +53,13 @@ from acker.examples.wordcount import (
 )
 from acker.help_text import prose
 from acker.kafka.clients import (
+    KafkaClientError,
     TopicSpec,
     answering,
     delete_groups,
     end_offsets,
     log_bounds,
+    partition_count,
     topic_partitions,
 )
 from acker.kafka.clients import produce as send
@@ -145,10 +147,18 @@ def _lines(args: argparse.Namespace) -> list[bytes]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    config, lines = load(args), _lines(args)
-    answering(config.client(), _topics(args).sentences)  # a login refused said as such, not as a minute's silence
-    ids = produce(config, _topics(args).sentences, lines)
-    print(f"{len(ids)} sentences written to {_topics(args).sentences}")
+    config, lines, topic = load(args), _lines(args), _topics(args).sentences
+    answering(config.client(), topic)  # a login refused said as such, not as a minute's silence
+    try:  # not after the producer's 30 s of retries, as a Kafka error that names no topic
+        partition_count(config.client(), topic)
+    except KafkaClientError as error:
+        if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise
+        prefix = f" --prefix {args.prefix}" if args.prefix != Topics().prefix else ""
+        raise ConfigError(f"topic {topic} does not exist: `acker wordcount topics{prefix}` makes the word count's "
+                          "topics") from None  # fmt: skip
+    ids = produce(config, topic, lines)
+    print(f"{len(ids)} sentences written to {topic}")
     return 0
 
 

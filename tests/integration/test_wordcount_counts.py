@@ -126,3 +126,21 @@ def test_wordcount_topics_says_what_it_made_and_what_was_there(config: ServiceCo
         assert lines[topic].endswith("\tcreated"), first.stdout
     again = subprocess.run(argv, check=True, **options)
     assert again.stdout.count("\tcreated") == 0 and f"{topics.counts}\t4 partition(s)\texists" in again.stdout
+
+
+def test_wordcount_produce_to_a_topic_not_made_says_which_and_what_makes_it(config: ServiceConfig) -> None:
+    """It said, after the producer's 30 s of retries, a Kafka error that named no topic; once made, it writes."""
+    prefix = f"wc-{uuid.uuid4().hex[:6]}"
+    flags, env = to_argv(replace(config, metrics_port=0))
+    command = [sys.executable, "-m", "acker.cli", "wordcount"]
+    options: dict[str, Any] = {"env": {**os.environ, **env}, "capture_output": True, "text": True, "timeout": 120}
+    produce = [*command, "produce", "--prefix", prefix, "--sentences", "2", *flags]
+    missing = subprocess.run(produce, check=False, **options)
+    assert missing.returncode == 2 and missing.stdout == "", missing
+    assert missing.stderr == (
+        f"acker: topic {prefix}.sentences does not exist: `acker wordcount topics --prefix {prefix}` makes the word "
+        "count's topics\n"
+    )
+    subprocess.run([*command, "topics", "--prefix", prefix, *flags], check=True, **options)
+    written = subprocess.run(produce, check=True, **options)
+    assert written.stdout == f"2 sentences written to {prefix}.sentences\n"

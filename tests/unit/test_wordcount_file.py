@@ -28,6 +28,7 @@ def test_a_file_of_sentences_that_are_not_utf8_is_written_as_it_is(
 
     monkeypatch.setattr(wordcount_cli, "produce", produce)
     monkeypatch.setattr(wordcount_cli, "answering", lambda *_: None)  # asked first: it answers
+    monkeypatch.setattr(wordcount_cli, "partition_count", lambda *_: 4)  # and the topic is there
     assert cli.main(["wordcount", "produce", "--file", str(path), "--bootstrap-servers", "127.0.0.1:1"]) == 0
     assert written == [b"caf\xe9 au lait", b"the cow", b"\xff\xfe jumped"]
     assert capsys.readouterr().out == "3 sentences written to wc.sentences\n"
@@ -77,6 +78,7 @@ def test_a_sentence_kafka_refuses_is_said_as_a_kafka_error_with_status_2(
     undecided") and the error's repr, past the CLI's own handling."""
     monkeypatch.setattr(wordcount_cli, "Producer", _Refusing)
     monkeypatch.setattr(wordcount_cli, "answering", lambda *_: None)
+    monkeypatch.setattr(wordcount_cli, "partition_count", lambda *_: 4)
     assert cli.main(["wordcount", "produce", "--sentences", "2", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("acker: Kafka client: Broker: Topic authorization failed"), err

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import pytest
+from py4j.protocol import Py4JNetworkError
 
 from spark_jobs.session import stop
 from spark_jobs.stopping import GATEWAY_GONE, INTERRUPTED, batch_function, interrupting, stopping
@@ -85,6 +86,31 @@ def test_a_ctrl_c_while_a_call_to_the_jvm_waits_is_not_logged_by_py4j(caplog: py
         with caplog.at_level(logging.INFO):
             root.handle(logging.LogRecord("root", logging.ERROR, path, 1070, "KeyboardInterrupt while sending command.",
                                           None, interrupted))  # fmt: skip
+            root.handle(_gateway_error())
+    finally:
+        root.removeFilter(INTERRUPTED)
+    assert caplog.messages == ["Exception while sending command."]
+
+
+def test_a_call_to_the_jvm_from_pyspark_s_sigint_handler_while_spark_starts_is_not_logged_by_py4j(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Ctrl-C while Spark's context starts runs pyspark's SIGINT handler, whose call to the JVM reads the socket
+    the interrupted call is reading: py4j logged that failure (a reentrant call) with its traceback, 2 runs in 6."""
+    root = logging.getLogger()
+    path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+    try:
+        try:
+            raise RuntimeError("reentrant call inside <_io.BufferedReader name=4>")
+        except RuntimeError as error:
+            raise Py4JNetworkError("Error while sending or receiving") from error
+    except Py4JNetworkError:
+        reentrant = sys.exc_info()
+    root.addFilter(INTERRUPTED)
+    try:
+        with caplog.at_level(logging.INFO):
+            root.handle(logging.LogRecord("root", logging.ERROR, path, 1059, "Exception while sending command.",
+                                          None, reentrant))  # fmt: skip
             root.handle(_gateway_error())
     finally:
         root.removeFilter(INTERRUPTED)
