@@ -213,13 +213,21 @@ def _outcome_tail(buf: Any, pos: int, room: Any) -> int:
 
 
 @_compile
+def _bytes_at(buf: Any, pos: int) -> tuple[int, int]:
+    """Where the bytes or string at ``pos`` start and end (the position after them); end ``_BAD`` when its length is
+    negative or runs past the end."""
+    size, at = _read_long(buf, pos)
+    if at == _BAD or size < 0 or size > buf.shape[0] - at:  # not at + size: a huge size would overflow
+        return at, _BAD
+    end: int = at + size
+    return at, end
+
+
+@_compile
 def _skip_bytes(buf: Any, pos: int) -> int:
     """The position after the bytes or string at ``pos``; ``_BAD`` when its length is negative or runs past the
     end."""
-    size, pos = _read_long(buf, pos)
-    if pos == _BAD or size < 0 or size > buf.shape[0] - pos:  # not pos + size: a huge size would overflow
-        return _BAD
-    end: int = pos + size
+    end: int = _bytes_at(buf, pos)[1]
     return end
 
 
@@ -346,3 +354,44 @@ def outcome_columns(
     out = np.empty(rows.shape[0] * 50 + 64, np.uint8)  # 5 columns of at most 10 bytes, 5 counts and ends
     middle, end = _outcome_columns(code, anchor, source_index, offset, latency, rows.astype(np.int64), out)
     return out[:middle].tobytes(), out[middle:end].tobytes()
+
+
+@_compile
+def _acker_batch_layout(buf: Any, pos: int, spans: Any, names: Any) -> int:
+    """Where the fields of the AckerBatch at ``pos`` lie, for a record read to the end of ``buf`` with nothing
+    irregular: ``spans`` gets (start, end) of kinds, anchors, values, init_sources and init_offsets, ``names`` those
+    of each source's spout and source, in a row. The number of sources, or -1 for anything else (cut short, bytes
+    after it, a long over 10 bytes, more sources than ``names`` has rows for): the caller then reads it with
+    fastavro, which says why."""
+    sources = 0
+    for field in range(5):
+        if field == 3:  # sources: blocks of (spout, source) strings, between values and init_sources
+            while True:
+                count, pos = _read_block_count(buf, pos)
+                if pos == _BAD or count > names.shape[0] - sources:
+                    return -1
+                if count == 0:
+                    break
+                for i in range(sources, sources + count):
+                    for j in range(0, 4, 2):
+                        names[i, j], pos = _bytes_at(buf, pos)
+                        if pos == _BAD:
+                            return -1
+                        names[i, j + 1] = pos
+                sources += count
+        spans[field, 0], pos = _bytes_at(buf, pos)
+        if pos == _BAD:
+            return -1
+        spans[field, 1] = pos
+    return sources if pos == buf.shape[0] else -1
+
+
+def acker_batch_layout(
+    data: bytes, start: int, sources: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """(spans, names) of `_acker_batch_layout` for the AckerBatch at ``start`` in ``data`` claiming ``sources``
+    sources (`acker_batch_counts`); None when it is not a regular one of them."""
+    spans = np.empty((5, 2), np.int64)
+    names = np.empty((sources, 4), np.int64)
+    n = _acker_batch_layout(np.frombuffer(data, np.uint8), start, spans, names)
+    return None if n != sources else (spans, names)

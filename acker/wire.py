@@ -157,11 +157,40 @@ def encode_batch(block: MessageBlock) -> bytes:
 _INIT, _TICK, _ANCHOR, _OK, _ACK = int(Kind.INIT), int(Kind.TICK), int(Kind.ANCHOR), int(Kind.OK), int(Kind.ACK)
 
 
-def _column(record: dict[str, Any], name: str, dtype: str, width: int) -> np.ndarray:
-    raw = record[name]
-    if len(raw) % width:
-        raise WireError("bad-column", f"column {name!r} has {len(raw)} bytes, not a multiple of {width}")
-    return np.frombuffer(raw, dtype=dtype)  # a read-only view: no copy until the records are concatenated
+_COLUMNS = (("kinds", "u1", 1), ("anchors", "<i8", 8), ("values", "<i8", 8), ("init_sources", "<i4", 4),
+            ("init_offsets", "<i8", 8))  # fmt: skip
+
+
+def _column(data: bytes, column: tuple[str, str, int], start: int = 0, end: int = -1) -> np.ndarray:
+    """The column (name, dtype, width: `_COLUMNS`) held in ``data[start:end]`` (to its end by default), as a
+    read-only view of it: no copy until the records are concatenated (`MessageBlock.concat`, whose columns are
+    aligned; a view's may not be, which numpy and the compiled checks read as they are, on x86-64 and ARM64)."""
+    name, dtype, width = column
+    size = (len(data) if end < 0 else end) - start
+    if size % width:
+        raise WireError("bad-column", f"column {name!r} has {size} bytes, not a multiple of {width}")
+    return np.frombuffer(data, dtype=dtype, count=size // width, offset=start)
+
+
+def _columns(data: bytes, sources: int) -> tuple[list[np.ndarray], list[tuple[str, str]]]:
+    """The five columns of the AckerBatch in ``data`` (`_COLUMNS`) and its sources. A regular record (all but those
+    a writer never makes) is read where its fields lie (`avro_longs.acker_batch_layout`: its columns views of
+    ``data`` itself, a third of fastavro's time); any other is read by fastavro, whose errors say why."""
+    layout = avro_longs.acker_batch_layout(data, 4, sources)
+    if layout is not None:
+        spans, names = layout
+        try:
+            return (
+                [_column(data, column, *span) for column, span in zip(_COLUMNS, spans.tolist(), strict=True)],
+                [(data[a:b].decode(), data[c:d].decode()) for a, b, c, d in names.tolist()],
+            )
+        except UnicodeDecodeError:  # a name that is not UTF-8: fastavro's reading says so
+            pass
+    record = _read(ACKER_BATCH_SCHEMA, data)
+    return (
+        [_column(record[column[0]], column) for column in _COLUMNS],
+        [(s["spout"], s["source"]) for s in record["sources"]],
+    )
 
 
 def parse_batch(data: bytes) -> MessageBlock:
@@ -180,19 +209,13 @@ def parse_batch(data: bytes) -> MessageBlock:
         raise WireError("undecodable", "Avro decoding failed: the record is cut short before its sources end, or "
                         "holds what Avro's specification never writes (a long over 10 bytes, a block count of -2⁶³, "
                         "a negative length)")  # fmt: skip
-    record = _read(ACKER_BATCH_SCHEMA, data)
-    kinds = _column(record, "kinds", "u1", 1)
-    anchors = _column(record, "anchors", "<i8", 8)
-    values = _column(record, "values", "<i8", 8)
-    init_source = _column(record, "init_sources", "<i4", 4)
-    init_offset = _column(record, "init_offsets", "<i8", 8)
+    (kinds, anchors, values, init_source, init_offset), sources = _columns(data, counts.sources)
     n = len(kinds)
     if len(anchors) != n or len(values) != n:
         raise WireError("bad-column", f"{n} kinds but {len(anchors)} anchors and {len(values)} values")
     inits = counts.inits
     if len(init_source) != inits or len(init_offset) != inits:
         raise WireError("bad-column", f"{inits} inits but {len(init_source)} init sources, {len(init_offset)} offsets")
-    sources = [(s["spout"], s["source"]) for s in record["sources"]]
     if inits and (init_source.min() < 0 or init_source.max() >= len(sources)):
         raise WireError("bad-column", "an init refers to a source that the record does not list")
     lowest = int(init_offset.min()) if inits else 0
@@ -233,6 +256,7 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
     another partition than ``partition`` of ``partitions`` (none checked when ``partitions`` <= 0), the partition of
     the first)."""
     highest, zero_anchor, zero_id, wrong, first_wrong = 0, False, False, 0, -1
+    last, owner = 0, 0
     for i in range(kinds.shape[0]):
         kind = int(kinds[i])
         highest = max(highest, kind)
@@ -245,10 +269,12 @@ def _scan(kinds: Any, anchors: Any, values: Any, partition: int, partitions: int
         # edges, never 0 but by the accident of 2⁻⁶⁴ already accepted for a false zero.
         zero_id |= kind in (_ANCHOR, _OK, _ACK) and values[i] == 0
         if partitions > 0:
-            # partition_of: |anchor| mod partitions, without negating (|-2⁶³| is not an int64).
-            owner = anchor % partitions
-            if anchor < 0 and owner != 0:
-                owner = partitions - owner
+            if anchor != last:  # a tree's messages mostly come together: one division for them (owner of 0: 0)
+                # partition_of: |anchor| mod partitions, without negating (|-2⁶³| is not an int64).
+                owner = anchor % partitions
+                if anchor < 0 and owner != 0:
+                    owner = partitions - owner
+                last = anchor
             if owner != partition:
                 wrong += 1
                 if first_wrong < 0:

@@ -32,6 +32,7 @@ from acker.wire import (
     decode_outcomes,
     encode_batch,
     encode_outcomes,
+    parse_batch,
 )
 from tests.strategies import raw_messages
 
@@ -200,6 +201,53 @@ def test_the_compiled_count_of_inits_and_sources_agrees_with_fastavro(messages: 
         assert short is not None and short.inits == counts[0] and short.sources in (0, counts[1])
         init_columns = [avro_longs.long(len(record[name])) + record[name] for name in ("init_sources", "init_offsets")]
         assert short.whole == (at >= len(data) - sum(map(len, init_columns)))  # cut after the sources' end
+
+
+def _parsed(data: bytes) -> tuple[object, ...]:
+    """What `parse_batch` makes of ``data``: its columns and sources, or the reason and text of its refusal."""
+    try:
+        block = parse_batch(data)
+    except WireError as error:
+        return (error.reason, str(error))
+    columns = (block.kinds, block.anchors, block.values, block.init_source, block.init_offset)
+    return (*(column.tolist() for column in columns), *(column.dtype for column in columns), block.sources)
+
+
+@given(
+    raw_messages,
+    st.floats(0, 1, exclude_max=True),
+    st.integers(0, 255),
+    st.sampled_from(["as written", "byte changed", "cut", "bytes after"]),
+)
+def test_a_record_read_where_its_fields_lie_is_read_as_fastavro_reads_it(
+    messages: list[Message], at: float, byte: int, change: str
+) -> None:
+    """The columns read in place (`avro_longs.acker_batch_layout`) are fastavro's, byte for byte and type for type,
+    and a record it does not find regular goes to fastavro, which refuses it with the same reason and text as before:
+    on every record a writer makes, with any byte changed, cut short anywhere, or with bytes after it."""
+    data = encode_batch(MessageBlock.from_messages(messages))
+    i = 4 + int(at * (len(data) - 4))
+    data = {
+        "as written": data,
+        "byte changed": data[:i] + bytes([byte]) + data[i + 1 :],
+        "cut": data[:i],
+        "bytes after": data + bytes([byte]),
+    }[change]
+    in_place = _parsed(data)
+    layout = avro_longs.acker_batch_layout
+    try:
+        avro_longs.acker_batch_layout = lambda *_: None
+        assert _parsed(data) == in_place
+    finally:
+        avro_longs.acker_batch_layout = layout
+
+
+def test_a_source_name_that_is_not_utf8_is_refused_as_fastavro_refuses_it() -> None:
+    """Found regular by the reading in place, whose decoding of the names then fails: fastavro's reading says why."""
+    data = encode_batch(MessageBlock.from_messages([Init(5, "spout", "t/0/7", 3)])).replace(b"spout", b"spo\xffu")
+    assert avro_longs.acker_batch_layout(data, 4, 1) is not None
+    with pytest.raises(WireError, match="undecodable"):
+        parse_batch(data)
 
 
 @pytest.mark.parametrize(
