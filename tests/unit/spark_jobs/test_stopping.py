@@ -72,45 +72,43 @@ def test_py4j_calls_to_a_jvm_gone_are_not_logged_after_the_session_stopped(caplo
         root.removeFilter(GATEWAY_GONE)
 
 
-def test_a_ctrl_c_while_a_call_to_the_jvm_waits_is_not_logged_by_py4j(caplog: pytest.LogCaptureFixture) -> None:
-    """A Ctrl-C while Spark starts: py4j logged "KeyboardInterrupt while sending command." with its traceback on the
-    root logger, before the command said "interrupted". Its other errors are still said."""
-    root = logging.getLogger()
-    path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+def _raised(error: BaseException) -> Any:
     try:
-        raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        interrupted = sys.exc_info()
-    root.addFilter(INTERRUPTED)
-    try:
-        with caplog.at_level(logging.INFO):
-            root.handle(logging.LogRecord("root", logging.ERROR, path, 1070, "KeyboardInterrupt while sending command.",
-                                          None, interrupted))  # fmt: skip
-            root.handle(_gateway_error())
-    finally:
-        root.removeFilter(INTERRUPTED)
-    assert caplog.messages == ["Exception while sending command."]
+        raise error
+    except BaseException:
+        return sys.exc_info()
 
 
-def test_a_call_to_the_jvm_from_pyspark_s_sigint_handler_while_spark_starts_is_not_logged_by_py4j(
-    caplog: pytest.LogCaptureFixture,
+def _reentrant_call() -> BaseException:
+    """What py4j raises when a call to the JVM reads the socket another call, interrupted, was reading."""
+    try:
+        raise RuntimeError("reentrant call inside <_io.BufferedReader name=4>")
+    except RuntimeError as error:
+        reentrant: BaseException = Py4JNetworkError("Error while sending or receiving")
+        reentrant.__cause__ = error
+        return reentrant
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        # A Ctrl-C while Spark starts: py4j logged this with its traceback, before the command said "interrupted".
+        (KeyboardInterrupt(), "KeyboardInterrupt while sending command."),
+        # The same Ctrl-C runs pyspark's SIGINT handler (in place while its context starts), whose call to cancel
+        # every job met the call it interrupted: py4j logged its failure with a traceback, in 2 runs of 6.
+        (_reentrant_call(), "Exception while sending command."),
+    ],
+)
+def test_a_ctrl_c_while_a_call_to_the_jvm_waits_is_not_logged_by_py4j(
+    caplog: pytest.LogCaptureFixture, error: BaseException, message: str
 ) -> None:
-    """A Ctrl-C while Spark's context starts runs pyspark's SIGINT handler, whose call to the JVM reads the socket
-    the interrupted call is reading: py4j logged that failure (a reentrant call) with its traceback, 2 runs in 6."""
+    """py4j's records of it (on the root logger) are dropped; its other errors are still said."""
     root = logging.getLogger()
     path = "/venv/lib/python3.11/site-packages/py4j/java_gateway.py"
-    try:
-        try:
-            raise RuntimeError("reentrant call inside <_io.BufferedReader name=4>")
-        except RuntimeError as error:
-            raise Py4JNetworkError("Error while sending or receiving") from error
-    except Py4JNetworkError:
-        reentrant = sys.exc_info()
     root.addFilter(INTERRUPTED)
     try:
         with caplog.at_level(logging.INFO):
-            root.handle(logging.LogRecord("root", logging.ERROR, path, 1059, "Exception while sending command.",
-                                          None, reentrant))  # fmt: skip
+            root.handle(logging.LogRecord("root", logging.ERROR, path, 1070, message, None, _raised(error)))
             root.handle(_gateway_error())
     finally:
         root.removeFilter(INTERRUPTED)
