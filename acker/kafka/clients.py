@@ -286,10 +286,21 @@ class RefusedLogin:
         self._given = given if callable(given) else None
 
     def __call__(self, error: KafkaError) -> None:
-        if self.error is None and error.code() in REFUSED_LOGIN:
-            self.error = error
+        if self.error is None:
+            self.error = refused_login(error)
         if self._given is not None:
             self._given(error)
+
+
+def refused_login(error: KafkaError) -> KafkaError | None:
+    """The refused login ``error`` says, as an error of `REFUSED_LOGIN`; None when it says none. A TLS client at a
+    plaintext listener gets a transport error from librdkafka ("SSL handshake failed: ... connecting to a PLAINTEXT
+    broker listener?"), not an SSL one: taken for the failed handshake it is, not for a broker that did not answer."""
+    if error.code() in REFUSED_LOGIN:
+        return error
+    if error.code() == KafkaError._TRANSPORT and "SSL handshake failed" in error.str():
+        return KafkaError(KafkaError._SSL, error.str())
+    return None
 
 
 def first_answer(

@@ -69,3 +69,14 @@ def test_an_error_that_is_not_a_missing_answer_is_raised_at_once() -> None:
 
     with pytest.raises(KafkaException):
         first_answer(ask, _Client(refused, []), refused, timeout_s=30)
+
+
+def test_a_tls_handshake_a_plaintext_listener_refuses_is_a_refused_login_and_a_closed_port_is_not() -> None:
+    """librdkafka says both as transport errors: the first is the refused login, said as the SSL error it is."""
+    closed, plaintext = RefusedLogin(), RefusedLogin()
+    closed(KafkaError(KafkaError._TRANSPORT, "ssl://h:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed"))
+    handshake = "ssl://h:9092/bootstrap: SSL handshake failed: Disconnected: connecting to a PLAINTEXT broker listener?"
+    plaintext(KafkaError(KafkaError._TRANSPORT, handshake))
+    assert closed.error is None
+    said = plaintext.error
+    assert said is not None and (said.code(), said.str()) == (KafkaError._SSL, handshake)
