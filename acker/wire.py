@@ -164,7 +164,9 @@ _COLUMNS = (("kinds", "u1", 1), ("anchors", "<i8", 8), ("values", "<i8", 8), ("i
 def _column(data: bytes, column: tuple[str, str, int], start: int = 0, end: int = -1) -> np.ndarray:
     """The column (name, dtype, width: `_COLUMNS`) held in ``data[start:end]`` (to its end by default), as a
     read-only view of it: no copy until the records are concatenated (`MessageBlock.concat`, whose columns are
-    aligned; a view's may not be, which numpy and the compiled checks read as they are, on x86-64 and ARM64)."""
+    aligned). A view's may not be: numba types it as aligned all the same (its ``typeof`` does not look), and the
+    checks compiled for it (`_scan`, scalar loads) read it as x86-64 and ARM64 read any unaligned word; a kernel
+    vectorised with aligned loads would not."""
     name, dtype, width = column
     size = (len(data) if end < 0 else end) - start
     if size % width:
@@ -179,13 +181,14 @@ def _columns(data: bytes, sources: int) -> tuple[list[np.ndarray], list[tuple[st
     layout = avro_longs.acker_batch_layout(data, 4, sources)
     if layout is not None:
         spans, names = layout
-        try:
-            return (
-                [_column(data, column, *span) for column, span in zip(_COLUMNS, spans.tolist(), strict=True)],
-                [(data[a:b].decode(), data[c:d].decode()) for a, b, c, d in names.tolist()],
-            )
+        try:  # the names first, as fastavro reads them before the columns after them
+            decoded = [(data[a:b].decode(), data[c:d].decode()) for a, b, c, d in names.tolist()]
         except UnicodeDecodeError:  # a name that is not UTF-8: fastavro's reading says so
             pass
+        else:
+            return [
+                _column(data, column, *span) for column, span in zip(_COLUMNS, spans.tolist(), strict=True)
+            ], decoded
     record = _read(ACKER_BATCH_SCHEMA, data)
     return (
         [_column(record[column[0]], column) for column in _COLUMNS],

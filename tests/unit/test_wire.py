@@ -242,11 +242,20 @@ def test_a_record_read_where_its_fields_lie_is_read_as_fastavro_reads_it(
         avro_longs.acker_batch_layout = layout
 
 
-def test_a_source_name_that_is_not_utf8_is_refused_as_fastavro_refuses_it() -> None:
-    """Found regular by the reading in place, whose decoding of the names then fails: fastavro's reading says why."""
-    data = encode_batch(MessageBlock.from_messages([Init(5, "spout", "t/0/7", 3)])).replace(b"spout", b"spo\xffu")
+@pytest.mark.parametrize(
+    "hexed",
+    [
+        encode_batch(MessageBlock.from_messages([Init(5, "spout", "t/0/7", 3)])).replace(b"spout", b"spo\xffu").hex(),
+        # a column after the names of a length no column has, 3 bytes of init_sources: its error came first
+        "414b420102001001000000000000001000000000000000000202ff02740006000000100000000000000000",
+    ],
+)
+def test_a_source_name_that_is_not_utf8_is_refused_as_fastavro_refuses_it(hexed: str) -> None:
+    """Found regular by the reading in place, whose decoding of the names then fails: fastavro's reading says why,
+    as it did before, whatever the columns after the names hold."""
+    data = bytes.fromhex(hexed)
     assert avro_longs.acker_batch_layout(data, 4, 1) is not None
-    with pytest.raises(WireError, match="undecodable"):
+    with pytest.raises(WireError, match="undecodable: Avro decoding failed: UnicodeDecodeError"):
         parse_batch(data)
 
 
