@@ -465,15 +465,20 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from acker.console import table_console
-    from acker.watermarks import read_watermarks, watermark_groups
+    from acker.watermarks import read_watermarks, watermark_group_names, watermark_groups
 
     config = _answered_config(args)
     marks = read_watermarks(config, args.spout_groups)
     found = {m.group for m in marks}
     meant = {watermark_groups(group)[0]: watermark_groups(group) for group in args.spout_groups}  # each named once
     missing = [group for group, groups in meant.items() if found.isdisjoint(groups)]
+    none_in = f"no watermarks committed in {', '.join(missing)}"
+    if missing:  # a spout's name given for its consumer group, say: the groups that have watermarks
+        known = [group for group in watermark_group_names(config) if group not in found]
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        none_in += f" (a spout's consumer group is asked for; watermark groups: {shown})" if known else ""
     if missing and (marks or args.json):  # left out of the rows: silence read as "nothing behind" (a typo, say)
-        print(f"no watermarks committed in {', '.join(missing)}", file=sys.stderr)
+        print(none_in, file=sys.stderr)
     if args.json:
         import json
 
@@ -481,7 +486,7 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not marks:
-        print(f"no watermarks committed in {', '.join(missing)}")
+        print(none_in)
         return 0
     table = Table(title="fully-processed watermarks")
     for column in ("group", "topic", "partition", "watermark", "end", "behind"):

@@ -79,6 +79,18 @@ def watermark_groups(group: str) -> tuple[str, ...]:
     return (group, acked_group(group)) if group.endswith(ACKED) else (acked_group(group),)
 
 
+def watermark_group_names(config: ServiceConfig, timeout_s: float = 10.0) -> list[str]:
+    """The cluster's groups named as watermark groups are (``<group>.acked``), sorted: what an operator who named a
+    spout (``wc.sentences``) rather than its consumer group (``wc-spout``) may have meant. None when the cluster does
+    not list them (no right to, no answer): a hint, never the command's end."""
+    admin = AdminClient(without_consumer_settings(config.client()))
+    try:
+        listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
+    except (KafkaException, TimeoutError):
+        return []
+    return sorted(group.group_id for group in listed.valid if group.group_id.endswith(ACKED))
+
+
 def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float = 10.0) -> list[Watermark]:
     """The committed watermarks of ``groups`` (spout consumer groups, or their ``.acked`` groups), by group, topic,
     partition, with the other partitions of their topics (watermark None); a group without any is left out."""
