@@ -138,6 +138,7 @@ class DeadLetter:
             "spout": self.header(SPOUT),
             "key": preview(self.key, 40),
             "value_bytes": len(self.value or b""),
+            "redriven_from": self.header(REDRIVEN),  # the dead letter this record's round was re-driven from
         }
 
 

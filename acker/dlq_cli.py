@@ -88,7 +88,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     older = len(letters) - len(shown)
     title = f"{len(letters)} dead letter(s)" if not unread else f"the newest {len(shown)} dead letter(s)"
     table = Table(title=f"{topic}: {title}")
-    columns = ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes", "copy of")
+    columns = ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes", "copy of",
+               "re-driven from")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right" if column in ("attempts", "bytes") else "left")
     for i, letter in enumerate(shown, start):
@@ -105,6 +106,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(s["key"] or "-"),
             str(s["value_bytes"]),
             "/".join(copy_of.rsplit("/", 2)[1:]) if copy_of else "-",  # its place: a letter of the same topic
+            printable(str(s["redriven_from"] or "-")),  # a header's: anybody's bytes
         )
     console = table_console()
     console.print(table)

@@ -425,6 +425,11 @@ def test_a_dead_letter_re_driven_and_dead_lettered_again_is_re_driven_once(
     produce(producer, again.topic, value, headers=again.headers)  # the copy failed every replay: a dead letter
     assert producer.flush(30) == 0
     capsys.readouterr()
+    assert _dlq(letters, "list", "--json") == 0  # the new letter says which one its round was re-driven from
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [letter["redriven_from"] for letter in listed] == [None] * (len(listed) - 1) + [copy[REDRIVEN].decode()]
+    assert _dlq(letters, "list") == 0
+    assert f"{letters.replay_dlq_topic}/0/0" in capsys.readouterr().out  # its column in the table
     assert _dlq(letters, "redrive", "--all") == 0
     out = capsys.readouterr().out
     assert "1 record(s) skipped: re-driven already, and dead-lettered again" in out and "2 record(s) re-driven" in out
