@@ -1077,14 +1077,17 @@ def test_counts_held_when_the_count_bolts_partitions_are_lost_are_dropped_and_fa
     process (its session expired), which had read the last counts and gone on from them: a word's last count went
     below the times it was counted. Dropped when the partitions are lost, they fail their sentence's tree (replayed,
     counted again); the next counts go through a new producer, written and acked."""
-    # Records wait 2 s in each producer before they go: the counts are still held when the partitions are lost.
+    # Records wait 2 s in each producer before they go, 8 s in the count bolt's: the counts are still held when the
+    # partitions are lost (with 2 s there too, a host starved for the seconds between the two counts' steps had sent
+    # the first).
     config = replace(config, timeout_s=120.0, kafka={**config.kafka, "linger.ms": "2000"})
     topics = Topics(prefix=f"wc-{uuid.uuid4().hex[:8]}")
     create_acker_topics(config, [SPOUT])
     create_topics(config.client(), [TopicSpec(t, 1) for t in (topics.sentences, topics.split, topics.words,
                                                                topics.counts)])  # fmt: skip
     counts: Counter[bytes] = Counter()
-    counting = count_bolt(config, count_function(topics, counts), f"count-{topics.prefix}")
+    holding = replace(config, kafka={**config.kafka, "linger.ms": "8000"})
+    counting = count_bolt(holding, count_function(topics, counts), f"count-{topics.prefix}")
     stages = [
         ServiceThread(config),
         Running(Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))),
