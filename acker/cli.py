@@ -474,9 +474,11 @@ def _cmd_watermarks(args: argparse.Namespace) -> int:
     missing = [group for group, groups in meant.items() if found.isdisjoint(groups)]
     none_in = f"no watermarks committed in {', '.join(missing)}"
     if missing:  # a spout's name given for its consumer group, say: the groups that have watermarks
-        known = [group for group in watermark_group_names(config) if group not in found]
+        known = [group for group in watermark_group_names(config) if group not in found and group not in missing]
         shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
-        none_in += f" (a spout's consumer group is asked for; watermark groups: {shown})" if known else ""
+        none_in += (
+            f" (a spout's name given? its consumer group is asked for; watermark groups: {shown})" if known else ""
+        )
     if missing and (marks or args.json):  # left out of the rows: silence read as "nothing behind" (a typo, say)
         print(none_in, file=sys.stderr)
     if args.json:

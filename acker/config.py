@@ -461,8 +461,8 @@ def add_arguments(parser: argparse.ArgumentParser, shown: Iterable[str] | None =
     about = "shared by every command, each also from --config FILE or its environment variable"
     if listed is not None:  # two dozen settings of the service buried the few a command such as status reads
         about += (
-            "; those this command uses are listed (it takes the others of acker run --help too, and checks them "
-            "as every command does: a value no command could run with stops it, but it does not use them)"
+            "; those this command uses are listed (it takes the others of acker run --help too, and checks them: "
+            "a value no command could run with stops it, but it does not use them)"
         )
     group = parser.add_argument_group("settings", about)
     group.add_argument("--config", metavar="FILE", help=f"TOML configuration file [env: {ENV_PREFIX}CONFIG]")

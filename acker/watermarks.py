@@ -81,7 +81,7 @@ def watermark_groups(group: str) -> tuple[str, ...]:
 
 def watermark_group_names(config: ServiceConfig, timeout_s: float = 10.0) -> list[str]:
     """The cluster's groups named as watermark groups are (``<group>.acked``), sorted: what an operator who named a
-    spout (``wc.sentences``) rather than its consumer group (``wc-spout``) may have meant. None when the cluster does
+    spout (``wc.sentences``) rather than its consumer group (``wc-spout``) may have meant. Empty when the cluster does
     not list them (no right to, no answer): a hint, never the command's end."""
     admin = AdminClient(without_consumer_settings(config.client()))
     try:

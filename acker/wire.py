@@ -161,14 +161,14 @@ _COLUMNS = (("kinds", "u1", 1), ("anchors", "<i8", 8), ("values", "<i8", 8), ("i
             ("init_offsets", "<i8", 8))  # fmt: skip
 
 
-def _column(data: bytes, column: tuple[str, str, int], start: int = 0, end: int = -1) -> np.ndarray:
+def _column(data: bytes, column: tuple[str, str, int], start: int = 0, end: int | None = None) -> np.ndarray:
     """The column (name, dtype, width: `_COLUMNS`) held in ``data[start:end]`` (to its end by default), as a
     read-only view of it: no copy until the records are concatenated (`MessageBlock.concat`, whose columns are
     aligned). A view's may not be: numba types it as aligned all the same (its ``typeof`` does not look), and the
     checks compiled for it (`_scan`, scalar loads) read it as x86-64 and ARM64 read any unaligned word; a kernel
     vectorised with aligned loads would not."""
     name, dtype, width = column
-    size = (len(data) if end < 0 else end) - start
+    size = (len(data) if end is None else end) - start
     if size % width:
         raise WireError("bad-column", f"column {name!r} has {size} bytes, not a multiple of {width}")
     return np.frombuffer(data, dtype=dtype, count=size // width, offset=start)

@@ -80,9 +80,11 @@ class _Interrupted(_GatewayGone):
 
 def _reentrant(error: BaseException | None) -> bool:
     """Whether ``error`` comes of a read of a socket begun while another read of it waits in the same thread."""
-    while error is not None:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:  # a chain may loop (an error made its own context)
         if isinstance(error, RuntimeError) and str(error).startswith("reentrant call"):
             return True
+        seen.add(id(error))
         error = error.__cause__ or error.__context__
     return False
 

@@ -155,8 +155,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         if error.code != KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise
         prefix = f" --prefix {args.prefix}" if args.prefix != Topics().prefix else ""
-        raise ConfigError(f"topic {topic} does not exist: `acker wordcount topics{prefix}` makes the word count's "
-                          "topics") from None  # fmt: skip
+        raise ConfigError(f"topic {topic} not found (or no leader yet): `acker wordcount topics{prefix}` makes the "
+                          "word count's topics") from None  # fmt: skip
     ids = produce(config, topic, lines)
     print(f"{len(ids)} sentences written to {topic}")
     return 0

@@ -283,24 +283,20 @@ class RefusedLogin:
 
     def __init__(self, given: object = None) -> None:
         self.error: KafkaError | None = None
+        # A TLS handshake the peer cut, since `first_answer` last looked, as an SSL error. librdkafka says it as a
+        # transport error ("SSL handshake failed: Disconnected: ... connecting to a PLAINTEXT broker listener?"):
+        # what a TLS client at a plaintext listener meets at every attempt, but a broker going away mid-handshake
+        # (a restart, a connection limit, a balancer whose backend is down) once in a while too.
+        self.handshake_cut: KafkaError | None = None
         self._given = given if callable(given) else None
 
     def __call__(self, error: KafkaError) -> None:
-        if self.error is None:
-            self.error = refused_login(error)
+        if self.error is None and error.code() in REFUSED_LOGIN:
+            self.error = error
+        elif error.code() == KafkaError._TRANSPORT and "SSL handshake failed" in error.str():
+            self.handshake_cut = KafkaError(KafkaError._SSL, error.str())
         if self._given is not None:
             self._given(error)
-
-
-def refused_login(error: KafkaError) -> KafkaError | None:
-    """The refused login ``error`` says, as an error of `REFUSED_LOGIN`; None when it says none. A TLS client at a
-    plaintext listener gets a transport error from librdkafka ("SSL handshake failed: ... connecting to a PLAINTEXT
-    broker listener?"), not an SSL one: taken for the failed handshake it is, not for a broker that did not answer."""
-    if error.code() in REFUSED_LOGIN:
-        return error
-    if error.code() == KafkaError._TRANSPORT and "SSL handshake failed" in error.str():
-        return KafkaError(KafkaError._SSL, error.str())
-    return None
 
 
 def first_answer(
@@ -314,10 +310,12 @@ def first_answer(
     answers: True then; False once ``stop`` is set. An attempt waits twice as long as the one before, from 1 s, and
     the client's callbacks are served between them (`serve_log_lines`): what it meets shows at once, a connection
     refused or a name that does not resolve. Raises `KafkaException`: of a refused login, as soon as the client says
-    one (a wrong password, SASL against a plaintext listener: ``ask`` only timed out, for as long as it was given); of
+    one (a wrong password, SASL against a plaintext listener: ``ask`` only timed out, for as long as it was given), or
+    of TLS handshakes cut in two attempts running (`RefusedLogin.handshake_cut`: a plaintext listener, within 3 s); of
     the last attempt once ``timeout_s`` is past; and of an error that is not a missing answer (`NO_ANSWER`)."""
     deadline = time.monotonic() + timeout_s
     attempt_s = 1.0
+    cut_before = False
     while stop is None or not stop.is_set():
         try:
             ask(max(0.1, min(attempt_s, deadline - time.monotonic())))
@@ -329,6 +327,10 @@ def first_answer(
             serve_log_lines(client)
             if refused.error is not None:
                 raise KafkaException(refused.error) from None
+            cut, refused.handshake_cut = refused.handshake_cut, None
+            if cut is not None and cut_before:
+                raise KafkaException(cut) from None
+            cut_before = cut is not None
             if time.monotonic() >= deadline:
                 raise
         attempt_s *= 2

@@ -192,7 +192,7 @@ def test_acker_watermarks_shows_each_partitions_watermark_and_how_far_behind_it_
     # With the groups that have watermarks: a spout's name given for its consumer group, say.
     assert cli.main(["watermarks", "nobody.acked", "nobody", "--bootstrap-servers", config.bootstrap_servers]) == 0
     none = capsys.readouterr().out
-    assert none.startswith("no watermarks committed in nobody.acked (a spout's consumer group is asked for; "), none
+    assert none.startswith("no watermarks committed in nobody.acked (a spout's name given? "), none
     assert f"{group}.acked" in none or " more)" in none, none
     # A spout whose own group ends in ".acked" has its watermarks in "<group>.acked" (`acked_group`): named by its
     # group, they are found there ("no watermarks committed in <group>", whose are none: no spout commits there).

@@ -71,12 +71,48 @@ def test_an_error_that_is_not_a_missing_answer_is_raised_at_once() -> None:
         first_answer(ask, _Client(refused, []), refused, timeout_s=30)
 
 
-def test_a_tls_handshake_a_plaintext_listener_refuses_is_a_refused_login_and_a_closed_port_is_not() -> None:
-    """librdkafka says both as transport errors: the first is the refused login, said as the SSL error it is."""
-    closed, plaintext = RefusedLogin(), RefusedLogin()
-    closed(KafkaError(KafkaError._TRANSPORT, "ssl://h:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed"))
-    handshake = "ssl://h:9092/bootstrap: SSL handshake failed: Disconnected: connecting to a PLAINTEXT broker listener?"
-    plaintext(KafkaError(KafkaError._TRANSPORT, handshake))
-    assert closed.error is None
-    said = plaintext.error
-    assert said is not None and (said.code(), said.str()) == (KafkaError._SSL, handshake)
+class _Rounds:
+    """A client whose poll serves, for each attempt, the errors queued for it."""
+
+    def __init__(self, error_cb: RefusedLogin, rounds: list[list[KafkaError]]) -> None:
+        self.error_cb, self.rounds = error_cb, rounds
+
+    def poll(self, _timeout: float) -> None:
+        for error in self.rounds.pop(0) if self.rounds else []:
+            self.error_cb(error)
+
+
+_CUT = KafkaError(KafkaError._TRANSPORT, "ssl://h:9092/bootstrap: SSL handshake failed: Disconnected: SSL connection "
+                  "closed by peer: connecting to a PLAINTEXT broker listener?")  # fmt: skip
+_CLOSED = KafkaError(KafkaError._TRANSPORT, "ssl://h:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed")
+
+
+def test_tls_handshakes_cut_in_two_attempts_running_are_a_refused_login() -> None:
+    """A TLS client at a plaintext listener: librdkafka says each handshake the listener cuts as a transport error,
+    and the commands waited 10 to 60 s, then said "Kafka did not answer". Said, as an SSL error, at the second
+    attempt that met one."""
+    refused = RefusedLogin()
+    waits: list[float] = []
+    with pytest.raises(KafkaException) as raised:
+        first_answer(_timing_out(waits), _Rounds(refused, [[_CUT, _CUT], [_CUT]]), refused, timeout_s=30)
+    assert (raised.value.args[0].code(), raised.value.args[0].str()) == (KafkaError._SSL, _CUT.str())
+    assert waits == [1.0, 2.0]
+
+
+def test_a_handshake_cut_once_or_a_closed_port_is_waited_out_as_no_answer() -> None:
+    """A broker going away mid-handshake (a restart, a connection limit) is no refused login: the wait goes on, to an
+    answer or to its timeout, as for a port that takes no connection."""
+    refused = RefusedLogin()
+    asked: list[float] = []
+
+    def answering_at_the_third(wait_s: float) -> None:
+        asked.append(wait_s)
+        if len(asked) < 3:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    rounds = [[_CUT], [_CLOSED], [_CUT]]
+    assert first_answer(answering_at_the_third, _Rounds(refused, rounds), refused, timeout_s=30)
+    refused = RefusedLogin()
+    with pytest.raises(KafkaException) as raised:
+        first_answer(_timing_out([]), _Rounds(refused, [[_CLOSED]] * 10), refused, timeout_s=0.35)
+    assert raised.value.args[0].code() == KafkaError._TIMED_OUT
