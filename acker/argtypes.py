@@ -70,6 +70,13 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def group_name(text: str) -> str:
+    """A consumer group's name: not empty nor blank (librdkafka would take it, and no group has that name)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a consumer group's name, not empty")
+    return text
+
+
 def topic_with_partitions(text: str) -> tuple[str, int | None]:
     """``NAME`` or ``NAME:PARTITIONS`` (1 to 100,000): a topic to create; None partitions: the configured count."""
     name, _, count = text.partition(":")

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TextIO
 from confluent_kafka import KafkaException
 
 from acker import logs
-from acker.argtypes import at_least, share, topic_with_partitions
+from acker.argtypes import at_least, group_name, share, topic_with_partitions
 from acker.config import BUCKETS_MAX, ServiceConfig, add_arguments, is_text, load
 from acker.core.outcomes import Acked
 from acker.core.tracker import Tracker, TrackerConfig
@@ -529,6 +529,7 @@ def _add_monitoring(sub: Any) -> None:
     watermarks.add_argument(
         "spout_groups",
         nargs="+",
+        type=group_name,
         metavar="GROUP",
         help="a spout's consumer group or its watermark group, GROUP.acked (a name ending in .acked is looked up "
         "both as a watermark group and as the group of a spout whose own group ends so, whose watermarks are in "

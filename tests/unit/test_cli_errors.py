@@ -196,6 +196,15 @@ def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.
     assert "must be" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_group_name_is_a_usage_error(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``acker watermarks ''`` asked Kafka for a group of no name and said there were none in it."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["watermarks", "wc-spout", name])
+    assert exit_.value.code == 2
+    assert "a consumer group's name, not empty" in capsys.readouterr().err
+
+
 def test_acker_replay_takes_the_services_tracker_settings_and_checks_them_as_the_service_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
