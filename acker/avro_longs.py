@@ -158,61 +158,6 @@ def _read_array(buf: Any, pos: int, out: Any, ints: bool) -> tuple[int, int]:
 
 
 @_compile
-def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int, int, int, int, int, int]:
-    """(spout's first byte, its end, acker_partition, acker_offset, lowest and highest outcome symbol index, outcomes
-    read, anchors read, position after them) of the OutcomeBatch at ``pos``; the position is ``_BAD`` when the bytes
-    cannot be one."""
-    size, pos = _read_long(buf, pos)  # spout
-    if pos == _BAD or size < 0 or size > buf.shape[0] - pos:  # not pos + size: a huge size would overflow
-        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
-    spout = pos
-    pos += size
-    partition, pos = _read_int(buf, pos)
-    if pos == _BAD:
-        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
-    offset, pos = _read_long(buf, pos)
-    if pos == _BAD:
-        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
-    outcomes, pos = _read_array(buf, pos, anchors, True)  # read into the room of the anchors, for their range
-    if pos == _BAD:
-        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
-    lowest, highest = 0, -1  # an empty range when there are none
-    if outcomes:
-        lowest = highest = anchors[0]
-        for i in range(1, outcomes):
-            lowest = min(lowest, anchors[i])
-            highest = max(highest, anchors[i])
-    n, pos = _read_array(buf, pos, anchors, False)
-    return spout, spout + size, partition, offset, lowest, highest, outcomes, n, pos
-
-
-@_compile
-def _outcome_tail(buf: Any, pos: int, room: Any) -> int:
-    """The position after the columns that follow an OutcomeBatch's anchors at ``pos`` (sources, source_index,
-    offsets, latency_ms), read as Java's reader reads them, into ``room`` (one item per remaining byte); ``_BAD``
-    when it refuses them. Their values are fastavro's to read and check."""
-    while True:  # sources: blocks of strings
-        count, pos = _read_block_count(buf, pos)
-        if pos == _BAD:
-            return _BAD
-        if count == 0:
-            break
-        for _ in range(count):
-            size, pos = _read_long(buf, pos)
-            if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
-                return _BAD
-            pos += size
-    _, pos = _read_array(buf, pos, room, True)  # source_index
-    if pos == _BAD:
-        return _BAD
-    _, pos = _read_array(buf, pos, room, False)  # offsets
-    if pos == _BAD:
-        return _BAD
-    _, pos = _read_array(buf, pos, room, False)  # latency_ms
-    return pos
-
-
-@_compile
 def _bytes_at(buf: Any, pos: int) -> tuple[int, int]:
     """Where the bytes or string at ``pos`` start and end (the position after them); end ``_BAD`` when its length is
     negative or runs past the end."""
@@ -232,18 +177,71 @@ def _skip_bytes(buf: Any, pos: int) -> int:
 
 
 @_compile
+def _outcome_head(buf: Any, pos: int, anchors: Any) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """(spout's first byte, its end, acker_partition, acker_offset, lowest and highest outcome symbol index, outcomes
+    read, anchors read, position after them) of the OutcomeBatch at ``pos``; the position is ``_BAD`` when the bytes
+    cannot be one."""
+    spout, pos = _bytes_at(buf, pos)
+    if pos == _BAD:
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
+    spout_end = pos
+    partition, pos = _read_int(buf, pos)
+    if pos == _BAD:
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
+    offset, pos = _read_long(buf, pos)
+    if pos == _BAD:
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
+    outcomes, pos = _read_array(buf, pos, anchors, True)  # read into the room of the anchors, for their range
+    if pos == _BAD:
+        return 0, 0, 0, 0, 0, 0, 0, 0, _BAD
+    lowest, highest = 0, -1  # an empty range when there are none
+    if outcomes:
+        lowest = highest = anchors[0]
+        for i in range(1, outcomes):
+            lowest = min(lowest, anchors[i])
+            highest = max(highest, anchors[i])
+    n, pos = _read_array(buf, pos, anchors, False)
+    return spout, spout_end, partition, offset, lowest, highest, outcomes, n, pos
+
+
+@_compile
+def _outcome_tail(buf: Any, pos: int, room: Any) -> int:
+    """The position after the columns that follow an OutcomeBatch's anchors at ``pos`` (sources, source_index,
+    offsets, latency_ms), read as Java's reader reads them, into ``room`` (one item per remaining byte); ``_BAD``
+    when it refuses them. Their values are fastavro's to read and check."""
+    while True:  # sources: blocks of strings
+        count, pos = _read_block_count(buf, pos)
+        if pos == _BAD:
+            return _BAD
+        if count == 0:
+            break
+        for _ in range(count):
+            pos = _skip_bytes(buf, pos)
+            if pos == _BAD:
+                return _BAD
+    _, pos = _read_array(buf, pos, room, True)  # source_index
+    if pos == _BAD:
+        return _BAD
+    _, pos = _read_array(buf, pos, room, False)  # offsets
+    if pos == _BAD:
+        return _BAD
+    _, pos = _read_array(buf, pos, room, False)  # latency_ms
+    return pos
+
+
+@_compile
 def _acker_batch_counts(buf: Any, pos: int, init_kind: int) -> tuple[int, int, bool]:
     """(inits in ``kinds``, items ``sources`` claims, whether the sources were read to their end) of the AckerBatch
     at ``pos``, however the bytes after its kinds end (cut short, or a block claiming more items than the bytes left
     could hold: each takes 2 bytes at least); inits -1 when its kinds cannot be read."""
-    size, pos = _read_long(buf, pos)  # kinds: a byte a message
-    if pos == _BAD or size < 0 or size > buf.shape[0] - pos:
+    kinds, pos = _bytes_at(buf, pos)  # a byte a message
+    if pos == _BAD:
         return -1, 0, False
     inits = 0
-    for i in range(pos, pos + size):
+    for i in range(kinds, pos):
         if buf[i] == init_kind:
             inits += 1
-    pos = _skip_bytes(buf, pos + size)  # anchors
+    pos = _skip_bytes(buf, pos)  # anchors
     if pos != _BAD:
         pos = _skip_bytes(buf, pos)  # values
     sources = 0
