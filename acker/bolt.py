@@ -79,7 +79,15 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
-from acker.kafka.clients import ProducerFailedError, answering, consume_available, partition_count, readable, release
+from acker.kafka.clients import (
+    ProducerFailedError,
+    answering,
+    consume_available,
+    partition_count,
+    partitions_named,
+    readable,
+    release,
+)
 from acker.kafka.held_reads import WatchedConsumer
 from acker.trouble import TroubleReport
 
@@ -210,10 +218,6 @@ AssignFunction = Callable[[set[tuple[str, int]]], None]
 # Called every ``tick_s`` in the bolt's thread, between inputs and while none come (`Bolt`'s on_tick, Storm's tick
 # tuples): for an explicit bolt to settle what it holds on time (a batch written in bulk, a window closed).
 TickFunction = Callable[[Collector], None]
-
-
-def _where(partitions: list[TopicPartition]) -> str:
-    return ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
 
 
 class Bolt:
@@ -532,7 +536,7 @@ class Bolt:
         """Partitions came here (the consumer assigns them itself after this returns): said, as a spout says its own
         (a bolt said nothing from its start until its first report or its stop: had it joined its group?)."""
         if partitions:  # a cooperative rebalance may give nothing
-            log.info("bolt %s: assigned %s", self.group, _where(partitions))
+            log.info("bolt %s: assigned %s", self.group, partitions_named(partitions))
         self._tell("assign", self._assigned, partitions)
 
     def _tell(self, hook: str, function: AssignFunction | None, partitions: list[TopicPartition]) -> None:
@@ -542,11 +546,11 @@ class Bolt:
             try:
                 function({(tp.topic, tp.partition) for tp in partitions})
             except Exception as error:
-                self._raised_in(f"on_{hook} of {_where(partitions)}", error)
+                self._raised_in(f"on_{hook} of {partitions_named(partitions)}", error)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:  # said as assignments are: which process holds which partitions, from its log alone
-            log.info("bolt %s: revoked %s", self.group, _where(partitions))
+            log.info("bolt %s: revoked %s", self.group, partitions_named(partitions))
         bug: ProtocolError | None = None
         if self._revoked is not None and partitions:
             try:
@@ -554,7 +558,7 @@ class Bolt:
             except ProtocolError as error:  # settling an input twice: the function's bug, raised out of consume
                 bug = error  # once the partitions are committed: it stops the bolt as the function's own would
             except Exception as error:  # the held inputs it did not settle time out
-                self._raised_in(f"on_revoke of {_where(partitions)}", error)
+                self._raised_in(f"on_revoke of {partitions_named(partitions)}", error)
         try:
             self._commit()
         except Exception:
@@ -574,7 +578,9 @@ class Bolt:
         the new owner is about to complete. What the function holds of them is settled as before (the join's
         housekeeping fails it once its tree may have expired)."""
         if partitions:
-            log.warning("bolt %s: lost %s (taken for dead: nothing committed)", self.group, _where(partitions))
+            log.warning(
+                "bolt %s: lost %s (taken for dead: nothing committed)", self.group, partitions_named(partitions)
+            )
         self._mark_read(partitions)
         self._drop_unwritten("lost", partitions)
         self._tell("lost", self._lost, partitions)
@@ -603,8 +609,9 @@ class Bolt:
         release(sink, f"bolt {self.group}")
         if dropped := self.counters["child_delivery_failures"] - failed:
             self.counters["unwritten_dropped"] += dropped
+            where = partitions_named(partitions)
             log.warning("bolt %s: %d record(s) written out and not delivered are dropped, their trees failed (to be "
-                        "replayed; one without anchors is lost): %s %s", self.group, dropped, _where(partitions),
+                        "replayed; one without anchors is lost): %s %s", self.group, dropped, where,
                         "may be another process's now" if how == "lost" else "went to another process")  # fmt: skip
 
     def _mark_read(self, partitions: list[TopicPartition]) -> None:

@@ -68,6 +68,7 @@ from acker.kafka.clients import (
     ensure_topics,
     log_bounds,
     partition_count,
+    partitions_named,
     produce,
     readable,
     refusal,
@@ -409,8 +410,8 @@ class Spout:
         self._replay_topic = config.replay_topic(settings.name)
         self._replay_of = f"{settings.source_topic}/".encode()  # how the origin of this spout's replays starts
         make_replay_topic(config, settings, partitions)
-        self.consumer.subscribe([settings.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self.replays.subscribe([self._replay_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        for consumer, topic in ((self.consumer, settings.source_topic), (self.replays, self._replay_topic)):
+            consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _outcome_partition_count(self) -> int:
         """The outcome topic's partitions, the topic created first if it does not exist: the service creates it before
@@ -907,7 +908,17 @@ class Spout:
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if partitions:  # lost ones too (no on_lost given): the consumer calls this for them
-            log.info("revoked %s", ", ".join(sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions)))
+        if partitions:
+            log.info("revoked %s", partitions_named(partitions))
+        self._drop(partitions)
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Taken for dead (its session timed out, or it polled too late): another process reads the partitions now.
+        A spout commits nothing of its own (the commit job does), so it gives them up as when they are revoked."""
+        if partitions:
+            log.warning("lost %s (taken for dead: another process reads them now)", partitions_named(partitions))
+        self._drop(partitions)
+
+    def _drop(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)

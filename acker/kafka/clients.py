@@ -383,6 +383,11 @@ def _existing_partitions(client_config: Mapping[str, Any], topic: str, timeout_s
     return partitions
 
 
+def partitions_named(partitions: Iterable[TopicPartition]) -> str:
+    """``topic/partition, ...`` in order: the partitions a process is given or gives up, as its log names them."""
+    return ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+
 def not_its_partitions(topic: str, partitions: int, asked: Iterable[int]) -> str:
     """How a command says that ``topic``, with ``partitions`` partitions, has none of those ``asked``."""
     return f"{topic} has partitions 0-{partitions - 1}, not {', '.join(map(str, sorted(asked)))}"

@@ -265,7 +265,9 @@ class CoordinatedStage:
         self._abortable_in_row = 0  # batches started over in a row for an abortable error (`ABORTABLE_START_OVERS`)
         self._fencing_retry_at = 0.0  # when `_owned_offsets` may ask for the committed offsets again
         self.producer.init_transactions(30)
-        self.consumer.subscribe([self.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.consumer.subscribe(
+            [self.input], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
 
     # -- the loop ---------------------------------------------------------------------------------------------------
 
@@ -845,6 +847,18 @@ class CoordinatedStage:
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:
             log.info("step %d: tasks %s revoked", self.index, sorted(tp.partition for tp in partitions))
+        self._drop(partitions)
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Taken for dead (its session timed out, or it polled too late): another process may own the tasks now, and
+        the group's generation fences this one's commits of them (KIP-447); a task coming back is read back from its
+        changelog."""
+        if partitions:
+            tasks = sorted(tp.partition for tp in partitions)
+            log.warning("step %d: tasks %s lost (taken for dead)", self.index, tasks)
+        self._drop(partitions)
+
+    def _drop(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.tasks.pop(tp.partition, None)
 

@@ -1,13 +1,16 @@
-"""A spout's hold of a replay whose backoff has not passed (`Spout._hold`), at its edge: a consumer that records; and
-its inits sent at their linger however long its emit function takes over a batch."""
+"""A spout's hold of a replay whose backoff has not passed (`Spout._hold`), at its edge: a consumer that records; the
+hold given up with its partition; and its inits sent at their linger however long its emit function takes over a
+batch."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka import Message, TopicPartition
 
 from acker.retries import NOT_BEFORE, ORIGIN
@@ -73,3 +76,21 @@ def test_each_tree_waits_for_its_outcome_from_when_its_own_record_was_started() 
     spout.acker = SimpleNamespace(poll_due=lambda: False)
     spout._take([Message(topic="src", partition=0, offset=o) for o in range(3)], 0)
     assert started[1] - started[0] >= 0.05 and started[2] - started[1] >= 0.05
+
+
+def test_a_hold_goes_with_its_partition_revoked_or_lost_and_a_loss_is_said_as_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A spout gave no ``on_lost``: the consumer called ``on_revoke`` for partitions lost, and the log said a process
+    taken for dead had its partitions revoked, as in any rebalance."""
+    spout = _spout()
+    spout._held = {("rp.sp", 0): 1, ("rp.sp", 1): 2, ("rp.sp", 2): 3}
+    with caplog.at_level(logging.INFO, logger="acker.spout"):
+        spout._on_revoke(None, [TopicPartition("rp.sp", 0)])
+        spout._on_lost(None, [TopicPartition("rp.sp", 1)])
+    assert spout._held == {("rp.sp", 2): 3}
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        ("INFO", "revoked rp.sp/0"),
+        ("WARNING", "lost rp.sp/1 (taken for dead: another process reads them now)"),
+    ]
