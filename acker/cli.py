@@ -40,11 +40,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     config = load(args).tracker_config()
     tracker = Tracker(config) if args.engine == "reference" else BlockTracker(config)
     if args.file == "-":
+        # Lines end at "\n" alone, read from a file or from stdin: a file's universal newlines split at a "\r" too,
+        # so the same bytes made other lines from a file ("\r\n" is still one end: JSON takes the "\r" as a space).
         if isinstance(sys.stdin, io.TextIOWrapper):
-            sys.stdin.reconfigure(errors="surrogateescape")
+            sys.stdin.reconfigure(errors="surrogateescape", newline="\n")
         bad = replay(tracker, sys.stdin, sys.stdout, sys.stderr)
     else:
-        with open(args.file, encoding="utf-8", errors="surrogateescape") as lines:  # bad bytes: a bad line, not a stop
+        # bad bytes: a bad line, not a stop
+        with open(args.file, encoding="utf-8", errors="surrogateescape", newline="\n") as lines:
             bad = replay(tracker, lines, sys.stdout, sys.stderr)
     if args.stats:
         print(" ".join(f"{k}={v}" for k, v in tracker.counters.as_dict().items()), file=sys.stderr)

@@ -30,15 +30,21 @@ from acker.errors import AckerError, ReplayInputError
 from acker.wire import spout_answerable
 
 
+def _field(obj: dict[str, Any], key: str) -> object:
+    if key not in obj:  # said apart from a null given
+        raise ReplayInputError(f"missing field {key!r}")
+    return obj[key]
+
+
 def _int(obj: dict[str, Any], key: str) -> int:
-    value = obj.get(key)
+    value = _field(obj, key)
     if type(value) is not int:
         raise ReplayInputError(f"field {key!r} must be an integer, got {value!r}")
     return value
 
 
 def _str(obj: dict[str, Any], key: str) -> str:
-    value = obj.get(key)
+    value = _field(obj, key)
     if not isinstance(value, str):
         raise ReplayInputError(f"field {key!r} must be a string, got {value!r}")
     return value
@@ -79,8 +85,8 @@ def parse_message(line: str) -> Message:
         obj = json.loads(line)
     except json.JSONDecodeError as error:
         raise ReplayInputError(f"not JSON: {error.msg}") from None
-    except ValueError as error:  # an integer of more than 4,300 digits
-        raise ReplayInputError(f"not JSON this reads: {error}") from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's advice to raise its limit is not ours)
+        raise ReplayInputError("not JSON this reads: a number of more than 4,300 digits") from None
     except RecursionError:
         raise ReplayInputError("not JSON this reads: nested too deeply") from None
     if not isinstance(obj, dict):

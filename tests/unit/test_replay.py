@@ -91,12 +91,15 @@ def test_options_reach_the_tracker(capsys: pytest.CaptureFixture[str], tmp_path:
         ('{"type":"ack","anchor":0,"value":1}', "non-zero"),
         ('{"type":"ack","anchor":"7","value":1}', "must be an integer"),
         ('{"type":"ack","anchor":7,"value":0}', "an ack's value is 0"),  # as the service refuses it
-        ('{"type":"init","anchor":7,"value":1,"msg_id":"m"}', "'spout' must be a string"),
+        ('{"type":"init","anchor":7,"value":1,"msg_id":"m"}', "missing field 'spout'"),
+        ('{"type":"init","anchor":7,"value":1,"msg_id":"m","spout":5}', "'spout' must be a string"),
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m","spout":""}', "cannot name an outcome topic"),
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m","spout":"a b/c"}', "cannot name an outcome topic"),
         ('{"type":"init","anchor":7,"value":1,"msg_id":"m","spout":"dlq"}', "or is reserved"),
         ('{"type":"ok","anchor":7,"tuple":9223372036854775808}', "64-bit"),
-        ('{"type":"ack","anchor":' + "1" * 5000 + ',"value":1}', "not JSON this reads"),
+        ('{"type":"ack","anchor":7}', "missing field 'value'"),  # said apart from a null
+        ('{"type":"ack","anchor":7,"value":null}', "field 'value' must be an integer, got None"),
+        ('{"type":"ack","anchor":' + "1" * 5000 + ',"value":1}', "not JSON this reads: a number of more than 4,300"),
         ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
     ],
 )
@@ -122,6 +125,22 @@ def test_cli_exit_status_is_non_zero_after_a_bad_line_but_all_good_lines_run(tmp
     assert len(run.stdout.splitlines()) == 3
     assert "line 1:" in run.stderr and "line 11:" in run.stderr and "2 malformed line(s)" in run.stderr
     assert "acked=1" in run.stderr
+
+
+def test_a_file_and_stdin_end_lines_at_the_same_bytes(tmp_path: Path) -> None:
+    """A file was read with universal newlines, stdin was not: a lone "\r" ended a line of the file only, and the
+    same bytes were other lines, other errors, by their way in. "\r\n" ends one line either way."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"type":"tick"}\r{"type":"fail","anchor":0}\n' + LINES[1].encode() + b"\r\n"
+                     + b'{"type":"ack","anchor":5,"value":3}\r\n')  # fmt: skip
+    said = []
+    for argv, stdin in (([str(path)], None), (["-"], path.read_bytes())):
+        run = subprocess.run([sys.executable, "-m", "acker.cli", "replay", *argv], input=stdin, capture_output=True,
+                             check=False)  # fmt: skip
+        said.append((run.returncode, run.stdout, run.stderr))
+    assert said[0] == said[1]
+    assert said[0][0] == 1 and b"line 1: not JSON: Extra data" in said[0][2] and b"1 malformed" in said[0][2]
+    assert json.loads(said[0][1])["outcome"] == "ack"
 
 
 @settings(max_examples=50)
