@@ -410,7 +410,7 @@ class AckerService:
         self._lags: dict[int, int] = {}
         self.consumer = WatchedConsumer(
             config.stream_consumer(
-                # Partitions added to the acker topic are seen, and taken, within 30 s rather than librdkafka's 5
+                # Partitions added to the acker topic are seen, and taken, within seconds rather than librdkafka's 5
                 # minutes: the spouts and bolts place their messages by the new count as soon (`PARTITIONS_CHECK_S`).
                 {"topic.metadata.refresh.interval.ms": int(PARTITIONS_CHECK_S * 1000)},
                 **{

@@ -216,8 +216,12 @@ class _Batch:
         )
 
 
-# How often a client given a lookup (`AckerClient.watch_partitions`) asks for the acker topic's partition count.
-PARTITIONS_CHECK_S = 30.0
+# How often a client given a lookup (`AckerClient.watch_partitions`), and the service, ask for the acker topic's
+# partition count. Until each has the count of partitions added, records placed by the old one are dead-lettered
+# (``wrong-partition``) and their trees replayed; a spout's replays placed by the old count fail again, each an
+# attempt of its record's: at 30 s a record used four of the replay job's five by default (backoffs of 1, 2, 4 and
+# 8 s), and a record failing once more for its own reason was dead-lettered. A lookup of one topic is a millisecond.
+PARTITIONS_CHECK_S = 5.0
 
 
 def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]:

@@ -1393,9 +1393,9 @@ def test_stages_and_the_service_follow_partitions_added_to_the_acker_topic(
 ) -> None:
     """Partitions added to the live acker topic move anchors. The spouts and bolts kept the count they started with,
     and once the service had taken the new partitions, every tree was nacked (its messages dead-lettered as
-    ``wrong-partition``) until they were restarted. Now each looks the count up (every 30 s; every second here).
+    ``wrong-partition``) until they were restarted. Now each looks the count up (every 5 s; every second here).
     Partitions added to the outcome topic too are written to."""
-    # Every second rather than every 30 s; the producers keep librdkafka's 5 minutes (each lookup updates theirs).
+    # Every second rather than every 5 s; the producers keep librdkafka's 5 minutes (each lookup updates theirs).
     monkeypatch.setattr("acker.service.PARTITIONS_CHECK_S", 1.0)
     service = ServiceThread(config)
     spout = Spout(config, SpoutSettings(SPOUT, topics.sentences, topics.split, group=f"spout-{topics.prefix}"))
