@@ -79,6 +79,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
+from acker.kafka.client_log import say_held_back
 from acker.kafka.clients import (
     ProducerFailedError,
     answering,
@@ -329,8 +330,10 @@ class Bolt:
         try:
             while not stop.is_set():
                 self.step(0.1)
+                say_held_back()
         finally:
             self.close()
+            say_held_back(stopping=True)
 
     def close(self) -> None:
         """Commit what is processed once delivered (30 s at the most), leave the group (records written out and still

@@ -50,7 +50,7 @@ from acker.errors import AckerError
 from acker.headers import HeaderValue, read_headers
 from acker.headers import first as first_header
 from acker.kafka.acker_client import PARTITIONS_CHECK_S
-from acker.kafka.client_log import RepeatFilter, reason_kind, serve_log_lines
+from acker.kafka.client_log import RepeatFilter, reason_kind, repeats_held_back, say_held_back, serve_log_lines
 from acker.kafka.clients import (
     NO_ANSWER,
     READ_TO_SETTINGS,
@@ -100,7 +100,7 @@ log = logging.getLogger("acker.service")
 # One line per reason every 30 s, with the number held back: a burst of foreign records (a producer pointed at the
 # acker topic) logged a line each, thousands a second. Each is counted (`acker_dead_letters_total`).
 _dead_letter_log = logging.getLogger("acker.service.dead_letters")
-_dead_letter_log.addFilter(RepeatFilter(kind=reason_kind))
+repeats_held_back(_dead_letter_log, RepeatFilter(kind=reason_kind))
 
 # On outcome records: "<acker partition>/<first>-<last>", the offsets of the acker records that decided the first and
 # the last outcome of the record (the service applies many acker records at once).
@@ -447,6 +447,7 @@ class AckerService:
             log.info("acker %s serving %s as group %s", self.instance, self.config.acker_topic, self.config.group)
             while not stop.is_set():
                 self.step(timeout_s=0.1)
+                say_held_back()
             self._commit_now()
             self._stop_committed = True
         except BaseException:
@@ -456,6 +457,7 @@ class AckerService:
             raise
         finally:
             self.close()
+            say_held_back(stopping=True)
         counters = {name: count for name, count in self.snapshot().counters.as_dict().items() if count}
         log.info("acker %s stopped: %s, dead letters %d (since it started)", self.instance, counters,
                  sum(self._dead_letters.values()))  # fmt: skip

@@ -52,7 +52,7 @@ from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeM
 from acker.core.tuple_tree import UNTRACKED, TupleIds
 from acker.fail_reasons import as_headers, fits
 from acker.headers import Headers, with_ids
-from acker.kafka.client_log import RepeatFilter
+from acker.kafka.client_log import RepeatFilter, repeats_held_back
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     TOO_LARGE,
@@ -75,7 +75,7 @@ def _topic_and_error(record: logging.LogRecord) -> tuple[int, str]:
 # A line per data message not delivered flooded the log when a broker went away with thousands in flight: one per
 # topic and error at most every REPEAT_INTERVAL_S, saying how many more (the stage's counters count every one).
 _undelivered_log = logging.getLogger("acker.client.undelivered")
-_undelivered_log.addFilter(RepeatFilter(kind=_topic_and_error))
+repeats_held_back(_undelivered_log, RepeatFilter(kind=_topic_and_error))
 
 DeliveryFailure = Callable[[int, list[Init], KafkaError], None]
 

@@ -5,7 +5,9 @@ librdkafka writes to stderr by default, a line per event. With no broker to reac
 reconnection attempt: `acker run` printed 2,600 lines in 50 s, and a stage's log was unreadable through a broker's
 restart. Given a Python logger instead (confluent-kafka's ``logger`` setting, which `ServiceConfig.client` puts in
 every client's settings), the lines are handed over by the thread that polls the client, in the application's log
-format, and `RepeatFilter` lets one line of a kind through per interval, saying how many it held back.
+format, and `RepeatFilter` lets one line of a kind through per interval, saying how many it held back (with the
+next line of its kind, or with the last one held back once the interval has passed: `say_held_back`, which the
+processes' loops call).
 
 A client hands its lines over only when it is polled: until then librdkafka queues them. The clients the project
 keeps without polling them otherwise (admin clients, consumers used for lookups only) are given `serve_log_lines`
@@ -47,6 +49,7 @@ _TRANSIENT = re.compile(
 class _Kind:
     shown_at: float  # when the last line of this kind went through
     held: int = 0  # lines of this kind held back since
+    last: logging.LogRecord | None = None  # the last of them
 
 
 class RepeatFilter(logging.Filter):
@@ -99,16 +102,70 @@ class RepeatFilter(logging.Filter):
             seen = self._kinds.get(kind)
             if seen is not None and now - seen.shown_at < self.interval_s:
                 seen.held += 1
+                seen.last = record
                 return False
-            if seen is not None and seen.held:  # the line as it reads, whatever its arguments were
-                held_back = f" ({seen.held} more like this in the last {now - seen.shown_at:.0f} s, not shown)"
-                record.msg, record.args = record.getMessage() + held_back, None
+            if seen is not None and seen.held:
+                _count_held(record, seen.held, now - seen.shown_at)
             if seen is None and len(self._kinds) >= _MAX_KINDS:
                 # Those not seen for an interval first; all of them if every one is recent (their counts are lost).
                 recent = {k: v for k, v in self._kinds.items() if now - v.shown_at < self.interval_s}
                 self._kinds = recent if len(recent) < _MAX_KINDS // 2 else {}
             self._kinds[kind] = _Kind(now)
         return True
+
+    def held_back(self, *, every: bool = False) -> list[logging.LogRecord]:
+        """Of each kind with lines held back for an interval (``every``: for any time), the last of them, ending with
+        the number held back before it: to be said now (`say_held_back`), not only once the next line of its kind
+        goes through, which may be never (a burst of dead letters was one line for minutes, its count added to the
+        next burst's line)."""
+        now = self._clock()
+        said: list[logging.LogRecord] = []
+        with self._lock:
+            for kind, seen in self._kinds.items():
+                if seen.held and seen.last is not None and (every or now - seen.shown_at >= self.interval_s):
+                    if seen.held > 1:
+                        _count_held(seen.last, seen.held - 1, now - seen.shown_at)
+                    said.append(seen.last)
+                    self._kinds[kind] = _Kind(now)
+        return said
+
+
+def _count_held(record: logging.LogRecord, held: int, over_s: float) -> None:
+    """``record`` as it reads, whatever its arguments were, ending with the number of its kind held back."""
+    record.msg, record.args = (
+        record.getMessage() + f" ({held} more like this in the last {over_s:.0f} s, not shown)",
+        None,
+    )
+
+
+# The loggers given a `RepeatFilter` (`repeats_held_back`), whose lines held back `say_held_back` says, at most once a
+# `_SAY_EVERY_S` but at a stop: a loop may call it at every turn.
+_filtered: list[tuple[logging.Logger, RepeatFilter]] = []
+_SAY_EVERY_S = 1.0
+_next_say = 0.0
+
+
+def repeats_held_back(logger: logging.Logger, repeats: RepeatFilter) -> None:
+    """Give ``logger`` the filter ``repeats``, once (a module imported again, a client made again)."""
+    with _attaching:
+        if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+            logger.addFilter(repeats)
+            _filtered.append((logger, repeats))
+
+
+def say_held_back(*, stopping: bool = False) -> None:
+    """Say the lines every `RepeatFilter` has held back for an interval (`RepeatFilter.held_back`): a process's loop
+    calls it at every turn, and at its stop (``stopping``: whether the interval has passed or not)."""
+    global _next_say  # noqa: PLW0603 # one schedule per process, as the filters are
+    now = time.monotonic()
+    with _attaching:
+        if now < _next_say and not stopping:
+            return
+        _next_say = now + _SAY_EVERY_S
+        filtered = list(_filtered)
+    for logger, repeats in filtered:
+        for record in repeats.held_back(every=stopping):
+            logger.callHandlers(record)  # not `handle`: the filter passed it already, and would hold it again
 
 
 def reason_kind(record: logging.LogRecord) -> tuple[int, str]:
@@ -135,7 +192,5 @@ def client_logger() -> logging.Logger:
     application's (`acker.logs`, ``--log-level``): librdkafka's info lines show at INFO, and the debug lines its
     ``debug`` setting asks for at DEBUG."""
     logger = logging.getLogger(LOGGER_NAME)
-    with _attaching:
-        if not any(isinstance(f, RepeatFilter) for f in logger.filters):
-            logger.addFilter(RepeatFilter())
+    repeats_held_back(logger, RepeatFilter())
     return logger

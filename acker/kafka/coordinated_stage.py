@@ -44,7 +44,7 @@ from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, first, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
-from acker.kafka.client_log import RepeatFilter, reason_kind, template_kind
+from acker.kafka.client_log import RepeatFilter, reason_kind, repeats_held_back, say_held_back, template_kind
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     AsWritten,
@@ -69,9 +69,9 @@ log = logging.getLogger("acker.coordinated")
 # producer pointed at a step's topic logged a line per record it dead-lettered, and a step failing every request a
 # line per request. Dead letters are one kind per reason, the others one per line (whatever the request).
 _dead_letter_log = logging.getLogger("acker.coordinated.dead_letters")
-_dead_letter_log.addFilter(RepeatFilter(kind=reason_kind))
+repeats_held_back(_dead_letter_log, RepeatFilter(kind=reason_kind))
 _request_log = logging.getLogger("acker.coordinated.requests")
-_request_log.addFilter(RepeatFilter(kind=template_kind, min_level=logging.INFO))
+repeats_held_back(_request_log, RepeatFilter(kind=template_kind, min_level=logging.INFO))
 
 REQUEST = "acker.request"
 DEADLINE = "acker.request.deadline"
@@ -275,10 +275,12 @@ class CoordinatedStage:
         try:
             while not stop.is_set():
                 self.poll(0.1)
+                say_held_back()
         finally:
             self.consumer.close()
             if not self._wedged:
                 self.producer.flush(10)
+            say_held_back(stopping=True)
             log.info("step %d stopped: %s", self.index, ", ".join(f"{n} {name}" for name, n in self.counters.items()))
 
     def poll(self, timeout_s: float) -> int:

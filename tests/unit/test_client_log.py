@@ -12,6 +12,7 @@ from confluent_kafka import Consumer
 
 from acker import service
 from acker.config import ServiceConfig
+from acker.kafka import client_log
 from acker.kafka.client_log import LOGGER_NAME, RepeatFilter, reason_kind
 from acker.kafka.local_broker import free_ports
 
@@ -44,6 +45,44 @@ def test_the_service_says_one_dead_letter_of_a_reason_per_interval_whatever_its_
         "dead-lettering acker[0]@5: bad-magic: detail (2 more like this in the last 31 s, not shown)"
     )
     assert service._dead_letter_log.filters and isinstance(service._dead_letter_log.filters[0], RepeatFilter)
+
+
+def test_lines_held_back_are_said_once_their_interval_has_passed_without_waiting_for_the_next_of_their_kind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A burst of 930 dead letters was one line for 247 s: the count held back came with the next burst's line. The
+    last line held back of each kind is said once the interval has passed, and at a stop whether it has or not."""
+    now = [0.0]
+    kept = RepeatFilter(interval_s=30, clock=lambda: now[0], kind=reason_kind)
+    logger = logging.getLogger("acker.test.held_back")
+    client_log.repeats_held_back(logger, kept)
+    client_log.repeats_held_back(logger, RepeatFilter())  # once a logger
+    assert logger.filters == [kept]
+
+    def line(offset: int, reason: str = "wrong-partition") -> None:
+        logger.warning("dead-lettering %s[%d]@%d: %s: %s", "acker", 0, offset, reason, "detail")
+
+    with caplog.at_level(logging.WARNING, logger="acker.test.held_back"):
+        for offset in range(1, 5):
+            line(offset)
+        line(5, "bad-magic")
+        line(6, "bad-magic")
+        now[0] = 29.0
+        assert kept.held_back() == []  # within the interval
+        now[0] = 40.0
+        client_log.say_held_back(stopping=True)  # every kind: the interval has passed for both
+        line(7)  # held: a line of its kind was said at 40 s
+        now[0] = 41.0
+        client_log.say_held_back(stopping=True)
+        client_log.say_held_back(stopping=True)  # nothing held since
+    said = [r.getMessage() for r in caplog.records if r.name == "acker.test.held_back"]
+    assert said == [
+        "dead-lettering acker[0]@1: wrong-partition: detail",
+        "dead-lettering acker[0]@5: bad-magic: detail",
+        "dead-lettering acker[0]@4: wrong-partition: detail (2 more like this in the last 40 s, not shown)",
+        "dead-lettering acker[0]@6: bad-magic: detail",  # the only one held: no count
+        "dead-lettering acker[0]@7: wrong-partition: detail",
+    ]
 
 
 def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:
