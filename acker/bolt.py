@@ -81,6 +81,7 @@ from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
 from acker.kafka.client_log import say_held_back
 from acker.kafka.clients import (
+    REBALANCING,
     ProducerFailedError,
     answering,
     consume_available,
@@ -93,10 +94,6 @@ from acker.kafka.held_reads import WatchedConsumer
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
-
-# What a commit made while the group rebalances is refused with: the bolt's periodic commit often races a process
-# joining or leaving. Nothing is lost: the offsets are kept for the next commit.
-REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
 
 
 @dataclass

@@ -54,6 +54,7 @@ from acker.kafka.client_log import RepeatFilter, reason_kind, repeats_held_back,
 from acker.kafka.clients import (
     NO_ANSWER,
     READ_TO_SETTINGS,
+    REBALANCING,
     TOO_LARGE,
     KafkaClientError,
     RefusedLogin,
@@ -803,7 +804,11 @@ class AckerService:
                 self.consumer.commit(offsets=offsets, asynchronous=False)
                 self._committed[partition] = committed
         except (KafkaClientError, KafkaException) as error:  # the next periodic commit names the topic all the same
-            log.warning("partition %d: where the outcomes of %s start not committed yet: %s", partition, topic, error)
+            cause = kafka_error(error) if isinstance(error, KafkaException) else None
+            code = error.code if isinstance(error, KafkaClientError) else cause.code() if cause is not None else None
+            said = log.info if code in REBALANCING else log.warning  # a commit racing a rebalance: routine
+            said("partition %d: where the outcomes of %s start not committed yet (the next commit names it): %s",
+                 partition, topic, error)  # fmt: skip
 
     def _ensure_topics(self, specs: list[TopicSpec], timeout_s: float = 10.0, *, capped: bool = False) -> set[str]:
         """Create the topics of ``specs`` that do not exist (`acker.topics`: made by `acker topics create`, or by an

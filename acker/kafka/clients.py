@@ -248,6 +248,11 @@ NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUST
 REFUSED_SETTINGS = frozenset({KafkaError.INVALID_SESSION_TIMEOUT, KafkaError.INVALID_GROUP_ID})
 # A record refused as too large: by the producer (message.max.bytes) or by the broker (the topic's limit).
 TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+# What a commit made while the group rebalances is refused with (the classic protocol's, then KIP-848's): a periodic
+# commit often races a process joining or leaving. Nothing is lost: the offsets are named again at the next commit.
+REBALANCING = frozenset({
+    KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.STALE_MEMBER_EPOCH,
+})  # fmt: skip
 
 
 def topic_partitions(consumer: Consumer | Producer | AdminClient, topic: str, timeout_s: float = 10.0) -> list[int]:

@@ -5,10 +5,12 @@ the outcome log counting it in flight until what stands for it is delivered."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.delivery import DeliveryTracker
@@ -107,3 +109,36 @@ def test_a_record_split_in_halves_is_in_flight_until_each_half_is_settled() -> N
     assert rounds == 4  # alone, each half, the first half's dead letter
     assert [decode_outcomes(v).msg_ids for topic, v in written if topic == TOPIC] == [["src/0/2"]]
     assert log.metadata(0) is not None and log._streams[TOPIC].in_flight == 0
+
+
+class _Reader:
+    def get_watermark_offsets(self, _tp: TopicPartition, **_kwargs: Any) -> tuple[int, int]:
+        return 0, 7
+
+
+class _Refusing:
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def commit(self, **_kwargs: Any) -> None:
+        raise KafkaException(KafkaError(self.code))
+
+
+@pytest.mark.parametrize(
+    ("code", "level"), [(KafkaError.ILLEGAL_GENERATION, "INFO"), (KafkaError.COORDINATOR_NOT_AVAILABLE, "WARNING")]
+)
+def test_a_commit_naming_an_outcome_topic_that_races_a_rebalance_is_said_as_routine(
+    code: int, level: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit of where an outcome topic's records start, refused as the group rebalanced (the next periodic commit
+    names the topic all the same), was a warning on every instance at every scale-out."""
+    service = _service()
+    service._reader, service._committed, service._states = _Reader(), {3: 5}, {}  # type: ignore[assignment]
+    service.consumer = _Refusing(code)  # type: ignore[assignment]
+    log = OutcomeLog()
+    log.sent(TOPIC)
+    with caplog.at_level(logging.INFO, logger="acker.service"):
+        service._cover(3, log, TOPIC, 0)
+    [said] = [r for r in caplog.records if "not committed yet" in r.getMessage()]
+    assert said.levelname == level and "(the next commit names it)" in said.getMessage()
+    assert service._committed == {3: 5}
