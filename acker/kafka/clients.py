@@ -148,7 +148,7 @@ def _await_visible(client_config: Mapping[str, Any], names: list[str], deadline:
     machine was refused its source topic, just created."""
     if not names:
         return
-    await_topics(_metadata_admin(client_config), names, deadline)
+    await_topics(metadata_admin(client_config), names, deadline)
 
 
 def await_topics(handle: Consumer | Producer | AdminClient, names: Iterable[str], deadline: float) -> bool:
@@ -227,12 +227,12 @@ def _refused(futures: Mapping[str, concurrent.futures.Future[Any]], gone: int, t
 def named_under(client_config: Mapping[str, Any], prefix: str, timeout_s: float = 30.0) -> tuple[list[str], list[str]]:
     """The topics and the consumer groups of the cluster named ``prefix`` or ``prefix`` then ``.`` or ``-`` and more
     (a run's, named by `acker.config.ServiceConfig.namespaced` and its stages): sorted. Topics are listed through a
-    handle that creates none (`_metadata_admin`)."""
+    handle that creates none (`metadata_admin`)."""
 
     def under(name: str) -> bool:
         return name == prefix or (name.startswith(prefix) and name[len(prefix)] in ".-")
 
-    admin = _metadata_admin(client_config)
+    admin = metadata_admin(client_config)
     topics = sorted(t for t in admin.list_topics(timeout=timeout_s).topics if under(t))
     listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
     return topics, sorted(g.group_id for g in listed.valid if under(g.group_id))
@@ -260,7 +260,7 @@ def topic_partitions(consumer: Consumer | Producer | AdminClient, topic: str, ti
     partitions). `KafkaException` when the cluster does not answer within ``timeout_s``, or answers with another
     error for the topic (not authorized to describe it, say: that is not a missing topic).
 
-    Asked through a handle whose lookups create no topic: `_metadata_admin`'s, or a consumer's (librdkafka's
+    Asked through a handle whose lookups create no topic: `metadata_admin`'s, or a consumer's (librdkafka's
     ``allow.auto.create.topics`` is off for a consumer unless a user turns it on). A producer or admin handle's
     metadata request, by default, lets a broker with ``auto.create.topics.enable`` create the topic it asks about,
     and a lookup must not create anything: through a producer only for a topic it writes to, to update what it knows
@@ -347,15 +347,15 @@ def answering(client_config: Mapping[str, Any], topic: str, timeout_s: float = 1
     (`NO_ANSWER`) when it does not within ``timeout_s``, or, as soon as it is seen, with the error of a login the broker
     refused (`REFUSED_LOGIN`): a wrong password read as "is it running, and reachable?".
 
-    One topic, asked by a handle that creates none (`_metadata_admin`), so the answer is small whatever the
+    One topic, asked by a handle that creates none (`metadata_admin`), so the answer is small whatever the
     cluster's size; one about every topic is the whole cluster's metadata, each partition of it made a Python object
     (on one local broker with 10,000 partitions: 76 to 86 ms, against 55 ms here)."""
     refused = RefusedLogin(client_config.get("error_cb"))
-    admin = _metadata_admin({**client_config, "error_cb": refused})
+    admin = metadata_admin({**client_config, "error_cb": refused})
     first_answer(lambda wait_s: admin.list_topics(topic, timeout=wait_s), admin, refused, timeout_s)
 
 
-def _metadata_admin(client_config: Mapping[str, Any]) -> AdminClient:
+def metadata_admin(client_config: Mapping[str, Any]) -> AdminClient:
     """An admin handle for metadata lookups: none of its requests creates a topic (``allow.auto.create.topics`` off,
     whatever the settings say: on, an admin or producer handle's request lets a broker that creates topics on first
     use make the topic it asks about). Not a consumer handle: it would look for a group's coordinator, and its close
@@ -380,7 +380,7 @@ def _existing_partitions(client_config: Mapping[str, Any], topic: str, timeout_s
     """``topic``'s partitions with their metadata; `KafkaClientError` when it does not exist or the cluster does not
     say."""
     try:
-        partitions = _partitions(_metadata_admin(client_config), topic, timeout_s)
+        partitions = _partitions(metadata_admin(client_config), topic, timeout_s)
     except KafkaException as error:
         raise KafkaClientError(f"reading metadata of {topic}", kafka_error(error)) from None
     if not partitions:

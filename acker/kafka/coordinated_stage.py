@@ -44,7 +44,14 @@ from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
 from acker.headers import HeaderList, decimal, first, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
-from acker.kafka.client_log import RepeatFilter, reason_kind, repeats_held_back, say_held_back, template_kind
+from acker.kafka.client_log import (
+    RepeatFilter,
+    reason_kind,
+    repeats_held_back,
+    say_held_back,
+    serve_log_lines,
+    template_kind,
+)
 from acker.kafka.clients import (
     PRODUCER_MAX_BYTES,
     AsWritten,
@@ -55,6 +62,7 @@ from acker.kafka.clients import (
     consume_available,
     create_topics,
     kafka_error,
+    metadata_admin,
     produce,
     readable,
     smallest_max_bytes,
@@ -228,6 +236,9 @@ class CoordinatedStage:
             "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}),
             config.open_transaction_warn_s)  # fmt: skip
+        # Partition counts are asked through a handle of their own: asked through the consumer, a lookup waited behind
+        # its fetch (a broker answers a connection's requests in turn), 0.47 s each, at every batch with reports.
+        self._lookups = metadata_admin(config.client())
         self.tasks_count, self.next_count = self._counts()
         # Behind the second step: the upstream step's partition count, asked again for each batch with reports in it
         # (`_ask_upstream`). Known from the start: without it, reports agreeing on a stale count would finish a
@@ -787,7 +798,7 @@ class CoordinatedStage:
         return self._partition_count(self.input), 1 if self.last else self._partition_count(self.output)
 
     def _partition_count(self, topic: str) -> int:
-        return len(topic_partitions(self.consumer, topic, 5.0))
+        return len(topic_partitions(self._lookups, topic, 5.0))
 
     def _ask_upstream(self) -> None:
         """The upstream step's partition count as the cluster gives it now, for the reports of this batch
@@ -813,6 +824,7 @@ class CoordinatedStage:
         than answer early. Asked at each assignment and every `_COUNT_CHECK_S` (a rebalance may come minutes
         later, when the group's leader refreshes its metadata)."""
         self._next_count_check = time.monotonic() + _COUNT_CHECK_S
+        serve_log_lines(self._lookups)  # polled by nothing else
         try:
             now = self._counts()
         except KafkaException as error:  # no answer now: asked again at the next check

@@ -71,15 +71,15 @@ def test_topics_created_are_found_before_create_topics_returns(monkeypatch: pyte
     (a test, on a busy machine) was refused its source topic. The lookups wait, bounded by the creation's timeout."""
     consumer = _Lagging(lag=4)
     monkeypatch.setattr(clients, "AdminClient", _Admin)
-    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: consumer)
+    monkeypatch.setattr(clients, "metadata_admin", lambda _config: consumer)
     assert create_topics({}, [TopicSpec("t", 2)]) == ["t"]
     assert consumer.lookups == 4
     never = _Lagging(lag=10**9)
-    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: never)
+    monkeypatch.setattr(clients, "metadata_admin", lambda _config: never)
     assert create_topics({}, [TopicSpec("t", 2)], timeout_s=0.3) == ["t"]  # created all the same, said so
     assert 1 < never.lookups < 20
     unwaited = _Lagging(lag=10**9)
-    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: unwaited)
+    monkeypatch.setattr(clients, "metadata_admin", lambda _config: unwaited)
     assert create_topics({}, [TopicSpec("t", 2)], visible=False) == ["t"] and unwaited.lookups == 0  # the service's
 
 
@@ -94,7 +94,7 @@ class _Slow(_Lagging):
 def test_the_wait_for_many_topics_ends_at_the_creations_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each lookup of a round was given the time left at the round's start: five slow ones took five times that."""
     monkeypatch.setattr(clients, "AdminClient", _Admin)
-    monkeypatch.setattr(clients, "_metadata_admin", lambda _config: _Slow(lag=10**9))
+    monkeypatch.setattr(clients, "metadata_admin", lambda _config: _Slow(lag=10**9))
     started = time.monotonic()
     create_topics({}, [TopicSpec(f"t{i}", 1) for i in range(5)], timeout_s=0.3)
     assert time.monotonic() - started < 0.75  # 1.0 s or more before
