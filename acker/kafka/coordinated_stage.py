@@ -631,7 +631,14 @@ class CoordinatedStage:
             self._finish(partition, state)
 
     def _finish(self, partition: int, state: RequestState) -> None:
-        """The task is done with the request: the step's callback, then the reports (or, last, the answer)."""
+        """The task is done with the request: the step's callback, then the reports (or, last, the answer). Its state
+        is checked first as a save would check it: a request finished within the batch that began it is never saved,
+        and one whose state cannot be was answered or failed by how the batches fell."""
+        if not state.failed:
+            try:
+                self._saved(state)
+            except _UNSAVED as error:
+                self._fail_unsaved(state, error)
         if not state.failed:
             try:
                 self.step.finished(self._request(partition, state), self._emit(state))
@@ -730,19 +737,28 @@ class CoordinatedStage:
         """The request's changelog value. A step that put something JSON cannot hold into its request state fails
         that request (reported downstream as usual) rather than the whole batch, again at every restart."""
         try:
-            saved = json.dumps(state.to_json()).encode()
-            if not _same(json.loads(saved)["user"], state.user):  # a restart would hand the step other state
-                raise ValueError("the step's state does not come back from JSON unchanged (keys must be strings)")
-            if len(saved) + len(state.request) > self.max_record:
-                raise ValueError(f"{len(saved)} bytes of state: {self.changelog} takes {self.max_record} at most")
-            return saved
-        except (TypeError, ValueError, RecursionError) as error:  # RecursionError: state nested too deep
+            return self._saved(state)
+        except _UNSAVED as error:
             if state.done:  # a done marker holds nothing of the step's, nor its senders (`TaskState.reports`)
                 raise
-            _request_log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
-            state.failed = True
+            self._fail_unsaved(state, error)
             self._finish(partition, state)
             return json.dumps(state.to_json()).encode()
+
+    def _saved(self, state: RequestState) -> bytes:
+        """The request's changelog value; one of `_UNSAVED` when it cannot be saved, or would come back other."""
+        saved = json.dumps(state.to_json()).encode()
+        if not _same(json.loads(saved)["user"], state.user):  # a restart would hand the step other state
+            raise ValueError("the step's state does not come back from JSON unchanged (JSON has strings for keys, "
+                             "lists for tuples)")  # fmt: skip
+        if len(saved) + len(state.request) > self.max_record:
+            raise ValueError(f"{len(saved)} bytes of state: {self.changelog} takes {self.max_record} at most")
+        return saved
+
+    @staticmethod
+    def _fail_unsaved(state: RequestState, error: BaseException) -> None:
+        _request_log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
+        state.failed = True
 
     def _max_record(self, *topics: str) -> int:
         """The largest record this step writes to ``topics``, key, value and headers: below the producer's
@@ -856,12 +872,15 @@ class CoordinatedStage:
         for tp in partitions:
             self.tasks[tp.partition] = self._restore(tp.partition)
             self.counters["assigned"] += 1
-        log.info("step %d: tasks %s", self.index, sorted(tp.partition for tp in partitions))
+        if partitions:  # a cooperative rebalance may give nothing: "tasks []" read as none held
+            log.info("step %d: tasks %s assigned, %s held now", self.index, sorted(tp.partition for tp in partitions),
+                     sorted(self.tasks))  # fmt: skip
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if partitions:
-            log.info("step %d: tasks %s revoked", self.index, sorted(tp.partition for tp in partitions))
         self._drop(partitions)
+        if partitions:
+            log.info("step %d: tasks %s revoked, %s held now", self.index, sorted(tp.partition for tp in partitions),
+                     sorted(self.tasks))  # fmt: skip
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Taken for dead (its session timed out, or it polled too late): another process may own the tasks now, and
@@ -928,6 +947,10 @@ def _unanswered(error: BaseException) -> bool:
     or not a commit that timed out went through: its tasks start again from what was committed."""
     cause = kafka_error(error) if isinstance(error, KafkaException) else None
     return cause is not None and not cause.fatal() and (cause.retriable() or cause.code() == KafkaError._TIMED_OUT)
+
+
+# What a request state that cannot be saved raises (`CoordinatedStage._saved`): nested too deep for JSON, too.
+_UNSAVED = (TypeError, ValueError, RecursionError)
 
 
 def _refused(
