@@ -84,6 +84,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         for i, letter in enumerate(shown, start):
             print(json.dumps({**letter.summary(), "repeat_of": copies.get(i)}))
+        if unread:  # a null repeat_of may be a copy of a letter not read
+            print(f"repeat_of is looked for among the letters read: up to {unread} older record(s) not read (--limit 0 "
+                  "reads all)", file=sys.stderr)  # fmt: skip
         return 0
     older = len(letters) - len(shown)
     title = f"{len(letters)} dead letter(s)" if not unread else f"the newest {len(shown)} dead letter(s)"
@@ -115,8 +118,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         among = " (among the letters read)" if unread else ""
         console.print(f"{repeated} of them copy an earlier letter{among} ('copy of'): the same record, dead-lettered "
                       "again when read again (a new owner of its partition, a micro-batch run again)")  # fmt: skip
-    if unread:  # offsets, some of them transaction markers
-        console.print(f"up to {older + unread} older record(s) not shown (--limit 0 shows all)")
+    if unread:  # offsets, some of them transaction markers; a letter shown may copy one of them, not marked
+        console.print(f"up to {older + unread} older record(s) not shown (--limit 0 shows all); 'copy of' marks "
+                      f"copies of the letters read (up to {unread} older record(s) not read)")  # fmt: skip
     elif older:
         console.print(f"{older} older record(s) not shown (--limit 0 shows all)")
     return 0

@@ -170,13 +170,18 @@ def test_list_limit_reads_the_newest_from_the_end_past_transaction_markers(
 
     monkeypatch.setattr(acker.dlq, "_past_open_transactions", counted)
     assert _dlq(config, "list", "--json", "--topic", topic, "--limit", "3") == 0
-    assert [json.loads(line)["key"] for line in capsys.readouterr().out.splitlines()] == ["k7", "k8", "k9"]
+    said = capsys.readouterr()
+    assert [json.loads(line)["key"] for line in said.out.splitlines()] == ["k7", "k8", "k9"]
+    # A null repeat_of is not "no copy" of a letter not read (offsets 0-13: 7 records, 7 markers).
+    assert "repeat_of is looked for among the letters read: up to 14 older record(s) not read" in said.err
     assert made == [18, 14, 16, 18]  # offsets 17-19 held 1 record, 14-19 the 3 asked for
     assert _dlq(config, "list", "--topic", topic, "--limit", "3") == 0
     out = capsys.readouterr().out
     assert "the newest 3 dead letter(s)" in out and "up to 14 older record(s) not shown" in out
+    assert "'copy of' marks copies of the letters read (up to 14 older record(s) not read)" in out.replace("\n", " ")
     assert _dlq(config, "list", "--topic", topic, "--limit", "0") == 0
-    assert "10 dead letter(s)" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "10 dead letter(s)" in said.out and "not read" not in said.out + said.err
 
 
 def test_a_redrive_delivered_in_part_says_which_records_went(
