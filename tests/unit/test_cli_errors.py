@@ -196,6 +196,13 @@ def test_numbers_out_of_range_are_a_usage_error(argv: list[str], capsys: pytest.
     assert "must be" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["--trees", str(10**20)], ["--trees", "1", "--fanout", str(10**8)]])
+def test_a_simulation_too_large_to_hold_is_refused_at_once(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """100,000,000 trees printed nothing for minutes, then ran out of memory: every message is held."""
+    assert cli.main(["simulate", *argv]) == 2
+    assert "20,000,000 at most" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["", "  "])
 def test_an_empty_group_name_is_a_usage_error(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``acker watermarks ''`` asked Kafka for a group of no name and said there were none in it."""
