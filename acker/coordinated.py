@@ -49,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from acker.fail_reasons import cut
+
 
 @dataclass(frozen=True)
 class Report:
@@ -59,6 +61,7 @@ class Report:
     count: int
     reporters: int
     failed: bool = False
+    why: str | None = None  # of a failure: why the request failed, where it first did
 
 
 @dataclass
@@ -82,6 +85,15 @@ class RequestState:
     # request, so that a key goes to one task: a process that took the task over with another count (partitions
     # added to the next step's topic) fails the request rather than send a key to a second task.
     routed: int = 0
+    # Why the request failed, where it first failed ("step 2 task 1: ..."): passed down the chain with the failure, to
+    # the client's error. The first reason stands. Invariant: a reason never changes what is decided.
+    why: str | None = None
+
+    def fail(self, why: str) -> None:
+        """The request fails here, for ``why`` unless it failed for another reason before."""
+        self.failed = True
+        if self.why is None:
+            self.why = cut(why)
 
     def count_sent(self, partition: int) -> None:
         """The step emitted one message of the request to next-step task ``partition``."""
@@ -102,6 +114,7 @@ class RequestState:
             "done": self.done,
             "senders": sorted(self.senders),
             **({"routed": self.routed} if self.routed else {}),  # a done marker stays small
+            **({"why": self.why} if self.why is not None else {}),
         }
 
     @classmethod
@@ -120,6 +133,7 @@ class RequestState:
             bool(data.get("done", False)),
             {int(t) for t in data.get("senders", ())},  # none in states saved by earlier versions
             int(data.get("routed", 0)),  # nor this
+            why if isinstance(why := data.get("why"), str) else None,  # nor this
         )
 
 
@@ -160,9 +174,17 @@ class TaskState:
     """
 
     def __init__(
-        self, *, first: bool, tasks: int, next_tasks: int, after_first: bool = False, upstream_tasks: int = 0
+        self,
+        *,
+        first: bool,
+        tasks: int,
+        next_tasks: int,
+        after_first: bool = False,
+        upstream_tasks: int = 0,
+        name: str = "this task",
     ) -> None:
-        self.first, self.tasks, self.next_tasks = first, tasks, next_tasks
+        """``name``: the task's, as the reasons of the failures it decides start (``step 2 task 1``)."""
+        self.first, self.tasks, self.next_tasks, self.name = first, tasks, next_tasks, name
         self.after_first, self.upstream_tasks = after_first, upstream_tasks
         # When requests expire, earliest first: (due, a tie-breaker, state). Invariant: every state in `requests`
         # has an entry with its due time (`_due_ms`; a state's deadline never changes, and it is scheduled again
@@ -203,27 +225,36 @@ class TaskState:
             return self.requests[request]
         return None if state.done or state.deadline_ms <= now_ms else state
 
-    def processed(self, state: RequestState, *, ok: bool) -> None:
-        """A data message of the request was processed here (``ok``: the step's execute returned)."""
+    def processed(self, state: RequestState, *, ok: bool, why: str | None = None) -> None:
+        """A data message of the request was processed here (``ok``: the step's execute returned; else ``why``)."""
         state.received += 1
-        state.failed |= not ok
+        if not ok:
+            state.fail(why or f"{self.name}: a message of the request failed")
 
-    def reported(self, state: RequestState, count: int, reporters: int, *, failed: bool, sender: int) -> bool:
+    def reported(
+        self, state: RequestState, count: int, reporters: int, *, failed: bool, sender: int, why: str | None = None
+    ) -> bool:
         """A report from upstream task ``sender``; False (and nothing changes) if that task reported already.
 
         The upstream tasks must agree on how many they are: reports that disagree (a step whose processes read its
         partition count at different times, partitions added meanwhile), or a sender outside the count, fail the
         request, since counting to either number could finish it before every message arrived. The first step's one
-        report names its task, any of them: from there ``reporters`` is 1 whoever sends it."""
+        report names its task, any of them: from there ``reporters`` is 1 whoever sends it. ``why``: a failed
+        report's reason."""
         if sender in state.senders:
             return False
         counted = reporters == 1 if self.after_first else 0 <= sender < reporters
-        agreed = state.reporters in (-1, reporters) and counted
+        if failed:
+            state.fail(why or f"failed upstream (task {sender} of the step before reported it failed, saying no more)")
+        if state.reporters not in (-1, reporters):
+            state.fail(f"{self.name}: the upstream tasks disagree on their number ({state.reporters} and {reporters}): "
+                       "partitions added upstream")  # fmt: skip
+        elif not counted:
+            state.fail(f"{self.name}: a report from task {sender}, of {reporters} upstream tasks")
         state.senders.add(sender)
         state.reports += 1
         state.expected += count
         state.reporters = reporters
-        state.failed |= failed or not agreed
         return True
 
     def finished(self, state: RequestState) -> bool:
@@ -237,11 +268,14 @@ class TaskState:
         if not self.after_first and self.upstream_tasks and state.reporters != self.upstream_tasks:
             # Every upstream task agreed on a count the cluster no longer has: partitions were added upstream, and
             # tasks of the new count may have messages of the request whose reports will never be waited for.
-            state.failed = True
+            state.fail(f"{self.name}: the reports count {state.reporters} upstream tasks, the step before has "
+                       f"{self.upstream_tasks} now (partitions added)")  # fmt: skip
             return True
         # Every counted message arrived before its report (same partition, same producer): a difference means
         # messages were lost or duplicated, and the request's answer could not be trusted.
-        state.failed = state.received != state.expected
+        if state.received != state.expected:
+            state.fail(f"{self.name}: {state.received} messages of the request processed, {state.expected} announced "
+                       "(lost or duplicated)")  # fmt: skip
         return True
 
     def reports(self, state: RequestState) -> list[Report]:
@@ -250,11 +284,12 @@ class TaskState:
         if state.done:
             raise ValueError(f"request {state.request} was finished here already")
         reporters = 1 if self.first else self.tasks
-        reports = [Report(p, state.sent.get(p, 0), reporters, failed=state.failed) for p in range(self.next_tasks)]
+        why = state.why if state.failed else None
+        reports = [Report(p, state.sent.get(p, 0), reporters, state.failed, why) for p in range(self.next_tasks)]
         state.done = True
         # The marker keeps nothing else of the request's work, which a done request takes no more of: small, whatever
         # came before (reports of crafted senders, up to the changelog's record limit, which fails the request).
-        state.sent, state.user, state.answer, state.senders = {}, {}, None, set()
+        state.sent, state.user, state.answer, state.senders, state.why = {}, {}, None, set(), None
         self._schedule(state)  # due later now, a marker
         return reports
 
@@ -273,7 +308,7 @@ class TaskState:
                 del self.requests[state.request]
                 forgotten.append(state.request)
             else:
-                state.failed = True
+                state.fail(f"{self.name}: its deadline passed before it finished here")
                 late[state.request] = state
         for state in late.values():  # until the caller finishes them (done), they are late at every call
             self._schedule(state)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
+from acker.console import printable
 from acker.coordinated import DEADLINE_MAX_S
 from acker.errors import AckerError
 from acker.headers import read_headers, text
@@ -31,7 +32,7 @@ from acker.kafka.clients import (
     produce_reporting,
     release,
 )
-from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, Chain
+from acker.kafka.coordinated_stage import DEADLINE, REQUEST, STATUS, WHY, Chain
 from acker.kafka.held_reads import WatchedConsumer
 
 log = logging.getLogger(__name__)
@@ -153,8 +154,9 @@ class DrpcClient:
                 between()
         status, value = self._answers.pop(request)
         self._forget(request)
-        if status != "ok":
-            raise DrpcError(f"request {request} failed in the chain")
+        if status != "ok":  # kept of a failed answer: why, where the chain says it (`WHY`)
+            why = f": {printable(value.decode())}" if value else ""  # the chain's text: anybody's bytes
+            raise DrpcError(f"request {request} failed in the chain{why}")
         return value
 
     def _not_sent(self, request: str) -> str | None:
@@ -191,7 +193,8 @@ class DrpcClient:
             answered = text(headers, REQUEST)
             # Only answers to this client's requests still waited for: the results topic is shared.
             if answered in self._deadlines and answered not in self._answers:
-                self._answers[answered] = (text(headers, STATUS) or "failed", record.value())
+                status, why = text(headers, STATUS) or "failed", text(headers, WHY)
+                self._answers[answered] = (status, record.value() if status == "ok" else why.encode() if why else None)
 
     def _read_to_ends(self, request: str) -> None:
         """Read the results topic up to its ends as they are now, until ``request`` is answered (`READ_TO_END_S` at

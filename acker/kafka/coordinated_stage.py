@@ -6,9 +6,10 @@ step, which joins the partial results, reads a one-partition topic and writes on
 
 - data: any value and key, headers ``acker.request`` (the request id) and ``acker.request.deadline`` (epoch ms);
 - report: an empty record with those headers and ``acker.request.report`` = JSON
-  ``{"from": task, "count": n, "reporters": r, "failed": false}``, sent to every task of the next step;
+  ``{"from": task, "count": n, "reporters": r, "failed": false}``, sent to every task of the next step; a failed
+  one says why in ``"why"`` (where the request first failed, and how: `RequestState.why`);
 - answer (on ``N.results``, key = request id): the last step's result, header ``acker.request.status`` = ``ok``
-  or ``failed``.
+  or ``failed``, and a failed one's reason in ``acker.request.why``.
 
 Emitting with a key sends to partition ``crc32(key) mod tasks`` of the next step (fields grouping), without one
 round-robin per request (shuffle grouping). Reports and answers are never shown to user code.
@@ -42,6 +43,7 @@ from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState
 from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
+from acker.fail_reasons import cut, reason_of
 from acker.headers import HeaderList, decimal, first, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.client_log import (
@@ -85,6 +87,7 @@ REQUEST = "acker.request"
 DEADLINE = "acker.request.deadline"
 REPORT = "acker.request.report"
 STATUS = "acker.request.status"
+WHY = "acker.request.why"
 _COUNT_CHECK_S = 5.0  # how often a process checks that its step's partition counts are those it started with
 TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a dead process's is aborted after this
 RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
@@ -603,6 +606,8 @@ class CoordinatedStage:
                     raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
                 if max(count, reporters, sender) > REPORT_MAX:
                     raise ValueError(f"from, count or reporters above {REPORT_MAX}: {sender}, {count}, {reporters}")
+                # Said, never deciding (`RequestState.why`): one that is not text is left out, not refused.
+                why = cut(raw) if failed and isinstance(raw := fields.get("why"), str) else None
             except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
                 self._dead_letter(record, headers, "unreadable report", str(error))
                 return
@@ -613,18 +618,18 @@ class CoordinatedStage:
                               "(counted late)", request, partition)  # fmt: skip
             return
         if fields is not None:
-            if not task.reported(state, count, reporters, failed=failed, sender=sender):
+            if not task.reported(state, count, reporters, failed=failed, sender=sender, why=why):
                 self.counters["late"] += 1  # a task's report once more (a zombie's, say): counted once
                 return
         else:
-            ok = True
+            raised: str | None = None
             try:
                 self.step.execute(self._request(partition, state), record.value(), record.key(), self._emit(state))
             except Exception as error:
                 self._raise_refused_emit(error)
                 _request_log.warning("request %s failed at task %d: %r", request, partition, error)
-                ok = False
-            task.processed(state, ok=ok)
+                raised = reason_of(error, f"{task.name}: execute")
+            task.processed(state, ok=raised is None, why=raised)
             self.counters["processed"] += 1
         self._touched[(partition, request)] = state
         if task.finished(state):
@@ -638,27 +643,31 @@ class CoordinatedStage:
             try:
                 self._saved(state)
             except _UNSAVED as error:
-                self._fail_unsaved(state, error)
+                self._fail_unsaved(partition, state, error)
         if not state.failed:
             try:
                 self.step.finished(self._request(partition, state), self._emit(state))
             except Exception as error:
                 self._raise_refused_emit(error)
                 _request_log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
-                state.failed = True
+                state.fail(reason_of(error, f"{self.tasks[partition].name}: finished"))
         headers = _request_headers(state)
-        value = None if state.failed else state.answer  # before `reports`, which leaves a marker without it
+        # Before `reports`, which leaves a marker without them.
+        value, why = (None, state.why) if state.failed else (state.answer, None)
         reports = self.tasks[partition].reports(state)
         if self.last:  # the answer, once: ok with the step's result, or failed
-            status = (STATUS, b"failed" if state.failed else b"ok")
+            status = [
+                *([(WHY, why.encode())] if why is not None else []),
+                (STATUS, b"failed" if state.failed else b"ok"),
+            ]
             # On partition 0, whatever the topic's count: a client assigns the partitions there are when it starts,
             # and answers spread by key over partitions added since were never read (every call timed out).
             produce(self.producer, self.output, value, key=state.request.encode(), partition=0,
-                    headers=[*headers, status])  # fmt: skip
+                    headers=[*headers, *status])  # fmt: skip
         else:
             for report in reports:
                 body = {"from": partition, "count": report.count, "reporters": report.reporters,
-                        "failed": report.failed}  # fmt: skip
+                        "failed": report.failed, **({"why": report.why} if report.why is not None else {})}  # fmt: skip
                 produce(self.producer, self.output, None, partition=report.partition,
                         headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
         self._touched[(partition, state.request)] = state  # now a done marker, until the deadline
@@ -693,9 +702,9 @@ class CoordinatedStage:
                 return
             if key is not None:
                 if state.routed not in (0, self.next_count):  # the request fails (`RequestState.routed`), also
-                    state.failed = True  # for a step whose code goes on past the error
-                    raise CoordinationError(f"request {state.request}: its keys went to {state.routed} tasks of "
-                                            f"{self.output}, which has {self.next_count} now")  # fmt: skip
+                    said = f"its keys went to {state.routed} tasks of {self.output}, which has {self.next_count} now"
+                    state.fail(f"step {self.index}: {said}")  # for a step whose code goes on past the error
+                    raise CoordinationError(f"request {state.request}: {said}")
                 state.routed = self.next_count
                 partition = zlib.crc32(key) % self.next_count
             else:
@@ -741,7 +750,7 @@ class CoordinatedStage:
         except _UNSAVED as error:
             if state.done:  # a done marker holds nothing of the step's, nor its senders (`TaskState.reports`)
                 raise
-            self._fail_unsaved(state, error)
+            self._fail_unsaved(partition, state, error)
             self._finish(partition, state)
             return json.dumps(state.to_json()).encode()
 
@@ -755,10 +764,9 @@ class CoordinatedStage:
             raise ValueError(f"{len(saved)} bytes of state: {self.changelog} takes {self.max_record} at most")
         return saved
 
-    @staticmethod
-    def _fail_unsaved(state: RequestState, error: BaseException) -> None:
+    def _fail_unsaved(self, partition: int, state: RequestState, error: BaseException) -> None:
         _request_log.warning("request %s: its state cannot be saved (%r): failing it", state.request, error)
-        state.failed = True
+        state.fail(reason_of(error, f"{self.tasks[partition].name}: its state cannot be saved"))
 
     def _max_record(self, *topics: str) -> int:
         """The largest record this step writes to ``topics``, key, value and headers: below the producer's
@@ -904,6 +912,7 @@ class CoordinatedStage:
         that end waits for the transaction's marker (the read_committed end, the last stable offset, may not have
         reached them yet)."""
         task = TaskState(first=self.index == 0, tasks=self.tasks_count, next_tasks=self.next_count,
+                         name=f"step {self.index} task {partition}",
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
         self._committed([TopicPartition(self.input, partition)])  # stable: waits for a transaction committing it
         with AsWritten(self.config.client(), self.group) as reading:

@@ -59,6 +59,43 @@ def test_failures_finish_at_once_and_travel_downstream() -> None:
     assert first.finished(raised) and raised.failed
 
 
+def test_why_a_request_failed_travels_downstream_the_first_reason_standing() -> None:
+    """A failed answer said only "failed in the chain": its reason was in one line of one step's log, held back
+    with others of its kind."""
+    first = TaskState(first=True, tasks=1, next_tasks=2, name="step 0 task 0")
+    raised = _open(first, "q", 10_000)
+    first.processed(raised, ok=False, why="step 0 task 0: execute: ValueError: no")
+    first.processed(raised, ok=False, why="a later one")
+    assert first.finished(raised)
+    reports = first.reports(raised)
+    assert [r.why for r in reports] == ["step 0 task 0: execute: ValueError: no"] * 2
+    assert raised.why is None and "why" not in raised.to_json()  # the done marker keeps nothing of it
+    later = TaskState(first=False, tasks=1, next_tasks=1, after_first=True, name="step 1 task 0")
+    state = _open(later, "q", 10_000)
+    later.reported(state, count=0, reporters=1, failed=True, sender=0, why=reports[0].why)
+    assert state.why == "step 0 task 0: execute: ValueError: no"
+    assert later.reports(state) == [Report(0, 0, 1, True, "step 0 task 0: execute: ValueError: no")]
+    lost = _open(later, "r", 10_000)
+    later.reported(lost, count=2, reporters=1, failed=False, sender=0)
+    later.processed(lost, ok=True)
+    assert later.finished(lost)
+    assert lost.why == "step 1 task 0: 1 messages of the request processed, 2 announced (lost or duplicated)"
+    later.reports(lost)
+    late = _open(later, "s", 10_000)
+    assert later.expired(10_000)[0] == [late]
+    assert late.why == "step 1 task 0: its deadline passed before it finished here"
+    unsaid = _open(later, "t", 10_000)
+    later.reported(unsaid, count=0, reporters=1, failed=True, sender=0)  # from a step of an earlier version
+    assert unsaid.why == "failed upstream (task 0 of the step before reported it failed, saying no more)"
+    assert len(str(_failed("x" * 10_000).why)) == 500  # cut as the reasons of fails are (`fail_reasons.cut`)
+
+
+def _failed(why: str) -> RequestState:
+    state = RequestState("u", 5)
+    state.fail(why)
+    return state
+
+
 def test_a_count_mismatch_fails_the_request_rather_than_answering_wrong() -> None:
     task = TaskState(first=False, tasks=1, next_tasks=1)
     state = _open(task, "r", 10_000)
@@ -159,6 +196,9 @@ def test_the_state_round_trips_through_json() -> None:
     assert RequestState.from_json(state.to_json()) == state
     marker = RequestState("r", 5, failed=True, done=True)
     assert RequestState.from_json(marker.to_json()) == marker
+    failing = RequestState("r", 5, failed=True, why="step 2 task 1: its deadline passed")  # saved failed, not done
+    assert RequestState.from_json(failing.to_json()) == failing
+    assert RequestState.from_json({**failing.to_json(), "why": 5}).why is None  # not text: said, never deciding
     older = {**state.to_json(), "answer": "42"}  # saved before answers were kept as bytes
     del older["answer64"]
     assert RequestState.from_json(older).answer == b"42"

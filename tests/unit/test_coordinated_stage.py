@@ -27,6 +27,7 @@ from acker.kafka.coordinated_stage import (
     REQUEST,
     REQUEST_ID_MAX,
     STATUS,
+    WHY,
     Chain,
     CoordinatedStage,
     CoordinationError,
@@ -149,6 +150,26 @@ def test_step_state_holding_a_nan_is_saved_not_failed() -> None:
     state.user = {"pair": (1, 2)}  # a list after a restore
     stage._encode(0, state)
     assert state.failed
+
+
+UNSAID = b"failed upstream (task 0 of the step before reported it failed, saying no more)"
+
+
+@pytest.mark.parametrize(
+    ("why", "said"), [("step 0 task 2: execute: KeyError: 'u3'", b"step 0 task 2: execute: KeyError: 'u3'"),
+                      (5, UNSAID), (None, UNSAID)]
+)  # fmt: skip
+def test_a_failed_reports_reason_is_the_failed_answers_and_one_that_is_not_text_is_left_out(
+    why: object, said: bytes
+) -> None:
+    """None or not text: a report of an earlier version's step, or anybody's; the request fails all the same."""
+    stage = _last_step(_Answer(b"x"))
+    body = {"from": 0, "count": 0, "reporters": 1, "failed": True, **({"why": why} if why is not None else {})}
+    _handle(stage, _report("r1", body=json.dumps(body).encode()), int(time.time() * 1000))
+    [answer] = _out(stage, "c.results")
+    headers = dict(answer["headers"])
+    assert (headers[STATUS], headers[WHY]) == (b"failed", said)
+    assert stage.counters["dead_letters"] == 0  # a reason never decides: not a report refused
 
 
 class _Pairing(_Answer):
