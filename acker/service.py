@@ -502,8 +502,8 @@ class AckerService:
             self._plan_commit()
             self._next_commit = now + self.config.commit_interval_s
         self._commit_passed()
-        if self._states and time.monotonic() >= self._next_count_check:
-            self._look_up_partition_count(_LOOKUP_TIMEOUT_S, only_up=True, owned=max(self._states) + 1)
+        if self._states and time.monotonic() >= self._next_count_check:  # short: the loop waits for it
+            self._look_up_partition_count(2.0, only_up=True, owned=max(self._states) + 1)
         if self._acker_topic_said_at is not None and now - self._acker_topic_said_at >= ACKER_TOPIC_RECHECK_S:
             if self._states or self._topic_exists(self.config.acker_topic, timeout_s=0.5):
                 self._acker_topic_said_at = None
@@ -1257,12 +1257,12 @@ class AckerService:
         ``owned``: the highest partition assigned here, plus one: a count below it is such stale metadata too (it
         checked the rightly placed records of a partition just added, and of every partition past its count, as
         ``wrong-partition``); the count is then unknown (nothing checked) until it is asked again, a second later."""
-        self._next_count_check = time.monotonic() + PARTITIONS_CHECK_S
         try:
             # Not on the consumer whose callback this is: a call on a handle inside its own callback clears the
             # state of the consume() that runs it (confluent-kafka 2.16), and a log line of librdkafka served
             # later in that consume() then aborts the process (with `debug` set, at every assignment).
             existing = topic_partitions(self._reading_consumer(), self.config.acker_topic, timeout_s=timeout_s)
+            self._next_count_check = time.monotonic() + PARTITIONS_CHECK_S  # from the answer: it may have waited
             if existing and len(existing) < owned:  # stale: unknown until asked again soon (0: nothing checked)
                 self._partition_count, self._next_count_check = 0, time.monotonic() + 1.0
                 log.info("acker topic: %d partition(s) said, %d or more assigned: asked again", len(existing), owned)
@@ -1271,6 +1271,8 @@ class AckerService:
                 if grown:  # the producer too (`_refresh_producer`)
                     self._refresh_producer(self.config.acker_topic, 10.0)
         except KafkaException as error:  # keep the count known: raised here, it would end the service
+            # Asked again later, not at once: each unanswered lookup holds the loop for its timeout.
+            self._next_count_check = time.monotonic() + _LOOKUP_BACKOFF_S
             log.warning("cannot look the acker topic up: %s", kafka_error(error) or error)
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:

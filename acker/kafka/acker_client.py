@@ -220,8 +220,11 @@ class _Batch:
 # partition count. Until each has the count of partitions added, records placed by the old one are dead-lettered
 # (``wrong-partition``) and their trees replayed; a spout's replays placed by the old count fail again, each an
 # attempt of its record's: at 30 s a record used four of the replay job's five by default (backoffs of 1, 2, 4 and
-# 8 s), and a record failing once more for its own reason was dead-lettered. A lookup of one topic is a millisecond.
+# 8 s), and a record failing once more for its own reason was dead-lettered. A lookup of one topic is a millisecond
+# while a broker answers; one that goes unanswered (a broker away) takes its timeout, and the next is asked
+# `PARTITIONS_RETRY_S` later: at every 5 s, a stage spent a fifth of an outage waiting for lookups.
 PARTITIONS_CHECK_S = 5.0
+PARTITIONS_RETRY_S = 30.0
 
 
 def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]:
@@ -297,6 +300,7 @@ class AckerClient:
         "_halves",
         "_lookup",
         "_lookup_every_s",
+        "_lookup_retry_s",
         "_next_lookup",
         "_on_failure",
         "_reporting",
@@ -334,19 +338,21 @@ class AckerClient:
         self._fails_held: dict[int, tuple[str | None, int]] = {}
         self.failed_messages = 0  # in batches that could not be delivered
         self._lookup: Callable[[], int] | None = None
-        self._lookup_every_s = self._next_lookup = float("inf")
+        self._lookup_every_s = self._lookup_retry_s = self._next_lookup = float("inf")
         # When the oldest batch's linger passes (`poll_due`), kept by every batch made (`_new_batch`) and every poll;
         # inf: no batch; -inf: halves of a refused record, or pieces a flush kept, to send.
         self._due_at = math.inf
 
-    def watch_partitions(self, lookup: Callable[[], int], every_s: float = PARTITIONS_CHECK_S) -> None:
+    def watch_partitions(
+        self, lookup: Callable[[], int], every_s: float = PARTITIONS_CHECK_S, retry_s: float = PARTITIONS_RETRY_S
+    ) -> None:
         """Ask ``lookup`` for the acker topic's partition count every ``every_s`` (in `poll`), and place messages by
         the new count once it changes. Partitions added to a live acker topic move anchors (`partition_of`), and the
         service, which reads the count at each assignment, dead-letters what arrives on the old partitions
         (``wrong-partition``): a client that kept its first count failed every tree it touched from then on, until it
         was restarted. Trees in flight when the count changes fail or time out, and are replayed, either way.
-        ``lookup`` returns 0 when it cannot tell (asked again at the next check)."""
-        self._lookup, self._lookup_every_s = lookup, every_s
+        ``lookup`` returns 0 when it cannot tell: asked again ``retry_s`` later (such a lookup waited its timeout)."""
+        self._lookup, self._lookup_every_s, self._lookup_retry_s = lookup, every_s, retry_s
         self._next_lookup = time.monotonic() + every_s
 
     def _batch(self, anchor: int) -> tuple[int, _Batch]:
@@ -521,8 +527,8 @@ class AckerClient:
 
     def _check_partitions(self, now: float) -> None:
         assert self._lookup is not None
-        self._next_lookup = now + self._lookup_every_s
         count = self._lookup()
+        self._next_lookup = now + (self._lookup_every_s if count else self._lookup_retry_s)
         # Only up: a topic's partitions are never taken away, and a smaller count is a broker's metadata not caught
         # up yet with the growth (switching back and forth would misplace messages each time).
         if count <= self.partitions:

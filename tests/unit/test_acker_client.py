@@ -443,7 +443,7 @@ def test_messages_are_placed_by_the_acker_topics_new_partition_count_once_it_cha
     counts = iter([4, 0, 6, 4])  # 0: the lookup did not answer; 4 after 6: a broker's metadata behind
     producer = _Recording()
     client = AckerClient(producer, "acker", 4, linger_s=60)  # type: ignore[arg-type]
-    client.watch_partitions(lambda: next(counts), every_s=0)
+    client.watch_partitions(lambda: next(counts), every_s=0, retry_s=0)
     anchors = range(1, 200)
     client.send_acks((a, 1) for a in anchors)
     client.poll()  # 4: nothing changes
@@ -456,6 +456,21 @@ def test_messages_are_placed_by_the_acker_topics_new_partition_count_once_it_cha
     client.send_acks((a, 1) for a in anchors)
     placed = {p: {int(a) for a in b.anchors} for p, b in enumerate(client._batches) if b is not None}
     assert placed == {p: {a for a in anchors if partition_of(a, 6) == p} for p in range(6)}
+
+
+def test_a_lookup_of_the_partition_count_that_goes_unanswered_is_asked_again_later_not_at_the_next_check() -> None:
+    """Every 5 s, a lookup that waited its 1 s timeout (a broker away) took a fifth of a stage's time."""
+    asked: list[float] = []
+
+    def lookup() -> int:
+        asked.append(time.monotonic())
+        return 0
+
+    client = AckerClient(_Recording(), "acker", 4, linger_s=60)  # type: ignore[arg-type]
+    client.watch_partitions(lookup, every_s=0, retry_s=3600)
+    client.poll()
+    client.poll()
+    assert len(asked) == 1 and client._next_lookup - asked[0] > 3599  # from the poll that asked
 
 
 class _Keeping:

@@ -12,12 +12,14 @@ from dataclasses import fields
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 import acker.service
 from acker.columnar import MessageBlock
 from acker.config import ServiceConfig
 from acker.core import Ack, Counters, Init, TrackerConfig
 from acker.core.ids import partition_of
+from acker.kafka.acker_client import PARTITIONS_CHECK_S
 from acker.partition import PartitionState
 from acker.service import AckerService
 from acker.wire import encode_batch
@@ -192,3 +194,30 @@ def test_an_assignment_takes_no_partition_count_below_the_partitions_it_was_give
         assert service._partition_count == 0 and service._next_count_check - time.monotonic() <= 1.0  # unchecked
     service._look_up_partition_count(30.0, owned=4)
     assert service._partition_count == 4
+
+
+def test_a_lookup_of_the_acker_topics_count_that_goes_unanswered_is_asked_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every 5 s, a lookup that waited its whole timeout (a broker away) was due again as it returned: the loop did
+    lookups back to back, a turn every few seconds. The next check counts from the answer, or the time out."""
+    service: Any = AckerService.__new__(AckerService)
+    service._partition_count, service._next_count_check = 4, 0.0
+    service._reading_consumer = lambda: None
+    service.config = ServiceConfig()
+
+    def unanswered(*_args: object, **_kwargs: object) -> list[int]:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    monkeypatch.setattr(acker.service, "topic_partitions", unanswered)
+    service._look_up_partition_count(2.0, only_up=True, owned=4)
+    assert service._partition_count == 4 and service._next_count_check - time.monotonic() > 29
+
+    def slow(*_args: object, **_kwargs: object) -> list[int]:
+        time.sleep(0.3)
+        return list(range(4))
+
+    monkeypatch.setattr(acker.service, "topic_partitions", slow)
+    before = time.monotonic()
+    service._look_up_partition_count(2.0, only_up=True, owned=4)
+    assert service._next_count_check - before >= PARTITIONS_CHECK_S + 0.3
