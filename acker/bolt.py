@@ -329,8 +329,10 @@ class Bolt:
                 self.step(0.1)
                 say_held_back()
         finally:
-            self.close()
-            say_held_back(stopping=True)
+            try:
+                self.close()
+            finally:
+                say_held_back(stopping=True)
 
     def close(self) -> None:
         """Commit what is processed once delivered (30 s at the most), leave the group (records written out and still

@@ -457,8 +457,10 @@ class AckerService:
             self._poisoned = True
             raise
         finally:
-            self.close()
-            say_held_back(stopping=True)
+            try:
+                self.close()
+            finally:
+                say_held_back(stopping=True)
         counters = {name: count for name, count in self.snapshot().counters.as_dict().items() if count}
         log.info("acker %s stopped: %s, dead letters %d (since it started)", self.instance, counters,
                  sum(self._dead_letters.values()))  # fmt: skip

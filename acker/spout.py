@@ -431,8 +431,10 @@ class Spout:
                 self.step(0.1)
                 say_held_back()
         finally:
-            self.close()
-            say_held_back(stopping=True)
+            try:
+                self.close()
+            finally:
+                say_held_back(stopping=True)
 
     def close(self) -> None:
         """Deliver what is in flight (30 s at the most), leave the groups, and free the producer if it delivered
@@ -907,7 +909,7 @@ class Spout:
         # max_pending, or held for a replay's backoff) would otherwise stay paused for good if the spout resumed
         # while it was away. Gained partitions start as the spout is now: paused while too many trees are pending.
         (consumer.pause if self._paused else consumer.resume)(partitions)
-        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
+        log.info("assigned %s", ", ".join(f"{tp.topic}/{tp.partition}@{tp.offset}" for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:

@@ -49,7 +49,8 @@ _TRANSIENT = re.compile(
 class _Kind:
     shown_at: float  # when the last line of this kind went through
     held: int = 0  # lines of this kind held back since
-    last: logging.LogRecord | None = None  # the last of them
+    last: logging.LogRecord | None = None  # the last of them, its text made (`_frozen`)
+    last_at: float = 0.0  # when it came
 
 
 class RepeatFilter(logging.Filter):
@@ -102,7 +103,7 @@ class RepeatFilter(logging.Filter):
             seen = self._kinds.get(kind)
             if seen is not None and now - seen.shown_at < self.interval_s:
                 seen.held += 1
-                seen.last = record
+                seen.last, seen.last_at = _frozen(record), now
                 return False
             if seen is not None and seen.held:
                 _count_held(record, seen.held, now - seen.shown_at)
@@ -123,11 +124,22 @@ class RepeatFilter(logging.Filter):
         with self._lock:
             for kind, seen in self._kinds.items():
                 if seen.held and seen.last is not None and (every or now - seen.shown_at >= self.interval_s):
-                    if seen.held > 1:
-                        _count_held(seen.last, seen.held - 1, now - seen.shown_at)
-                    said.append(seen.last)
+                    line, ago = seen.last, f"this one {now - seen.last_at:.0f} s ago"
+                    more = f"{seen.held - 1} more like this in the last {now - seen.shown_at:.0f} s, not shown; "
+                    line.msg = f"{line.msg} ({more if seen.held > 1 else ''}{ago})"
+                    # Stamped when said, among the lines said then (its own time is in its text).
+                    line.created = time.time()
+                    line.msecs = line.created % 1 * 1000
+                    said.append(line)
                     self._kinds[kind] = _Kind(now)
         return said
+
+
+def _frozen(record: logging.LogRecord) -> logging.LogRecord:
+    """``record`` with its text made: held back, it keeps no argument alive (an exception, and its traceback's
+    frames)."""
+    record.msg, record.args = record.getMessage(), None
+    return record
 
 
 def _count_held(record: logging.LogRecord, held: int, over_s: float) -> None:

@@ -291,10 +291,12 @@ class CoordinatedStage:
                 self.poll(0.1)
                 say_held_back()
         finally:
-            self.consumer.close()
-            if not self._wedged:
-                self.producer.flush(10)
-            say_held_back(stopping=True)
+            try:
+                self.consumer.close()
+                if not self._wedged:
+                    self.producer.flush(10)
+            finally:
+                say_held_back(stopping=True)
             log.info("step %d stopped: %s", self.index, ", ".join(f"{n} {name}" for name, n in self.counters.items()))
 
     def poll(self, timeout_s: float) -> int:

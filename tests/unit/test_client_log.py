@@ -47,6 +47,14 @@ def test_the_service_says_one_dead_letter_of_a_reason_per_interval_whatever_its_
     assert service._dead_letter_log.filters and isinstance(service._dead_letter_log.filters[0], RepeatFilter)
 
 
+@pytest.fixture
+def filtered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's registry of filtered loggers, and its schedule, as they were once the test is over."""
+    monkeypatch.setattr(client_log, "_filtered", [])
+    monkeypatch.setattr(client_log, "_next_say", 0.0)
+
+
+@pytest.mark.usefixtures("filtered")
 def test_lines_held_back_are_said_once_their_interval_has_passed_without_waiting_for_the_next_of_their_kind(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -62,27 +70,34 @@ def test_lines_held_back_are_said_once_their_interval_has_passed_without_waiting
     def line(offset: int, reason: str = "wrong-partition") -> None:
         logger.warning("dead-lettering %s[%d]@%d: %s: %s", "acker", 0, offset, reason, "detail")
 
+    def said() -> list[str]:
+        lines = [r.getMessage() for r in caplog.records if r.name == "acker.test.held_back"]
+        caplog.clear()
+        return lines
+
     with caplog.at_level(logging.WARNING, logger="acker.test.held_back"):
         for offset in range(1, 5):
             line(offset)
+        now[0] = 10.0
         line(5, "bad-magic")
         line(6, "bad-magic")
+        assert said() == ["dead-lettering acker[0]@1: wrong-partition: detail", "dead-lettering acker[0]@5: bad-magic: "
+                          "detail"]  # fmt: skip
         now[0] = 29.0
-        assert kept.held_back() == []  # within the interval
-        now[0] = 40.0
-        client_log.say_held_back(stopping=True)  # every kind: the interval has passed for both
-        line(7)  # held: a line of its kind was said at 40 s
-        now[0] = 41.0
-        client_log.say_held_back(stopping=True)
+        client_log.say_held_back()
+        assert said() == []  # within the interval of each kind
+        now[0] = 35.0
+        client_log._next_say = 0.0
+        client_log.say_held_back()  # wrong-partition's interval has passed, bad-magic's not
+        client_log.say_held_back()  # once a second at most: nothing
+        assert said() == ["dead-lettering acker[0]@4: wrong-partition: detail (2 more like this in the last 35 s, not "
+                          "shown; this one 35 s ago)"]  # fmt: skip
+        line(7)  # held: a line of its kind was said at 35 s
+        now[0] = 36.0
+        client_log.say_held_back(stopping=True)  # at a stop, every kind, its interval passed or not
         client_log.say_held_back(stopping=True)  # nothing held since
-    said = [r.getMessage() for r in caplog.records if r.name == "acker.test.held_back"]
-    assert said == [
-        "dead-lettering acker[0]@1: wrong-partition: detail",
-        "dead-lettering acker[0]@5: bad-magic: detail",
-        "dead-lettering acker[0]@4: wrong-partition: detail (2 more like this in the last 40 s, not shown)",
-        "dead-lettering acker[0]@6: bad-magic: detail",  # the only one held: no count
-        "dead-lettering acker[0]@7: wrong-partition: detail",
-    ]
+    assert said() == ["dead-lettering acker[0]@7: wrong-partition: detail (this one 1 s ago)",
+                      "dead-lettering acker[0]@6: bad-magic: detail (this one 26 s ago)"]  # fmt: skip
 
 
 def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:
