@@ -93,7 +93,7 @@ class RequestState:
         """The request fails here, for ``why`` unless it failed for another reason before."""
         self.failed = True
         if self.why is None:
-            self.why = cut(why)
+            self.why = short_why(why)
 
     def count_sent(self, partition: int) -> None:
         """The step emitted one message of the request to next-step task ``partition``."""
@@ -245,7 +245,7 @@ class TaskState:
             return False
         counted = reporters == 1 if self.after_first else 0 <= sender < reporters
         if failed:
-            state.fail(why or f"failed upstream (task {sender} of the step before reported it failed, saying no more)")
+            state.fail(why or f"{self.name}: failed upstream (task {sender} of the step before said so, not why)")
         if state.reporters not in (-1, reporters):
             state.fail(f"{self.name}: the upstream tasks disagree on their number ({state.reporters} and {reporters}): "
                        "partitions added upstream")  # fmt: skip
@@ -320,6 +320,20 @@ class TaskState:
         while heap and not self._current(heap[0]):
             heapq.heappop(heap)
         return bool(heap) and heap[0][0] <= now_ms
+
+
+# Why a request failed is kept to this many bytes of UTF-8 (`short_why`): it rides on reports and on a failed answer,
+# records whose size nothing else checks (500 characters of emoji, escaped in a report's JSON, made it 6.8 KB).
+WHY_MAX_BYTES = 512
+
+
+def short_why(why: str) -> str:
+    """``why`` as a request carries it: a reason (`acker.fail_reasons.cut`) of `WHY_MAX_BYTES` at most."""
+    text = cut(why)
+    data = text.encode()
+    if len(data) <= WHY_MAX_BYTES:
+        return text
+    return data[: WHY_MAX_BYTES - 3].decode(errors="ignore") + "…"  # a character cut in two left out
 
 
 def _answer(data: dict[str, Any]) -> bytes | None:

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
 from acker.console import printable
-from acker.coordinated import DEADLINE_MAX_S
+from acker.coordinated import DEADLINE_MAX_S, short_why
 from acker.errors import AckerError
 from acker.headers import read_headers, text
 from acker.kafka.clients import (
@@ -194,7 +194,10 @@ class DrpcClient:
             # Only answers to this client's requests still waited for: the results topic is shared.
             if answered in self._deadlines and answered not in self._answers:
                 status, why = text(headers, STATUS) or "failed", text(headers, WHY)
-                self._answers[answered] = (status, record.value() if status == "ok" else why.encode() if why else None)
+                if status != "ok":  # a failed answer's reason, as the steps keep it (anybody may write there)
+                    self._answers[answered] = (status, short_why(why).encode() if why else None)
+                else:
+                    self._answers[answered] = (status, record.value())
 
     def _read_to_ends(self, request: str) -> None:
         """Read the results topic up to its ends as they are now, until ``request`` is answered (`READ_TO_END_S` at

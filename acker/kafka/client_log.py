@@ -84,10 +84,10 @@ class RepeatFilter(logging.Filter):
         args = record.args if isinstance(record.args, tuple) else ()
         if len(args) == 3:  # facility, client name, text: leave the client's name out
             return record.levelno, f"{args[0]} {_VARYING.sub('', str(args[2]))}"
-        return record.levelno, _VARYING.sub("", record.getMessage())
+        return record.levelno, _VARYING.sub("", _text(record))
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.WARNING and _TRANSIENT.search(record.getMessage()):
+        if record.levelno == logging.WARNING and _TRANSIENT.search(_text(record)):
             record.levelno, record.levelname = logging.INFO, "INFO"
             if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
                 return False
@@ -138,16 +138,22 @@ class RepeatFilter(logging.Filter):
 def _frozen(record: logging.LogRecord) -> logging.LogRecord:
     """``record`` with its text made: held back, it keeps no argument alive (an exception, and its traceback's
     frames)."""
-    record.msg, record.args = record.getMessage(), None
+    record.msg, record.args = _text(record), None
     return record
 
 
 def _count_held(record: logging.LogRecord, held: int, over_s: float) -> None:
     """``record`` as it reads, whatever its arguments were, ending with the number of its kind held back."""
-    record.msg, record.args = (
-        record.getMessage() + f" ({held} more like this in the last {over_s:.0f} s, not shown)",
-        None,
-    )
+    record.msg, record.args = _text(record) + f" ({held} more like this in the last {over_s:.0f} s, not shown)", None
+
+
+def _text(record: logging.LogRecord) -> str:
+    """``record``'s text; its format when its arguments cannot be made text (an exception whose ``__repr__`` raises,
+    a user's): a filter runs inside the logging call, and what it raises would be raised to the caller."""
+    try:
+        return record.getMessage()
+    except Exception as error:
+        return f"{record.msg} (its arguments could not be made text: {type(error).__name__})"
 
 
 # The loggers given a `RepeatFilter` (`repeats_held_back`), whose lines held back `say_held_back` says, at most once a
@@ -184,7 +190,7 @@ def reason_kind(record: logging.LogRecord) -> tuple[int, str]:
     """A dead-lettering line's kind (``kind`` of `RepeatFilter`): its level and its reason, the fourth argument of
     ``"dead-lettering %s[%s]@%s: %s: %s"`` (topic, partition, offset, reason, detail): one line per reason."""
     args = record.args if isinstance(record.args, tuple) else ()
-    return record.levelno, str(args[3]) if len(args) > 3 else record.getMessage()
+    return record.levelno, str(args[3]) if len(args) > 3 else _text(record)
 
 
 def template_kind(record: logging.LogRecord) -> tuple[int, str]:

@@ -40,10 +40,10 @@ from typing import Any, Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState
+from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState, short_why
 from acker.dlq import DLQ_KEPT_BYTES, cut_copy
 from acker.errors import AckerError
-from acker.fail_reasons import cut, reason_of
+from acker.fail_reasons import reason_of
 from acker.headers import HeaderList, decimal, first, read_headers, record_size, text
 from acker.kafka.acker_client import fitted_batch_size
 from acker.kafka.client_log import (
@@ -590,43 +590,33 @@ class CoordinatedStage:
         if refused is not None:
             self._dead_letter(record, headers, *refused)
             return
-        fields: dict[str, Any] | None = None
+        fields: _Report | None = None
         if report is not None and self.index == 0:  # no step reports to the first: another writer's record, which
             # would open a request that waits there for its deadline (up to a day), then fails it down the chain
             self._dead_letter(record, headers, "report at the first step", "the first step has no step before it")
             return
         if report is not None:
             try:
-                fields = json.loads(report)
-                count, reporters, failed = fields["count"], fields["reporters"], fields["failed"]
-                sender = fields["from"]
-                # Exactly as written (`reports`): "false" is not False, nor 1.9 a count.
-                if any(type(n) is not int for n in (count, reporters, sender)) or type(failed) is not bool:
-                    types = [type(v).__name__ for v in (sender, count, reporters, failed)]
-                    raise TypeError(f"from, count, reporters, failed of types {types}")
-                if count < 0 or reporters < 0 or sender < 0:
-                    raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
-                if max(count, reporters, sender) > REPORT_MAX:
-                    raise ValueError(f"from, count or reporters above {REPORT_MAX}: {sender}, {count}, {reporters}")
-                # Said, never deciding (`RequestState.why`): one that is not text is left out, not refused.
-                why = cut(raw) if failed and isinstance(raw := fields.get("why"), str) else None
+                fields = _Report.read(report)
             except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: deep nesting
                 self._dead_letter(record, headers, "unreadable report", str(error))
                 return
-        state = task.request(request, deadline, now_ms, failure=fields is not None and failed)
+        state = task.request(request, deadline, now_ms, failure=fields is not None and fields.failed)
         if state is None:  # of a request finished here already, or past its deadline: nothing to do
             self.counters["late"] += 1
             _request_log.info("request %s at task %d is finished here already, or past its deadline: dropped "
                               "(counted late)", request, partition)  # fmt: skip
             return
         if fields is not None:
-            if not task.reported(state, count, reporters, failed=failed, sender=sender, why=why):
+            if not task.reported(state, fields.count, fields.reporters, failed=fields.failed, sender=fields.sender,
+                                 why=fields.why):  # fmt: skip
                 self.counters["late"] += 1  # a task's report once more (a zombie's, say): counted once
                 return
         else:
             raised: str | None = None
             try:
-                self.step.execute(self._request(partition, state), record.value(), record.key(), self._emit(state))
+                emit = self._emit(partition, state)
+                self.step.execute(self._request(partition, state), record.value(), record.key(), emit)
             except Exception as error:
                 self._raise_refused_emit(error)
                 _request_log.warning("request %s failed at task %d: %r", request, partition, error)
@@ -648,7 +638,7 @@ class CoordinatedStage:
                 self._fail_unsaved(partition, state, error)
         if not state.failed:
             try:
-                self.step.finished(self._request(partition, state), self._emit(state))
+                self.step.finished(self._request(partition, state), self._emit(partition, state))
             except Exception as error:
                 self._raise_refused_emit(error)
                 _request_log.warning("finished(%s) failed at task %d: %r", state.request, partition, error)
@@ -670,8 +660,9 @@ class CoordinatedStage:
             for report in reports:
                 body = {"from": partition, "count": report.count, "reporters": report.reporters,
                         "failed": report.failed, **({"why": report.why} if report.why is not None else {})}  # fmt: skip
+                # Its reason as UTF-8, not escaped: `WHY_MAX_BYTES` bounds the record.
                 produce(self.producer, self.output, None, partition=report.partition,
-                        headers=[*headers, (REPORT, json.dumps(body).encode())])  # fmt: skip
+                        headers=[*headers, (REPORT, json.dumps(body, ensure_ascii=False).encode())])  # fmt: skip
         self._touched[(partition, state.request)] = state  # now a done marker, until the deadline
         self.counters["failed" if state.failed else "finished"] += 1
 
@@ -687,7 +678,8 @@ class CoordinatedStage:
     def _request(self, partition: int, state: RequestState) -> Request:
         return Request(state.request, partition, state.user)
 
-    def _emit(self, state: RequestState) -> Emit:
+    def _emit(self, task: int, state: RequestState) -> Emit:
+        """The emit of the step's code at ``task``, for ``state``'s request."""
         headers = _request_headers(state)
 
         def emit(value: bytes | None, key: bytes | None = None) -> None:
@@ -705,7 +697,7 @@ class CoordinatedStage:
             if key is not None:
                 if state.routed not in (0, self.next_count):  # the request fails (`RequestState.routed`), also
                     said = f"its keys went to {state.routed} tasks of {self.output}, which has {self.next_count} now"
-                    state.fail(f"step {self.index}: {said}")  # for a step whose code goes on past the error
+                    state.fail(f"{self.tasks[task].name}: {said}")  # for a step whose code goes on past the error
                     raise CoordinationError(f"request {state.request}: {said}")
                 state.routed = self.next_count
                 partition = zlib.crc32(key) % self.next_count
@@ -958,6 +950,34 @@ def _unanswered(error: BaseException) -> bool:
     or not a commit that timed out went through: its tasks start again from what was committed."""
     cause = kafka_error(error) if isinstance(error, KafkaException) else None
     return cause is not None and not cause.fatal() and (cause.retriable() or cause.code() == KafkaError._TIMED_OUT)
+
+
+@dataclass(frozen=True)
+class _Report:
+    """A report's fields (the module docstring)."""
+
+    sender: int
+    count: int
+    reporters: int
+    failed: bool
+    why: str | None
+
+    @classmethod
+    def read(cls, report: str) -> _Report:
+        """The report's fields; `ValueError`, `KeyError`, `TypeError` or `RecursionError` when they cannot be read."""
+        fields = json.loads(report)
+        count, reporters, failed, sender = fields["count"], fields["reporters"], fields["failed"], fields["from"]
+        # Exactly as written (`reports`): "false" is not False, nor 1.9 a count.
+        if any(type(n) is not int for n in (count, reporters, sender)) or type(failed) is not bool:
+            types = [type(v).__name__ for v in (sender, count, reporters, failed)]
+            raise TypeError(f"from, count, reporters, failed of types {types}")
+        if count < 0 or reporters < 0 or sender < 0:
+            raise ValueError(f"negative from, count or reporters: {sender}, {count}, {reporters}")
+        if max(count, reporters, sender) > REPORT_MAX:
+            raise ValueError(f"from, count or reporters above {REPORT_MAX}: {sender}, {count}, {reporters}")
+        # Said, never deciding (`RequestState.why`): one that is not text is left out, not refused.
+        why = short_why(raw) if failed and isinstance(raw := fields.get("why"), str) else None
+        return cls(sender, count, reporters, failed, why)
 
 
 # What a request state that cannot be saved raises (`CoordinatedStage._saved`): nested too deep for JSON, too.

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer
 from acker import service
 from acker.config import ServiceConfig
 from acker.kafka import client_log
-from acker.kafka.client_log import LOGGER_NAME, RepeatFilter, reason_kind
+from acker.kafka.client_log import LOGGER_NAME, RepeatFilter, reason_kind, template_kind
 from acker.kafka.local_broker import free_ports
 
 
@@ -88,16 +88,42 @@ def test_lines_held_back_are_said_once_their_interval_has_passed_without_waiting
         assert said() == []  # within the interval of each kind
         now[0] = 35.0
         client_log._next_say = 0.0
+        before = time.time()
         client_log.say_held_back()  # wrong-partition's interval has passed, bad-magic's not
-        client_log.say_held_back()  # once a second at most: nothing
+        [record] = [r for r in caplog.records if r.name == "acker.test.held_back"]
+        assert record.created >= before and record.args is None  # stamped when said; its text made when held
         assert said() == ["dead-lettering acker[0]@4: wrong-partition: detail (2 more like this in the last 35 s, not "
                           "shown; this one 35 s ago)"]  # fmt: skip
+        now[0] = 45.0  # bad-magic's interval has passed too, but a second has not since the last say
+        client_log.say_held_back()
+        assert said() == []
         line(7)  # held: a line of its kind was said at 35 s
-        now[0] = 36.0
+        now[0] = 46.0
         client_log.say_held_back(stopping=True)  # at a stop, every kind, its interval passed or not
         client_log.say_held_back(stopping=True)  # nothing held since
     assert said() == ["dead-lettering acker[0]@7: wrong-partition: detail (this one 1 s ago)",
-                      "dead-lettering acker[0]@6: bad-magic: detail (this one 26 s ago)"]  # fmt: skip
+                      "dead-lettering acker[0]@6: bad-magic: detail (this one 36 s ago)"]  # fmt: skip
+
+
+class _UnprintableError(Exception):
+    def __repr__(self) -> str:
+        raise RuntimeError("a user's __repr__")
+
+
+def test_a_line_whose_arguments_cannot_be_made_text_is_held_back_not_raised_to_the_caller() -> None:
+    """A step's exception whose ``__repr__`` raised went through the filter, which made the line's text to hold it
+    back: the logging call raised, in the step's batch, at every try."""
+    now = [0.0]
+    kept = RepeatFilter(interval_s=30, clock=lambda: now[0], kind=template_kind)  # as the steps' request lines
+
+    def line(error: Exception) -> logging.LogRecord:
+        return logging.LogRecord("acker.coordinated.requests", logging.WARNING, "", 0, "request %s failed: %r",
+                                 ("r1", error), None)  # fmt: skip
+
+    assert kept.filter(line(ValueError("first")))
+    held = line(_UnprintableError())
+    assert not kept.filter(held)
+    assert held.getMessage() == "request %s failed: %r (its arguments could not be made text: RuntimeError)"
 
 
 def test_one_line_of_a_kind_per_interval_then_the_count_held_back() -> None:

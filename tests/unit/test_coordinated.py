@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acker.coordinated import FAILURE_GRACE_MS, Report, RequestState, TaskState
+from acker.coordinated import FAILURE_GRACE_MS, WHY_MAX_BYTES, Report, RequestState, TaskState
 
 
 def _open(task: TaskState, request: str, deadline_ms: int) -> RequestState:
@@ -86,8 +86,11 @@ def test_why_a_request_failed_travels_downstream_the_first_reason_standing() -> 
     assert late.why == "step 1 task 0: its deadline passed before it finished here"
     unsaid = _open(later, "t", 10_000)
     later.reported(unsaid, count=0, reporters=1, failed=True, sender=0)  # from a step of an earlier version
-    assert unsaid.why == "failed upstream (task 0 of the step before reported it failed, saying no more)"
+    assert unsaid.why == "step 1 task 0: failed upstream (task 0 of the step before said so, not why)"
     assert len(str(_failed("x" * 10_000).why)) == 500  # cut as the reasons of fails are (`fail_reasons.cut`)
+    # and to WHY_MAX_BYTES of UTF-8: it rides on reports and answers, whose size nothing else checks
+    emoji = _failed("\N{GRINNING FACE}" * 600).why
+    assert emoji is not None and len(emoji.encode()) <= WHY_MAX_BYTES and emoji.endswith("…")
 
 
 def _failed(why: str) -> RequestState:

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from acker.config import ServiceConfig
-from acker.coordinated import FAILURE_GRACE_MS, RequestState, TaskState
+from acker.coordinated import FAILURE_GRACE_MS, WHY_MAX_BYTES, RequestState, TaskState
 from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
 from acker.kafka import coordinated_stage
@@ -152,7 +152,7 @@ def test_step_state_holding_a_nan_is_saved_not_failed() -> None:
     assert state.failed
 
 
-UNSAID = b"failed upstream (task 0 of the step before reported it failed, saying no more)"
+UNSAID = b"this task: failed upstream (task 0 of the step before said so, not why)"
 
 
 @pytest.mark.parametrize(
@@ -170,6 +170,24 @@ def test_a_failed_reports_reason_is_the_failed_answers_and_one_that_is_not_text_
     headers = dict(answer["headers"])
     assert (headers[STATUS], headers[WHY]) == (b"failed", said)
     assert stage.counters["dead_letters"] == 0  # a reason never decides: not a report refused
+
+
+class _Raising(_Answer):
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        raise ValueError("\N{GRINNING FACE}" * 600)
+
+
+def test_a_failed_reports_reason_is_held_to_its_bytes_in_the_report() -> None:
+    """Cut to 500 characters, escaped in the report's JSON: 600 emoji made a report header of 5.7 KB, which no size
+    check looks at (a topic taking the step's records could refuse the report, and the whole batch with it)."""
+    stage = _first_step(_Raising(b"x"))
+    now_ms = int(time.time() * 1000)
+    headers: list[tuple[str, str | bytes | None]] = [(REQUEST, b"r1"), (DEADLINE, str(now_ms + 60_000).encode())]
+    _handle(stage, Message(topic="c.step0", partition=0, offset=3, headers=headers), now_ms)
+    [report] = _out(stage, "c.step1")
+    body = dict(report["headers"])[REPORT]
+    assert len(body) <= WHY_MAX_BYTES + 100
+    assert json.loads(body)["why"].startswith("this task: execute: ValueError: \N{GRINNING FACE}")
 
 
 class _Pairing(_Answer):
