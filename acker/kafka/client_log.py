@@ -125,8 +125,8 @@ class RepeatFilter(logging.Filter):
             for kind, seen in self._kinds.items():
                 if seen.held and seen.last is not None and (every or now - seen.shown_at >= self.interval_s):
                     line, ago = seen.last, f"this one {now - seen.last_at:.0f} s ago"
-                    more = f"{seen.held - 1} more like this in the last {now - seen.shown_at:.0f} s, not shown; "
-                    line.msg = f"{line.msg} ({more if seen.held > 1 else ''}{ago})"
+                    more = f"{_held_note(seen.held - 1, now - seen.shown_at)}; " if seen.held > 1 else ""
+                    line.msg = f"{line.msg} ({more}{ago})"
                     # Stamped when said, among the lines said then (its own time is in its text).
                     line.created = time.time()
                     line.msecs = line.created % 1 * 1000
@@ -144,7 +144,11 @@ def _frozen(record: logging.LogRecord) -> logging.LogRecord:
 
 def _count_held(record: logging.LogRecord, held: int, over_s: float) -> None:
     """``record`` as it reads, whatever its arguments were, ending with the number of its kind held back."""
-    record.msg, record.args = _text(record) + f" ({held} more like this in the last {over_s:.0f} s, not shown)", None
+    record.msg, record.args = f"{_text(record)} ({_held_note(held, over_s)})", None
+
+
+def _held_note(held: int, over_s: float) -> str:
+    return f"{held} more like this in the last {over_s:.0f} s, not shown"
 
 
 def _text(record: logging.LogRecord) -> str:
@@ -176,6 +180,8 @@ def say_held_back(*, stopping: bool = False) -> None:
     calls it at every turn, and at its stop (``stopping``: whether the interval has passed or not)."""
     global _next_say  # noqa: PLW0603 # one schedule per process, as the filters are
     now = time.monotonic()
+    if now < _next_say and not stopping:  # read unlocked: a loop's every turn takes no lock (checked again in it)
+        return
     with _attaching:
         if now < _next_say and not stopping:
             return
