@@ -79,7 +79,7 @@ from acker.core.tuple_tree import UNTRACKED, InputTuple, TupleIds, anchored
 from acker.errors import ProtocolError
 from acker.headers import HeaderList, Headers, pairs, read_headers, split
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
-from acker.kafka.client_log import say_held_back
+from acker.kafka.client_log import run_turns
 from acker.kafka.clients import (
     REBALANCING,
     ProducerFailedError,
@@ -324,15 +324,7 @@ class Bolt:
         self._collector = Collector(self)
 
     def run(self, stop: threading.Event) -> None:
-        try:
-            while not stop.is_set():
-                self.step(0.1)
-                say_held_back()
-        finally:
-            try:
-                self.close()
-            finally:
-                say_held_back(stopping=True)
+        run_turns(stop, lambda: self.step(0.1), self.close)
 
     def close(self) -> None:
         """Commit what is processed once delivered (30 s at the most), leave the group (records written out and still

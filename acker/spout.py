@@ -55,7 +55,7 @@ from acker.core.tuple_tree import UNTRACKED, SpoutTree
 from acker.errors import ConfigError, ProtocolError, UnreadableHeadersError
 from acker.headers import HeaderList, Headers, decimal, first, read_headers, text
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
-from acker.kafka.client_log import say_held_back, serve_log_lines
+from acker.kafka.client_log import run_turns, serve_log_lines
 from acker.kafka.clients import (
     TOO_LARGE,
     KafkaClientError,
@@ -426,15 +426,7 @@ class Spout:
     # -- the loop -------------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        try:
-            while not stop.is_set():
-                self.step(0.1)
-                say_held_back()
-        finally:
-            try:
-                self.close()
-            finally:
-                say_held_back(stopping=True)
+        run_turns(stop, lambda: self.step(0.1), self.close)
 
     def close(self) -> None:
         """Deliver what is in flight (30 s at the most), leave the groups, and free the producer if it delivered

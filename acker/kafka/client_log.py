@@ -192,6 +192,20 @@ def say_held_back(*, stopping: bool = False) -> None:
             logger.callHandlers(record)  # not `handle`: the filter passed it already, and would hold it again
 
 
+def run_turns(stop: threading.Event, turn: Callable[[], object], close: Callable[[], None]) -> None:
+    """A process's loop: ``turn`` until ``stop`` is set, saying held-back lines at each turn, then ``close``; the lines
+    still held back are said at the stop even when ``turn`` or ``close`` raises."""
+    try:
+        while not stop.is_set():
+            turn()
+            say_held_back()
+    finally:
+        try:
+            close()
+        finally:
+            say_held_back(stopping=True)
+
+
 def reason_kind(record: logging.LogRecord) -> tuple[int, str]:
     """A dead-lettering line's kind (``kind`` of `RepeatFilter`): its level and its reason, the fourth argument of
     ``"dead-lettering %s[%s]@%s: %s: %s"`` (topic, partition, offset, reason, detail): one line per reason."""

@@ -50,7 +50,7 @@ from acker.kafka.client_log import (
     RepeatFilter,
     reason_kind,
     repeats_held_back,
-    say_held_back,
+    run_turns,
     serve_log_lines,
     template_kind,
 )
@@ -287,17 +287,14 @@ class CoordinatedStage:
 
     def run(self, stop: threading.Event) -> None:
         try:
-            while not stop.is_set():
-                self.poll(0.1)
-                say_held_back()
+            run_turns(stop, lambda: self.poll(0.1), self._close_clients)
         finally:
-            try:
-                self.consumer.close()
-                if not self._wedged:
-                    self.producer.flush(10)
-            finally:
-                say_held_back(stopping=True)
             log.info("step %d stopped: %s", self.index, ", ".join(f"{n} {name}" for name, n in self.counters.items()))
+
+    def _close_clients(self) -> None:
+        self.consumer.close()
+        if not self._wedged:
+            self.producer.flush(10)
 
     def poll(self, timeout_s: float) -> int:
         """Read what is there and process it in one transaction, with the requests past their deadline.

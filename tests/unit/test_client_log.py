@@ -105,6 +105,32 @@ def test_lines_held_back_are_said_once_their_interval_has_passed_without_waiting
                       "dead-lettering acker[0]@6: bad-magic: detail (this one 36 s ago)"]  # fmt: skip
 
 
+def test_a_loop_says_what_is_held_back_at_its_stop_when_its_close_raises(caplog: pytest.LogCaptureFixture) -> None:
+    """`run_turns`, the spouts', bolts' and coordinated steps' loop: turns until stopped, then closes; a line held back
+    is said at the stop even when the close raises, and the close's error is not swallowed."""
+    logger = logging.getLogger("acker.test.run_turns")
+    client_log.repeats_held_back(logger, RepeatFilter(interval_s=30, kind=reason_kind))
+    stop = threading.Event()
+    turns = []
+
+    def turn() -> None:
+        turns.append(len(turns))
+        logger.warning("dead-lettering %s[%d]@%d: %s: %s", "acker", 0, len(turns), "bad-magic", "detail")
+        if len(turns) == 3:
+            stop.set()
+
+    def close() -> None:
+        raise OSError("the close failed")
+
+    with caplog.at_level(logging.WARNING, logger="acker.test.run_turns"), pytest.raises(OSError, match="close failed"):
+        client_log.run_turns(stop, turn, close)
+    lines = [r.getMessage() for r in caplog.records if r.name == "acker.test.run_turns"]
+    assert turns == [0, 1, 2]
+    assert lines[0] == "dead-lettering acker[0]@1: bad-magic: detail"
+    assert lines[1].startswith("dead-lettering acker[0]@3: bad-magic: detail (1 more like this in the last")
+    assert len(lines) == 2
+
+
 class _UnprintableError(Exception):
     def __repr__(self) -> str:
         raise RuntimeError("a user's __repr__")
