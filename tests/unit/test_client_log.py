@@ -111,7 +111,7 @@ def test_a_loop_says_what_is_held_back_at_its_stop_when_its_close_raises(caplog:
     logger = logging.getLogger("acker.test.run_turns")
     client_log.repeats_held_back(logger, RepeatFilter(interval_s=30, kind=reason_kind))
     stop = threading.Event()
-    turns = []
+    turns: list[int] = []
 
     def turn() -> None:
         turns.append(len(turns))
