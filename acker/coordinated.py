@@ -194,12 +194,25 @@ class TaskState:
         self._schedule_heap: list[tuple[int, int, RequestState]] = []
         self._ties = itertools.count()
         self.requests: dict[str, RequestState] = _Requests(self._schedule)
+        # Requests failed when restored (`unreadable`), to finish at once: `expired` returns them, whatever their
+        # deadline, until they are done or replaced.
+        self._failing: list[RequestState] = []
 
     def reschedule(self) -> None:
         """The schedule made again from the requests held, its stale entries gone: after a restore, which put the
         state of each changelog record on it, and a state a later record replaced stayed held until its due time."""
         self._schedule_heap = [(_due_ms(state), next(self._ties), state) for state in self.requests.values()]
         heapq.heapify(self._schedule_heap)
+
+    def unreadable(self, request: str, why: str, now_ms: int) -> RequestState:
+        """The request's state saved here could not be read back (``why``): failed, as its answer could not be
+        trusted, and to be finished at once (`expired` returns it). Its deadline is not known: the longest a request
+        may have, so that its done marker keeps what still comes for it from reopening it."""
+        state = RequestState(request, now_ms + DEADLINE_MAX_S * 1000)
+        state.fail(f"{self.name}: {why}")
+        self.requests[request] = state
+        self._failing.append(state)
+        return state
 
     def _schedule(self, state: RequestState) -> None:
         heapq.heappush(self._schedule_heap, (_due_ms(state), next(self._ties), state))
@@ -294,9 +307,11 @@ class TaskState:
         return reports
 
     def expired(self, now_ms: int) -> tuple[list[RequestState], list[str]]:
-        """At ``now_ms``: (requests past their deadline and not finished, marked failed: the caller finishes them;
+        """At ``now_ms``: (requests past their deadline, or failed as restored (`unreadable`), and not finished,
+        marked failed: the caller finishes them;
         done markers ``FAILURE_GRACE_MS`` past the deadline, forgotten: the caller deletes them from the changelog)."""
-        late: dict[str, RequestState] = {}
+        self._failing = [state for state in self._failing if self._unfinished(state)]
+        late: dict[str, RequestState] = {state.request: state for state in self._failing}
         forgotten: list[str] = []
         heap = self._schedule_heap
         while heap and heap[0][0] <= now_ms:
@@ -316,10 +331,15 @@ class TaskState:
 
     def has_expired(self, now_ms: int) -> bool:
         """Whether `expired` has anything to return at ``now_ms``."""
+        if any(self._unfinished(state) for state in self._failing):
+            return True
         heap = self._schedule_heap
         while heap and not self._current(heap[0]):
             heapq.heappop(heap)
         return bool(heap) and heap[0][0] <= now_ms
+
+    def _unfinished(self, state: RequestState) -> bool:
+        return not state.done and self.requests.get(state.request) is state
 
 
 # Why a request failed is kept to this many bytes of UTF-8 (`short_why`): it rides on reports and on a failed answer,

@@ -21,7 +21,7 @@ finished, a tombstone once that is forgotten: `acker.coordinated`) and the input
 mid-batch leaves nothing visible; the partition's next owner reloads the changelog and goes on from the committed
 offsets, so a task restarted mid-request changes nothing in the answer. Records without a request header are copied
 to ``N.step<i>.dlq`` with the reason, in the same transaction, as are reports sent to the first step (none reports
-there).
+there) and changelog records a task's restore cannot read (their request fails).
 """
 
 from __future__ import annotations
@@ -226,6 +226,10 @@ class CoordinatedStage:
             "producers_renewed": 0,  # producers replaced after an outage left them without transactions
         }  # fmt: skip
         self._touched: dict[tuple[int, str], RequestState | None] = {}
+        # By task: the changelog records its restore could not read (`_restored`), with why, the last of their key:
+        # copied to the dead-letter topic by the next batch, and those whose key names no request deleted from the
+        # changelog (a request's own is replaced by its done marker). Set again by each restore of the task.
+        self._unreadable: dict[int, list[tuple[Message, str]]] = {}
         self._round_robin = 0
         # The batch's emit that the producer refused as its transaction had failed (`_doomed`): what the step's code
         # raises after it fails the batch, not the request, whatever it made of the error. Cleared at each batch.
@@ -311,7 +315,8 @@ class CoordinatedStage:
         if time.monotonic() >= self._next_count_check:  # before the records: an assignment in that consume asks
             self._check_counts()
         now_ms = int(time.time() * 1000)
-        if not records and not any(task.has_expired(now_ms) for task in self.tasks.values()):
+        unreadable = [p for p in self._unreadable if p in self.tasks]
+        if not records and not unreadable and not any(task.has_expired(now_ms) for task in self.tasks.values()):
             return 0
         # A transaction of expired requests only sends offsets too (below): found before it begins, as a lookup may
         # have to ask the group's coordinator. Its first record, if this process owns its partition, gives one
@@ -334,14 +339,17 @@ class CoordinatedStage:
                     records = records[:i]
                     break
                 self._handle(record, headers[i], now_ms)
+            for partition in unreadable:
+                changed.add(partition)
+                self._drop_unreadable(partition)
             # After the records: one of them may have finished a request that is also past its deadline.
             for partition, task in self.tasks.items():
                 if task.has_expired(now_ms):
                     changed.add(partition)
                 late, forgotten = task.expired(now_ms)
                 for state in late:
-                    _request_log.warning("request %s is past its deadline at task %d: failing it", state.request,
-                                         partition)  # fmt: skip
+                    # Past its deadline, or its saved state unreadable (`TaskState.unreadable`): why says which.
+                    _request_log.warning("request %s failed: %s", state.request, state.why)
                     self._finish(partition, state)
                     late_done.append((partition, state.request))
                 for request in forgotten:
@@ -356,6 +364,8 @@ class CoordinatedStage:
         except BaseException as error:
             failure = error
         else:
+            for partition in unreadable:
+                self._unreadable.pop(partition, None)
             if records:  # not a transaction of expiries only, which may come between two failures of the same records
                 self._abortable_in_row = 0
             return len(records)
@@ -893,6 +903,15 @@ class CoordinatedStage:
     def _drop(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.tasks.pop(tp.partition, None)
+            self._unreadable.pop(tp.partition, None)
+
+    def _drop_unreadable(self, partition: int) -> None:
+        """Within a batch: the task's changelog records its restore could not read, copied to the dead-letter topic;
+        each whose key is not a request's (not UTF-8) deleted from the changelog, as no done marker replaces it."""
+        for record, why in self._unreadable[partition]:
+            self._dead_letter(record, read_headers(record) or [], "unreadable state", why)
+            if not _utf8(record.key()):
+                produce(self.producer, self.changelog, None, key=record.key(), partition=partition)
 
     def _restore(self, partition: int) -> TaskState:
         """The task's requests as last committed: the changelog partition read to its end, once the committed input
@@ -906,31 +925,52 @@ class CoordinatedStage:
                          name=f"step {self.index} task {partition}",
                          after_first=self.index == 1, upstream_tasks=self._upstream_tasks)  # fmt: skip
         self._committed([TopicPartition(self.input, partition)])  # stable: waits for a transaction committing it
+        unreadable: dict[bytes, tuple[Message, str]] = {}  # by key: the last record of a key, when unreadable
         with AsWritten(self.config.client(), self.group) as reading:
             low, high = reading.bounds(TopicPartition(self.changelog, partition))
             for record in reading.read(TopicPartition(self.changelog, partition, low), high):
-                key, state = _restored(record)
+                unreadable.pop(record.key() or b"", None)
+                if record.value() is None and not _utf8(record.key()):  # deletes a record that named no request
+                    continue
+                try:
+                    key, state = _restored(record)
+                except _UnreadableStateError as error:
+                    unreadable[record.key() or b""] = (record, str(error))
+                    continue
                 if state is None:
                     task.requests.pop(key, None)
                 else:
                     task.requests[key] = state
         task.reschedule()
+        now_ms = int(time.time() * 1000)
+        for raw, (record, why) in unreadable.items():  # said when the next batch dead-letters them
+            if not _utf8(raw):  # not a request's: the step writes every key as UTF-8
+                continue
+            request = raw.decode()
+            where = f"{self.changelog}[{partition}] offset {record.offset()}"
+            task.unreadable(request, f"its saved state could not be read ({where}: {why})", now_ms)
+        if unreadable:
+            self._unreadable[partition] = list(unreadable.values())
+        else:
+            self._unreadable.pop(partition, None)
         return task
+
+
+class _UnreadableStateError(ValueError):
+    """A changelog record that is not a request's state."""
 
 
 def _restored(record: Message) -> tuple[str, RequestState | None]:
     """A request's key and state as a changelog record holds them (None: a tombstone, the request is done);
-    `CoordinationError` when they cannot be read (a key not UTF-8, a value not the step's JSON or out of range: a
-    record another producer wrote there). The task cannot be restored without it, nor go on with it left out (its
-    request's answer would be wrong): the step stops, saying where the record lies, rather than with a traceback from
-    inside the consumer's poll; the record stays for whoever mends the topic."""
+    `_UnreadableStateError` when they cannot be read (a key not UTF-8, a value not the step's JSON or out of range:
+    a record another producer wrote there, or a step of another version). The task goes on without it, never with a
+    state it could not read: the record's request, if its key names one, fails (its answer could not be trusted,
+    `TaskState.unreadable`), and the record is copied to the step's dead-letter topic (`_drop_unreadable`)."""
     try:
         key, value = (record.key() or b"").decode(), record.value()
         return key, None if value is None else RequestState.from_json(json.loads(value))
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
-        where = f"{record.topic()}[{record.partition()}] offset {record.offset()}"
-        raise CoordinationError(f"changelog record at {where} is not a request's state ({type(error).__name__}: "
-                                f"{error}): the task cannot be restored") from None  # fmt: skip
+        raise _UnreadableStateError(f"{type(error).__name__}: {short_why(str(error))}") from None
 
 
 def _doomed(error: BaseException) -> bool:
@@ -1009,7 +1049,8 @@ def _same(restored: Any, kept: Any) -> bool:
 
 
 def _utf8(value: bytes | str | None) -> bool:
-    """Whether a header value is text as it is: `text` reads bytes that are not UTF-8 with replacement characters."""
+    """Whether a header value or a key is text as it is: `text` reads bytes that are not UTF-8 with replacement
+    characters."""
     if isinstance(value, bytes):
         try:
             value.decode("utf-8")

@@ -29,6 +29,7 @@ from acker.kafka.coordinated_stage import (
     REPORT,
     REQUEST,
     STATUS,
+    WHY,
     Chain,
     CoordinatedStage,
     CoordinationError,
@@ -910,23 +911,56 @@ def test_a_task_restored_while_its_previous_owners_last_batch_commits_holds_that
     assert restored.requests["r9"].user == {"n": 2}
 
 
+def _fan_out_count(n: int) -> list[Step]:
+    return [_FanOut(n), _Count()]
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [(b"r9", b"not json"), (b"r9", b'{"request": "r9"}'), (b"r9", b"[1]"),
-     (b"r9", b'{"request": "r9", "deadline_ms": 1e999}'), (b"\xff", None)],
+     (b"r9", b'{"request": "r9", "deadline_ms": 1e999}'), (b"\xfe", b"{")],
 )  # fmt: skip
-def test_a_changelog_record_that_is_not_a_requests_state_stops_the_step_saying_where(
+def test_a_changelog_record_that_is_not_a_requests_state_is_dead_lettered_and_fails_its_request(
     config: ServiceConfig, key: bytes, value: bytes | None
 ) -> None:
     """A record another producer wrote to a step's changelog (or a deadline of 1e999, which JSON takes and int()
-    does not; a key not UTF-8, even on a tombstone) stopped the step with a traceback from inside the consumer's
-    poll, at every restart, and said not where the record lay."""
+    does not; a key not UTF-8) stopped the step at every restart until the topic was mended by hand, and every
+    request of the chain with it. It is copied to the step's dead-letter topic, where it lay and why; the request its
+    key names fails, answered so with why (its answer could not be trusted), and its done marker replaces the record
+    (a key naming no request, a tombstone, which a restore reads as deleting it); the step goes on, and a restart
+    finds nothing more to dead-letter."""
     chain = _small_chain(config, 2)
     changelog = f"{chain.topic(1)}.state"
     producer = Producer(config.producer())
     produce(producer, changelog, value, key=key, partition=0)
     assert producer.flush(30) == 0
-    running = Running(CoordinatedStage(config, chain, 1, _Count()))
-    running.thread.join(60)  # it ends by itself, when its task comes to it
-    with pytest.raises(CoordinationError, match=rf"changelog record at {changelog}\[0\] offset 0 is not a request's"):
-        running.stop()
+    stages = [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(_fan_out_count(3))]
+    client = DrpcClient(config, chain)
+    try:
+        assert client.call(b"go", timeout_s=60) == b"3"  # the step goes on
+        [letter] = _read(config, f"{chain.topic(1)}.dlq")
+        said = dict(letter.headers())
+        assert (letter.key(), letter.value()) == (key, value)
+        assert said["acker.dlq.origin"] == f"{changelog}/0/0".encode()
+        assert said["acker.dlq.reason"].startswith(b"unreadable state: ")
+        [*_, last] = [r for r in _read(config, changelog) if r.key() == key]
+        assert last.offset() > 0
+        if key == b"r9":
+            marker = RequestState.from_json(json.loads(last.value()))
+            assert marker.done and marker.failed
+            [answer] = [r for r in _read(config, chain.results) if r.key() == b"r9"]
+            status = dict(answer.headers())
+            assert status[STATUS] == b"failed"
+            assert status[WHY].startswith(b"step 1 task 0: its saved state could not be read (" + changelog.encode()
+                                          + b"[0] offset 0: ")  # fmt: skip
+        else:
+            assert last.value() is None  # a tombstone: compaction drops the record
+        for stage in stages:
+            stage.stop()
+        stages = [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(_fan_out_count(2))]
+        assert client.call(b"go", timeout_s=60) == b"2"
+        assert len(_read(config, f"{chain.topic(1)}.dlq")) == 1
+    finally:
+        client.close()
+        for stage in stages:
+            stage.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acker.coordinated import FAILURE_GRACE_MS, WHY_MAX_BYTES, Report, RequestState, TaskState
+from acker.coordinated import DEADLINE_MAX_S, FAILURE_GRACE_MS, WHY_MAX_BYTES, Report, RequestState, TaskState
 
 
 def _open(task: TaskState, request: str, deadline_ms: int) -> RequestState:
@@ -319,3 +319,23 @@ def test_a_task_restored_from_its_changelog_keeps_on_its_schedule_only_the_state
     task.reschedule()
     assert [entry[2] for entry in task._schedule_heap] == [task.requests["r"]]
     assert task.expired(5_000)[0] == [task.requests["r"]]
+
+
+def test_a_request_whose_saved_state_cannot_be_read_fails_at_once_and_its_marker_outlives_any_deadline() -> None:
+    """A changelog record that could not be read stopped the step; its request fails instead, finished at the next
+    batch whatever its deadline (not known), and its done marker holds back what still comes for it for a day."""
+    task = TaskState(first=False, tasks=1, next_tasks=1, name="step 1 task 0")
+    task.requests["ok"] = RequestState("ok", 50_000)
+    state = task.unreadable("r9", "its saved state could not be read (x)", 1_000)
+    assert state.failed and state.why == "step 1 task 0: its saved state could not be read (x)"
+    assert task.has_expired(1_000) and task.expired(1_000) == ([state], [])
+    assert task.expired(1_001) == ([state], [])  # until it is finished
+    [report] = task.reports(state)
+    assert report.failed and report.why == "step 1 task 0: its saved state could not be read (x)"
+    assert not task.has_expired(1_002) and task.expired(1_002) == ([], [])
+    assert task.request("r9", 60_000, 2_000) is None  # a message still coming for it: late
+    day_on = 1_000 + DEADLINE_MAX_S * 1000 + FAILURE_GRACE_MS
+    assert task.request("r9", day_on + 60_000, day_on) is not None  # the marker forgotten: a new request
+    replaced = task.unreadable("r8", "x", 1_000)
+    task.requests["r8"] = RequestState("r8", 50_000)  # another state put for its key since
+    assert task.expired(1_003) == ([], []) and not replaced.done

@@ -55,6 +55,7 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0, "assigned": 0,
                       "started_over": 0, "producers_renewed": 0}  # fmt: skip
     stage._touched, stage.producer, stage._refused_emit = {}, _Producer(), None  # type: ignore[assignment]
+    stage._unreadable = {}
     stage.max_record = stage.max_dead_letter = 1_000_000 - 1024
     stage.tasks = {0: TaskState(first=False, tasks=1, next_tasks=1, after_first=True)}  # step 1, as the stage makes it
     return stage
