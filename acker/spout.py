@@ -252,11 +252,14 @@ class Emitter:
     Kept and called later, it raises `ProtocolError`: the record's tree is started (its init sent) when the function
     returns, and a tuple emitted after that would not be in it."""
 
-    __slots__ = ("_spout", "_tree", "closed", "emitted")
+    __slots__ = ("_spout", "_tree", "closed", "emitted", "source")
 
-    def __init__(self, spout: Spout, tree: SpoutTree | None) -> None:
+    def __init__(self, spout: Spout, tree: SpoutTree | None, source: str) -> None:
         self._spout, self._tree, self.closed = spout, tree, False
         self.emitted = 0  # tuples sent
+        # The source record's coordinates, ``<topic>/<partition>/<offset>``, a replayed copy's origin's: one id for
+        # every attempt of a record (the id `on_outcome` is told), for a sink to deduplicate on what a replay re-sends.
+        self.source = source
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None) -> None:
         if self.closed:
@@ -512,13 +515,13 @@ class Spout:
             headers = read_headers(record)
             if self._hold(record, headers, now_ms):  # whether its headers can be read or not
                 continue
-            told_as = None
-            if self._on_outcome is not None and headers is not None and record.topic() == self._replay_topic:
-                told_as = text(headers, ORIGIN)  # a replay is told under the id of the record it replays
-            self._start(record, time.monotonic(), unreadable=headers is None, told_as=told_as)
+            origin = None  # a replay's: its record is told under the id of the record it replays, and emitted so
+            if headers is not None and record.topic() == self._replay_topic:
+                origin = text(headers, ORIGIN)
+            self._start(record, time.monotonic(), unreadable=headers is None, origin=origin)
             self.acker.poll_due()  # a slow emit function: inits go out at their linger, not after the whole batch
 
-    def _start(self, record: Message, now: float, *, unreadable: bool = False, told_as: str | None = None) -> None:
+    def _start(self, record: Message, now: float, *, unreadable: bool = False, origin: str | None = None) -> None:
         """Start the record's tree. If the emit function raises (the record's fault or the function's), the tree is
         failed rather than the spout stopped, as a bolt fails an input its function raises on: a fail and its init (the
         edges of the tuples emitted before the raise) go to the acker, which nacks it ``FAILED``, and the replay
@@ -531,8 +534,8 @@ class Spout:
         headers. The replay job dead-letters it as such (``unreadable-headers``), with its coordinates, where it lies
         whole.
 
-        ``told_as``: the id ``on_outcome`` is told the record's outcome under, when not its coordinates (a replay's
-        origin)."""
+        ``origin``: the coordinates of the record a replay replays, the id ``on_outcome`` is told its outcome under
+        (`Emitter.source`)."""
         msg_id = f"{record.topic()}/{record.partition()}/{record.offset()}"
         self.counters["read"] += 1
         # A tree of the record read before (a rebalance gave its partition back) no longer counts, whether or not the
@@ -540,10 +543,10 @@ class Spout:
         replaced = self.pending.pop(msg_id, None)
         if replaced is not None:
             self._started_at.pop(replaced, None)
-        if told_as is not None:
-            self._told_as[msg_id] = told_as
+        if origin is not None and self._on_outcome is not None:
+            self._told_as[msg_id] = origin
         tree = SpoutTree(self.settings.name, msg_id, self._ids) if self.settings.tracked else None
-        emitter = Emitter(self, tree)
+        emitter = Emitter(self, tree, origin or msg_id)
         raised: str | None = None  # the reason of its fail, when the function raised
         try:
             if unreadable:

@@ -39,9 +39,8 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from acker.bolt import BasicCollector, BasicFunction, Bolt, BoltInput, Collector
 from acker.config import ServiceConfig
-from acker.headers import HeaderValue, first, read_headers, text
+from acker.headers import HeaderValue, first, read_headers
 from acker.kafka.clients import READ_TO_SETTINGS, log_bounds, read_to, topic_partitions
-from acker.retries import ORIGIN
 from acker.spout import Emitter
 
 log = logging.getLogger("acker.wordcount")
@@ -154,16 +153,14 @@ def _crasher(crash_after: int | None, marker: str | None = None) -> Iterator[Non
         yield None
 
 
-def traced_sentences(output: str, replay_topic: str) -> Callable[[Message, Emitter], None]:
-    """The spout's emit function with tracing: each record forwarded with its origin in header ``wc.sentence``: the
-    replay job's ``ORIGIN`` for a record of the spout's ``replay_topic`` only, as the spout trusts it (a source record
+def traced_sentences(output: str) -> Callable[[Message, Emitter], None]:
+    """The spout's emit function with tracing: each record forwarded with its origin in header ``wc.sentence``
+    (`Emitter.source`: a replayed copy's origin, as the spout reads it from its own replay topic only; a source record
     copied from another pipeline's replay topic may carry one naming a record of that pipeline)."""
 
     def emit(record: Message, emitter: Emitter) -> None:
         headers = read_headers(record) or []  # the spout fails a record whose headers cannot be read before this
-        replayed = text(headers, ORIGIN) if record.topic() == replay_topic else None
-        origin = replayed or f"{record.topic()}/{record.partition()}/{record.offset()}"
-        emitter.emit(output, record.value(), record.key(), [*headers, (SENTENCE, origin.encode())])
+        emitter.emit(output, record.value(), record.key(), [*headers, (SENTENCE, emitter.source.encode())])
 
     return emit
 

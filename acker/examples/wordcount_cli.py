@@ -183,7 +183,7 @@ def cmd_spout(args: argparse.Namespace) -> int:
         tracked=not args.untracked,
     )
     metrics = serve_stages(args.stage_metrics_port)  # first: a port in use stops it before it joins its group
-    traced = traced_sentences(topics.split, config.replay_topic(topics.spout)) if args.trace else None
+    traced = traced_sentences(topics.split) if args.trace else None
     spout = Spout(config, settings, traced)
     metrics.add(spout)
     return run_until_signalled(spout)

@@ -1027,7 +1027,7 @@ def test_spouts_and_bolts_fit_their_batches_to_the_topics_they_write(
         with caplog.at_level(logging.ERROR, logger="acker.client"):
             for _ in range(2):
                 unnamed._collector.emit(small_out, b"unanchored")
-                Emitter(other, None).emit(small_out, b"untracked")
+                Emitter(other, None, "src/0/0").emit(small_out, b"untracked")
     finally:
         unnamed.close()
         other.close()

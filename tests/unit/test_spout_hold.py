@@ -54,7 +54,7 @@ def test_a_spout_sends_its_inits_at_their_linger_while_it_works_through_a_batch(
     first record's init for the whole batch."""
     events: list[str] = []
     spout: Any = Spout.__new__(Spout)
-    spout._hold, spout._on_outcome = lambda _record, _headers, _now_ms: False, None
+    spout._hold, spout._on_outcome, spout._replay_topic = lambda _record, _headers, _now_ms: False, None, "s.replay"
     spout._start = lambda record, _now, **_: events.append(f"start {record.offset()}")
     spout.acker = SimpleNamespace(poll_due=lambda: events.append("poll if due"))
     spout._take([Message(topic="src", partition=0, offset=o) for o in (0, 1)], 0)
@@ -66,7 +66,7 @@ def test_each_tree_waits_for_its_outcome_from_when_its_own_record_was_started() 
     trees had the time the ones before took cut from their wait, and the spout could time them out early."""
     started: list[float] = []
     spout: Any = Spout.__new__(Spout)
-    spout._hold, spout._on_outcome = lambda _record, _headers, _now_ms: False, None
+    spout._hold, spout._on_outcome, spout._replay_topic = lambda _record, _headers, _now_ms: False, None, "s.replay"
 
     def start(_record: Message, now: float, **_: Any) -> None:
         started.append(now)

@@ -395,7 +395,7 @@ def test_a_replay_behind_a_held_one_waits_even_when_its_headers_cannot_be_read()
     spout: Any = Spout.__new__(Spout)
     spout._held, spout._replay_topic, spout._on_outcome = {("s.replay", 0): 10**13}, "s.replay", None
     started: list[tuple[int, bool]] = []
-    spout._start = lambda record, _now, unreadable=False, told_as=None: started.append((record.partition(), unreadable))
+    spout._start = lambda record, _now, unreadable=False, origin=None: started.append((record.partition(), unreadable))
     spout.acker = SimpleNamespace(poll_due=lambda: False)
     behind = _Unreadable(topic="s.replay", partition=0, offset=11, value=b"x")
     elsewhere = _Unreadable(topic="s.replay", partition=1, offset=3, value=b"x")

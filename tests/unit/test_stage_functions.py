@@ -187,12 +187,15 @@ def test_an_untracked_record_the_emit_function_raises_on_is_failed_only_if_nothi
 def test_on_outcome_tells_a_replay_under_its_origin_and_a_record_read_again_for_its_new_tree_only(
     producer: Producer,
 ) -> None:
-    """Each attempt of a record is told under the record's own coordinates, whatever topic the attempt was read from;
+    """Each attempt of a record is told under the record's own coordinates, whatever topic the attempt was read from
+    (and its emit function given them, `Emitter.source`);
     a record read again after a rebalance that now starts no tree (nothing emitted) is told that, and its old tree,
     pending no more, neither holds room nor is told when its outcome comes."""
     emits = {b"tree": 1, b"none": 0}
+    sources: list[str] = []
 
     def emit(record: Message, emitter: Emitter) -> None:
+        sources.append(emitter.source)
         for _ in range(emits[record.value() or b""]):
             emitter.emit("out", b"part")
 
@@ -203,8 +206,13 @@ def test_on_outcome_tells_a_replay_under_its_origin_and_a_record_read_again_for_
     origin: list[tuple[str, str | bytes | None]] = [("acker.replay.origin", b"src/0/7")]
     spout._take([Message(topic="acker.replay.s", partition=0, offset=3, value=b"none", headers=origin),
                  Message(topic="acker.replay.s", partition=0, offset=4, value=b"tree", headers=origin),
-                 Message(topic="src", partition=0, offset=8, value=b"tree")], 0)  # fmt: skip
-    assert told == [("src/0/7", "ACK")] and list(spout.pending) == ["acker.replay.s/0/4", "src/0/8"]
+                 Message(topic="src", partition=0, offset=8, value=b"tree"),
+                 Message(topic="src", partition=0, offset=9, value=b"none", headers=origin)], 0)  # fmt: skip
+    assert told == [("src/0/7", "ACK"), ("src/0/9", "ACK")]
+    assert list(spout.pending) == ["acker.replay.s/0/4", "src/0/8"]
+    # What the emit function may key a sink's writes on; an origin header on a source record (copied from another
+    # pipeline's replay topic) is not taken.
+    assert sources == ["src/0/7", "src/0/7", "src/0/8", "src/0/9"]
     spout._tell("acker.replay.s/0/4", "FAILED")  # as its outcome is read (test_spout_outcomes)
     assert told[-1] == ("src/0/7", "FAILED") and spout._told_as == {}
     old = spout.pending["src/0/8"]
