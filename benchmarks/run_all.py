@@ -43,6 +43,7 @@ SUITE = [  # name, module, what it compares
     ("commit", "benchmarks.commit_bench", "Spark commit job: acks/s and ack-to-watermark delay"),
     ("replay-batch", "benchmarks.replay_batch_bench", "replay job: a batch of nacks on the driver, whole vs parts"),
     ("stuck-mark", "benchmarks.stuck_mark_bench", "commit job driver: a batch with a stuck watermark, merged or not"),
+    ("avro-cache", "benchmarks.avro_cache_bench", "Spark jobs' JVM: Avro readers left per micro-batch, fast vs other"),
 ]
 
 
@@ -63,6 +64,7 @@ SMOKE = {
     "commit": ["--acks", "40000", "--latency-s", "3"],
     "replay-batch": ["--nacks", "40000"],
     "stuck-mark": ["--batches", "120", "--kafka-txns", "40"],
+    "avro-cache": ["--batches", "10"],
 }
 
 

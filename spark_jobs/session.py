@@ -105,9 +105,18 @@ AVRO_LIMITS = {
 }
 
 
+# Avro's fast reader (on by default since Avro 1.10) keeps a reader per schema object in a cache whose entries never
+# go (each reader holds its weak key: AVRO-3524, AVRO-4253), and Spark parses the outcome schema again for the tasks
+# of every micro-batch: the jobs' JVMs kept a reader and a schema a decode a batch, for as long as they ran (a 45-minute
+# soak, 9,000 sentences a minute: the commit job's live heap +450 MB an hour, under a 1 GB heap). Avro's other reader
+# reads the same, from a cache that lets them go (docs/benchmarks.md, "Spark jobs: Avro's reader cache").
+AVRO_FAST_READER = "org.apache.avro.fastread"
+AVRO_PROPERTIES = {**AVRO_LIMITS, AVRO_FAST_READER: "false"}
+
+
 def _with_avro_limits(options: str) -> str:
-    """JVM options ``options`` with `AVRO_LIMITS` added (those it sets already are kept)."""
-    added = [f"-D{name}={value}" for name, value in AVRO_LIMITS.items() if f"-D{name}=" not in options]
+    """JVM options ``options`` with `AVRO_PROPERTIES` added (those it sets already are kept)."""
+    added = [f"-D{name}={value}" for name, value in AVRO_PROPERTIES.items() if f"-D{name}=" not in options]
     return " ".join([options, *added]).strip()
 
 
@@ -220,13 +229,17 @@ def _quiet_accumulator_server(context: SparkContext) -> None:
 
 
 def _avro_limits_in_driver(session: SparkSession) -> None:
-    """`AVRO_LIMITS` in the driver's JVM (local mode decodes there), which was started before (by spark-submit, or by
-    pyspark with the user's own options): Avro reads them when its first record is read, after this."""
+    """`AVRO_PROPERTIES` in the driver's JVM (local mode decodes there), which was started before (by spark-submit, or
+    by pyspark with the user's own options): Avro reads the limits when its first record is read, after this; the fast
+    reader is turned off on the shared `GenericData` itself, which reads its property once, whenever it was first
+    used. Those the JVM was given are kept."""
     jvm = session.sparkContext._jvm
     assert jvm is not None  # a driver's context
-    for name, value in AVRO_LIMITS.items():
+    for name, value in AVRO_PROPERTIES.items():
         if jvm.java.lang.System.getProperty(name) is None:
             jvm.java.lang.System.setProperty(name, value)
+            if name == AVRO_FAST_READER:
+                jvm.org.apache.avro.generic.GenericData.get().setFastReaderEnabled(False)
 
 
 def _log4j(session: SparkSession) -> Any:
