@@ -204,11 +204,14 @@ class TaskState:
         self._schedule_heap = [(_due_ms(state), next(self._ties), state) for state in self.requests.values()]
         heapq.heapify(self._schedule_heap)
 
-    def unreadable(self, request: str, why: str, now_ms: int) -> RequestState:
-        """The request's state saved here could not be read back (``why``): failed, as its answer could not be
-        trusted, and to be finished at once (`expired` returns it). Its deadline is not known: the longest a request
-        may have, so that its done marker keeps what still comes for it from reopening it."""
-        state = RequestState(request, now_ms + DEADLINE_MAX_S * 1000)
+    def unreadable(self, request: str, why: str, written_ms: int) -> RequestState:
+        """The request's state saved here at ``written_ms`` could not be read back (``why``): failed, as its answer
+        could not be trusted, and to be finished at once (`expired` returns it), even if it was answered before (a
+        done marker that cannot be read: answered ``failed`` once more, which a client, waiting for the first answer,
+        never takes). Its deadline is not known: the longest a request may have from then, so that its done marker
+        keeps most of what may still come for it from reopening it (a step takes deadlines up to 10 minutes past
+        that, for clocks that differ)."""
+        state = RequestState(request, written_ms + DEADLINE_MAX_S * 1000)
         state.fail(f"{self.name}: {why}")
         self.requests[request] = state
         self._failing.append(state)

@@ -37,7 +37,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from acker.config import ServiceConfig
 from acker.coordinated import DEADLINE_MAX_S, DEADLINE_TAKEN_MS, RequestState, TaskState, short_why
@@ -134,7 +143,7 @@ REPORT_MAX = 2**63 - 1
 
 class CoordinationError(AckerError):
     """A chain's step cannot go on as things are: its topics are not as its steps need them (partition counts that
-    differ, or changed under them), a changelog record cannot be read, or a batch's transaction was aborted."""
+    differ, or changed under them), or a batch's transaction was aborted."""
 
 
 class WedgedProducerError(CoordinationError):
@@ -227,9 +236,9 @@ class CoordinatedStage:
         }  # fmt: skip
         self._touched: dict[tuple[int, str], RequestState | None] = {}
         # By task: the changelog records its restore could not read (`_restored`), with why, the last of their key:
-        # copied to the dead-letter topic by the next batch, and those whose key names no request deleted from the
-        # changelog (a request's own is replaced by its done marker). Set again by each restore of the task.
-        self._unreadable: dict[int, list[tuple[Message, str]]] = {}
+        # copied to the dead-letter topic by the next batch, and those whose key names no live request deleted from
+        # the changelog (a live request's own is replaced by its done marker). Set again by each restore of the task.
+        self._unreadable: dict[int, list[tuple[Message, str, bool]]] = {}  # with whether it names a live request
         self._round_robin = 0
         # The batch's emit that the producer refused as its transaction had failed (`_doomed`): what the step's code
         # raises after it fails the batch, not the request, whatever it made of the error. Cleared at each batch.
@@ -619,6 +628,8 @@ class CoordinatedStage:
                                  why=fields.why):  # fmt: skip
                 self.counters["late"] += 1  # a task's report once more (a zombie's, say): counted once
                 return
+        elif state.failed:  # failed here before it finished (its saved state unreadable): no work on it any more
+            task.processed(state, ok=True)
         else:
             raised: str | None = None
             try:
@@ -907,10 +918,10 @@ class CoordinatedStage:
 
     def _drop_unreadable(self, partition: int) -> None:
         """Within a batch: the task's changelog records its restore could not read, copied to the dead-letter topic;
-        each whose key is not a request's (not UTF-8) deleted from the changelog, as no done marker replaces it."""
-        for record, why in self._unreadable[partition]:
+        each whose key names no live request deleted from the changelog, as no done marker replaces it."""
+        for record, why, live in self._unreadable[partition]:
             self._dead_letter(record, read_headers(record) or [], "unreadable state", why)
-            if not _utf8(record.key()):
+            if not live:
                 produce(self.producer, self.changelog, None, key=record.key(), partition=partition)
 
     def _restore(self, partition: int) -> TaskState:
@@ -943,17 +954,27 @@ class CoordinatedStage:
                     task.requests[key] = state
         task.reschedule()
         now_ms = int(time.time() * 1000)
+        kept: list[tuple[Message, str, bool]] = []
         for raw, (record, why) in unreadable.items():  # said when the next batch dead-letters them
-            if not _utf8(raw):  # not a request's: the step writes every key as UTF-8
-                continue
-            request = raw.decode()
-            where = f"{self.changelog}[{partition}] offset {record.offset()}"
-            task.unreadable(request, f"its saved state could not be read ({where}: {why})", now_ms)
-        if unreadable:
-            self._unreadable[partition] = list(unreadable.values())
+            written_ms = _written_ms(record, now_ms)
+            # A request's only if its key can be one, and it may still be live: a record over a day old is past any
+            # request's deadline (and a done marker's end: nothing can come for it any more).
+            live = _utf8(raw) and len(raw) <= REQUEST_ID_MAX and written_ms + DEADLINE_MAX_S * 1000 > now_ms
+            if live:
+                where = f"{self.changelog}[{partition}] offset {record.offset()}"
+                task.unreadable(raw.decode(), f"its saved state could not be read ({where}: {why})", written_ms)
+            kept.append((record, why, live))
+        if kept:
+            self._unreadable[partition] = kept
         else:
             self._unreadable.pop(partition, None)
         return task
+
+
+def _written_ms(record: Message, now_ms: int) -> int:
+    """When ``record`` was written (its timestamp), ``now_ms`` when it has none or one ahead of now."""
+    kind, stamp = record.timestamp()
+    return now_ms if kind == TIMESTAMP_NOT_AVAILABLE else min(stamp, now_ms)
 
 
 class _UnreadableStateError(ValueError):

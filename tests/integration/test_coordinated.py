@@ -916,23 +916,26 @@ def _fan_out_count(n: int) -> list[Step]:
 
 
 @pytest.mark.parametrize(
-    ("key", "value"),
-    [(b"r9", b"not json"), (b"r9", b'{"request": "r9"}'), (b"r9", b"[1]"),
-     (b"r9", b'{"request": "r9", "deadline_ms": 1e999}'), (b"\xfe", b"{")],
+    ("key", "value", "written_ms"),
+    [(b"r9", b"not json", 0), (b"r9", b'{"request": "r9"}', 0), (b"r9", b"[1]", 0),
+     (b"r9", b'{"request": "r9", "deadline_ms": 1e999}', 0), (b"\xfe", b"{", 0),
+     (b"k" * 1025, b"x", 0),  # no request has so long an id: its done marker would be larger than the changelog takes
+     (b"r9", b"x", -2 * 86_400_000)],  # written two days ago: past any request's deadline
 )  # fmt: skip
 def test_a_changelog_record_that_is_not_a_requests_state_is_dead_lettered_and_fails_its_request(
-    config: ServiceConfig, key: bytes, value: bytes | None
+    config: ServiceConfig, key: bytes, value: bytes | None, written_ms: int
 ) -> None:
     """A record another producer wrote to a step's changelog (or a deadline of 1e999, which JSON takes and int()
     does not; a key not UTF-8) stopped the step at every restart until the topic was mended by hand, and every
     request of the chain with it. It is copied to the step's dead-letter topic, where it lay and why; the request its
     key names fails, answered so with why (its answer could not be trusted), and its done marker replaces the record
-    (a key naming no request, a tombstone, which a restore reads as deleting it); the step goes on, and a restart
-    finds nothing more to dead-letter."""
+    (a key naming no live request, a tombstone, which a restore reads as deleting it); the step goes on, and a
+    restart finds nothing more to dead-letter."""
     chain = _small_chain(config, 2)
     changelog = f"{chain.topic(1)}.state"
     producer = Producer(config.producer())
-    produce(producer, changelog, value, key=key, partition=0)
+    stamp = {"timestamp": int(time.time() * 1000) + written_ms} if written_ms else {}  # written_ms: before now
+    produce(producer, changelog, value, key=key, partition=0, **stamp)
     assert producer.flush(30) == 0
     stages = [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(_fan_out_count(3))]
     client = DrpcClient(config, chain)
@@ -945,7 +948,7 @@ def test_a_changelog_record_that_is_not_a_requests_state_is_dead_lettered_and_fa
         assert said["acker.dlq.reason"].startswith(b"unreadable state: ")
         [*_, last] = [r for r in _read(config, changelog) if r.key() == key]
         assert last.offset() > 0
-        if key == b"r9":
+        if key == b"r9" and not written_ms:
             marker = RequestState.from_json(json.loads(last.value()))
             assert marker.done and marker.failed
             [answer] = [r for r in _read(config, chain.results) if r.key() == b"r9"]
@@ -955,6 +958,7 @@ def test_a_changelog_record_that_is_not_a_requests_state_is_dead_lettered_and_fa
                                           + b"[0] offset 0: ")  # fmt: skip
         else:
             assert last.value() is None  # a tombstone: compaction drops the record
+            assert not [r for r in _read(config, chain.results, wait_s=5) if r.key() == key]
         for stage in stages:
             stage.stop()
         stages = [Running(CoordinatedStage(config, chain, i, step)) for i, step in enumerate(_fan_out_count(2))]

@@ -191,6 +191,32 @@ def test_a_failed_reports_reason_is_held_to_its_bytes_in_the_report() -> None:
     assert json.loads(body)["why"].startswith("this task: execute: ValueError: \N{GRINNING FACE}")
 
 
+class _Emitting(_Answer):
+    """Emits a message for each it is given, and counts them."""
+
+    def __init__(self) -> None:
+        super().__init__(b"")
+        self.calls = 0
+
+    def execute(self, request: Request, value: bytes | None, key: bytes | None, emit: Emit) -> None:
+        self.calls += 1
+        emit(b"child")
+
+
+def test_a_message_of_a_request_whose_saved_state_could_not_be_read_is_not_worked_on() -> None:
+    """Failed as restored (`TaskState.unreadable`), the request was still open until the next batch's expiries: a
+    message of it ran the step's code, on empty state, and its emits went downstream before the failed report."""
+    stage = _first_step(_Emitting())
+    now_ms = int(time.time() * 1000)
+    stage.tasks[0].unreadable("r1", "its saved state could not be read (x)", now_ms)
+    headers: list[tuple[str, str | bytes | None]] = [(REQUEST, b"r1"), (DEADLINE, str(now_ms + 60_000).encode())]
+    _handle(stage, Message(topic="c.step0", partition=0, offset=3, headers=headers), now_ms)
+    [report] = _out(stage, "c.step1")  # the failed report alone
+    assert REPORT in dict(report["headers"]) and not stage.step.calls  # type: ignore[attr-defined]
+    assert json.loads(dict(report["headers"])[REPORT])["why"] == "this task: its saved state could not be read (x)"
+    assert stage.tasks[0].requests["r1"].done and stage.tasks[0].expired(now_ms) == ([], [])
+
+
 class _Pairing(_Answer):
     """Keeps a tuple in its request state: a list after a restore."""
 
