@@ -517,7 +517,7 @@ class Spout:
                 continue
             origin = None  # a replay's: its record is told under the id of the record it replays, and emitted so
             if headers is not None and record.topic() == self._replay_topic:
-                origin = text(headers, ORIGIN)
+                origin = text(headers, ORIGIN) or None  # an empty one names nothing: its own coordinates then
             self._start(record, time.monotonic(), unreadable=headers is None, origin=origin)
             self.acker.poll_due()  # a slow emit function: inits go out at their linger, not after the whole batch
 
