@@ -207,12 +207,14 @@ def test_on_outcome_tells_a_replay_under_its_origin_and_a_record_read_again_for_
     spout._take([Message(topic="acker.replay.s", partition=0, offset=3, value=b"none", headers=origin),
                  Message(topic="acker.replay.s", partition=0, offset=4, value=b"tree", headers=origin),
                  Message(topic="src", partition=0, offset=8, value=b"tree"),
-                 Message(topic="src", partition=0, offset=9, value=b"none", headers=origin)], 0)  # fmt: skip
-    assert told == [("src/0/7", "ACK"), ("src/0/9", "ACK")]
+                 Message(topic="src", partition=0, offset=9, value=b"none", headers=origin),
+                 Message(topic="acker.replay.s", partition=0, offset=5, value=b"none",
+                         headers=[("acker.replay.origin", b"")])], 0)  # fmt: skip
+    assert told == [("src/0/7", "ACK"), ("src/0/9", "ACK"), ("acker.replay.s/0/5", "ACK")]
     assert list(spout.pending) == ["acker.replay.s/0/4", "src/0/8"]
     # What the emit function may key a sink's writes on; an origin header on a source record (copied from another
-    # pipeline's replay topic) is not taken.
-    assert sources == ["src/0/7", "src/0/7", "src/0/8", "src/0/9"]
+    # pipeline's replay topic) is not taken, nor an empty one (told and emitted under the record's own coordinates).
+    assert sources == ["src/0/7", "src/0/7", "src/0/8", "src/0/9", "acker.replay.s/0/5"]
     spout._tell("acker.replay.s/0/4", "FAILED")  # as its outcome is read (test_spout_outcomes)
     assert told[-1] == ("src/0/7", "FAILED") and spout._told_as == {}
     old = spout.pending["src/0/8"]
