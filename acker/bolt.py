@@ -63,7 +63,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -89,6 +88,7 @@ from acker.kafka.clients import (
     partitions_named,
     readable,
     release,
+    written_at_ms,
 )
 from acker.kafka.held_reads import WatchedConsumer
 from acker.trouble import TroubleReport
@@ -440,10 +440,9 @@ class Bolt:
             self.counters["invalid_anchor_headers"] += 1
         if not ids.tracked:
             self.counters["unanchored_inputs"] += 1
-        kind, timestamp_ms = record.timestamp()
         message = BoltInput(
             record.value(), record.key(), headers, topic, partition, offset, InputTuple(ids, self._ids),
-            None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp_ms, taken_at,
+            written_at_ms(record), taken_at,
         )  # fmt: skip
         if not self.basic:
             try:

@@ -23,7 +23,15 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # type: ignore[attr-defined] # documented location
     AdminClient,
     ConfigResource,
@@ -592,6 +600,12 @@ def committed_offsets(consumer: Consumer, partitions: list[TopicPartition], time
         if tp.error is not None:
             raise KafkaException(tp.error)
     return found
+
+
+def written_at_ms(record: Message) -> int | None:
+    """``record``'s Kafka timestamp (when its producer wrote it, or the broker appended it), None when it has none."""
+    kind, stamp = record.timestamp()
+    return None if kind == TIMESTAMP_NOT_AVAILABLE else stamp
 
 
 def readable(record: Message, logger: logging.Logger, what: str) -> bool:

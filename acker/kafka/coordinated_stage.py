@@ -39,7 +39,6 @@ from typing import Any, Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -79,6 +78,7 @@ from acker.kafka.clients import (
     smallest_max_bytes,
     timed_out,
     topic_partitions,
+    written_at_ms,
 )
 from acker.kafka.held_reads import WatchedConsumer
 from acker.retries import ACKER_DLQ_REASON
@@ -956,7 +956,8 @@ class CoordinatedStage:
         now_ms = int(time.time() * 1000)
         kept: list[tuple[Message, str, bool]] = []
         for raw, (record, why) in unreadable.items():  # said when the next batch dead-letters them
-            written_ms = _written_ms(record, now_ms)
+            stamp = written_at_ms(record)  # now when it has none, or one ahead of now
+            written_ms = now_ms if stamp is None else min(stamp, now_ms)
             # A request's only if its key can be one, and it may still be live: a record over a day old is past any
             # request's deadline (and a done marker's end: nothing can come for it any more).
             live = _utf8(raw) and len(raw) <= REQUEST_ID_MAX and written_ms + DEADLINE_MAX_S * 1000 > now_ms
@@ -969,12 +970,6 @@ class CoordinatedStage:
         else:
             self._unreadable.pop(partition, None)
         return task
-
-
-def _written_ms(record: Message, now_ms: int) -> int:
-    """When ``record`` was written (its timestamp), ``now_ms`` when it has none or one ahead of now."""
-    kind, stamp = record.timestamp()
-    return now_ms if kind == TIMESTAMP_NOT_AVAILABLE else min(stamp, now_ms)
 
 
 class _UnreadableStateError(ValueError):
