@@ -84,6 +84,7 @@ class DrpcClient:
         drop it). Not written within 30 s, with its deadline further, it stays in the producer and is waited for: it
         may still reach the chain in time (said "not sent", a caller that sent it again had it run twice). A wait for
         it that ends unanswered says "could not be sent" when its delivery failed or had not come by then."""
+        self._check_open()
         if not 0 < timeout_s <= DEADLINE_MAX_S:  # the steps dead-letter a request whose deadline is further
             raise ValueError(f"a request's timeout is more than 0 s and {DEADLINE_MAX_S} s at most, not {timeout_s}")
         self._forget_past()
@@ -120,6 +121,11 @@ class DrpcClient:
         self._deadlines[request] = sent_at + timeout_s + GRACE_S
         return request
 
+    def _check_open(self) -> None:
+        """A closed client's use is the caller's mistake, said as such (not Kafka's "Producer has been closed")."""
+        if self._closed:
+            raise RuntimeError(f"this DRPC client of {self.chain.name} is closed")
+
     def _forget_past(self) -> None:
         """Forget the requests sent and never waited for whose time is out: a long-lived client keeps only those
         that may still be waited for. One whose answer was read (while waiting for another) keeps it
@@ -134,6 +140,7 @@ class DrpcClient:
     def wait(self, request: str, between: Callable[[], object] | None = None) -> bytes | None:
         """The answer to ``request``; `DrpcError` if it failed or its time ran out. ``between`` is called between the
         reads of the results topic while the answer is waited for (every 0.1 s at most): the caller's own upkeep."""
+        self._check_open()
         deadline = self._deadlines.get(request)
         if deadline is None:
             raise DrpcError(f"request {request} is not waited for here: not sent by this client, waited for already, "

@@ -7,6 +7,7 @@ import argparse
 import re
 import time
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
@@ -37,6 +38,9 @@ class _Producer:
     def flush(self, _timeout: float) -> int:
         return self.left + self.queued
 
+    def close(self) -> None:
+        pass
+
 
 @pytest.fixture(autouse=True)
 def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,7 +52,7 @@ def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 def _client(producer: _Producer | Producer) -> DrpcClient:
     client = DrpcClient.__new__(DrpcClient)
     client.chain, client.partitions, client.producer = Chain("c", 2), 1, producer  # type: ignore[assignment]
-    client._answers, client._deadlines, client._unsent = {}, {}, {}
+    client._answers, client._deadlines, client._unsent, client._closed = {}, {}, {}, False
     return client
 
 
@@ -214,6 +218,16 @@ def test_only_answers_to_this_clients_requests_waited_for_are_kept(monkeypatch: 
 def test_waiting_for_a_request_this_client_does_not_know_is_a_clear_error() -> None:
     with pytest.raises(DrpcError, match="is not waited for here: not sent by this client"):
         _client(_Producer()).wait("nope")
+
+
+def test_a_closed_client_says_so_when_used_again() -> None:
+    client = _client(_Producer())
+    mine = client.send(b"x")
+    client.consumer = Mock()
+    client.close()
+    for use in (lambda: client.send(b"y"), lambda: client.wait(mine)):
+        with pytest.raises(RuntimeError, match="this DRPC client of c is closed"):
+            use()
 
 
 def test_drpc_call_prints_any_answer_and_fails_only_on_errors(
