@@ -55,6 +55,7 @@ acks that cannot be delivered (librdkafka has retried it): those trees could not
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -91,6 +92,7 @@ from acker.kafka.clients import (
     written_at_ms,
 )
 from acker.kafka.held_reads import WatchedConsumer
+from acker.topics import output_refusal
 from acker.trouble import TroubleReport
 
 log = logging.getLogger("acker.bolt")
@@ -290,7 +292,10 @@ class Bolt:
         # First: a login refused said as such within seconds, a cluster away within 10 s.
         answering(config.client(), config.acker_topic)
         fix = "name the topic in Bolt(..., output_topics=...)"
-        self._outputs = OutputTopics(config.client(), f"bolt {group}", fix, [config.acker_topic, *output_topics], None)
+        refused = functools.partial(output_refusal, config)
+        self._outputs = OutputTopics(
+            config.client(), f"bolt {group}", fix, output_topics, None, internal=[config.acker_topic], refused=refused
+        )
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`).
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self._sink: Producer | None = None  # for records written out of the pipeline, made on the first (`_write`)

@@ -35,6 +35,7 @@ the watermark waits at the first.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -80,7 +81,7 @@ from acker.kafka.held_reads import WatchedConsumer
 from acker.kafka.lookups import lookups
 from acker.metrics import LatencyHistogram
 from acker.retries import DEAD_LETTERED, MAX_HOLD_MS, NOT_BEFORE, ORIGIN, REDRIVEN, RESOLUTIONS
-from acker.topics import check_spout_name
+from acker.topics import check_spout_name, output_refusal
 from acker.topics import outcome_topic as outcome_topic_spec
 from acker.trouble import TroubleReport
 from acker.watermarks import acked_group
@@ -275,6 +276,14 @@ class Emitter:
         self.emitted += 1
 
 
+def _output_refusal(config: ServiceConfig, source_topic: str, topic: str) -> str | None:
+    """Why a spout may not emit to ``topic`` (`acker.topics.output_refusal`), or its own source: each tuple would be
+    read back as a new record, without end."""
+    if topic == source_topic:
+        return "it is the spout's own source topic: each tuple would be read back as a new record"
+    return output_refusal(config, topic)
+
+
 EmitFunction = Callable[[Message, Emitter], None]
 # Storm's ISpout.ack and fail: told (the record's id, outcome: ACK, FAILED, TIMEOUT or OVERLOAD) of each record this
 # spout process started, once its outcome is known here (`Spout`).
@@ -348,8 +357,7 @@ class Spout:
         self.complete_latency = LatencyHistogram()
         # Every delivery callback here acts on failures only (`ServiceConfig.stage_producer`). Its record batches fit
         # every topic it writes (`fitted_batch_size`): a batch larger than its topic takes is refused whole.
-        written = [config.acker_topic, settings.output_topic, config.outcome_topic(settings.name),
-                   *settings.other_output_topics]  # fmt: skip
+        own = [config.acker_topic, config.outcome_topic(settings.name)]
         # First: a login refused said as such within seconds, a cluster away within 10 s. Then the source, before
         # any topic is made: a source misnamed (a typo) left a spout's outcome topic made under the wrong name.
         answering(config.client(), config.acker_topic)
@@ -358,8 +366,10 @@ class Spout:
             config.client(),
             f"spout {settings.name}",
             "name the topic in SpoutSettings(..., other_output_topics=...)",
-            written,
+            [settings.output_topic, *settings.other_output_topics],
             None,
+            internal=own,
+            refused=functools.partial(_output_refusal, config, settings.source_topic),
         )
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self.acker = AckerClient(

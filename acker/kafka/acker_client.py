@@ -50,6 +50,7 @@ from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
+from acker.errors import ConfigError
 from acker.fail_reasons import as_headers, fits
 from acker.headers import Headers, with_ids
 from acker.kafka.client_log import RepeatFilter, repeats_held_back
@@ -245,22 +246,40 @@ def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]
 
 
 class OutputTopics:
-    """The topics a stage's producers write: their record batches fit those named when it starts (``fitted``, the
-    producers' settings: `fitted_batch_size`), and any other is checked at its first record (`check`)."""
+    """The topics a stage's function writes: the producers' record batches fit those named when it starts, and its
+    own writes (``internal``: the acker topic, a spout's outcome topic) (``fitted``, the producers' settings:
+    `fitted_batch_size`); any other is checked at its first record (`check`). One ``refused`` names a reason for is
+    refused when named, and at each record (`ValueError`: the function raised, its input failed)."""
 
     def __init__(
-        self, client: Mapping[str, Any], stage: str, fix: str, named: Iterable[str], fitted: Mapping[str, Any] | None
+        self,
+        client: Mapping[str, Any],
+        stage: str,
+        fix: str,
+        named: Iterable[str],
+        fitted: Mapping[str, Any] | None,
+        *,
+        internal: Iterable[str] = (),
+        refused: Callable[[str], str | None] = lambda _topic: None,
     ) -> None:
-        """``fix``: how to name a topic; ``fitted``: None to fit the producers to ``named``."""
-        self._client, self._stage, self._fix = client, stage, fix
-        self.seen = set(named)  # the callers look a topic up here first: a record's cost on the hot path
-        self.fitted = fitted_batch_size(client, *sorted(self.seen)) if fitted is None else dict(fitted)
+        """``fix``: how to name a topic; ``fitted``: None to fit the producers to ``named`` and ``internal``."""
+        self._client, self._stage, self._fix, self._refused = client, stage, fix, refused
+        # The callers look a topic up here first: a record's cost on the hot path. Invariant: none of it refused.
+        self.seen = set(named)
+        for topic in sorted(self.seen):
+            if (why := refused(topic)) is not None:
+                raise ConfigError(f"{stage} cannot name {topic} among its outputs: {why}")
+        every = sorted(self.seen | set(internal))
+        self.fitted = fitted_batch_size(client, *every) if fitted is None else dict(fitted)
 
     def check(self, topic: str, counters: Counter[str]) -> None:
-        """For a topic not seen before: one that takes smaller record batches than the producers make is said in an
-        error line and counted (``unfitted_output_topics``): a larger batch is refused whole, and the trees of every
-        record in it failed, at every replay. Not fitted here: a producer's batch size is set when it is made, and
-        what it wrote before goes through it. Nothing when the broker does not say (a topic not there yet)."""
+        """For a topic not seen before: `ValueError` for one refused (each time: it is not seen). One that takes
+        smaller record batches than the producers make is said in an error line and counted
+        (``unfitted_output_topics``): a larger batch is refused whole, and the trees of every record in it failed, at
+        every replay. Not fitted here: a producer's batch size is set when it is made, and what it wrote before goes
+        through it. Nothing when the broker does not say (a topic not there yet)."""
+        if (why := self._refused(topic)) is not None:
+            raise ValueError(f"{self._stage} cannot write to {topic}: {why}")
         self.seen.add(topic)
         batch = int({**self._client, **self.fitted}.get("batch.size", PRODUCER_MAX_BYTES))
         found = smallest_max_bytes(self._client, [topic])

@@ -3,6 +3,7 @@ afterwards (a real Producer that never connects: nothing leaves the process)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter, OrderedDict, deque
@@ -14,21 +15,27 @@ from confluent_kafka import Message, Producer
 
 from acker.bolt import BasicCollector, Bolt, BoltInput, Collector
 from acker.columnar.block import Kind
+from acker.config import ServiceConfig
 from acker.core.ids import IdGenerator
 from acker.core.messages import Ack, Fail, Init
 from acker.core.outcomes import Nacked, NackReason
 from acker.core.tracker import Tracker
 from acker.core.tuple_tree import InputTuple, SpoutTree
-from acker.errors import ProtocolError
+from acker.errors import ConfigError, ProtocolError
 from acker.headers import with_ids
 from acker.kafka.acker_client import AckerClient, OutputTopics
-from acker.spout import Emitter, Spout, SpoutSettings
+from acker.spout import Emitter, Spout, SpoutSettings, _output_refusal
+from acker.topics import output_refusal
 from acker.trouble import TroubleReport
 
 
-def _named(topic: str) -> OutputTopics:
-    """The topics of a stage made without its constructor: ``topic`` named, nothing looked up."""
-    return OutputTopics({}, "stage", "", [topic], fitted={})
+def _named(topic: str, stage: str = "stage") -> OutputTopics:
+    """The topics of a stage made without its constructor: ``topic`` named, nothing looked up; the acker's own
+    topics (`acker.topics.output_refusal`) and a spout's source, ``src``, refused."""
+    return OutputTopics({}, stage, "", [topic], fitted={}, refused=functools.partial(_output_refusal, CONFIG, "src"))
+
+
+CONFIG = ServiceConfig()
 
 
 @pytest.fixture
@@ -45,7 +52,7 @@ def _starting_spout(producer: Producer, emit: Any, acker_partitions: int = 1, *,
     spout._ids, spout._on_outcome, spout._told_as, spout._unresolved = IdGenerator(3), None, {}, OrderedDict()
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", acker_partitions, linger_s=60)
-    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out")
+    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out", "spout s")
     spout._start_trouble = TroubleReport(logging.getLogger("acker.spout"), "s", ["emit_errors", "unreadable_headers"])
     return spout
 
@@ -60,10 +67,69 @@ def _processing_bolt(producer: Producer, function: Any, acker_partitions: int = 
         IdGenerator(5),
         {},
     )
-    bolt._lost_at, bolt._outputs, bolt.execute_s, bolt.process_s, bolt.process_count = {}, _named("words"), 0.0, 0.0, 0
+    bolt._lost_at, bolt._outputs = {}, _named("words", "bolt split")
+    bolt.execute_s, bolt.process_s, bolt.process_count = 0.0, 0.0, 0
     bolt.group, bolt.acker = "split", AckerClient(producer, "acker", acker_partitions, linger_s=60)
     bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
     return bolt
+
+
+@pytest.mark.parametrize(
+    ("topic", "why"),
+    [
+        ("acker", "one of the acker's own topics"),
+        ("acker.dlq", "one of the acker's own topics"),
+        ("acker.replay.s", "a replay topic (acker.replay.<spout>), written by the replay job alone"),
+        ("acker.replay.other", "a replay topic"),
+        ("acker.outcomes.s", "an outcome topic (acker.outcomes.<spout>), written by the acker alone"),
+        ("src", "the spout's own source topic"),
+    ],
+)
+def test_a_spout_that_emits_into_a_topic_it_would_read_back_or_the_ackers_own_fails_the_record_saying_why(
+    producer: Producer, topic: str, why: str
+) -> None:
+    """An emit function that named its output after ``record.topic()`` wrote each replayed copy back into its replay
+    topic, and the spout read its copies as new records, without end: refused at each emit, the record failed."""
+
+    def emit(record: Message, emitter: Emitter) -> None:
+        emitter.emit(topic, record.value())
+
+    spout = _starting_spout(producer, emit, 1)
+    for offset in (3, 4):  # at every record, not only the first to that topic
+        spout._start(Message(topic="src", partition=0, offset=offset, value=b"x"), time.monotonic())
+    assert [row[0] for row in spout._direct] == ["FAILED", "FAILED"] and len(spout._direct_reasons) == 2
+    for reason in spout._direct_reasons.values():
+        assert reason.startswith(f"spout s: ValueError: spout s cannot write to {topic}: it is {why}")
+    assert spout.counters["emitted"] == 0 and topic not in spout._outputs.seen
+
+
+def test_a_bolt_that_writes_into_an_outcome_topic_fails_its_input_saying_why(producer: Producer) -> None:
+    def sink(message: BoltInput, collector: BasicCollector) -> None:
+        collector.write("acker.outcomes.s", b"a")
+
+    bolt = _processing_bolt(producer, sink, 1)
+    root = SpoutTree("s", "src/0/1", IdGenerator(6)).emit()
+    bolt._process(Message(topic="split", partition=0, offset=4, value=b"a", headers=with_ids(None, root)))
+    batch = bolt.acker._batches[0]
+    assert bolt.counters["written"] == 0 and bolt.counters["acked"] == 0 and batch is not None
+    assert list(batch.reasons.values()) == [
+        "bolt split: ValueError: bolt split cannot write to acker.outcomes.s: it is an outcome topic "
+        "(acker.outcomes.<spout>), written by the acker alone"
+    ]
+
+
+def test_a_stage_that_names_a_refused_topic_among_its_outputs_is_refused_at_once() -> None:
+    _refused = functools.partial(output_refusal, CONFIG)
+    with pytest.raises(ConfigError, match=r"spout s cannot name acker.replay.s among its outputs: it is a replay"):
+        OutputTopics({}, "spout s", "", ["out", "acker.replay.s"], fitted={}, refused=_refused)
+
+
+def test_only_the_ackers_topics_and_those_under_its_prefixes_are_refused_as_outputs() -> None:
+    assert output_refusal(CONFIG, "words") is None and output_refusal(CONFIG, "acker.words") is None
+    assert output_refusal(CONFIG, "acker.replay.dlq") is not None  # the replay job's dead letters
+    namespaced = CONFIG.namespaced("run1")
+    assert output_refusal(namespaced, "acker.replay.s") is None and output_refusal(namespaced, "run1.replay.s")
+    assert output_refusal(ServiceConfig(outcome_prefix="", replay_prefix="r."), "anything") is None
 
 
 def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: Producer) -> None:
