@@ -1074,7 +1074,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m acker.kafka.local_broker",
         description="Run a single-node Apache Kafka broker (KRaft) on 127.0.0.1 until Ctrl-C or SIGTERM.",
     )
-    parser.add_argument("--port", type=at_least(0, 65536), default=0, help="client port (default: a free one)")
+    parser.add_argument(
+        "--port",
+        type=at_least(0, 65536),
+        default=0,
+        help="client port (default: a free one; the KRaft controller listens on a free one of its own)",
+    )
     parser.add_argument("--partitions", type=at_least(1), default=1, help="num.partitions (default: 1)")
     parser.add_argument("--data-dir", type=Path, help="data directory (kept; reused if formatted)")
     parser.add_argument("--keep-data", action="store_true", help="keep the temporary data directory")
