@@ -95,7 +95,8 @@ def read_watermarks(config: ServiceConfig, groups: list[str], timeout_s: float =
     """The committed watermarks of ``groups`` (spout consumer groups, or their ``.acked`` groups), by group, topic,
     partition, with the other partitions of their topics (watermark None); a group without any is left out."""
     admin = AdminClient(without_consumer_settings(config.client()))
-    reader = {"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}", **READ_TO_SETTINGS}
+    # Never commits: a group committed by each run, kept by Kafka for 7 days, piled up under a monitor running this.
+    reader = {"group.id": f"acker-watermarks-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, **READ_TO_SETTINGS}
     # Counts the records as a spout reads them, whatever the shared settings say: read_committed.
     consumer = Consumer(config.client(**reader, **{"isolation.level": "read_committed"}))
     # The ends as written: read_committed, a consumer is told the last stable offset instead, and a transaction open

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from acker import cli
@@ -225,12 +225,25 @@ def test_acker_watermarks_counts_records_behind_not_the_transaction_markers(
         producer.produce(topic, b"%d" % i, partition=0)
         producer.commit_transaction(30)
     kafka = lookups(config.client())
+    admin = AdminClient(config.client())
+    before = _watermark_readers(admin)
     for mark, records in ((2, 2), (5, 0)):
         with kafka.lock:
             kafka.advance(f"{group}.acked", {(topic, 0): mark})
         assert cli.main(["watermarks", group, "--json", "--bootstrap-servers", config.bootstrap_servers]) == 0
         [row] = json.loads(capsys.readouterr().out)
         assert (row["watermark"], row["end"], row["behind"]) == (mark, 6, records)
+    # Counting the records behind leaves no consumer group committed: a monitor running the command every minute
+    # left a group a run, each kept by Kafka for 7 days.
+    for reader in _watermark_readers(admin) - before:
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(reader)])[reader].result(30)
+        assert [tp for tp in offsets.topic_partitions if tp.offset >= 0] == [], reader
+
+
+def _watermark_readers(admin: AdminClient) -> set[str]:
+    return {
+        g.group_id for g in admin.list_consumer_groups().result(30).valid if g.group_id.startswith("acker-watermarks-")
+    }
 
 
 def test_acker_watermarks_counts_what_lies_past_an_open_transaction(
