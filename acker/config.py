@@ -444,8 +444,21 @@ class _RawUsageWithoutSettings(_UsageWithoutSettings, argparse.RawDescriptionHel
 
 
 # The settings a process of a bolt, and of a spout, reads: the only ones the help of a command running one lists.
-BOLT_SETTINGS = ("bootstrap_servers", "acker_topic", "ack_linger_ms", "timeout_s", "buckets", "open_transaction_warn_s")
-SPOUT_SETTINGS = (*BOLT_SETTINGS, "outcome_prefix", "replay_prefix", "partitions", "replication_factor")
+# The deployment's topics among them: neither writes to those (`acker.topics.output_refusal`).
+BOLT_SETTINGS = (
+    "bootstrap_servers",
+    "acker_topic",
+    "ack_linger_ms",
+    "timeout_s",
+    "buckets",
+    "open_transaction_warn_s",
+    "outcome_prefix",
+    "replay_prefix",
+    "dlq_topic",
+    "replay_dlq_topic",
+    "status_topic",
+)
+SPOUT_SETTINGS = (*BOLT_SETTINGS, "partitions", "replication_factor")
 
 
 def add_arguments(parser: argparse.ArgumentParser, shown: Iterable[str] | None = None) -> None:

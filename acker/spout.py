@@ -276,11 +276,15 @@ class Emitter:
         self.emitted += 1
 
 
-def _output_refusal(config: ServiceConfig, source_topic: str, topic: str) -> str | None:
-    """Why a spout may not emit to ``topic`` (`acker.topics.output_refusal`), or its own source: each tuple would be
-    read back as a new record, without end."""
-    if topic == source_topic:
+def _output_refusal(config: ServiceConfig, settings: SpoutSettings, topic: str) -> str | None:
+    """Why a spout may not emit to ``topic`` (`acker.topics.output_refusal`), or to its own source or replay topic
+    (each tuple read back as a new record, without end) or outcome topic, by name whatever the prefixes."""
+    if topic == settings.source_topic:
         return "it is the spout's own source topic: each tuple would be read back as a new record"
+    if topic == config.replay_topic(settings.name):
+        return "it is the spout's own replay topic: each tuple would be read back as a new record"
+    if topic == config.outcome_topic(settings.name):
+        return "it is the spout's own outcome topic, written by the acker alone"
     return output_refusal(config, topic)
 
 
@@ -369,7 +373,7 @@ class Spout:
             [settings.output_topic, *settings.other_output_topics],
             None,
             internal=own,
-            refused=functools.partial(_output_refusal, config, settings.source_topic),
+            refused=functools.partial(_output_refusal, config, settings),
         )
         self.producer = Producer(config.stage_producer(**self._outputs.fitted))
         self.acker = AckerClient(

@@ -103,18 +103,24 @@ def _own_topics(config: ServiceConfig) -> set[str]:
 
 def output_refusal(config: ServiceConfig, topic: str) -> str | None:
     """Why a spout's or bolt's function may not emit or write to ``topic``, None when it may: a topic of the
-    acker's (`_own_topics`), or one named under the outcome or replay prefix (not an empty one, which names no topic
-    apart). A copy written into a replay topic was read back by its spout as a new record, without the origin the
-    replay job gives each one: an emit function that named its output after ``record.topic()`` wrote each replayed
-    copy back into the replay topic, and its spout read its own copies, without end."""
+    acker's (`_own_topics`), or one under the outcome or replay prefix where that ends in a separator (``.``, ``-``
+    or ``_``, as the defaults do; one that does not, ``o``, names no topics apart: ``orders`` could be any). A copy
+    written into a replay topic was read back by its spout as a new record, without the origin the replay job gives
+    each one: an emit function that named its output after ``record.topic()`` wrote each replayed copy back into
+    the replay topic, and its spout read its own copies, without end. (A spout refuses its own replay and outcome
+    topics by name, whatever the prefixes: `acker.spout`.)"""
     if topic in _own_topics(config):
         return "it is one of the acker's own topics"
-    if config.replay_prefix and topic.startswith(config.replay_prefix):
+    if _separated(config.replay_prefix) and topic.startswith(config.replay_prefix):
         return (f"it is a replay topic ({config.replay_prefix}<spout>), written by the replay job alone: its spout "
                 "would read the record as a new one of its own")  # fmt: skip
-    if config.outcome_prefix and topic.startswith(config.outcome_prefix):
+    if _separated(config.outcome_prefix) and topic.startswith(config.outcome_prefix):
         return f"it is an outcome topic ({config.outcome_prefix}<spout>), written by the acker alone"
     return None
+
+
+def _separated(prefix: str) -> bool:
+    return prefix[-1:] in (".", "-", "_")
 
 
 def spout_names(config: ServiceConfig) -> SpoutNames:

@@ -50,7 +50,7 @@ from acker.columnar.block import Kind, MessageBlock, split_msg_id
 from acker.core.ids import partition_of
 from acker.core.messages import Ack, Anchor, Fail, Init, Ok, ResetTimeout, TreeMessage
 from acker.core.tuple_tree import UNTRACKED, TupleIds
-from acker.errors import ConfigError
+from acker.errors import ConfigError, RefusedOutputError
 from acker.fail_reasons import as_headers, fits
 from acker.headers import Headers, with_ids
 from acker.kafka.client_log import RepeatFilter, repeats_held_back
@@ -246,10 +246,11 @@ def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]
 
 
 class OutputTopics:
-    """The topics a stage's function writes: the producers' record batches fit those named when it starts, and its
-    own writes (``internal``: the acker topic, a spout's outcome topic) (``fitted``, the producers' settings:
-    `fitted_batch_size`); any other is checked at its first record (`check`). One ``refused`` names a reason for is
-    refused when named, and at each record (`ValueError`: the function raised, its input failed)."""
+    """The topics a stage's function writes: the producers' record batches fit those named when it starts and the
+    stage's own writes (``internal``: the acker topic, a spout's outcome topic) (``fitted``, the producers' settings:
+    `fitted_batch_size`); any other is checked at its first record (`check`). A topic ``refused`` gives a reason for
+    is refused when named (`ConfigError`), and at each record (`RefusedOutputError`: the function raised, its record
+    or input failed)."""
 
     def __init__(
         self,
@@ -273,13 +274,13 @@ class OutputTopics:
         self.fitted = fitted_batch_size(client, *every) if fitted is None else dict(fitted)
 
     def check(self, topic: str, counters: Counter[str]) -> None:
-        """For a topic not seen before: `ValueError` for one refused (each time: it is not seen). One that takes
+        """For a topic not seen before: `RefusedOutputError` for one refused (each time: it is not seen). One that takes
         smaller record batches than the producers make is said in an error line and counted
         (``unfitted_output_topics``): a larger batch is refused whole, and the trees of every record in it failed, at
         every replay. Not fitted here: a producer's batch size is set when it is made, and what it wrote before goes
         through it. Nothing when the broker does not say (a topic not there yet)."""
         if (why := self._refused(topic)) is not None:
-            raise ValueError(f"{self._stage} cannot write to {topic}: {why}")
+            raise RefusedOutputError(f"cannot write to {topic}: {why}")
         self.seen.add(topic)
         batch = int({**self._client, **self.fitted}.get("batch.size", PRODUCER_MAX_BYTES))
         found = smallest_max_bytes(self._client, [topic])

@@ -3,16 +3,19 @@ afterwards (a real Producer that never connects: nothing leaves the process)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Message, Producer
 
+from acker import bolt as bolt_module
+from acker import spout as spout_module
 from acker.bolt import BasicCollector, Bolt, BoltInput, Collector
 from acker.columnar.block import Kind
 from acker.config import ServiceConfig
@@ -21,21 +24,21 @@ from acker.core.messages import Ack, Fail, Init
 from acker.core.outcomes import Nacked, NackReason
 from acker.core.tracker import Tracker
 from acker.core.tuple_tree import InputTuple, SpoutTree
-from acker.errors import ConfigError, ProtocolError
+from acker.errors import ConfigError, ProtocolError, RefusedOutputError
 from acker.headers import with_ids
+from acker.kafka import acker_client
 from acker.kafka.acker_client import AckerClient, OutputTopics
 from acker.spout import Emitter, Spout, SpoutSettings, _output_refusal
 from acker.topics import output_refusal
 from acker.trouble import TroubleReport
 
-
-def _named(topic: str, stage: str = "stage") -> OutputTopics:
-    """The topics of a stage made without its constructor: ``topic`` named, nothing looked up; the acker's own
-    topics (`acker.topics.output_refusal`) and a spout's source, ``src``, refused."""
-    return OutputTopics({}, stage, "", [topic], fitted={}, refused=functools.partial(_output_refusal, CONFIG, "src"))
-
-
 CONFIG = ServiceConfig()
+SPOUT = SpoutSettings("s", "src", "out")
+
+
+def _named(topic: str, refused: Callable[[str], str | None]) -> OutputTopics:
+    """The topics of a stage made without its constructor: ``topic`` named, nothing looked up."""
+    return OutputTopics({}, "stage", "", [topic], fitted={}, refused=refused)
 
 
 @pytest.fixture
@@ -52,7 +55,8 @@ def _starting_spout(producer: Producer, emit: Any, acker_partitions: int = 1, *,
     spout._ids, spout._on_outcome, spout._told_as, spout._unresolved = IdGenerator(3), None, {}, OrderedDict()
     spout.counters, spout.pending, spout._pending_deadlines, spout._direct = Counter(), {}, deque(), []
     spout._pending_timeout_s, spout.acker = 60.0, AckerClient(producer, "acker", acker_partitions, linger_s=60)
-    spout._started_at, spout._direct_reasons, spout._outputs = {}, {}, _named("out", "spout s")
+    spout._started_at, spout._direct_reasons = {}, {}
+    spout._outputs = _named("out", functools.partial(_output_refusal, CONFIG, SPOUT))
     spout._start_trouble = TroubleReport(logging.getLogger("acker.spout"), "s", ["emit_errors", "unreadable_headers"])
     return spout
 
@@ -67,7 +71,7 @@ def _processing_bolt(producer: Producer, function: Any, acker_partitions: int = 
         IdGenerator(5),
         {},
     )
-    bolt._lost_at, bolt._outputs = {}, _named("words", "bolt split")
+    bolt._lost_at, bolt._outputs = {}, _named("words", functools.partial(output_refusal, CONFIG))
     bolt.execute_s, bolt.process_s, bolt.process_count = 0.0, 0.0, 0
     bolt.group, bolt.acker = "split", AckerClient(producer, "acker", acker_partitions, linger_s=60)
     bolt._collector, bolt._trouble = Collector(bolt), TroubleReport(logging.getLogger("t"), "bolt split", ["errors"])
@@ -79,9 +83,10 @@ def _processing_bolt(producer: Producer, function: Any, acker_partitions: int = 
     [
         ("acker", "one of the acker's own topics"),
         ("acker.dlq", "one of the acker's own topics"),
-        ("acker.replay.s", "a replay topic (acker.replay.<spout>), written by the replay job alone"),
-        ("acker.replay.other", "a replay topic"),
-        ("acker.outcomes.s", "an outcome topic (acker.outcomes.<spout>), written by the acker alone"),
+        ("acker.replay.s", "the spout's own replay topic: each tuple would be read back as a new record"),
+        ("acker.replay.other", "a replay topic (acker.replay.<spout>), written by the replay job alone"),
+        ("acker.outcomes.s", "the spout's own outcome topic, written by the acker alone"),
+        ("acker.outcomes.other", "an outcome topic (acker.outcomes.<spout>), written by the acker alone"),
         ("src", "the spout's own source topic"),
     ],
 )
@@ -99,7 +104,7 @@ def test_a_spout_that_emits_into_a_topic_it_would_read_back_or_the_ackers_own_fa
         spout._start(Message(topic="src", partition=0, offset=offset, value=b"x"), time.monotonic())
     assert [row[0] for row in spout._direct] == ["FAILED", "FAILED"] and len(spout._direct_reasons) == 2
     for reason in spout._direct_reasons.values():
-        assert reason.startswith(f"spout s: ValueError: spout s cannot write to {topic}: it is {why}")
+        assert reason.startswith(f"spout s: RefusedOutputError: cannot write to {topic}: it is {why}")
     assert spout.counters["emitted"] == 0 and topic not in spout._outputs.seen
 
 
@@ -113,7 +118,7 @@ def test_a_bolt_that_writes_into_an_outcome_topic_fails_its_input_saying_why(pro
     batch = bolt.acker._batches[0]
     assert bolt.counters["written"] == 0 and bolt.counters["acked"] == 0 and batch is not None
     assert list(batch.reasons.values()) == [
-        "bolt split: ValueError: bolt split cannot write to acker.outcomes.s: it is an outcome topic "
+        "bolt split: RefusedOutputError: cannot write to acker.outcomes.s: it is an outcome topic "
         "(acker.outcomes.<spout>), written by the acker alone"
     ]
 
@@ -124,12 +129,73 @@ def test_a_stage_that_names_a_refused_topic_among_its_outputs_is_refused_at_once
         OutputTopics({}, "spout s", "", ["out", "acker.replay.s"], fitted={}, refused=_refused)
 
 
-def test_only_the_ackers_topics_and_those_under_its_prefixes_are_refused_as_outputs() -> None:
+def test_a_function_catching_value_errors_does_not_swallow_a_refused_write() -> None:
+    with pytest.raises(RefusedOutputError), contextlib.suppress(ValueError):  # as a function would, around its parsing
+        _named("out", functools.partial(output_refusal, CONFIG)).check("acker.replay.s", Counter())
+
+
+def test_only_the_ackers_topics_and_those_under_its_separated_prefixes_are_refused_as_outputs() -> None:
     assert output_refusal(CONFIG, "words") is None and output_refusal(CONFIG, "acker.words") is None
     assert output_refusal(CONFIG, "acker.replay.dlq") is not None  # the replay job's dead letters
     namespaced = CONFIG.namespaced("run1")
     assert output_refusal(namespaced, "acker.replay.s") is None and output_refusal(namespaced, "run1.replay.s")
-    assert output_refusal(ServiceConfig(outcome_prefix="", replay_prefix="r."), "anything") is None
+    # A prefix without a separator at its end names no topics apart: any could begin so.
+    loose = ServiceConfig(outcome_prefix="o", replay_prefix="")
+    assert output_refusal(loose, "orders") is None and output_refusal(loose, "anything") is None
+    # A spout refuses its own replay and outcome topics by name, whatever the prefixes.
+    loop = SpoutSettings("loop", "src", "out")
+    assert (
+        _output_refusal(loose, loop, "loop") == "it is the spout's own replay topic: each tuple would be read back "
+        "as a new record"
+    )
+    assert _output_refusal(loose, loop, "oloop") == "it is the spout's own outcome topic, written by the acker alone"
+    assert _output_refusal(loose, loop, "orders") is None
+
+
+class _StopError(Exception):
+    """Raised where a stage would make its producer: what the constructor did before it is what is tested."""
+
+
+def _no_broker(monkeypatch: pytest.MonkeyPatch, module: Any, fitted: list[tuple[str, ...]]) -> None:
+    monkeypatch.setattr(module, "answering", lambda *_: None)
+    monkeypatch.setattr(module, "partition_count", lambda *_: 1)
+
+    def fit(_client: Any, *topics: str) -> dict[str, Any]:
+        fitted.append(topics)
+        return {}
+
+    monkeypatch.setattr(acker_client, "fitted_batch_size", fit)
+
+    def no_producer(*_: Any, **__: Any) -> None:
+        raise _StopError
+
+    monkeypatch.setattr(module, "Producer", no_producer)
+
+
+def test_a_spout_fits_its_batches_to_what_it_writes_and_refuses_to_name_a_topic_it_would_read_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fitted: list[tuple[str, ...]] = []
+    _no_broker(monkeypatch, spout_module, fitted)
+    with pytest.raises(_StopError):
+        Spout(CONFIG, SpoutSettings("s", "src", "out", other_output_topics=("x",)))
+    assert fitted == [("acker", "acker.outcomes.s", "out", "x")]
+    with pytest.raises(ConfigError, match=r"^spout s cannot name src among its outputs: it is the spout's own source"):
+        Spout(CONFIG, SpoutSettings("s", "src", "src"))
+    with pytest.raises(ConfigError, match=r"^spout s cannot name acker among its outputs: it is one of the acker's"):
+        Spout(CONFIG, SpoutSettings("s", "src", "out", other_output_topics=("acker",)))
+
+
+def test_a_bolt_fits_its_batches_to_what_it_writes_and_refuses_to_name_the_ackers_topics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fitted: list[tuple[str, ...]] = []
+    _no_broker(monkeypatch, bolt_module, fitted)
+    with pytest.raises(_StopError):
+        Bolt(CONFIG, "words", "count", lambda *_: None, output_topics=["counts"])
+    assert fitted == [("acker", "counts")]
+    with pytest.raises(ConfigError, match=r"^bolt count cannot name acker\.replay\.s among its outputs"):
+        Bolt(CONFIG, "words", "count", lambda *_: None, output_topics=["counts", "acker.replay.s"])
 
 
 def test_an_emitter_kept_after_its_function_returned_refuses_to_emit(producer: Producer) -> None:
