@@ -248,9 +248,9 @@ def fitted_batch_size(client: Mapping[str, Any], *topics: str) -> dict[str, Any]
 class OutputTopics:
     """The topics a stage's function writes: the producers' record batches fit those named when it starts and the
     stage's own writes (``internal``: the acker topic, a spout's outcome topic) (``fitted``, the producers' settings:
-    `fitted_batch_size`); any other is checked at its first record (`check`). A topic ``refused`` gives a reason for
-    is refused when named (`ConfigError`), and at each record (`RefusedOutputError`: the function raised, its record
-    or input failed)."""
+    `fitted_batch_size`); any other is checked at its first record (`check`). A topic for which ``refused`` gives a
+    reason is refused: named, at once (`ConfigError`); written to, at each record (`RefusedOutputError`: the function
+    raised, its record or input failed)."""
 
     def __init__(
         self,
