@@ -45,7 +45,9 @@ class OutcomeRow:
     time_ms: int  # the outcome record's timestamp
     msg_id: str
     outcome: str
-    latency_ms: int  # from the tree's start to its decision (0 where not measured: the spout's own, a resolution)
+    # From the init's record to the one that decided the tree: 0 where the init decided it (its tuples processed
+    # before it was read: a spout's own fan-out), and where not measured (the spout's own, a resolution).
+    latency_ms: int
     decided_by: str  # "acker P" (its partition), "spout" or "replay job"
     reason: str | None  # a FAILED's, when the stage that failed it said why (`acker.fail_reasons`)
     replay_of: str | None = None  # a replay's: the record it replays (its origin), when looked for (``--msg-id``)

@@ -742,7 +742,8 @@ class Spout:
             self.counters["pending_given_up"] += len(given_up)
             if len(given_up) > overdue_count:
                 log.warning("no outcome for %d tree(s) after %.0f s (e.g. %s), while their acker partitions decided "
-                            "trees started %.0f s or more after them: timed out by the spout, to be replayed",
+                            "trees started %.0f s or more after them (their outcomes lost, or their trees kept "
+                            "alive by reset_timeout past pending_timeout_s): timed out by the spout, to be replayed",
                             len(given_up) - overdue_count, self._pending_timeout_s, given_up[0],
                             self._decided_margin_s)  # fmt: skip
             if overdue_count:  # an acker down, or far behind, for that long: said as it is
@@ -755,9 +756,10 @@ class Spout:
             if now >= self._next_waiting_said:  # an outage re-arms trees at every step: said once a minute
                 self._next_waiting_said = now + 60.0
                 log.warning("no outcome for %d tree(s) after %.0f s, and their acker partitions decided no tree "
-                            "started %.0f s or more after them: the acker is behind or down; they keep their room (for "
-                            "%d timeouts at most)", waiting, self._pending_timeout_s, self._decided_margin_s,
-                            WAIT_TIMEOUTS)  # fmt: skip
+                            "started %.0f s or more after them: the acker is behind or down, or none came since; they "
+                            "keep their room (for %d timeouts at most; a tree kept alive by reset_timeout needs "
+                            "pending_timeout_s above its life)", waiting, self._pending_timeout_s,
+                            self._decided_margin_s, WAIT_TIMEOUTS)  # fmt: skip
 
     def _tell(self, msg_id: str, outcome: str) -> None:
         """``on_outcome``, if any, whose exception is counted and said (`TroubleReport`), not the spout's end."""
