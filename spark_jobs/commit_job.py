@@ -39,7 +39,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from acker.config import ServiceConfig
 from acker.dlq import DLQ_KEPT_BYTES
 from acker.errors import ConfigError
-from acker.kafka.clients import KafkaClientError, kafka_error, partition_count, topic_max_bytes
+from acker.kafka.clients import KafkaClientError, broker_config, kafka_error, partition_count, topic_max_bytes
 from acker.kafka.lookups import CONFIRM_S, Commits, KafkaLookups, WatermarkCommitError, lookups
 from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
 from acker.watermarks import acked_group
@@ -195,6 +195,7 @@ class CommitJobSettings:
     dead_letter_trigger_s: float = 10.0  # malformed outcome records are rare: a slow trigger leaves the cores free
     # Every watermark is committed again this often, moved or not: Kafka deletes a committed offset of a group without
     # members `offsets.retention.minutes` after its last commit, and a source partition idle that long would lose it.
+    # Shorter where the brokers' retention asks (`renewal_s`).
     refresh_s: float = 3600.0
     # The marks no micro-batch moved since the last look are looked at this often (`Marks.recheck`): an idle
     # partition's mark gets past the marker of its last transaction, or past what Kafka could not answer for, within
@@ -745,20 +746,53 @@ def start(spark: SparkSession, settings: CommitJobSettings) -> list[StreamingQue
     return [main, letters]
 
 
+def renewal_s(refresh_s: float, retention_minutes: str | None) -> float:
+    """How often the watermarks are committed again (`CommitJobSettings.refresh_s`): at ``refresh_s``, or at a quarter
+    of the brokers' ``offsets.retention.minutes`` where that is shorter. Kafka deletes a group's committed offset that
+    long after its last commit while the group has no members, as the watermark groups never have: renewed hourly
+    under a retention of minutes, a watermark was gone for most of each hour while the job ran, and a spout started
+    then read its partition from its reset policy (``earliest``: every record again; ``latest``: those written
+    meanwhile skipped, and taken for done). A quarter leaves room for renewals that fail (Kafka away) and are asked
+    again a minute later. The brokers' value unknown, or not a number: ``refresh_s``."""
+    try:
+        retention_s = float(retention_minutes) * 60.0 if retention_minutes is not None else float("inf")
+    except ValueError:
+        return refresh_s
+    return refresh_s if not retention_s > 0 else min(refresh_s, retention_s / 4)
+
+
+def _renewal_every(settings: CommitJobSettings) -> float:
+    """`renewal_s` with the retention of one broker of the cluster (the brokers of a cluster share it), said when it
+    shortens the renewal; ``refresh_s`` when the cluster does not tell (a login without the right to describe its
+    brokers: then keep the retention above ``refresh_s``, README "Keep the watermarks")."""
+    try:
+        retention = broker_config(settings.source.client).get("offsets.retention.minutes")
+    except KafkaClientError as error:
+        log.info("the brokers' offsets.retention.minutes is not known (%s): the watermarks are committed again every "
+                 "%.0f s", error, settings.refresh_s)  # fmt: skip
+        return settings.refresh_s
+    every_s = renewal_s(settings.refresh_s, retention)
+    if every_s < settings.refresh_s:
+        log.info("the brokers delete a group's offsets %s min after its last commit (offsets.retention.minutes): the "
+                 "watermarks are committed again every %.0f s", retention, every_s)  # fmt: skip
+    return every_s
+
+
 def _refresh(marks: Marks, main: StreamingQuery, settings: CommitJobSettings) -> None:
     """While the job's query runs: commit every mark at once (a mark saved but not committed before a crash), then
-    every ``refresh_s``, whether outcomes come or not (Spark runs no micro-batch without new records); and every
-    ``recheck_s``, move the marks no micro-batch moves (`Marks.recheck`)."""
+    every ``refresh_s`` (or sooner, `_renewal_every`), whether outcomes come or not (Spark runs no micro-batch without
+    new records); and every ``recheck_s``, move the marks no micro-batch moves (`Marks.recheck`)."""
     due, recheck_due = 0.0, time.monotonic() + settings.recheck_s
+    every_s = _renewal_every(settings)
     while _active(main):
         now = time.monotonic()
         if now >= due:
-            due = now + settings.refresh_s
+            due = now + every_s
             try:
                 marks.recommit()
             except Exception as error:  # Kafka or the checkpoint's storage: asked again a little later
                 log.warning("committing the watermarks again failed: %s", error)
-                due = now + min(settings.refresh_s, 60.0)
+                due = now + min(every_s, 60.0)
         if now >= recheck_due:
             recheck_due = now + settings.recheck_s
             try:
@@ -767,7 +801,7 @@ def _refresh(marks: Marks, main: StreamingQuery, settings: CommitJobSettings) ->
                         log.info("%s advanced to %s (no micro-batch came)", group, committed)
             except Exception as error:  # asked again at the next recheck
                 log.warning("rechecking the watermarks failed: %s", error)
-        time.sleep(min(5.0, settings.refresh_s, settings.recheck_s))
+        time.sleep(min(5.0, every_s, settings.recheck_s))
 
 
 class DeadLetterCounter(StreamingQueryListener):

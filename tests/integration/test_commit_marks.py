@@ -18,6 +18,7 @@ from acker import cli
 from acker.config import ServiceConfig
 from acker.kafka.clients import TopicSpec, create_topics
 from acker.kafka.lookups import Commits, OpenTransactionError, lookups
+from spark_jobs import commit_job
 from spark_jobs.commit_job import CommitJobSettings, Marks, OutcomeSource
 from spark_jobs.mark_store import Key
 from spark_jobs.watermark import PartitionMark
@@ -375,3 +376,13 @@ def test_a_read_through_gaps_from_deleted_offsets_goes_on_from_the_first_record_
     with kafka.lock:
         assert kafka.record_offsets(topic, 0, 10, 70, range(0, 100, 5)) == ([60, 65, 70], 71)
         assert kafka.record_offsets(topic, 0, 90, 120, range(100)) == (list(range(90, 100)), 100)  # to the end
+
+
+def test_the_commit_job_reads_the_brokers_offset_retention_to_renew_the_watermarks_in_time(
+    config: ServiceConfig,
+) -> None:
+    """The broker's own word, under its own name: with Kafka's default retention (7 days) and a renewal asked once in
+    years, the watermarks are committed again every 42 hours, a quarter of the retention."""
+    source = OutcomeSource(config.client(), topics=(config.outcome_topic("a"),))
+    settings = CommitJobSettings(source, "/nowhere", refresh_s=1e9)
+    assert commit_job._renewal_every(settings) == 7 * 24 * 3600 / 4

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from acker.config import ServiceConfig
+from acker.kafka.clients import KafkaClientError
 from acker.kafka.lookups import CONFIRM_S, Commits, WatermarkCommitError
 from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
 from spark_jobs import commit_job, watermark
@@ -634,3 +635,38 @@ def test_an_idle_mark_whose_runs_are_merged_is_looked_at_as_idle_in_the_same_rec
     marks.recheck()
     assert kafka.reads == [2] and kafka.asked == [0]  # the walk, then the idle look at the record waited on
     assert marks.marks is not None and marks.marks[("a", "in", 0)].runs == [(1, 299)]
+
+
+@pytest.mark.parametrize(
+    ("retention", "expected"),
+    [
+        ("10080", 3600.0),  # Kafka's default, 7 days: the hourly renewal
+        ("2", 30.0),  # minutes: a quarter of them, so that a renewal failing once still comes in time
+        ("240", 3600.0),  # a quarter is an hour: the same
+        (None, 3600.0),  # the brokers did not say
+        ("-1", 3600.0),  # not a retention
+        ("soon", 3600.0),
+    ],
+)
+def test_the_watermarks_are_renewed_well_within_the_brokers_offset_retention(
+    retention: str | None, expected: float
+) -> None:
+    assert commit_job.renewal_s(3600.0, retention) == expected
+
+
+def test_the_renewal_follows_the_brokers_retention_and_said_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Renewed hourly under a retention of 2 minutes, a watermark was gone for 58 minutes of each hour while the job
+    ran: a spout started then read its partition from its reset policy."""
+    settings = CommitJobSettings(OutcomeSource({}, topics=("acker.outcomes.a",)), "/nowhere")
+    monkeypatch.setattr(commit_job, "broker_config", lambda _client: {"offsets.retention.minutes": "2"})
+    with caplog.at_level(logging.INFO, logger=commit_job.log.name):
+        assert commit_job._renewal_every(settings) == 30.0
+    assert "committed again every 30 s" in caplog.text
+
+    def refused(_client: object) -> dict[str, str]:
+        raise KafkaClientError("describing broker 1", KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+
+    monkeypatch.setattr(commit_job, "broker_config", refused)
+    assert commit_job._renewal_every(settings) == settings.refresh_s
