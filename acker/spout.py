@@ -64,9 +64,11 @@ from acker.kafka.clients import (
     TopicsNotCreatedError,
     TopicSpec,
     answering,
+    committed_offsets,
     consume_available,
     end_offsets,
     ensure_topics,
+    kafka_error,
     log_bounds,
     partition_count,
     partitions_named,
@@ -92,6 +94,9 @@ log = logging.getLogger("acker.spout")
 # `acker.kafka.acker_client.RESENDS` + 1: the fail of a record whose emit function raised goes with each send of
 # its init, and is given up after that many.
 INIT_ATTEMPTS = 3
+# A watermark lookup at an assignment, asked in all while Kafka answers that the group's coordinator moves (a broker
+# just back: `COORDINATOR_MOVING`), 1 s apart; then the spout stops, as at any other error of the lookup.
+WATERMARK_ATTEMPTS = 4
 
 
 _RESETS = dict.fromkeys(("earliest", "smallest", "beginning"), "earliest")
@@ -883,14 +888,15 @@ class Spout:
         """Seek every assigned partition to its fully-processed watermark (committed in ``<group>.acked``)."""
         if not partitions:  # a cooperative rebalance that gives nothing: no watermark to ask for (a coordinator moving
             return  # made that wait 30 s and stop the spout); the client assigns the empty list itself
-        committed = self._watermarks.committed(
-            [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=30
-        )
+        asked = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        try:  # a coordinator moving (a broker just back) is asked again; any other error stops the spout: not "no
+            # watermark", as starting anywhere else could skip or repeat records
+            committed = committed_offsets(self._watermarks, asked, 30, attempts=WATERMARK_ATTEMPTS)
+        except KafkaException as error:
+            raise KafkaClientError(f"reading the watermarks of {partitions_named(asked)}", kafka_error(error)) from None
         kafka = lookups(self.config.client())
         starts: dict[tuple[str, int], int] = {}
         for tp, mark in zip(partitions, committed, strict=True):
-            if mark.error is not None:  # not "no watermark": starting anywhere else could skip or repeat records
-                raise KafkaClientError(f"reading the watermark of {tp.topic}/{tp.partition}", mark.error)
             # The replay topic is read from its first record whatever the policy, without a watermark or with one
             # beyond its end (the topic deleted and made again: the spout makes it at start): every copy there stands
             # for a record whose outcome is already REPLAYED (the watermark has passed the original), so one skipped

@@ -90,6 +90,15 @@ def kafka_error(error: KafkaException) -> KafkaError | None:
     return error.args[0] if error.args and isinstance(error.args[0], KafkaError) else None
 
 
+# A group's coordinator elsewhere, or not loaded yet (a broker restarting): asked again a moment later, Kafka answers.
+# confluent-kafka makes the error of a consumer's committed-offsets lookup not retriable (it builds the error anew),
+# whatever its code: seen after a broker's restart, NOT_COORDINATOR stopped every step of a chain, whose group
+# answered 4 s later.
+COORDINATOR_MOVING = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+})  # fmt: skip
+
+
 def timed_out(error: KafkaException) -> bool:
     """Whether ``error`` is librdkafka's local timeout: Kafka did not answer in time."""
     return (cause := kafka_error(error)) is not None and cause.code() == KafkaError._TIMED_OUT
@@ -588,18 +597,30 @@ def end_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s:
     return [log_bounds(consumer, tp, timeout_s)[1] for tp in partitions]
 
 
-def committed_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float) -> list[TopicPartition]:
-    """The offsets the consumer's group has committed for ``partitions`` (negative where none).
+def committed_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], timeout_s: float, *, attempts: int = 1
+) -> list[TopicPartition]:
+    """The offsets the consumer's group has committed for ``partitions`` (negative where none), asked again 1 s later
+    (``attempts`` in all) while Kafka answers that the group's coordinator moves (`COORDINATOR_MOVING`).
 
     A partition the broker answered with an error for (its topic not to be described, say) raises `KafkaException`,
     as a request that failed does: the call gives it an offset of -1001 without raising, which reads as "none
     committed", and a watermark taken for none starts over from the first record, or is committed behind the
     group's."""
-    found = consumer.committed(partitions, timeout_s)
-    for tp in found:
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-    return found
+    for attempt in range(1, attempts + 1):
+        try:
+            found = consumer.committed(partitions, timeout_s)
+            for tp in found:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+            return found
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if attempt == attempts or cause is None or cause.code() not in COORDINATOR_MOVING:
+                raise
+            log.warning("committed offsets of %s (%s): asked again", partitions_named(partitions), cause.str())
+            time.sleep(1.0)
+    raise AssertionError("unreachable")  # every attempt returns or raises
 
 
 def written_at_ms(record: Message) -> int | None:

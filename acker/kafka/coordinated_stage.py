@@ -63,6 +63,7 @@ from acker.kafka.client_log import (
     template_kind,
 )
 from acker.kafka.clients import (
+    COORDINATOR_MOVING,
     PRODUCER_MAX_BYTES,
     AsWritten,
     TopicSpec,
@@ -999,10 +1000,13 @@ def _doomed(error: BaseException) -> bool:
 
 def _unanswered(error: BaseException) -> bool:
     """Whether ``error`` is Kafka not answering a transactional call in time, or answering that it may be tried again
-    (a broker restarting, a coordinator moving), and not a fatal error. The batch is aborted and read again, whether
-    or not a commit that timed out went through: its tasks start again from what was committed."""
+    (a broker restarting, a coordinator moving: `COORDINATOR_MOVING` whatever the error says), and not a fatal error.
+    The batch is aborted and read again, whether or not a commit that timed out went through: its tasks start again
+    from what was committed."""
     cause = kafka_error(error) if isinstance(error, KafkaException) else None
-    return cause is not None and not cause.fatal() and (cause.retriable() or cause.code() == KafkaError._TIMED_OUT)
+    if cause is None or cause.fatal():
+        return False
+    return cause.retriable() or cause.code() == KafkaError._TIMED_OUT or cause.code() in COORDINATOR_MOVING
 
 
 @dataclass(frozen=True)

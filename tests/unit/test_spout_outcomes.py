@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from acker import fail_reasons
 from acker import spout as spout_module
@@ -20,7 +20,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
 from acker.errors import ConfigError
-from acker.kafka.clients import TopicsNotCreatedError
+from acker.kafka.clients import KafkaClientError, TopicsNotCreatedError, committed_offsets
 from acker.metrics import LatencyHistogram
 from acker.service import failing_inits
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
@@ -414,6 +414,57 @@ def test_a_rebalance_that_assigns_nothing_asks_nothing() -> None:
     spout: Any = Spout.__new__(Spout)
     spout._watermarks = _Unreachable()
     spout._on_assign(None, [])
+
+
+class _Coordinating:
+    """A consumer whose committed offsets' lookups answer each of ``answers`` in turn: an error code for the request
+    (raised, as confluent-kafka raises it: not retriable, whatever the code), a partition's error code, or offset 7."""
+
+    def __init__(self, *answers: str | int) -> None:
+        self.answers, self.asked = list(answers), 0
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        self.asked += 1
+        answer = self.answers.pop(0) if self.answers else "offset"
+        if isinstance(answer, int):
+            raise KafkaException(KafkaError(answer, "from the broker", retriable=False))
+        if answer == "partition":
+            return [_with_error(tp, KafkaError.COORDINATOR_LOAD_IN_PROGRESS) for tp in partitions]
+        return [TopicPartition(tp.topic, tp.partition, 7) for tp in partitions]
+
+
+def _with_error(tp: TopicPartition, code: int) -> Any:
+    return SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1001, error=KafkaError(code))
+
+
+def test_committed_offsets_are_asked_again_while_the_groups_coordinator_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen after a broker's restart: NOT_COORDINATOR, the group's coordinator not loaded yet, answered seconds later;
+    any other error is raised at once, and the last attempt's too."""
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    moving = _Coordinating(KafkaError.NOT_COORDINATOR, "partition", KafkaError.COORDINATOR_NOT_AVAILABLE)
+    [found] = committed_offsets(moving, [TopicPartition("s", 0)], 30, attempts=4)  # type: ignore[arg-type]
+    assert (found.offset, moving.asked) == (7, 4)
+    refused = _Coordinating(KafkaError.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        committed_offsets(refused, [TopicPartition("s", 0)], 30, attempts=4)  # type: ignore[arg-type]
+    assert refused.asked == 1
+    once = _Coordinating(KafkaError.NOT_COORDINATOR)
+    with pytest.raises(KafkaException):
+        committed_offsets(once, [TopicPartition("s", 0)], 30)  # type: ignore[arg-type]
+    assert once.asked == 1
+
+
+def test_a_spout_assigned_while_its_watermark_groups_coordinator_moves_asks_again_then_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker just back: the watermark lookup stopped the spout at once (confluent-kafka's NOT_COORDINATOR is not
+    retriable); asked `WATERMARK_ATTEMPTS` times, then stopped as at any error, rather than start elsewhere."""
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    spout: Any = Spout.__new__(Spout)
+    spout._watermarks = _Coordinating(*[KafkaError.NOT_COORDINATOR] * 10)
+    with pytest.raises(KafkaClientError, match="reading the watermarks of s/0: NOT_COORDINATOR"):
+        spout._on_assign(None, [TopicPartition("s", 0)])
+    assert spout._watermarks.asked == spout_module.WATERMARK_ATTEMPTS
 
 
 def test_the_spouts_own_failed_outcomes_say_why_and_their_reasons_are_kept_only_while_undelivered() -> None:
