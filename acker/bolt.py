@@ -47,10 +47,11 @@ the consumer's position, which is past every record of the batch being processed
 successor processes the rest. The guarantee comes from the tree, not from these commits: on a crash, inputs that were
 read but not acked (or whose acks were not delivered) are processed again by the successor, and their trees complete
 unless children of the first processing got out without its ack (their edges stay in the word): those trees time
-out, and the spout's records are replayed. Inputs an explicit bolt holds past its function's return (a join's side,
-a batch not yet written) are committed all the same: after a crash they are not read again, and their trees time
-out. A child that cannot be delivered fails its trees, and so does a batch of
-acks that cannot be delivered (librdkafka has retried it): those trees could not complete.
+out, and the spout's records are replayed; so do the trees not yet complete of inputs acked since the last commit
+(their acks delivered: processed again, each puts its input's edge back in the word). Inputs an explicit bolt holds
+past its function's return (a join's side, a batch not yet written) are committed all the same: after a crash they
+are not read again, and their trees time out. A child that cannot be delivered fails its trees, and so does a batch
+of acks that cannot be delivered (librdkafka has retried it): those trees could not complete.
 """
 
 from __future__ import annotations

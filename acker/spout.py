@@ -95,8 +95,9 @@ log = logging.getLogger("acker.spout")
 # its init, and is given up after that many.
 INIT_ATTEMPTS = 3
 # A watermark lookup at an assignment, asked in all while Kafka answers that the group's coordinator moves (a broker
-# just back: `COORDINATOR_MOVING`), 1 s apart; then the spout stops, as at any other error of the lookup.
-WATERMARK_ATTEMPTS = 4
+# just back: `COORDINATOR_MOVING`), 1 s apart, about 30 s (as a step's, `LOOKUP_ATTEMPTS`); then the spout stops, as
+# at any other error of the lookup, a timeout among them.
+WATERMARK_ATTEMPTS = 30
 
 
 _RESETS = dict.fromkeys(("earliest", "smallest", "beginning"), "earliest")

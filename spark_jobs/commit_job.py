@@ -761,16 +761,23 @@ def renewal_s(refresh_s: float, retention_minutes: str | None) -> float:
     return refresh_s if not retention_s > 0 else min(refresh_s, retention_s / 4)
 
 
-def _renewal_every(settings: CommitJobSettings) -> float:
-    """`renewal_s` with the retention of one broker of the cluster (the brokers of a cluster share it), said when it
-    shortens the renewal; ``refresh_s`` when the cluster does not tell (a login without the right to describe its
-    brokers: then keep the retention above ``refresh_s``, README "Keep the watermarks")."""
+# While the brokers' offset retention is not known, the watermarks are committed again this often (at most
+# ``refresh_s``), and the brokers asked again: a job started with its brokers, before they answer, kept the hour.
+RETENTION_UNKNOWN_S = 300.0
+
+
+def _renewal_every(settings: CommitJobSettings, said: bool) -> float | None:
+    """`renewal_s` with the retention of one broker of the cluster (the lowest id: the brokers of a cluster share it),
+    said when it shortens the renewal; None when the cluster does not tell (not answering yet, or a login without the
+    right to describe its brokers: keep the retention above `RETENTION_UNKNOWN_S` × 4 then), said unless ``said``."""
     try:
         retention = broker_config(settings.source.client).get("offsets.retention.minutes")
-    except KafkaClientError as error:
-        log.info("the brokers' offsets.retention.minutes is not known (%s): the watermarks are committed again every "
-                 "%.0f s", error, settings.refresh_s)  # fmt: skip
-        return settings.refresh_s
+    except Exception as error:  # KafkaClientError, or anything else: the refresher's thread must go on
+        if not said:
+            every_s = min(settings.refresh_s, RETENTION_UNKNOWN_S)
+            log.warning("the brokers' offsets.retention.minutes is not known (%s): the watermarks are committed "
+                        "again every %.0f s meanwhile", error, every_s)  # fmt: skip
+        return None
     every_s = renewal_s(settings.refresh_s, retention)
     if every_s < settings.refresh_s:
         log.info("the brokers delete a group's offsets %s min after its last commit (offsets.retention.minutes): the "
@@ -780,19 +787,25 @@ def _renewal_every(settings: CommitJobSettings) -> float:
 
 def _refresh(marks: Marks, main: StreamingQuery, settings: CommitJobSettings) -> None:
     """While the job's query runs: commit every mark at once (a mark saved but not committed before a crash), then
-    every ``refresh_s`` (or sooner, `_renewal_every`), whether outcomes come or not (Spark runs no micro-batch without
+    every ``refresh_s``, or sooner where the brokers' offset retention asks (`_renewal_every`, asked after the first
+    commit, and again at each renewal until they tell), whether outcomes come or not (Spark runs no micro-batch without
     new records); and every ``recheck_s``, move the marks no micro-batch moves (`Marks.recheck`)."""
     due, recheck_due = 0.0, time.monotonic() + settings.recheck_s
-    every_s = _renewal_every(settings)
+    known: float | None = None  # the renewal's interval, once the brokers told their retention
+    asked = False
     while _active(main):
         now = time.monotonic()
         if now >= due:
-            due = now + every_s
             try:
                 marks.recommit()
+                failed = False
             except Exception as error:  # Kafka or the checkpoint's storage: asked again a little later
                 log.warning("committing the watermarks again failed: %s", error)
-                due = now + min(every_s, 60.0)
+                failed = True
+            if known is None:
+                known, asked = _renewal_every(settings, said=asked), True
+            every_s = known if known is not None else min(settings.refresh_s, RETENTION_UNKNOWN_S)
+            due = time.monotonic() + (min(every_s, 60.0) if failed else every_s)
         if now >= recheck_due:
             recheck_due = now + settings.recheck_s
             try:
@@ -801,7 +814,7 @@ def _refresh(marks: Marks, main: StreamingQuery, settings: CommitJobSettings) ->
                         log.info("%s advanced to %s (no micro-batch came)", group, committed)
             except Exception as error:  # asked again at the next recheck
                 log.warning("rechecking the watermarks failed: %s", error)
-        time.sleep(min(5.0, every_s, settings.recheck_s))
+        time.sleep(min(5.0, settings.refresh_s, settings.recheck_s))
 
 
 class DeadLetterCounter(StreamingQueryListener):

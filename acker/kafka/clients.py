@@ -607,6 +607,8 @@ def committed_offsets(
     as a request that failed does: the call gives it an offset of -1001 without raising, which reads as "none
     committed", and a watermark taken for none starts over from the first record, or is committed behind the
     group's."""
+    if attempts < 1:
+        raise ValueError(f"attempts: at least 1, not {attempts}")
     for attempt in range(1, attempts + 1):
         try:
             found = consumer.committed(partitions, timeout_s)

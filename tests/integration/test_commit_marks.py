@@ -385,4 +385,4 @@ def test_the_commit_job_reads_the_brokers_offset_retention_to_renew_the_watermar
     years, the watermarks are committed again every 42 hours, a quarter of the retention."""
     source = OutcomeSource(config.client(), topics=(config.outcome_topic("a"),))
     settings = CommitJobSettings(source, "/nowhere", refresh_s=1e9)
-    assert commit_job._renewal_every(settings) == 7 * 24 * 3600 / 4
+    assert commit_job._renewal_every(settings, said=False) == 7 * 24 * 3600 / 4

@@ -812,17 +812,23 @@ _NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinat
 
 
 @pytest.mark.parametrize(
-    ("fresh_errors", "asked"),
+    ("fresh_errors", "asked", "answered"),
     [
-        ([], 1),
-        ([_NOT_COORDINATOR] * 3, 3),  # asked again while the coordinator is not back: 4 in all with the step's own
-        ([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)], 1),
-        ([KafkaError(KafkaError._TIMED_OUT)] * 3, 2),  # a timeout is asked again once
+        ([], 1, True),
+        ([_NOT_COORDINATOR] * 3, 4, True),  # asked again while the coordinator is not back: a fourth new one answers
+        # never back: LOOKUP_ATTEMPTS in all with the step's own (about 30 s)
+        ([_NOT_COORDINATOR] * (coordinated_stage.LOOKUP_ATTEMPTS - 1), coordinated_stage.LOOKUP_ATTEMPTS - 1, False),
+        ([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)], 1, False),
+        ([KafkaError(KafkaError._TIMED_OUT)] * 3, 2, False),  # a timeout is asked again once
     ],
-    ids=["answered-by-a-new-consumer", "never-answered", "refused", "timed-out-twice"],
+    ids=["answered-by-a-new-consumer", "answered-after-a-while", "never-answered", "refused", "timed-out-twice"],
 )
 def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinator_is_not_back(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fresh_errors: list[KafkaError], asked: int
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_errors: list[KafkaError],
+    asked: int,
+    answered: bool,
 ) -> None:
     """Seen after a broker's restart: the step's consumer and a new one said NOT_COORDINATOR (the group's coordinator
     not loaded yet), and a new one answered 0.2 s later; the lookup stopped the step (a start over, a restore). A
@@ -840,7 +846,7 @@ def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinat
     stage.config, stage.group = ServiceConfig(bootstrap_servers="127.0.0.1:1"), "c.step1"
     own = _Committed(_NOT_COORDINATOR)
     partitions = [TopicPartition(stage.input, 0)]
-    if not fresh_errors:
+    if answered:
         assert [tp.offset for tp in stage._committed(partitions, own)] == [7]  # type: ignore[arg-type]
     else:
         with pytest.raises(KafkaException):
@@ -1095,3 +1101,23 @@ def test_a_chains_changelogs_roll_segments_that_compaction_can_shrink() -> None:
     assert [spec.name for spec in changelogs] == ["c.step0.state", "c.step1.state", "c.step2.state"]
     for spec in changelogs:
         assert spec.config["cleanup.policy"] == "compact" and int(spec.config["segment.ms"]) <= 3_600_000
+
+
+@pytest.mark.parametrize(
+    ("error", "unanswered"),
+    [
+        (KafkaError(KafkaError.NOT_COORDINATOR, retriable=False), True),  # as confluent-kafka makes a lookup's
+        (KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, retriable=False), True),
+        (KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, retriable=False), True),
+        (KafkaError(KafkaError._TIMED_OUT), True),
+        (KafkaError(KafkaError.REQUEST_TIMED_OUT, retriable=True), True),
+        (KafkaError(KafkaError.NOT_COORDINATOR, fatal=True), False),  # a fatal error is never tried again
+        (KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), False),
+    ],
+)
+def test_a_coordinator_moving_is_kafka_not_answering_yet_whatever_the_error_says(
+    error: KafkaError, unanswered: bool
+) -> None:
+    """A batch whose transactional call met a coordinator moving starts over from its last commit, as one Kafka did not
+    answer in time: a broker restarting, not a reason to stop the step."""
+    assert coordinated_stage._unanswered(KafkaException(error)) is unanswered

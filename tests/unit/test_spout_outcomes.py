@@ -461,7 +461,7 @@ def test_a_spout_assigned_while_its_watermark_groups_coordinator_moves_asks_agai
     retriable); asked `WATERMARK_ATTEMPTS` times, then stopped as at any error, rather than start elsewhere."""
     monkeypatch.setattr(time, "sleep", lambda _s: None)
     spout: Any = Spout.__new__(Spout)
-    spout._watermarks = _Coordinating(*[KafkaError.NOT_COORDINATOR] * 10)
+    spout._watermarks = _Coordinating(*[KafkaError.NOT_COORDINATOR] * spout_module.WATERMARK_ATTEMPTS)
     with pytest.raises(KafkaClientError, match="reading the watermarks of s/0: NOT_COORDINATOR"):
         spout._on_assign(None, [TopicPartition("s", 0)])
     assert spout._watermarks.asked == spout_module.WATERMARK_ATTEMPTS

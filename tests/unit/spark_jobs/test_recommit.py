@@ -662,11 +662,72 @@ def test_the_renewal_follows_the_brokers_retention_and_said_so(
     settings = CommitJobSettings(OutcomeSource({}, topics=("acker.outcomes.a",)), "/nowhere")
     monkeypatch.setattr(commit_job, "broker_config", lambda _client: {"offsets.retention.minutes": "2"})
     with caplog.at_level(logging.INFO, logger=commit_job.log.name):
-        assert commit_job._renewal_every(settings) == 30.0
+        assert commit_job._renewal_every(settings, said=False) == 30.0
     assert "committed again every 30 s" in caplog.text
 
-    def refused(_client: object) -> dict[str, str]:
-        raise KafkaClientError("describing broker 1", KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
 
-    monkeypatch.setattr(commit_job, "broker_config", refused)
-    assert commit_job._renewal_every(settings) == settings.refresh_s
+class _Clock:
+    """`time.monotonic` that `time.sleep` moves on."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _Renewed:
+    """Marks whose renewals are counted, at the clock's times."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock, self.at = clock, list[float]()
+
+    def recommit(self) -> None:
+        self.at.append(self.clock.now)
+
+    def recheck(self) -> dict[str, dict[tuple[str, int], int]]:
+        return {}
+
+
+def _renewals(monkeypatch: pytest.MonkeyPatch, told: list[dict[str, str] | Exception], for_s: float) -> list[float]:
+    """When `_refresh` committed the marks again over ``for_s`` seconds, the brokers answering ``told`` in turn (the
+    last answer then for good): the times after the start."""
+    clock = _Clock()
+    monkeypatch.setattr(time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(time, "sleep", clock.sleep)
+
+    def broker_config(_client: object) -> dict[str, str]:
+        answer = told.pop(0) if len(told) > 1 else told[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(commit_job, "broker_config", broker_config)
+    start, marks = clock.now, _Renewed(clock)
+    query: Any = type("Query", (), {"isActive": property(lambda _self: clock.now < start + for_s)})()
+    settings = CommitJobSettings(OutcomeSource({}, topics=("acker.outcomes.a",)), "/nowhere")
+    commit_job._refresh(marks, query, settings)  # type: ignore[arg-type]
+    return [at - start for at in marks.at]
+
+
+def test_the_watermarks_are_committed_again_at_the_pace_the_brokers_retention_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At once, then at a quarter of a 2-minute retention; at the hour under Kafka's default."""
+    assert _renewals(monkeypatch, [{"offsets.retention.minutes": "2"}], 120) == [0, 30, 60, 90]
+    assert _renewals(monkeypatch, [{"offsets.retention.minutes": "10080"}], 7300) == [0, 3600, 7200]
+
+
+def test_while_the_brokers_do_not_tell_their_retention_the_watermarks_are_renewed_every_5_minutes_and_asked_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job started with its brokers, before they answer: it kept the hourly renewal for good. A failure of another
+    kind than Kafka's (anything the lookup raises) does not end the refresher's thread, which renews and rechecks."""
+    refused = KafkaClientError("describing broker 1", KafkaError(KafkaError._TRANSPORT))
+    told: list[dict[str, str] | Exception] = [refused, RuntimeError("no"), {"offsets.retention.minutes": "2"}]
+    with caplog.at_level(logging.WARNING, logger=commit_job.log.name):
+        assert _renewals(monkeypatch, told, 700) == [0, 300, 600, 630, 660, 690]
+    assert len([r for r in caplog.records if "is not known" in r.getMessage()]) == 1  # said once
