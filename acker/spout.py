@@ -58,6 +58,7 @@ from acker.headers import HeaderList, Headers, decimal, first, read_headers, tex
 from acker.kafka.acker_client import AckerClient, OutputTopics, partition_lookup
 from acker.kafka.client_log import run_turns, serve_log_lines
 from acker.kafka.clients import (
+    LOOKUP_ATTEMPTS,
     TOO_LARGE,
     KafkaClientError,
     ProducerFailedError,
@@ -94,10 +95,6 @@ log = logging.getLogger("acker.spout")
 # `acker.kafka.acker_client.RESENDS` + 1: the fail of a record whose emit function raised goes with each send of
 # its init, and is given up after that many.
 INIT_ATTEMPTS = 3
-# A watermark lookup at an assignment, asked in all while Kafka answers that the group's coordinator moves (a broker
-# just back: `COORDINATOR_MOVING`), 1 s apart, about 30 s (as a step's, `LOOKUP_ATTEMPTS`); then the spout stops, as
-# at any other error of the lookup, a timeout among them.
-WATERMARK_ATTEMPTS = 30
 
 
 _RESETS = dict.fromkeys(("earliest", "smallest", "beginning"), "earliest")
@@ -892,7 +889,7 @@ class Spout:
         asked = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         try:  # a coordinator moving (a broker just back) is asked again; any other error stops the spout: not "no
             # watermark", as starting anywhere else could skip or repeat records
-            committed = committed_offsets(self._watermarks, asked, 30, attempts=WATERMARK_ATTEMPTS)
+            committed = committed_offsets(self._watermarks, asked, 30, attempts=LOOKUP_ATTEMPTS)
         except KafkaException as error:
             raise KafkaClientError(f"reading the watermarks of {partitions_named(asked)}", kafka_error(error)) from None
         kafka = lookups(self.config.client())

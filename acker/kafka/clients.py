@@ -97,6 +97,10 @@ def kafka_error(error: KafkaException) -> KafkaError | None:
 COORDINATOR_MOVING = frozenset({
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 })  # fmt: skip
+# A committed-offsets lookup asked in all while Kafka answers that the group's coordinator moves, 1 s apart: about
+# 30 s for the coordinator to be back (seen 4 s; loading a large __consumer_offsets partition takes longer). A
+# spout's watermarks at an assignment and a coordinated step's offsets are asked so.
+LOOKUP_ATTEMPTS = 30
 
 
 def timed_out(error: KafkaException) -> bool:

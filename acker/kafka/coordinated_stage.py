@@ -64,6 +64,7 @@ from acker.kafka.client_log import (
 )
 from acker.kafka.clients import (
     COORDINATOR_MOVING,
+    LOOKUP_ATTEMPTS,
     PRODUCER_MAX_BYTES,
     AsWritten,
     TopicSpec,
@@ -103,9 +104,6 @@ TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a d
 RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
 ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and ids, as JSON
 _CUT_HEADER_BYTES = 64  # a header that says a cut value's or key's whole length, framed
-# A step's committed offsets asked after a broker's restart (`CoordinatedStage._committed`), 1 s apart: about 30 s
-# for the group's coordinator to be back (seen 4 s; loading a large __consumer_offsets partition takes longer).
-LOOKUP_ATTEMPTS = 30
 FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
 # librdkafka 2.16's refusals of an abort while the batch's commit, which timed out, is still in progress: it takes
 # only a call of the commit again (`_CONFLICT`, "Conflicting commit_transaction API call is already in progress"), or

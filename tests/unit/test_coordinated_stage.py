@@ -20,6 +20,7 @@ from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
 from acker.kafka import coordinated_stage
 from acker.kafka.client_log import RepeatFilter
+from acker.kafka.clients import LOOKUP_ATTEMPTS
 from acker.kafka.coordinated_stage import (
     ABORTABLE_START_OVERS,
     DEADLINE,
@@ -817,7 +818,7 @@ _NOT_COORDINATOR = KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinat
         ([], 1, True),
         ([_NOT_COORDINATOR] * 3, 4, True),  # asked again while the coordinator is not back: a fourth new one answers
         # never back: LOOKUP_ATTEMPTS in all with the step's own (about 30 s)
-        ([_NOT_COORDINATOR] * (coordinated_stage.LOOKUP_ATTEMPTS - 1), coordinated_stage.LOOKUP_ATTEMPTS - 1, False),
+        ([_NOT_COORDINATOR] * (LOOKUP_ATTEMPTS - 1), LOOKUP_ATTEMPTS - 1, False),
         ([KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)], 1, False),
         ([KafkaError(KafkaError._TIMED_OUT)] * 3, 2, False),  # a timeout is asked again once
     ],

@@ -20,7 +20,7 @@ from acker.config import ServiceConfig
 from acker.core.ids import partition_of
 from acker.core.messages import Init
 from acker.errors import ConfigError
-from acker.kafka.clients import KafkaClientError, TopicsNotCreatedError, committed_offsets
+from acker.kafka.clients import LOOKUP_ATTEMPTS, KafkaClientError, TopicsNotCreatedError, committed_offsets
 from acker.metrics import LatencyHistogram
 from acker.service import failing_inits
 from acker.spout import WAIT_TIMEOUTS, Spout, SpoutSettings, outcome_consumer
@@ -458,13 +458,13 @@ def test_a_spout_assigned_while_its_watermark_groups_coordinator_moves_asks_agai
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A broker just back: the watermark lookup stopped the spout at once (confluent-kafka's NOT_COORDINATOR is not
-    retriable); asked `WATERMARK_ATTEMPTS` times, then stopped as at any error, rather than start elsewhere."""
+    retriable); asked `LOOKUP_ATTEMPTS` times, then stopped as at any error, rather than start elsewhere."""
     monkeypatch.setattr(time, "sleep", lambda _s: None)
     spout: Any = Spout.__new__(Spout)
-    spout._watermarks = _Coordinating(*[KafkaError.NOT_COORDINATOR] * spout_module.WATERMARK_ATTEMPTS)
+    spout._watermarks = _Coordinating(*[KafkaError.NOT_COORDINATOR] * LOOKUP_ATTEMPTS)
     with pytest.raises(KafkaClientError, match="reading the watermarks of s/0: NOT_COORDINATOR"):
         spout._on_assign(None, [TopicPartition("s", 0)])
-    assert spout._watermarks.asked == spout_module.WATERMARK_ATTEMPTS
+    assert spout._watermarks.asked == LOOKUP_ATTEMPTS
 
 
 def test_the_spouts_own_failed_outcomes_say_why_and_their_reasons_are_kept_only_while_undelivered() -> None:
