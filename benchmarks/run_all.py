@@ -40,6 +40,7 @@ SUITE = [  # name, module, what it compares
     ("stage", "benchmarks.stage_bench", "the word count's bolts tracked vs untracked, one at a time; header cost"),
     ("floor", "benchmarks.floor_bench", "the word count's Kafka traffic alone, tracked vs untracked: the bound"),
     ("storm-wordcount", "benchmarks.storm_wordcount_bench", "Storm's word count, acking on vs off, LocalCluster"),
+    ("fanout", "benchmarks.fanout_bench", "one record fanned out to 1k-100k children: acked vs done untracked"),
     ("commit", "benchmarks.commit_bench", "Spark commit job: acks/s and ack-to-watermark delay"),
     ("replay-batch", "benchmarks.replay_batch_bench", "replay job: a batch of nacks on the driver, whole vs parts"),
     ("stuck-mark", "benchmarks.stuck_mark_bench", "commit job driver: a batch with a stuck watermark, merged or not"),
@@ -61,6 +62,7 @@ SMOKE = {
     "pipeline": ["--sentences", "1000", "--latency-s", "2"],
     "floor": ["--sentences", "1000", "--latency-s", "1"],
     "storm-wordcount": ["--sentences", "20000"],
+    "fanout": ["--children", "100,1000"],
     "commit": ["--acks", "40000", "--latency-s", "3"],
     "replay-batch": ["--nacks", "40000"],
     "stuck-mark": ["--batches", "120", "--kafka-txns", "40"],
@@ -70,7 +72,7 @@ SMOKE = {
 
 # The benchmarks that run against Kafka: each starts a local broker of its own unless ``--bootstrap-servers`` names a
 # cluster (topics and groups of their own, so other work may share it).
-KAFKA = {"service", "scaling", "recovery", "pipeline", "stage", "floor", "commit", "stuck-mark"}
+KAFKA = {"service", "scaling", "recovery", "pipeline", "stage", "floor", "fanout", "commit", "stuck-mark"}
 
 
 def command_of(name: str, module: str, quick: bool, smoke: bool, bootstrap: str | None = None) -> list[str]:
