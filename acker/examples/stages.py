@@ -16,8 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import acker
-from acker.config import child_environment
+from acker.config import KAFKA_ENV_PREFIX, child_environment
 from acker.kafka.local_broker import spawn
+
+# A static member's id (librdkafka's ``group.instance.id``, as the children's environment gives it: `to_argv`). One id
+# names one process: two that share it fence each other out of their group (the one fenced stops), so a run's
+# children, all started from one configuration, each get it with their own name after it (`Stages.start`); a child
+# started again keeps its own, and takes its partitions back without a rebalance.
+STATIC_ID = f"{KAFKA_ENV_PREFIX}GROUP_INSTANCE_ID"
 
 
 def acker_command(*args: str) -> list[str]:
@@ -58,9 +64,12 @@ class Stages:
 
     def start(self, name: str, command: tuple[list[str], dict[str, str]]) -> None:
         """Start ``name``: ``command`` is its argv and the environment it adds to this process's
-        (`child_environment`)."""
+        (`child_environment`), a static member's id made its own (`STATIC_ID`)."""
         argv, env = command
-        self.environments[name] = child_environment(env, settings_given_only=self._settings_given_only)
+        environment = child_environment(env, settings_given_only=self._settings_given_only)
+        if environment.get(STATIC_ID):
+            environment[STATIC_ID] = f"{environment[STATIC_ID]}-{name}"
+        self.environments[name] = environment
         self._spawn(name, argv)
 
     def _spawn(self, name: str, argv: list[str]) -> None:

@@ -32,6 +32,44 @@ def test_a_stage_started_again_has_its_own_environment_not_the_last_one_started(
         stages.stop()
 
 
+_PRINT_STATIC_ID = [sys.executable, "-c", f"import os; print(os.environ.get({stages_module.STATIC_ID!r}, ''))"]
+
+
+def test_each_child_gets_a_static_members_id_of_its_own_and_keeps_it_when_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`acker wordcount run --kafka group.instance.id=wx` gave every stage process the id wx: two stages fenced each
+    other at their start, and the run stopped with 0 of 300 sentences decided."""
+    monkeypatch.delenv(stages_module.STATIC_ID, raising=False)
+    stages = Stages(log=lambda _line: None, output_dir=tmp_path)
+    try:
+        stages.start("split-0", (_PRINT_STATIC_ID, {stages_module.STATIC_ID: "wx"}))
+        stages.start("split-1", (_PRINT_STATIC_ID, {stages_module.STATIC_ID: "wx"}))
+        stages.start("count-0", (_PRINT_STATIC_ID, {}))  # none given: none made up
+        for name in ("split-0", "split-1", "count-0"):
+            stages.running[name][1].wait(30)
+        stages.restart("split-0")
+        stages.running["split-0"][1].wait(30)
+        printed = {n: (tmp_path / f"{n}.log").read_text().split() for n in ("split-0", "split-1", "count-0")}
+        assert printed == {"split-0": ["wx-split-0", "wx-split-0"], "split-1": ["wx-split-1"], "count-0": []}
+    finally:
+        stages.stop()
+
+
+def test_a_static_members_id_given_in_this_processs_environment_is_made_each_childs_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ACKER_KAFKA_GROUP_INSTANCE_ID`` in the runner's environment reaches every child the same way."""
+    monkeypatch.setenv(stages_module.STATIC_ID, "env-id")
+    stages = Stages(log=lambda _line: None, output_dir=tmp_path)
+    try:
+        stages.start("acker-1", (_PRINT_STATIC_ID, {}))
+        stages.running["acker-1"][1].wait(30)
+        assert (tmp_path / "acker-1.log").read_text().split() == ["env-id-acker-1"]
+    finally:
+        stages.stop()
+
+
 class _Stuck:
     """A process at the edge that ignores SIGTERM: each wait runs its timeout out on the test's clock."""
 
