@@ -67,6 +67,7 @@ from acker.kafka.clients import (
     LOOKUP_ATTEMPTS,
     PRODUCER_MAX_BYTES,
     AsWritten,
+    KafkaClientError,
     TopicSpec,
     after_failure,
     answering,
@@ -452,6 +453,15 @@ class CoordinatedStage:
         group moved on, or librdkafka wants the transaction aborted or Kafka did not answer in time (up to
         `ABORTABLE_START_OVERS` batches in a row)."""
         cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
+        if cause is not None and cause.code() == KafkaError.FENCED_INSTANCE_ID:  # the consumer is done too: a start
+            # over failed to seek ("Erroneous state"), which named no cause
+            static_id = self.config.kafka.get("group.instance.id", "")
+            raise KafkaClientError(
+                f"step {self.index}: the batch's offsets",
+                cause,
+                f" (another process of group "
+                f"{self.group} uses group.instance.id {static_id}: each process needs its own)",
+            )
         if cause is not None and cause.code() in GROUP_MOVED:
             log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
                         "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip

@@ -20,7 +20,7 @@ from acker.dlq import DLQ_KEY_TRUNCATED, DLQ_TRUNCATED, DeadLetter
 from acker.headers import read_headers, record_size
 from acker.kafka import coordinated_stage
 from acker.kafka.client_log import RepeatFilter
-from acker.kafka.clients import LOOKUP_ATTEMPTS
+from acker.kafka.clients import LOOKUP_ATTEMPTS, KafkaClientError
 from acker.kafka.coordinated_stage import (
     ABORTABLE_START_OVERS,
     DEADLINE,
@@ -51,6 +51,7 @@ def _last_step(step: Any) -> CoordinatedStage:
     stage = CoordinatedStage.__new__(CoordinatedStage)
     stage.chain, stage.index, stage.step, stage.last = Chain("c", 2), 1, step, True
     stage.input, stage.output = stage.chain.topic(1), stage.chain.results
+    stage.group = f"{stage.chain.name}.step{stage.index}"
     stage.changelog, stage.dlq = f"{stage.input}.state", f"{stage.input}.dlq"
     stage.tasks_count, stage.next_count, stage._round_robin = 1, 1, 0
     stage.counters = {"processed": 0, "finished": 0, "failed": 0, "dead_letters": 0, "late": 0, "assigned": 0,
@@ -516,6 +517,19 @@ def test_after_an_aborted_batch_the_stage_refuses_to_go_on(error: KafkaError) ->
     assert producer.calls[-1] == "abort"
     with pytest.raises(CoordinationError, match="restart the process"):
         stage.poll(0)
+
+
+def test_a_step_fenced_by_a_process_with_its_static_members_id_stops_saying_so() -> None:
+    """Two processes of a step started with one ``group.instance.id``: the fenced one's batch was aborted and started
+    over, twice, and the process stopped on "Failed to seek to offset 10572: Local: Erroneous state"."""
+    fenced = KafkaError(KafkaError.FENCED_INSTANCE_ID, "Failed to commit offsets to transaction: Static consumer "
+                        "fenced by other consumer with same group.instance.id", txn_requires_abort=True)  # fmt: skip
+    producer = _Transactions(fenced)
+    stage = _expiring(producer)
+    stage.config = ServiceConfig(bootstrap_servers="127.0.0.1:1", kafka={"group.instance.id": "rs-s2a"})
+    with pytest.raises(KafkaClientError, match=r"uses group.instance.id rs-s2a: each process needs its own"):
+        stage.poll(0)
+    assert producer.calls[-1] == "abort" and stage.counters["started_over"] == 0
 
 
 _ABORTABLE = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "requires epoch bump", txn_requires_abort=True)
