@@ -542,7 +542,12 @@ class CoordinatedStage:
             except KafkaException as error:
                 timeout = timed_out(error)
                 timed_out_twice = timeout and asked_after_timeout
-                if timed_out_twice:  # Kafka answers a lookup of stable offsets only once no transaction commits
+                unreachable = _brokers_silent(asking, self.input) if timed_out_twice else None
+                if unreachable is not None:  # an outage, not a transaction: every broker away
+                    log.error("step %d: the committed offsets of %s were not answered in 30 s, twice, and Kafka's "
+                              "brokers do not answer (%s): the step stops", self.index,
+                              sorted(tp.partition for tp in partitions), unreachable)  # fmt: skip
+                elif timed_out_twice:  # Kafka answers a lookup of stable offsets only once no transaction commits
                     # them: one that does not end (a hanging one) holds them for good
                     log.error("step %d: the committed offsets of %s were not answered in 30 s, twice: a transaction "
                               "committing offsets of group %s that does not end may hold them (README, \"A "
@@ -1006,6 +1011,18 @@ def _doomed(error: BaseException) -> bool:
     transaction has failed (a record the broker refused before it, say). Not a fatal error: the producer is done."""
     cause = kafka_error(error) if isinstance(error, KafkaException) else None
     return cause is not None and not cause.fatal() and (cause.txn_requires_abort() or cause.code() == KafkaError._STATE)
+
+
+def _brokers_silent(consumer: Consumer, topic: str) -> str | None:
+    """Why Kafka's brokers do not answer ``consumer`` (a request for ``topic``'s metadata, 5 s), or None when they do.
+    A lookup of committed offsets that timed out twice blamed a transaction that does not end, seen while every
+    broker was down for minutes (librdkafka logging "Connection refused")."""
+    try:
+        consumer.list_topics(topic, timeout=5)
+    except KafkaException as error:
+        cause = kafka_error(error)
+        return cause.str() if cause is not None else str(error)
+    return None
 
 
 def _unanswered(error: BaseException) -> bool:

@@ -810,13 +810,19 @@ def test_a_batch_kafka_did_not_answer_in_time_starts_again_when_its_abort_goes_t
 class _Committed:
     """A consumer whose committed offsets' lookups raise ``errors`` in turn, then answer offset 7."""
 
-    def __init__(self, *errors: KafkaError) -> None:
-        self.errors, self.closed = list(errors), False
+    def __init__(self, *errors: KafkaError, silent: KafkaError | None = None) -> None:
+        self.errors, self.closed, self.silent = list(errors), False, silent
 
     def committed(self, partitions: list[TopicPartition], _timeout: float = 0) -> list[TopicPartition]:
         if self.errors:
             raise KafkaException(self.errors.pop(0))
         return [TopicPartition(tp.topic, tp.partition, 7) for tp in partitions]
+
+    def list_topics(self, _topic: str, timeout: float) -> object:
+        """The brokers' metadata, or ``silent`` raised: no broker answers."""
+        if self.silent is not None:
+            raise KafkaException(self.silent)
+        return object()
 
     def close(self) -> None:
         self.closed = True
@@ -877,6 +883,26 @@ def test_committed_offsets_are_asked_again_of_a_new_consumer_while_the_coordinat
         ]
     else:
         assert hinted == []
+
+
+def test_a_lookup_that_timed_out_twice_while_no_broker_answers_blames_the_outage_not_a_transaction(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every step stopped in a broker outage of minutes saying that a transaction that does not end may hold the
+    offsets (find-hanging), while librdkafka logged "Connection refused"."""
+    down = KafkaError(KafkaError._TRANSPORT, "Connection refused")
+    monkeypatch.setattr(coordinated_stage, "Consumer", lambda _c: _Committed(KafkaError(KafkaError._TIMED_OUT),
+                                                                             silent=down))  # fmt: skip
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    stage = _last_step(_Answer(b"x"))
+    stage.config = ServiceConfig(bootstrap_servers="127.0.0.1:1")
+    with pytest.raises(KafkaException):
+        stage._committed([TopicPartition(stage.input, 0)], _Committed(KafkaError(KafkaError._TIMED_OUT)))  # type: ignore[arg-type]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert said == [
+        "step 1: the committed offsets of [0] were not answered in 30 s, twice, and Kafka's brokers do not answer "
+        "(Connection refused): the step stops"
+    ]
 
 
 class _Refusing(_Transactions):
