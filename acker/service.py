@@ -335,9 +335,36 @@ class _Retired:
     ignored_ticks: int = 0
 
 
+# A start whose compiled loops take longer than this to be ready says so: loaded from numba's cache they take about
+# a second; compiled (a new installation's first start), 10-20 s of a core, and on a loaded 2-vCPU host 8 minutes
+# were seen with nothing said between the configuration line and the assignment.
+COMPILING_SAID_AFTER_S = 5.0
+
+
 def compile_now() -> None:
     """Compile (or load from numba's on-disk cache) every compiled loop the service runs, before it joins the
-    group: no record waits for the compiler."""
+    group: no record waits for the compiler. Said once it takes `COMPILING_SAID_AFTER_S`, and how long it took."""
+    started = time.monotonic()
+    said = threading.Event()
+
+    def say() -> None:
+        said.set()
+        log.info("compiling the tracker's loops (numba), which a new installation's first start does: 10-20 s of a "
+                 "core, minutes on a loaded host; later starts load them from its cache (NUMBA_CACHE_DIR, or "
+                 "__pycache__ beside the package)")  # fmt: skip
+
+    timer = threading.Timer(COMPILING_SAID_AFTER_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        _compile_all()
+    finally:
+        timer.cancel()
+    if said.is_set():
+        log.info("the tracker's loops compiled in %.0f s", time.monotonic() - started)
+
+
+def _compile_all() -> None:
     BlockTracker.warm_up()
     parsed = parse_batch(encode_batch(MessageBlock.from_messages([Init(1, "s", "t/0/0", 1), Ack(1, 1)])))
     check_block(parsed, 1, 2)  # read-only columns, as parsed (a record checked alone)

@@ -4,8 +4,15 @@ compiled anything before (numba's compiled signatures are per process)."""
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
 import sys
+import time
+
+import pytest
+
+from acker import service
 
 _SCRIPT = """
 import numpy as np
@@ -57,3 +64,26 @@ def test_deciding_traffic_after_the_warm_up_compiles_nothing() -> None:
     run = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "NEW []" in run.stdout, run.stdout[-3000:]
+
+
+def test_a_slow_compile_says_what_it_does_and_how_long_it_took(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new installation's first `acker run` compiled for 8 minutes on a loaded host, with nothing said between its
+    configuration line and its assignment: it looked hung, and was killed."""
+    monkeypatch.setattr(service, "COMPILING_SAID_AFTER_S", 0.05)
+    monkeypatch.setattr(service, "_compile_all", lambda: time.sleep(0.5))
+    with caplog.at_level(logging.INFO, logger="acker.service"):
+        service.compile_now()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and said[0].startswith("compiling the tracker's loops (numba)")
+    assert re.fullmatch(r"the tracker's loops compiled in [01] s", said[1])  # half a second, rounded
+
+
+def test_a_compile_loaded_from_the_cache_says_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(service, "_compile_all", lambda: None)
+    with caplog.at_level(logging.INFO, logger="acker.service"):
+        service.compile_now()
+    assert caplog.records == []
