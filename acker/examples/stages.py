@@ -7,6 +7,7 @@ transaction left to time out, which the next run waits for)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -68,7 +69,8 @@ class Stages:
         argv, env = command
         environment = child_environment(env, settings_given_only=self._settings_given_only)
         if environment.get(STATIC_ID):
-            environment[STATIC_ID] = f"{environment[STATIC_ID]}-{name}"
+            # Kafka takes ASCII letters, digits, ".", "_" and "-" in an id (a step's name has a space)
+            environment[STATIC_ID] = f"{environment[STATIC_ID]}-{re.sub(r'[^A-Za-z0-9._-]', '-', name)}"
         self.environments[name] = environment
         self._spawn(name, argv)
 

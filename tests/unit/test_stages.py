@@ -46,12 +46,17 @@ def test_each_child_gets_a_static_members_id_of_its_own_and_keeps_it_when_starte
         stages.start("split-0", (_PRINT_STATIC_ID, {stages_module.STATIC_ID: "wx"}))
         stages.start("split-1", (_PRINT_STATIC_ID, {stages_module.STATIC_ID: "wx"}))
         stages.start("count-0", (_PRINT_STATIC_ID, {}))  # none given: none made up
-        for name in ("split-0", "split-1", "count-0"):
+        stages.start("step 1.0", (_PRINT_STATIC_ID, {stages_module.STATIC_ID: "wx"}))  # Kafka refuses a space
+        names = ("split-0", "split-1", "count-0", "step 1.0")
+        for name in names:
             stages.running[name][1].wait(30)
         stages.restart("split-0")
         stages.running["split-0"][1].wait(30)
-        printed = {n: (tmp_path / f"{n}.log").read_text().split() for n in ("split-0", "split-1", "count-0")}
-        assert printed == {"split-0": ["wx-split-0", "wx-split-0"], "split-1": ["wx-split-1"], "count-0": []}
+        printed = {
+            n: (tmp_path / f"{n}.log").read_text().split() for n in ("split-0", "split-1", "count-0", "step 1.0")
+        }
+        assert printed == {"split-0": ["wx-split-0", "wx-split-0"], "split-1": ["wx-split-1"], "count-0": [],
+                           "step 1.0": ["wx-step-1.0"]}  # fmt: skip
     finally:
         stages.stop()
 
