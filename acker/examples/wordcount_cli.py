@@ -447,8 +447,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return interrupted_status(stopped)
     finally:
         stages.stop()
+        static = " (static members leave a group only once their session ends)" if _static(config) else ""
         for left, why in delete_groups(config.client(), [group, settings.replay_group, watermarks]).items():  # its own
-            print(f"consumer group {left} is left behind ({why})", file=sys.stderr)
+            print(f"consumer group {left} is left behind ({why}){static}", file=sys.stderr)
+
+
+def _static(config: ServiceConfig) -> bool:
+    """Whether the stages are static members of their groups (``group.instance.id``): those do not leave at a stop."""
+    return bool(config.kafka.get("group.instance.id"))
 
 
 def _run_stages(
