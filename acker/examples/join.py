@@ -110,9 +110,11 @@ class Join:
             # failing every other side held meanwhile.
             message = replace(message, timestamp_ms=int(now_ms))
         side = first(message.headers, SIDE)
-        if not isinstance(side, bytes) or side not in PARTNER or _expired(message, now_ms, self.hold_s):
-            # not a side of an order, or too old to join: its tree may have expired
-            collector.fail(message, "join: not a side of an order, or held too long to join")
+        if not isinstance(side, bytes) or side not in PARTNER:
+            collector.fail(message, f"join: not a side of an order (its {SIDE!r} header is neither order nor payment)")
+            return
+        if _expired(message, now_ms, self.hold_s):  # its tree may have expired: written more than hold_s ago
+            collector.fail(message, "join: came too late to be held for its partner (written more than hold_s ago)")
             return
         if (wrong := _unjoinable(message)) is not None:  # on arrival: held, it would fail its partner at the join
             collector.fail(message, f"join: {wrong}")

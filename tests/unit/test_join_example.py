@@ -28,6 +28,7 @@ HOLD_S = 10.0
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.reasons: list[str] = []
 
     def emit(self, topic: str, value: bytes | None, key: bytes | None = None, *, anchors: Sequence[BoltInput]) -> None:
         self.calls.append(("emit", (json.loads(value or b""), [a.offset for a in anchors])))
@@ -38,6 +39,7 @@ class Recorder:
     def fail(self, message: BoltInput, reason: str | None = None) -> None:
         assert reason and reason.startswith("join: ")  # each fail says why
         self.calls.append(("fail", message.offset))
+        self.reasons.append(reason)
 
 
 def message(offset: int, side: bytes | None, row: dict[str, Any], age_s: float = 0.0) -> BoltInput:
@@ -178,6 +180,18 @@ def test_a_side_held_until_its_tree_may_have_expired_is_failed_not_joined() -> N
 
 def test_a_message_without_a_side_is_failed() -> None:
     assert run(message(0, None, ORDER), message(1, b"refund", ORDER)) == [("fail", 0), ("fail", 1)]
+
+
+def test_a_side_too_old_on_arrival_and_a_message_that_is_no_side_are_failed_for_reasons_of_their_own() -> None:
+    """One reason said both: 1,292 sides failed on arrival after a gap with no join reading read as malformed."""
+    join, collector = join_bolt("paid", hold_s=HOLD_S), Recorder()
+    join(message(0, b"refund", ORDER), collector)
+    join(message(1, b"order", ORDER, age_s=HOLD_S + 1), collector)
+    assert collector.calls == [("fail", 0), ("fail", 1)]
+    assert collector.reasons == [
+        "join: not a side of an order (its 'side' header is neither order nor payment)",
+        "join: came too late to be held for its partner (written more than hold_s ago)",
+    ]
 
 
 def test_a_stale_side_behind_a_fresh_one_is_failed_when_its_copy_arrives_not_taken_for_it() -> None:
