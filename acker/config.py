@@ -47,6 +47,10 @@ STAGE_PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 20}
 _MESSAGE_TIMEOUT_MAX_MS = 2**31 - 1  # librdkafka's largest message.timeout.ms
 _MESSAGE_TIMEOUT_NAMES = ("message.timeout.ms", "delivery.timeout.ms")  # librdkafka's names of one setting
 _LINGER_NAMES = ("linger.ms", "queue.buffering.max.ms")  # the same
+# A static member's id (KIP-345), one process's own: two processes that share it fence each other out of their group.
+STATIC_MEMBER_ID = "group.instance.id"
+_STATIC_ID_MAX = 249  # Kafka's Java client (Spark's) refuses a longer id, and characters other than these:
+_STATIC_ID_REFUSED = re.compile(r"[^A-Za-z0-9._-]")
 # librdkafka settings the project reads as numbers itself (whole numbers; linger as any number): librdkafka takes
 # "90000.0" or "60000abc" (it reads the number they start with), Python's int() neither, and one such value (a TOML
 # float: 9e4) stopped every tool that read it with a traceback (`open_transaction_wait_s`, `fitted_batch_size`).
@@ -350,6 +354,11 @@ class ServiceConfig:
         least = max(1000, math.floor(linger_ms) + 1)
         given_up = min(_MESSAGE_TIMEOUT_MAX_MS, max(least, math.ceil(1000 * self.tree_lifetime_s)))
         return {**settings, "message.timeout.ms": given_up, _ONLY_ERRORS: False}
+
+    @property
+    def static_member_id(self) -> str:
+        """The processes' static member id (`STATIC_MEMBER_ID` among the librdkafka settings), "" when dynamic."""
+        return str(self.kafka.get(STATIC_MEMBER_ID, ""))
 
     @property
     def instance(self) -> str:
@@ -661,6 +670,17 @@ def child_environment(own: Mapping[str, str], *, settings_given_only: bool = Fal
     return {**inherited, **own}
 
 
+def kafka_env_name(key: str) -> str:
+    """The environment variable that gives librdkafka setting ``key`` (``ACKER_KAFKA_<KEY>``, dots as "_")."""
+    return KAFKA_ENV_PREFIX + key.upper().replace(".", "_")
+
+
+def own_static_id(shared: str, name: str) -> str:
+    """The static member id of a process named ``name`` among several started with the id ``shared``: ``shared-name``,
+    a character the Java client refuses in an id made "-" (a step's name has a space), cut to its most."""
+    return _STATIC_ID_REFUSED.sub("-", f"{shared}-{name}")[:_STATIC_ID_MAX]
+
+
 def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:
     """Flags and environment that `load` turns back into ``config``, for starting a child process.
 
@@ -677,5 +697,5 @@ def to_argv(config: ServiceConfig) -> tuple[list[str], dict[str, str]]:
             argv.append(flag if value else "--no-" + flag[2:])
         else:
             argv.append(f"{flag}={value}")  # one word: a value that begins with "-" (a topic "-x") is not a flag
-    env = {KAFKA_ENV_PREFIX + key.upper().replace(".", "_"): value for key, value in config.kafka.items()}
+    env = {kafka_env_name(key): value for key, value in config.kafka.items()}
     return argv, env

@@ -343,15 +343,16 @@ COMPILING_SAID_AFTER_S = 5.0
 
 def compile_now() -> None:
     """Compile (or load from numba's on-disk cache) every compiled loop the service runs, before it joins the
-    group: no record waits for the compiler. Said once it takes `COMPILING_SAID_AFTER_S`, and how long it took."""
+    group: no record waits for the compiler. Said once it takes `COMPILING_SAID_AFTER_S` (a warning, which the runners
+    show: they start `acker run` with WARNING), and how long it took."""
     started = time.monotonic()
     said = threading.Event()
 
     def say() -> None:
         said.set()
-        log.info("compiling the tracker's loops (numba), which a new installation's first start does: 10-20 s of a "
-                 "core, minutes on a loaded host; later starts load them from its cache (NUMBA_CACHE_DIR, or "
-                 "__pycache__ beside the package)")  # fmt: skip
+        log.warning("compiling the tracker's loops (numba), which a new installation's first start does: 10-20 s of "
+                    "a core, minutes on a loaded host; later starts load them from its cache (NUMBA_CACHE_DIR, or "
+                    "__pycache__ beside the package)")  # fmt: skip
 
     timer = threading.Timer(COMPILING_SAID_AFTER_S, say)
     timer.daemon = True
@@ -360,8 +361,8 @@ def compile_now() -> None:
         _compile_all()
     finally:
         timer.cancel()
-    if said.is_set():
-        log.info("the tracker's loops compiled in %.0f s", time.monotonic() - started)
+    if said.is_set():  # at the level of the line before: the runners start `acker run` with WARNING
+        log.warning("the tracker's loops ready in %.0f s", time.monotonic() - started)
 
 
 def _compile_all() -> None:

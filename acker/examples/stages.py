@@ -7,7 +7,6 @@ transaction left to time out, which the next run waits for)."""
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
@@ -17,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import acker
-from acker.config import KAFKA_ENV_PREFIX, child_environment
+from acker.config import STATIC_MEMBER_ID, child_environment, kafka_env_name, own_static_id
 from acker.kafka.local_broker import spawn
 
-# A static member's id (librdkafka's ``group.instance.id``, as the children's environment gives it: `to_argv`). One id
-# names one process: two that share it fence each other out of their group (the one fenced stops), so a run's
-# children, all started from one configuration, each get it with their own name after it (`Stages.start`); a child
-# started again keeps its own, and takes its partitions back without a rebalance.
-STATIC_ID = f"{KAFKA_ENV_PREFIX}GROUP_INSTANCE_ID"
+# A static member's id, as the children's environment gives it (`to_argv`): one id names one process (two that share
+# it fence each other out of their group, the one fenced stops), so a run's children, all started from one
+# configuration, each get their own (`own_static_id`, in `Stages.start`); a child started again keeps its own, and
+# takes its partitions back without a rebalance.
+STATIC_ID = kafka_env_name(STATIC_MEMBER_ID)
 
 
 def acker_command(*args: str) -> list[str]:
@@ -69,8 +68,7 @@ class Stages:
         argv, env = command
         environment = child_environment(env, settings_given_only=self._settings_given_only)
         if environment.get(STATIC_ID):
-            # Kafka takes ASCII letters, digits, ".", "_" and "-" in an id (a step's name has a space)
-            environment[STATIC_ID] = f"{environment[STATIC_ID]}-{re.sub(r'[^A-Za-z0-9._-]', '-', name)}"
+            environment[STATIC_ID] = own_static_id(environment[STATIC_ID], name)
         self.environments[name] = environment
         self._spawn(name, argv)
 

@@ -447,14 +447,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return interrupted_status(stopped)
     finally:
         stages.stop()
-        static = " (static members leave a group only once their session ends)" if _static(config) else ""
         for left, why in delete_groups(config.client(), [group, settings.replay_group, watermarks]).items():  # its own
-            print(f"consumer group {left} is left behind ({why}){static}", file=sys.stderr)
+            print(f"consumer group {left} is left behind ({why}){_why_not_empty(config, why)}", file=sys.stderr)
 
 
-def _static(config: ServiceConfig) -> bool:
-    """Whether the stages are static members of their groups (``group.instance.id``): those do not leave at a stop."""
-    return bool(config.kafka.get("group.instance.id"))
+def _why_not_empty(config: ServiceConfig, why: str) -> str:
+    """What to add to a group's refused deletion ``why``: a group of static members (`ServiceConfig.static_member_id`)
+    is not empty after its processes stopped, as those do not leave it; they are gone once their sessions end."""
+    if config.static_member_id and "NON_EMPTY_GROUP" in why:
+        return " (static members leave a group only once their session ends)"
+    return ""
 
 
 def _run_stages(

@@ -105,6 +105,7 @@ TRANSACTION_TIMEOUT_MS = 10_000  # a batch's transaction takes milliseconds; a d
 RECORD_MARGIN = 1024  # room for a record's framing and headers below a topic's max.message.bytes
 ANSWER_STATE_MARGIN = 512  # a request's state without its answer: counts and ids, as JSON
 _CUT_HEADER_BYTES = 64  # a header that says a cut value's or key's whole length, framed
+METADATA_WAIT_S = 5.0  # after a lookup unanswered twice: whether any broker answers at all (`_brokers_silent`)
 FENCING_BACKOFF_S = 5.0  # after the committed offsets could not be looked up, how long expiries wait to ask again
 # librdkafka 2.16's refusals of an abort while the batch's commit, which timed out, is still in progress: it takes
 # only a call of the commit again (`_CONFLICT`, "Conflicting commit_transaction API call is already in progress"), or
@@ -413,6 +414,7 @@ class CoordinatedStage:
         try:
             self._bounded("abort_transaction", TXN_CALL_S)  # raises `WedgedProducerError` past its wait
         except KafkaException as error:  # e.g. a fatal producer error
+            self._stop_if_fenced(failure)
             if not self._renewable(failure, error, took_s):  # the batch's failure says more
                 log.warning("step %d: the aborted batch's transaction: %s (after %r)", self.index, error, failure)
                 raise failure from None
@@ -448,20 +450,23 @@ class CoordinatedStage:
             p in self.tasks and (state := self.tasks[p].requests.get(r)) is not None and state.done for p, r in late
         )
 
+    def _stop_if_fenced(self, failure: BaseException) -> None:
+        """Raise `KafkaClientError` saying so when ``failure`` is the step's consumer fenced out of its group by
+        another with its static member id: the consumer takes nothing more (a start over failed to seek, "Erroneous
+        state", which named no cause)."""
+        cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
+        if cause is not None and cause.code() == KafkaError.FENCED_INSTANCE_ID:
+            raise KafkaClientError(f"step {self.index}: the batch's offsets", cause, f" (another process of group "
+                                   f"{self.group} took group.instance.id {self.config.static_member_id}: a second "
+                                   "process given it, or this one's successor started while it hung; each process "
+                                   "needs an id of its own)") from None  # fmt: skip
+
     def _may_start_over(self, failure: BaseException, changed: set[int]) -> None:
         """Raise ``failure``, whose batch's abort went through, unless its tasks may start again in the process: the
         group moved on, or librdkafka wants the transaction aborted or Kafka did not answer in time (up to
-        `ABORTABLE_START_OVERS` batches in a row)."""
+        `ABORTABLE_START_OVERS` batches in a row); `KafkaClientError` when the step was fenced (`_stop_if_fenced`)."""
+        self._stop_if_fenced(failure)
         cause = kafka_error(failure) if isinstance(failure, KafkaException) else None
-        if cause is not None and cause.code() == KafkaError.FENCED_INSTANCE_ID:  # the consumer is done too: a start
-            # over failed to seek ("Erroneous state"), which named no cause
-            static_id = self.config.kafka.get("group.instance.id", "")
-            raise KafkaClientError(
-                f"step {self.index}: the batch's offsets",
-                cause,
-                f" (another process of group "
-                f"{self.group} uses group.instance.id {static_id}: each process needs its own)",
-            )
         if cause is not None and cause.code() in GROUP_MOVED:
             log.warning("step %d: the group moved on while a batch ran (%s): the batch is aborted, and its tasks %s "
                         "start again from their last commit", self.index, cause.str(), sorted(changed))  # fmt: skip
@@ -544,9 +549,10 @@ class CoordinatedStage:
                 timed_out_twice = timeout and asked_after_timeout
                 unreachable = _brokers_silent(asking, self.input) if timed_out_twice else None
                 if unreachable is not None:  # an outage, not a transaction: every broker away
-                    log.error("step %d: the committed offsets of %s were not answered in 30 s, twice, and Kafka's "
-                              "brokers do not answer (%s): the step stops", self.index,
-                              sorted(tp.partition for tp in partitions), unreachable)  # fmt: skip
+                    log.error("step %d: the committed offsets of %s were not answered in 30 s, twice, nor a request "
+                              "for metadata in %g s (%s): Kafka's brokers do not answer, and the step stops",
+                              self.index, sorted(tp.partition for tp in partitions), METADATA_WAIT_S,
+                              unreachable)  # fmt: skip
                 elif timed_out_twice:  # Kafka answers a lookup of stable offsets only once no transaction commits
                     # them: one that does not end (a hanging one) holds them for good
                     log.error("step %d: the committed offsets of %s were not answered in 30 s, twice: a transaction "
@@ -1014,11 +1020,12 @@ def _doomed(error: BaseException) -> bool:
 
 
 def _brokers_silent(consumer: Consumer, topic: str) -> str | None:
-    """Why Kafka's brokers do not answer ``consumer`` (a request for ``topic``'s metadata, 5 s), or None when they do.
+    """Why Kafka's brokers do not answer ``consumer`` (a request for ``topic``'s metadata, `METADATA_WAIT_S`), or None
+    when they do (any broker answers one, whatever transaction holds the group's offsets).
     A lookup of committed offsets that timed out twice blamed a transaction that does not end, seen while every
     broker was down for minutes (librdkafka logging "Connection refused")."""
     try:
-        consumer.list_topics(topic, timeout=5)
+        consumer.list_topics(topic, timeout=METADATA_WAIT_S)
     except KafkaException as error:
         cause = kafka_error(error)
         return cause.str() if cause is not None else str(error)

@@ -77,7 +77,8 @@ def test_a_slow_compile_says_what_it_does_and_how_long_it_took(
         service.compile_now()
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2 and said[0].startswith("compiling the tracker's loops (numba)")
-    assert re.fullmatch(r"the tracker's loops compiled in [01] s", said[1])  # half a second, rounded
+    assert re.fullmatch(r"the tracker's loops ready in [01] s", said[1])  # half a second, rounded
+    assert {r.levelname for r in caplog.records} == {"WARNING"}  # the runners start `acker run` at WARNING
 
 
 def test_a_compile_loaded_from_the_cache_says_nothing(

@@ -519,17 +519,27 @@ def test_after_an_aborted_batch_the_stage_refuses_to_go_on(error: KafkaError) ->
         stage.poll(0)
 
 
-def test_a_step_fenced_by_a_process_with_its_static_members_id_stops_saying_so() -> None:
+class _AbortFenced(_Transactions):
+    """Its abort fails fatally too (a producer fenced), which renews the producer where the cause allows it."""
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self.calls.append("abort")
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+
+@pytest.mark.parametrize("producer_type", [_Transactions, _AbortFenced], ids=["aborted", "abort-failed"])
+def test_a_step_fenced_by_a_process_with_its_static_members_id_stops_saying_so(producer_type: type) -> None:
     """Two processes of a step started with one ``group.instance.id``: the fenced one's batch was aborted and started
     over, twice, and the process stopped on "Failed to seek to offset 10572: Local: Erroneous state"."""
     fenced = KafkaError(KafkaError.FENCED_INSTANCE_ID, "Failed to commit offsets to transaction: Static consumer "
                         "fenced by other consumer with same group.instance.id", txn_requires_abort=True)  # fmt: skip
-    producer = _Transactions(fenced)
+    producer = producer_type(fenced)
     stage = _expiring(producer)
     stage.config = ServiceConfig(bootstrap_servers="127.0.0.1:1", kafka={"group.instance.id": "rs-s2a"})
-    with pytest.raises(KafkaClientError, match=r"uses group.instance.id rs-s2a: each process needs its own"):
+    with pytest.raises(KafkaClientError, match=r"took group.instance.id rs-s2a: .* needs an id of its own"):
         stage.poll(0)
-    assert producer.calls[-1] == "abort" and stage.counters["started_over"] == 0
+    assert producer.calls[-1] == "abort"
+    assert stage.counters["started_over"] == 0 and stage.counters["producers_renewed"] == 0
 
 
 _ABORTABLE = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "requires epoch bump", txn_requires_abort=True)
@@ -694,9 +704,9 @@ def test_a_producer_fenced_after_a_failure_that_is_not_an_outage_stops_the_proce
 ) -> None:
     """A zombie's transaction (its group moved on) must not go on with a new producer, which would fence its
     successor's."""
-    producer = _Outage(KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced"), _FENCED_BY_TIMEOUT)
+    producer = _Outage(KafkaError(KafkaError.ILLEGAL_GENERATION, "a generation fenced"), _FENCED_BY_TIMEOUT)
     stage = _expiring(producer)
-    with pytest.raises(KafkaException, match="fenced"):
+    with pytest.raises(KafkaException, match="a generation fenced"):
         stage.poll(0)
     assert new_producers == [] and stage._broken
 
@@ -900,8 +910,8 @@ def test_a_lookup_that_timed_out_twice_while_no_broker_answers_blames_the_outage
         stage._committed([TopicPartition(stage.input, 0)], _Committed(KafkaError(KafkaError._TIMED_OUT)))  # type: ignore[arg-type]
     said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert said == [
-        "step 1: the committed offsets of [0] were not answered in 30 s, twice, and Kafka's brokers do not answer "
-        "(Connection refused): the step stops"
+        "step 1: the committed offsets of [0] were not answered in 30 s, twice, nor a request for metadata in 5 s "
+        "(Connection refused): Kafka's brokers do not answer, and the step stops"
     ]
 
 

@@ -10,7 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 import acker
+from acker.config import ServiceConfig, own_static_id
 from acker.examples import stages as stages_module
+from acker.examples import wordcount_cli
 from acker.examples.stages import Stages, acker_command
 
 _EXIT_WITH_X = [sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['X']))"]
@@ -75,6 +77,20 @@ def test_a_static_members_id_given_in_this_processs_environment_is_made_each_chi
         stages.stop()
 
 
+def test_a_run_that_takes_no_settings_from_its_environment_gives_its_children_no_static_members_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's children (``settings_given_only``) take none of the ``ACKER_*`` environment: no id made up there."""
+    monkeypatch.setenv(stages_module.STATIC_ID, "env-id")
+    stages = Stages(log=lambda _line: None, output_dir=tmp_path, settings_given_only=True)
+    try:
+        stages.start("split-0", (_PRINT_STATIC_ID, {}))
+        stages.running["split-0"][1].wait(30)
+        assert (tmp_path / "split-0.log").read_text().split() == []
+    finally:
+        stages.stop()
+
+
 class _Stuck:
     """A process at the edge that ignores SIGTERM: each wait runs its timeout out on the test's clock."""
 
@@ -130,3 +146,25 @@ def test_a_stage_runs_the_acker_package_of_its_runner_not_sources_in_its_working
     assert run.returncode == 0 and "the copy" not in run.stderr, run.stderr
     monkeypatch.chdir(Path(acker.__file__).resolve().parent.parent)  # a runner of the sources there: the same
     assert "-P" not in acker_command("run")
+
+
+@pytest.mark.parametrize(
+    ("kafka", "why", "added"),
+    [
+        ({"group.instance.id": "wx"}, "NON_EMPTY_GROUP: Broker: The group is not empty", True),
+        ({"group.instance.id": "wx"}, "GROUP_AUTHORIZATION_FAILED: Broker: Group authorization failed", False),
+        ({}, "NON_EMPTY_GROUP: Broker: The group is not empty", False),
+    ],
+    ids=["static-not-empty", "static-refused-otherwise", "dynamic"],
+)
+def test_a_group_left_behind_by_static_members_says_why(kafka: dict[str, str], why: str, added: bool) -> None:
+    """`acker wordcount run` with static members left its groups behind, "not empty", without saying why."""
+    hint = wordcount_cli._why_not_empty(ServiceConfig(kafka=kafka), why)
+    assert hint == (" (static members leave a group only once their session ends)" if added else "")
+
+
+def test_a_childs_static_members_id_is_one_the_java_client_takes() -> None:
+    """Spark's Java client refuses an id of other characters than letters, digits, ".", "_" and "-", or of more than
+    249 of them."""
+    assert own_static_id("wx", "step 1.0") == "wx-step-1.0"
+    assert own_static_id("a" * 300, "split-0") == "a" * 249
