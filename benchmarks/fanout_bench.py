@@ -188,14 +188,17 @@ class Running:
         self.outcomes = Reader(line.config, line.config.outcome_topic(SPOUT)) if tracked else None
         self.done_at: dict[bytes, int] = {}
         self.acked_at: dict[str, int] = {}
+        # One producer for every record, connected before the first: a record is stamped when it is produced, and a
+        # new producer's metadata lookup and connection would be timed with it.
+        self.producer = Producer(line.config.producer())
+        self.producer.list_topics(line.topics.source, timeout=30)
 
     def measure(self, children: int, wait_s: float) -> tuple[float, float | None, dict[str, float]]:
         """One record of ``children`` children: ms from its write to its last leaf done, to its ack (tracked, else
         None), and the CPU seconds each process used meanwhile."""
-        config = self.line.config
         window = cpu.Window(self.line.pids)
         name = uuid.uuid4().hex.encode()
-        msg_id, written_ms = _write(config, self.line.topics.source, name + b" %d" % children)
+        msg_id, written_ms = _write(self.producer, self.line.topics.source, name + b" %d" % children)
         deadline = time.monotonic() + wait_s
         while name not in self.done_at or (self.tracked and msg_id not in self.acked_at):
             assert time.monotonic() < deadline, f"{children} children: not done and acked in {wait_s:.0f} s"
@@ -243,9 +246,8 @@ class Sized:
         return {name: seconds * 1000 / self.children for name, seconds in self.cpu_s.items()}
 
 
-def _write(config: ServiceConfig, topic: str, value: bytes) -> tuple[str, int]:
+def _write(producer: Producer, topic: str, value: bytes) -> tuple[str, int]:
     """``value`` written to partition 0 of ``topic``: its message id and its timestamp (ms)."""
-    producer = Producer(config.producer())
     written: list[Message] = []
     failed: list[KafkaError] = []
     send(producer, topic, value, partition=0, on_delivery=lambda e, r: failed.append(e) if e else written.append(r))
