@@ -63,30 +63,19 @@ def test_each_child_gets_a_static_members_id_of_its_own_and_keeps_it_when_starte
         stages.stop()
 
 
-def test_a_static_members_id_given_in_this_processs_environment_is_made_each_childs_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("settings_given_only", "printed"), [(False, ["env-id-acker-1"]), (True, [])],
+                         ids=["inherited", "demo"])  # fmt: skip
+def test_a_static_members_id_in_this_processs_environment_is_made_each_childs_own_unless_settings_are_given_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings_given_only: bool, printed: list[str]
 ) -> None:
-    """``ACKER_KAFKA_GROUP_INSTANCE_ID`` in the runner's environment reaches every child the same way."""
+    """``ACKER_KAFKA_GROUP_INSTANCE_ID`` in the runner's environment reaches every child the same way; the demo's
+    children (``settings_given_only``) take none of the ``ACKER_*`` environment: no id made up there."""
     monkeypatch.setenv(stages_module.STATIC_ID, "env-id")
-    stages = Stages(log=lambda _line: None, output_dir=tmp_path)
+    stages = Stages(log=lambda _line: None, output_dir=tmp_path, settings_given_only=settings_given_only)
     try:
         stages.start("acker-1", (_PRINT_STATIC_ID, {}))
         stages.running["acker-1"][1].wait(30)
-        assert (tmp_path / "acker-1.log").read_text().split() == ["env-id-acker-1"]
-    finally:
-        stages.stop()
-
-
-def test_a_run_that_takes_no_settings_from_its_environment_gives_its_children_no_static_members_id(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The demo's children (``settings_given_only``) take none of the ``ACKER_*`` environment: no id made up there."""
-    monkeypatch.setenv(stages_module.STATIC_ID, "env-id")
-    stages = Stages(log=lambda _line: None, output_dir=tmp_path, settings_given_only=True)
-    try:
-        stages.start("split-0", (_PRINT_STATIC_ID, {}))
-        stages.running["split-0"][1].wait(30)
-        assert (tmp_path / "split-0.log").read_text().split() == []
+        assert (tmp_path / "acker-1.log").read_text().split() == printed
     finally:
         stages.stop()
 
