@@ -260,6 +260,12 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _ratio(value: float, base: float) -> str:
+    """``value / base`` to two places, or n/a when the base measured nothing: CPU time is counted in clock ticks
+    (10 ms), and the processes of a small fan-out may use less than one between the two readings."""
+    return f"{value / base:.2f}" if base > 0 else "n/a"
+
+
 def report(sizes: list[int], untracked: dict[int, Sized], tracked: dict[int, Sized]) -> None:
     print("\n### Time from the record's write (median ms)\n")
     print("| children | untracked done | tracked done | tracked acked | done: tracked / untracked "
@@ -267,7 +273,7 @@ def report(sizes: list[int], untracked: dict[int, Sized], tracked: dict[int, Siz
     print("|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         base, done, acked = _median(untracked[n].done_ms), _median(tracked[n].done_ms), _median(tracked[n].acked_ms)
-        print(f"| {n:,} | {base:.0f} | {done:.0f} | {acked:.0f} | {done / base:.2f} | {acked / base:.2f} |")
+        print(f"| {n:,} | {base:.0f} | {done:.0f} | {acked:.0f} | {_ratio(done, base)} | {_ratio(acked, base)} |")
     names = sorted({*tracked[sizes[-1]].cpu_per_1k, *untracked[sizes[-1]].cpu_per_1k})
     print("\n### CPU seconds per 1,000 children, by process (tracked / untracked ratio of the total last)\n")
     print(f"| children | mode | {' | '.join(names)} | total | tracked / untracked |")
@@ -276,7 +282,7 @@ def report(sizes: list[int], untracked: dict[int, Sized], tracked: dict[int, Siz
         totals = {mode: sum(s[n].cpu_per_1k.values()) for mode, s in (("untracked", untracked), ("tracked", tracked))}
         for mode, runs in (("untracked", untracked), ("tracked", tracked)):
             cells = " | ".join(f"{runs[n].cpu_per_1k[p]:.3f}" if p in runs[n].cpu_per_1k else "n/a" for p in names)
-            ratio = f"{totals['tracked'] / totals['untracked']:.2f}" if mode == "tracked" else ""
+            ratio = _ratio(totals["tracked"], totals["untracked"]) if mode == "tracked" else ""
             print(f"| {n:,} | {mode} | {cells} | {totals[mode]:.3f} | {ratio} |")
     stages = [p for p in names if p != "broker"]
     print("\n### Peak resident memory so far, MiB (sizes in increasing order; fan bolt tracked / untracked last)\n")
@@ -285,8 +291,19 @@ def report(sizes: list[int], untracked: dict[int, Sized], tracked: dict[int, Siz
     for n in sizes:
         for mode, runs in (("untracked", untracked), ("tracked", tracked)):
             cells = " | ".join(f"{runs[n].peak_mib[p]:.0f}" if p in runs[n].peak_mib else "n/a" for p in stages)
-            ratio = f"{tracked[n].peak_mib['fan'] / untracked[n].peak_mib['fan']:.2f}" if mode == "tracked" else ""
+            ratio = _ratio(tracked[n].peak_mib["fan"], untracked[n].peak_mib["fan"]) if mode == "tracked" else ""
             print(f"| {n:,} | {mode} | {cells} | {ratio} |")
+
+
+def _sizes(text: str) -> list[int]:
+    """``--children``: positive whole numbers, comma-separated, in increasing order (the memory peaks are so far)."""
+    try:
+        sizes = sorted(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not whole numbers, comma-separated: {text!r}") from None
+    if min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"a fan-out of fewer than one child: {text!r}")
+    return sizes
 
 
 def main(argv: list[str]) -> int:
@@ -295,11 +312,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--children", default=None, help="sizes, comma-separated [1000,10000,100000; quick 1000,10000]")
+    parser.add_argument(
+        "--children", type=_sizes, default=None, help="sizes, comma-separated [1000,10000,100000; quick 1000,10000]"
+    )
     parser.add_argument("--repeat", type=int, default=None, help="records of each size [3; quick 1]")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="the trees' timeout (the acker's)")
     args = parser.parse_args(argv)
-    sizes = sorted(int(n) for n in (args.children or ("1000,10000" if args.quick else "1000,10000,100000")).split(","))
+    sizes = args.children or _sizes("1000,10000" if args.quick else "1000,10000,100000")
     repeat = args.repeat or (1 if args.quick else 3)
     wait_s = args.timeout_s + 60
     print(f"fan-out: {', '.join(f'{n:,}' for n in sizes)} children, {repeat} record(s) each, tree timeout "
