@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError
 from rich.table import Table
 
 import acker.dlq
+from acker.acked import acked
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import printable, table_console, utc_time
@@ -31,7 +32,8 @@ from acker.dlq import (
 )
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, answering, partition_count
-from acker.topics import check_spout_name
+from acker.retries import SPOUT
+from acker.topics import check_spout_name, spout_refusal
 
 
 def _topic(args: argparse.Namespace, config: ServiceConfig) -> str:
@@ -67,6 +69,31 @@ def _answer(config: ServiceConfig, args: argparse.Namespace) -> None:
     answering(config.client(), _topic(args, config))
 
 
+_YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "-"}
+
+
+def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> dict[str, bool | None]:
+    """Whether each letter's record was acked too (`acker.acked`), by the letter's coordinates: None where that
+    cannot be known (a letter that names no spout, or a spout whose name the spouts refuse: the acker's own)."""
+    spouts = {letter.coordinates: spout for letter in letters
+              if (spout := letter.header(SPOUT)) and spout_refusal(config, spout) is None}  # fmt: skip
+    origins: dict[str, set[str]] = {}
+    for letter in letters:
+        if letter.coordinates in spouts:
+            origins.setdefault(spouts[letter.coordinates], set()).add(letter.origin)
+    found = {spout: acked(config, spout, wanted) for spout, wanted in origins.items()}
+    for spout, answer in found.items():
+        if answer.unreadable:
+            print(f"{answer.unreadable} record(s) of {config.outcome_topic(spout)} could not be read (the first at "
+                  f"{answer.first_unreadable})", file=sys.stderr)  # fmt: skip
+    return {
+        letter.coordinates: letter.origin in found[spouts[letter.coordinates]].origins
+        if letter.coordinates in spouts
+        else None
+        for letter in letters
+    }
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     config = load(args)
     _answer(config, args)
@@ -81,9 +108,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     copies = repeats(letters)  # among those read
     start = len(letters) - args.limit if args.limit and len(letters) > args.limit else 0
     shown = letters[start:]  # the newest, across partitions
+    acked_too = _acked(config, shown) if args.acked else {}
     if args.json:
         for i, letter in enumerate(shown, start):
-            print(json.dumps({**letter.summary(), "repeat_of": copies.get(i)}))
+            also = {"acked": acked_too[letter.coordinates]} if args.acked else {}
+            print(json.dumps({**letter.summary(), "repeat_of": copies.get(i), **also}))
         if unread:  # a null repeat_of may be a copy of a letter not read
             print(f"repeat_of is looked for among the letters read: up to {unread} older record(s) not read (--limit 0 "
                   "reads all)", file=sys.stderr)  # fmt: skip
@@ -92,7 +121,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     title = f"{len(letters)} dead letter(s)" if not unread else f"the newest {len(shown)} dead letter(s)"
     table = Table(title=f"{topic}: {title}")
     columns = ("place", "time (UTC)", "reason", "origin", "attempts", "spout", "detail", "key", "bytes", "copy of",
-               "re-driven from")  # fmt: skip
+               "re-driven from", *(["acked"] if args.acked else []))  # fmt: skip
     for column in columns:
         table.add_column(column, justify="right" if column in ("attempts", "bytes") else "left")
     for i, letter in enumerate(shown, start):
@@ -110,9 +139,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(s["value_bytes"]),
             "/".join(copy_of.rsplit("/", 2)[1:]) if copy_of else "-",  # its place: a letter of the same topic
             printable(str(s["redriven_from"] or "-")),  # a header's: anybody's bytes
+            *([_YES_NO[acked_too[letter.coordinates]]] if args.acked else []),
         )
     console = table_console()
     console.print(table)
+    if both := sum(1 for a in acked_too.values() if a):
+        console.print(f"{both} of them acked too ('acked': an ACK of the record, or of a replay copy of it, in its "
+                      "spout's outcome topic): processed once already, re-driven they would be processed again "
+                      "(redrive --skip-acked leaves them)")  # fmt: skip
     repeated = sum(1 for i in copies if i >= start)
     if repeated:
         among = " (among the letters read)" if unread else ""
@@ -155,6 +189,13 @@ def cmd_redrive(args: argparse.Namespace) -> int:
                        "re-driven they would be replayed twice")  # fmt: skip
     _answer(config, args)  # after what is said without Kafka
     letters = _chosen(args, config, places)
+    if args.skip_acked:  # first: the letters of one record (copies, a re-driven copy's) share its origin
+        acked_too = _acked(config, letters)
+        kept = [letter for letter in letters if not acked_too[letter.coordinates]]
+        if len(kept) < len(letters):
+            print(f"{len(letters) - len(kept)} record(s) skipped: acked already (an ACK of the record, or of a "
+                  "replay copy of it, in its spout's outcome topic)")  # fmt: skip
+        letters = kept
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there
         # by hand, or before a fix): left where they are, and said so. One of them must not hold back the others.
@@ -178,6 +219,8 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+ACKED_HELP = ("whether each record was acked too, read from its spout's outcome and replay topics (whole: an ACK of "
+              "the record or of a replay copy of it, as after a spout's restart)")  # fmt: skip
 PLACE_HELP = "OFFSET (partition 0), PARTITION/OFFSET or TOPIC/PARTITION/OFFSET (as listed)"
 
 
@@ -207,6 +250,7 @@ def add_parser(sub: Any) -> None:
     listing = command("list", "list dead letters with their reason, origin and attempts", cmd_list)
     listing.add_argument("--limit", type=at_least(0), default=50, help="show the newest N (0: all) [default: 50]")
     listing.add_argument("--json", action="store_true", help="one JSON object a line instead of a table")
+    listing.add_argument("--acked", action="store_true", help=ACKED_HELP + ": an 'acked' column (yes, no, - unknown)")
     show = command("show", "print chosen dead letters whole: headers, key and value", cmd_show)
     show.add_argument("places", nargs="+", metavar="PLACE", help=PLACE_HELP)
     show.add_argument("--full", action="store_true", help="do not shorten long values")
@@ -217,6 +261,7 @@ def add_parser(sub: Any) -> None:
     redrive.add_argument(
         "--all", action="store_true", help="every record of the topic (those that cannot go back: skipped, counted)"
     )
+    redrive.add_argument("--skip-acked", action="store_true", help=ACKED_HELP + ": leave those that were")
     redrive.add_argument("--spout", default=None, help="send them to this spout's replay topic instead")
     redrive.add_argument("--dry-run", action="store_true", help="print where each would go, send nothing")
     redrive.add_argument(

@@ -23,14 +23,15 @@ from confluent_kafka import Message
 from rich.table import Table
 
 from acker import fail_reasons
+from acker.acked import replay_copies
 from acker.argtypes import at_least
-from acker.config import ServiceConfig, add_arguments, load
+from acker.config import add_arguments, load
 from acker.console import printable, table_console, utc_time
 from acker.dlq import every_record, newest_records
-from acker.headers import first, read_headers, text
+from acker.headers import first, read_headers
 from acker.help_text import prose
 from acker.kafka.clients import answering
-from acker.retries import ORIGIN, RESOLUTIONS
+from acker.retries import RESOLUTIONS
 from acker.topics import check_spout_name
 from acker.wire import WireError, decode_outcomes
 
@@ -94,17 +95,6 @@ def _rows(
     return rows
 
 
-def _replays(config: ServiceConfig, spout: str, origins: set[str]) -> dict[str, str]:
-    """The copies of the records ``origins`` in ``spout``'s replay topic, by message id: each copy's origin."""
-    topic = config.replay_topic(spout)
-    copies = {}
-    for record in every_record(config, topic) or ():
-        origin = text(read_headers(record), ORIGIN)
-        if origin in origins:
-            copies[f"{topic}/{record.partition()}/{record.offset()}"] = origin
-    return copies
-
-
 def cmd_outcomes(args: argparse.Namespace) -> int:
     config = load(args)
     check_spout_name(config, args.spout)  # as the service does: a name it refuses has no outcome topic
@@ -115,7 +105,7 @@ def cmd_outcomes(args: argparse.Namespace) -> int:
     unread = 0
     if wanted is not None:
         records = every_record(config, topic)
-        chosen: dict[str, str | None] = {**dict.fromkeys(wanted), **_replays(config, args.spout, wanted)}
+        chosen: dict[str, str | None] = {**dict.fromkeys(wanted), **replay_copies(config, args.spout, wanted)}
         rows = None if records is None else _rows(records, unreadable, chosen)
     else:
         found = newest_records(config, topic, args.limit or None)

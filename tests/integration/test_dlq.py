@@ -18,6 +18,7 @@ from acker.config import ServiceConfig, to_argv
 from acker.core.ids import IdGenerator
 from acker.kafka.clients import AsWritten, KafkaClientError, TopicSpec, create_topics, log_bounds, produce, read_to
 from acker.retries import ATTEMPT, ORIGIN, REASON, REDRIVEN, SPOUT, RetryPolicy, decide, redrive, too_large
+from acker.wire import encode_outcome_rows
 from tests.integration.helpers import (
     ServiceThread,
     create_acker_topics,
@@ -707,3 +708,43 @@ def test_a_letter_of_an_aborted_transaction_is_no_letter_whatever_the_shared_set
     assert [r["origin"] for r in rows] == ["src/1/7", "src/0/3"]
     assert _dlq(shared, "redrive", "--all") == 0
     assert "2 record(s) re-driven" in capsys.readouterr().out
+
+
+def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_that_skips_acked(
+    letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # After a spout's restart: src/1/7 acked, read again from the watermark, and that copy dead-lettered; src/0/3
+    # failed alone; and a letter that names no spout (the acker's kind), whose record nobody can look up.
+    outcomes, replay_topic = letters.outcome_topic("sp"), letters.replay_topic("sp")
+    create_topics(letters.client(), [TopicSpec(outcomes, 2)])
+    producer = Producer(letters.client())
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 1, "src/1/7", 5)]), partition=1)
+    produce(producer, outcomes, encode_outcome_rows("sp", [("FAILED", 2, "src/0/3", 5), ("ACK", 3, "src/0/4", 5)]))
+    produce(producer, outcomes, b"not an outcome record")
+    produce(producer, letters.replay_dlq_topic, b"no spout", headers=[("acker.dlq.reason", b"malformed")])
+    assert producer.flush(30) == 0
+
+    assert _dlq(letters, "list", "--acked", "--json") == 0
+    out, err = capsys.readouterr()
+    assert [(r["origin"], r["acked"]) for r in map(json.loads, out.splitlines())][:2] == [
+        ("src/1/7", True),
+        ("src/0/3", False),
+    ]
+    assert json.loads(out.splitlines()[2])["acked"] is None
+    assert f"1 record(s) of {outcomes} could not be read (the first at {outcomes}/0/1" in err
+    assert _dlq(letters, "list") == 0  # without --acked, nothing is read but the letters
+    assert "acked" not in capsys.readouterr().out
+
+    # src/0/3's replay copy acked: its record was processed once too.
+    produce(producer, replay_topic, b"value-1", headers=[(ORIGIN, b"src/0/3"), (ATTEMPT, b"1")], partition=0)
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 4, f"{replay_topic}/0/0", 5)]))
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "list", "--acked") == 0
+    assert "2 of them acked too" in capsys.readouterr().out
+
+    assert _dlq(letters, "redrive", "--all", "--skip-acked", "--dry-run") == 0
+    said = capsys.readouterr().out
+    assert "2 record(s) skipped: acked already" in said and "src/1/7" not in said and "src/0/3" not in said
+    assert _dlq(letters, "redrive", "0", "--skip-acked") == 0  # named, and acked: left
+    assert "0 record(s) re-driven" in capsys.readouterr().out
+    assert read_partition(letters, replay_topic, 1) == []
