@@ -4,10 +4,10 @@ Each outcome record holds rows of (message id, outcome): the acker service's ``A
 reason the failing stage gave when it gave one, ``TIMEOUT``, ``OVERLOAD``), the spout's own (a record that started no
 tree, an init that could not be delivered), and the replay job's resolution of each nack (``REPLAYED``, its copy
 written to the replay topic, whose outcome follows under the same message id; ``DEAD_LETTERED``, the record's last).
-Without ``--msg-id`` the newest are shown; with it, every outcome of the records named, oldest first, their replays'
-too (the copies in the spout's replay topic whose origin is one of them, each under its own message id, "replay of"
-the record): what happened to a record, attempt by attempt. A record of the topic that cannot be read is counted and
-said, not shown.
+Without ``--msg-id`` the newest are shown (a replay's with the record it replays, read from its copy); with it,
+every outcome of the records named, oldest first, their replays' too (the copies in the spout's replay topic whose
+origin is one of them, each under its own message id, "replay of" the record): what happened to a record, attempt
+by attempt. A record of the topic that cannot be read is counted and said, not shown.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from rich.table import Table
 from acker import fail_reasons
 from acker.acked import replay_copies
 from acker.argtypes import at_least
-from acker.config import add_arguments, load
+from acker.config import ServiceConfig, add_arguments, load
 from acker.console import printable, table_console, utc_time
 from acker.dlq import every_record, newest_records
-from acker.headers import first, read_headers
+from acker.headers import first, read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import answering
-from acker.retries import RESOLUTIONS
+from acker.kafka.lookups import lookups
+from acker.retries import ORIGIN, RESOLUTIONS
 from acker.topics import check_spout_name
 from acker.wire import WireError, decode_outcomes
 
@@ -95,6 +96,29 @@ def _rows(
     return rows
 
 
+def _origins_of_copies(config: ServiceConfig, spout: str, msg_ids: Iterable[str]) -> dict[str, str]:
+    """The origins of those of ``msg_ids`` that are copies in ``spout``'s replay topic (read at their places, their
+    ``acker.replay.origin`` header), by message id; a copy that cannot be read now (gone, no answer) has none."""
+    topic = config.replay_topic(spout)
+    places: dict[int, dict[int, str]] = {}
+    for msg_id in msg_ids:
+        parts = msg_id.rsplit("/", 2)
+        if len(parts) == 3 and parts[0] == topic and parts[1].isdigit() and parts[2].isdigit():
+            places.setdefault(int(parts[1]), {})[int(parts[2])] = msg_id
+    kafka = lookups(config.client())
+    origins = {}
+    for partition, at in places.items():
+        try:
+            with kafka.lock:
+                found = kafka.fetch(topic, partition, list(at))
+        except LookupError:
+            continue
+        for offset, record in found.items():
+            if record is not None and (origin := text(read_headers(record), ORIGIN)):
+                origins[at[offset]] = origin
+    return origins
+
+
 def cmd_outcomes(args: argparse.Namespace) -> int:
     config = load(args)
     check_spout_name(config, args.spout)  # as the service does: a name it refuses has no outcome topic
@@ -117,11 +141,14 @@ def cmd_outcomes(args: argparse.Namespace) -> int:
         return 1 if wanted else 0
     rows.sort(key=lambda r: r.time_ms)  # stable: a record's rows, and a partition's records, stay in their order
     shown = rows if wanted or not args.limit else rows[-args.limit :]
+    if wanted is None:  # the replays among them: what each replays, read from its copy
+        origins = _origins_of_copies(config, args.spout, {row.msg_id for row in shown})
+        shown = [replace(row, replay_of=origins.get(row.msg_id)) for row in shown]
     if args.json:
         for row in shown:
             print(json.dumps(asdict(row)))
     else:
-        _print_table(topic, rows, shown, unread, replays=wanted is not None)
+        _print_table(topic, rows, shown, unread, replays=wanted is not None or any(r.replay_of for r in shown))
     if unreadable.count:
         print(f"{unreadable.count} record(s) of {topic} could not be read (the first at {unreadable.first})",
               file=sys.stderr)  # fmt: skip

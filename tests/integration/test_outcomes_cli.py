@@ -75,10 +75,13 @@ def test_outcomes_of_a_record_show_its_nack_with_the_reason_its_resolution_and_i
 
     assert _outcomes(config, SPOUT, "--limit", "2", "--json") == 0  # the newest two
     newest = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["msg_id"], r["outcome"]) for r in newest] == [("src/0/2", "REPLAYED"), (copy_id, "ACK")]
+    assert [(r["msg_id"], r["outcome"], r["replay_of"]) for r in newest] == [
+        ("src/0/2", "REPLAYED", None),
+        (copy_id, "ACK", "src/0/2"),  # read from the copy
+    ]
     assert _outcomes(config, SPOUT) == 0  # the table, every outcome
     shown = capsys.readouterr().out
-    assert "4 outcome(s)" in shown and "bolt split: ValueError: bad input" in shown
+    assert "4 outcome(s)" in shown and "bolt split: ValueError: bad input" in shown and "replay of" in shown
 
     assert _outcomes(replace(config, outcome_prefix=f"{config.outcome_prefix}none."), SPOUT) == 0
     assert "no such topic yet" in capsys.readouterr().out
