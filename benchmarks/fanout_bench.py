@@ -55,25 +55,17 @@ SPOUT = "fanout"
 
 @dataclass(frozen=True)
 class Topics:
-    """The pipeline's topics and groups, all under ``prefix``."""
+    """The pipeline's topics and groups, all under ``prefix`` (`Topics.of`)."""
 
     prefix: str
+    source: str
+    fan: str
+    leaves: str
+    done: str
 
-    @property
-    def source(self) -> str:
-        return f"{self.prefix}.source"
-
-    @property
-    def fan(self) -> str:
-        return f"{self.prefix}.fan"
-
-    @property
-    def leaves(self) -> str:
-        return f"{self.prefix}.leaves"
-
-    @property
-    def done(self) -> str:
-        return f"{self.prefix}.done"
+    @classmethod
+    def of(cls, prefix: str) -> Topics:
+        return cls(prefix, *(f"{prefix}.{name}" for name in ("source", "fan", "leaves", "done")))
 
     @property
     def spout(self) -> SpoutSettings:
@@ -113,7 +105,7 @@ def role(argv: list[str]) -> int:
     parser.add_argument("--untracked", action="store_true")
     add_arguments(parser)
     args = parser.parse_args(argv)
-    config, topics = load(args), Topics(args.prefix)
+    config, topics = load(args), Topics.of(args.prefix)
     if args.role == "spout":
         return run_until_signalled(Spout(config, replace(topics.spout, tracked=not args.untracked)))
     if args.role == "fan":
@@ -140,7 +132,7 @@ def pipeline(cluster: Cluster, tracked: bool, timeout_s: float) -> Iterator[Pipe
     run = uuid.uuid4().hex[:8]
     config = ServiceConfig(bootstrap_servers=cluster.bootstrap_servers, partitions=1, metrics_port=0)
     config = replace(config.namespaced(f"fan-{run}"), timeout_s=timeout_s)
-    topics = Topics(f"fan-{run}")
+    topics = Topics.of(f"fan-{run}")
     create_topics(config.client(), [
         TopicSpec(config.acker_topic, 1), TopicSpec(config.outcome_topic(SPOUT), 1),
         *(TopicSpec(t, 1) for t in (topics.source, topics.fan, topics.leaves, topics.done)),
