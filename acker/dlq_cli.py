@@ -72,9 +72,11 @@ def _answer(config: ServiceConfig, args: argparse.Namespace) -> None:
 _YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "-"}
 
 
-def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> dict[str, bool | None]:
-    """Whether each letter's record was acked too (`acker.acked`), by the letter's coordinates: None where that
-    cannot be known (a letter that names no spout, or a spout whose name the spouts refuse: the acker's own)."""
+def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, bool | None], list[str]]:
+    """Whether each letter's record was acked too (`acker.acked`), by the letter's coordinates: None where that is not
+    known (a letter that names no spout, or one the spouts refuse: the acker's own; a record that cannot be read now;
+    a spout whose outcome topic does not exist); and those outcome topics (said on stderr, as what else is not
+    known)."""
     spouts = {letter.coordinates: spout for letter in letters
               if (spout := letter.header(SPOUT)) and spout_refusal(config, spout) is None}  # fmt: skip
     origins: dict[str, set[str]] = {}
@@ -82,16 +84,30 @@ def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> dict[str, bool |
         if letter.coordinates in spouts:
             origins.setdefault(spouts[letter.coordinates], set()).add(letter.origin)
     found = {spout: acked(config, spout, wanted) for spout, wanted in origins.items()}
-    for spout, answer in found.items():
-        if answer.unreadable:
-            print(f"{answer.unreadable} record(s) of {config.outcome_topic(spout)} could not be read (the first at "
-                  f"{answer.first_unreadable})", file=sys.stderr)  # fmt: skip
-    return {
-        letter.coordinates: letter.origin in found[spouts[letter.coordinates]].origins
-        if letter.coordinates in spouts
-        else None
-        for letter in letters
-    }
+    for spout, said in sorted(found.items()):
+        outcomes = config.outcome_topic(spout)
+        if said.no_outcome_topic:
+            print(f"no outcome topic {outcomes}: whether the records of spout {spout} were acked is not known (is "
+                  "--outcome-prefix the deployment's?)", file=sys.stderr)  # fmt: skip
+            continue
+        if said.no_replay_topic:
+            print(f"no replay topic {config.replay_topic(spout)}: the ACKs of replay copies of spout {spout}'s records "
+                  "were not looked for (is --replay-prefix the deployment's?)", file=sys.stderr)  # fmt: skip
+        if said.unknown:
+            print(f"{len(said.unknown)} record(s) of spout {spout} could not be read now (deleted by retention, or "
+                  "no answer): whether they were acked is not known", file=sys.stderr)  # fmt: skip
+        if said.unreadable:
+            print(f"{said.unreadable} record(s) of {outcomes} could not be read (the first at "
+                  f"{said.first_unreadable})", file=sys.stderr)  # fmt: skip
+
+    def acked_or_not(letter: DeadLetter) -> bool | None:
+        spout = spouts.get(letter.coordinates)
+        if spout is None or letter.origin in found[spout].unknown:
+            return None
+        return letter.origin in found[spout].origins
+
+    missing = sorted(config.outcome_topic(spout) for spout, a in found.items() if a.no_outcome_topic)
+    return {letter.coordinates: acked_or_not(letter) for letter in letters}, missing
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -108,7 +124,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     copies = repeats(letters)  # among those read
     start = len(letters) - args.limit if args.limit and len(letters) > args.limit else 0
     shown = letters[start:]  # the newest, across partitions
-    acked_too = _acked(config, shown) if args.acked else {}
+    acked_too = _acked(config, shown)[0] if args.acked else {}
     if args.json:
         for i, letter in enumerate(shown, start):
             also = {"acked": acked_too[letter.coordinates]} if args.acked else {}
@@ -190,7 +206,10 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     _answer(config, args)  # after what is said without Kafka
     letters = _chosen(args, config, places)
     if args.skip_acked:  # first: the letters of one record (copies, a re-driven copy's) share its origin
-        acked_too = _acked(config, letters)
+        acked_too, missing = _acked(config, letters)
+        if missing:  # taken for "none acked", every record would go back
+            raise DlqError(f"--skip-acked: no outcome topic {', '.join(missing)}, so which records were acked is not "
+                           "known; nothing re-driven")  # fmt: skip
         kept = [letter for letter in letters if not acked_too[letter.coordinates]]
         if len(kept) < len(letters):
             print(f"{len(letters) - len(kept)} record(s) skipped: acked already (an ACK of the record, or of a "

@@ -23,7 +23,7 @@ from confluent_kafka import Message
 from rich.table import Table
 
 from acker import fail_reasons
-from acker.acked import replay_copies
+from acker.acked import records_at, replay_copies
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import printable, table_console, utc_time
@@ -31,7 +31,6 @@ from acker.dlq import every_record, newest_records
 from acker.headers import first, read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import answering
-from acker.kafka.lookups import lookups
 from acker.retries import ORIGIN, RESOLUTIONS
 from acker.topics import check_spout_name
 from acker.wire import WireError, decode_outcomes
@@ -100,23 +99,8 @@ def _origins_of_copies(config: ServiceConfig, spout: str, msg_ids: Iterable[str]
     """The origins of those of ``msg_ids`` that are copies in ``spout``'s replay topic (read at their places, their
     ``acker.replay.origin`` header), by message id; a copy that cannot be read now (gone, no answer) has none."""
     topic = config.replay_topic(spout)
-    places: dict[int, dict[int, str]] = {}
-    for msg_id in msg_ids:
-        parts = msg_id.rsplit("/", 2)
-        if len(parts) == 3 and parts[0] == topic and parts[1].isdigit() and parts[2].isdigit():
-            places.setdefault(int(parts[1]), {})[int(parts[2])] = msg_id
-    kafka = lookups(config.client())
-    origins = {}
-    for partition, at in places.items():
-        try:
-            with kafka.lock:
-                found = kafka.fetch(topic, partition, list(at))
-        except LookupError:
-            continue
-        for offset, record in found.items():
-            if record is not None and (origin := text(read_headers(record), ORIGIN)):
-                origins[at[offset]] = origin
-    return origins
+    copies = records_at(config, [msg_id for msg_id in msg_ids if msg_id.rsplit("/", 2)[0] == topic])
+    return {msg_id: origin for msg_id, record in copies.items() if (origin := text(read_headers(record), ORIGIN))}
 
 
 def cmd_outcomes(args: argparse.Namespace) -> int:
@@ -129,7 +113,7 @@ def cmd_outcomes(args: argparse.Namespace) -> int:
     unread = 0
     if wanted is not None:
         records = every_record(config, topic)
-        chosen: dict[str, str | None] = {**dict.fromkeys(wanted), **replay_copies(config, args.spout, wanted)}
+        chosen: dict[str, str | None] = {**dict.fromkeys(wanted), **(replay_copies(config, args.spout, wanted) or {})}
         rows = None if records is None else _rows(records, unreadable, chosen)
     else:
         found = newest_records(config, topic, args.limit or None)

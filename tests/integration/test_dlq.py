@@ -714,37 +714,72 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
     letters: ServiceConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # After a spout's restart: src/1/7 acked, read again from the watermark, and that copy dead-lettered; src/0/3
-    # failed alone; and a letter that names no spout (the acker's kind), whose record nobody can look up.
-    outcomes, replay_topic = letters.outcome_topic("sp"), letters.replay_topic("sp")
-    create_topics(letters.client(), [TopicSpec(outcomes, 2)])
+    # failed alone; src/0/2 acked once at its place, by another topic of the name (ten minutes before this one's
+    # record was written); the fixture's two letters name records of a topic that does not exist (not known); and a
+    # letter that names no spout (the acker's kind).
+    src, outcomes = f"{letters.group}.src", letters.outcome_topic("sp")
+    replay_topic = letters.replay_topic("sp")
+    create_topics(letters.client(), [TopicSpec(outcomes, 2), TopicSpec(src, 2)])
     producer = Producer(letters.client())
-    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 1, "src/1/7", 5)]), partition=1)
-    produce(producer, outcomes, encode_outcome_rows("sp", [("FAILED", 2, "src/0/3", 5), ("ACK", 3, "src/0/4", 5)]))
-    produce(producer, outcomes, b"not an outcome record")
+    for partition, count in ((0, 4), (1, 8)):
+        for _ in range(count):
+            produce(producer, src, b"a sentence", partition=partition)
+    policy = RetryPolicy(
+        max_attempts=2, replay_prefix=letters.replay_prefix, dead_letter_topic=letters.replay_dlq_topic
+    )
+    for i, origin in enumerate((f"{src}/1/7", f"{src}/0/3", f"{src}/0/2")):
+        tried = [(ATTEMPT, b"2"), (ORIGIN, origin.encode())]
+        letter = decide(policy, "sp", f"{replay_topic}/0/{10 + i}", "FAILED", headers=tried, now_ms=0)
+        produce(producer, letter.topic, b"a sentence", headers=letter.headers)
     produce(producer, letters.replay_dlq_topic, b"no spout", headers=[("acker.dlq.reason", b"malformed")])
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 1, f"{src}/1/7", 5)]), partition=1)
+    produce(producer, outcomes, encode_outcome_rows("sp", [("FAILED", 2, f"{src}/0/3", 5)]), partition=0)
+    produce(producer, outcomes, b"not an outcome record", partition=0)
+    old = {"timestamp": int(time.time() * 1000) - 600_000, "partition": 0}  # ten minutes ago
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 3, f"{src}/0/2", 5)]), **old)
     assert producer.flush(30) == 0
 
-    assert _dlq(letters, "list", "--acked", "--json") == 0
-    out, err = capsys.readouterr()
-    assert [(r["origin"], r["acked"]) for r in map(json.loads, out.splitlines())][:2] == [
-        ("src/1/7", True),
-        ("src/0/3", False),
+    def marks() -> list[tuple[str, bool | None]]:
+        assert _dlq(letters, "list", "--acked", "--json") == 0
+        return [(r["origin"], r["acked"]) for r in map(json.loads, capsys.readouterr().out.splitlines())]
+
+    assert marks() == [
+        ("src/1/7", None),  # the fixture's: no such record
+        ("src/0/3", None),
+        (f"{src}/1/7", True),
+        (f"{src}/0/3", False),
+        (f"{src}/0/2", False),  # the ACK of another record
+        ("?", None),  # names no spout
     ]
-    assert json.loads(out.splitlines()[2])["acked"] is None
+    assert _dlq(letters, "list", "--acked", "--json") == 0
+    err = capsys.readouterr().err
     assert f"1 record(s) of {outcomes} could not be read (the first at {outcomes}/0/1" in err
+    assert "2 record(s) of spout sp could not be read now" in err
     assert _dlq(letters, "list") == 0  # without --acked, nothing is read but the letters
     assert "acked" not in capsys.readouterr().out
 
     # src/0/3's replay copy acked: its record was processed once too.
-    produce(producer, replay_topic, b"value-1", headers=[(ORIGIN, b"src/0/3"), (ATTEMPT, b"1")], partition=0)
-    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 4, f"{replay_topic}/0/0", 5)]))
+    copy = [(ORIGIN, f"{src}/0/3".encode()), (ATTEMPT, b"1")]
+    produce(producer, replay_topic, b"a sentence", headers=copy, partition=0)
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 4, f"{replay_topic}/0/0", 5)]), partition=0)
     assert producer.flush(30) == 0
+    assert marks()[3] == (f"{src}/0/3", True)
     assert _dlq(letters, "list", "--acked") == 0
     assert "2 of them acked too" in capsys.readouterr().out
 
     assert _dlq(letters, "redrive", "--all", "--skip-acked", "--dry-run") == 0
     said = capsys.readouterr().out
-    assert "2 record(s) skipped: acked already" in said and "src/1/7" not in said and "src/0/3" not in said
-    assert _dlq(letters, "redrive", "0", "--skip-acked") == 0  # named, and acked: left
+    assert "2 record(s) skipped: acked already" in said
+    assert f"origin {src}/1/7" not in said and f"origin {src}/0/3" not in said and f"origin {src}/0/2" in said
+    assert _dlq(letters, "redrive", "2", "--skip-acked") == 0  # named, and acked: left
     assert "0 record(s) re-driven" in capsys.readouterr().out
     assert read_partition(letters, replay_topic, 1) == []
+
+    # An outcome topic that does not exist (another prefix, mistyped): not known, never "none acked".
+    elsewhere = replace(letters, outcome_prefix=f"{letters.group}.none.")
+    assert _dlq(elsewhere, "list", "--acked", "--json") == 0
+    out, err = capsys.readouterr()
+    assert {r["acked"] for r in map(json.loads, out.splitlines())} == {None}
+    assert f"no outcome topic {elsewhere.outcome_topic('sp')}" in err
+    assert _dlq(elsewhere, "redrive", "--all", "--skip-acked", "--dry-run") == 2
+    assert "which records were acked is not known; nothing re-driven" in capsys.readouterr().err
