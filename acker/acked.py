@@ -5,15 +5,20 @@ the watermark, which lags what is done, so a record acked before is read again a
 its nacks go on to the dead-letter topic; the replay job reads nacks alone and does not know of the first ACK. An
 ``ACK`` under the record's own message id, or under the message id of one of its replay copies (in the spout's replay
 topic, whose ``acker.replay.origin`` header names it), says that a whole tree of the record was processed once:
-re-driving its dead letter would process it again (`acker dlq redrive --skip-acked`).
+re-driving its dead letter would process it again (`acker dlq redrive --skip-acked`). (Once, as its spout counts
+processed: an untracked spout acks a record whose emit function raised after it emitted something.)
 
 Three answers, as `Acked` gives them: acked; not acked (no such ACK in the topics as they are now: both are read
-whole, within their retention, so an ACK deleted by it is not known); and not known. Not known: the outcome topic
-does not exist (a mistyped prefix must not read as "none acked"), or the record itself cannot be read now (deleted by
-retention, no answer). The record is read for its timestamp: a message id is a place, and a topic deleted and made
-again under its name has new records at the old places, whose ACKs must not count for them. An ACK counts only if
-its outcome record was written after the record was (less `CLOCK_SKEW_S`: the two timestamps come from the clocks of
-two hosts).
+whole, within their retention, so an ACK deleted by it is not known); and not known. Not known: the spout's outcome
+or replay topic does not exist (a mistyped prefix must not read as "none acked"), or the record itself cannot be read
+now (deleted by retention, no answer, no timestamp), or its message id is not a place.
+
+A message id is a place, and a topic deleted and made again under its name has new records at the old places,
+whose ACKs must not count for them: an ACK counts only if its outcome record was written after the record it acks
+was (the source record, or the replay copy: less `CLOCK_SKEW_S`, as the two timestamps come from the clocks of two
+hosts). What this cannot tell apart: a topic made again within that skew of the old one's last ACKs, and records
+whose timestamps are older than their writing (a mirror that keeps the source cluster's, a back-fill stamped with
+event time), whose old ACKs count.
 """
 
 from __future__ import annotations
@@ -25,26 +30,73 @@ from confluent_kafka import Message
 
 from acker.config import ServiceConfig
 from acker.dlq import every_record
-from acker.headers import read_headers, text
+from acker.headers import decimal, read_headers, text
 from acker.kafka.lookups import lookups
 from acker.retries import ORIGIN
 from acker.wire import WireError, decode_outcomes
 
-CLOCK_SKEW_S = 60.0  # how much earlier than its record an ACK's outcome record may be stamped and still count
+CLOCK_SKEW_S = 10.0  # how much earlier than the record it acks an ACK's outcome record may be stamped and count
 
 
-def replay_copies(config: ServiceConfig, spout: str, origins: Collection[str]) -> dict[str, str] | None:
-    """The copies of the records ``origins`` in ``spout``'s replay topic, by message id: each copy's origin; None
-    when the topic does not exist."""
+def place_of(msg_id: str) -> tuple[str, int, int] | None:
+    """``topic/partition/offset`` → its parts (topics may contain ``/``); None when it names no place a record can
+    have (a message id is anybody's header: ``int()`` would take signs, spaces and other scripts' digits)."""
+    parts = msg_id.rsplit("/", 2)
+    if len(parts) != 3:
+        return None
+    partition, offset = decimal(parts[1]), decimal(parts[2])
+    if partition is None or offset is None or partition >= 2**31:
+        return None
+    return parts[0], partition, offset
+
+
+@dataclass(slots=True)
+class Records:
+    """What `records_at` read: the records by message id, and why the first of the others could not be read."""
+
+    found: dict[str, Message] = field(default_factory=dict)
+    why_not: str = ""
+
+
+def records_at(config: ServiceConfig, msg_ids: Collection[str]) -> Records:
+    """The records ``msg_ids`` that can be read now. One gone (deleted, past the end), not a place, or in a partition
+    Kafka does not answer for now (or past a transaction still open there) is left out."""
+    places: dict[tuple[str, int], dict[int, str]] = {}
+    read = Records()
+    for msg_id in msg_ids:
+        place = place_of(msg_id)
+        if place is None:
+            read.why_not = read.why_not or f"{msg_id!r} is not a record's place (TOPIC/PARTITION/OFFSET)"
+        else:
+            places.setdefault(place[:2], {})[place[2]] = msg_id
+    if not places:
+        return read
+    kafka = lookups(config.client())
+    for (topic, partition), at in places.items():
+        try:
+            with kafka.lock:
+                records = kafka.fetch(topic, partition, list(at))
+        except LookupError as error:
+            read.why_not = read.why_not or str(error)
+            continue
+        read.found |= {at[offset]: record for offset, record in records.items() if record is not None}
+        if len(records) > sum(1 for r in records.values() if r is not None) and not read.why_not:
+            read.why_not = f"{topic}[{partition}]: no record at an offset asked (deleted by retention?)"
+    return read
+
+
+def replay_copies(config: ServiceConfig, spout: str, origins: Collection[str]) -> dict[str, tuple[str, int]] | None:
+    """The copies of the records ``origins`` in ``spout``'s replay topic, by message id: each copy's origin and
+    timestamp (ms); None when the topic does not exist."""
     topic = config.replay_topic(spout)
     records = every_record(config, topic)
     if records is None:
         return None
-    copies: dict[str, str] = {}
+    copies: dict[str, tuple[str, int]] = {}
     for record in records:
         origin = text(read_headers(record), ORIGIN)
         if origin is not None and origin in origins:
-            copies[f"{topic}/{record.partition()}/{record.offset()}"] = origin
+            copies[f"{topic}/{record.partition()}/{record.offset()}"] = (origin, record.timestamp()[1])
     return copies
 
 
@@ -55,44 +107,27 @@ class Acked:
 
     origins: set[str] = field(default_factory=set)  # acked
     unknown: set[str] = field(default_factory=set)  # not known (see the module)
-    no_outcome_topic: bool = False  # every record asked of is unknown
-    no_replay_topic: bool = False  # the ACKs of replay copies were not looked for
+    missing_topic: str | None = None  # the spout's outcome or replay topic that does not exist: all are unknown
+    why_unknown: str = ""  # why the first record of ``unknown`` could not be read
     unreadable: int = 0  # outcome records that are not outcome records (the jobs dead-letter them too)
     first_unreadable: str = ""  # where the first lies, and why
-
-
-def records_at(config: ServiceConfig, msg_ids: Collection[str]) -> dict[str, Message]:
-    """The records ``msg_ids`` (``topic/partition/offset``) that can be read now, by message id (one gone, or one Kafka
-    does not answer for now, is left out)."""
-    places: dict[tuple[str, int], dict[int, str]] = {}
-    for msg_id in msg_ids:
-        parts = msg_id.rsplit("/", 2)
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            places.setdefault((parts[0], int(parts[1])), {})[int(parts[2])] = msg_id
-    kafka = lookups(config.client())
-    found: dict[str, Message] = {}
-    for (topic, partition), at in places.items():
-        try:
-            with kafka.lock:
-                records = kafka.fetch(topic, partition, list(at))
-        except LookupError:
-            continue
-        found |= {at[offset]: record for offset, record in records.items() if record is not None}
-    return found
 
 
 def acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked:
     """Which of ``origins`` (message ids of ``spout``'s source records) ``spout``'s outcome topic acks, under their
     own message id or one of their replay copies' (`Acked`)."""
     topic = config.outcome_topic(spout)
-    records = every_record(config, topic)
-    if records is None:
-        return Acked(unknown=set(origins), no_outcome_topic=True)
-    copies = replay_copies(config, spout, set(origins))
-    written = {msg_id: record.timestamp()[1] for msg_id, record in records_at(config, origins).items()}
-    found = Acked(unknown=set(origins) - set(written), no_replay_topic=copies is None)
-    wanted: dict[str, str] = {**{o: o for o in written}, **{c: o for c, o in (copies or {}).items() if o in written}}
-    for record in records:
+    outcomes = every_record(config, topic)
+    copies = None if outcomes is None else replay_copies(config, spout, set(origins))
+    if outcomes is None or copies is None:
+        return Acked(unknown=set(origins), missing_topic=topic if outcomes is None else config.replay_topic(spout))
+    read = records_at(config, origins)
+    # When each record was written (ms), by the message id an ACK of it would have: a source record's, and a copy's.
+    written = {o: t for o, record in read.found.items() if (t := record.timestamp()[1]) >= 0}  # -1: no timestamp
+    found = Acked(unknown=set(origins) - set(written), why_unknown=read.why_not or "a record without a timestamp")
+    after = {**written, **{c: max(t, written[o]) for c, (o, t) in copies.items() if o in written}}
+    origin_of = {**{o: o for o in written}, **{c: o for c, (o, _) in copies.items() if o in written}}
+    for record in outcomes:
         try:
             decoded = decode_outcomes(record.value() or b"")
         except WireError as error:
@@ -101,8 +136,7 @@ def acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked:
             found.unreadable += 1
             continue
         for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
-            origin = wanted.get(msg_id) if outcome == "ACK" else None
-            # Written before the record (less the skew): an ACK of another record once at its place.
-            if origin is not None and record.timestamp()[1] >= written[origin] - CLOCK_SKEW_S * 1000:
-                found.origins.add(origin)
+            # Written before what it acks (less the skew): an ACK of another record once at its place.
+            if outcome == "ACK" and msg_id in after and record.timestamp()[1] >= after[msg_id] - CLOCK_SKEW_S * 1000:
+                found.origins.add(origin_of[msg_id])
     return found

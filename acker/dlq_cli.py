@@ -32,7 +32,7 @@ from acker.dlq import (
 )
 from acker.help_text import prose
 from acker.kafka.clients import KafkaClientError, answering, partition_count
-from acker.retries import SPOUT
+from acker.retries import SPOUT, Decision
 from acker.topics import check_spout_name, spout_refusal
 
 
@@ -74,30 +74,26 @@ _YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "-"}
 
 def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, bool | None], list[str]]:
     """Whether each letter's record was acked too (`acker.acked`), by the letter's coordinates: None where that is not
-    known (a letter that names no spout, or one the spouts refuse: the acker's own; a record that cannot be read now;
-    a spout whose outcome topic does not exist); and those outcome topics (said on stderr, as what else is not
+    known (the acker's own letters, and one that names no spout or one the spouts refuse; a record that cannot be read
+    now; a spout whose outcome or replay topic does not exist); and those topics (said on stderr, as what else is not
     known)."""
-    spouts = {letter.coordinates: spout for letter in letters
-              if (spout := letter.header(SPOUT)) and spout_refusal(config, spout) is None}  # fmt: skip
+    spouts = {letter.coordinates: spout for letter in letters if not letter.acker_kind
+              and (spout := letter.header(SPOUT)) and spout_refusal(config, spout) is None}  # fmt: skip
     origins: dict[str, set[str]] = {}
     for letter in letters:
         if letter.coordinates in spouts:
             origins.setdefault(spouts[letter.coordinates], set()).add(letter.origin)
     found = {spout: acked(config, spout, wanted) for spout, wanted in origins.items()}
     for spout, said in sorted(found.items()):
-        outcomes = config.outcome_topic(spout)
-        if said.no_outcome_topic:
-            print(f"no outcome topic {outcomes}: whether the records of spout {spout} were acked is not known (is "
-                  "--outcome-prefix the deployment's?)", file=sys.stderr)  # fmt: skip
+        if said.missing_topic is not None:
+            print(f"no topic {said.missing_topic}: whether the records of spout {spout} were acked is not known (are "
+                  "--outcome-prefix and --replay-prefix the deployment's?)", file=sys.stderr)  # fmt: skip
             continue
-        if said.no_replay_topic:
-            print(f"no replay topic {config.replay_topic(spout)}: the ACKs of replay copies of spout {spout}'s records "
-                  "were not looked for (is --replay-prefix the deployment's?)", file=sys.stderr)  # fmt: skip
         if said.unknown:
-            print(f"{len(said.unknown)} record(s) of spout {spout} could not be read now (deleted by retention, or "
-                  "no answer): whether they were acked is not known", file=sys.stderr)  # fmt: skip
+            print(f"{len(said.unknown)} record(s) of spout {spout} could not be read now, so whether they were acked "
+                  f"is not known ({said.why_unknown})", file=sys.stderr)  # fmt: skip
         if said.unreadable:
-            print(f"{said.unreadable} record(s) of {outcomes} could not be read (the first at "
+            print(f"{said.unreadable} record(s) of {config.outcome_topic(spout)} could not be read (the first at "
                   f"{said.first_unreadable})", file=sys.stderr)  # fmt: skip
 
     def acked_or_not(letter: DeadLetter) -> bool | None:
@@ -106,8 +102,24 @@ def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, 
             return None
         return letter.origin in found[spout].origins
 
-    missing = sorted(config.outcome_topic(spout) for spout, a in found.items() if a.no_outcome_topic)
+    missing = sorted(topic for a in found.values() if (topic := a.missing_topic) is not None)
     return {letter.coordinates: acked_or_not(letter) for letter in letters}, missing
+
+
+def _leave_acked(
+    config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]
+) -> tuple[list[DeadLetter], list[Decision]]:
+    """``letters`` planned to go back (and their decisions) but those whose record was acked too (`_acked`), counted
+    and said. Asked of the plan, not before it: the letters left out still name the rounds re-driven already."""
+    acked_too, missing = _acked(config, letters)
+    if missing:  # taken for "none acked", every record would go back
+        raise DlqError(f"--skip-acked: no topic {', '.join(missing)}, so which records were acked is not known; "
+                       "nothing re-driven")  # fmt: skip
+    kept = [(letter, d) for letter, d in zip(letters, decisions, strict=True) if not acked_too[letter.coordinates]]
+    if len(kept) < len(letters):
+        print(f"{len(letters) - len(kept)} record(s) skipped: acked already (an ACK of the record, or of a replay copy "
+              "of it, in its spout's outcome topic)")  # fmt: skip
+    return [letter for letter, _ in kept], [d for _, d in kept]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -205,16 +217,6 @@ def cmd_redrive(args: argparse.Namespace) -> int:
                        "re-driven they would be replayed twice")  # fmt: skip
     _answer(config, args)  # after what is said without Kafka
     letters = _chosen(args, config, places)
-    if args.skip_acked:  # first: the letters of one record (copies, a re-driven copy's) share its origin
-        acked_too, missing = _acked(config, letters)
-        if missing:  # taken for "none acked", every record would go back
-            raise DlqError(f"--skip-acked: no outcome topic {', '.join(missing)}, so which records were acked is not "
-                           "known; nothing re-driven")  # fmt: skip
-        kept = [letter for letter in letters if not acked_too[letter.coordinates]]
-        if len(kept) < len(letters):
-            print(f"{len(letters) - len(kept)} record(s) skipped: acked already (an ACK of the record, or of a "
-                  "replay copy of it, in its spout's outcome topic)")  # fmt: skip
-        letters = kept
     if args.all:
         # Records gone before they could be replayed, kept in part, or not the replay job's (a record produced there
         # by hand, or before a fix): left where they are, and said so. One of them must not hold back the others.
@@ -226,6 +228,8 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         refuse_copies(letters)  # read in (partition, offset) order
         if not args.again:
             refuse_in_flight(config, topic, letters, decisions, args.spout)
+    if args.skip_acked:
+        letters, decisions = _leave_acked(config, letters, decisions)
     if args.dry_run:
         target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]

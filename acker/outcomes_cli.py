@@ -23,7 +23,7 @@ from confluent_kafka import Message
 from rich.table import Table
 
 from acker import fail_reasons
-from acker.acked import records_at, replay_copies
+from acker.acked import CLOCK_SKEW_S, records_at, replay_copies
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import printable, table_console, utc_time
@@ -95,12 +95,25 @@ def _rows(
     return rows
 
 
-def _origins_of_copies(config: ServiceConfig, spout: str, msg_ids: Iterable[str]) -> dict[str, str]:
-    """The origins of those of ``msg_ids`` that are copies in ``spout``'s replay topic (read at their places, their
-    ``acker.replay.origin`` header), by message id; a copy that cannot be read now (gone, no answer) has none."""
+def _with_origins(config: ServiceConfig, spout: str, rows: list[OutcomeRow]) -> list[OutcomeRow]:
+    """``rows``, each of a copy in ``spout``'s replay topic with the record it replays (``replay_of``: read at its
+    place, its ``acker.replay.origin`` header; a copy written after its outcome, less `CLOCK_SKEW_S`, is another
+    record at the place of the copy it had, in the topic made again). Copies that cannot be read now are said on
+    stderr."""
     topic = config.replay_topic(spout)
-    copies = records_at(config, [msg_id for msg_id in msg_ids if msg_id.rsplit("/", 2)[0] == topic])
-    return {msg_id: origin for msg_id, record in copies.items() if (origin := text(read_headers(record), ORIGIN))}
+    asked = {row.msg_id for row in rows if row.msg_id.rsplit("/", 2)[0] == topic}
+    read = records_at(config, asked)
+    if unread := len(asked) - len(read.found):
+        print(f"what {unread} replay(s) replay is not known: their copies could not be read now ({read.why_not})",
+              file=sys.stderr)  # fmt: skip
+
+    def origin(row: OutcomeRow) -> str | None:
+        copy = read.found.get(row.msg_id)
+        if copy is None or row.time_ms < copy.timestamp()[1] - CLOCK_SKEW_S * 1000:
+            return None
+        return text(read_headers(copy), ORIGIN) or None
+
+    return [replace(row, replay_of=origin(row)) for row in rows]
 
 
 def cmd_outcomes(args: argparse.Namespace) -> int:
@@ -113,7 +126,8 @@ def cmd_outcomes(args: argparse.Namespace) -> int:
     unread = 0
     if wanted is not None:
         records = every_record(config, topic)
-        chosen: dict[str, str | None] = {**dict.fromkeys(wanted), **(replay_copies(config, args.spout, wanted) or {})}
+        copies = replay_copies(config, args.spout, wanted) or {}
+        chosen: dict[str, str | None] = {**dict.fromkeys(wanted), **{c: o for c, (o, _) in copies.items()}}
         rows = None if records is None else _rows(records, unreadable, chosen)
     else:
         found = newest_records(config, topic, args.limit or None)
@@ -126,8 +140,7 @@ def cmd_outcomes(args: argparse.Namespace) -> int:
     rows.sort(key=lambda r: r.time_ms)  # stable: a record's rows, and a partition's records, stay in their order
     shown = rows if wanted or not args.limit else rows[-args.limit :]
     if wanted is None:  # the replays among them: what each replays, read from its copy
-        origins = _origins_of_copies(config, args.spout, {row.msg_id for row in shown})
-        shown = [replace(row, replay_of=origins.get(row.msg_id)) for row in shown]
+        shown = _with_origins(config, args.spout, shown)
     if args.json:
         for row in shown:
             print(json.dumps(asdict(row)))
