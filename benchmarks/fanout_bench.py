@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
+from acker.argtypes import at_least
 from acker.bolt import BasicCollector, BasicFunction, Bolt, BoltInput
 from acker.cli import run_until_signalled
 from acker.config import ServiceConfig, add_arguments, load, to_argv
@@ -290,7 +291,7 @@ def report(sizes: list[int], untracked: dict[int, Sized], tracked: dict[int, Siz
 def _sizes(text: str) -> list[int]:
     """``--children``: positive whole numbers, comma-separated, in increasing order (the memory peaks are so far)."""
     try:
-        sizes = sorted(int(n) for n in text.split(","))
+        sizes = sorted({int(n) for n in text.split(",")})
     except ValueError:
         raise argparse.ArgumentTypeError(f"not whole numbers, comma-separated: {text!r}") from None
     if min(sizes) < 1:
@@ -307,7 +308,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--children", type=_sizes, default=None, help="sizes, comma-separated [1000,10000,100000; quick 1000,10000]"
     )
-    parser.add_argument("--repeat", type=int, default=None, help="records of each size [3; quick 1]")
+    parser.add_argument("--repeat", type=at_least(1), default=None, help="records of each size [3; quick 1]")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="the trees' timeout (the acker's)")
     args = parser.parse_args(argv)
     sizes = args.children or _sizes("1000,10000" if args.quick else "1000,10000,100000")

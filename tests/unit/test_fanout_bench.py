@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.fanout_bench import Sized, main, report
+from benchmarks.fanout_bench import Sized, _sizes, main, report
 
 
 def _sized(children: int, cpu_s: float, fan_mib: float) -> Sized:
@@ -25,11 +25,16 @@ def test_a_size_whose_baseline_used_no_cpu_tick_reports_its_ratio_as_not_known(
     assert "| 100 | tracked | 75 | 60 | 60 | 1.07 |" in out
 
 
-@pytest.mark.parametrize("children", ["1k,10k", "0,100", ""])
+@pytest.mark.parametrize(("flag", "value"), [("--children", "1k,10k"), ("--children", "0,100"), ("--children", ""),
+                                             ("--repeat", "0")])  # fmt: skip
 def test_sizes_that_are_not_positive_whole_numbers_are_refused_by_name(
-    children: str, capsys: pytest.CaptureFixture[str]
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["--children", children])
+        main([flag, value])
     assert exit_.value.code == 2
-    assert "--children" in capsys.readouterr().err
+    assert flag in capsys.readouterr().err
+
+
+def test_a_size_given_twice_is_measured_once() -> None:
+    assert _sizes("1000,100,1000") == [100, 1000]
