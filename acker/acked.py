@@ -15,10 +15,11 @@ now (deleted by retention, no answer, no timestamp), or its message id is not a 
 
 A message id is a place, and a topic deleted and made again under its name has new records at the old places,
 whose ACKs must not count for them: an ACK counts only if its outcome record was written after the record it acks
-was (the source record, or the replay copy: less `CLOCK_SKEW_S`, as the two timestamps come from the clocks of two
-hosts). What this cannot tell apart: a topic made again within that skew of the old one's last ACKs, and records
-whose timestamps are older than their writing (a mirror that keeps the source cluster's, a back-fill stamped with
-event time), whose old ACKs count.
+was (the source record, and the replay copy, itself written after the record: less `CLOCK_SKEW_S`, as the timestamps
+come from the clocks of several hosts). A letter, too, is written after its record (`acker.dlq_cli` asks). What this
+cannot tell apart: a topic made again within that skew of the old one's last ACKs, the ACK of an old record's tree
+still in flight when its topic was made again, and records whose timestamps are older than their writing (a mirror
+that keeps the source cluster's, a back-fill stamped with event time), whose old ACKs count.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Message
 
-from acker.config import ServiceConfig
-from acker.dlq import every_record
+from acker.config import ServiceConfig, topic_name_problem
+from acker.dlq import DlqError, every_record
 from acker.headers import decimal, read_headers, text
 from acker.kafka.lookups import lookups
 from acker.retries import ORIGIN
@@ -42,7 +43,7 @@ def place_of(msg_id: str) -> tuple[str, int, int] | None:
     """``topic/partition/offset`` → its parts (topics may contain ``/``); None when it names no place a record can
     have (a message id is anybody's header: ``int()`` would take signs, spaces and other scripts' digits)."""
     parts = msg_id.rsplit("/", 2)
-    if len(parts) != 3:
+    if len(parts) != 3 or topic_name_problem(parts[0]) is not None:
         return None
     partition, offset = decimal(parts[1]), decimal(parts[2])
     if partition is None or offset is None or partition >= 2**31:
@@ -107,8 +108,12 @@ class Acked:
 
     origins: set[str] = field(default_factory=set)  # acked
     unknown: set[str] = field(default_factory=set)  # not known (see the module)
-    missing_topic: str | None = None  # the spout's outcome or replay topic that does not exist: all are unknown
+    # Why the spout's outcome or replay topic could not be read (it does not exist, a transaction open there): all
+    # are unknown
+    not_read: str | None = None
     why_unknown: str = ""  # why the first record of ``unknown`` could not be read
+    written: dict[str, int] = field(default_factory=dict)  # when each record known was written (ms)
+    values: dict[str, bytes | None] = field(default_factory=dict)  # and its value
     unreadable: int = 0  # outcome records that are not outcome records (the jobs dead-letter them too)
     first_unreadable: str = ""  # where the first lies, and why
 
@@ -116,17 +121,29 @@ class Acked:
 def acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked:
     """Which of ``origins`` (message ids of ``spout``'s source records) ``spout``'s outcome topic acks, under their
     own message id or one of their replay copies' (`Acked`)."""
+    try:
+        return _acked(config, spout, origins)
+    except DlqError as error:  # a transaction left open in one of the topics: not read to its end
+        return Acked(unknown=set(origins), not_read=str(error))
+
+
+def _acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked:
     topic = config.outcome_topic(spout)
     outcomes = every_record(config, topic)
     copies = None if outcomes is None else replay_copies(config, spout, set(origins))
     if outcomes is None or copies is None:
-        return Acked(unknown=set(origins), missing_topic=topic if outcomes is None else config.replay_topic(spout))
+        missing = topic if outcomes is None else config.replay_topic(spout)
+        return Acked(unknown=set(origins), not_read=f"no topic {missing}")
     read = records_at(config, origins)
-    # When each record was written (ms), by the message id an ACK of it would have: a source record's, and a copy's.
+    # When each record was written (ms), by the message id an ACK of it would have: a source record's, and a copy's
+    # written after its record (an older one is of another record once at that place).
     written = {o: t for o, record in read.found.items() if (t := record.timestamp()[1]) >= 0}  # -1: no timestamp
-    found = Acked(unknown=set(origins) - set(written), why_unknown=read.why_not or "a record without a timestamp")
-    after = {**written, **{c: max(t, written[o]) for c, (o, t) in copies.items() if o in written}}
-    origin_of = {**{o: o for o in written}, **{c: o for c, (o, _) in copies.items() if o in written}}
+    skew_ms = CLOCK_SKEW_S * 1000
+    copies = {c: (o, t) for c, (o, t) in copies.items() if o in written and t >= 0 and t >= written[o] - skew_ms}
+    found = Acked(unknown=set(origins) - set(written), why_unknown=read.why_not or "a record without a timestamp",
+                  written=written, values={o: read.found[o].value() for o in written})  # fmt: skip
+    after = {**written, **{c: max(t, written[o]) for c, (o, t) in copies.items()}}
+    origin_of = {**{o: o for o in written}, **{c: o for c, (o, _) in copies.items()}}
     for record in outcomes:
         try:
             decoded = decode_outcomes(record.value() or b"")
@@ -137,6 +154,6 @@ def acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked:
             continue
         for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
             # Written before what it acks (less the skew): an ACK of another record once at its place.
-            if outcome == "ACK" and msg_id in after and record.timestamp()[1] >= after[msg_id] - CLOCK_SKEW_S * 1000:
+            if outcome == "ACK" and msg_id in after and record.timestamp()[1] >= after[msg_id] - skew_ms:
                 found.origins.add(origin_of[msg_id])
     return found

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError
 from rich.table import Table
 
 import acker.dlq
-from acker.acked import acked
+from acker.acked import CLOCK_SKEW_S, acked
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import printable, table_console, utc_time
@@ -75,8 +75,8 @@ _YES_NO: dict[bool | None, str] = {True: "yes", False: "no", None: "-"}
 def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, bool | None], list[str]]:
     """Whether each letter's record was acked too (`acker.acked`), by the letter's coordinates: None where that is not
     known (the acker's own letters, and one that names no spout or one the spouts refuse; a record that cannot be read
-    now; a spout whose outcome or replay topic does not exist); and those topics (said on stderr, as what else is not
-    known)."""
+    now; a letter of another record than the one at its origin's place now; a spout whose outcome or replay topic
+    could not be read); and why those topics could not be (said on stderr, as what else is not known)."""
     spouts = {letter.coordinates: spout for letter in letters if not letter.acker_kind
               and (spout := letter.header(SPOUT)) and spout_refusal(config, spout) is None}  # fmt: skip
     origins: dict[str, set[str]] = {}
@@ -85,8 +85,8 @@ def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, 
             origins.setdefault(spouts[letter.coordinates], set()).add(letter.origin)
     found = {spout: acked(config, spout, wanted) for spout, wanted in origins.items()}
     for spout, said in sorted(found.items()):
-        if said.missing_topic is not None:
-            print(f"no topic {said.missing_topic}: whether the records of spout {spout} were acked is not known (are "
+        if said.not_read is not None:
+            print(f"{said.not_read}: whether the records of spout {spout} were acked is not known (are "
                   "--outcome-prefix and --replay-prefix the deployment's?)", file=sys.stderr)  # fmt: skip
             continue
         if said.unknown:
@@ -96,14 +96,26 @@ def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, 
             print(f"{said.unreadable} record(s) of {config.outcome_topic(spout)} could not be read (the first at "
                   f"{said.first_unreadable})", file=sys.stderr)  # fmt: skip
 
-    def acked_or_not(letter: DeadLetter) -> bool | None:
-        spout = spouts.get(letter.coordinates)
-        if spout is None or letter.origin in found[spout].unknown:
-            return None
-        return letter.origin in found[spout].origins
+    others = 0  # letters of another record than the one at their origin's place now
 
-    missing = sorted(topic for a in found.values() if (topic := a.missing_topic) is not None)
-    return {letter.coordinates: acked_or_not(letter) for letter in letters}, missing
+    def acked_or_not(letter: DeadLetter) -> bool | None:
+        nonlocal others
+        spout = spouts.get(letter.coordinates)
+        if spout is None or letter.origin in found[spout].unknown or found[spout].not_read is not None:
+            return None
+        said, origin = found[spout], letter.origin
+        # A letter is written after its record, with its value: one older, or with another value, is of a record
+        # once at that place (its topic made again), whose answer is not this one's.
+        if letter.timestamp_ms < said.written[origin] - CLOCK_SKEW_S * 1000 or letter.value != said.values[origin]:
+            others += 1
+            return None
+        return origin in said.origins
+
+    answers = {letter.coordinates: acked_or_not(letter) for letter in letters}
+    if others:
+        print(f"{others} letter(s) are not of the record now at their origin's place (written before it, or another "
+              "value: its topic made again?): whether they were acked is not known", file=sys.stderr)  # fmt: skip
+    return answers, sorted(why for a in found.values() if (why := a.not_read) is not None)
 
 
 def _leave_acked(
@@ -111,10 +123,10 @@ def _leave_acked(
 ) -> tuple[list[DeadLetter], list[Decision]]:
     """``letters`` planned to go back (and their decisions) but those whose record was acked too (`_acked`), counted
     and said. Asked of the plan, not before it: the letters left out still name the rounds re-driven already."""
-    acked_too, missing = _acked(config, letters)
-    if missing:  # taken for "none acked", every record would go back
-        raise DlqError(f"--skip-acked: no topic {', '.join(missing)}, so which records were acked is not known; "
-                       "nothing re-driven")  # fmt: skip
+    acked_too, not_read = _acked(config, letters)
+    if not_read:  # taken for "none acked", every record would go back
+        raise DlqError(f"--skip-acked: {'; '.join(not_read)}, so which records were acked is not known; nothing "
+                       "re-driven")  # fmt: skip
     kept = [(letter, d) for letter, d in zip(letters, decisions, strict=True) if not acked_too[letter.coordinates]]
     if len(kept) < len(letters):
         print(f"{len(letters) - len(kept)} record(s) skipped: acked already (an ACK of the record, or of a replay copy "

@@ -716,9 +716,10 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
     # After a spout's restart: src/1/7 acked, read again from the watermark, and that copy dead-lettered; src/0/3
     # failed alone; src/0/2 acked once at its place, by another topic of the name (ten minutes before this one's
     # record was written); src/0/1, written twenty minutes ago, has a copy written now, at a place whose ACK is ten
-    # minutes old (another copy's, in the replay topic before it was made again); the fixture's two letters name
-    # records of a topic that does not exist (not known); a letter that names no spout, and one of the acker's that
-    # names one (a replay copy's headers, forwarded): not known either.
+    # minutes old (another copy's, in the replay topic before it was made again), and src/0/2 a copy half an hour
+    # old acked now; the fixture's two letters name records of a topic that does not exist (not known); a letter
+    # that names no spout, one of the acker's that names one (a replay copy's headers, forwarded), and one of the
+    # record once at src/1/7 (older than this one): not known either.
     src, outcomes = f"{letters.group}.src", letters.outcome_topic("sp")
     replay_topic = letters.replay_topic("sp")
     create_topics(letters.client(), [TopicSpec(outcomes, 2), TopicSpec(src, 2)])
@@ -728,6 +729,9 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
         written = now_ms - 1_200_000 if (partition, offset) == (0, 1) else now_ms
         produce(producer, src, b"a sentence", partition=partition, timestamp=written)
     produce(producer, replay_topic, b"a sentence", headers=[(ORIGIN, f"{src}/0/1".encode())], partition=0)
+    # A copy of src/0/2 of the replay topic before it was made again (half an hour old), acked now.
+    produce(producer, replay_topic, b"a sentence", headers=[(ORIGIN, f"{src}/0/2".encode())], partition=0,
+            timestamp=now_ms - 1_800_000)  # fmt: skip
     dlq, replay_prefix = letters.replay_dlq_topic, letters.replay_prefix
     policy = RetryPolicy(max_attempts=2, replay_prefix=replay_prefix, dead_letter_topic=dlq)
     for i, origin in enumerate((f"{src}/1/7", f"{src}/0/3", f"{src}/0/2", f"{src}/0/1")):
@@ -735,13 +739,18 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
         letter = decide(policy, "sp", f"{replay_topic}/0/{10 + i}", "FAILED", headers=tried, now_ms=0)
         produce(producer, letter.topic, b"a sentence", headers=letter.headers)
     produce(producer, dlq, b"no spout", headers=[("acker.dlq.reason", b"malformed")])
-    produce(producer, dlq, b"the acker's", headers=[("acker.dlq.reason", b"malformed"), (SPOUT, b"sp")])
+    acker_letter = [("acker.dlq.reason", b"malformed"), ("acker.dlq.origin", f"{src}/1/7".encode()), (SPOUT, b"sp")]
+    produce(producer, dlq, b"a sentence", headers=acker_letter)
+    # A letter of the record once at src/1/7 (written before this one, half an hour ago), of the same value.
+    produce(producer, dlq, b"a sentence", headers=decide(policy, "sp", f"{replay_topic}/0/20", "FAILED", headers=[
+        (ATTEMPT, b"2"), (ORIGIN, f"{src}/1/7".encode())], now_ms=0).headers, timestamp=now_ms - 1_800_000)  # fmt: skip
     produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 1, f"{src}/1/7", 5)]), partition=1)
     produce(producer, outcomes, encode_outcome_rows("sp", [("FAILED", 2, f"{src}/0/3", 5)]), partition=0)
     produce(producer, outcomes, b"not an outcome record", partition=0)
     old = {"timestamp": now_ms - 600_000, "partition": 0}  # ten minutes ago
     produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 3, f"{src}/0/2", 5)]), **old)
     produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 4, f"{replay_topic}/0/0", 5)]), **old)
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 6, f"{replay_topic}/0/1", 5)]), partition=0)
     assert producer.flush(30) == 0
 
     def marks() -> list[tuple[str, bool | None]]:
@@ -749,19 +758,21 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
         return [(r["origin"], r["acked"]) for r in map(json.loads, capsys.readouterr().out.splitlines())]
 
     assert marks() == [
+        (f"{src}/1/7", None),  # of the record once there: oldest, listed first
         ("src/1/7", None),  # the fixture's: no such record
         ("src/0/3", None),
         (f"{src}/1/7", True),
         (f"{src}/0/3", False),
-        (f"{src}/0/2", False),  # the ACK of another record
+        (f"{src}/0/2", False),  # the ACKs of another record, and of a copy of it
         (f"{src}/0/1", False),  # the ACK of another copy
         ("?", None),  # names no spout
-        ("?", None),  # the acker's
+        (f"{src}/1/7", None),  # the acker's
     ]
     assert _dlq(letters, "list", "--acked", "--json") == 0
     err = capsys.readouterr().err
     assert f"1 record(s) of {outcomes} could not be read (the first at {outcomes}/0/1" in err
     assert "2 record(s) of spout sp could not be read now, so whether they were acked is not known (src[" in err
+    assert "1 letter(s) are not of the record now at their origin's place" in err
     assert _dlq(letters, "list", "--json") == 0  # without --acked, nothing is read but the letters
     assert all("acked" not in json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert _dlq(letters, "list", "--acked") == 0
@@ -770,17 +781,27 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
     # src/0/3's replay copy acked: its record was processed once too.
     copy = [(ORIGIN, f"{src}/0/3".encode()), (ATTEMPT, b"1")]
     produce(producer, replay_topic, b"a sentence", headers=copy, partition=0)
-    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 5, f"{replay_topic}/0/1", 5)]), partition=0)
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 5, f"{replay_topic}/0/2", 5)]), partition=0)
     assert producer.flush(30) == 0
-    assert marks()[3] == (f"{src}/0/3", True)
+    assert marks()[4] == (f"{src}/0/3", True)
 
     assert _dlq(letters, "redrive", "--all", "--skip-acked", "--dry-run") == 0
     said = capsys.readouterr().out
-    assert "2 record(s) skipped: acked already" in said
-    assert f"origin {src}/1/7" not in said and f"origin {src}/0/3" not in said
-    assert f"origin {src}/0/2" in said and f"origin {src}/0/1" in said
+    # Letters 2 and 3 acked; 6 and 7 no letters of the replay job; the rest not acked, or not known.
+    assert "2 record(s) skipped: acked already" in said and "5 record(s) would be re-driven" in said
     assert _dlq(letters, "redrive", "2", "--skip-acked") == 0  # named, and acked: left
     assert "0 record(s) re-driven" in capsys.readouterr().out
+    assert _dlq(letters, "redrive", "--all", "--skip-acked") == 0
+    capsys.readouterr()
+    sent = {(h[REDRIVEN].decode(), h[ORIGIN].decode())
+            for p in (0, 1) for h in _every_headers(letters, replay_topic, p) if REDRIVEN in h}  # fmt: skip
+    assert sent == {
+        (f"{dlq}/0/0", "src/1/7"),
+        (f"{dlq}/0/1", "src/0/3"),
+        (f"{dlq}/0/4", f"{src}/0/2"),
+        (f"{dlq}/0/5", f"{src}/0/1"),
+        (f"{dlq}/0/8", f"{src}/1/7"),
+    }  # each letter with its own origin
 
     # An outcome or replay topic that does not exist (another prefix, mistyped): not known, never "none acked".
     for elsewhere in (replace(letters, outcome_prefix=f"{letters.group}.none."),
