@@ -10,8 +10,9 @@ processed: an untracked spout acks a record whose emit function raised after it 
 
 Three answers, as `Acked` gives them: acked; not acked (no such ACK in the topics as they are now: both are read
 whole, within their retention, so an ACK deleted by it is not known); and not known. Not known: the spout's outcome
-or replay topic does not exist (a mistyped prefix must not read as "none acked"), or the record itself cannot be read
-now (deleted by retention, no answer, no timestamp), or its message id is not a place.
+or replay topic cannot be read to its end (it does not exist: a mistyped prefix must not read as "none acked"; a
+transaction left open there), or the record itself cannot be read now (deleted by retention, no answer, no
+timestamp), or its message id is not a place.
 
 A message id is a place, and a topic deleted and made again under its name has new records at the old places,
 whose ACKs must not count for them: an ACK counts only if its outcome record was written after the record it acks
