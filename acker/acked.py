@@ -17,10 +17,10 @@ timestamp), or its message id is not a place.
 A message id is a place, and a topic deleted and made again under its name has new records at the old places,
 whose ACKs must not count for them: an ACK counts only if its outcome record was written after the record it acks
 was (the source record, and the replay copy, itself written after the record: less `CLOCK_SKEW_S`, as the timestamps
-come from the clocks of several hosts). A letter, too, is written after its record (`acker.dlq_cli` asks). What this
-cannot tell apart: a topic made again within that skew of the old one's last ACKs, the ACK of an old record's tree
-still in flight when its topic was made again, and records whose timestamps are older than their writing (a mirror
-that keeps the source cluster's, a back-fill stamped with event time), whose old ACKs count.
+come from the clocks of several hosts). A letter, too, is written after its record, with its value (`Acked.holds`).
+What this cannot tell apart: a topic made again within that skew of the old one's last ACKs, the ACK of an old
+record's tree still in flight when its topic was made again, and records whose timestamps are older than their
+writing (a mirror that keeps the source cluster's, a back-fill stamped with event time), whose old ACKs count.
 """
 
 from __future__ import annotations
@@ -30,26 +30,15 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Message
 
-from acker.config import ServiceConfig, topic_name_problem
+from acker.config import ServiceConfig
 from acker.dlq import DlqError, every_record
-from acker.headers import decimal, read_headers, text
+from acker.headers import read_headers, text
 from acker.kafka.lookups import lookups
+from acker.places import place_of
 from acker.retries import ORIGIN
 from acker.wire import WireError, decode_outcomes
 
 CLOCK_SKEW_S = 10.0  # how much earlier than the record it acks an ACK's outcome record may be stamped and count
-
-
-def place_of(msg_id: str) -> tuple[str, int, int] | None:
-    """``topic/partition/offset`` → its parts (topics may contain ``/``); None when it names no place a record can
-    have (a message id is anybody's header: ``int()`` would take signs, spaces and other scripts' digits)."""
-    parts = msg_id.rsplit("/", 2)
-    if len(parts) != 3 or topic_name_problem(parts[0]) is not None:
-        return None
-    partition, offset = decimal(parts[1]), decimal(parts[2])
-    if partition is None or offset is None or partition >= 2**31:
-        return None
-    return parts[0], partition, offset
 
 
 @dataclass(slots=True)
@@ -70,7 +59,7 @@ def records_at(config: ServiceConfig, msg_ids: Collection[str]) -> Records:
         if place is None:
             read.why_not = read.why_not or f"{msg_id!r} is not a record's place (TOPIC/PARTITION/OFFSET)"
         else:
-            places.setdefault(place[:2], {})[place[2]] = msg_id
+            places.setdefault((place.topic, place.partition), {})[place.offset] = msg_id
     if not places:
         return read
     kafka = lookups(config.client())
@@ -118,6 +107,13 @@ class Acked:
     unreadable: int = 0  # outcome records that are not outcome records (the jobs dead-letter them too)
     first_unreadable: str = ""  # where the first lies, and why
 
+    def holds(self, origin: str, written_ms: int, value: bytes | None) -> bool:
+        """Whether a copy of record ``origin`` written at ``written_ms`` holding ``value`` (a dead letter) is of the
+        record now at that place, whose answer this is: one written before it (less the skew), or with another
+        value, is of a record once there (its topic made again). False for a record not known."""
+        written = self.written.get(origin)
+        return written is not None and written_ms >= written - CLOCK_SKEW_S * 1000 and value == self.values[origin]
+
 
 def acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked:
     """Which of ``origins`` (message ids of ``spout``'s source records) ``spout``'s outcome topic acks, under their
@@ -143,8 +139,9 @@ def _acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked
     copies = {c: (o, t) for c, (o, t) in copies.items() if o in written and t >= 0 and t >= written[o] - skew_ms}
     found = Acked(unknown=set(origins) - set(written), why_unknown=read.why_not or "a record without a timestamp",
                   written=written, values={o: read.found[o].value() for o in written})  # fmt: skip
-    after = {**written, **{c: max(t, written[o]) for c, (o, t) in copies.items()}}
-    origin_of = {**{o: o for o in written}, **{c: o for c, (o, _) in copies.items()}}
+    # By the message id an ACK of a record may have (its own, a copy's): the record, and the later of its writing
+    # and the copy's.
+    trees = {**{o: (o, t) for o, t in written.items()}, **{c: (o, max(t, written[o])) for c, (o, t) in copies.items()}}
     for record in outcomes:
         try:
             decoded = decode_outcomes(record.value() or b"")
@@ -155,6 +152,7 @@ def _acked(config: ServiceConfig, spout: str, origins: Collection[str]) -> Acked
             continue
         for outcome, msg_id in zip(decoded.outcomes, decoded.msg_ids, strict=True):
             # Written before what it acks (less the skew): an ACK of another record once at its place.
-            if outcome == "ACK" and msg_id in after and record.timestamp()[1] >= after[msg_id] - skew_ms:
-                found.origins.add(origin_of[msg_id])
+            tree = trees.get(msg_id) if outcome == "ACK" else None
+            if tree is not None and record.timestamp()[1] >= tree[1] - skew_ms:
+                found.origins.add(tree[0])
     return found

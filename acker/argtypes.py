@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from acker.config import topic_name_problem
+from acker.places import topic_name_problem
 
 
 def at_least(low: int, below: int | None = None) -> Callable[[str], int]:

@@ -24,6 +24,7 @@ from typing import Any
 from acker.core.tracker import TrackerConfig
 from acker.errors import ConfigError
 from acker.kafka.client_log import client_logger
+from acker.places import topic_name_problem
 
 log = logging.getLogger("acker.config")
 
@@ -98,17 +99,6 @@ _CLASSIC_GROUP_SETTINGS = ("partition.assignment.strategy", "session.timeout.ms"
 def _new_group_protocol(settings: Mapping[str, Any]) -> bool:
     """Whether librdkafka settings choose the new group protocol (KIP-848)."""
     return str(settings.get("group.protocol", "classic")).lower() == "consumer"
-
-
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
-def topic_name_problem(name: str) -> str | None:
-    """Why Kafka refuses ``name`` as a topic's name, or None: the broker answers such a name with an invalid-topic
-    error only when it is used, and a service started with one waited for a topic that can never exist."""
-    if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
-        return f"{name[:80]!r} cannot name a Kafka topic ([A-Za-z0-9._-], 1 to 249 characters, not . or ..)"
-    return None
 
 
 def _setting(default: Any, help: str) -> Any:

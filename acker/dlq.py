@@ -40,6 +40,7 @@ from acker.kafka.clients import (
     partition_count,
     produce_reporting,
 )
+from acker.places import partition_and_offset, place_of
 from acker.retries import (
     ACKER_DLQ_REASON,
     ATTEMPT,
@@ -181,19 +182,16 @@ def preview(raw: bytes | None, limit: int = 200) -> str | None:
 
 def parse_coordinates(text: str, topic: str | None = None) -> tuple[int, int]:
     """``OFFSET`` (partition 0), ``PARTITION/OFFSET``, or ``TOPIC/PARTITION/OFFSET`` of ``topic`` (as listings and
-    re-drives print them) → (partition, offset)."""
-    parts = text.rsplit("/", 2)
-    if len(parts) == 3:
-        if parts[0] != topic:
-            raise DlqError(f"{text!r} is a record of {parts[0]!r}, not of {topic!r} (--topic names the topic)")
-        parts = parts[1:]
-    try:
-        place = (int(parts[0]), int(parts[1])) if len(parts) == 2 else (0, int(parts[0]))
-    except ValueError:
-        place = (-1, -1)
-    if not (0 <= place[0] < 2**31 and 0 <= place[1] < 2**63):  # what Kafka's partitions and offsets can be
+    re-drives print them) → (partition, offset), as `acker.places` reads them."""
+    if text.count("/") < 2:
+        found = partition_and_offset(text)
+    elif (place := place_of(text)) is not None and place.topic != topic:
+        raise DlqError(f"{text!r} is a record of {place.topic!r}, not of {topic!r} (--topic names the topic)")
+    else:
+        found = None if place is None else (place.partition, place.offset)
+    if found is None:
         raise DlqError(f"not a record's place: {text!r} (OFFSET, PARTITION/OFFSET or TOPIC/PARTITION/OFFSET)")
-    return place
+    return found
 
 
 def _letter(record: Message) -> DeadLetter:

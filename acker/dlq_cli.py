@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError
 from rich.table import Table
 
 import acker.dlq
-from acker.acked import CLOCK_SKEW_S, acked
+from acker.acked import acked
 from acker.argtypes import at_least
 from acker.config import ServiceConfig, add_arguments, load
 from acker.console import printable, table_console, utc_time
@@ -104,9 +104,7 @@ def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, 
         if spout is None or letter.origin in found[spout].unknown or found[spout].not_read is not None:
             return None
         said, origin = found[spout], letter.origin
-        # A letter is written after its record, with its value: one older, or with another value, is of a record
-        # once at that place (its topic made again), whose answer is not this one's.
-        if letter.timestamp_ms < said.written[origin] - CLOCK_SKEW_S * 1000 or letter.value != said.values[origin]:
+        if not said.holds(origin, letter.timestamp_ms, letter.value):
             others += 1
             return None
         return origin in said.origins

@@ -31,6 +31,7 @@ from acker.dlq import every_record, newest_records
 from acker.headers import first, read_headers, text
 from acker.help_text import prose
 from acker.kafka.clients import answering
+from acker.places import place_of
 from acker.retries import ORIGIN, RESOLUTIONS
 from acker.topics import check_spout_name
 from acker.wire import WireError, decode_outcomes
@@ -101,7 +102,7 @@ def _with_origins(config: ServiceConfig, spout: str, rows: list[OutcomeRow]) -> 
     record at the place of the copy it had, in the topic made again). Copies that cannot be read now are said on
     stderr."""
     topic = config.replay_topic(spout)
-    asked = {row.msg_id for row in rows if row.msg_id.rsplit("/", 2)[0] == topic}
+    asked = {row.msg_id for row in rows if (place := place_of(row.msg_id)) is not None and place.topic == topic}
     read = records_at(config, asked)
     if unread := len(asked) - len(read.found):
         print(f"what {unread} replay(s) replay is not known: their copies could not be read now ({read.why_not})",

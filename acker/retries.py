@@ -37,6 +37,7 @@ from acker.errors import AckerError
 from acker.headers import HeaderList as Headers
 from acker.headers import Headers as AnyHeaders
 from acker.headers import HeaderValue, decimal, text
+from acker.places import place_of
 from acker.wire import spout_name_valid
 
 ATTEMPT = "acker.replay.attempt"
@@ -294,6 +295,6 @@ def redrive(
 
 
 def origin_partition(coordinates: str) -> int:
-    """The partition part of ``topic/partition/offset`` (topics may contain ``/``), 0 if there is none."""
-    parts = coordinates.rsplit("/", 2)
-    return (decimal(parts[1]) or 0) if len(parts) == 3 else 0
+    """The partition of place ``topic/partition/offset`` (`acker.places`), 0 if it is none."""
+    place = place_of(coordinates)
+    return 0 if place is None else place.partition

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from acker.config import ServiceConfig, topic_name_problem
+from acker.config import ServiceConfig
 from acker.errors import AckerError, ConfigError
 from acker.kafka.clients import (
     UNANSWERED,
@@ -35,6 +35,7 @@ from acker.kafka.clients import (
     replication_factors,
     topic_config,
 )
+from acker.places import topic_name_problem
 from acker.wire import SpoutNames, name_refusal
 
 TOPIC_NAME_MAX = 249  # Kafka's limit

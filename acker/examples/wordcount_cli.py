@@ -37,7 +37,6 @@ from acker.config import (
     add_arguments,
     load,
     to_argv,
-    topic_name_problem,
 )
 from acker.errors import ConfigError
 from acker.examples.stages import Stages, acker_command
@@ -64,6 +63,7 @@ from acker.kafka.clients import (
 )
 from acker.kafka.clients import produce as send
 from acker.kafka.lookups import lookups
+from acker.places import topic_name_problem
 from acker.spout import Spout, SpoutSettings
 from acker.stage_metrics import add_port_argument, serve_stages
 from acker.topics import all_topics, check_spout_name, create_and_report

@@ -1,20 +1,23 @@
-"""`acker.acked.place_of`: a message id from anybody's header, taken for a record's place only when it is one."""
+"""`acker.acked.Acked.holds`: whether a dead letter is of the record now at its origin's place."""
 
 from __future__ import annotations
 
-import pytest
+from acker.acked import CLOCK_SKEW_S, Acked
 
-from acker.acked import place_of
-
-
-def test_a_message_id_names_its_topic_partition_and_offset() -> None:
-    assert place_of("wc.sentences/3/42") == ("wc.sentences", 3, 42)
+WRITTEN_MS = 1_700_000_000_000
+FOUND = Acked(written={"t/0/4": WRITTEN_MS}, values={"t/0/4": b"v"})
 
 
-@pytest.mark.parametrize(
-    "msg_id",
-    ["?", "t/0", "t/-1/4", "t/0/+4", "t/0/ 4", "t/²/4", "t/0/1_000", "a\x00b/0/1", "a b/0/1", "/0/1",
-     f"t/{2**31}/0", f"t/0/{10**18}"],
-)  # fmt: skip
-def test_what_is_not_a_place_is_none_never_an_exception(msg_id: str) -> None:
-    assert place_of(msg_id) is None
+def test_a_letter_written_after_its_record_with_its_value_holds_it() -> None:
+    assert FOUND.holds("t/0/4", WRITTEN_MS + 60_000, b"v")
+    assert FOUND.holds("t/0/4", WRITTEN_MS - int(CLOCK_SKEW_S * 1000), b"v")  # hosts' clocks differ
+
+
+def test_a_letter_older_than_the_record_or_of_another_value_is_of_a_record_once_there() -> None:
+    assert not FOUND.holds("t/0/4", WRITTEN_MS - int(CLOCK_SKEW_S * 1000) - 1, b"v")
+    assert not FOUND.holds("t/0/4", WRITTEN_MS + 1, b"w")
+    assert not FOUND.holds("t/0/4", WRITTEN_MS + 1, None)
+
+
+def test_a_record_not_known_is_held_by_no_letter() -> None:
+    assert not FOUND.holds("t/0/5", WRITTEN_MS + 1, b"v")

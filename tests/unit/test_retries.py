@@ -243,7 +243,7 @@ def test_another_spouts_replay_context_starts_a_new_round_here() -> None:
 
 
 def test_origin_partition() -> None:
-    assert origin_partition("a/b/3/17") == 3
+    assert origin_partition("a.b/3/17") == 3
     assert origin_partition("src/0/5") == 0
     assert origin_partition("not coordinates") == 0
     assert origin_partition("src/" + "1" * 5000 + "/5") == 0

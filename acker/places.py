@@ -1,0 +1,48 @@
+"""Where a record lies in Kafka: a topic's name, and ``TOPIC/PARTITION/OFFSET``, the place a spout names its
+records by (their message ids), dead letters their origins by, and the commands take.
+
+A place read back is anybody's text (a header, an argument), so it is parsed strictly: a topic Kafka could name,
+and ASCII decimal numbers a partition (below 2**31) and an offset (below 2**63) can be. ``int()`` would take signs,
+spaces, underscores and other scripts' digits.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from acker.headers import decimal
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+PARTITIONS = 2**31  # Kafka's partitions are 32-bit signed numbers
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why Kafka refuses ``name`` as a topic's name, or None: the broker answers such a name with an invalid-topic
+    error only when it is used, and a service started with one waited for a topic that can never exist."""
+    if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
+        return f"{name[:80]!r} cannot name a Kafka topic ([A-Za-z0-9._-], 1 to 249 characters, not . or ..)"
+    return None
+
+
+class Place(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+
+
+def place_of(text: str) -> Place | None:
+    """``TOPIC/PARTITION/OFFSET`` → its parts; None when it names no place a record can have."""
+    parts = text.split("/")  # a topic's name has no "/"
+    if len(parts) != 3 or topic_name_problem(parts[0]) is not None:
+        return None
+    partition, offset = decimal(parts[1]), decimal(parts[2])  # 18 digits at most: below 2**63
+    if partition is None or offset is None or partition >= PARTITIONS:
+        return None
+    return Place(parts[0], partition, offset)
+
+
+def partition_and_offset(text: str) -> tuple[int, int] | None:
+    """``PARTITION/OFFSET``, or ``OFFSET`` of partition 0 → (partition, offset); None as `place_of`."""
+    place = place_of(f"t/{text}" if "/" in text else f"t/0/{text}")
+    return None if place is None else (place.partition, place.offset)
