@@ -235,11 +235,12 @@ def cmd_redrive(args: argparse.Namespace) -> int:
             print(f"{count} record(s) skipped: {why}")
     else:
         decisions = plan(config, letters, args.spout)  # named: refused as a whole if one cannot go back
+    if args.skip_acked:  # before the named ones' refusals: a letter left out cannot hold back the others
+        letters, decisions = _leave_acked(config, letters, decisions)
+    if not args.all:
         refuse_copies(letters)  # read in (partition, offset) order
         if not args.again:
             refuse_in_flight(config, topic, letters, decisions, args.spout)
-    if args.skip_acked:
-        letters, decisions = _leave_acked(config, letters, decisions)
     if args.dry_run:
         target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]

@@ -803,6 +803,19 @@ def test_a_letter_whose_record_was_acked_too_is_marked_and_left_by_a_redrive_tha
         (f"{dlq}/0/8", f"{src}/1/7"),
     }  # each letter with its own origin
 
+    # src/0/1 acked now, while its letter's copy is in flight: named with --skip-acked, it is left out, and does not
+    # hold back the command; without, it is refused as in flight, as is src/0/2's (not acked) with it.
+    produce(producer, outcomes, encode_outcome_rows("sp", [("ACK", 7, f"{src}/0/1", 5)]), partition=0)
+    assert producer.flush(30) == 0
+    assert _dlq(letters, "redrive", "5") == 2
+    assert f"{dlq}/0/5" in capsys.readouterr().err
+    assert _dlq(letters, "redrive", "5", "--skip-acked", "--dry-run") == 0
+    said = capsys.readouterr().out
+    assert "1 record(s) skipped: acked already" in said and "0 record(s) would be re-driven" in said
+    assert _dlq(letters, "redrive", "5", "4", "--skip-acked", "--dry-run") == 2
+    refused = capsys.readouterr().err
+    assert f"{dlq}/0/4" in refused and f"{dlq}/0/5" not in refused
+
     # An outcome or replay topic that does not exist (another prefix, mistyped): not known, never "none acked".
     for elsewhere in (replace(letters, outcome_prefix=f"{letters.group}.none."),
                       replace(letters, replay_prefix=f"{letters.group}.none.")):  # fmt: skip
