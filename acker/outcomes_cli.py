@@ -7,7 +7,10 @@ written to the replay topic, whose outcome follows under the same message id; ``
 Without ``--msg-id`` the newest are shown (a replay's with the record it replays, read from its copy); with it,
 every outcome of the records named, oldest first, their replays' too (the copies in the spout's replay topic whose
 origin is one of them, each under its own message id, "replay of" the record): what happened to a record, attempt
-by attempt. A record of the topic that cannot be read is counted and said, not shown.
+by attempt. A record of the topic that cannot be read is counted and said, not shown. A nack with no resolution after
+it: the replay job has not read it yet, or dropped it as a duplicate of a nack of the same record it resolved within
+its deduplication window (the record read again and failed again, as after a spout's restart: the first
+resolution stands for it).
 """
 
 from __future__ import annotations
