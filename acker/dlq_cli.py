@@ -119,16 +119,13 @@ def _acked(config: ServiceConfig, letters: list[DeadLetter]) -> tuple[dict[str, 
 def _leave_acked(
     config: ServiceConfig, letters: list[DeadLetter], decisions: list[Decision]
 ) -> tuple[list[DeadLetter], list[Decision]]:
-    """``letters`` planned to go back (and their decisions) but those whose record was acked too (`_acked`), counted
-    and said. Asked of the plan, not before it: the letters left out still name the rounds re-driven already."""
+    """``letters`` planned to go back (and their decisions) but those whose record was acked too (`_acked`). Asked of
+    the plan, not before it: the letters left out still name the rounds re-driven already."""
     acked_too, not_read = _acked(config, letters)
     if not_read:  # taken for "none acked", every record would go back
         raise DlqError(f"--skip-acked: {'; '.join(not_read)}, so which records were acked is not known; nothing "
                        "re-driven")  # fmt: skip
     kept = [(letter, d) for letter, d in zip(letters, decisions, strict=True) if not acked_too[letter.coordinates]]
-    if len(kept) < len(letters):
-        print(f"{len(letters) - len(kept)} record(s) skipped: acked already (an ACK of the record, or of a replay copy "
-              "of it, in its spout's outcome topic)")  # fmt: skip
     return [letter for letter, _ in kept], [d for _, d in kept]
 
 
@@ -235,12 +232,16 @@ def cmd_redrive(args: argparse.Namespace) -> int:
             print(f"{count} record(s) skipped: {why}")
     else:
         decisions = plan(config, letters, args.spout)  # named: refused as a whole if one cannot go back
+    planned = len(letters)
     if args.skip_acked:  # before the named ones' refusals: a letter left out cannot hold back the others
         letters, decisions = _leave_acked(config, letters, decisions)
-    if not args.all:
+    if not args.all and letters:
         refuse_copies(letters)  # read in (partition, offset) order
         if not args.again:
             refuse_in_flight(config, topic, letters, decisions, args.spout)
+    if len(letters) < planned:  # said once the letters' refusals have passed
+        print(f"{planned - len(letters)} record(s) skipped: acked already (an ACK of the record, or of a replay copy "
+              "of it, in its spout's outcome topic)")  # fmt: skip
     if args.dry_run:
         target_partitions(config, decisions)  # refused as the real run would be
         targets = [decision.topic for decision in decisions]

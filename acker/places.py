@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from acker.headers import decimal
-
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-PARTITIONS = 2**31  # Kafka's partitions are 32-bit signed numbers
+PARTITIONS = 2**31  # Kafka's partitions are 32-bit signed numbers, its offsets 64-bit
+OFFSETS = 2**63
 
 
 def topic_name_problem(name: str) -> str | None:
@@ -36,13 +35,20 @@ def place_of(text: str) -> Place | None:
     parts = text.split("/")  # a topic's name has no "/"
     if len(parts) != 3 or topic_name_problem(parts[0]) is not None:
         return None
-    partition, offset = decimal(parts[1]), decimal(parts[2])  # 18 digits at most: below 2**63
-    if partition is None or offset is None or partition >= PARTITIONS:
-        return None
-    return Place(parts[0], partition, offset)
+    partition, offset = _below(parts[1], PARTITIONS), _below(parts[2], OFFSETS)
+    return None if partition is None or offset is None else Place(parts[0], partition, offset)
 
 
 def partition_and_offset(text: str) -> tuple[int, int] | None:
     """``PARTITION/OFFSET``, or ``OFFSET`` of partition 0 → (partition, offset); None as `place_of`."""
     place = place_of(f"t/{text}" if "/" in text else f"t/0/{text}")
     return None if place is None else (place.partition, place.offset)
+
+
+def _below(text: str, bound: int) -> int | None:
+    """The number ``text`` spells in ASCII decimal digits when it is below ``bound``, else None (any text: ``int()``
+    of thousands of digits would raise)."""
+    if not text or len(text) > len(str(bound)) or not text.isascii() or not text.isdigit():
+        return None
+    number = int(text)
+    return number if number < bound else None

@@ -8,13 +8,14 @@ from acker import dlq
 from acker.places import Place, partition_and_offset, place_of
 from acker.retries import origin_partition
 
-NOT_PLACES = ["?", "t/0", "t/-1/4", "t/0/+4", "t/0/ 4", "t/²/4", "t/0/1_000", "a\x00b/0/1", "a b/0/1", "/0/1",
-              "a/b/0/1", f"t/{2**31}/0", f"t/0/{10**18}", "t/0/4/"]  # fmt: skip
+NOT_PLACES = ["?", "t/3", "t/-1/4", "t/3/+4", "t/3/ 4", "t/²/4", "t/3/1_000", "a\x00b/3/1", "a b/3/1", "/3/1",
+              "a/b/3/1", f"t/{2**31}/0", f"t/3/{2**63}", "t/3/4/", "t/3/" + "1" * 5000]  # fmt: skip
 
 
 def test_a_message_id_names_its_topic_partition_and_offset() -> None:
     assert place_of("wc.sentences/3/42") == Place("wc.sentences", 3, 42)
     assert partition_and_offset("3/42") == (3, 42) and partition_and_offset("42") == (0, 42)
+    assert place_of(f"t/{2**31 - 1}/{2**63 - 1}") == Place("t", 2**31 - 1, 2**63 - 1)  # the largest Kafka has
 
 
 @pytest.mark.parametrize("text", NOT_PLACES)
