@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-PARTITIONS = 2**31  # Kafka's partitions are 32-bit signed numbers, its offsets 64-bit
-OFFSETS = 2**63
+TOPIC_NAME_MAX = 249  # Kafka's limit
+_TOPIC_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{TOPIC_NAME_MAX}}}")
+PARTITIONS = 2**31  # Kafka's partitions are signed 32-bit numbers
+OFFSETS = 2**63  # and its offsets signed 64-bit ones
 
 
 def topic_name_problem(name: str) -> str | None:
@@ -25,6 +26,8 @@ def topic_name_problem(name: str) -> str | None:
 
 
 class Place(NamedTuple):
+    """A record's place: its topic, partition and offset."""
+
     topic: str
     partition: int
     offset: int
@@ -32,17 +35,23 @@ class Place(NamedTuple):
 
 def place_of(text: str) -> Place | None:
     """``TOPIC/PARTITION/OFFSET`` → its parts; None when it names no place a record can have."""
-    parts = text.split("/")  # a topic's name has no "/"
-    if len(parts) != 3 or topic_name_problem(parts[0]) is not None:
-        return None
-    partition, offset = _below(parts[1], PARTITIONS), _below(parts[2], OFFSETS)
-    return None if partition is None or offset is None else Place(parts[0], partition, offset)
+    topic, slash, rest = text.partition("/")  # a topic's name has no "/"
+    found = _numbers(rest) if slash and topic_name_problem(topic) is None else None
+    return None if found is None else Place(topic, *found)
 
 
 def partition_and_offset(text: str) -> tuple[int, int] | None:
     """``PARTITION/OFFSET``, or ``OFFSET`` of partition 0 → (partition, offset); None as `place_of`."""
-    place = place_of(f"t/{text}" if "/" in text else f"t/0/{text}")
-    return None if place is None else (place.partition, place.offset)
+    return _numbers(text if "/" in text else f"0/{text}")
+
+
+def _numbers(text: str) -> tuple[int, int] | None:
+    """``PARTITION/OFFSET`` → (partition, offset); None unless each is an ASCII decimal number Kafka's can be."""
+    parts = text.split("/")
+    if len(parts) != 2:
+        return None
+    partition, offset = _below(parts[0], PARTITIONS), _below(parts[1], OFFSETS)
+    return None if partition is None or offset is None else (partition, offset)
 
 
 def _below(text: str, bound: int) -> int | None:

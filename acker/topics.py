@@ -35,10 +35,8 @@ from acker.kafka.clients import (
     replication_factors,
     topic_config,
 )
-from acker.places import topic_name_problem
+from acker.places import TOPIC_NAME_MAX, topic_name_problem
 from acker.wire import SpoutNames, name_refusal
-
-TOPIC_NAME_MAX = 249  # Kafka's limit
 
 
 def check_spout_name(config: ServiceConfig, name: str) -> None:

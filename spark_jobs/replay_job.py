@@ -73,6 +73,7 @@ from acker.kafka.clients import (
     topic_partitions,
 )
 from acker.kafka.lookups import CONFIRM_S, OpenTransactionError, lookups
+from acker.places import TOPIC_NAME_MAX
 from acker.retries import (
     NO_REPLAY_TOPIC,
     REASON,
@@ -87,7 +88,7 @@ from acker.retries import (
     unreadable_headers,
     without_detail,
 )
-from acker.topics import PROGRESS_TOPIC_CONFIG, TOPIC_NAME_MAX
+from acker.topics import PROGRESS_TOPIC_CONFIG
 from acker.watermarks import acked_group
 from acker.wire import OUTCOMES_PER_RECORD, encode_outcome_rows
 from spark_jobs.checkpoint import run_id
