@@ -1068,6 +1068,27 @@ class _StopRequestedError(BaseException):
     error of its own and go on)."""
 
 
+def _pairs(parser: argparse.ArgumentParser, items: list[str], flag: str) -> dict[str, object]:
+    """``KEY=VALUE`` items of a repeatable flag → a dict; a parser error for one that is not."""
+    found: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"{flag} wants KEY=VALUE, not {item!r}")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def _login_hint(server: Mapping[str, object], client: Mapping[str, object]) -> str:
+    """What to add to a broker's failed start whose listeners take logins that its readiness check was not given: it
+    was refused, and said as a transport failure."""
+    protocols = str(server.get("listener.security.protocol.map", "")).upper()
+    if client or ("SASL" not in protocols and "SSL" not in protocols):
+        return ""
+    return (" (its listeners take logins: give the readiness check's with --client security.protocol=..., --client "
+            "sasl.*/ssl.*)")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a local broker until Ctrl-C or SIGTERM; print its bootstrap address on stdout."""
     parser = argparse.ArgumentParser(
@@ -1088,18 +1109,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="extra server.properties entry (repeatable)",
     )  # fmt: skip
     parser.add_argument(
+        "--client", action="append", default=[], metavar="KEY=VALUE",
+        help="librdkafka setting of the client that checks the broker is ready, for a client listener that takes "
+        "logins only (security.protocol, sasl.*, ssl.*; repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
         "--timeout",
         type=float,
         default=STARTUP_TIMEOUT_S,
         help=f"startup timeout in seconds [default: {STARTUP_TIMEOUT_S:g}]",
     )
     args = parser.parse_args(argv)
-    extra: dict[str, object] = {}
-    for item in args.property:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            parser.error(f"--property wants KEY=VALUE, not {item!r}")
-        extra[key.strip()] = value.strip()
+    extra, client = _pairs(parser, args.property, "--property"), _pairs(parser, args.client, "--client")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     stop_requested = threading.Event()
@@ -1116,14 +1137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     broker = LocalKafkaBroker(
         num_partitions=args.partitions, server_properties=extra, data_dir=args.data_dir,
-        keep_data=args.keep_data, port=args.port, startup_timeout=args.timeout,
+        keep_data=args.keep_data, port=args.port, startup_timeout=args.timeout, client_properties=client,
     )  # fmt: skip
     try:
         t0 = time.monotonic()
         try:
             broker.start()  # cleans up after whatever it raises (Maven killed by subprocess.run, the JVM stopped)
         except KafkaBrokerError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {exc}{_login_hint(extra, client)}", file=sys.stderr)
             return 1
         except _StopRequestedError:
             return 130

@@ -20,7 +20,7 @@ from acker.config import ServiceConfig
 from acker.kafka import lookups
 from acker.kafka.local_broker import LocalKafkaBroker
 from acker.kafka.provision import Cluster, kafka_cluster
-from tests.integration.helpers import service_config
+from tests.integration.helpers import SASL_CLIENT, SASL_SERVER, service_config
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,20 +49,10 @@ def config(bootstrap: str) -> ServiceConfig:
     return service_config(bootstrap)
 
 
-_JAAS = (
-    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
-    'user_admin="admin-secret" user_acker="acker-secret";'
-)
-
-
 @pytest.fixture
 def sasl_client() -> Iterator[dict[str, str]]:
     """librdkafka settings of a user of a broker of its own whose client listener takes SASL/PLAIN only."""
-    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "acker",
-              "sasl.password": "acker-secret"}  # fmt: skip
-    server = {"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
-              "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
-              "listener.name.plaintext.plain.sasl.jaas.config": _JAAS}  # fmt: skip
+    client, server = SASL_CLIENT, SASL_SERVER
     with LocalKafkaBroker(server_properties=server, client_properties=client) as broker:
         yield {**client, "bootstrap.servers": broker.bootstrap_servers}
         lookups.close_all()  # the lookup clients the test made for this broker

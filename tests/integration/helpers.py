@@ -330,3 +330,17 @@ def produce_with_header_name(
     finally:
         consumer.close()
     return f"{topic}/{partition}/{end - 1}"
+
+
+# A broker whose client listener takes SASL/PLAIN only (server.properties), and a user of it (librdkafka settings).
+SASL_SERVER = {
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+    "listener.name.plaintext.plain.sasl.jaas.config": (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+        'user_admin="admin-secret" user_acker="acker-secret";'
+    ),
+}
+SASL_CLIENT = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "acker",
+               "sasl.password": "acker-secret"}  # fmt: skip

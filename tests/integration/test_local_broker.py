@@ -25,9 +25,11 @@ from acker.kafka.local_broker import (
     POM_PATH,
     KafkaBrokerError,
     LocalKafkaBroker,
+    _login_hint,
     kafka_tool_command,
 )
 from acker.kafka.provision import kafka_cluster
+from tests.integration.helpers import SASL_CLIENT, SASL_SERVER
 
 pytestmark = pytest.mark.integration
 
@@ -406,3 +408,25 @@ def test_cli_runs_until_interrupted(sig: signal.Signals) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_cli_runs_a_broker_whose_listener_takes_logins_only() -> None:
+    """Its readiness check was refused the login, said as "Broker transport failure" after the whole startup
+    timeout (180 s): the check's client settings are given with --client."""
+    server = [f"-p{key}={value}" for key, value in SASL_SERVER.items()]
+    client = [f"--client={key}={value}" for key, value in SASL_CLIENT.items()]
+    proc = python("-m", "acker.kafka.local_broker", *server, *client)
+    try:
+        assert proc.stdout is not None
+        bootstrap = proc.stdout.readline().strip()
+        assert bootstrap.startswith("127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
+        metadata = AdminClient({**SASL_CLIENT, "bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        assert list(metadata.brokers) == [1]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _login_hint(SASL_SERVER, {}).startswith(" (its listeners take logins: give the readiness check's")
+    assert _login_hint(SASL_SERVER, SASL_CLIENT) == _login_hint({}, {}) == ""
