@@ -39,11 +39,19 @@ from pyspark.sql.streaming.query import StreamingQuery
 from acker.config import ServiceConfig
 from acker.dlq import DLQ_KEPT_BYTES
 from acker.errors import ConfigError
-from acker.kafka.clients import KafkaClientError, broker_config, kafka_error, partition_count, topic_max_bytes
+from acker.kafka.clients import (
+    REFUSED_LOGIN,
+    KafkaClientError,
+    answering,
+    broker_config,
+    kafka_error,
+    partition_count,
+    topic_max_bytes,
+)
 from acker.kafka.lookups import CONFIRM_S, Commits, KafkaLookups, WatermarkCommitError, lookups
 from acker.spout import WAIT_TIMEOUTS, pending_timeout_s
 from acker.watermarks import acked_group
-from spark_jobs.java_client import java_client_settings
+from spark_jobs.java_client import java_client_settings, same_login
 from spark_jobs.mark_store import Key, MarkStore
 from spark_jobs.outcomes import COORDINATES, DONE, decoded, malformed, source_partition
 from spark_jobs.stopping import batch_function
@@ -75,6 +83,7 @@ SPARK_KAFKA_DEFAULTS = {
 # records, 16,384 outcomes each, is 1.6 billion offsets, 200 MB), at most 4 KB per offset where they are sparse.
 COMMIT_MAX_RECORDS = 100_000
 BUCKET_BITS = 32_768  # offsets per bitmap: Spark's bitmap_construct_agg makes bitmaps of 4,096 bytes
+LOGIN_CHECK_S = 5.0  # how long a job's start waits for Kafka to answer (or refuse its login) before Spark starts
 STUCK_S = 900.0  # a mark waiting at one offset this long, with offsets done above it, is said (`_say_stuck`)
 
 
@@ -116,11 +125,23 @@ class OutcomeSource:
     def check_topics(self) -> None:
         """`ConfigError` naming a named outcome topic that does not exist, or starting offsets (JSON) that do not name
         every partition of the topics read, or name other topics or partitions: Spark's query would fail on any with
-        pages of Java traces. Anything else (Kafka not answering yet, a login only Spark's Java client can make, e.g.
-        Kerberos) is left for Spark to meet."""
+        pages of Java traces. `KafkaException` of a login the brokers refuse, where Spark's Java client logs in as
+        librdkafka does (`same_login`): refused at every attempt, the job failed a minute later, said as Spark's
+        trace, and its restarts began. Anything else (Kafka not answering yet, a login only Spark's Java client can
+        make, e.g. Kerberos) is left for Spark to meet."""
         given = None if self.starting_offsets in ("earliest", "latest") else json.loads(self.starting_offsets)
         if given is not None and self.topics and (others := sorted(set(given) - set(self.topics))):
             raise ConfigError(f"--starting-offsets names {', '.join(others)}, which the job does not read")
+        try:
+            answering(self.client, self.topics[0] if self.topics else "acker.login-check", LOGIN_CHECK_S)
+        except KafkaException as error:
+            cause = kafka_error(error)
+            if cause is not None and cause.code() in REFUSED_LOGIN and same_login(self.client, self.java_kafka):
+                raise
+            log.warning("the outcome topics are not checked: Kafka %s (%s)", "refused the login of the Python "
+                        "client" if cause is not None and cause.code() in REFUSED_LOGIN else "did not answer",
+                        cause.str() if cause is not None else error)  # fmt: skip
+            return
         for topic in self.topics:
             try:
                 count = partition_count(self.client, topic)

@@ -207,6 +207,22 @@ def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]
     return settings
 
 
+def same_login(client: Mapping[str, Any], java: Mapping[str, str] | None = None) -> bool:
+    """Whether Spark's Java Kafka client logs in to the brokers as librdkafka does with ``client``: none of its login
+    given as Java's own (``java``: a login module line, a trust or key store, a protocol), the broker verified with
+    the same CA certificates (not the system's: ``probe``), and a SASL login, if any, a user name and password
+    (PLAIN, SCRAM-*), which `java_client_settings` translates. Then a login the brokers refuse librdkafka they refuse
+    Spark's readers and writers too."""
+    if any(name.startswith(("sasl.", "ssl.", "security.")) for name in java or {}):
+        return False
+    if str(client.get("ssl.ca.location", "")) == "probe":
+        return False
+    if not str(client.get("security.protocol", "")).upper().startswith("SASL"):
+        return True
+    mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "GSSAPI")))  # librdkafka's default
+    return mechanism.upper() in _LOGIN_MODULES and "sasl.username" in client
+
+
 def _jaas_quoted(text: str) -> str:
     """``text`` inside a JAAS option's double quotes: the Java parser ends a quoted value at a raw line break, and an
     error naming what follows would show part of a password."""

@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -611,6 +612,29 @@ def test_a_login_the_broker_refuses_is_said_as_such_not_as_a_broker_that_does_no
     err = capsys.readouterr().err
     assert "refused the login" in err and "Authentication failed" in err and "did not answer" not in err
     assert "wr0ng" not in err
+
+
+@pytest.mark.parametrize("job", ["commit", "replay"])
+def test_a_spark_job_whose_login_the_broker_refuses_stops_before_spark_starts(
+    sasl_client: dict[str, str],
+    job: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wrong password: the job warned twice of a transport failure, said it was running, and a minute later
+    stopped with Spark's SaslAuthenticationException (exit 1), or began its restarts: read as an outage."""
+
+    def no_spark(*_: object, **__: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr("spark_jobs.session.spark_session", no_spark)
+    flags = [f"--kafka={k}={v}" for k, v in sasl_client.items() if k not in {"bootstrap.servers", "sasl.password"}]
+    args = ["spark", job, "--spout", "sp", "--checkpoint", str(tmp_path / "ckpt"), "--bootstrap-servers",
+            sasl_client["bootstrap.servers"], *flags, "--kafka=sasl.password=wr0ng"]  # fmt: skip
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "refused the login" in err and "Authentication failed" in err and "wr0ng" not in err
 
 
 _SASL = ["--kafka=security.protocol=SASL_PLAINTEXT", "--kafka=sasl.mechanism=PLAIN", "--kafka=sasl.username=u",

@@ -424,6 +424,8 @@ def test_spark_starting_offsets_must_name_every_partition_read_and_no_other_topi
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Spark's query stopped at its start with a Java assertion and the query's plan (80 lines, exit status 1)."""
+    monkeypatch.setattr("spark_jobs.session.spark_session", lambda *_, **__: pytest.fail("Spark started"))
+    monkeypatch.setattr(commit_job, "answering", lambda *_: None)  # Kafka answers
     monkeypatch.setattr(commit_job, "partition_count", lambda _client, _topic: 2)  # every outcome topic: 2
     argv = ["spark", "commit", "--checkpoint", "/x", "--spout", "s", "--starting-offsets"]
     for offsets, said in (
@@ -443,6 +445,7 @@ def test_settings_the_replay_jobs_transactional_producer_refuses_are_refused_bef
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The job made its producer at its first micro-batch: Python's traceback twice and the query's plan (exit 1)."""
+    monkeypatch.setattr(commit_job, "answering", lambda *_: None)  # Kafka answers
     monkeypatch.setattr(commit_job, "partition_count", lambda _client, _topic: 1)
     argv = ["spark", "replay", "--checkpoint", "/x", "--spout", "s", "--bootstrap-servers", "127.0.0.1:1"]
     assert cli.main([*argv, "--kafka", "acks=1"]) == 2

@@ -20,7 +20,7 @@ from acker.cli import main
 from acker.config import ServiceConfig
 from acker.errors import ConfigError
 from spark_jobs.commit_job import OutcomeSource
-from spark_jobs.java_client import java_client_settings
+from spark_jobs.java_client import java_client_settings, same_login
 from tests.unit.spark_jobs.starts import started_with
 
 
@@ -236,3 +236,19 @@ def test_the_settings_checked_are_those_sparks_readers_get() -> None:
     assert source.java_settings() == {
         "bootstrap.servers": "k:9092", "isolation.level": "read_committed", "fetch.max.wait.ms": "20",
     }  # fmt: skip
+
+
+def test_a_login_is_the_same_in_both_clients_only_where_it_is_translated() -> None:
+    """Only then is a login librdkafka is refused one Spark's readers are refused too (`OutcomeSource.check_topics`
+    stops the job's start at it)."""
+    plain = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+             "sasl.password": "p", "ssl.ca.location": "/ca.pem"}  # fmt: skip
+    assert same_login({}) and same_login({"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"})
+    assert same_login(plain) and same_login({**plain, "sasl.mechanism": "plain"})
+    assert not same_login({**plain, "sasl.mechanism": "GSSAPI"})  # Kerberos: Java's own login line or JAAS file
+    assert not same_login({"security.protocol": "SASL_SSL"})  # librdkafka's default mechanism is GSSAPI
+    assert not same_login({**plain, "sasl.mechanism": "OAUTHBEARER"})
+    assert not same_login({**plain, "ssl.ca.location": "probe"})  # the system's CAs, and the JVM's
+    for java in ({"sasl.jaas.config": "x"}, {"ssl.truststore.location": "/t.jks"}, {"security.protocol": "SSL"}):
+        assert not same_login(plain, java)
+    assert same_login(plain, {"max.poll.records": "10"})
