@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from acker.bolt import Bolt
 from acker.config import ServiceConfig, to_argv
@@ -27,7 +27,7 @@ from acker.examples.wordcount import (
 )
 from acker.examples.wordcount import split_function as splitting
 from acker.examples.wordcount_cli import follow_outcomes
-from acker.kafka.clients import TopicSpec, create_topics
+from acker.kafka.clients import TopicSpec, create_topics, end_offsets, partition_count
 from acker.spout import Spout, SpoutSettings
 from acker.wire import encode_outcome_rows
 from tests.integration.helpers import OutcomeReader, Running, ServiceThread, create_acker_topics
@@ -144,3 +144,14 @@ def test_wordcount_produce_to_a_topic_not_made_says_which_and_what_makes_it(conf
     subprocess.run([*command, "topics", "--prefix", prefix, *flags], check=True, **options)
     written = subprocess.run(produce, check=True, **options)
     assert written.stdout == f"2 sentences written to {prefix}.sentences\n"
+    # Written at once, keyless: spread over the topic's partitions, not all to one (librdkafka's sticky partitioning).
+    subprocess.run([*command, "produce", "--prefix", prefix, "--sentences", "1500", *flags], check=True, **options)
+    topic = f"{prefix}.sentences"
+    consumer = Consumer({**config.client(), "group.id": f"{prefix}-ends"})
+    try:
+        counts = end_offsets(
+            consumer, [TopicPartition(topic, p) for p in range(partition_count(config.client(), topic))]
+        )
+    finally:
+        consumer.close()
+    assert len(counts) > 1 and sum(counts) == 1502 and max(counts) < 1502 * 3 // 4, counts
