@@ -136,11 +136,11 @@ class OutcomeSource:
             answering(self.client, self.topics[0] if self.topics else "acker.login-check", LOGIN_CHECK_S)
         except KafkaException as error:
             cause = kafka_error(error)
-            if cause is not None and cause.code() in REFUSED_LOGIN and same_login(self.client, self.java_kafka):
+            refused = cause is not None and cause.code() in REFUSED_LOGIN
+            if refused and same_login(self.client, self.java_kafka):
                 raise
-            log.warning("the outcome topics are not checked: Kafka %s (%s)", "refused the login of the Python "
-                        "client" if cause is not None and cause.code() in REFUSED_LOGIN else "did not answer",
-                        cause.str() if cause is not None else error)  # fmt: skip
+            said = "refused the Python client's login" if refused else "did not answer"
+            log.warning("the outcome topics are not checked: Kafka %s (%s)", said, cause.str() if cause else error)
             return
         for topic in self.topics:
             try:
