@@ -305,12 +305,3 @@ def test_replay_headers_on_a_source_record_do_not_count() -> None:
     assert (got[ATTEMPT], got[ORIGIN], REDRIVEN in got) == (b"1", b"src/0/900", False)
     copy = dict(decide(POLICY, "words", "rp.words/0/3", "FAILED", headers=named, now_ms=NOW).headers)
     assert (copy[ATTEMPT], copy[ORIGIN], copy[REDRIVEN]) == (b"3", b"src/0/1", b"acker.replay.dlq/0/12")
-
-
-def test_a_message_id_on_the_replay_topic_that_is_no_place_is_no_copy_of_the_spouts() -> None:
-    """Only a record of the spout's replay topic is its copy (`acker.places`): a made-up id naming the topic is not."""
-    context = [(ATTEMPT, b"2"), (ORIGIN, b"src/0/1"), (SPOUT, b"a")]
-    assert dict(decide(POLICY, "a", "rp.a/0/1", "FAILED", headers=context, now_ms=NOW).headers)[ATTEMPT] == b"3"
-    for made_up in ("rp.a/0/x", "rp.a/0/1/2", "rp.a/+0/1"):
-        got = dict(decide(POLICY, "a", made_up, "FAILED", headers=context, now_ms=NOW).headers)
-        assert (got[ATTEMPT], got[ORIGIN]) == (b"1", made_up.encode())
