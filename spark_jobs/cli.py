@@ -211,7 +211,8 @@ def _checked(args: argparse.Namespace) -> tuple[ServiceConfig, OutcomeSource, di
     java.update(flag_setting(item, "--java-kafka") for item in args.java_kafka)
     # Made before Spark starts: it refuses the settings Spark's Java Kafka client cannot be given.
     source = OutcomeSource(config.client(), topics, args.pattern, args.starting_offsets, java_kafka=java)
-    source.check_topics()
+    if source.check_login():  # not answered: the topics are left for Spark to meet, as in an outage
+        source.check_topics()
     if args.spark_job == "replay":  # a setting its transactional producer refuses: here, not at its first micro-batch
         Producer({**without_consumer_settings(config.client()), "transactional.id": "acker-check"})  # made, dropped
     return config, source, groups, _own_topics_made(config)

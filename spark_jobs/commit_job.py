@@ -122,16 +122,12 @@ class OutcomeSource:
         java = java_client_settings(self.client, self.java_kafka)
         object.__setattr__(self, "_kafka_options", {f"kafka.{k}": v for k, v in java.items()})
 
-    def check_topics(self) -> None:
-        """`ConfigError` naming a named outcome topic that does not exist, or starting offsets (JSON) that do not name
-        every partition of the topics read, or name other topics or partitions: Spark's query would fail on any with
-        pages of Java traces. `KafkaException` of a login the brokers refuse, where Spark's Java client logs in as
-        librdkafka does (`same_login`): refused at every attempt, the job failed a minute later, said as Spark's
-        trace, and its restarts began. Anything else (Kafka not answering yet, a login only Spark's Java client can
-        make, e.g. Kerberos) is left for Spark to meet."""
-        given = None if self.starting_offsets in ("earliest", "latest") else json.loads(self.starting_offsets)
-        if given is not None and self.topics and (others := sorted(set(given) - set(self.topics))):
-            raise ConfigError(f"--starting-offsets names {', '.join(others)}, which the job does not read")
+    def check_login(self) -> bool:
+        """Whether Kafka answered the Python client, logged in as Spark's Java client will be. `KafkaException` of a
+        login the brokers refuse, where Spark's Java client logs in as librdkafka does (`same_login`): refused at
+        every attempt, the job failed a minute later, said as Spark's trace, and its restarts began. Anything else
+        (Kafka not answering yet, a login only Spark's Java client can make, e.g. Kerberos) is said once and left for
+        Spark to meet."""
         try:
             answering(self.client, self.topics[0] if self.topics else "acker.login-check", LOGIN_CHECK_S)
         except KafkaException as error:
@@ -141,7 +137,16 @@ class OutcomeSource:
                 raise
             said = "refused the Python client's login" if refused else "did not answer"
             log.warning("the outcome topics are not checked: Kafka %s (%s)", said, cause.str() if cause else error)
-            return
+            return False
+        return True
+
+    def check_topics(self) -> None:
+        """`ConfigError` naming a named outcome topic that does not exist, or starting offsets (JSON) that do not name
+        every partition of the topics read, or name other topics or partitions: Spark's query would fail on any with
+        pages of Java traces. A topic whose partitions cannot be counted (Kafka away) is said and left for Spark."""
+        given = None if self.starting_offsets in ("earliest", "latest") else json.loads(self.starting_offsets)
+        if given is not None and self.topics and (others := sorted(set(given) - set(self.topics))):
+            raise ConfigError(f"--starting-offsets names {', '.join(others)}, which the job does not read")
         for topic in self.topics:
             try:
                 count = partition_count(self.client, topic)

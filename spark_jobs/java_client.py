@@ -185,7 +185,7 @@ def check_in_jvm(spark: SparkSession, settings: Mapping[str, str], *, producer: 
 def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
     """The mechanism, and the login module line of a user name and password; other mechanisms' logins (Kerberos's
     ``sasl.kerberos.*``, OAuth's ``sasl.oauthbearer.*``) are not translated, and their line must be given."""
-    mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "")))
+    mechanism = _mechanism(client)
     settings = {"sasl.mechanism": mechanism} if mechanism else {}
     if "sasl.jaas.config" in given:
         return settings
@@ -207,6 +207,12 @@ def _sasl(client: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]
     return settings
 
 
+def _mechanism(client: Mapping[str, Any]) -> str:
+    """The SASL mechanism librdkafka's ``client`` names (either spelling), or "" if none (librdkafka's default: GSSAPI,
+    Kerberos)."""
+    return str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "")))
+
+
 def same_login(client: Mapping[str, Any], java: Mapping[str, str] | None = None) -> bool:
     """Whether Spark's Java Kafka client logs in to the brokers as librdkafka does with ``client``: none of its login
     given as Java's own (``java``: a login module line, a trust or key store, a protocol), the broker verified with
@@ -219,8 +225,7 @@ def same_login(client: Mapping[str, Any], java: Mapping[str, str] | None = None)
         return False
     if not str(client.get("security.protocol", "")).upper().startswith("SASL"):
         return True
-    mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "GSSAPI")))  # librdkafka's default
-    return mechanism.upper() in _LOGIN_MODULES and "sasl.username" in client
+    return (_mechanism(client) or "GSSAPI").upper() in _LOGIN_MODULES and "sasl.username" in client
 
 
 def _jaas_quoted(text: str) -> str:

@@ -28,7 +28,7 @@ def started_with(monkeypatch: pytest.MonkeyPatch, argv: list[str], *, kafka: boo
     monkeypatch.setattr("spark_jobs.java_client.check_in_jvm", lambda *_, **__: None)  # a JVM's
     monkeypatch.setattr(f"spark_jobs.{argv[1]}_job.start", start)
     if not kafka:
-        monkeypatch.setattr(OutcomeSource, "check_topics", lambda _: None)
+        monkeypatch.setattr(OutcomeSource, "check_login", lambda _: False)  # Kafka not asked: topics not checked
         monkeypatch.setattr("acker.kafka.clients.ensure_topics", lambda *_, **__: None)
     with pytest.raises(StartedError):
         main(argv)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+from confluent_kafka import KafkaError, KafkaException
 from cryptography.hazmat.primitives.serialization import (
     BestAvailableEncryption,
     Encoding,
@@ -239,7 +240,7 @@ def test_the_settings_checked_are_those_sparks_readers_get() -> None:
 
 
 def test_a_login_is_the_same_in_both_clients_only_where_it_is_translated() -> None:
-    """Only then is a login librdkafka is refused one Spark's readers are refused too (`OutcomeSource.check_topics`
+    """Only then is a login librdkafka is refused one Spark's readers are refused too (`OutcomeSource.check_login`
     stops the job's start at it)."""
     plain = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
              "sasl.password": "p", "ssl.ca.location": "/ca.pem"}  # fmt: skip
@@ -252,3 +253,31 @@ def test_a_login_is_the_same_in_both_clients_only_where_it_is_translated() -> No
     for java in ({"sasl.jaas.config": "x"}, {"ssl.truststore.location": "/t.jks"}, {"security.protocol": "SSL"}):
         assert not same_login(plain, java)
     assert same_login(plain, {"max.poll.records": "10"})
+
+
+def test_the_login_check_stops_the_start_only_at_a_login_spark_would_be_refused_too(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused at every attempt, the job failed a minute later with Spark's trace, and its restarts began; a login
+    Spark's Java client makes its own way, or Kafka not answering yet, is left for Spark to meet (said once)."""
+    plain = {"bootstrap.servers": "h:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+             "sasl.username": "u", "sasl.password": "p"}  # fmt: skip
+    answers: list[KafkaError | None] = []
+
+    def answering(*_: object) -> None:
+        if (error := answers.pop()) is not None:
+            raise KafkaException(error)
+
+    monkeypatch.setattr("spark_jobs.commit_job.answering", answering)
+    refused = KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, "Authentication failed")
+    answers.append(refused)
+    with pytest.raises(KafkaException):
+        OutcomeSource(plain, ("acker.outcomes.s",)).check_login()
+    answers.append(refused)
+    assert not OutcomeSource(plain, ("acker.outcomes.s",), java_kafka={"sasl.jaas.config": "x"}).check_login()
+    assert "refused the Python client's login" in caplog.text
+    answers.append(KafkaError(KafkaError._TRANSPORT, "connect failed"))
+    assert not OutcomeSource(plain, ("acker.outcomes.s",)).check_login()
+    assert "Kafka did not answer (connect failed)" in caplog.text
+    answers.append(None)
+    assert OutcomeSource(plain, ("acker.outcomes.s",)).check_login()
