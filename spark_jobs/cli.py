@@ -295,15 +295,18 @@ def _settings(
 
 
 @contextmanager
-def _starting(job: str) -> Iterator[None]:
-    """What Spark says when it cannot start the session or the job's queries, as the job's one-line error."""
+def _starting(job: str, jvm_output: Path | None = None) -> Iterator[None]:
+    """What Spark says when it cannot start the session or the job's queries, as the job's one-line error; where its
+    JVM printed what it said (``jvm_output``), named: a JVM that exits at its start (a connector's download failed,
+    a setting it refuses) tells why there alone."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
     try:
         yield
     except (Py4JJavaError, PySparkException) as error:  # what Spark said, read before its JVM stops
-        raise AckerError(f"Spark could not start the {job} job: {_spark_said(error)}") from None
+        printed = f" (what its JVM printed: {jvm_output})" if jvm_output is not None else ""
+        raise AckerError(f"Spark could not start the {job} job: {_spark_said(error)}{printed}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -342,7 +345,7 @@ def _run(args: argparse.Namespace) -> int:
     spark = None
     try:
         master = args.master or (None if under_spark_submit() else "local[2]")
-        with _starting(args.spark_job):
+        with _starting(args.spark_job, args.spark_log):
             spark = spark_session(f"acker-{args.spark_job}", master, jvm_output=args.spark_log)
         # What Spark would meet later, some of it only at a dead letter.
         dead_letters = not isinstance(settings, replay_job.ReplayJobSettings) or settings.dead_letter_malformed

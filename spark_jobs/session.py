@@ -10,6 +10,7 @@ Ivy reports as a "problems summary" of a first run, and a host behind a proxy wa
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -17,8 +18,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +72,8 @@ def connector_packages() -> list[str]:
 
 # Maven Central alone. Ivy's own cache (under ``spark.jars.ivy``) is consulted before any resolver. Shared by the jobs
 # of every process on the host: Ivy locks each artifact while it writes it (by default it takes no lock, and two jobs
-# resolving the connectors for the first time could leave a broken jar for every later start).
+# resolving the connectors for the first time could leave a broken jar for every later start), and the jobs' JVMs
+# start one at a time (`_resolving_alone`).
 _IVY_SETTINGS = """<ivysettings>
   <settings defaultResolver="central"/>
   <caches lockStrategy="artifact-lock-nio"/>
@@ -90,6 +93,25 @@ def _ivy_settings(ivy: Path) -> str:
         fresh.write_text(_IVY_SETTINGS)
         os.replace(fresh, settings)
     return settings.as_uri()
+
+
+@contextmanager
+def _resolving_alone(ivy: Path, starting: bool) -> Iterator[None]:
+    """Held while this process starts its JVM (``starting``), which resolves the connectors into the Ivy cache the
+    jobs of every process on the host share: one start at a time. Ivy's artifact lock did not always keep two first
+    starts apart (in a trial, the commit and replay jobs started together on an empty cache): one's download lost its
+    ``.jar.part`` file, and its JVM exited ("Java gateway process exited before sending its port number"). A start
+    with the cache filled holds it for the JVM's start alone (seconds)."""
+    if not starting:
+        yield
+        return
+    with (ivy / "start.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another Spark job on this host to start (the connectors' Ivy cache: %s)", ivy)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file lets the lock go
 
 
 # Avro's Java reader allocates what a record claims (an array's item count, a string's length) before it reads it:
@@ -188,14 +210,16 @@ def spark_session(app: str, master: str | None = "local[2]", jvm_output: Path | 
     # KeyboardInterrupt: a Ctrl-C then failed the micro-batches in flight, with pages of traces, before the queries
     # could be stopped between two (`stop_queries`). The handler the process had is put back.
     interrupt = signal.getsignal(signal.SIGINT)
-    if jvm_output is not None and SparkContext._gateway is None:  # no JVM yet: this call starts it
-        # pyspark's way to start the JVM with its output elsewhere (``popen_kwargs``); the context then uses it.
-        jvm_output.parent.mkdir(parents=True, exist_ok=True)
-        with jvm_output.open("ab") as output:
-            popen = {"stdout": output, "stderr": output}
-            gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
-        SparkContext(conf=conf, gateway=gateway)
-    session = SparkSession.builder.config(conf=conf).getOrCreate()
+    starting = SparkContext._gateway is None and not under_spark_submit()  # this call starts the JVM
+    with _resolving_alone(ivy, starting):
+        if jvm_output is not None and starting:
+            # pyspark's way to start the JVM with its output elsewhere (``popen_kwargs``); the context then uses it.
+            jvm_output.parent.mkdir(parents=True, exist_ok=True)
+            with jvm_output.open("ab") as output:
+                popen = {"stdout": output, "stderr": output}
+                gateway = launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+            SparkContext(conf=conf, gateway=gateway)
+        session = SparkSession.builder.config(conf=conf).getOrCreate()
     if interrupt is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, interrupt)
     session.sparkContext.setLogLevel("WARN")
