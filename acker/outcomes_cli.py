@@ -8,9 +8,10 @@ Without ``--msg-id`` the newest are shown (a replay's with the record it replays
 every outcome of the records named, oldest first, their replays' too (the copies in the spout's replay topic whose
 origin is one of them, each under its own message id, "replay of" the record): what happened to a record, attempt
 by attempt. A record of the topic that cannot be read is counted and said, not shown. A nack with no resolution after
-it: the replay job has not read it yet, or dropped it as a duplicate of a nack of the same record it resolved within
+it: the replay job has not read it yet, dropped it as a duplicate of a nack of the same record it resolved within
 its deduplication window (the record read again and failed again, as after a spout's restart: the first
-resolution stands for it).
+resolution stands for it), or skipped it as the nack of a record its spout's watermark had passed when the job read
+it (a re-read of a record acked before: its ``ACK`` stands).
 """
 
 from __future__ import annotations

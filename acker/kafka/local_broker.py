@@ -514,6 +514,8 @@ class LocalKafkaBroker:
       directory, removed by ``stop()`` unless ``keep_data``. A given directory is kept; if it holds a
       formatted broker already, that broker's data (and if still free, its ports) are reused.
     * ``port``: the client (PLAINTEXT) port; 0 picks a free one.
+    * ``controller_port``: the KRaft controller's port; 0 picks a free one (on a formatted ``data_dir``, the one it
+      had, if still free).
     * ``cache_dir``: where the jars are cached (see ``fetch_jars``).
     * ``jvm_options``: JVM options (heap, GC, ...), default ``DEFAULT_JVM_OPTIONS``.
     * ``class_data_sharing``: start faster from an AppCDS archive of the broker's classes, kept next to the
@@ -531,6 +533,7 @@ class LocalKafkaBroker:
         data_dir: str | os.PathLike[str] | None = None,
         keep_data: bool = False,
         port: int = 0,
+        controller_port: int = 0,
         cache_dir: Path | None = None,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         class_data_sharing: bool = True,
@@ -543,7 +546,10 @@ class LocalKafkaBroker:
         self.server_properties = _absolute_log_dirs(dict(server_properties or {}))
         self._given_data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self.keep_data = keep_data
+        if port and port == controller_port:
+            raise ValueError(f"port and controller_port are both {port}: the broker needs two")
         self._requested_port = port
+        self._requested_controller_port = controller_port
         self._cache_dir = cache_dir
         self.jvm_options = tuple(jvm_options)
         own_cds = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
@@ -715,16 +721,16 @@ class LocalKafkaBroker:
             except ValueError:
                 pass
             else:
-                port = requested or old_port
-                if port != old_cport and _port_is_free(port) and _port_is_free(old_cport):
-                    return port, old_cport
-        if requested:
-            if not _port_is_free(requested):
-                raise KafkaBrokerError(f"port {requested} on 127.0.0.1 is in use")
-            cport = next(p for p in free_ports(2) if p != requested)
-            return requested, cport
-        port, cport = free_ports(2)
-        return port, cport
+                port, cport = requested or old_port, self._requested_controller_port or old_cport
+                if port != cport and _port_is_free(port) and _port_is_free(cport):
+                    return port, cport
+        picked = iter(free_ports(3))
+        ports = []
+        for asked, what in ((requested, "port"), (self._requested_controller_port, "controller port")):
+            if asked and not _port_is_free(asked):
+                raise KafkaBrokerError(f"{what} {asked} on 127.0.0.1 is in use")
+            ports.append(asked or next(p for p in picked if p not in (requested, self._requested_controller_port)))
+        return ports[0], ports[1]
 
     def _properties(self, data_dir: Path, port: int, cport: int) -> dict[str, str]:
         props: dict[str, object] = {
@@ -1099,7 +1105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--port",
         type=at_least(0, 65536),
         default=0,
-        help="client port (default: a free one; the KRaft controller listens on a free one of its own)",
+        help="client port (default: a free one)",
+    )
+    parser.add_argument(
+        "--controller-port",
+        type=at_least(0, 65536),
+        default=0,
+        help="the KRaft controller's port (default: a free one; on a kept --data-dir, the one it had if still free)",
     )
     parser.add_argument("--partitions", type=at_least(1), default=1, help="num.partitions (default: 1)")
     parser.add_argument("--data-dir", type=Path, help="data directory (kept; reused if formatted)")
@@ -1121,6 +1133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     extra, client = _pairs(parser, args.property, "--property"), _pairs(parser, args.client, "--client")
+    if args.port and args.port == args.controller_port:
+        parser.error(f"--port and --controller-port are both {args.port}: the broker needs two")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     stop_requested = threading.Event()
@@ -1137,7 +1151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     broker = LocalKafkaBroker(
         num_partitions=args.partitions, server_properties=extra, data_dir=args.data_dir,
-        keep_data=args.keep_data, port=args.port, startup_timeout=args.timeout, client_properties=client,
+        keep_data=args.keep_data, port=args.port, controller_port=args.controller_port, startup_timeout=args.timeout,
+        client_properties=client,
     )  # fmt: skip
     try:
         t0 = time.monotonic()

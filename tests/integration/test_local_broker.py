@@ -26,6 +26,7 @@ from acker.kafka.local_broker import (
     KafkaBrokerError,
     LocalKafkaBroker,
     _login_hint,
+    free_ports,
     kafka_tool_command,
 )
 from acker.kafka.provision import kafka_cluster
@@ -246,6 +247,19 @@ def test_restart_on_a_kept_data_dir_keeps_records_and_port(tmp_path: Path) -> No
             b"record-2",
         ]
     assert broker_jvms(data_dir) == []
+
+
+def test_the_controller_port_asked_for_is_the_one_it_listens_on(tmp_path: Path) -> None:
+    """A user keeping a broker within a range of ports had to rewrite ``listeners`` and the quorum's bootstrap with
+    ``-p`` to place the controller, which listened on any free port."""
+    port, cport = free_ports(2)
+    with LocalKafkaBroker(port=port, controller_port=cport, data_dir=tmp_path / "broker") as broker:
+        assert (broker.port, broker.controller_port) == (port, cport)
+        produce_and_consume(broker.bootstrap_servers, "placed", count=1, partitions=1)
+        with pytest.raises(KafkaBrokerError, match=f"controller port {cport} on 127.0.0.1 is in use"):
+            LocalKafkaBroker(controller_port=cport).start()
+    with pytest.raises(ValueError, match="both"):
+        LocalKafkaBroker(port=port, controller_port=port)
 
 
 def test_a_crashed_broker_starts_again_on_its_data_and_port_and_its_temporary_dir_goes_at_the_stop() -> None:
