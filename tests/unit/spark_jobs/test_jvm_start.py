@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark import SparkContext
 from pyspark.errors import PySparkRuntimeError
+from pyspark.sql import SparkSession
 
 from acker.cli import main
 from spark_jobs import session
@@ -45,8 +46,15 @@ def test_a_jvm_starts_holding_the_ivy_caches_lock(
         held.append(_held_by_another(lock))
         raise _LaunchedError
 
+    class Builder:  # without jvm_output (a session this process made already would be got, not made: a fake)
+        def config(self, **_: object) -> Builder:
+            return self
+
+        def getOrCreate(self) -> None:
+            launch()
+
     monkeypatch.setattr(session, "launch_gateway", launch)  # with jvm_output
-    monkeypatch.setattr(SparkContext, "_ensure_initialized", lambda *_, **__: launch())  # without
+    monkeypatch.setattr(SparkSession, "builder", Builder())
     with pytest.raises(_LaunchedError):
         session.spark_session("t", jvm_output=tmp_path / jvm_output if jvm_output else None)
     assert held == [True]
